@@ -1,0 +1,47 @@
+# The two commands of the README: `make run` starts the product, `make test` runs every test.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: run test install install-test lint format clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e .
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+install: $(VENV)/.installed
+
+install-test: $(VENV)/.installed-test
+
+# Web server + django-q2 worker on the embedded defaults (SQLite, simulated cloud, demo data).
+# Ctrl-C stops both.
+run: install
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py seed_demo
+	@echo "Serving http://$(HOST):$(PORT)/ (Ctrl-C stops the server and the worker)"
+	@bash -c 'trap "kill 0" EXIT; $(PY) manage.py qcluster & $(PY) manage.py runserver --noreload $(HOST):$(PORT)'
+
+test: install-test
+	$(BIN)/ruff check .
+	$(PY) manage.py makemigrations --check --dry-run
+	$(PY) -m pytest
+
+lint: install-test
+	$(BIN)/ruff check .
+
+format: install-test
+	$(BIN)/ruff format .
+
+clean:
+	rm -rf $(VENV) var .pytest_cache .ruff_cache

@@ -1,0 +1,559 @@
+"""OpenCost-style cost allocation for GPU node pools, exact to the cent (C1, C4, G3).
+
+Why this module exists: the pool is the billing unit (G3). Every hour, each node of a pool
+costs something (a slice of its monthly lease, its on-demand price, or its discounted
+preemptible price); pods running on it use some of its GPUs; the pool also pays shared fees
+(storage, cross-zone network, registry: C1). Finance wants that money split down to team,
+project and namespace (C4) *without losing a cent*: whatever no pod used is the pool's idle
+cost and is charged to the team that owns the pool (a pool idle all month still bills its
+owner).
+
+The core invariant, checked by property tests::
+
+    sum(allocations) + sum(idle) == sum(node costs) + sum(fees)      # exactly
+
+It holds because every split is done in integer units of a money quantum (the cent by
+default) with the largest-remainder method, and every input amount must already be a
+multiple of that quantum (the price helpers below produce such amounts).
+
+Pure core: standard library only, no Django, ``now`` never read. Services load usage records
+from the database, build these dataclasses and persist the rows.
+"""
+
+from __future__ import annotations
+
+import calendar
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+from fractions import Fraction
+
+CENT = Decimal("0.01")
+DEFAULT_CURRENCY = "CNY"
+
+MONTHLY = "monthly"
+ON_DEMAND = "on_demand"
+PREEMPTIBLE = "preemptible"
+BILLING_KINDS = (MONTHLY, ON_DEMAND, PREEMPTIBLE)
+
+USAGE = "usage"
+IDLE = "idle"
+FEE = "fee"
+
+GPU = "gpu"
+FEE_KINDS = ("storage", "network", "registry")
+
+UNALLOCATED_LABEL = "__unallocated__"
+IDLE_LABEL = "__idle__"
+DEFAULT_GROUP_LABELS = ("team", "project", "gpu-class")
+
+_HOUR = timedelta(hours=1)
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+@dataclass(frozen=True)
+class NodeHour:
+    """One node for one hour, with what that hour costs.
+
+    ``cost`` is the node's whole cost for the hour (compute it with :func:`monthly_hour_cost`,
+    :func:`on_demand_hour_cost` or :func:`preemptible_hour_cost`). ``labels`` are the node's
+    effective labels (pool labels + node labels); idle rows carry them. ``list_price`` is the
+    on-demand list price of the same node-hour, used by FOCUS exports for ListCost; ``None``
+    means "same as cost".
+    """
+
+    hour: datetime
+    node: str
+    pool: str
+    team: str
+    billing_kind: str
+    gpu_count: int
+    cost: Decimal
+    gpu_class: str = ""
+    region: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    list_price: Decimal | None = None
+
+
+@dataclass(frozen=True)
+class PodHour:
+    """One pod's GPU use on one node during one hour.
+
+    ``gpu_hours`` is by request, not by measured utilisation (what the pod reserved is what
+    nobody else could use): see :func:`gpu_hours`. ``labels`` is the pod's effective label
+    snapshot for that hour (see :func:`effective_labels`).
+    """
+
+    hour: datetime
+    namespace: str
+    name: str
+    node: str
+    gpu_hours: Decimal
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FeeHour:
+    """A shared fee a pool paid for one hour: ``kind`` is storage, network or registry.
+
+    ``team`` is the pool's owner, who absorbs the fee when no pod ran in the pool that hour.
+    ``billing_kind`` may be left empty; it is then derived from the pool's nodes that hour.
+    """
+
+    hour: datetime
+    pool: str
+    team: str
+    kind: str
+    amount: Decimal
+    labels: Mapping[str, str] = field(default_factory=dict)
+    billing_kind: str = ""
+
+
+@dataclass(frozen=True)
+class AllocationRow:
+    """One slice of money: who is charged, for what, how much.
+
+    ``cost_kind`` is ``usage`` (a pod's share of a node), ``fee`` (a pod's share of a shared
+    fee) or ``idle`` (absorbed by the pool owner ``team``). ``component`` says what was paid
+    for: ``gpu`` or one of the fee kinds. ``gpu_hours`` is the quantity behind a usage row
+    (the idle GPU-hours for a GPU idle row, 0 for fee rows).
+    """
+
+    hour: datetime
+    pool: str
+    team: str
+    namespace: str
+    pod: str
+    node: str
+    labels: Mapping[str, str]
+    gpu_class: str
+    billing_kind: str
+    cost_kind: str
+    component: str
+    amount: Decimal
+    currency: str
+    gpu_hours: Decimal = Decimal(0)
+
+
+@dataclass(frozen=True)
+class GroupTotal:
+    """A grouped total. ``key`` holds ``(column, value)`` pairs, label columns verbatim."""
+
+    key: tuple[tuple[str, str], ...]
+    idle: bool
+    amount: Decimal
+    currency: str
+
+    def as_dict(self) -> dict[str, str]:
+        """Flatten for CSV / JSON: label columns, namespace, billing, cost, amount, currency."""
+        out = dict(self.key)
+        out["cost"] = IDLE if self.idle else "allocated"
+        out["amount"] = str(self.amount)
+        out["currency"] = self.currency
+        return out
+
+
+# --------------------------------------------------------------------------- labels & quantities
+
+
+def effective_labels(
+    pool_labels: Mapping[str, str] | None,
+    node_labels: Mapping[str, str] | None,
+    pod_labels: Mapping[str, str] | None,
+) -> dict[str, str]:
+    """Labels as billing sees them: pool labels inherited by nodes, then by pods.
+
+    The more specific level wins on conflict (pod over node over pool), the same rule FOCUS
+    uses for tag finalisation, so a pod that says ``project=b`` in a pool labelled
+    ``project=a`` is billed to ``b``. Keys are kept verbatim (``gpu-class`` stays
+    ``gpu-class``).
+    """
+    merged: dict[str, str] = {}
+    for level in (pool_labels, node_labels, pod_labels):
+        if level:
+            merged.update(level)
+    return merged
+
+
+def gpu_hours(gpus: int = 0, gpu_milli: int = 0, hours: Decimal | int = 1) -> Decimal:
+    """GPU-hours of a request: whole GPUs count 1 each, a shared GPU counts ``milli/1000``.
+
+    By request because a reserved GPU is unavailable to anyone else, used or not.
+    """
+    if gpus < 0 or not 0 <= gpu_milli <= 1000:
+        raise ValueError("gpus must be >= 0 and gpu_milli within 0..1000")
+    hours = Decimal(hours)
+    if hours < 0:
+        raise ValueError("hours must be >= 0")
+    return (Decimal(gpus) + Decimal(gpu_milli).scaleb(-3)) * hours
+
+
+# --------------------------------------------------------------------------- prices
+
+
+def quantize_money(amount: Decimal | Fraction, quantum: Decimal = CENT) -> Decimal:
+    """Round half-up to the quantum (exact for Fractions too: no float ever)."""
+    units = _round_half_up(Fraction(amount) / Fraction(quantum))
+    return _from_units(units, quantum)
+
+
+def add_months(moment: datetime, months: int) -> datetime:
+    """Calendar month arithmetic, clamping the day (Jan 31 + 1 month = Feb 28/29)."""
+    index = moment.year * 12 + moment.month - 1 + months
+    year, month = divmod(index, 12)
+    day = min(moment.day, calendar.monthrange(year, month + 1)[1])
+    return moment.replace(year=year, month=month + 1, day=day)
+
+
+def lease_hours(start: datetime, end: datetime) -> int:
+    """Whole hours of a lease; leases start and end on hour boundaries."""
+    span = end - start
+    if span <= timedelta(0) or span % _HOUR:
+        raise ValueError("a lease must span a positive whole number of hours")
+    return span // _HOUR
+
+
+def lease_months(start: datetime, end: datetime) -> Fraction:
+    """Calendar months from start to end; a trailing part-month counts pro rata.
+
+    Exact (a Fraction) so that a lease of 1 month and 10 days is not rounded before it is
+    priced.
+    """
+    lease_hours(start, end)
+    whole = 0
+    while add_months(start, whole + 1) <= end:
+        whole += 1
+    anchor = add_months(start, whole)
+    if anchor == end:
+        return Fraction(whole)
+    month_span = add_months(start, whole + 1) - anchor
+    second = timedelta(seconds=1)
+    return whole + Fraction((end - anchor) // second, month_span // second)
+
+
+def lease_payment(
+    monthly_price: Decimal, start: datetime, end: datetime, quantum: Decimal = CENT
+) -> Decimal:
+    """What the whole lease costs: monthly price × lease months, to the quantum."""
+    return quantize_money(Fraction(monthly_price) * lease_months(start, end), quantum)
+
+
+def monthly_hourly_rate(monthly_price: Decimal, start: datetime, end: datetime) -> Decimal:
+    """The amortised rate M × months / hours, unrounded-ish (12 places), for display."""
+    rate = Fraction(monthly_price) * lease_months(start, end) / lease_hours(start, end)
+    return quantize_money(rate, Decimal("1e-12"))
+
+
+def monthly_hour_cost(
+    monthly_price: Decimal,
+    lease_start: datetime,
+    lease_end: datetime,
+    hour: datetime,
+    quantum: Decimal = CENT,
+) -> Decimal:
+    """The cost of one hour of a monthly node: its lease payment amortised over lease hours.
+
+    Each hour gets ``round(P·(i+1)/n) − round(P·i/n)`` quanta (cumulative rounding), so every
+    hour is within one quantum of the exact rate and the hours of the whole lease add up to
+    the lease payment exactly: FOCUS's "Σ EffectiveCost = Σ purchase BilledCost" then holds.
+    """
+    n = lease_hours(lease_start, lease_end)
+    offset = hour - lease_start
+    if offset % _HOUR or not timedelta(0) <= offset < lease_end - lease_start:
+        raise ValueError(f"hour {hour.isoformat()} is not an hour of this lease")
+    i = offset // _HOUR
+    units = _to_units(lease_payment(monthly_price, lease_start, lease_end, quantum), quantum)
+    before = _round_half_up(Fraction(units * i, n))
+    upto = _round_half_up(Fraction(units * (i + 1), n))
+    return _from_units(upto - before, quantum)
+
+
+def on_demand_hour_cost(
+    hourly_price: Decimal, hours: Decimal | int = 1, quantum: Decimal = CENT
+) -> Decimal:
+    """An on-demand node's cost: hourly price × hours (a part-hour is billed pro rata)."""
+    return quantize_money(Fraction(hourly_price) * Fraction(Decimal(hours)), quantum)
+
+
+def preemptible_hour_cost(
+    hourly_price: Decimal,
+    discount: Decimal,
+    hours: Decimal | int = 1,
+    quantum: Decimal = CENT,
+) -> Decimal:
+    """A preemptible node's cost: on-demand price less the preemption discount (0..1)."""
+    if not Decimal(0) <= discount <= Decimal(1):
+        raise ValueError("discount must be within 0..1")
+    price = Fraction(hourly_price) * (1 - Fraction(discount))
+    return quantize_money(price * Fraction(Decimal(hours)), quantum)
+
+
+# --------------------------------------------------------------------------- exact splitting
+
+
+def split_units(total_units: int, weights: Sequence[Fraction | Decimal | int]) -> list[int]:
+    """Largest-remainder split of an integer total in proportion to weights.
+
+    Parts sum to ``total_units`` exactly; a zero weight gets zero; ties go to the earlier
+    weight so results are deterministic.
+    """
+    fractions = [Fraction(w) for w in weights]
+    if total_units < 0 or any(w < 0 for w in fractions):
+        raise ValueError("total and weights must be non-negative")
+    whole = sum(fractions)
+    if total_units == 0:
+        return [0] * len(fractions)
+    if whole == 0:
+        raise ValueError("cannot split a non-zero total over zero weights")
+    ideal = [total_units * w / whole for w in fractions]
+    parts = [math.floor(x) for x in ideal]
+    left = total_units - sum(parts)
+    order = sorted(range(len(ideal)), key=lambda i: (parts[i] - ideal[i], i))
+    for i in order[:left]:
+        parts[i] += 1
+    return parts
+
+
+def split_money(
+    total: Decimal, weights: Sequence[Fraction | Decimal | int], quantum: Decimal = CENT
+) -> list[Decimal]:
+    """Split money in proportion to weights; parts are quantum multiples summing to total."""
+    units = split_units(_to_units(total, quantum), weights)
+    return [_from_units(u, quantum) for u in units]
+
+
+# --------------------------------------------------------------------------- allocation
+
+
+def allocate(
+    node_hours: Iterable[NodeHour],
+    pod_hours: Iterable[PodHour],
+    fees: Iterable[FeeHour] = (),
+    *,
+    quantum: Decimal = CENT,
+    currency: str = DEFAULT_CURRENCY,
+) -> list[AllocationRow]:
+    """Allocate any number of hours; see :func:`allocate_hour` for the rules."""
+    by_hour: dict[datetime, tuple[list, list, list]] = defaultdict(lambda: ([], [], []))
+    for slot, items in enumerate((node_hours, pod_hours, fees)):
+        for item in items:
+            by_hour[item.hour][slot].append(item)
+    batches = (by_hour[hour] for hour in sorted(by_hour))
+    return list(iter_allocate(batches, quantum=quantum, currency=currency))
+
+
+def iter_allocate(
+    batches: Iterable[tuple[Sequence[NodeHour], Sequence[PodHour], Sequence[FeeHour]]],
+    *,
+    quantum: Decimal = CENT,
+    currency: str = DEFAULT_CURRENCY,
+) -> Iterator[AllocationRow]:
+    """Allocate hour batches lazily, so a month of records streams in constant memory."""
+    for nodes, pods, hour_fees in batches:
+        yield from allocate_hour(nodes, pods, hour_fees, quantum=quantum, currency=currency)
+
+
+def allocate_hour(
+    node_hours: Sequence[NodeHour],
+    pod_hours: Sequence[PodHour],
+    fees: Sequence[FeeHour] = (),
+    *,
+    quantum: Decimal = CENT,
+    currency: str = DEFAULT_CURRENCY,
+) -> list[AllocationRow]:
+    """Split one hour's node costs and fees into usage, fee and idle rows.
+
+    - A pod's share of a node is its GPU-hours × the node's per-GPU-hour rate; what is left
+      is idle, charged to the pool's owner. If requests exceed the node's GPUs (they should
+      not), the node's cost is split by request and idle is zero: never negative.
+    - A pool's fees are split over the pool's pods by their GPU-hours; with no GPU use in
+      the pool they fall to idle, i.e. to the owner. Nothing disappears.
+    - Zero-amount rows are omitted.
+    """
+    nodes: dict[str, NodeHour] = {}
+    for node in node_hours:
+        _check_node(node, quantum)
+        if node.node in nodes:
+            raise ValueError(f"node {node.node} appears twice in one hour")
+        nodes[node.node] = node
+    on_node: dict[str, list[PodHour]] = defaultdict(list)
+    for pod in pod_hours:
+        if pod.node not in nodes:
+            raise ValueError(f"pod {pod.namespace}/{pod.name} is on unknown node {pod.node}")
+        if pod.gpu_hours < 0:
+            raise ValueError(f"pod {pod.namespace}/{pod.name} has negative GPU-hours")
+        on_node[pod.node].append(pod)
+
+    rows: list[AllocationRow] = []
+    for node in nodes.values():
+        pods = on_node[node.node]
+        used = sum((p.gpu_hours for p in pods), Decimal(0))
+        idle_gpu_hours = max(Decimal(node.gpu_count) - used, Decimal(0))
+        weights = [p.gpu_hours for p in pods] + [idle_gpu_hours]
+        if sum(weights) == 0:
+            weights[-1] = Decimal(1)
+        amounts = split_money(node.cost, weights, quantum)
+        for pod, amount in zip(pods, amounts[:-1], strict=True):
+            rows.append(_node_row(node, pod, USAGE, GPU, amount, currency, pod.gpu_hours))
+        rows.append(_node_row(node, None, IDLE, GPU, amounts[-1], currency, idle_gpu_hours))
+
+    pool_pods: dict[str, list[tuple[NodeHour, PodHour]]] = defaultdict(list)
+    for node in nodes.values():
+        for pod in on_node[node.node]:
+            pool_pods[node.pool].append((node, pod))
+    for fee in fees:
+        _check_fee(fee, quantum)
+        members = [(n, p) for n, p in pool_pods[fee.pool] if p.gpu_hours > 0]
+        if not members:
+            rows.append(_fee_idle_row(fee, nodes.values(), currency))
+            continue
+        amounts = split_money(fee.amount, [p.gpu_hours for _, p in members], quantum)
+        for (node, pod), amount in zip(members, amounts, strict=True):
+            rows.append(_node_row(node, pod, FEE, fee.kind, amount, currency))
+    return [row for row in rows if row.amount != 0]
+
+
+# --------------------------------------------------------------------------- aggregation
+
+
+def group_columns(
+    by_labels: Sequence[str] = DEFAULT_GROUP_LABELS, include_namespace: bool = True
+) -> tuple[str, ...]:
+    """CSV header matching :meth:`GroupTotal.as_dict` for these grouping options."""
+    cols = list(by_labels)
+    if include_namespace:
+        cols.append("namespace")
+    if "billing" not in by_labels:
+        cols.append("billing")
+    return (*cols, "cost", "amount", "currency")
+
+
+def group_rows(
+    rows: Iterable[AllocationRow],
+    by_labels: Sequence[str] = DEFAULT_GROUP_LABELS,
+    include_namespace: bool = True,
+) -> list[GroupTotal]:
+    """Total allocation rows by label values (keys verbatim), namespace and billing kind.
+
+    - Usage/fee rows missing a label are grouped under ``__unallocated__``: visible, not lost.
+    - Idle rows form their own groups (namespace ``__idle__``); their ``team`` is the pool's
+      owner, other labels come from the pool/node labels (``__idle__`` when absent).
+    - Every group carries a ``billing`` column (monthly / on_demand / preemptible), so
+      preemptible pools show up as their own cost line (C4); a ``billing`` label, if asked
+      for, defaults to that kind.
+    Totals are exact Decimal sums, so the grand total equals the input total.
+    """
+    labels = list(by_labels)
+    if len(set(labels)) != len(labels) or any(not k for k in labels):
+        raise ValueError("by_labels must be distinct, non-empty label keys")
+    totals: dict[tuple, Decimal] = defaultdict(Decimal)
+    for row in rows:
+        idle = row.cost_kind == IDLE
+        key: list[tuple[str, str]] = [(k, _group_value(row, k, idle)) for k in labels]
+        if include_namespace:
+            key.append(("namespace", IDLE_LABEL if idle else row.namespace or UNALLOCATED_LABEL))
+        if "billing" not in labels:
+            key.append(("billing", row.billing_kind))
+        totals[(tuple(key), idle, row.currency)] += row.amount
+    return [
+        GroupTotal(key=key, idle=idle, amount=amount, currency=cur)
+        for (key, idle, cur), amount in sorted(totals.items(), key=lambda kv: kv[0])
+    ]
+
+
+def total(rows: Iterable[AllocationRow | GroupTotal]) -> Decimal:
+    """Exact sum of amounts (single currency assumed by the caller)."""
+    return sum((r.amount for r in rows), Decimal(0))
+
+
+# --------------------------------------------------------------------------- internals
+
+
+def _group_value(row: AllocationRow, key: str, idle: bool) -> str:
+    if idle and key == "team":
+        return row.team
+    value = row.labels.get(key)
+    if value:
+        return value
+    if key == "billing":
+        return row.billing_kind
+    return IDLE_LABEL if idle else UNALLOCATED_LABEL
+
+
+def _node_row(
+    node: NodeHour,
+    pod: PodHour | None,
+    kind: str,
+    component: str,
+    amount: Decimal,
+    cur: str,
+    quantity: Decimal = Decimal(0),
+) -> AllocationRow:
+    """A row on a node: the pod's (usage or fee) when ``pod`` is given, else the node's idle."""
+    if pod is None:
+        team, namespace, name, labels = node.team, "", "", dict(node.labels)
+    else:
+        team, namespace, name = pod.labels.get("team", ""), pod.namespace, pod.name
+        labels = dict(pod.labels)
+    return AllocationRow(
+        node.hour, node.pool, team, namespace, name, node.node, labels, node.gpu_class,
+        node.billing_kind, kind, component, amount, cur, quantity,
+    )  # fmt: skip
+
+
+def _fee_idle_row(fee: FeeHour, nodes: Iterable[NodeHour], cur: str) -> AllocationRow:
+    """A fee nobody used: the owner absorbs it, under the pool's own billing kind."""
+    pool_nodes = [n for n in nodes if n.pool == fee.pool]
+    kinds = {n.billing_kind for n in pool_nodes}
+    classes = {n.gpu_class for n in pool_nodes}
+    billing = fee.billing_kind or next(
+        (k for k in (PREEMPTIBLE, MONTHLY, ON_DEMAND) if k in kinds), MONTHLY
+    )
+    gpu_class = classes.pop() if len(classes) == 1 else ""
+    return AllocationRow(
+        fee.hour, fee.pool, fee.team, "", "", "", dict(fee.labels), gpu_class, billing, IDLE,
+        fee.kind, fee.amount, cur,
+    )  # fmt: skip
+
+
+def _check_node(node: NodeHour, quantum: Decimal) -> None:
+    if node.billing_kind not in BILLING_KINDS:
+        raise ValueError(f"node {node.node}: unknown billing kind {node.billing_kind!r}")
+    if node.gpu_count < 0:
+        raise ValueError(f"node {node.node}: negative GPU count")
+    _check_amount(node.cost, quantum, f"node {node.node} cost")
+
+
+def _check_fee(fee: FeeHour, quantum: Decimal) -> None:
+    if fee.kind not in FEE_KINDS:
+        raise ValueError(f"fee of pool {fee.pool}: unknown kind {fee.kind!r}")
+    _check_amount(fee.amount, quantum, f"{fee.kind} fee of pool {fee.pool}")
+
+
+def _check_amount(amount: Decimal, quantum: Decimal, what: str) -> None:
+    if amount < 0:
+        raise ValueError(f"{what} is negative")
+    if (Fraction(amount) / Fraction(quantum)).denominator != 1:
+        raise ValueError(f"{what} {amount} is not a multiple of {quantum}; quantize it first")
+
+
+def _to_units(amount: Decimal, quantum: Decimal) -> int:
+    units = Fraction(amount) / Fraction(quantum)
+    if units.denominator != 1:
+        raise ValueError(f"{amount} is not a multiple of {quantum}")
+    return units.numerator
+
+
+def _from_units(units: int, quantum: Decimal) -> Decimal:
+    return (Decimal(units) * quantum).quantize(quantum)
+
+
+def _round_half_up(value: Fraction) -> int:
+    """Round half away from zero (Decimal's ROUND_HALF_UP), exactly."""
+    sign = -1 if value < 0 else 1
+    return sign * math.floor(abs(value) + Fraction(1, 2))

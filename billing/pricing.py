@@ -1,0 +1,63 @@
+"""Quotes from the price book (seed C1: spec × GPU model × lease discount).
+
+`quote` is pure arithmetic on Decimals; `quote_for` reads the price in force at a moment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import ROUND_HALF_UP, Decimal
+
+from billing.models import LeaseTerm, NodePrice
+from pools.errors import ValidationError
+
+CENT = Decimal("0.01")
+
+
+@dataclass(frozen=True)
+class Quote:
+    unit_monthly_price: Decimal
+    nodes: int
+    months: int
+    discount: Decimal
+    currency: str
+
+    @property
+    def monthly_amount(self) -> Decimal:
+        return (self.unit_monthly_price * self.nodes * (1 - self.discount)).quantize(CENT, ROUND_HALF_UP)
+
+    @property
+    def amount(self) -> Decimal:
+        """What the whole lease term costs: the order's price."""
+        return self.monthly_amount * self.months
+
+
+def price_in_force(*, node_type_id: int, gpu_model_id: int, at: datetime) -> NodePrice:
+    price = (
+        NodePrice.objects.filter(node_type_id=node_type_id, gpu_model_id=gpu_model_id, effective_from__lte=at)
+        .order_by("-effective_from")
+        .first()
+    )
+    if price is None:
+        raise ValidationError("the price book has no price for this node type and GPU model", field="spec.nodeType")
+    return price
+
+
+def lease_term_in_force(*, lease_type: str, at: datetime) -> LeaseTerm:
+    term = LeaseTerm.objects.filter(lease_type=lease_type, effective_from__lte=at).order_by("-effective_from").first()
+    if term is None:
+        raise ValidationError(f"the price book has no {lease_type} lease term", field="spec.leaseType")
+    return term
+
+
+def quote_for(*, node_type_id: int, gpu_model_id: int, lease_type: str, nodes: int, at: datetime) -> Quote:
+    price = price_in_force(node_type_id=node_type_id, gpu_model_id=gpu_model_id, at=at)
+    term = lease_term_in_force(lease_type=lease_type, at=at)
+    return Quote(
+        unit_monthly_price=price.monthly_price,
+        nodes=nodes,
+        months=term.months,
+        discount=term.discount,
+        currency=price.currency,
+    )

@@ -1,0 +1,20 @@
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path, re_path
+from django.views.generic import RedirectView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from pools import views as pool_views
+
+urlpatterns = [
+    path("", RedirectView.as_view(pattern_name="pools:list", permanent=False), name="home"),
+    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("pools/", include("pools.urls")),
+    path("orders/", pool_views.order_list, name="orders"),
+    re_path(r"^orders/(?P<order_id>\d+)/(?P<decision>approve|reject)/$", pool_views.order_decide, name="order-decide"),
+    path("api/v1/", include("pools.api.urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("admin/", admin.site.urls),
+]

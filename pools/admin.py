@@ -1,0 +1,82 @@
+from django.contrib import admin
+
+from pools.models import (
+    AuditEntry,
+    GpuModel,
+    GpuNodePool,
+    Membership,
+    Node,
+    NodeType,
+    PoolEvent,
+    PoolOrder,
+    Quota,
+    Team,
+    Zone,
+)
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 1
+
+
+@admin.register(Team)
+class TeamAdmin(admin.ModelAdmin):
+    list_display = ("name", "slug", "created_at")
+    prepopulated_fields = {"slug": ("name",)}
+    inlines = [MembershipInline]
+
+
+@admin.register(Quota)
+class QuotaAdmin(admin.ModelAdmin):
+    list_display = ("region", "gpu_model", "team", "limit_gpus")
+    list_filter = ("region", "gpu_model")
+
+
+@admin.register(GpuNodePool)
+class GpuNodePoolAdmin(admin.ModelAdmin):
+    list_display = ("name", "team", "gpu_model", "node_type", "zone", "min_nodes", "max_nodes", "phase")
+    list_filter = ("phase", "gpu_model", "team")
+    list_select_related = ("team", "gpu_model", "node_type", "zone")
+    search_fields = ("name",)
+    readonly_fields = ("document", "generation", "observed_generation", "created_at", "updated_at", "deleted_at")
+
+
+@admin.register(PoolOrder)
+class PoolOrderAdmin(admin.ModelAdmin):
+    list_display = ("id", "pool", "kind", "status", "node_count", "amount", "currency", "created_at", "decided_by")
+    list_filter = ("status", "kind")
+    list_select_related = ("pool", "decided_by")
+
+
+@admin.register(Node)
+class NodeAdmin(admin.ModelAdmin):
+    list_display = ("name", "pool", "phase", "billing", "zone", "gpu_count", "lease_end")
+    list_filter = ("phase", "billing")
+    list_select_related = ("pool", "zone")
+
+
+@admin.register(PoolEvent)
+class PoolEventAdmin(admin.ModelAdmin):
+    list_display = ("last_timestamp", "pool", "type", "reason", "count", "message")
+    list_filter = ("type", "reason")
+    list_select_related = ("pool",)
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(admin.ModelAdmin):
+    list_display = ("at", "actor", "action", "object_type", "object_id")
+    list_filter = ("action",)
+    readonly_fields = ("at", "actor", "action", "object_type", "object_id", "before", "after")
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+admin.site.register([GpuModel, NodeType, Zone])

@@ -1,0 +1,128 @@
+"""Shapes of the API: they only shape output and describe input for the schema (design §6).
+
+A pool is returned in the seed's document shape, with server-set metadata (team, generation,
+creationTimestamp) and a `status` block, like a Kubernetes object. Input is validated by
+`pools.spec`, not here, so the web, the API and the CLI reject the same things with the same paths.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from pools.models import GpuNodePool, PoolEvent, PoolOrder
+
+
+def _iso(value) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value else None
+
+
+def pool_representation(pool: GpuNodePool) -> dict[str, Any]:
+    """The pool as `kubectl get -o yaml` would show it: the document plus server fields."""
+    document = pool.document
+    metadata = dict(document.get("metadata", {}))
+    metadata.update(
+        {
+            "team": pool.team.slug,
+            "generation": pool.generation,
+            "creationTimestamp": _iso(pool.created_at),
+        }
+    )
+    status: dict[str, Any] = {
+        "phase": pool.phase,
+        "pendingReason": pool.pending_reason,
+        "observedGeneration": pool.observed_generation,
+        "conditions": pool.conditions,
+    }
+    if hasattr(pool, "node_total"):
+        status["nodes"] = {"current": pool.node_total, "ready": pool.node_ready}
+    return {
+        "apiVersion": document.get("apiVersion"),
+        "kind": document.get("kind"),
+        "metadata": metadata,
+        "spec": document.get("spec", {}),
+        "status": status,
+    }
+
+
+class PoolMetadataSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=63, help_text="DNS-1123 label, unique among live pools")
+    labels = serializers.DictField(child=serializers.CharField(), required=False)
+    team = serializers.CharField(read_only=True, help_text="Owning team (slug), set by the server")
+    generation = serializers.IntegerField(read_only=True)
+    creationTimestamp = serializers.DateTimeField(read_only=True)
+
+
+class PoolStatusSerializer(serializers.Serializer):
+    phase = serializers.ChoiceField(choices=GpuNodePool.Phase.choices)
+    pendingReason = serializers.CharField(allow_blank=True)
+    observedGeneration = serializers.IntegerField()
+    conditions = serializers.ListField(child=serializers.DictField())
+    nodes = serializers.DictField(child=serializers.IntegerField(), required=False)
+
+
+class PoolSerializer(serializers.Serializer):
+    """A GpuNodePool document (seed O2). `spec` is validated by the server with field paths."""
+
+    apiVersion = serializers.ChoiceField(choices=["ebcloud.io/v1"])
+    kind = serializers.ChoiceField(choices=["GpuNodePool"])
+    metadata = PoolMetadataSerializer()
+    spec = serializers.DictField(help_text="nodeType, gpuModel, nodeCount{min,max}, region, leaseType, ...")
+    status = PoolStatusSerializer(read_only=True)
+
+
+class PoolScaleSerializer(serializers.Serializer):
+    min = serializers.IntegerField(required=False, min_value=0, max_value=10000)
+    max = serializers.IntegerField(required=False, min_value=1, max_value=10000)
+
+
+class OrderSerializer(serializers.ModelSerializer):
+    pool = serializers.CharField(source="pool.name")
+    team = serializers.CharField(source="pool.team.slug")
+    gpuModel = serializers.CharField(source="pool.gpu_model.name")
+    nodeType = serializers.CharField(source="pool.node_type.name")
+    region = serializers.CharField(source="pool.zone.region")
+    zone = serializers.CharField(source="pool.zone.name")
+    nodeCount = serializers.IntegerField(source="node_count")
+    leaseType = serializers.CharField(source="lease_type")
+    leaseMonths = serializers.IntegerField(source="lease_months")
+    unitMonthlyPrice = serializers.DecimalField(source="unit_monthly_price", max_digits=14, decimal_places=2)
+    requestedBy = serializers.CharField(source="requested_by.username", default=None)
+    decidedBy = serializers.CharField(source="decided_by.username", default=None)
+    createdAt = serializers.DateTimeField(source="created_at")
+    decidedAt = serializers.DateTimeField(source="decided_at")
+
+    class Meta:
+        model = PoolOrder
+        fields = [
+            "id", "pool", "team", "kind", "status", "nodeCount", "gpus", "gpuModel", "nodeType",
+            "region", "zone", "leaseType", "leaseMonths", "unitMonthlyPrice", "discount", "amount",
+            "currency", "reason", "requestedBy", "decidedBy", "createdAt", "decidedAt",
+        ]  # fmt: skip
+        read_only_fields = fields
+
+
+class OrderRejectSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=500, help_text="Why; the team lead reads it in the pool's events")
+
+
+class EventSerializer(serializers.ModelSerializer):
+    node = serializers.CharField(source="node.name", default=None)
+    firstTimestamp = serializers.DateTimeField(source="first_timestamp")
+    lastTimestamp = serializers.DateTimeField(source="last_timestamp")
+    actor = serializers.CharField(source="actor.username", default=None)
+
+    class Meta:
+        model = PoolEvent
+        fields = ["id", "type", "reason", "message", "count", "node", "firstTimestamp", "lastTimestamp", "actor"]
+        read_only_fields = fields
+
+
+class ErrorItemSerializer(serializers.Serializer):
+    field = serializers.CharField(allow_blank=True)
+    message = serializers.CharField()
+
+
+class ErrorSerializer(serializers.Serializer):
+    errors = ErrorItemSerializer(many=True)

@@ -1,0 +1,174 @@
+"""REST API `/api/v1/`: thin views over the services and selectors (design §4).
+
+Objects are looked up through `for_user`, so another team's pool or order is a 404.
+"""
+
+from __future__ import annotations
+
+from django.utils.decorators import method_decorator
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+)
+from rest_framework import status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from pools import selectors, services
+from pools.api.serializers import (
+    ErrorSerializer,
+    EventSerializer,
+    OrderRejectSerializer,
+    OrderSerializer,
+    PoolScaleSerializer,
+    PoolSerializer,
+    pool_representation,
+)
+from pools.errors import ValidationError
+from pools.models import GpuNodePool, PoolOrder
+
+ERRORS = {
+    400: OpenApiResponse(ErrorSerializer, description="Invalid input; each error names its field path"),
+    401: OpenApiResponse(ErrorSerializer, description="Not authenticated"),
+    403: OpenApiResponse(ErrorSerializer, description="Authenticated but not allowed"),
+    404: OpenApiResponse(ErrorSerializer, description="Not found (or another team's)"),
+    409: OpenApiResponse(ErrorSerializer, description="Conflicts with the object's state"),
+}
+
+
+def _errors(*codes: int) -> dict[int, OpenApiResponse]:
+    return {code: ERRORS[code] for code in codes}
+
+
+POOL_FILTERS = [
+    OpenApiParameter("team", str, description="Team slug"),
+    OpenApiParameter("gpuModel", str, description="GPU model, e.g. A100_80G"),
+    OpenApiParameter("phase", str, enum=[p for p, _ in GpuNodePool.Phase.choices]),
+    OpenApiParameter("q", str, description="Name contains"),
+    OpenApiParameter("ordering", str, description="name, team, gpu, zone, min, max, phase, created; prefix - for descending"),
+]
+
+
+@method_decorator(name="list", decorator=extend_schema(parameters=POOL_FILTERS, responses={200: PoolSerializer(many=True), **_errors(400, 401)}))
+@extend_schema_view(
+    retrieve=extend_schema(responses={200: PoolSerializer, **_errors(401, 404)}),
+    create=extend_schema(
+        parameters=[OpenApiParameter("team", str, description="Team slug, for leads of several teams")],
+        request={"application/json": PoolSerializer, "application/yaml": OpenApiTypes.STR},
+        responses={201: PoolSerializer, **_errors(400, 401, 403, 409)},
+    ),
+    update=extend_schema(request=PoolSerializer, responses={200: PoolSerializer, **_errors(400, 401, 403, 404, 409)}),
+    partial_update=extend_schema(
+        request=OpenApiTypes.OBJECT,
+        description="JSON merge patch (RFC 7386) of the GpuNodePool document.",
+        responses={200: PoolSerializer, **_errors(400, 401, 403, 404, 409)},
+    ),
+    destroy=extend_schema(responses={202: PoolSerializer, 204: None, **_errors(401, 403, 404, 409)}),
+)
+class PoolViewSet(viewsets.ViewSet):
+    """GPU node pools, in the seed's GpuNodePool shape (JSON or YAML)."""
+
+    lookup_field = "name"
+    lookup_value_regex = "[^/]+"
+    serializer_class = PoolSerializer
+
+    def list(self, request):
+        params = request.query_params
+        filters = selectors.PoolFilters(
+            team=params.get("team", ""),
+            gpu_model=params.get("gpuModel", ""),
+            phase=params.get("phase", ""),
+            q=params.get("q", ""),
+            sort=params.get("ordering", "name"),
+        )
+        pools = selectors.pools_for_user(user=request.user, filters=filters)
+        return Response([pool_representation(p) for p in pools])
+
+    def retrieve(self, request, name=None):
+        return Response(pool_representation(self._get(request, name)))
+
+    def create(self, request):
+        pool = services.pool_create(user=request.user, document=request.data, team_slug=request.query_params.get("team", ""))
+        return Response(pool_representation(self._get(request, pool.name)), status=status.HTTP_201_CREATED)
+
+    def update(self, request, name=None):
+        pool = services.pool_update(user=request.user, pool=self._get(request, name), document=request.data)
+        return Response(pool_representation(self._get(request, pool.name)))
+
+    def partial_update(self, request, name=None):
+        pool = services.pool_patch(user=request.user, pool=self._get(request, name), patch=request.data)
+        return Response(pool_representation(self._get(request, pool.name)))
+
+    def destroy(self, request, name=None):
+        pool = services.pool_delete(user=request.user, pool=self._get(request, name))
+        if pool.deleted_at is not None:
+            return Response(status=status.HTTP_204_NO_CONTENT)
+        return Response(pool_representation(pool), status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(responses={200: EventSerializer(many=True), **_errors(401, 404)})
+    @action(detail=True, methods=["get"])
+    def events(self, request, name=None):
+        pool = self._get(request, name)
+        return Response(EventSerializer(selectors.pool_events(pool=pool), many=True).data)
+
+    @extend_schema(request=PoolScaleSerializer, responses={200: PoolSerializer, **_errors(400, 401, 403, 404, 409)})
+    @action(detail=True, methods=["post"])
+    def scale(self, request, name=None):
+        body = PoolScaleSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        pool = services.pool_resize(
+            user=request.user,
+            pool=self._get(request, name),
+            min_nodes=body.validated_data.get("min"),
+            max_nodes=body.validated_data.get("max"),
+        )
+        return Response(pool_representation(self._get(request, pool.name)))
+
+    @staticmethod
+    def _get(request, name: str) -> GpuNodePool:
+        return selectors.pool_get(user=request.user, name=name)
+
+
+@extend_schema_view(
+    list=extend_schema(
+        parameters=[OpenApiParameter("status", str, enum=[s for s, _ in PoolOrder.Status.choices])],
+        responses={200: OrderSerializer(many=True), **_errors(401)},
+    ),
+    retrieve=extend_schema(responses={200: OrderSerializer, **_errors(401, 404)}),
+)
+class OrderViewSet(viewsets.ViewSet):
+    """Pool orders: requests for monthly capacity that platform admins approve or reject."""
+
+    serializer_class = OrderSerializer
+
+    def list(self, request):
+        orders = selectors.orders_for_user(user=request.user, status=request.query_params.get("status", ""))
+        return Response(OrderSerializer(orders, many=True).data)
+
+    def retrieve(self, request, pk=None):
+        return Response(OrderSerializer(self._get(request, pk)).data)
+
+    @extend_schema(request=None, responses={200: OrderSerializer, **_errors(400, 401, 403, 404, 409)})
+    @action(detail=True, methods=["post"])
+    def approve(self, request, pk=None):
+        order = services.order_approve(user=request.user, order=self._get(request, pk))
+        return Response(OrderSerializer(self._get(request, order.pk)).data)
+
+    @extend_schema(request=OrderRejectSerializer, responses={200: OrderSerializer, **_errors(400, 401, 403, 404, 409)})
+    @action(detail=True, methods=["post"])
+    def reject(self, request, pk=None):
+        order = self._get(request, pk)
+        reason = request.data.get("reason", "") if isinstance(request.data, dict) else ""
+        order = services.order_reject(user=request.user, order=order, reason=str(reason))
+        return Response(OrderSerializer(self._get(request, order.pk)).data)
+
+    @staticmethod
+    def _get(request, pk) -> PoolOrder:
+        try:
+            order_id = int(pk)
+        except (TypeError, ValueError) as exc:
+            raise ValidationError("order ids are integers", field="id") from exc
+        return selectors.order_get(user=request.user, order_id=order_id)

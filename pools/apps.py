@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class PoolsConfig(AppConfig):
+    name = "pools"
+    verbose_name = "GPU node pools"

@@ -1,0 +1,222 @@
+"""Web forms: they shape browser input into a GpuNodePool document and map the spec's field paths
+back onto the form (design §6: forms only validate and shape; `pools.spec` is the validator).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any
+
+from django import forms
+
+from pools.errors import ValidationError
+from pools.models import GpuModel, GpuNodePool, NodeType, PoolOrder, Zone
+from pools.spec import API_VERSION, KIND, LEASE_TYPES, SCHEDULING_POLICIES, TAINT_EFFECTS
+
+ROW_KINDS = ("label", "nodelabel", "taint")
+
+# Spec field path -> form field; rows are matched by their own prefixes below.
+FIELD_FOR_PATH = {
+    "metadata.name": "name",
+    "spec.gpuModel": "gpu_model",
+    "spec.nodeType": "node_type",
+    "spec.region": "region",
+    "spec.nodeCount": "min_nodes",
+    "spec.nodeCount.min": "min_nodes",
+    "spec.nodeCount.max": "max_nodes",
+    "spec.leaseType": "lease_type",
+    "spec.systemImage": "system_image",
+    "spec.autoRepair": "auto_repair",
+    "spec.autoRenew": "auto_renew",
+    "spec.preemptible": "preemptible",
+    "spec.burst.enabled": "burst_enabled",
+    "spec.burst.maxNodes": "burst_max_nodes",
+    "spec.budget.monthly": "budget_monthly",
+    "spec.budget.currency": "budget_monthly",
+    "spec.schedulingPolicy": "scheduling_policy",
+    "team": "team",
+}
+ROW_PREFIXES = (("metadata.labels", "label"), ("spec.nodeLabels", "nodelabel"), ("spec.nodeTaints", "taint"))
+
+
+class PoolForm(forms.Form):
+    team = forms.ChoiceField(required=False, help_text="The team that owns and pays for the pool")
+    name = forms.CharField(max_length=63, help_text="DNS-1123 name, e.g. train-pool-a")
+    gpu_model = forms.ChoiceField(label="GPU model")
+    node_type = forms.ChoiceField(label="Node type")
+    region = forms.ChoiceField(label="Zone", help_text="Preferred zone, near the data (D4)")
+    min_nodes = forms.IntegerField(label="Minimum nodes (monthly baseline)", min_value=0)
+    max_nodes = forms.IntegerField(label="Maximum nodes", min_value=1)
+    lease_type = forms.ChoiceField(label="Lease", choices=[(t, t.capitalize()) for t in LEASE_TYPES])
+    system_image = forms.CharField(label="System image", max_length=128, initial="ubuntu-22.04-cuda-12.2")
+    auto_repair = forms.BooleanField(label="Auto-repair broken nodes", required=False, initial=True)
+    auto_renew = forms.BooleanField(label="Renew leases automatically", required=False)
+    preemptible = forms.BooleanField(label="Preemptible (cheaper, may be reclaimed)", required=False)
+    burst_enabled = forms.BooleanField(label="Burst with on-demand nodes above the baseline", required=False)
+    burst_max_nodes = forms.IntegerField(label="Most burst nodes", min_value=0, required=False)
+    budget_monthly = forms.DecimalField(label="Monthly budget (CNY)", min_value=0, decimal_places=2, required=False)
+    scheduling_policy = forms.ChoiceField(label="Scheduling policy", choices=[(p, p) for p in SCHEDULING_POLICIES], initial="binpack")
+
+    def __init__(self, *args, teams=None, editing: GpuNodePool | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.editing = editing
+        self.fields["gpu_model"].choices = [(m, m) for m in GpuModel.objects.order_by("name").values_list("name", flat=True)]
+        self.fields["node_type"].choices = [(t, t) for t in NodeType.objects.order_by("gpu_count").values_list("name", flat=True)]
+        self.fields["region"].choices = [(z.name, f"{z.name} ({z.region})") for z in Zone.objects.order_by("name")]
+        if editing is not None:
+            del self.fields["team"]
+            for immutable in ("name", "gpu_model", "node_type", "region", "preemptible"):
+                self.fields[immutable].disabled = True
+        else:
+            team_list = list(teams or [])
+            self.fields["team"].choices = [(t.slug, t.name) for t in team_list]
+            self.fields["team"].required = len(team_list) > 1
+        self.rows: dict[str, list[dict[str, str]]] = {kind: [] for kind in ROW_KINDS}
+        self.row_errors: dict[str, list[str]] = {kind: [] for kind in ROW_KINDS}
+
+    # -- rows (labels, node labels, taints) are repeated inputs: label_key, label_value, ...
+
+    def read_rows(self) -> None:
+        data = self.data
+        for kind in ROW_KINDS:
+            keys = data.getlist(f"{kind}_key")
+            values = data.getlist(f"{kind}_value")
+            effects = data.getlist(f"{kind}_effect") if kind == "taint" else []
+            rows = []
+            for index, key in enumerate(keys):
+                row = {"key": key.strip(), "value": values[index].strip() if index < len(values) else ""}
+                if kind == "taint":
+                    row["effect"] = effects[index] if index < len(effects) else "NoSchedule"
+                if row["key"] or row["value"]:
+                    rows.append(row)
+            self.rows[kind] = rows
+
+    def to_document(self, base: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The GpuNodePool document the form describes; fields the form lacks keep their base value."""
+        data = self.cleaned_data
+        document = copy.deepcopy(base) if base else {"apiVersion": API_VERSION, "kind": KIND, "metadata": {}, "spec": {}}
+        metadata = document.setdefault("metadata", {})
+        spec = document.setdefault("spec", {})
+        metadata["name"] = data["name"]
+        _set_or_drop(metadata, "labels", {r["key"]: r["value"] for r in self.rows["label"]})
+        spec.update(
+            {
+                "nodeType": data["node_type"],
+                "gpuModel": data["gpu_model"],
+                "nodeCount": {"min": data["min_nodes"], "max": data["max_nodes"]},
+                "region": data["region"],
+                "leaseType": data["lease_type"],
+                "systemImage": data["system_image"],
+                "autoRepair": data["auto_repair"],
+                "preemptible": data["preemptible"],
+            }
+        )
+        _set_or_drop(spec, "autoRenew", data["auto_renew"])
+        _set_or_drop(spec, "nodeLabels", {r["key"]: r["value"] for r in self.rows["nodelabel"]})
+        _set_or_drop(spec, "nodeTaints", [dict(r) for r in self.rows["taint"]])
+        burst = {"enabled": True, "maxNodes": data.get("burst_max_nodes") or 0} if data["burst_enabled"] else None
+        _set_or_drop(spec, "burst", burst)
+        budget = data.get("budget_monthly")
+        if budget:
+            spec["budget"] = {**spec.get("budget", {}), "monthly": str(budget), "currency": spec.get("budget", {}).get("currency", "CNY")}
+        else:
+            spec.pop("budget", None)
+        _set_or_drop(spec, "schedulingPolicy", data["scheduling_policy"] if data["scheduling_policy"] != "binpack" else None)
+        return document
+
+    def add_spec_errors(self, error: ValidationError) -> None:
+        """Show each spec error beside its field (or its row section)."""
+        for item in error.errors:
+            field = FIELD_FOR_PATH.get(item.field)
+            if field in self.fields:
+                self.add_error(field, item.message)
+                continue
+            for prefix, kind in ROW_PREFIXES:
+                if item.field.startswith(prefix):
+                    where = item.field[len(prefix) :].lstrip(".")
+                    match = re.match(r"\[(\d+)\]\.?(.*)", where)
+                    label = f"row {int(match.group(1)) + 1} {match.group(2)}".strip() if match else where
+                    self.row_errors[kind].append(f"{label}: {item.message}" if label else item.message)
+                    break
+            else:
+                self.add_error(None, str(item))
+
+    @classmethod
+    def initial_from(cls, pool: GpuNodePool) -> tuple[dict[str, Any], dict[str, list[dict[str, str]]]]:
+        spec = pool.document.get("spec", {})
+        burst = spec.get("burst", {})
+        initial = {
+            "name": pool.name,
+            "gpu_model": spec.get("gpuModel"),
+            "node_type": spec.get("nodeType"),
+            "region": spec.get("region"),
+            "min_nodes": spec.get("nodeCount", {}).get("min"),
+            "max_nodes": spec.get("nodeCount", {}).get("max"),
+            "lease_type": spec.get("leaseType", "monthly"),
+            "system_image": spec.get("systemImage", "ubuntu-22.04-cuda-12.2"),
+            "auto_repair": spec.get("autoRepair", True),
+            "auto_renew": spec.get("autoRenew", False),
+            "preemptible": spec.get("preemptible", False),
+            "burst_enabled": burst.get("enabled", False),
+            "burst_max_nodes": burst.get("maxNodes", 0),
+            "budget_monthly": spec.get("budget", {}).get("monthly"),
+            "scheduling_policy": spec.get("schedulingPolicy", "binpack"),
+        }
+        rows = {
+            "label": [{"key": k, "value": v} for k, v in pool.document.get("metadata", {}).get("labels", {}).items()],
+            "nodelabel": [{"key": k, "value": v} for k, v in spec.get("nodeLabels", {}).items()],
+            "taint": [dict(t) for t in spec.get("nodeTaints", [])],
+        }
+        return initial, rows
+
+
+def _set_or_drop(mapping: dict[str, Any], key: str, value: Any) -> None:
+    if value:
+        mapping[key] = value
+    else:
+        mapping.pop(key, None)
+
+
+class PoolImportForm(forms.Form):
+    team = forms.ChoiceField(required=False, help_text="The team that owns the pool")
+    document = forms.CharField(label="GpuNodePool YAML", widget=forms.Textarea(attrs={"rows": 18, "spellcheck": "false"}), required=False)
+    upload = forms.FileField(label="…or upload a YAML file", required=False)
+
+    def __init__(self, *args, teams=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        team_list = list(teams or [])
+        self.fields["team"].choices = [(t.slug, t.name) for t in team_list]
+        self.fields["team"].required = len(team_list) > 1
+
+    def clean(self):
+        cleaned = super().clean()
+        upload = cleaned.get("upload")
+        if upload:
+            cleaned["text"] = upload.read(1024 * 1024 + 1)
+        else:
+            cleaned["text"] = cleaned.get("document", "")
+        if not cleaned["text"]:
+            raise forms.ValidationError("Paste a GpuNodePool document or upload a YAML file.")
+        return cleaned
+
+
+class OrderRejectForm(forms.Form):
+    reason = forms.CharField(max_length=500, label="Reason", widget=forms.TextInput(attrs={"placeholder": "why (the lead will read it)"}))
+
+
+class PoolFilterForm(forms.Form):
+    q = forms.CharField(required=False, label="Name contains")
+    team = forms.ChoiceField(required=False, label="Team")
+    gpu_model = forms.ChoiceField(required=False, label="GPU model")
+    phase = forms.ChoiceField(required=False, label="Phase", choices=[("", "any phase"), *GpuNodePool.Phase.choices])
+    sort = forms.CharField(required=False, widget=forms.HiddenInput)
+
+    def __init__(self, *args, teams=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["team"].choices = [("", "any team"), *[(t.slug, t.name) for t in teams]]
+        self.fields["gpu_model"].choices = [("", "any GPU"), *[(m, m) for m in GpuModel.objects.order_by("name").values_list("name", flat=True)]]
+
+
+ORDER_STATUSES = PoolOrder.Status.choices
+TAINT_EFFECT_CHOICES = TAINT_EFFECTS

@@ -1,0 +1,49 @@
+"""`manage.py seed_demo`: load the demo catalog, people and example pools, print the logins."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+
+from pools import services
+from pools.demo import load_catalog, load_people
+from pools.models import GpuNodePool, PoolOrder
+from pools.spec import load_yaml
+
+EXAMPLES = Path(settings.BASE_DIR) / "examples"
+DEMO_POOLS = (  # (file, lead who creates it, approve its order?)
+    ("create-train-pool.yaml", "lead-algorithm", False),
+    ("inference-pool.yaml", "lead-inference", True),
+    ("batch-preemptible-pool.yaml", "lead-algorithm", False),
+)
+
+
+class Command(BaseCommand):
+    help = "Load demo data (idempotent) and print one login per role."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--no-pools", action="store_true", help="Only the catalog and the people")
+
+    def handle(self, *args, no_pools: bool = False, **options):
+        load_catalog()
+        passwords = load_people(Path(settings.VAR_DIR) / "demo-passwords.json")
+        if not no_pools:
+            self._pools()
+        self.stdout.write(self.style.SUCCESS("Demo data loaded. Log in at http://127.0.0.1:8000/ as:"))
+        for username, password in passwords.items():
+            self.stdout.write(f"  {username:<18} {password}")
+
+    def _pools(self) -> None:
+        users = get_user_model().objects
+        admin = users.get(username="admin")
+        for filename, lead, approve in DEMO_POOLS:
+            document = load_yaml((EXAMPLES / filename).read_text())
+            if GpuNodePool.objects.active().filter(name=document["metadata"]["name"]).exists():
+                continue
+            pool = services.pool_create(user=users.get(username=lead), document=document)
+            order = pool.orders.filter(status=PoolOrder.Status.PENDING).first()
+            if approve and order is not None:
+                services.order_approve(user=admin, order=order)

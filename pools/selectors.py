@@ -1,0 +1,155 @@
+"""Reads: every query the web, the API and the CLI endpoints share (design §6).
+
+Each selector starts from `for_user`, so what a user cannot see does not exist for them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db.models import Count, Q, QuerySet, Sum
+from django.http import Http404
+
+from pools import roles
+from pools.models import GpuModel, GpuNodePool, Node, NodeType, PoolEvent, PoolOrder, Team, Zone
+from pools.spec import Catalog
+
+# Orders that hold quota: requested or bought capacity (a rejected or failed order holds none).
+QUOTA_HOLDING_STATUSES = (PoolOrder.Status.PENDING, PoolOrder.Status.APPROVED, PoolOrder.Status.PAID)
+LIVE_NODE_EXCLUDED_PHASES = (Node.Phase.TERMINATED,)
+
+POOL_SORTS = {
+    "name": "name",
+    "team": "team__name",
+    "gpu": "gpu_model__name",
+    "zone": "zone__name",
+    "min": "min_nodes",
+    "max": "max_nodes",
+    "phase": "phase",
+    "created": "created_at",
+}
+
+
+def catalog_current() -> Catalog:
+    """What can be ordered now, from the database (GPU models, node types, zones)."""
+    return Catalog(
+        gpu_models=frozenset(GpuModel.objects.values_list("name", flat=True)),
+        node_types=dict(NodeType.objects.values_list("name", "gpu_count")),
+        zones=dict(Zone.objects.values_list("name", "region")),
+        max_nodes=settings.EBCLOUD_MAX_NODES_PER_POOL,
+    )
+
+
+@dataclass(frozen=True)
+class PoolFilters:
+    team: str = ""
+    gpu_model: str = ""
+    phase: str = ""
+    q: str = ""
+    sort: str = "name"
+
+
+def pools_for_user(*, user, filters: PoolFilters | None = None) -> QuerySet[GpuNodePool]:
+    """Live pools the user may see, filtered and sorted, with node counts in one query."""
+    filters = filters or PoolFilters()
+    pools = (
+        GpuNodePool.objects.for_user(user)
+        .active()
+        .select_related("team", "gpu_model", "node_type", "zone")
+        .annotate(
+            node_total=Count("nodes", filter=~Q(nodes__phase__in=LIVE_NODE_EXCLUDED_PHASES), distinct=True),
+            node_ready=Count("nodes", filter=Q(nodes__phase=Node.Phase.READY), distinct=True),
+        )
+    )
+    if filters.team:
+        pools = pools.filter(team__slug=filters.team)
+    if filters.gpu_model:
+        pools = pools.filter(gpu_model__name=filters.gpu_model)
+    if filters.phase:
+        pools = pools.filter(phase=filters.phase)
+    if filters.q:
+        pools = pools.filter(name__icontains=filters.q)
+    field = POOL_SORTS.get(filters.sort.lstrip("-"), "name")
+    descending = filters.sort.startswith("-")
+    return pools.order_by(f"-{field}" if descending else field, "name")
+
+
+def pool_get(*, user, name: str) -> GpuNodePool:
+    """The live pool of that name, if the user may see it; otherwise 404."""
+    pool = (
+        GpuNodePool.objects.for_user(user)
+        .active()
+        .select_related("team", "gpu_model", "node_type", "zone", "created_by")
+        .filter(name=name)
+        .first()
+    )
+    if pool is None:
+        raise Http404(f"pool {name!r} not found")
+    return pool
+
+
+def pool_nodes(*, pool: GpuNodePool) -> QuerySet[Node]:
+    return pool.nodes.select_related("zone").order_by("name")
+
+
+def pool_events(*, pool: GpuNodePool, limit: int = 100) -> QuerySet[PoolEvent]:
+    return pool.events.select_related("node", "actor").order_by("-last_timestamp", "-id")[:limit]
+
+
+def orders_for_user(*, user, status: str = "") -> QuerySet[PoolOrder]:
+    orders = PoolOrder.objects.for_user(user).select_related(
+        "pool", "pool__team", "pool__gpu_model", "pool__node_type", "pool__zone", "requested_by", "decided_by"
+    )
+    if status:
+        orders = orders.filter(status=status)
+    return orders.order_by("-created_at", "-id")
+
+
+def order_get(*, user, order_id: int) -> PoolOrder:
+    order = orders_for_user(user=user).filter(pk=order_id).first()
+    if order is None:
+        raise Http404(f"order {order_id} not found")
+    return order
+
+
+def ordered_baseline(*, pool: GpuNodePool) -> int:
+    """Monthly nodes already requested or bought for the pool (rejected/failed orders excluded)."""
+    total = pool.orders.filter(status__in=QUOTA_HOLDING_STATUSES).aggregate(n=Sum("node_count"))["n"]
+    return total or 0
+
+
+def quota_usage(*, region: str, gpu_model_id: int, team_id: int | None = None, exclude_order_id: int | None = None) -> int:
+    """GPUs held in a region for a model: quota-holding orders of live pools + live burst nodes.
+
+    With `team_id`, only that team's pools count (for a team quota).
+    """
+    orders = PoolOrder.objects.filter(
+        status__in=QUOTA_HOLDING_STATUSES,
+        pool__deleted_at__isnull=True,
+        pool__zone__region=region,
+        pool__gpu_model_id=gpu_model_id,
+    )
+    burst = Node.objects.filter(
+        pool__zone__region=region, pool__gpu_model_id=gpu_model_id
+    ).exclude(billing=Node.Billing.MONTHLY).exclude(phase__in=LIVE_NODE_EXCLUDED_PHASES)
+    if team_id is not None:
+        orders = orders.filter(pool__team_id=team_id)
+        burst = burst.filter(pool__team_id=team_id)
+    if exclude_order_id is not None:
+        orders = orders.exclude(pk=exclude_order_id)
+    ordered = orders.aggregate(n=Sum("gpus"))["n"] or 0
+    bursting = burst.aggregate(n=Sum("gpu_count"))["n"] or 0
+    return ordered + bursting
+
+
+def teams_led_by(*, user) -> QuerySet[Team]:
+    if roles.is_admin(user):
+        return Team.objects.all()
+    return Team.objects.filter(pk__in=roles.lead_team_ids(user))
+
+
+def teams_visible_to(*, user) -> QuerySet[Team]:
+    if roles.sees_all_teams(user):
+        return Team.objects.all()
+    return Team.objects.filter(pk__in=roles.team_ids(user))

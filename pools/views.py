@@ -1,0 +1,217 @@
+"""Web views for team leads, finance and admins: thin shells over services and selectors.
+
+One template holds a page and its fragments (template partials); `request.htmx` picks the
+fragment, and responses vary on `HX-Request` so caches keep the two apart.
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
+from django.urls import reverse
+from django.utils.cache import patch_vary_headers
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from pools import roles, selectors, services
+from pools.errors import ConflictError, ValidationError
+from pools.forms import PoolFilterForm, PoolForm, PoolImportForm
+from pools.models import GpuNodePool, PoolOrder
+from pools.spec import TAINT_EFFECTS, dump_yaml, load_yaml
+
+CHANGING_PHASES = (GpuNodePool.Phase.PENDING, GpuNodePool.Phase.PROVISIONING, GpuNodePool.Phase.SCALING, GpuNodePool.Phase.DELETING)
+
+
+def _render(request, template: str, context: dict, *, partial: str | None = None, status: int = 200) -> HttpResponse:
+    name = f"{template}#{partial}" if partial and request.htmx else template
+    response = render(request, name, context, status=status)
+    patch_vary_headers(response, ("HX-Request",))
+    return response
+
+
+@login_required
+@require_GET
+def pool_list(request):
+    filter_form = PoolFilterForm(request.GET or None, teams=selectors.teams_visible_to(user=request.user))
+    filter_form.is_valid()
+    data = filter_form.cleaned_data if filter_form.is_bound else {}
+    filters = selectors.PoolFilters(
+        team=data.get("team", ""),
+        gpu_model=data.get("gpu_model", ""),
+        phase=data.get("phase", ""),
+        q=data.get("q", ""),
+        sort=request.GET.get("sort", "name"),
+    )
+    pools = list(selectors.pools_for_user(user=request.user, filters=filters))
+    query = request.GET.copy()
+    query.pop("sort", None)
+    context = {
+        "pools": pools,
+        "filter_form": filter_form,
+        "sort": filters.sort,
+        "base_query": query.urlencode(),
+        "can_create": bool(selectors.teams_led_by(user=request.user).exists()),
+        "sort_columns": [("name", "Name"), ("team", "Team"), ("gpu", "GPU"), ("zone", "Zone"), ("min", "Min"), ("max", "Max"), ("phase", "Phase")],
+    }
+    return _render(request, "pools/pool_list.html", context, partial="pool-table")
+
+
+@login_required
+@require_GET
+def pool_detail(request, name: str):
+    pool = selectors.pool_get(user=request.user, name=name)
+    context = {
+        "pool": pool,
+        "spec": pool.document.get("spec", {}),
+        "labels": pool.labels,
+        "nodes": selectors.pool_nodes(pool=pool),
+        "orders": pool.orders.select_related("requested_by", "decided_by").order_by("-created_at")[:20],
+        "events": selectors.pool_events(pool=pool, limit=50),
+        "can_manage": roles.can_manage_team_pools(request.user, pool.team_id),
+        "polling": pool.phase in CHANGING_PHASES,
+        "yaml": dump_yaml(pool.document),
+    }
+    return _render(request, "pools/pool_detail.html", context, partial="timeline")
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def pool_create(request):
+    teams = list(selectors.teams_led_by(user=request.user))
+    if not teams:
+        raise PermissionDenied("only team leads and platform admins can create pools")
+    form = PoolForm(request.POST or None, teams=teams, initial={"min_nodes": 2, "max_nodes": 6, "auto_repair": True})
+    if request.method == "POST":
+        form.read_rows()
+        if form.is_valid():
+            try:
+                pool = services.pool_create(user=request.user, document=form.to_document(), team_slug=form.cleaned_data.get("team", ""))
+            except ValidationError as exc:
+                form.add_spec_errors(exc)
+            except ConflictError as exc:
+                form.add_error("name", str(exc))
+            else:
+                messages.success(request, f"Pool {pool.name} created; its order awaits approval." if pool.phase == "Pending" else f"Pool {pool.name} created.")
+                return HttpResponseRedirect(reverse("pools:detail", args=[pool.name]))
+    else:
+        form.rows = {"label": [], "nodelabel": [], "taint": []}
+    return _render(request, "pools/pool_form.html", {"form": form, "editing": None, "taint_effects": TAINT_EFFECTS}, status=400 if form.errors or any(form.row_errors.values()) else 200)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def pool_edit(request, name: str):
+    pool = selectors.pool_get(user=request.user, name=name)
+    if not roles.can_manage_team_pools(request.user, pool.team_id):
+        raise PermissionDenied("only the team's leads and platform admins can change this pool")
+    initial, rows = PoolForm.initial_from(pool)
+    form = PoolForm(request.POST or None, editing=pool, initial=initial)
+    if request.method == "POST":
+        form.read_rows()
+        if form.is_valid():
+            try:
+                services.pool_update(user=request.user, pool=pool, document=form.to_document(base=pool.document))
+            except ValidationError as exc:
+                form.add_spec_errors(exc)
+            except ConflictError as exc:
+                form.add_error(None, str(exc))
+            else:
+                messages.success(request, f"Pool {pool.name} updated.")
+                return HttpResponseRedirect(reverse("pools:detail", args=[pool.name]))
+    else:
+        form.rows = rows
+    return _render(request, "pools/pool_form.html", {"form": form, "editing": pool, "taint_effects": TAINT_EFFECTS}, status=400 if form.errors or any(form.row_errors.values()) else 200)
+
+
+@login_required
+@require_GET
+def form_row(request):
+    """One empty editable row (htmx 'add row')."""
+    kind = request.GET.get("kind", "label")
+    if kind not in ("label", "nodelabel", "taint"):
+        kind = "label"
+    return render(request, "pools/pool_form.html#row", {"kind": kind, "row": {}, "taint_effects": TAINT_EFFECTS})
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def pool_import(request):
+    teams = list(selectors.teams_led_by(user=request.user))
+    if not teams:
+        raise PermissionDenied("only team leads and platform admins can create pools")
+    form = PoolImportForm(request.POST or None, request.FILES or None, teams=teams)
+    spec_errors = []
+    if request.method == "POST" and form.is_valid():
+        try:
+            document = load_yaml(form.cleaned_data["text"])
+            pool = services.pool_create(user=request.user, document=document, team_slug=form.cleaned_data.get("team", ""))
+        except ValidationError as exc:
+            spec_errors = exc.errors
+        except ConflictError as exc:
+            form.add_error(None, str(exc))
+        else:
+            messages.success(request, f"Pool {pool.name} imported.")
+            return HttpResponseRedirect(reverse("pools:detail", args=[pool.name]))
+    status = 400 if request.method == "POST" and (spec_errors or form.errors) else 200
+    return _render(request, "pools/pool_import.html", {"form": form, "spec_errors": spec_errors}, status=status)
+
+
+@login_required
+@require_GET
+def pool_export(request, name: str):
+    pool = selectors.pool_get(user=request.user, name=name)
+    response = HttpResponse(dump_yaml(pool.document), content_type="application/yaml; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{pool.name}.yaml"'
+    return response
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def pool_delete(request, name: str):
+    pool = selectors.pool_get(user=request.user, name=name)
+    if not roles.can_manage_team_pools(request.user, pool.team_id):
+        raise PermissionDenied("only the team's leads and platform admins can delete this pool")
+    if request.method == "POST":
+        try:
+            pool = services.pool_delete(user=request.user, pool=pool)
+        except ConflictError as exc:
+            messages.error(request, str(exc))
+            return HttpResponseRedirect(reverse("pools:detail", args=[name]))
+        messages.success(request, f"Pool {name} deleted." if pool.deleted_at else f"Pool {name} is being deleted.")
+        return HttpResponseRedirect(reverse("pools:list") if pool.deleted_at else reverse("pools:detail", args=[name]))
+    return _render(request, "pools/pool_confirm_delete.html", {"pool": pool})
+
+
+@login_required
+@require_GET
+def order_list(request):
+    status = request.GET.get("status", "Pending" if roles.is_admin(request.user) else "")
+    if status not in dict(PoolOrder.Status.choices):
+        status = ""
+    orders = list(selectors.orders_for_user(user=request.user, status=status)[:200])
+    context = {
+        "orders": orders,
+        "status": status,
+        "statuses": PoolOrder.Status.choices,
+        "can_decide": roles.is_admin(request.user),
+    }
+    return _render(request, "pools/order_list.html", context)
+
+
+@login_required
+@require_POST
+def order_decide(request, order_id: int, decision: str):
+    order = selectors.order_get(user=request.user, order_id=order_id)
+    try:
+        if decision == "approve":
+            services.order_approve(user=request.user, order=order)
+            messages.success(request, f"Order #{order.pk} approved.")
+        else:
+            services.order_reject(user=request.user, order=order, reason=request.POST.get("reason", ""))
+            messages.success(request, f"Order #{order.pk} rejected.")
+    except (ValidationError, ConflictError) as exc:
+        messages.error(request, f"Order #{order.pk}: {exc}")
+        return HttpResponseRedirect(reverse("orders") + "?status=" + order.status)
+    return HttpResponseRedirect(reverse("orders"))

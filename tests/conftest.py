@@ -1,0 +1,82 @@
+"""Shared fixtures: the demo catalog, two teams, and one actor per role (named by role)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from pools import roles
+from pools.demo import load_catalog
+from pools.models import Membership, Team
+from pools.spec import load_yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+SHARED_DATA = ROOT.parent / "shared" / "data"
+
+
+@pytest.fixture
+def catalog(db):
+    load_catalog()
+
+
+@pytest.fixture
+def teams(db):
+    return {
+        "algorithm": Team.objects.create(name="Algorithm", slug="algorithm"),
+        "inference": Team.objects.create(name="Inference", slug="inference"),
+    }
+
+
+def _user(username: str, *, team=None, role=None, group=None, superuser=False):
+    user = get_user_model().objects.create_user(username=username, password="pw-" + username, is_superuser=superuser, is_staff=superuser)
+    if team is not None:
+        Membership.objects.create(user=user, team=team, role=role)
+    if group:
+        user.groups.add(Group.objects.get_or_create(name=group)[0])
+    return user
+
+
+@pytest.fixture
+def actors(catalog, teams):
+    """lead (algorithm), other_lead (inference), member (algorithm), finance, admin."""
+    return {
+        "lead": _user("lead", team=teams["algorithm"], role=Membership.Role.LEAD),
+        "other_lead": _user("other-lead", team=teams["inference"], role=Membership.Role.LEAD),
+        "member": _user("member", team=teams["algorithm"], role=Membership.Role.MEMBER),
+        "finance": _user("finance", group=roles.FINANCE),
+        "admin": _user("admin", group=roles.PLATFORM_ADMIN),
+    }
+
+
+@pytest.fixture
+def api(actors):
+    """api(role) -> an APIClient authenticated with that actor's token; api(None) is anonymous."""
+
+    def client_for(role: str | None) -> APIClient:
+        client = APIClient()
+        if role is not None:
+            token, _ = Token.objects.get_or_create(user=actors[role])
+            client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+        return client
+
+    return client_for
+
+
+@pytest.fixture
+def train_document():
+    """The article's create-train-pool.yaml (seed O2), a fresh copy per test."""
+    return copy.deepcopy(load_yaml((EXAMPLES / "create-train-pool.yaml").read_text()))
+
+
+def make_document(name: str = "train-pool-a", **spec_overrides) -> dict:
+    document = load_yaml((EXAMPLES / "create-train-pool.yaml").read_text())
+    document["metadata"]["name"] = name
+    document["spec"].update(spec_overrides)
+    return document

@@ -1,0 +1,253 @@
+"""The GpuNodePool document (seed O2, O4): loading, strict validation with field paths, round trips."""
+
+from __future__ import annotations
+
+import copy
+from decimal import Decimal
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pools.autoscaling import DEFAULT_SCALING_SPEC
+from pools.durations import format_duration, parse_duration
+from pools.errors import ValidationError
+from pools.spec import (
+    Budget,
+    Burst,
+    Catalog,
+    PoolSpec,
+    Taint,
+    dump_yaml,
+    effective_node_labels,
+    load_yaml,
+    merge_patch,
+    parse_document,
+    split_server_fields,
+    to_document,
+)
+from tests.conftest import EXAMPLES
+
+CATALOG = Catalog(
+    gpu_models=frozenset({"A100_80G", "H100_80G", "L40S", "T4"}),
+    node_types={"GPU_1_CARD": 1, "GPU_2_CARD": 2, "GPU_4_CARD": 4, "GPU_8_CARD": 8},
+    zones={"cn-east-2a": "cn-east-2", "cn-east-2b": "cn-east-2", "cn-north-1a": "cn-north-1"},
+    max_nodes=100,
+)
+
+
+def article() -> dict:
+    return load_yaml((EXAMPLES / "create-train-pool.yaml").read_text())
+
+
+def errors_of(document) -> dict[str, str]:
+    with pytest.raises(ValidationError) as caught:
+        parse_document(document, CATALOG)
+    return {e.field: e.message for e in caught.value.errors}
+
+
+def test_the_articles_train_pool_loads_verbatim():
+    spec = parse_document(article(), CATALOG)
+    assert spec.name == "train-pool-a"
+    assert spec.labels == {"pool-role": "training", "team": "algorithm"}
+    assert (spec.node_type, spec.gpu_model, spec.min_nodes, spec.max_nodes) == ("GPU_8_CARD", "A100_80G", 2, 6)
+    assert (spec.region, spec.lease_type, spec.system_image) == ("cn-east-2a", "monthly", "ubuntu-22.04-cuda-12.2")
+    assert spec.auto_repair is True and spec.preemptible is False
+    assert spec.node_labels == {"gpu-class": "a100"}
+    assert spec.node_taints == (Taint("pool", "train", "NoSchedule"),)
+
+
+def test_the_articles_scaling_block_loads_with_its_numbers():
+    """O4: gpu-memory 85%, queued_pods 10, scale-down window 30m, 1 pod per 120 s."""
+    spec = parse_document(load_yaml((EXAMPLES / "train-pool-with-scaling.yaml").read_text()), CATALOG)
+    metrics = {m.name: (m.type, m.target) for m in spec.scaling.metrics}
+    assert metrics == {"gpu-memory": ("Resource", 85.0), "queued_pods": ("Pods", 10.0)}
+    assert spec.scaling.scale_down.stabilization_window_seconds == 1800
+    assert [(p.type, p.value, p.period_seconds) for p in spec.scaling.scale_down.policies] == [("Pods", 1, 120)]
+    assert spec.scaling.scale_up == DEFAULT_SCALING_SPEC.scale_up
+
+
+@pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.glob("*.yaml")))
+def test_every_example_round_trips_load_dump_load(example):
+    document = load_yaml((EXAMPLES / example).read_text())
+    again = load_yaml(dump_yaml(document))
+    assert again == document
+    assert parse_document(again, CATALOG) == parse_document(document, CATALOG)
+
+
+def test_to_document_of_the_article_parses_back_to_the_same_spec():
+    spec = parse_document(load_yaml((EXAMPLES / "train-pool-with-scaling.yaml").read_text()), CATALOG)
+    assert parse_document(load_yaml(dump_yaml(to_document(spec))), CATALOG) == spec
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field", "fragment"),
+    [
+        (lambda d: d["metadata"].update(name="Train_Pool"), "metadata.name", "DNS-1123"),
+        (lambda d: d["metadata"].update(name="a" * 64), "metadata.name", "DNS-1123"),
+        (lambda d: d["metadata"].update(name="new"), "metadata.name", "reserved"),
+        (lambda d: d["spec"]["nodeCount"].update(min=-1), "spec.nodeCount.min", "at least 0"),
+        (lambda d: d["spec"]["nodeCount"].update(min=7), "spec.nodeCount.min", "must not exceed spec.nodeCount.max"),
+        (lambda d: d["spec"]["nodeCount"].update(max=101), "spec.nodeCount.max", "at most 100"),
+        (lambda d: d["spec"]["nodeCount"].update(min="2"), "spec.nodeCount.min", "integer"),
+        (lambda d: d["spec"].update(gpuModel="A100_40G"), "spec.gpuModel", "unknown GPU model"),
+        (lambda d: d["spec"].update(nodeType="GPU_16_CARD"), "spec.nodeType", "unknown node type"),
+        (lambda d: d["spec"].update(leaseType="weekly"), "spec.leaseType", "unknown lease type"),
+        (lambda d: d["spec"].update(region="mars-1a"), "spec.region", "unknown zone"),
+        (lambda d: d["spec"]["nodeTaints"][0].update(effect="NoEntry"), "spec.nodeTaints[0].effect", "NoSchedule, PreferNoSchedule, NoExecute"),
+        (lambda d: d["spec"]["nodeLabels"].update({"-bad": "x"}), "spec.nodeLabels.-bad", "invalid label key"),
+        (lambda d: d["spec"]["nodeLabels"].update({"ok": "no spaces"}), "spec.nodeLabels.ok", "invalid label value"),
+        (lambda d: d["metadata"]["labels"].update({"Example.COM/x": "y"}), "metadata.labels.Example.COM/x", "prefix"),
+        (lambda d: d["metadata"]["labels"].update({"team": "a" * 64}), "metadata.labels.team", "at most 63"),
+        (lambda d: d["metadata"]["labels"].update({"on": True}), "metadata.labels.on", "quote"),
+        (lambda d: d["spec"].update(nodeCountt={"min": 1}), "spec.nodeCountt", "unknown field"),
+        (lambda d: d["metadata"].update(namespace="default"), "metadata.namespace", "unknown field"),
+        (lambda d: d.update(extra=1), "extra", "unknown field"),
+        (lambda d: d.update(apiVersion="v1"), "apiVersion", "ebcloud.io/v1"),
+        (lambda d: d.update(kind="NodePool"), "kind", "GpuNodePool"),
+        (lambda d: d["spec"].pop("gpuModel"), "spec.gpuModel", "required"),
+        (lambda d: d["spec"].update(autoRepair="yes"), "spec.autoRepair", "true or false"),
+        (lambda d: d["spec"].update(scaling={"scaleDown": {"stabilizationWindow": "30 minutes"}}), "spec.scaling.scaleDown.stabilizationWindow", "not a duration"),
+        (lambda d: d["spec"].update(scaling={"scaleDown": {"stabilizationWindow": "2h"}}), "spec.scaling.scaleDown.stabilizationWindow", "1h"),
+        (lambda d: d["spec"].update(scaling={"scaleUp": {"policies": [{"type": "Pods", "value": 1, "periodSeconds": 1801}]}}), "spec.scaling.scaleUp.policies[0].periodSeconds", "at most 1800"),
+        (lambda d: d["spec"].update(scaling={"default": {"metrics": [{"type": "Pods", "pods": "queued_pods", "targt": 3}]}}), "spec.scaling.default.metrics[0].targt", "unknown field"),
+        (lambda d: d["spec"].update(budget={"monthly": "-5"}), "spec.budget.monthly", "positive"),
+        (lambda d: d["spec"].update(burst={"enabled": True, "maxNodes": 5}), "spec.burst.maxNodes", "must not exceed"),
+    ],
+)
+def test_it_names_the_field_and_the_rule(mutate, field, fragment):
+    document = article()
+    mutate(document)
+    problems = errors_of(document)
+    assert field in problems, problems
+    assert fragment in problems[field]
+
+
+def test_it_reports_every_problem_at_once():
+    document = article()
+    document["metadata"]["name"] = "Bad Name"
+    document["spec"]["gpuModel"] = "nope"
+    document["spec"]["nodeTaints"][0]["effect"] = "Never"
+    assert set(errors_of(document)) == {"metadata.name", "spec.gpuModel", "spec.nodeTaints[0].effect"}
+
+
+def test_it_rejects_duplicate_taints():
+    document = article()
+    document["spec"]["nodeTaints"].append({"key": "pool", "value": "other", "effect": "NoSchedule"})
+    assert "duplicate taint" in errors_of(document)["spec.nodeTaints[1]"]
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("a: &x [1]\nb: *x\n", "aliases are not accepted"),
+        ("apiVersion: [unclosed\n", "malformed YAML at line"),
+        ("---\na: 1\n---\nb: 2\n", "found 2"),
+        ("- just\n- a list\n", "must be a mapping"),
+        ("x: " + "y" * 70000, "larger than"),
+    ],
+)
+def test_load_yaml_refuses_unsafe_or_malformed_input(text, fragment):
+    with pytest.raises(ValidationError) as caught:
+        load_yaml(text)
+    assert fragment in str(caught.value)
+
+
+def test_billion_laughs_is_refused_before_it_expands():
+    bomb = 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n'
+    for index in range(1, 10):
+        bomb += f"{chr(97 + index)}: &{chr(97 + index)} [*{chr(96 + index)},*{chr(96 + index)},*{chr(96 + index)},*{chr(96 + index)}]\n"
+    with pytest.raises(ValidationError, match="aliases"):
+        load_yaml(bomb)
+
+
+def test_server_fields_are_dropped_from_a_document_sent_back():
+    document = article()
+    document["metadata"].update(team="algorithm", generation=3, creationTimestamp="2026-01-01T00:00:00Z")
+    document["status"] = {"phase": "Ready"}
+    cleaned, server = split_server_fields(document)
+    assert cleaned == article()
+    assert server["team"] == "algorithm"
+
+
+def test_merge_patch_follows_rfc_7386():
+    document = {"spec": {"nodeCount": {"min": 2, "max": 6}, "nodeLabels": {"a": "1", "b": "2"}}}
+    patched = merge_patch(document, {"spec": {"nodeCount": {"max": 8}, "nodeLabels": {"a": None}}})
+    assert patched == {"spec": {"nodeCount": {"min": 2, "max": 8}, "nodeLabels": {"b": "2"}}}
+    assert document["spec"]["nodeCount"]["max"] == 6  # the original is untouched
+
+
+def test_node_labels_win_over_pool_labels_which_win_over_system_labels():
+    """C4: pool labels are inherited by nodes; nodeLabels are the most specific."""
+    document = article()
+    document["metadata"]["labels"]["ebcloud.io/billing"] = "custom"
+    document["spec"]["nodeLabels"]["team"] = "algorithm-nodes"
+    labels = effective_node_labels(parse_document(document, CATALOG), zone="cn-east-2a", billing="monthly")
+    assert labels["ebcloud.io/pool"] == "train-pool-a"
+    assert labels["ebcloud.io/billing"] == "custom"
+    assert labels["team"] == "algorithm-nodes"
+    assert labels["gpu-class"] == "a100"
+    assert labels["topology.kubernetes.io/zone"] == "cn-east-2a"
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("30m", 1800), ("120s", 120), ("1h30m", 5400), ("0s", 0), ("1h0m5s", 3605)])
+def test_durations_parse_like_go(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "30", "m30", "30x", "1m1h", "5m5m", "1.5h", " 30m"])
+def test_malformed_durations_are_refused(text):
+    with pytest.raises(ValueError):
+        parse_duration(text)
+
+
+@given(st.integers(min_value=0, max_value=100000))
+def test_every_duration_round_trips(seconds):
+    assert parse_duration(format_duration(seconds)) == seconds
+
+
+# --- hypothesis: every valid spec round-trips -------------------------------------------------
+
+_alnum = st.sampled_from("abcdefghijklmnopqrstuvwxyz0123456789")
+_label_name = st.builds(lambda a, mid, b: a + mid + b, _alnum, st.text("abcxyz019-_.", max_size=10), _alnum)
+_label_key = st.one_of(_label_name, st.builds(lambda p, n: f"{p}.io/{n}", st.text("abcdef", min_size=1, max_size=8), _label_name))
+_label_value = st.one_of(st.just(""), _label_name)
+_labels = st.dictionaries(_label_key, _label_value, max_size=4)
+_dns_name = st.builds(lambda a, mid, b: a + mid + b, st.sampled_from("abcdefgh"), st.text("abc123-", max_size=20), _alnum).filter(lambda n: n not in ("new", "import"))
+
+
+@st.composite
+def valid_specs(draw) -> PoolSpec:
+    high = draw(st.integers(min_value=1, max_value=100))
+    low = draw(st.integers(min_value=0, max_value=high))
+    taint_keys = draw(st.lists(_label_key, unique=True, max_size=3))
+    scaling = draw(st.one_of(st.none(), st.just(DEFAULT_SCALING_SPEC)))
+    return PoolSpec(
+        name=draw(_dns_name),
+        labels=draw(_labels),
+        node_type=draw(st.sampled_from(sorted(CATALOG.node_types))),
+        gpu_model=draw(st.sampled_from(sorted(CATALOG.gpu_models))),
+        min_nodes=low,
+        max_nodes=high,
+        region=draw(st.sampled_from(sorted(CATALOG.zones))),
+        lease_type=draw(st.sampled_from(["monthly", "quarterly", "yearly"])),
+        system_image=draw(st.sampled_from(["ubuntu-22.04-cuda-12.2", "registry.example.com/gpu/base:12.4"])),
+        auto_repair=draw(st.booleans()),
+        auto_renew=draw(st.booleans()),
+        preemptible=draw(st.booleans()),
+        node_labels=draw(_labels),
+        node_taints=tuple(Taint(k, draw(_label_value), draw(st.sampled_from(["NoSchedule", "PreferNoSchedule", "NoExecute"]))) for k in taint_keys),
+        scaling=scaling,
+        burst=draw(st.one_of(st.just(Burst()), st.builds(lambda n: Burst(True, n), st.integers(0, high - low)))),
+        budget=draw(st.one_of(st.none(), st.builds(lambda c: Budget(Decimal(c) / 100, "CNY"), st.integers(1, 10**9)))),
+        scheduling_policy=draw(st.sampled_from(["binpack", "spread", "bestfit", "fgd"])),
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(valid_specs())
+def test_every_valid_spec_round_trips_through_yaml(spec):
+    document = to_document(spec)
+    loaded = load_yaml(dump_yaml(document))
+    assert parse_document(loaded, CATALOG) == spec
+    assert parse_document(copy.deepcopy(loaded), CATALOG) == parse_document(load_yaml(dump_yaml(loaded)), CATALOG)
