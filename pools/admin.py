@@ -1,5 +1,7 @@
 from django.contrib import admin
 
+from pools import roles
+
 from pools.models import (
     AuditEntry,
     GpuModel,
@@ -80,3 +82,12 @@ class AuditEntryAdmin(admin.ModelAdmin):
 
 
 admin.site.register([GpuModel, NodeType, Zone])
+
+
+def _platform_admins_only(request) -> bool:
+    """The admin site is for platform admins (superusers or the `platform-admin` group)."""
+    return request.user.is_active and roles.is_admin(request.user)
+
+
+admin.site.has_permission = _platform_admins_only
+admin.site.site_header = "EBCloud node pools administration"

@@ -1,6 +1,12 @@
 from django.apps import AppConfig
+from django.db.models.signals import post_migrate
 
 
 class PoolsConfig(AppConfig):
     name = "pools"
     verbose_name = "GPU node pools"
+
+    def ready(self) -> None:
+        from pools.permissions import ensure_role_groups
+
+        post_migrate.connect(ensure_role_groups, dispatch_uid="pools.ensure_role_groups")

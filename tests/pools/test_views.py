@@ -267,3 +267,20 @@ def test_the_order_queue_does_not_grow_queries_with_orders(browser, actors):
     with CaptureQueriesContext(connection) as many:
         assert len(client.get("/orders/").context["orders"]) == 12
     assert len(many) == len(few)
+
+
+def test_platform_admins_edit_quotas_in_the_admin_site_and_others_cannot_enter(browser, actors):
+    from pools.models import Quota
+
+    quota = Quota.objects.filter(team__isnull=True).first()
+    client = browser("admin")  # a member of the platform-admin group, not a superuser
+    assert client.get("/admin/pools/quota/").status_code == 200
+    page = client.get(f"/admin/pools/quota/{quota.pk}/change/")
+    assert page.status_code == 200
+    response = client.post(f"/admin/pools/quota/{quota.pk}/change/", {"region": quota.region, "gpu_model": quota.gpu_model_id, "team": "", "limit_gpus": 99})
+    assert response.status_code == 302
+    quota.refresh_from_db()
+    assert quota.limit_gpus == 99
+    assert client.get("/admin/billing/nodeprice/").status_code == 200
+    for role in ("lead", "member", "finance", "other_lead"):
+        assert browser(role).get("/admin/pools/quota/").status_code == 302
