@@ -95,6 +95,8 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+if TESTING:  # hashing with PBKDF2 costs ~0.25 s per test user; tests need no strength
+    PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "pools:list"
 LOGOUT_REDIRECT_URL = "login"
@@ -169,3 +171,28 @@ Q_CLUSTER = {
 EBCLOUD_MAX_NODES_PER_POOL = env_int("EBCLOUD_MAX_NODES_PER_POOL", 100, minimum=1)
 EBCLOUD_MAX_SPEC_BYTES = env_int("EBCLOUD_MAX_SPEC_BYTES", 64 * 1024, minimum=1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
+
+# Providers and the lifecycle controller (issue 3; pools/providers, pools/lifecycle.py).
+EBCLOUD_CLOUD_PROVIDER = env_str("EBCLOUD_CLOUD_PROVIDER", "simulated")
+EBCLOUD_CLUSTER_BACKEND = env_str("EBCLOUD_CLUSTER_BACKEND", "simulated")
+# Simulated cloud: each provisioning step's duration; a node is Ready in about 4 minutes, or
+# 3 with a prewarmed image (D4). EBCLOUD_SIM_FAST=true (the demo) makes every step 2 seconds.
+EBCLOUD_SIM_STEP_SECONDS = (
+    {"boot": 2, "image_pull": 2, "driver_install": 2, "kubelet_install": 2, "kubelet_join": 2}
+    if env_bool("EBCLOUD_SIM_FAST", False)
+    else {"boot": 60, "image_pull": 45, "driver_install": 90, "kubelet_install": 30, "kubelet_join": 20}
+)
+EBCLOUD_SIM_PREWARMED_IMAGES = env_list("EBCLOUD_SIM_PREWARMED_IMAGES", ["ubuntu-22.04-cuda-12.2-prewarmed"])
+EBCLOUD_SIM_FAILURE_RATES: dict[str, float] = {}  # step -> probability, e.g. {"image_pull": 0.1}
+EBCLOUD_SIM_STOCK_GPUS = env_int("EBCLOUD_SIM_STOCK_GPUS", 256, minimum=0)  # per zone and GPU model
+EBCLOUD_SIM_STOCK: dict[str, int] = {}  # "cn-east-2a/A100_80G" -> GPUs, overriding the default
+EBCLOUD_SIM_ACCOUNT = env_str("EBCLOUD_SIM_ACCOUNT", "default")
+EBCLOUD_SIM_RECLAIM_NOTICE_SECONDS = env_int("EBCLOUD_SIM_RECLAIM_NOTICE_SECONDS", 120, minimum=0)
+# Controller: retries with exponential backoff, leases (D2), drains, heartbeats (D1), claims.
+EBCLOUD_PROVISION_MAX_ATTEMPTS = env_int("EBCLOUD_PROVISION_MAX_ATTEMPTS", 5, minimum=1)
+EBCLOUD_BACKOFF_BASE_SECONDS = env_int("EBCLOUD_BACKOFF_BASE_SECONDS", 30, minimum=1)
+EBCLOUD_BACKOFF_CAP_SECONDS = env_int("EBCLOUD_BACKOFF_CAP_SECONDS", 600, minimum=1)
+EBCLOUD_LEASE_NOTICE_SECONDS = env_int("EBCLOUD_LEASE_NOTICE_SECONDS", 3 * 24 * 3600, minimum=0)
+EBCLOUD_DRAIN_TIMEOUT_SECONDS = env_int("EBCLOUD_DRAIN_TIMEOUT_SECONDS", 600, minimum=0)
+EBCLOUD_HEARTBEAT_GRACE_SECONDS = env_int("EBCLOUD_HEARTBEAT_GRACE_SECONDS", 300, minimum=1)
+EBCLOUD_RECONCILE_CLAIM_SECONDS = env_int("EBCLOUD_RECONCILE_CLAIM_SECONDS", 120, minimum=1)

@@ -1,7 +1,6 @@
 from django.contrib import admin
 
 from pools import roles
-
 from pools.models import (
     AuditEntry,
     GpuModel,

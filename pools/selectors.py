@@ -53,15 +53,7 @@ class PoolFilters:
 def pools_for_user(*, user, filters: PoolFilters | None = None) -> QuerySet[GpuNodePool]:
     """Live pools the user may see, filtered and sorted, with node counts in one query."""
     filters = filters or PoolFilters()
-    pools = (
-        GpuNodePool.objects.for_user(user)
-        .active()
-        .select_related("team", "gpu_model", "node_type", "zone")
-        .annotate(
-            node_total=Count("nodes", filter=~Q(nodes__phase__in=LIVE_NODE_EXCLUDED_PHASES), distinct=True),
-            node_ready=Count("nodes", filter=Q(nodes__phase=Node.Phase.READY), distinct=True),
-        )
-    )
+    pools = _with_node_counts(GpuNodePool.objects.for_user(user).active().select_related("team", "gpu_model", "node_type", "zone"))
     if filters.team:
         pools = pools.filter(team__slug=filters.team)
     if filters.gpu_model:
@@ -75,15 +67,18 @@ def pools_for_user(*, user, filters: PoolFilters | None = None) -> QuerySet[GpuN
     return pools.order_by(f"-{field}" if descending else field, "name")
 
 
+def _with_node_counts(pools: QuerySet[GpuNodePool]) -> QuerySet[GpuNodePool]:
+    return pools.annotate(
+        node_total=Count("nodes", filter=~Q(nodes__phase__in=LIVE_NODE_EXCLUDED_PHASES), distinct=True),
+        node_ready=Count("nodes", filter=Q(nodes__phase=Node.Phase.READY), distinct=True),
+    )
+
+
 def pool_get(*, user, name: str) -> GpuNodePool:
     """The live pool of that name, if the user may see it; otherwise 404."""
-    pool = (
-        GpuNodePool.objects.for_user(user)
-        .active()
-        .select_related("team", "gpu_model", "node_type", "zone", "created_by")
-        .filter(name=name)
-        .first()
-    )
+    pool = _with_node_counts(
+        GpuNodePool.objects.for_user(user).active().select_related("team", "gpu_model", "node_type", "zone", "created_by")
+    ).filter(name=name).first()
     if pool is None:
         raise Http404(f"pool {name!r} not found")
     return pool

@@ -1,0 +1,264 @@
+"""What the CLI prints: kubectl-style column tables and ages, or the server's objects as YAML/JSON."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import yaml
+
+NONE = "<none>"
+
+
+# --- time ------------------------------------------------------------------------------------
+
+
+def parse_time(value: Any) -> datetime | None:
+    if not value or not isinstance(value, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def human_duration(seconds: float) -> str:
+    """kubectl's HumanDuration: `45s`, `5m30s`, `42m`, `3h`, `2d4h`, `30d`, `1y20d`."""
+    s = int(seconds)
+    if s < -1:
+        return "<invalid>"
+    if s < 0:
+        return "0s"
+    if s < 120:
+        return f"{s}s"
+    minutes = s // 60
+    if minutes < 10:
+        rest = s % 60
+        return f"{minutes}m{rest}s" if rest else f"{minutes}m"
+    if minutes < 180:
+        return f"{minutes}m"
+    hours = s // 3600
+    if hours < 8:
+        rest = minutes % 60
+        return f"{hours}h{rest}m" if rest else f"{hours}h"
+    if hours < 48:
+        return f"{hours}h"
+    if hours < 24 * 8:
+        rest = hours % 24
+        return f"{hours // 24}d{rest}h" if rest else f"{hours // 24}d"
+    if hours < 24 * 365 * 2:
+        return f"{hours // 24}d"
+    if hours < 24 * 365 * 8:
+        rest = (hours // 24) % 365
+        return f"{hours // 24 // 365}y{rest}d" if rest else f"{hours // 24 // 365}y"
+    return f"{hours // 24 // 365}y"
+
+
+def age(value: Any, now: datetime | None = None) -> str:
+    moment = parse_time(value)
+    if moment is None:
+        return NONE
+    return human_duration(((now or datetime.now(UTC)) - moment).total_seconds())
+
+
+# --- machine output --------------------------------------------------------------------------
+
+
+def to_json(data: Any) -> str:
+    return json.dumps(data, indent=2, ensure_ascii=False)
+
+
+def to_yaml(data: Any) -> str:
+    return yaml.safe_dump(
+        data, sort_keys=False, default_flow_style=False, allow_unicode=True
+    ).rstrip("\n")
+
+
+def render(data: Any, fmt: str) -> str:
+    return to_json(data) if fmt == "json" else to_yaml(data)
+
+
+# --- tables ----------------------------------------------------------------------------------
+
+
+def table(
+    headers: Sequence[str], rows: Iterable[Sequence[Any]], *, with_header: bool = True
+) -> str:
+    """Left-aligned columns separated by three spaces, like kubectl's tabwriter."""
+    return "\n".join(table_lines(headers, rows, with_header=with_header))
+
+
+def table_lines(
+    headers: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    *,
+    with_header: bool = True,
+    widths: list[int] | None = None,
+) -> list[str]:
+    cells = [[_cell(value) for value in row] for row in rows]
+    body = ([list(headers)] if with_header else []) + cells
+    if widths is None:
+        widths = [
+            max(len(row[i]) for row in body) if body else len(headers[i])
+            for i in range(len(headers))
+        ]
+    lines = []
+    for row in body:
+        padded = [value.ljust(widths[i]) for i, value in enumerate(row[:-1])] + [row[-1]]
+        lines.append("   ".join(padded).rstrip())
+    return lines
+
+
+def _cell(value: Any) -> str:
+    if value is None or value == "":
+        return NONE
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return " ".join(str(value).split())
+
+
+# --- pools -----------------------------------------------------------------------------------
+
+POOL_HEADERS = ["NAME", "TEAM", "GPU", "NODES", "MIN", "MAX", "PHASE", "AGE"]
+POOL_WIDE_HEADERS = [*POOL_HEADERS, "NODE-TYPE", "REGION", "LEASE", "PREEMPTIBLE", "REASON"]
+
+
+def pool_nodes(pool: dict) -> str:
+    nodes = (pool.get("status") or {}).get("nodes")
+    if not isinstance(nodes, dict):
+        return "-"
+    return f"{nodes.get('ready', 0)}/{nodes.get('current', 0)}"
+
+
+def pool_row(pool: dict, *, wide: bool = False, now: datetime | None = None) -> list[Any]:
+    metadata, spec, status = (
+        pool.get("metadata") or {},
+        pool.get("spec") or {},
+        pool.get("status") or {},
+    )
+    count = spec.get("nodeCount") or {}
+    row = [
+        metadata.get("name"),
+        metadata.get("team"),
+        spec.get("gpuModel"),
+        pool_nodes(pool),
+        count.get("min"),
+        count.get("max"),
+        status.get("phase"),
+        age(metadata.get("creationTimestamp"), now),
+    ]
+    if wide:
+        row += [
+            spec.get("nodeType"),
+            spec.get("region"),
+            spec.get("leaseType"),
+            spec.get("preemptible"),
+            status.get("pendingReason"),
+        ]
+    return row
+
+
+def pool_table(pools: list[dict], *, wide: bool = False, now: datetime | None = None) -> str:
+    return table(
+        POOL_WIDE_HEADERS if wide else POOL_HEADERS,
+        [pool_row(p, wide=wide, now=now) for p in pools],
+    )
+
+
+# --- orders ----------------------------------------------------------------------------------
+
+ORDER_HEADERS = ["ID", "POOL", "TEAM", "KIND", "NODES", "AMOUNT", "STATUS", "AGE"]
+ORDER_WIDE_HEADERS = [
+    *ORDER_HEADERS,
+    "GPU",
+    "ZONE",
+    "LEASE",
+    "REQUESTED-BY",
+    "DECIDED-BY",
+    "REASON",
+]
+
+
+def order_row(order: dict, *, wide: bool = False, now: datetime | None = None) -> list[Any]:
+    amount = order.get("amount")
+    row = [
+        order.get("id"),
+        order.get("pool"),
+        order.get("team"),
+        order.get("kind"),
+        order.get("nodeCount"),
+        f"{amount} {order.get('currency') or ''}".strip() if amount is not None else None,
+        order.get("status"),
+        age(order.get("createdAt"), now),
+    ]
+    if wide:
+        lease = (
+            f"{order.get('leaseType')} ({order.get('leaseMonths')}mo)"
+            if order.get("leaseType")
+            else None
+        )
+        row += [
+            order.get("gpuModel"),
+            order.get("zone"),
+            lease,
+            order.get("requestedBy"),
+            order.get("decidedBy"),
+            order.get("reason"),
+        ]
+    return row
+
+
+def order_table(orders: list[dict], *, wide: bool = False, now: datetime | None = None) -> str:
+    return table(
+        ORDER_WIDE_HEADERS if wide else ORDER_HEADERS,
+        [order_row(o, wide=wide, now=now) for o in orders],
+    )
+
+
+# --- events ----------------------------------------------------------------------------------
+
+EVENT_HEADERS = ["TYPE", "REASON", "AGE", "COUNT", "MESSAGE"]
+
+
+def chronological(events: list[dict]) -> list[dict]:
+    """The API lists newest first; tables read top to bottom, oldest first, like kubectl."""
+    return sorted(
+        events,
+        key=lambda e: (
+            parse_time(e.get("lastTimestamp")) or datetime.min.replace(tzinfo=UTC),
+            e.get("id") or 0,
+        ),
+    )
+
+
+def event_row(event: dict, now: datetime | None = None) -> list[Any]:
+    return [
+        event.get("type"),
+        event.get("reason"),
+        age(event.get("lastTimestamp"), now),
+        event.get("count"),
+        event.get("message"),
+    ]
+
+
+def event_table(events: list[dict], now: datetime | None = None) -> str:
+    return table(EVENT_HEADERS, [event_row(e, now) for e in chronological(events)])
+
+
+def event_age(event: dict, now: datetime | None = None) -> str:
+    """kubectl describe's Age column: `5m`, or `2m (x3 over 10m)` for a repeated event."""
+    count = event.get("count") or 1
+    if count > 1:
+        return f"{age(event.get('lastTimestamp'), now)} (x{count} over {age(event.get('firstTimestamp'), now)})"
+    return age(event.get("firstTimestamp") or event.get("lastTimestamp"), now)
+
+
+def event_source(event: dict) -> str:
+    if event.get("actor"):
+        return str(event["actor"])
+    if event.get("node"):
+        return f"node/{event['node']}"
+    return "control-plane"
