@@ -284,3 +284,30 @@ def test_platform_admins_edit_quotas_in_the_admin_site_and_others_cannot_enter(b
     assert client.get("/admin/billing/nodeprice/").status_code == 200
     for role in ("lead", "member", "finance", "other_lead"):
         assert browser(role).get("/admin/pools/quota/").status_code == 302
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["/pools/", "/pools/new/", "/pools/new/row/", "/pools/import/", "/pools/train-pool-a/", "/pools/train-pool-a/edit/", "/pools/train-pool-a/yaml/", "/pools/train-pool-a/delete/", "/orders/"],
+)
+def test_every_page_sends_anonymous_visitors_to_log_in(browser, algorithm_pool, url):
+    response = browser(None).get(url)
+    assert response.status_code == 302 and response["Location"].startswith("/login/?next=")
+
+
+@pytest.mark.parametrize("url", ["/pools/new/", "/pools/import/", "/pools/train-pool-a/edit/", "/pools/train-pool-a/delete/", "/orders/1/approve/", "/orders/1/reject/"])
+def test_anonymous_posts_change_nothing(browser, algorithm_pool, url):
+    before = db_state()
+    response = browser(None).post(url, FORM)
+    assert response.status_code == 302 and "/login/" in response["Location"]
+    assert db_state() == before
+
+
+def test_web_posts_need_a_csrf_token(actors, algorithm_pool):
+    from django.test import Client
+
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(actors["lead"])
+    before = db_state()
+    assert browser.post("/pools/train-pool-a/delete/").status_code == 403
+    assert db_state() == before
