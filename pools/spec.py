@@ -29,11 +29,11 @@ from pools.autoscaling import (
 )
 from pools.durations import format_duration, parse_duration
 from pools.errors import FieldError, ValidationError
+from pools.scheduling import TAINT_EFFECTS, Taint
 
 API_VERSION = "ebcloud.io/v1"
 KIND = "GpuNodePool"
 LEASE_TYPES = ("monthly", "quarterly", "yearly")
-TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 SCHEDULING_POLICIES = ("binpack", "spread", "bestfit", "fgd")
 RESOURCE_METRICS = ("gpu-memory",)
 POD_METRICS = ("queued_pods",)
@@ -56,13 +56,6 @@ class Catalog:
     node_types: Mapping[str, int]
     zones: Mapping[str, str]
     max_nodes: int = 100
-
-
-@dataclass(frozen=True)
-class Taint:
-    key: str
-    value: str
-    effect: str
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,95 @@
+"""The trace benchmark reproduces the FGD paper's numbers (seed O3 placement, P3
+fragmentation): Weng et al., "Beware of Fragmentation", USENIX ATC 2023, on the Alibaba
+cluster-trace-gpu-v2023 in ../shared/data (skipped when that folder is absent)."""
+
+from __future__ import annotations
+
+import random
+import statistics
+
+import pytest
+
+from bench.scheduler_trace import (
+    DEFAULT_DATA,
+    NODE_FILE,
+    PUBLISHED,
+    arrival_order,
+    load_nodes,
+    load_pods,
+    parse_seeds,
+    rename_nodes,
+    run_once,
+)
+from pools.fragmentation import workload_from_pods
+from pools.scheduling import NodeState, Pod
+
+needs_trace = pytest.mark.skipif(
+    not (DEFAULT_DATA / NODE_FILE).is_file(),
+    reason=f"trace data not found at {DEFAULT_DATA} (../shared/data relative to the project root)",
+)
+
+# One seed spreads about +-0.4 around the ten-seed median (BestFit seeds 42-51 give 6.85 to
+# 7.52 against a median of 7.18), so a single seed is held to a wider band than the median.
+ONE_SEED_BAND, MEDIAN_BAND = 0.5, 0.3
+SECONDS_PER_SEED = 10.0
+
+
+@pytest.fixture(scope="module")
+def trace():
+    nodes, pods = load_nodes(DEFAULT_DATA), load_pods(DEFAULT_DATA, "default")
+    return nodes, pods, workload_from_pods(pods)
+
+
+@needs_trace
+def test_one_seed_of_bestfit_and_fgd_lands_in_the_published_band_quickly(trace):
+    bestfit = run_once(*trace, "bestfit", 42)
+    fgd = run_once(*trace, "fgd", 42)
+    assert bestfit.unallocated_100 == pytest.approx(
+        PUBLISHED["default"]["bestfit"][0], abs=ONE_SEED_BAND
+    )
+    assert fgd.unallocated_100 == pytest.approx(PUBLISHED["default"]["fgd"][0], abs=ONE_SEED_BAND)
+    assert fgd.unallocated_100 < bestfit.unallocated_100 - 1.5
+    assert max(bestfit.seconds, fgd.seconds) < SECONDS_PER_SEED
+
+
+@needs_trace
+@pytest.mark.parametrize("policy", ["bestfit", "fgd"])
+def test_the_ten_seed_median_reproduces_the_published_number(trace, policy):
+    results = [run_once(*trace, policy, seed) for seed in range(42, 52)]
+    at_100, at_130 = PUBLISHED["default"][policy]
+    assert statistics.median(r.unallocated_100 for r in results) == pytest.approx(
+        at_100, abs=MEDIAN_BAND
+    )
+    assert statistics.median(r.unallocated_130 for r in results) == pytest.approx(
+        at_130, abs=MEDIAN_BAND
+    )
+
+
+def synthetic_pods(n=50) -> list[Pod]:
+    return [Pod(f"p{i:03d}", cpu_milli=1000, gpu_count=1 + i % 2, gpu_milli=0) for i in range(n)]
+
+
+def test_the_workload_is_tuned_up_to_just_below_1_3_times_capacity():
+    pods = synthetic_pods()  # 75 GPUs requested
+    order = arrival_order(pods, 100_000, random.Random(1))
+    total = sum(p.gpu_request_milli for p in order)
+    assert 120_000 <= total <= 130_000
+    assert sorted(p.name for p in order[:50]) == [p.name for p in pods]  # originals come first
+    assert len({p.name for p in order}) == len(order)
+
+
+def test_the_workload_is_tuned_down_when_it_starts_above_1_3_times_capacity():
+    order = arrival_order(synthetic_pods(), 40_000, random.Random(1))
+    assert sum(p.gpu_request_milli for p in order) <= 52_000
+
+
+def test_nodes_are_renamed_with_a_seeded_permutation_prefix():
+    nodes = [NodeState(f"node-{i}", 1000, 1000) for i in range(12)]
+    rename_nodes(nodes, random.Random(3))
+    prefixes = sorted(int(n.name[:4]) for n in nodes)
+    assert prefixes == list(range(12))
+    assert all(n.name[4:].startswith("-node-") for n in nodes)
+
+
+def test_seed_ranges_parse_like_the_cli_documents():
+    assert parse_seeds("42-44,50") == [42, 43, 44, 50]
