@@ -206,17 +206,17 @@ def test_list_filters_and_ordering(api, actors, algorithm_pool):
     assert names("phase=Ready") == []
 
 
-def _create_pools(actors, count: int, offset: int = 0) -> None:
+def create_pools(actors, count: int, offset: int = 0) -> None:
     for index in range(offset, offset + count):
         services.pool_create(user=actors["lead"], document=make_document(f"pool-{index}", region="cn-north-1a", gpuModel="T4", nodeType="GPU_1_CARD", nodeCount={"min": 1, "max": 2}))
 
 
 def test_the_pool_list_endpoint_does_not_grow_queries_with_pools(api, actors):
     client = api("lead")
-    _create_pools(actors, 2)
+    create_pools(actors, 2)
     with CaptureQueriesContext(connection) as few:
         assert len(client.get("/api/v1/pools/").json()) == 2
-    _create_pools(actors, 8, offset=2)
+    create_pools(actors, 8, offset=2)
     with CaptureQueriesContext(connection) as many:
         assert len(client.get("/api/v1/pools/").json()) == 10
     assert len(many) == len(few) <= 6
@@ -224,10 +224,10 @@ def test_the_pool_list_endpoint_does_not_grow_queries_with_pools(api, actors):
 
 def test_the_order_list_endpoint_does_not_grow_queries_with_orders(api, actors):
     client = api("admin")
-    _create_pools(actors, 2)
+    create_pools(actors, 2)
     with CaptureQueriesContext(connection) as few:
         client.get("/api/v1/orders/")
-    _create_pools(actors, 8, offset=2)
+    create_pools(actors, 8, offset=2)
     with CaptureQueriesContext(connection) as many:
         assert len(client.get("/api/v1/orders/").json()) == 10
     assert len(many) == len(few) <= 6

@@ -10,6 +10,7 @@ from pools import services
 from pools.models import GpuNodePool, PoolOrder
 from pools.spec import dump_yaml, load_yaml
 from tests.conftest import EXAMPLES, make_document
+from tests.pools.test_api import create_pools
 from tests.pools.test_services import db_state
 
 
@@ -240,30 +241,22 @@ def test_leads_see_their_teams_orders_without_decision_buttons(browser, algorith
 
 
 def test_the_pool_list_page_does_not_grow_queries_with_pools(browser, actors):
-    def create(start, count):
-        for index in range(start, start + count):
-            services.pool_create(user=actors["lead"], document=make_document(f"pool-{index}", region="cn-north-1a", gpuModel="T4", nodeType="GPU_1_CARD", nodeCount={"min": 1, "max": 2}))
-
     client = browser("lead")
-    create(0, 2)
+    create_pools(actors, 2)
     with CaptureQueriesContext(connection) as few:
         client.get("/pools/")
-    create(2, 10)
+    create_pools(actors, 10, offset=2)
     with CaptureQueriesContext(connection) as many:
         assert len(client.get("/pools/").context["pools"]) == 12
     assert len(many) == len(few) <= 12
 
 
 def test_the_order_queue_does_not_grow_queries_with_orders(browser, actors):
-    def create(start, count):
-        for index in range(start, start + count):
-            services.pool_create(user=actors["lead"], document=make_document(f"pool-{index}", region="cn-north-1a", gpuModel="T4", nodeType="GPU_1_CARD", nodeCount={"min": 1, "max": 2}))
-
     client = browser("admin")
-    create(0, 2)
+    create_pools(actors, 2)
     with CaptureQueriesContext(connection) as few:
         client.get("/orders/")
-    create(2, 10)
+    create_pools(actors, 10, offset=2)
     with CaptureQueriesContext(connection) as many:
         assert len(client.get("/orders/").context["orders"]) == 12
     assert len(many) == len(few)
