@@ -1,7 +1,7 @@
 from django.urls import path
-from rest_framework.authtoken.views import obtain_auth_token
 from rest_framework.routers import SimpleRouter
 
+from pools.api.auth import TokenView
 from pools.api.views import OrderViewSet, PoolViewSet
 
 router = SimpleRouter(trailing_slash="/?")
@@ -9,4 +9,4 @@ router.register("pools", PoolViewSet, basename="pool")
 router.register("orders", OrderViewSet, basename="order")
 
 app_name = "api"
-urlpatterns = [path("auth/token/", obtain_auth_token, name="token"), *router.urls]
+urlpatterns = [path("auth/token/", TokenView.as_view(), name="token"), *router.urls]

@@ -132,12 +132,15 @@ class PoolViewSet(viewsets.ViewSet):
         return selectors.pool_get(user=request.user, name=name)
 
 
+ORDER_ID = OpenApiParameter("id", OpenApiTypes.INT, OpenApiParameter.PATH, description="Order number")
+
+
 @extend_schema_view(
     list=extend_schema(
         parameters=[OpenApiParameter("status", str, enum=[s for s, _ in PoolOrder.Status.choices])],
         responses={200: OrderSerializer(many=True), **_errors(401)},
     ),
-    retrieve=extend_schema(responses={200: OrderSerializer, **_errors(401, 404)}),
+    retrieve=extend_schema(parameters=[ORDER_ID], responses={200: OrderSerializer, **_errors(400, 401, 404)}),
 )
 class OrderViewSet(viewsets.ViewSet):
     """Pool orders: requests for monthly capacity that platform admins approve or reject."""
@@ -151,13 +154,13 @@ class OrderViewSet(viewsets.ViewSet):
     def retrieve(self, request, pk=None):
         return Response(OrderSerializer(self._get(request, pk)).data)
 
-    @extend_schema(request=None, responses={200: OrderSerializer, **_errors(400, 401, 403, 404, 409)})
+    @extend_schema(parameters=[ORDER_ID], request=None, responses={200: OrderSerializer, **_errors(400, 401, 403, 404, 409)})
     @action(detail=True, methods=["post"])
     def approve(self, request, pk=None):
         order = services.order_approve(user=request.user, order=self._get(request, pk))
         return Response(OrderSerializer(self._get(request, order.pk)).data)
 
-    @extend_schema(request=OrderRejectSerializer, responses={200: OrderSerializer, **_errors(400, 401, 403, 404, 409)})
+    @extend_schema(parameters=[ORDER_ID], request=OrderRejectSerializer, responses={200: OrderSerializer, **_errors(400, 401, 403, 404, 409)})
     @action(detail=True, methods=["post"])
     def reject(self, request, pk=None):
         order = self._get(request, pk)

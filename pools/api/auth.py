@@ -1,0 +1,27 @@
+"""`POST /api/v1/auth/token/`: exchange a username and password for the CLI's API token.
+
+DRF's own view authenticates with its Request wrapper; we hand django-axes the underlying
+HttpRequest so that a locked-out login is answered 429 by the axes middleware, like the web login.
+"""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import serializers
+from rest_framework.authtoken.models import Token
+from rest_framework.authtoken.serializers import AuthTokenSerializer
+from rest_framework.authtoken.views import ObtainAuthToken
+from rest_framework.response import Response
+
+
+class TokenView(ObtainAuthToken):
+    @extend_schema(
+        request=AuthTokenSerializer,
+        responses={200: inline_serializer("Token", {"token": serializers.CharField()})},
+        auth=[],
+    )
+    def post(self, request, *args, **kwargs):
+        serializer = AuthTokenSerializer(data=request.data, context={"request": request._request})
+        serializer.is_valid(raise_exception=True)
+        token, _ = Token.objects.get_or_create(user=serializer.validated_data["user"])
+        return Response({"token": token.key})
