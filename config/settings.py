@@ -136,6 +136,11 @@ STATIC_URL = "/static/"
 STATIC_ROOT = VAR_DIR / "static"
 STATIC_ROOT.mkdir(exist_ok=True)
 STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    "pools.staticfinders.PackageFileFinder",  # plotly.min.js from the installed plotly package
+]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
@@ -214,6 +219,7 @@ EBCLOUD_SIM_STOCK_GPUS = env_int("EBCLOUD_SIM_STOCK_GPUS", 256, minimum=0)  # pe
 EBCLOUD_SIM_STOCK: dict[str, int] = {}  # "cn-east-2a/A100_80G" -> GPUs, overriding the default
 EBCLOUD_SIM_ACCOUNT = env_str("EBCLOUD_SIM_ACCOUNT", "default")
 EBCLOUD_SIM_RECLAIM_NOTICE_SECONDS = env_int("EBCLOUD_SIM_RECLAIM_NOTICE_SECONDS", 120, minimum=0)
+EBCLOUD_SIM_RECLAIM_RATE_PER_HOUR = 0.0  # chance per hour that a preemptible machine is reclaimed (D2)
 # Controller: retries with exponential backoff, leases (D2), drains, heartbeats (D1), claims.
 EBCLOUD_PROVISION_MAX_ATTEMPTS = env_int("EBCLOUD_PROVISION_MAX_ATTEMPTS", 5, minimum=1)
 EBCLOUD_BACKOFF_BASE_SECONDS = env_int("EBCLOUD_BACKOFF_BASE_SECONDS", 30, minimum=1)

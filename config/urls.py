@@ -5,6 +5,7 @@ from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from pools import views as pool_views
+from pools import views_pods as pods_views
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="pools:list", permanent=False), name="home"),
@@ -12,9 +13,13 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("pools/", include("pools.urls")),
     path("orders/", pool_views.order_list, name="orders"),
+    path("pods/", include("pools.urls_pods")),
+    path("fragmentation/", pods_views.cluster_fragmentation, name="fragmentation"),
+    path("fragmentation/apply/", pods_views.cluster_fragmentation_apply, name="fragmentation-apply"),
     re_path(r"^orders/(?P<order_id>\d+)/(?P<decision>approve|reject)/$", pool_views.order_decide, name="order-decide"),
     path("api/v1/", include("pools.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("admin/", admin.site.urls),
 ]
+handler404 = "pools.api.errors.not_found"

@@ -361,3 +361,7 @@ def order_reject(order_id: int, reason: str) -> None:
     with api() as client:
         decided = client.order_reject(order_id, reason=reason)
     click.echo(f"order/{order_id} {str(decided.get('status', 'rejected')).lower()}")
+
+
+# Pods and the fragmentation report (they register on `cli` and `node_pool` above).
+from ebcloud import cli_pods  # noqa: E402, F401

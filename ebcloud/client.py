@@ -143,6 +143,38 @@ class Client:
             subject=f"order {order_id}",
         )
 
+    # --- pods ------------------------------------------------------------------------------
+
+    def pods(self, **filters: str) -> list[dict]:
+        params = {key: value for key, value in filters.items() if value}
+        return _items(self._request("GET", "/pods/", params=params))
+
+    def pod(self, ref: str) -> dict:
+        return self._request("GET", _pod_path(ref), subject=_pod(ref))
+
+    def pod_create(self, body: bytes, *, team: str = "") -> dict:
+        params = {"team": team} if team else None
+        return self._request("POST", "/pods/", content=body, params=params, headers=YAML)
+
+    def pod_delete(self, ref: str) -> None:
+        self._request("DELETE", _pod_path(ref), subject=_pod(ref))
+
+    # --- fragmentation ---------------------------------------------------------------------
+
+    def pool_fragmentation(self, name: str, *, plan: bool = False) -> dict:
+        params = {"plan": "1"} if plan else None
+        return self._request(
+            "GET", _pool_path(name) + "fragmentation/", params=params, subject=_pool(name)
+        )
+
+    def pool_fragmentation_apply(self, name: str, *, max_nodes: int = 1) -> dict:
+        return self._request(
+            "POST",
+            _pool_path(name) + "fragmentation/apply/",
+            json={"maxNodes": max_nodes},
+            subject=_pool(name),
+        )
+
     # --- transport -------------------------------------------------------------------------
 
     def _request(
@@ -205,6 +237,15 @@ def _pool(name: str) -> str:
 
 def _pool_path(name: str) -> str:
     return f"/pools/{quote(name, safe='')}/"
+
+
+def _pod(ref: str) -> str:
+    return f'pod "{ref}"'
+
+
+def _pod_path(ref: str) -> str:
+    namespace, _, name = ref.partition("/")
+    return f"/pods/{quote(namespace, safe='')}/{quote(name, safe='')}/"
 
 
 def _json(response: httpx.Response) -> Any:

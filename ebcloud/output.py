@@ -262,3 +262,151 @@ def event_source(event: dict) -> str:
     if event.get("node"):
         return f"node/{event['node']}"
     return "control-plane"
+
+
+# --- pods ------------------------------------------------------------------------------------
+
+POD_HEADERS = ["NAMESPACE", "NAME", "PRIORITY", "GPUS", "STATUS", "NODE", "AGE"]
+POD_WIDE_HEADERS = [*POD_HEADERS, "TEAM", "POOL", "REASON", "MESSAGE"]
+
+
+def pod_gpus(pod: dict) -> str:
+    """`4`, or `0.25` for a share of one GPU (the ebcloud.io/gpu-milli annotation)."""
+    metadata, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    count = 0
+    for container in spec.get("containers") or []:
+        requests = ((container or {}).get("resources") or {}).get("requests") or {}
+        try:
+            count += int(requests.get("nvidia.com/gpu", 0))
+        except (TypeError, ValueError):
+            pass
+    milli = (metadata.get("annotations") or {}).get("ebcloud.io/gpu-milli")
+    if count == 1 and milli and str(milli).isdigit() and int(milli) < 1000:
+        return f"{int(milli) / 1000:g}"
+    return str(count)
+
+
+def pod_row(pod: dict, *, wide: bool = False, now: datetime | None = None) -> list[Any]:
+    metadata, spec, status = (
+        pod.get("metadata") or {},
+        pod.get("spec") or {},
+        pod.get("status") or {},
+    )
+    row = [
+        metadata.get("namespace"),
+        metadata.get("name"),
+        spec.get("priority", 0),
+        pod_gpus(pod),
+        status.get("phase"),
+        status.get("nodeName"),
+        age(metadata.get("creationTimestamp"), now),
+    ]
+    if wide:
+        row += [
+            metadata.get("team"),
+            status.get("pool"),
+            status.get("reason"),
+            status.get("message"),
+        ]
+    return row
+
+
+def pod_table(pods: list[dict], *, wide: bool = False, now: datetime | None = None) -> str:
+    return table(
+        POD_WIDE_HEADERS if wide else POD_HEADERS, [pod_row(p, wide=wide, now=now) for p in pods]
+    )
+
+
+def pod_why(pod: dict) -> str:
+    """`ebcloud pod why`: the phase, the kube-scheduler message and each hint."""
+    metadata, status = pod.get("metadata") or {}, pod.get("status") or {}
+    ref = f"{metadata.get('namespace')}/{metadata.get('name')}"
+    phase = status.get("phase")
+    lines = [
+        f"pod/{ref} is {phase}"
+        + (
+            f" on node {status['nodeName']} (pool {status.get('pool')})"
+            if status.get("nodeName") and phase == "Running"
+            else ""
+        )
+    ]
+    if status.get("reason") and phase != "Running":
+        lines.append(f"Reason:  {status['reason']}")
+    if status.get("message"):
+        lines.append(f"Message: {status['message']}")
+    hints = status.get("hints") or []
+    if hints:
+        lines.append("Hints:")
+        for hint in hints:
+            first, *rest = str(hint).splitlines()
+            lines.append(f"  - {first}")
+            lines += [f"    {line}" for line in rest]
+    return "\n".join(lines)
+
+
+# --- fragmentation ---------------------------------------------------------------------------
+
+FRAGMENTATION_HEADERS = [
+    "NODE",
+    "POOL",
+    "GPUS",
+    "ALLOCATED",
+    "FREE-GPUS",
+    "FRAGMENTED-GPUS",
+    "UNDERUSED",
+]
+
+
+def fragmentation_text(report: dict) -> str:
+    underused = set(report.get("underusedNodes") or [])
+    rows = [
+        [
+            n.get("name"),
+            n.get("pool"),
+            n.get("gpuCount"),
+            f"{n.get('allocatedPct')}%",
+            f"{n.get('freeGpus'):g}",
+            f"{n.get('fragmentationGpus'):g}",
+            "yes" if n.get("name") in underused else "no",
+        ]
+        for n in report.get("nodes") or []
+    ]
+    lines = [table(FRAGMENTATION_HEADERS, rows)] if rows else ["No nodes."]
+    lines.append("")
+    lines.append(
+        f"GPUs: {report.get('allocatedGpus'):g}/{report.get('totalGpus'):g} allocated, "
+        f"{report.get('unallocatedPct')}% unallocated, {report.get('fragmentationGpus'):g} fragmented; "
+        f"nodes allocated < 50%: {', '.join(report.get('underusedNodes') or []) or 'none'}"
+    )
+    histogram = report.get("freeFragmentHistogram") or {}
+    lines.append("Free milli per GPU: " + ", ".join(f"{k}: {v}" for k, v in histogram.items()))
+    plan = report.get("plan")
+    if plan is not None:
+        lines.append("")
+        moves = plan.get("moves") or []
+        if moves:
+            lines.append(
+                table(
+                    ["POD", "FROM", "TO", "GPUS"],
+                    [
+                        [
+                            m.get("pod"),
+                            m.get("from"),
+                            m.get("to"),
+                            ",".join(map(str, m.get("gpuIndices") or [])) or None,
+                        ]
+                        for m in moves
+                    ],
+                )
+            )
+        else:
+            lines.append("Repack plan: no moves free a node.")
+        freed = plan.get("freedNodes") or []
+        lines.append(
+            f"Freed nodes: {', '.join(freed) or 'none'}; GPU-hours saved per week: {plan.get('gpuHoursSavedPerWeek')}"
+        )
+    if report.get("applied"):
+        lines.append(
+            f"Applied: moved {len(report['applied'])} pod(s): {', '.join(report['applied'])}"
+        )
+    return "\n".join(lines)

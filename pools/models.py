@@ -260,6 +260,18 @@ class Node(models.Model):
     last_heartbeat = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     ready_at = models.DateTimeField(null=True, blank=True)
+    # Lifecycle controller state (pools/lifecycle.py, seed G1, D2).
+    order = models.ForeignKey(PoolOrder, null=True, blank=True, on_delete=models.SET_NULL, related_name="nodes", help_text="The order whose capacity this node fills")
+    renewal_order = models.ForeignKey(PoolOrder, null=True, blank=True, on_delete=models.SET_NULL, related_name="renewing_nodes")
+    provider_id = models.CharField(max_length=100, blank=True, help_text="The cloud's id of the machine")
+    step = models.CharField(max_length=30, blank=True, help_text="Provisioning step in progress")
+    step_due_at = models.DateTimeField(null=True, blank=True, help_text="When the controller looks again (step end or backoff)")
+    attempts = models.PositiveSmallIntegerField(default=0)
+    last_error = models.CharField(max_length=500, blank=True)
+    release_reason = models.CharField(max_length=40, blank=True, help_text="Why the node is being drained and released")
+    drain_deadline = models.DateTimeField(null=True, blank=True)
+    lease_notified_at = models.DateTimeField(null=True, blank=True)
+    terminated_at = models.DateTimeField(null=True, blank=True)
 
     objects = PoolChildQuerySet.as_manager()
 
@@ -315,3 +327,17 @@ class AuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M} {self.actor} {self.action} {self.object_type} {self.object_id}"
+
+
+# The simulated cloud's and the controller's own state (pools/providers/simulated.py, pools/lifecycle.py).
+from pools.models_cloud import (  # noqa: E402, F401
+    PoolClaim,
+    SimClusterNode,
+    SimFailure,
+    SimMachine,
+    SimPayment,
+    SimStock,
+)
+
+# Pods of the simulated cluster (pools/scheduler_service.py binds them).
+from pools.models_pods import FragmentationSample, Pod  # noqa: E402, F401

@@ -110,7 +110,8 @@ def order_get(*, user, order_id: int) -> PoolOrder:
 
 def ordered_baseline(*, pool: GpuNodePool) -> int:
     """Monthly nodes already requested or bought for the pool (rejected/failed orders excluded)."""
-    total = pool.orders.filter(status__in=QUOTA_HOLDING_STATUSES).aggregate(n=Sum("node_count"))["n"]
+    # A renewal extends the lease of nodes already counted; it adds no capacity (issue 3 §4).
+    total = pool.orders.filter(status__in=QUOTA_HOLDING_STATUSES).exclude(kind=PoolOrder.Kind.RENEW).aggregate(n=Sum("node_count"))["n"]
     return total or 0
 
 
@@ -124,9 +125,9 @@ def quota_usage(*, region: str, gpu_model_id: int, team_id: int | None = None, e
         pool__deleted_at__isnull=True,
         pool__zone__region=region,
         pool__gpu_model_id=gpu_model_id,
-    )
+    ).exclude(kind=PoolOrder.Kind.RENEW)  # renewals keep capacity already counted
     burst = Node.objects.filter(
-        pool__zone__region=region, pool__gpu_model_id=gpu_model_id
+        pool__zone__region=region, pool__gpu_model_id=gpu_model_id, order__isnull=True  # ordered nodes count via their order
     ).exclude(billing=Node.Billing.MONTHLY).exclude(phase__in=LIVE_NODE_EXCLUDED_PHASES)
     if team_id is not None:
         orders = orders.filter(pool__team_id=team_id)

@@ -6,18 +6,24 @@ HttpRequest so that a locked-out login is answered 429 by the axes middleware, l
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.authtoken.models import Token
 from rest_framework.authtoken.serializers import AuthTokenSerializer
 from rest_framework.authtoken.views import ObtainAuthToken
 from rest_framework.response import Response
 
+from pools.api.serializers import ErrorSerializer
+
 
 class TokenView(ObtainAuthToken):
     @extend_schema(
         request=AuthTokenSerializer,
-        responses={200: inline_serializer("Token", {"token": serializers.CharField()})},
+        responses={
+            200: inline_serializer("Token", {"token": serializers.CharField()}),
+            400: OpenApiResponse(ErrorSerializer, description="Wrong username or password"),
+            429: OpenApiResponse(description="Locked out after repeated failures"),
+        },
         auth=[],
     )
     def post(self, request, *args, **kwargs):

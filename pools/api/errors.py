@@ -57,3 +57,13 @@ def exception_handler(exc, context):
     if isinstance(exc, exceptions.APIException):
         response.data = {"errors": _flatten(exc.detail)}
     return response
+
+
+def not_found(request, exception=None):
+    """Django's 404 handler: JSON in the API's shape under /api/, the HTML page elsewhere."""
+    from django.http import JsonResponse
+    from django.views.defaults import page_not_found
+
+    if request.path.startswith("/api/"):
+        return JsonResponse({"errors": [{"field": "", "message": f"no such endpoint: {request.path}"}]}, status=404)
+    return page_not_found(request, exception)

@@ -88,10 +88,10 @@ class OrderSerializer(serializers.ModelSerializer):
     leaseType = serializers.CharField(source="lease_type")
     leaseMonths = serializers.IntegerField(source="lease_months")
     unitMonthlyPrice = serializers.DecimalField(source="unit_monthly_price", max_digits=14, decimal_places=2)
-    requestedBy = serializers.CharField(source="requested_by.username", default=None)
-    decidedBy = serializers.CharField(source="decided_by.username", default=None)
+    requestedBy = serializers.CharField(source="requested_by.username", default=None, allow_null=True)
+    decidedBy = serializers.CharField(source="decided_by.username", default=None, allow_null=True)
     createdAt = serializers.DateTimeField(source="created_at")
-    decidedAt = serializers.DateTimeField(source="decided_at")
+    decidedAt = serializers.DateTimeField(source="decided_at", allow_null=True)
 
     class Meta:
         model = PoolOrder
@@ -108,10 +108,10 @@ class OrderRejectSerializer(serializers.Serializer):
 
 
 class EventSerializer(serializers.ModelSerializer):
-    node = serializers.CharField(source="node.name", default=None)
+    node = serializers.CharField(source="node.name", default=None, allow_null=True)
     firstTimestamp = serializers.DateTimeField(source="first_timestamp")
     lastTimestamp = serializers.DateTimeField(source="last_timestamp")
-    actor = serializers.CharField(source="actor.username", default=None)
+    actor = serializers.CharField(source="actor.username", default=None, allow_null=True)
 
     class Meta:
         model = PoolEvent

@@ -1,7 +1,15 @@
-from django.urls import path
+from django.urls import path, re_path
 from rest_framework.routers import SimpleRouter
 
 from pools.api.auth import TokenView
+from pools.api.pod_views import (
+    ClusterFragmentationApplyView,
+    ClusterFragmentationView,
+    PodDetailView,
+    PodListView,
+    PoolFragmentationApplyView,
+    PoolFragmentationView,
+)
 from pools.api.views import OrderViewSet, PoolViewSet
 
 router = SimpleRouter(trailing_slash="/?")
@@ -9,4 +17,13 @@ router.register("pools", PoolViewSet, basename="pool")
 router.register("orders", OrderViewSet, basename="order")
 
 app_name = "api"
-urlpatterns = [path("auth/token/", TokenView.as_view(), name="token"), *router.urls]
+urlpatterns = [
+    path("auth/token/", TokenView.as_view(), name="token"),
+    re_path(r"^pods/?$", PodListView.as_view(), name="pod-list"),
+    re_path(r"^pods/(?P<namespace>[^/]+)/(?P<name>[^/]+)/?$", PodDetailView.as_view(), name="pod-detail"),
+    re_path(r"^fragmentation/?$", ClusterFragmentationView.as_view(), name="fragmentation"),
+    re_path(r"^fragmentation/apply/?$", ClusterFragmentationApplyView.as_view(), name="fragmentation-apply"),
+    re_path(r"^pools/(?P<name>[^/]+)/fragmentation/?$", PoolFragmentationView.as_view(), name="pool-fragmentation"),
+    re_path(r"^pools/(?P<name>[^/]+)/fragmentation/apply/?$", PoolFragmentationApplyView.as_view(), name="pool-fragmentation-apply"),
+    *router.urls,
+]

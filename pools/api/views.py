@@ -43,6 +43,16 @@ def _errors(*codes: int) -> dict[int, OpenApiResponse]:
     return {code: ERRORS[code] for code in codes}
 
 
+def query_param(request, name: str, *, choices: list[str] | None = None) -> str:
+    """A query parameter as a clean string: NUL bytes and unknown choices are a 400, not a 500."""
+    value = request.query_params.get(name, "")
+    if "\x00" in value:
+        raise ValidationError("null characters are not allowed", field=name)
+    if choices is not None and value and value not in choices:
+        raise ValidationError(f"must be one of {', '.join(choices)}", field=name)
+    return value[:200]
+
+
 POOL_FILTERS = [
     OpenApiParameter("team", str, description="Team slug"),
     OpenApiParameter("gpuModel", str, description="GPU model, e.g. A100_80G"),
@@ -76,13 +86,12 @@ class PoolViewSet(viewsets.ViewSet):
     serializer_class = PoolSerializer
 
     def list(self, request):
-        params = request.query_params
         filters = selectors.PoolFilters(
-            team=params.get("team", ""),
-            gpu_model=params.get("gpuModel", ""),
-            phase=params.get("phase", ""),
-            q=params.get("q", ""),
-            sort=params.get("ordering", "name"),
+            team=query_param(request, "team"),
+            gpu_model=query_param(request, "gpuModel"),
+            phase=query_param(request, "phase", choices=GpuNodePool.Phase.values),
+            q=query_param(request, "q"),
+            sort=query_param(request, "ordering") or "name",
         )
         pools = selectors.pools_for_user(user=request.user, filters=filters)
         return Response([pool_representation(p) for p in pools])
@@ -138,7 +147,7 @@ ORDER_ID = OpenApiParameter("id", OpenApiTypes.INT, OpenApiParameter.PATH, descr
 @extend_schema_view(
     list=extend_schema(
         parameters=[OpenApiParameter("status", str, enum=[s for s, _ in PoolOrder.Status.choices])],
-        responses={200: OrderSerializer(many=True), **_errors(401)},
+        responses={200: OrderSerializer(many=True), **_errors(400, 401)},
     ),
     retrieve=extend_schema(parameters=[ORDER_ID], responses={200: OrderSerializer, **_errors(400, 401, 404)}),
 )
@@ -146,9 +155,10 @@ class OrderViewSet(viewsets.ViewSet):
     """Pool orders: requests for monthly capacity that platform admins approve or reject."""
 
     serializer_class = OrderSerializer
+    lookup_value_regex = "[^/]+"  # a malformed id reaches the view and gets a JSON 400
 
     def list(self, request):
-        orders = selectors.orders_for_user(user=request.user, status=request.query_params.get("status", ""))
+        orders = selectors.orders_for_user(user=request.user, status=query_param(request, "status", choices=PoolOrder.Status.values))
         return Response(OrderSerializer(orders, many=True).data)
 
     def retrieve(self, request, pk=None):

@@ -118,9 +118,15 @@ def test_bad_documents_pasted_into_the_import_page_render_escaped(client, actors
     assert GpuNodePool.objects.count() == 0
 
 
-@pytest.mark.parametrize("query", ["q=%27%20OR%201%3D1--", "team=%3Cscript%3E", "ordering=;DROP", "phase=%00", "gpuModel=" + "x" * 5000])
+@pytest.mark.parametrize("query", ["q=%27%20OR%201%3D1--", "team=%3Cscript%3E", "ordering=;DROP", "q=a%00b", "gpuModel=" + "x" * 5000])
 def test_hostile_filters_are_harmless(api, client, actors, query):
-    assert api("lead").get(f"/api/v1/pools/?{query}").status_code == 200
+    assert api("lead").get(f"/api/v1/pools/?{query}").status_code == (400 if "%00" in query else 200)
     client.force_login(actors["lead"])
     page = client.get(f"/pools/?{query}")
     assert page.status_code == 200 and b"<script>" not in page.content.split(b"</head>")[1]
+
+
+@pytest.mark.parametrize(("url", "field"), [("/api/v1/pools/?phase=Running", "phase"), ("/api/v1/orders/?status=%00", "status"), ("/api/v1/pools/?team=a%00", "team")])
+def test_invalid_filters_are_a_400_naming_the_parameter(api, url, field):
+    response = api("admin").get(url)
+    assert response.status_code == 400 and response.json()["errors"][0]["field"] == field

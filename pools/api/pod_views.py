@@ -1,0 +1,230 @@
+"""REST API for pods and fragmentation (`/api/v1/pods/`, `/api/v1/pools/{name}/fragmentation/`).
+
+Thin views over `pools.pod_services` and `pools.fragmentation_service`; objects come through
+`for_user`, so another team's pod or pool is a 404. Errors use the pool views' shape and codes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import serializers, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from pools import fragmentation_service, pod_services, roles, selectors
+from pools.api.serializers import ErrorSerializer, _iso
+from pools.api.views import _errors
+from pools.models_pods import Pod
+
+UNSUPPORTED = {415: OpenApiResponse(ErrorSerializer, description="Unsupported or malformed request media type")}
+
+
+def pod_representation(pod: Pod) -> dict[str, Any]:
+    """The pod as `kubectl get pod -o yaml` shows it: the document plus a status block."""
+    document = pod.document or {}
+    metadata = dict(document.get("metadata") or {})
+    metadata.update(
+        {
+            "name": pod.name,
+            "namespace": pod.namespace,
+            "team": pod.team.slug,
+            "creationTimestamp": _iso(pod.submitted_at),
+        }
+    )
+    scheduled = pod.node_id is not None and pod.phase == Pod.Phase.RUNNING
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": document.get("spec") or {},
+        "status": {
+            "phase": pod.phase,
+            "reason": pod.reason,
+            "nodeName": pod.node.name if pod.node_id else None,
+            "pool": pod.node.pool.name if pod.node_id else None,
+            "gpuIndices": pod.gpu_indices,
+            "message": pod.explanation,
+            "hints": pod.hints,
+            "startTime": _iso(pod.started_at),
+            "finishTime": _iso(pod.finished_at),
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "True" if scheduled or pod.phase == Pod.Phase.SUCCEEDED else "False",
+                    "reason": "" if scheduled else pod.reason,
+                    "message": "" if scheduled else pod.explanation,
+                }
+            ],
+        },
+    }
+
+
+class PodStatusSerializer(serializers.Serializer):
+    phase = serializers.ChoiceField(choices=Pod.Phase.choices)
+    reason = serializers.CharField(allow_blank=True, help_text="Unschedulable, Preempted, NodeLost, Scheduled, Completed")
+    nodeName = serializers.CharField(allow_null=True)
+    pool = serializers.CharField(allow_null=True)
+    gpuIndices = serializers.ListField(child=serializers.IntegerField(min_value=0, max_value=64))
+    message = serializers.CharField(allow_blank=True, help_text="kube-scheduler style: 0/N nodes are available: ...")
+    hints = serializers.ListField(child=serializers.CharField(), help_text="What to change, naming the pool")
+    startTime = serializers.DateTimeField(allow_null=True)
+    finishTime = serializers.DateTimeField(allow_null=True)
+    conditions = serializers.ListField(child=serializers.DictField())
+
+
+class PodMetadataSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=253)
+    namespace = serializers.CharField(max_length=63, required=False, help_text="Defaults to the team's slug")
+    labels = serializers.DictField(child=serializers.CharField(), required=False)
+    annotations = serializers.DictField(child=serializers.CharField(), required=False, help_text="ebcloud.io/gpu-milli, gpu-models, checkpointable, duration")
+    team = serializers.CharField(read_only=True)
+    creationTimestamp = serializers.DateTimeField(read_only=True)
+
+
+class PodSerializer(serializers.Serializer):
+    """A Kubernetes-like Pod (seed O3); validated by the server with field paths."""
+
+    apiVersion = serializers.ChoiceField(choices=["v1"])
+    kind = serializers.ChoiceField(choices=["Pod"])
+    metadata = PodMetadataSerializer()
+    spec = serializers.DictField(help_text="priority, tolerations, nodeSelector, affinity.nodeAffinity, containers[].resources.requests")
+    status = PodStatusSerializer(read_only=True)
+
+
+POD_FILTERS = [
+    OpenApiParameter("namespace", str, description="Only this namespace"),
+    OpenApiParameter("phase", str, enum=[p for p, _ in Pod.Phase.choices]),
+    OpenApiParameter("team", str, description="Team slug"),
+]
+
+
+class PodListView(APIView):
+    """Pods of the simulated cluster: submit (JSON or YAML) and list."""
+
+    serializer_class = PodSerializer
+
+    @extend_schema(parameters=POD_FILTERS, responses={200: PodSerializer(many=True), **_errors(401)}, operation_id="pods_list")
+    def get(self, request):
+        params = request.query_params
+        filters = pod_services.PodFilters(namespace=params.get("namespace", ""), phase=params.get("phase", ""), team=params.get("team", ""))
+        return Response([pod_representation(p) for p in pod_services.pods_for_user(user=request.user, filters=filters)])
+
+    @extend_schema(
+        parameters=[OpenApiParameter("team", str, description="Team slug, for members of several teams")],
+        request={"application/json": PodSerializer, "application/yaml": OpenApiTypes.STR},
+        responses={201: PodSerializer, **_errors(400, 401, 403, 409), **UNSUPPORTED},
+        operation_id="pods_create",
+    )
+    def post(self, request):
+        pod = pod_services.pod_create(user=request.user, document=request.data, team_slug=request.query_params.get("team", ""))
+        pod = pod_services.pod_get(user=request.user, namespace=pod.namespace, name=pod.name)
+        return Response(pod_representation(pod), status=status.HTTP_201_CREATED)
+
+
+class PodDetailView(APIView):
+    """One pod; `status.message` and `status.hints` say why it is Pending."""
+
+    serializer_class = PodSerializer
+
+    @extend_schema(responses={200: PodSerializer, **_errors(401, 404)}, operation_id="pods_retrieve")
+    def get(self, request, namespace: str, name: str):
+        return Response(pod_representation(pod_services.pod_get(user=request.user, namespace=namespace, name=name)))
+
+    @extend_schema(responses={204: None, **_errors(401, 403, 404)}, operation_id="pods_destroy")
+    def delete(self, request, namespace: str, name: str):
+        pod = pod_services.pod_get(user=request.user, namespace=namespace, name=name)
+        pod_services.pod_delete(user=request.user, pod=pod)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class FragmentationSerializer(serializers.Serializer):
+    scope = serializers.CharField()
+    nodes = serializers.ListField(child=serializers.DictField())
+    totalGpus = serializers.FloatField()
+    allocatedGpus = serializers.FloatField()
+    unallocatedPct = serializers.FloatField()
+    fragmentationGpus = serializers.FloatField()
+    fragmentedShareOfFree = serializers.FloatField()
+    underusedNodes = serializers.ListField(child=serializers.CharField())
+    freeFragmentHistogram = serializers.DictField(child=serializers.IntegerField())
+    plan = serializers.DictField(required=False, help_text="With ?plan=1: moves, freedNodes, gpuHoursSavedPerWeek")
+    applied = serializers.ListField(child=serializers.CharField(), required=False, help_text="Pods moved by an apply")
+
+
+class ApplySerializer(serializers.Serializer):
+    maxNodes = serializers.IntegerField(required=False, min_value=1, max_value=100, help_text="Disruption budget: nodes drained at once (default 1)")
+
+
+class PoolFragmentationView(APIView):
+    """The pool's fragmentation report (seed C3) and, with `?plan=1`, its repack plan."""
+
+    serializer_class = FragmentationSerializer
+
+    @extend_schema(
+        parameters=[OpenApiParameter("plan", bool, description="Include the repack plan")],
+        responses={200: FragmentationSerializer, **_errors(401, 404)},
+        operation_id="pools_fragmentation_retrieve",
+    )
+    def get(self, request, name: str):
+        pool = selectors.pool_get(user=request.user, name=name)
+        want_plan = request.query_params.get("plan", "") in ("1", "true", "yes")
+        report = fragmentation_service.fragmentation_for(pools=[pool], scope=pool.name, with_plan=want_plan)
+        return Response(fragmentation_service.report_document(report))
+
+
+class PoolFragmentationApplyView(APIView):
+    """Apply the repack plan: evict and re-place pods, at most `maxNodes` nodes at a time."""
+
+    serializer_class = FragmentationSerializer
+
+    @extend_schema(
+        request=ApplySerializer,
+        responses={200: FragmentationSerializer, **_errors(400, 401, 403, 404), **UNSUPPORTED},
+        operation_id="pools_fragmentation_apply",
+    )
+    def post(self, request, name: str):
+        body = ApplySerializer(data=request.data if isinstance(request.data, dict) else {})
+        body.is_valid(raise_exception=True)
+        pool = selectors.pool_get(user=request.user, name=name)
+        applied = fragmentation_service.repack_apply(user=request.user, pool=pool, max_nodes=body.validated_data.get("maxNodes", 1))
+        return Response(fragmentation_service.report_document(applied))
+
+
+class ClusterFragmentationView(APIView):
+    """The whole cluster's fragmentation report (platform admins and finance)."""
+
+    serializer_class = FragmentationSerializer
+
+    @extend_schema(
+        parameters=[OpenApiParameter("plan", bool, description="Include the repack plan")],
+        responses={200: FragmentationSerializer, **_errors(401, 403)},
+        operation_id="fragmentation_retrieve",
+    )
+    def get(self, request):
+        if not roles.sees_all_teams(request.user):
+            raise PermissionDenied("the cluster-wide report is for platform admins and finance")
+        want_plan = request.query_params.get("plan", "") in ("1", "true", "yes")
+        report = fragmentation_service.fragmentation_for(pools=None, scope="cluster", with_plan=want_plan)
+        return Response(fragmentation_service.report_document(report))
+
+
+class ClusterFragmentationApplyView(APIView):
+    """Apply the cluster-wide repack plan (platform admins), at most `maxNodes` nodes at a time."""
+
+    serializer_class = FragmentationSerializer
+
+    @extend_schema(
+        request=ApplySerializer,
+        responses={200: FragmentationSerializer, **_errors(400, 401, 403), **UNSUPPORTED},
+        operation_id="fragmentation_apply",
+    )
+    def post(self, request):
+        body = ApplySerializer(data=request.data if isinstance(request.data, dict) else {})
+        body.is_valid(raise_exception=True)
+        applied = fragmentation_service.repack_apply(user=request.user, pool=None, max_nodes=body.validated_data.get("maxNodes", 1))
+        return Response(fragmentation_service.report_document(applied))
+

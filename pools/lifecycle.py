@@ -1,0 +1,427 @@
+"""The lifecycle controller: make one pool match its spec (seed G1, O2, T1; design §5).
+
+`pool_reconcile` is level-triggered and idempotent: it compares what the pool should have
+(monthly nodes bought by Paid orders, up to `nodeCount.max`) with what it has, and takes each
+node one step further: Ordering -> Provisioning -> Initializing -> Registering -> Ready, one
+event per step (`OrderPlaced`, `NodeInitializing`, `ImagePulled`, `DriverInstalled`,
+`KubeletInstalled`, `NodeRegistered`, `NodeLabeled`, `NodeTainted`, `NodeReady`). Approved orders
+are paid first (`OrderPaid`). Failures are Warning events, retried with exponential backoff;
+`pendingReason` says why the pool is stalled, with numbers (T1).
+
+Every provider call is idempotent on a key (node name, order id) and comes before the
+controller's own write, so a pass killed anywhere is finished by the next one. Work is claimed
+per pool by a conditional UPDATE on `PoolClaim.version`, so any number of workers can run.
+Leases, reclaims, shrinking, deletion and heartbeats are in pools/lifecycle_exit.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.db.models import Min, Q
+from django.utils import timezone
+
+from pools import lifecycle_exit as exits
+from pools import lifecycle_rules as rules
+from pools.events import WARNING
+from pools.lifecycle_exit import ReconcilePass, seconds_setting, setting
+from pools.models import GpuNodePool, Node, PoolEvent, PoolOrder
+from pools.models_cloud import PoolClaim
+from pools.providers import get_cloud_provider, get_cluster_backend
+from pools.providers.base import (
+    FAILED,
+    RUNNING,
+    CloudProvider,
+    ClusterBackend,
+    InsufficientBalance,
+    MachineRequest,
+    OutOfStock,
+    ProviderError,
+)
+from pools.selectors import catalog_current
+from pools.spec import effective_node_labels, parse_document
+
+logger = logging.getLogger("ebcloud.lifecycle")
+WORKER_ID = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+SLOW_CAPACITY = timedelta(minutes=15)  # O4: over 15 minutes points at prewarming or stock
+
+
+@dataclass(frozen=True)
+class ReconcileResult:
+    pool_id: int
+    claimed: bool
+    phase: str = ""
+    pending_reason: str = ""
+    error: str = ""
+
+
+def reconcile_all(*, now: datetime | None = None, cloud: CloudProvider | None = None, cluster: ClusterBackend | None = None) -> list[ReconcileResult]:
+    """One pass over every live pool (the scheduled task and `manage.py reconcile --once`)."""
+    cloud, cluster = cloud or get_cloud_provider(), cluster or get_cluster_backend()
+    ids = list(GpuNodePool.objects.filter(deleted_at__isnull=True).order_by("pk").values_list("pk", flat=True))
+    results = []
+    for pool_id in ids:
+        try:
+            results.append(pool_reconcile(pool_id=pool_id, now=now, cloud=cloud, cluster=cluster))
+        except Exception as exc:  # one broken pool must not stop the others; the next pass retries it
+            logger.exception("reconcile of pool %s failed", pool_id)
+            results.append(ReconcileResult(pool_id=pool_id, claimed=True, error=f"{type(exc).__name__}: {exc}"))
+    return results
+
+
+def pool_reconcile(*, pool_id: int, now: datetime | None = None, cloud: CloudProvider | None = None, cluster: ClusterBackend | None = None) -> ReconcileResult:
+    """Claim the pool, make it match its spec, release the claim. Unclaimed: another worker has it."""
+    now = now or timezone.now()
+    version = claim_acquire(pool_id=pool_id)
+    if version is None:
+        return ReconcileResult(pool_id=pool_id, claimed=False)
+    try:
+        return _reconcile(pool_id, now, cloud or get_cloud_provider(), cluster or get_cluster_backend())
+    finally:
+        claim_release(pool_id=pool_id, version=version)
+
+
+def next_wakeup(*, after: datetime) -> datetime | None:
+    """The earliest moment a live node needs the controller again (a step ends, a backoff or a
+    drain deadline passes), so the worker can wake then instead of at the next tick."""
+    live = Node.objects.exclude(phase=Node.Phase.TERMINATED).filter(pool__deleted_at__isnull=True)
+    moments = [
+        live.filter(release_reason="", step_due_at__gt=after).aggregate(m=Min("step_due_at"))["m"],
+        live.exclude(release_reason="").filter(drain_deadline__gt=after).aggregate(m=Min("drain_deadline"))["m"],
+    ]
+    moments = [m for m in moments if m is not None]
+    return min(moments) if moments else None
+
+
+def pool_capacity_times(*, pool: GpuNodePool) -> rules.CapacityTimes:
+    """Per pool: how long nodes took from request to Ready and to their first Running pod."""
+    nodes = list(pool.nodes.filter(ready_at__isnull=False).annotate(first_pod=Min("pods__started_at")).order_by("ready_at", "name"))
+    ready = [n.ready_at - n.created_at for n in nodes]
+    first_pod = [n.first_pod - n.created_at for n in nodes if n.first_pod is not None and n.first_pod >= n.created_at]
+    return rules.capacity_summary(ready, first_pod, slow_after=SLOW_CAPACITY)
+
+
+# ---------------------------------------------------------------------------------------------
+# Claims (design §5: a conditional UPDATE, check the row count)
+
+
+def claim_acquire(*, pool_id: int, owner: str = WORKER_ID) -> int | None:
+    """The claim's new version if this worker won it; None if another worker holds it.
+
+    Claims expire (`EBCLOUD_RECONCILE_CLAIM_SECONDS`, wall-clock) so a worker killed mid-pass
+    does not block the pool for ever.
+    """
+    wall = timezone.now()
+    PoolClaim.objects.get_or_create(pool_id=pool_id)
+    row = PoolClaim.objects.filter(pk=pool_id).values("version", "claimed_until").first()
+    if row is None or (row["claimed_until"] is not None and row["claimed_until"] > wall):
+        return None
+    ttl = seconds_setting("EBCLOUD_RECONCILE_CLAIM_SECONDS", 120)
+    won = (
+        PoolClaim.objects.filter(pk=pool_id, version=row["version"])
+        .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lte=wall))
+        .update(owner=owner[:100], claimed_until=wall + ttl, version=row["version"] + 1)
+    )
+    return row["version"] + 1 if won else None
+
+
+def claim_release(*, pool_id: int, version: int) -> None:
+    PoolClaim.objects.filter(pk=pool_id, version=version).update(owner="", claimed_until=None)
+
+
+# ---------------------------------------------------------------------------------------------
+# One pass
+
+
+def _reconcile(pool_id: int, now: datetime, cloud: CloudProvider, cluster: ClusterBackend) -> ReconcileResult:
+    pool = GpuNodePool.objects.select_related("team", "gpu_model", "node_type", "zone").get(pk=pool_id)
+    if pool.deleted_at is not None:
+        return ReconcileResult(pool_id=pool_id, claimed=True, phase=pool.phase, pending_reason=pool.pending_reason)
+    generation = pool.generation
+    p = ReconcilePass(pool=pool, spec=parse_document(pool.document, catalog_current()), now=now, cloud=cloud, cluster=cluster)
+    exits.drains_advance(p)
+    if pool.phase == GpuNodePool.Phase.DELETING:
+        if exits.delete_step(p):
+            return ReconcileResult(pool_id=pool_id, claimed=True, phase=GpuNodePool.Phase.DELETED)
+    else:
+        _pay_orders(p)
+        exits.reclaims_handle(p)
+        exits.leases_handle(p)
+        exits.surplus_drain(p)
+        _create_missing(p)
+        for node in p.live_nodes().filter(release_reason="", phase__in=rules.PROVISIONING_PHASES):
+            _advance(p, node)
+        _slow_capacity_check(p)
+        exits.heartbeats_check(p)
+    phase, reason = _status_write(p, generation)
+    return ReconcileResult(pool_id=pool_id, claimed=True, phase=phase, pending_reason=reason)
+
+
+def _pay_orders(p: ReconcilePass) -> None:
+    """Pay every Approved order (oldest first); the payment is keyed by the order (no double debit)."""
+    for order in p.pool.orders.filter(status=PoolOrder.Status.APPROVED).order_by("created_at", "pk"):
+        quota_note = _quota_check(p, order)
+        if quota_note is None:
+            continue
+        try:
+            payment = p.cloud.pay(order_id=order.pk, amount=order.amount, currency=order.currency, now=p.now)
+        except InsufficientBalance as exc:
+            reason = rules.insufficient_balance_reason(need=exc.need, balance=exc.balance, currency=exc.currency)
+            p.stall(reason)
+            p.event("InsufficientBalance", f"Order #{order.pk} is unpaid: {reason}; payment is retried every pass", type=WARNING)
+            continue
+        except ProviderError as exc:
+            p.stall(f"{exc.reason}: {exc.message}")
+            p.event(exc.reason, f"Order #{order.pk} is unpaid: {exc.message}; payment is retried every pass", type=WARNING)
+            continue
+        with transaction.atomic():
+            if PoolOrder.objects.filter(pk=order.pk, status=PoolOrder.Status.APPROVED).update(status=PoolOrder.Status.PAID):
+                if quota_note:
+                    p.event("QuotaValidated", quota_note)
+                p.event(
+                    "OrderPaid",
+                    f"Order #{order.pk} paid: {payment.amount} {payment.currency} debited, balance {payment.balance_after} {payment.currency}",
+                )
+                if order.kind == PoolOrder.Kind.RENEW:
+                    exits.renewal_apply(p, order)
+
+
+def _quota_check(p: ReconcilePass, order: PoolOrder) -> str | None:
+    """Quotas can be lowered after approval: check again before paying (T1). None: exceeded."""
+    if order.kind == PoolOrder.Kind.RENEW:
+        return ""  # a renewal keeps capacity the pool already holds
+    quota = p.cloud.quota(region=p.pool.zone.region, gpu_model=p.spec.gpu_model)
+    if quota.in_use_gpus <= quota.limit_gpus:
+        return f"Quota allows order #{order.pk}: {quota.region} {quota.gpu_model} {quota.in_use_gpus} of {quota.limit_gpus} GPU(s) in use with it"
+    reason = f"QuotaExceeded: {quota.region} {quota.gpu_model} requested {order.gpus}, in use {quota.in_use_gpus - order.gpus}, limit {quota.limit_gpus}"
+    p.stall(reason)
+    p.event("QuotaExceeded", f"Order #{order.pk} is not paid: {reason}", type=WARNING)
+    return None
+
+
+def _slots_missing(order: PoolOrder) -> int:
+    """Nodes the order still needs: its count less nodes holding a slot (live, or retired)."""
+    holding = order.nodes.filter(Q(release_reason__in=rules.RETIRING_REASONS) | (~Q(phase=Node.Phase.TERMINATED) & Q(release_reason=""))).count()
+    return max(0, order.node_count - holding)
+
+
+def _capacity_orders(pool: GpuNodePool):
+    return pool.orders.filter(status=PoolOrder.Status.PAID, kind__in=(PoolOrder.Kind.CREATE, PoolOrder.Kind.GROW)).order_by("created_at", "pk")
+
+
+def _create_missing(p: ReconcilePass) -> None:
+    room = p.pool.max_nodes - p.live_nodes().filter(release_reason="").count()
+    billing = Node.Billing.PREEMPTIBLE if p.pool.preemptible else Node.Billing.MONTHLY
+    for order in _capacity_orders(p.pool):
+        for _ in range(min(_slots_missing(order), room)):
+            _node_create(p, order, billing)
+            room -= 1
+
+
+def _node_create(p: ReconcilePass, order: PoolOrder, billing: str) -> Node:
+    sibling = order.nodes.exclude(lease_end=None).order_by("-lease_end").first()
+    if sibling is not None:  # a replacement keeps the slot's lease
+        lease_start, lease_end = sibling.lease_start, sibling.lease_end
+    else:
+        paid_at = p.cloud.pay(order_id=order.pk, amount=order.amount, currency=order.currency, now=p.now).paid_at  # idempotent: the existing payment
+        lease_start, lease_end = paid_at, rules.add_months(paid_at, order.lease_months)
+    seq = Node.objects.filter(pool=p.pool).count() + 1
+    while Node.objects.filter(name=f"{p.pool.name}-{p.pool.pk}-{seq:03d}").exists():
+        seq += 1
+    return Node.objects.create(
+        pool=p.pool,
+        name=f"{p.pool.name}-{p.pool.pk}-{seq:03d}",
+        billing=billing,
+        phase=Node.Phase.ORDERING,
+        zone=p.pool.zone,
+        gpu_count=p.pool.node_type.gpu_count,
+        order=order,
+        lease_start=lease_start,
+        lease_end=lease_end,
+        created_at=p.now,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Provisioning steps
+
+
+def _advance(p: ReconcilePass, node: Node) -> None:
+    if node.step_due_at is not None and p.now < node.step_due_at:
+        return  # the step is still running, or we are backing off
+    if node.phase == Node.Phase.ORDERING and not _place(p, node):
+        return
+    prewarmed = p.cloud.image_prewarmed(image=p.spec.system_image)
+    while node.step:
+        result = p.cloud.provision_step(provider_id=node.provider_id, step=node.step, now=p.now)
+        if result.status == RUNNING:
+            Node.objects.filter(pk=node.pk).update(step_due_at=result.due_at)
+            return
+        if result.status == FAILED:
+            _failed(p, node, reason=result.reason, summary=f"{result.reason}: {result.message}", machine=True)
+            return
+        _step_done(p, node, prewarmed=prewarmed)
+
+
+def _place(p: ReconcilePass, node: Node) -> bool:
+    request = MachineRequest(
+        client_token=node.name,
+        zone=node.zone.name,
+        gpu_model=p.spec.gpu_model,
+        node_type=p.spec.node_type,
+        billing=node.billing,
+        image=p.spec.system_image,
+    )
+    try:
+        machine = p.cloud.place_order(request=request, now=p.now)
+    except OutOfStock as exc:
+        _failed(p, node, reason="OutOfStock", summary=rules.out_of_stock_reason(zone=exc.zone, alternatives=exc.alternatives), machine=False)
+        return False
+    except ProviderError as exc:
+        _failed(p, node, reason=exc.reason, summary=f"{exc.reason}: {exc.message}", machine=False)
+        return False
+    first = rules.steps_for(prewarmed=p.cloud.image_prewarmed(image=p.spec.system_image))[0]
+    with transaction.atomic():
+        Node.objects.filter(pk=node.pk).update(
+            provider_id=machine.provider_id, phase=Node.Phase.PROVISIONING, step=first, step_due_at=None, attempts=0, last_error=""
+        )
+        p.event(
+            "OrderPlaced",
+            f"Machine ordered for node {node.name}: {p.spec.node_type} {p.spec.gpu_model} ({node.billing}) in {machine.zone}, cloud id {machine.provider_id}",
+            node=node,
+        )
+    node.provider_id, node.phase, node.step, node.step_due_at, node.attempts, node.last_error = machine.provider_id, Node.Phase.PROVISIONING, first, None, 0, ""
+    return True
+
+
+def _step_done(p: ReconcilePass, node: Node, *, prewarmed: bool) -> None:
+    step, image = node.step, p.spec.system_image
+    if step == rules.KUBELET_JOIN:
+        _register(p, node, prewarmed=prewarmed)
+        return
+    events = []
+    if step == rules.BOOT:
+        events.append(("NodeInitializing", f"Machine {node.provider_id} booted; initialising system image {image}"))
+    elif step == rules.IMAGE_PULL:
+        events.append(("ImagePulled", f"System image {image} pulled"))
+        if prewarmed:
+            events.append(("DriverInstalled", f"NVIDIA driver and CUDA are preinstalled in the prewarmed image {image}: install skipped"))
+    elif step == rules.DRIVER_INSTALL:
+        events.append(("DriverInstalled", f"NVIDIA driver and CUDA installed on {node.name}"))
+    elif step == rules.KUBELET_INSTALL:
+        events.append(("KubeletInstalled", f"kubelet and the container runtime installed on {node.name}"))
+    following = rules.next_step(step, prewarmed=prewarmed)
+    phase = rules.STEP_PHASE[following]
+    with transaction.atomic():
+        Node.objects.filter(pk=node.pk).update(step=following, phase=phase, step_due_at=None, attempts=0, last_error="")
+        for reason, message in events:
+            p.event(reason, message, node=node)
+    node.step, node.phase, node.attempts, node.last_error = following, phase, 0, ""
+
+
+def _register(p: ReconcilePass, node: Node, *, prewarmed: bool) -> None:
+    labels = effective_node_labels(p.spec, zone=node.zone.name, billing=node.billing)
+    taints = [{"key": t.key, "value": t.value, "effect": t.effect} for t in p.spec.node_taints]
+    p.cluster.register_node(name=node.name, now=p.now)
+    p.cluster.set_labels(name=node.name, labels=labels)
+    p.cluster.set_taints(name=node.name, taints=taints)
+    took = p.now - node.created_at
+    with transaction.atomic():
+        Node.objects.filter(pk=node.pk).update(
+            phase=Node.Phase.READY, step="", step_due_at=None, attempts=0, last_error="", labels=labels, taints=taints, ready_at=p.now
+        )
+        p.event("NodeRegistered", f"Node {node.name} joined the cluster", node=node)
+        p.event("NodeLabeled", f"Labels applied to {node.name}: " + ", ".join(f"{k}={v}" for k, v in labels.items()), node=node)
+        if taints:
+            shown = ", ".join(f"{t['key']}={t['value']}:{t['effect']}" for t in taints)
+            p.event("NodeTainted", f"Taints applied to {node.name}: {shown} (only pods that tolerate them are scheduled here; expected, not a fault)", node=node)
+        p.event("NodeReady", f"Node {node.name} is Ready, {rules.format_duration(took)} after it was requested", node=node)
+        if took > SLOW_CAPACITY and not PoolEvent.objects.filter(node=node, reason="SlowCapacity").exists():
+            cause = rules.slow_capacity_cause(last_error="", prewarmed=prewarmed, image=p.spec.system_image)
+            p.event("SlowCapacity", f"Node {node.name} took {rules.format_duration(took)} to become Ready (over 15m0s); likely cause: {cause}", node=node, type=WARNING)
+    node.phase = Node.Phase.READY
+    node.step = ""
+
+
+def _slow_capacity_check(p: ReconcilePass) -> None:
+    """A node not Ready 15 minutes after it was requested raises one Warning with the likely cause (O4)."""
+    late = p.live_nodes().filter(release_reason="", phase__in=rules.PROVISIONING_PHASES, created_at__lt=p.now - SLOW_CAPACITY)
+    for node in late.exclude(events__reason="SlowCapacity"):
+        cause = rules.slow_capacity_cause(
+            last_error=node.last_error, prewarmed=p.cloud.image_prewarmed(image=p.spec.system_image), image=p.spec.system_image
+        )
+        took = rules.format_duration(p.now - node.created_at)
+        p.event("SlowCapacity", f"Node {node.name} is not Ready {took} after it was requested (over 15m0s); likely cause: {cause}", node=node, type=WARNING)
+
+
+def _failed(p: ReconcilePass, node: Node, *, reason: str, summary: str, machine: bool) -> None:
+    """A Warning event, then retry with backoff; a machine failing too often is replaced."""
+    attempts = node.attempts + 1
+    p.stall(summary)
+    if machine and attempts >= setting("EBCLOUD_PROVISION_MAX_ATTEMPTS", 5):
+        p.cloud.release(provider_id=node.provider_id, now=p.now)
+        with transaction.atomic():
+            Node.objects.filter(pk=node.pk).update(
+                phase=Node.Phase.TERMINATED, release_reason=rules.PROVISIONING_FAILED, terminated_at=p.now,
+                last_error=summary, attempts=attempts, step="", step_due_at=None,
+            )  # fmt: skip
+            p.event(
+                "ProvisioningFailed",
+                f"{summary}; gave up on machine {node.provider_id} of node {node.name} after {attempts} attempts: releasing it, a new node replaces it",
+                node=node,
+                type=WARNING,
+            )
+        return
+    delay = rules.backoff(attempts, base_seconds=setting("EBCLOUD_BACKOFF_BASE_SECONDS", 30), cap_seconds=setting("EBCLOUD_BACKOFF_CAP_SECONDS", 600))
+    with transaction.atomic():
+        Node.objects.filter(pk=node.pk).update(attempts=attempts, last_error=summary[:500], step_due_at=p.now + delay)
+        p.event(reason, f"Node {node.name}: {summary}; retrying in {rules.format_duration(delay)}", node=node, type=WARNING)
+
+
+# ---------------------------------------------------------------------------------------------
+# Status
+
+
+def _status_write(p: ReconcilePass, generation: int) -> tuple[str, str]:
+    nodes = list(p.live_nodes().values_list("phase", "release_reason", "last_error", "billing"))
+    monthly_desired = sum(o.node_count - _retired(o) for o in _capacity_orders(p.pool))
+    burst = sum(1 for phase, rr, _, billing in nodes if billing == Node.Billing.ON_DEMAND and not rr)
+    holding = p.pool.orders.filter(
+        kind__in=(PoolOrder.Kind.CREATE, PoolOrder.Kind.GROW),
+        status__in=(PoolOrder.Status.PENDING, PoolOrder.Status.APPROVED, PoolOrder.Status.PAID),
+    )
+    ordered = sum(o.node_count - _retired(o) for o in holding)
+    refused = p.pool.orders.filter(status__in=(PoolOrder.Status.REJECTED, PoolOrder.Status.FAILED)).order_by("-pk").first()
+    counts = rules.PoolCounts(
+        min_nodes=p.pool.min_nodes,
+        ordered=ordered,
+        last_refusal=f"order #{refused.pk} {refused.status}: {refused.reason}" if refused else "",
+        desired=min(monthly_desired, p.pool.max_nodes) + burst,
+        ready=sum(1 for phase, rr, _, _ in nodes if phase == Node.Phase.READY and not rr),
+        provisioning=sum(1 for phase, rr, _, _ in nodes if phase in rules.PROVISIONING_PHASES and not rr),
+        unknown=sum(1 for phase, rr, _, _ in nodes if phase == Node.Phase.UNKNOWN and not rr),
+        draining=sum(1 for _, rr, _, _ in nodes if rr),
+        awaiting_orders=tuple(p.pool.orders.filter(status=PoolOrder.Status.PENDING).order_by("pk").values_list("pk", flat=True)),
+        unpaid_orders=tuple(p.pool.orders.filter(status=PoolOrder.Status.APPROVED).order_by("pk").values_list("pk", flat=True)),
+    )
+    stalls = p.stalls + [err for phase, rr, err, _ in nodes if err and not rr and phase in rules.PROVISIONING_PHASES]
+    phase, reason = rules.pool_status(counts=counts, stalls=stalls, deleting=p.pool.phase == GpuNodePool.Phase.DELETING)
+    reason = reason[:500]
+    conditions = rules.pool_conditions(counts=counts, previous=p.pool.conditions or [], now=p.now)
+    rows = GpuNodePool.objects.filter(pk=p.pool.pk, deleted_at__isnull=True)
+    if phase != GpuNodePool.Phase.DELETING:  # a delete requested during this pass wins
+        rows = rows.exclude(phase=GpuNodePool.Phase.DELETING)
+    with transaction.atomic():
+        if rows.update(phase=phase, pending_reason=reason, observed_generation=generation, conditions=conditions) and phase != p.pool.phase and phase == GpuNodePool.Phase.READY:
+            p.event("PoolReady", f"All {counts.desired} node(s) of {p.pool.name} are Ready")
+    return phase, reason
+
+
+def _retired(order: PoolOrder) -> int:
+    return order.nodes.filter(release_reason__in=rules.RETIRING_REASONS).count()

@@ -1,0 +1,58 @@
+"""`manage.py reconcile`: the lifecycle controller's loop, runnable without a worker (design §5).
+
+`--once` runs one pass over every live pool and exits (what the scheduled task does); without it
+the command loops every `--interval` seconds until interrupted. `--now` replays a pass at a
+given moment (ISO 8601) against the simulated cloud's virtual clock.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+from django.core.management.base import BaseCommand, CommandError
+
+from pools.lifecycle import pool_reconcile, reconcile_all
+from pools.models import GpuNodePool
+
+
+class Command(BaseCommand):
+    help = "Reconcile node pools: orders -> nodes -> Ready; leases; graceful exit."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--once", action="store_true", help="One pass over all pools, then exit")
+        parser.add_argument("--interval", type=float, default=30.0, help="Seconds between passes in loop mode")
+        parser.add_argument("--pool", default="", help="Only this pool (by name)")
+        parser.add_argument("--now", default="", help="Moment of the pass, ISO 8601 (default: the clock)")
+
+    def handle(self, *args, once: bool = False, interval: float = 30.0, pool: str = "", now: str = "", **options):
+        moment = _parse_now(now) if now else None
+        while True:
+            results = self._pass(pool, moment)
+            for result in results:
+                if result.error:
+                    line = f"{result.pool_id}\terror: {result.error}"
+                elif result.claimed:
+                    line = f"{result.pool_id}\t{result.phase}\t{result.pending_reason}"
+                else:
+                    line = f"{result.pool_id}\tskipped: claimed by another worker"
+                self.stdout.write(line)
+            if once:
+                return
+            time.sleep(interval)
+
+    def _pass(self, name: str, moment: datetime | None):
+        if not name:
+            return reconcile_all(now=moment)
+        pool = GpuNodePool.objects.active().filter(name=name).first()
+        if pool is None:
+            raise CommandError(f"no live pool named {name!r}")
+        return [pool_reconcile(pool_id=pool.pk, now=moment)]
+
+
+def _parse_now(value: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise CommandError(f"--now: not an ISO 8601 moment: {value!r}") from exc
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)

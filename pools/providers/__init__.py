@@ -1,0 +1,30 @@
+"""Providers: the only code that talks to the outside world (design §1).
+
+`get_cloud_provider()` and `get_cluster_backend()` read `EBCLOUD_CLOUD_PROVIDER` and
+`EBCLOUD_CLUSTER_BACKEND`; `simulated` (the embedded default) is the one implemented so far.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+from pools.providers.base import CloudProvider, ClusterBackend
+
+
+def get_cloud_provider() -> CloudProvider:
+    name = getattr(settings, "EBCLOUD_CLOUD_PROVIDER", "simulated")
+    if name == "simulated":
+        from pools.providers.simulated import SimulatedCloud
+
+        return SimulatedCloud()
+    raise ImproperlyConfigured(f"EBCLOUD_CLOUD_PROVIDER: unknown provider {name!r} (known: simulated)")
+
+
+def get_cluster_backend() -> ClusterBackend:
+    name = getattr(settings, "EBCLOUD_CLUSTER_BACKEND", "simulated")
+    if name == "simulated":
+        from pools.providers.simulated import SimulatedCluster
+
+        return SimulatedCluster()
+    raise ImproperlyConfigured(f"EBCLOUD_CLUSTER_BACKEND: unknown backend {name!r} (known: simulated)")

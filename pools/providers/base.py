@@ -1,0 +1,163 @@
+"""The two interfaces to the outside world (design §1, "Providers").
+
+`CloudProvider` buys, pays for, boots and releases machines; `ClusterBackend` is the Kubernetes
+side (register, label, taint, cordon, evict, list pods). The lifecycle controller talks only to
+these, so the simulated provider (the embedded default) and a real cloud are interchangeable.
+
+Every call that changes something is idempotent on a key the caller chooses (the node name as
+the machine order's client token, the pool order's id as the payment key), so a controller
+killed between the call and its own write can simply call again (at-least-once, design §5).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from typing import Protocol, runtime_checkable
+
+from billing.pricing import Quote
+
+
+class ProviderError(Exception):
+    """A refusal by the cloud; `reason` is the CamelCase event reason (seed T1)."""
+
+    reason = "ProviderError"
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class OutOfStock(ProviderError):
+    reason = "OutOfStock"
+
+    def __init__(self, message: str, *, zone: str, alternatives: Mapping[str, int]):
+        super().__init__(message)
+        self.zone = zone
+        self.alternatives = dict(alternatives)
+
+
+class InsufficientBalance(ProviderError):
+    reason = "InsufficientBalance"
+
+    def __init__(self, message: str, *, need: Decimal, balance: Decimal, currency: str):
+        super().__init__(message)
+        self.need, self.balance, self.currency = need, balance, currency
+
+
+class PaymentDeclined(ProviderError):
+    reason = "PaymentDeclined"
+
+
+@dataclass(frozen=True)
+class QuotaStatus:
+    region: str
+    gpu_model: str
+    limit_gpus: int
+    in_use_gpus: int
+
+
+@dataclass(frozen=True)
+class Machine:
+    provider_id: str
+    zone: str
+    created: bool  # False when the client token had already ordered it
+
+
+@dataclass(frozen=True)
+class Payment:
+    order_id: int
+    amount: Decimal
+    currency: str
+    balance_after: Decimal
+    paid_at: datetime
+    created: bool  # False when the order had been paid before
+
+
+RUNNING, DONE, FAILED = "running", "done", "failed"
+
+
+@dataclass(frozen=True)
+class StepResult:
+    status: str  # running | done | failed
+    due_at: datetime | None = None  # running: when to look again
+    reason: str = ""  # failed: CamelCase reason
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class ReclaimNotice:
+    provider_id: str
+    reclaim_at: datetime
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    namespace: str
+    name: str
+    priority: int = 0
+    phase: str = "Running"
+    checkpointable: bool = False
+
+
+@dataclass(frozen=True)
+class MachineRequest:
+    client_token: str  # the node's name: ordering twice returns the same machine
+    zone: str
+    gpu_model: str
+    node_type: str
+    billing: str
+    image: str
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+
+@runtime_checkable
+class CloudProvider(Protocol):
+    def quote(self, *, node_type: str, gpu_model: str, lease_type: str, nodes: int, at: datetime) -> Quote: ...
+
+    def quota(self, *, region: str, gpu_model: str) -> QuotaStatus: ...
+
+    def stock(self, *, region: str, gpu_model: str, node_type: str) -> dict[str, int]:
+        """Nodes of that shape each zone of the region can still deliver."""
+        ...
+
+    def image_prewarmed(self, *, image: str) -> bool:
+        """True for a system image with driver and CUDA baked in (D4: no driver install step)."""
+        ...
+
+    def place_order(self, *, request: MachineRequest, now: datetime) -> Machine:
+        """Order one machine; raises OutOfStock."""
+        ...
+
+    def pay(self, *, order_id: int, amount: Decimal, currency: str, now: datetime) -> Payment:
+        """Pay a pool order from the account; raises InsufficientBalance or PaymentDeclined."""
+        ...
+
+    def provision_step(self, *, provider_id: str, step: str, now: datetime) -> StepResult:
+        """Start or check one provisioning step of a machine."""
+        ...
+
+    def release(self, *, provider_id: str, now: datetime) -> None: ...
+
+    def reclaim_notices(self, *, now: datetime) -> Sequence[ReclaimNotice]: ...
+
+
+@runtime_checkable
+class ClusterBackend(Protocol):
+    def register_node(self, *, name: str, now: datetime) -> None: ...
+
+    def set_labels(self, *, name: str, labels: Mapping[str, str]) -> None: ...
+
+    def set_taints(self, *, name: str, taints: Sequence[Mapping[str, str]]) -> None: ...
+
+    def cordon(self, *, name: str) -> None: ...
+
+    def evict_pod(self, *, namespace: str, name: str, reason: str) -> bool:
+        """True when evicted; False when a disruption budget refused."""
+        ...
+
+    def list_pods(self, *, node_name: str) -> list[PodInfo]: ...
+
+    def remove_node(self, *, name: str) -> None: ...

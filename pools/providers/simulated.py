@@ -1,0 +1,374 @@
+"""The simulated cloud and cluster: the embedded default, behaving like a real cloud (issue 3 §1).
+
+State lives in the database (pools/models_cloud.py): finite stock per zone and GPU model, the
+account balance (billing.Account) that payments debit, machines that walk provisioning steps
+taking configurable time, failures injectable per step (by setting, as a rate, or per test),
+and reclaim notices for preemptible machines (D2). Settings (config/settings.py):
+
+- `EBCLOUD_SIM_STEP_SECONDS`: duration of each step; the defaults make a node Ready in about
+  4 minutes (3 with a prewarmed image); `EBCLOUD_SIM_FAST=true` makes every step 2 seconds.
+- `EBCLOUD_SIM_PREWARMED_IMAGES`: images with driver and CUDA baked in; no driver step (D4).
+- `EBCLOUD_SIM_FAILURE_RATES`: step -> probability of failing (`order`: out of stock, `pay`:
+  declined, or a provisioning step); deterministic per machine, step and attempt (per order and
+  moment for `order` and `pay`), so a rerun sees the same outcome.
+- `EBCLOUD_SIM_STOCK_GPUS` (default per zone and model) and `EBCLOUD_SIM_STOCK` overrides.
+- `EBCLOUD_SIM_ACCOUNT`: the billing.Account orders are paid from.
+- `EBCLOUD_SIM_RECLAIM_RATE_PER_HOUR`: chance per hour that a running preemptible machine gets
+  a reclaim notice (`EBCLOUD_SIM_RECLAIM_NOTICE_SECONDS` ahead); `reclaim_inject` does it now.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import F, Q
+
+from billing.models import Account
+from billing.pricing import Quote, quote_for
+from pools.lifecycle_rules import (
+    BOOT,
+    DRIVER_INSTALL,
+    FAILURE_REASON,
+    IMAGE_PULL,
+    KUBELET_INSTALL,
+    KUBELET_JOIN,
+    ORDER,
+    PAY,
+)
+from pools.models import GpuModel, Node, NodeType, Quota, Zone
+from pools.models_cloud import SimClusterNode, SimFailure, SimMachine, SimPayment, SimStock
+from pools.models_pods import Pod
+from pools.providers.base import (
+    DONE,
+    FAILED,
+    RUNNING,
+    InsufficientBalance,
+    Machine,
+    MachineRequest,
+    OutOfStock,
+    Payment,
+    PaymentDeclined,
+    PodInfo,
+    QuotaStatus,
+    ReclaimNotice,
+    StepResult,
+)
+from pools.selectors import quota_usage
+
+EVICT = "evict"  # an injected failure of this step is a disruption budget refusing an eviction
+DEFAULT_STEP_SECONDS = {BOOT: 60, IMAGE_PULL: 45, DRIVER_INSTALL: 90, KUBELET_INSTALL: 30, KUBELET_JOIN: 20}
+DEFAULT_STOCK_GPUS = 256
+DEFAULT_PREWARMED_IMAGES = ("ubuntu-22.04-cuda-12.2-prewarmed",)
+FAILURE_DETAILS = {
+    BOOT: "machine {id} did not boot",
+    IMAGE_PULL: "{image}",
+    DRIVER_INSTALL: "NVIDIA driver install on {image} exited with status 1",
+    KUBELET_INSTALL: "kubelet install script exited with status 1",
+    KUBELET_JOIN: "kubelet on {id} did not join the cluster within 5m0s",
+}
+
+
+def step_seconds() -> dict[str, int]:
+    return {**DEFAULT_STEP_SECONDS, **getattr(settings, "EBCLOUD_SIM_STEP_SECONDS", {})}
+
+
+def prewarmed_images() -> frozenset[str]:
+    return frozenset(getattr(settings, "EBCLOUD_SIM_PREWARMED_IMAGES", DEFAULT_PREWARMED_IMAGES))
+
+
+def is_prewarmed(image: str) -> bool:
+    """D4: a custom image with CUDA/cuDNN preinstalled skips the driver install step."""
+    return image in prewarmed_images()
+
+
+class SimulatedCloud:
+    """`CloudProvider` over the database."""
+
+    # -- catalogue, quota, stock ---------------------------------------------------------------
+
+    def quote(self, *, node_type: str, gpu_model: str, lease_type: str, nodes: int, at: datetime) -> Quote:
+        return quote_for(
+            node_type_id=NodeType.objects.get(name=node_type).pk,
+            gpu_model_id=GpuModel.objects.get(name=gpu_model).pk,
+            lease_type=lease_type,
+            nodes=nodes,
+            at=at,
+        )
+
+    def quota(self, *, region: str, gpu_model: str) -> QuotaStatus:
+        model = GpuModel.objects.get(name=gpu_model)
+        row = Quota.objects.filter(region=region, gpu_model=model, team__isnull=True).first()
+        return QuotaStatus(
+            region=region,
+            gpu_model=gpu_model,
+            limit_gpus=row.limit_gpus if row else 0,
+            in_use_gpus=quota_usage(region=region, gpu_model_id=model.pk),
+        )
+
+    def stock(self, *, region: str, gpu_model: str, node_type: str) -> dict[str, int]:
+        gpus = NodeType.objects.get(name=node_type).gpu_count
+        model = GpuModel.objects.get(name=gpu_model)
+        return {zone.name: _stock_row(zone, model).available_gpus // gpus for zone in Zone.objects.filter(region=region)}
+
+    def image_prewarmed(self, *, image: str) -> bool:
+        return is_prewarmed(image)
+
+    # -- ordering and paying -------------------------------------------------------------------
+
+    def place_order(self, *, request: MachineRequest, now: datetime) -> Machine:
+        existing = SimMachine.objects.filter(client_token=request.client_token).first()
+        if existing is not None:
+            return Machine(provider_id=existing.provider_id, zone=existing.zone.name, created=False)
+        zone = Zone.objects.get(name=request.zone)
+        model = GpuModel.objects.get(name=request.gpu_model)
+        node_type = NodeType.objects.get(name=request.node_type)
+        forced = _take_failure(ORDER, zone=zone.name, image=request.image, token=request.client_token)
+        forced = forced or (SimFailure(step=ORDER) if _rate_hit(ORDER, f"{request.client_token}:{now.isoformat()}") else None)
+        try:
+            with transaction.atomic():
+                stock = SimStock.objects.select_for_update().get(pk=_stock_row(zone, model).pk)
+                if forced is not None or stock.available_gpus < node_type.gpu_count:
+                    raise OutOfStock(
+                        f"no {request.node_type} {request.gpu_model} left in {zone.name}",
+                        zone=zone.name,
+                        alternatives=self.stock(region=zone.region, gpu_model=model.name, node_type=node_type.name),
+                    )
+                SimStock.objects.filter(pk=stock.pk).update(available_gpus=F("available_gpus") - node_type.gpu_count)
+                machine = SimMachine.objects.create(
+                    provider_id=f"sim-{zone.name}-{uuid.uuid4().hex[:12]}",
+                    client_token=request.client_token,
+                    zone=zone,
+                    gpu_model=model,
+                    node_type=node_type,
+                    gpus=node_type.gpu_count,
+                    billing=request.billing,
+                    image=request.image,
+                    created_at=now,
+                )
+        except IntegrityError:  # a concurrent caller ordered with the same client token
+            machine = SimMachine.objects.get(client_token=request.client_token)
+            return Machine(provider_id=machine.provider_id, zone=zone.name, created=False)
+        return Machine(provider_id=machine.provider_id, zone=zone.name, created=True)
+
+    def pay(self, *, order_id: int, amount: Decimal, currency: str, now: datetime) -> Payment:
+        existing = SimPayment.objects.filter(order_id=order_id).first()
+        if existing is not None:
+            return _payment(existing, created=False)
+        forced = _take_failure(PAY, token=str(order_id))
+        forced = forced or (SimFailure(step=PAY) if _rate_hit(PAY, f"{order_id}:{now.isoformat()}") else None)
+        if forced is not None:
+            raise PaymentDeclined(forced.message or "the bank declined the payment")
+        account_name = getattr(settings, "EBCLOUD_SIM_ACCOUNT", "default")
+        try:
+            with transaction.atomic():
+                Account.objects.get_or_create(name=account_name, defaults={"balance": Decimal("0"), "currency": currency})
+                account = Account.objects.select_for_update().get(name=account_name)
+                again = SimPayment.objects.filter(order_id=order_id).first()  # paid while we waited for the lock
+                if again is not None:
+                    return _payment(again, created=False)
+                if account.currency != currency:
+                    raise PaymentDeclined(f"account {account.name} holds {account.currency}, the order is in {currency}")
+                if account.balance < amount:
+                    raise InsufficientBalance(
+                        f"need {amount} {currency}, balance {account.balance} {currency}",
+                        need=amount,
+                        balance=account.balance,
+                        currency=currency,
+                    )
+                account.balance -= amount
+                account.save(update_fields=["balance"])
+                payment = SimPayment.objects.create(
+                    order_id=order_id, account=account, amount=amount, currency=currency, balance_after=account.balance, paid_at=now
+                )
+        except IntegrityError:
+            return _payment(SimPayment.objects.get(order_id=order_id), created=False)
+        return _payment(payment, created=True)
+
+    # -- machines ------------------------------------------------------------------------------
+
+    def provision_step(self, *, provider_id: str, step: str, now: datetime) -> StepResult:
+        with transaction.atomic():
+            machine = SimMachine.objects.select_for_update().get(provider_id=provider_id)
+            if machine.status == SimMachine.Status.RELEASED:
+                return StepResult(status=FAILED, reason="MachineReleased", message=f"machine {provider_id} was released")
+            if machine.step != step or machine.step_due_at is None:
+                seconds = 0 if step == DRIVER_INSTALL and is_prewarmed(machine.image) else step_seconds().get(step, 30)
+                machine.step, machine.step_done = step, False
+                machine.step_due_at = now + timedelta(seconds=seconds)
+                machine.save(update_fields=["step", "step_done", "step_due_at"])
+                if seconds > 0:
+                    return StepResult(status=RUNNING, due_at=machine.step_due_at)
+            if machine.step_done:
+                return StepResult(status=DONE)
+            if now < machine.step_due_at:
+                return StepResult(status=RUNNING, due_at=machine.step_due_at)
+            machine.step_attempt += 1
+            failure = _take_failure(step, zone=machine.zone.name, image=machine.image, token=machine.client_token)
+            if failure is None and _rate_fails(machine, step):
+                failure = SimFailure(step=step)
+            if failure is not None:
+                machine.step_due_at = None  # the next call starts the step again
+                machine.save(update_fields=["step_attempt", "step_due_at"])
+                detail = failure.message or FAILURE_DETAILS.get(step, "{id}: step failed").format(id=provider_id, image=machine.image)
+                return StepResult(status=FAILED, reason=FAILURE_REASON.get(step, "StepFailed"), message=detail)
+            machine.step_done = True
+            if step == KUBELET_JOIN:
+                machine.status = SimMachine.Status.RUNNING
+            machine.save(update_fields=["step_attempt", "step_done", "status"])
+            return StepResult(status=DONE)
+
+    def release(self, *, provider_id: str, now: datetime) -> None:
+        with transaction.atomic():
+            machine = SimMachine.objects.select_for_update().filter(provider_id=provider_id).first()
+            if machine is None or machine.status == SimMachine.Status.RELEASED:
+                return
+            SimMachine.objects.filter(pk=machine.pk).update(status=SimMachine.Status.RELEASED, released_at=now)
+            stock = _stock_row(machine.zone, machine.gpu_model)
+            SimStock.objects.filter(pk=stock.pk).update(available_gpus=F("available_gpus") + machine.gpus)
+
+    def reclaim_notices(self, *, now: datetime) -> Sequence[ReclaimNotice]:
+        rate = float(getattr(settings, "EBCLOUD_SIM_RECLAIM_RATE_PER_HOUR", 0.0))
+        if rate > 0:  # each running preemptible machine is reclaimed with this chance per hour
+            hour = int(now.timestamp() // 3600)
+            notice = timedelta(seconds=getattr(settings, "EBCLOUD_SIM_RECLAIM_NOTICE_SECONDS", 120))
+            running = SimMachine.objects.filter(billing="preemptible", reclaim_at__isnull=True, status=SimMachine.Status.RUNNING)
+            for machine in running:
+                digest = hashlib.sha256(f"reclaim:{machine.provider_id}:{hour}".encode()).digest()
+                if int.from_bytes(digest[:8], "big") / 2**64 < rate:
+                    SimMachine.objects.filter(pk=machine.pk, reclaim_at__isnull=True).update(reclaim_at=now + notice)
+        machines = SimMachine.objects.filter(reclaim_at__isnull=False).exclude(status=SimMachine.Status.RELEASED)
+        return [ReclaimNotice(provider_id=m.provider_id, reclaim_at=m.reclaim_at) for m in machines]
+
+
+class SimulatedCluster:
+    """`ClusterBackend` over the database: registered nodes and the pods bound to them."""
+
+    def register_node(self, *, name: str, now: datetime) -> None:
+        SimClusterNode.objects.get_or_create(name=name, defaults={"registered_at": now})
+
+    def set_labels(self, *, name: str, labels: Mapping[str, str]) -> None:
+        SimClusterNode.objects.filter(name=name).update(labels=dict(labels))
+
+    def set_taints(self, *, name: str, taints: Sequence[Mapping[str, str]]) -> None:
+        SimClusterNode.objects.filter(name=name).update(taints=[dict(t) for t in taints])
+
+    def cordon(self, *, name: str) -> None:
+        SimClusterNode.objects.filter(name=name).update(unschedulable=True)
+
+    def evict_pod(self, *, namespace: str, name: str, reason: str) -> bool:
+        """Evict like the Eviction API: the pod leaves its node and is Pending again (its owner
+        would recreate it), unless an injected disruption budget (`evict` failure) refuses."""
+        if _take_failure(EVICT, token=f"{namespace}/{name}") is not None:
+            return False
+        Pod.objects.filter(namespace=namespace, name=name, phase=Pod.Phase.RUNNING).update(
+            phase=Pod.Phase.PENDING, node=None, gpu_indices=[], reason="Evicted", started_at=None,
+            explanation=f"Evicted from its node: {reason}; waiting to be scheduled again",
+        )  # fmt: skip
+        return True
+
+    def list_pods(self, *, node_name: str) -> list[PodInfo]:
+        pods = Pod.objects.filter(node__name=node_name, phase=Pod.Phase.RUNNING).order_by("namespace", "name")
+        return [PodInfo(namespace=p.namespace, name=p.name, priority=p.priority, phase=p.phase, checkpointable=p.checkpointable) for p in pods]
+
+    def remove_node(self, *, name: str) -> None:
+        """Pods still on a removed node lose it and wait to be scheduled again (`NodeLost`)."""
+        Pod.objects.filter(node__name=name, phase=Pod.Phase.RUNNING).update(
+            phase=Pod.Phase.PENDING, node=None, gpu_indices=[], reason="NodeLost", started_at=None,
+            explanation=f"Node {name} left the cluster; waiting to be scheduled again",
+        )  # fmt: skip
+        SimClusterNode.objects.filter(name=name).delete()
+
+
+# ---------------------------------------------------------------------------------------------
+# Test and demo handles: what an operator of a real cloud cannot do, a test can.
+
+
+def stock_set(*, zone: str, gpu_model: str, gpus: int) -> None:
+    row = _stock_row(Zone.objects.get(name=zone), GpuModel.objects.get(name=gpu_model))
+    SimStock.objects.filter(pk=row.pk).update(available_gpus=gpus)
+
+
+def failure_inject(*, step: str, times: int | None = 1, zone: str = "", image: str = "", token_prefix: str = "", message: str = "") -> SimFailure:
+    """Make the next `times` matching steps fail (`times=None`: until removed). Steps: `order`
+    (out of stock), `pay` (declined), `boot`, `image_pull`, `driver_install`, `kubelet_install`,
+    `kubelet_join` (timeout), `evict` (a disruption budget; `token_prefix` "namespace/name")."""
+    return SimFailure.objects.create(step=step, remaining=times, zone=zone, image=image, token_prefix=token_prefix, message=message)
+
+
+def reclaim_inject(*, provider_id: str, now: datetime, notice: timedelta | None = None) -> datetime:
+    """The cloud reclaims a preemptible machine after `notice` (D2). Guaranteed machines are
+    never reclaimed during their lease: asking for one raises ValueError."""
+    machine = SimMachine.objects.get(provider_id=provider_id)
+    if machine.billing != "preemptible":
+        raise ValueError(f"{provider_id} is a guaranteed ({machine.billing}) machine: never reclaimed during its lease")
+    notice = notice if notice is not None else timedelta(seconds=getattr(settings, "EBCLOUD_SIM_RECLAIM_NOTICE_SECONDS", 120))
+    reclaim_at = now + notice
+    SimMachine.objects.filter(pk=machine.pk, reclaim_at__isnull=True).update(reclaim_at=reclaim_at)
+    return SimMachine.objects.get(pk=machine.pk).reclaim_at
+
+
+def pod_run(*, node_name: str, name: str, namespace: str = "default", priority: int = 0, checkpointable: bool = False, eviction_blocked: bool = False, now: datetime | None = None) -> Pod:
+    """A Running pod on a node (of the node's pool's team); `eviction_blocked`: a disruption
+    budget refuses its eviction until removed."""
+    node = Node.objects.select_related("pool").get(name=node_name)
+    pod = Pod.objects.create(
+        namespace=namespace, name=name, team_id=node.pool.team_id, priority=priority, checkpointable=checkpointable,
+        phase=Pod.Phase.RUNNING, node=node, started_at=now, gpu_count=1, gpu_milli=1000,
+    )  # fmt: skip
+    if eviction_blocked:
+        failure_inject(step=EVICT, times=None, token_prefix=f"{namespace}/{name}", message="disruption budget")
+    return pod
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _stock_row(zone: Zone, model: GpuModel) -> SimStock:
+    overrides = getattr(settings, "EBCLOUD_SIM_STOCK", {})
+    initial = overrides.get(f"{zone.name}/{model.name}", getattr(settings, "EBCLOUD_SIM_STOCK_GPUS", DEFAULT_STOCK_GPUS))
+    row, _ = SimStock.objects.get_or_create(zone=zone, gpu_model=model, defaults={"available_gpus": initial})
+    return row
+
+
+def _take_failure(step: str, *, zone: str = "", image: str = "", token: str = "") -> SimFailure | None:
+    """Consume one matching injected failure (a conditional UPDATE, so each fires once)."""
+    candidates = (
+        SimFailure.objects.filter(step=step)
+        .filter(Q(zone="") | Q(zone=zone))
+        .filter(Q(image="") | Q(image=image))
+        .filter(Q(remaining__isnull=True) | Q(remaining__gt=0))
+        .order_by("id")
+    )
+    for failure in candidates:
+        if failure.token_prefix and not token.startswith(failure.token_prefix):
+            continue
+        if failure.remaining is None:
+            return failure
+        if SimFailure.objects.filter(pk=failure.pk, remaining__gt=0).update(remaining=F("remaining") - 1):
+            return failure
+    return None
+
+
+def _rate_fails(machine: SimMachine, step: str) -> bool:
+    return _rate_hit(step, f"{machine.provider_id}:{machine.step_attempt}")
+
+
+def _rate_hit(step: str, key: str) -> bool:
+    """`EBCLOUD_SIM_FAILURE_RATES[step]`: a deterministic draw per key (same key, same answer)."""
+    rate = float(getattr(settings, "EBCLOUD_SIM_FAILURE_RATES", {}).get(step, 0))
+    if rate <= 0:
+        return False
+    digest = hashlib.sha256(f"{step}:{key}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < rate
+
+
+def _payment(row: SimPayment, *, created: bool) -> Payment:
+    return Payment(
+        order_id=row.order_id, amount=row.amount, currency=row.currency, balance_after=row.balance_after, paid_at=row.paid_at, created=created
+    )

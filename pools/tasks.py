@@ -1,0 +1,27 @@
+"""django-q2 tasks: thin, idempotent, level-triggered wrappers around services (design §5)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.utils import timezone
+from django_q.models import Schedule
+
+from pools import lifecycle
+
+SOON = "pools.reconcile_soon"
+
+
+def reconcile_all() -> dict[str, int]:
+    """Make every live pool match its spec. Scheduled every minute by a data migration; when a
+    provisioning step ends sooner, a one-off schedule wakes the controller then (like a
+    Kubernetes controller's RequeueAfter), so nodes are not held back by the minute tick."""
+    now = timezone.now()
+    results = lifecycle.reconcile_all(now=now)
+    due = lifecycle.next_wakeup(after=now)
+    if due is not None and due <= now + timedelta(minutes=1):
+        Schedule.objects.update_or_create(
+            name=SOON,
+            defaults={"func": "pools.tasks.reconcile_all", "schedule_type": Schedule.ONCE, "repeats": 1, "next_run": due},
+        )
+    return {"pools": len(results), "claimed": sum(1 for r in results if r.claimed), "errors": sum(1 for r in results if r.error)}

@@ -1,0 +1,49 @@
+"""Browser check (Playwright, Debian's chromium): the fragmentation page loads plotly.min.js
+from our static files (the installed package's copy, no CDN) and draws its charts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pools.scheduler_service import scheduler_pass
+from tests.pools.pod_helpers import T0, pool_with_nodes, submit
+
+CHROMIUM = "/usr/bin/chromium"
+
+pytestmark = [
+    pytest.mark.live,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium at /usr/bin/chromium"),
+]
+
+
+@pytest.fixture
+def page(monkeypatch):
+    sync_api = pytest.importorskip("playwright.sync_api")
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's sync API runs an event loop
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            yield browser.new_page()
+        finally:
+            browser.close()
+
+
+def test_the_fragmentation_charts_are_drawn_by_plotly_from_static(live_server, actors, page):
+    pool_with_nodes(actors["lead"], node_labels={"pool": "train"}, schedulingPolicy="spread")
+    for i in range(2):
+        submit(actors["member"], f"f{i}", gpus=2)
+    scheduler_pass(now=T0)
+    requests = []
+    page.on("request", lambda request: requests.append(request.url))
+    page.goto(f"{live_server.url}/login/")
+    page.fill("input[name=username]", "lead")
+    page.fill("input[name=password]", "pw-lead")
+    page.click("button[type=submit]")
+    page.goto(f"{live_server.url}/pools/train-pool-a/fragmentation/")
+    page.wait_for_selector("#chart-allocation .main-svg", timeout=15000)
+    assert page.locator("#chart-fragments .main-svg").count() >= 1
+    assert any(url.endswith("/static/vendor/plotly.min.js") for url in requests)
+    assert all(url.startswith(live_server.url) for url in requests)

@@ -1,0 +1,70 @@
+"""Helpers of the pod and scheduler tests: pools with Ready nodes created directly, pod documents."""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime
+
+from pools import pod_services, services
+from pools.models import Node
+from pools.selectors import catalog_current
+from pools.spec import effective_node_labels, load_yaml, parse_document
+from tests.conftest import EXAMPLES, make_document
+
+T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
+TRAIN_POD = EXAMPLES / "pods" / "train-pod.yaml"
+
+
+def train_pod_document() -> dict:
+    return copy.deepcopy(load_yaml(TRAIN_POD.read_text()))
+
+
+def pool_with_nodes(user, *, name="train-pool-a", nodes=2, node_labels=None, taints="default", phase="Ready", **spec):
+    """A pool (min 0: no order) with `nodes` Ready nodes created directly, labels and taints from its spec."""
+    overrides = {"nodeCount": {"min": 0, "max": 6}, **spec}
+    if node_labels is not None:
+        overrides["nodeLabels"] = node_labels
+    if taints != "default":
+        overrides["nodeTaints"] = taints
+    document = make_document(name, **overrides)
+    pool = services.pool_create(user=user, document=document)
+    parsed = parse_document(pool.document, catalog_current())
+    for index in range(nodes):
+        Node.objects.create(
+            pool=pool,
+            name=f"{name}-{index}",
+            phase=phase,
+            zone=pool.zone,
+            gpu_count=pool.node_type.gpu_count,
+            labels=effective_node_labels(parsed, zone=pool.zone.name, billing="monthly"),
+            taints=[{"key": t.key, "value": t.value, "effect": t.effect} for t in parsed.node_taints],
+            ready_at=T0,
+        )
+    return pool
+
+
+def pod_document(name, *, namespace="algorithm", gpus=1, cpu="4", memory="32Gi", priority=0, milli=None,
+                 checkpointable=False, duration=None, pool_affinity="train", tolerate="train", models=None):  # fmt: skip
+    annotations = {}
+    if milli is not None:
+        annotations["ebcloud.io/gpu-milli"] = str(milli)
+    if checkpointable:
+        annotations["ebcloud.io/checkpointable"] = "true"
+    if duration:
+        annotations["ebcloud.io/duration"] = duration
+    if models:
+        annotations["ebcloud.io/gpu-models"] = models
+    spec = {
+        "priority": priority,
+        "containers": [{"name": "main", "resources": {"requests": {"cpu": cpu, "memory": memory, "nvidia.com/gpu": gpus}}}],
+    }
+    if pool_affinity:
+        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "pool", "operator": "In", "values": [pool_affinity]}]}]}}}  # fmt: skip
+    if tolerate:
+        spec["tolerations"] = [{"key": "pool", "operator": "Equal", "value": tolerate, "effect": "NoSchedule"}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace, "annotations": annotations}, "spec": spec}
+
+
+def submit(user, name, **kwargs):
+    return pod_services.pod_create(user=user, document=pod_document(name, **kwargs), now=T0)

@@ -1,0 +1,122 @@
+"""Pure lifecycle decisions (design §1): backoff, drain order, leases (D2), heartbeats (D1),
+pendingReason with numbers (T1)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pools import lifecycle_rules as rules
+
+NOW = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
+
+
+def test_backoff_doubles_from_thirty_seconds_and_is_capped_at_ten_minutes():
+    assert [rules.backoff(n).total_seconds() for n in range(1, 8)] == [30, 60, 120, 240, 480, 600, 600]
+
+
+@given(st.integers(min_value=1, max_value=10_000))
+def test_backoff_never_shrinks_and_stays_within_bounds(attempt):
+    assert timedelta(seconds=30) <= rules.backoff(attempt) <= rules.backoff(attempt + 1) <= timedelta(minutes=10)
+
+
+def test_steps_walk_the_articles_order_and_a_prewarmed_image_skips_the_driver():
+    """G1: initialise OS -> install driver -> install kubelet -> register."""
+    assert rules.steps_for(prewarmed=False) == ("boot", "image_pull", "driver_install", "kubelet_install", "kubelet_join")
+    assert rules.next_step("image_pull", prewarmed=True) == "kubelet_install"
+    assert rules.next_step("kubelet_join", prewarmed=False) is None
+
+
+def test_surplus_takes_burst_nodes_first_then_expired_then_nearest_lease_end():
+    nodes = [
+        rules.NodeView("m-late", "monthly", "Ready", NOW + timedelta(days=20)),
+        rules.NodeView("m-soon", "monthly", "Ready", NOW + timedelta(days=2)),
+        rules.NodeView("m-expired", "monthly", "Ready", NOW - timedelta(hours=1)),
+        rules.NodeView("burst-ready", "on_demand", "Ready"),
+        rules.NodeView("burst-booting", "on_demand", "Provisioning"),
+    ]
+    order = [n.name for n in rules.drain_order(nodes, now=NOW)]
+    assert order == ["m-expired", "burst-booting", "burst-ready", "m-soon", "m-late"]
+    assert [n.name for n in rules.surplus(nodes, max_nodes=3, now=NOW)] == ["m-expired", "burst-booting"]
+    assert rules.surplus(nodes, max_nodes=5, now=NOW) == []
+
+
+def test_eviction_takes_the_lowest_priority_first():
+    pods = [rules.PodView("ns", "online", 1000), rules.PodView("ns", "batch", 0), rules.PodView("ns", "mid", 10)]
+    assert [p.name for p in rules.eviction_order(pods)] == ["batch", "mid", "online"]
+
+
+def test_a_lease_is_announced_once_within_the_notice_and_expires_at_its_end():
+    end, notice = NOW + timedelta(days=3), timedelta(days=3)
+    assert rules.lease_action(lease_end=end, now=NOW - timedelta(seconds=1), notice=notice, notified=False) == rules.NONE
+    assert rules.lease_action(lease_end=end, now=NOW, notice=notice, notified=False) == rules.NOTIFY
+    assert rules.lease_action(lease_end=end, now=NOW, notice=notice, notified=True) == rules.NONE
+    assert rules.lease_action(lease_end=end, now=end, notice=notice, notified=True) == rules.EXPIRE
+    assert rules.lease_action(lease_end=None, now=end, notice=notice, notified=False) == rules.NONE
+
+
+def test_renewals_fill_up_to_the_minimum_only():
+    assert rules.renewals_allowed(min_nodes=2, staying=0, renewing=0) == 2
+    assert rules.renewals_allowed(min_nodes=2, staying=1, renewing=0) == 1
+    assert rules.renewals_allowed(min_nodes=1, staying=2, renewing=0) == 0
+
+
+def test_calendar_months_clamp_the_day():
+    assert rules.add_months(datetime(2027, 1, 31, tzinfo=UTC), 1) == datetime(2027, 2, 28, tzinfo=UTC)
+    assert rules.add_months(datetime(2026, 12, 1, tzinfo=UTC), 12) == datetime(2027, 12, 1, tzinfo=UTC)
+
+
+def test_a_silent_node_is_unknown_only_after_the_grace_period():
+    """D1: default grace 5 minutes; a node that never reported keeps its phase."""
+    grace = timedelta(minutes=5)
+    beat = NOW - timedelta(minutes=5)
+    assert rules.heartbeat_phase(phase="Ready", last_heartbeat=beat, now=NOW, grace=grace) == "Ready"
+    assert rules.heartbeat_phase(phase="Ready", last_heartbeat=beat - timedelta(seconds=1), now=NOW, grace=grace) == "Unknown"
+    assert rules.heartbeat_phase(phase="Unknown", last_heartbeat=NOW, now=NOW, grace=grace) == "Ready"
+    assert rules.heartbeat_phase(phase="Ready", last_heartbeat=None, now=NOW, grace=grace) == "Ready"
+    assert rules.heartbeat_phase(phase="Draining", last_heartbeat=beat - grace, now=NOW, grace=grace) == "Draining"
+
+
+def test_pending_reasons_carry_the_numbers():
+    """T1: stock in the zone (and where else there is some); the balance against the price."""
+    assert rules.out_of_stock_reason(zone="cn-east-2a", alternatives={"cn-east-2a": 0, "cn-east-2b": 3}) == "OutOfStock in cn-east-2a, 3 in cn-east-2b"
+    assert rules.out_of_stock_reason(zone="cn-east-2a", alternatives={"cn-east-2b": 0}) == "OutOfStock in cn-east-2a, none in the region's other zones"
+    assert (
+        rules.insufficient_balance_reason(need=Decimal("40000"), balance=Decimal("1000"), currency="CNY")
+        == "InsufficientBalance: need 40000.00 CNY, balance 1000.00 CNY"
+    )
+
+
+def test_pool_status_from_counts():
+    status = rules.pool_status
+    assert status(counts=rules.PoolCounts(desired=2, ready=2), stalls=[], deleting=False) == ("Ready", "")
+    assert status(counts=rules.PoolCounts(desired=0, ready=0, awaiting_orders=(7,)), stalls=[], deleting=False) == (
+        "Pending",
+        "OrderPending: order #7 awaits approval by a platform admin",
+    )
+    phase, reason = status(counts=rules.PoolCounts(desired=2, ready=0, provisioning=2), stalls=["ImagePullFailed: img"], deleting=False)
+    assert (phase, reason) == ("Provisioning", "ImagePullFailed: img")
+    assert status(counts=rules.PoolCounts(desired=3, ready=2, provisioning=1), stalls=[], deleting=False) == (
+        "Scaling",
+        "WaitingForNodes: 2/3 Ready, 1 provisioning",
+    )
+    assert status(counts=rules.PoolCounts(desired=2, ready=1, unknown=1), stalls=[], deleting=False)[0] == "Degraded"
+    assert status(counts=rules.PoolCounts(desired=2, ready=1, draining=1), stalls=[], deleting=True) == (
+        "Deleting",
+        "Draining: 2 node(s) left to drain and release",
+    )
+
+
+def test_durations_read_like_kubernetes():
+    assert [rules.format_duration(timedelta(seconds=s)) for s in (45, 245, 7260, 3 * 86400)] == ["45s", "4m5s", "2h1m", "3d0h"]
+
+
+def test_capacity_summary_takes_medians_and_counts_slow_nodes():
+    minutes = [timedelta(minutes=m) for m in (4, 20, 5)]
+    summary = rules.capacity_summary(minutes, [timedelta(minutes=6), timedelta(minutes=8)])
+    assert (summary.nodes, summary.last_ready, summary.median_ready, summary.max_ready) == (3, minutes[-1], timedelta(minutes=5), timedelta(minutes=20))
+    assert summary.median_first_pod == timedelta(minutes=7) and summary.slow == 1
+    assert rules.capacity_summary([], []).median_ready is None

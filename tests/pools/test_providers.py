@@ -1,0 +1,215 @@
+"""The simulated cloud and cluster behave like real ones (issue 3 §1): finite stock, a balance
+that payments debit, steps that take time and fail on demand, idempotent calls, reclaims only
+of preemptible machines (D2), prewarmed images (D4)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from billing.models import Account
+from pools import services
+from pools.lifecycle_rules import STEPS, steps_for
+from pools.models import Node
+from pools.models_cloud import SimClusterNode, SimMachine
+from pools.models_pods import Pod
+from pools.providers import get_cloud_provider, get_cluster_backend, simulated
+from pools.providers.base import (
+    DONE,
+    FAILED,
+    RUNNING,
+    CloudProvider,
+    ClusterBackend,
+    InsufficientBalance,
+    MachineRequest,
+    OutOfStock,
+    PaymentDeclined,
+)
+from pools.providers.simulated import SimulatedCloud, SimulatedCluster
+from tests.pools.lifecycle_helpers import T0
+
+pytestmark = pytest.mark.django_db
+
+
+def request(token="node-1", zone="cn-east-2a", image="ubuntu-22.04-cuda-12.2", billing="monthly"):
+    return MachineRequest(client_token=token, zone=zone, gpu_model="A100_80G", node_type="GPU_8_CARD", billing=billing, image=image)
+
+
+@pytest.fixture
+def cloud(catalog):
+    return SimulatedCloud()
+
+
+def walk(cloud, provider_id, step, start):
+    """Drive one step to its end; returns (result, when)."""
+    now = start
+    result = cloud.provision_step(provider_id=provider_id, step=step, now=now)
+    while result.status == RUNNING:
+        now = result.due_at
+        result = cloud.provision_step(provider_id=provider_id, step=step, now=now)
+    return result, now
+
+
+def test_the_factories_return_the_simulated_implementations_of_both_protocols(settings):
+    assert isinstance(get_cloud_provider(), CloudProvider) and isinstance(get_cloud_provider(), SimulatedCloud)
+    assert isinstance(get_cluster_backend(), ClusterBackend) and isinstance(get_cluster_backend(), SimulatedCluster)
+    settings.EBCLOUD_CLOUD_PROVIDER = "aws"
+    with pytest.raises(ImproperlyConfigured, match="EBCLOUD_CLOUD_PROVIDER"):
+        get_cloud_provider()
+
+
+def test_ordering_is_idempotent_on_the_client_token_and_takes_stock(cloud):
+    first = cloud.place_order(request=request(), now=T0)
+    again = cloud.place_order(request=request(), now=T0)
+    assert first.created and not again.created and first.provider_id == again.provider_id
+    assert cloud.stock(region="cn-east-2", gpu_model="A100_80G", node_type="GPU_8_CARD") == {"cn-east-2a": 31, "cn-east-2b": 32}
+
+
+def test_an_empty_zone_is_out_of_stock_and_names_what_the_other_zones_have(cloud):
+    simulated.stock_set(zone="cn-east-2a", gpu_model="A100_80G", gpus=7)
+    simulated.stock_set(zone="cn-east-2b", gpu_model="A100_80G", gpus=24)
+    with pytest.raises(OutOfStock) as caught:
+        cloud.place_order(request=request(), now=T0)
+    assert caught.value.zone == "cn-east-2a" and caught.value.alternatives == {"cn-east-2a": 0, "cn-east-2b": 3}
+    assert not SimMachine.objects.exists()
+
+
+def test_releasing_a_machine_returns_its_gpus_to_stock_once(cloud):
+    machine = cloud.place_order(request=request(), now=T0)
+    cloud.release(provider_id=machine.provider_id, now=T0)
+    cloud.release(provider_id=machine.provider_id, now=T0)
+    assert cloud.stock(region="cn-east-2", gpu_model="A100_80G", node_type="GPU_8_CARD")["cn-east-2a"] == 32
+
+
+def test_paying_debits_the_account_once_per_order(actors, train_document, cloud):
+    pool = services.pool_create(user=actors["lead"], document=train_document, now=T0)
+    order = pool.orders.get()
+    first = cloud.pay(order_id=order.pk, amount=order.amount, currency="CNY", now=T0)
+    again = cloud.pay(order_id=order.pk, amount=order.amount, currency="CNY", now=T0 + timedelta(hours=1))
+    assert first.created and not again.created and again.paid_at == T0
+    assert first.balance_after == Decimal("960000.00") == Account.objects.get(name="default").balance
+
+
+def test_a_short_balance_is_refused_with_both_numbers(actors, train_document, cloud):
+    Account.objects.filter(name="default").update(balance=Decimal("1000.00"))
+    order = services.pool_create(user=actors["lead"], document=train_document, now=T0).orders.get()
+    with pytest.raises(InsufficientBalance) as caught:
+        cloud.pay(order_id=order.pk, amount=order.amount, currency="CNY", now=T0)
+    assert (caught.value.need, caught.value.balance, caught.value.currency) == (Decimal("40000.00"), Decimal("1000.00"), "CNY")
+    assert Account.objects.get(name="default").balance == Decimal("1000.00")
+
+
+def test_an_injected_decline_fails_one_payment(actors, train_document, cloud):
+    order = services.pool_create(user=actors["lead"], document=train_document, now=T0).orders.get()
+    simulated.failure_inject(step="pay", times=1)
+    with pytest.raises(PaymentDeclined):
+        cloud.pay(order_id=order.pk, amount=order.amount, currency="CNY", now=T0)
+    assert cloud.pay(order_id=order.pk, amount=order.amount, currency="CNY", now=T0).created
+
+
+def test_steps_take_their_configured_time_and_a_node_is_ready_in_three_to_five_minutes(cloud):
+    machine = cloud.place_order(request=request(), now=T0)
+    now = T0
+    for step in steps_for(prewarmed=False):
+        result, now = walk(cloud, machine.provider_id, step, now)
+        assert result.status == DONE
+        # Asking again after the end is idempotent (a controller that crashed asks twice).
+        assert cloud.provision_step(provider_id=machine.provider_id, step=step, now=now).status == DONE
+    assert timedelta(minutes=3) <= now - T0 <= timedelta(minutes=5)
+    assert SimMachine.objects.get(provider_id=machine.provider_id).status == "Running"
+
+
+def test_the_fast_demo_setting_makes_steps_take_seconds(cloud, settings):
+    settings.EBCLOUD_SIM_STEP_SECONDS = {step: 2 for step in STEPS}
+    machine = cloud.place_order(request=request(), now=T0)
+    now = T0
+    for step in steps_for(prewarmed=False):
+        _, now = walk(cloud, machine.provider_id, step, now)
+    assert now - T0 == timedelta(seconds=10)
+
+
+def test_a_prewarmed_image_has_no_driver_install_step(cloud):
+    """D4: custom system image with CUDA/cuDNN preinstalled."""
+    assert cloud.image_prewarmed(image="ubuntu-22.04-cuda-12.2-prewarmed")
+    assert not cloud.image_prewarmed(image="ubuntu-22.04-cuda-12.2")
+    assert "driver_install" not in steps_for(prewarmed=True)
+
+
+@pytest.mark.parametrize(
+    ("step", "reason", "detail"),
+    [
+        ("image_pull", "ImagePullFailed", "ubuntu-22.04-cuda-12.2"),
+        ("driver_install", "DriverInstallFailed", "NVIDIA driver install"),
+        ("kubelet_join", "KubeletJoinTimeout", "did not join"),
+    ],
+)
+def test_an_injected_step_failure_fails_once_then_the_retry_succeeds(cloud, step, reason, detail):
+    machine = cloud.place_order(request=request(), now=T0)
+    simulated.failure_inject(step=step, times=1)
+    result, now = walk(cloud, machine.provider_id, step, T0)
+    assert result.status == FAILED and result.reason == reason and detail in result.message
+    result, _ = walk(cloud, machine.provider_id, step, now)
+    assert result.status == DONE
+
+
+def test_a_failure_rate_setting_fails_steps_deterministically(cloud, settings):
+    settings.EBCLOUD_SIM_FAILURE_RATES = {"boot": 1.0}
+    machine = cloud.place_order(request=request(), now=T0)
+    assert walk(cloud, machine.provider_id, "boot", T0)[0].status == FAILED
+
+
+def test_only_preemptible_machines_can_be_reclaimed(cloud):
+    """D2: guaranteed pools are never reclaimed during the lease."""
+    guaranteed = cloud.place_order(request=request("g-1"), now=T0)
+    spot = cloud.place_order(request=request("p-1", billing="preemptible"), now=T0)
+    with pytest.raises(ValueError):
+        simulated.reclaim_inject(provider_id=guaranteed.provider_id, now=T0)
+    simulated.reclaim_inject(provider_id=spot.provider_id, now=T0, notice=timedelta(seconds=30))
+    assert [(n.provider_id, n.reclaim_at) for n in cloud.reclaim_notices(now=T0)] == [(spot.provider_id, T0 + timedelta(seconds=30))]
+
+
+def test_the_cluster_registers_labels_taints_cordons_and_evicts(actors, train_document):
+    pool = services.pool_create(user=actors["lead"], document=train_document, now=T0)
+    Node.objects.create(pool=pool, name="n1", zone=pool.zone, gpu_count=8, phase="Ready")
+    cluster = SimulatedCluster()
+    cluster.register_node(name="n1", now=T0)
+    cluster.set_labels(name="n1", labels={"pool": "train"})
+    cluster.set_taints(name="n1", taints=[{"key": "pool", "value": "train", "effect": "NoSchedule"}])
+    cluster.cordon(name="n1")
+    node = SimClusterNode.objects.get(name="n1")
+    assert (node.labels, node.taints[0]["effect"], node.unschedulable) == ({"pool": "train"}, "NoSchedule", True)
+    simulated.pod_run(node_name="n1", name="a", priority=5)
+    simulated.pod_run(node_name="n1", name="b", eviction_blocked=True)
+    assert [p.name for p in cluster.list_pods(node_name="n1")] == ["a", "b"]
+    assert cluster.evict_pod(namespace="default", name="a", reason="test") is True
+    assert cluster.evict_pod(namespace="default", name="b", reason="disruption budget") is False
+    assert [p.name for p in cluster.list_pods(node_name="n1")] == ["b"]
+    evicted = Pod.objects.get(name="a")
+    assert (evicted.phase, evicted.reason, evicted.node) == ("Pending", "Evicted", None)
+    cluster.remove_node(name="n1")
+    lost = Pod.objects.get(name="b")
+    assert not SimClusterNode.objects.exists() and (lost.phase, lost.reason, lost.node) == ("Pending", "NodeLost", None)
+
+
+def test_a_reclaim_rate_reclaims_running_preemptible_machines_only(cloud, settings):
+    settings.EBCLOUD_SIM_RECLAIM_RATE_PER_HOUR = 1.0
+    guaranteed = cloud.place_order(request=request("g-1"), now=T0)
+    spot = cloud.place_order(request=request("p-1", billing="preemptible"), now=T0)
+    assert cloud.reclaim_notices(now=T0) == []  # not running yet
+    SimMachine.objects.update(status="Running")
+    notices = cloud.reclaim_notices(now=T0)
+    assert [(n.provider_id, n.reclaim_at) for n in notices] == [(spot.provider_id, T0 + timedelta(minutes=2))]
+    assert SimMachine.objects.get(provider_id=guaranteed.provider_id).reclaim_at is None
+    assert cloud.reclaim_notices(now=T0 + timedelta(minutes=1))[0].reclaim_at == T0 + timedelta(minutes=2)
+
+
+def test_failure_rates_apply_to_ordering_and_paying_too(actors, train_document, cloud, settings):
+    settings.EBCLOUD_SIM_FAILURE_RATES = {"order": 1.0, "pay": 1.0}
+    with pytest.raises(OutOfStock):
+        cloud.place_order(request=request(), now=T0)
+    order = services.pool_create(user=actors["lead"], document=train_document, now=T0).orders.get()
+    with pytest.raises(PaymentDeclined):
+        cloud.pay(order_id=order.pk, amount=order.amount, currency="CNY", now=T0)

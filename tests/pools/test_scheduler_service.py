@@ -1,0 +1,251 @@
+"""The scheduler pass over the database (seed O3, T2): binds, explanations, preemption, completion,
+events, per-pool policy, a constant number of queries, and the `schedule` command."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from pools.models import Node, PoolEvent
+from pools.models_pods import Pod
+from pools.scheduler_service import scheduler_pass
+from tests.pools.pod_helpers import T0, pool_with_nodes, submit
+
+
+def reasons(pool):
+    return list(PoolEvent.objects.filter(pool=pool).order_by("id").values_list("reason", flat=True))
+
+
+@pytest.fixture
+def train_pool(actors):
+    return pool_with_nodes(actors["lead"], node_labels={"gpu-class": "a100", "pool": "train"})
+
+
+def test_the_articles_pod_is_bound_to_a_train_node_with_an_event(actors, train_pool):
+    pod = submit(actors["member"], "bert", gpus=4)
+    result = scheduler_pass(now=T0)
+    pod.refresh_from_db()
+    assert result.scheduled == ["algorithm/bert"]
+    assert (pod.phase, pod.node.name, pod.gpu_indices, pod.started_at) == ("Running", "train-pool-a-0", [0, 1, 2, 3], T0)
+    assert pod.explanation == "" and pod.hints == []
+    event = PoolEvent.objects.get(pool=train_pool, reason="Scheduled")
+    assert event.node == pod.node and event.message == "Successfully assigned algorithm/bert to train-pool-a-0 on GPU(s) 0, 1, 2, 3"
+
+
+def test_a_pod_missing_the_toleration_stays_pending_with_the_kube_message_and_a_hint(actors, train_pool):
+    pod = submit(actors["member"], "no-toleration", tolerate=None)
+    result = scheduler_pass(now=T0)
+    pod.refresh_from_db()
+    assert result.unschedulable == ["algorithm/no-toleration"]
+    assert (pod.phase, pod.reason, pod.node) == ("Pending", "Unschedulable", None)
+    assert pod.explanation == "0/2 nodes are available: 2 node(s) had untolerated taint {pool: train}."
+    assert any("tolerations:" in h and 'value: "train"' in h for h in pod.hints)
+    assert not PoolEvent.objects.filter(reason="Scheduled").exists()
+
+
+def test_a_missing_node_label_names_the_pool_and_the_node_labels_to_add(actors):
+    pool_with_nodes(actors["lead"])  # the article's pool: nodes are not labelled pool=train
+    pod = submit(actors["member"], "lost")
+    scheduler_pass(now=T0)
+    pod.refresh_from_db()
+    assert pod.explanation == "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector."
+    assert any("pool train-pool-a (2 nodes)" in h and "nodeLabels: {pool: train}" in h for h in pod.hints)
+
+
+def test_sixteen_gpus_never_fit_eight_gpu_nodes(actors, train_pool):
+    pod = submit(actors["member"], "huge", gpus=16)
+    scheduler_pass(now=T0)
+    pod.refresh_from_db()
+    assert pod.explanation == "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+    assert any("16 GPUs but the largest node has 8" in h for h in pod.hints)
+
+
+def test_pods_fill_nodes_without_oversubscribing_and_the_rest_wait(actors, train_pool):
+    pods = [submit(actors["member"], f"p{i}", gpus=4) for i in range(5)]
+    scheduler_pass(now=T0)
+    phases = sorted(Pod.objects.values_list("phase", flat=True))
+    assert phases == ["Pending"] + ["Running"] * 4
+    for node in Node.objects.all():
+        assert sum(p.gpu_count for p in Pod.objects.filter(node=node, phase="Running")) <= 8
+    assert pods[4].key in {p.key for p in Pod.objects.filter(phase="Pending")}
+
+
+def test_a_higher_priority_pod_preempts_checkpointable_batch_pods_on_one_node(actors):
+    pool = pool_with_nodes(actors["lead"], nodes=1, node_labels={"pool": "train"})
+    batch = [submit(actors["member"], f"batch-{i}", gpus=4, priority=10, checkpointable=True) for i in range(2)]
+    scheduler_pass(now=T0)
+    online = submit(actors["member"], "online", gpus=4, priority=1000)
+    later = T0 + timedelta(minutes=1)
+    result = scheduler_pass(now=later)
+    online.refresh_from_db()
+    assert online.phase == "Running"
+    assert len(result.preempted) == 1 and result.preempted[0] in {b.key for b in batch}
+    victim = Pod.objects.get(name=result.preempted[0].split("/")[1])
+    assert (victim.phase, victim.reason, victim.node) == ("Pending", "Preempted", None)
+    assert "Preempted by algorithm/online" in victim.explanation
+    assert reasons(pool)[-3:] == ["Preempted", "Preempting", "Scheduled"]
+    assert {b.pk for b in batch} >= {victim.pk}
+
+
+def test_equal_priority_pods_are_never_preempted(actors):
+    pool_with_nodes(actors["lead"], nodes=1, node_labels={"pool": "train"})
+    submit(actors["member"], "first", gpus=8, priority=100, checkpointable=True)
+    scheduler_pass(now=T0)
+    late = submit(actors["member"], "second", gpus=8, priority=100)
+    result = scheduler_pass(now=T0 + timedelta(minutes=1))
+    late.refresh_from_db()
+    assert result.preempted == [] and late.phase == "Pending"
+
+
+def test_pods_succeed_after_their_duration_and_free_their_gpus(actors, train_pool):
+    short = submit(actors["member"], "short", gpus=8, duration="30m")
+    submit(actors["member"], "long", gpus=8)
+    waiting = submit(actors["member"], "waiting", gpus=8)
+    scheduler_pass(now=T0)
+    waiting.refresh_from_db()
+    assert waiting.phase == "Pending"
+    result = scheduler_pass(now=T0 + timedelta(minutes=30))
+    short.refresh_from_db()
+    waiting.refresh_from_db()
+    assert result.succeeded == ["algorithm/short"]
+    assert (short.phase, short.finished_at) == ("Succeeded", T0 + timedelta(minutes=30))
+    assert waiting.phase == "Running" and waiting.node_id == short.node_id
+    assert "Completed" in reasons(train_pool)
+
+
+def test_pods_on_a_node_that_left_are_requeued(actors, train_pool):
+    pod = submit(actors["member"], "orphan", gpus=8)
+    scheduler_pass(now=T0)
+    pod.refresh_from_db()
+    Node.objects.filter(pk=pod.node_id).update(phase=Node.Phase.TERMINATED)
+    result = scheduler_pass(now=T0 + timedelta(minutes=1))
+    pod.refresh_from_db()
+    assert result.requeued == ["algorithm/orphan"]
+    assert (pod.phase, pod.reason, pod.node) == ("Pending", "NodeLost", None)
+    assert "NodeLost" in reasons(train_pool)
+
+
+def test_each_pool_packs_by_its_own_policy(actors):
+    spread = pool_with_nodes(actors["lead"], name="spread-pool", node_labels={"pool": "train"}, schedulingPolicy="spread")
+    for i in range(2):
+        submit(actors["member"], f"s{i}", gpus=2)
+    scheduler_pass(now=T0)
+    nodes = set(Pod.objects.values_list("node__name", flat=True))
+    assert nodes == {"spread-pool-0", "spread-pool-1"}
+    Pod.objects.all().delete()
+    Node.objects.filter(pool=spread).delete()
+    pool_with_nodes(actors["lead"], name="pack-pool", node_labels={"pool": "train"}, schedulingPolicy="binpack")
+    for i in range(2):
+        submit(actors["member"], f"b{i}", gpus=2)
+    scheduler_pass(now=T0)
+    assert set(Pod.objects.values_list("node__name", flat=True)) == {"pack-pool-0"}
+
+
+def test_a_pass_takes_the_same_number_of_queries_for_3_or_30_pods(actors):
+    pool_with_nodes(actors["lead"], nodes=3, node_labels={"pool": "train"})
+
+    def queries_for(count, prefix):
+        for i in range(count):
+            gpus = 16 if i == 0 else (1 if i % 3 else 8)  # the first never fits: an explanation to store
+            submit(actors["member"], f"{prefix}{i}", gpus=gpus, priority=i % 2, duration="1h")
+        with CaptureQueriesContext(connection) as captured:
+            scheduler_pass(now=T0)
+        return len(captured.captured_queries)
+
+    few = queries_for(3, "a")
+    Pod.objects.all().delete()
+    many = queries_for(30, "b")
+    assert Pod.objects.filter(phase="Pending").exists() and Pod.objects.filter(phase="Running").exists()
+    assert many == few, (few, many)
+
+
+def test_a_repeated_pass_changes_nothing(actors, train_pool):
+    submit(actors["member"], "fits", gpus=4)
+    submit(actors["member"], "never", gpus=16)
+    scheduler_pass(now=T0)
+    before = list(Pod.objects.order_by("pk").values_list("phase", "node_id", "explanation")), PoolEvent.objects.count()
+    with CaptureQueriesContext(connection) as captured:
+        scheduler_pass(now=T0)
+    after = list(Pod.objects.order_by("pk").values_list("phase", "node_id", "explanation")), PoolEvent.objects.count()
+    assert before == after
+    assert not any(q["sql"].startswith(("UPDATE", "INSERT")) for q in captured.captured_queries)
+
+
+def test_the_schedule_command_runs_one_pass(actors, train_pool):
+    submit(actors["member"], "cmd", gpus=1)
+    out = StringIO()
+    call_command("schedule", "--once", "--now", "2026-12-01T08:00:00Z", stdout=out)
+    assert out.getvalue().startswith("scheduled 1, unschedulable 0")
+    assert Pod.objects.get(name="cmd").phase == "Running"
+
+
+@pytest.mark.parametrize("policy", ["bestfit", "fgd"])
+def test_gpu_shares_pack_onto_one_gpu_under_bestfit_and_fgd(actors, policy):
+    pool_with_nodes(actors["lead"], nodes=2, node_labels={"pool": "train"}, schedulingPolicy=policy)
+    for i in range(4):
+        submit(actors["member"], f"share-{i}", gpus=1, milli=250, cpu="1", memory="1Gi")
+    scheduler_pass(now=T0)
+    placed = {(node, tuple(gpus)) for node, gpus in Pod.objects.values_list("node__name", "gpu_indices")}
+    assert all(p.phase == "Running" for p in Pod.objects.all())
+    assert len(placed) == 1  # four quarter shares fill one GPU of one node
+
+
+def test_a_pod_deleted_during_a_pass_gets_no_scheduled_event(actors, train_pool, monkeypatch):
+    from pools import scheduler_service
+
+    submit(actors["member"], "stays", gpus=1)
+    doomed = submit(actors["member"], "doomed", gpus=1)
+    real = scheduler_service.live_nodes
+
+    def live_nodes_then_delete(**kwargs):
+        nodes = real(**kwargs)
+        Pod.objects.filter(pk=doomed.pk).delete()  # the API deletes it after the pass loaded it
+        return nodes
+
+    monkeypatch.setattr(scheduler_service, "live_nodes", live_nodes_then_delete)
+    result = scheduler_pass(now=T0)
+    assert result.scheduled == ["algorithm/stays"]
+    assert list(PoolEvent.objects.filter(reason="Scheduled").values_list("message", flat=True)) == [
+        "Successfully assigned algorithm/stays to train-pool-a-0 on GPU(s) 0"
+    ]
+
+
+def test_a_busy_pool_at_its_max_says_so_and_a_growable_one_says_it_can_grow(actors):
+    pool_with_nodes(actors["lead"], nodes=2, node_labels={"pool": "train"}, nodeCount={"min": 0, "max": 2})
+    for i in range(2):
+        submit(actors["member"], f"full-{i}", gpus=8, priority=10)
+    waiting = submit(actors["member"], "waiting", gpus=4, priority=10)
+    scheduler_pass(now=T0)
+    waiting.refresh_from_db()
+    assert waiting.explanation == "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+    assert any(h.startswith("pool train-pool-a is at its nodeCount.max (2 nodes)") for h in waiting.hints)
+    from pools.models import GpuNodePool
+
+    GpuNodePool.objects.filter(name="train-pool-a").update(max_nodes=6)
+    scheduler_pass(now=T0)
+    waiting.refresh_from_db()
+    assert any(h.startswith("pool train-pool-a has 2 Ready node(s) of at most 6") for h in waiting.hints)
+
+
+def test_a_draining_node_evicts_its_pods_which_run_elsewhere_and_unknown_nodes_keep_theirs(actors, train_pool):
+    moving = submit(actors["member"], "moving", gpus=8)
+    staying = submit(actors["member"], "staying", gpus=8)
+    scheduler_pass(now=T0)
+    moving.refresh_from_db()
+    staying.refresh_from_db()
+    drained = moving.node_id
+    Node.objects.filter(pk=drained).update(phase=Node.Phase.DRAINING, unschedulable=True, release_reason="LeaseExpired")
+    Node.objects.filter(pk=staying.node_id).update(phase=Node.Phase.UNKNOWN)
+    result = scheduler_pass(now=T0 + timedelta(minutes=1))
+    moving.refresh_from_db()
+    staying.refresh_from_db()
+    assert result.requeued == ["algorithm/moving"]
+    assert (moving.phase, moving.reason) == ("Pending", "Evicted") and "draining (LeaseExpired)" in moving.explanation
+    assert staying.phase == "Running"
+    event = PoolEvent.objects.get(reason="Evicted")
+    assert (event.type, event.node_id, event.pool_id) == ("Warning", drained, train_pool.pk)
