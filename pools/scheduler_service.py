@@ -21,6 +21,7 @@ One pass, in one transaction, in a constant number of queries whatever the numbe
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -226,6 +227,7 @@ def scheduler_pass(*, now: datetime | None = None) -> PassResult:
         row_of = {p.key: p for p in running}
         binds: dict[int, tuple[int, tuple[int, ...]]] = {}
         explanations: list[Pod] = []
+        views: dict[int, list[NodeState]] = {}
         for pod in pending:
             cpod = core[pod.pk]
             choice = scorer.best(cpod, ordered_states)
@@ -244,8 +246,9 @@ def scheduler_pass(*, now: datetime | None = None) -> PassResult:
                     events.add(target, "Preempting", f"Pod {pod.key} (priority {pod.priority}) preempts {len(names)} lower-priority pod(s) on {plan.node}: {', '.join(names)}", pod=pod.key)
                     choice = (plan.node, plan.gpu_indices)
             if choice is None:
-                explanation = explain(cpod, ordered_states)
-                hints = list(explanation.hints) + capacity_hints(cpod, explanation.node_reasons, states, pools)
+                seen = team_view(ordered_states, pools, pod.team_id, views)
+                explanation = explain(cpod, seen)
+                hints = list(explanation.hints) + capacity_hints(cpod, explanation.node_reasons, {s.name: s for s in seen}, pools)
                 if pod.explanation != explanation.message or pod.hints != hints or pod.reason != "Unschedulable":
                     pod.explanation, pod.hints, pod.reason = explanation.message, hints, "Unschedulable"
                     explanations.append(pod)
@@ -286,6 +289,19 @@ def scheduler_pass(*, now: datetime | None = None) -> PassResult:
 
 
 INSUFFICIENT = (REASON_CPU, REASON_MEMORY, REASON_GPU)
+OTHER_TEAMS = "(another team's pool)"
+
+
+def team_view(states: list[NodeState], pools: dict[str, GpuNodePool], team_id: int, cache: dict[int, list[NodeState]]) -> list[NodeState]:
+    """The nodes as one team may see them in explanations: counts stay cluster-wide, like
+    kube-scheduler's, but other teams' pool names are hidden (a lead never learns of another
+    team's pools, not even from a hint)."""
+    if team_id not in cache:
+        cache[team_id] = [
+            state if (pool := pools.get(state.pool)) is None or pool.team_id == team_id else dataclasses.replace(state, pool=OTHER_TEAMS)
+            for state in states
+        ]
+    return cache[team_id]
 
 
 def capacity_hints(pod: CorePod, node_reasons: dict[str, str], states: dict[str, NodeState], pools: dict[str, GpuNodePool]) -> list[str]:
