@@ -83,6 +83,11 @@ def describe_pool(pool: dict, events: list[dict], *, now: datetime | None = None
         ),
     ]
     lines = _aligned(fields)
+    by_billing = (nodes or {}).get("byBilling") or {}
+    rows = [[kind, c.get("desired", 0), c.get("current", 0), c.get("ready", 0)] for kind, c in by_billing.items() if isinstance(c, dict) and any(c.values())]
+    if rows:
+        lines.append("  Nodes by billing:")
+        lines += ["    " + line for line in table_lines(["Billing", "Desired", "Current", "Ready"], rows)]
     conditions = [c for c in status.get("conditions") or [] if isinstance(c, dict)]
     if conditions:
         lines.append("  Conditions:")

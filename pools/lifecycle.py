@@ -414,11 +414,16 @@ def _status_write(p: ReconcilePass, generation: int) -> tuple[str, str]:
     phase, reason = rules.pool_status(counts=counts, stalls=stalls, deleting=p.pool.phase == GpuNodePool.Phase.DELETING)
     reason = reason[:500]
     conditions = rules.pool_conditions(counts=counts, previous=p.pool.conditions or [], now=p.now)
+    baseline_billing = Node.Billing.PREEMPTIBLE if p.pool.preemptible else Node.Billing.MONTHLY
+    node_counts = rules.counts_by_billing(
+        nodes=[(billing, phase) for phase, rr, _, billing in nodes if not rr],
+        desired={baseline_billing: min(monthly_desired, p.pool.max_nodes), Node.Billing.ON_DEMAND: burst},
+    )
     rows = GpuNodePool.objects.filter(pk=p.pool.pk, deleted_at__isnull=True)
     if phase != GpuNodePool.Phase.DELETING:  # a delete requested during this pass wins
         rows = rows.exclude(phase=GpuNodePool.Phase.DELETING)
     with transaction.atomic():
-        if rows.update(phase=phase, pending_reason=reason, observed_generation=generation, conditions=conditions) and phase != p.pool.phase and phase == GpuNodePool.Phase.READY:
+        if rows.update(phase=phase, pending_reason=reason, observed_generation=generation, conditions=conditions, node_counts=node_counts) and phase != p.pool.phase and phase == GpuNodePool.Phase.READY:
             p.event("PoolReady", f"All {counts.desired} node(s) of {p.pool.name} are Ready")
     return phase, reason
 

@@ -249,6 +249,19 @@ def slow_capacity_cause(*, last_error: str, prewarmed: bool, image: str) -> str:
     return "stock, quota or payment delays before provisioning (see the pool's Warning events)"
 
 
+BILLING_KINDS = ("monthly", "on_demand", "preemptible")
+
+
+def counts_by_billing(*, nodes: Sequence[tuple[str, str]], desired: Mapping[str, int]) -> dict[str, dict[str, int]]:
+    """Desired, current and Ready nodes per billing kind (`kubectl describe` shows these), from
+    the live, non-draining nodes as (billing, phase) pairs."""
+    counts = {}
+    for kind in BILLING_KINDS:
+        current = [phase for billing, phase in nodes if billing == kind]
+        counts[kind] = {"desired": desired.get(kind, 0), "current": len(current), "ready": current.count("Ready")}
+    return counts
+
+
 def pool_conditions(*, counts: PoolCounts, previous: Sequence[Mapping], now: datetime) -> list[dict]:
     """Kubernetes-style conditions; `lastTransitionTime` moves only when a status flips."""
     wanted = (

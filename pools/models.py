@@ -155,6 +155,9 @@ class GpuNodePool(models.Model):
     phase = models.CharField(max_length=20, choices=Phase.choices, default=Phase.PENDING)
     pending_reason = models.CharField(max_length=500, blank=True)
     conditions = models.JSONField(default=list, blank=True)
+    node_counts = models.JSONField(
+        default=dict, blank=True, help_text="Per billing kind: desired, current and ready nodes (written by the controller)"
+    )
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)

@@ -18,6 +18,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from pools import roles, selectors, services
 from pools.errors import ConflictError, ValidationError
 from pools.forms import PoolFilterForm, PoolForm, PoolImportForm
+from pools.lifecycle import pool_capacity_times
 from pools.models import GpuNodePool, PoolOrder
 from pools.spec import TAINT_EFFECTS, dump_yaml, load_yaml
 
@@ -72,6 +73,7 @@ def pool_detail(request, name: str):
         "can_manage": roles.can_manage_team_pools(request.user, pool.team_id),
         "polling": pool.phase in CHANGING_PHASES,
         "yaml": dump_yaml(pool.document),
+        "capacity": pool_capacity_times(pool=pool),
     }
     return _render(request, "pools/pool_detail.html", context, partial="timeline")
 

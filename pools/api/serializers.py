@@ -36,7 +36,7 @@ def pool_representation(pool: GpuNodePool) -> dict[str, Any]:
         "conditions": pool.conditions,
     }
     if hasattr(pool, "node_total"):
-        status["nodes"] = {"current": pool.node_total, "ready": pool.node_ready}
+        status["nodes"] = {"current": pool.node_total, "ready": pool.node_ready, "byBilling": pool.node_counts}
     return {
         "apiVersion": document.get("apiVersion"),
         "kind": document.get("kind"),
@@ -54,12 +54,24 @@ class PoolMetadataSerializer(serializers.Serializer):
     creationTimestamp = serializers.DateTimeField(read_only=True)
 
 
+class NodeCountSerializer(serializers.Serializer):
+    desired = serializers.IntegerField()
+    current = serializers.IntegerField()
+    ready = serializers.IntegerField()
+
+
+class PoolNodeCountsSerializer(serializers.Serializer):
+    current = serializers.IntegerField()
+    ready = serializers.IntegerField()
+    byBilling = serializers.DictField(child=NodeCountSerializer(), help_text="monthly, on_demand, preemptible")
+
+
 class PoolStatusSerializer(serializers.Serializer):
     phase = serializers.ChoiceField(choices=GpuNodePool.Phase.choices)
     pendingReason = serializers.CharField(allow_blank=True)
     observedGeneration = serializers.IntegerField()
     conditions = serializers.ListField(child=serializers.DictField())
-    nodes = serializers.DictField(child=serializers.IntegerField(), required=False)
+    nodes = PoolNodeCountsSerializer(required=False)
 
 
 class PoolSerializer(serializers.Serializer):
