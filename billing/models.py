@@ -59,3 +59,289 @@ class Account(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name}: {self.balance} {self.currency}"
+
+
+# --------------------------------------------------------------------------- price book extras
+
+
+class PriceBookEntry(models.Model):
+    """A price that is not per node (C1): preemptible discount, storage, network, registry.
+
+    Versioned like `NodePrice`: the entry in force at a moment is the latest `effective_from`
+    not after it. A discount is a fraction (0.60 = 60% off the on-demand price).
+    """
+
+    class Kind(models.TextChoices):
+        PREEMPTIBLE_DISCOUNT = (
+            "preemptible_discount",
+            "Preemptible discount (fraction of on-demand)",
+        )
+        STORAGE_GB_MONTH = "storage_gb_month", "Storage per GB-month"
+        NETWORK_CROSS_ZONE_GB = "network_cross_zone_gb", "Cross-zone network per GB"
+        REGISTRY_POOL_MONTH = "registry_pool_month", "Registry / value-added fee per pool-month"
+
+    kind = models.CharField(max_length=30, choices=Kind.choices)
+    amount = models.DecimalField(max_digits=14, decimal_places=6)
+    currency = models.CharField(max_length=3, default="CNY")
+    effective_from = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["kind", "-effective_from"]
+        verbose_name_plural = "price book entries"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["kind", "effective_from"], name="pricebookentry_unique_version"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()}: {self.amount} from {self.effective_from:%Y-%m-%d}"
+
+
+# --------------------------------------------------------------------------- metering
+
+
+class CostQuerySet(models.QuerySet):
+    """Costs belong to the team they are charged to (a pod's team; the pool owner for idle)."""
+
+    def for_user(self, user):
+        from pools import roles
+
+        if not user.is_authenticated:
+            return self.none()
+        if roles.sees_all_teams(user):
+            return self
+        return self.filter(team__in=roles.team_ids(user))
+
+
+class MeterRun(models.Model):
+    """The claim of one metered hour: inserted in the transaction that writes the hour's rows,
+    so a second worker (or a rerun) finds the hour taken and writes nothing (no double count)."""
+
+    hour = models.DateTimeField(unique=True)
+    started_at = models.DateTimeField(default=timezone.now)
+    node_records = models.PositiveIntegerField(default=0)
+    pod_records = models.PositiveIntegerField(default=0)
+    cost_records = models.PositiveIntegerField(default=0)
+    total = models.DecimalField(max_digits=16, decimal_places=2, default=0)
+
+    class Meta:
+        ordering = ["-hour"]
+
+    def __str__(self) -> str:
+        return f"metered {self.hour:%Y-%m-%d %H:00}"
+
+
+class UsageRecord(models.Model):
+    """What one resource used in one hour (design §3): a node-hour with its cost, a pod's
+    GPU-hours by request, or a pool fee. Labels are the effective labels at metering time."""
+
+    class Kind(models.TextChoices):
+        NODE = "node", "Node-hours"
+        POD = "pod", "Pod GPU-hours"
+        STORAGE = "storage", "Storage fee"
+        NETWORK = "network", "Cross-zone network fee"
+        REGISTRY = "registry", "Registry fee"
+
+    hour = models.DateTimeField()
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    resource = models.CharField(max_length=320, help_text="node name, namespace/pod, or pool name")
+    pool = models.ForeignKey("pools.GpuNodePool", on_delete=models.PROTECT, related_name="+")
+    team = models.ForeignKey("pools.Team", on_delete=models.PROTECT, related_name="+")
+    node_name = models.CharField(max_length=100, blank=True)
+    namespace = models.CharField(max_length=63, blank=True)
+    pod_name = models.CharField(max_length=253, blank=True)
+    billing_kind = models.CharField(max_length=12, blank=True)
+    gpu_class = models.CharField(max_length=40, blank=True)
+    region = models.CharField(max_length=40, blank=True)
+    gpu_count = models.PositiveSmallIntegerField(default=0)
+    quantity = models.DecimalField(
+        max_digits=18, decimal_places=6, help_text="node-hours, GPU-hours or GB"
+    )
+    amount = models.DecimalField(max_digits=14, decimal_places=2, default=0)
+    list_amount = models.DecimalField(max_digits=14, decimal_places=2, null=True, blank=True)
+    currency = models.CharField(max_length=3, default="CNY")
+    labels = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["hour", "kind", "resource"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["hour", "kind", "resource"], name="usagerecord_unique_hour_resource"
+            )
+        ]
+        indexes = [models.Index(fields=["pool", "hour"])]
+
+    def __str__(self) -> str:
+        return f"{self.hour:%Y-%m-%d %H:00} {self.kind} {self.resource}: {self.quantity}"
+
+
+class CostRecord(models.Model):
+    """One slice of an hour's money (billing.allocation.AllocationRow, stored)."""
+
+    class CostKind(models.TextChoices):
+        USAGE = "usage", "Usage"
+        IDLE = "idle", "Idle"
+        FEE = "fee", "Fee"
+
+    hour = models.DateTimeField()
+    pool = models.ForeignKey("pools.GpuNodePool", on_delete=models.PROTECT, related_name="+")
+    team = models.ForeignKey(
+        "pools.Team", on_delete=models.PROTECT, related_name="+", help_text="Who is charged"
+    )
+    namespace = models.CharField(max_length=63, blank=True)
+    pod = models.CharField(max_length=253, blank=True)
+    node = models.CharField(max_length=100, blank=True)
+    labels = models.JSONField(default=dict, blank=True)
+    gpu_class = models.CharField(max_length=40, blank=True)
+    billing_kind = models.CharField(max_length=12)
+    cost_kind = models.CharField(max_length=5, choices=CostKind.choices)
+    component = models.CharField(max_length=10, default="gpu")
+    gpu_hours = models.DecimalField(max_digits=18, decimal_places=6, default=0)
+    amount = models.DecimalField(max_digits=14, decimal_places=2)
+    currency = models.CharField(max_length=3, default="CNY")
+
+    objects = CostQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["hour", "id"]
+        indexes = [
+            models.Index(fields=["hour"]),
+            models.Index(fields=["team", "hour"]),
+            models.Index(fields=["pool", "hour"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.hour:%Y-%m-%d %H:00} {self.cost_kind} {self.pool_id}: {self.amount} {self.currency}"
+
+
+class CostDay(models.Model):
+    """Cost records of one day summed per (pool, charged team, namespace, labels, billing kind,
+    cost kind): what chargeback reads. Rebuilt from the day's cost records each time an hour
+    of that day is metered, so its sums are the records' sums exactly; a month of a 10,000-pod
+    fleet is then ~30 × (distinct label sets) rows instead of 7.2 M."""
+
+    day = models.DateField()
+    pool = models.ForeignKey("pools.GpuNodePool", on_delete=models.PROTECT, related_name="+")
+    team = models.ForeignKey("pools.Team", on_delete=models.PROTECT, related_name="+")
+    namespace = models.CharField(max_length=63, blank=True)
+    labels = models.JSONField(default=dict, blank=True)
+    billing_kind = models.CharField(max_length=12)
+    cost_kind = models.CharField(max_length=5)
+    currency = models.CharField(max_length=3, default="CNY")
+    gpu_hours = models.DecimalField(max_digits=20, decimal_places=6, default=0)
+    amount = models.DecimalField(max_digits=16, decimal_places=2)
+
+    objects = CostQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["day", "id"]
+        indexes = [models.Index(fields=["day"]), models.Index(fields=["team", "day"])]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.cost_kind} {self.pool_id}: {self.amount} {self.currency}"
+
+
+class CostDayLock(models.Model):
+    """One row per day, locked while that day's rollup is rebuilt (two hours of one day
+    metered by two workers rebuild it one after the other, each seeing the other's rows)."""
+
+    day = models.DateField(primary_key=True)
+
+    def __str__(self) -> str:
+        return str(self.day)
+
+
+# --------------------------------------------------------------------------- budgets
+
+
+def _default_thresholds() -> list[int]:
+    return [80, 100]
+
+
+class Budget(models.Model):
+    """A monthly budget of a pool (from `spec.budget`) or of a team (seed T6, O1)."""
+
+    pool = models.OneToOneField(
+        "pools.GpuNodePool", null=True, blank=True, on_delete=models.CASCADE, related_name="budget"
+    )
+    team = models.ForeignKey(
+        "pools.Team",
+        on_delete=models.CASCADE,
+        related_name="budgets",
+        help_text="The pool's team, or the budgeted team",
+    )
+    monthly_amount = models.DecimalField(max_digits=14, decimal_places=2)
+    currency = models.CharField(max_length=3, default="CNY")
+    thresholds = models.JSONField(
+        default=_default_thresholds, help_text="Percentages, e.g. [80, 100]"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = CostQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["team__name", "pool__name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["team"],
+                condition=models.Q(pool__isnull=True),
+                name="budget_unique_team_budget",
+            )
+        ]
+
+    def __str__(self) -> str:
+        scope = f"pool {self.pool.name}" if self.pool_id else f"team {self.team.slug}"
+        return f"{scope}: {self.monthly_amount} {self.currency}/month"
+
+
+class BudgetAlert(models.Model):
+    """A threshold crossed in a period; the unique constraint makes it fire at most once."""
+
+    class Basis(models.TextChoices):
+        ACTUAL = "actual", "Actual"
+        FORECAST = "forecast", "Forecast"
+
+    budget = models.ForeignKey(Budget, on_delete=models.CASCADE, related_name="alerts")
+    period = models.DateField(help_text="First day of the budget month")
+    threshold = models.PositiveSmallIntegerField()
+    basis = models.CharField(max_length=8, choices=Basis.choices)
+    amount = models.DecimalField(
+        max_digits=16, decimal_places=2, help_text="Spend (or forecast) when it fired"
+    )
+    budget_amount = models.DecimalField(max_digits=14, decimal_places=2)
+    currency = models.CharField(max_length=3, default="CNY")
+    created_at = models.DateTimeField(default=timezone.now)
+    emailed_at = models.DateTimeField(null=True, blank=True)
+    webhook_status = models.CharField(max_length=60, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["budget", "period", "threshold", "basis"],
+                name="budgetalert_once_per_period",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.budget}: {self.basis} {self.threshold}% in {self.period:%Y-%m}"
+
+
+class PoolResourceSample(models.Model):
+    """Storage held and cross-zone traffic of a pool in one hour (D4, C1), as reported by the
+    provider (or an agent); metering turns them into storage and network fees."""
+
+    pool = models.ForeignKey("pools.GpuNodePool", on_delete=models.CASCADE, related_name="+")
+    hour = models.DateTimeField()
+    storage_gb = models.DecimalField(max_digits=14, decimal_places=3, default=0)
+    cross_zone_gb = models.DecimalField(max_digits=14, decimal_places=3, default=0)
+
+    class Meta:
+        ordering = ["pool", "hour"]
+        constraints = [
+            models.UniqueConstraint(fields=["pool", "hour"], name="poolresourcesample_unique_hour")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.pool_id} {self.hour:%Y-%m-%d %H:00}: {self.storage_gb} GB, {self.cross_zone_gb} GB cross-zone"

@@ -228,3 +228,9 @@ EBCLOUD_LEASE_NOTICE_SECONDS = env_int("EBCLOUD_LEASE_NOTICE_SECONDS", 3 * 24 * 
 EBCLOUD_DRAIN_TIMEOUT_SECONDS = env_int("EBCLOUD_DRAIN_TIMEOUT_SECONDS", 600, minimum=0)
 EBCLOUD_HEARTBEAT_GRACE_SECONDS = env_int("EBCLOUD_HEARTBEAT_GRACE_SECONDS", 300, minimum=1)
 EBCLOUD_RECONCILE_CLAIM_SECONDS = env_int("EBCLOUD_RECONCILE_CLAIM_SECONDS", 120, minimum=1)
+
+# Billing (issue 7; billing/): where budget alerts go besides the team's leads.
+EBCLOUD_BUDGET_ALERT_EMAILS = env_list("EBCLOUD_BUDGET_ALERT_EMAILS", [])
+EBCLOUD_BUDGET_WEBHOOK_URL = env_str("EBCLOUD_BUDGET_WEBHOOK_URL", "")
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend" if DEBUG else "django.core.mail.backends.smtp.EmailBackend")
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "ebcloud-pools@localhost")

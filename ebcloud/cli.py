@@ -365,3 +365,8 @@ def order_reject(order_id: int, reason: str) -> None:
 
 # Pods and the fragmentation report (they register on `cli` and `node_pool` above).
 from ebcloud import cli_pods  # noqa: E402, F401
+
+# Costs: `ebcloud cost export` (billing).
+from ebcloud.cost import cost as cost_group  # noqa: E402
+
+cli.add_command(cost_group)

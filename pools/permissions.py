@@ -13,7 +13,7 @@ from pools import roles
 
 ADMIN_EDITS = {
     "pools": ("quota", "gpumodel", "nodetype", "zone", "team", "membership"),
-    "billing": ("nodeprice", "leaseterm", "account"),
+    "billing": ("nodeprice", "leaseterm", "account", "pricebookentry", "budget"),
 }
 VIEW_APPS = ("pools", "billing")
 

@@ -12,9 +12,11 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from billing.selectors import pool_budget_status
 from pools import roles, selectors, services
 from pools.errors import ConflictError, ValidationError
 from pools.forms import PoolFilterForm, PoolForm, PoolImportForm
@@ -74,6 +76,7 @@ def pool_detail(request, name: str):
         "polling": pool.phase in CHANGING_PHASES,
         "yaml": dump_yaml(pool.document),
         "capacity": pool_capacity_times(pool=pool),
+        "budget": pool_budget_status(pool=pool, now=timezone.now()),
     }
     return _render(request, "pools/pool_detail.html", context, partial="timeline")
 

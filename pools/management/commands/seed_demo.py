@@ -8,6 +8,8 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
+from billing.demo import load_prices
+from billing.services import budgets_sync
 from pools import services
 from pools.demo import load_catalog, load_people
 from pools.models import GpuNodePool, PoolOrder
@@ -29,9 +31,11 @@ class Command(BaseCommand):
 
     def handle(self, *args, no_pools: bool = False, **options):
         load_catalog()
+        load_prices()
         passwords = load_people(Path(settings.VAR_DIR) / "demo-passwords.json")
         if not no_pools:
             self._pools()
+            budgets_sync()
         self.stdout.write(self.style.SUCCESS("Demo data loaded. Log in at http://127.0.0.1:8000/ as:"))
         for username, password in passwords.items():
             self.stdout.write(f"  {username:<18} {password}")

@@ -1,0 +1,346 @@
+"""Chargeback benchmark (issue 7 §9): a month of hourly cost records for 10,000 pods in
+PostgreSQL (10,000 × 720 h = 7.2 M rows, plus idle rows per pool-hour), then time
+
+1. the grouped chargeback query (`billing.selectors.chargeback`, by team,project,gpu-class and
+   namespace over the month: what the /costs/ page, the CSV button and the API run);
+2. the grouped CSV export (the same rows through `billing.focus.iter_csv_lines`);
+3. the detailed CSV export of every cost record (`selectors.cost_detail_rows`: a server-side
+   cursor, one reused line buffer), written to /dev/null, sampling the process's RSS as it goes
+   to show that memory stays flat however many rows stream through.
+
+Rows are generated inside PostgreSQL with `INSERT ... SELECT FROM generate_series` (no Python
+loop), into their own database, which is reused when it already holds the requested rows.
+
+With `--meter` it instead times `billing.services.meter_hour` on a live fleet (--pods pods, one
+GPU each, on eight-GPU nodes) in its own database: the hourly metering cost itself.
+
+Usage: python bench/chargeback.py [--pods 10000] [--hours 720] [--pools 50] [--repeat 3]
+                                  [--database postgres://postgres@127.0.0.1:5432/ebcloud_bench_chargeback]
+                                  [--skip-detail] [--meter [--meter-database URL]]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import sys
+import time
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_DB = "postgres://postgres@127.0.0.1:5432/ebcloud_bench_chargeback"
+START = datetime(2026, 11, 1, tzinfo=UTC)
+TEAMS = 10
+
+
+def rss_mib() -> float:
+    """Current resident set size (Linux /proc), MiB."""
+    with open("/proc/self/statm") as f:
+        pages = int(f.read().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def setup_django(url: str) -> None:
+    import psycopg
+
+    name = url.rsplit("/", 1)[1]
+    with psycopg.connect(url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname=%s", (name,)).fetchone():
+            conn.execute(f'CREATE DATABASE "{name}"')
+    os.environ["DATABASE_URL"] = url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0, interactive=False)
+
+
+def generate(*, pods: int, hours: int, pools: int) -> tuple[int, float]:
+    """Teams, pools and the cost rows; returns (rows, seconds). Reuses a database that has them."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
+    from django.db import connection
+
+    from billing.models import CostRecord
+    from pools import roles
+    from pools.demo import load_catalog
+    from pools.models import GpuModel, GpuNodePool, NodeType, Team, Zone
+
+    expected = pods * hours + pools * hours
+    existing = CostRecord.objects.count()
+    if existing == expected:
+        return existing, 0.0
+    load_catalog()
+    user = get_user_model().objects.get_or_create(username="bench-finance")[0]
+    user.groups.add(Group.objects.get_or_create(name=roles.FINANCE)[0])
+    teams = [
+        Team.objects.get_or_create(slug=f"team-{i}", defaults={"name": f"Team {i}"})[0]
+        for i in range(TEAMS)
+    ]
+    model, node_type, zone = (
+        GpuModel.objects.get(name="A100_80G"),
+        NodeType.objects.get(name="GPU_8_CARD"),
+        Zone.objects.first(),
+    )
+    pool_ids = []
+    for i in range(pools):
+        pool, _ = GpuNodePool.objects.get_or_create(
+            name=f"bench-pool-{i}",
+            defaults=dict(team=teams[i % TEAMS], document={"metadata": {"labels": {"team": f"team-{i % TEAMS}"}}},
+                          gpu_model=model, node_type=node_type, zone=zone, min_nodes=0, max_nodes=100,
+                          lease_type="monthly", preemptible=i % 10 == 9),
+        )  # fmt: skip
+        pool_ids.append(pool.pk)
+    team_ids = [t.pk for t in teams]
+    started = time.perf_counter()
+    with connection.cursor() as cursor:
+        cursor.execute("TRUNCATE billing_costrecord")
+        cursor.execute(
+            "DROP INDEX IF EXISTS billing_cos_hour_bc3e4c_idx, billing_cos_team_id_86904a_idx, billing_cos_pool_id_0d591a_idx"
+        )
+        # Pod usage rows: pod p runs all month on node p/8 of pool p % pools, team p % 10; one pod
+        # in 20 has no project label (-> __unallocated__); gpu-class from the pool.
+        cursor.execute(
+            """
+            INSERT INTO billing_costrecord (hour, pool_id, team_id, namespace, pod, node, labels, gpu_class,
+                billing_kind, cost_kind, component, gpu_hours, amount, currency)
+            SELECT %(start)s::timestamptz + h * interval '1 hour',
+                   (%(pools)s::bigint[])[1 + p %% %(npools)s],
+                   (%(teams)s::bigint[])[1 + p %% %(nteams)s],
+                   'ns-' || (p %% 40), 'pod-' || p, 'node-' || (p / 8),
+                   CASE WHEN p %% 20 = 0
+                        THEN jsonb_build_object('team', 'team-' || (p %% %(nteams)s), 'gpu-class', 'a100')
+                        ELSE jsonb_build_object('team', 'team-' || (p %% %(nteams)s), 'project', 'project-' || (p %% 37),
+                                                'gpu-class', (ARRAY['a100','h100','l40s'])[1 + p %% 3]) END,
+                   'A100_80G',
+                   CASE WHEN (p %% %(npools)s) %% 10 = 9 THEN 'preemptible' ELSE 'monthly' END,
+                   'usage', 'gpu', 1 + p %% 4, (3.36 * (1 + p %% 4))::numeric(14,2), 'CNY'
+            FROM generate_series(0, %(hours)s - 1) AS h, generate_series(0, %(npods)s - 1) AS p
+            """,
+            {
+                "start": START,
+                "pools": pool_ids,
+                "teams": team_ids,
+                "npools": pools,
+                "nteams": TEAMS,
+                "hours": hours,
+                "npods": pods,
+            },
+        )
+        # Idle rows: each pool's unused GPUs, charged to its owner.
+        cursor.execute(
+            """
+            INSERT INTO billing_costrecord (hour, pool_id, team_id, namespace, pod, node, labels, gpu_class,
+                billing_kind, cost_kind, component, gpu_hours, amount, currency)
+            SELECT %(start)s::timestamptz + h * interval '1 hour', (%(pools)s::bigint[])[1 + k],
+                   (%(teams)s::bigint[])[1 + k %% %(nteams)s], '', '', '',
+                   jsonb_build_object('team', 'team-' || (k %% %(nteams)s), 'gpu-class', 'a100'), 'A100_80G',
+                   CASE WHEN k %% 10 = 9 THEN 'preemptible' ELSE 'monthly' END, 'idle', 'gpu', 4, 13.44, 'CNY'
+            FROM generate_series(0, %(hours)s - 1) AS h, generate_series(0, %(npools)s - 1) AS k
+            """,
+            {
+                "start": START,
+                "pools": pool_ids,
+                "teams": team_ids,
+                "npools": pools,
+                "nteams": TEAMS,
+                "hours": hours,
+            },
+        )
+        cursor.execute('CREATE INDEX billing_cos_hour_bc3e4c_idx ON billing_costrecord ("hour")')
+        cursor.execute(
+            'CREATE INDEX billing_cos_team_id_86904a_idx ON billing_costrecord ("team_id", "hour")'
+        )
+        cursor.execute(
+            'CREATE INDEX billing_cos_pool_id_0d591a_idx ON billing_costrecord ("pool_id", "hour")'
+        )
+        cursor.execute("ANALYZE billing_costrecord")
+    return CostRecord.objects.count(), time.perf_counter() - started
+
+
+def rollup(*, hours: int) -> tuple[int, float]:
+    """Build the daily rollup the way metering does (`cost_day_rebuild` per day), timed."""
+    from billing import services
+    from billing.models import CostDay
+
+    days = [START.date() + timedelta(days=d) for d in range(-(-hours // 24))]
+    if CostDay.objects.filter(day=days[-1]).exists():
+        return CostDay.objects.count(), 0.0
+    started = time.perf_counter()
+    for day in days:
+        services.cost_day_rebuild(day=day)
+    return CostDay.objects.count(), time.perf_counter() - started
+
+
+def meter_fleet(*, pods: int, hours: int = 3) -> list[tuple[float, int, int]]:
+    """Meter `hours` hours of a live fleet (pods / 8 eight-GPU nodes, one GPU per pod, one node
+    in five on demand) with `billing.services.meter_hour`; returns (seconds, usage, cost rows).
+
+    Runs in the `--meter-database`, never in the chargeback one, and starts from no records."""
+    from billing import services
+    from billing.demo import load_prices
+    from billing.models import CostDay, CostRecord, MeterRun, UsageRecord
+    from pools.demo import load_catalog
+    from pools.models import GpuModel, GpuNodePool, Node, NodeType, Pod, Team, Zone
+
+    load_catalog()
+    load_prices()
+    t0 = START
+    if Pod.objects.count() != pods:
+        Pod.objects.all().delete()
+        Node.objects.all().delete()
+        teams = [
+            Team.objects.get_or_create(slug=f"team-{i}", defaults={"name": f"Team {i}"})[0]
+            for i in range(TEAMS)
+        ]
+        model, node_type = (
+            GpuModel.objects.get(name="A100_80G"),
+            NodeType.objects.get(name="GPU_8_CARD"),
+        )
+        zone = Zone.objects.first()
+        pools = [
+            GpuNodePool.objects.get_or_create(
+                name=f"meter-pool-{i}",
+                defaults=dict(team=teams[i % TEAMS], document={"metadata": {"labels": {"team": f"team-{i % TEAMS}"}}},
+                              gpu_model=model, node_type=node_type, zone=zone, min_nodes=0, max_nodes=100, lease_type="monthly"),
+            )[0]
+            for i in range(50)
+        ]  # fmt: skip
+        count = -(-pods // 8)
+        nodes = Node.objects.bulk_create(
+            Node(pool=pools[i % 50], name=f"meter-node-{i}", billing="on_demand" if i % 5 == 0 else "monthly",
+                 phase="Ready", zone=zone, gpu_count=8, labels={"gpu-class": "a100"},
+                 lease_start=None if i % 5 == 0 else t0, lease_end=None if i % 5 == 0 else t0 + timedelta(days=30),
+                 created_at=t0 - timedelta(hours=1))
+            for i in range(count)
+        )  # fmt: skip
+        Pod.objects.bulk_create(
+            Pod(team=teams[i % TEAMS], namespace=f"ns-{i % 40}", name=f"pod-{i}", labels={"project": f"project-{i % 37}"},
+                gpu_count=1, gpu_milli=1000, node=nodes[i // 8], phase="Running", started_at=t0 - timedelta(hours=1))
+            for i in range(pods)
+        )  # fmt: skip
+    for model_ in (CostDay, CostRecord, UsageRecord, MeterRun):
+        model_.objects.all().delete()
+    out = []
+    for h in range(hours):
+        started = time.perf_counter()
+        result = services.meter_hour(hour=t0 + timedelta(hours=h))
+        out.append((time.perf_counter() - started, result.usage_records, result.cost_records))
+    started = time.perf_counter()
+    assert not services.meter_hour(hour=t0).metered
+    out.append((time.perf_counter() - started, 0, 0))
+    return out
+
+
+def timed(fn, repeat: int) -> tuple[float, float, object]:
+    times, result = [], None
+    for _ in range(repeat):
+        started = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - started)
+    return min(times), statistics.median(times), result
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pods", type=int, default=10_000)
+    parser.add_argument("--hours", type=int, default=720)
+    parser.add_argument("--pools", type=int, default=50)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--database", default=os.environ.get("BENCH_DATABASE_URL", DEFAULT_DB))
+    parser.add_argument("--skip-detail", action="store_true", help="Skip the detailed CSV export")
+    parser.add_argument(
+        "--meter", action="store_true", help="Only time meter_hour on a live fleet of --pods pods"
+    )
+    parser.add_argument("--meter-database", default=DEFAULT_DB + "_meter")
+    args = parser.parse_args(argv)
+    if args.meter:
+        setup_django(args.meter_database)
+        runs = meter_fleet(pods=args.pods)
+        print(
+            f"meter_hour benchmark: {args.pods:,} pods on {-(-args.pods // 8):,} nodes, PostgreSQL, {date.today()}"
+        )
+        print(f"{'hour':<10} {'seconds':>8} {'usage rows':>11} {'cost rows':>10}")
+        for i, (seconds, usage, costs) in enumerate(runs[:-1]):
+            print(f"{i:<10} {seconds:>8.1f} {usage:>11,} {costs:>10,}")
+        print(f"{'rerun':<10} {runs[-1][0]:>8.2f} {'(claimed: nothing written)':>22}")
+        return
+    setup_django(args.database)
+
+    from django.contrib.auth import get_user_model
+
+    from billing import selectors
+    from billing.focus import iter_csv_lines
+
+    rows, gen_s = generate(pods=args.pods, hours=args.hours, pools=args.pools)
+    rollup_rows, rollup_s = rollup(hours=args.hours)
+    user = get_user_model().objects.get(username="bench-finance")
+    first = START.date()
+    query = selectors.CostQuery(
+        by=("team", "project", "gpu-class"),
+        start=first,
+        end=first + timedelta(days=args.hours // 24 - 1),
+    )
+    q_min, q_med, groups = timed(lambda: selectors.chargeback(user=user, query=query), args.repeat)
+    total = selectors.summarize(groups).total
+
+    def grouped_csv():
+        size = 0
+        for line in iter_csv_lines(
+            selectors.group_dicts(selectors.chargeback(user=user, query=query)), query.columns
+        ):
+            size += len(line)
+        return size
+
+    c_min, c_med, csv_bytes = timed(grouped_csv, args.repeat)
+
+    samples: list[tuple[int, float]] = []
+    rss_before = rss_mib()
+    started = time.perf_counter()
+    count = 0
+    with open(os.devnull, "w") as sink:
+        detail = (
+            ()
+            if args.skip_detail
+            else selectors.cost_detail_rows(user=user, query=query, chunk_size=5000)
+        )
+        for line in iter_csv_lines(detail, selectors.DETAIL_COLUMNS):
+            sink.write(line)
+            count += 1
+            if count % 500_000 == 0:
+                samples.append((count, rss_mib()))
+    detail_s = max(time.perf_counter() - started, 1e-9)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+    print(
+        f"chargeback benchmark: {args.pods:,} pods x {args.hours} h, {args.pools} pools, PostgreSQL ({args.database.rsplit('/', 1)[1]}), {date.today()}"
+    )
+    print(f"{'step':<44} {'result':>28}")
+    print(f"{'cost records':<44} {rows:>28,}")
+    print(f"{'generate rows (INSERT ... SELECT, 0 = reused)':<44} {gen_s:>27.1f}s")
+    print(
+        f"{'daily rollup rows, build time (0 = reused)':<44} {f'{rollup_rows:,}, {rollup_s:.1f}s':>28}"
+    )
+    print(
+        f"{'grouped query (team,project,gpu-class,ns)':<44} {f'min {q_min:.2f}s / median {q_med:.2f}s':>28}"
+    )
+    print(f"{'  groups, grand total':<44} {f'{len(groups)}, {total}':>28}")
+    print(f"{'grouped CSV export':<44} {f'min {c_min:.2f}s / median {c_med:.2f}s':>28}")
+    print(f"{'  CSV bytes':<44} {csv_bytes:>28,}")
+    print(
+        f"{'detail CSV export (every record, streamed)':<44} {f'{detail_s:.1f}s, {max(count - 1, 0):,} rows':>28}"
+    )
+    print(f"{'  rows/s':<44} {max(count - 1, 0) / detail_s:>28,.0f}")
+    print(f"{'  RSS before / peak (MiB)':<44} {f'{rss_before:.0f} / {peak:.0f}':>28}")
+    for n, mib in samples[:: max(1, len(samples) // 6)]:
+        print(f"{f'  RSS after {n:,} rows (MiB)':<44} {mib:>28.0f}")
+
+
+if __name__ == "__main__":
+    main()

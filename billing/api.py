@@ -1,0 +1,131 @@
+"""`GET /api/v1/costs/`: chargeback as JSON, CSV or FOCUS 1.2, streamed (issue 7 §4, §5).
+
+    /api/v1/costs/?by=team,project,gpu-class&from=2026-12-01&to=2026-12-31&format=csv
+
+`format`: `json` (default) the grouped rows with totals; `csv` the same rows (the page's CSV
+button); `csv` with `detail=1` every cost record; `focus` the FOCUS 1.2 dataset. CSV and FOCUS
+are `StreamingHttpResponse`s written line by line, so memory stays constant however long the
+range. Finance and admins get every team; leads and members their teams' costs.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from django.http import StreamingHttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.negotiation import DefaultContentNegotiation
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from billing import selectors
+from billing.focus import FOCUS_COLUMNS, iter_csv_lines
+from pools.errors import ValidationError
+
+FORMATS = ("json", "csv", "focus")
+
+
+class IgnoreFormatParameter(DefaultContentNegotiation):
+    """`?format=csv|focus` selects our export, not a DRF renderer: always answer with the first."""
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        return renderers[0], renderers[0].media_type
+
+
+def month_to_date(now: datetime | None = None):
+    today = (now or datetime.now(UTC)).date()
+    return today.replace(day=1), today
+
+
+def parse_query(params) -> selectors.CostQuery:
+    start, end = month_to_date()
+    return selectors.cost_query_parse(params, default_start=start, default_end=end)
+
+
+def csv_response(lines, filename: str) -> StreamingHttpResponse:
+    response = StreamingHttpResponse(lines, content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+def export_name(query: selectors.CostQuery, kind: str) -> str:
+    return f"costs-{kind}-{query.start or 'start'}-{query.end or 'end'}.csv"
+
+
+class CostsView(APIView):
+    content_negotiation_class = IgnoreFormatParameter
+
+    @extend_schema(
+        summary="Chargeback by label keys and namespace (JSON, CSV or FOCUS 1.2)",
+        parameters=[
+            OpenApiParameter(
+                "by",
+                str,
+                description="Comma-separated label keys, verbatim (default team,project,gpu-class)",
+            ),
+            OpenApiParameter(
+                "from",
+                OpenApiTypes.DATE,
+                description="First day (UTC), default the 1st of this month",
+            ),
+            OpenApiParameter(
+                "to", OpenApiTypes.DATE, description="Last day (UTC, inclusive), default today"
+            ),
+            OpenApiParameter(
+                "format", str, enum=list(FORMATS), description="json (default), csv or focus"
+            ),
+            OpenApiParameter(
+                "detail", bool, description="With format=csv: every cost record instead of groups"
+            ),
+            OpenApiParameter("team", str),
+            OpenApiParameter("pool", str),
+            OpenApiParameter("billing", str, enum=["monthly", "on_demand", "preemptible"]),
+            OpenApiParameter(
+                "namespace", bool, description="Group by namespace too (default true)"
+            ),
+            OpenApiParameter(
+                "sort", str, description="A column, - for descending (default -amount)"
+            ),
+        ],
+        responses={
+            (200, "application/json"): OpenApiTypes.OBJECT,
+            (200, "text/csv"): OpenApiTypes.STR,
+            400: OpenApiTypes.OBJECT,
+            401: OpenApiTypes.OBJECT,
+        },
+    )
+    def get(self, request):
+        fmt = request.query_params.get("format", "json")
+        if fmt not in FORMATS:
+            raise ValidationError(f"must be one of {', '.join(FORMATS)}", field="format")
+        query = parse_query(request.query_params)
+        user = request.user
+        if fmt == "focus":
+            rows = selectors.focus_rows_for_user(user=user, query=query)
+            return csv_response(iter_csv_lines(rows, FOCUS_COLUMNS), export_name(query, "focus"))
+        if fmt == "csv" and request.query_params.get("detail") in ("1", "true", "yes"):
+            rows = selectors.cost_detail_rows(user=user, query=query)
+            return csv_response(
+                iter_csv_lines(rows, selectors.DETAIL_COLUMNS), export_name(query, "detail")
+            )
+        groups = selectors.chargeback(user=user, query=query)
+        if fmt == "csv":
+            lines = iter_csv_lines(selectors.group_dicts(groups), query.columns)
+            return csv_response(
+                lines, export_name(query, "by-" + "-".join(query.by or ("namespace",)))
+            )
+        summary = selectors.summarize(groups)
+        return Response(
+            {
+                "from": query.start,
+                "to": query.end,
+                "by": list(query.by),
+                "columns": list(query.columns),
+                "rows": list(selectors.group_dicts(groups)),
+                "total": str(summary.total),
+                "idle": str(summary.idle),
+                "idleShare": str(summary.idle_share),
+                "currency": summary.currency,
+            }
+        )

@@ -1,0 +1,53 @@
+"""`manage.py meter --once`: meter the last complete hour (or `--hour ISO`), like the schedule.
+
+Without `--once` or `--hour` it meters every pending hour (the hourly task's catch-up). Each
+hour is claimed once, so running it next to the worker never double counts.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
+
+from billing import metering, services
+
+
+class Command(BaseCommand):
+    help = "Meter usage and allocate costs for complete hours (idempotent per hour)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--once", action="store_true", help="Meter the last complete hour only")
+        parser.add_argument(
+            "--hour", help="Meter this hour (ISO 8601, UTC if no offset), e.g. 2026-11-30T05:00"
+        )
+
+    def handle(self, *args, once: bool = False, hour: str | None = None, **options):
+        now = timezone.now()
+        if hour:
+            try:
+                moment = datetime.fromisoformat(hour)
+            except ValueError as exc:
+                raise CommandError(f"--hour: {exc}") from exc
+            if moment.tzinfo is None:
+                moment = moment.replace(tzinfo=UTC)
+            try:
+                results = [services.meter_hour(hour=metering._check_hour(moment))]
+            except ValueError as exc:
+                raise CommandError(f"--hour: {exc}") from exc
+        elif once:
+            results = [services.meter_hour(hour=metering.last_complete_hour(now))]
+        else:
+            results = services.meter_pending(now=now)
+        for result in results:
+            label = result.hour.strftime("%Y-%m-%dT%H:00Z")
+            if not result.metered:
+                self.stdout.write(f"{label} already metered")
+                continue
+            self.stdout.write(
+                f"{label} metered: {result.usage_records} usage records, "
+                f"{result.cost_records} cost records, total {result.total}"
+            )
+            for line in result.skipped:
+                self.stderr.write(f"{label} skipped {line}")

@@ -1,0 +1,396 @@
+"""Hourly metering: what each node, pod and pool used in one hour, priced (issue 7 §2).
+
+`usage_collect(hour=...)` reads nodes, pods and pool samples and returns unsaved
+`UsageRecord`s:
+
+- node-hours per node by billing kind. A monthly node is billed every hour of its lease
+  (`lease_start` .. `lease_end`), used or not, at its lease payment amortised by
+  `billing.allocation.monthly_hour_cost`; on-demand and preemptible nodes are billed pro rata
+  while they exist and are not Terminated (`created_at` .. `terminated_at`).
+- pod GPU-hours by request (whole GPUs count 1 each, a shared GPU its milli/1000), pro rata
+  to the part of the hour the pod ran, with a snapshot of its effective labels (pool labels,
+  then node labels, then pod labels: the pod wins) and its namespace.
+- pool fees: registry per pool-month (amortised over the calendar month's hours), storage per
+  GB-month (same), cross-zone network per GB, from `PoolResourceSample`s.
+
+`allocation_inputs(records)` turns stored records back into the pure core's `NodeHour`,
+`PodHour` and `FeeHour`, in a fixed order, so allocation (metering) and the FOCUS export
+compute the same split from the same rows.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import ROUND_HALF_UP, Decimal
+from fractions import Fraction
+
+from django.db.models import Q
+
+from billing import pricing
+from billing.allocation import (
+    CENT,
+    FeeHour,
+    NodeHour,
+    PodHour,
+    add_months,
+    effective_labels,
+    gpu_hours,
+    monthly_hour_cost,
+    on_demand_hour_cost,
+    preemptible_hour_cost,
+    quantize_money,
+)
+from billing.models import PoolResourceSample, PriceBookEntry, UsageRecord
+from pools.errors import ValidationError
+from pools.models import Node, Pod
+
+log = logging.getLogger("ebcloud.billing")
+
+HOUR = timedelta(hours=1)
+QUANTITY = Decimal("0.000001")
+MILLI = 1000
+FEE_KINDS = (UsageRecord.Kind.STORAGE, UsageRecord.Kind.NETWORK, UsageRecord.Kind.REGISTRY)
+
+
+def floor_hour(moment: datetime) -> datetime:
+    return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+
+
+def last_complete_hour(now: datetime) -> datetime:
+    return floor_hour(now) - HOUR
+
+
+# Prices looked up during one `usage_collect` are memoised for that call only (a fleet shares
+# a few price versions; a long-running worker still sees every price change on its next run).
+_memo: ContextVar[dict | None] = ContextVar("billing_price_memo", default=None)
+
+
+def _cached(key: tuple, compute):
+    memo = _memo.get()
+    if memo is None:
+        return compute()
+    if key not in memo:
+        memo[key] = compute()
+    return memo[key]
+
+
+def price_entry_in_force(*, kind: str, at: datetime) -> PriceBookEntry | None:
+    return _cached(
+        ("entry", kind, at),
+        lambda: (
+            PriceBookEntry.objects.filter(kind=kind, effective_from__lte=at)
+            .order_by("-effective_from")
+            .first()
+        ),
+    )
+
+
+def price_in_force(*, node_type_id: int, gpu_model_id: int, at: datetime):
+    return _cached(
+        ("node", node_type_id, gpu_model_id, at),
+        lambda: pricing.price_in_force(node_type_id=node_type_id, gpu_model_id=gpu_model_id, at=at),
+    )
+
+
+def lease_term_in_force(*, lease_type: str, at: datetime):
+    return _cached(
+        ("lease", lease_type, at), lambda: pricing.lease_term_in_force(lease_type=lease_type, at=at)
+    )
+
+
+@dataclass
+class Collected:
+    records: list[UsageRecord] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- collection
+
+
+def usage_collect(*, hour: datetime) -> Collected:
+    """Unsaved usage records of every resource alive in [hour, hour + 1h)."""
+    hour = _check_hour(hour)
+    token = _memo.set({})
+    try:
+        return _collect(hour)
+    finally:
+        _memo.reset(token)
+
+
+def _collect(hour: datetime) -> Collected:
+    out = Collected()
+    nodes = (
+        Node.objects.filter(Q(lease_start__lt=hour + HOUR) | Q(created_at__lt=hour + HOUR))
+        # Gone before the hour and no lease running into it: nothing to bill (keeps history out).
+        .exclude(Q(terminated_at__lte=hour) & (Q(lease_end__isnull=True) | Q(lease_end__lte=hour)))
+        .select_related("pool__team", "pool__gpu_model", "pool__node_type", "pool__zone", "order")
+        .order_by("name")
+    )
+    billed: dict[int, tuple[Node, UsageRecord]] = {}
+    for node in nodes:
+        try:
+            record = _node_record(node, hour)
+        except ValidationError as exc:
+            out.skipped.append(f"node {node.name}: {exc}")
+            log.warning("metering %s: node %s not billed: %s", hour.isoformat(), node.name, exc)
+            continue
+        if record is not None:
+            billed[node.pk] = (node, record)
+            out.records.append(record)
+    out.records.extend(_pod_records(billed, hour))
+    pools = {node.pool_id: node.pool for node, _ in billed.values()}
+    for pool_id in sorted(pools):
+        out.records.extend(_fee_records(pools[pool_id], hour))
+    return out
+
+
+def _node_record(node: Node, hour: datetime) -> UsageRecord | None:
+    pool = node.pool
+    end = hour + HOUR
+    base = dict(
+        hour=hour, kind=UsageRecord.Kind.NODE, resource=node.name, pool=pool, team=pool.team,
+        node_name=node.name, billing_kind=node.billing, gpu_class=pool.gpu_model.name,
+        region=pool.zone.name, gpu_count=node.gpu_count,
+        labels=effective_labels(pool.labels, node.labels, None),
+    )  # fmt: skip
+    if node.billing == Node.Billing.MONTHLY:
+        if node.lease_start is None or node.lease_end is None:
+            return None
+        start = floor_hour(node.lease_start)
+        hours = -(-(node.lease_end - start) // HOUR)  # ceil: the lease's last part-hour is billed
+        if not start <= hour < start + hours * HOUR:
+            return None
+        monthly = _monthly_price(node)
+        cost = monthly_hour_cost(monthly.price, start, start + hours * HOUR, hour)
+        list_price = _hourly_list_price(node, hour)
+        return UsageRecord(
+            **base,
+            quantity=Decimal(1),
+            amount=cost,
+            list_amount=list_price,
+            currency=monthly.currency,
+        )
+    alive_from = node.created_at
+    if node.terminated_at is not None:
+        alive_to = node.terminated_at
+    elif node.phase == Node.Phase.TERMINATED:
+        return None
+    else:
+        alive_to = end
+    fraction = _overlap(alive_from, alive_to, hour)
+    if fraction <= 0:
+        return None
+    price = price_in_force(node_type_id=pool.node_type_id, gpu_model_id=pool.gpu_model_id, at=hour)
+    list_cost = on_demand_hour_cost(price.hourly_price, fraction)
+    if node.billing == Node.Billing.PREEMPTIBLE:
+        entry = price_entry_in_force(kind=PriceBookEntry.Kind.PREEMPTIBLE_DISCOUNT, at=hour)
+        discount = entry.amount if entry else Decimal(0)
+        cost = preemptible_hour_cost(price.hourly_price, discount, fraction)
+    else:
+        cost = list_cost
+    return UsageRecord(
+        **base, quantity=fraction, amount=cost, list_amount=list_cost, currency=price.currency
+    )
+
+
+@dataclass(frozen=True)
+class _Monthly:
+    price: Decimal
+    currency: str
+
+
+def _monthly_price(node: Node) -> _Monthly:
+    """What the node's lease costs a month: the order's price less its discount (what was paid),
+    else the price book at the lease start less the pool's lease-term discount."""
+    pool = node.pool
+    order = node.order
+    if order is not None:
+        price = Decimal(order.unit_monthly_price) * (1 - Decimal(order.discount))
+        return _Monthly(price.quantize(CENT, ROUND_HALF_UP), order.currency)
+    at = node.lease_start
+    book = price_in_force(node_type_id=pool.node_type_id, gpu_model_id=pool.gpu_model_id, at=at)
+    try:
+        discount = lease_term_in_force(lease_type=pool.lease_type, at=at).discount
+    except ValidationError:
+        discount = Decimal(0)
+    price = Decimal(book.monthly_price) * (1 - Decimal(discount))
+    return _Monthly(price.quantize(CENT, ROUND_HALF_UP), book.currency)
+
+
+def _hourly_list_price(node: Node, hour: datetime) -> Decimal | None:
+    pool = node.pool
+    try:
+        price = price_in_force(
+            node_type_id=pool.node_type_id, gpu_model_id=pool.gpu_model_id, at=hour
+        )
+    except ValidationError:
+        return None
+    return on_demand_hour_cost(price.hourly_price)
+
+
+def _pod_records(billed: dict[int, tuple[Node, UsageRecord]], hour: datetime) -> list[UsageRecord]:
+    if not billed:
+        return []
+    end = hour + HOUR
+    pods = (
+        Pod.objects.filter(node_id__in=list(billed), started_at__lt=end)
+        .filter(Q(finished_at__isnull=True) | Q(finished_at__gt=hour))
+        .exclude(phase=Pod.Phase.PENDING)
+        .select_related("team")
+        .order_by("namespace", "name")
+    )
+    records = []
+    for pod in pods:
+        if pod.finished_at is None and pod.phase != Pod.Phase.RUNNING:
+            continue  # ended at an unknown time: nothing to bill it for
+        fraction = _overlap(pod.started_at, pod.finished_at or end, hour)
+        quantity = pod_gpu_hours(gpu_count=pod.gpu_count, gpu_milli=pod.gpu_milli, hours=fraction)
+        if quantity <= 0:
+            continue
+        node, node_record = billed[pod.node_id]
+        records.append(
+            UsageRecord(
+                hour=hour,
+                kind=UsageRecord.Kind.POD,
+                resource=f"{pod.namespace}/{pod.name}",
+                pool=node.pool,
+                team=pod.team,
+                node_name=node.name,
+                namespace=pod.namespace,
+                pod_name=pod.name,
+                billing_kind=node.billing,
+                gpu_class=node_record.gpu_class,
+                region=node_record.region,
+                gpu_count=pod.gpu_count,
+                quantity=quantity,
+                currency=node_record.currency,
+                labels=effective_labels(node.pool.labels, node.labels, pod.labels),
+            )  # fmt: skip
+        )
+    return records
+
+
+def pod_gpu_hours(*, gpu_count: int, gpu_milli: int, hours: Decimal | int = 1) -> Decimal:
+    """By request: whole GPUs count 1 each; a sharing pod (1 GPU, 0 < milli < 1000) milli/1000."""
+    if gpu_count == 1 and 0 < gpu_milli < MILLI:
+        value = gpu_hours(0, gpu_milli, hours)
+    else:
+        value = gpu_hours(gpu_count, 0, hours)
+    return value.quantize(QUANTITY, ROUND_HALF_UP)
+
+
+def _fee_records(pool, hour: datetime) -> list[UsageRecord]:
+    month_start = hour.replace(day=1, hour=0)
+    month_end = add_months(month_start, 1)
+    sample = PoolResourceSample.objects.filter(pool=pool, hour=hour).first()
+    base = dict(
+        hour=hour,
+        resource=pool.name,
+        pool=pool,
+        team=pool.team,
+        region=pool.zone.name,
+        labels=pool.labels,
+    )
+    records = []
+
+    def add(kind: str, entry: PriceBookEntry | None, quantity: Decimal, amount: Decimal) -> None:
+        if entry is not None and amount > 0:
+            records.append(
+                UsageRecord(
+                    **base, kind=kind, quantity=quantity, amount=amount, currency=entry.currency
+                )
+            )
+
+    registry = price_entry_in_force(kind=PriceBookEntry.Kind.REGISTRY_POOL_MONTH, at=hour)
+    if registry is not None:
+        amount = monthly_hour_cost(quantize_money(registry.amount), month_start, month_end, hour)
+        add(UsageRecord.Kind.REGISTRY, registry, Decimal(1), amount)
+    if sample is not None and sample.storage_gb > 0:
+        storage = price_entry_in_force(kind=PriceBookEntry.Kind.STORAGE_GB_MONTH, at=hour)
+        if storage is not None:
+            monthly = quantize_money(Fraction(storage.amount) * Fraction(sample.storage_gb))
+            amount = monthly_hour_cost(monthly, month_start, month_end, hour)
+            add(UsageRecord.Kind.STORAGE, storage, Decimal(sample.storage_gb), amount)
+    if sample is not None and sample.cross_zone_gb > 0:
+        network = price_entry_in_force(kind=PriceBookEntry.Kind.NETWORK_CROSS_ZONE_GB, at=hour)
+        if network is not None:
+            amount = quantize_money(Fraction(network.amount) * Fraction(sample.cross_zone_gb))
+            add(UsageRecord.Kind.NETWORK, network, Decimal(sample.cross_zone_gb), amount)
+    return records
+
+
+def _overlap(start: datetime | None, stop: datetime, hour: datetime) -> Decimal:
+    """The part of [hour, hour + 1h) inside [start, stop), as a fraction of an hour."""
+    if start is None:
+        return Decimal(0)
+    seconds = (min(stop, hour + HOUR) - max(start, hour)).total_seconds()
+    if seconds <= 0:
+        return Decimal(0)
+    return (Decimal(str(seconds)) / 3600).quantize(QUANTITY, ROUND_HALF_UP)
+
+
+def _check_hour(hour: datetime) -> datetime:
+    if hour.tzinfo is None:
+        raise ValueError("hour must be timezone-aware")
+    if hour != floor_hour(hour):
+        raise ValueError(f"{hour.isoformat()} is not the start of an hour")
+    return hour.astimezone(UTC)
+
+
+# --------------------------------------------------------------------------- to the pure core
+
+
+def allocation_inputs(
+    records: Iterable[UsageRecord],
+) -> tuple[list[NodeHour], list[PodHour], list[FeeHour]]:
+    """One hour's records as the allocation core's inputs, in a fixed order.
+
+    Records need `pool` and `team` loaded (select_related) or cached; team is the slug.
+    """
+    nodes: list[NodeHour] = []
+    pods: list[PodHour] = []
+    fees: list[FeeHour] = []
+    for r in sorted(records, key=lambda r: (r.kind, r.resource)):
+        if r.kind == UsageRecord.Kind.NODE:
+            nodes.append(
+                NodeHour(
+                    hour=r.hour,
+                    node=r.node_name,
+                    pool=r.pool.name,
+                    team=r.team.slug,
+                    billing_kind=r.billing_kind,
+                    gpu_count=r.gpu_count,
+                    cost=Decimal(r.amount),
+                    gpu_class=r.gpu_class,
+                    region=r.region,
+                    labels=dict(r.labels),
+                    list_price=None if r.list_amount is None else Decimal(r.list_amount),
+                )  # fmt: skip
+            )
+        elif r.kind == UsageRecord.Kind.POD:
+            pods.append(
+                PodHour(
+                    hour=r.hour,
+                    namespace=r.namespace,
+                    name=r.pod_name,
+                    node=r.node_name,
+                    gpu_hours=Decimal(r.quantity),
+                    labels=dict(r.labels),
+                )  # fmt: skip
+            )
+        else:
+            fees.append(
+                FeeHour(
+                    hour=r.hour,
+                    pool=r.pool.name,
+                    team=r.team.slug,
+                    kind=r.kind,
+                    amount=Decimal(r.amount),
+                    labels=dict(r.labels),
+                )  # fmt: skip
+            )
+    return nodes, pods, fees

@@ -1,0 +1,383 @@
+"""Billing writes: metering an hour, syncing budgets, firing budget alerts (design §6).
+
+Metering claims the hour by inserting its `MeterRun` row in the same transaction that writes
+the hour's usage and cost rows. The row is unique per hour, so a rerun or a second worker finds
+the hour taken (the insert fails, or on PostgreSQL waits for the first transaction and then
+fails) and writes nothing: an hour is counted exactly once. A failure rolls the claim back
+with the rows, so the hour is metered again on the next run.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from django.db import IntegrityError, transaction
+
+from billing import metering
+from billing.allocation import allocate_hour
+from billing.models import CostRecord, MeterRun, UsageRecord
+from pools.models import GpuNodePool, Team
+
+log = logging.getLogger("ebcloud.billing")
+
+MAX_CATCH_UP_HOURS = 24 * 7
+
+
+@dataclass
+class MeterResult:
+    hour: datetime
+    metered: bool
+    usage_records: int = 0
+    cost_records: int = 0
+    total: Decimal = Decimal(0)
+    skipped: list[str] = field(default_factory=list)
+
+
+def meter_hour(*, hour: datetime) -> MeterResult:
+    """Meter one complete hour: usage records, then their allocation as cost records.
+
+    Idempotent: a second call for the same hour (from any worker) writes nothing.
+    """
+    hour = metering._check_hour(hour)
+    if MeterRun.objects.filter(hour=hour).exists():
+        return MeterResult(hour=hour, metered=False)
+    try:
+        with transaction.atomic():
+            run = MeterRun.objects.create(hour=hour)
+            return _meter_claimed(run)
+    except IntegrityError:
+        if MeterRun.objects.filter(hour=hour).exists():
+            return MeterResult(hour=hour, metered=False)
+        raise
+
+
+def _meter_claimed(run: MeterRun) -> MeterResult:
+    collected = metering.usage_collect(hour=run.hour)
+    records = UsageRecord.objects.bulk_create(collected.records)
+    costs = cost_records_for(records)
+    CostRecord.objects.bulk_create(costs, batch_size=2000)
+    cost_day_rebuild(day=run.hour.date())
+    total = sum((c.amount for c in costs), Decimal(0))
+    run.node_records = sum(1 for r in records if r.kind == UsageRecord.Kind.NODE)
+    run.pod_records = sum(1 for r in records if r.kind == UsageRecord.Kind.POD)
+    run.cost_records = len(costs)
+    run.total = total
+    run.save(update_fields=["node_records", "pod_records", "cost_records", "total"])
+    return MeterResult(
+        hour=run.hour,
+        metered=True,
+        usage_records=len(records),
+        cost_records=len(costs),
+        total=total,
+        skipped=collected.skipped,
+    )
+
+
+def cost_records_for(records: list[UsageRecord]) -> list[CostRecord]:
+    """Allocate one hour's usage records with the pure core; unsaved cost records.
+
+    Σ amounts = Σ node costs + Σ fees of the records, exactly (the core's invariant).
+    """
+    if not records:
+        return []
+    nodes, pods, fees = metering.allocation_inputs(records)
+    currencies = {r.currency for r in records}
+    if len(currencies) != 1:
+        raise ValueError(f"one hour's usage mixes currencies {sorted(currencies)}")
+    currency = currencies.pop()
+    pools: dict[str, GpuNodePool] = {r.pool.name: r.pool for r in records}
+    owners: dict[str, Team] = {
+        r.pool.name: r.team for r in records if r.kind != UsageRecord.Kind.POD
+    }
+    pod_teams: dict[tuple[str, str], Team] = {
+        (r.namespace, r.pod_name): r.team for r in records if r.kind == UsageRecord.Kind.POD
+    }
+    rows = allocate_hour(nodes, pods, fees, currency=currency)
+    out = []
+    for row in rows:
+        pool = pools[row.pool]
+        team = pod_teams[(row.namespace, row.pod)] if row.pod else owners.get(row.pool, pool.team)
+        out.append(
+            CostRecord(
+                hour=row.hour,
+                pool=pool,
+                team=team,
+                namespace=row.namespace,
+                pod=row.pod,
+                node=row.node,
+                labels=dict(row.labels),
+                gpu_class=row.gpu_class,
+                billing_kind=row.billing_kind,
+                cost_kind=row.cost_kind,
+                component=row.component,
+                gpu_hours=row.gpu_hours,
+                amount=row.amount,
+                currency=row.currency,
+            )  # fmt: skip
+        )
+    return out
+
+
+def cost_day_rebuild(*, day) -> int:
+    """Recompute one day's `CostDay` rollup from its cost records; returns its row count.
+
+    Runs in the caller's transaction, holding the day's lock row, so two workers metering two
+    hours of the same day rebuild it one after the other and the later sees both hours.
+    """
+    from datetime import UTC, time
+
+    from django.db.models import Sum
+
+    from billing.models import CostDay, CostDayLock
+
+    with transaction.atomic():
+        CostDayLock.objects.get_or_create(day=day)
+        CostDayLock.objects.select_for_update().get(day=day)
+        start = datetime.combine(day, time(), tzinfo=UTC)
+        groups = (
+            CostRecord.objects.filter(hour__gte=start, hour__lt=start + timedelta(days=1))
+            .values(
+                "pool_id", "team_id", "namespace", "labels", "billing_kind", "cost_kind", "currency"
+            )
+            .annotate(total=Sum("amount"), hours=Sum("gpu_hours"))
+            .order_by()
+        )
+        rows = [
+            CostDay(
+                day=day,
+                pool_id=g["pool_id"],
+                team_id=g["team_id"],
+                namespace=g["namespace"],
+                labels=g["labels"],
+                billing_kind=g["billing_kind"],
+                cost_kind=g["cost_kind"],
+                currency=g["currency"],
+                amount=g["total"],
+                gpu_hours=g["hours"] or 0,
+            )  # fmt: skip
+            for g in groups.iterator(chunk_size=5000)
+        ]
+        CostDay.objects.filter(day=day).delete()
+        CostDay.objects.bulk_create(rows, batch_size=5000)
+    return len(rows)
+
+
+def meter_pending(
+    *, now: datetime, max_hours: int = MAX_CATCH_UP_HOURS, time_budget_s: float | None = None
+) -> list[MeterResult]:
+    """Meter every complete hour not metered yet, oldest first, at most `max_hours` back.
+
+    What the hourly schedule runs: a missed tick (worker down) is caught up on the next one.
+    With `time_budget_s` it stops starting new hours after that long (each hour commits on
+    its own), so a long catch-up spreads over several runs instead of outliving the worker's
+    task timeout.
+    """
+    import time
+
+    started = time.monotonic()
+    last = metering.last_complete_hour(now)
+    newest = MeterRun.objects.order_by("-hour").values_list("hour", flat=True).first()
+    first = last - timedelta(hours=max_hours - 1)
+    if newest is not None:
+        first = max(first, newest + metering.HOUR)
+    results = []
+    hour = first
+    while hour <= last:
+        if time_budget_s is not None and results and time.monotonic() - started > time_budget_s:
+            break
+        results.append(meter_hour(hour=hour))
+        hour += metering.HOUR
+    return results
+
+
+# --------------------------------------------------------------------------- budgets
+
+WEBHOOK_ATTEMPTS = 3
+WEBHOOK_BACKOFF_S = 1.0
+WEBHOOK_TIMEOUT_S = 5.0
+WEBHOOK_TRANSPORT = None  # an httpx transport; tests put a mock here
+
+
+def budgets_sync() -> int:
+    """Make every live pool's Budget match its `spec.budget` (added, changed or removed)."""
+    from billing.models import Budget
+
+    seen = []
+    for pool in GpuNodePool.objects.active().select_related("team"):
+        spec = (pool.document or {}).get("spec", {}).get("budget")
+        if not spec or "monthly" not in spec:
+            continue
+        Budget.objects.update_or_create(
+            pool=pool,
+            defaults={
+                "team": pool.team,
+                "monthly_amount": Decimal(str(spec["monthly"])),
+                "currency": spec.get("currency", "CNY"),
+                "thresholds": sorted({int(t) for t in spec.get("thresholds", [80, 100])}),
+            },
+        )
+        seen.append(pool.pk)
+    Budget.objects.filter(pool__isnull=False).exclude(pool_id__in=seen).delete()
+    return len(seen)
+
+
+def budget_team_set(
+    *, user, team: Team, monthly_amount: Decimal, currency: str = "CNY", thresholds=(80, 100)
+):
+    """A team-wide monthly budget (platform admins only)."""
+    from billing.models import Budget
+    from pools import roles
+    from pools.errors import ValidationError
+
+    if not roles.is_admin(user):
+        from django.core.exceptions import PermissionDenied
+
+        raise PermissionDenied("only platform admins set team budgets")
+    if monthly_amount <= 0:
+        raise ValidationError("must be positive", field="monthly")
+    budget, _ = Budget.objects.update_or_create(
+        team=team, pool=None,
+        defaults={"monthly_amount": monthly_amount, "currency": currency, "thresholds": sorted(set(thresholds))},
+    )  # fmt: skip
+    return budget
+
+
+def budgets_evaluate(*, now: datetime) -> list:
+    """Fire each crossed threshold once per period, on actual spend and on the forecast.
+
+    The alert row is the claim: `BudgetAlert` is unique per (budget, period, threshold, basis),
+    so whichever worker inserts it first notifies, and every other one finds it taken.
+    """
+    from billing import selectors
+    from billing.models import Budget
+
+    budgets_sync()
+    fired = []
+    for status in selectors.budget_statuses_of(
+        Budget.objects.select_related("pool", "team"), now=now
+    ):
+        budget = status.budget
+        for threshold in sorted(budget.thresholds or [80, 100]):
+            limit = budget.monthly_amount * threshold / 100
+            for basis, amount in (("actual", status.spent), ("forecast", status.forecast)):
+                if amount is not None and amount >= limit:
+                    alert = _alert_fire(
+                        budget=budget,
+                        period=status.period,
+                        threshold=threshold,
+                        basis=basis,
+                        amount=amount,
+                        now=now,
+                    )
+                    if alert is not None:
+                        fired.append(alert)
+    return fired
+
+
+def _alert_fire(*, budget, period, threshold: int, basis: str, amount: Decimal, now: datetime):
+    from billing.models import BudgetAlert
+    from pools.events import WARNING, event_record
+
+    try:
+        with transaction.atomic():
+            alert = BudgetAlert.objects.create(
+                budget=budget, period=period, threshold=threshold, basis=basis, amount=amount,
+                budget_amount=budget.monthly_amount, currency=budget.currency, created_at=now,
+            )  # fmt: skip
+            if budget.pool_id:
+                event_record(
+                    pool=budget.pool,
+                    reason="BudgetThresholdReached",
+                    type=WARNING,
+                    message=alert_message(alert),
+                    now=now,
+                )
+    except IntegrityError:
+        return None
+    transaction.on_commit(lambda: alert_notify(alert_id=alert.pk))
+    return alert
+
+
+def alert_message(alert) -> str:
+    budget = alert.budget
+    scope = f"Pool {budget.pool.name}" if budget.pool_id else f"Team {budget.team.slug}"
+    what = "spend" if alert.basis == "actual" else "forecast spend"
+    return (
+        f"{scope} {what} {alert.amount} {alert.currency} reached {alert.threshold}% of its monthly "
+        f"budget {alert.budget_amount} {alert.currency} ({alert.period:%Y-%m})"
+    )
+
+
+def alert_payload(alert) -> dict:
+    budget = alert.budget
+    return {
+        "kind": "BudgetThresholdReached",
+        "pool": budget.pool.name if budget.pool_id else None,
+        "team": budget.team.slug,
+        "period": alert.period.strftime("%Y-%m"),
+        "threshold": alert.threshold,
+        "basis": alert.basis,
+        "amount": str(alert.amount),
+        "budget": str(alert.budget_amount),
+        "currency": alert.currency,
+        "message": alert_message(alert),
+    }
+
+
+def alert_notify(*, alert_id: int) -> None:
+    """E-mail the team's leads (and EBCLOUD_BUDGET_ALERT_EMAILS); POST the webhook if set."""
+    from django.conf import settings
+    from django.core.mail import send_mail
+    from django.utils import timezone
+
+    from billing.models import BudgetAlert
+    from pools.models import Membership
+
+    alert = BudgetAlert.objects.select_related("budget__pool", "budget__team").get(pk=alert_id)
+    recipients = list(getattr(settings, "EBCLOUD_BUDGET_ALERT_EMAILS", []))
+    recipients += [
+        e for e in Membership.objects.filter(team=alert.budget.team, role=Membership.Role.LEAD)
+        .values_list("user__email", flat=True) if e
+    ]  # fmt: skip
+    updates = {}
+    if recipients:
+        message = alert_message(alert)
+        send_mail(f"[EBCloud] {message[:120]}", message, None, sorted(set(recipients)))
+        updates["emailed_at"] = timezone.now()
+    url = getattr(settings, "EBCLOUD_BUDGET_WEBHOOK_URL", "")
+    if url:
+        updates["webhook_status"] = webhook_post(url=url, payload=alert_payload(alert))[:60]
+    if updates:
+        BudgetAlert.objects.filter(pk=alert.pk).update(**updates)
+
+
+def webhook_post(
+    *, url: str, payload: dict, attempts: int | None = None, backoff_s: float | None = None
+) -> str:
+    """POST JSON, retrying transport errors, 429 and 5xx with exponential backoff."""
+    import time
+
+    import httpx
+
+    attempts = attempts or WEBHOOK_ATTEMPTS
+    backoff_s = WEBHOOK_BACKOFF_S if backoff_s is None else backoff_s
+    last = ""
+    with httpx.Client(timeout=WEBHOOK_TIMEOUT_S, transport=WEBHOOK_TRANSPORT) as client:
+        for attempt in range(1, attempts + 1):
+            try:
+                response = client.post(url, json=payload)
+            except httpx.HTTPError as exc:
+                last = f"failed: {type(exc).__name__}"
+            else:
+                if response.status_code < 400:
+                    return f"delivered {response.status_code} (attempt {attempt})"
+                last = f"failed: HTTP {response.status_code}"
+                if response.status_code != 429 and response.status_code < 500:
+                    return last
+            if attempt < attempts:
+                time.sleep(backoff_s * 2 ** (attempt - 1))
+    log.warning("budget webhook %s: %s after %d attempts", url, last, attempts)
+    return f"{last} after {attempts} attempts"

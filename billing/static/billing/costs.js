@@ -1,0 +1,13 @@
+// Draws the stacked cost-over-time chart from the JSON the page embeds (no inline script).
+(function () {
+  function draw() {
+    var data = document.getElementById("cost-chart-data");
+    var target = document.getElementById("cost-chart");
+    if (!data || !target || !window.Plotly) return;
+    var figure = JSON.parse(data.textContent);
+    window.Plotly.react(target, figure.data, figure.layout, {displaylogo: false, responsive: true});
+  }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", draw);
+  else draw();
+  document.body && document.body.addEventListener("htmx:afterSwap", draw);
+})();

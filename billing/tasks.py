@@ -1,0 +1,18 @@
+"""django-q2 tasks: thin, idempotent wrappers around billing services (design §5)."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.utils import timezone
+
+from billing import services
+
+
+def meter_pending() -> dict[str, int]:
+    """Hourly: meter every complete hour not metered yet, then check budgets."""
+    now = timezone.now()
+    # Stay well inside the worker's task timeout; the next run continues a long catch-up.
+    budget_s = settings.Q_CLUSTER.get("timeout", 60) * 0.6
+    results = services.meter_pending(now=now, time_budget_s=budget_s)
+    alerts = services.budgets_evaluate(now=now)
+    return {"hours": sum(1 for r in results if r.metered), "alerts": len(alerts)}

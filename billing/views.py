@@ -1,0 +1,99 @@
+"""The costs page: chargeback table, idle share, cost over time, CSV download, budget bars.
+
+A thin shell over `billing.selectors`; the filter and sort state lives in the query string, so
+a view of the costs is a shareable URL. The CSV button links to the API with the same query,
+which groups with the same selector: its totals equal the page's to the cent.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+from django.contrib.auth.decorators import login_required
+from django.shortcuts import render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.cache import patch_vary_headers
+from django.views.decorators.http import require_GET
+
+from billing import api, selectors
+from billing.allocation import DEFAULT_GROUP_LABELS
+from pools.errors import ValidationError
+from pools.selectors import teams_visible_to
+
+QUERY_KEYS = ("by", "from", "to", "team", "pool", "billing", "sort")
+
+
+@login_required
+@require_GET
+def cost_list(request):
+    errors = []
+    try:
+        query = api.parse_query(request.GET)
+    except ValidationError as exc:
+        errors = exc.errors
+        query = api.parse_query({})
+    groups = selectors.chargeback(user=request.user, query=query)
+    summary = selectors.summarize(groups)
+    series = selectors.cost_series(user=request.user, query=query)
+    state = {
+        "by": ",".join(query.by),
+        "from": query.start.isoformat() if query.start else "",
+        "to": query.end.isoformat() if query.end else "",
+        "team": query.team,
+        "pool": query.pool,
+        "billing": query.billing,
+    }
+    base = {k: v for k, v in state.items() if v}
+    context = {
+        "query": query,
+        "state": state,
+        "errors": errors,
+        "columns": query.columns,
+        "rows": [(g.as_dict(), g) for g in groups],
+        "summary": summary,
+        "sort": query.sort,
+        "base_query": urlencode(base),
+        "csv_url": reverse("billing:api-costs")
+        + "?"
+        + urlencode({**base, "sort": query.sort, "format": "csv"}),
+        "focus_url": reverse("billing:api-costs") + "?" + urlencode({**base, "format": "focus"}),
+        "chart": _figure(series),
+        "teams": teams_visible_to(user=request.user),
+        "default_by": ",".join(DEFAULT_GROUP_LABELS),
+        "budgets": selectors.budget_statuses(user=request.user, now=timezone.now()),
+    }
+    name = "billing/cost_list.html#cost-table" if request.htmx else "billing/cost_list.html"
+    response = render(request, name, context)
+    patch_vary_headers(response, ("HX-Request",))
+    return response
+
+
+def _figure(series) -> dict:
+    traces = [
+        {
+            "type": "bar",
+            "name": name,
+            "x": [day.isoformat() for day, _ in points],
+            "y": [str(amount) for _, amount in points],
+        }
+        for name, points in series.items()
+    ]
+    layout = {
+        "barmode": "stack",
+        "margin": {"t": 10, "r": 10, "b": 40, "l": 60},
+        "yaxis": {"title": {"text": "Cost"}},
+        "legend": {"orientation": "h"},
+        "height": 320,
+    }
+    return {"data": traces, "layout": layout}
+
+
+@login_required
+@require_GET
+def budget_list(request):
+    """Every budget the user may see with this month's spend and forecast, and recent alerts."""
+    statuses = selectors.budget_statuses(user=request.user, now=timezone.now())
+    statuses.sort(key=lambda s: s.percent, reverse=True)
+    context = {"budgets": statuses, "alerts": selectors.budget_alerts_for_user(user=request.user)}
+    return render(request, "billing/budget_list.html", context)

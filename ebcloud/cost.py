@@ -1,0 +1,112 @@
+"""`ebcloud cost export`: the chargeback CSV or the FOCUS 1.2 dataset, streamed to a file.
+
+    ebcloud cost export --by-labels team,project,gpu-class --from 2026-12-01 --to 2026-12-31
+    ebcloud cost export --format focus -o december-focus.csv
+
+The rows are the server's `GET /api/v1/costs/?format=csv|focus`, written as they arrive, so a
+month of a large fleet never sits in memory. Label keys go verbatim (`gpu-class`).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import date
+
+import click
+import httpx
+
+from ebcloud import config
+from ebcloud.client import API, Client, error_line
+from ebcloud.errors import CliError
+
+
+def _day(ctx, param, value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        return date.fromisoformat(value).isoformat()
+    except ValueError as exc:
+        raise click.BadParameter("expected a date such as 2026-12-01") from exc
+
+
+@click.group("cost")
+def cost() -> None:
+    """Costs split by team, project, GPU class and namespace (chargeback)."""
+
+
+@cost.command("export")
+@click.option(
+    "--by-labels",
+    "by",
+    default="team,project,gpu-class",
+    show_default=True,
+    help="Comma-separated label keys to group by",
+)
+@click.option(
+    "--from",
+    "start",
+    callback=_day,
+    metavar="DATE",
+    help="First day (UTC); default the 1st of this month",
+)
+@click.option(
+    "--to", "end", callback=_day, metavar="DATE", help="Last day (UTC, inclusive); default today"
+)
+@click.option(
+    "--format", "fmt", type=click.Choice(["csv", "focus"]), default="csv", show_default=True
+)
+@click.option(
+    "--detail", is_flag=True, help="Every hourly cost record instead of grouped totals (csv only)"
+)
+@click.option(
+    "-o",
+    "--output",
+    "path",
+    type=click.Path(dir_okay=False, writable=True),
+    help="Write to FILE instead of stdout",
+)
+def cost_export(
+    by: str, start: str | None, end: str | None, fmt: str, detail: bool, path: str | None
+) -> None:
+    """Export costs as CSV (grouped by label keys) or as a FOCUS 1.2 dataset."""
+    params = {"by": by, "format": fmt}
+    if start:
+        params["from"] = start
+    if end:
+        params["to"] = end
+    if detail:
+        params["detail"] = "1"
+    with Client(config.load()) as client:
+        out = open(path, "wb") if path else sys.stdout.buffer  # noqa: SIM115
+        try:
+            rows = _stream(client, params, out)
+        finally:
+            if path:
+                out.close()
+    if path:
+        click.echo(f"wrote {rows} rows to {path}", err=True)
+
+
+def _stream(client: Client, params: dict, out) -> int:
+    """Copy the CSV body to `out` chunk by chunk; returns the number of data rows."""
+    http = client._http
+    lines = 0
+    try:
+        with http.stream("GET", API + "/costs/", params=params) as response:
+            if not response.is_success:
+                response.read()
+                try:
+                    detail = error_line(response.json())
+                except (json.JSONDecodeError, ValueError):
+                    detail = ""
+                raise CliError(
+                    detail or f"the server at {client.server} answered HTTP {response.status_code}"
+                )
+            for chunk in response.iter_bytes():
+                lines += chunk.count(b"\n")
+                out.write(chunk)
+    except httpx.TransportError as exc:
+        raise CliError(f"cannot reach the server at {client.server}: {exc}") from exc
+    out.flush()
+    return max(lines - 1, 0)

@@ -1,0 +1,113 @@
+"""Helpers of the billing tests: pools with nodes and pods created directly, and metered hours."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from billing import services
+from billing.allocation import add_months
+from billing.demo import load_prices
+from pools import services as pool_services
+from pools.models import Node, Pod
+from tests.conftest import make_document
+
+T0 = datetime(2026, 12, 1, 0, 0, tzinfo=UTC)  # a 31-day month: 744 hours
+HOUR = timedelta(hours=1)
+
+
+def pool(user, name="train-pool-a", labels=None, **spec):
+    """A pool with no order (min 0); labels from the article's YAML (team: algorithm)."""
+    load_prices()
+    document = make_document(name, nodeCount={"min": 0, "max": 6}, **spec)
+    if labels is not None:
+        document["metadata"]["labels"] = labels
+    return pool_services.pool_create(user=user, document=document, now=T0)
+
+
+def node(
+    pool,
+    name,
+    *,
+    billing="monthly",
+    start=T0,
+    months=1,
+    created=None,
+    terminated=None,
+    labels=None,
+    phase="Ready",
+):
+    lease = billing == "monthly"
+    return Node.objects.create(
+        pool=pool,
+        name=name,
+        billing=billing,
+        phase=phase,
+        zone=pool.zone,
+        gpu_count=pool.node_type.gpu_count,
+        labels={"gpu-class": "a100", **(labels or {})},
+        lease_start=start if lease else None,
+        lease_end=add_months(start, months) if lease else None,
+        created_at=created or start,
+        terminated_at=terminated,
+    )
+
+
+def pod(
+    team,
+    node,
+    name,
+    *,
+    namespace="algorithm",
+    gpus=1,
+    milli=0,
+    labels=None,
+    started=T0,
+    finished=None,
+    phase="Running",
+):
+    return Pod.objects.create(
+        team=team,
+        namespace=namespace,
+        name=name,
+        labels=labels or {},
+        gpu_count=gpus,
+        gpu_milli=milli or (1000 if gpus else 0),
+        node=node,
+        phase=phase,
+        started_at=started,
+        finished_at=finished,
+    )
+
+
+def meter(start=T0, hours=1):
+    return [services.meter_hour(hour=start + i * HOUR) for i in range(hours)]
+
+
+def scenario(actors, teams, hours=3):
+    """Two teams' pools metered for `hours` hours:
+
+    - train-pool-a (algorithm; labels pool-role=training, team=algorithm; gpu-class=a100 on
+      nodes): monthly node n-0 and on-demand node od-0; pods algorithm/llm (2 GPUs,
+      project=llm), algorithm/notebook (half a GPU, no project), algorithm/batch on od-0.
+    - spot-pool (inference; preemptible; labels team=inference): node spot-0 with pod
+      inference/serve (1 GPU, project=chat).
+    """
+    a = pool(actors["lead"])
+    b = pool(
+        actors["other_lead"],
+        name="spot-pool",
+        labels={"team": "inference"},
+        preemptible=True,
+        region="cn-north-1a",
+    )
+    n0 = node(a, "n-0")
+    od = node(a, "od-0", billing="on_demand", created=T0 - HOUR)
+    spot = node(b, "spot-0", billing="preemptible", created=T0 - HOUR)
+    pod(teams["algorithm"], n0, "llm", gpus=2, labels={"project": "llm"})
+    pod(teams["algorithm"], n0, "notebook", gpus=1, milli=500)
+    pod(teams["algorithm"], od, "batch", gpus=8, labels={"project": "etl"})
+    pod(
+        teams["inference"], spot, "serve", namespace="inference", gpus=1, labels={"project": "chat"}
+    )
+    meter(hours=hours)
+    return a, b

@@ -1,0 +1,234 @@
+"""GET /api/v1/costs/ (JSON, CSV, FOCUS) and the /costs/ page: totals, streaming, roles."""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from decimal import Decimal
+
+import pytest
+from django.db import connection
+from django.http import StreamingHttpResponse
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from billing.focus import FOCUS_COLUMNS
+from billing.models import CostRecord
+from tests.billing.billing_helpers import scenario
+
+pytestmark = pytest.mark.django_db
+
+RANGE = "from=2026-12-01&to=2026-12-31"
+
+
+@pytest.fixture
+def costs(actors, teams):
+    return scenario(actors, teams)
+
+
+def body(response) -> str:
+    assert isinstance(response, StreamingHttpResponse)
+    return b"".join(response.streaming_content).decode()
+
+
+def csv_rows(response) -> list[dict]:
+    return list(csv.DictReader(io.StringIO(body(response))))
+
+
+def web(actors, role) -> Client:
+    client = Client()
+    if role:
+        client.force_login(actors[role])
+    return client
+
+
+def page_total(response) -> Decimal:
+    return Decimal(
+        re.search(r"<strong data-total>([\d.]+)</strong>", response.content.decode()).group(1)
+    )
+
+
+def test_json_groups_by_the_asked_label_keys_with_totals(api, costs):
+    response = api("finance").get(f"/api/v1/costs/?by=team,project,gpu-class&{RANGE}")
+    assert response.status_code == 200
+    data = response.json()
+    assert data["columns"] == [
+        "team",
+        "project",
+        "gpu-class",
+        "namespace",
+        "billing",
+        "cost",
+        "amount",
+        "currency",
+    ]
+    assert Decimal(data["total"]) == sum(CostRecord.objects.values_list("amount", flat=True))
+    assert sum(Decimal(r["amount"]) for r in data["rows"]) == Decimal(data["total"])
+    assert Decimal(data["idle"]) > 0 and Decimal(data["idleShare"]) > 0
+
+
+def test_csv_streams_the_same_rows_and_its_total_equals_the_page_total_to_the_cent(
+    api, actors, costs
+):
+    response = api("finance").get(f"/api/v1/costs/?by=team,project,gpu-class&{RANGE}&format=csv")
+    assert response.status_code == 200 and response["Content-Type"].startswith("text/csv")
+    assert "attachment" in response["Content-Disposition"]
+    rows = csv_rows(response)
+    assert list(rows[0]) == [
+        "team",
+        "project",
+        "gpu-class",
+        "namespace",
+        "billing",
+        "cost",
+        "amount",
+        "currency",
+    ]
+    csv_total = sum(Decimal(r["amount"]) for r in rows)
+    page = web(actors, "finance").get(f"/costs/?by=team,project,gpu-class&{RANGE}")
+    assert page.status_code == 200
+    assert csv_total == page_total(page) == sum(CostRecord.objects.values_list("amount", flat=True))
+    # The lead's CSV and page agree too, on fewer rows.
+    lead_rows = csv_rows(api("lead").get(f"/api/v1/costs/?{RANGE}&format=csv"))
+    assert {r["team"] for r in lead_rows} == {"algorithm"}
+    assert sum(Decimal(r["amount"]) for r in lead_rows) == page_total(
+        web(actors, "lead").get(f"/costs/?{RANGE}")
+    )
+
+
+def test_detail_csv_streams_every_cost_record(api, costs):
+    rows = csv_rows(api("finance").get(f"/api/v1/costs/?{RANGE}&format=csv&detail=1"))
+    assert len(rows) == CostRecord.objects.count()
+    assert rows[0]["labels"].startswith("{")
+
+
+def test_focus_export_streams_focus_columns(api, costs):
+    response = api("finance").get(f"/api/v1/costs/?{RANGE}&format=focus")
+    assert response.status_code == 200
+    rows = csv_rows(response)
+    assert tuple(rows[0]) == FOCUS_COLUMNS
+    assert {r["ChargeCategory"] for r in rows} == {"Purchase", "Usage"}
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ("by=bad%20key", "by"),
+        ("from=yesterday", "from"),
+        ("format=xml", "format"),
+        ("from=2026-12-05&to=2026-12-01", "to"),
+        ("sort=nope", "sort"),
+    ],
+)
+def test_bad_parameters_are_400_with_the_parameter_as_field(api, costs, query, field):
+    response = api("lead").get(f"/api/v1/costs/?{query}")
+    assert response.status_code == 400
+    assert field in {e["field"] for e in response.json()["errors"]}
+
+
+def test_roles_see_their_teams_costs_only(api, costs):
+    def teams_of(role):
+        return {r["team"] for r in api(role).get(f"/api/v1/costs/?by=team&{RANGE}").json()["rows"]}
+
+    assert teams_of("finance") == teams_of("admin") == {"algorithm", "inference"}
+    assert teams_of("lead") == teams_of("member") == {"algorithm"}
+    assert teams_of("other_lead") == {"inference"}
+    assert api(None).get("/api/v1/costs/").status_code in (401, 403)
+    assert api(None).get("/api/v1/costs/?format=csv").status_code in (401, 403)
+
+
+def test_another_teams_costs_are_filtered_out_even_when_asked_for(api, costs):
+    data = api("lead").get(f"/api/v1/costs/?by=team&team=inference&{RANGE}").json()
+    assert data["rows"] == [] and data["total"] == "0"
+
+
+def test_finance_reads_but_cannot_write(api, costs):
+    assert api("finance").post("/api/v1/costs/", {}, format="json").status_code == 405
+    assert api("finance").delete("/api/v1/costs/").status_code == 405
+
+
+def test_the_costs_page_shows_table_idle_share_chart_and_download(actors, costs):
+    response = web(actors, "finance").get(f"/costs/?by=team,project,gpu-class&{RANGE}&sort=team")
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert "gpu-class" in html and "__idle__" in html and "__unallocated__" in html
+    assert "% of the total" in html
+    assert 'id="cost-chart-data"' in html and "vendor/plotly.min.js" in html
+    assert (
+        "/api/v1/costs/?by=team%2Cproject%2Cgpu-class&amp;from=2026-12-01" in html
+        and "format=csv" in html
+    )
+    assert response["Vary"] and "HX-Request" in response["Vary"]
+
+
+def test_the_costs_page_fragment_for_htmx(actors, costs):
+    response = web(actors, "finance").get(f"/costs/?{RANGE}", HTTP_HX_REQUEST="true")
+    html = response.content.decode()
+    assert html.lstrip().startswith('<div id="cost-table">') and "<html" not in html
+
+
+def test_the_costs_page_is_filtered_by_role_and_needs_a_login(actors, costs):
+    assert web(actors, None).get("/costs/").status_code == 302
+    other = web(actors, "other_lead").get(f"/costs/?by=team&{RANGE}").content.decode()
+    assert "inference" in other and "<td>algorithm</td>" not in other
+    lead = web(actors, "lead").get(f"/costs/?by=team&{RANGE}").content.decode()
+    assert "<td>algorithm</td>" in lead and "<td>inference</td>" not in lead
+
+
+def test_the_costs_page_shows_parameter_errors_instead_of_failing(actors, costs):
+    response = web(actors, "lead").get("/costs/?from=nonsense")
+    assert response.status_code == 200 and "must be a date" in response.content.decode()
+
+
+def test_the_page_and_the_api_use_a_constant_number_of_queries(api, actors, costs):
+    client = web(actors, "finance")
+    with CaptureQueriesContext(connection) as page:
+        client.get(f"/costs/?{RANGE}")
+    finance = api("finance")
+    with CaptureQueriesContext(connection) as endpoint:
+        body(finance.get(f"/api/v1/costs/?{RANGE}&format=csv"))
+    assert CostRecord.objects.count() > 10
+    assert len(page) <= 14, [q["sql"] for q in page]
+    assert len(endpoint) <= 6, [q["sql"] for q in endpoint]
+
+
+@pytest.mark.live
+@pytest.mark.django_db(transaction=True)
+def test_ebcloud_cost_export_writes_the_same_csv_as_the_api(
+    live_server, actors, teams, tmp_path, monkeypatch
+):
+    from click.testing import CliRunner
+    from rest_framework.authtoken.models import Token
+
+    from ebcloud.cli import cli
+
+    scenario(actors, teams)
+    monkeypatch.setenv("EBCLOUD_CONFIG", str(tmp_path / "config.yaml"))
+    monkeypatch.setenv("EBCLOUD_SERVER", live_server.url)
+    monkeypatch.setenv("EBCLOUD_TOKEN", Token.objects.create(user=actors["finance"]).key)
+    out = tmp_path / "costs.csv"
+    args = [
+        "cost",
+        "export",
+        "--by-labels",
+        "team,project,gpu-class",
+        "--from",
+        "2026-12-01",
+        "--to",
+        "2026-12-31",
+    ]
+    result = CliRunner().invoke(cli, [*args, "-o", str(out)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader(io.StringIO(out.read_text())))
+    assert list(rows[0])[:3] == ["team", "project", "gpu-class"]
+    assert sum(Decimal(r["amount"]) for r in rows) == sum(
+        CostRecord.objects.values_list("amount", flat=True)
+    )
+    focus = CliRunner().invoke(cli, [*args, "--format", "focus"], catch_exceptions=False)
+    assert focus.exit_code == 0 and focus.output.startswith("AvailabilityZone,BilledCost,")
+    bad = CliRunner().invoke(cli, ["cost", "export", "--by-labels", "bad key"])
+    assert bad.exit_code == 1 and "by: 'bad key' is not a label key" in bad.output
+    monkeypatch.setenv("EBCLOUD_TOKEN", Token.objects.create(user=actors["other_lead"]).key)
+    lead = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert {r["team"] for r in csv.DictReader(io.StringIO(lead.output))} == {"inference"}

@@ -1,0 +1,287 @@
+"""Budgets: from spec.budget, 80%/100% on actual and forecast spend, once per period, notified."""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import timedelta
+from decimal import Decimal
+
+import httpx
+import pytest
+from django.core import mail
+from django.core.exceptions import PermissionDenied
+from django.db import connection
+from django.test import Client
+
+from billing import selectors, services
+from billing.models import Budget, BudgetAlert, CostRecord
+from pools.models import PoolEvent
+from tests.billing.billing_helpers import HOUR, T0, pool
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def notifications(settings, monkeypatch):
+    settings.EBCLOUD_BUDGET_ALERT_EMAILS = ["finops@example.com"]
+    settings.EBCLOUD_BUDGET_WEBHOOK_URL = ""
+    monkeypatch.setattr(services, "WEBHOOK_BACKOFF_S", 0)
+
+
+@pytest.fixture
+def evaluate(django_capture_on_commit_callbacks):
+    """budgets_evaluate with the notifications that run on commit."""
+
+    def run(now):
+        with django_capture_on_commit_callbacks(execute=True):
+            return services.budgets_evaluate(now=now)
+
+    return run
+
+
+def budget_pool(actors, monthly="1000", **budget):
+    return pool(actors["lead"], budget={"monthly": monthly, **budget})
+
+
+def spend(p, amount, *, hours=1, start=T0):
+    """`amount` spread evenly over `hours` hourly idle cost records of the pool."""
+    per_hour = (Decimal(amount) / hours).quantize(Decimal("0.01"))
+    CostRecord.objects.bulk_create(
+        CostRecord(
+            hour=start + i * HOUR,
+            pool=p,
+            team=p.team,
+            billing_kind="monthly",
+            cost_kind="idle",
+            amount=per_hour,
+        )
+        for i in range(hours)
+    )
+
+
+def alerts():
+    return sorted(BudgetAlert.objects.values_list("threshold", "basis"))
+
+
+def test_budgets_follow_the_pool_spec_with_default_thresholds(actors):
+    p = budget_pool(actors)
+    assert services.budgets_sync() == 1
+    budget = Budget.objects.get(pool=p)
+    assert (budget.monthly_amount, budget.currency, budget.thresholds, budget.team) == (
+        Decimal("1000"),
+        "CNY",
+        [80, 100],
+        p.team,
+    )
+    document = p.document
+    del document["spec"]["budget"]
+    p.document = document
+    p.save()
+    services.budgets_sync()
+    assert not Budget.objects.exists()
+
+
+def test_the_80_percent_threshold_fires_once_with_mail_and_an_event(evaluate, actors):
+    actors["lead"].email = "lead@example.com"
+    actors["lead"].save()
+    p = budget_pool(actors)
+    spend(p, "799.99")
+    assert evaluate(T0 + 2 * HOUR) == []
+    spend(p, "0.01", start=T0 + HOUR)
+    fired = evaluate(T0 + 2 * HOUR)
+    assert [(a.threshold, a.basis, a.amount) for a in fired] == [(80, "actual", Decimal("800.00"))]
+    assert len(mail.outbox) == 1
+    assert set(mail.outbox[0].to) == {"finops@example.com", "lead@example.com"}
+    assert "80% of its monthly budget 1000.00 CNY" in mail.outbox[0].body
+    event = PoolEvent.objects.get(reason="BudgetThresholdReached")
+    assert event.type == "Warning" and event.pool == p
+    assert evaluate(T0 + 3 * HOUR) == []
+    assert len(mail.outbox) == 1 and BudgetAlert.objects.get().emailed_at is not None
+
+
+def test_100_percent_fires_separately_and_a_new_month_starts_over(actors):
+    p = budget_pool(actors)
+    spend(p, "1000.00")
+    services.budgets_evaluate(now=T0 + HOUR)
+    assert alerts() == [(80, "actual"), (100, "actual")]
+    january = T0 + timedelta(days=31)
+    spend(p, "900.00", start=january)
+    services.budgets_evaluate(now=january + HOUR)
+    assert BudgetAlert.objects.filter(period=january.date()).count() == 1
+
+
+def test_the_forecast_is_a_linear_run_rate_only_after_three_days_of_data(actors):
+    p = budget_pool(actors, monthly="744")
+    spend(p, "71.00", hours=71)  # 1.00 an hour: 744 over the month, only 71 hours of data
+    assert (
+        selectors.budget_status(
+            budget=Budget.objects.get() if services.budgets_sync() else None, now=T0 + 71 * HOUR
+        ).forecast
+        is None
+    )
+    assert services.budgets_evaluate(now=T0 + 71 * HOUR) == []
+    spend(p, "1.00", start=T0 + 71 * HOUR)
+    status = selectors.budget_status(budget=Budget.objects.get(), now=T0 + 72 * HOUR)
+    assert status.forecast == Decimal("744.00") and status.spent == Decimal("72.00")
+    services.budgets_evaluate(now=T0 + 72 * HOUR)
+    assert alerts() == [(80, "forecast"), (100, "forecast")]
+
+
+def test_custom_thresholds_from_the_spec(actors):
+    p = budget_pool(actors, thresholds=[50])
+    spend(p, "500")
+    services.budgets_evaluate(now=T0 + HOUR)
+    assert alerts() == [(50, "actual")]
+
+
+def test_the_webhook_gets_json_and_is_retried(evaluate, actors, settings, monkeypatch):
+    settings.EBCLOUD_BUDGET_WEBHOOK_URL = "http://hooks.example/budget"
+    calls = []
+
+    def handler(request):
+        calls.append(json.loads(request.content))
+        return httpx.Response(503 if len(calls) == 1 else 200)
+
+    monkeypatch.setattr(services, "WEBHOOK_TRANSPORT", httpx.MockTransport(handler))
+    p = budget_pool(actors, thresholds=[80])
+    spend(p, "850")
+    evaluate(T0 + HOUR)
+    assert len(calls) == 2
+    assert calls[0] == calls[1]
+    assert {k: calls[0][k] for k in ("kind", "pool", "team", "threshold", "basis", "amount", "budget", "currency")} == {
+        "kind": "BudgetThresholdReached", "pool": p.name, "team": "algorithm", "threshold": 80,
+        "basis": "actual", "amount": "850.00", "budget": "1000.00", "currency": "CNY",
+    }  # fmt: skip
+    assert BudgetAlert.objects.get().webhook_status == "delivered 200 (attempt 2)"
+
+
+def test_the_webhook_gives_up_after_its_attempts_and_the_alert_stays_fired(
+    evaluate, actors, settings, monkeypatch
+):
+    settings.EBCLOUD_BUDGET_WEBHOOK_URL = "http://hooks.example/budget"
+
+    def handler(request):
+        raise httpx.ConnectError("refused", request=request)
+
+    monkeypatch.setattr(services, "WEBHOOK_TRANSPORT", httpx.MockTransport(handler))
+    p = budget_pool(actors, thresholds=[80])
+    spend(p, "850")
+    evaluate(T0 + HOUR)
+    assert BudgetAlert.objects.get().webhook_status == "failed: ConnectError after 3 attempts"
+    assert evaluate(T0 + 2 * HOUR) == []
+
+
+def test_team_budgets_cover_what_the_team_is_charged_and_only_admins_set_them(actors, teams):
+    with pytest.raises(PermissionDenied):
+        services.budget_team_set(
+            user=actors["lead"], team=teams["algorithm"], monthly_amount=Decimal("100")
+        )
+    with pytest.raises(PermissionDenied):
+        services.budget_team_set(
+            user=actors["finance"], team=teams["algorithm"], monthly_amount=Decimal("100")
+        )
+    budget = services.budget_team_set(
+        user=actors["admin"], team=teams["algorithm"], monthly_amount=Decimal("100")
+    )
+    spend(pool(actors["lead"]), "100")
+    services.budgets_evaluate(now=T0 + HOUR)
+    assert sorted(
+        BudgetAlert.objects.filter(budget=budget).values_list("threshold", flat=True)
+    ) == [80, 100]
+    assert not PoolEvent.objects.filter(reason="BudgetThresholdReached").exists()
+
+
+def test_budget_bars_on_the_costs_page_follow_roles(actors):
+    p = budget_pool(actors)
+    spend(p, "250", start=T0)
+    services.budgets_sync()
+    lead = Client()
+    lead.force_login(actors["lead"])
+    html = lead.get("/costs/").content.decode()
+    assert f"pool {p.name}" in html and "<meter" in html
+    other = Client()
+    other.force_login(actors["other_lead"])
+    assert f"pool {p.name}" not in other.get("/costs/").content.decode()
+    finance = Client()
+    finance.force_login(actors["finance"])
+    assert f"pool {p.name}" in finance.get("/costs/").content.decode()
+    assert [
+        b.budget.pool for b in selectors.budget_statuses(user=actors["other_lead"], now=T0)
+    ] == []
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(
+    connection.vendor != "postgresql",
+    reason="concurrent inserts need PostgreSQL (SQLite serialises writers)",
+)
+def test_two_workers_fire_each_threshold_once(actors):
+    p = budget_pool(actors)
+    spend(p, "1000")
+    services.budgets_sync()
+    barrier = threading.Barrier(2)
+    fired = []
+
+    def worker():
+        try:
+            barrier.wait()
+            fired.extend(services.budgets_evaluate(now=T0 + HOUR))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert alerts() == [(80, "actual"), (100, "actual")]
+    assert len(fired) == 2 and len(mail.outbox) == 2
+    assert PoolEvent.objects.filter(reason="BudgetThresholdReached").count() == 2
+
+
+def test_the_budgets_page_lists_budgets_and_alerts_by_role(evaluate, actors):
+    p = budget_pool(actors)
+    spend(p, "900")
+    evaluate(T0 + HOUR)
+
+    def page(role):
+        client = Client()
+        if role:
+            client.force_login(actors[role])
+        return client.get("/costs/budgets/")
+
+    assert page(None).status_code == 302
+    for role in ("lead", "member", "finance", "admin"):
+        html = page(role).content.decode()
+        assert f"pool {p.name}" in html and "80%" in html and "<meter" in html, role
+    other = page("other_lead").content.decode()
+    assert f"pool {p.name}" not in other and "No budgets" in other and "No alerts yet" in other
+
+
+def test_the_pool_budget_bar_status(actors):
+    p = budget_pool(actors)
+    assert selectors.pool_budget_status(pool=p, now=T0) is None
+    services.budgets_sync()
+    spend(p, "850")
+    status = selectors.pool_budget_status(pool=p, now=T0 + HOUR)
+    assert (status.spent, status.percent, status.level) == (
+        Decimal("850.00"),
+        Decimal("85.0"),
+        "warn",
+    )
+
+
+def test_budget_statuses_take_a_constant_number_of_queries(actors, teams):
+    from django.test.utils import CaptureQueriesContext
+
+    for i in range(4):
+        spend(pool(actors["lead"], name=f"pool-{i}", budget={"monthly": "100"}), "10")
+    services.budget_team_set(
+        user=actors["admin"], team=teams["algorithm"], monthly_amount=Decimal("100")
+    )
+    services.budgets_sync()
+    with CaptureQueriesContext(connection) as queries:
+        statuses = selectors.budget_statuses(user=actors["finance"], now=T0 + HOUR)
+    assert len(statuses) == 5 and len(queries) <= 4
+    assert {s.spent for s in statuses} == {Decimal("10.00"), Decimal("40.00")}

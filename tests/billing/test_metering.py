@@ -1,0 +1,383 @@
+"""Hourly metering: node-hours by billing kind, pod GPU-hours by request, fees, idempotency."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from django_q.models import Schedule
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from billing import metering, services
+from billing.allocation import monthly_hour_cost
+from billing.demo import load_prices
+from billing.models import CostRecord, MeterRun, PoolResourceSample, PriceBookEntry, UsageRecord
+from tests.billing.billing_helpers import HOUR, T0, meter, node, pod, pool
+
+pytestmark = pytest.mark.django_db
+
+
+def total(qs) -> Decimal:
+    return sum((r.amount for r in qs), Decimal(0))
+
+
+def node_and_fee_total(hour=None) -> Decimal:
+    qs = UsageRecord.objects.exclude(kind="pod")
+    if hour is not None:
+        qs = qs.filter(hour=hour)
+    return total(qs)
+
+
+def test_load_prices_is_idempotent_and_versioned(actors):
+    load_prices()
+    load_prices()
+    assert PriceBookEntry.objects.count() == 4
+    later = T0 + timedelta(days=3)
+    PriceBookEntry.objects.create(
+        kind="preemptible_discount", amount=Decimal("0.70"), effective_from=later
+    )
+    assert metering.price_entry_in_force(kind="preemptible_discount", at=T0).amount == Decimal(
+        "0.60"
+    )
+    assert metering.price_entry_in_force(kind="preemptible_discount", at=later).amount == Decimal(
+        "0.70"
+    )
+
+
+def test_a_monthly_node_is_billed_its_amortised_lease_hour_even_when_idle(actors):
+    p = pool(actors["lead"])
+    node(p, "n-0")
+    [result] = meter()
+    assert result.metered
+    record = UsageRecord.objects.get(kind="node")
+    # The article's node: 20,000 a month; December has 744 hours.
+    assert record.amount == monthly_hour_cost(Decimal("20000"), T0, T0 + 744 * HOUR, T0)
+    assert record.billing_kind == "monthly" and record.quantity == 1
+    assert record.list_amount == Decimal("100.00")
+    idle = CostRecord.objects.get(component="gpu")
+    assert (idle.cost_kind, idle.team, idle.amount) == ("idle", p.team, record.amount)
+    registry = CostRecord.objects.get(component="registry")
+    assert (registry.cost_kind, registry.team) == ("idle", p.team)
+
+
+def test_a_whole_lease_of_hours_adds_up_to_the_lease_payment(actors):
+    p = pool(actors["lead"])
+    node(p, "n-0")
+    records = [
+        metering._node_record(node_obj, T0 + i * HOUR)
+        for i in range(744)
+        for node_obj in [p.nodes.get()]
+    ]
+    assert sum(r.amount for r in records) == Decimal("20000.00")
+    assert metering._node_record(p.nodes.get(), T0 + 744 * HOUR) is None
+    assert metering._node_record(p.nodes.get(), T0 - HOUR) is None
+
+
+def test_on_demand_nodes_are_billed_pro_rata_until_terminated(actors):
+    p = pool(actors["lead"])
+    node(p, "od-0", billing="on_demand", created=T0 + timedelta(minutes=30))
+    node(p, "od-1", billing="on_demand", created=T0 - HOUR, terminated=T0 + timedelta(minutes=15))
+    node(
+        p,
+        "od-2",
+        billing="on_demand",
+        created=T0 - HOUR,
+        terminated=T0 - timedelta(minutes=1),
+        phase="Terminated",
+    )
+    meter()
+    amounts = dict(UsageRecord.objects.filter(kind="node").values_list("resource", "amount"))
+    assert amounts == {"od-0": Decimal("50.00"), "od-1": Decimal("25.00")}
+
+
+def test_preemptible_nodes_get_the_price_books_discount(actors):
+    p = pool(actors["lead"], name="spot-pool", preemptible=True)
+    node(p, "spot-0", billing="preemptible", created=T0 - HOUR)
+    meter()
+    record = UsageRecord.objects.get(kind="node")
+    assert (record.amount, record.list_amount) == (Decimal("40.00"), Decimal("100.00"))
+    assert set(CostRecord.objects.values_list("billing_kind", flat=True)) == {"preemptible"}
+
+
+def test_pods_are_metered_by_request_with_inherited_labels_the_pod_winning(actors, teams):
+    p = pool(actors["lead"])
+    n = node(p, "n-0", labels={"project": "from-node"})
+    pod(teams["algorithm"], n, "whole", gpus=2, labels={"project": "llm"})
+    pod(teams["algorithm"], n, "shared", gpus=1, milli=250)
+    pod(teams["algorithm"], n, "half-hour", gpus=4, started=T0 + timedelta(minutes=30))
+    pod(
+        teams["algorithm"],
+        n,
+        "done-before",
+        gpus=4,
+        started=T0 - 2 * HOUR,
+        finished=T0,
+        phase="Succeeded",
+    )
+    pod(teams["algorithm"], None, "pending", gpus=4, started=None, phase="Pending")
+    meter()
+    pods = {r.pod_name: r for r in UsageRecord.objects.filter(kind="pod")}
+    assert {k: v.quantity for k, v in pods.items()} == {
+        "whole": 2,
+        "shared": Decimal("0.25"),
+        "half-hour": 2,
+    }
+    assert pods["whole"].labels == {
+        "pool-role": "training",
+        "team": "algorithm",
+        "gpu-class": "a100",
+        "project": "llm",
+    }
+    assert pods["shared"].labels["project"] == "from-node"
+    assert pods["whole"].namespace == "algorithm"
+
+
+def test_stored_costs_equal_node_costs_plus_fees_exactly(actors, teams):
+    p = pool(actors["lead"])
+    n0, n1 = node(p, "n-0"), node(p, "n-1", billing="on_demand", created=T0 - HOUR)
+    pod(teams["algorithm"], n0, "a", gpus=3, labels={"project": "x"})
+    pod(teams["inference"], n0, "b", namespace="inference", gpus=1, milli=333)
+    pod(teams["algorithm"], n1, "c", gpus=5, started=T0 + timedelta(minutes=20))
+    PoolResourceSample.objects.create(
+        pool=p, hour=T0 + HOUR, storage_gb=Decimal("2048"), cross_zone_gb=Decimal("12.5")
+    )
+    meter(hours=3)
+    assert UsageRecord.objects.filter(kind__in=["storage", "network", "registry"]).count() == 3 + 2
+    for i in range(3):
+        hour = T0 + i * HOUR
+        assert total(CostRecord.objects.filter(hour=hour)) == node_and_fee_total(hour)
+    assert set(CostRecord.objects.values_list("cost_kind", flat=True)) == {"usage", "idle", "fee"}
+    assert (
+        CostRecord.objects.filter(pod="b").values_list("team", flat=True).distinct().get()
+        == teams["inference"].pk
+    )
+    assert not CostRecord.objects.filter(cost_kind="idle").exclude(team=p.team).exists()
+
+
+def test_a_rerun_never_double_counts(actors, teams):
+    p = pool(actors["lead"])
+    pod(teams["algorithm"], node(p, "n-0"), "a", gpus=8)
+    first = meter()[0]
+    again = meter()[0]
+    assert first.metered and not again.metered
+    assert MeterRun.objects.count() == 1
+    assert UsageRecord.objects.count() == 2 + 1  # node, pod, registry fee
+    assert total(CostRecord.objects.all()) == first.total
+
+
+def test_a_failed_hour_leaves_no_claim_and_is_metered_again(actors, monkeypatch):
+    p = pool(actors["lead"])
+    node(p, "n-0")
+
+    def boom(records):
+        raise RuntimeError("database went away")
+
+    monkeypatch.setattr(services, "cost_records_for", boom)
+    with pytest.raises(RuntimeError):
+        meter()
+    assert not MeterRun.objects.exists() and not UsageRecord.objects.exists()
+    monkeypatch.undo()
+    assert meter()[0].metered
+
+
+def test_hours_must_be_aware_hour_starts(actors):
+    with pytest.raises(ValueError):
+        services.meter_hour(hour=T0 + timedelta(minutes=5))
+    with pytest.raises(ValueError):
+        services.meter_hour(hour=T0.replace(tzinfo=None))
+
+
+def test_meter_pending_catches_up_missed_hours_once(actors):
+    p = pool(actors["lead"])
+    node(p, "n-0")
+    now = T0 + timedelta(hours=5, minutes=10)
+    services.meter_hour(hour=T0)
+    results = services.meter_pending(now=now)
+    assert [r.hour for r in results] == [T0 + i * HOUR for i in range(1, 5)]
+    assert services.meter_pending(now=now) == []
+    assert MeterRun.objects.count() == 5
+
+
+def test_the_meter_command_meters_one_hour(actors, capsys):
+    p = pool(actors["lead"])
+    node(p, "n-0")
+    call_command("meter", "--hour", "2026-12-01T03:00")
+    call_command("meter", "--hour", "2026-12-01T03:00")
+    out = capsys.readouterr().out
+    assert "2026-12-01T03:00Z metered: 2 usage records" in out and "already metered" in out
+    call_command("meter", "--once")
+    assert MeterRun.objects.count() == 2
+
+
+def test_metering_is_scheduled_hourly_by_a_data_migration():
+    schedule = Schedule.objects.get(name="billing.meter_pending")
+    assert (schedule.func, schedule.schedule_type, schedule.repeats) == (
+        "billing.tasks.meter_pending",
+        "H",
+        -1,
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(
+    connection.vendor != "postgresql",
+    reason="concurrent claims need PostgreSQL (SQLite serialises writers)",
+)
+def test_two_workers_meter_an_hour_once(actors, teams):
+    p = pool(actors["lead"])
+    pod(teams["algorithm"], node(p, "n-0"), "a", gpus=8)
+    barrier = threading.Barrier(2)
+    results = []
+
+    def worker():
+        try:
+            barrier.wait()
+            results.append(services.meter_hour(hour=T0))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(r.metered for r in results) == [False, True]
+    assert MeterRun.objects.count() == 1 and UsageRecord.objects.count() == 3
+
+
+NODE_KINDS = st.sampled_from(["monthly", "on_demand", "preemptible"])
+PODS = st.lists(
+    st.tuples(
+        st.integers(0, 2),
+        st.integers(0, 8),
+        st.sampled_from([0, 1, 250, 500, 999]),
+        st.integers(-90, 59),
+        st.booleans(),
+    ),
+    max_size=8,
+)
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    kinds=st.lists(NODE_KINDS, min_size=1, max_size=3),
+    pods=PODS,
+    storage=st.integers(0, 5000),
+    network=st.integers(0, 999),
+)
+def test_stored_costs_always_equal_node_costs_plus_fees(
+    actors, teams, kinds, pods, storage, network
+):
+    """Property: whatever runs where, Σ cost records of an hour = Σ node costs + Σ fees, exactly."""
+    from django.db import transaction
+
+    with transaction.atomic():
+        p = pool(actors["lead"])
+        nodes = [node(p, f"n-{i}", billing=kind, created=T0 - HOUR) for i, kind in enumerate(kinds)]
+        for j, (on, gpus, milli, start_min, other_team) in enumerate(pods):
+            shared = gpus == 1 and milli
+            team = teams["inference" if other_team else "algorithm"]
+            pod(
+                team,
+                nodes[on % len(nodes)],
+                f"p-{j}",
+                gpus=gpus,
+                milli=milli if shared else 0,
+                started=T0 + timedelta(minutes=start_min),
+            )
+        PoolResourceSample.objects.create(
+            pool=p, hour=T0, storage_gb=storage, cross_zone_gb=Decimal(network) / 10
+        )
+        [result] = meter()
+        assert result.metered
+        assert total(CostRecord.objects.all()) == node_and_fee_total() == result.total
+        assert not CostRecord.objects.filter(amount__lt=0).exists()
+        transaction.set_rollback(True)
+
+
+def test_the_hourly_task_meters_pending_hours_and_checks_budgets(actors, monkeypatch):
+    from billing import tasks
+
+    monkeypatch.setattr(tasks.timezone, "now", lambda: T0 + timedelta(hours=2, minutes=5))
+    p = pool(actors["lead"], budget={"monthly": "50"})
+    node(p, "n-0")
+    result = tasks.meter_pending()
+    assert result["hours"] == services.MAX_CATCH_UP_HOURS and result["alerts"] == 2
+    assert tasks.meter_pending() == {"hours": 0, "alerts": 0}
+
+
+def test_the_daily_rollup_sums_the_days_cost_records_exactly(actors, teams):
+    from billing.models import CostDay
+
+    p = pool(actors["lead"])
+    pod(teams["algorithm"], node(p, "n-0"), "a", gpus=3, labels={"project": "x"})
+    meter(T0 + timedelta(hours=22), hours=3)  # two hours of Dec 1, one of Dec 2
+    for day in (T0.date(), (T0 + timedelta(days=1)).date()):
+        records = CostRecord.objects.filter(hour__date=day)
+        assert total(CostDay.objects.filter(day=day)) == total(records) > 0
+    assert services.cost_day_rebuild(day=T0.date()) == CostDay.objects.filter(day=T0.date()).count()
+    assert total(CostDay.objects.all()) == total(CostRecord.objects.all())
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(
+    connection.vendor != "postgresql",
+    reason="concurrent claims need PostgreSQL (SQLite serialises writers)",
+)
+def test_two_workers_metering_two_hours_of_one_day_keep_the_rollup_whole(actors, teams):
+    from billing.models import CostDay
+
+    p = pool(actors["lead"])
+    pod(teams["algorithm"], node(p, "n-0"), "a", gpus=8)
+    barrier = threading.Barrier(2)
+
+    def worker(hour):
+        try:
+            barrier.wait()
+            services.meter_hour(hour=hour)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=worker, args=(T0 + i * HOUR,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert MeterRun.objects.count() == 2
+    assert total(CostDay.objects.all()) == total(CostRecord.objects.all()) > 0
+
+
+def test_a_released_monthly_node_is_billed_until_its_lease_ends(actors):
+    p = pool(actors["lead"])
+    node(p, "n-0", terminated=T0 - HOUR, phase="Terminated")
+    node(
+        p,
+        "od-old",
+        billing="on_demand",
+        created=T0 - 5 * HOUR,
+        terminated=T0 - HOUR,
+        phase="Terminated",
+    )
+    meter()
+    assert list(UsageRecord.objects.filter(kind="node").values_list("resource", flat=True)) == [
+        "n-0"
+    ]
+
+
+def test_a_long_catch_up_stops_after_its_time_budget_and_resumes(actors):
+    p = pool(actors["lead"])
+    node(p, "n-0")
+    now = T0 + timedelta(hours=5, minutes=1)
+    first = services.meter_pending(now=now, time_budget_s=0)  # at least one hour per run
+    rest = services.meter_pending(now=now)
+    assert len(first) == 1 and len(first) + len(rest) == services.MAX_CATCH_UP_HOURS
+    assert MeterRun.objects.filter(hour__gte=T0).count() == 5
