@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import pytest
 import schemathesis
+from django.core.signals import request_finished, request_started
+from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
 from rest_framework.authtoken.models import Token
 from schemathesis.checks import not_a_server_error
@@ -29,7 +31,18 @@ schema = schemathesis.openapi.from_wsgi("/api/schema/", application).include(pat
 
 
 @pytest.fixture
-def identities(actors):
+def in_process_requests():
+    """Keep the test's database connection open across WSGI calls, as Django's test client does
+    (the request_finished signal would otherwise close it mid-transaction on PostgreSQL)."""
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    yield
+    request_started.connect(close_old_connections)
+    request_finished.connect(close_old_connections)
+
+
+@pytest.fixture
+def identities(actors, in_process_requests):
     pool = services.pool_create(user=actors["lead"], document=make_document("fuzz-pool"))
     tokens = {role: Token.objects.get_or_create(user=actors[role])[0].key for role in ("lead", "other_lead")}
     return {"tokens": tokens, "pool": pool}
