@@ -4,7 +4,6 @@ from django.urls import include, path, re_path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from monitoring import views as monitoring_views
 from pools import views as pool_views
 from pools import views_pods as pods_views
 
@@ -21,7 +20,6 @@ urlpatterns = [
     path("api/v1/", include("pools.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
-    path("monitoring/", monitoring_views.overview, name="monitoring-overview"),
     path("", include("billing.urls")),
     path("admin/", admin.site.urls),
 ]
