@@ -229,6 +229,19 @@ EBCLOUD_DRAIN_TIMEOUT_SECONDS = env_int("EBCLOUD_DRAIN_TIMEOUT_SECONDS", 600, mi
 EBCLOUD_HEARTBEAT_GRACE_SECONDS = env_int("EBCLOUD_HEARTBEAT_GRACE_SECONDS", 300, minimum=1)
 EBCLOUD_RECONCILE_CLAIM_SECONDS = env_int("EBCLOUD_RECONCILE_CLAIM_SECONDS", 120, minimum=1)
 
+# Monitoring (issue 6; monitoring/): agent join and credentials, report ingest, /metrics.
+EBCLOUD_JOIN_TOKEN_TTL_SECONDS = env_int("EBCLOUD_JOIN_TOKEN_TTL_SECONDS", 3600, minimum=60)
+EBCLOUD_JOIN_TOKEN_MAX_TTL_SECONDS = env_int("EBCLOUD_JOIN_TOKEN_MAX_TTL_SECONDS", 24 * 3600, minimum=60)
+# Reports more than this many sequence numbers above the highest contiguous one are refused
+# (the agent sends its buffer oldest first, so only a broken agent gets there).
+EBCLOUD_AGENT_SEQ_WINDOW = env_int("EBCLOUD_AGENT_SEQ_WINDOW", 10000, minimum=1)
+EBCLOUD_AGENT_MAX_BATCH = env_int("EBCLOUD_AGENT_MAX_BATCH", 500, minimum=1)
+# Raw reports are kept this long (the per-minute PoolSample rollups stay); pruned by the rollup.
+EBCLOUD_AGENT_REPORT_RETENTION_HOURS = env_int("EBCLOUD_AGENT_REPORT_RETENTION_HOURS", 72, minimum=1)
+# /metrics: with a token, only `Authorization: Bearer <token>` may scrape (from anywhere);
+# without one, only the loopback interface may (a Prometheus or an exporter on the same host).
+EBCLOUD_METRICS_TOKEN = env_str("EBCLOUD_METRICS_TOKEN", "")
+
 # Billing (issue 7; billing/): where budget alerts go besides the team's leads.
 EBCLOUD_BUDGET_ALERT_EMAILS = env_list("EBCLOUD_BUDGET_ALERT_EMAILS", [])
 EBCLOUD_BUDGET_WEBHOOK_URL = env_str("EBCLOUD_BUDGET_WEBHOOK_URL", "")

@@ -4,6 +4,8 @@ from django.urls import include, path, re_path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from monitoring import views as monitoring_views
+from monitoring.metrics import metrics_view
 from pools import views as pool_views
 from pools import views_pods as pods_views
 
@@ -20,6 +22,9 @@ urlpatterns = [
     path("api/v1/", include("pools.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("api/agent/v1/", include("monitoring.api_urls")),
+    path("metrics", metrics_view, name="metrics"),
+    path("monitoring/", monitoring_views.overview, name="monitoring-overview"),
     path("", include("billing.urls")),
     path("admin/", admin.site.urls),
 ]

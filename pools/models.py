@@ -155,6 +155,7 @@ class GpuNodePool(models.Model):
     phase = models.CharField(max_length=20, choices=Phase.choices, default=Phase.PENDING)
     pending_reason = models.CharField(max_length=500, blank=True)
     conditions = models.JSONField(default=list, blank=True)
+    scaling_history = models.JSONField(default=dict, blank=True, help_text="The autoscaler's stored recommendations and scale events")
     node_counts = models.JSONField(
         default=dict, blank=True, help_text="Per billing kind: desired, current and ready nodes (written by the controller)"
     )
@@ -311,6 +312,29 @@ class PoolEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.type} {self.reason}: {self.message}"
+
+
+class ScalingActivity(models.Model):
+    """One autoscaler decision that changed the pool's size or was blocked (design §3)."""
+
+    pool = models.ForeignKey(GpuNodePool, on_delete=models.CASCADE, related_name="scaling_activities")
+    at = models.DateTimeField(default=timezone.now)
+    from_nodes = models.PositiveIntegerField()
+    to_nodes = models.PositiveIntegerField()
+    reason = models.CharField(max_length=60)
+    message = models.TextField()
+    blocked = models.BooleanField(default=False)
+    metrics = models.JSONField(default=dict, blank=True)
+    limiting_policy = models.CharField(max_length=60, blank=True)
+
+    objects = PoolChildQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["pool", "-at"])]
+
+    def __str__(self) -> str:
+        return f"{self.pool_id} {self.from_nodes}->{self.to_nodes} {self.reason}"
 
 
 class AuditEntry(models.Model):

@@ -25,3 +25,12 @@ def reconcile_all() -> dict[str, int]:
             defaults={"func": "pools.tasks.reconcile_all", "schedule_type": Schedule.ONCE, "repeats": 1, "next_run": due},
         )
     return {"pools": len(results), "claimed": sum(1 for r in results if r.claimed), "errors": sum(1 for r in results if r.error)}
+
+
+def autoscale_all() -> dict[str, int]:
+    """Evaluate every pool's autoscaler (issue 5 §7). Scheduled every minute by a data migration
+    (django-q2 schedules have minute granularity); `manage.py autoscale` loops every 30 s."""
+    from pools.autoscaler_service import autoscale_all as run
+
+    results = run(now=timezone.now())
+    return {"pools": len(results), "scaled": sum(1 for r in results if r.reason in ("ScaledUp", "ScaledDown"))}

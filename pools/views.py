@@ -76,6 +76,7 @@ def pool_detail(request, name: str):
         "polling": pool.phase in CHANGING_PHASES,
         "yaml": dump_yaml(pool.document),
         "capacity": pool_capacity_times(pool=pool),
+        "scaling": pool.scaling_activities.order_by("-at", "-id")[:20],
         "budget": pool_budget_status(pool=pool, now=timezone.now()),
     }
     return _render(request, "pools/pool_detail.html", context, partial="timeline")

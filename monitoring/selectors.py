@@ -1,0 +1,93 @@
+"""Monitoring reads: aggregates per pool in a few queries (for /metrics and the rollup)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db.models import Count, Sum
+
+from monitoring.models import NodeAgentState
+from pools.models import GpuNodePool, Node, PoolEvent
+
+# Nodes that have joined and hold GPUs the pool can count on (not being bought, not gone).
+CAPACITY_PHASES = (
+    Node.Phase.READY, Node.Phase.CORDONED, Node.Phase.DRAINING, Node.Phase.REPAIRING, Node.Phase.UNKNOWN,
+)
+
+
+@dataclass
+class PoolStats:
+    pool: GpuNodePool
+    capacity_gpus: int = 0
+    nodes: dict[tuple[str, str], int] = field(default_factory=dict)  # (phase, billing) -> count
+    fb_used_mib: int = 0
+    fb_total_mib: int = 0
+    gpu_util_sum: float = 0.0
+    gpu_util_nodes: int = 0
+
+    @property
+    def nodes_by_phase(self) -> dict[str, int]:
+        out: dict[str, int] = defaultdict(int)
+        for (phase, _), n in self.nodes.items():
+            out[phase] += n
+        return dict(out)
+
+    @property
+    def gpu_memory_used_pct(self) -> float | None:
+        return round(100.0 * self.fb_used_mib / self.fb_total_mib, 2) if self.fb_total_mib else None
+
+    @property
+    def gpu_util_avg(self) -> float | None:
+        return round(self.gpu_util_sum / self.gpu_util_nodes, 2) if self.gpu_util_nodes else None
+
+
+def pool_stats(*, pools=None) -> list[PoolStats]:
+    """Every live pool (or those of `pools`, a queryset such as `for_user(user)`) with node
+    counts by (phase, billing), capacity GPUs and the agents' latest GPU memory and utilisation.
+    Three queries, whatever the number of pools and nodes."""
+    pools = (GpuNodePool.objects.all() if pools is None else pools).active().select_related("team", "gpu_model", "zone").order_by("name", "pk")
+    stats = {p.pk: PoolStats(pool=p) for p in pools}
+    rows = (
+        Node.objects.filter(pool_id__in=stats).exclude(phase=Node.Phase.TERMINATED)
+        .values("pool_id", "phase", "billing").annotate(n=Count("id"), gpus=Sum("gpu_count")).order_by()
+    )
+    for row in rows:
+        s = stats[row["pool_id"]]
+        s.nodes[(row["phase"], row["billing"])] = row["n"]
+        if row["phase"] in CAPACITY_PHASES:
+            s.capacity_gpus += row["gpus"] or 0
+    agents = (
+        NodeAgentState.objects.filter(node__pool_id__in=stats, node__phase__in=CAPACITY_PHASES)
+        .values("node__pool_id").annotate(used=Sum("fb_used_mib"), total=Sum("fb_total_mib"),
+                                          util=Sum("gpu_util_avg"), util_nodes=Count("gpu_util_avg")).order_by()
+    )
+    for row in agents:
+        s = stats[row["node__pool_id"]]
+        s.fb_used_mib, s.fb_total_mib = row["used"] or 0, row["total"] or 0
+        s.gpu_util_sum, s.gpu_util_nodes = row["util"] or 0.0, row["util_nodes"] or 0
+    return list(stats.values())
+
+
+def heartbeat_ages(*, now: datetime) -> list[tuple[str, str, float]]:
+    """(pool, node, seconds since the last heartbeat) for every live node that ever sent one."""
+    rows = (
+        Node.objects.exclude(phase=Node.Phase.TERMINATED).filter(last_heartbeat__isnull=False, pool__deleted_at__isnull=True)
+        .values_list("pool__name", "name", "last_heartbeat").order_by("pool__name", "name")
+    )
+    return [(pool, node, max(0.0, (now - hb).total_seconds())) for pool, node, hb in rows]
+
+
+ALERT_REASONS = ("LowGpuUtilization", "HighGpuAllocation", "XidError", "CudaDriverMismatch", "AgentNodeMismatch")
+
+
+def overview_for_user(*, user, limit: int = 50) -> dict:
+    """The cluster overview page: every pool the user may see, with its water level, and the
+    latest monitoring Warnings (alerts, Xids, driver mismatches, refused agents)."""
+    stats = pool_stats(pools=GpuNodePool.objects.for_user(user))
+    events = (
+        PoolEvent.objects.for_user(user).filter(type=PoolEvent.Type.WARNING, reason__in=ALERT_REASONS)
+        .select_related("pool", "node").order_by("-last_timestamp", "-id")[:limit]
+    )
+    return {"stats": stats, "events": list(events)}

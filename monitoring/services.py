@@ -1,0 +1,346 @@
+"""Monitoring services (writes): join tokens, agent credentials, report ingest, commands.
+
+The node an agent speaks for comes from its credential, never from the body (design §4, as
+Kubernetes' NodeRestriction): a body naming another node is refused and logged.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.core.exceptions import PermissionDenied
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from monitoring import ingest_sql, tokens
+from monitoring.models import (
+    AgentCommand,
+    AgentCredential,
+    GpuErrorEvent,
+    JoinToken,
+    NodeAgentState,
+    NodeReport,
+)
+from monitoring.report_parse import Batch, Report, gpu_summary
+from pools import repair, roles
+from pools.errors import ConflictError, ValidationError
+from pools.events import NORMAL, WARNING, event_record
+from pools.models import Node
+
+logger = logging.getLogger("ebcloud.monitoring")
+
+GONE_PHASES = (Node.Phase.TERMINATING, Node.Phase.TERMINATED)
+
+
+class InvalidToken(Exception):
+    """A join token or credential that does not authenticate: HTTP 401."""
+
+
+# --- join tokens and credentials ------------------------------------------------------------
+
+
+def join_token_create(*, user, node: Node, ttl_seconds: int | None = None, now: datetime | None = None) -> tuple[JoinToken, str]:
+    """Mint a single-use join token bound to `node`; return the row and the token (shown once)."""
+    if not roles.is_admin(user):
+        raise PermissionDenied("only platform admins mint join tokens")
+    if node.phase in GONE_PHASES:
+        raise ConflictError(f"node {node.name} is {node.phase}; it cannot join")
+    ttl = settings.EBCLOUD_JOIN_TOKEN_TTL_SECONDS if ttl_seconds is None else ttl_seconds
+    if not 60 <= ttl <= settings.EBCLOUD_JOIN_TOKEN_MAX_TTL_SECONDS:
+        raise ValidationError(f"must be between 60 and {settings.EBCLOUD_JOIN_TOKEN_MAX_TTL_SECONDS} seconds", field="ttlSeconds")
+    now = now or timezone.now()
+    for _ in range(5):  # 36^6 ids: a collision is rare, but possible
+        token_id, secret = tokens.join_token_new()
+        try:
+            with transaction.atomic():
+                row = JoinToken.objects.create(
+                    token_id=token_id, secret_hash=tokens.digest(secret), node=node,
+                    expires_at=now + timedelta(seconds=ttl), created_by=user, created_at=now,
+                )
+            break
+        except IntegrityError:
+            continue
+    else:  # pragma: no cover
+        raise ConflictError("could not pick a free join token id; try again")
+    event_record(pool=node.pool, node=node, reason="JoinTokenCreated", actor=user, now=now,
+                 message=f"Join token {token_id} for node {node.name}, valid until {row.expires_at:%Y-%m-%d %H:%M:%S} UTC")
+    return row, f"{token_id}.{secret}"
+
+
+def _refuse_other_node(*, node: Node, named: str, where: str, now: datetime) -> None:
+    message = f"Agent of node {node.name} named node {named!r} in {where}; refused"
+    logger.warning(message)
+    event_record(pool=node.pool, node=node, type=WARNING, reason="AgentNodeMismatch", message=message, now=now)
+    raise PermissionDenied(f"this credential belongs to node {node.name}, not {named!r}")
+
+
+def _credential_issue(*, node: Node, now: datetime) -> tuple[AgentCredential, str]:
+    secret = tokens.credential_new()
+    row = AgentCredential.objects.create(node=node, key_prefix=secret[:12], key_hash=tokens.digest(secret), created_at=now)
+    return row, secret
+
+
+def agent_join(*, token: str, node_name: str, now: datetime | None = None) -> tuple[AgentCredential, str, int]:
+    """Exchange a join token for the node's credential. Returns (row, credential, acked_seq):
+    the agent starts numbering its reports after `acked_seq`, so a re-joined node whose disk
+    was wiped does not collide with reports already stored."""
+    now = now or timezone.now()
+    parsed = tokens.join_token_parse(token)
+    row = JoinToken.objects.select_related("node__pool").filter(token_id=parsed[0]).first() if parsed else None
+    if row is None or not tokens.same_digest(parsed[1], row.secret_hash):
+        raise InvalidToken("invalid join token")
+    node = row.node
+    if node_name != node.name:
+        _refuse_other_node(node=node, named=node_name, where="its join request", now=now)
+    if row.used_at is not None or row.expires_at <= now:
+        raise InvalidToken("join token already used" if row.used_at else "join token expired")
+    if node.phase in GONE_PHASES:
+        raise ConflictError(f"node {node.name} is {node.phase}; it cannot join")
+    with transaction.atomic():
+        # Single use, even with two agents racing: only one conditional UPDATE matches.
+        if not JoinToken.objects.filter(pk=row.pk, used_at__isnull=True).update(used_at=now):
+            raise InvalidToken("join token already used")
+        AgentCredential.objects.filter(node=node, revoked_at__isnull=True).update(revoked_at=now, revoked_reason="Rejoined")
+        credential, secret = _credential_issue(node=node, now=now)
+        state, _ = NodeAgentState.objects.get_or_create(node=node)
+    event_record(pool=node.pool, node=node, reason="AgentJoined", now=now,
+                 message=f"Node agent of {node.name} joined with token {row.token_id}; credential {credential.key_prefix}...")
+    return credential, secret, state.acked_seq
+
+
+def credential_authenticate(raw: str) -> AgentCredential | None:
+    """The active credential with its node and agent state (one query), or None."""
+    if not raw.startswith(tokens.CREDENTIAL_PREFIX):
+        return None
+    credential = ingest_sql.credential_load(tokens.digest(raw))
+    if credential is None or credential.node.phase == Node.Phase.TERMINATED:
+        return None
+    return credential
+
+
+def credential_rotate(*, credential: AgentCredential, node_name: str | None = None, now: datetime | None = None) -> tuple[AgentCredential, str]:
+    """Replace the agent's credential; the old one stops working at once."""
+    now = now or timezone.now()
+    node = credential.node
+    if node_name is not None and node_name != node.name:
+        _refuse_other_node(node=node, named=node_name, where="its credential rotation", now=now)
+    with transaction.atomic():
+        if not AgentCredential.objects.filter(pk=credential.pk, revoked_at__isnull=True).update(revoked_at=now, revoked_reason="Rotated"):
+            raise ConflictError("this credential was revoked meanwhile")
+        new, secret = _credential_issue(node=node, now=now)
+    event_record(pool=node.pool, node=node, reason="AgentCredentialRotated", now=now,
+                 message=f"Agent credential of {node.name} rotated: {credential.key_prefix}... -> {new.key_prefix}...")
+    return new, secret
+
+
+def credential_revoke_for_node(node: Node, *, reason: str = "NodeTerminated", actor=None, now: datetime | None = None) -> int:
+    """Revoke the node's active credential (the lifecycle calls this when a node is released);
+    returns how many were revoked. Idempotent."""
+    now = now or timezone.now()
+    count = AgentCredential.objects.filter(node=node, revoked_at__isnull=True).update(revoked_at=now, revoked_reason=reason[:200])
+    if count:
+        event_record(pool=node.pool, node=node, reason="AgentCredentialRevoked", actor=actor, now=now,
+                     message=f"Agent credential of {node.name} revoked ({reason})")
+    return count
+
+
+# --- reports ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    acked_seq: int
+    stored: int
+    duplicates: int
+    rejected: list[int]
+    commands: list[dict]
+
+
+def _condition_update(conditions: list[dict], report: Report, now: datetime) -> tuple[list[dict], repair.NodeCondition | None, bool]:
+    """Recompute CudaDriverMismatch from the report's versions. Returns (conditions, condition,
+    changed) where condition is the new status (None: versions unparseable or missing)."""
+    try:
+        found = repair.cuda_driver_condition(report.driver_version, report.cuda_version)
+    except ValueError:
+        return conditions, None, False
+    if found is None:
+        found = repair.NodeCondition(repair.CUDA_DRIVER_MISMATCH, "False", "DriverSupportsCuda",
+                                     f"driver {report.driver_version} runs CUDA {report.cuda_version}")
+    others = [c for c in conditions if c.get("type") != found.type]
+    old = next((c for c in conditions if c.get("type") == found.type), None)
+    if old is None and found.status == "False":  # first report, all well: nothing to announce
+        return [*others, {"type": found.type, "status": "False", "reason": found.reason, "message": found.message,
+                          "lastTransitionTime": now.isoformat()}], found, False
+    changed = old is None or old.get("status") != found.status or old.get("reason") != found.reason
+    entry = {"type": found.type, "status": found.status, "reason": found.reason, "message": found.message,
+             "lastTransitionTime": now.isoformat() if changed else old.get("lastTransitionTime")}
+    return [*others, entry], found, changed
+
+
+def reports_ingest(*, credential: AgentCredential, batch: Batch, now: datetime | None = None) -> IngestResult:
+    """Store a batch of reports from the credential's node; idempotent per (node, seq).
+
+    Reports at or below the node's highest contiguous sequence (`acked_seq`) are replays and are
+    acknowledged without being stored again; reports up to `EBCLOUD_AGENT_SEQ_WINDOW` above it
+    are stored in any order; beyond that they are refused (listed in `rejected`). `oldestSeq`,
+    the oldest report still in the agent's buffer, lets the server skip a gap the agent will
+    never fill (it dropped reports when its buffer was full).
+    A fixed number of queries per batch, whatever its size: in the steady state one write
+    (on PostgreSQL a single statement) plus the authentication (monitoring/ingest_sql.py).
+    """
+    now = now or timezone.now()
+    node = credential.node
+    if batch.node is not None and batch.node != node.name:
+        _refuse_other_node(node=node, named=batch.node, where="its report batch", now=now)
+    try:
+        state = node.agent_state
+    except NodeAgentState.DoesNotExist:
+        state, _ = NodeAgentState.objects.get_or_create(node=node)
+    floor = max(state.acked_seq, (batch.oldest_seq or 1) - 1)
+    limit = floor + settings.EBCLOUD_AGENT_SEQ_WINDOW
+    rejected = sorted({r.seq for r in batch.reports if r.seq > limit})
+    fresh: dict[int, Report] = {}
+    for r in batch.reports:
+        if floor < r.seq <= limit:
+            fresh.setdefault(r.seq, r)
+    # Common case: no gap is open and every report is newer than any stored one, so none of
+    # them can be stored yet (a racing duplicate is still caught by the unique constraint).
+    no_gap = state.acked_seq == state.max_seq and floor >= state.max_seq
+    if not fresh or (no_gap and min(fresh) > state.max_seq):
+        existing: set[int] = set()
+    else:
+        existing = set(NodeReport.objects.filter(node=node, seq__gt=floor).order_by().values_list("seq", flat=True))
+    new = [r for seq, r in sorted(fresh.items()) if seq not in existing]
+    have = existing | {r.seq for r in new}
+    acked = floor
+    while acked + 1 in have:
+        acked += 1
+    updates: dict = {}
+    latest = new[-1] if new and new[-1].seq > state.max_seq else None
+    condition, condition_changed = None, False
+    if latest is not None:
+        used, total, util = gpu_summary(latest.gpus)
+        updates.update(max_seq=latest.seq, fb_used_mib=used, fb_total_mib=total, gpu_util_avg=util, last_report_at=latest.at)
+        if (latest.driver_version, latest.cuda_version) != (state.driver_version, state.cuda_version):
+            conditions, condition, condition_changed = _condition_update(list(state.conditions or []), latest, now)
+            updates.update(driver_version=latest.driver_version, cuda_version=latest.cuda_version, conditions=conditions)
+    xids = [
+        GpuErrorEvent(node=node, report_seq=r.seq, position=i, gpu_index=x.gpu_index, xid=x.xid, at=x.at,
+                      kind=(c := repair.classify(x.xid)).kind, action=c.action, mnemonic=c.mnemonic[:80], received_at=now)
+        for r in new for i, x in enumerate(r.xids)
+    ]
+    write = dict(node_id=node.pk, reports=new, now=now, acked=acked, latest_seq=latest.seq if latest else None, values=updates)
+    if xids:  # rare: the Xids must not be lost if the reports are stored
+        with transaction.atomic():
+            ingest_sql.reports_write(**write)
+            GpuErrorEvent.objects.bulk_create(xids, ignore_conflicts=True)
+    else:
+        ingest_sql.reports_write(**write)
+    for x in xids:
+        cls = repair.classify(x.xid)
+        gpu = "an unknown GPU" if x.gpu_index is None else f"GPU {x.gpu_index}"
+        hint = {"application": "the application must restart; the node is left alone",
+                "reset": "the GPU needs a reset (repair ladder)", "fatal": "the node must be replaced",
+                "unknown": "no rule covers it; a person should look"}[cls.kind]
+        event_record(pool=node.pool, node=node, type=NORMAL if cls.kind == "application" else WARNING,
+                     reason="XidError", now=now, message=f"Xid {x.xid} ({cls.description}) on {gpu}: {hint}")
+    if condition_changed and condition is not None:
+        if condition.status == "False":
+            event_record(pool=node.pool, node=node, reason="CudaDriverMismatchResolved", message=condition.message, now=now)
+        else:
+            event_record(pool=node.pool, node=node, type=WARNING, reason=repair.CUDA_DRIVER_MISMATCH,
+                         message=f"{condition.reason}: {condition.message}", now=now)
+    if batch.acks:
+        commands_ack(node=node, acks=batch.acks, now=now)
+    commands = commands_deliver(node=node, now=now) if state.commands_pending or batch.acks else []
+    return IngestResult(max(acked, state.acked_seq), len(new), len(batch.reports) - len(new) - len(rejected), rejected, commands)
+
+
+# --- commands ---------------------------------------------------------------------------------
+
+
+def agent_command_enqueue(*, node: Node, action: str, gpu_index: int | None = None, reason: str = "", now: datetime | None = None) -> AgentCommand:
+    """Queue a node-local action for the agent (GPU reset, reboot, cordon acknowledgement); it
+    goes out in the next report response until the agent acknowledges it."""
+    if action not in AgentCommand.Action.values:
+        raise ValidationError(f"must be one of {', '.join(AgentCommand.Action.values)}", field="action")
+    with transaction.atomic():
+        command = AgentCommand.objects.create(node=node, action=action, gpu_index=gpu_index, reason=reason[:300], created_at=now or timezone.now())
+        NodeAgentState.objects.get_or_create(node=node)
+        NodeAgentState.objects.filter(pk=node.pk).update(commands_pending=F("commands_pending") + 1)
+    return command
+
+
+def commands_deliver(*, node: Node, now: datetime) -> list[dict]:
+    pending = list(AgentCommand.objects.filter(node=node, status=AgentCommand.Status.PENDING).values("id", "action", "gpu_index", "reason", "delivered_at"))
+    if any(c["delivered_at"] is None for c in pending):
+        AgentCommand.objects.filter(pk__in=[c["id"] for c in pending], delivered_at__isnull=True).update(delivered_at=now)
+    return [{"id": c["id"], "action": c["action"], "gpu": c["gpu_index"], "reason": c["reason"]} for c in pending]
+
+
+def commands_ack(*, node: Node, acks, now: datetime) -> None:
+    for ack in acks:
+        status = AgentCommand.Status.SUCCEEDED if ack.ok else AgentCommand.Status.FAILED
+        with transaction.atomic():
+            done = AgentCommand.objects.filter(pk=ack.command_id, node=node, status=AgentCommand.Status.PENDING).update(
+                status=status, message=ack.message[:500], finished_at=now)
+            if done:
+                NodeAgentState.objects.filter(pk=node.pk, commands_pending__gt=0).update(commands_pending=F("commands_pending") - 1)
+        if done:
+            command = AgentCommand.objects.get(pk=ack.command_id)
+            event_record(pool=node.pool, node=node, type=NORMAL if ack.ok else WARNING,
+                         reason="AgentCommandSucceeded" if ack.ok else "AgentCommandFailed", now=now,
+                         message=f"{command.get_action_display()} on {node.name} {status.lower()}" + (f": {ack.message}" if ack.message else ""))
+
+
+# --- watermarks -------------------------------------------------------------------------------
+
+
+def pool_samples_rollup(*, now: datetime | None = None) -> int:
+    """Write this minute's PoolSample for every live pool (capacity water level, GPU memory
+    used %, nodes by phase). Idempotent per (pool, minute): a second run in the same minute,
+    from any worker, inserts nothing (unique constraint; the first sample of a minute stands).
+    Allocated GPUs and pending pods stay empty until pods are tracked per pool. Returns the
+    number of pools sampled."""
+    from monitoring import selectors
+    from monitoring.models import PoolSample
+
+    minute = (now or timezone.now()).replace(second=0, microsecond=0)
+    rows = [
+        PoolSample(pool=s.pool, minute=minute, capacity_gpus=s.capacity_gpus, gpu_memory_used_pct=s.gpu_memory_used_pct,
+                   gpu_util_avg=s.gpu_util_avg, nodes_by_phase=s.nodes_by_phase, min_nodes=s.pool.min_nodes,
+                   max_nodes=s.pool.max_nodes)
+        for s in selectors.pool_stats()
+    ]
+    PoolSample.objects.bulk_create(rows, ignore_conflicts=True)
+    return len(rows)
+
+
+def node_reports_prune(*, now: datetime | None = None, max_rows: int = 50_000) -> int:
+    """Delete raw reports received more than EBCLOUD_AGENT_REPORT_RETENTION_HOURS ago, at most
+    `max_rows` per call. Rows are inserted in time order, so the cutoff is found by a binary
+    search over the primary key (a few index lookups, no index on `received_at` to slow the
+    ingest). Returns the number deleted."""
+    cutoff = (now or timezone.now()) - timedelta(hours=settings.EBCLOUD_AGENT_REPORT_RETENTION_HOURS)
+    first = NodeReport.objects.order_by("pk").values_list("pk", "received_at").first()
+    if first is None or first[1] >= cutoff:
+        return 0
+    low, high = first[0], first[0] + max_rows  # delete ids in [first, boundary)
+    newest_old = NodeReport.objects.filter(pk__lt=high).order_by("-pk").values_list("pk", "received_at").first()
+    if newest_old[1] < cutoff:
+        boundary = newest_old[0] + 1
+    else:
+        while low < high:  # smallest pk whose row is not older than the cutoff
+            mid = (low + high) // 2
+            row = NodeReport.objects.filter(pk__gte=mid).order_by("pk").values_list("pk", "received_at").first()
+            if row is None or row[1] >= cutoff:
+                high = mid
+            else:
+                low = row[0] + 1
+        boundary = low
+    deleted, _ = NodeReport.objects.filter(pk__lt=boundary).delete()
+    return deleted

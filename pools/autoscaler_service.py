@@ -1,0 +1,227 @@
+"""The live autoscaler: a monthly baseline plus on-demand burst nodes (seed D3, O4, G4; issue 5).
+
+Every pass, for each pool with a `scaling` spec and `burst.enabled`:
+1. read its metrics from live state — GPU-memory utilisation from the node agents' latest
+   reports (`monitoring`), queued pods = Pending pods that would fit one of the pool's nodes;
+2. ask the pure HPA core (`pools.autoscaling.decide`) for the node count, bounded below by the
+   monthly nodes (paid for anyway, never removed here) and above by `nodeCount.max` and
+   `burst.maxNodes`;
+3. scale up only by nodes that Pending pods would actually fit on (a fit simulation on template
+   nodes of the pool, as Cluster Autoscaler does); if nothing pending fits a new node, do not
+   scale and say why (Warning event + ScalingActivity);
+4. scale down only burst nodes, empty ones first, then ones whose pods fit on the rest (monthly
+   capacity first: it is paid already); the lifecycle controller drains and releases them.
+
+New burst nodes are Node rows in phase Ordering: the lifecycle controller provisions them like
+any other node. The pass claims the pool with the lifecycle's claim, so reconcile and autoscale
+never act on the same pool at once, whatever the number of workers.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from monitoring.selectors import pool_stats
+from pools import lifecycle_rules as rules
+from pools.autoscaling import ScalingHistory, decide
+from pools.events import WARNING, event_record
+from pools.lifecycle import claim_acquire, claim_release
+from pools.lifecycle_exit import ReconcilePass, drain_start
+from pools.models import GpuNodePool, Node, ScalingActivity
+from pools.models_pods import Pod
+from pools.providers import get_cloud_provider, get_cluster_backend
+from pools.scheduler_service import cluster_state, core_pod_of
+from pools.scheduling import NodeState, Taint, best_fit_gpus, filter_node
+from pools.scheduling import Pod as CorePod
+from pools.selectors import catalog_current
+from pools.spec import PoolSpec, effective_node_labels, parse_document
+
+logger = logging.getLogger("ebcloud.autoscaler")
+GPU_MEMORY = "gpu-memory"
+QUEUED_PODS = "queued_pods"
+
+
+@dataclass(frozen=True)
+class AutoscaleResult:
+    pool: str
+    claimed: bool
+    current: int = 0
+    desired: int = 0
+    reason: str = ""
+
+
+def autoscale_all(*, now: datetime | None = None) -> list[AutoscaleResult]:
+    """One pass over every live pool that autoscales (the task and `manage.py autoscale --once`)."""
+    now = now or timezone.now()
+    results = []
+    for pool in GpuNodePool.objects.active().exclude(phase=GpuNodePool.Phase.DELETING).order_by("pk"):
+        try:
+            results.append(pool_autoscale(pool_id=pool.pk, now=now))
+        except Exception:  # one broken pool must not stop the others; the next pass retries
+            logger.exception("autoscale of pool %s failed", pool.name)
+    return results
+
+
+def pool_autoscale(*, pool_id: int, now: datetime | None = None) -> AutoscaleResult:
+    now = now or timezone.now()
+    version = claim_acquire(pool_id=pool_id)
+    if version is None:
+        return AutoscaleResult(pool=str(pool_id), claimed=False)
+    try:
+        return _autoscale(GpuNodePool.objects.select_related("node_type", "gpu_model", "zone", "team").get(pk=pool_id), now)
+    finally:
+        claim_release(pool_id=pool_id, version=version)
+
+
+def _autoscale(pool: GpuNodePool, now: datetime) -> AutoscaleResult:
+    spec = parse_document(pool.document, catalog_current())
+    if spec.scaling is None or not spec.burst.enabled:
+        return AutoscaleResult(pool=pool.name, claimed=True, reason="NotAutoscaled")
+    live = list(pool.nodes.exclude(phase=Node.Phase.TERMINATED).filter(release_reason="").select_related("pool__node_type", "pool__gpu_model", "pool"))
+    burst = [n for n in live if n.billing == Node.Billing.ON_DEMAND]
+    baseline = len(live) - len(burst)
+    burst_cap = spec.burst.max_nodes or spec.max_nodes
+    upper = max(baseline, min(spec.max_nodes, baseline + burst_cap))
+    pending = [p for p in Pod.objects.filter(phase=Pod.Phase.PENDING, team=pool.team).order_by("submitted_at", "pk")]
+    template = template_node(pool, spec)
+    fitting = [core_pod_of(p) for p in pending if filter_node(core_pod_of(p), template) is None]
+    metrics = {QUEUED_PODS: float(len(fitting))}
+    stats = pool_stats(pools=GpuNodePool.objects.filter(pk=pool.pk))
+    if stats and stats[0].gpu_memory_used_pct is not None:
+        metrics[GPU_MEMORY] = stats[0].gpu_memory_used_pct
+    history = ScalingHistory.from_json(pool.scaling_history or None)
+    decision = decide(spec=spec.scaling, current=len(live), min_nodes=baseline, max_nodes=upper, metrics=metrics, history=history, now=now)
+    shown = {m.name: m.value for m in decision.metrics}
+    policy = decision.limiting_policy
+    policy_text = f"{policy.type} {policy.value} per {policy.period_seconds}s" if policy else ""
+    if decision.desired > len(live):
+        needed = nodes_needed(fitting, template)
+        add = min(decision.desired - len(live), needed)
+        if add == 0:
+            why = _why_not(pending, template) if pending else "no Pending pod"
+            _record(pool, now, len(live), len(live), "NotTriggerScaleUp", f"Scale-up to {decision.desired} not done: no Pending pod would fit a new {spec.node_type} node of this pool ({why})", shown, policy_text, blocked=True)
+            _store(pool, history.record(at=now, recommendation=decision.raw_recommendation))
+            return AutoscaleResult(pool=pool.name, claimed=True, current=len(live), desired=len(live), reason="NotTriggerScaleUp")
+        with transaction.atomic():
+            for _ in range(add):
+                _burst_node_create(pool, now)
+            _record(pool, now, len(live), len(live) + add, "ScaledUp", f"Scaled up from {len(live)} to {len(live) + add} node(s) with {add} on-demand node(s): {decision.message}", shown, policy_text)
+            _store(pool, decision.history if add == decision.delta else history.record(at=now, recommendation=decision.raw_recommendation, change=add))
+        return AutoscaleResult(pool=pool.name, claimed=True, current=len(live), desired=len(live) + add, reason="ScaledUp")
+    if decision.desired < len(live):
+        victims = removable_burst_nodes(burst, live, pool, limit=len(live) - decision.desired)
+        if not victims:
+            _record(pool, now, len(live), len(live), "ScaleDownBlocked", f"Scale-down to {decision.desired} not done: every burst node runs pods that fit nowhere else", shown, policy_text, blocked=True)
+            _store(pool, history.record(at=now, recommendation=decision.raw_recommendation))
+            return AutoscaleResult(pool=pool.name, claimed=True, current=len(live), desired=len(live), reason="ScaleDownBlocked")
+        p = ReconcilePass(pool=pool, spec=spec, now=now, cloud=get_cloud_provider(), cluster=get_cluster_backend())
+        for node in victims:
+            drain_start(p, node, reason=rules.SCALED_IN, event_reason="ScaledDown", message=f"Autoscaler removes burst node {node.name}: {decision.message}")
+        _record(pool, now, len(live), len(live) - len(victims), "ScaledDown", f"Scaled down from {len(live)} to {len(live) - len(victims)} node(s): {decision.message}", shown, policy_text, emit=False)
+        _store(pool, decision.history if len(victims) == -decision.delta else history.record(at=now, recommendation=decision.raw_recommendation, change=-len(victims)))
+        return AutoscaleResult(pool=pool.name, claimed=True, current=len(live), desired=len(live) - len(victims), reason="ScaledDown")
+    if decision.reason in ("ScaleUpLimit", "ScaleDownStabilized", "TooManyReplicas") and decision.raw_recommendation != len(live):
+        _record(pool, now, len(live), len(live), decision.reason, decision.message, shown, policy_text, blocked=True, emit=False, dedupe=True)
+    _store(pool, decision.history)
+    return AutoscaleResult(pool=pool.name, claimed=True, current=len(live), desired=decision.desired, reason=decision.reason)
+
+
+def template_node(pool: GpuNodePool, spec: PoolSpec) -> NodeState:
+    """An empty node of the pool as it would register: its labels, taints and resources."""
+    return NodeState(
+        name=f"{pool.name}-template",
+        cpu_milli=pool.node_type.cpu_milli,
+        memory_mib=pool.node_type.memory_mib,
+        gpu_count=pool.node_type.gpu_count,
+        gpu_model=pool.gpu_model.name,
+        pool=pool.name,
+        labels=effective_node_labels(spec, zone=pool.zone.name, billing=Node.Billing.ON_DEMAND),
+        taints=tuple(Taint(t.key, t.value, t.effect) for t in spec.node_taints),
+    )
+
+
+def nodes_needed(pods: list[CorePod], template: NodeState) -> int:
+    """How many new nodes the pods need, packed first-fit-decreasing on copies of the template."""
+    nodes: list[NodeState] = []
+    for pod in sorted(pods, key=lambda p: (-p.gpu_count, -p.gpu_milli, -p.cpu_milli, p.name)):
+        for node in nodes:
+            if filter_node(pod, node) is None:
+                node.bind(pod, best_fit_gpus(pod, node.gpu_free))
+                break
+        else:
+            node = template.clone()
+            node.name = f"{template.name}-{len(nodes)}"
+            if filter_node(pod, node) is None:
+                node.bind(pod, best_fit_gpus(pod, node.gpu_free))
+                nodes.append(node)
+    return len(nodes)
+
+
+def removable_burst_nodes(burst: list[Node], live: list[Node], pool: GpuNodePool, *, limit: int) -> list[Node]:
+    """Burst nodes that can go: empty ones first, then ones whose pods fit on the other nodes
+    (monthly nodes tried first, their capacity is paid already); never more than `limit`."""
+    running = list(Pod.objects.filter(node__in=live, phase=Pod.Phase.RUNNING))
+    states = cluster_state(live, running)
+    by_node: dict[int, list[Pod]] = {}
+    for pod in running:
+        by_node.setdefault(pod.node_id, []).append(pod)
+    chosen: list[Node] = []
+    order = sorted(burst, key=lambda n: (len(by_node.get(n.pk, [])), n.name))
+    for node in order:
+        if len(chosen) == limit:
+            break
+        others = [states[n.name] for n in sorted(live, key=lambda n: (n.billing == Node.Billing.ON_DEMAND, n.name)) if n not in chosen and n.pk != node.pk and n.phase == Node.Phase.READY]
+        if _fits_elsewhere([core_pod_of(p) for p in by_node.get(node.pk, [])], others):
+            chosen.append(node)
+    return chosen
+
+
+def _fits_elsewhere(pods: list[CorePod], others: list[NodeState]) -> bool:
+    trial = [s.clone() for s in others]
+    for pod in pods:
+        target = next((s for s in trial if filter_node(pod, s) is None), None)
+        if target is None:
+            return False
+        target.bind(pod, best_fit_gpus(pod, target.gpu_free))
+    return True
+
+
+def _why_not(pending: list[Pod], template: NodeState) -> str:
+    reasons = {}
+    for pod in pending[:20]:
+        reason = filter_node(core_pod_of(pod), template)
+        if reason:
+            reasons.setdefault(reason, []).append(pod.key)
+    return "; ".join(f"{', '.join(keys[:3])}: {reason}" for reason, keys in reasons.items()) or "no Pending pod"
+
+
+def _burst_node_create(pool: GpuNodePool, now: datetime) -> Node:
+    seq = Node.objects.filter(pool=pool).count() + 1
+    while Node.objects.filter(name=f"{pool.name}-{pool.pk}-{seq:03d}").exists():
+        seq += 1
+    return Node.objects.create(
+        pool=pool,
+        name=f"{pool.name}-{pool.pk}-{seq:03d}",
+        billing=Node.Billing.ON_DEMAND,
+        phase=Node.Phase.ORDERING,
+        zone=pool.zone,
+        gpu_count=pool.node_type.gpu_count,
+        created_at=now,
+    )
+
+
+def _record(pool, now, before, after, reason, message, metrics, policy, *, blocked=False, emit=True, dedupe=False) -> None:
+    last = pool.scaling_activities.order_by("-at", "-id").first()
+    if not (dedupe and last is not None and last.reason == reason and last.from_nodes == before):
+        ScalingActivity.objects.create(pool=pool, at=now, from_nodes=before, to_nodes=after, reason=reason, message=message, blocked=blocked, metrics=metrics, limiting_policy=policy)
+    if emit:
+        event_record(pool=pool, reason=reason, message=message, type=WARNING if blocked else "Normal", now=now)
+
+
+def _store(pool: GpuNodePool, history: ScalingHistory) -> None:
+    GpuNodePool.objects.filter(pk=pool.pk).update(scaling_history=history.to_json())

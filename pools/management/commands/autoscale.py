@@ -1,0 +1,40 @@
+"""`manage.py autoscale`: the autoscaler's loop, runnable without a worker (issue 5 §7).
+
+`--once` evaluates every pool once and exits; without it the command loops every `--interval`
+seconds (default 30, the article's evaluation period) until interrupted.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+
+from django.core.management.base import BaseCommand, CommandError
+
+from pools.autoscaler_service import autoscale_all
+
+
+class Command(BaseCommand):
+    help = "Autoscale node pools: monthly baseline plus on-demand burst nodes."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--once", action="store_true", help="One pass over all pools, then exit")
+        parser.add_argument("--interval", type=float, default=30.0, help="Seconds between passes in loop mode")
+        parser.add_argument("--now", default="", help="Moment of the pass, ISO 8601 (default: the clock)")
+
+    def handle(self, *args, once: bool = False, interval: float = 30.0, now: str = "", **options):
+        try:
+            moment = datetime.fromisoformat(now) if now else None
+        except ValueError as exc:
+            raise CommandError(f"--now must be an ISO 8601 moment with a time zone, got {now!r}") from exc
+        if moment is not None and moment.tzinfo is None:
+            raise CommandError("--now needs a time zone, e.g. 2026-12-01T08:00:00+00:00")
+        while True:
+            for result in autoscale_all(now=moment):
+                if result.claimed:
+                    self.stdout.write(f"{result.pool}\t{result.current} -> {result.desired}\t{result.reason}")
+                else:
+                    self.stdout.write(f"{result.pool}\tskipped: claimed by another worker")
+            if once:
+                return
+            time.sleep(interval)

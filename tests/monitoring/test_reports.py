@@ -1,0 +1,196 @@
+"""Reports (seed D1, T3; issue 6 §2): heartbeats and batched metrics with sequence numbers,
+idempotent replays, out-of-order within a bound, Xids and driver/CUDA conditions."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from monitoring import services
+from monitoring.models import AgentCommand, GpuErrorEvent, NodeAgentState, NodeReport
+from pools.models import Node
+from tests.monitoring.conftest import report
+
+REPORTS = "/api/agent/v1/reports/"
+
+
+def post(client, reports, **extra):
+    response = client.post(REPORTS, {"reports": reports, **extra}, format="json")
+    assert response.status_code == 200, response.content
+    return response.json()
+
+
+def seqs(node):
+    return list(NodeReport.objects.filter(node=node).values_list("seq", flat=True))
+
+
+def test_a_batch_is_stored_and_acknowledged_up_to_its_highest_contiguous_seq(agent, node):
+    body = post(agent(), [report(1), report(2), report(3)])
+    assert body == {"ackedSeq": 3, "stored": 3, "duplicates": 0, "rejected": [], "commands": []}
+    assert seqs(node) == [1, 2, 3]
+    stored = NodeReport.objects.get(node=node, seq=2)
+    assert stored.driver_version == "535.104.05" and stored.gpus[1]["DCGM_FI_DEV_FB_TOTAL"] == 81920
+
+
+def test_a_report_updates_the_heartbeat_and_the_latest_gpu_summary(agent, node):
+    assert node.last_heartbeat is None
+    post(agent(), [report(1, used=20480)])
+    node.refresh_from_db()
+    assert node.last_heartbeat is not None
+    state = NodeAgentState.objects.get(node=node)
+    assert (state.fb_used_mib, state.fb_total_mib, state.gpu_util_avg) == (40960, 163840, 75.0)
+
+
+def test_a_replayed_batch_is_acknowledged_but_not_stored_twice(agent, node):
+    client = agent()
+    post(client, [report(1), report(2)])
+    body = post(client, [report(1), report(2), report(3)])
+    assert (body["ackedSeq"], body["stored"], body["duplicates"]) == (3, 1, 2)
+    assert seqs(node) == [1, 2, 3]
+
+
+def test_the_same_seq_twice_in_one_batch_is_stored_once(agent, node):
+    body = post(agent(), [report(1), report(1)])
+    assert (body["stored"], body["duplicates"]) == (1, 1) and seqs(node) == [1]
+
+
+def test_out_of_order_reports_within_the_window_are_kept_and_the_ack_waits_for_the_gap(agent, node):
+    client = agent()
+    assert post(client, [report(1), report(3), report(4)])["ackedSeq"] == 1
+    assert post(client, [report(2)])["ackedSeq"] == 4
+    assert seqs(node) == [1, 2, 3, 4]
+
+
+def test_reports_beyond_the_window_are_rejected(agent, node, settings):
+    settings.EBCLOUD_AGENT_SEQ_WINDOW = 10
+    body = post(agent(), [report(1), report(10), report(11)])  # acked 0: up to 10 is within
+    assert body["rejected"] == [11] and body["ackedSeq"] == 1 and seqs(node) == [1, 10]
+
+
+def test_the_agents_oldest_buffered_seq_closes_a_gap_it_will_never_fill(agent, node):
+    client = agent()
+    post(client, [report(1)])
+    body = post(client, [report(7), report(8)], oldestSeq=7)  # 2..6 fell off a full buffer
+    assert body["ackedSeq"] == 8
+
+
+def test_an_older_late_batch_does_not_overwrite_newer_metrics(agent, node):
+    client = agent()
+    post(client, [report(1), report(3, used=100)])
+    post(client, [report(2, used=999)])
+    state = NodeAgentState.objects.get(node=node)
+    assert state.max_seq == 3 and state.fb_used_mib == 200 and state.acked_seq == 3
+
+
+def test_invalid_reports_name_their_field(agent, node):
+    bad = report(0)
+    bad["gpus"][0]["DCGM_FI_DEV_FB_USED"] = "lots"
+    bad["gpus"][1]["temperature"] = 50
+    response = agent().post(REPORTS, {"reports": [bad]}, format="json")
+    assert response.status_code == 400
+    fields = {e["field"] for e in response.json()["errors"]}
+    assert fields == {"reports[0].seq", "reports[0].gpus[0].DCGM_FI_DEV_FB_USED", "reports[0].gpus[1].temperature"}
+    assert agent().post(REPORTS, {"reports": []}, format="json").json()["errors"][0]["field"] == "reports"
+
+
+def test_ingest_uses_a_fixed_number_of_queries_whatever_the_batch_size(agent, node):
+    client = agent()
+    post(client, [report(1)])
+    with CaptureQueriesContext(connection) as small:
+        post(client, [report(2)])
+    with CaptureQueriesContext(connection) as large:
+        post(client, [report(seq) for seq in range(3, 103)])
+    assert len(small) == len(large) <= 8, [q["sql"] for q in large.captured_queries]
+
+
+def test_an_application_xid_is_stored_with_its_class_and_gives_a_normal_event(agent, node):
+    post(agent(), [report(1, xids=[(3, 13)])])
+    error = GpuErrorEvent.objects.get(node=node)
+    assert (error.xid, error.gpu_index, error.kind, error.action) == (13, 3, "application", "none")
+    event = node.events.get(reason="XidError")
+    assert event.type == "Normal" and "application must restart" in event.message
+
+
+@pytest.mark.parametrize(("xid", "kind", "action"), [(48, "reset", "reset_gpu"), (79, "fatal", "replace"), (999, "unknown", "none")])
+def test_node_affecting_and_unknown_xids_give_a_warning(agent, node, xid, kind, action):
+    post(agent(), [report(1, xids=[(0, xid)])])
+    error = GpuErrorEvent.objects.get(node=node)
+    assert (error.kind, error.action) == (kind, action)
+    assert node.events.get(reason="XidError").type == "Warning"
+
+
+def test_a_replayed_xid_is_not_stored_twice(agent, node):
+    client = agent()
+    post(client, [report(1, xids=[(0, 79)])])
+    post(client, [report(1, xids=[(0, 79)])])
+    assert GpuErrorEvent.objects.filter(node=node).count() == 1
+
+
+def test_a_driver_too_old_for_the_workloads_cuda_becomes_a_node_condition_and_a_warning(agent, node):
+    """T3: driver vs CUDA version mismatch (intermittent crashes)."""
+    client = agent()
+    post(client, [report(1, driver="525.60.13", cuda="12.2")])
+    condition = NodeAgentState.objects.get(node=node).conditions[0]
+    assert condition["type"] == "CudaDriverMismatch" and condition["status"] == "True"
+    assert condition["reason"] == "DriverBelowToolkitMinimum"
+    assert "needs driver >= 535.54.03" in condition["message"]
+    assert node.events.get(reason="CudaDriverMismatch").type == "Warning"
+    post(client, [report(2, driver="525.60.13", cuda="12.2")])  # unchanged: no second event
+    assert node.events.get(reason="CudaDriverMismatch").count == 1
+    post(client, [report(3, driver="550.54.14", cuda="12.2")])
+    state = NodeAgentState.objects.get(node=node)
+    assert state.conditions[0]["status"] == "False"
+    assert node.events.filter(reason="CudaDriverMismatchResolved").exists()
+
+
+def test_a_matching_driver_leaves_the_condition_false_without_a_warning(agent, node):
+    post(agent(), [report(1, driver="535.104.05", cuda="12.2")])
+    assert NodeAgentState.objects.get(node=node).conditions[0]["status"] == "False"
+    assert not node.events.filter(type="Warning").exists()
+
+
+def test_the_heartbeat_never_moves_backwards(agent, node):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    later = timezone.now() + timedelta(hours=1)
+    Node.objects.filter(pk=node.pk).update(last_heartbeat=later)
+    post(agent(), [report(1)])
+    node.refresh_from_db()
+    assert node.last_heartbeat == later
+
+
+def test_commands_go_out_in_the_response_until_the_agent_acknowledges_them(agent, node):
+    client = agent()
+    command = services.agent_command_enqueue(node=node, action="reset_gpu", gpu_index=2, reason="Xid 48")
+    first = post(client, [report(1)])["commands"]
+    assert first == [{"id": command.pk, "action": "reset_gpu", "gpu": 2, "reason": "Xid 48"}]
+    assert post(client, [report(2)])["commands"] == first  # at least once, until acknowledged
+    body = post(client, [report(3)], acks=[{"id": command.pk, "ok": True, "message": "nvidia-smi -r done"}])
+    assert body["commands"] == []
+    command.refresh_from_db()
+    assert command.status == AgentCommand.Status.SUCCEEDED and command.delivered_at and command.finished_at
+    assert node.events.filter(reason="AgentCommandSucceeded").exists()
+
+
+def test_an_agent_cannot_acknowledge_another_nodes_command(agent, node, make_node):
+    other = make_node("train-pool-a-m-1")
+    command = services.agent_command_enqueue(node=other, action="reboot")
+    post(agent(), [report(1)], acks=[{"id": command.pk, "ok": True}])
+    command.refresh_from_db()
+    assert command.status == "Pending"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_steady_state_report_costs_two_statements_on_postgresql(agent, node):
+    """The hot path (monitoring/ingest_sql.py): authenticate, then one write statement on
+    PostgreSQL (data-modifying CTEs; three statements in a transaction elsewhere)."""
+    client = agent()
+    post(client, [report(1)])
+    with CaptureQueriesContext(connection) as captured:
+        post(client, [report(2)])
+    statements = [q["sql"] for q in captured.captured_queries if q["sql"] not in ("BEGIN", "COMMIT") and not q["sql"].startswith(("SAVEPOINT", "RELEASE"))]
+    assert len(statements) == (2 if connection.vendor == "postgresql" else 4), statements
+    assert seqs(node) == [1, 2]

@@ -1,0 +1,89 @@
+"""Watermarks (issue 6 §6; the comparison table's capacity water level): per-minute pool
+samples, idempotent per (pool, minute), from a service, a command and a scheduled task."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from django.core.management import call_command
+from django_q.models import Schedule
+
+from monitoring import services, tasks
+from monitoring.models import PoolSample
+from pools import services as pool_services
+from tests.conftest import make_document
+from tests.monitoring.conftest import report
+
+NOW = datetime(2026, 11, 30, 6, 30, 42, tzinfo=UTC)
+
+
+@pytest.fixture
+def burst_pool(actors):
+    return pool_services.pool_create(user=actors["lead"], document=make_document("burst-pool", nodeCount={"min": 0, "max": 6}))
+
+
+def test_a_rollup_samples_capacity_memory_and_nodes_by_phase_at_the_minute(burst_pool, make_node, agent):
+    node = make_node("b-0", target=burst_pool)
+    make_node("b-1", target=burst_pool, phase="Provisioning", billing="on_demand")
+    agent(node).post("/api/agent/v1/reports/", {"reports": [report(1, used=61440)]}, format="json")
+    services.pool_samples_rollup(now=NOW)
+    sample = PoolSample.objects.get(pool=burst_pool)
+    assert sample.minute == datetime(2026, 11, 30, 6, 30, tzinfo=UTC)
+    assert (sample.capacity_gpus, sample.gpu_memory_used_pct, sample.gpu_util_avg) == (8, 75.0, 75.0)
+    assert sample.nodes_by_phase == {"Ready": 1, "Provisioning": 1}
+    assert (sample.min_nodes, sample.max_nodes) == (0, 6)
+    assert sample.allocated_gpus is None and sample.pending_pods is None  # pods not tracked per pool yet
+
+
+def test_rolling_up_the_same_minute_twice_keeps_one_sample(burst_pool, make_node):
+    make_node("b-0", target=burst_pool)
+    services.pool_samples_rollup(now=NOW)
+    make_node("b-1", target=burst_pool)
+    services.pool_samples_rollup(now=NOW.replace(second=59))
+    assert PoolSample.objects.filter(pool=burst_pool).count() == 1
+    assert PoolSample.objects.get(pool=burst_pool).capacity_gpus == 8
+    services.pool_samples_rollup(now=NOW.replace(minute=31))
+    assert PoolSample.objects.filter(pool=burst_pool).count() == 2
+
+
+def test_the_rollup_command_runs_once(burst_pool, capsys):
+    call_command("rollup", "--once")
+    assert "sampled" in capsys.readouterr().out
+    assert PoolSample.objects.filter(pool=burst_pool).count() == 1
+
+
+def test_the_rollup_is_scheduled_every_minute_and_the_task_is_the_service(burst_pool):
+    schedule = Schedule.objects.get(name="monitoring.rollup_pool_samples")
+    assert (schedule.func, schedule.minutes) == ("monitoring.tasks.rollup_pool_samples", 1)
+    assert tasks.rollup_pool_samples() >= 1
+
+
+def test_raw_reports_past_their_retention_are_pruned_and_the_rest_kept(node, settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from monitoring.models import NodeReport
+
+    settings.EBCLOUD_AGENT_REPORT_RETENTION_HOURS = 72
+    now = timezone.now()
+    ages = [100, 90, 80, 73, 71, 10, 1]  # hours; inserted oldest first, as the ingest does
+    NodeReport.objects.bulk_create([NodeReport(node=node, seq=i + 1, at=now, received_at=now - timedelta(hours=h)) for i, h in enumerate(ages)])
+    assert services.node_reports_prune(now=now) == 4
+    assert list(NodeReport.objects.values_list("seq", flat=True)) == [5, 6, 7]
+    assert services.node_reports_prune(now=now) == 0
+
+
+def test_pruning_deletes_a_bounded_chunk_per_call(node):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from monitoring.models import NodeReport
+
+    now = timezone.now()
+    NodeReport.objects.bulk_create([NodeReport(node=node, seq=i + 1, at=now, received_at=now - timedelta(days=30)) for i in range(10)])
+    assert services.node_reports_prune(now=now, max_rows=4) == 4
+    assert services.node_reports_prune(now=now, max_rows=4) == 4
+    assert services.node_reports_prune(now=now, max_rows=4) == 2

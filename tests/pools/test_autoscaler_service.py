@@ -1,0 +1,153 @@
+"""The live autoscaler: monthly baseline plus on-demand burst, fit simulation, history (seed D3, O4, G4)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+
+from monitoring.models import NodeAgentState
+from pools.autoscaler_service import autoscale_all, pool_autoscale
+from pools.models import Node, PoolEvent, ScalingActivity
+from pools.scheduler_service import scheduler_pass
+from tests.pools.pod_helpers import T0, pool_with_nodes, submit
+
+SCALING = {
+    "default": {
+        "metrics": [
+            {"type": "Resource", "resource": "gpu-memory", "targetAverageUtilization": 85},
+            {"type": "Pods", "pods": "queued_pods", "target": 10},
+        ],
+        "combine": "Any",
+    },
+    "scaleDown": {"stabilizationWindow": "30m", "policies": [{"type": "Pods", "value": 1, "periodSeconds": 120}]},
+}
+
+
+@pytest.fixture
+def pool(actors):
+    """The article's pool with 2 monthly nodes labelled pool=train, bursting by up to 4."""
+    return pool_with_nodes(
+        actors["lead"], node_labels={"gpu-class": "a100", "pool": "train"}, scaling=SCALING, burst={"enabled": True, "maxNodes": 4}
+    )
+
+
+def memory_used(pool, percent: int) -> None:
+    """What the node agents report: GPU memory used on every Ready node of the pool."""
+    for node in pool.nodes.filter(phase="Ready"):
+        NodeAgentState.objects.update_or_create(node=node, defaults={"fb_used_mib": percent * 8, "fb_total_mib": 800, "last_report_at": T0})
+
+
+def burst_nodes(pool):
+    return pool.nodes.filter(billing=Node.Billing.ON_DEMAND).exclude(phase="Terminated")
+
+
+def test_hot_gpu_memory_and_queued_pods_that_fit_add_an_on_demand_node(actors, pool):
+    for index in range(2):
+        submit(actors["member"], f"busy-{index}", gpus=8)
+    scheduler_pass(now=T0)
+    for index in range(3):
+        submit(actors["member"], f"queued-{index}", gpus=8)
+    memory_used(pool, 95)
+    result = pool_autoscale(pool_id=pool.pk, now=T0)
+    assert result.reason == "ScaledUp" and (result.current, result.desired) == (2, 3)
+    added = burst_nodes(pool).get()
+    assert added.phase == "Ordering" and added.order is None  # the lifecycle controller provisions it
+    activity = ScalingActivity.objects.get(pool=pool)
+    assert (activity.from_nodes, activity.to_nodes, activity.reason) == (2, 3, "ScaledUp")
+    assert activity.metrics["gpu-memory"] == 95.0 and activity.metrics["queued_pods"] == 3.0
+    assert pool.events.filter(reason="ScaledUp").exists()
+
+
+def test_scale_up_is_rate_limited_by_the_policies(actors, pool):
+    for index in range(2):
+        submit(actors["member"], f"busy-{index}", gpus=8)
+    scheduler_pass(now=T0)
+    for index in range(4):
+        submit(actors["member"], f"queued-{index}", gpus=8)
+    memory_used(pool, 99)
+    pool_autoscale(pool_id=pool.pk, now=T0)
+    pool_autoscale(pool_id=pool.pk, now=T0 + timedelta(seconds=10))  # same period: no second node
+    assert burst_nodes(pool).count() == 1
+
+
+def test_nothing_is_added_when_no_pending_pod_would_fit_a_new_node(actors, pool):
+    """Cluster Autoscaler's rule: a node nothing can use is not added; the history says why."""
+    for index in range(2):
+        submit(actors["member"], f"busy-{index}", gpus=8)
+    scheduler_pass(now=T0)
+    submit(actors["member"], "too-big", gpus=16)
+    submit(actors["member"], "no-toleration", gpus=1, tolerate=None)
+    memory_used(pool, 99)
+    result = pool_autoscale(pool_id=pool.pk, now=T0)
+    assert result.reason == "NotTriggerScaleUp"
+    assert not burst_nodes(pool).exists()
+    activity = ScalingActivity.objects.get(pool=pool)
+    assert activity.blocked and "Insufficient nvidia.com/gpu" in activity.message and "untolerated taint" in activity.message
+    assert pool.events.get(reason="NotTriggerScaleUp").type == PoolEvent.Type.WARNING
+
+
+def test_scale_down_waits_for_the_window_and_removes_only_burst_nodes(actors, pool):
+    """T6: a short dip does not shrink the pool; after 30 quiet minutes one burst node goes."""
+    burst = Node.objects.create(pool=pool, name="train-pool-a-burst", billing=Node.Billing.ON_DEMAND, phase="Ready", zone=pool.zone, gpu_count=8,
+                                labels=pool.nodes.first().labels, taints=pool.nodes.first().taints, ready_at=T0)  # fmt: skip
+    memory_used(pool, 90)
+    pool_autoscale(pool_id=pool.pk, now=T0)  # busy: recommendation 4 stored
+    memory_used(pool, 5)
+    result = pool_autoscale(pool_id=pool.pk, now=T0 + timedelta(minutes=10))
+    assert result.desired == 3 and result.reason in ("ScaleDownStabilized", "ScaleUpLimit", "TooManyReplicas", "DesiredWithinRange")
+    burst.refresh_from_db()
+    assert burst.release_reason == ""
+    result = pool_autoscale(pool_id=pool.pk, now=T0 + timedelta(minutes=31))
+    assert result.reason == "ScaledDown" and result.desired == 2
+    burst.refresh_from_db()
+    assert burst.release_reason == "ScaledIn" and burst.phase == "Terminated"  # empty: released at once
+    assert pool.nodes.filter(billing="monthly", release_reason="").count() == 2
+    result = pool_autoscale(pool_id=pool.pk, now=T0 + timedelta(minutes=40))
+    assert result.desired == 2  # monthly nodes are the floor: never removed by the autoscaler
+
+
+def test_a_burst_node_whose_pods_fit_nowhere_else_is_kept(actors, pool):
+    burst = Node.objects.create(pool=pool, name="train-pool-a-burst", billing=Node.Billing.ON_DEMAND, phase="Ready", zone=pool.zone, gpu_count=8,
+                                labels=pool.nodes.first().labels, taints=pool.nodes.first().taints, ready_at=T0)  # fmt: skip
+    for index in range(3):
+        submit(actors["member"], f"busy-{index}", gpus=8)
+    scheduler_pass(now=T0)
+    memory_used(pool, 1)
+    result = pool_autoscale(pool_id=pool.pk, now=T0 + timedelta(hours=1))
+    assert result.reason == "ScaleDownBlocked"
+    burst.refresh_from_db()
+    assert burst.release_reason == ""
+
+
+def test_pools_without_scaling_or_burst_are_left_alone(actors):
+    plain = pool_with_nodes(actors["lead"], name="plain")
+    assert pool_autoscale(pool_id=plain.pk, now=T0).reason == "NotAutoscaled"
+
+
+def test_a_pass_is_idempotent_and_runs_from_the_command(actors, pool):
+    memory_used(pool, 50)
+    first = autoscale_all(now=T0)
+    second = autoscale_all(now=T0)
+    assert [r.desired for r in first] == [r.desired for r in second] == [2]
+    call_command("autoscale", "--once", "--now", (T0 + timedelta(minutes=1)).isoformat())
+    assert not burst_nodes(pool).exists()
+
+
+def test_the_autoscaler_is_scheduled_by_a_data_migration(db):
+    from django_q.models import Schedule
+
+    assert Schedule.objects.get(name="pools.autoscale_all").func == "pools.tasks.autoscale_all"
+
+
+def test_the_pool_page_shows_the_scaling_history(client, actors, pool):
+    for index in range(2):
+        submit(actors["member"], f"busy-{index}", gpus=8)
+    scheduler_pass(now=T0)
+    submit(actors["member"], "queued", gpus=8)
+    memory_used(pool, 95)
+    pool_autoscale(pool_id=pool.pk, now=T0)
+    client.force_login(actors["member"])
+    html = client.get(f"/pools/{pool.name}/").content.decode()
+    assert "Scaling history" in html and "2 → 3" in html and "ScaledUp" in html
