@@ -44,7 +44,7 @@ from pools.providers.base import (
     OutOfStock,
     ProviderError,
 )
-from pools.selectors import catalog_current
+from pools.selectors import catalog_current, ordered_baseline
 from pools.spec import effective_node_labels, parse_document
 
 logger = logging.getLogger("ebcloud.lifecycle")
@@ -392,11 +392,7 @@ def _status_write(p: ReconcilePass, generation: int) -> tuple[str, str]:
     nodes = list(p.live_nodes().values_list("phase", "release_reason", "last_error", "billing"))
     monthly_desired = sum(o.node_count - _retired(o) for o in _capacity_orders(p.pool))
     burst = sum(1 for phase, rr, _, billing in nodes if billing == Node.Billing.ON_DEMAND and not rr)
-    holding = p.pool.orders.filter(
-        kind__in=(PoolOrder.Kind.CREATE, PoolOrder.Kind.GROW),
-        status__in=(PoolOrder.Status.PENDING, PoolOrder.Status.APPROVED, PoolOrder.Status.PAID),
-    )
-    ordered = sum(o.node_count - _retired(o) for o in holding)
+    ordered = ordered_baseline(pool=p.pool)
     refused = p.pool.orders.filter(status__in=(PoolOrder.Status.REJECTED, PoolOrder.Status.FAILED)).order_by("-pk").first()
     counts = rules.PoolCounts(
         min_nodes=p.pool.min_nodes,

@@ -12,6 +12,7 @@ from django.db.models import Count, Q, QuerySet, Sum
 from django.http import Http404
 
 from pools import roles
+from pools.lifecycle_rules import RETIRING_REASONS
 from pools.models import GpuModel, GpuNodePool, Node, NodeType, PoolEvent, PoolOrder, Team, Zone
 from pools.spec import Catalog
 
@@ -108,11 +109,23 @@ def order_get(*, user, order_id: int) -> PoolOrder:
     return order
 
 
-def ordered_baseline(*, pool: GpuNodePool) -> int:
-    """Monthly nodes already requested or bought for the pool (rejected/failed orders excluded)."""
+def _capacity_orders(orders: QuerySet[PoolOrder]) -> QuerySet[PoolOrder]:
     # A renewal extends the lease of nodes already counted; it adds no capacity (issue 3 §4).
-    total = pool.orders.filter(status__in=QUOTA_HOLDING_STATUSES).exclude(kind=PoolOrder.Kind.RENEW).aggregate(n=Sum("node_count"))["n"]
-    return total or 0
+    return orders.filter(status__in=QUOTA_HOLDING_STATUSES).exclude(kind=PoolOrder.Kind.RENEW)
+
+
+def _retired(orders: QuerySet[PoolOrder]) -> QuerySet[Node]:
+    """Nodes of those orders that left for good (lease expired without renewal, scaled in,
+    pool deleted): their capacity is no longer held, so it can be ordered again."""
+    return Node.objects.filter(order__in=orders, release_reason__in=RETIRING_REASONS)
+
+
+def ordered_baseline(*, pool: GpuNodePool) -> int:
+    """Monthly nodes requested or bought for the pool and still held (rejected/failed orders and
+    retired nodes excluded)."""
+    orders = _capacity_orders(pool.orders.all())
+    total = orders.aggregate(n=Sum("node_count"))["n"] or 0
+    return total - _retired(orders).count()
 
 
 def quota_usage(*, region: str, gpu_model_id: int, team_id: int | None = None, exclude_order_id: int | None = None) -> int:
@@ -120,12 +133,7 @@ def quota_usage(*, region: str, gpu_model_id: int, team_id: int | None = None, e
 
     With `team_id`, only that team's pools count (for a team quota).
     """
-    orders = PoolOrder.objects.filter(
-        status__in=QUOTA_HOLDING_STATUSES,
-        pool__deleted_at__isnull=True,
-        pool__zone__region=region,
-        pool__gpu_model_id=gpu_model_id,
-    ).exclude(kind=PoolOrder.Kind.RENEW)  # renewals keep capacity already counted
+    orders = _capacity_orders(PoolOrder.objects.filter(pool__deleted_at__isnull=True, pool__zone__region=region, pool__gpu_model_id=gpu_model_id))
     burst = Node.objects.filter(
         pool__zone__region=region, pool__gpu_model_id=gpu_model_id, order__isnull=True  # ordered nodes count via their order
     ).exclude(billing=Node.Billing.MONTHLY).exclude(phase__in=LIVE_NODE_EXCLUDED_PHASES)
@@ -135,8 +143,9 @@ def quota_usage(*, region: str, gpu_model_id: int, team_id: int | None = None, e
     if exclude_order_id is not None:
         orders = orders.exclude(pk=exclude_order_id)
     ordered = orders.aggregate(n=Sum("gpus"))["n"] or 0
+    retired = _retired(orders).aggregate(n=Sum("gpu_count"))["n"] or 0
     bursting = burst.aggregate(n=Sum("gpu_count"))["n"] or 0
-    return ordered + bursting
+    return ordered - retired + bursting
 
 
 def teams_led_by(*, user) -> QuerySet[Team]:

@@ -216,3 +216,16 @@ def test_a_renewal_or_a_preemptible_node_does_not_count_twice_against_the_quota(
     assert PoolOrder.objects.get(kind="renew").status == "Paid"
     assert quota_usage(region="cn-east-2", gpu_model_id=pool.gpu_model_id) == 16 + 8
     assert ordered_baseline(pool=pool) == 2
+
+
+def test_after_an_expired_lease_the_baseline_can_be_ordered_again(actors, ready_pool):
+    """The expired lease no longer holds capacity or quota: saving the pool orders it anew."""
+    from pools.selectors import ordered_baseline, quota_usage
+
+    reconcile(ready_pool, LEASE_END)
+    assert ordered_baseline(pool=ready_pool) == 0
+    assert quota_usage(region=ready_pool.zone.region, gpu_model_id=ready_pool.gpu_model_id) == 0
+    ready_pool.refresh_from_db()
+    assert "BaselineNotOrdered" in ready_pool.pending_reason
+    services.pool_update(user=actors["lead"], pool=ready_pool, document=ready_pool.document, now=LEASE_END)
+    assert ready_pool.orders.filter(status="Pending", node_count=2).exists()
