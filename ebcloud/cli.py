@@ -72,6 +72,17 @@ def nothing_found(what: str = "resources") -> None:
     click.echo(f"No {what} found.", err=True)
 
 
+def show(data: Any, fmt: str | None, table: Any) -> None:
+    """Print objects like kubectl: the server's objects with -o yaml|json, else `table(rows, wide)`.
+    `data` is a list (a list command) or one object (a get command)."""
+    if fmt in ("yaml", "json"):
+        emit(data, fmt)
+    elif isinstance(data, list) and not data:
+        nothing_found()
+    else:
+        click.echo(table(data if isinstance(data, list) else [data], wide=fmt == "wide"))
+
+
 # --- login -----------------------------------------------------------------------------------
 
 
@@ -199,12 +210,7 @@ def pool_list(fmt: str | None, team: str, gpu_model: str, phase: str) -> None:
     """List the pools you may see."""
     with api() as client:
         pools = client.pools(team=team, gpuModel=gpu_model, phase=phase)
-    if fmt in ("yaml", "json"):
-        emit(pools, fmt)
-    elif not pools:
-        nothing_found()
-    else:
-        click.echo(output.pool_table(pools, wide=fmt == "wide"))
+    show(pools, fmt, output.pool_table)
 
 
 @node_pool.command("get")
@@ -214,10 +220,7 @@ def pool_get(name: str, fmt: str | None) -> None:
     """Show one pool (the server's document with -o yaml|json)."""
     with api() as client:
         pool = client.pool(name)
-    if fmt in ("yaml", "json"):
-        emit(pool, fmt)
-        return
-    click.echo(output.pool_table([pool], wide=fmt == "wide"))
+    show(pool, fmt, output.pool_table)
 
 
 @node_pool.command("describe")
@@ -323,12 +326,7 @@ def order_list(status: str, fmt: str | None) -> None:
     """List the orders you may see, newest first."""
     with api() as client:
         orders = client.orders(status=status)
-    if fmt in ("yaml", "json"):
-        emit(orders, fmt)
-    elif not orders:
-        nothing_found()
-    else:
-        click.echo(output.order_table(orders, wide=fmt == "wide"))
+    show(orders, fmt, output.order_table)
 
 
 @order.command("get")
@@ -338,10 +336,7 @@ def order_get(order_id: int, fmt: str | None) -> None:
     """Show one order."""
     with api() as client:
         found = client.order(order_id)
-    if fmt in ("yaml", "json"):
-        emit(found, fmt)
-    else:
-        click.echo(output.order_table([found], wide=fmt == "wide"))
+    show(found, fmt, output.order_table)
 
 
 @order.command("approve")

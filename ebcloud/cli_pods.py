@@ -23,7 +23,7 @@ from ebcloud.cli import (
     cli,
     emit,
     node_pool,
-    nothing_found,
+    show,
 )
 
 
@@ -72,12 +72,7 @@ def pod_list(fmt: str | None, namespace: str, phase: str) -> None:
     """List the pods you may see."""
     with api() as client:
         pods = client.pods(namespace=namespace, phase=phase)
-    if fmt in ("yaml", "json"):
-        emit(pods, fmt)
-    elif not pods:
-        nothing_found()
-    else:
-        click.echo(output.pod_table(pods, wide=fmt == "wide"))
+    show(pods, fmt, output.pod_table)
 
 
 @pod.command("get")
@@ -87,10 +82,7 @@ def pod_get(ref: str, fmt: str | None) -> None:
     """Show one pod."""
     with api() as client:
         found = client.pod(ref)
-    if fmt in ("yaml", "json"):
-        emit(found, fmt)
-    else:
-        click.echo(output.pod_table([found], wide=fmt == "wide"))
+    show(found, fmt, output.pod_table)
 
 
 @pod.command("why")

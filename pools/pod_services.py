@@ -18,11 +18,12 @@ from django.http import Http404
 from django.utils import timezone
 
 from pools import roles
-from pools.errors import ConflictError, ValidationError
+from pools.errors import ConflictError
 from pools.events import event_record
 from pools.models import Team
 from pools.models_pods import Pod
 from pools.podspec import parse_pod
+from pools.services import team_choose
 from pools.spec import split_server_fields
 
 
@@ -63,14 +64,7 @@ def _team_for_new_pod(*, user, team_slug: str) -> Team:
     teams = teams_submitting_for(user=user)
     if not teams:
         raise PermissionDenied("only team members and platform admins can submit pods")
-    if team_slug:
-        for team in teams:
-            if team.slug == team_slug:
-                return team
-        raise ValidationError(f"you cannot submit pods for team {team_slug!r}; choose one of: {', '.join(t.slug for t in teams)}", field="team")
-    if len(teams) == 1:
-        return teams[0]
-    raise ValidationError(f"you belong to several teams; choose one of: {', '.join(t.slug for t in teams)}", field="team")
+    return team_choose(teams=list(teams), team_slug=team_slug, action="submit pods", several="you belong to several teams")
 
 
 def pod_create(*, user, document: Any, team_slug: str = "", now: datetime | None = None) -> Pod:

@@ -305,14 +305,20 @@ def _team_for_new_pool(*, user, team_slug: str) -> Team:
     led = list(teams_led_by(user=user))
     if not led:
         raise PermissionDenied("only team leads and platform admins can create pools")
+    return team_choose(teams=led, team_slug=team_slug, action="create pools", several="you lead several teams")
+
+
+def team_choose(*, teams: list[Team], team_slug: str, action: str, several: str) -> Team:
+    """One of the user's own `teams`: the one named, or the only one (design §6: the team of a
+    new object comes from the user's memberships; a lead of several teams picks one of theirs)."""
     if team_slug:
-        for team in led:
+        for team in teams:
             if team.slug == team_slug:
                 return team
-        raise ValidationError(f"you cannot create pools for team {team_slug!r}; choose one of: {', '.join(t.slug for t in led)}", field="team")
-    if len(led) == 1:
-        return led[0]
-    raise ValidationError(f"you lead several teams; choose one of: {', '.join(t.slug for t in led)}", field="team")
+        raise ValidationError(f"you cannot {action} for team {team_slug!r}; choose one of: {', '.join(t.slug for t in teams)}", field="team")
+    if len(teams) == 1:
+        return teams[0]
+    raise ValidationError(f"{several}; choose one of: {', '.join(t.slug for t in teams)}", field="team")
 
 
 def _require_manage(user, pool: GpuNodePool) -> None:
