@@ -6,7 +6,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.db.models import Count, Sum
+from django.db.models import Count, F, Sum
 
 from monitoring.models import NodeAgentState
 from pools.models import GpuNodePool, Node, PoolEvent
@@ -68,6 +68,17 @@ def pool_stats(*, pools=None) -> list[PoolStats]:
         s.fb_used_mib, s.fb_total_mib = row["used"] or 0, row["total"] or 0
         s.gpu_util_sum, s.gpu_util_nodes = row["util"] or 0.0, row["util_nodes"] or 0
     return list(stats.values())
+
+
+def allocated_gpus(*, pool_ids: list[int]) -> dict[int, float]:
+    """GPUs requested by Running pods per pool (a share counts its milli / 1000): one query."""
+    from pools.models_pods import Pod
+
+    rows = (
+        Pod.objects.filter(phase=Pod.Phase.RUNNING, node__pool_id__in=pool_ids)
+        .values("node__pool_id").annotate(milli=Sum(F("gpu_count") * F("gpu_milli"))).order_by()
+    )
+    return {row["node__pool_id"]: (row["milli"] or 0) / 1000 for row in rows}
 
 
 def heartbeat_ages(*, now: datetime) -> list[tuple[str, str, float]]:

@@ -301,20 +301,24 @@ def commands_ack(*, node: Node, acks, now: datetime) -> None:
 
 
 def pool_samples_rollup(*, now: datetime | None = None) -> int:
-    """Write this minute's PoolSample for every live pool (capacity water level, GPU memory
-    used %, nodes by phase). Idempotent per (pool, minute): a second run in the same minute,
-    from any worker, inserts nothing (unique constraint; the first sample of a minute stands).
-    Allocated GPUs and pending pods stay empty until pods are tracked per pool. Returns the
-    number of pools sampled."""
+    """Write this minute's PoolSample for every live pool: the capacity water level, GPUs
+    allocated to Running pods, queued pods, GPU memory used %, nodes by phase and by billing kind.
+    Idempotent per (pool, minute): a second run in the same minute, from any worker, inserts
+    nothing (unique constraint; the first sample of a minute stands). Returns the number of pools
+    sampled."""
     from monitoring import selectors
     from monitoring.models import PoolSample
+    from pools.autoscaler_service import pool_queue_length
 
     minute = (now or timezone.now()).replace(second=0, microsecond=0)
+    stats = selectors.pool_stats()
+    allocated = selectors.allocated_gpus(pool_ids=[s.pool.pk for s in stats])
     rows = [
         PoolSample(pool=s.pool, minute=minute, capacity_gpus=s.capacity_gpus, gpu_memory_used_pct=s.gpu_memory_used_pct,
                    gpu_util_avg=s.gpu_util_avg, nodes_by_phase=s.nodes_by_phase, min_nodes=s.pool.min_nodes,
-                   max_nodes=s.pool.max_nodes)
-        for s in selectors.pool_stats()
+                   max_nodes=s.pool.max_nodes, allocated_gpus=allocated.get(s.pool.pk, 0.0),
+                   pending_pods=pool_queue_length(s.pool), node_counts=s.pool.node_counts)
+        for s in stats
     ]
     PoolSample.objects.bulk_create(rows, ignore_conflicts=True)
     return len(rows)

@@ -87,9 +87,9 @@ def _autoscale(pool: GpuNodePool, now: datetime) -> AutoscaleResult:
     baseline = len(live) - len(burst)
     burst_cap = spec.burst.max_nodes or spec.max_nodes
     upper = max(baseline, min(spec.max_nodes, baseline + burst_cap))
-    pending = [p for p in Pod.objects.filter(phase=Pod.Phase.PENDING, team=pool.team).order_by("submitted_at", "pk")]
+    pending = list(Pod.objects.filter(phase=Pod.Phase.PENDING, team=pool.team).order_by("submitted_at", "pk"))
     template = template_node(pool, spec)
-    fitting = [core_pod_of(p) for p in pending if filter_node(core_pod_of(p), template) is None]
+    fitting = queued_pods(pending, template)
     metrics = {QUEUED_PODS: float(len(fitting))}
     stats = pool_stats(pools=GpuNodePool.objects.filter(pk=pool.pk))
     if stats and stats[0].gpu_memory_used_pct is not None:
@@ -129,6 +129,17 @@ def _autoscale(pool: GpuNodePool, now: datetime) -> AutoscaleResult:
         _record(pool, now, len(live), len(live), decision.reason, decision.message, shown, policy_text, blocked=True, emit=False, dedupe=True)
     _store(pool, decision.history)
     return AutoscaleResult(pool=pool.name, claimed=True, current=len(live), desired=decision.desired, reason=decision.reason)
+
+
+def queued_pods(pending: list[Pod], template: NodeState) -> list[CorePod]:
+    """The `queued_pods` metric: Pending pods of the pool's team that would fit one of its nodes."""
+    return [pod for pod in map(core_pod_of, pending) if filter_node(pod, template) is None]
+
+
+def pool_queue_length(pool: GpuNodePool) -> int:
+    """`queued_pods` for one pool, for the water-level samples and /metrics."""
+    spec = parse_document(pool.document, catalog_current())
+    return len(queued_pods(list(Pod.objects.filter(phase=Pod.Phase.PENDING, team=pool.team)), template_node(pool, spec)))
 
 
 def template_node(pool: GpuNodePool, spec: PoolSpec) -> NodeState:

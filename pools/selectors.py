@@ -6,6 +6,7 @@ Each selector starts from `for_user`, so what a user cannot see does not exist f
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.conf import settings
 from django.db.models import Count, Q, QuerySet, Sum
@@ -158,3 +159,14 @@ def teams_visible_to(*, user) -> QuerySet[Team]:
     if roles.sees_all_teams(user):
         return Team.objects.all()
     return Team.objects.filter(pk__in=roles.team_ids(user))
+
+
+def pool_samples(*, pool: GpuNodePool, since: datetime) -> list:
+    """The pool's per-minute samples since a moment, as the chart core's plain rows."""
+    from monitoring.models import PoolSample
+    from pools.charts import Sample
+
+    rows = PoolSample.objects.filter(pool=pool, minute__gte=since).order_by("minute").values(
+        "minute", "min_nodes", "max_nodes", "capacity_gpus", "allocated_gpus", "gpu_memory_used_pct", "pending_pods", "node_counts"
+    )
+    return [Sample(**row) for row in rows]

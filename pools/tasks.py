@@ -27,10 +27,19 @@ def reconcile_all() -> dict[str, int]:
     return {"pools": len(results), "claimed": sum(1 for r in results if r.claimed), "errors": sum(1 for r in results if r.error)}
 
 
+AUTOSCALE_SOON = "pools.autoscale_soon"
+AUTOSCALE_PERIOD = timedelta(seconds=30)
+
+
 def autoscale_all() -> dict[str, int]:
-    """Evaluate every pool's autoscaler (issue 5 §7). Scheduled every minute by a data migration
-    (django-q2 schedules have minute granularity); `manage.py autoscale` loops every 30 s."""
+    """Evaluate every pool's autoscaler every 30 s (issue 5 §7): a data migration schedules it
+    every minute (django-q2's finest interval) and each run books a one-off run 30 s later."""
     from pools.autoscaler_service import autoscale_all as run
 
-    results = run(now=timezone.now())
+    now = timezone.now()
+    results = run(now=now)
+    Schedule.objects.update_or_create(
+        name=AUTOSCALE_SOON,
+        defaults={"func": "pools.tasks.autoscale_all", "schedule_type": Schedule.ONCE, "repeats": 1, "next_run": now + AUTOSCALE_PERIOD},
+    )
     return {"pools": len(results), "scaled": sum(1 for r in results if r.reason in ("ScaledUp", "ScaledDown"))}

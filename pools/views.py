@@ -6,6 +6,8 @@ fragment, and responses vary on `HX-Request` so caches keep the two apart.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -18,12 +20,14 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from billing.selectors import pool_budget_status
 from pools import roles, selectors, services
+from pools.charts import pool_figures
 from pools.errors import ConflictError, ValidationError
 from pools.forms import PoolFilterForm, PoolForm, PoolImportForm
 from pools.lifecycle import pool_capacity_times
 from pools.models import GpuNodePool, PoolOrder
 from pools.spec import TAINT_EFFECTS, dump_yaml, load_yaml
 
+CHART_WINDOW = timedelta(hours=24)
 CHANGING_PHASES = (GpuNodePool.Phase.PENDING, GpuNodePool.Phase.PROVISIONING, GpuNodePool.Phase.SCALING, GpuNodePool.Phase.DELETING)
 
 
@@ -77,6 +81,7 @@ def pool_detail(request, name: str):
         "yaml": dump_yaml(pool.document),
         "capacity": pool_capacity_times(pool=pool),
         "scaling": pool.scaling_activities.order_by("-at", "-id")[:20],
+        "charts": pool_figures(selectors.pool_samples(pool=pool, since=timezone.now() - CHART_WINDOW)),
         "budget": pool_budget_status(pool=pool, now=timezone.now()),
     }
     return _render(request, "pools/pool_detail.html", context, partial="timeline")

@@ -126,7 +126,7 @@ def pod_delete(request, namespace: str, name: str):
 
 
 def _charts(report, trend) -> dict:
-    """Plotly figure specs (embedded by json_script, drawn by static/js/fragmentation.js)."""
+    """Plotly figure specs (embedded by json_script, drawn by static/js/charts.js)."""
     nodes = list(report.nodes)
     histogram = report.free_fragment_histogram
     return (

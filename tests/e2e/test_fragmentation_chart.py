@@ -47,3 +47,26 @@ def test_the_fragmentation_charts_are_drawn_by_plotly_from_static(live_server, a
     assert page.locator("#chart-fragments .main-svg").count() >= 1
     assert any(url.endswith("/static/vendor/plotly.min.js") for url in requests)
     assert all(url.startswith(live_server.url) for url in requests)
+
+
+def test_the_pool_page_draws_its_capacity_charts(live_server, actors, page):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from monitoring.models import PoolSample
+
+    pool = pool_with_nodes(actors["lead"], node_labels={"pool": "train"})
+    now = timezone.now().replace(second=0, microsecond=0)
+    for minute in range(5):
+        PoolSample.objects.create(pool=pool, minute=now - timedelta(minutes=5 - minute), capacity_gpus=16, allocated_gpus=4 * minute,
+                                  pending_pods=minute, gpu_memory_used_pct=20.0 * minute, min_nodes=0, max_nodes=6,
+                                  node_counts={"monthly": {"desired": 2, "current": 2, "ready": 2}})  # fmt: skip
+    page.goto(f"{live_server.url}/login/")
+    page.fill("input[name=username]", "lead")
+    page.fill("input[name=password]", "pw-lead")
+    page.click("button[type=submit]")
+    page.goto(f"{live_server.url}/pools/{pool.name}/")
+    for chart in ("nodes", "water", "metrics"):
+        page.wait_for_selector(f"#chart-{chart} .main-svg", timeout=15000)
+    page.screenshot(path=str(Path(__file__).resolve().parents[2] / "var" / "pool-page.png"), full_page=True)

@@ -33,7 +33,25 @@ def test_a_rollup_samples_capacity_memory_and_nodes_by_phase_at_the_minute(burst
     assert (sample.capacity_gpus, sample.gpu_memory_used_pct, sample.gpu_util_avg) == (8, 75.0, 75.0)
     assert sample.nodes_by_phase == {"Ready": 1, "Provisioning": 1}
     assert (sample.min_nodes, sample.max_nodes) == (0, 6)
-    assert sample.allocated_gpus is None and sample.pending_pods is None  # pods not tracked per pool yet
+    assert sample.allocated_gpus == 0.0 and sample.pending_pods == 0
+
+
+def test_a_rollup_samples_allocated_gpus_queued_pods_and_nodes_by_billing(burst_pool, make_node, teams):
+    from pools.models_pods import Pod
+
+    node = make_node("b-0", target=burst_pool)
+    toleration = [{"key": "pool", "operator": "Equal", "value": "train", "effect": "NoSchedule"}]
+    Pod.objects.create(namespace="a", name="whole", team=teams["algorithm"], phase="Running", node=node, gpu_count=2, gpu_milli=1000)
+    Pod.objects.create(namespace="a", name="share", team=teams["algorithm"], phase="Running", node=node, gpu_count=1, gpu_milli=460)
+    Pod.objects.create(namespace="a", name="queued", team=teams["algorithm"], gpu_count=1, gpu_milli=1000, tolerations=toleration)
+    Pod.objects.create(namespace="a", name="untolerated", team=teams["algorithm"], gpu_count=1, gpu_milli=1000)
+    Pod.objects.create(namespace="b", name="other-team", team=teams["inference"], gpu_count=1, gpu_milli=1000, tolerations=toleration)
+    type(burst_pool).objects.filter(pk=burst_pool.pk).update(node_counts={"monthly": {"desired": 1, "current": 1, "ready": 1}})
+    services.pool_samples_rollup(now=NOW)
+    sample = PoolSample.objects.get(pool=burst_pool)
+    assert sample.allocated_gpus == 2.46  # a share counts its milli / 1000
+    assert sample.pending_pods == 1  # only the team's pods that would fit the pool's nodes
+    assert sample.node_counts["monthly"] == {"desired": 1, "current": 1, "ready": 1}
 
 
 def test_rolling_up_the_same_minute_twice_keeps_one_sample(burst_pool, make_node):

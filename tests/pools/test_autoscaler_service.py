@@ -151,3 +151,13 @@ def test_the_pool_page_shows_the_scaling_history(client, actors, pool):
     client.force_login(actors["member"])
     html = client.get(f"/pools/{pool.name}/").content.decode()
     assert "Scaling history" in html and "2 → 3" in html and "ScaledUp" in html
+
+
+def test_the_task_books_its_next_run_thirty_seconds_later(db):
+    from django_q.models import Schedule
+
+    from pools import tasks
+
+    tasks.autoscale_all()
+    soon = Schedule.objects.get(name="pools.autoscale_soon")
+    assert soon.schedule_type == Schedule.ONCE and soon.func == "pools.tasks.autoscale_all"

@@ -1,0 +1,17 @@
+// Draws every set of plotly figures a page embeds with json_script (an element whose id ends in
+// "-charts"): each figure goes into the element with id "chart-<key>". Plotly itself is the
+// installed package's plotly.min.js, served as a static file.
+(function () {
+  function draw() {
+    if (typeof Plotly === "undefined") return;
+    document.querySelectorAll('script[id$="-charts"]').forEach(function (data) {
+      var figures = JSON.parse(data.textContent);
+      Object.keys(figures).forEach(function (key) {
+        var target = document.getElementById("chart-" + key);
+        if (target) Plotly.newPlot(target, figures[key].data, figures[key].layout, {responsive: true, displaylogo: false});
+      });
+    });
+  }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", draw);
+  else draw();
+})();

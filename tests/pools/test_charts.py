@@ -1,0 +1,47 @@
+"""Pool charts over time (issue 5 §5, issue 6 §6): figures from samples, and the pool page."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+from django.utils import timezone
+
+from monitoring.models import PoolSample
+from pools import services
+from pools.charts import Sample, pool_figures
+from tests.conftest import make_document
+
+T = timezone.now().replace(second=0, microsecond=0)
+
+
+def test_no_samples_no_figures():
+    assert pool_figures([]) == {}
+
+
+def test_the_node_chart_has_each_billing_kind_with_min_and_max_lines():
+    samples = [
+        Sample(minute=T, min_nodes=2, max_nodes=6, capacity_gpus=16, allocated_gpus=12.5, gpu_memory_used_pct=90.0, pending_pods=3,
+               node_counts={"monthly": {"desired": 2, "current": 2, "ready": 2}, "on_demand": {"desired": 1, "current": 1, "ready": 0}}),
+        Sample(minute=T + timedelta(minutes=1), min_nodes=2, max_nodes=6, capacity_gpus=24, allocated_gpus=20.0, gpu_memory_used_pct=70.0, pending_pods=0,
+               node_counts={"monthly": {"desired": 2, "current": 2, "ready": 2}, "on_demand": {"desired": 1, "current": 1, "ready": 1}}),
+    ]  # fmt: skip
+    figures = pool_figures(reversed(samples))
+    names = [trace["name"] for trace in figures["nodes"]["data"]]
+    assert names == ["monthly desired", "monthly current", "monthly ready", "on_demand desired", "on_demand current", "on_demand ready", "nodeCount.min", "nodeCount.max"]
+    ready = next(t for t in figures["nodes"]["data"] if t["name"] == "on_demand ready")
+    assert ready["y"] == [0, 1] and ready["x"][0] < ready["x"][1]
+    assert [t["y"] for t in figures["water"]["data"]] == [[16, 24], [12.5, 20.0]]
+    assert figures["metrics"]["data"][1]["yaxis"] == "y2"
+
+
+def test_the_pool_page_embeds_the_figures_and_plotly_from_static(client, actors):
+    pool = services.pool_create(user=actors["lead"], document=make_document("charted", nodeCount={"min": 0, "max": 4}))
+    PoolSample.objects.create(pool=pool, minute=T - timedelta(minutes=5), capacity_gpus=8, allocated_gpus=4, pending_pods=2,
+                              min_nodes=0, max_nodes=4, node_counts={"monthly": {"desired": 1, "current": 1, "ready": 1}})  # fmt: skip
+    client.force_login(actors["member"])
+    html = client.get("/pools/charted/").content.decode()
+    assert 'id="pool-charts"' in html and 'id="chart-nodes"' in html
+    assert "/static/vendor/plotly.min.js" in html and "cdn" not in html.lower()
+    embedded = html.split('id="pool-charts" type="application/json">')[1].split("</script>")[0]
+    assert json.loads(embedded)["water"]["data"][1]["y"] == [4.0]
