@@ -35,7 +35,7 @@ from pools.lifecycle_exit import ReconcilePass, drain_start
 from pools.models import GpuNodePool, Node, ScalingActivity
 from pools.models_pods import Pod
 from pools.providers import get_cloud_provider, get_cluster_backend
-from pools.scheduler_service import cluster_state, core_pod_of
+from pools.scheduler_service import cluster_state, core_pod_of, scheduler_lock
 from pools.scheduling import NodeState, Taint, best_fit_gpus, filter_node
 from pools.scheduling import Pod as CorePod
 from pools.selectors import catalog_current
@@ -120,7 +120,11 @@ def _autoscale(pool: GpuNodePool, now: datetime) -> AutoscaleResult:
             _store(pool, history.record(at=now, recommendation=decision.raw_recommendation))
             return AutoscaleResult(pool=pool.name, claimed=True, current=len(live), desired=len(live), reason="ScaleDownBlocked")
         p = ReconcilePass(pool=pool, spec=spec, now=now, cloud=get_cloud_provider(), cluster=get_cluster_backend())
-        for node in victims:
+        with transaction.atomic():
+            scheduler_lock()  # pods move like a scheduler bind: never at the same time as a pass
+            for node, moves in victims:
+                _repack(pool, node, moves, now)
+        for node, _ in victims:
             drain_start(p, node, reason=rules.SCALED_IN, event_reason="ScaledDown", message=f"Autoscaler removes burst node {node.name}: {decision.message}")
         _record(pool, now, len(live), len(live) - len(victims), "ScaledDown", f"Scaled down from {len(live)} to {len(live) - len(victims)} node(s): {decision.message}", shown, policy_text, emit=False)
         _store(pool, decision.history if len(victims) == -decision.delta else history.record(at=now, recommendation=decision.raw_recommendation, change=-len(victims)))
@@ -173,33 +177,60 @@ def nodes_needed(pods: list[CorePod], template: NodeState) -> int:
     return len(nodes)
 
 
-def removable_burst_nodes(burst: list[Node], live: list[Node], pool: GpuNodePool, *, limit: int) -> list[Node]:
-    """Burst nodes that can go: empty ones first, then ones whose pods fit on the other nodes
-    (monthly nodes tried first, their capacity is paid already); never more than `limit`."""
+@dataclass(frozen=True)
+class Move:
+    pod: Pod
+    node: Node
+    gpu_indices: tuple[int, ...]
+
+
+def removable_burst_nodes(burst: list[Node], live: list[Node], pool: GpuNodePool, *, limit: int) -> list[tuple[Node, list[Move]]]:
+    """Burst nodes that can go, with where their pods move: empty nodes first, then nodes whose
+    pods all fit on the others — monthly nodes tried first, their capacity is paid already.
+    Never more than `limit`; the moves of one choice are reserved before the next is tried."""
     running = list(Pod.objects.filter(node__in=live, phase=Pod.Phase.RUNNING))
     states = cluster_state(live, running)
     by_node: dict[int, list[Pod]] = {}
     for pod in running:
         by_node.setdefault(pod.node_id, []).append(pod)
-    chosen: list[Node] = []
-    order = sorted(burst, key=lambda n: (len(by_node.get(n.pk, [])), n.name))
-    for node in order:
+    targets = sorted((n for n in live if n.phase == Node.Phase.READY and n.billing != Node.Billing.ON_DEMAND), key=lambda n: n.name)
+    targets += sorted((n for n in live if n.phase == Node.Phase.READY and n.billing == Node.Billing.ON_DEMAND), key=lambda n: n.name)
+    chosen: list[tuple[Node, list[Move]]] = []
+    for node in sorted(burst, key=lambda n: (len(by_node.get(n.pk, [])), n.name)):
         if len(chosen) == limit:
             break
-        others = [states[n.name] for n in sorted(live, key=lambda n: (n.billing == Node.Billing.ON_DEMAND, n.name)) if n not in chosen and n.pk != node.pk and n.phase == Node.Phase.READY]
-        if _fits_elsewhere([core_pod_of(p) for p in by_node.get(node.pk, [])], others):
-            chosen.append(node)
+        leaving = {n.pk for n, _ in chosen} | {node.pk}
+        moves = _place_elsewhere(by_node.get(node.pk, []), [t for t in targets if t.pk not in leaving], states)
+        if moves is not None:
+            chosen.append((node, moves))
     return chosen
 
 
-def _fits_elsewhere(pods: list[CorePod], others: list[NodeState]) -> bool:
-    trial = [s.clone() for s in others]
+def _place_elsewhere(pods: list[Pod], targets: list[Node], states: dict[str, NodeState]) -> list[Move] | None:
+    """Where each pod goes (first target where every filter passes), binding it there so the
+    next pod sees the space taken; None, and nothing bound, if one pod fits nowhere."""
+    trial = {t.name: states[t.name].clone() for t in targets}
+    moves = []
     for pod in pods:
-        target = next((s for s in trial if filter_node(pod, s) is None), None)
+        core = core_pod_of(pod)
+        target = next((t for t in targets if filter_node(core, trial[t.name]) is None), None)
         if target is None:
-            return False
-        target.bind(pod, best_fit_gpus(pod, target.gpu_free))
-    return True
+            return None
+        gpus = best_fit_gpus(core, trial[target.name].gpu_free)
+        trial[target.name].bind(core, gpus)
+        moves.append(Move(pod=pod, node=target, gpu_indices=tuple(gpus)))
+    for name, state in trial.items():
+        states[name] = state
+    return moves
+
+
+def _repack(pool: GpuNodePool, source: Node, moves: list[Move], now: datetime) -> None:
+    """Move the pods of a burst node onto the capacity chosen for them before it is drained
+    (issue 5 §4: monthly capacity is paid already). A pod that changed meanwhile is left to the drain."""
+    for move in moves:
+        if Pod.objects.filter(pk=move.pod.pk, phase=Pod.Phase.RUNNING, node=source).update(node=move.node, gpu_indices=list(move.gpu_indices), reason="Repacked"):
+            event_record(pool=pool, node=move.node, reason="Repacked", now=now,
+                         message=f"Pod {move.pod.key} moved from burst node {source.name} to {move.node.billing} node {move.node.name} before scale-down")  # fmt: skip
 
 
 def _why_not(pending: list[Pod], template: NodeState) -> str:

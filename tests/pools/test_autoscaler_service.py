@@ -161,3 +161,21 @@ def test_the_task_books_its_next_run_thirty_seconds_later(db):
     tasks.autoscale_all()
     soon = Schedule.objects.get(name="pools.autoscale_soon")
     assert soon.schedule_type == Schedule.ONCE and soon.func == "pools.tasks.autoscale_all"
+
+
+def test_scale_down_first_moves_a_burst_nodes_pods_onto_monthly_capacity(actors, pool):
+    """Issue 5 §4: monthly capacity is paid already, so the burst node's pods move there."""
+    from pools.models_pods import Pod
+
+    burst = Node.objects.create(pool=pool, name="train-pool-a-burst", billing=Node.Billing.ON_DEMAND, phase="Ready", zone=pool.zone, gpu_count=8,
+                                labels=pool.nodes.first().labels, taints=pool.nodes.first().taints, ready_at=T0)  # fmt: skip
+    pod = submit(actors["member"], "small", gpus=2)
+    Pod.objects.filter(pk=pod.pk).update(phase="Running", node=burst, gpu_indices=[0, 1], started_at=T0)
+    memory_used(pool, 5)
+    result = pool_autoscale(pool_id=pool.pk, now=T0 + timedelta(hours=1))
+    assert result.reason == "ScaledDown"
+    pod.refresh_from_db()
+    burst.refresh_from_db()
+    assert pod.phase == "Running" and pod.node.billing == "monthly" and pod.reason == "Repacked"
+    assert burst.phase == "Terminated"  # empty after the move: released without evicting anything
+    assert pool.events.filter(reason="Repacked").exists() and not pool.events.filter(reason="NodeDraining").exists()
