@@ -130,7 +130,7 @@ def _autoscale(pool: GpuNodePool, now: datetime) -> AutoscaleResult:
         _store(pool, decision.history if len(victims) == -decision.delta else history.record(at=now, recommendation=decision.raw_recommendation, change=-len(victims)))
         return AutoscaleResult(pool=pool.name, claimed=True, current=len(live), desired=len(live) - len(victims), reason="ScaledDown")
     if decision.reason in ("ScaleUpLimit", "ScaleDownStabilized", "TooManyReplicas") and decision.raw_recommendation != len(live):
-        _record(pool, now, len(live), len(live), decision.reason, decision.message, shown, policy_text, blocked=True, emit=False, dedupe=True)
+        _record(pool, now, len(live), len(live), decision.reason, decision.message, shown, policy_text, dedupe=True)  # limited, not failed: a Normal event
     _store(pool, decision.history)
     return AutoscaleResult(pool=pool.name, claimed=True, current=len(live), desired=decision.desired, reason=decision.reason)
 
@@ -258,9 +258,12 @@ def _burst_node_create(pool: GpuNodePool, now: datetime) -> Node:
 
 
 def _record(pool, now, before, after, reason, message, metrics, policy, *, blocked=False, emit=True, dedupe=False) -> None:
+    """A ScalingActivity and an event with the metric values. With `dedupe`, a decision that
+    repeats the last one (the same limit, from the same size) is not recorded again."""
     last = pool.scaling_activities.order_by("-at", "-id").first()
-    if not (dedupe and last is not None and last.reason == reason and last.from_nodes == before):
-        ScalingActivity.objects.create(pool=pool, at=now, from_nodes=before, to_nodes=after, reason=reason, message=message, blocked=blocked, metrics=metrics, limiting_policy=policy)
+    if dedupe and last is not None and last.reason == reason and last.from_nodes == before:
+        return
+    ScalingActivity.objects.create(pool=pool, at=now, from_nodes=before, to_nodes=after, reason=reason, message=message, blocked=blocked, metrics=metrics, limiting_policy=policy)
     if emit:
         event_record(pool=pool, reason=reason, message=message, type=WARNING if blocked else "Normal", now=now)
 
