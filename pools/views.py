@@ -18,6 +18,7 @@ from django.utils import timezone
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from billing.advisor_service import pool_advice
 from billing.selectors import pool_budget_status
 from pools import roles, selectors, services
 from pools.charts import pool_figures
@@ -83,6 +84,7 @@ def pool_detail(request, name: str):
         "scaling": pool.scaling_activities.order_by("-at", "-id")[:20],
         "charts": pool_figures(selectors.pool_samples(pool=pool, since=timezone.now() - CHART_WINDOW)),
         "budget": pool_budget_status(pool=pool, now=timezone.now()),
+        "advice": pool_advice(pool=pool, now=timezone.now()),
     }
     return _render(request, "pools/pool_detail.html", context, partial="timeline")
 
