@@ -208,11 +208,9 @@ EBCLOUD_CLOUD_PROVIDER = env_str("EBCLOUD_CLOUD_PROVIDER", "simulated")
 EBCLOUD_CLUSTER_BACKEND = env_str("EBCLOUD_CLUSTER_BACKEND", "simulated")
 # Simulated cloud: each provisioning step's duration; a node is Ready in about 4 minutes, or
 # 3 with a prewarmed image (D4). EBCLOUD_SIM_FAST=true (the demo) makes every step 2 seconds.
-EBCLOUD_SIM_STEP_SECONDS = (
-    {"boot": 2, "image_pull": 2, "driver_install": 2, "kubelet_install": 2, "kubelet_join": 2}
-    if env_bool("EBCLOUD_SIM_FAST", False)
-    else {"boot": 60, "image_pull": 45, "driver_install": 90, "kubelet_install": 30, "kubelet_join": 20}
-)
+SIM_STEP_SECONDS_REALISTIC = {"boot": 60, "image_pull": 45, "driver_install": 90, "kubelet_install": 30, "kubelet_join": 20}
+SIM_STEP_SECONDS_FAST = dict.fromkeys(SIM_STEP_SECONDS_REALISTIC, 2)
+EBCLOUD_SIM_STEP_SECONDS = SIM_STEP_SECONDS_FAST if env_bool("EBCLOUD_SIM_FAST", False) else SIM_STEP_SECONDS_REALISTIC
 EBCLOUD_SIM_PREWARMED_IMAGES = env_list("EBCLOUD_SIM_PREWARMED_IMAGES", ["ubuntu-22.04-cuda-12.2-prewarmed"])
 EBCLOUD_SIM_FAILURE_RATES: dict[str, float] = {}  # step -> probability, e.g. {"image_pull": 0.1}
 EBCLOUD_SIM_STOCK_GPUS = env_int("EBCLOUD_SIM_STOCK_GPUS", 256, minimum=0)  # per zone and GPU model

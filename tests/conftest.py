@@ -21,6 +21,13 @@ EXAMPLES = ROOT / "examples"
 SHARED_DATA = ROOT.parent / "shared" / "data"
 
 
+@pytest.fixture(autouse=True)
+def realistic_simulated_cloud(settings):
+    """Tests assume the simulated cloud's realistic step durations, whatever the shell exports
+    (`make run` sets EBCLOUD_SIM_FAST for the demo)."""
+    settings.EBCLOUD_SIM_STEP_SECONDS = settings.SIM_STEP_SECONDS_REALISTIC
+
+
 @pytest.fixture
 def catalog(db):
     load_catalog()
