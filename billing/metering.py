@@ -283,10 +283,28 @@ def pod_gpu_hours(*, gpu_count: int, gpu_milli: int, hours: Decimal | int = 1) -
     return value.quantize(QUANTITY, ROUND_HALF_UP)
 
 
+def resource_sample(pool, hour: datetime) -> PoolResourceSample | None:
+    """The pool's storage and cross-zone traffic in the hour: a sample someone reported (an
+    agent, an import), else what the cloud provider says of the pool's machines (C1, D4)."""
+    sample = PoolResourceSample.objects.filter(pool=pool, hour=hour).first()
+    if sample is not None:
+        return sample
+    from pools.providers import get_cloud_provider
+
+    machines = list(pool.nodes.exclude(provider_id="").values_list("provider_id", flat=True))
+    if not machines:
+        return None
+    usage = get_cloud_provider().resource_usage(provider_ids=machines, hour=hour)
+    sample, _ = PoolResourceSample.objects.get_or_create(
+        pool=pool, hour=hour, defaults={"storage_gb": usage.storage_gb, "cross_zone_gb": usage.cross_zone_gb}
+    )
+    return sample
+
+
 def _fee_records(pool, hour: datetime) -> list[UsageRecord]:
     month_start = hour.replace(day=1, hour=0)
     month_end = add_months(month_start, 1)
-    sample = PoolResourceSample.objects.filter(pool=pool, hour=hour).first()
+    sample = resource_sample(pool, hour)
     base = dict(
         hour=hour,
         resource=pool.name,

@@ -217,6 +217,8 @@ EBCLOUD_SIM_STOCK_GPUS = env_int("EBCLOUD_SIM_STOCK_GPUS", 256, minimum=0)  # pe
 EBCLOUD_SIM_STOCK: dict[str, int] = {}  # "cn-east-2a/A100_80G" -> GPUs, overriding the default
 EBCLOUD_SIM_ACCOUNT = env_str("EBCLOUD_SIM_ACCOUNT", "default")
 EBCLOUD_SIM_RECLAIM_NOTICE_SECONDS = env_int("EBCLOUD_SIM_RECLAIM_NOTICE_SECONDS", 120, minimum=0)
+EBCLOUD_SIM_DISK_GB = env_int("EBCLOUD_SIM_DISK_GB", 500, minimum=0)  # system + data disk per machine
+EBCLOUD_SIM_CROSS_ZONE_GB_PER_HOUR: dict[str, float] = {}  # zone -> GB per machine-hour crossing zones (D4)
 EBCLOUD_SIM_RECLAIM_RATE_PER_HOUR = 0.0  # chance per hour that a preemptible machine is reclaimed (D2)
 # Controller: retries with exponential backoff, leases (D2), drains, heartbeats (D1), claims.
 EBCLOUD_PROVISION_MAX_ATTEMPTS = env_int("EBCLOUD_PROVISION_MAX_ATTEMPTS", 5, minimum=1)

@@ -103,6 +103,15 @@ class PodInfo:
 
 
 @dataclass(frozen=True)
+class ResourceUsage:
+    """What a set of machines used in one hour besides their own price (C1, D4): storage held
+    (system and data disks) and traffic that crossed zones."""
+
+    storage_gb: Decimal
+    cross_zone_gb: Decimal
+
+
+@dataclass(frozen=True)
 class MachineRequest:
     client_token: str  # the node's name: ordering twice returns the same machine
     zone: str
@@ -142,6 +151,10 @@ class CloudProvider(Protocol):
     def release(self, *, provider_id: str, now: datetime) -> None: ...
 
     def reclaim_notices(self, *, now: datetime) -> Sequence[ReclaimNotice]: ...
+
+    def resource_usage(self, *, provider_ids: Sequence[str], hour: datetime) -> ResourceUsage:
+        """Storage and cross-zone traffic of these machines during the hour starting at `hour`."""
+        ...
 
 
 @runtime_checkable

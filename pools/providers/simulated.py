@@ -57,6 +57,7 @@ from pools.providers.base import (
     PodInfo,
     QuotaStatus,
     ReclaimNotice,
+    ResourceUsage,
     StepResult,
 )
 from pools.selectors import quota_usage
@@ -222,6 +223,20 @@ class SimulatedCloud:
                 machine.status = SimMachine.Status.RUNNING
             machine.save(update_fields=["step_attempt", "step_done", "status"])
             return StepResult(status=DONE)
+
+    def resource_usage(self, *, provider_ids: Sequence[str], hour: datetime) -> ResourceUsage:
+        """A disk of EBCLOUD_SIM_DISK_GB per machine alive during the hour, and
+        EBCLOUD_SIM_CROSS_ZONE_GB_PER_HOUR of cross-zone traffic per machine of a zone listed
+        there (a pool whose data lives in another zone, D4; none by default)."""
+        end = hour + timedelta(hours=1)
+        alive = SimMachine.objects.filter(provider_id__in=list(provider_ids), created_at__lt=end).exclude(released_at__lte=hour)
+        disk = Decimal(str(getattr(settings, "EBCLOUD_SIM_DISK_GB", 500)))
+        traffic = getattr(settings, "EBCLOUD_SIM_CROSS_ZONE_GB_PER_HOUR", {})
+        storage = cross = Decimal(0)
+        for zone in alive.values_list("zone__name", flat=True):
+            storage += disk
+            cross += Decimal(str(traffic.get(zone, 0)))
+        return ResourceUsage(storage_gb=storage, cross_zone_gb=cross)
 
     def release(self, *, provider_id: str, now: datetime) -> None:
         with transaction.atomic():

@@ -18,6 +18,7 @@ from billing.allocation import monthly_hour_cost
 from billing.demo import load_prices
 from billing.models import CostRecord, MeterRun, PoolResourceSample, PriceBookEntry, UsageRecord
 from tests.billing.billing_helpers import HOUR, T0, meter, node, pod, pool
+from tests.conftest import make_document
 
 pytestmark = pytest.mark.django_db
 
@@ -381,3 +382,20 @@ def test_a_long_catch_up_stops_after_its_time_budget_and_resumes(actors):
     rest = services.meter_pending(now=now)
     assert len(first) == 1 and len(first) + len(rest) == services.MAX_CATCH_UP_HOURS
     assert MeterRun.objects.filter(hour__gte=T0).count() == 5
+
+
+def test_storage_and_cross_zone_traffic_come_from_the_simulated_cloud(actors, settings):
+    """C1/D4: the provider reports each machine's disk and the traffic crossing zones."""
+    from tests.pools.lifecycle_helpers import approved_pool, run_until
+
+    settings.EBCLOUD_SIM_CROSS_ZONE_GB_PER_HOUR = {"cn-east-2a": 3.5}
+    load_prices()
+    p = approved_pool(actors, make_document("metered"))
+    ready = run_until(p, T0)
+    hour = (ready + HOUR).replace(minute=0, second=0, microsecond=0)
+    sample = metering.resource_sample(p, hour)
+    assert (sample.storage_gb, sample.cross_zone_gb) == (Decimal(1000), Decimal("7.0"))  # 2 machines
+    assert metering.resource_sample(p, hour).pk == sample.pk  # read once, then kept
+    services.meter_hour(hour=hour)
+    kinds = dict(UsageRecord.objects.filter(hour=hour, pool=p, kind__in=["storage", "network"]).values_list("kind", "quantity"))
+    assert kinds == {"storage": Decimal(1000), "network": Decimal("7.0")}
