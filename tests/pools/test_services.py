@@ -69,7 +69,7 @@ def test_quota_counts_the_whole_region_not_only_the_zone(actors):
 def test_a_team_quota_limits_that_team_alone(actors, teams):
     Quota.objects.create(region="cn-east-2", gpu_model_id=Quota.objects.first().gpu_model_id, team=teams["algorithm"], limit_gpus=16)
     services.pool_create(user=actors["lead"], document=make_document("first", nodeCount={"min": 1, "max": 2}))
-    with pytest.raises(QuotaExceeded, match="for team algorithm requested 8, in use 8, limit 16") if False else pytest.raises(QuotaExceeded, match="for team algorithm"):
+    with pytest.raises(QuotaExceeded, match="cn-east-2 A100_80G for team algorithm requested 16, in use 8, limit 16"):
         services.pool_create(user=actors["lead"], document=make_document("second", nodeCount={"min": 2, "max": 2}))
     services.pool_create(user=actors["other_lead"], document=make_document("theirs", nodeCount={"min": 2, "max": 2}))
 
