@@ -215,6 +215,22 @@ def apply_at_full(mode: str, scheduler: ClusterScheduler, workload, failed: list
     return placed
 
 
+def floor_once(nodes, pods, seed: int) -> tuple[float, float]:
+    """The offline floor (bench/offline_floor.py) of one seed's workload at 100% and 130%
+    arrived: the same shuffled, tuned arrivals as `run_once`, all known in advance."""
+    from bench.offline_floor import offline_floor
+
+    capacity = sum(n.gpu_count for n in nodes) * 1000
+    order = arrival_order(pods, capacity, random.Random(seed))
+    arrived, full = 0, len(order)
+    for index, pod in enumerate(order):
+        arrived += pod.gpu_request_milli
+        if arrived >= capacity:
+            full = index + 1
+            break
+    return offline_floor(nodes, order[:full]), offline_floor(nodes, order)
+
+
 def parse_seeds(text: str) -> list[int]:
     seeds = []
     for part in text.split(","):
@@ -243,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         help="comma list of steps to also run at 100%% arrived: repack, room (<policy>+<step>)",
     )
+    parser.add_argument("--floor", action="store_true", help="also print the offline floor (an LP bound; needs scipy)")
     args = parser.parse_args(argv)
     if not (args.data / NODE_FILE).is_file():
         print(f"data not found: {args.data / NODE_FILE}", file=sys.stderr)
@@ -275,6 +292,15 @@ def main(argv: list[str] | None = None) -> int:
             f"| {fmt(pub[0])} | {statistics.median(r.unallocated_130 for r in results):.2f} "
             f"| {fmt(pub[1])} | {statistics.median(r.failed_pods for r in results):.0f} "
             f"| {statistics.fmean(r.seconds for r in results):.2f} |",
+            flush=True,
+        )
+    if args.floor:
+        started = time.perf_counter()
+        floors = [floor_once(nodes, pods, seed) for seed in seeds]
+        print(
+            f"| offline floor (LP, all pods known) | {statistics.median(f[0] for f in floors):.2f} | - "
+            f"| {statistics.median(f[1] for f in floors):.2f} | - | - "
+            f"| {(time.perf_counter() - started) / len(seeds):.2f} |",
             flush=True,
         )
     return 0

@@ -93,3 +93,28 @@ def test_nodes_are_renamed_with_a_seeded_permutation_prefix():
 
 def test_seed_ranges_parse_like_the_cli_documents():
     assert parse_seeds("42-44,50") == [42, 43, 44, 50]
+
+
+@needs_trace
+def test_the_offline_floor_lies_below_every_online_policy(trace):
+    """Issue 4 §6b: with every pod known in advance the LP bound is the limit no placement beats."""
+    pytest.importorskip("scipy", reason="the offline floor needs scipy (a test extra)")
+    from bench.scheduler_trace import floor_once
+
+    nodes, pods, workload = trace
+    at_100, at_130 = floor_once(nodes, pods, 42)
+    fgd = run_once(nodes, pods, workload, "fgd", 42)
+    assert 0.0 <= at_100 <= fgd.unallocated_100 and 0.0 <= at_130 <= fgd.unallocated_130
+
+
+def test_the_offline_floor_of_a_tiny_cluster_is_exact():
+    """Two 1-GPU nodes, three 1-GPU pods: two fit, so 0% is unallocated; one 2-GPU pod fits none."""
+    pytest.importorskip("scipy", reason="the offline floor needs scipy (a test extra)")
+    from bench.offline_floor import offline_floor
+
+    nodes = [NodeState(name=f"n{i}", cpu_milli=8000, memory_mib=32768, gpu_count=1, gpu_model="T4") for i in range(2)]
+    ones = [Pod(name=f"p{i}", cpu_milli=1000, memory_mib=1024, gpu_count=1) for i in range(3)]
+    assert offline_floor(nodes, ones) == 0.0
+    assert offline_floor(nodes, [Pod(name="big", cpu_milli=1000, memory_mib=1024, gpu_count=2)]) == 100.0
+    half = [Pod(name="cpu-heavy", cpu_milli=8000, memory_mib=1024, gpu_count=1, gpu_milli=500)]
+    assert offline_floor(nodes, half) == 75.0  # one share of 500 milli placed out of 2000
