@@ -43,3 +43,10 @@ def autoscale_all() -> dict[str, int]:
         defaults={"func": "pools.tasks.autoscale_all", "schedule_type": Schedule.ONCE, "repeats": 1, "next_run": now + AUTOSCALE_PERIOD},
     )
     return {"pools": len(results), "scaled": sum(1 for r in results if r.reason in ("ScaledUp", "ScaledDown"))}
+
+
+def repair_all() -> dict[str, int]:
+    """Auto-repair every pool (issue 6 §5), scheduled every minute by a data migration."""
+    from pools.repair_service import repair_all as run
+
+    return {"started": run(now=timezone.now())}

@@ -1,0 +1,24 @@
+"""`manage.py repair --once`: one auto-repair pass over every pool, without a worker (issue 6 §5)."""
+
+from __future__ import annotations
+
+import time
+
+from django.core.management.base import BaseCommand
+
+from pools.repair_service import repair_all
+
+
+class Command(BaseCommand):
+    help = "Auto-repair GPU nodes from their Xid reports (reset, reboot, replace)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--once", action="store_true", help="One pass, then exit")
+        parser.add_argument("--interval", type=float, default=60.0, help="Seconds between passes in loop mode")
+
+    def handle(self, *args, once: bool = False, interval: float = 60.0, **options):
+        while True:
+            self.stdout.write(f"repairs started: {repair_all()}")
+            if once:
+                return
+            time.sleep(interval)
