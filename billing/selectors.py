@@ -105,6 +105,17 @@ def _date(value: str | None, field: str, errors: list) -> date | None:
         return None
 
 
+def _scoped(rows: QuerySet, query: CostQuery) -> QuerySet:
+    """The query's team, pool and billing kind filters, shared by records and daily rollups."""
+    if query.team:
+        rows = rows.filter(team__slug=query.team)
+    if query.pool:
+        rows = rows.filter(pool__name=query.pool)
+    if query.billing:
+        rows = rows.filter(billing_kind=query.billing)
+    return rows
+
+
 def costs_for_user(*, user, query: CostQuery) -> QuerySet[CostRecord]:
     costs = CostRecord.objects.for_user(user)
     if query.start:
@@ -113,13 +124,7 @@ def costs_for_user(*, user, query: CostQuery) -> QuerySet[CostRecord]:
         costs = costs.filter(
             hour__lt=datetime.combine(query.end + timedelta(days=1), time(), tzinfo=UTC)
         )
-    if query.team:
-        costs = costs.filter(team__slug=query.team)
-    if query.pool:
-        costs = costs.filter(pool__name=query.pool)
-    if query.billing:
-        costs = costs.filter(billing_kind=query.billing)
-    return costs
+    return _scoped(costs, query)
 
 
 def days_for_user(*, user, query: CostQuery) -> QuerySet[CostDay]:
@@ -129,13 +134,7 @@ def days_for_user(*, user, query: CostQuery) -> QuerySet[CostDay]:
         days = days.filter(day__gte=query.start)
     if query.end:
         days = days.filter(day__lte=query.end)
-    if query.team:
-        days = days.filter(team__slug=query.team)
-    if query.pool:
-        days = days.filter(pool__name=query.pool)
-    if query.billing:
-        days = days.filter(billing_kind=query.billing)
-    return days
+    return _scoped(days, query)
 
 
 def chargeback(*, user, query: CostQuery) -> list[GroupTotal]:

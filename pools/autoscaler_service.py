@@ -30,7 +30,7 @@ from monitoring.selectors import pool_stats
 from pools import lifecycle_rules as rules
 from pools.autoscaling import ScalingHistory, decide
 from pools.events import WARNING, event_record
-from pools.lifecycle import claim_acquire, claim_release
+from pools.lifecycle import claim_acquire, claim_release, node_name_next
 from pools.lifecycle_exit import ReconcilePass, drain_start
 from pools.models import GpuNodePool, Node, ScalingActivity
 from pools.models_pods import Pod
@@ -243,12 +243,9 @@ def _why_not(pending: list[Pod], template: NodeState) -> str:
 
 
 def _burst_node_create(pool: GpuNodePool, now: datetime) -> Node:
-    seq = Node.objects.filter(pool=pool).count() + 1
-    while Node.objects.filter(name=f"{pool.name}-{pool.pk}-{seq:03d}").exists():
-        seq += 1
     return Node.objects.create(
         pool=pool,
-        name=f"{pool.name}-{pool.pk}-{seq:03d}",
+        name=node_name_next(pool),
         billing=Node.Billing.ON_DEMAND,
         phase=Node.Phase.ORDERING,
         zone=pool.zone,

@@ -224,6 +224,14 @@ def _create_missing(p: ReconcilePass) -> None:
             room -= 1
 
 
+def node_name_next(pool: GpuNodePool) -> str:
+    """The next free node name of the pool: `<pool>-<pool id>-<seq>` (unique across pools)."""
+    seq = Node.objects.filter(pool=pool).count() + 1
+    while Node.objects.filter(name=f"{pool.name}-{pool.pk}-{seq:03d}").exists():
+        seq += 1
+    return f"{pool.name}-{pool.pk}-{seq:03d}"
+
+
 def _node_create(p: ReconcilePass, order: PoolOrder, billing: str) -> Node:
     sibling = order.nodes.exclude(lease_end=None).order_by("-lease_end").first()
     if sibling is not None:  # a replacement keeps the slot's lease
@@ -231,12 +239,9 @@ def _node_create(p: ReconcilePass, order: PoolOrder, billing: str) -> Node:
     else:
         paid_at = p.cloud.pay(order_id=order.pk, amount=order.amount, currency=order.currency, now=p.now).paid_at  # idempotent: the existing payment
         lease_start, lease_end = paid_at, rules.add_months(paid_at, order.lease_months)
-    seq = Node.objects.filter(pool=p.pool).count() + 1
-    while Node.objects.filter(name=f"{p.pool.name}-{p.pool.pk}-{seq:03d}").exists():
-        seq += 1
     return Node.objects.create(
         pool=p.pool,
-        name=f"{p.pool.name}-{p.pool.pk}-{seq:03d}",
+        name=node_name_next(p.pool),
         billing=billing,
         phase=Node.Phase.ORDERING,
         zone=p.pool.zone,
