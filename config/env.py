@@ -48,3 +48,16 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if raw is None:
         return default
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_float(name: str, default: float, *, minimum: float | None = None, maximum: float | None = None) -> float:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} must be a number, got {raw!r}") from exc
+    if value != value or (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        raise ImproperlyConfigured(f"{name} must be between {minimum} and {maximum}, got {raw!r}")
+    return value

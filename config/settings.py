@@ -13,7 +13,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import env_bool, env_int, env_list, env_str
+from config.env import env_bool, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("EBCLOUD_VAR_DIR", str(BASE_DIR / "var")))
@@ -220,6 +220,10 @@ EBCLOUD_SIM_RECLAIM_NOTICE_SECONDS = env_int("EBCLOUD_SIM_RECLAIM_NOTICE_SECONDS
 EBCLOUD_SIM_DISK_GB = env_int("EBCLOUD_SIM_DISK_GB", 500, minimum=0)  # system + data disk per machine
 EBCLOUD_SIM_CROSS_ZONE_GB_PER_HOUR: dict[str, float] = {}  # zone -> GB per machine-hour crossing zones (D4)
 EBCLOUD_SIM_RECLAIM_RATE_PER_HOUR = 0.0  # chance per hour that a preemptible machine is reclaimed (D2)
+# Chance per GPU-hour that a running simulated GPU raises an Xid (issue 6), drawn by a hash of the
+# seed, node, GPU and hour; 0 keeps tests deterministic. Admins inject one with `manage.py inject_fault`.
+EBCLOUD_SIM_XID_RATE = env_float("EBCLOUD_SIM_XID_RATE", 0.0, minimum=0.0, maximum=1.0)
+EBCLOUD_SIM_XID_SEED = env_int("EBCLOUD_SIM_XID_SEED", 0)
 # Controller: retries with exponential backoff, leases (D2), drains, heartbeats (D1), claims.
 EBCLOUD_PROVISION_MAX_ATTEMPTS = env_int("EBCLOUD_PROVISION_MAX_ATTEMPTS", 5, minimum=1)
 EBCLOUD_BACKOFF_BASE_SECONDS = env_int("EBCLOUD_BACKOFF_BASE_SECONDS", 30, minimum=1)

@@ -31,7 +31,7 @@ from pathlib import Path
 import httpx
 
 from monitoring.agent_buffer import DiskBuffer
-from monitoring.agent_sources import GpuSource, SimulatedSource, source_open
+from monitoring.agent_sources import ControlPlaneFaults, GpuSource, SimulatedSource, source_open
 
 logger = logging.getLogger("ebcloud.agent")
 API = "/api/agent/v1"
@@ -225,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     agent = Agent(server=args.server, source=source, buffer=DiskBuffer(buffer_dir / "reports.sqlite3", cap=args.buffer_cap),
                   credential_file=args.credential_file or buffer_dir / "credential.json", node=args.node,
                   join_token=args.join_token, interval=args.interval, batch_size=args.batch_size, backoff_cap=args.backoff_cap)
+    if isinstance(source, SimulatedSource):  # its hardware faults come from the simulated cloud
+        source.fault_feed = ControlPlaneFaults.of(agent)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

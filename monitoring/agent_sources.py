@@ -1,6 +1,9 @@
 """Where the agent reads its GPUs: NVML (`pynvml`, from nvidia-ml-py) when the driver and a GPU
-are there, otherwise a simulated source with the same interface (seeded, so deterministic, with
-injectable Xid faults). Standard library plus pynvml only: the agent runs on the GPU node.
+are there, otherwise a simulated source with the same interface (seeded, so deterministic).
+The simulated source's Xids come from the simulated cloud: `ControlPlaneFaults` fetches the
+faults raised on this node's machine from the control plane over HTTP with the node's
+credential, as a real driver would log them (local `faults` remain for offline runs).
+Standard library plus pynvml only: the agent runs on the GPU node.
 
 Both produce per-GPU dicts keyed by DCGM field names (memory in MiB) and Xid dicts
 `{"gpu", "xid", "at"}`, and run the node-local commands the control plane hands out.
@@ -9,13 +12,15 @@ Both produce per-GPU dicts keyed by DCGM field names (memory in MiB) and Xid dic
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
+logger = logging.getLogger("ebcloud.agent")
 
 def _now() -> str:
     return datetime.now(UTC).isoformat()
@@ -49,18 +54,58 @@ def workload_cuda(default: str) -> str:
         return default
 
 
+class ControlPlaneFaults:
+    """The simulated cloud's GPU faults of this node, fetched from the control plane
+    (`POST /api/agent/v1/simulated-faults/`, the node's credential): the simulated source's
+    hardware. The server hands each fault out once. While the control plane is away the faults
+    wait there; a 404 means it runs no simulated cloud, and the feed stops asking."""
+
+    PATH = "/api/agent/v1/simulated-faults/"
+
+    def __init__(self, *, server: str, credential, http: Any):
+        self.url = server.rstrip("/") + self.PATH
+        self.credential = credential  # a callable: the agent's current credential (None before joining)
+        self.http = http
+        self.enabled = True
+
+    @classmethod
+    def of(cls, agent) -> ControlPlaneFaults:
+        return cls(server=agent.server, credential=lambda: agent.credential, http=agent.http)
+
+    def __call__(self) -> list[dict]:
+        credential = self.credential()
+        if not self.enabled or not credential:
+            return []
+        try:
+            response = self.http.post(self.url, json={}, headers={"Authorization": f"Bearer {credential}"})
+        except Exception as exc:  # noqa: BLE001 - any transport error: the faults stay on the server
+            logger.debug("simulated faults not fetched: %s", exc)
+            return []
+        if response.status_code == 404:
+            logger.info("the control plane runs no simulated cloud: no simulated GPU faults to fetch")
+            self.enabled = False
+            return []
+        if response.status_code >= 400:
+            logger.warning("simulated faults: HTTP %s", response.status_code)
+            return []
+        return [{"gpu": f.get("gpu"), "xid": int(f["xid"]), "at": f.get("at") or _now()} for f in response.json().get("faults", [])]
+
+
 class SimulatedSource:
-    """A deterministic stand-in for a node's GPUs. `faults` maps a sample number (1-based) to
-    Xids to raise then, as [(gpu, xid), ...]; `inject_xid` raises one at the next sample."""
+    """A deterministic stand-in for a node's GPUs. Its Xids come from `fault_feed` (normally
+    `ControlPlaneFaults`: faults injected into the simulated cloud) and, for offline runs and
+    unit tests, from `faults`, which maps a sample number (1-based) to Xids to raise then, as
+    [(gpu, xid), ...]; `inject_xid` raises one at the next sample."""
 
     name = "simulated"
 
     def __init__(self, *, gpus: int = 8, memory_mib: int = 81920, seed: int = 0, driver: str = "535.104.05",
-                 cuda: str = "12.2", faults: dict[int, list[tuple[int, int]]] | None = None):
+                 cuda: str = "12.2", faults: dict[int, list[tuple[int, int]]] | None = None, fault_feed=None):
         self.gpus, self.memory_mib = gpus, memory_mib
         self.rng = random.Random(seed)
         self.driver, self.cuda = driver, cuda
         self.faults = dict(faults or {})
+        self.fault_feed = fault_feed
         self.samples = 0
         self._pending: list[dict] = []
         self.executed: list[dict] = []
@@ -89,6 +134,8 @@ class SimulatedSource:
         return out
 
     def xids(self) -> list[dict]:
+        if self.fault_feed is not None:
+            self._pending.extend(self.fault_feed())
         out, self._pending = self._pending, []
         return out
 

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from monitoring import api_views
+from monitoring import api_sim, api_views
 
 app_name = "agent-api"
 
@@ -9,4 +9,5 @@ urlpatterns = [
     path("join/", api_views.JoinView.as_view(), name="join"),
     path("credential/rotate/", api_views.CredentialRotateView.as_view(), name="credential-rotate"),
     path("reports/", api_views.ReportsView.as_view(), name="reports"),
+    path("simulated-faults/", api_sim.SimulatedFaultsView.as_view(), name="simulated-faults"),
 ]

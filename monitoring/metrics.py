@@ -8,24 +8,62 @@ Access (setting `EBCLOUD_METRICS_TOKEN`): with a token, a scrape must send
 `Authorization: Bearer <token>` (from anywhere); without one, only the loopback interface may
 scrape (a Prometheus or exporter on the same host), whatever DEBUG says. Everything else is 403.
 
-Not exported yet: allocated GPUs and pending pods (pods are not tracked per pool yet) and budget
-use (no budgets yet); the rollup's PoolSample keeps columns for the first two.
+Per pool: capacity, nodeCount.min/max, nodes by phase and billing kind (monthly baseline,
+on-demand burst, preemptible) and the controller's desired nodes per billing kind, GPUs
+allocated to Running pods, pending pods that would fit the pool (`queued_pods`, as the
+autoscaler counts them), GPU memory and utilisation; per node the heartbeat age; per budget
+(a pool's `spec.budget` or a team budget) this month's spend, its limit and their ratio. The
+query count does not grow with pools, nodes, pods or budgets.
 """
 
 from __future__ import annotations
 
 import hmac
+from collections import defaultdict
 
 from django.conf import settings
+from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
+from billing.models import Budget
+from billing.selectors import budget_statuses_of
 from monitoring import selectors
+from pools.autoscaler_service import queued_pods, template_node
+from pools.errors import ValidationError
+from pools.models import NodeType
+from pools.models_pods import Pod
+from pools.selectors import catalog_current
+from pools.spec import parse_document
 
 LOOPBACK = {"127.0.0.1", "::1"}
+BUDGET_LABELS = ["scope", "pool", "team", "currency"]
+
+
+def pending_pods_by_pool(pools) -> dict[int, int]:
+    """`queued_pods` per pool: Pending pods of the pool's team that would fit an empty node of
+    the pool (the autoscaler's and the rollup's metric), for all pools in a fixed number of
+    queries (catalog, node types, Pending pods) instead of a few per pool."""
+    pools = list(pools)
+    if not pools:
+        return {}
+    catalog = catalog_current()
+    node_types = NodeType.objects.in_bulk({p.node_type_id for p in pools})
+    pending: dict[int, list[Pod]] = defaultdict(list)
+    for pod in Pod.objects.filter(phase=Pod.Phase.PENDING, team_id__in={p.team_id for p in pools}).order_by("submitted_at", "pk"):
+        pending[pod.team_id].append(pod)
+    out = {}
+    for pool in pools:
+        pool.node_type = node_types[pool.node_type_id]
+        try:
+            spec = parse_document(pool.document, catalog)
+        except ValidationError:  # a document the catalog no longer accepts: no template node
+            continue
+        out[pool.pk] = len(queued_pods(pending[pool.team_id], template_node(pool, spec)))
+    return out
 
 
 class PoolCollector:
@@ -38,14 +76,26 @@ class PoolCollector:
         nodes = GaugeMetricFamily("ebcloud_pool_nodes", "Nodes of the pool by phase and billing kind", labels=["pool", "phase", "billing"])
         memory = GaugeMetricFamily("ebcloud_pool_gpu_memory_used_ratio", "GPU memory used over total on the pool's reporting nodes", labels=["pool"])
         util = GaugeMetricFamily("ebcloud_pool_gpu_utilization_percent", "Mean GPU utilisation of the pool's reporting nodes", labels=["pool"])
-        for s in selectors.pool_stats():
+        allocated = GaugeMetricFamily("ebcloud_pool_allocated_gpus", "GPUs requested by the pool's Running pods (a GPU share counts milli/1000)", labels=pool_labels)
+        pending = GaugeMetricFamily("ebcloud_pool_pending_pods", "Pending pods of the pool's team that would fit one of its nodes (queued_pods)", labels=pool_labels)
+        desired = GaugeMetricFamily("ebcloud_pool_desired_nodes", "Nodes the controller wants per billing kind (monthly baseline, on-demand burst, preemptible)", labels=["pool", "billing"])
+        stats = selectors.pool_stats()
+        gpus_allocated = selectors.allocated_gpus(pool_ids=[s.pool.pk for s in stats])
+        queued = pending_pods_by_pool(s.pool for s in stats)
+        for s in stats:
             p = s.pool
             values = [p.name, p.team.slug, p.gpu_model.name, p.zone.name]
             capacity.add_metric(values, s.capacity_gpus)
             min_nodes.add_metric(values, p.min_nodes)
             max_nodes.add_metric(values, p.max_nodes)
+            allocated.add_metric(values, gpus_allocated.get(p.pk, 0.0))
+            if p.pk in queued:
+                pending.add_metric(values, queued[p.pk])
             for (phase, billing), n in sorted(s.nodes.items()):
                 nodes.add_metric([p.name, phase, billing], n)
+            for billing, counts in sorted((p.node_counts or {}).items()):
+                if isinstance(counts, dict) and "desired" in counts:
+                    desired.add_metric([p.name, billing], counts["desired"])
             if s.fb_total_mib:
                 memory.add_metric([p.name], s.fb_used_mib / s.fb_total_mib)
             if s.gpu_util_avg is not None:
@@ -53,7 +103,28 @@ class PoolCollector:
         heartbeat = GaugeMetricFamily("ebcloud_node_heartbeat_age_seconds", "Seconds since the node agent's last heartbeat", labels=["pool", "node"])
         for pool, node, age in selectors.heartbeat_ages(now=now):
             heartbeat.add_metric([pool, node], age)
-        yield from (capacity, min_nodes, max_nodes, nodes, memory, util, heartbeat)
+        yield from (capacity, min_nodes, max_nodes, nodes, desired, allocated, pending, memory, util, heartbeat)
+        yield from budget_metrics(now)
+
+
+def budget_metrics(now) -> list[GaugeMetricFamily]:
+    """This month's spend against every budget of a live pool or a team (billing.Budget), in
+    three queries: the budgets, then one sum for pool budgets and one for team budgets."""
+    limit = GaugeMetricFamily("ebcloud_budget_limit", "Monthly budget amount", labels=BUDGET_LABELS)
+    spent = GaugeMetricFamily("ebcloud_budget_spent", "Cost charged against the budget this month", labels=BUDGET_LABELS)
+    ratio = GaugeMetricFamily("ebcloud_budget_used_ratio", "Spent this month over the monthly budget (1 = the whole budget)", labels=BUDGET_LABELS)
+    forecast = GaugeMetricFamily("ebcloud_budget_forecast_ratio", "Run-rate forecast for the month over the budget (after 3 days of data)", labels=BUDGET_LABELS)
+    budgets = Budget.objects.filter(Q(pool__isnull=True) | Q(pool__deleted_at__isnull=True)).select_related("pool", "team").order_by("team__slug", "pool__name")
+    for status in budget_statuses_of(budgets, now=now):
+        b = status.budget
+        values = ["pool" if b.pool_id else "team", b.pool.name if b.pool_id else "", b.team.slug, b.currency]
+        limit.add_metric(values, float(b.monthly_amount))
+        spent.add_metric(values, float(status.spent))
+        if b.monthly_amount:
+            ratio.add_metric(values, float(status.spent / b.monthly_amount))
+            if status.forecast is not None:
+                forecast.add_metric(values, float(status.forecast / b.monthly_amount))
+    return [limit, spent, ratio, forecast]
 
 
 def scrape_allowed(request: HttpRequest) -> bool:

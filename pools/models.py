@@ -361,6 +361,7 @@ from pools.models_cloud import (  # noqa: E402, F401
     PoolClaim,
     SimClusterNode,
     SimFailure,
+    SimGpuFault,
     SimMachine,
     SimPayment,
     SimStock,
@@ -368,3 +369,6 @@ from pools.models_cloud import (  # noqa: E402, F401
 
 # Pods of the simulated cluster (pools/scheduler_service.py binds them).
 from pools.models_pods import FragmentationSample, Pod  # noqa: E402, F401
+
+# Repair requests awaiting an admin's approval (pools/repair_approvals.py).
+from pools.models_repair import RepairApproval  # noqa: E402, F401

@@ -3,7 +3,8 @@ both providers), plus the lifecycle controller's per-pool work claim.
 
 The simulated cloud keeps what a real cloud would keep on its side: finite stock per zone and
 GPU model, machines with their provisioning step, payments (one per order, so paying twice is
-impossible), injected failures, reclaim notices of preemptible machines. The simulated cluster
+impossible), injected failures, reclaim notices of preemptible machines, and the GPU faults
+(Xids) its hardware raises, which the node's agent picks up like a driver log line. The simulated cluster
 keeps registered nodes (labels, taints, cordon); its pods are `pools.models_pods.Pod`.
 """
 
@@ -83,6 +84,29 @@ class SimFailure(models.Model):
 
     def __str__(self) -> str:
         return f"fail {self.step} ({self.remaining if self.remaining is not None else 'always'})"
+
+
+class SimGpuFault(models.Model):
+    """An Xid raised by one GPU of a simulated machine (issue 6: the simulated source is driven
+    by the simulated cloud's fault injection). Injected by an admin or a test
+    (`SimulatedCloud.inject_gpu_fault`, `manage.py inject_fault`) or drawn at
+    `EBCLOUD_SIM_XID_RATE` per GPU-hour (`key` makes a drawn fault unique per GPU and hour).
+    The node's agent fetches its machine's faults over HTTP; `delivered_at` is set by a
+    conditional UPDATE, so each fault reaches exactly one fetch."""
+
+    machine = models.ForeignKey(SimMachine, on_delete=models.CASCADE, related_name="gpu_faults")
+    gpu_index = models.PositiveSmallIntegerField()
+    xid = models.PositiveIntegerField()
+    key = models.CharField(max_length=200, null=True, blank=True, unique=True, help_text="Set for faults drawn by the rate")
+    created_at = models.DateTimeField(default=timezone.now, help_text="When the GPU raised it")
+    delivered_at = models.DateTimeField(null=True, blank=True, help_text="When the node's agent fetched it")
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [models.Index(fields=["machine", "delivered_at"])]
+
+    def __str__(self) -> str:
+        return f"Xid {self.xid} on {self.machine_id} GPU {self.gpu_index}"
 
 
 class SimClusterNode(models.Model):

@@ -12,7 +12,9 @@ Per pool, each pass:
    the agent as a command in its report response (D1), with the node in `Repairing`
    (unschedulable: the scheduler re-places its pods); a replacement drains the node and
    releases it through the cloud provider, and the lifecycle controller orders its successor
-   into the same lease slot. With `autoRepair: false` it only alerts.
+   into the same lease slot. With `autoRepair: false` it only alerts. With
+   `autoRepairPolicy: {requireApproval: true}` it raises a request instead and starts the
+   repair on the pass after a platform admin approved it (pools/repair_approvals.py).
 
 It runs under the lifecycle's per-pool claim, so it never overlaps reconcile or autoscale.
 """
@@ -22,10 +24,12 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
+from django.db import transaction
 from django.utils import timezone
 
 from monitoring.models import AgentCommand, GpuErrorEvent
 from monitoring.services import agent_command_enqueue
+from pools.audit import audit_node_change, node_state
 from pools.events import WARNING, event_record
 from pools.lifecycle import claim_acquire, claim_release
 from pools.lifecycle_exit import ReconcilePass, drain_start
@@ -40,6 +44,12 @@ from pools.repair import (
     XidEvent,
     next_action,
     repair_allowed,
+)
+from pools.repair_approvals import (
+    approval_gate,
+    approval_unclaim,
+    approvals_close,
+    approvals_latest,
 )
 from pools.selectors import catalog_current
 from pools.spec import parse_document
@@ -101,6 +111,12 @@ def _repair(pool: GpuNodePool, now: datetime) -> int:
         for n in nodes
     ]
     started = 0
+    gated = spec.auto_repair and spec.repair_requires_approval
+    approvals = approvals_latest(nodes=nodes, since=since) if gated else {}
+    if gated:
+        approvals_close(pool=pool, keep={n.pk for n in nodes if decisions[n.pk].action != NONE}, now=now)
+    else:
+        approvals_close(pool=pool, keep=set(), now=now, note="the pool no longer asks for approval (autoRepair / autoRepairPolicy changed)")
     for node in nodes:
         decision = decisions[node.pk]
         if decision.action == NONE or node.phase == Node.Phase.REPAIRING:
@@ -114,7 +130,15 @@ def _repair(pool: GpuNodePool, now: datetime) -> int:
             event_record(pool=pool, node=node, reason="RepairNeeded", type=WARNING, now=now,
                          message=f"{decision.message or decision.reason}; autoRepair is off: repair {node.name} by hand ({decision.action})")  # fmt: skip
             continue
-        _start(pool, spec, node, decision, now)
+        last_fault = xids[node.pk][-1].at if node.pk in xids else None
+        if gated and not approval_gate(pool=pool, node=node, decision=decision, latest=approvals.get(node.pk), last_fault_at=last_fault, now=now):
+            continue
+        try:
+            _start(pool, spec, node, decision, now)
+        except Exception:
+            if gated:  # the approval stays usable: the next pass retries the start
+                approval_unclaim(node=node, now=now)
+            raise
         started += 1
         health = [h if h.name != node.name else NodeHealth(h.name, False, h.unhealthy_since, h.fatal, True) for h in health]
     return started
@@ -122,26 +146,35 @@ def _repair(pool: GpuNodePool, now: datetime) -> int:
 
 def _start(pool: GpuNodePool, spec, node: Node, decision, now: datetime) -> None:
     what = f"{decision.action} of {node.name}" + (f" GPU {decision.gpu_index}" if decision.gpu_index is not None else "")
+    before, detail = node_state(node), {"repair": decision.action, "gpu": decision.gpu_index, "reason": decision.reason}  # audit: actor None = the system
     if decision.action == REPLACE:
         p = ReconcilePass(pool=pool, spec=spec, now=now, cloud=get_cloud_provider(), cluster=get_cluster_backend())
         drain_start(p, node, reason=REPAIR_RELEASE, event_reason="RepairStarted", type=WARNING,
                     message=f"Repair started: {what} — {decision.message or decision.reason}; the node is drained, released and replaced")  # fmt: skip
+        audit_node_change(actor=None, action="repair.started", node=node, before=before, **detail)
         return
-    Node.objects.filter(pk=node.pk).update(phase=Node.Phase.REPAIRING, unschedulable=True)
-    agent_command_enqueue(node=node, action=decision.action, gpu_index=decision.gpu_index, reason=decision.reason, now=now)
-    event_record(pool=pool, node=node, reason="RepairStarted", type=WARNING, now=now,
-                 message=f"Repair started: {what} — {decision.message or decision.reason}; the node is cordoned and its pods move")  # fmt: skip
+    # One transaction: a worker killed between these writes must not leave a node Repairing
+    # with no command for its agent (no pass would ever finish or retry it) or without its event.
+    with transaction.atomic():
+        Node.objects.filter(pk=node.pk).update(phase=Node.Phase.REPAIRING, unschedulable=True)
+        agent_command_enqueue(node=node, action=decision.action, gpu_index=decision.gpu_index, reason=decision.reason, now=now)
+        event_record(pool=pool, node=node, reason="RepairStarted", type=WARNING, now=now,
+                     message=f"Repair started: {what} — {decision.message or decision.reason}; the node is cordoned and its pods move")  # fmt: skip
+        audit_node_change(actor=None, action="repair.started", node=node, before=before, **detail)
 
 
 def _finish(pool: GpuNodePool, node: Node, command: AgentCommand | None, now: datetime) -> None:
     if command is None or command.status == AgentCommand.Status.PENDING:
         return
+    before = node_state(node)
     if command.status == AgentCommand.Status.SUCCEEDED:
         Node.objects.filter(pk=node.pk, phase=Node.Phase.REPAIRING).update(phase=Node.Phase.READY, unschedulable=False)
         node.phase = Node.Phase.READY
         event_record(pool=pool, node=node, reason="RepairSucceeded", now=now, message=f"{command.get_action_display()} of {node.name} succeeded: the node takes pods again")
+        audit_node_change(actor=None, action="repair.succeeded", node=node, before=before, repair=command.action, gpu=command.gpu_index)
     else:
         event_record(pool=pool, node=node, reason="RepairFailed", type=WARNING, now=now,
                      message=f"{command.get_action_display()} of {node.name} failed ({command.message or 'no detail'}): the next pass climbs the repair ladder")  # fmt: skip
         Node.objects.filter(pk=node.pk).update(phase=Node.Phase.CORDONED)
         node.phase = Node.Phase.CORDONED
+        audit_node_change(actor=None, action="repair.failed", node=node, before=before, repair=command.action, gpu=command.gpu_index, message=command.message)

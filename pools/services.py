@@ -336,6 +336,7 @@ def _describe_change(old: PoolSpec, new: PoolSpec) -> str:
     for attr, label in (
         ("min_nodes", "nodeCount.min"), ("max_nodes", "nodeCount.max"), ("lease_type", "leaseType"),
         ("system_image", "systemImage"), ("auto_repair", "autoRepair"), ("auto_renew", "autoRenew"),
+        ("repair_requires_approval", "autoRepairPolicy.requireApproval"),
         ("node_labels", "nodeLabels"), ("node_taints", "nodeTaints"), ("labels", "labels"),
         ("scaling", "scaling"), ("burst", "burst"), ("budget", "budget"), ("scheduling_policy", "schedulingPolicy"),
     ):  # fmt: skip

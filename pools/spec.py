@@ -1,6 +1,9 @@
 """The `GpuNodePool` document (seed O2, O4): YAML/JSON <-> dataclasses, validated with field paths.
 
 A pool is declared with the article's document (`apiVersion: ebcloud.io/v1`, `kind: GpuNodePool`).
+`autoRepair: true|false` stays the seed's switch; the optional `autoRepairPolicy:
+{requireApproval: true}` beside it (ours) makes every repair wait for a platform admin's
+approval (a pool without it, like the seed's YAML, repairs on its own).
 `parse_document` checks it the way `kubectl --validate=strict` and the API server would: unknown
 fields are rejected and named, every problem carries its field path, and all problems are reported
 at once. The document is stored as given, so export returns what the user wrote; `to_document`
@@ -87,6 +90,7 @@ class PoolSpec:
     lease_type: str = "monthly"
     system_image: str = DEFAULT_SYSTEM_IMAGE
     auto_repair: bool = True
+    repair_requires_approval: bool = False  # spec.autoRepairPolicy.requireApproval
     auto_renew: bool = False
     preemptible: bool = False
     node_labels: Mapping[str, str] = field(default_factory=dict)
@@ -287,7 +291,7 @@ _TOP = ("apiVersion", "kind", "metadata", "spec")
 _METADATA = ("name", "labels")
 _SPEC = (
     "nodeType", "gpuModel", "nodeCount", "region", "leaseType", "systemImage", "autoRepair",
-    "autoRenew", "preemptible", "nodeLabels", "nodeTaints", "scaling", "burst", "budget",
+    "autoRepairPolicy", "autoRenew", "preemptible", "nodeLabels", "nodeTaints", "scaling", "burst", "budget",
     "schedulingPolicy",
 )  # fmt: skip
 _SPEC_REQUIRED = ("nodeType", "gpuModel", "nodeCount", "region")
@@ -320,6 +324,7 @@ def parse_document(document: Any, catalog: Catalog) -> PoolSpec:
         key: check.boolean(spec.get(key, default), f"spec.{key}")
         for key, default in (("autoRepair", True), ("autoRenew", False), ("preemptible", False))
     }
+    require_approval = _parse_repair_policy(check, spec.get("autoRepairPolicy", {}))
     node_labels = check.labels(spec.get("nodeLabels", {}), "spec.nodeLabels")
     taints = _parse_taints(check, spec.get("nodeTaints", []))
     scaling = _parse_scaling(check, spec["scaling"]) if "scaling" in spec else None
@@ -340,6 +345,7 @@ def parse_document(document: Any, catalog: Catalog) -> PoolSpec:
         lease_type=lease_type,
         system_image=system_image,
         auto_repair=flags["autoRepair"],
+        repair_requires_approval=require_approval,
         auto_renew=flags["autoRenew"],
         preemptible=flags["preemptible"],
         node_labels=node_labels,
@@ -364,6 +370,16 @@ def _parse_node_count(check: _Checker, spec: dict, catalog: Catalog) -> tuple[in
     if low is not None and high is not None and low > high:
         check.error("spec.nodeCount.min", f"must not exceed spec.nodeCount.max ({low} > {high})")
     return low, high
+
+
+def _parse_repair_policy(check: _Checker, value: Any) -> bool:
+    """`spec.autoRepairPolicy` (optional): `requireApproval: true` turns each repair the ladder
+    chooses into a request a platform admin approves or rejects (pools/repair_approvals.py).
+    Kept beside the seed's boolean `autoRepair` instead of replacing it, so every existing
+    document keeps its meaning; with `autoRepair: false` the policy changes nothing (the pool
+    only alerts)."""
+    entry = check.mapping(value, "spec.autoRepairPolicy", ("requireApproval",))
+    return bool(check.boolean(entry.get("requireApproval", False), "spec.autoRepairPolicy.requireApproval"))
 
 
 def _parse_taints(check: _Checker, value: Any) -> tuple[Taint, ...]:
@@ -523,6 +539,8 @@ def to_document(spec: PoolSpec) -> dict[str, Any]:
         "autoRepair": spec.auto_repair,
         "preemptible": spec.preemptible,
     }
+    if spec.repair_requires_approval:
+        body["autoRepairPolicy"] = {"requireApproval": True}
     if spec.auto_renew:
         body["autoRenew"] = True
     if spec.node_labels:

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from pools import views, views_pods
+from pools import views, views_nodes, views_pods
 
 app_name = "pools"
 urlpatterns = [
@@ -12,6 +12,7 @@ urlpatterns = [
     path("<str:name>/edit/", views.pool_edit, name="edit"),
     path("<str:name>/yaml/", views.pool_export, name="export"),
     path("<str:name>/delete/", views.pool_delete, name="delete"),
+    path("<str:name>/nodes/<str:node>/", views_nodes.node_detail, name="node-detail"),
     path("<str:name>/fragmentation/", views_pods.pool_fragmentation, name="fragmentation"),
     path("<str:name>/fragmentation/apply/", views_pods.pool_fragmentation_apply, name="fragmentation-apply"),
 ]

@@ -153,7 +153,10 @@ class CloudProvider(Protocol):
     def reclaim_notices(self, *, now: datetime) -> Sequence[ReclaimNotice]: ...
 
     def resource_usage(self, *, provider_ids: Sequence[str], hour: datetime) -> ResourceUsage:
-        """Storage and cross-zone traffic of these machines during the hour starting at `hour`."""
+        """Storage and cross-zone traffic of these machines during the hour starting at `hour`.
+        A provider may also offer `resource_usage_many(*, machines: Mapping[key, Sequence[str]],
+        hour) -> dict[key, ResourceUsage]` (one read for a whole fleet); metering uses it when
+        present (optional, so it is not part of this protocol)."""
         ...
 
 

@@ -15,6 +15,10 @@ and reclaim notices for preemptible machines (D2). Settings (config/settings.py)
 - `EBCLOUD_SIM_ACCOUNT`: the billing.Account orders are paid from.
 - `EBCLOUD_SIM_RECLAIM_RATE_PER_HOUR`: chance per hour that a running preemptible machine gets
   a reclaim notice (`EBCLOUD_SIM_RECLAIM_NOTICE_SECONDS` ahead); `reclaim_inject` does it now.
+- `EBCLOUD_SIM_XID_RATE`: chance per GPU-hour that a running machine's GPU raises an Xid
+  (default 0: tests stay deterministic), drawn from `SIM_XID_MIX` by a hash of
+  `EBCLOUD_SIM_XID_SEED`, node, GPU and hour; `inject_gpu_fault` raises one now. The node's
+  agent fetches its machine's faults over HTTP (`gpu_faults_take`) and reports them as Xids.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from django.db.models import F, Q
 
 from billing.models import Account
 from billing.pricing import Quote, quote_for
+from pools.errors import ConflictError, ValidationError
 from pools.lifecycle_rules import (
     BOOT,
     DRIVER_INSTALL,
@@ -42,7 +47,14 @@ from pools.lifecycle_rules import (
     PAY,
 )
 from pools.models import GpuModel, Node, NodeType, Quota, Zone
-from pools.models_cloud import SimClusterNode, SimFailure, SimMachine, SimPayment, SimStock
+from pools.models_cloud import (
+    SimClusterNode,
+    SimFailure,
+    SimGpuFault,
+    SimMachine,
+    SimPayment,
+    SimStock,
+)
 from pools.models_pods import Pod
 from pools.providers.base import (
     DONE,
@@ -73,6 +85,9 @@ FAILURE_DETAILS = {
     KUBELET_INSTALL: "kubelet install script exited with status 1",
     KUBELET_JOIN: "kubelet on {id} did not join the cluster within 5m0s",
 }
+# Xids the rate draws from, application faults and the repair ladder's rungs alike
+# (pools/repair.py: 13/31/43/94 leave the node alone, 48/74/119 start at a GPU reset, 79 replaces).
+SIM_XID_MIX = (13, 13, 31, 43, 94, 48, 74, 119, 79)
 
 
 def step_seconds() -> dict[str, int]:
@@ -238,6 +253,22 @@ class SimulatedCloud:
             cross += Decimal(str(traffic.get(zone, 0)))
         return ResourceUsage(storage_gb=storage, cross_zone_gb=cross)
 
+    def resource_usage_many(self, *, machines: Mapping, hour: datetime) -> dict:
+        """`resource_usage` for many groups of machines (key -> provider ids) in one query, so
+        metering a fleet costs no query per pool (issue 9). Optional: metering falls back to
+        one `resource_usage` call per pool for providers without it."""
+        group = {provider_id: key for key, ids in machines.items() for provider_id in ids}
+        end = hour + timedelta(hours=1)
+        alive = SimMachine.objects.filter(provider_id__in=list(group), created_at__lt=end).exclude(released_at__lte=hour)
+        disk = Decimal(str(getattr(settings, "EBCLOUD_SIM_DISK_GB", 500)))
+        traffic = getattr(settings, "EBCLOUD_SIM_CROSS_ZONE_GB_PER_HOUR", {})
+        totals = {key: [Decimal(0), Decimal(0)] for key in machines}
+        for provider_id, zone in alive.values_list("provider_id", "zone__name"):
+            total = totals[group[provider_id]]
+            total[0] += disk
+            total[1] += Decimal(str(traffic.get(zone, 0)))
+        return {key: ResourceUsage(storage_gb=storage, cross_zone_gb=cross) for key, (storage, cross) in totals.items()}
+
     def release(self, *, provider_id: str, now: datetime) -> None:
         with transaction.atomic():
             machine = SimMachine.objects.select_for_update().filter(provider_id=provider_id).first()
@@ -259,6 +290,31 @@ class SimulatedCloud:
                     SimMachine.objects.filter(pk=machine.pk, reclaim_at__isnull=True).update(reclaim_at=now + notice)
         machines = SimMachine.objects.filter(reclaim_at__isnull=False).exclude(status=SimMachine.Status.RELEASED)
         return [ReclaimNotice(provider_id=m.provider_id, reclaim_at=m.reclaim_at) for m in machines]
+
+    # -- GPU faults (simulated hardware only: a real cloud's GPUs raise their own) ---------------
+
+    def inject_gpu_fault(self, *, node: Node, gpu: int, xid: int, now: datetime) -> SimGpuFault:
+        """GPU `gpu` of the machine behind `node` raises Xid `xid` now; the node's agent reports
+        it after its next fetch (admin action, `manage.py inject_fault`, tests, the demo)."""
+        machine = SimMachine.objects.filter(provider_id=node.provider_id).first() if node.provider_id else None
+        if machine is None or machine.status != SimMachine.Status.RUNNING:
+            raise ConflictError(f"node {node.name} has no running machine in the simulated cloud (node phase {node.phase})")
+        if isinstance(gpu, bool) or not isinstance(gpu, int) or not 0 <= gpu < machine.gpus:
+            raise ValidationError(f"must be a GPU index from 0 to {machine.gpus - 1}", field="gpu")
+        if isinstance(xid, bool) or not isinstance(xid, int) or not 1 <= xid <= 65535:
+            raise ValidationError("must be an Xid number such as 48 or 79", field="xid")
+        return SimGpuFault.objects.create(machine=machine, gpu_index=gpu, xid=xid, created_at=now)
+
+    def gpu_faults_take(self, *, provider_id: str, now: datetime) -> list[SimGpuFault]:
+        """The machine's faults raised by `now` and not yet fetched, oldest first; each is handed
+        out once (a conditional UPDATE on `delivered_at`), even to concurrent fetches. Faults
+        drawn by `EBCLOUD_SIM_XID_RATE` for this and the previous hour are created first."""
+        machine = SimMachine.objects.filter(provider_id=provider_id, status=SimMachine.Status.RUNNING).first() if provider_id else None
+        if machine is None:
+            return []
+        _xid_rate_draw(machine, now)
+        due = SimGpuFault.objects.filter(machine=machine, delivered_at__isnull=True, created_at__lte=now).order_by("created_at", "pk")
+        return [f for f in due if SimGpuFault.objects.filter(pk=f.pk, delivered_at__isnull=True).update(delivered_at=now)]
 
 
 class SimulatedCluster:
@@ -368,6 +424,28 @@ def _take_failure(step: str, *, zone: str = "", image: str = "", token: str = ""
         if SimFailure.objects.filter(pk=failure.pk, remaining__gt=0).update(remaining=F("remaining") - 1):
             return failure
     return None
+
+
+def _xid_rate_draw(machine: SimMachine, now: datetime) -> None:
+    """`EBCLOUD_SIM_XID_RATE`: each GPU-hour of a running machine raises an Xid with this chance,
+    at a moment within the hour, both drawn from a hash of the seed, node, GPU and hour (the
+    same run sees the same faults). The unique `key` stores each drawn fault once."""
+    rate = float(getattr(settings, "EBCLOUD_SIM_XID_RATE", 0.0))
+    if rate <= 0:
+        return
+    seed = getattr(settings, "EBCLOUD_SIM_XID_SEED", 0)
+    hour = int(now.timestamp() // 3600)
+    rows = []
+    for h in (hour - 1, hour):
+        start = datetime.fromtimestamp(h * 3600, tz=now.tzinfo)
+        for gpu in range(machine.gpus):
+            key = f"xid:{seed}:{machine.client_token}:{gpu}:{h}"
+            digest = hashlib.sha256(key.encode()).digest()
+            at = start + timedelta(seconds=3600 * int.from_bytes(digest[8:12], "big") / 2**32)
+            if int.from_bytes(digest[:8], "big") / 2**64 < rate and machine.created_at <= at <= now:
+                rows.append(SimGpuFault(machine=machine, gpu_index=gpu, xid=SIM_XID_MIX[digest[12] % len(SIM_XID_MIX)], key=key, created_at=at))
+    if rows:
+        SimGpuFault.objects.bulk_create(rows, ignore_conflicts=True)
 
 
 def _rate_fails(machine: SimMachine, step: str) -> bool:

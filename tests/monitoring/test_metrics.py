@@ -1,9 +1,11 @@
-"""Prometheus /metrics (issue 6 §7; the comparison table's monitoring row): per-pool gauges from
-a few aggregate queries; access restricted by EBCLOUD_METRICS_TOKEN or to the loopback."""
+"""Prometheus /metrics (issue 6 §7; design §4 "pool capacity, allocation, pending pods, node
+phases, budget use"; the comparison table's monitoring row): per-pool gauges from a few
+aggregate queries; access restricted by EBCLOUD_METRICS_TOKEN or to the loopback."""
 
 from __future__ import annotations
 
 from datetime import timedelta
+from decimal import Decimal
 
 import pytest
 from django.db import connection
@@ -12,10 +14,17 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
+from billing.models import CostRecord
+from billing.services import budget_team_set, budgets_sync
 from pools import services as pool_services
-from pools.models import Node
+from pools.models import GpuNodePool, Node
+from pools.providers.simulated import pod_run
 from tests.conftest import make_document
 from tests.monitoring.conftest import report
+from tests.pools.pod_helpers import pool_with_nodes, submit
+
+TRAIN_NODE_LABELS = {"pool": "train", "gpu-class": "a100"}  # what the test pods' node affinity asks for
+POOL_LABELS = (("gpu_model", "A100_80G"), ("pool", "train-pool-a"), ("team", "algorithm"), ("zone", "cn-east-2a"))
 
 
 @pytest.fixture
@@ -62,16 +71,80 @@ def test_metrics_show_heartbeat_age_and_gpu_memory_from_agent_reports(burst_pool
     assert got[("ebcloud_pool_gpu_utilization_percent", (("pool", "burst-pool"),))] == 75
 
 
-def test_the_scrape_costs_the_same_queries_for_one_node_or_many(burst_pool, make_node):
+def test_metrics_show_allocated_gpus_and_the_pending_pods_that_fit_the_pool(actors):
+    """Allocation counts Running pods' GPU requests (a share as milli/1000); pending pods are the
+    autoscaler's `queued_pods`: Pending pods of the team that an empty node of the pool fits."""
+    pool_with_nodes(actors["lead"], nodes=2, node_labels=TRAIN_NODE_LABELS)
+    pod_run(node_name="train-pool-a-0", name="whole", namespace="algorithm")
+    share = pod_run(node_name="train-pool-a-1", name="share", namespace="algorithm")
+    type(share).objects.filter(pk=share.pk).update(gpu_milli=500)
+    submit(actors["member"], "fits-a", gpus=2)
+    submit(actors["member"], "fits-b", gpus=8)
+    submit(actors["member"], "too-big", gpus=16)  # no 16-GPU node in this pool: not queued for it
+    submit(actors["member"], "elsewhere", pool_affinity="infer", tolerate="infer")  # another pool's pod
+    got = samples(Client(REMOTE_ADDR="127.0.0.1").get("/metrics"))
+    assert got[("ebcloud_pool_allocated_gpus", POOL_LABELS)] == 1.5
+    assert got[("ebcloud_pool_pending_pods", POOL_LABELS)] == 2
+
+
+def test_metrics_show_desired_nodes_per_billing_kind(actors):
+    """Monthly baseline, on-demand burst and preemptible nodes are told apart (seed G4, D3)."""
+    pool = pool_with_nodes(actors["lead"], nodes=1)
+    GpuNodePool.objects.filter(pk=pool.pk).update(node_counts={
+        "monthly": {"desired": 2, "current": 1, "ready": 1}, "on_demand": {"desired": 3, "current": 0, "ready": 0}})
+    Node.objects.create(pool=pool, name="train-pool-a-s-0", zone=pool.zone, gpu_count=8, phase="Ready", billing="preemptible")
+    got = samples(Client(REMOTE_ADDR="127.0.0.1").get("/metrics"))
+    assert got[("ebcloud_pool_desired_nodes", (("billing", "monthly"), ("pool", "train-pool-a")))] == 2
+    assert got[("ebcloud_pool_desired_nodes", (("billing", "on_demand"), ("pool", "train-pool-a")))] == 3
+    assert got[("ebcloud_pool_nodes", (("billing", "preemptible"), ("phase", "Ready"), ("pool", "train-pool-a")))] == 1
+
+
+def _cost(pool, amount, *, when=None):
+    when = (when or timezone.now()).replace(minute=0, second=0, microsecond=0)
+    return CostRecord.objects.create(hour=when, pool=pool, team=pool.team, billing_kind="monthly", cost_kind="usage", amount=Decimal(amount))
+
+
+def test_metrics_show_budget_use_per_pool_budget_and_team_budget(actors, teams):
+    """Budget use (seed T6, O1): this month's spend over the pool's `spec.budget` and over the
+    team budget, with the limit itself; last month's spend does not count."""
+    pool = pool_with_nodes(actors["lead"], nodes=0, budget={"monthly": 1000, "currency": "CNY"})
+    budgets_sync()
+    budget_team_set(user=actors["admin"], team=teams["algorithm"], monthly_amount=Decimal("5000"))
+    _cost(pool, "250.00")
+    _cost(pool, "100.00")
+    _cost(pool, "999.00", when=timezone.now() - timedelta(days=40))
+    got = samples(Client(REMOTE_ADDR="127.0.0.1").get("/metrics"))
+    pool_budget = (("currency", "CNY"), ("pool", "train-pool-a"), ("scope", "pool"), ("team", "algorithm"))
+    team_budget = (("currency", "CNY"), ("pool", ""), ("scope", "team"), ("team", "algorithm"))
+    assert got[("ebcloud_budget_limit", pool_budget)] == 1000 and got[("ebcloud_budget_spent", pool_budget)] == 350
+    assert got[("ebcloud_budget_used_ratio", pool_budget)] == 0.35
+    assert got[("ebcloud_budget_limit", team_budget)] == 5000 and got[("ebcloud_budget_used_ratio", team_budget)] == 0.07
+
+
+def test_the_scrape_costs_the_same_queries_for_few_objects_or_many(actors, teams, burst_pool, make_node):
+    """Every list endpoint asserts its query count (design §6): more pools, nodes, pods and
+    budgets cost no more queries."""
     make_node("b-0", target=burst_pool)
     client = Client(REMOTE_ADDR="127.0.0.1")
     with CaptureQueriesContext(connection) as few:
         client.get("/metrics")
     for i in range(1, 6):
         make_node(f"b-{i}", target=burst_pool, billing="on_demand" if i % 2 else "monthly")
+    pool = pool_with_nodes(actors["lead"], name="train-pool-q", nodes=3, node_labels=TRAIN_NODE_LABELS, budget={"monthly": 1000})
+    pool_with_nodes(actors["other_lead"], name="infer-pool", nodes=2)
+    for i in range(3):
+        pod_run(node_name=f"train-pool-q-{i}", name=f"run-{i}", namespace="algorithm")
+        submit(actors["member"], f"wait-{i}")
+    budgets_sync()
+    budget_team_set(user=actors["admin"], team=teams["inference"], monthly_amount=Decimal("100"))
+    _cost(pool, "10.00")
     with CaptureQueriesContext(connection) as many:
-        client.get("/metrics")
-    assert len(few) == len(many) <= 4
+        response = client.get("/metrics")
+    got = samples(response)
+    labels = (("gpu_model", "A100_80G"), ("pool", "train-pool-q"), ("team", "algorithm"), ("zone", "cn-east-2a"))
+    assert got[("ebcloud_pool_pending_pods", labels)] == 3 and got[("ebcloud_pool_allocated_gpus", labels)] == 3
+    assert len(few) <= len(many) <= 13, [q["sql"][:80] for q in many.captured_queries]
+    assert len(many) - len(few) <= 2  # only the two budget sums appear once budgets exist
 
 
 def test_without_a_token_only_the_loopback_may_scrape(db, settings):
