@@ -365,3 +365,6 @@ from ebcloud import cli_pods  # noqa: E402, F401
 from ebcloud.cost import cost as cost_group  # noqa: E402
 
 cli.add_command(cost_group)
+
+# The self-check table: `ebcloud node-pool diagnose NAME` (registers on `node_pool`).
+from ebcloud import cli_diagnose  # noqa: E402, F401

@@ -122,6 +122,9 @@ class Client:
     def pool_events(self, name: str) -> list[dict]:
         return _items(self._request("GET", _pool_path(name) + "events/", subject=_pool(name)))
 
+    def pool_diagnose(self, name: str) -> dict:
+        return self._request("GET", _pool_path(name) + "diagnose/", subject=_pool(name))
+
     # --- orders ----------------------------------------------------------------------------
 
     def orders(self, *, status: str = "") -> list[dict]:

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from pools import views, views_nodes, views_pods
+from pools import views, views_diagnose, views_nodes, views_pods
 
 app_name = "pools"
 urlpatterns = [
@@ -15,4 +15,5 @@ urlpatterns = [
     path("<str:name>/nodes/<str:node>/", views_nodes.node_detail, name="node-detail"),
     path("<str:name>/fragmentation/", views_pods.pool_fragmentation, name="fragmentation"),
     path("<str:name>/fragmentation/apply/", views_pods.pool_fragmentation_apply, name="fragmentation-apply"),
+    path("<str:name>/diagnose/", views_diagnose.pool_diagnose, name="diagnose"),
 ]

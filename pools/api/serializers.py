@@ -138,3 +138,37 @@ class ErrorItemSerializer(serializers.Serializer):
 
 class ErrorSerializer(serializers.Serializer):
     errors = ErrorItemSerializer(many=True)
+
+
+CHECK_STATUSES = ["ok", "warning", "failing", "unknown"]
+
+
+class DiagnoseCheckSerializer(serializers.Serializer):
+    """One row of the self-check table (seed T5): pools.diagnose.Check."""
+
+    id = serializers.CharField(help_text="Stable check id, e.g. scale-up, pods-pending")
+    title = serializers.CharField(help_text="The symptom, as the article's table names it")
+    status = serializers.ChoiceField(choices=CHECK_STATUSES, help_text="unknown: no data to judge")
+    found = serializers.CharField(help_text="What the check saw, with numbers and names")
+    cause = serializers.CharField(allow_blank=True, help_text="The likely cause (empty when ok)")
+    action = serializers.CharField(allow_blank=True, help_text="The first action: a command or a page")
+    requirements = serializers.ListField(child=serializers.CharField(), help_text="Requirement numbers (seed README)")
+    details = serializers.ListField(child=serializers.CharField(), help_text="One line per pod, node or event found")
+
+
+class DiagnoseSummarySerializer(serializers.Serializer):
+    # One enum component per choice set: the summary names the same values in words.
+    status = serializers.CharField(help_text="The worst check's status: failing, warning, unknown or ok")
+    failing = serializers.IntegerField()
+    warning = serializers.IntegerField()
+    unknown = serializers.IntegerField()
+    ok = serializers.IntegerField()
+
+
+class DiagnosisSerializer(serializers.Serializer):
+    """A pool's self-check table: pools.diagnose_service.Diagnosis."""
+
+    pool = serializers.CharField()
+    checkedAt = serializers.DateTimeField(source="checked_at")
+    summary = DiagnoseSummarySerializer()
+    checks = DiagnoseCheckSerializer(many=True)

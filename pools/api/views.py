@@ -5,6 +5,7 @@ Objects are looked up through `for_user`, so another team's pool or order is a 4
 
 from __future__ import annotations
 
+from django.utils import timezone
 from django.utils.decorators import method_decorator
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
@@ -17,8 +18,9 @@ from rest_framework import status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from pools import selectors, services
+from pools import diagnose_service, selectors, services
 from pools.api.serializers import (
+    DiagnosisSerializer,
     ErrorSerializer,
     EventSerializer,
     OrderRejectSerializer,
@@ -135,6 +137,15 @@ class PoolViewSet(viewsets.ViewSet):
             max_nodes=body.validated_data.get("max"),
         )
         return Response(pool_representation(self._get(request, pool.name)))
+
+    @extend_schema(
+        description="The article's self-check table (seed T5) run live against the pool: each check's status, what it found, the likely cause and the first action.",
+        responses={200: DiagnosisSerializer, **_errors(401, 404)},
+    )
+    @action(detail=True, methods=["get"])
+    def diagnose(self, request, name=None):
+        diagnosis = diagnose_service.pool_diagnose(pool=self._get(request, name), now=timezone.now())
+        return Response(DiagnosisSerializer(diagnosis).data)
 
     @staticmethod
     def _get(request, name: str) -> GpuNodePool:
