@@ -8,6 +8,7 @@ from monitoring import views as monitoring_views
 from monitoring.metrics import metrics_view
 from pools import views as pool_views
 from pools import views_pods as pods_views
+from pools.views_audit import audit_list
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="pools:list", permanent=False), name="home"),
@@ -15,6 +16,7 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("pools/", include("pools.urls")),
     path("orders/", pool_views.order_list, name="orders"),
+    path("audit/", audit_list, name="audit"),
     path("pods/", include("pools.urls_pods")),
     path("fragmentation/", pods_views.cluster_fragmentation, name="fragmentation"),
     path("fragmentation/apply/", pods_views.cluster_fragmentation_apply, name="fragmentation-apply"),

@@ -27,6 +27,7 @@ from monitoring.models import (
 )
 from monitoring.report_parse import Batch, Report, gpu_summary
 from pools import repair, roles
+from pools.audit import audit_record
 from pools.errors import ConflictError, ValidationError
 from pools.events import NORMAL, WARNING, event_record
 from pools.models import Node
@@ -68,6 +69,7 @@ def join_token_create(*, user, node: Node, ttl_seconds: int | None = None, now: 
         raise ConflictError("could not pick a free join token id; try again")
     event_record(pool=node.pool, node=node, reason="JoinTokenCreated", actor=user, now=now,
                  message=f"Join token {token_id} for node {node.name}, valid until {row.expires_at:%Y-%m-%d %H:%M:%S} UTC")
+    audit_record(actor=user, action="credential.join-token", obj=row, after={"node": node.name, "tokenId": token_id, "expiresAt": row.expires_at.isoformat()})
     return row, f"{token_id}.{secret}"
 
 
@@ -104,9 +106,12 @@ def agent_join(*, token: str, node_name: str, now: datetime | None = None) -> tu
         # Single use, even with two agents racing: only one conditional UPDATE matches.
         if not JoinToken.objects.filter(pk=row.pk, used_at__isnull=True).update(used_at=now):
             raise InvalidToken("join token already used")
+        replaced = list(AgentCredential.objects.filter(node=node, revoked_at__isnull=True).values_list("key_prefix", flat=True))
         AgentCredential.objects.filter(node=node, revoked_at__isnull=True).update(revoked_at=now, revoked_reason="Rejoined")
         credential, secret = _credential_issue(node=node, now=now)
         state, _ = NodeAgentState.objects.get_or_create(node=node)
+        audit_record(actor=None, action="credential.issue", obj=credential, before={"node": node.name, "credentials": replaced},
+                     after={"node": node.name, "credentials": [credential.key_prefix], "tokenId": row.token_id})  # fmt: skip
     event_record(pool=node.pool, node=node, reason="AgentJoined", now=now,
                  message=f"Node agent of {node.name} joined with token {row.token_id}; credential {credential.key_prefix}...")
     return credential, secret, state.acked_seq
@@ -132,6 +137,8 @@ def credential_rotate(*, credential: AgentCredential, node_name: str | None = No
         if not AgentCredential.objects.filter(pk=credential.pk, revoked_at__isnull=True).update(revoked_at=now, revoked_reason="Rotated"):
             raise ConflictError("this credential was revoked meanwhile")
         new, secret = _credential_issue(node=node, now=now)
+        audit_record(actor=None, action="credential.rotate", obj=new, before={"node": node.name, "credentials": [credential.key_prefix]},
+                     after={"node": node.name, "credentials": [new.key_prefix]})  # fmt: skip
     event_record(pool=node.pool, node=node, reason="AgentCredentialRotated", now=now,
                  message=f"Agent credential of {node.name} rotated: {credential.key_prefix}... -> {new.key_prefix}...")
     return new, secret
@@ -145,6 +152,8 @@ def credential_revoke_for_node(node: Node, *, reason: str = "NodeTerminated", ac
     if count:
         event_record(pool=node.pool, node=node, reason="AgentCredentialRevoked", actor=actor, now=now,
                      message=f"Agent credential of {node.name} revoked ({reason})")
+        audit_record(actor=actor, action="credential.revoke", obj=node, before={"node": node.name, "activeCredentials": count},
+                     after={"node": node.name, "activeCredentials": 0, "reason": reason[:200]})  # fmt: skip
     return count
 
 

@@ -7,6 +7,8 @@ class PoolsConfig(AppConfig):
     verbose_name = "GPU node pools"
 
     def ready(self) -> None:
+        from pools import audit_signals
         from pools.permissions import ensure_role_groups
 
         post_migrate.connect(ensure_role_groups, dispatch_uid="pools.ensure_role_groups")
+        audit_signals.connect()
