@@ -27,13 +27,15 @@ install: $(VENV)/.installed
 
 install-test: $(VENV)/.installed-test
 
-# Web server + django-q2 worker on the embedded defaults (SQLite, simulated cloud, demo data).
-# Ctrl-C stops both.
+# Web server + django-q2 worker + the simulated fleet (agents over HTTP, a replayed workload,
+# GPU faults; pools/demo_fleet.py) on the embedded defaults (SQLite, simulated cloud, demo data).
+# All three run in the background; Ctrl-C, or the first of them to exit, stops the others
+# (SIGTERM). EBCLOUD_DEMO_SPEED sets how fast the replayed trace runs.
 run: install
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py seed_demo
-	@echo "Serving http://$(HOST):$(PORT)/ (Ctrl-C stops the server and the worker)"
-	@bash -c 'trap "kill 0" EXIT; $(PY) manage.py qcluster & $(PY) manage.py runserver --noreload $(HOST):$(PORT)'
+	@echo "Serving http://$(HOST):$(PORT)/ (Ctrl-C stops the server, the worker and the fleet)"
+	@bash -c 'trap "trap - TERM; kill 0" INT TERM EXIT; $(PY) manage.py qcluster & $(PY) manage.py demo_fleet --server http://$(HOST):$(PORT) & $(PY) manage.py runserver --noreload $(HOST):$(PORT) & wait -n'
 
 test: install-test
 	$(BIN)/ruff check .

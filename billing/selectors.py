@@ -21,6 +21,7 @@ from decimal import Decimal
 from django.db.models import QuerySet, Sum
 from django.db.models.fields.json import KeyTextTransform
 
+from billing import metering
 from billing.allocation import (
     CENT,
     DEFAULT_GROUP_LABELS,
@@ -32,6 +33,7 @@ from billing.allocation import (
 )
 from billing.models import Budget, CostDay, CostRecord
 from pools.errors import FieldError, ValidationError
+from pools.selectors import teams_visible_to
 
 LABEL_KEY = re.compile(
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
@@ -485,3 +487,32 @@ def budget_alerts_for_user(*, user, limit: int = 50):
         .select_related("budget__pool", "budget__team")
         .order_by("-created_at", "-id")[:limit]
     )
+
+
+@dataclass(frozen=True)
+class HourProjection:
+    """The hour in progress, priced as metering will price it if nothing changes before its
+    end: what is accruing now, before the hourly run writes it (the costs page's live line)."""
+
+    hour: datetime
+    by_team: list[tuple[str, Decimal]]
+    total: Decimal
+    currency: str
+
+
+def current_hour_projection(*, user, now: datetime) -> HourProjection | None:
+    """Same collection and allocation as `billing.services.meter_hour`, nothing saved; the
+    teams the user may see. None when nothing is running."""
+    from billing.services import cost_records_for  # services import selectors: keep it lazy
+
+    hour = metering.floor_hour(now)
+    rows = cost_records_for(metering.usage_collect(hour=hour).records)
+    visible = set(teams_visible_to(user=user).values_list("pk", flat=True))
+    totals: dict[str, Decimal] = {}
+    for row in rows:
+        if row.team_id in visible:
+            totals[row.team.name] = totals.get(row.team.name, Decimal("0")) + row.amount
+    if not totals:
+        return None
+    return HourProjection(hour=hour, by_team=sorted(totals.items()), total=sum(totals.values(), Decimal("0")),
+                          currency=rows[0].currency)

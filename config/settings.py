@@ -114,8 +114,12 @@ DATABASES = {
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    # Several processes (web + worker) share the file: wait for locks instead of failing.
-    DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 20
+    # Several processes (web, worker, demo fleet) share the file: wait for locks instead of
+    # failing, take the write lock when a transaction begins (a read lock upgraded later can
+    # fail at once with "database is locked"), and let readers go on beside the writer (WAL).
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        timeout=20, transaction_mode="IMMEDIATE", init_command="PRAGMA journal_mode=WAL;"
+    )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -147,11 +151,27 @@ STORAGES = {
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
 
+
+
+def _not_an_agent_report(record) -> bool:
+    """runserver's access log without the agents' successful reports: a demo fleet sends
+    several a second, and they would drown everything else (errors are still logged)."""
+    return not (getattr(record, "status_code", 500) < 400 and "/api/agent/v1/reports/" in record.getMessage())
+
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"ebcloud": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")}},
+    "filters": {"no_agent_reports": {"()": "django.utils.log.CallbackFilter", "callback": _not_an_agent_report}},
+    "formatters": {"django.server": {"()": "django.utils.log.ServerFormatter", "format": "[{server_time}] {message}", "style": "{"}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler"},
+        "django.server": {"class": "logging.StreamHandler", "formatter": "django.server", "filters": ["no_agent_reports"]},
+    },
+    "loggers": {
+        "ebcloud": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+        "django.server": {"handlers": ["django.server"], "level": "INFO", "propagate": False},
+    },
 }
 
 REST_FRAMEWORK = {
@@ -250,5 +270,13 @@ EBCLOUD_METRICS_TOKEN = env_str("EBCLOUD_METRICS_TOKEN", "")
 # Billing (issue 7; billing/): where budget alerts go besides the team's leads.
 EBCLOUD_BUDGET_ALERT_EMAILS = env_list("EBCLOUD_BUDGET_ALERT_EMAILS", [])
 EBCLOUD_BUDGET_WEBHOOK_URL = env_str("EBCLOUD_BUDGET_WEBHOOK_URL", "")
+
+# The living demo (`make run`, `manage.py demo_fleet`): where its agents report, how fast the
+# replayed trace runs, how often the control loops tick, when the first GPU fault comes.
+EBCLOUD_DEMO_SERVER = env_str("EBCLOUD_DEMO_SERVER", "http://127.0.0.1:8000")
+EBCLOUD_DEMO_SPEED = env_int("EBCLOUD_DEMO_SPEED", 60, minimum=1)
+EBCLOUD_DEMO_TICK_SECONDS = env_int("EBCLOUD_DEMO_TICK_SECONDS", 3, minimum=1)
+EBCLOUD_DEMO_FAULT_AFTER_SECONDS = env_int("EBCLOUD_DEMO_FAULT_AFTER_SECONDS", 45, minimum=0)
+EBCLOUD_TRACE_DIR = Path(env_str("EBCLOUD_TRACE_DIR", str(BASE_DIR.parent / "shared" / "data" / "alibaba-gpu-v2023")))
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend" if DEBUG else "django.core.mail.backends.smtp.EmailBackend")
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "ebcloud-pools@localhost")

@@ -17,9 +17,9 @@ from pools.spec import load_yaml
 
 EXAMPLES = Path(settings.BASE_DIR) / "examples"
 DEMO_POOLS = (  # (file, lead who creates it, approve its order?)
-    ("create-train-pool.yaml", "lead-algorithm", False),
+    ("create-train-pool.yaml", "lead-algorithm", True),
     ("inference-pool.yaml", "lead-inference", True),
-    ("batch-preemptible-pool.yaml", "lead-algorithm", False),
+    ("batch-preemptible-pool.yaml", "lead-algorithm", False),  # left for an admin to approve
 )
 
 
