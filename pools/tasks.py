@@ -4,12 +4,28 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from django.db import transaction
 from django.utils import timezone
 from django_q.models import Schedule
 
 from pools import lifecycle
 
 SOON = "pools.reconcile_soon"
+
+
+def schedule_once(*, name: str, func: str, next_run) -> None:
+    """Book a one-off run of `func` at `next_run` under `name`, several workers or not.
+
+    django-q2's schedule name is not unique, so two workers booking the first run at once can
+    both insert one; `update_or_create` would then fail on every later run (two rows match).
+    Here the rows of the name are locked and the extras deleted: at most one survives."""
+    with transaction.atomic():
+        rows = list(Schedule.objects.select_for_update().filter(name=name).order_by("pk"))
+        if not rows:
+            Schedule.objects.create(name=name, func=func, schedule_type=Schedule.ONCE, repeats=1, next_run=next_run)
+            return
+        Schedule.objects.filter(pk__in=[r.pk for r in rows[1:]]).delete()
+        Schedule.objects.filter(pk=rows[0].pk).update(func=func, schedule_type=Schedule.ONCE, repeats=1, next_run=next_run)
 
 
 def reconcile_all() -> dict[str, int]:
@@ -20,10 +36,7 @@ def reconcile_all() -> dict[str, int]:
     results = lifecycle.reconcile_all(now=now)
     due = lifecycle.next_wakeup(after=now)
     if due is not None and due <= now + timedelta(minutes=1):
-        Schedule.objects.update_or_create(
-            name=SOON,
-            defaults={"func": "pools.tasks.reconcile_all", "schedule_type": Schedule.ONCE, "repeats": 1, "next_run": due},
-        )
+        schedule_once(name=SOON, func="pools.tasks.reconcile_all", next_run=due)
     return {"pools": len(results), "claimed": sum(1 for r in results if r.claimed), "errors": sum(1 for r in results if r.error)}
 
 
@@ -38,10 +51,7 @@ def autoscale_all() -> dict[str, int]:
 
     now = timezone.now()
     results = run(now=now)
-    Schedule.objects.update_or_create(
-        name=AUTOSCALE_SOON,
-        defaults={"func": "pools.tasks.autoscale_all", "schedule_type": Schedule.ONCE, "repeats": 1, "next_run": now + AUTOSCALE_PERIOD},
-    )
+    schedule_once(name=AUTOSCALE_SOON, func="pools.tasks.autoscale_all", next_run=now + AUTOSCALE_PERIOD)
     return {"pools": len(results), "scaled": sum(1 for r in results if r.reason in ("ScaledUp", "ScaledDown"))}
 
 

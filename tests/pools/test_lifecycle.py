@@ -396,3 +396,14 @@ def test_time_to_capacity_is_measured_per_node_and_per_pool(actors, train_docume
     assert times.nodes == 2 and times.slow == 0
     assert times.median_ready == times.max_ready == times.last_ready == ready_at - T0
     assert times.median_first_pod == ready_at - T0 + timedelta(minutes=1)
+
+
+def test_a_one_off_wakeup_booked_twice_by_racing_workers_is_kept_once(db):
+    """django-q2 schedule names are not unique: two workers booking the first wake-up at once
+    insert two rows; the next booking keeps one (update_or_create would fail from then on)."""
+    from pools.tasks import SOON, schedule_once
+
+    for _ in range(2):
+        Schedule.objects.create(name=SOON, func="pools.tasks.reconcile_all", schedule_type=Schedule.ONCE, repeats=1, next_run=T0)
+    schedule_once(name=SOON, func="pools.tasks.reconcile_all", next_run=T0 + timedelta(seconds=30))
+    assert list(Schedule.objects.filter(name=SOON).values_list("next_run", flat=True)) == [T0 + timedelta(seconds=30)]
