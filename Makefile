@@ -25,7 +25,12 @@ $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
 
 install: $(VENV)/.installed
 
-install-test: $(VENV)/.installed-test
+# axe-core (npm, exact version in package-lock.json) for the browser tests' accessibility checks.
+node_modules/axe-core/axe.min.js: package.json package-lock.json
+	npm ci --no-audit --no-fund
+	touch $@
+
+install-test: $(VENV)/.installed-test node_modules/axe-core/axe.min.js
 
 # Web server + django-q2 worker + the simulated fleet (agents over HTTP, a replayed workload,
 # GPU faults; pools/demo_fleet.py) on the embedded defaults (SQLite, simulated cloud, demo data).
@@ -49,4 +54,4 @@ format: install-test
 	$(BIN)/ruff format .
 
 clean:
-	rm -rf $(VENV) var .pytest_cache .ruff_cache
+	rm -rf $(VENV) var .pytest_cache .ruff_cache node_modules

@@ -280,3 +280,8 @@ EBCLOUD_DEMO_FAULT_AFTER_SECONDS = env_int("EBCLOUD_DEMO_FAULT_AFTER_SECONDS", 4
 EBCLOUD_TRACE_DIR = Path(env_str("EBCLOUD_TRACE_DIR", str(BASE_DIR.parent / "shared" / "data" / "alibaba-gpu-v2023")))
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend" if DEBUG else "django.core.mail.backends.smtp.EmailBackend")
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "ebcloud-pools@localhost")
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)

@@ -6,6 +6,7 @@ Pure: takes plain sample rows and returns plotly figure specs (dicts) that the p
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -65,7 +66,9 @@ def pool_figures(samples: Iterable[Sample]) -> dict[str, dict[str, Any]]:
                 **LAYOUT,
                 "title": {"text": "Autoscaler metrics"},
                 "yaxis": {"title": {"text": "% GPU memory"}, "range": [0, 100]},
-                "yaxis2": {"title": {"text": "queued pods"}, "overlaying": "y", "side": "right", "rangemode": "tozero", "tickformat": ",d"},
+                "yaxis2": {"title": {"text": "queued pods"}, "overlaying": "y", "side": "right", "rangemode": "tozero", "tickformat": ",d",
+                           # whole pods: a step of at least 1, else plotly labels 0.2, 0.4 ... as "0, 0, 1"
+                           "tick0": 0, "dtick": max(1, math.ceil(max((s.pending_pods for s in rows), default=0) / 5))},
             },
         },
     }

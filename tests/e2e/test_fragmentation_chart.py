@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from pools.scheduler_service import scheduler_pass
+from tests.e2e.axe import assert_accessible
 from tests.pools.pod_helpers import T0, pool_with_nodes, submit
 
 CHROMIUM = "/usr/bin/chromium"
@@ -47,6 +48,7 @@ def test_the_fragmentation_charts_are_drawn_by_plotly_from_static(live_server, a
     assert page.locator("#chart-fragments .main-svg").count() >= 1
     assert any(url.endswith("/static/vendor/plotly.min.js") for url in requests)
     assert all(url.startswith(live_server.url) for url in requests)
+    assert_accessible(page)
 
 
 def test_the_pool_page_draws_its_capacity_charts(live_server, actors, page):
@@ -69,4 +71,5 @@ def test_the_pool_page_draws_its_capacity_charts(live_server, actors, page):
     page.goto(f"{live_server.url}/pools/{pool.name}/")
     for chart in ("nodes", "water", "metrics"):
         page.wait_for_selector(f"#chart-{chart} .main-svg", timeout=15000)
+    assert_accessible(page)
     page.screenshot(path=str(Path(__file__).resolve().parents[2] / "var" / "pool-page.png"), full_page=True)

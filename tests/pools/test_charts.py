@@ -33,6 +33,7 @@ def test_the_node_chart_has_each_billing_kind_with_min_and_max_lines():
     assert ready["y"] == [0, 1] and ready["x"][0] < ready["x"][1]
     assert [t["y"] for t in figures["water"]["data"]] == [[16, 24], [12.5, 20.0]]
     assert figures["metrics"]["data"][1]["yaxis"] == "y2"
+    assert figures["metrics"]["layout"]["yaxis2"]["dtick"] == 1  # whole pods, never 0.2 steps
 
 
 def test_the_pool_page_embeds_the_figures_and_plotly_from_static(client, actors):

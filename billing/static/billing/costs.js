@@ -9,5 +9,7 @@
   }
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", draw);
   else draw();
-  document.body && document.body.addEventListener("htmx:afterSwap", draw);
+  // After the settle, not the swap: htmx settles the new element's class and style back after
+  // the swap, which would strip the classes plotly gives its container.
+  document.body && document.body.addEventListener("htmx:afterSettle", draw);
 })();

@@ -1,0 +1,137 @@
+"""Journey (d), issue #8 item 2: a platform admin follows a node through repair on the node
+pages (issue 6; seed T3, P4, D1). The admin mints a join token in the browser and the real
+node agent program (simulated GPUs, in this process) joins over HTTP with it; the admin makes
+GPU 0 raise Xid 79 (fallen off the bus) in the simulated cloud; the agent reports it; the pool's
+repairs need approval (`autoRepairPolicy.requireApproval`), so the repair pass asks, the admin
+approves on the node page, the next pass starts the replacement (RepairStarted: drained and
+released through the cloud), the lifecycle controller orders the successor into the same lease
+slot, and the admin finds the successor Ready.
+
+The pool was brought up a quarter of an hour ago on the virtual clock (realistic step
+durations), so everything the journey does afterwards happens at the wall clock's time and the
+node's history reads in order; the successor is provisioned with fast simulated steps."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from monitoring.agent import Agent
+from monitoring.agent_buffer import DiskBuffer
+from monitoring.agent_sources import ControlPlaneFaults, SimulatedSource
+from monitoring.models import GpuErrorEvent
+from pools import services
+from pools.lifecycle import pool_reconcile
+from pools.models import Node
+from pools.repair_service import pool_repair
+from tests.conftest import make_document
+from tests.e2e.background import bring_up
+
+# Sequences reset: order and node names in the screenshots are the same on every run.
+pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True, reset_sequences=True)]
+
+
+def pool_ready_since_a_while(actors):
+    """train-pool-a, ordered, approved and brought up to two Ready nodes 15 minutes ago."""
+    start = timezone.now() - timedelta(minutes=15)
+    document = make_document(autoRepairPolicy={"requireApproval": True})
+    pool = services.pool_create(user=actors["lead"], document=document, now=start)
+    services.order_approve(user=actors["admin"], order=pool.orders.get(), now=start)
+    bring_up([pool], start=start)
+    return pool
+
+
+def start_agent(token: str, node: Node, server: str, tmp_path) -> Agent:
+    """The node agent program as `python -m monitoring.agent --simulate` wires it."""
+    source = SimulatedSource(gpus=node.gpu_count, seed=1)
+    agent = Agent(server=server, source=source, buffer=DiskBuffer(tmp_path / "reports.sqlite3"),
+                  credential_file=tmp_path / "credential.json", node=node.name, join_token=token)  # fmt: skip
+    source.fault_feed = ControlPlaneFaults.of(agent)
+    return agent
+
+
+def report_once(agent: Agent) -> None:
+    agent.collect()
+    agent.flush()
+
+
+def history(admin) -> str:
+    return admin.page.inner_text("section:has(h2:has-text('Repair history'))")
+
+
+def phase(admin) -> str:
+    return admin.page.inner_text("main .actions .phase")
+
+
+def successor_ready(pool, replaced: set[str], settings) -> Node:
+    """Reconcile at the wall clock until the replacement node is Ready (fast simulated steps)."""
+    settings.EBCLOUD_SIM_STEP_SECONDS = dict.fromkeys(settings.SIM_STEP_SECONDS_REALISTIC, 0)
+    for _ in range(20):
+        pool_reconcile(pool_id=pool.pk, now=timezone.now())
+        successor = pool.nodes.exclude(name__in=replaced).first()
+        if successor is not None and successor.phase == Node.Phase.READY:
+            return successor
+    raise AssertionError(f"no successor Ready: {list(pool.nodes.values_list('name', 'phase'))}")
+
+
+def test_an_admin_follows_a_node_through_an_approved_replacement(
+    browse, actors, live_server, tmp_path, settings
+):
+    pool = pool_ready_since_a_while(actors)
+    first_nodes = set(pool.nodes.values_list("name", flat=True))
+    node = pool.nodes.filter(phase="Ready").order_by("name").first()
+    admin = browse("admin")
+    admin.goto(f"/pools/{pool.name}/")
+    admin.follow(f"main a:has-text('{node.name}')")
+    assert "The node agent has not reported yet." in admin.page.inner_text("main")
+
+    # The agent joins with a join token minted on the node page, then reports its GPUs.
+    admin.follow("main button:has-text('New join token')")
+    command = admin.page.inner_text("section:has(h2:has-text('Join token')) pre")
+    token = re.search(r"--join-token (\S+)", command).group(1)
+    agent = start_agent(token, node, live_server.url, tmp_path)
+    try:
+        report_once(agent)
+        admin.reload()
+        assert admin.page.locator("section:has(h2:has-text('GPUs')) tbody tr").count() == 8
+        admin.shot("admin-02-node-gpus", element="section:has(h2:has-text('GPUs'))")
+
+        # GPU 0 raises Xid 79 in the simulated cloud; the agent fetches and reports it.
+        admin.page.fill("#fault-gpu", "0")
+        admin.page.fill("#fault-xid", "79")
+        admin.follow("main button:has-text('Raise Xid')")
+        report_once(agent)
+    finally:
+        agent.close()
+    xid = GpuErrorEvent.objects.get(node=node)
+    assert (xid.xid, xid.gpu_index, xid.action) == (79, 0, "replace")
+
+    # The repair pass asks a platform admin first (autoRepairPolicy.requireApproval).
+    assert pool_repair(pool_id=pool.pk, now=timezone.now()) == 0
+    admin.reload()
+    assert "Repair pending approval" in admin.page.inner_text("main")
+    assert "Xid79" in history(admin) and "GpuFaultInjected" in history(admin)
+    admin.shot("admin-03-repair-approval")
+    admin.follow("main button:has-text('Approve repair')")
+    assert "approved" in admin.page.inner_text("main [role=status]")
+
+    # The next pass starts it: the node is drained and its machine released through the cloud.
+    assert pool_repair(pool_id=pool.pk, now=timezone.now()) == 1
+    admin.reload()
+    assert phase(admin) in ("Draining", "Terminating", "Terminated")
+    assert "RepairStarted" in history(admin) and "released and replaced" in history(admin)
+    admin.shot("admin-04-node-replaced")
+    admin.shot("admin-05-repair-history", element="section:has(h2:has-text('Repair history'))")
+
+    # The lifecycle controller orders the successor into the same lease slot.
+    successor = successor_ready(pool, first_nodes, settings)
+    admin.follow(f"main a:has-text('pool {pool.name}')")
+    nodes = admin.page.inner_text("section:has(h2:has-text('Nodes'))")
+    assert successor.name in nodes and "Terminated" in nodes
+    admin.shot("admin-06-pool-nodes-after-repair", element="section:has(h2:has-text('Nodes'))")
+    admin.follow(f"main a:has-text('{successor.name}')")
+    assert phase(admin) == "Ready" and "No faults or repairs." in history(admin)  # a fresh machine
+    admin.shot("admin-07-successor-ready")
