@@ -82,6 +82,9 @@ def cost_query_parse(
     end = _date(params.get("to"), "to", errors) or default_end
     if start and end and end < start:
         errors.append(("to", "must not be before from"))
+    for key in ("team", "pool"):
+        if "\x00" in params.get(key, ""):
+            errors.append((key, "null characters are not allowed"))
     billing = params.get("billing", "")
     if billing and billing not in ("monthly", "on_demand", "preemptible"):
         errors.append(("billing", "must be monthly, on_demand or preemptible"))

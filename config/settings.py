@@ -87,6 +87,7 @@ AXES_FAILURE_LIMIT = env_int("AXES_FAILURE_LIMIT", 5, minimum=1)
 AXES_COOLOFF_TIME = timedelta(minutes=env_int("AXES_COOLOFF_MINUTES", 15, minimum=1))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
+AXES_USERNAME_CALLABLE = "config.login_attempts.attempt_username"  # bounded: no 500 for an overlong name
 
 ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = "config.wsgi.application"
@@ -181,7 +182,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_PARSER_CLASSES": [
-        "rest_framework.parsers.JSONParser",
+        "pools.api.parsers.JSONParser",  # DRF's, with the spec size limit
         "pools.api.parsers.YAMLParser",
         "rest_framework.parsers.FormParser",
         "rest_framework.parsers.MultiPartParser",

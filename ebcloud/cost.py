@@ -78,18 +78,15 @@ def cost_export(
     if detail:
         params["detail"] = "1"
     with Client(config.load()) as client:
-        out = open(path, "wb") if path else sys.stdout.buffer  # noqa: SIM115
-        try:
-            rows = _stream(client, params, out)
-        finally:
-            if path:
-                out.close()
+        rows = _stream(client, params, path)
     if path:
         click.echo(f"wrote {rows} rows to {path}", err=True)
 
 
-def _stream(client: Client, params: dict, out) -> int:
-    """Copy the CSV body to `out` chunk by chunk; returns the number of data rows."""
+def _stream(client: Client, params: dict, path: str | None) -> int:
+    """Copy the CSV body to `path` (stdout when None) chunk by chunk; returns the number of data
+    rows. The file is opened only once the server has accepted the query, so a refused export
+    neither creates it nor truncates the one already there."""
     http = client._http
     lines = 0
     try:
@@ -103,10 +100,15 @@ def _stream(client: Client, params: dict, out) -> int:
                 raise CliError(
                     detail or f"the server at {client.server} answered HTTP {response.status_code}"
                 )
-            for chunk in response.iter_bytes():
-                lines += chunk.count(b"\n")
-                out.write(chunk)
+            out = open(path, "wb") if path else sys.stdout.buffer  # noqa: SIM115
+            try:
+                for chunk in response.iter_bytes():
+                    lines += chunk.count(b"\n")
+                    out.write(chunk)
+                out.flush()
+            finally:
+                if path:
+                    out.close()
     except httpx.TransportError as exc:
         raise CliError(f"cannot reach the server at {client.server}: {exc}") from exc
-    out.flush()
     return max(lines - 1, 0)

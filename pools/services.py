@@ -186,6 +186,8 @@ def order_reject(*, user, order: PoolOrder, reason: str, now: datetime | None = 
         raise ValidationError("a reason is required to reject an order", field="reason")
     if len(reason) > 500:
         raise ValidationError("at most 500 characters", field="reason")
+    if "\x00" in reason:
+        raise ValidationError("null characters are not allowed", field="reason")
     with transaction.atomic():
         _decide(order=order, status=PoolOrder.Status.REJECTED, user=user, reason=reason, now=now)
         pool = order.pool

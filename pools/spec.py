@@ -49,6 +49,7 @@ _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-
 _QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@-]*$")
 _CURRENCY = re.compile(r"^[A-Z]{3}$")
+MAX_MONTHLY_BUDGET = Decimal("999999999999.99")  # billing.Budget.monthly_amount: 14 digits, 2 decimals
 
 
 @dataclass(frozen=True)
@@ -436,6 +437,9 @@ def _parse_budget(check: _Checker, value: Any) -> Budget | None:
                 raise InvalidOperation
         except InvalidOperation:
             check.error("spec.budget.monthly", "must be a positive amount with at most 2 decimals")
+            amount = None
+        if amount is not None and amount > MAX_MONTHLY_BUDGET:
+            check.error("spec.budget.monthly", f"must be at most {MAX_MONTHLY_BUDGET}")
             amount = None
     currency = entry.get("currency", "CNY")
     if not isinstance(currency, str) or not _CURRENCY.match(currency):

@@ -34,8 +34,9 @@ def _compact(value) -> str:
 def audit_list(request):
     if not roles.is_admin(request.user):
         raise Http404("no such page")
-    action = request.GET.get("action", "").strip()[:60]
-    actor = request.GET.get("actor", "").strip()[:150]
+    # NUL characters cannot reach PostgreSQL (a 500); no action or username contains one.
+    action = request.GET.get("action", "").replace("\x00", "").strip()[:60]
+    actor = request.GET.get("actor", "").replace("\x00", "").strip()[:150]
     entries = AuditEntry.objects.select_related("actor").order_by("-at", "-id")
     if action:
         entries = entries.filter(action__startswith=action)

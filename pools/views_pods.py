@@ -206,9 +206,12 @@ def cluster_fragmentation(request):
 
 def _apply(request, *, pool, back: str):
     try:
-        max_nodes = int(request.POST.get("max_nodes", "1"))
+        try:
+            max_nodes = int(request.POST.get("max_nodes", "1"))
+        except ValueError:
+            raise ValidationError("must be a whole number", field="maxNodes") from None
         applied = fragmentation_service.repack_apply(user=request.user, pool=pool, max_nodes=max_nodes)
-    except (ValueError, ValidationError) as exc:
+    except ValidationError as exc:
         messages.error(request, f"Repack not applied: {exc}")
     else:
         freed = ", ".join(applied.plan.freed_nodes) or "none"

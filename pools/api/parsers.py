@@ -1,10 +1,14 @@
-"""`application/yaml` request bodies, so `curl --data-binary @pool.yaml` works like JSON."""
+"""`application/yaml` request bodies, so `curl --data-binary @pool.yaml` works like JSON; JSON
+bodies under the same size limit (`EBCLOUD_MAX_SPEC_BYTES`), so neither is a way around it."""
 
 from __future__ import annotations
+
+import io
 
 from django.conf import settings
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import BaseParser
+from rest_framework.parsers import JSONParser as DRFJSONParser
 
 from pools.errors import ValidationError
 from pools.spec import load_yaml
@@ -20,6 +24,17 @@ class YAMLParser(BaseParser):
             return load_yaml(data, max_bytes=limit)
         except ValidationError as exc:
             raise ParseError(str(exc)) from exc
+
+
+class JSONParser(DRFJSONParser):
+    """DRF's JSON parser, refusing a body over `EBCLOUD_MAX_SPEC_BYTES` before parsing it."""
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        limit = settings.EBCLOUD_MAX_SPEC_BYTES
+        data = stream.read(limit + 1) if stream is not None else b""
+        if len(data) > limit:
+            raise ParseError(f"the document is larger than {limit} bytes")
+        return super().parse(io.BytesIO(data), media_type, parser_context)
 
 
 class YAMLTextParser(YAMLParser):

@@ -17,7 +17,7 @@ from rest_framework.views import APIView
 
 from pools import fragmentation_service, pod_services, roles, selectors
 from pools.api.serializers import ErrorSerializer, _iso
-from pools.api.views import _errors
+from pools.api.views import _errors, query_param
 from pools.models_pods import Pod
 
 UNSUPPORTED = {415: OpenApiResponse(ErrorSerializer, description="Unsupported or malformed request media type")}
@@ -107,10 +107,9 @@ class PodListView(APIView):
 
     serializer_class = PodSerializer
 
-    @extend_schema(parameters=POD_FILTERS, responses={200: PodSerializer(many=True), **_errors(401)}, operation_id="pods_list")
+    @extend_schema(parameters=POD_FILTERS, responses={200: PodSerializer(many=True), **_errors(400, 401)}, operation_id="pods_list")
     def get(self, request):
-        params = request.query_params
-        filters = pod_services.PodFilters(namespace=params.get("namespace", ""), phase=params.get("phase", ""), team=params.get("team", ""))
+        filters = pod_services.PodFilters(namespace=query_param(request, "namespace"), phase=query_param(request, "phase"), team=query_param(request, "team"))
         return Response([pod_representation(p) for p in pod_services.pods_for_user(user=request.user, filters=filters)])
 
     @extend_schema(

@@ -11,7 +11,8 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 
 from pools.models import GpuNodePool
 from pools.spec import dump_yaml
-from tests.conftest import ROOT, make_document
+from tests.conftest import ROOT
+from tests.corpus import DOCUMENT_CORPUS, YAML_CORPUS
 from tests.pools.test_services import db_state
 
 
@@ -53,34 +54,6 @@ def test_production_refuses_to_start_without_a_secret_key():
 
 
 # --- the bad-input corpus: every write path answers 4xx with a reason and writes nothing -----
-
-def _bomb() -> str:
-    text = 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n'
-    for index in range(1, 9):
-        prev, cur = chr(96 + index), chr(97 + index)
-        text += f"{cur}: &{cur} [*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev}]\n"
-    return text
-
-
-YAML_CORPUS = {
-    "malformed": "apiVersion: ebcloud.io/v1\nkind: [GpuNodePool\n",
-    "billion-laughs": _bomb(),
-    "oversized": "apiVersion: ebcloud.io/v1\nx: '" + "y" * 100_000 + "'\n",
-    "python-tag": "!!python/object/apply:os.system ['echo pwned']\n",
-    "not-a-mapping": "- a\n- b\n",
-    "empty": "",
-}
-DOCUMENT_CORPUS = {
-    "unicode-name": make_document("pöol-ä"),
-    "overlong-name": make_document("p" * 300),
-    "negative-size": make_document("neg", nodeCount={"min": -3, "max": 2}),
-    "huge-size": make_document("huge", nodeCount={"min": 10**12, "max": 10**13}),
-    "script-label": {**make_document("xss"), "metadata": {"name": "xss", "labels": {"team": "<script>alert(1)</script>"}}},
-    "sql-ish-zone": make_document("sql", region="cn-east-2a'; DROP TABLE pools_gpunodepool; --"),
-    "float-count": make_document("flt", nodeCount={"min": 1.5, "max": 2}),
-    "null-spec": {"apiVersion": "ebcloud.io/v1", "kind": "GpuNodePool", "metadata": {"name": "x"}, "spec": None},
-}
-
 
 @pytest.mark.parametrize("case", sorted(YAML_CORPUS))
 def test_bad_yaml_is_a_400_on_the_api_and_writes_nothing(api, case):

@@ -1,0 +1,281 @@
+"""The bad-input corpus (issue #9 item 5) and the checks every write-path test makes with it.
+
+Malformed YAML, entity expansion ("billion laughs"), documents over the size limit, unicode and
+overlong names, negative, huge, non-integer and beyond-int64 numbers, `<script>` in labels,
+SQL-like and NUL-carrying strings. `tests/pools/test_security.py` sends the documents to the pool
+API and the import page; `tests/test_bad_input*.py` to every other write path.
+
+The checks: `db_state()` (every row of every product table, so "nothing written" means
+nothing), `escaped()` (the payload never appears raw in HTML) and `api_fields()` (the API's
+`{"errors": [{"field", "message"}]}` with a message for each).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from django.apps import apps
+from django.db import transaction
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from pools import roles
+from pools.demo import load_catalog
+from pools.models import Membership, Team
+from tests.conftest import _user, make_document
+
+SCRIPT = "<script>alert(1)</script>"
+SQL = "x'; DROP TABLE pools_gpunodepool; --"
+OVERLONG = "p" * 300
+BEYOND_INT64 = "9" * 30
+SNAPSHOT_APPS = ("pools", "billing", "monitoring", "auth", "authtoken", "django_q")
+
+
+def db_state() -> dict[str, list]:
+    """Every row of every product table, users, tokens and queued tasks (not sessions, not
+    django-axes' failed-login records, which a refused login writes by design)."""
+    return {
+        model._meta.label: list(model.objects.order_by("pk").values_list())
+        for label in SNAPSHOT_APPS
+        for model in apps.get_app_config(label).get_models()
+        if model._meta.label != "auth.Permission"
+    }
+
+
+def escaped(response) -> bool:
+    """The payload is never in the page raw (autoescaping shows it as &lt;script&gt;)."""
+    return SCRIPT.encode() not in response.content
+
+
+def api_fields(response) -> list[str]:
+    """The fields of an API error answer; each error must carry a message."""
+    errors = response.json()["errors"]
+    assert errors and all(e["message"] for e in errors), errors
+    return [e["field"] for e in errors]
+
+
+def once_per_module(django_db_blocker, build):
+    """Build a module's data once, inside a transaction that every test's own transaction (a
+    savepoint, pytest-django's `db`) nests in, and roll it back after the module's last test.
+    The tests then cost a savepoint each instead of re-creating users, catalog and pools."""
+    with django_db_blocker.unblock():
+        outer = transaction.atomic()
+        outer.__enter__()
+        try:
+            data = build()
+        except BaseException:
+            outer.__exit__(*sys.exc_info())
+            raise
+    try:
+        yield data
+    finally:
+        with django_db_blocker.unblock():
+            transaction.set_rollback(True)
+            outer.__exit__(None, None, None)
+
+
+def people() -> dict:
+    """The catalog and tests/conftest.py's actors (same names, roles and passwords)."""
+    load_catalog()
+    algorithm = Team.objects.create(name="Algorithm", slug="algorithm")
+    inference = Team.objects.create(name="Inference", slug="inference")
+    return {
+        "lead": _user("lead", team=algorithm, role=Membership.Role.LEAD),
+        "other_lead": _user("other-lead", team=inference, role=Membership.Role.LEAD),
+        "member": _user("member", team=algorithm, role=Membership.Role.MEMBER),
+        "finance": _user("finance", group=roles.FINANCE),
+        "admin": _user("admin", group=roles.PLATFORM_ADMIN),
+    }
+
+
+def token_client(user) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.get_or_create(user=user)[0].key}")
+    return client
+
+
+def _bomb() -> str:
+    text = 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n'
+    for index in range(1, 9):
+        prev, cur = chr(96 + index), chr(97 + index)
+        text += f"{cur}: &{cur} [*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev}]\n"
+    return text
+
+
+# --- documents (pool and pod YAML/JSON) -------------------------------------------------------
+
+YAML_CORPUS = {
+    "malformed": "apiVersion: ebcloud.io/v1\nkind: [GpuNodePool\n",
+    "billion-laughs": _bomb(),
+    "oversized": "apiVersion: ebcloud.io/v1\nx: '" + "y" * 100_000 + "'\n",
+    "python-tag": "!!python/object/apply:os.system ['echo pwned']\n",
+    "not-a-mapping": "- a\n- b\n",
+    "empty": "",
+}
+# What the answer says for each (the CLI refuses an empty file itself, before any request).
+YAML_MESSAGES = {
+    "malformed": "malformed YAML at line",
+    "billion-laughs": "YAML aliases are not accepted",
+    "oversized": "larger than",
+    "python-tag": "could not determine a constructor",
+    "not-a-mapping": "must be a mapping",
+    "empty": "is empty",
+}
+DOCUMENT_CORPUS = {
+    "unicode-name": make_document("pöol-ä"),
+    "overlong-name": make_document(OVERLONG),
+    "negative-size": make_document("neg", nodeCount={"min": -3, "max": 2}),
+    "huge-size": make_document("huge", nodeCount={"min": 10**12, "max": 10**13}),
+    "script-label": {**make_document("xss"), "metadata": {"name": "xss", "labels": {"team": SCRIPT}}},
+    "sql-ish-zone": make_document("sql", region="cn-east-2a'; DROP TABLE pools_gpunodepool; --"),
+    "float-count": make_document("flt", nodeCount={"min": 1.5, "max": 2}),
+    "null-spec": {"apiVersion": "ebcloud.io/v1", "kind": "GpuNodePool", "metadata": {"name": "x"}, "spec": None},
+    "huge-budget": make_document("rich", budget={"monthly": "1e40"}),
+}
+# The field path each document is refused for.
+DOCUMENT_FIELDS = {
+    "unicode-name": "metadata.name",
+    "overlong-name": "metadata.name",
+    "negative-size": "spec.nodeCount.min",
+    "huge-size": "spec.nodeCount",
+    "script-label": "metadata.labels",
+    "sql-ish-zone": "spec.region",
+    "float-count": "spec.nodeCount.min",
+    "null-spec": "spec",
+    "huge-budget": "spec.budget.monthly",
+}
+
+
+def pod_document(name: str = "bad-pod", *, namespace: str = "algorithm", gpus=1, cpu="4", memory="32Gi", **extra) -> dict:
+    """A small valid Pod document (seed O3) to spoil one field at a time."""
+    metadata = {"name": name, "namespace": namespace, **extra.pop("metadata", {})}
+    spec = {"priority": 0, "containers": [{"name": "main", "resources": {"requests": {"cpu": cpu, "memory": memory, "nvidia.com/gpu": gpus}}}]}
+    spec.update(extra)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+REQUESTS = "spec.containers[0].resources.requests"
+# case -> (document, the field path it is refused for)
+POD_CASES = {
+    "unicode-name": (pod_document("pöd-ä"), "metadata.name"),
+    "overlong-name": (pod_document(OVERLONG), "metadata.name"),
+    "sql-namespace": (pod_document(namespace=SQL), "metadata.namespace"),
+    "script-label": (pod_document(metadata={"labels": {"app": SCRIPT}}), "metadata.labels"),
+    "negative-gpus": (pod_document(gpus=-2), REQUESTS),
+    "huge-gpus": (pod_document(gpus=10**12), REQUESTS),
+    "float-gpus": (pod_document(gpus=1.5), REQUESTS),
+    "string-gpus": (pod_document(gpus="lots"), REQUESTS),
+    "negative-cpu": (pod_document(cpu="-4"), REQUESTS),
+    "bad-memory": (pod_document(memory="lots"), REQUESTS),
+    "huge-priority": (pod_document(priority=10**20), "spec.priority"),
+    "string-priority": (pod_document(priority="high"), "spec.priority"),
+    "bad-gpu-milli": (pod_document(metadata={"annotations": {"ebcloud.io/gpu-milli": "-5"}}), "metadata.annotations"),
+    "bad-duration": (pod_document(metadata={"annotations": {"ebcloud.io/duration": "forever"}}), "metadata.annotations"),
+    "containers-not-a-list": (pod_document(containers={"name": "main"}), "spec.containers"),
+    "null-spec": ({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}, "spec": None}, "spec"),
+}
+POD_CORPUS = {case: document for case, (document, _) in POD_CASES.items()}
+POD_FIELDS = {case: field for case, (_, field) in POD_CASES.items()}
+
+# --- the pool form (web), merge patches and scale requests (API) ------------------------------
+
+FORM = {
+    "team": "algorithm", "name": "form-pool", "gpu_model": "A100_80G", "node_type": "GPU_8_CARD",
+    "region": "cn-east-2a", "min_nodes": "0", "max_nodes": "2", "lease_type": "monthly",
+    "system_image": "ubuntu-22.04-cuda-12.2", "auto_repair": "on", "scheduling_policy": "binpack",
+    "label_key": ["team"], "label_value": ["algorithm"],
+}  # fmt: skip
+# case -> (fields changed, where the error shows: a form field, or a row section of the htmx rows)
+FORM_CORPUS = {
+    "unicode-name": ({"name": "pöol-ä"}, "name"),
+    "overlong-name": ({"name": OVERLONG}, "name"),
+    "sql-name": ({"name": SQL}, "name"),
+    "script-name": ({"name": SCRIPT}, "name"),
+    "nul-name": ({"name": "a\x00b"}, "name"),
+    "negative-min": ({"min_nodes": "-3"}, "min_nodes"),
+    "huge-sizes": ({"min_nodes": "1000000000000", "max_nodes": "10000000000000"}, "max_nodes"),
+    "beyond-int64-max": ({"max_nodes": BEYOND_INT64}, "max_nodes"),
+    "float-min": ({"min_nodes": "1.5"}, "min_nodes"),
+    "string-max": ({"max_nodes": "lots"}, "max_nodes"),
+    "script-label-value": ({"label_value": [SCRIPT]}, "label"),
+    "script-label-key": ({"label_key": [SCRIPT]}, "label"),
+    "unicode-label-key": ({"label_key": ["tëam"]}, "label"),
+    "overlong-label-value": ({"label_value": ["v" * 300]}, "label"),
+    "sql-node-label": ({"nodelabel_key": ["gpu-class"], "nodelabel_value": [SQL]}, "nodelabel"),
+    "script-taint-effect": ({"taint_key": ["pool"], "taint_value": ["train"], "taint_effect": [SCRIPT]}, "taint"),
+    "sql-zone": ({"region": "cn-east-2a'; DROP TABLE pools_zone; --"}, "region"),
+    "script-gpu-model": ({"gpu_model": SCRIPT}, "gpu_model"),
+    "script-image": ({"system_image": SCRIPT}, "system_image"),
+    "negative-budget": ({"budget_monthly": "-5"}, "budget_monthly"),
+    "huge-budget": ({"budget_monthly": "1e40"}, "budget_monthly"),
+    "string-budget": ({"budget_monthly": "lots"}, "budget_monthly"),
+    "negative-burst": ({"burst_enabled": "on", "burst_max_nodes": "-1"}, "burst_max_nodes"),
+    "huge-burst": ({"burst_enabled": "on", "burst_max_nodes": "1000000000000"}, "burst_max_nodes"),
+    "script-team": ({"team": SCRIPT}, "team"),
+}
+PATCHES = {
+    "negative-min": ({"spec": {"nodeCount": {"min": -1}}}, "spec.nodeCount.min"),
+    "huge-max": ({"spec": {"nodeCount": {"max": 10**15}}}, "spec.nodeCount"),
+    "float-min": ({"spec": {"nodeCount": {"min": 0.5}}}, "spec.nodeCount.min"),
+    "string-max": ({"spec": {"nodeCount": {"max": "lots"}}}, "spec.nodeCount.max"),
+    "script-label": ({"metadata": {"labels": {"team": SCRIPT}}}, "metadata.labels"),
+    "sql-taint": ({"spec": {"nodeTaints": [{"key": "pool", "value": SQL, "effect": "NoSchedule"}]}}, "spec.nodeTaints"),
+    "negative-budget": ({"spec": {"budget": {"monthly": "-5"}}}, "spec.budget.monthly"),
+    "huge-budget": ({"spec": {"budget": {"monthly": "1e40"}}}, "spec.budget.monthly"),
+    "renamed": ({"metadata": {"name": "other"}}, "metadata.name"),
+    "not-a-mapping": ([1, 2], ""),
+    "scalar": ("lots", ""),
+}
+SCALES = {
+    "negative-min": ({"min": -1}, "min"),
+    "huge-min": ({"min": 10**12}, "min"),
+    "beyond-int64": ({"max": 10**30}, "max"),
+    "float-max": ({"max": 1.5}, "max"),
+    "string-min": ({"min": "lots"}, "min"),
+    "script-min": ({"min": SCRIPT}, "min"),
+    "zero-max": ({"max": 0}, "max"),
+    "min-over-max": ({"min": 5, "max": 3}, "spec.nodeCount"),
+}
+
+# --- names in URLs, reasons, ids, numbers in forms, filters -------------------------------------
+
+HOSTILE_NAMES = {"script": SCRIPT, "sql": SQL, "unicode": "pöol-ä", "overlong": OVERLONG, "dots": "..", "percent": "%00"}
+REASONS = {"overlong": "x" * 501, "blank": "   ", "nul": "late\x00", "list": ["a"], "object": {"a": 1}}
+BAD_IDS = {"string": "abc", "negative": "-1", "float": "1.5", "beyond-int64": BEYOND_INT64, "script": SCRIPT}
+MAX_NODES = {"negative": "-1", "zero": "0", "huge": "1000000000000", "beyond-int64": BEYOND_INT64, "float": "1.5", "string": "lots", "script": SCRIPT, "empty": ""}
+# The node page's admin actions: case -> (form data, the field the flashed error names).
+NODE_ACTIONS = {
+    "no-action": ({}, "action"),
+    "unknown-action": ({"action": "explode"}, "action"),
+    "script-action": ({"action": SCRIPT}, "action"),
+    "nul-action": ({"action": "revoke\x00"}, "action"),
+    "string-approval": ({"action": "approve", "approval": "abc"}, "approval"),
+    "script-approval": ({"action": "reject", "approval": SCRIPT}, "approval"),
+    "overlong-note": ({"action": "reject", "approval": "{approval}", "note": "n" * 301}, "note"),
+    "nul-note": ({"action": "reject", "approval": "{approval}", "note": "tonight\x00"}, "note"),
+    "negative-gpu": ({"action": "inject-fault", "gpu": "-1", "xid": "79"}, "gpu"),
+    "gpu-out-of-range": ({"action": "inject-fault", "gpu": "8", "xid": "79"}, "gpu"),
+    "beyond-int64-gpu": ({"action": "inject-fault", "gpu": BEYOND_INT64, "xid": "79"}, "gpu"),
+    "float-gpu": ({"action": "inject-fault", "gpu": "1.5", "xid": "79"}, "gpu"),
+    "script-gpu": ({"action": "inject-fault", "gpu": SCRIPT, "xid": "79"}, "gpu"),
+    "negative-xid": ({"action": "inject-fault", "gpu": "0", "xid": "-5"}, "xid"),
+    "zero-xid": ({"action": "inject-fault", "gpu": "0", "xid": "0"}, "xid"),
+    "huge-xid": ({"action": "inject-fault", "gpu": "0", "xid": BEYOND_INT64}, "xid"),
+    "string-xid": ({"action": "inject-fault", "gpu": "0", "xid": "lots"}, "xid"),
+}
+HOSTILE_VALUES = {"script": SCRIPT, "sql": "' OR 1=1 --", "nul": "a\x00b", "overlong": "x" * 5000, "unicode": "tëam-ä"}
+COST_PARAMS = {
+    "script-label-key": ({"by": SCRIPT}, "by"),
+    "sql-label-key": ({"by": "team'; DROP TABLE billing_costrecord; --"}, "by"),
+    "overlong-label-key": ({"by": "k" * 400}, "by"),
+    "too-many-keys": ({"by": ",".join(f"k{i}" for i in range(50))}, "by"),
+    "impossible-date": ({"from": "2026-13-45"}, "from"),
+    "sql-date": ({"to": "2026-12-01' OR '1'='1"}, "to"),
+    "huge-year": ({"from": "99999-01-01"}, "from"),
+    "backwards": ({"from": "2026-12-31", "to": "2026-12-01"}, "to"),
+    "bad-billing": ({"billing": SCRIPT}, "billing"),
+    "bad-sort": ({"sort": "amount; DROP"}, "sort"),
+    "nul-team": ({"team": "a\x00b"}, "team"),
+    "nul-pool": ({"pool": "a\x00b"}, "pool"),
+    "bad-format": ({"format": SCRIPT}, "format"),
+}

@@ -1,0 +1,193 @@
+"""The bad-input corpus through the `ebcloud` CLI (issue #9 item 5; design §4: "exit code non-zero
+with one readable line on error").
+
+Every corpus file given to `ebcloud node-pool create|apply -f` and `ebcloud pod create -f`, and
+hostile arguments to the other verbs that write (scale, delete, fragmentation --apply, order
+approve/reject, cost export -o, login): exit 1 with exactly one `error: ...` line on stderr
+naming the field, no traceback, nothing written on the server (`tests.corpus.db_state`) nor
+on disk (no config file, no export file). Mistakes click catches before any request (a
+negative `--min`, a non-integer ID) are usage errors: exit 2 as click does (design §4), the
+last line naming the option.
+
+The CLI runs in-process (click's runner) against the real WSGI application through httpx's
+WSGI transport, so each case is an ordinary rolled-back test (a live server costs a database
+flush per test, about 2 s on PostgreSQL); one test at the end repeats the corpus over a real
+socket with the live server, as tests/ebcloud/test_cli.py does.
+"""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from django.core import signals
+from django.core.handlers.wsgi import WSGIHandler
+from django.db import close_old_connections
+from rest_framework.authtoken.models import Token
+
+from ebcloud import client as ebcloud_client
+from ebcloud import config as ebcloud_config
+from pools import services
+from pools.spec import dump_yaml
+from tests.conftest import make_document
+from tests.corpus import (
+    DOCUMENT_CORPUS,
+    DOCUMENT_FIELDS,
+    POD_CORPUS,
+    POD_FIELDS,
+    SCRIPT,
+    SQL,
+    YAML_CORPUS,
+    YAML_MESSAGES,
+    db_state,
+)
+from tests.ebcloud.test_cli import config_file, ebcloud, live, login_as, one_error_line  # noqa: F401
+
+
+@pytest.fixture
+def served(monkeypatch, config_file, actors):  # noqa: F811
+    """served(role): the CLI's HTTP client talks to the WSGI app in-process as `role`."""
+    for signal in (signals.request_started, signals.request_finished):  # keep the test's connection
+        signal.disconnect(close_old_connections)
+    application = WSGIHandler()
+    real = ebcloud_client.httpx.Client
+    monkeypatch.setattr(ebcloud_client.httpx, "Client", lambda **kw: real(**{**kw, "transport": httpx.WSGITransport(app=application)}))
+
+    def login(role: str) -> None:
+        token, _ = Token.objects.get_or_create(user=actors[role])
+        ebcloud_config.save(ebcloud_config.Config(server="http://testserver", token=token.key, username=role))
+
+    yield login
+    for signal in (signals.request_started, signals.request_finished):
+        signal.connect(close_old_connections)
+
+
+@pytest.fixture
+def pool(actors):
+    return services.pool_create(user=actors["lead"], document=make_document("train-pool-a"))
+
+
+def write(tmp_path, text: str) -> str:
+    path = tmp_path / "input.yaml"
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def refused(result, needle: str) -> str:
+    """One `error:` line naming `needle`, not a server failure passed through."""
+    line = one_error_line(result)
+    assert needle in line and "HTTP 5" not in line and "unexpected" not in line, line
+    return line
+
+
+POOL_FILES = {f"yaml-{case}": (text, YAML_MESSAGES[case]) for case, text in YAML_CORPUS.items()} | {
+    f"doc-{case}": (dump_yaml(document), DOCUMENT_FIELDS[case]) for case, document in DOCUMENT_CORPUS.items()
+}
+POD_FILES = {f"yaml-{case}": (text, YAML_MESSAGES[case]) for case, text in YAML_CORPUS.items()} | {
+    f"pod-{case}": (dump_yaml(document), POD_FIELDS[case]) for case, document in POD_CORPUS.items()
+}
+
+
+@pytest.mark.parametrize("verb", ["create", "apply"])
+@pytest.mark.parametrize("case", sorted(POOL_FILES))
+def test_node_pool_create_and_apply_refuse_each_bad_file_in_one_line(ebcloud, served, pool, tmp_path, case, verb):  # noqa: F811
+    text, needle = POOL_FILES[case]
+    served("lead")
+    before = db_state()
+    refused(ebcloud("node-pool", verb, "-f", write(tmp_path, text)), needle)
+    assert db_state() == before
+
+
+@pytest.mark.parametrize("case", sorted(POD_FILES))
+def test_pod_create_refuses_each_bad_file_in_one_line(ebcloud, served, tmp_path, case):  # noqa: F811
+    text, needle = POD_FILES[case]
+    served("member")
+    before = db_state()
+    refused(ebcloud("pod", "create", "-f", write(tmp_path, text)), needle)
+    assert db_state() == before
+
+
+SERVER_REFUSALS = {
+    "apply-negative-size": (["node-pool", "apply", "-f", "{negative}"], "spec.nodeCount.min:"),
+    "apply-script-label": (["node-pool", "apply", "-f", "{script}"], "metadata.labels"),
+    "scale-huge": (["node-pool", "scale", "train-pool-a", "--min", "1000000000000"], "min:"),
+    "scale-beyond-int64": (["node-pool", "scale", "train-pool-a", "--max", "9" * 30], "max:"),
+    "delete-script-name": (["node-pool", "delete", SCRIPT], "not found"),
+    "repack-script-name": (["node-pool", "fragmentation", SCRIPT, "--apply"], "not found"),
+    "pod-delete-sql-name": (["pod", "delete", f"algorithm/{SQL}"], "not found"),
+    "reject-overlong-reason": (["order", "reject", "{order}", "--reason", "x" * 501], "reason:"),
+    "reject-nul-reason": (["order", "reject", "{order}", "--reason", "late\x00"], "reason:"),
+    "approve-beyond-int64": (["order", "approve", "9" * 30], "not found"),
+    "cost-script-label": (["cost", "export", "--by-labels", SCRIPT], "by:"),
+    "cost-sql-label": (["cost", "export", "--by-labels", "team'; DROP TABLE billing_costrecord; --"], "by:"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SERVER_REFUSALS))
+def test_bad_arguments_the_server_refuses_are_one_line(ebcloud, served, pool, tmp_path, case):  # noqa: F811
+    args, needle = SERVER_REFUSALS[case]
+    served("admin")
+    files = {
+        "{negative}": write(tmp_path, dump_yaml(make_document("train-pool-a", nodeCount={"min": -1, "max": 2}))),
+        "{script}": str(tmp_path / "script.yaml"),
+        "{order}": str(pool.orders.get().pk),
+    }
+    (tmp_path / "script.yaml").write_text(dump_yaml(DOCUMENT_CORPUS["script-label"] | {"metadata": {"name": "train-pool-a", "labels": {"x": SCRIPT}}}))
+    before = db_state()
+    refused(ebcloud(*[files.get(a, a) for a in args]), needle)
+    assert db_state() == before
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["node-pool", "scale", "train-pool-a", "--min", "-1"], "'--min'"),
+        (["node-pool", "scale", "train-pool-a", "--max", "0"], "'--max'"),
+        (["node-pool", "scale", "train-pool-a", "--min", "1.5"], "'--min'"),
+        (["node-pool", "scale", "train-pool-a", "--max", "lots"], "'--max'"),
+        (["node-pool", "fragmentation", "train-pool-a", "--apply", "--max-nodes", "0"], "'--max-nodes'"),
+        (["node-pool", "fragmentation", "train-pool-a", "--apply", "--max-nodes", "1000000000000"], "'--max-nodes'"),
+        (["order", "approve", SCRIPT], "'ID'"),
+        (["order", "reject", "1"], "'--reason'"),
+        (["cost", "export", "--from", "2026-13-45"], "'--from'"),
+        (["pod", "delete", "pöd-without-namespace"], "NAMESPACE/NAME"),
+    ],
+    ids=["scale-negative", "scale-zero-max", "scale-float", "scale-string", "repack-zero", "repack-huge",
+         "approve-script-id", "reject-without-reason", "cost-impossible-date", "pod-delete-no-namespace"],  # fmt: skip
+)
+def test_bad_arguments_are_usage_errors_before_any_request(ebcloud, args, option):  # noqa: F811
+    """Click checks types and ranges before the CLI talks to a server (none is configured here):
+    exit 2 as click does (design §4), the last line naming the option, no traceback."""
+    result = ebcloud(*args)
+    assert result.exit_code == 2, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr and result.stdout == ""
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("Error: ") and option in last, result.stderr
+
+
+@live
+def test_over_a_real_socket_the_corpus_is_refused_the_same_way(ebcloud, login_as, pool, tmp_path):  # noqa: F811
+    """The live server, as in tests/ebcloud/test_cli.py: the same lines, nothing written."""
+    login_as("lead")
+    before = db_state()
+    for case in ("yaml-billion-laughs", "yaml-oversized", "doc-negative-size", "doc-script-label"):
+        text, needle = POOL_FILES[case]
+        refused(ebcloud("node-pool", "create", "-f", write(tmp_path, text)), needle)
+    assert db_state() == before
+
+
+def test_a_refused_cost_export_leaves_the_output_file_alone(ebcloud, served, tmp_path):  # noqa: F811
+    """`-o FILE` is written only once the server answers with rows: a refusal neither creates
+    the file nor truncates one that is already there."""
+    served("finance")
+    fresh, kept = tmp_path / "fresh.csv", tmp_path / "kept.csv"
+    kept.write_text("last month's export\n")
+    for path in (fresh, kept):
+        refused(ebcloud("cost", "export", "--by-labels", SCRIPT, "-o", str(path)), "by:")
+    assert not fresh.exists() and kept.read_text() == "last month's export\n"
+
+
+@pytest.mark.parametrize("username", [SCRIPT, "a\x00b", "u" * 3000], ids=["script", "nul", "overlong"])
+def test_a_refused_login_stores_no_token(ebcloud, served, config_file, username):  # noqa: F811
+    result = ebcloud("login", "--server", "http://testserver", "--username", username, "--password", "x")
+    refused(result, "")
+    assert not config_file.exists()
