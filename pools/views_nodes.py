@@ -72,15 +72,19 @@ def node_detail(request, name: str, node: str):
     target = node_get(user=request.user, pool_name=name, node_name=node)
     is_admin = roles.is_admin(request.user)
     join_token = None
+    status = 200
     if request.method == "POST":
         if not is_admin:
             raise PermissionDenied("only platform admins act on nodes here")
         try:
             join_token = _act(request, target)
         except (ConflictError, ValidationError) as exc:
+            # Refused: the page again with the reason (400, or 409 for a state conflict).
             messages.error(request, str(exc))
-        if join_token is None:
-            return HttpResponseRedirect(reverse("pools:node-detail", args=[name, node]))
+            status = 409 if isinstance(exc, ConflictError) else 400
+        else:
+            if join_token is None:  # done: POST-redirect-GET
+                return HttpResponseRedirect(reverse("pools:node-detail", args=[name, node]))
         target.refresh_from_db()
     context = {
         "node": target,
@@ -90,7 +94,7 @@ def node_detail(request, name: str, node: str):
         "can_inject": is_admin and target.phase not in GONE and bool(target.provider_id) and simulated_cloud() is not None,
         **node_page(user=request.user, node=target),
     }
-    response = _render(request, "pools/node_detail.html", context)
+    response = _render(request, "pools/node_detail.html", context, status=status)
     if join_token:
         response["Cache-Control"] = "no-store"  # the token is a secret shown once
     return response

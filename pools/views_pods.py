@@ -163,7 +163,7 @@ def _csv(view) -> HttpResponse:
     return response
 
 
-def _fragmentation_page(request, *, pools, scope: str, can_apply: bool, apply_url: str):
+def _fragmentation_page(request, *, pools, scope: str, can_apply: bool, apply_url: str, status: int = 200):
     if request.GET.get("format") == "csv":
         return _csv(fragmentation_service.fragmentation_for(pools=pools, scope=scope))
     view = fragmentation_service.fragmentation_for(pools=pools, scope=scope, with_plan=True)
@@ -180,20 +180,29 @@ def _fragmentation_page(request, *, pools, scope: str, can_apply: bool, apply_ur
         "unallocated_gpus": view.report.free_gpu_milli / 1000,
         "fragmented_gpus": round(view.report.cluster_fragmentation_milli / 1000, 2),
     }
-    return _render(request, "pools/fragmentation.html", context)
+    return _render(request, "pools/fragmentation.html", context, status=status)
 
 
-@login_required
-@require_GET
-def pool_fragmentation(request, name: str):
-    pool = selectors.pool_get(user=request.user, name=name)
+def _pool_page(request, pool, *, status: int = 200):
     return _fragmentation_page(
         request,
         pools=[pool],
         scope=pool.name,
         can_apply=roles.can_manage_team_pools(request.user, pool.team_id),
         apply_url=reverse("pools:fragmentation-apply", args=[pool.name]),
+        status=status,
     )
+
+
+def _cluster_page(request, *, status: int = 200):
+    return _fragmentation_page(request, pools=None, scope="cluster", can_apply=roles.is_admin(request.user),
+                               apply_url=reverse("fragmentation-apply"), status=status)
+
+
+@login_required
+@require_GET
+def pool_fragmentation(request, name: str):
+    return _pool_page(request, selectors.pool_get(user=request.user, name=name))
 
 
 @login_required
@@ -201,10 +210,12 @@ def pool_fragmentation(request, name: str):
 def cluster_fragmentation(request):
     if not roles.sees_all_teams(request.user):
         raise PermissionDenied("the cluster-wide report is for platform admins and finance")
-    return _fragmentation_page(request, pools=None, scope="cluster", can_apply=roles.is_admin(request.user), apply_url=reverse("fragmentation-apply"))
+    return _cluster_page(request)
 
 
-def _apply(request, *, pool, back: str):
+def _apply(request, *, pool, back: str, page):
+    """Apply the repack; done, back to the report (POST-redirect-GET); refused, the report
+    again with the reason and a 400, so a script or a browser both see the refusal."""
     try:
         try:
             max_nodes = int(request.POST.get("max_nodes", "1"))
@@ -213,9 +224,9 @@ def _apply(request, *, pool, back: str):
         applied = fragmentation_service.repack_apply(user=request.user, pool=pool, max_nodes=max_nodes)
     except ValidationError as exc:
         messages.error(request, f"Repack not applied: {exc}")
-    else:
-        freed = ", ".join(applied.plan.freed_nodes) or "none"
-        messages.success(request, f"Repack applied: {len(applied.moved)} pod(s) moved; freed nodes: {freed}.")
+        return page(status=400)
+    freed = ", ".join(applied.plan.freed_nodes) or "none"
+    messages.success(request, f"Repack applied: {len(applied.moved)} pod(s) moved; freed nodes: {freed}.")
     return HttpResponseRedirect(back)
 
 
@@ -223,7 +234,8 @@ def _apply(request, *, pool, back: str):
 @require_POST
 def pool_fragmentation_apply(request, name: str):
     pool = selectors.pool_get(user=request.user, name=name)
-    return _apply(request, pool=pool, back=reverse("pools:fragmentation", args=[pool.name]))
+    return _apply(request, pool=pool, back=reverse("pools:fragmentation", args=[pool.name]),
+                  page=lambda status: _pool_page(request, pool, status=status))
 
 
 @login_required
@@ -231,4 +243,4 @@ def pool_fragmentation_apply(request, name: str):
 def cluster_fragmentation_apply(request):
     if not roles.sees_all_teams(request.user):
         raise PermissionDenied("the cluster-wide report is for platform admins and finance")
-    return _apply(request, pool=None, back=reverse("fragmentation"))
+    return _apply(request, pool=None, back=reverse("fragmentation"), page=lambda status: _cluster_page(request, status=status))
