@@ -302,20 +302,28 @@ def split_units(total_units: int, weights: Sequence[Fraction | Decimal | int]) -
     Parts sum to ``total_units`` exactly; a zero weight gets zero; ties go to the earlier
     weight so results are deterministic.
     """
-    fractions = [Fraction(w) for w in weights]
-    if total_units < 0 or any(w < 0 for w in fractions):
+    # Exact in integers (issue 9: a fee split over a pool's thousands of pods must be cheap):
+    # weights over a common denominator, then total·w // W is the floor of the ideal share and
+    # total·w % W its remainder, which orders the leftover units like the Fractions would.
+    ratios = [w.as_integer_ratio() if isinstance(w, (Decimal, Fraction, int)) else Fraction(w).as_integer_ratio() for w in weights]
+    if total_units < 0 or any(n < 0 for n, _ in ratios):
         raise ValueError("total and weights must be non-negative")
-    whole = sum(fractions)
     if total_units == 0:
-        return [0] * len(fractions)
+        return [0] * len(ratios)
+    denominator = math.lcm(*(d for _, d in ratios)) if ratios else 1
+    scaled = [n * (denominator // d) for n, d in ratios]
+    whole = sum(scaled)
     if whole == 0:
         raise ValueError("cannot split a non-zero total over zero weights")
-    ideal = [total_units * w / whole for w in fractions]
-    parts = [math.floor(x) for x in ideal]
+    parts, remainders = [], []
+    for w in scaled:
+        part, remainder = divmod(total_units * w, whole)
+        parts.append(part)
+        remainders.append(remainder)
     left = total_units - sum(parts)
-    order = sorted(range(len(ideal)), key=lambda i: (parts[i] - ideal[i], i))
-    for i in order[:left]:
-        parts[i] += 1
+    if left:
+        for i in sorted(range(len(parts)), key=lambda i: (-remainders[i], i))[:left]:
+            parts[i] += 1
     return parts
 
 

@@ -20,6 +20,7 @@ compute the same split from the same rows.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable
 from contextvars import ContextVar
@@ -28,7 +29,8 @@ from datetime import UTC, datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
 
-from django.db.models import Q
+from django.db.models import Q, TextField
+from django.db.models.functions import Cast
 
 from billing import pricing
 from billing.allocation import (
@@ -46,7 +48,7 @@ from billing.allocation import (
 )
 from billing.models import PoolResourceSample, PriceBookEntry, UsageRecord
 from pools.errors import ValidationError
-from pools.models import Node, Pod
+from pools.models import GpuNodePool, Node, Pod, Team
 
 log = logging.getLogger("ebcloud.billing")
 
@@ -122,16 +124,24 @@ def usage_collect(*, hour: datetime) -> Collected:
 
 
 def _collect(hour: datetime) -> Collected:
+    """A fixed number of queries whatever the size of the fleet (issue 9): nodes, their pools
+    and orders, pods, teams, then the pools' resource samples together."""
     out = Collected()
-    nodes = (
+    nodes = list(
         Node.objects.filter(Q(lease_start__lt=hour + HOUR) | Q(created_at__lt=hour + HOUR))
         # Gone before the hour and no lease running into it: nothing to bill (keeps history out).
         .exclude(Q(terminated_at__lte=hour) & (Q(lease_end__isnull=True) | Q(lease_end__lte=hour)))
-        .select_related("pool__team", "pool__gpu_model", "pool__node_type", "pool__zone", "order")
+        .select_related("order")
+        .only(*NODE_FIELDS)
         .order_by("name")
     )
+    pools = {
+        p.pk: p
+        for p in GpuNodePool.objects.filter(pk__in={n.pool_id for n in nodes}).select_related("team", "gpu_model", "node_type", "zone")
+    }
     billed: dict[int, tuple[Node, UsageRecord]] = {}
     for node in nodes:
+        node.pool = pools[node.pool_id]  # one pool object per pool, shared by its nodes
         try:
             record = _node_record(node, hour)
         except ValidationError as exc:
@@ -142,10 +152,18 @@ def _collect(hour: datetime) -> Collected:
             billed[node.pk] = (node, record)
             out.records.append(record)
     out.records.extend(_pod_records(billed, hour))
-    pools = {node.pool_id: node.pool for node, _ in billed.values()}
-    for pool_id in sorted(pools):
-        out.records.extend(_fee_records(pools[pool_id], hour))
+    billed_pools = {node.pool_id: node.pool for node, _ in billed.values()}
+    samples = resource_samples([billed_pools[pk] for pk in sorted(billed_pools)], hour)
+    for pool_id in sorted(billed_pools):
+        out.records.extend(_fee_records(billed_pools[pool_id], hour, sample=samples.get(pool_id)))
     return out
+
+
+# What billing reads of a node (its pool and order are attached separately).
+NODE_FIELDS = (
+    "pk", "pool_id", "name", "billing", "phase", "gpu_count", "labels", "lease_start", "lease_end", "created_at", "terminated_at",
+    "order__unit_monthly_price", "order__discount", "order__currency",
+)  # fmt: skip
 
 
 def _node_record(node: Node, hour: datetime) -> UsageRecord | None:
@@ -165,7 +183,8 @@ def _node_record(node: Node, hour: datetime) -> UsageRecord | None:
         if not start <= hour < start + hours * HOUR:
             return None
         monthly = _monthly_price(node)
-        cost = monthly_hour_cost(monthly.price, start, start + hours * HOUR, hour)
+        lease = (monthly.price, start, start + hours * HOUR, hour)
+        cost = _cached(("monthly-hour", *lease), lambda: monthly_hour_cost(*lease))  # nodes of one order share it
         list_price = _hourly_list_price(node, hour)
         return UsageRecord(
             **base,
@@ -240,38 +259,63 @@ def _pod_records(billed: dict[int, tuple[Node, UsageRecord]], hour: datetime) ->
         Pod.objects.filter(node_id__in=list(billed), started_at__lt=end)
         .filter(Q(finished_at__isnull=True) | Q(finished_at__gt=hour))
         .exclude(phase=Pod.Phase.PENDING)
-        .select_related("team")
         .order_by("namespace", "name")
+        .annotate(labels_text=Cast("labels", TextField()))
+        .values_list("namespace", "name", "team_id", "labels_text", "gpu_count", "gpu_milli", "started_at", "finished_at", "phase", "node_id")
     )
+    decoded: dict[str, dict] = {}  # pods of one workload share their labels: decode each text once
+    teams = {}
+    inherited: dict[int, dict] = {}  # node -> pool labels, then node labels
     records = []
-    for pod in pods:
-        if pod.finished_at is None and pod.phase != Pod.Phase.RUNNING:
+    for namespace, name, team_id, text, gpu_count, gpu_milli, started_at, finished_at, phase, node_id in pods.iterator(chunk_size=5000):
+        if finished_at is None and phase != Pod.Phase.RUNNING:
             continue  # ended at an unknown time: nothing to bill it for
-        fraction = _overlap(pod.started_at, pod.finished_at or end, hour)
-        quantity = pod_gpu_hours(gpu_count=pod.gpu_count, gpu_milli=pod.gpu_milli, hours=fraction)
+        labels = decoded.get(text)
+        if labels is None:
+            labels = decoded[text] = json.loads(text) if text else {}
+        fraction = Decimal(1) if started_at <= hour and (finished_at is None or finished_at >= end) else _overlap(started_at, finished_at or end, hour)
+        quantity = _gpu_hours_cached(gpu_count, gpu_milli, fraction)
         if quantity <= 0:
             continue
-        node, node_record = billed[pod.node_id]
+        node, node_record = billed[node_id]
+        if node_id not in inherited:
+            inherited[node_id] = effective_labels(node.pool.labels, node.labels, None)
+        if team_id not in teams:
+            teams.update(Team.objects.in_bulk())
         records.append(
             UsageRecord(
                 hour=hour,
                 kind=UsageRecord.Kind.POD,
-                resource=f"{pod.namespace}/{pod.name}",
+                resource=f"{namespace}/{name}",
                 pool=node.pool,
-                team=pod.team,
+                team=teams[team_id],
                 node_name=node.name,
-                namespace=pod.namespace,
-                pod_name=pod.name,
+                namespace=namespace,
+                pod_name=name,
                 billing_kind=node.billing,
                 gpu_class=node_record.gpu_class,
                 region=node_record.region,
-                gpu_count=pod.gpu_count,
+                gpu_count=gpu_count,
                 quantity=quantity,
                 currency=node_record.currency,
-                labels=effective_labels(node.pool.labels, node.labels, pod.labels),
+                labels={**inherited[node_id], **labels} if labels else dict(inherited[node_id]),
             )  # fmt: skip
         )
     return records
+
+
+_GPU_HOURS: dict[tuple[int, int, Decimal], Decimal] = {}
+
+
+def _gpu_hours_cached(gpu_count: int, gpu_milli: int, hours: Decimal) -> Decimal:
+    """`pod_gpu_hours`, remembered: a fleet has few request shapes and most pods run whole hours."""
+    key = (gpu_count, gpu_milli, hours)
+    value = _GPU_HOURS.get(key)
+    if value is None:
+        if len(_GPU_HOURS) > 10_000:
+            _GPU_HOURS.clear()
+        value = _GPU_HOURS[key] = pod_gpu_hours(gpu_count=gpu_count, gpu_milli=gpu_milli, hours=hours)
+    return value
 
 
 def pod_gpu_hours(*, gpu_count: int, gpu_milli: int, hours: Decimal | int = 1) -> Decimal:
@@ -286,25 +330,41 @@ def pod_gpu_hours(*, gpu_count: int, gpu_milli: int, hours: Decimal | int = 1) -
 def resource_sample(pool, hour: datetime) -> PoolResourceSample | None:
     """The pool's storage and cross-zone traffic in the hour: a sample someone reported (an
     agent, an import), else what the cloud provider says of the pool's machines (C1, D4)."""
-    sample = PoolResourceSample.objects.filter(pool=pool, hour=hour).first()
-    if sample is not None:
-        return sample
+    return resource_samples([pool], hour).get(pool.pk)
+
+
+def resource_samples(pools: list, hour: datetime) -> dict[int, PoolResourceSample]:
+    """`resource_sample` for many pools in a fixed number of queries: the stored samples, then
+    one provider read for the pools that have none (kept, so the hour is read once)."""
+    ids = [p.pk for p in pools]
+    samples = {s.pool_id: s for s in PoolResourceSample.objects.filter(pool_id__in=ids, hour=hour)}
+    missing = [pk for pk in ids if pk not in samples]
+    if not missing:
+        return samples
     from pools.providers import get_cloud_provider
 
-    machines = list(pool.nodes.exclude(provider_id="").values_list("provider_id", flat=True))
+    machines: dict[int, list[str]] = {}
+    for pool_id, provider_id in Node.objects.filter(pool_id__in=missing).exclude(provider_id="").values_list("pool_id", "provider_id"):
+        machines.setdefault(pool_id, []).append(provider_id)
     if not machines:
-        return None
-    usage = get_cloud_provider().resource_usage(provider_ids=machines, hour=hour)
-    sample, _ = PoolResourceSample.objects.get_or_create(
-        pool=pool, hour=hour, defaults={"storage_gb": usage.storage_gb, "cross_zone_gb": usage.cross_zone_gb}
+        return samples
+    cloud = get_cloud_provider()
+    many = getattr(cloud, "resource_usage_many", None)  # optional batch form of the protocol
+    if many is not None:
+        usage = many(machines=machines, hour=hour)
+    else:
+        usage = {pk: cloud.resource_usage(provider_ids=ids_, hour=hour) for pk, ids_ in machines.items()}
+    PoolResourceSample.objects.bulk_create(
+        [PoolResourceSample(pool_id=pk, hour=hour, storage_gb=u.storage_gb, cross_zone_gb=u.cross_zone_gb) for pk, u in usage.items()],
+        ignore_conflicts=True,  # a sample reported meanwhile wins
     )
-    return sample
+    samples.update((s.pool_id, s) for s in PoolResourceSample.objects.filter(pool_id__in=list(usage), hour=hour))
+    return samples
 
 
-def _fee_records(pool, hour: datetime) -> list[UsageRecord]:
+def _fee_records(pool, hour: datetime, *, sample: PoolResourceSample | None) -> list[UsageRecord]:
     month_start = hour.replace(day=1, hour=0)
     month_end = add_months(month_start, 1)
-    sample = resource_sample(pool, hour)
     base = dict(
         hour=hour,
         resource=pool.name,
@@ -325,7 +385,7 @@ def _fee_records(pool, hour: datetime) -> list[UsageRecord]:
 
     registry = price_entry_in_force(kind=PriceBookEntry.Kind.REGISTRY_POOL_MONTH, at=hour)
     if registry is not None:
-        amount = monthly_hour_cost(quantize_money(registry.amount), month_start, month_end, hour)
+        amount = _cached(("registry", registry.pk, hour), lambda: monthly_hour_cost(quantize_money(registry.amount), month_start, month_end, hour))
         add(UsageRecord.Kind.REGISTRY, registry, Decimal(1), amount)
     if sample is not None and sample.storage_gb > 0:
         storage = price_entry_in_force(kind=PriceBookEntry.Kind.STORAGE_GB_MONTH, at=hour)

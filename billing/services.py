@@ -18,6 +18,7 @@ from django.db import IntegrityError, transaction
 
 from billing import metering
 from billing.allocation import allocate_hour
+from billing.bulk_insert import bulk_insert
 from billing.models import CostRecord, MeterRun, UsageRecord
 from pools.models import GpuNodePool, Team
 
@@ -56,9 +57,10 @@ def meter_hour(*, hour: datetime) -> MeterResult:
 
 def _meter_claimed(run: MeterRun) -> MeterResult:
     collected = metering.usage_collect(hour=run.hour)
-    records = UsageRecord.objects.bulk_create(collected.records)
+    records = collected.records
+    bulk_insert(UsageRecord, records)  # COPY on PostgreSQL: an hour of a big fleet is ~10^6 rows
     costs = cost_records_for(records)
-    CostRecord.objects.bulk_create(costs, batch_size=2000)
+    bulk_insert(CostRecord, costs)
     cost_day_rebuild(day=run.hour.date())
     total = sum((c.amount for c in costs), Decimal(0))
     run.node_records = sum(1 for r in records if r.kind == UsageRecord.Kind.NODE)
@@ -161,7 +163,7 @@ def cost_day_rebuild(*, day) -> int:
             for g in groups.iterator(chunk_size=5000)
         ]
         CostDay.objects.filter(day=day).delete()
-        CostDay.objects.bulk_create(rows, batch_size=5000)
+        bulk_insert(CostDay, rows)
     return len(rows)
 
 

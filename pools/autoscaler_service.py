@@ -24,14 +24,16 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import transaction
+from django.db.models import Count, OuterRef, Subquery
 from django.utils import timezone
 
 from monitoring.selectors import pool_stats
 from pools import lifecycle_rules as rules
 from pools.autoscaling import ScalingHistory, decide
 from pools.events import WARNING, event_record
-from pools.lifecycle import claim_acquire, claim_release, node_name_next
+from pools.lifecycle import WORKER_ID, claim_acquire, claim_release, node_name_next
 from pools.lifecycle_exit import ReconcilePass, drain_start
+from pools.lifecycle_state import Claims, ClaimsSeen, claims_seen, pools_update
 from pools.models import GpuNodePool, Node, ScalingActivity
 from pools.models_pods import Pod
 from pools.providers import get_cloud_provider, get_cluster_backend
@@ -39,7 +41,7 @@ from pools.scheduler_service import cluster_state, core_pod_of, scheduler_lock
 from pools.scheduling import NodeState, Taint, best_fit_gpus, filter_node
 from pools.scheduling import Pod as CorePod
 from pools.selectors import catalog_current
-from pools.spec import PoolSpec, effective_node_labels, parse_document
+from pools.spec import Catalog, PoolSpec, effective_node_labels, parse_document
 
 logger = logging.getLogger("ebcloud.autoscaler")
 GPU_MEMORY = "gpu-memory"
@@ -56,15 +58,56 @@ class AutoscaleResult:
 
 
 def autoscale_all(*, now: datetime | None = None) -> list[AutoscaleResult]:
-    """One pass over every live pool that autoscales (the task and `manage.py autoscale --once`)."""
+    """One pass over every live pool that autoscales (the task and `manage.py autoscale --once`).
+
+    Batched (issue 9): the inputs of every pool's decision — node counts, Pending pods, GPU
+    memory, the last recorded activity — are loaded with a fixed number of queries
+    (`fleet_view`) and each pool is decided in memory. A pool whose decision changes nothing
+    costs no statement of its own: the stored histories are written with one UPDATE. Pools
+    that scale or record a blocked or limited decision are claimed together (the lifecycle's
+    claim, so reconcile and autoscale never act on one pool at once) and decided again on
+    fresh rows by the per-pool pass before they act.
+    """
     now = now or timezone.now()
-    results = []
-    for pool in GpuNodePool.objects.active().exclude(phase=GpuNodePool.Phase.DELETING).order_by("pk"):
+    pools = list(GpuNodePool.objects.active().exclude(phase=GpuNodePool.Phase.DELETING).select_related(*POOL_RELATED).order_by("pk"))
+    seen = claims_seen(p.pk for p in pools)
+    busy = seen.busy
+    view = fleet_view([p for p in pools if p.pk not in busy])
+    results: dict[int, AutoscaleResult] = {}
+    acting, stores = [], []
+    for pool in pools:
+        if pool.pk in busy:
+            continue
         try:
-            results.append(pool_autoscale(pool_id=pool.pk, now=now))
+            plan = _autoscale(pool, now, view, dry_run=True)
         except Exception:  # one broken pool must not stop the others; the next pass retries
             logger.exception("autoscale of pool %s failed", pool.name)
-    return results
+            continue
+        if plan.acts:
+            acting.append(pool)
+            continue
+        results[pool.pk] = plan.result
+        if plan.history is not None:
+            stores.append((pool, plan.history))
+    histories_write(stores, seen=seen)
+    skipped = set(busy)
+    with Claims([p.pk for p in acting], owner=WORKER_ID) as claims:
+        for pool in acting:
+            if pool.pk not in claims:
+                skipped.add(pool.pk)
+                continue
+            try:
+                fresh = GpuNodePool.objects.select_related(*POOL_RELATED).get(pk=pool.pk)  # its history as of the claim
+                results[pool.pk] = _autoscale(fresh, now, fleet_view([fresh], queue_of=view)).result
+            except Exception:  # one broken pool must not stop the others; the next pass retries
+                logger.exception("autoscale of pool %s failed", pool.name)
+    out = []
+    for pool in pools:
+        if pool.pk in results:
+            out.append(results[pool.pk])
+        elif pool.pk in skipped:
+            out.append(AutoscaleResult(pool=pool.name, claimed=False))
+    return out
 
 
 def pool_autoscale(*, pool_id: int, now: datetime | None = None) -> AutoscaleResult:
@@ -73,52 +116,128 @@ def pool_autoscale(*, pool_id: int, now: datetime | None = None) -> AutoscaleRes
     if version is None:
         return AutoscaleResult(pool=str(pool_id), claimed=False)
     try:
-        return _autoscale(GpuNodePool.objects.select_related("node_type", "gpu_model", "zone", "team").get(pk=pool_id), now)
+        pool = GpuNodePool.objects.select_related(*POOL_RELATED).get(pk=pool_id)
+        return _autoscale(pool, now, fleet_view([pool])).result
     finally:
         claim_release(pool_id=pool_id, version=version)
 
 
-def _autoscale(pool: GpuNodePool, now: datetime) -> AutoscaleResult:
-    spec = parse_document(pool.document, catalog_current())
+POOL_RELATED = ("node_type", "gpu_model", "zone", "team")
+
+
+@dataclass
+class FleetView:
+    """The inputs of the autoscaler's decisions for many pools, read with a fixed number of
+    queries: node counts, Pending pods per team (as rows, and as the core's pods grouped by
+    shape), the agents' GPU memory, and each pool's latest recorded activity (to deduplicate)."""
+
+    catalog: Catalog
+    nodes: dict[int, tuple[int, int]]  # pool -> (live nodes not leaving, of which on demand)
+    pending: dict[int, list[Pod]]  # team -> Pending pods, oldest first
+    shapes: dict[int, dict[tuple, list[CorePod]]]  # team -> shape_key -> its Pending pods (core)
+    memory: dict[int, float]  # pool -> GPU memory used (%), where agents report it
+    last: dict[int, tuple[str, int]]  # pool -> (reason, from_nodes) of its latest ScalingActivity
+
+
+def fleet_view(pools: list[GpuNodePool], *, queue_of: FleetView | None = None) -> FleetView:
+    """The view of these pools. With `queue_of`, the Pending pods (and the catalog) are taken
+    from that view, read moments before: a pool decided again before it acts re-reads only
+    its own rows."""
+    ids = [p.pk for p in pools]
+    nodes: dict[int, tuple[int, int]] = {}
+    live = Node.objects.filter(pool_id__in=ids, release_reason="").exclude(phase=Node.Phase.TERMINATED)
+    for pool_id, billing, n in live.values_list("pool_id", "billing").annotate(n=Count("pk")).order_by():
+        total, burst = nodes.get(pool_id, (0, 0))
+        nodes[pool_id] = (total + n, burst + (n if billing == Node.Billing.ON_DEMAND else 0))
+    if queue_of is not None:
+        pending, shapes, catalog = queue_of.pending, queue_of.shapes, queue_of.catalog
+    else:
+        pending, shapes, catalog = {}, {}, catalog_current()
+        for pod in Pod.objects.filter(phase=Pod.Phase.PENDING, team_id__in={p.team_id for p in pools}).order_by("submitted_at", "pk"):
+            try:
+                core = core_pod_of(pod)
+            except Exception:  # a pod the scheduling core refuses fits nowhere; it must not stop the pass
+                logger.exception("pending pod %s is not a valid pod for the scheduling core", pod.key)
+                continue
+            pending.setdefault(pod.team_id, []).append(pod)
+            shapes.setdefault(pod.team_id, {}).setdefault(core.shape_key, []).append(core)
+    memory = {}
+    if ids:
+        memory = {s.pool.pk: s.gpu_memory_used_pct for s in pool_stats(pools=GpuNodePool.objects.filter(pk__in=ids)) if s.gpu_memory_used_pct is not None}
+    latest = ScalingActivity.objects.filter(pool=OuterRef("pk")).order_by("-at", "-id")
+    last = {
+        pk: (reason, before)
+        for pk, reason, before in GpuNodePool.objects.filter(pk__in=ids)
+        .annotate(reason=Subquery(latest.values("reason")[:1]), before=Subquery(latest.values("from_nodes")[:1]))
+        .values_list("pk", "reason", "before")
+        if reason is not None
+    } if ids else {}
+    return FleetView(catalog=catalog, nodes=nodes, pending=pending, shapes=shapes, memory=memory, last=last)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A decision: its result, the history to store, and whether it acts (scales or records)."""
+
+    result: AutoscaleResult
+    history: ScalingHistory | None = None
+    acts: bool = False
+
+
+def _autoscale(pool: GpuNodePool, now: datetime, view: FleetView, *, dry_run: bool = False) -> Plan:
+    """Decide, and unless `dry_run` act: scale, record, store the history. A dry run writes
+    nothing: it says whether acting is needed (anything beyond storing the history), and
+    returns the history to store when it is not."""
+    spec = parse_document(pool.document, view.catalog)
     if spec.scaling is None or not spec.burst.enabled:
-        return AutoscaleResult(pool=pool.name, claimed=True, reason="NotAutoscaled")
-    live = list(pool.nodes.exclude(phase=Node.Phase.TERMINATED).filter(release_reason="").select_related("pool__node_type", "pool__gpu_model", "pool"))
-    burst = [n for n in live if n.billing == Node.Billing.ON_DEMAND]
-    baseline = len(live) - len(burst)
+        return Plan(AutoscaleResult(pool=pool.name, claimed=True, reason="NotAutoscaled"))
+    current, burst_count = view.nodes.get(pool.pk, (0, 0))
+    baseline = current - burst_count
     burst_cap = spec.burst.max_nodes or spec.max_nodes
     upper = max(baseline, min(spec.max_nodes, baseline + burst_cap))
-    pending = list(Pod.objects.filter(phase=Pod.Phase.PENDING, team=pool.team).order_by("submitted_at", "pk"))
+    pending = view.pending.get(pool.team_id, [])
     template = template_node(pool, spec)
-    fitting = queued_pods(pending, template)
-    metrics = {QUEUED_PODS: float(len(fitting))}
-    stats = pool_stats(pools=GpuNodePool.objects.filter(pk=pool.pk))
-    if stats and stats[0].gpu_memory_used_pct is not None:
-        metrics[GPU_MEMORY] = stats[0].gpu_memory_used_pct
+    fits = [group for group in view.shapes.get(pool.team_id, {}).values() if filter_node(group[0], template) is None]
+    metrics = {QUEUED_PODS: float(sum(len(group) for group in fits))}
+    if pool.pk in view.memory:
+        metrics[GPU_MEMORY] = view.memory[pool.pk]
     history = ScalingHistory.from_json(pool.scaling_history or None)
-    decision = decide(spec=spec.scaling, current=len(live), min_nodes=baseline, max_nodes=upper, metrics=metrics, history=history, now=now)
+    decision = decide(spec=spec.scaling, current=current, min_nodes=baseline, max_nodes=upper, metrics=metrics, history=history, now=now)
     shown = {m.name: m.value for m in decision.metrics}
     policy = decision.limiting_policy
     policy_text = f"{policy.type} {policy.value} per {policy.period_seconds}s" if policy else ""
-    if decision.desired > len(live):
-        needed = nodes_needed(fitting, template)
-        add = min(decision.desired - len(live), needed)
+    result = AutoscaleResult(pool=pool.name, claimed=True, current=current, desired=decision.desired, reason=decision.reason)
+    # A limit that holds back the recommendation is recorded once (a Normal event), not each pass.
+    limited = (
+        decision.reason in ("ScaleUpLimit", "ScaleDownStabilized", "TooManyReplicas")
+        and decision.raw_recommendation != current
+        and view.last.get(pool.pk) != (decision.reason, current)
+    )
+    if dry_run:  # nothing below runs: it is the acting pass's, under the pool's claim
+        acts = decision.desired != current or limited
+        return Plan(result, acts=acts, history=None if acts else decision.history)
+    if decision.desired > current:
+        needed = nodes_needed([pod for group in fits for pod in group], template)
+        add = min(decision.desired - current, needed)
         if add == 0:
             why = _why_not(pending, template) if pending else "no Pending pod"
-            _record(pool, now, len(live), len(live), "NotTriggerScaleUp", f"Scale-up to {decision.desired} not done: no Pending pod would fit a new {spec.node_type} node of this pool ({why})", shown, policy_text, blocked=True)
+            _record(pool, now, current, current, "NotTriggerScaleUp", f"Scale-up to {decision.desired} not done: no Pending pod would fit a new {spec.node_type} node of this pool ({why})", shown, policy_text, blocked=True)
             _store(pool, history.record(at=now, recommendation=decision.raw_recommendation))
-            return AutoscaleResult(pool=pool.name, claimed=True, current=len(live), desired=len(live), reason="NotTriggerScaleUp")
+            return Plan(AutoscaleResult(pool=pool.name, claimed=True, current=current, desired=current, reason="NotTriggerScaleUp"))
         with transaction.atomic():
             for _ in range(add):
                 _burst_node_create(pool, now)
-            _record(pool, now, len(live), len(live) + add, "ScaledUp", f"Scaled up from {len(live)} to {len(live) + add} node(s) with {add} on-demand node(s): {decision.message}", shown, policy_text)
+            _record(pool, now, current, current + add, "ScaledUp", f"Scaled up from {current} to {current + add} node(s) with {add} on-demand node(s): {decision.message}", shown, policy_text)
             _store(pool, decision.history if add == decision.delta else history.record(at=now, recommendation=decision.raw_recommendation, change=add))
-        return AutoscaleResult(pool=pool.name, claimed=True, current=len(live), desired=len(live) + add, reason="ScaledUp")
-    if decision.desired < len(live):
+        return Plan(AutoscaleResult(pool=pool.name, claimed=True, current=current, desired=current + add, reason="ScaledUp"))
+    if decision.desired < current:
+        live = list(pool.nodes.exclude(phase=Node.Phase.TERMINATED).filter(release_reason="").select_related("pool__node_type", "pool__gpu_model", "pool"))
+        burst = [n for n in live if n.billing == Node.Billing.ON_DEMAND]
         victims = removable_burst_nodes(burst, live, pool, limit=len(live) - decision.desired)
         if not victims:
             _record(pool, now, len(live), len(live), "ScaleDownBlocked", f"Scale-down to {decision.desired} not done: every burst node runs pods that fit nowhere else", shown, policy_text, blocked=True)
             _store(pool, history.record(at=now, recommendation=decision.raw_recommendation))
-            return AutoscaleResult(pool=pool.name, claimed=True, current=len(live), desired=len(live), reason="ScaleDownBlocked")
+            return Plan(AutoscaleResult(pool=pool.name, claimed=True, current=len(live), desired=len(live), reason="ScaleDownBlocked"))
         p = ReconcilePass(pool=pool, spec=spec, now=now, cloud=get_cloud_provider(), cluster=get_cluster_backend())
         with transaction.atomic():
             scheduler_lock()  # pods move like a scheduler bind: never at the same time as a pass
@@ -128,16 +247,31 @@ def _autoscale(pool: GpuNodePool, now: datetime) -> AutoscaleResult:
             drain_start(p, node, reason=rules.SCALED_IN, event_reason="ScaledDown", message=f"Autoscaler removes burst node {node.name}: {decision.message}")
         _record(pool, now, len(live), len(live) - len(victims), "ScaledDown", f"Scaled down from {len(live)} to {len(live) - len(victims)} node(s): {decision.message}", shown, policy_text, emit=False)
         _store(pool, decision.history if len(victims) == -decision.delta else history.record(at=now, recommendation=decision.raw_recommendation, change=-len(victims)))
-        return AutoscaleResult(pool=pool.name, claimed=True, current=len(live), desired=len(live) - len(victims), reason="ScaledDown")
-    if decision.reason in ("ScaleUpLimit", "ScaleDownStabilized", "TooManyReplicas") and decision.raw_recommendation != len(live):
-        _record(pool, now, len(live), len(live), decision.reason, decision.message, shown, policy_text, dedupe=True)  # limited, not failed: a Normal event
+        return Plan(AutoscaleResult(pool=pool.name, claimed=True, current=len(live), desired=len(live) - len(victims), reason="ScaledDown"))
+    if limited:
+        _record(pool, now, current, current, decision.reason, decision.message, shown, policy_text)
     _store(pool, decision.history)
-    return AutoscaleResult(pool=pool.name, claimed=True, current=len(live), desired=decision.desired, reason=decision.reason)
+    return Plan(result)
 
 
 def queued_pods(pending: list[Pod], template: NodeState) -> list[CorePod]:
     """The `queued_pods` metric: Pending pods of the pool's team that would fit one of its nodes."""
-    return [pod for pod in map(core_pod_of, pending) if filter_node(pod, template) is None]
+    return fitting_pods([core_pod_of(p) for p in pending], template)
+
+
+def fitting_pods(pods: list[CorePod], template: NodeState) -> list[CorePod]:
+    """The pods that fit an empty node like `template`. Pods of one shape (`shape_key`: equal
+    requests, tolerations, selectors and GPU models) filter alike, so each shape is tried
+    once: a team's queue of thousands of pods costs one filter per shape per pool."""
+    verdicts: dict[tuple, bool] = {}
+    out = []
+    for pod in pods:
+        fits = verdicts.get(pod.shape_key)
+        if fits is None:
+            fits = verdicts[pod.shape_key] = filter_node(pod, template) is None
+        if fits:
+            out.append(pod)
+    return out
 
 
 def pool_queue_length(pool: GpuNodePool) -> int:
@@ -254,12 +388,10 @@ def _burst_node_create(pool: GpuNodePool, now: datetime) -> Node:
     )
 
 
-def _record(pool, now, before, after, reason, message, metrics, policy, *, blocked=False, emit=True, dedupe=False) -> None:
-    """A ScalingActivity and an event with the metric values. With `dedupe`, a decision that
-    repeats the last one (the same limit, from the same size) is not recorded again."""
-    last = pool.scaling_activities.order_by("-at", "-id").first()
-    if dedupe and last is not None and last.reason == reason and last.from_nodes == before:
-        return
+def _record(pool, now, before, after, reason, message, metrics, policy, *, blocked=False, emit=True) -> None:
+    """A ScalingActivity and an event with the metric values. (A limited decision that repeats
+    the last one recorded — the same limit, from the same size — is not recorded again: the
+    caller checks `FleetView.last`.)"""
     ScalingActivity.objects.create(pool=pool, at=now, from_nodes=before, to_nodes=after, reason=reason, message=message, blocked=blocked, metrics=metrics, limiting_policy=policy)
     if emit:
         event_record(pool=pool, reason=reason, message=message, type=WARNING if blocked else "Normal", now=now)
@@ -267,3 +399,9 @@ def _record(pool, now, before, after, reason, message, metrics, policy, *, block
 
 def _store(pool: GpuNodePool, history: ScalingHistory) -> None:
     GpuNodePool.objects.filter(pk=pool.pk).update(scaling_history=history.to_json())
+
+
+def histories_write(stores: list[tuple[GpuNodePool, ScalingHistory]], *, seen: ClaimsSeen) -> None:
+    """The histories of pools whose decision changed nothing, in one UPDATE; a pool a worker
+    holds meanwhile is skipped (it writes its own)."""
+    pools_update({pool.pk: {"scaling_history": history.to_json()} for pool, history in stores}, seen=seen)

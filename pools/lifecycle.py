@@ -10,7 +10,9 @@ are paid first (`OrderPaid`). Failures are Warning events, retried with exponent
 
 Every provider call is idempotent on a key (node name, order id) and comes before the
 controller's own write, so a pass killed anywhere is finished by the next one. Work is claimed
-per pool by a conditional UPDATE on `PoolClaim.version`, so any number of workers can run.
+per pool by a conditional UPDATE on `PoolClaim.version`, so any number of workers can run. The
+pass over every pool (`reconcile_all`) reads all pools' rows at once and runs the per-pool pass
+only where something is to be done (issue 9; pools/lifecycle_state.py).
 Leases, reclaims, shrinking, deletion and heartbeats are in pools/lifecycle_exit.py.
 """
 
@@ -21,7 +23,7 @@ import os
 import socket
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.db import transaction
 from django.db.models import Min, Q
@@ -31,6 +33,7 @@ from pools import lifecycle_exit as exits
 from pools import lifecycle_rules as rules
 from pools.events import WARNING
 from pools.lifecycle_exit import ReconcilePass, seconds_setting, setting
+from pools.lifecycle_state import Claims, claims_seen, snapshots_load, statuses_write
 from pools.models import GpuNodePool, Node, PoolEvent, PoolOrder
 from pools.models_cloud import PoolClaim
 from pools.providers import get_cloud_provider, get_cluster_backend
@@ -44,12 +47,12 @@ from pools.providers.base import (
     OutOfStock,
     ProviderError,
 )
-from pools.selectors import catalog_current, ordered_baseline
+from pools.selectors import catalog_current
 from pools.spec import effective_node_labels, parse_document
 
 logger = logging.getLogger("ebcloud.lifecycle")
 WORKER_ID = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-SLOW_CAPACITY = timedelta(minutes=15)  # O4: over 15 minutes points at prewarming or stock
+SLOW_CAPACITY = rules.SLOW_CAPACITY  # O4: over 15 minutes points at prewarming or stock
 
 
 @dataclass(frozen=True)
@@ -62,17 +65,64 @@ class ReconcileResult:
 
 
 def reconcile_all(*, now: datetime | None = None, cloud: CloudProvider | None = None, cluster: ClusterBackend | None = None) -> list[ReconcileResult]:
-    """One pass over every live pool (the scheduled task and `manage.py reconcile --once`)."""
+    """One pass over every live pool (the scheduled task and `manage.py reconcile --once`).
+
+    Batched (issue 9): the rows of every live pool are loaded with a fixed number of queries
+    (pools/lifecycle_state.py). A pool where no step has anything to do
+    (`lifecycle_rules.work_needed`) costs no statement of its own: the status of all such pools
+    is written with one UPDATE where it changed. Pools with work are claimed together with one
+    conditional UPDATE and go through the per-pool pass (`_reconcile`), so the statements of a
+    pass grow with what happens, not with the number of pools. A pool another worker holds is
+    skipped, as before.
+    """
+    moment = now or timezone.now()
     cloud, cluster = cloud or get_cloud_provider(), cluster or get_cluster_backend()
-    ids = list(GpuNodePool.objects.filter(deleted_at__isnull=True).order_by("pk").values_list("pk", flat=True))
-    results = []
-    for pool_id in ids:
-        try:
-            results.append(pool_reconcile(pool_id=pool_id, now=now, cloud=cloud, cluster=cluster))
-        except Exception as exc:  # one broken pool must not stop the others; the next pass retries it
-            logger.exception("reconcile of pool %s failed", pool_id)
-            results.append(ReconcileResult(pool_id=pool_id, claimed=True, error=f"{type(exc).__name__}: {exc}"))
-    return results
+    pools = list(GpuNodePool.objects.filter(deleted_at__isnull=True).select_related("team", "gpu_model", "node_type", "zone").order_by("pk"))
+    seen = claims_seen(p.pk for p in pools)
+    busy = seen.busy
+    snapshots = snapshots_load([p for p in pools if p.pk not in busy])
+    shared = PassShared(catalog=catalog_current(), notices=reclaim_notices_of(cloud, moment))
+    notice = seconds_setting("EBCLOUD_LEASE_NOTICE_SECONDS", 3 * 24 * 3600)
+    grace = seconds_setting("EBCLOUD_HEARTBEAT_GRACE_SECONDS", 300)
+    reclaiming = frozenset(shared.notices)
+    results: dict[int, ReconcileResult] = {}
+    work, changed = [], []
+    for pool in pools:
+        if pool.pk in busy:
+            continue
+        snapshot = snapshots[pool.pk]
+        if rules.work_needed(snapshot, now=moment, lease_notice=notice, heartbeat_grace=grace, reclaiming=reclaiming):
+            work.append(pool)
+            continue
+        status = rules.status_of(snapshot, now=moment)
+        if not status.same_as(snapshot, pool.generation):
+            changed.append((pool, status))
+        results[pool.pk] = ReconcileResult(pool_id=pool.pk, claimed=True, phase=status.phase, pending_reason=status.pending_reason)
+    for pool, status in statuses_write(changed, seen=seen):
+        exits.event_record(pool=pool, reason="PoolReady", message=f"All {status.desired} node(s) of {pool.name} are Ready", now=moment)
+    with Claims([p.pk for p in work], owner=WORKER_ID) as claims:
+        for pool in work:
+            if pool.pk not in claims:
+                continue
+            claims.keep_alive()
+            try:
+                results[pool.pk] = _reconcile(pool.pk, moment, cloud, cluster, shared)
+            except Exception as exc:  # one broken pool must not stop the others; the next pass retries it
+                logger.exception("reconcile of pool %s failed", pool.pk)
+                results[pool.pk] = ReconcileResult(pool_id=pool.pk, claimed=True, error=f"{type(exc).__name__}: {exc}")
+    return [results.get(p.pk) or ReconcileResult(pool_id=p.pk, claimed=False) for p in pools]
+
+
+@dataclass(frozen=True)
+class PassShared:
+    """What every pool of one pass reads alike: the catalog and the cloud's reclaim notices."""
+
+    catalog: object
+    notices: dict[str, datetime]
+
+
+def reclaim_notices_of(cloud: CloudProvider, now: datetime) -> dict[str, datetime]:
+    return {n.provider_id: n.reclaim_at for n in cloud.reclaim_notices(now=now)}
 
 
 def pool_reconcile(*, pool_id: int, now: datetime | None = None, cloud: CloudProvider | None = None, cluster: ClusterBackend | None = None) -> ReconcileResult:
@@ -139,12 +189,13 @@ def claim_release(*, pool_id: int, version: int) -> None:
 # One pass
 
 
-def _reconcile(pool_id: int, now: datetime, cloud: CloudProvider, cluster: ClusterBackend) -> ReconcileResult:
+def _reconcile(pool_id: int, now: datetime, cloud: CloudProvider, cluster: ClusterBackend, shared: PassShared | None = None) -> ReconcileResult:
     pool = GpuNodePool.objects.select_related("team", "gpu_model", "node_type", "zone").get(pk=pool_id)
     if pool.deleted_at is not None:
         return ReconcileResult(pool_id=pool_id, claimed=True, phase=pool.phase, pending_reason=pool.pending_reason)
     generation = pool.generation
-    p = ReconcilePass(pool=pool, spec=parse_document(pool.document, catalog_current()), now=now, cloud=cloud, cluster=cluster)
+    catalog = shared.catalog if shared else catalog_current()
+    p = ReconcilePass(pool=pool, spec=parse_document(pool.document, catalog), now=now, cloud=cloud, cluster=cluster, notices=shared.notices if shared else None)
     exits.drains_advance(p)
     if pool.phase == GpuNodePool.Phase.DELETING:
         if exits.delete_step(p):
@@ -394,40 +445,16 @@ def _failed(p: ReconcilePass, node: Node, *, reason: str, summary: str, machine:
 
 
 def _status_write(p: ReconcilePass, generation: int) -> tuple[str, str]:
-    nodes = list(p.live_nodes().values_list("phase", "release_reason", "last_error", "billing"))
-    monthly_desired = sum(o.node_count - _retired(o) for o in _capacity_orders(p.pool))
-    burst = sum(1 for phase, rr, _, billing in nodes if billing == Node.Billing.ON_DEMAND and not rr)
-    ordered = ordered_baseline(pool=p.pool)
-    refused = p.pool.orders.filter(status__in=(PoolOrder.Status.REJECTED, PoolOrder.Status.FAILED)).order_by("-pk").first()
-    counts = rules.PoolCounts(
-        min_nodes=p.pool.min_nodes,
-        ordered=ordered,
-        last_refusal=f"order #{refused.pk} {refused.status}: {refused.reason}" if refused else "",
-        desired=min(monthly_desired, p.pool.max_nodes) + burst,
-        ready=sum(1 for phase, rr, _, _ in nodes if phase == Node.Phase.READY and not rr),
-        provisioning=sum(1 for phase, rr, _, _ in nodes if phase in rules.PROVISIONING_PHASES and not rr),
-        unknown=sum(1 for phase, rr, _, _ in nodes if phase == Node.Phase.UNKNOWN and not rr),
-        draining=sum(1 for _, rr, _, _ in nodes if rr),
-        awaiting_orders=tuple(p.pool.orders.filter(status=PoolOrder.Status.PENDING).order_by("pk").values_list("pk", flat=True)),
-        unpaid_orders=tuple(p.pool.orders.filter(status=PoolOrder.Status.APPROVED).order_by("pk").values_list("pk", flat=True)),
-    )
-    stalls = p.stalls + [err for phase, rr, err, _ in nodes if err and not rr and phase in rules.PROVISIONING_PHASES]
-    phase, reason = rules.pool_status(counts=counts, stalls=stalls, deleting=p.pool.phase == GpuNodePool.Phase.DELETING)
-    reason = reason[:500]
-    conditions = rules.pool_conditions(counts=counts, previous=p.pool.conditions or [], now=p.now)
-    baseline_billing = Node.Billing.PREEMPTIBLE if p.pool.preemptible else Node.Billing.MONTHLY
-    node_counts = rules.counts_by_billing(
-        nodes=[(billing, phase) for phase, rr, _, billing in nodes if not rr],
-        desired={baseline_billing: min(monthly_desired, p.pool.max_nodes), Node.Billing.ON_DEMAND: burst},
-    )
+    snapshot = snapshots_load([p.pool])[p.pool.pk]
+    status = rules.status_of(snapshot, stalls=p.stalls, now=p.now)
     rows = GpuNodePool.objects.filter(pk=p.pool.pk, deleted_at__isnull=True)
-    if phase != GpuNodePool.Phase.DELETING:  # a delete requested during this pass wins
+    if status.phase != GpuNodePool.Phase.DELETING:  # a delete requested during this pass wins
         rows = rows.exclude(phase=GpuNodePool.Phase.DELETING)
     with transaction.atomic():
-        if rows.update(phase=phase, pending_reason=reason, observed_generation=generation, conditions=conditions, node_counts=node_counts) and phase != p.pool.phase and phase == GpuNodePool.Phase.READY:
-            p.event("PoolReady", f"All {counts.desired} node(s) of {p.pool.name} are Ready")
-    return phase, reason
+        written = rows.update(
+            phase=status.phase, pending_reason=status.pending_reason, observed_generation=generation, conditions=status.conditions, node_counts=status.node_counts
+        )
+        if written and status.phase != p.pool.phase and status.phase == GpuNodePool.Phase.READY:
+            p.event("PoolReady", f"All {status.desired} node(s) of {p.pool.name} are Ready")
+    return status.phase, status.pending_reason
 
-
-def _retired(order: PoolOrder) -> int:
-    return order.nodes.filter(release_reason__in=rules.RETIRING_REASONS).count()

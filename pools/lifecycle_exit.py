@@ -39,6 +39,7 @@ class ReconcilePass:
     now: datetime
     cloud: CloudProvider
     cluster: ClusterBackend
+    notices: dict[str, datetime] | None = None  # the cloud's reclaim notices, read once per pass over all pools
     stalls: list[str] = field(default_factory=list)
 
     def stall(self, text: str) -> None:
@@ -201,7 +202,7 @@ def renewal_apply(p: ReconcilePass, order: PoolOrder) -> None:
 
 
 def reclaims_handle(p: ReconcilePass) -> None:
-    notices = {n.provider_id: n.reclaim_at for n in p.cloud.reclaim_notices(now=p.now)}
+    notices = p.notices if p.notices is not None else {n.provider_id: n.reclaim_at for n in p.cloud.reclaim_notices(now=p.now)}
     if not notices:
         return
     for node in p.live_nodes().filter(release_reason="", provider_id__in=list(notices)):

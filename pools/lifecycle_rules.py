@@ -185,6 +185,7 @@ def heartbeat_phase(*, phase: str, last_heartbeat: datetime | None, now: datetim
     return "Unknown" if now - last_heartbeat > grace else "Ready"
 
 
+
 # ---------------------------------------------------------------------------------------------
 # pendingReason (T1: explain every stall with numbers)
 
@@ -309,4 +310,146 @@ def capacity_summary(ready: Sequence[timedelta], first_pod: Sequence[timedelta],
         max_ready=max(ready) if ready else None,
         median_first_pod=median(first_pod),
         slow=sum(1 for r in ready if r > slow_after),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# A pool's state as plain rows, for the pass over every pool (issue 9: batched work). The loop
+# loads all pools' rows in a fixed number of queries (pools/lifecycle_state.py); these decide,
+# without the database, whether a pool needs the full per-pool pass and what its status is.
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    """A live (not Terminated) node, as much of it as the pass's decisions read."""
+
+    pk: int
+    name: str
+    phase: str
+    billing: str
+    release_reason: str = ""
+    last_error: str = ""
+    provider_id: str = ""
+    created_at: datetime | None = None
+    step_due_at: datetime | None = None
+    lease_end: datetime | None = None
+    lease_notified: bool = False
+    last_heartbeat: datetime | None = None
+
+
+@dataclass(frozen=True)
+class OrderRow:
+    """An order with the nodes it accounts for: `holding` a slot (live and not leaving, or
+    retired), `retired` (left for good: its capacity is gone)."""
+
+    pk: int
+    kind: str
+    status: str
+    node_count: int
+    reason: str = ""
+    holding: int = 0
+    retired: int = 0
+
+
+@dataclass(frozen=True)
+class PoolSnapshot:
+    pk: int
+    phase: str
+    min_nodes: int
+    max_nodes: int
+    preemptible: bool = False
+    nodes: tuple[NodeRow, ...] = ()  # live nodes, by name
+    orders: tuple[OrderRow, ...] = ()
+    slow_reported: frozenset[int] = frozenset()  # nodes that already have a SlowCapacity event
+    conditions: tuple = ()  # stored status, to write only what changed
+    node_counts: Mapping | None = None
+    pending_reason: str = ""
+    observed_generation: int = 0
+
+
+@dataclass(frozen=True)
+class PoolStatus:
+    phase: str
+    pending_reason: str
+    conditions: list[dict]
+    node_counts: dict[str, dict[str, int]]
+    desired: int
+
+    def same_as(self, snapshot: PoolSnapshot, generation: int) -> bool:
+        """Nothing to write: the stored status already says this."""
+        return (
+            snapshot.phase == self.phase
+            and snapshot.pending_reason == self.pending_reason
+            and snapshot.observed_generation == generation
+            and list(snapshot.conditions) == self.conditions
+            and dict(snapshot.node_counts or {}) == self.node_counts
+        )
+
+
+CAPACITY_KINDS = ("create", "grow")  # orders that add monthly capacity (a renewal adds none)
+QUOTA_HOLDING = ("Pending", "Approved", "Paid")
+SLOW_CAPACITY = timedelta(minutes=15)  # O4: over 15 minutes points at prewarming or stock
+
+
+def work_needed(s: PoolSnapshot, *, now: datetime, lease_notice: timedelta, heartbeat_grace: timedelta, reclaiming: frozenset[str] = frozenset()) -> str:
+    """Why the pool needs the full reconcile pass now; "" when a pass would only restate its
+    status. Mirrors the steps of `pools.lifecycle._reconcile` one by one: a pool this calls
+    quiet is one where each of them would find nothing to do."""
+    if s.phase == "Deleting":
+        return "Deleting"
+    if any(o.status == "Approved" for o in s.orders):
+        return "OrderApproved"  # to pay
+    active = [n for n in s.nodes if not n.release_reason]
+    if len(active) < len(s.nodes):
+        return "Draining"
+    if any(n.provider_id and n.provider_id in reclaiming for n in active):
+        return "ReclaimNotice"
+    for n in active:
+        if lease_action(lease_end=n.lease_end, now=now, notice=lease_notice, notified=n.lease_notified) != NONE:
+            return "LeaseAction"
+    if len(active) > s.max_nodes:
+        return "Surplus"
+    if len(active) < s.max_nodes and any(o.node_count > o.holding for o in s.orders if o.status == "Paid" and o.kind in CAPACITY_KINDS):
+        return "NodesMissing"
+    for n in active:
+        if n.phase in PROVISIONING_PHASES:
+            if n.step_due_at is None or now >= n.step_due_at:
+                return "StepDue"
+            if n.created_at is not None and n.created_at < now - SLOW_CAPACITY and n.pk not in s.slow_reported:
+                return "SlowCapacity"
+        elif n.phase in ("Ready", "Unknown") and heartbeat_phase(phase=n.phase, last_heartbeat=n.last_heartbeat, now=now, grace=heartbeat_grace) != n.phase:
+            return "Heartbeat"
+    return ""
+
+
+def status_of(s: PoolSnapshot, *, stalls: Sequence[str] = (), now: datetime) -> PoolStatus:
+    """The pool's phase, pendingReason, conditions and node counts from its rows (T1)."""
+    capacity = [o for o in s.orders if o.status == "Paid" and o.kind in CAPACITY_KINDS]
+    monthly_desired = sum(o.node_count - o.retired for o in capacity)
+    burst = sum(1 for n in s.nodes if n.billing == "on_demand" and not n.release_reason)
+    refused = max((o for o in s.orders if o.status in ("Rejected", "Failed")), key=lambda o: o.pk, default=None)
+    counts = PoolCounts(
+        min_nodes=s.min_nodes,
+        ordered=sum(o.node_count - o.retired for o in s.orders if o.status in QUOTA_HOLDING and o.kind != "renew"),
+        last_refusal=f"order #{refused.pk} {refused.status}: {refused.reason}" if refused else "",
+        desired=min(monthly_desired, s.max_nodes) + burst,
+        ready=sum(1 for n in s.nodes if n.phase == "Ready" and not n.release_reason),
+        provisioning=sum(1 for n in s.nodes if n.phase in PROVISIONING_PHASES and not n.release_reason),
+        unknown=sum(1 for n in s.nodes if n.phase == "Unknown" and not n.release_reason),
+        draining=sum(1 for n in s.nodes if n.release_reason),
+        awaiting_orders=tuple(sorted(o.pk for o in s.orders if o.status == "Pending")),
+        unpaid_orders=tuple(sorted(o.pk for o in s.orders if o.status == "Approved")),
+    )
+    errors = [n.last_error for n in s.nodes if n.last_error and not n.release_reason and n.phase in PROVISIONING_PHASES]
+    phase, reason = pool_status(counts=counts, stalls=[*stalls, *errors], deleting=s.phase == "Deleting")
+    baseline = "preemptible" if s.preemptible else "monthly"
+    return PoolStatus(
+        phase=phase,
+        pending_reason=reason[:500],
+        conditions=pool_conditions(counts=counts, previous=list(s.conditions), now=now),
+        node_counts=counts_by_billing(
+            nodes=[(n.billing, n.phase) for n in s.nodes if not n.release_reason],
+            desired={baseline: min(monthly_desired, s.max_nodes), "on_demand": burst},
+        ),
+        desired=counts.desired,
     )

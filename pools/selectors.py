@@ -5,11 +5,13 @@ Each selector starts from `for_user`, so what a user cannot see does not exist f
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 
 from django.conf import settings
-from django.db.models import Count, Q, QuerySet, Sum
+from django.db.models import Count, Q, QuerySet, Sum, TextField
+from django.db.models.functions import Cast
 from django.http import Http404
 
 from pools import roles
@@ -54,8 +56,15 @@ class PoolFilters:
 
 def pools_for_user(*, user, filters: PoolFilters | None = None) -> QuerySet[GpuNodePool]:
     """Live pools the user may see, filtered and sorted, with node counts in one query."""
+    return _with_node_counts(pools_visible(user=user, filters=filters))
+
+
+def pools_visible(*, user, filters: PoolFilters | None = None) -> QuerySet[GpuNodePool]:
+    """Live pools the user may see, filtered and sorted; pages of it get their node counts from
+    `node_counts_attach` (counting every pool's nodes to show fifty is what made the pool list
+    slow at 1,000 pools, issue 9)."""
     filters = filters or PoolFilters()
-    pools = _with_node_counts(GpuNodePool.objects.for_user(user).active().select_related("team", "gpu_model", "node_type", "zone"))
+    pools = GpuNodePool.objects.for_user(user).active().select_related("team", "gpu_model", "node_type", "zone")
     if filters.team:
         pools = pools.filter(team__slug=filters.team)
     if filters.gpu_model:
@@ -67,6 +76,21 @@ def pools_for_user(*, user, filters: PoolFilters | None = None) -> QuerySet[GpuN
     field = POOL_SORTS.get(filters.sort.lstrip("-"), "name")
     descending = filters.sort.startswith("-")
     return pools.order_by(f"-{field}" if descending else field, "name")
+
+
+def node_counts_attach(pools: list[GpuNodePool]) -> list[GpuNodePool]:
+    """Set `node_total` (live nodes) and `node_ready` on each pool, with one query."""
+    counts = {
+        row["pool_id"]: row
+        for row in Node.objects.filter(pool_id__in=[p.pk for p in pools])
+        .values("pool_id")
+        .annotate(total=Count("pk", filter=~Q(phase__in=LIVE_NODE_EXCLUDED_PHASES)), ready=Count("pk", filter=Q(phase=Node.Phase.READY)))
+        .order_by()
+    } if pools else {}
+    for pool in pools:
+        row = counts.get(pool.pk, {})
+        pool.node_total, pool.node_ready = row.get("total", 0), row.get("ready", 0)
+    return pools
 
 
 def _with_node_counts(pools: QuerySet[GpuNodePool]) -> QuerySet[GpuNodePool]:
@@ -162,11 +186,23 @@ def teams_visible_to(*, user) -> QuerySet[Team]:
 
 
 def pool_samples(*, pool: GpuNodePool, since: datetime) -> list:
-    """The pool's per-minute samples since a moment, as the chart core's plain rows."""
+    """The pool's per-minute samples since a moment, as the chart core's plain rows. The node
+    counts come as JSON text and each distinct text is decoded once (they rarely change from
+    one minute to the next): a day of samples is 1,440 rows on every pool page view."""
     from monitoring.models import PoolSample
     from pools.charts import Sample
 
-    rows = PoolSample.objects.filter(pool=pool, minute__gte=since).order_by("minute").values(
-        "minute", "min_nodes", "max_nodes", "capacity_gpus", "allocated_gpus", "gpu_memory_used_pct", "pending_pods", "node_counts"
+    rows = (
+        PoolSample.objects.filter(pool=pool, minute__gte=since)
+        .order_by("minute")
+        .annotate(counts_text=Cast("node_counts", TextField()))
+        .values_list("minute", "min_nodes", "max_nodes", "capacity_gpus", "allocated_gpus", "gpu_memory_used_pct", "pending_pods", "counts_text")
     )
-    return [Sample(**row) for row in rows]
+    decoded: dict[str, dict] = {}
+    samples = []
+    for *values, text in rows:
+        counts = decoded.get(text)
+        if counts is None:
+            counts = decoded[text] = json.loads(text) if text else {}
+        samples.append(Sample(*values, node_counts=counts))
+    return samples

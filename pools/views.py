@@ -11,6 +11,7 @@ from datetime import timedelta
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
 from django.http import HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
@@ -29,6 +30,7 @@ from pools.models import GpuNodePool, PoolOrder
 from pools.spec import TAINT_EFFECTS, dump_yaml, load_yaml
 
 CHART_WINDOW = timedelta(hours=24)
+POOLS_PER_PAGE = 50  # the pool list pages at 1,000 pools (issue 9: p95 < 150 ms)
 CHANGING_PHASES = (GpuNodePool.Phase.PENDING, GpuNodePool.Phase.PROVISIONING, GpuNodePool.Phase.SCALING, GpuNodePool.Phase.DELETING)
 
 
@@ -52,11 +54,17 @@ def pool_list(request):
         q=data.get("q", ""),
         sort=request.GET.get("sort", "name"),
     )
-    pools = list(selectors.pools_for_user(user=request.user, filters=filters))
+    page = Paginator(selectors.pools_visible(user=request.user, filters=filters), POOLS_PER_PAGE).get_page(request.GET.get("page"))
+    pools = selectors.node_counts_attach(list(page.object_list))
     query = request.GET.copy()
     query.pop("sort", None)
+    query.pop("page", None)  # a new sort starts at the first page
+    paging = request.GET.copy()
+    paging.pop("page", None)
     context = {
         "pools": pools,
+        "page": page,
+        "page_query": paging.urlencode(),
         "filter_form": filter_form,
         "sort": filters.sort,
         "base_query": query.urlencode(),

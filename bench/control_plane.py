@@ -1,0 +1,289 @@
+"""Control plane at 1,000 pools (issue 9 item 1): one full pass of the background loops —
+reconcile every pool (`manage.py reconcile --once`), autoscale every pool (`manage.py autoscale
+--once`) and meter one hour (`manage.py meter --once`) — over a fleet of 1,000 pools, 20,000
+nodes and 200,000 pods in PostgreSQL, timed and with its SQL statements counted; then the pool
+list and a pool's page, p50/p95 over N requests through Django's test client.
+
+The same pass runs at each `--sizes` (same per-pool shape, see bench/control_plane_fleet.py),
+so the table shows whether the number of queries grows with the number of pools (it must not:
+the loops load every pool's state in a fixed number of queries, decide in pure functions and
+write in bulk; only pools where something happens cost statements of their own).
+
+Each size gets its own database, built once (COPY) and kept as a template
+(`<database>_p<pools>_tpl`); every run starts from a fresh copy of it, so a pass always meets
+the same state. Targets: < 5 s per pass, pool list and pool page p95 < 150 ms. A second pass
+30 s later (reconcile + autoscale) shows the loops as a running worker sees them.
+
+Usage: python bench/control_plane.py [--sizes 100,1000] [--requests 30] [--regenerate] [--draining 20]
+                                     [--database postgres://postgres@127.0.0.1:5432/ebcloud_bench_control_plane]
+                                     [--profile DIR]   (a cProfile dump per step and size)
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import statistics
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_DB = "postgres://postgres@127.0.0.1:5432/ebcloud_bench_control_plane"
+
+
+@dataclass
+class Step:
+    name: str
+    seconds: float
+    queries: int
+    note: str = ""
+
+
+@dataclass
+class PageTiming:
+    name: str
+    p50_ms: float
+    p95_ms: float
+    queries: int
+    status: int
+
+
+@dataclass
+class SizeResult:
+    shape: object
+    build_s: float
+    steps: list[Step] = field(default_factory=list)
+    second: list[Step] = field(default_factory=list)
+    pages: list[PageTiming] = field(default_factory=list)
+
+
+class QueryCounter:
+    """`connection.execute_wrapper` hook: counts every statement sent to the database."""
+
+    def __init__(self):
+        self.count = 0
+
+    def __call__(self, execute, sql, params, many, context):
+        self.count += 1
+        return execute(sql, params, many, context)
+
+
+def counted(name: str, fn, *, profile_to: Path | None = None) -> tuple[Step, object]:
+    """Run `fn` once, timed, counting its statements (and profiling it when asked)."""
+    from django.db import connection
+
+    counter = QueryCounter()
+    profiler = cProfile.Profile() if profile_to else None
+    with connection.execute_wrapper(counter):
+        started = time.perf_counter()
+        if profiler:
+            profiler.enable()
+        result = fn()
+        if profiler:
+            profiler.disable()
+        seconds = time.perf_counter() - started
+    if profiler:
+        profile_to.parent.mkdir(parents=True, exist_ok=True)
+        profiler.dump_stats(profile_to)
+    return Step(name, seconds, counter.count), result
+
+
+def measure_pass(*, now, hour=None, profile_dir: Path | None = None, tag: str = "") -> list[Step]:
+    """Reconcile every pool, autoscale every pool, meter `hour` (skipped when None)."""
+    from billing import services
+    from pools import autoscaler_service, lifecycle
+    from pools.models import PoolEvent
+
+    def where(step: str) -> Path | None:
+        return profile_dir / f"{tag}{step}.prof" if profile_dir else None
+
+    steps = []
+    events = PoolEvent.objects.count()
+    step, results = counted("reconcile", lambda: lifecycle.reconcile_all(now=now), profile_to=where("reconcile"))
+    claimed = sum(1 for r in results if r.claimed)
+    errors = [r.error for r in results if r.error]
+    written = PoolEvent.objects.count() - events
+    step.note = f"{claimed} pools claimed, {written} events" + (f", {len(errors)} errors: {errors[0]}" if errors else "")
+    steps.append(step)
+    events = PoolEvent.objects.count()
+    step, results = counted("autoscale", lambda: autoscaler_service.autoscale_all(now=now), profile_to=where("autoscale"))
+    reasons = Counter(r.reason for r in results)
+    step.note = ", ".join(f"{n} {reason}" for reason, n in reasons.most_common(3)) + f"; {PoolEvent.objects.count() - events} events"
+    steps.append(step)
+    steps.append(Step("reconcile + autoscale", steps[0].seconds + steps[1].seconds, steps[0].queries + steps[1].queries, "the per-minute loops"))
+    if hour is not None:
+        step, result = counted("meter", lambda: services.meter_hour(hour=hour), profile_to=where("meter"))
+        step.note = f"{result.usage_records:,} usage, {result.cost_records:,} cost records" if result.metered else "already metered"
+        steps.append(step)
+    loops = [s for s in steps if s.name != "reconcile + autoscale"]
+    if hour is not None:
+        steps.append(Step("pass total", sum(s.seconds for s in loops), sum(s.queries for s in loops), "reconcile + autoscale + meter"))
+    return steps
+
+
+def page_timings(fleet, *, requests: int) -> list[PageTiming]:
+    """The pool list (admin and finance see every pool, a lead their team's) and one pool's page."""
+    from django.db import connection
+    from django.test import Client
+
+    pages = [
+        ("pool list, admin (all pools)", "/pools/", fleet.admin),
+        ("pool list, finance (all pools)", "/pools/", fleet.finance),
+        ("pool list, team lead (own team)", "/pools/", fleet.lead),
+        ("pool page, admin", f"/pools/{fleet.first_pool}/", fleet.admin),
+        ("pool page, team lead", f"/pools/{fleet.first_pool}/", fleet.lead),
+    ]
+    out = []
+    for name, url, user in pages:
+        client = Client()
+        client.force_login(user)
+        response = client.get(url)  # warm: templates compiled, session loaded once
+        times = []
+        counter = QueryCounter()
+        for _ in range(requests):
+            counter.count = 0
+            with connection.execute_wrapper(counter):
+                started = time.perf_counter()
+                response = client.get(url)
+                times.append((time.perf_counter() - started) * 1000)
+        p95 = statistics.quantiles(times, n=20, method="inclusive")[18] if len(times) > 1 else times[0]
+        out.append(PageTiming(name, statistics.median(times), p95, counter.count, response.status_code))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Databases: one per size, built once and kept as a template
+
+
+def _admin(url: str):
+    import psycopg
+
+    return psycopg.connect(url.rsplit("/", 1)[0] + "/postgres", autocommit=True)
+
+
+def _exists(conn, name: str) -> bool:
+    return conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is not None
+
+
+def _use(name: str) -> None:
+    from django.db import connections
+
+    conn = connections["default"]
+    conn.close()
+    conn.settings_dict["NAME"] = name
+
+
+def _copy(conn, *, source: str, target: str) -> None:
+    conn.execute(f'DROP DATABASE IF EXISTS "{target}" WITH (FORCE)')
+    conn.execute(f'CREATE DATABASE "{target}" TEMPLATE "{source}"')
+
+
+def prepare(url: str, shape, *, regenerate: bool) -> float:
+    """Point Django at a fresh copy of this size's database; build the template first if needed.
+    Returns the seconds the build took (0 when the template was reused)."""
+    from django.core.management import call_command
+    from django.db import connection, transaction
+
+    from bench.control_plane_fleet import build
+
+    base = url.rsplit("/", 1)[1]
+    name, blank = f"{base}_p{shape.pools}" + (f"_d{shape.draining}" if shape.draining != 20 else ""), f"{base}_blank"
+    template = f"{name}_tpl"
+    seconds = 0.0
+    with _admin(url) as admin:
+        if not _exists(admin, blank):
+            admin.execute(f'CREATE DATABASE "{blank}"')
+        _use(blank)
+        call_command("migrate", verbosity=0, interactive=False)
+        _use("postgres")
+        if regenerate or not _exists(admin, template):
+            _copy(admin, source=blank, target=name)
+            _use(name)
+            started = time.perf_counter()
+            with transaction.atomic():
+                build(shape)
+            with connection.cursor() as cursor:
+                cursor.execute("ANALYZE")
+            seconds = time.perf_counter() - started
+            _use("postgres")
+            _copy(admin, source=name, target=template)
+        _copy(admin, source=template, target=name)
+    _use(name)
+    call_command("migrate", verbosity=0, interactive=False)  # a template older than the code
+    return seconds
+
+
+def setup_django(url: str) -> None:
+    os.environ["DATABASE_URL"] = url.rsplit("/", 1)[0] + "/postgres"
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    os.environ.setdefault("DEBUG", "false")  # templates and queries as in production
+    os.environ.setdefault("SECRET_KEY", "bench-only")
+    os.environ.setdefault("SECURE_SSL_REDIRECT", "false")
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+
+
+def run_size(url: str, shape, *, requests: int, regenerate: bool, profile_dir: Path | None) -> SizeResult:
+    from django.contrib.auth import get_user_model
+
+    from bench.control_plane_fleet import NOW, Fleet
+    from billing.metering import last_complete_hour
+    from pools.models import GpuNodePool, Node, Pod
+
+    result = SizeResult(shape=shape, build_s=prepare(url, shape, regenerate=regenerate))
+    tag = f"p{shape.pools}-"
+    result.steps = measure_pass(now=NOW, hour=last_complete_hour(NOW), profile_dir=profile_dir, tag=tag)
+    result.second = measure_pass(now=NOW + timedelta(seconds=30), profile_dir=profile_dir, tag=tag + "again-")
+    users = get_user_model().objects
+    fleet = Fleet(
+        pools=GpuNodePool.objects.count(), nodes=Node.objects.count(), pods=Pod.objects.count(),
+        admin=users.get(username="pool-admin"), finance=users.get(username="pool-finance"), lead=users.get(username="pool-lead"),
+        first_pool="pool-0000",
+    )  # fmt: skip
+    result.pages = page_timings(fleet, requests=requests)
+    return result
+
+
+def report(results: list[SizeResult], *, requests: int) -> None:
+    print(f"control-plane benchmark, PostgreSQL, {date.today()}")
+    for r in results:
+        print(f"\n### {r.shape.describe()}" + (f" (built in {r.build_s:.0f} s)" if r.build_s else ""))
+        print("\n| step | seconds | queries | what happened |\n|---|---|---|---|")
+        for s in r.steps:
+            print(f"| {s.name} | {s.seconds:.2f} | {s.queries:,} | {s.note} |")
+        for s in r.second:
+            print(f"| again 30 s later: {s.name} | {s.seconds:.2f} | {s.queries:,} | {s.note} |")
+        print(f"\n| page ({requests} requests) | p50 ms | p95 ms | queries | status |\n|---|---|---|---|---|")
+        for p in r.pages:
+            print(f"| {p.name} | {p.p50_ms:.1f} | {p.p95_ms:.1f} | {p.queries} | {p.status} |")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="100,1000", help="Pool counts, comma-separated (same per-pool shape)")
+    parser.add_argument("--teams", type=int, default=20)
+    parser.add_argument("--draining", type=int, default=20, help="Pools with a draining node: the activity, the same at every size")
+    parser.add_argument("--requests", type=int, default=30, help="Requests per page timing")
+    parser.add_argument("--database", default=os.environ.get("BENCH_DATABASE_URL", DEFAULT_DB))
+    parser.add_argument("--regenerate", action="store_true", help="Rebuild the fleets even if their templates exist")
+    parser.add_argument("--profile", type=Path, default=None, help="Write a cProfile dump per step into this folder")
+    args = parser.parse_args(argv)
+    setup_django(args.database)
+    from bench.control_plane_fleet import Shape
+
+    results = []
+    for size in (int(s) for s in args.sizes.split(",") if s.strip()):
+        shape = Shape(pools=size, teams=min(args.teams, size), draining=min(args.draining, size))
+        results.append(run_size(args.database, shape, requests=args.requests, regenerate=args.regenerate, profile_dir=args.profile))
+    report(results, requests=args.requests)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""The control-plane benchmark's regression guard (issue 9 item 1): one full pass of reconcile +
+autoscale + metering costs the same number of SQL statements over 5 pools as over 20 of the
+same shape. The loops load every pool's state in a fixed number of queries and write in bulk;
+a change that brings back a query per pool (or per node, or per pod) fails here long before
+anyone runs bench/control_plane.py at 1,000 pools."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from django.db import transaction
+
+from bench.control_plane import measure_pass
+from bench.control_plane_fleet import NOW, Shape, build
+from billing.metering import last_complete_hour
+from billing.models import CostRecord, UsageRecord
+from pools.models import GpuNodePool, Node, Pod, PoolEvent
+
+# The bench's per-pool shape, scaled down so that 20 pools build and meter in seconds.
+SMALL = Shape(pools=5, teams=2, monthly_ready=3, provisioning=1, burst_ready=1, pods_per_node=4, pending_per_pool=2,
+              draining=0, events_per_pool=2, sample_minutes=3)  # fmt: skip
+
+
+def one_pass(shape: Shape) -> tuple[dict[str, int], dict[str, int]]:
+    """Statements per step of one pass over a fresh fleet, and what the pass did; rolled back."""
+    with transaction.atomic():
+        fleet = build(shape)
+        assert (fleet.pools, fleet.nodes) == (shape.pools, shape.pools * shape.nodes_per_pool)
+        events = PoolEvent.objects.count()
+        steps = measure_pass(now=NOW, hour=last_complete_hour(NOW))
+        done = {
+            "events": PoolEvent.objects.count() - events,
+            "usage": UsageRecord.objects.count(),
+            "costs": CostRecord.objects.count(),
+            "phases": len(set(GpuNodePool.objects.values_list("phase", flat=True))),
+        }
+        transaction.set_rollback(True)
+    return {s.name: s.queries for s in steps}, done
+
+
+@pytest.mark.django_db
+def test_a_steady_pass_costs_the_same_statements_at_5_and_at_20_pools():
+    few, did_few = one_pass(SMALL)
+    many, did_many = one_pass(replace(SMALL, pools=20))
+    assert few == many, (few, many)
+    # The pass did its work at both sizes: every node and pod metered, nothing else changed.
+    pods = SMALL.monthly_ready + SMALL.burst_ready
+    for size, did in ((5, did_few), (20, did_many)):
+        assert did["usage"] > size * (SMALL.nodes_per_pool - SMALL.provisioning + pods * SMALL.pods_per_node)
+        assert did["costs"] > did["usage"] - size and did["events"] == 0
+    assert many["pass total"] < 120  # a fixed budget, whatever the fleet
+
+
+@pytest.mark.django_db
+def test_the_same_activity_costs_the_same_statements_whatever_the_number_of_pools():
+    """Two draining nodes (pods evicted, the autoscaler ordering burst nodes for them) in a
+    fleet of 5 pools and in one of 20: the statements are those of the changes, not of pools."""
+    busy = replace(SMALL, draining=2)
+    few, did_few = one_pass(busy)
+    many, did_many = one_pass(replace(busy, pools=20))
+    assert few == many, (few, many)
+    assert did_few["events"] == did_many["events"] > 0
+    assert Node.objects.count() == Pod.objects.count() == 0  # rolled back
