@@ -183,14 +183,21 @@ def meter_pending(
     last = metering.last_complete_hour(now)
     newest = MeterRun.objects.order_by("-hour").values_list("hour", flat=True).first()
     first = last - timedelta(hours=max_hours - 1)
-    if newest is not None:
+    # From the oldest metered hour in the window, every hour without a run: a catch-up killed
+    # mid-way while another worker metered a later hour (`meter --once`) leaves a hole below
+    # the newest run, which "start after the newest" would skip for ever.
+    done = set(MeterRun.objects.filter(hour__gte=first, hour__lte=last).values_list("hour", flat=True))
+    if done:
+        first = min(done)
+    elif newest is not None:
         first = max(first, newest + metering.HOUR)
     results = []
     hour = first
     while hour <= last:
         if time_budget_s is not None and results and time.monotonic() - started > time_budget_s:
             break
-        results.append(meter_hour(hour=hour))
+        if hour not in done:
+            results.append(meter_hour(hour=hour))
         hour += metering.HOUR
     return results
 
@@ -254,13 +261,12 @@ def budgets_evaluate(*, now: datetime) -> list:
     so whichever worker inserts it first notifies, and every other one finds it taken.
     """
     from billing import selectors
-    from billing.models import Budget
+    from billing.models import Budget, BudgetAlert
 
     budgets_sync()
     fired = []
-    for status in selectors.budget_statuses_of(
-        Budget.objects.select_related("pool", "team"), now=now
-    ):
+    statuses = selectors.budget_statuses_of(Budget.objects.select_related("pool", "team"), now=now)
+    for status in statuses:
         budget = status.budget
         for threshold in sorted(budget.thresholds or [80, 100]):
             limit = budget.monthly_amount * threshold / 100
@@ -276,6 +282,10 @@ def budgets_evaluate(*, now: datetime) -> list:
                     )
                     if alert is not None:
                         fired.append(alert)
+    # An alert whose worker died after committing it and before notifying is still due.
+    due = BudgetAlert.objects.filter(period__in={s.period for s in statuses}, emailed_at=None, webhook_status="")
+    for alert_id in due.values_list("pk", flat=True):
+        alert_deliver(alert_id=alert_id)
     return fired
 
 
@@ -299,8 +309,23 @@ def _alert_fire(*, budget, period, threshold: int, basis: str, amount: Decimal, 
                 )
     except IntegrityError:
         return None
-    transaction.on_commit(lambda: alert_notify(alert_id=alert.pk))
+    transaction.on_commit(lambda: alert_deliver(alert_id=alert.pk))
     return alert
+
+
+def alert_deliver(*, alert_id: int) -> bool:
+    """Notify an alert not notified yet, one worker at a time: the row stays locked while it
+    sends, and another worker skips it. A worker killed before this commits leaves the alert
+    due, and the next evaluation sends it (at least once: a second mail only if a worker dies
+    between the send and the commit)."""
+    from billing.models import BudgetAlert
+
+    with transaction.atomic():
+        due = BudgetAlert.objects.select_for_update(skip_locked=True).filter(pk=alert_id, emailed_at=None, webhook_status="")
+        if due.values_list("pk", flat=True).first() is None:
+            return False
+        alert_notify(alert_id=alert_id)
+    return True
 
 
 def alert_message(alert) -> str:
