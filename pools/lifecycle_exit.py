@@ -8,6 +8,7 @@ each step an event; a node is never released with pods on it without a Warning s
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -20,6 +21,8 @@ from pools.events import NORMAL, WARNING, event_record
 from pools.models import GpuNodePool, Node, PoolOrder
 from pools.providers.base import CloudProvider, ClusterBackend
 from pools.spec import PoolSpec
+
+logger = logging.getLogger("ebcloud.lifecycle")
 
 
 def setting(name: str, default):
@@ -261,10 +264,21 @@ def delete_step(p: ReconcilePass) -> bool:
 
 def heartbeats_check(p: ReconcilePass) -> None:
     grace = seconds_setting("EBCLOUD_HEARTBEAT_GRACE_SECONDS", 300)
-    for node in p.live_nodes().filter(release_reason="", phase__in=(Node.Phase.READY, Node.Phase.UNKNOWN)):
+    watched = (Node.Phase.READY, Node.Phase.UNKNOWN)
+    outage = None
+    for node in p.live_nodes().filter(release_reason="", phase__in=watched):
         phase = rules.heartbeat_phase(phase=node.phase, last_heartbeat=node.last_heartbeat, now=p.now, grace=grace)
         if phase == node.phase:
             continue
+        if phase == Node.Phase.UNKNOWN:
+            if outage is None:  # asked once per pass, and only when a node would go Unknown
+                fleet = Node.objects.filter(pool__deleted_at__isnull=True, release_reason="", phase__in=watched, last_heartbeat__isnull=False)
+                outage = rules.full_disruption(silent=fleet.filter(last_heartbeat__lt=p.now - grace).count(), reporting=fleet.count())
+                if outage:
+                    logger.warning("most nodes are silent past the heartbeat grace: the control plane or its network was "
+                                   "away; no node is marked Unknown until the agents report again")
+            if outage:
+                continue
         with transaction.atomic():
             if not Node.objects.filter(pk=node.pk, phase=node.phase).update(phase=phase):
                 continue

@@ -185,6 +185,17 @@ def heartbeat_phase(*, phase: str, last_heartbeat: datetime | None, now: datetim
     return "Unknown" if now - last_heartbeat > grace else "Ready"
 
 
+FULL_DISRUPTION_SHARE = 0.55  # kube-controller-manager's --unhealthy-zone-threshold
+FULL_DISRUPTION_MIN_NODES = 3
+
+
+def full_disruption(*, silent: int, reporting: int) -> bool:
+    """Most of the fleet silent at once is the control plane's (or its network's) outage, not
+    the nodes': like Kubernetes' node lifecycle controller in full disruption, no node is
+    marked Unknown then. `silent` of `reporting` nodes (those that ever reported) are past the
+    grace. After an outage the agents replay their buffers and the nodes stay Ready."""
+    return reporting >= FULL_DISRUPTION_MIN_NODES and silent > FULL_DISRUPTION_SHARE * reporting
+
 
 # ---------------------------------------------------------------------------------------------
 # pendingReason (T1: explain every stall with numbers)

@@ -195,6 +195,26 @@ def test_a_silent_node_is_unknown_only_after_the_grace_period_and_its_pods_stay(
     assert Node.objects.get(pk=node.pk).phase == "Ready"
 
 
+def test_after_a_control_plane_outage_silent_nodes_are_not_marked_unknown_until_the_agents_return(actors, train_document):
+    """D1, like Kubernetes' full disruption: most of the fleet silent at once is the control
+    plane's outage (its agents could not reach it), not the nodes'. Once most report again, a
+    node still silent is Unknown."""
+    train_document["spec"]["nodeCount"] = {"min": 4, "max": 4}
+    pool = approved_pool(actors, train_document)
+    run_until(pool, T0)
+    nodes = live_nodes(pool)
+    beat = T0 + timedelta(hours=1)
+    Node.objects.filter(pool=pool).update(last_heartbeat=beat)
+    reconcile(pool, beat + timedelta(minutes=20))  # the web was down 20 min: nobody could report
+    assert [n.phase for n in live_nodes(pool)] == ["Ready"] * 4
+    assert not PoolEvent.objects.filter(reason="NodeStatusUnknown").exists()
+    back = beat + timedelta(minutes=21)
+    Node.objects.filter(pk__in=[n.pk for n in nodes[:3]]).update(last_heartbeat=back)
+    reconcile(pool, back)
+    assert [n.phase for n in live_nodes(pool)].count("Unknown") == 1
+    assert PoolEvent.objects.filter(reason="NodeStatusUnknown", node=nodes[3]).count() == 1
+
+
 def test_ready_nodes_stay_ready_while_the_control_plane_is_away(ready_pool):
     """D1: control plane down => no new nodes, but running nodes keep working."""
     result = reconcile(ready_pool, T0 + timedelta(days=2))
