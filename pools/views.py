@@ -208,7 +208,10 @@ def pool_delete(request, name: str):
 @login_required
 @require_GET
 def order_list(request):
-    status = request.GET.get("status", "Pending" if roles.is_admin(request.user) else "")
+    return _orders_page(request, request.GET.get("status", "Pending" if roles.is_admin(request.user) else ""))
+
+
+def _orders_page(request, status: str, *, http_status: int = 200):
     if status not in dict(PoolOrder.Status.choices):
         status = ""
     orders = list(selectors.orders_for_user(user=request.user, status=status)[:200])
@@ -218,7 +221,7 @@ def order_list(request):
         "statuses": PoolOrder.Status.choices,
         "can_decide": roles.is_admin(request.user),
     }
-    return _render(request, "pools/order_list.html", context)
+    return _render(request, "pools/order_list.html", context, status=http_status)
 
 
 @login_required
@@ -233,6 +236,7 @@ def order_decide(request, order_id: int, decision: str):
             services.order_reject(user=request.user, order=order, reason=request.POST.get("reason", ""))
             messages.success(request, f"Order #{order.pk} rejected.")
     except (ValidationError, ConflictError) as exc:
+        # Refused: the queue again with the reason, 400 (409 when the order moved on meanwhile).
         messages.error(request, f"Order #{order.pk}: {exc}")
-        return HttpResponseRedirect(reverse("orders") + "?status=" + order.status)
+        return _orders_page(request, order.status, http_status=409 if isinstance(exc, ConflictError) else 400)
     return HttpResponseRedirect(reverse("orders"))

@@ -216,10 +216,10 @@ def test_the_admin_queue_approves_and_rejects(browser, actors, algorithm_pool):
     assert b">Approve</button>" in page.content
     order = algorithm_pool.orders.get()
     assert client.post(f"/orders/{order.pk}/approve/").status_code == 302
-    twice = client.post(f"/orders/{order.pk}/approve/", follow=True)
-    assert "already decided" in twice.content.decode()
-    no_reason = client.post(f"/orders/{other.orders.get().pk}/reject/", {"reason": ""}, follow=True)
-    assert "reason is required" in no_reason.content.decode()
+    twice = client.post(f"/orders/{order.pk}/approve/")
+    assert twice.status_code == 409 and "already decided" in twice.content.decode()
+    no_reason = client.post(f"/orders/{other.orders.get().pk}/reject/", {"reason": ""})
+    assert no_reason.status_code == 400 and "reason is required" in no_reason.content.decode()
     client.post(f"/orders/{other.orders.get().pk}/reject/", {"reason": "no stock this month"})
     assert PoolOrder.objects.get(pool=other).status == "Rejected"
 
