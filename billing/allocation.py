@@ -546,15 +546,24 @@ def _check_fee(fee: FeeHour, quantum: Decimal) -> None:
 def _check_amount(amount: Decimal, quantum: Decimal, what: str) -> None:
     if amount < 0:
         raise ValueError(f"{what} is negative")
-    if (Fraction(amount) / Fraction(quantum)).denominator != 1:
+    if _units_exact(amount, quantum)[1]:
         raise ValueError(f"{what} {amount} is not a multiple of {quantum}; quantize it first")
 
 
 def _to_units(amount: Decimal, quantum: Decimal) -> int:
-    units = Fraction(amount) / Fraction(quantum)
-    if units.denominator != 1:
+    units, rest = _units_exact(amount, quantum)
+    if rest:
         raise ValueError(f"{amount} is not a multiple of {quantum}")
-    return units.numerator
+    return units
+
+
+def _units_exact(amount: Decimal, quantum: Decimal) -> tuple[int, int]:
+    """amount / quantum as (whole units, remainder), exactly, in integers: the same test as
+    `Fraction(amount) / Fraction(quantum)` without building Fractions (issue 9: it runs for
+    every node and fee of an hour)."""
+    n, d = amount.as_integer_ratio()
+    qn, qd = quantum.as_integer_ratio()
+    return divmod(n * qd, d * qn)
 
 
 def _from_units(units: int, quantum: Decimal) -> Decimal:

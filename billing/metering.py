@@ -46,6 +46,7 @@ from billing.allocation import (
     preemptible_hour_cost,
     quantize_money,
 )
+from billing.bulk_insert import Unsaved
 from billing.models import PoolResourceSample, PriceBookEntry, UsageRecord
 from pools.errors import ValidationError
 from pools.models import GpuNodePool, Node, Pod, Team
@@ -56,6 +57,9 @@ HOUR = timedelta(hours=1)
 QUANTITY = Decimal("0.000001")
 MILLI = 1000
 FEE_KINDS = (UsageRecord.Kind.STORAGE, UsageRecord.Kind.NETWORK, UsageRecord.Kind.REGISTRY)
+
+# Unsaved `UsageRecord`s without `Model.__init__`: an hour of a 200,000-pod fleet is ~210,000.
+_new_usage = Unsaved(UsageRecord)
 
 
 def floor_hour(moment: datetime) -> datetime:
@@ -186,7 +190,7 @@ def _node_record(node: Node, hour: datetime) -> UsageRecord | None:
         lease = (monthly.price, start, start + hours * HOUR, hour)
         cost = _cached(("monthly-hour", *lease), lambda: monthly_hour_cost(*lease))  # nodes of one order share it
         list_price = _hourly_list_price(node, hour)
-        return UsageRecord(
+        return _new_usage(
             **base,
             quantity=Decimal(1),
             amount=cost,
@@ -211,7 +215,7 @@ def _node_record(node: Node, hour: datetime) -> UsageRecord | None:
         cost = preemptible_hour_cost(price.hourly_price, discount, fraction)
     else:
         cost = list_cost
-    return UsageRecord(
+    return _new_usage(
         **base, quantity=fraction, amount=cost, list_amount=list_cost, currency=price.currency
     )
 
@@ -267,6 +271,7 @@ def _pod_records(billed: dict[int, tuple[Node, UsageRecord]], hour: datetime) ->
     teams = {}
     inherited: dict[int, dict] = {}  # node -> pool labels, then node labels
     records = []
+    make, POD = _new_usage.with_values, UsageRecord.Kind.POD
     for namespace, name, team_id, text, gpu_count, gpu_milli, started_at, finished_at, phase, node_id in pods.iterator(chunk_size=5000):
         if finished_at is None and phase != Pod.Phase.RUNNING:
             continue  # ended at an unknown time: nothing to bill it for
@@ -282,25 +287,19 @@ def _pod_records(billed: dict[int, tuple[Node, UsageRecord]], hour: datetime) ->
             inherited[node_id] = effective_labels(node.pool.labels, node.labels, None)
         if team_id not in teams:
             teams.update(Team.objects.in_bulk())
+        pool = node.pool
+        team = teams[team_id]
         records.append(
-            UsageRecord(
-                hour=hour,
-                kind=UsageRecord.Kind.POD,
-                resource=f"{namespace}/{name}",
-                pool=node.pool,
-                team=teams[team_id],
-                node_name=node.name,
-                namespace=namespace,
-                pod_name=name,
-                billing_kind=node.billing,
-                gpu_class=node_record.gpu_class,
-                region=node_record.region,
-                gpu_count=gpu_count,
-                quantity=quantity,
-                currency=node_record.currency,
-                labels={**inherited[node_id], **labels} if labels else dict(inherited[node_id]),
-            )  # fmt: skip
-        )
+            make({"pool": pool, "team": team}, {
+                "id": None, "hour": hour, "kind": POD, "resource": f"{namespace}/{name}",
+                "pool_id": pool.pk, "team_id": team_id, "node_name": node.name,
+                "namespace": namespace, "pod_name": name, "billing_kind": node.billing,
+                "gpu_class": node_record.gpu_class, "region": node_record.region,
+                "gpu_count": gpu_count, "quantity": quantity, "amount": 0, "list_amount": None,
+                "currency": node_record.currency,
+                "labels": {**inherited[node_id], **labels} if labels else dict(inherited[node_id]),
+            })
+        )  # fmt: skip
     return records
 
 
@@ -378,7 +377,7 @@ def _fee_records(pool, hour: datetime, *, sample: PoolResourceSample | None) -> 
     def add(kind: str, entry: PriceBookEntry | None, quantity: Decimal, amount: Decimal) -> None:
         if entry is not None and amount > 0:
             records.append(
-                UsageRecord(
+                _new_usage(
                     **base, kind=kind, quantity=quantity, amount=amount, currency=entry.currency
                 )
             )
