@@ -217,9 +217,10 @@ class CostRecord(models.Model):
 
 class CostDay(models.Model):
     """Cost records of one day summed per (pool, charged team, namespace, labels, billing kind,
-    cost kind): what chargeback reads. Rebuilt from the day's cost records each time an hour
-    of that day is metered, so its sums are the records' sums exactly; a month of a 10,000-pod
-    fleet is then ~30 × (distinct label sets) rows instead of 7.2 M."""
+    cost kind): what chargeback reads. Each metered hour adds its groups to its day's rows in
+    the transaction that writes the hour's records (`billing.services.cost_day_add`), so the
+    sums are the records' sums exactly; `cost_day_rebuild` recomputes a day from its records.
+    A month of a 10,000-pod fleet is then ~30 × (distinct label sets) rows instead of 7.2 M."""
 
     day = models.DateField()
     pool = models.ForeignKey("pools.GpuNodePool", on_delete=models.PROTECT, related_name="+")
@@ -243,8 +244,8 @@ class CostDay(models.Model):
 
 
 class CostDayLock(models.Model):
-    """One row per day, locked while that day's rollup is rebuilt (two hours of one day
-    metered by two workers rebuild it one after the other, each seeing the other's rows)."""
+    """One row per day, locked while an hour is added to that day's rollup or the day is
+    rebuilt (two hours of one day metered by two workers add one after the other)."""
 
     day = models.DateField(primary_key=True)
 
