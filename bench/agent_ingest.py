@@ -2,19 +2,23 @@
 against gunicorn + PostgreSQL, each sending one report every 15 s.
 
 1. Creates (or reuses) a PostgreSQL database, migrates it, and makes the nodes and their agent
-   credentials directly in the database (the join handshake is not what is measured).
+   credentials directly in the database (the join handshake is not what is measured), then
+   VACUUM ANALYZEs those tables as autovacuum would.
 2. Starts gunicorn on 127.0.0.1 with that DATABASE_URL (gthread workers, persistent database
    connections) and waits until it answers.
 3. For each node count runs for `--duration` seconds: every node sends one report (8 GPUs, DCGM
    fields, the agent's real body shape) every `--interval` seconds, the nodes' phases spread
    evenly over the interval. A small asyncio HTTP/1.1 client with keep-alive connections keeps
    the load generator cheap, so the machine's CPUs go to the server.
-4. Prints a table: offered and sustained reports/s, p50/p99/max latency, errors. Latency is
+4. Prints a table: offered and sustained reports/s, p50/p99/max latency, errors, CPU ms per
+   report of the server, the database and the load generator, and the share of the machine
+   that other work used meanwhile (on a shared machine that decides the p99). Latency is
    measured from the moment a report was *due*, not from when it was sent, so a server that
    falls behind shows up in the numbers instead of silently slowing the load (no coordinated
    omission).
 
-Usage: python bench/agent_ingest.py [--nodes 500,2000,10000] [--duration 60] [--workers 2]
+Usage: .venv/bin/python bench/agent_ingest.py --workers 2 --threads 4 (the defaults; the
+docs/benchmarks.md table), [--nodes 500,2000,10000] [--duration 60] [--database-url postgres://...]
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ def database_prepare(url: str, nodes: int) -> list[str]:
     from django.core.management import call_command
 
     from monitoring import tokens
-    from monitoring.models import AgentCredential, NodeAgentState
+    from monitoring.models import AgentCredential, NodeAgentState, NodeReport
     from pools import services
     from pools.demo import load_catalog
     from pools.models import GpuNodePool, Membership, Node, Team
@@ -79,6 +83,11 @@ def database_prepare(url: str, nodes: int) -> list[str]:
         batch_size=2000,
     )
     NodeAgentState.objects.bulk_create([NodeAgentState(node=n) for n in created], batch_size=2000)  # as a join does
+    # Planner statistics and a clean heap for the tables just filled and emptied, as autovacuum
+    # would leave them in production (this machine's PostgreSQL runs with autovacuum off).
+    with psycopg.connect(url, autocommit=True) as conn:
+        for model in (Node, AgentCredential, NodeAgentState, NodeReport):
+            conn.execute(f"VACUUM (ANALYZE) {model._meta.db_table}")
     return secrets
 
 
@@ -127,6 +136,13 @@ def server_pids(gunicorn_pid: int, url: str) -> tuple[list[int], list[int]]:
     return pids, backends
 
 
+def machine_busy_seconds() -> float:
+    """CPU seconds the whole machine spent busy (all cores; /proc/stat)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_snapshot(groups: tuple[list[int], ...]) -> list[dict[int, float]]:
     return [{pid: _cpu_seconds(pid) for pid in pids} for pids in groups]
 
@@ -157,21 +173,19 @@ class Connection:
                 head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {credential}\r\n"
                         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
                 self.writer.write(head + body)
-                status_line = await self.reader.readline()
-                if not status_line:
-                    raise ConnectionResetError("closed")
+                status_line, *lines = (await self.reader.readuntil(b"\r\n\r\n")).decode("latin-1").lower().split("\r\n")
                 length, closing = 0, False
-                while (line := await self.reader.readline()) not in (b"\r\n", b""):
-                    name, _, value = line.decode().partition(":")
-                    if name.lower() == "content-length":
+                for line in lines:  # one read for the whole head: the generator shares the CPUs with the server
+                    name, _, value = line.partition(":")
+                    if name == "content-length":
                         length = int(value)
-                    elif name.lower() == "connection" and value.strip().lower() == "close":
+                    elif name == "connection" and value.strip() == "close":
                         closing = True
                 await self.reader.readexactly(length)
                 if closing:
                     self.close()
                 return int(status_line.split()[1])
-            except (OSError, asyncio.IncompleteReadError):
+            except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
                 self.close()
                 if attempt == 2:
                     raise
@@ -266,13 +280,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"running {count} nodes for {args.duration:.0f} s ...", flush=True)
             before = cpu_snapshot(server_pids(server.pid, args.database_url))
             load_before, client_before = os.getloadavg()[0], time.process_time()
+            busy_before, wall_before = machine_busy_seconds(), time.monotonic()
             row = asyncio.run(run_load(port=args.port, credentials=credentials[:count], seqs=seqs, duration=args.duration,
                                        interval=args.interval, connections=args.connections))
+            busy, wall = machine_busy_seconds() - busy_before, time.monotonic() - wall_before
             after = cpu_snapshot(server_pids(server.pid, args.database_url))
             app_cpu, db_cpu = (sum(v - b.get(pid, 0.0) for pid, v in a.items()) for a, b in zip(after, before, strict=True))
+            client_cpu = time.process_time() - client_before
             served = max(1, row["sent"] - row["errors"])
-            row.update(app_ms=1000 * app_cpu / served, db_ms=1000 * db_cpu / served, client_ms=1000 * (time.process_time() - client_before) / served,
-                       load=max(load_before, os.getloadavg()[0]))
+            row.update(app_ms=1000 * app_cpu / served, db_ms=1000 * db_cpu / served, client_ms=1000 * client_cpu / served,
+                       load=max(load_before, os.getloadavg()[0]),
+                       other=max(0.0, busy - app_cpu - db_cpu - client_cpu) / (wall * (os.cpu_count() or 1)) * 100)
             rows.append(row)
     finally:
         server.terminate()
@@ -280,13 +298,14 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(f"agent ingest: gunicorn gthread {args.workers}x{args.threads} + PostgreSQL on loopback, {os.cpu_count()} CPUs, "
           f"one report (8 GPUs) per node every {args.interval:.0f} s, {args.duration:.0f} s per row")
-    print("CPU ms per report: app = gunicorn processes, db = PostgreSQL backends (2 idle cores serve about"
-          " 2000 / (app + db) reports/s), client = this load generator; load = the machine's 1-minute load average")
+    print("CPU ms per report: app = gunicorn processes, db = PostgreSQL backends of the bench database, client = this"
+          " load generator (2 idle cores serve about 2000 / (app + db + client) reports/s); other = CPU the rest of the"
+          " machine used meanwhile, % of all cores (other work shares them); load = the 1-minute load average")
     print(f"{'nodes':>7} {'offered/s':>10} {'reports/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'errors':>7}"
-          f" {'app ms':>7} {'db ms':>7} {'client ms':>9} {'load':>5}")
+          f" {'app ms':>7} {'db ms':>7} {'client ms':>9} {'other %':>8} {'load':>5}")
     for r in rows:
         print(f"{r['nodes']:>7} {r['offered']:>10.1f} {r['rate']:>10.1f} {r['p50']:>8.1f} {r['p99']:>8.1f} {r['max']:>8.1f} {r['errors']:>7}"
-              f" {r['app_ms']:>7.2f} {r['db_ms']:>7.2f} {r['client_ms']:>9.2f} {r['load']:>5.1f}")
+              f" {r['app_ms']:>7.2f} {r['db_ms']:>7.2f} {r['client_ms']:>9.2f} {r['other']:>8.0f} {r['load']:>5.1f}")
     return 0
 
 

@@ -262,6 +262,9 @@ EBCLOUD_JOIN_TOKEN_MAX_TTL_SECONDS = env_int("EBCLOUD_JOIN_TOKEN_MAX_TTL_SECONDS
 # (the agent sends its buffer oldest first, so only a broken agent gets there).
 EBCLOUD_AGENT_SEQ_WINDOW = env_int("EBCLOUD_AGENT_SEQ_WINDOW", 10000, minimum=1)
 EBCLOUD_AGENT_MAX_BATCH = env_int("EBCLOUD_AGENT_MAX_BATCH", 500, minimum=1)
+# The report ingest prepares its two statements on PostgreSQL (monitoring/ingest_sql.py); turn
+# off behind a transaction-pooling PgBouncer without max_prepared_statements (before 1.21).
+EBCLOUD_AGENT_PREPARED_STATEMENTS = env_bool("EBCLOUD_AGENT_PREPARED_STATEMENTS", True)
 # Raw reports are kept this long (the per-minute PoolSample rollups stay); pruned by the rollup.
 EBCLOUD_AGENT_REPORT_RETENTION_HOURS = env_int("EBCLOUD_AGENT_REPORT_RETENTION_HOURS", 72, minimum=1)
 # /metrics: with a token, only `Authorization: Bearer <token>` may scrape (from anywhere);

@@ -156,30 +156,24 @@ def test_reports_of_the_wrong_types_are_a_400_naming_the_field(agent, case):
     assert db_state() == before
 
 
-CRASH = "open bug, reported to the ingest owner: monitoring/report_parse.py `_int` has no upper bound; a 500 " \
-    "(OverflowError on SQLite, DataError 'bigint/integer/smallint out of range' on PostgreSQL)"
 BEYOND_INT64 = [
-    pytest.param({"reports": [_report()], "oldestSeq": 10**30}, "oldestSeq", id="oldest-seq", marks=pytest.mark.xfail(strict=True, reason=CRASH)),
-    pytest.param({"reports": [_report(xids=[{"gpu": 0, "xid": 10**30}])]}, "reports[0].xids[0].xid", id="xid", marks=pytest.mark.xfail(strict=True, reason=CRASH)),
-    pytest.param({"reports": [_report(xids=[{"gpu": 10**30, "xid": 79}])]}, "reports[0].xids[0].gpu", id="xid-gpu", marks=pytest.mark.xfail(strict=True, reason=CRASH)),
-    pytest.param({"reports": [_report(seq=10**30)]}, "reports[0].seq", id="seq",
-                 marks=pytest.mark.xfail(strict=True, reason="reported: acked 200 with the seq in `rejected`, not a 400 naming it")),
-    pytest.param({"reports": [_report()], "acks": [{"id": 10**30, "ok": True}]}, "acks[0].id", id="ack-id",
-                 marks=pytest.mark.xfail(strict=True, reason="reported: the ack is ignored (200), not a 400 naming it")),
+    pytest.param({"reports": [_report()], "oldestSeq": 10**30}, "oldestSeq", id="oldest-seq"),
+    pytest.param({"reports": [_report(xids=[{"gpu": 0, "xid": 10**30}])]}, "reports[0].xids[0].xid", id="xid"),
+    pytest.param({"reports": [_report(xids=[{"gpu": 10**30, "xid": 79}])]}, "reports[0].xids[0].gpu", id="xid-gpu"),
+    pytest.param({"reports": [_report(seq=10**30)]}, "reports[0].seq", id="seq"),
+    pytest.param({"reports": [_report()], "acks": [{"id": 10**30, "ok": True}]}, "acks[0].id", id="ack-id"),
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize(("body", "field"), BEYOND_INT64)
 def test_integers_beyond_the_database_range_in_reports_are_a_400(agent, body, field):
     """Every integer of a report is stored in an integer column: one beyond its range is bad
-    input like any other. Marked cases are open bugs in the ingest path (not this file's to fix)."""
+    input like any other (it was a 500, or a silently ignored value)."""
     response = agent.post(AGENT + "reports/", body, format="json")
     assert response.status_code == 400, response.content[:300]
     assert field in api_fields(response)
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError, reason="open bug, reported to the ingest owner: ReportsView.dispatch "
-                   "(monitoring/api_views.py) does int(CONTENT_LENGTH) unguarded; Django's own request parsing treats it as 0")
 def test_a_malformed_content_length_is_not_a_500(agent):
     response = agent.generic("POST", AGENT + "reports/", '{"reports": []}', content_type="application/json", CONTENT_LENGTH="abc")
     assert response.status_code == 400
