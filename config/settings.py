@@ -206,6 +206,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "pools.api.schema_hooks.declare_unsupported_media_type",
+    ],
 }
 
 # django-q2 with the ORM broker: at-least-once delivery on the same database (design §5).
