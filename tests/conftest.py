@@ -63,6 +63,19 @@ def actors(catalog, teams):
 
 
 @pytest.fixture
+def browser(client, actors):
+    """browser(role) -> the Django test client logged in as that actor; browser(None) is anonymous."""
+
+    def login(role: str | None):
+        client.logout()
+        if role is not None:
+            client.force_login(actors[role])
+        return client
+
+    return login
+
+
+@pytest.fixture
 def api(actors):
     """api(role) -> an APIClient authenticated with that actor's token; api(None) is anonymous."""
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 from datetime import timedelta
 from decimal import Decimal
 
-import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -23,15 +22,6 @@ from pools.models import Node
 from pools.models_pods import Pod
 from pools.scheduler_service import scheduler_pass
 from tests.pools.pod_helpers import pod_document, pool_with_nodes
-
-
-@pytest.fixture
-def browser(client, actors):
-    def login(role):
-        client.force_login(actors[role])
-        return client
-
-    return login
 
 
 def aged_pool(actors, *, name="train-pool-a", nodes=2, now=None, **spec):

@@ -15,19 +15,6 @@ from tests.pools.test_services import db_state
 
 
 @pytest.fixture
-def browser(client, actors):
-    """browser(role) -> a logged-in Django test client; browser(None) is anonymous."""
-
-    def login(role):
-        client.logout()
-        if role is not None:
-            client.force_login(actors[role])
-        return client
-
-    return login
-
-
-@pytest.fixture
 def algorithm_pool(actors, train_document):
     return services.pool_create(user=actors["lead"], document=train_document)
 

@@ -43,17 +43,6 @@ def page(pool, node):
     return reverse("pools:node-detail", args=[pool.name, node.name])
 
 
-@pytest.fixture
-def browser(client, actors):
-    def login(role):
-        client.logout()
-        if role is not None:
-            client.force_login(actors[role])
-        return client
-
-    return login
-
-
 def send_report(node, admin, **kw):
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {joined(node, admin)}")

@@ -15,17 +15,6 @@ from tests.pools.pod_helpers import T0, TRAIN_POD, pod_document, pool_with_nodes
 
 
 @pytest.fixture
-def browser(client, actors):
-    def login(role):
-        client.logout()
-        if role is not None:
-            client.force_login(actors[role])
-        return client
-
-    return login
-
-
-@pytest.fixture
 def fragmented(actors):
     pool = pool_with_nodes(actors["lead"], node_labels={"pool": "train"}, schedulingPolicy="spread")
     for i in range(2):
