@@ -47,8 +47,8 @@ MILLI = 1000
 def routes_for(pools: list[GpuNodePool], *, loads: dict[str, float], shared: set[str]) -> list[Route]:
     """A workload route per demo pool: its team, its node's shape, tolerations for its taints
     and a selector on its labels, so the replayed pods land where a real user's would. Pools
-    named in `shared` take the pods that ask for a share of one GPU (inference serving), the
-    others the whole-GPU pods."""
+    named in `shared` also take the pods that ask for a share of one GPU (inference serving);
+    whole-GPU pods go to any pool whose node holds them, by weight."""
     routes = []
     catalog = catalog_current()
     for pool in pools:
@@ -58,7 +58,7 @@ def routes_for(pools: list[GpuNodePool], *, loads: dict[str, float], shared: set
             pool=pool.name, team=pool.team.slug, node_gpus=gpus,
             cpu_milli_per_gpu=pool.node_type.cpu_milli // gpus, memory_mib_per_gpu=pool.node_type.memory_mib // gpus,
             baseline_nodes=max(1, spec.min_nodes), load=loads.get(pool.name, 1.0),
-            shared=pool.name in shared, whole=pool.name not in shared,
+            shared=pool.name in shared, whole=True,
             tolerations=tuple({"key": t.key, "operator": "Equal", "value": t.value, "effect": t.effect} for t in spec.node_taints),
             node_selector=dict(spec.node_labels),
             labels={k: v for k, v in pool.labels.items() if k == "project"},

@@ -140,7 +140,8 @@ def plan(
     ``run_id`` so that a restarted demo never collides with the pods of an earlier run."""
     if speed <= 0:
         raise ValueError("speed must be positive")
-    start = busiest_start(source, window_seconds=window_seconds)
+    # Open on the busiest hour, so the demo starts busy whatever the window's length.
+    start = busiest_start(source, window_seconds=min(window_seconds, 3600))
     window = [s for s in source if start <= s.arrival < start + window_seconds]
     by_route: dict[str, list[SimPod]] = {r.pool: [] for r in routes}
     routes_by_pool = {r.pool: r for r in routes}

@@ -77,7 +77,10 @@ def test_the_fleet_brings_the_demo_to_life_over_http(live_server, settings, tmp_
     settings.EBCLOUD_SIM_STEP_SECONDS = settings.SIM_STEP_SECONDS_FAST
     settings.VAR_DIR = tmp_path
     SeedDemo().handle(no_pools=False)
-    call_command("demo_fleet", server=live_server.url, seconds=30, tick=1, report_interval=1, fault_after=3, speed=60)
+    # The synthetic workload (no trace directory), so the test is the same with or without
+    # ../shared/data, ten times the demo's speed so that 30 s hold a busy afternoon.
+    call_command("demo_fleet", server=live_server.url, seconds=30, tick=1, report_interval=1, fault_after=3, speed=600,
+                 data=str(tmp_path / "no-trace"))
     assert Node.objects.filter(phase=Node.Phase.READY).count() >= 4
     assert NodeAgentState.objects.filter(last_report_at__isnull=False).count() >= 4
     assert Pod.objects.filter(phase=Pod.Phase.RUNNING).exists() and Pod.objects.filter(phase=Pod.Phase.PENDING).exists()

@@ -28,7 +28,9 @@ from pools.models import GpuNodePool, Node
 from pools.simulation_workloads import TRACE_FILE, diurnal_workload, trace_workload
 
 logger = logging.getLogger("ebcloud.demo")
-DEMO_LOADS = {"train-pool-a": 0.9, "infer-pool-l40s": 1.6, "batch-spot-t4": 0.8}
+# GPUs asked for at once, as a share of each pool's baseline: the inference pool is asked for
+# 2.5x its two nodes, so it bursts (ScaledUp) and settles at about five nodes.
+DEMO_LOADS = {"train-pool-a": 0.9, "infer-pool-l40s": 2.5, "batch-spot-t4": 0.8}
 SHARED_GPU_POOLS = {"infer-pool-l40s"}
 # Xid 79 (fell off the bus) is replaced at once; the reset class needs the fault to persist
 # (pools/repair.py), which a demo shows later.
@@ -64,8 +66,8 @@ class Command(BaseCommand):
         pools = list(GpuNodePool.objects.active().filter(name__in=DEMO_LOADS).select_related("team", "node_type"))
         if not pools:
             raise CommandError(f"none of the demo pools {sorted(DEMO_LOADS)} exists: run `manage.py seed_demo` first")
-        source, origin = self._source(Path(o["data"]), seed=o["seed"])
         routes = demo_fleet.routes_for(pools, loads=DEMO_LOADS, shared=SHARED_GPU_POOLS)
+        source, origin = self._source(Path(o["data"]), seed=o["seed"], peak_gpus=3 * sum(r.load * r.baseline_nodes * r.node_gpus for r in routes))
         run_id = f"{int(time.time()) % 100000:05d}"
 
         def replay(cycle: int) -> demo_fleet.Replay:
@@ -88,10 +90,12 @@ class Command(BaseCommand):
             fleet.close()
             self.stdout.write("demo fleet stopped")
 
-    def _source(self, data: Path, *, seed: int):
+    def _source(self, data: Path, *, seed: int, peak_gpus: float):
+        """The trace when it is there; else a diurnal pattern whose peak asks three times what the
+        routes want (the plan thins each route down to its load)."""
         if (data / TRACE_FILE).exists():
             return trace_workload(data, seed=seed), f"the Alibaba trace ({data / TRACE_FILE})"
-        return diurnal_workload(seed=seed, days=2), "a synthetic diurnal pattern (no trace data found)"
+        return diurnal_workload(seed=seed, days=2, peak_gpus=round(peak_gpus)), "a synthetic diurnal pattern (no trace data found)"
 
     def _loop(self, o, fleet: demo_fleet.AgentFleet, replay: demo_fleet.Replay, replan, stop: threading.Event) -> None:
         began = time.monotonic()
