@@ -31,6 +31,22 @@ class ValidationError(Exception):
         super().__init__("; ".join(str(e) for e in self.errors))
 
 
+def free_text(value: object, *, field: str, max_length: int, required: str = "") -> str:
+    """A person's free text (a reject reason, a note), stripped and checked the same way by
+    every service: a string, present when `required` (the message if not), at most
+    `max_length` characters, no NUL (PostgreSQL cannot store it)."""
+    if not isinstance(value, str):
+        raise ValidationError("must be a string", field=field)
+    value = value.strip()
+    if required and not value:
+        raise ValidationError(required, field=field)
+    if len(value) > max_length:
+        raise ValidationError(f"at most {max_length} characters", field=field)
+    if "\x00" in value:
+        raise ValidationError("null characters are not allowed", field=field)
+    return value
+
+
 class ConflictError(Exception):
     """The request is valid but the object's state forbids it: HTTP 409."""
 

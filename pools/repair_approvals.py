@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from pools import roles
 from pools.audit import audit_record
-from pools.errors import ConflictError, ValidationError
+from pools.errors import ConflictError, free_text
 from pools.events import WARNING, event_record
 from pools.models import GpuNodePool, Node
 from pools.models_repair import RepairApproval
@@ -129,9 +129,6 @@ def repair_approve(*, user, approval: RepairApproval, now: datetime | None = Non
 
 def repair_reject(*, user, approval: RepairApproval, note: str = "", now: datetime | None = None) -> RepairApproval:
     """A platform admin refuses a pending repair; the node is left as it is until a new fault."""
-    if len(note) > NOTE_MAX:
-        raise ValidationError(f"at most {NOTE_MAX} characters", field="note")
-    if "\x00" in note:
-        raise ValidationError("null characters are not allowed", field="note")
+    note = free_text(note, field="note", max_length=NOTE_MAX)
     return _decide(user=user, approval=approval, to=Status.REJECTED, note=note, now=now)
 

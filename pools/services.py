@@ -19,7 +19,7 @@ from django.utils import timezone
 from billing.pricing import quote_for
 from pools import roles
 from pools.audit import audit_record
-from pools.errors import ConflictError, FieldError, QuotaExceeded, ValidationError
+from pools.errors import ConflictError, FieldError, QuotaExceeded, ValidationError, free_text
 from pools.events import WARNING, event_record
 from pools.models import GpuModel, GpuNodePool, NodeType, PoolOrder, Quota, Team, Zone
 from pools.selectors import catalog_current, ordered_baseline, quota_usage, teams_led_by
@@ -181,13 +181,8 @@ def order_reject(*, user, order: PoolOrder, reason: str, now: datetime | None = 
     """An admin rejects a Pending order, with a reason the team lead will read."""
     now = now or timezone.now()
     _require_admin(user)
-    reason = (reason or "").strip()
-    if not reason:
-        raise ValidationError("a reason is required to reject an order", field="reason")
-    if len(reason) > 500:
-        raise ValidationError("at most 500 characters", field="reason")
-    if "\x00" in reason:
-        raise ValidationError("null characters are not allowed", field="reason")
+    reason = free_text("" if reason is None else reason, field="reason", max_length=500,
+                       required="a reason is required to reject an order")
     with transaction.atomic():
         _decide(order=order, status=PoolOrder.Status.REJECTED, user=user, reason=reason, now=now)
         pool = order.pool
