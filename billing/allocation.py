@@ -82,7 +82,8 @@ class NodeHour:
 
 @dataclass(frozen=True)
 class PodHour:
-    """One pod's GPU use on one node during one hour.
+    """One pod's GPU use on one node during one hour, or that of ``pods`` replicas of one
+    workload (same namespace and labels) on the node, ``name`` being the first of them.
 
     ``gpu_hours`` is by request, not by measured utilisation (what the pod reserved is what
     nobody else could use): see :func:`gpu_hours`. ``labels`` is the pod's effective label
@@ -95,6 +96,7 @@ class PodHour:
     node: str
     gpu_hours: Decimal
     labels: Mapping[str, str] = field(default_factory=dict)
+    pods: int = 1
 
 
 @dataclass(frozen=True)
@@ -121,7 +123,8 @@ class AllocationRow:
     ``cost_kind`` is ``usage`` (a pod's share of a node), ``fee`` (a pod's share of a shared
     fee) or ``idle`` (absorbed by the pool owner ``team``). ``component`` says what was paid
     for: ``gpu`` or one of the fee kinds. ``gpu_hours`` is the quantity behind a usage row
-    (the idle GPU-hours for a GPU idle row, 0 for fee rows).
+    (the idle GPU-hours for a GPU idle row, 0 for fee rows). ``pods`` is how many pods the
+    row's `PodHour` stands for (0 for idle rows).
     """
 
     hour: datetime
@@ -138,6 +141,7 @@ class AllocationRow:
     amount: Decimal
     currency: str
     gpu_hours: Decimal = Decimal(0)
+    pods: int = 0
 
 
 @dataclass(frozen=True)
@@ -305,7 +309,12 @@ def split_units(total_units: int, weights: Sequence[Fraction | Decimal | int]) -
     # Exact in integers (issue 9: a fee split over a pool's thousands of pods must be cheap):
     # weights over a common denominator, then total·w // W is the floor of the ideal share and
     # total·w % W its remainder, which orders the leftover units like the Fractions would.
-    ratios = [w.as_integer_ratio() if isinstance(w, (Decimal, Fraction, int)) else Fraction(w).as_integer_ratio() for w in weights]
+    ratios = [
+        w.as_integer_ratio()
+        if isinstance(w, (Decimal, Fraction, int))
+        else Fraction(w).as_integer_ratio()
+        for w in weights
+    ]
     if total_units < 0 or any(n < 0 for n, _ in ratios):
         raise ValueError("total and weights must be non-negative")
     if total_units == 0:
@@ -504,13 +513,13 @@ def _node_row(
 ) -> AllocationRow:
     """A row on a node: the pod's (usage or fee) when ``pod`` is given, else the node's idle."""
     if pod is None:
-        team, namespace, name, labels = node.team, "", "", dict(node.labels)
+        team, namespace, name, labels, pods = node.team, "", "", dict(node.labels), 0
     else:
-        team, namespace, name = pod.labels.get("team", ""), pod.namespace, pod.name
+        team, namespace, name, pods = pod.labels.get("team", ""), pod.namespace, pod.name, pod.pods
         labels = dict(pod.labels)
     return AllocationRow(
         node.hour, node.pool, team, namespace, name, node.node, labels, node.gpu_class,
-        node.billing_kind, kind, component, amount, cur, quantity,
+        node.billing_kind, kind, component, amount, cur, quantity, pods,
     )  # fmt: skip
 
 

@@ -201,7 +201,8 @@ def usage_rows(
         row.update(ChargeCategory="Usage", ChargeFrequency="Usage-Based")
         row["Tags"] = _tags(
             alloc.labels, account, pool=alloc.pool, node=alloc.node,
-            namespace=alloc.namespace, pod=alloc.pod, **{"cost-kind": alloc.cost_kind},
+            namespace=alloc.namespace, pod=alloc.pod, pods=str(alloc.pods) if alloc.pods > 1 else "",
+            **{"cost-kind": alloc.cost_kind},
         )  # fmt: skip
         if alloc.component == GPU:
             node = by_node[alloc.node]
@@ -337,7 +338,7 @@ def _gpu_usage(
     quantity = alloc.gpu_hours
     list_cost = quantize_money(Fraction(unit_price) * Fraction(quantity), quantum)
     idle = alloc.cost_kind == IDLE
-    what = "idle capacity" if idle else f"pod {alloc.namespace}/{alloc.pod}"
+    what = "idle capacity" if idle else _pods(alloc)
     out: FocusRow = dict(
         ListUnitPrice=unit_price,
         ContractedUnitPrice=unit_price,
@@ -374,7 +375,7 @@ def _gpu_usage(
 
 def _fee_usage(alloc: AllocationRow) -> FocusRow:
     category, subcategory, resource_type = _FEE_SERVICE[alloc.component]
-    who = "idle pool" if alloc.cost_kind == IDLE else f"pod {alloc.namespace}/{alloc.pod}"
+    who = "idle pool" if alloc.cost_kind == IDLE else _pods(alloc)
     return dict(
         BilledCost=alloc.amount,
         EffectiveCost=alloc.amount,
@@ -420,6 +421,13 @@ def _commitment(lease: Lease) -> FocusRow:
         CommitmentDiscountCategory="Usage",
         CommitmentDiscountUnit=GPU_HOURS,
     )
+
+
+def _pods(alloc: AllocationRow) -> str:
+    """Whose usage a row is: one pod, or a workload's replicas on the node (named by the first)."""
+    if alloc.pods > 1:
+        return f"{alloc.pods} pods of {alloc.namespace}/{alloc.pod}'s workload"
+    return f"pod {alloc.namespace}/{alloc.pod}"
 
 
 def _tags(labels: Mapping[str, str], account: FocusAccount, **provider: str) -> str:

@@ -252,7 +252,7 @@ def budgets_for_user(*, user) -> QuerySet[Budget]:
 # --------------------------------------------------------------------------- detail and FOCUS
 
 DETAIL_COLUMNS = (
-    "hour", "pool", "team", "namespace", "pod", "node", "billing", "cost", "component",
+    "hour", "pool", "team", "namespace", "gpu_class", "billing", "cost", "component",
     "gpu_hours", "amount", "currency", "labels",
 )  # fmt: skip
 
@@ -275,8 +275,7 @@ def cost_detail_rows(
             "pool__name",
             "team__slug",
             "namespace",
-            "pod",
-            "node",
+            "gpu_class",
             "billing_kind",
             "cost_kind",
             "component",
@@ -517,5 +516,9 @@ def current_hour_projection(*, user, now: datetime) -> HourProjection | None:
             totals[row.team.name] = totals.get(row.team.name, Decimal("0")) + row.amount
     if not totals:
         return None
-    return HourProjection(hour=hour, by_team=sorted(totals.items()), total=sum(totals.values(), Decimal("0")),
-                          currency=rows[0].currency)
+    return HourProjection(
+        hour=hour,
+        by_team=sorted(totals.items()),
+        total=sum(totals.values(), Decimal("0")),
+        currency=rows[0].currency,
+    )

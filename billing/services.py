@@ -21,7 +21,7 @@ from django.db import IntegrityError, connection, transaction
 
 from billing import metering
 from billing.allocation import allocate_hour
-from billing.bulk_insert import Unsaved, bulk_insert
+from billing.bulk_insert import bulk_insert
 from billing.models import CostRecord, MeterRun, UsageRecord
 from pools.models import GpuNodePool, Team
 
@@ -99,14 +99,12 @@ def _meter_claimed(run: MeterRun) -> MeterResult:
     )
 
 
-# Unsaved `CostRecord`s without `Model.__init__`: an hour of a 200,000-pod fleet is ~450,000.
-_new_cost = Unsaved(CostRecord)
-
-
 def cost_records_for(records: list[UsageRecord]) -> list[CostRecord]:
-    """Allocate one hour's usage records with the pure core; unsaved cost records.
-
-    Σ amounts = Σ node costs + Σ fees of the records, exactly (the core's invariant).
+    """Allocate one hour's usage records with the pure core and sum its rows into unsaved cost
+    records, one per (pool, charged team, namespace, labels, GPU class, billing kind, cost kind,
+    component): every node's split is still computed node by node and workload by workload,
+    then added exactly, so Σ amounts = Σ node costs + Σ fees of the records (the core's
+    invariant) and every chargeback group gets the same cents as from per-node rows.
     """
     if not records:
         return []
@@ -118,29 +116,42 @@ def cost_records_for(records: list[UsageRecord]) -> list[CostRecord]:
     pools: dict[str, GpuNodePool] = {}
     owners: dict[str, Team] = {}
     pod_teams: dict[tuple[str, str], Team] = {}
-    for r in records:  # one pass: an hour of a big fleet is ~210,000 records
+    for r in records:
         pool = r.pool
         pools[pool.name] = pool
         if r.kind == UsageRecord.Kind.POD:
             pod_teams[(r.namespace, r.pod_name)] = r.team
         else:
             owners[pool.name] = r.team
-    rows = allocate_hour(nodes, pods, fees, currency=currency)
-    make = _new_cost.with_values
-    out = []
-    for row in rows:
+    same_pairs = connection.vendor == "postgresql"
+    groups: dict[tuple, list] = {}
+    for row in allocate_hour(nodes, pods, fees, currency=currency):
         pool = pools[row.pool]
         team = pod_teams[(row.namespace, row.pod)] if row.pod else owners.get(row.pool, pool.team)
-        out.append(
-            make({"pool": pool, "team": team}, {
-                "id": None, "hour": row.hour, "pool_id": pool.pk, "team_id": team.pk,
-                "namespace": row.namespace, "pod": row.pod, "node": row.node, "labels": dict(row.labels),
-                "gpu_class": row.gpu_class, "billing_kind": row.billing_kind, "cost_kind": row.cost_kind,
-                "component": row.component, "gpu_hours": row.gpu_hours, "amount": row.amount,
-                "currency": row.currency,
-            })
-        )  # fmt: skip
-    return out
+        key = (
+            pool.pk,
+            team.pk,
+            row.namespace,
+            _labels_key(row.labels, same_pairs),
+            row.gpu_class,
+            row.billing_kind,
+            row.cost_kind,
+            row.component,
+        )
+        group = groups.get(key)
+        if group is None:
+            groups[key] = [row.amount, row.gpu_hours, pool, team, row]
+        else:
+            group[0] += row.amount
+            group[1] += row.gpu_hours
+    return [
+        CostRecord(
+            hour=row.hour, pool=pool, team=team, namespace=row.namespace, labels=dict(row.labels),
+            gpu_class=row.gpu_class, billing_kind=row.billing_kind, cost_kind=row.cost_kind,
+            component=row.component, gpu_hours=hours, amount=amount, currency=row.currency,
+        )
+        for amount, hours, pool, team, row in groups.values()
+    ]  # fmt: skip
 
 
 def cost_day_add(*, day, costs: list[CostRecord]) -> int:
@@ -162,7 +173,15 @@ def cost_day_add(*, day, costs: list[CostRecord]) -> int:
     same_pairs = connection.vendor == "postgresql"
     groups: dict[tuple, list] = {}
     for c in costs:
-        key = (c.pool_id, c.team_id, c.namespace, _labels_key(c.labels, same_pairs), c.billing_kind, c.cost_kind, c.currency)
+        key = (
+            c.pool_id,
+            c.team_id,
+            c.namespace,
+            _labels_key(c.labels, same_pairs),
+            c.billing_kind,
+            c.cost_kind,
+            c.currency,
+        )
         group = groups.get(key)
         if group is None:
             groups[key] = [c.amount, c.gpu_hours, c.labels]
@@ -174,9 +193,37 @@ def cost_day_add(*, day, costs: list[CostRecord]) -> int:
         CostDayLock.objects.select_for_update().get(day=day)
         existing = CostDay.objects.filter(day=day)
         if groups:
-            fields = ("pool_id", "team_id", "namespace", "labels", "billing_kind", "cost_kind", "currency", "amount", "gpu_hours")
-            for pool_id, team_id, namespace, labels, billing_kind, cost_kind, currency, amount, hours in existing.values_list(*fields).order_by("pk"):
-                key = (pool_id, team_id, namespace, _labels_key(labels, same_pairs), billing_kind, cost_kind, currency)
+            fields = (
+                "pool_id",
+                "team_id",
+                "namespace",
+                "labels",
+                "billing_kind",
+                "cost_kind",
+                "currency",
+                "amount",
+                "gpu_hours",
+            )
+            for (
+                pool_id,
+                team_id,
+                namespace,
+                labels,
+                billing_kind,
+                cost_kind,
+                currency,
+                amount,
+                hours,
+            ) in existing.values_list(*fields).order_by("pk"):
+                key = (
+                    pool_id,
+                    team_id,
+                    namespace,
+                    _labels_key(labels, same_pairs),
+                    billing_kind,
+                    cost_kind,
+                    currency,
+                )
                 group = groups.get(key)
                 if group is None:
                     groups[key] = [amount, hours, labels]
@@ -270,7 +317,9 @@ def meter_pending(
     # From the oldest metered hour in the window, every hour without a run: a catch-up killed
     # mid-way while another worker metered a later hour (`meter --once`) leaves a hole below
     # the newest run, which "start after the newest" would skip for ever.
-    done = set(MeterRun.objects.filter(hour__gte=first, hour__lte=last).values_list("hour", flat=True))
+    done = set(
+        MeterRun.objects.filter(hour__gte=first, hour__lte=last).values_list("hour", flat=True)
+    )
     if done:
         first = min(done)
     elif newest is not None:
@@ -367,7 +416,9 @@ def budgets_evaluate(*, now: datetime) -> list:
                     if alert is not None:
                         fired.append(alert)
     # An alert whose worker died after committing it and before notifying is still due.
-    due = BudgetAlert.objects.filter(period__in={s.period for s in statuses}, emailed_at=None, webhook_status="")
+    due = BudgetAlert.objects.filter(
+        period__in={s.period for s in statuses}, emailed_at=None, webhook_status=""
+    )
     for alert_id in due.values_list("pk", flat=True):
         alert_deliver(alert_id=alert_id)
     return fired
@@ -405,7 +456,9 @@ def alert_deliver(*, alert_id: int) -> bool:
     from billing.models import BudgetAlert
 
     with transaction.atomic():
-        due = BudgetAlert.objects.select_for_update(skip_locked=True).filter(pk=alert_id, emailed_at=None, webhook_status="")
+        due = BudgetAlert.objects.select_for_update(skip_locked=True).filter(
+            pk=alert_id, emailed_at=None, webhook_status=""
+        )
         if due.values_list("pk", flat=True).first() is None:
             return False
         alert_notify(alert_id=alert_id)

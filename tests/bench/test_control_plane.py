@@ -32,6 +32,8 @@ def one_pass(shape: Shape) -> tuple[dict[str, int], dict[str, int]]:
         done = {
             "events": PoolEvent.objects.count() - events,
             "usage": UsageRecord.objects.count(),
+            "workloads": UsageRecord.objects.filter(kind="pod").count(),
+            "pods": sum(UsageRecord.objects.filter(kind="pod").values_list("pod_count", flat=True)),
             "costs": CostRecord.objects.count(),
             "phases": len(set(GpuNodePool.objects.values_list("phase", flat=True))),
         }
@@ -47,8 +49,10 @@ def test_a_steady_pass_costs_the_same_statements_at_5_and_at_20_pools():
     # The pass did its work at both sizes: every node and pod metered, nothing else changed.
     pods = SMALL.monthly_ready + SMALL.burst_ready
     for size, did in ((5, did_few), (20, did_many)):
-        assert did["usage"] > size * (SMALL.nodes_per_pool - SMALL.provisioning + pods * SMALL.pods_per_node)
-        assert did["costs"] > did["usage"] - size and did["events"] == 0
+        # One workload per pool: one record per node it runs on, standing for its pods there.
+        assert (did["workloads"], did["pods"]) == (size * pods, size * pods * SMALL.pods_per_node)
+        assert did["usage"] > size * (SMALL.nodes_per_pool - SMALL.provisioning + pods)
+        assert did["costs"] >= size * 4 and did["events"] == 0  # usage, idle, fees per pool
     assert many["pass total"] < 120  # a fixed budget, whatever the fleet
 
 

@@ -110,7 +110,10 @@ def test_pods_are_metered_by_request_with_inherited_labels_the_pod_winning(actor
     n = node(p, "n-0", labels={"project": "from-node"})
     pod(teams["algorithm"], n, "whole", gpus=2, labels={"project": "llm"})
     pod(teams["algorithm"], n, "shared", gpus=1, milli=250)
-    pod(teams["algorithm"], n, "half-hour", gpus=4, started=T0 + timedelta(minutes=30))
+    pod(
+        teams["algorithm"], n, "half-hour", gpus=4, labels={"app": "late"},
+        started=T0 + timedelta(minutes=30),
+    )  # fmt: skip
     pod(
         teams["algorithm"],
         n,
@@ -136,6 +139,39 @@ def test_pods_are_metered_by_request_with_inherited_labels_the_pod_winning(actor
     }
     assert pods["shared"].labels["project"] == "from-node"
     assert pods["whole"].namespace == "algorithm"
+    assert {r.pod_count for r in pods.values()} == {1}
+
+
+def test_a_workloads_replicas_on_a_node_are_one_record_with_their_pods_summed(actors, teams):
+    """Issue 9: pods with the same namespace, team and labels on one node are one usage record
+    (their GPU-hours added exactly, counted, named by the first); on another node, with other
+    labels, or of another team they stay apart. Costs and fees come out to the same cents."""
+    p = pool(actors["lead"])
+    n0, n1 = node(p, "n-0"), node(p, "n-1")
+    web = {"app": "web"}
+    pod(teams["algorithm"], n0, "web-b", gpus=1, milli=500, labels=web)
+    pod(teams["algorithm"], n0, "web-a", gpus=2, labels=web)
+    pod(teams["algorithm"], n0, "web-c", gpus=1, labels=web, started=T0 + timedelta(minutes=45))
+    pod(teams["algorithm"], n1, "web-d", gpus=1, labels=web)
+    pod(teams["algorithm"], n0, "batch-a", gpus=1, labels={"app": "batch"})
+    pod(teams["inference"], n0, "web-e", namespace="algorithm", gpus=1, labels=web)
+    PoolResourceSample.objects.create(
+        pool=p, hour=T0, storage_gb=Decimal("100"), cross_zone_gb=Decimal("3")
+    )
+    meter()
+    rows = {
+        r.resource: (r.node_name, r.pod_count, r.quantity, r.team_id)
+        for r in UsageRecord.objects.filter(kind="pod")
+    }
+    assert rows == {
+        "algorithm/web-a": ("n-0", 3, Decimal("2.75"), teams["algorithm"].pk),
+        "algorithm/web-d": ("n-1", 1, Decimal("1"), teams["algorithm"].pk),
+        "algorithm/batch-a": ("n-0", 1, Decimal("1"), teams["algorithm"].pk),
+        "algorithm/web-e": ("n-0", 1, Decimal("1"), teams["inference"].pk),
+    }
+    assert total(CostRecord.objects.all()) == node_and_fee_total(T0)
+    inference = CostRecord.objects.filter(team=teams["inference"])
+    assert set(inference.values_list("cost_kind", flat=True)) == {"usage", "fee"}
 
 
 def test_stored_costs_equal_node_costs_plus_fees_exactly(actors, teams):
@@ -154,7 +190,10 @@ def test_stored_costs_equal_node_costs_plus_fees_exactly(actors, teams):
         assert total(CostRecord.objects.filter(hour=hour)) == node_and_fee_total(hour)
     assert set(CostRecord.objects.values_list("cost_kind", flat=True)) == {"usage", "idle", "fee"}
     assert (
-        CostRecord.objects.filter(pod="b").values_list("team", flat=True).distinct().get()
+        CostRecord.objects.filter(namespace="inference")
+        .values_list("team", flat=True)
+        .distinct()
+        .get()
         == teams["inference"].pk
     )
     assert not CostRecord.objects.filter(cost_kind="idle").exclude(team=p.team).exists()
@@ -394,8 +433,15 @@ def test_storage_and_cross_zone_traffic_come_from_the_simulated_cloud(actors, se
     ready = run_until(p, T0)
     hour = (ready + HOUR).replace(minute=0, second=0, microsecond=0)
     sample = metering.resource_sample(p, hour)
-    assert (sample.storage_gb, sample.cross_zone_gb) == (Decimal(1000), Decimal("7.0"))  # 2 machines
+    assert (sample.storage_gb, sample.cross_zone_gb) == (
+        Decimal(1000),
+        Decimal("7.0"),
+    )  # 2 machines
     assert metering.resource_sample(p, hour).pk == sample.pk  # read once, then kept
     services.meter_hour(hour=hour)
-    kinds = dict(UsageRecord.objects.filter(hour=hour, pool=p, kind__in=["storage", "network"]).values_list("kind", "quantity"))
+    kinds = dict(
+        UsageRecord.objects.filter(hour=hour, pool=p, kind__in=["storage", "network"]).values_list(
+            "kind", "quantity"
+        )
+    )
     assert kinds == {"storage": Decimal(1000), "network": Decimal("7.0")}
