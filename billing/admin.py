@@ -17,13 +17,7 @@ class AuditedPriceAdmin(admin.ModelAdmin):
         super().save_model(request, obj, form, change)
         after = snapshot(type(obj).objects.get(pk=obj.pk))
         if before != after:
-            audit_record(
-                actor=request.user,
-                action="price.update" if change else "price.create",
-                obj=obj,
-                before=before,
-                after=after,
-            )
+            audit_record(actor=request.user, action="price.update" if change else "price.create", obj=obj, before=before, after=after)
 
     def delete_model(self, request, obj):
         audit_record(actor=request.user, action="price.delete", obj=obj, before=snapshot(obj))
@@ -32,22 +26,13 @@ class AuditedPriceAdmin(admin.ModelAdmin):
     def delete_queryset(self, request, queryset):
         with transaction.atomic(using=router.db_for_write(self.model)):
             for obj in queryset:
-                audit_record(
-                    actor=request.user, action="price.delete", obj=obj, before=snapshot(obj)
-                )
+                audit_record(actor=request.user, action="price.delete", obj=obj, before=snapshot(obj))
             super().delete_queryset(request, queryset)
 
 
 @admin.register(NodePrice)
 class NodePriceAdmin(AuditedPriceAdmin):
-    list_display = (
-        "node_type",
-        "gpu_model",
-        "monthly_price",
-        "hourly_price",
-        "currency",
-        "effective_from",
-    )
+    list_display = ("node_type", "gpu_model", "monthly_price", "hourly_price", "currency", "effective_from")
     list_filter = ("gpu_model", "node_type")
 
 

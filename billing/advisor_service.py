@@ -28,11 +28,7 @@ from pools.errors import ValidationError
 from pools.models import GpuNodePool
 
 HISTORY = timedelta(days=60)
-COMPONENT_OF = {
-    "gpu": "nodes",
-    "storage": "storage",
-    "network": "network",
-}  # others keep their name
+COMPONENT_OF = {"gpu": "nodes", "storage": "storage", "network": "network"}  # others keep their name
 
 
 @dataclass(frozen=True)
@@ -51,19 +47,12 @@ def hourly_node_demand(*, pool: GpuNodePool, since: datetime, until: datetime) -
     """Nodes needed each hour from the first metered hour in [since, until): the pool's pod
     GPU-hours of that hour over its GPUs per node, rounded up (hours with no pods count 0)."""
     per_hour = dict(
-        UsageRecord.objects.filter(
-            pool=pool, kind=UsageRecord.Kind.POD, hour__gte=since, hour__lt=until
-        )
+        UsageRecord.objects.filter(pool=pool, kind=UsageRecord.Kind.POD, hour__gte=since, hour__lt=until)
         .values_list("hour")
         .annotate(gpu_hours=Sum("quantity"))
         .order_by()
     )
-    first = (
-        UsageRecord.objects.filter(pool=pool, hour__gte=since, hour__lt=until)
-        .order_by("hour")
-        .values_list("hour", flat=True)
-        .first()
-    )
+    first = UsageRecord.objects.filter(pool=pool, hour__gte=since, hour__lt=until).order_by("hour").values_list("hour", flat=True).first()
     if first is None:
         return []
     gpus = pool.node_type.gpu_count
@@ -78,20 +67,12 @@ def hourly_node_demand(*, pool: GpuNodePool, since: datetime, until: datetime) -
 def pool_advice(*, pool: GpuNodePool, now: datetime) -> PoolAdvice | None:
     """None when the price book has no price for the pool's nodes."""
     try:
-        price = price_in_force(
-            node_type_id=pool.node_type_id, gpu_model_id=pool.gpu_model_id, at=now
-        )
+        price = price_in_force(node_type_id=pool.node_type_id, gpu_model_id=pool.gpu_model_id, at=now)
     except ValidationError:
         return None
     until = now.replace(minute=0, second=0, microsecond=0)
     demand = hourly_node_demand(pool=pool, since=until - HISTORY, until=until)
-    recommendations = (
-        recommend_for_windows(
-            demand, price.monthly_price, price.hourly_price, current_nodes=pool.min_nodes
-        )
-        if demand
-        else {}
-    )
+    recommendations = recommend_for_windows(demand, price.monthly_price, price.hourly_price, current_nodes=pool.min_nodes) if demand else {}
     return PoolAdvice(
         monthly_price=price.monthly_price,
         hourly_price=price.hourly_price,

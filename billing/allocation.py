@@ -309,12 +309,7 @@ def split_units(total_units: int, weights: Sequence[Fraction | Decimal | int]) -
     # Exact in integers (issue 9: a fee split over a pool's thousands of pods must be cheap):
     # weights over a common denominator, then total·w // W is the floor of the ideal share and
     # total·w % W its remainder, which orders the leftover units like the Fractions would.
-    ratios = [
-        w.as_integer_ratio()
-        if isinstance(w, (Decimal, Fraction, int))
-        else Fraction(w).as_integer_ratio()
-        for w in weights
-    ]
+    ratios = [w.as_integer_ratio() if isinstance(w, (Decimal, Fraction, int)) else Fraction(w).as_integer_ratio() for w in weights]
     if total_units < 0 or any(n < 0 for n, _ in ratios):
         raise ValueError("total and weights must be non-negative")
     if total_units == 0:
@@ -407,17 +402,23 @@ def allocate_hour(
         on_node[pod.node].append(pod)
 
     rows: list[AllocationRow] = []
+    # Nodes of one shape (cost, requests) split alike: a fleet has few shapes (issue 9).
+    splits: dict[tuple, list[Decimal]] = {}
     for node in nodes.values():
         pods = on_node[node.node]
-        used = sum((p.gpu_hours for p in pods), Decimal(0))
+        weights = [p.gpu_hours for p in pods]
+        used = sum(weights, Decimal(0))
         idle_gpu_hours = max(Decimal(node.gpu_count) - used, Decimal(0))
-        weights = [p.gpu_hours for p in pods] + [idle_gpu_hours]
-        if sum(weights) == 0:
-            weights[-1] = Decimal(1)
-        amounts = split_money(node.cost, weights, quantum)
-        for pod, amount in zip(pods, amounts[:-1], strict=True):
-            rows.append(_node_row(node, pod, USAGE, GPU, amount, currency, pod.gpu_hours))
-        rows.append(_node_row(node, None, IDLE, GPU, amounts[-1], currency, idle_gpu_hours))
+        weights.append(idle_gpu_hours if used or idle_gpu_hours else Decimal(1))
+        shape = (node.cost, *weights)
+        amounts = splits.get(shape)
+        if amounts is None:
+            amounts = splits[shape] = split_money(node.cost, weights, quantum)
+        for pod, amount in zip(pods, amounts, strict=False):
+            if amount:
+                rows.append(_node_row(node, pod, USAGE, GPU, amount, currency, pod.gpu_hours))
+        if amounts[-1]:
+            rows.append(_node_row(node, None, IDLE, GPU, amounts[-1], currency, idle_gpu_hours))
 
     pool_pods: dict[str, list[tuple[NodeHour, PodHour]]] = defaultdict(list)
     for node in nodes.values():
@@ -427,12 +428,14 @@ def allocate_hour(
         _check_fee(fee, quantum)
         members = [(n, p) for n, p in pool_pods[fee.pool] if p.gpu_hours > 0]
         if not members:
-            rows.append(_fee_idle_row(fee, nodes.values(), currency))
+            if fee.amount:
+                rows.append(_fee_idle_row(fee, nodes.values(), currency))
             continue
         amounts = split_money(fee.amount, [p.gpu_hours for _, p in members], quantum)
         for (node, pod), amount in zip(members, amounts, strict=True):
-            rows.append(_node_row(node, pod, FEE, fee.kind, amount, currency))
-    return [row for row in rows if row.amount != 0]
+            if amount:
+                rows.append(_node_row(node, pod, FEE, fee.kind, amount, currency))
+    return rows
 
 
 # --------------------------------------------------------------------------- aggregation

@@ -39,9 +39,7 @@ _PLAIN = (
 )
 
 
-def bulk_insert(
-    model: type[models.Model], objects: Sequence[models.Model], *, with_pk: bool = False
-) -> int:
+def bulk_insert(model: type[models.Model], objects: Sequence[models.Model], *, with_pk: bool = False) -> int:
     """Insert unsaved instances; `with_pk` writes the primary keys they carry. Returns the count."""
     if not objects:
         return 0
@@ -49,27 +47,15 @@ def bulk_insert(
     columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
     table = connection.ops.quote_name(model._meta.db_table)
     if connection.vendor != "postgresql":
-        rows = [
-            [f.get_db_prep_save(f.pre_save(obj, True), connection=connection) for f in fields]
-            for obj in objects
-        ]
+        rows = [[f.get_db_prep_save(f.pre_save(obj, True), connection=connection) for f in fields] for obj in objects]
         with connection.cursor() as cursor:
-            cursor.executemany(
-                f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * len(fields))})", rows
-            )
+            cursor.executemany(f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * len(fields))})", rows)
         return len(objects)
     # One C-level attribute read per row for every column; only the columns that need it
     # (JSON, naive datetimes, other types) are converted afterwards.
-    values = (
-        attrgetter(*(f.attname for f in fields))
-        if len(fields) > 1
-        else (lambda obj, a=fields[0].attname: (getattr(obj, a),))
-    )
+    values = attrgetter(*(f.attname for f in fields)) if len(fields) > 1 else (lambda obj, a=fields[0].attname: (getattr(obj, a),))
     convert = [(i, c) for i, c in enumerate(_converter(f) for f in fields) if c is not None]
-    with (
-        connection.cursor() as cursor,
-        cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy,
-    ):
+    with connection.cursor() as cursor, cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
         write = copy.write_row
         for obj in objects:
             row = list(values(obj))

@@ -220,20 +220,7 @@ class BilledNode:
             order = _orders.setdefault(order, order)
             if len(_orders) > 10_000:
                 _orders.clear()
-        return cls(
-            pk,
-            pool_id,
-            name,
-            billing,
-            phase,
-            gpu_count,
-            labels,
-            lease_start,
-            lease_end,
-            created_at,
-            terminated_at,
-            order,
-        )
+        return cls(pk, pool_id, name, billing, phase, gpu_count, labels, lease_start, lease_end, created_at, terminated_at, order)  # fmt: skip
 
 
 def _node_record(node: Node | BilledNode, hour: datetime) -> UsageRecord | None:
@@ -303,8 +290,8 @@ def _monthly_price(node: Node | BilledNode) -> _Monthly:
     pool = node.pool
     order = node.order
     if order is not None:
-        price = Decimal(order.unit_monthly_price) * (1 - Decimal(order.discount))
-        return _Monthly(price.quantize(CENT, ROUND_HALF_UP), order.currency)
+        paid = (order.unit_monthly_price, order.discount, order.currency)
+        return _cached(("paid", *paid), lambda: _paid_monthly(*paid))  # an order's nodes share it
     at = node.lease_start
     book = price_in_force(node_type_id=pool.node_type_id, gpu_model_id=pool.gpu_model_id, at=at)
     try:
@@ -313,6 +300,11 @@ def _monthly_price(node: Node | BilledNode) -> _Monthly:
         discount = Decimal(0)
     price = Decimal(book.monthly_price) * (1 - Decimal(discount))
     return _Monthly(price.quantize(CENT, ROUND_HALF_UP), book.currency)
+
+
+def _paid_monthly(unit_monthly_price: Decimal, discount: Decimal, currency: str) -> _Monthly:
+    price = Decimal(unit_monthly_price) * (1 - Decimal(discount))
+    return _Monthly(price.quantize(CENT, ROUND_HALF_UP), currency)
 
 
 def _hourly_list_price(node: Node | BilledNode, hour: datetime) -> Decimal | None:
@@ -357,16 +349,7 @@ def _pod_records(
             since=Case(When(started_at__gt=hour, then=F("started_at")), default=None),
             until=Case(When(finished_at__lt=end, then=F("finished_at")), default=None),
         )
-        .values_list(
-            "node_id",
-            "namespace",
-            "team_id",
-            "labels_text",
-            "gpu_count",
-            "gpu_milli",
-            "since",
-            "until",
-        )
+        .values_list("node_id", "namespace", "team_id", "labels_text", "gpu_count", "gpu_milli", "since", "until")  # fmt: skip
         .annotate(pods=Count("pk"), first=Min("name"))
         .order_by()
     )
@@ -374,11 +357,8 @@ def _pod_records(
     for node_id, namespace, team_id, text, gpu_count, gpu_milli, since, until, pods, first in ran:
         if node_id not in billed:
             continue  # its node is not billed this hour (no price, no lease): neither is it
-        fraction = (
-            Decimal(1)
-            if since is None and until is None
-            else _overlap(since or hour, until or end, hour)
-        )
+        whole = since is None and until is None
+        fraction = Decimal(1) if whole else _overlap(since or hour, until or end, hour)
         quantity = _gpu_hours_cached(gpu_count, gpu_milli, fraction) * pods
         if quantity <= 0:
             continue
@@ -426,9 +406,7 @@ def _gpu_hours_cached(gpu_count: int, gpu_milli: int, hours: Decimal) -> Decimal
     if value is None:
         if len(_GPU_HOURS) > 10_000:
             _GPU_HOURS.clear()
-        value = _GPU_HOURS[key] = pod_gpu_hours(
-            gpu_count=gpu_count, gpu_milli=gpu_milli, hours=hours
-        )
+        value = _GPU_HOURS[key] = pod_gpu_hours(gpu_count=gpu_count, gpu_milli=gpu_milli, hours=hours)
     return value
 
 
@@ -458,11 +436,7 @@ def resource_samples(pools: list, hour: datetime) -> dict[int, PoolResourceSampl
     from pools.providers import get_cloud_provider
 
     machines: dict[int, list[str]] = {}
-    for pool_id, provider_id in (
-        Node.objects.filter(pool_id__in=missing)
-        .exclude(provider_id="")
-        .values_list("pool_id", "provider_id")
-    ):
+    for pool_id, provider_id in Node.objects.filter(pool_id__in=missing).exclude(provider_id="").values_list("pool_id", "provider_id"):
         machines.setdefault(pool_id, []).append(provider_id)
     if not machines:
         return samples
@@ -471,22 +445,12 @@ def resource_samples(pools: list, hour: datetime) -> dict[int, PoolResourceSampl
     if many is not None:
         usage = many(machines=machines, hour=hour)
     else:
-        usage = {
-            pk: cloud.resource_usage(provider_ids=ids_, hour=hour) for pk, ids_ in machines.items()
-        }
+        usage = {pk: cloud.resource_usage(provider_ids=ids_, hour=hour) for pk, ids_ in machines.items()}
     PoolResourceSample.objects.bulk_create(
-        [
-            PoolResourceSample(
-                pool_id=pk, hour=hour, storage_gb=u.storage_gb, cross_zone_gb=u.cross_zone_gb
-            )
-            for pk, u in usage.items()
-        ],
+        [PoolResourceSample(pool_id=pk, hour=hour, storage_gb=u.storage_gb, cross_zone_gb=u.cross_zone_gb) for pk, u in usage.items()],
         ignore_conflicts=True,  # a sample reported meanwhile wins
     )
-    samples.update(
-        (s.pool_id, s)
-        for s in PoolResourceSample.objects.filter(pool_id__in=list(usage), hour=hour)
-    )
+    samples.update((s.pool_id, s) for s in PoolResourceSample.objects.filter(pool_id__in=list(usage), hour=hour))
     return samples
 
 
@@ -513,12 +477,7 @@ def _fee_records(pool, hour: datetime, *, sample: PoolResourceSample | None) -> 
 
     registry = price_entry_in_force(kind=PriceBookEntry.Kind.REGISTRY_POOL_MONTH, at=hour)
     if registry is not None:
-        amount = _cached(
-            ("registry", registry.pk, hour),
-            lambda: monthly_hour_cost(
-                quantize_money(registry.amount), month_start, month_end, hour
-            ),
-        )
+        amount = _cached(("registry", registry.pk, hour), lambda: monthly_hour_cost(quantize_money(registry.amount), month_start, month_end, hour))
         add(UsageRecord.Kind.REGISTRY, registry, Decimal(1), amount)
     if sample is not None and sample.storage_gb > 0:
         storage = price_entry_in_force(kind=PriceBookEntry.Kind.STORAGE_GB_MONTH, at=hour)

@@ -43,9 +43,7 @@ class LeaseTerm(models.Model):
     class Meta:
         ordering = ["months", "-effective_from"]
         constraints = [
-            models.UniqueConstraint(
-                fields=["lease_type", "effective_from"], name="leaseterm_unique_version"
-            )
+            models.UniqueConstraint(fields=["lease_type", "effective_from"], name="leaseterm_unique_version")
         ]
 
     def __str__(self) -> str:

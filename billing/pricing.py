@@ -25,9 +25,7 @@ class Quote:
 
     @property
     def monthly_amount(self) -> Decimal:
-        return (self.unit_monthly_price * self.nodes * (1 - self.discount)).quantize(
-            CENT, ROUND_HALF_UP
-        )
+        return (self.unit_monthly_price * self.nodes * (1 - self.discount)).quantize(CENT, ROUND_HALF_UP)
 
     @property
     def amount(self) -> Decimal:
@@ -37,35 +35,23 @@ class Quote:
 
 def price_in_force(*, node_type_id: int, gpu_model_id: int, at: datetime) -> NodePrice:
     price = (
-        NodePrice.objects.filter(
-            node_type_id=node_type_id, gpu_model_id=gpu_model_id, effective_from__lte=at
-        )
+        NodePrice.objects.filter(node_type_id=node_type_id, gpu_model_id=gpu_model_id, effective_from__lte=at)
         .order_by("-effective_from")
         .first()
     )
     if price is None:
-        raise ValidationError(
-            "the price book has no price for this node type and GPU model", field="spec.nodeType"
-        )
+        raise ValidationError("the price book has no price for this node type and GPU model", field="spec.nodeType")
     return price
 
 
 def lease_term_in_force(*, lease_type: str, at: datetime) -> LeaseTerm:
-    term = (
-        LeaseTerm.objects.filter(lease_type=lease_type, effective_from__lte=at)
-        .order_by("-effective_from")
-        .first()
-    )
+    term = LeaseTerm.objects.filter(lease_type=lease_type, effective_from__lte=at).order_by("-effective_from").first()
     if term is None:
-        raise ValidationError(
-            f"the price book has no {lease_type} lease term", field="spec.leaseType"
-        )
+        raise ValidationError(f"the price book has no {lease_type} lease term", field="spec.leaseType")
     return term
 
 
-def quote_for(
-    *, node_type_id: int, gpu_model_id: int, lease_type: str, nodes: int, at: datetime
-) -> Quote:
+def quote_for(*, node_type_id: int, gpu_model_id: int, lease_type: str, nodes: int, at: datetime) -> Quote:
     price = price_in_force(node_type_id=node_type_id, gpu_model_id=gpu_model_id, at=at)
     term = lease_term_in_force(lease_type=lease_type, at=at)
     return Quote(

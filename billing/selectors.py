@@ -516,9 +516,5 @@ def current_hour_projection(*, user, now: datetime) -> HourProjection | None:
             totals[row.team.name] = totals.get(row.team.name, Decimal("0")) + row.amount
     if not totals:
         return None
-    return HourProjection(
-        hour=hour,
-        by_team=sorted(totals.items()),
-        total=sum(totals.values(), Decimal("0")),
-        currency=rows[0].currency,
-    )
+    return HourProjection(hour=hour, by_team=sorted(totals.items()), total=sum(totals.values(), Decimal("0")),
+                          currency=rows[0].currency)

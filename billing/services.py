@@ -173,15 +173,7 @@ def cost_day_add(*, day, costs: list[CostRecord]) -> int:
     same_pairs = connection.vendor == "postgresql"
     groups: dict[tuple, list] = {}
     for c in costs:
-        key = (
-            c.pool_id,
-            c.team_id,
-            c.namespace,
-            _labels_key(c.labels, same_pairs),
-            c.billing_kind,
-            c.cost_kind,
-            c.currency,
-        )
+        key = (c.pool_id, c.team_id, c.namespace, _labels_key(c.labels, same_pairs), c.billing_kind, c.cost_kind, c.currency)
         group = groups.get(key)
         if group is None:
             groups[key] = [c.amount, c.gpu_hours, c.labels]
@@ -193,37 +185,9 @@ def cost_day_add(*, day, costs: list[CostRecord]) -> int:
         CostDayLock.objects.select_for_update().get(day=day)
         existing = CostDay.objects.filter(day=day)
         if groups:
-            fields = (
-                "pool_id",
-                "team_id",
-                "namespace",
-                "labels",
-                "billing_kind",
-                "cost_kind",
-                "currency",
-                "amount",
-                "gpu_hours",
-            )
-            for (
-                pool_id,
-                team_id,
-                namespace,
-                labels,
-                billing_kind,
-                cost_kind,
-                currency,
-                amount,
-                hours,
-            ) in existing.values_list(*fields).order_by("pk"):
-                key = (
-                    pool_id,
-                    team_id,
-                    namespace,
-                    _labels_key(labels, same_pairs),
-                    billing_kind,
-                    cost_kind,
-                    currency,
-                )
+            fields = ("pool_id", "team_id", "namespace", "labels", "billing_kind", "cost_kind", "currency", "amount", "gpu_hours")
+            for pool_id, team_id, namespace, labels, billing_kind, cost_kind, currency, amount, hours in existing.values_list(*fields).order_by("pk"):
+                key = (pool_id, team_id, namespace, _labels_key(labels, same_pairs), billing_kind, cost_kind, currency)
                 group = groups.get(key)
                 if group is None:
                     groups[key] = [amount, hours, labels]
@@ -317,9 +281,7 @@ def meter_pending(
     # From the oldest metered hour in the window, every hour without a run: a catch-up killed
     # mid-way while another worker metered a later hour (`meter --once`) leaves a hole below
     # the newest run, which "start after the newest" would skip for ever.
-    done = set(
-        MeterRun.objects.filter(hour__gte=first, hour__lte=last).values_list("hour", flat=True)
-    )
+    done = set(MeterRun.objects.filter(hour__gte=first, hour__lte=last).values_list("hour", flat=True))
     if done:
         first = min(done)
     elif newest is not None:
@@ -416,9 +378,7 @@ def budgets_evaluate(*, now: datetime) -> list:
                     if alert is not None:
                         fired.append(alert)
     # An alert whose worker died after committing it and before notifying is still due.
-    due = BudgetAlert.objects.filter(
-        period__in={s.period for s in statuses}, emailed_at=None, webhook_status=""
-    )
+    due = BudgetAlert.objects.filter(period__in={s.period for s in statuses}, emailed_at=None, webhook_status="")
     for alert_id in due.values_list("pk", flat=True):
         alert_deliver(alert_id=alert_id)
     return fired
@@ -456,9 +416,7 @@ def alert_deliver(*, alert_id: int) -> bool:
     from billing.models import BudgetAlert
 
     with transaction.atomic():
-        due = BudgetAlert.objects.select_for_update(skip_locked=True).filter(
-            pk=alert_id, emailed_at=None, webhook_status=""
-        )
+        due = BudgetAlert.objects.select_for_update(skip_locked=True).filter(pk=alert_id, emailed_at=None, webhook_status="")
         if due.values_list("pk", flat=True).first() is None:
             return False
         alert_notify(alert_id=alert_id)

@@ -62,9 +62,7 @@ def cost_list(request):
         "teams": teams_visible_to(user=request.user),
         "default_by": ",".join(DEFAULT_GROUP_LABELS),
         "budgets": selectors.budget_statuses(user=request.user, now=timezone.now()),
-        "accruing": None
-        if request.htmx
-        else selectors.current_hour_projection(user=request.user, now=timezone.now()),
+        "accruing": None if request.htmx else selectors.current_hour_projection(user=request.user, now=timezone.now()),
     }
     name = "billing/cost_list.html#cost-table" if request.htmx else "billing/cost_list.html"
     response = render(request, name, context)

@@ -37,7 +37,7 @@ from pools.lifecycle_state import Claims, ClaimsSeen, claims_seen, pools_update
 from pools.models import GpuNodePool, Node, ScalingActivity
 from pools.models_pods import Pod
 from pools.providers import get_cloud_provider, get_cluster_backend
-from pools.scheduler_service import cluster_state, core_pod_of, scheduler_lock
+from pools.scheduler_service import cluster_state, core_pod_of, core_pods_of, scheduler_lock
 from pools.scheduling import NodeState, Taint, best_fit_gpus, filter_node
 from pools.scheduling import Pod as CorePod
 from pools.selectors import catalog_current
@@ -133,7 +133,7 @@ class FleetView:
 
     catalog: Catalog
     nodes: dict[int, tuple[int, int]]  # pool -> (live nodes not leaving, of which on demand)
-    pending: dict[int, list[Pod]]  # team -> Pending pods, oldest first
+    pending: dict[int, list[CorePod]]  # team -> Pending pods, oldest first
     shapes: dict[int, dict[tuple, list[CorePod]]]  # team -> shape_key -> its Pending pods (core)
     memory: dict[int, float]  # pool -> GPU memory used (%), where agents report it
     last: dict[int, tuple[str, int]]  # pool -> (reason, from_nodes) of its latest ScalingActivity
@@ -153,14 +153,13 @@ def fleet_view(pools: list[GpuNodePool], *, queue_of: FleetView | None = None) -
         pending, shapes, catalog = queue_of.pending, queue_of.shapes, queue_of.catalog
     else:
         pending, shapes, catalog = {}, {}, catalog_current()
-        for pod in Pod.objects.filter(phase=Pod.Phase.PENDING, team_id__in={p.team_id for p in pools}).order_by("submitted_at", "pk"):
-            try:
-                core = core_pod_of(pod)
-            except Exception:  # a pod the scheduling core refuses fits nowhere; it must not stop the pass
-                logger.exception("pending pod %s is not a valid pod for the scheduling core", pod.key)
+        queue = Pod.objects.filter(phase=Pod.Phase.PENDING, team_id__in={p.team_id for p in pools}).order_by("submitted_at", "pk")
+        for team_id, key, core in core_pods_of(queue):
+            if isinstance(core, Exception):  # a pod the scheduling core refuses fits nowhere; it must not stop the pass
+                logger.error("pending pod %s is not a valid pod for the scheduling core: %s", key, core)
                 continue
-            pending.setdefault(pod.team_id, []).append(pod)
-            shapes.setdefault(pod.team_id, {}).setdefault(core.shape_key, []).append(core)
+            pending.setdefault(team_id, []).append(core)
+            shapes.setdefault(team_id, {}).setdefault(core.shape_key, []).append(core)
     memory = {}
     if ids:
         memory = {s.pool.pk: s.gpu_memory_used_pct for s in pool_stats(pools=GpuNodePool.objects.filter(pk__in=ids)) if s.gpu_memory_used_pct is not None}
@@ -367,12 +366,12 @@ def _repack(pool: GpuNodePool, source: Node, moves: list[Move], now: datetime) -
                          message=f"Pod {move.pod.key} moved from burst node {source.name} to {move.node.billing} node {move.node.name} before scale-down")  # fmt: skip
 
 
-def _why_not(pending: list[Pod], template: NodeState) -> str:
+def _why_not(pending: list[CorePod], template: NodeState) -> str:
     reasons = {}
     for pod in pending[:20]:
-        reason = filter_node(core_pod_of(pod), template)
+        reason = filter_node(pod, template)
         if reason:
-            reasons.setdefault(reason, []).append(pod.key)
+            reasons.setdefault(reason, []).append(pod.name)
     return "; ".join(f"{', '.join(keys[:3])}: {reason}" for reason, keys in reasons.items()) or "no Pending pod"
 
 

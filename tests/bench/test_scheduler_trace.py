@@ -112,15 +112,9 @@ def test_the_offline_floor_of_a_tiny_cluster_is_exact():
     pytest.importorskip("scipy", reason="the offline floor needs scipy (a test extra)")
     from bench.offline_floor import offline_floor
 
-    nodes = [
-        NodeState(name=f"n{i}", cpu_milli=8000, memory_mib=32768, gpu_count=1, gpu_model="T4")
-        for i in range(2)
-    ]
+    nodes = [NodeState(name=f"n{i}", cpu_milli=8000, memory_mib=32768, gpu_count=1, gpu_model="T4") for i in range(2)]
     ones = [Pod(name=f"p{i}", cpu_milli=1000, memory_mib=1024, gpu_count=1) for i in range(3)]
     assert offline_floor(nodes, ones) == 0.0
-    assert (
-        offline_floor(nodes, [Pod(name="big", cpu_milli=1000, memory_mib=1024, gpu_count=2)])
-        == 100.0
-    )
+    assert offline_floor(nodes, [Pod(name="big", cpu_milli=1000, memory_mib=1024, gpu_count=2)]) == 100.0
     half = [Pod(name="cpu-heavy", cpu_milli=8000, memory_mib=1024, gpu_count=1, gpu_milli=500)]
     assert offline_floor(nodes, half) == 75.0  # one share of 500 milli placed out of 2000

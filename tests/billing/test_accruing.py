@@ -11,9 +11,7 @@ from billing.models import CostRecord
 from tests.billing.billing_helpers import HOUR, T0, node, pod, pool
 
 
-def test_the_projection_of_an_hour_is_what_metering_then_writes_split_by_visible_team(
-    actors, teams
-):
+def test_the_projection_of_an_hour_is_what_metering_then_writes_split_by_visible_team(actors, teams):
     p = pool(actors["lead"])
     n = node(p, "a100-1")
     pod(teams["algorithm"], n, "train-0", started=T0)

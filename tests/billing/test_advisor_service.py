@@ -16,22 +16,12 @@ START = NOW.replace(minute=0) - timedelta(days=8)
 
 def metered_pool(actors, *, budget=None):
     extra = {"budget": {"monthly": budget, "currency": "CNY"}} if budget else {}
-    pool = services.pool_create(
-        user=actors["lead"],
-        document=make_document("advised", nodeCount={"min": 3, "max": 6}, **extra),
-    )
+    pool = services.pool_create(user=actors["lead"], document=make_document("advised", nodeCount={"min": 3, "max": 6}, **extra))
     hour = START
     while hour < NOW.replace(minute=0):
         # Two 8-GPU nodes busy around the clock, a third 4 hours a day (the article's shape).
         gpus = 24 if 10 <= hour.hour < 14 else 16
-        UsageRecord.objects.create(
-            hour=hour,
-            kind="pod",
-            resource=f"a/job-{hour:%j%H}",
-            pool=pool,
-            team=pool.team,
-            quantity=Decimal(gpus),
-        )
+        UsageRecord.objects.create(hour=hour, kind="pod", resource=f"a/job-{hour:%j%H}", pool=pool, team=pool.team, quantity=Decimal(gpus))
         hour += timedelta(hours=1)
     return pool
 
@@ -60,12 +50,8 @@ def test_the_budget_split_shows_the_estimate_beside_the_actual_bill(actors):
         CostRecord.objects.create(hour=NOW.replace(minute=0) - timedelta(hours=2), pool=pool, team=pool.team, cost_kind="fee" if component != "gpu" else "usage",
                                   component=component, amount=Decimal(amount), currency="CNY")  # fmt: skip
     split = {c.component: c for c in pool_advice(pool=pool, now=NOW).split}
-    assert split["nodes"].estimate == Decimal("80000.00") and split["nodes"].actual == Decimal(
-        "900.00"
-    )
-    assert split["storage"].actual_share == Decimal("0.06") or split[
-        "storage"
-    ].actual_share == Decimal("0.0600")
+    assert split["nodes"].estimate == Decimal("80000.00") and split["nodes"].actual == Decimal("900.00")
+    assert split["storage"].actual_share == Decimal("0.06") or split["storage"].actual_share == Decimal("0.0600")
 
 
 def test_the_pool_page_shows_the_advice(client, actors):

@@ -433,15 +433,8 @@ def test_storage_and_cross_zone_traffic_come_from_the_simulated_cloud(actors, se
     ready = run_until(p, T0)
     hour = (ready + HOUR).replace(minute=0, second=0, microsecond=0)
     sample = metering.resource_sample(p, hour)
-    assert (sample.storage_gb, sample.cross_zone_gb) == (
-        Decimal(1000),
-        Decimal("7.0"),
-    )  # 2 machines
+    assert (sample.storage_gb, sample.cross_zone_gb) == (Decimal(1000), Decimal("7.0"))  # 2 machines
     assert metering.resource_sample(p, hour).pk == sample.pk  # read once, then kept
     services.meter_hour(hour=hour)
-    kinds = dict(
-        UsageRecord.objects.filter(hour=hour, pool=p, kind__in=["storage", "network"]).values_list(
-            "kind", "quantity"
-        )
-    )
+    kinds = dict(UsageRecord.objects.filter(hour=hour, pool=p, kind__in=["storage", "network"]).values_list("kind", "quantity"))
     assert kinds == {"storage": Decimal(1000), "network": Decimal("7.0")}

@@ -42,22 +42,8 @@ def test_adding_each_hour_gives_the_rollup_a_rebuild_gives(actors, teams):
     several pods, the day rows are exactly what rebuilding from the records computes."""
     a, _ = scenario(actors, teams, hours=2)
     n1 = node(a, "n-1")
-    pod(
-        teams["algorithm"],
-        n1,
-        "late",
-        gpus=3,
-        labels={"project": "llm"},
-        started=T0 + timedelta(hours=2, minutes=30),
-    )
-    pod(
-        teams["algorithm"],
-        n1,
-        "short",
-        gpus=1,
-        started=T0 - timedelta(hours=1),
-        finished=T0 + timedelta(hours=3, minutes=15),
-    )
+    pod(teams["algorithm"], n1, "late", gpus=3, labels={"project": "llm"}, started=T0 + timedelta(hours=2, minutes=30))
+    pod(teams["algorithm"], n1, "short", gpus=1, started=T0 - timedelta(hours=1), finished=T0 + timedelta(hours=3, minutes=15))
     meter(T0 + timedelta(hours=2), hours=2)
     meter(T0 + timedelta(hours=23), hours=2)  # the last hour of Dec 1, the first of Dec 2
     incremental = rollup()
@@ -121,22 +107,8 @@ def test_unsaved_instances_store_what_model_init_stores(actors, teams):
     assert fast[0].team is p.team and fast[0].list_amount is None and fast[0].currency == "CNY"
     bulk_insert(UsageRecord, fast)
     UsageRecord.objects.bulk_create([slow])
-    columns = [
-        "kind",
-        "pool_id",
-        "team_id",
-        "node_name",
-        "quantity",
-        "amount",
-        "list_amount",
-        "currency",
-        "labels",
-        "gpu_count",
-    ]
-    stored = {
-        r["resource"]: {c: r[c] for c in columns}
-        for r in UsageRecord.objects.values("resource", *columns)
-    }
+    columns = ["kind", "pool_id", "team_id", "node_name", "quantity", "amount", "list_amount", "currency", "labels", "gpu_count"]
+    stored = {r["resource"]: {c: r[c] for c in columns} for r in UsageRecord.objects.values("resource", *columns)}
     assert stored["fast"] == stored["fast-2"] == stored["slow"]
 
 
