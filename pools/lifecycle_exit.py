@@ -91,10 +91,9 @@ def drain_advance(p: ReconcilePass, node: Node) -> None:
     if node.phase == Node.Phase.DRAINING:
         pods = p.cluster.list_pods(node_name=node.name)
         if pods:
-            evicted = []
-            for pod in rules.eviction_order(rules.PodView(x.namespace, x.name, x.priority) for x in pods):
-                if p.cluster.evict_pod(namespace=pod.namespace, name=pod.name, reason=node.release_reason):
-                    evicted.append(f"{pod.namespace}/{pod.name} (priority {pod.priority})")
+            order = rules.eviction_order(rules.PodView(x.namespace, x.name, x.priority) for x in pods)
+            done = evict(p.cluster, [(pod.namespace, pod.name) for pod in order], reason=node.release_reason)
+            evicted = [f"{pod.namespace}/{pod.name} (priority {pod.priority})" for pod in order if (pod.namespace, pod.name) in done]
             if evicted:
                 p.event("NodeDraining", f"Evicted {len(evicted)} pod(s) from {node.name}, lowest priority first: {', '.join(evicted)}", node=node)
             pods = p.cluster.list_pods(node_name=node.name)
@@ -105,6 +104,15 @@ def drain_advance(p: ReconcilePass, node: Node) -> None:
                 return
             p.event("DrainTimeout", f"Drain of {node.name} reached its deadline: releasing it with {len(pods)} pod(s) still on it ({names}); reason: {node.release_reason}", node=node, type=WARNING)
     release(p, node)
+
+
+def evict(cluster, pods: list[tuple[str, str]], *, reason: str) -> set[tuple[str, str]]:
+    """Evict (namespace, name) pods in this order; the ones evicted. One call when the backend
+    evicts in batches (`evict_pods`), else one `evict_pod` per pod."""
+    many = getattr(cluster, "evict_pods", None)
+    if many is not None:
+        return many(pods=pods, reason=reason)
+    return {pod for pod in pods if cluster.evict_pod(namespace=pod[0], name=pod[1], reason=reason)}
 
 
 def release(p: ReconcilePass, node: Node) -> None:

@@ -28,6 +28,8 @@ import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
+from functools import reduce
+from operator import or_
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -343,6 +345,19 @@ class SimulatedCluster:
         )  # fmt: skip
         return True
 
+    def evict_pods(self, *, pods: Sequence[tuple[str, str]], reason: str) -> set[tuple[str, str]]:
+        """`evict_pod` for each (namespace, name) in order, in a fixed number of queries (a
+        drain evicts a node's pods together; issue 9): the same refusals, the same result.
+        Returns the pods evicted. Optional on the protocol: callers fall back to `evict_pod`."""
+        refused = _take_failures(EVICT, tokens=[f"{namespace}/{name}" for namespace, name in pods])
+        evicted = [(namespace, name) for namespace, name in pods if f"{namespace}/{name}" not in refused]
+        if evicted:
+            Pod.objects.filter(phase=Pod.Phase.RUNNING).filter(reduce(or_, (Q(namespace=ns, name=n) for ns, n in evicted))).update(
+                phase=Pod.Phase.PENDING, node=None, gpu_indices=[], reason="Evicted", started_at=None,
+                explanation=f"Evicted from its node: {reason}; waiting to be scheduled again",
+            )  # fmt: skip
+        return set(evicted)
+
     def list_pods(self, *, node_name: str) -> list[PodInfo]:
         pods = Pod.objects.filter(node__name=node_name, phase=Pod.Phase.RUNNING).order_by("namespace", "name")
         return [PodInfo(namespace=p.namespace, name=p.name, priority=p.priority, phase=p.phase, checkpointable=p.checkpointable) for p in pods]
@@ -424,6 +439,27 @@ def _take_failure(step: str, *, zone: str = "", image: str = "", token: str = ""
         if SimFailure.objects.filter(pk=failure.pk, remaining__gt=0).update(remaining=F("remaining") - 1):
             return failure
     return None
+
+
+def _take_failures(step: str, *, tokens: Sequence[str]) -> set[str]:
+    """`_take_failure(step, token=t)` for each token in order (no zone or image), reading the
+    injected failures once: returns the tokens that met a failure."""
+    candidates = list(
+        SimFailure.objects.filter(step=step, zone="", image="").filter(Q(remaining__isnull=True) | Q(remaining__gt=0)).order_by("id")
+    )
+    failed = set()
+    for token in tokens:
+        for failure in candidates:
+            if failure.token_prefix and not token.startswith(failure.token_prefix):
+                continue
+            if failure.remaining is None:
+                failed.add(token)
+                break
+            if failure.remaining > 0 and SimFailure.objects.filter(pk=failure.pk, remaining__gt=0).update(remaining=F("remaining") - 1):
+                failure.remaining -= 1
+                failed.add(token)
+                break
+    return failed
 
 
 def _xid_rate_draw(machine: SimMachine, now: datetime) -> None:

@@ -9,12 +9,14 @@ from decimal import Decimal
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from billing.models import Account
 from pools import services
 from pools.lifecycle_rules import STEPS, steps_for
 from pools.models import Node
-from pools.models_cloud import SimClusterNode, SimMachine
+from pools.models_cloud import SimClusterNode, SimFailure, SimMachine
 from pools.models_pods import Pod
 from pools.providers import get_cloud_provider, get_cluster_backend, simulated
 from pools.providers.base import (
@@ -192,6 +194,32 @@ def test_the_cluster_registers_labels_taints_cordons_and_evicts(actors, train_do
     cluster.remove_node(name="n1")
     lost = Pod.objects.get(name="b")
     assert not SimClusterNode.objects.exists() and (lost.phase, lost.reason, lost.node) == ("Pending", "NodeLost", None)
+
+
+def test_evicting_a_nodes_pods_together_refuses_and_evicts_like_one_by_one(actors, train_document):
+    """`evict_pods` (one drain, a fixed number of queries) gives what `evict_pod` per pod gives:
+    a standing refusal, a refusal counted down (it refuses the first matching pod only), the
+    rest evicted (issue 9)."""
+    pool = services.pool_create(user=actors["lead"], document=train_document, now=T0)
+    outcomes = []
+    for batch in (False, True):
+        Pod.objects.all().delete()
+        SimFailure.objects.all().delete()
+        node = Node.objects.create(pool=pool, name=f"n-{batch}", zone=pool.zone, gpu_count=8, phase="Ready")
+        for name in ("a", "b-1", "b-2", "c"):
+            simulated.pod_run(node_name=node.name, name=name)
+        simulated.failure_inject(step="evict", times=None, token_prefix="default/a")
+        simulated.failure_inject(step="evict", times=1, token_prefix="default/b-")
+        cluster, pods = SimulatedCluster(), [("default", n) for n in ("a", "b-1", "b-2", "c")]
+        if batch:
+            with CaptureQueriesContext(connection) as queries:
+                done = cluster.evict_pods(pods=pods, reason="drain")
+            assert len(queries) <= 3
+        else:
+            done = {pod for pod in pods if cluster.evict_pod(namespace=pod[0], name=pod[1], reason="drain")}
+        left = sorted(Pod.objects.filter(phase="Running").values_list("name", flat=True))
+        outcomes.append((sorted(done), left, sorted(SimFailure.objects.values_list("remaining", flat=True), key=str)))
+    assert outcomes[0] == outcomes[1] == ([("default", "b-2"), ("default", "c")], ["a", "b-1"], [0, None])
 
 
 def test_a_reclaim_rate_reclaims_running_preemptible_machines_only(cloud, settings):
