@@ -514,12 +514,13 @@ def _node_row(
     cur: str,
     quantity: Decimal = Decimal(0),
 ) -> AllocationRow:
-    """A row on a node: the pod's (usage or fee) when ``pod`` is given, else the node's idle."""
+    """A row on a node: the pod's (usage or fee) when ``pod`` is given, else the node's idle.
+    Its labels are the input's mapping itself (rows are read, never changed)."""
     if pod is None:
-        team, namespace, name, labels, pods = node.team, "", "", dict(node.labels), 0
+        team, namespace, name, labels, pods = node.team, "", "", node.labels, 0
     else:
         team, namespace, name, pods = pod.labels.get("team", ""), pod.namespace, pod.name, pod.pods
-        labels = dict(pod.labels)
+        labels = pod.labels
     return AllocationRow(
         node.hour, node.pool, team, namespace, name, node.node, labels, node.gpu_class,
         node.billing_kind, kind, component, amount, cur, quantity, pods,

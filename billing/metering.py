@@ -230,7 +230,8 @@ def _node_record(node: Node | BilledNode, hour: datetime) -> UsageRecord | None:
         hour=hour, kind=UsageRecord.Kind.NODE, resource=node.name, pool=pool, team=pool.team,
         node_name=node.name, billing_kind=node.billing, gpu_class=pool.gpu_model.name,
         region=pool.zone.name, gpu_count=node.gpu_count,
-        labels=effective_labels(pool.labels, node.labels, None),
+        # Nodes of a pool with the same labels share one dict (only read): see `allocation_inputs`.
+        labels=_cached(("labels", pool.pk, id(node.labels)), lambda: effective_labels(pool.labels, node.labels, None)),
     )  # fmt: skip
     if node.billing == Node.Billing.MONTHLY:
         if node.lease_start is None or node.lease_end is None:
@@ -372,6 +373,11 @@ def _pod_records(
             group[2] += gpu_count * pods
             group[3] = min(group[3], first)
     decoded: dict[str, dict] = {}  # workloads share label texts: decode each once
+
+    def merged(inherited: dict, text: str, labels: dict) -> dict:
+        """A workload's effective labels on nodes with these inherited ones, one dict for all."""
+        return _cached(("pod-labels", id(inherited), text), lambda: {**inherited, **labels})
+
     teams = Team.objects.in_bulk({team_id for _, _, team_id, _ in groups})
     records = []
     make, POD = _new_usage.with_values, UsageRecord.Kind.POD
@@ -390,7 +396,7 @@ def _pod_records(
                 "gpu_class": node_record.gpu_class, "region": node_record.region,
                 "gpu_count": min(gpu_count, 32767), "quantity": quantity, "amount": 0, "list_amount": None,
                 "currency": node_record.currency,
-                "labels": {**inherited, **labels} if labels else dict(inherited),
+                "labels": merged(inherited, text, labels),
             })
         )  # fmt: skip
     return records
@@ -519,7 +525,9 @@ def allocation_inputs(
 ) -> tuple[list[NodeHour], list[PodHour], list[FeeHour]]:
     """One hour's records as the allocation core's inputs, in a fixed order.
 
-    Records need `pool` and `team` loaded (select_related) or cached; team is the slug.
+    Records need `pool` and `team` loaded (select_related) or cached; team is the slug. The
+    inputs hold the records' label dicts themselves (neither side changes them), so records
+    that share labels give rows that share them: metering groups rows by label set.
     """
     nodes: list[NodeHour] = []
     pods: list[PodHour] = []
@@ -537,7 +545,7 @@ def allocation_inputs(
                     cost=Decimal(r.amount),
                     gpu_class=r.gpu_class,
                     region=r.region,
-                    labels=dict(r.labels),
+                    labels=r.labels,
                     list_price=None if r.list_amount is None else Decimal(r.list_amount),
                 )  # fmt: skip
             )
@@ -549,7 +557,7 @@ def allocation_inputs(
                     name=r.pod_name,
                     node=r.node_name,
                     gpu_hours=Decimal(r.quantity),
-                    labels=dict(r.labels),
+                    labels=r.labels,
                     pods=r.pod_count or 1,
                 )  # fmt: skip
             )
@@ -561,7 +569,7 @@ def allocation_inputs(
                     team=r.team.slug,
                     kind=r.kind,
                     amount=Decimal(r.amount),
-                    labels=dict(r.labels),
+                    labels=r.labels,
                 )  # fmt: skip
             )
     return nodes, pods, fees
