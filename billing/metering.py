@@ -144,9 +144,7 @@ def _collect(hour: datetime) -> Collected:
     nodes = [BilledNode.from_row(row) for row in rows]
     pools = {
         p.pk: p
-        for p in GpuNodePool.objects.filter(pk__in={n.pool_id for n in nodes}).select_related(
-            "team", "gpu_model", "node_type", "zone"
-        )
+        for p in GpuNodePool.objects.filter(pk__in={n.pool_id for n in nodes}).select_related("team", "gpu_model", "node_type", "zone")
     }
     billed: dict[int, tuple[BilledNode, UsageRecord]] = {}
     for node in nodes:
@@ -242,9 +240,7 @@ def _node_record(node: Node | BilledNode, hour: datetime) -> UsageRecord | None:
             return None
         monthly = _monthly_price(node)
         lease = (monthly.price, start, start + hours * HOUR, hour)
-        cost = _cached(
-            ("monthly-hour", *lease), lambda: monthly_hour_cost(*lease)
-        )  # nodes of one order share it
+        cost = _cached(("monthly-hour", *lease), lambda: monthly_hour_cost(*lease))  # nodes of one order share it
         list_price = _hourly_list_price(node, hour)
         return _new_usage(
             **base,
@@ -264,10 +260,7 @@ def _node_record(node: Node | BilledNode, hour: datetime) -> UsageRecord | None:
     if fraction <= 0:
         return None
     price = price_in_force(node_type_id=pool.node_type_id, gpu_model_id=pool.gpu_model_id, at=hour)
-    list_cost = _cached(
-        ("list-hour", price.hourly_price, fraction),
-        lambda: on_demand_hour_cost(price.hourly_price, fraction),
-    )
+    list_cost = _cached(("list-hour", price.hourly_price, fraction), lambda: on_demand_hour_cost(price.hourly_price, fraction))
     if node.billing == Node.Billing.PREEMPTIBLE:
         entry = price_entry_in_force(kind=PriceBookEntry.Kind.PREEMPTIBLE_DISCOUNT, at=hour)
         discount = entry.amount if entry else Decimal(0)
@@ -316,14 +309,10 @@ def _hourly_list_price(node: Node | BilledNode, hour: datetime) -> Decimal | Non
         )
     except ValidationError:
         return None
-    return _cached(
-        ("list-hour", price.hourly_price), lambda: on_demand_hour_cost(price.hourly_price)
-    )
+    return _cached(("list-hour", price.hourly_price), lambda: on_demand_hour_cost(price.hourly_price))
 
 
-def _pod_records(
-    billed: dict[int, tuple[BilledNode, UsageRecord]], hour: datetime
-) -> list[UsageRecord]:
+def _pod_records(billed: dict[int, tuple[BilledNode, UsageRecord]], hour: datetime) -> list[UsageRecord]:
     """One record per workload on a node: the pods of one namespace, team and label set on one
     node (a Deployment's or a Job's replicas), with their GPU-hours summed and counted.
 

@@ -189,7 +189,7 @@ class CostRecord(models.Model):
     (`billing.allocation.allocate_hour`, per node and workload) summed exactly by
     `billing.services.cost_records_for`. What chargeback groups by is all here; which node or
     pod a cent came from is in the usage records, from which the FOCUS export recomputes the
-    same split. An hour of a 1,000-pool fleet is then ~10,000 rows, not ~450,000 (issue 9)."""
+    same split. An hour of a 1,000-pool fleet is then ~7,000 rows, not ~450,000 (issue 9)."""
 
     class CostKind(models.TextChoices):
         USAGE = "usage", "Usage"

@@ -99,6 +99,10 @@ def _meter_claimed(run: MeterRun) -> MeterResult:
     )
 
 
+# Unsaved `CostRecord`s without `Model.__init__` (an hour of a 1,000-pool fleet is ~7,000).
+_new_cost = Unsaved(CostRecord)
+
+
 def cost_records_for(records: list[UsageRecord]) -> list[CostRecord]:
     """Allocate one hour's usage records with the pure core and sum its rows into unsaved cost
     records, one per (pool, charged team, namespace, labels, GPU class, billing kind, cost kind,
@@ -149,10 +153,6 @@ def cost_records_for(records: list[UsageRecord]) -> list[CostRecord]:
         })
         for amount, hours, pool, team, row in groups.values()
     ]  # fmt: skip
-
-
-# Unsaved `CostRecord`s without `Model.__init__` (an hour of a 1,000-pool fleet is ~7,000).
-_new_cost = Unsaved(CostRecord)
 
 
 def cost_day_add(*, day, costs: list[CostRecord]) -> int:
