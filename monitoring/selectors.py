@@ -58,16 +58,31 @@ def pool_stats(*, pools=None) -> list[PoolStats]:
         s.nodes[(row["phase"], row["billing"])] = row["n"]
         if row["phase"] in CAPACITY_PHASES:
             s.capacity_gpus += row["gpus"] or 0
-    agents = (
-        NodeAgentState.objects.filter(node__pool_id__in=stats, node__phase__in=CAPACITY_PHASES)
+    for pool_id, (used, total, util, util_nodes) in agent_totals(pool_ids=list(stats)).items():
+        s = stats[pool_id]
+        s.fb_used_mib, s.fb_total_mib, s.gpu_util_sum, s.gpu_util_nodes = used, total, util, util_nodes
+    return list(stats.values())
+
+
+def agent_totals(*, pool_ids) -> dict[int, tuple[int, int, float, int]]:
+    """Per pool, what the agents of its capacity nodes last reported: (GPU memory used MiB,
+    GPU memory MiB, sum of GPU utilisation averages, nodes reporting utilisation). One query."""
+    rows = (
+        NodeAgentState.objects.filter(node__pool_id__in=pool_ids, node__phase__in=CAPACITY_PHASES)
         .values("node__pool_id").annotate(used=Sum("fb_used_mib"), total=Sum("fb_total_mib"),
                                           util=Sum("gpu_util_avg"), util_nodes=Count("gpu_util_avg")).order_by()
     )
-    for row in agents:
-        s = stats[row["node__pool_id"]]
-        s.fb_used_mib, s.fb_total_mib = row["used"] or 0, row["total"] or 0
-        s.gpu_util_sum, s.gpu_util_nodes = row["util"] or 0.0, row["util_nodes"] or 0
-    return list(stats.values())
+    return {row["node__pool_id"]: (row["used"] or 0, row["total"] or 0, row["util"] or 0.0, row["util_nodes"] or 0) for row in rows}
+
+
+def gpu_memory_used_pct(*, pool_ids) -> dict[int, float]:
+    """`PoolStats.gpu_memory_used_pct` of these pools, where agents report it, without loading
+    the pools (the autoscaler's GPU-memory metric for a whole fleet, issue 9). One query."""
+    return {
+        pool_id: round(100.0 * used / total, 2)
+        for pool_id, (used, total, _, _) in agent_totals(pool_ids=pool_ids).items()
+        if total
+    }
 
 
 def allocated_gpus(*, pool_ids: list[int]) -> dict[int, float]:

@@ -27,7 +27,7 @@ from django.db import transaction
 from django.db.models import Count, OuterRef, Subquery
 from django.utils import timezone
 
-from monitoring.selectors import pool_stats
+from monitoring.selectors import gpu_memory_used_pct
 from pools import lifecycle_rules as rules
 from pools.autoscaling import ScalingHistory, decide
 from pools.events import WARNING, event_record
@@ -160,9 +160,7 @@ def fleet_view(pools: list[GpuNodePool], *, queue_of: FleetView | None = None) -
                 continue
             pending.setdefault(team_id, []).append(core)
             shapes.setdefault(team_id, {}).setdefault(core.shape_key, []).append(core)
-    memory = {}
-    if ids:
-        memory = {s.pool.pk: s.gpu_memory_used_pct for s in pool_stats(pools=GpuNodePool.objects.filter(pk__in=ids)) if s.gpu_memory_used_pct is not None}
+    memory = gpu_memory_used_pct(pool_ids=ids) if ids else {}
     latest = ScalingActivity.objects.filter(pool=OuterRef("pk")).order_by("-at", "-id")
     last = {
         pk: (reason, before)
