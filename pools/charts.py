@@ -29,7 +29,18 @@ class Sample:
 
 
 def _line(name: str, x: list[str], y: list[Any], **style: Any) -> dict[str, Any]:
+    """A step line ("hv": a value holds until the next point) with only its steps: the points
+    where the value changes, and the last one. The same line as every minute's point, drawn from
+    a handful of points where the value seldom changes (node counts, min/max) instead of 1,440
+    a day for each trace: the pool page's JSON and its rendering shrink accordingly (issue 9)."""
+    x, y = steps(x, y)
     return {"type": "scatter", "mode": "lines", "name": name, "x": x, "y": y, "line": {"shape": "hv", **style.pop("line", {})}, **style}
+
+
+def steps(x: list[Any], y: list[Any]) -> tuple[list[Any], list[Any]]:
+    """The points of (x, y) where y differs from the point before, and the last point."""
+    keep = [i for i in range(len(y)) if i == 0 or y[i] != y[i - 1] or i == len(y) - 1]
+    return [x[i] for i in keep], [y[i] for i in keep]
 
 
 def pool_figures(samples: Iterable[Sample]) -> dict[str, dict[str, Any]]:
@@ -68,7 +79,7 @@ def pool_figures(samples: Iterable[Sample]) -> dict[str, dict[str, Any]]:
                 "yaxis": {"title": {"text": "% GPU memory"}, "range": [0, 100]},
                 "yaxis2": {"title": {"text": "queued pods"}, "overlaying": "y", "side": "right", "rangemode": "tozero", "tickformat": ",d",
                            # whole pods: a step of at least 1, else plotly labels 0.2, 0.4 ... as "0, 0, 1"
-                           "tick0": 0, "dtick": max(1, math.ceil(max((s.pending_pods for s in rows), default=0) / 5))},
+                           "tick0": 0, "dtick": max(1, math.ceil(max((s.pending_pods or 0 for s in rows), default=0) / 5))},
             },
         },
     }

@@ -101,13 +101,13 @@ def _with_node_counts(pools: QuerySet[GpuNodePool]) -> QuerySet[GpuNodePool]:
 
 
 def pool_get(*, user, name: str) -> GpuNodePool:
-    """The live pool of that name, if the user may see it; otherwise 404."""
-    pool = _with_node_counts(
-        GpuNodePool.objects.for_user(user).active().select_related("team", "gpu_model", "node_type", "zone", "created_by")
-    ).filter(name=name).first()
+    """The live pool of that name, if the user may see it, with `node_total` and `node_ready`;
+    otherwise 404. The counts come from their own small query (`node_counts_attach`): counting
+    in a join would group the pool's row, JSON documents and all, by every column."""
+    pool = GpuNodePool.objects.for_user(user).active().select_related("team", "gpu_model", "node_type", "zone", "created_by").filter(name=name).first()
     if pool is None:
         raise Http404(f"pool {name!r} not found")
-    return pool
+    return node_counts_attach([pool])[0]
 
 
 def pool_nodes(*, pool: GpuNodePool) -> QuerySet[Node]:

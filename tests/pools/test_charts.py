@@ -36,6 +36,20 @@ def test_the_node_chart_has_each_billing_kind_with_min_and_max_lines():
     assert figures["metrics"]["layout"]["yaxis2"]["dtick"] == 1  # whole pods, never 0.2 steps
 
 
+def test_step_lines_keep_only_their_steps_and_the_last_point():
+    """Issue 9: a day of minutes whose value seldom changes is drawn from its changes (the
+    "hv" line holds each value until the next point), gaps (None) included."""
+    from pools.charts import steps
+
+    x = list(range(8))
+    assert steps(x, [2, 2, 2, 3, 3, None, None, 3]) == ([0, 3, 5, 7], [2, 3, None, 3])
+    assert steps(x[:3], [1, 1, 1]) == ([0, 2], [1, 1])
+    assert steps([0], [5]) == ([0], [5]) and steps([], []) == ([], [])
+    day = [Sample(minute=T + timedelta(minutes=m), min_nodes=2, max_nodes=6, capacity_gpus=16 if m < 600 else 24) for m in range(1440)]
+    water = pool_figures(day)["water"]["data"][0]
+    assert water["y"] == [16, 24, 24] and water["x"] == [day[0].minute.isoformat(), day[600].minute.isoformat(), day[-1].minute.isoformat()]
+
+
 def test_the_pool_page_embeds_the_figures_and_plotly_from_static(client, actors):
     pool = services.pool_create(user=actors["lead"], document=make_document("charted", nodeCount={"min": 0, "max": 4}))
     PoolSample.objects.create(pool=pool, minute=T - timedelta(minutes=5), capacity_gpus=8, allocated_gpus=4, pending_pods=2,
