@@ -154,6 +154,7 @@ def page_timings(fleet, *, requests: int) -> list[PageTiming]:
         ("pool list, team lead (own team)", "/pools/", fleet.lead),
         ("pool page, admin", f"/pools/{fleet.first_pool}/", fleet.admin),
         ("pool page, team lead", f"/pools/{fleet.first_pool}/", fleet.lead),
+        ("pool page's charts (loaded after it), team lead", f"/pools/{fleet.first_pool}/charts/", fleet.lead),
     ]
     out = []
     for name, url, user in pages:

@@ -90,11 +90,21 @@ def pool_detail(request, name: str):
         "yaml": dump_yaml(pool.document),
         "capacity": pool_capacity_times(pool=pool),
         "scaling": pool.scaling_activities.order_by("-at", "-id")[:20],
-        "charts": pool_figures(selectors.pool_samples(pool=pool, since=timezone.now() - CHART_WINDOW)),
         "budget": pool_budget_status(pool=pool, now=timezone.now()),
         "advice": pool_advice(pool=pool, now=timezone.now()),
     }
     return _render(request, "pools/pool_detail.html", context, partial="timeline")
+
+
+@login_required
+@require_GET
+def pool_charts(request, name: str):
+    """The pool page's charts (a fragment it loads after it shows): a day of per-minute samples."""
+    pool = selectors.pool_get(user=request.user, name=name)
+    charts = pool_figures(selectors.pool_samples(pool=pool, since=timezone.now() - CHART_WINDOW))
+    response = render(request, "pools/pool_detail.html#charts", {"pool": pool, "charts": charts})
+    patch_vary_headers(response, ("HX-Request",))
+    return response
 
 
 @login_required

@@ -112,6 +112,7 @@ MATRIX: tuple[Row, ...] = (
     Row("pools:form-row", EVERYONE_WEB),
     Row("pools:import", LEADS_FORM, writes=(Write("post", LEADS_FORM_INVALID_POST, INCOMPLETE),)),
     Row("pools:detail", TEAM_READ_WEB, POOL, owned=True),
+    Row("pools:charts", TEAM_READ_WEB, POOL, owned=True),
     Row("pools:edit", S(200, 404, 403, 403, 200, LOGIN), POOL, owned=True,
         writes=(Write("post", S(400, 404, 403, 403, 400, LOGIN), INCOMPLETE),)),
     Row("pools:export", TEAM_READ_WEB, POOL, owned=True),

@@ -1,10 +1,12 @@
 // Draws every set of plotly figures a page embeds with json_script (an element whose id ends in
 // "-charts"): each figure goes into the element with id "chart-<key>". Plotly itself is the
 // installed package's plotly.min.js, served as a static file.
+// Charts that arrive in an htmx fragment (the pool page loads its charts after it shows) are
+// drawn when the fragment settles.
 (function () {
-  function draw() {
+  function draw(root) {
     if (typeof Plotly === "undefined") return;
-    document.querySelectorAll('script[id$="-charts"]').forEach(function (data) {
+    (root || document).querySelectorAll('script[id$="-charts"]').forEach(function (data) {
       var figures = JSON.parse(data.textContent);
       Object.keys(figures).forEach(function (key) {
         var target = document.getElementById("chart-" + key);
@@ -12,6 +14,7 @@
       });
     });
   }
-  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", draw);
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", function () { draw(); });
   else draw();
+  document.addEventListener("htmx:afterSettle", function (event) { draw(event.target); });
 })();
