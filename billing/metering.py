@@ -202,22 +202,15 @@ class BilledNode:
     pool: GpuNodePool | None = None
 
     @classmethod
-    def from_row(cls, row: tuple, _labels: dict = {}, _orders: dict = {}) -> BilledNode:  # noqa: B006 (caches)
-        """A node from a `NODE_COLUMNS` row; nodes of one pool and order share their labels'
-        dict and their order's price (both only read)."""
+    def from_row(cls, row: tuple) -> BilledNode:
+        """A node from a `NODE_COLUMNS` row; within one metered hour, nodes with the same labels
+        or the same order share the decoded labels and the order's price (both only read)."""
         (pk, pool_id, name, billing, phase, gpu_count, text, lease_start, lease_end, created_at, terminated_at,
          order_id, unit_monthly_price, discount, currency) = row  # fmt: skip
-        labels = _labels.get(text)
-        if labels is None:
-            if len(_labels) > 10_000:
-                _labels.clear()
-            labels = _labels[text] = json.loads(text) if text else {}
+        labels = _cached(("node-labels", text), lambda: json.loads(text) if text else {})
         order = None
         if order_id is not None:
-            order = OrderPrice(unit_monthly_price, discount, currency)
-            order = _orders.setdefault(order, order)
-            if len(_orders) > 10_000:
-                _orders.clear()
+            order = _cached(("order", order_id), lambda: OrderPrice(unit_monthly_price, discount, currency))
         return cls(pk, pool_id, name, billing, phase, gpu_count, labels, lease_start, lease_end, created_at, terminated_at, order)  # fmt: skip
 
 

@@ -36,7 +36,7 @@ class PoolStats:
 
     @property
     def gpu_memory_used_pct(self) -> float | None:
-        return round(100.0 * self.fb_used_mib / self.fb_total_mib, 2) if self.fb_total_mib else None
+        return memory_used_pct(self.fb_used_mib, self.fb_total_mib)
 
     @property
     def gpu_util_avg(self) -> float | None:
@@ -75,11 +75,16 @@ def agent_totals(*, pool_ids) -> dict[int, tuple[int, int, float, int]]:
     return {row["node__pool_id"]: (row["used"] or 0, row["total"] or 0, row["util"] or 0.0, row["util_nodes"] or 0) for row in rows}
 
 
+def memory_used_pct(used_mib: int, total_mib: int) -> float | None:
+    """GPU memory used, in percent of the GPUs' memory (None when no agent reports any)."""
+    return round(100.0 * used_mib / total_mib, 2) if total_mib else None
+
+
 def gpu_memory_used_pct(*, pool_ids) -> dict[int, float]:
     """`PoolStats.gpu_memory_used_pct` of these pools, where agents report it, without loading
     the pools (the autoscaler's GPU-memory metric for a whole fleet, issue 9). One query."""
     return {
-        pool_id: round(100.0 * used / total, 2)
+        pool_id: memory_used_pct(used, total)
         for pool_id, (used, total, _, _) in agent_totals(pool_ids=pool_ids).items()
         if total
     }

@@ -10,7 +10,7 @@ go into free capacity and never displace anyone, so priority is respected.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
@@ -167,6 +167,21 @@ def fragmentation_record(*, now: datetime | None = None) -> list[FragmentationSa
             )
         )
     return FragmentationSample.objects.bulk_create(samples)
+
+
+WEEKLY_SLACK = timedelta(days=6)
+
+
+def fragmentation_record_weekly(*, now: datetime | None = None) -> list[FragmentationSample]:
+    """`fragmentation_record` once a week: a second delivery of the same week's task (a retry,
+    another worker) finds this week's cluster point and records nothing. The check and the
+    write hold the scheduler's lock, so two deliveries at once record one point."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        scheduler_lock()
+        if FragmentationSample.objects.filter(pool__isnull=True, taken_at__gt=now - WEEKLY_SLACK).exists():
+            return []
+        return fragmentation_record(now=now)
 
 
 def fragmentation_trend(*, user, pool: GpuNodePool | None, limit: int = 104) -> list[FragmentationSample]:

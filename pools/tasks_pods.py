@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
-from django.db import transaction
 from django.utils import timezone
 
-from pools.fragmentation_service import fragmentation_record
-from pools.models_pods import FragmentationSample
-from pools.scheduler_service import scheduler_lock, scheduler_pass
+from pools.fragmentation_service import fragmentation_record_weekly
+from pools.scheduler_service import scheduler_pass
 
 
 def scheduler_pass_task() -> dict[str, int]:
@@ -23,16 +19,6 @@ def scheduler_pass_task() -> dict[str, int]:
     }
 
 
-WEEKLY_SLACK = timedelta(days=6)
-
-
 def fragmentation_record_task() -> int:
-    """The weekly fragmentation trend point of every pool and of the cluster. Idempotent: a
-    second delivery of the same week's task (a retry, another worker) finds this week's
-    cluster point and records nothing; the check and the write hold the scheduler's lock."""
-    now = timezone.now()
-    with transaction.atomic():
-        scheduler_lock()
-        if FragmentationSample.objects.filter(pool__isnull=True, taken_at__gt=now - WEEKLY_SLACK).exists():
-            return 0
-        return len(fragmentation_record(now=now))
+    """The weekly fragmentation trend point of every pool and of the cluster (idempotent)."""
+    return len(fragmentation_record_weekly(now=timezone.now()))

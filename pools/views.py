@@ -102,9 +102,7 @@ def pool_charts(request, name: str):
     """The pool page's charts (a fragment it loads after it shows): a day of per-minute samples."""
     pool = selectors.pool_get(user=request.user, name=name)
     charts = pool_figures(selectors.pool_samples(pool=pool, since=timezone.now() - CHART_WINDOW))
-    response = render(request, "pools/pool_detail.html#charts", {"pool": pool, "charts": charts})
-    patch_vary_headers(response, ("HX-Request",))
-    return response
+    return _render(request, "pools/pool_detail.html#charts", {"pool": pool, "charts": charts})
 
 
 @login_required

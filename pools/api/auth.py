@@ -22,7 +22,6 @@ class TokenView(ObtainAuthToken):
         responses={
             200: inline_serializer("Token", {"token": serializers.CharField()}),
             400: OpenApiResponse(ErrorSerializer, description="Wrong username or password"),
-            415: OpenApiResponse(ErrorSerializer, description="Unsupported or malformed request media type"),
             429: OpenApiResponse(description="Locked out after repeated failures"),
         },
         auth=[],

@@ -337,20 +337,14 @@ class SimulatedCluster:
     def evict_pod(self, *, namespace: str, name: str, reason: str) -> bool:
         """Evict like the Eviction API: the pod leaves its node and is Pending again (its owner
         would recreate it), unless an injected disruption budget (`evict` failure) refuses."""
-        if _take_failure(EVICT, token=f"{namespace}/{name}") is not None:
-            return False
-        Pod.objects.filter(namespace=namespace, name=name, phase=Pod.Phase.RUNNING).update(
-            phase=Pod.Phase.PENDING, node=None, gpu_indices=[], reason="Evicted", started_at=None,
-            explanation=f"Evicted from its node: {reason}; waiting to be scheduled again",
-        )  # fmt: skip
-        return True
+        return (namespace, name) in self.evict_pods(pods=[(namespace, name)], reason=reason)
 
     def evict_pods(self, *, pods: Sequence[tuple[str, str]], reason: str) -> set[tuple[str, str]]:
         """`evict_pod` for each (namespace, name) in order, in a fixed number of queries (a
         drain evicts a node's pods together; issue 9): the same refusals, the same result.
         Returns the pods evicted. Optional on the protocol: callers fall back to `evict_pod`."""
-        refused = _take_failures(EVICT, tokens=[f"{namespace}/{name}" for namespace, name in pods])
-        evicted = [(namespace, name) for namespace, name in pods if f"{namespace}/{name}" not in refused]
+        candidates = _failures(EVICT)
+        evicted = [(namespace, name) for namespace, name in pods if _consume(candidates, f"{namespace}/{name}") is None]
         if evicted:
             Pod.objects.filter(phase=Pod.Phase.RUNNING).filter(reduce(or_, (Q(namespace=ns, name=n) for ns, n in evicted))).update(
                 phase=Pod.Phase.PENDING, node=None, gpu_indices=[], reason="Evicted", started_at=None,
@@ -424,42 +418,33 @@ def _stock_row(zone: Zone, model: GpuModel) -> SimStock:
 
 def _take_failure(step: str, *, zone: str = "", image: str = "", token: str = "") -> SimFailure | None:
     """Consume one matching injected failure (a conditional UPDATE, so each fires once)."""
-    candidates = (
+    return _consume(_failures(step, zone=zone, image=image), token)
+
+
+def _failures(step: str, *, zone: str = "", image: str = "") -> list[SimFailure]:
+    """The injected failures of a step still able to fire there, oldest first."""
+    return list(
         SimFailure.objects.filter(step=step)
         .filter(Q(zone="") | Q(zone=zone))
         .filter(Q(image="") | Q(image=image))
         .filter(Q(remaining__isnull=True) | Q(remaining__gt=0))
         .order_by("id")
     )
+
+
+def _consume(candidates: list[SimFailure], token: str) -> SimFailure | None:
+    """The first of `candidates` matching `token`, consumed: a counted one by a conditional
+    UPDATE (so it fires once whatever other workers do), and in `candidates` too, so the same
+    list serves the next token."""
     for failure in candidates:
         if failure.token_prefix and not token.startswith(failure.token_prefix):
             continue
         if failure.remaining is None:
             return failure
-        if SimFailure.objects.filter(pk=failure.pk, remaining__gt=0).update(remaining=F("remaining") - 1):
+        if failure.remaining > 0 and SimFailure.objects.filter(pk=failure.pk, remaining__gt=0).update(remaining=F("remaining") - 1):
+            failure.remaining -= 1
             return failure
     return None
-
-
-def _take_failures(step: str, *, tokens: Sequence[str]) -> set[str]:
-    """`_take_failure(step, token=t)` for each token in order (no zone or image), reading the
-    injected failures once: returns the tokens that met a failure."""
-    candidates = list(
-        SimFailure.objects.filter(step=step, zone="", image="").filter(Q(remaining__isnull=True) | Q(remaining__gt=0)).order_by("id")
-    )
-    failed = set()
-    for token in tokens:
-        for failure in candidates:
-            if failure.token_prefix and not token.startswith(failure.token_prefix):
-                continue
-            if failure.remaining is None:
-                failed.add(token)
-                break
-            if failure.remaining > 0 and SimFailure.objects.filter(pk=failure.pk, remaining__gt=0).update(remaining=F("remaining") - 1):
-                failure.remaining -= 1
-                failed.add(token)
-                break
-    return failed
 
 
 def _xid_rate_draw(machine: SimMachine, now: datetime) -> None:
