@@ -88,7 +88,15 @@ def _converter(field: models.Field):
     """How a field's attribute becomes the value COPY writes; None when it is written as is."""
     if isinstance(field, models.JSONField):
         encoder = field.encoder
-        return lambda value: json_text(value, encoder)
+        texts: dict[int, str | None] = {}  # this call's rows share their label dicts: by identity
+
+        def to_json(value):
+            text = texts.get(id(value), _ABSENT)
+            if text is _ABSENT:
+                text = texts[id(value)] = json_text(value, encoder)
+            return text
+
+        return to_json
     if isinstance(field, _PLAIN):
         return None
     if isinstance(field, models.DateTimeField):

@@ -215,15 +215,28 @@ class BilledNode:
 
 
 def _node_record(node: Node | BilledNode, hour: datetime) -> UsageRecord | None:
+    """A node's hour, priced, or None when it is not billed this hour (no lease running into
+    it, not alive in it). Built with `Unsaved.with_values`: an hour of a 1,000-pool fleet bills
+    ~20,000 nodes."""
+    priced = _node_price(node, hour)
+    if priced is None:
+        return None
+    quantity, cost, list_cost, currency = priced
     pool = node.pool
-    end = hour + HOUR
-    base = dict(
-        hour=hour, kind=UsageRecord.Kind.NODE, resource=node.name, pool=pool, team=pool.team,
-        node_name=node.name, billing_kind=node.billing, gpu_class=pool.gpu_model.name,
-        region=pool.zone.name, gpu_count=node.gpu_count,
+    return _new_usage.with_values({"pool": pool, "team": pool.team}, {
+        "id": None, "hour": hour, "kind": UsageRecord.Kind.NODE, "resource": node.name, "pool_id": pool.pk,
+        "team_id": pool.team_id, "node_name": node.name, "namespace": "", "pod_name": "", "pod_count": 0,
+        "billing_kind": node.billing, "gpu_class": pool.gpu_model.name, "region": pool.zone.name,
+        "gpu_count": node.gpu_count, "quantity": quantity, "amount": cost, "list_amount": list_cost,
+        "currency": currency,
         # Nodes of a pool with the same labels share one dict (only read): see `allocation_inputs`.
-        labels=_cached(("labels", pool.pk, id(node.labels)), lambda: effective_labels(pool.labels, node.labels, None)),
-    )  # fmt: skip
+        "labels": _cached(("labels", pool.pk, id(node.labels)), lambda: effective_labels(pool.labels, node.labels, None)),
+    })  # fmt: skip
+
+
+def _node_price(node: Node | BilledNode, hour: datetime) -> tuple[Decimal, Decimal, Decimal | None, str] | None:
+    """(node-hours, cost, cost at the on-demand list price, currency) of a node in the hour."""
+    pool = node.pool
     if node.billing == Node.Billing.MONTHLY:
         if node.lease_start is None or node.lease_end is None:
             return None
@@ -234,22 +247,14 @@ def _node_record(node: Node | BilledNode, hour: datetime) -> UsageRecord | None:
         monthly = _monthly_price(node)
         lease = (monthly.price, start, start + hours * HOUR, hour)
         cost = _cached(("monthly-hour", *lease), lambda: monthly_hour_cost(*lease))  # nodes of one order share it
-        list_price = _hourly_list_price(node, hour)
-        return _new_usage(
-            **base,
-            quantity=Decimal(1),
-            amount=cost,
-            list_amount=list_price,
-            currency=monthly.currency,
-        )
-    alive_from = node.created_at
+        return Decimal(1), cost, _hourly_list_price(node, hour), monthly.currency
     if node.terminated_at is not None:
         alive_to = node.terminated_at
     elif node.phase == Node.Phase.TERMINATED:
         return None
     else:
-        alive_to = end
-    fraction = _overlap(alive_from, alive_to, hour)
+        alive_to = hour + HOUR
+    fraction = _overlap(node.created_at, alive_to, hour)
     if fraction <= 0:
         return None
     price = price_in_force(node_type_id=pool.node_type_id, gpu_model_id=pool.gpu_model_id, at=hour)
@@ -260,9 +265,7 @@ def _node_record(node: Node | BilledNode, hour: datetime) -> UsageRecord | None:
         cost = preemptible_hour_cost(price.hourly_price, discount, fraction)
     else:
         cost = list_cost
-    return _new_usage(
-        **base, quantity=fraction, amount=cost, list_amount=list_cost, currency=price.currency
-    )
+    return fraction, cost, list_cost, price.currency
 
 
 @dataclass(frozen=True)
