@@ -288,8 +288,41 @@ def pages_in_fresh_process(url: str, name: str, requests: int) -> list[PageTimin
     return page_timings(fleet, requests=requests)
 
 
-def report(results: list[SizeResult], *, requests: int) -> None:
+def machine_speed(*, adds: int = 5_000_000, trips: int = 200, times: int = 5) -> str:
+    """How fast this machine is right now, so runs on different (or shared, busy) machines can be
+    compared: a fixed pure-Python loop (the loops' work is mostly Python) and the round trip of
+    a trivial statement. Best of `times`, each."""
+    from django.db import connection
+
+    def best(fn) -> float:
+        out = []
+        for _ in range(times):
+            started = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - started)
+        return min(out)
+
+    def loop():
+        total = 0
+        for i in range(adds):
+            total += i
+
+    def round_trips():
+        with connection.cursor() as cursor:
+            for _ in range(trips):
+                cursor.execute("SELECT 1")
+
+    python_s, trips_s = best(loop), best(round_trips)
+    return (
+        f"machine speed: {adds / 1e6:g} M-add Python loop {python_s * 1000:.0f} ms, "
+        f"`SELECT 1` round trip {trips_s / trips * 1e6:.0f} µs ({os.cpu_count()} CPUs)"
+    )
+
+
+def report(results: list[SizeResult], *, requests: int, speeds: tuple[str, str] | None = None) -> None:
     print(f"control-plane benchmark, PostgreSQL, {date.today()}")
+    if speeds:
+        print(f"before the runs, {speeds[0]}\nafter the runs, {speeds[1]}")
     for r in results:
         print(f"\n### {r.shape.describe()}" + (f" (built in {r.build_s:.0f} s)" if r.build_s else ""))
         print("\n| step | seconds | queries | what happened |\n|---|---|---|---|")
@@ -316,11 +349,12 @@ def main(argv: list[str] | None = None) -> None:
     setup_django(args.database)
     from bench.control_plane_fleet import Shape
 
+    before = machine_speed()
     results = []
     for size in (int(s) for s in args.sizes.split(",") if s.strip()):
         shape = Shape(pools=size, teams=min(args.teams, size), draining=min(args.draining, size))
         results.append(run_size(args.database, shape, requests=args.requests, regenerate=args.regenerate, profile_dir=args.profile, repeat=max(args.repeat, 1)))
-    report(results, requests=args.requests)
+    report(results, requests=args.requests, speeds=(before, machine_speed()))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ anyone runs bench/control_plane.py at 1,000 pools."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import pytest
@@ -66,3 +67,15 @@ def test_the_same_activity_costs_the_same_statements_whatever_the_number_of_pool
     assert few == many, (few, many)
     assert did_few["events"] == did_many["events"] > 0
     assert Node.objects.count() == Pod.objects.count() == 0  # rolled back
+
+
+@pytest.mark.django_db
+def test_the_report_says_how_fast_the_machine_was(capsys):
+    """Runs on a shared machine differ by a factor of two with the same code: the table carries
+    the machine's speed before and after, measured the same way each time."""
+    from bench.control_plane import machine_speed, report
+
+    speed = machine_speed(adds=100_000, trips=3, times=2)
+    assert re.fullmatch(r"machine speed: 0.1 M-add Python loop \d+ ms, `SELECT 1` round trip \d+ µs \(\d+ CPUs\)", speed), speed
+    report([], requests=5, speeds=(speed, speed))
+    assert capsys.readouterr().out.splitlines()[1:] == [f"before the runs, {speed}", f"after the runs, {speed}"]
