@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from django.db import connections
 
 from tests.e2e.browser import Actor
 
@@ -26,6 +27,11 @@ def chromium(monkeypatch):
             yield browser
         finally:
             browser.close()
+            # While Playwright's event loop runs in this thread, Django keeps this thread's
+            # connections in a context variable (asgiref's Local), apart from the ones
+            # pytest-django closes: close them here, or PostgreSQL refuses to drop the test
+            # database at the end of the run ("being accessed by other users").
+            connections.close_all()
 
 
 @pytest.fixture
@@ -45,3 +51,4 @@ def browse(chromium, live_server):
     for actor in opened:
         actor.close()
     assert not missed, f"pages visited without an axe check: {missed}"
+

@@ -21,15 +21,8 @@ pytestmark = [
 
 
 @pytest.fixture
-def page(monkeypatch):
-    sync_api = pytest.importorskip("playwright.sync_api")
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's sync API runs an event loop
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        try:
-            yield browser.new_page()
-        finally:
-            browser.close()
+def page(chromium):
+    return chromium.new_page()
 
 
 def test_the_fragmentation_charts_are_drawn_by_plotly_from_static(live_server, actors, page):
