@@ -22,7 +22,7 @@ from django.db import IntegrityError, connection, transaction
 from billing import metering
 from billing.allocation import allocate_hour
 from billing.bulk_insert import Unsaved, bulk_insert
-from billing.models import CostRecord, MeterRun, UsageRecord
+from billing.models import CostDay, CostRecord, MeterRun, UsageRecord
 from pools.models import GpuNodePool, Team
 
 log = logging.getLogger("ebcloud.billing")
@@ -99,8 +99,10 @@ def _meter_claimed(run: MeterRun) -> MeterResult:
     )
 
 
-# Unsaved `CostRecord`s without `Model.__init__` (an hour of a 1,000-pool fleet is ~7,000).
+# Unsaved `CostRecord`s and `CostDay`s without `Model.__init__` (an hour of a 1,000-pool fleet
+# is ~7,000 cost records; its day ~5,000 rollup rows, rewritten each hour).
 _new_cost = Unsaved(CostRecord)
+_new_cost_day = Unsaved(CostDay)
 
 
 def cost_records_for(records: list[UsageRecord]) -> list[CostRecord]:
@@ -169,7 +171,7 @@ def cost_day_add(*, day, costs: list[CostRecord]) -> int:
     earlier's committed rows. Groups are keyed as the database groups `labels` in the rebuild
     (jsonb: the same pairs in any order; elsewhere the stored JSON text).
     """
-    from billing.models import CostDay, CostDayLock
+    from billing.models import CostDayLock
 
     same_pairs = connection.vendor == "postgresql"
     groups: dict[tuple, list] = {}
@@ -197,7 +199,7 @@ def cost_day_add(*, day, costs: list[CostRecord]) -> int:
                     group[1] += hours
             existing.delete()
             bulk_insert(CostDay, [
-                CostDay(
+                _new_cost_day(
                     day=day, pool_id=pool_id, team_id=team_id, namespace=namespace, labels=labels,
                     billing_kind=billing_kind, cost_kind=cost_kind, currency=currency, amount=amount,
                     gpu_hours=hours or 0,
@@ -229,7 +231,7 @@ def cost_day_rebuild(*, day) -> int:
 
     from django.db.models import Sum
 
-    from billing.models import CostDay, CostDayLock
+    from billing.models import CostDayLock
 
     with transaction.atomic():
         CostDayLock.objects.get_or_create(day=day)
