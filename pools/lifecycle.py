@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import transaction
-from django.db.models import Min, Q
+from django.db.models import IntegerField, Max, Min, Q
+from django.db.models.functions import Cast, Substr
 from django.utils import timezone
 
 from pools import lifecycle_exit as exits
@@ -276,11 +278,16 @@ def _create_missing(p: ReconcilePass) -> None:
 
 
 def node_name_next(pool: GpuNodePool) -> str:
-    """The next free node name of the pool: `<pool>-<pool id>-<seq>` (unique across pools)."""
-    seq = Node.objects.filter(pool=pool).count() + 1
-    while Node.objects.filter(name=f"{pool.name}-{pool.pk}-{seq:03d}").exists():
-        seq += 1
-    return f"{pool.name}-{pool.pk}-{seq:03d}"
+    """The next node name of the pool: `<pool>-<pool id>-<seq>` (unique across pools), one past
+    the highest sequence taken (terminated nodes keep their names: a name is never reused).
+    One query, however many nodes the pool has had."""
+    prefix = f"{pool.name}-{pool.pk}-"
+    taken = (
+        Node.objects.filter(name__startswith=prefix, name__regex=rf"^{re.escape(prefix)}[0-9]{{1,9}}$")
+        .annotate(seq=Cast(Substr("name", len(prefix) + 1), IntegerField()))
+        .aggregate(highest=Max("seq"))["highest"]
+    )
+    return f"{prefix}{(taken or 0) + 1:03d}"
 
 
 def _node_create(p: ReconcilePass, order: PoolOrder, billing: str) -> Node:

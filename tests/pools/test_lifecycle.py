@@ -407,3 +407,18 @@ def test_a_one_off_wakeup_booked_twice_by_racing_workers_is_kept_once(db):
         Schedule.objects.create(name=SOON, func="pools.tasks.reconcile_all", schedule_type=Schedule.ONCE, repeats=1, next_run=T0)
     schedule_once(name=SOON, func="pools.tasks.reconcile_all", next_run=T0 + timedelta(seconds=30))
     assert list(Schedule.objects.filter(name=SOON).values_list("next_run", flat=True)) == [T0 + timedelta(seconds=30)]
+
+
+def test_node_names_continue_after_the_highest_ever_taken_in_one_query(actors, train_document, django_assert_num_queries):
+    """A pool's node names are `<pool>-<id>-<seq>`; a name is never reused (a terminated node
+    keeps its name in the timeline), names of another shape do not count, and
+    the next name costs one query however long the pool's history."""
+    pool = approved_pool(actors, train_document)
+    prefix = f"{pool.name}-{pool.pk}-"
+    with django_assert_num_queries(1):
+        assert lifecycle.node_name_next(pool) == f"{prefix}001"
+    for name, phase in ((f"{prefix}001", "Ready"), (f"{prefix}007", "Terminated"), (f"{prefix}1000", "Ready"), (f"{prefix}x", "Ready")):
+        Node.objects.create(pool=pool, name=name, phase=phase, zone=pool.zone, gpu_count=8, billing="monthly")
+    assert lifecycle.node_name_next(pool) == f"{prefix}1001"
+    Node.objects.filter(name=f"{prefix}1000").delete()
+    assert lifecycle.node_name_next(pool) == f"{prefix}008"  # the terminated 007 still counts
