@@ -31,7 +31,7 @@ from monitoring.selectors import gpu_memory_used_pct
 from pools import lifecycle_rules as rules
 from pools.autoscaling import ScalingHistory, decide
 from pools.events import WARNING, event_record
-from pools.lifecycle import WORKER_ID, claim_acquire, claim_release, node_name_next
+from pools.lifecycle import WORKER_ID, claim_acquire, claim_release, node_names_next
 from pools.lifecycle_exit import ReconcilePass, drain_start
 from pools.lifecycle_state import Claims, ClaimsSeen, claims_seen, pools_update
 from pools.models import GpuNodePool, Node, ScalingActivity
@@ -222,8 +222,7 @@ def _autoscale(pool: GpuNodePool, now: datetime, view: FleetView, *, dry_run: bo
             _store(pool, history.record(at=now, recommendation=decision.raw_recommendation))
             return Plan(AutoscaleResult(pool=pool.name, claimed=True, current=current, desired=current, reason="NotTriggerScaleUp"))
         with transaction.atomic():
-            for _ in range(add):
-                _burst_node_create(pool, now)
+            _burst_nodes_create(pool, now, add)
             _record(pool, now, current, current + add, "ScaledUp", f"Scaled up from {current} to {current + add} node(s) with {add} on-demand node(s): {decision.message}", shown, policy_text)
             _store(pool, decision.history if add == decision.delta else history.record(at=now, recommendation=decision.raw_recommendation, change=add))
         return Plan(AutoscaleResult(pool=pool.name, claimed=True, current=current, desired=current + add, reason="ScaledUp"))
@@ -373,16 +372,12 @@ def _why_not(pending: list[CorePod], template: NodeState) -> str:
     return "; ".join(f"{', '.join(keys[:3])}: {reason}" for reason, keys in reasons.items()) or "no Pending pod"
 
 
-def _burst_node_create(pool: GpuNodePool, now: datetime) -> Node:
-    return Node.objects.create(
-        pool=pool,
-        name=node_name_next(pool),
-        billing=Node.Billing.ON_DEMAND,
-        phase=Node.Phase.ORDERING,
-        zone=pool.zone,
-        gpu_count=pool.node_type.gpu_count,
-        created_at=now,
-    )
+def _burst_nodes_create(pool: GpuNodePool, now: datetime, count: int) -> list[Node]:
+    """`count` on-demand nodes, Ordering: the lifecycle controller buys and boots them."""
+    return Node.objects.bulk_create(
+        Node(pool=pool, name=name, billing=Node.Billing.ON_DEMAND, phase=Node.Phase.ORDERING, zone=pool.zone, gpu_count=pool.node_type.gpu_count, created_at=now)
+        for name in node_names_next(pool, count)
+    )  # fmt: skip
 
 
 def _record(pool, now, before, after, reason, message, metrics, policy, *, blocked=False, emit=True) -> None:

@@ -278,16 +278,21 @@ def _create_missing(p: ReconcilePass) -> None:
 
 
 def node_name_next(pool: GpuNodePool) -> str:
-    """The next node name of the pool: `<pool>-<pool id>-<seq>` (unique across pools), one past
-    the highest sequence taken (terminated nodes keep their names: a name is never reused).
-    One query, however many nodes the pool has had."""
+    """The next node name of the pool: `<pool>-<pool id>-<seq>` (unique across pools)."""
+    return node_names_next(pool, 1)[0]
+
+
+def node_names_next(pool: GpuNodePool, count: int) -> list[str]:
+    """The pool's next `count` node names, one past the highest sequence taken (terminated
+    nodes keep their names: a name is never reused). One query, however many nodes the pool
+    has had."""
     prefix = f"{pool.name}-{pool.pk}-"
     taken = (
         Node.objects.filter(name__startswith=prefix, name__regex=rf"^{re.escape(prefix)}[0-9]{{1,9}}$")
         .annotate(seq=Cast(Substr("name", len(prefix) + 1), IntegerField()))
         .aggregate(highest=Max("seq"))["highest"]
-    )
-    return f"{prefix}{(taken or 0) + 1:03d}"
+    ) or 0
+    return [f"{prefix}{taken + i:03d}" for i in range(1, count + 1)]
 
 
 def _node_create(p: ReconcilePass, order: PoolOrder, billing: str) -> Node:

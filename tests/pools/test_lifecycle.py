@@ -420,5 +420,6 @@ def test_node_names_continue_after_the_highest_ever_taken_in_one_query(actors, t
     for name, phase in ((f"{prefix}001", "Ready"), (f"{prefix}007", "Terminated"), (f"{prefix}1000", "Ready"), (f"{prefix}x", "Ready")):
         Node.objects.create(pool=pool, name=name, phase=phase, zone=pool.zone, gpu_count=8, billing="monthly")
     assert lifecycle.node_name_next(pool) == f"{prefix}1001"
+    assert lifecycle.node_names_next(pool, 3) == [f"{prefix}1001", f"{prefix}1002", f"{prefix}1003"]
     Node.objects.filter(name=f"{prefix}1000").delete()
     assert lifecycle.node_name_next(pool) == f"{prefix}008"  # the terminated 007 still counts
