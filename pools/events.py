@@ -41,8 +41,11 @@ def event_record(
     ).order_by("-last_timestamp")[:1]
     existing = next(iter(recent), None)
     if existing is not None:
+        # The database adds 1 to what it holds (another worker may have bumped it meanwhile);
+        # the instance returned says what this call saw, without reading the row again.
         PoolEvent.objects.filter(pk=existing.pk).update(count=F("count") + 1, last_timestamp=now)
-        existing.refresh_from_db()
+        existing.count += 1
+        existing.last_timestamp = now
         return existing
     return PoolEvent.objects.create(
         pool=pool,

@@ -423,3 +423,21 @@ def test_node_names_continue_after_the_highest_ever_taken_in_one_query(actors, t
     assert lifecycle.node_names_next(pool, 3) == [f"{prefix}1001", f"{prefix}1002", f"{prefix}1003"]
     Node.objects.filter(name=f"{prefix}1000").delete()
     assert lifecycle.node_name_next(pool) == f"{prefix}008"  # the terminated 007 still counts
+
+
+def test_a_repeated_event_is_counted_on_its_row_like_the_kubernetes_recorder(actors, train_document, django_assert_num_queries):
+    """The same (object, type, reason, message) within the window bumps `count` and
+    `lastTimestamp` (two statements, the row is not read back); a different message or a
+    repeat after the window is a new row."""
+    from pools.events import AGGREGATION_WINDOW, event_record
+
+    pool = approved_pool(actors, train_document)
+    first = event_record(pool=pool, reason="DrainWaiting", message="1 pod refuses eviction", type="Warning", now=T0)
+    with django_assert_num_queries(2):
+        again = event_record(pool=pool, reason="DrainWaiting", message="1 pod refuses eviction", type="Warning", now=T0 + timedelta(minutes=1))
+    assert (again.pk, again.count, again.last_timestamp) == (first.pk, 2, T0 + timedelta(minutes=1))
+    stored = PoolEvent.objects.get(pk=first.pk)
+    assert (stored.count, stored.first_timestamp, stored.last_timestamp) == (2, T0, T0 + timedelta(minutes=1))
+    other = event_record(pool=pool, reason="DrainWaiting", message="2 pods refuse eviction", type="Warning", now=T0 + timedelta(minutes=1))
+    later = event_record(pool=pool, reason="DrainWaiting", message="1 pod refuses eviction", type="Warning", now=T0 + timedelta(minutes=1) + AGGREGATION_WINDOW + timedelta(seconds=1))
+    assert len({first.pk, other.pk, later.pk}) == 3 and other.count == later.count == 1
