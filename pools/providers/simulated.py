@@ -108,19 +108,32 @@ def is_prewarmed(image: str) -> bool:
 class SimulatedCloud:
     """`CloudProvider` over the database."""
 
+    def __init__(self):
+        self._catalogue: dict[tuple[type, str], object] = {}
+
+    def _named(self, model: type, name: str):
+        """A zone, GPU model or node type by name, read once per provider instance (the
+        controllers take one per pass): every order of a pass names the same few, and the
+        catalogue does not change under a pass. A name that does not exist raises, uncached."""
+        key = (model, name)
+        row = self._catalogue.get(key)
+        if row is None:
+            row = self._catalogue[key] = model.objects.get(name=name)
+        return row
+
     # -- catalogue, quota, stock ---------------------------------------------------------------
 
     def quote(self, *, node_type: str, gpu_model: str, lease_type: str, nodes: int, at: datetime) -> Quote:
         return quote_for(
-            node_type_id=NodeType.objects.get(name=node_type).pk,
-            gpu_model_id=GpuModel.objects.get(name=gpu_model).pk,
+            node_type_id=self._named(NodeType, node_type).pk,
+            gpu_model_id=self._named(GpuModel, gpu_model).pk,
             lease_type=lease_type,
             nodes=nodes,
             at=at,
         )
 
     def quota(self, *, region: str, gpu_model: str) -> QuotaStatus:
-        model = GpuModel.objects.get(name=gpu_model)
+        model = self._named(GpuModel, gpu_model)
         row = Quota.objects.filter(region=region, gpu_model=model, team__isnull=True).first()
         return QuotaStatus(
             region=region,
@@ -130,8 +143,8 @@ class SimulatedCloud:
         )
 
     def stock(self, *, region: str, gpu_model: str, node_type: str) -> dict[str, int]:
-        gpus = NodeType.objects.get(name=node_type).gpu_count
-        model = GpuModel.objects.get(name=gpu_model)
+        gpus = self._named(NodeType, node_type).gpu_count
+        model = self._named(GpuModel, gpu_model)
         return {zone.name: _stock_row(zone, model).available_gpus // gpus for zone in Zone.objects.filter(region=region)}
 
     def image_prewarmed(self, *, image: str) -> bool:
@@ -143,14 +156,15 @@ class SimulatedCloud:
         existing = SimMachine.objects.filter(client_token=request.client_token).first()
         if existing is not None:
             return Machine(provider_id=existing.provider_id, zone=existing.zone.name, created=False)
-        zone = Zone.objects.get(name=request.zone)
-        model = GpuModel.objects.get(name=request.gpu_model)
-        node_type = NodeType.objects.get(name=request.node_type)
+        zone = self._named(Zone, request.zone)
+        model = self._named(GpuModel, request.gpu_model)
+        node_type = self._named(NodeType, request.node_type)
         forced = _take_failure(ORDER, zone=zone.name, image=request.image, token=request.client_token)
         forced = forced or (SimFailure(step=ORDER) if _rate_hit(ORDER, f"{request.client_token}:{now.isoformat()}") else None)
         try:
             with transaction.atomic():
-                stock = SimStock.objects.select_for_update().get(pk=_stock_row(zone, model).pk)
+                locked = SimStock.objects.select_for_update()
+                stock = locked.filter(zone=zone, gpu_model=model).first() or locked.get(pk=_stock_row(zone, model).pk)
                 if forced is not None or stock.available_gpus < node_type.gpu_count:
                     raise OutOfStock(
                         f"no {request.node_type} {request.gpu_model} left in {zone.name}",

@@ -15,7 +15,7 @@ from django.test.utils import CaptureQueriesContext
 from billing.models import Account
 from pools import services
 from pools.lifecycle_rules import STEPS, steps_for
-from pools.models import Node
+from pools.models import Node, Zone
 from pools.models_cloud import SimClusterNode, SimFailure, SimMachine
 from pools.models_pods import Pod
 from pools.providers import get_cloud_provider, get_cluster_backend, simulated
@@ -68,6 +68,19 @@ def test_ordering_is_idempotent_on_the_client_token_and_takes_stock(cloud):
     again = cloud.place_order(request=request(), now=T0)
     assert first.created and not again.created and first.provider_id == again.provider_id
     assert cloud.stock(region="cn-east-2", gpu_model="A100_80G", node_type="GPU_8_CARD") == {"cn-east-2a": 31, "cn-east-2b": 32}
+
+
+def test_one_provider_instance_reads_the_catalogue_once_for_all_its_orders(cloud):
+    """The controllers take one provider per pass; a pass's orders share its catalogue rows
+    (zone, GPU model, node type) and lock the stock row with one statement."""
+    cloud.place_order(request=request("n-1"), now=T0)
+    with CaptureQueriesContext(connection) as second:
+        cloud.place_order(request=request("n-2"), now=T0)
+    assert not any(table in q["sql"] for q in second.captured_queries for table in ('"pools_zone"', '"pools_gpumodel"', '"pools_nodetype"'))
+    assert SimMachine.objects.count() == 2
+    assert cloud.stock(region="cn-east-2", gpu_model="A100_80G", node_type="GPU_8_CARD") == {"cn-east-2a": 30, "cn-east-2b": 32}
+    with pytest.raises(Zone.DoesNotExist):
+        cloud.place_order(request=request("n-3", zone="nowhere-1a"), now=T0)
 
 
 def test_an_empty_zone_is_out_of_stock_and_names_what_the_other_zones_have(cloud):
