@@ -11,17 +11,12 @@ from pools.scheduler_service import scheduler_pass
 from tests.e2e.axe import assert_accessible
 from tests.pools.pod_helpers import T0, pool_with_nodes, submit
 
-CHROMIUM = "/usr/bin/chromium"
-
-pytestmark = [
-    pytest.mark.live,
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium at /usr/bin/chromium"),
-]
+pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
 def page(chromium):
+    """A page of the shared browser (the `chromium` fixture skips without Debian's chromium)."""
     return chromium.new_page()
 
 
