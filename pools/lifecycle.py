@@ -24,7 +24,7 @@ import re
 import socket
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.db.models import IntegerField, Max, Min, Q
@@ -83,9 +83,9 @@ def reconcile_all(*, now: datetime | None = None, cloud: CloudProvider | None = 
     seen = claims_seen(p.pk for p in pools)
     busy = seen.busy
     snapshots = snapshots_load([p for p in pools if p.pk not in busy])
-    shared = PassShared(catalog=catalog_current(), notices=reclaim_notices_of(cloud, moment))
     notice = seconds_setting("EBCLOUD_LEASE_NOTICE_SECONDS", 3 * 24 * 3600)
     grace = seconds_setting("EBCLOUD_HEARTBEAT_GRACE_SECONDS", 300)
+    shared = PassShared(catalog=catalog_current(), notices=reclaim_notices_of(cloud, moment), snapshots=snapshots, lease_notice=notice, heartbeat_grace=grace)
     reclaiming = frozenset(shared.notices)
     results: dict[int, ReconcileResult] = {}
     work, changed = [], []
@@ -117,10 +117,14 @@ def reconcile_all(*, now: datetime | None = None, cloud: CloudProvider | None = 
 
 @dataclass(frozen=True)
 class PassShared:
-    """What every pool of one pass reads alike: the catalog and the cloud's reclaim notices."""
+    """What the pass over all pools read once: the catalog, the cloud's reclaim notices, each
+    pool's rows (`lifecycle_state.snapshots_load`) and the settings its rules take."""
 
     catalog: object
     notices: dict[str, datetime]
+    snapshots: dict[int, rules.PoolSnapshot]
+    lease_notice: timedelta
+    heartbeat_grace: timedelta
 
 
 def reclaim_notices_of(cloud: CloudProvider, now: datetime) -> dict[str, datetime]:
@@ -192,28 +196,53 @@ def claim_release(*, pool_id: int, version: int) -> None:
 
 
 def _reconcile(pool_id: int, now: datetime, cloud: CloudProvider, cluster: ClusterBackend, shared: PassShared | None = None) -> ReconcileResult:
+    """Every step of the pass, for `pool_reconcile`; `reconcile_all` gives `shared`, with the
+    rows it read of the pool, and only the steps those rows call for run (`_steps_run`)."""
     pool = GpuNodePool.objects.select_related("team", "gpu_model", "node_type", "zone").get(pk=pool_id)
     if pool.deleted_at is not None:
         return ReconcileResult(pool_id=pool_id, claimed=True, phase=pool.phase, pending_reason=pool.pending_reason)
     generation = pool.generation
     catalog = shared.catalog if shared else catalog_current()
     p = ReconcilePass(pool=pool, spec=parse_document(pool.document, catalog), now=now, cloud=cloud, cluster=cluster, notices=shared.notices if shared else None)
-    exits.drains_advance(p)
+    fresh = None
     if pool.phase == GpuNodePool.Phase.DELETING:
+        exits.drains_advance(p)
         if exits.delete_step(p):
             return ReconcileResult(pool_id=pool_id, claimed=True, phase=GpuNodePool.Phase.DELETED)
+    elif shared is None:
+        for _, step in _STEPS:
+            step(p)
     else:
-        _pay_orders(p)
-        exits.reclaims_handle(p)
-        exits.leases_handle(p)
-        exits.surplus_drain(p)
-        _create_missing(p)
-        for node in p.live_nodes().filter(release_reason="", phase__in=rules.PROVISIONING_PHASES):
-            _advance(p, node)
-        _slow_capacity_check(p)
-        exits.heartbeats_check(p)
-    phase, reason = _status_write(p, generation)
+        fresh = _steps_run(p, shared.snapshots[pool_id], shared)
+    phase, reason = _status_write(p, generation, fresh)
     return ReconcileResult(pool_id=pool_id, claimed=True, phase=phase, pending_reason=reason)
+
+
+def _steps_run(p: ReconcilePass, snapshot: rules.PoolSnapshot, shared: PassShared) -> rules.PoolSnapshot | None:
+    """Run the steps the pool's rows call for (`lifecycle_rules.steps_needed`), in the pass's
+    order; after each step that ran, read the pool's rows again and ask anew, since a payment,
+    a drain or a released node can give the later steps work. A step skipped is one that would
+    have read its rows and done nothing (tests/pools/test_lifecycle_batched.py compares every
+    tick with `pool_reconcile`, which runs them all). Returns the rows read after the last
+    step, if any ran (the status is computed from them). The first rows are those the pass
+    read of every pool: a change made since then waits for the next pass, as for a pool the
+    pass found quiet."""
+
+    def needed(rows: rules.PoolSnapshot) -> tuple[str, ...]:
+        return rules.steps_needed(rows, now=p.now, lease_notice=shared.lease_notice, heartbeat_grace=shared.heartbeat_grace, reclaiming=frozenset(shared.notices))
+
+    fresh, todo = None, needed(snapshot)
+    for name, step in _STEPS:
+        if name in todo:
+            step(p)
+            fresh = snapshots_load([p.pool])[p.pool.pk]
+            todo = needed(fresh)
+    return fresh
+
+
+def _provisioning_advance(p: ReconcilePass) -> None:
+    for node in p.live_nodes().filter(release_reason="", phase__in=rules.PROVISIONING_PHASES):
+        _advance(p, node)
 
 
 def _pay_orders(p: ReconcilePass) -> None:
@@ -452,12 +481,28 @@ def _failed(p: ReconcilePass, node: Node, *, reason: str, summary: str, machine:
         p.event(reason, f"Node {node.name}: {summary}; retrying in {rules.format_duration(delay)}", node=node, type=WARNING)
 
 
+# The steps of a live pool's pass, in order, each by the reason `lifecycle_rules.steps_needed`
+# gives when it has work (`lifecycle_rules.PASS_STEPS`).
+_STEPS = (
+    ("Draining", exits.drains_advance),
+    ("OrderApproved", _pay_orders),
+    ("ReclaimNotice", exits.reclaims_handle),
+    ("LeaseAction", exits.leases_handle),
+    ("Surplus", exits.surplus_drain),
+    ("NodesMissing", _create_missing),
+    ("StepDue", _provisioning_advance),
+    ("SlowCapacity", _slow_capacity_check),
+    ("Heartbeat", exits.heartbeats_check),
+)
+
 # ---------------------------------------------------------------------------------------------
 # Status
 
 
-def _status_write(p: ReconcilePass, generation: int) -> tuple[str, str]:
-    snapshot = snapshots_load([p.pool])[p.pool.pk]
+def _status_write(p: ReconcilePass, generation: int, snapshot: rules.PoolSnapshot | None = None) -> tuple[str, str]:
+    """Write the pool's status from its rows as the pass left them (`snapshot`, when the caller
+    has just read them)."""
+    snapshot = snapshot or snapshots_load([p.pool])[p.pool.pk]
     status = rules.status_of(snapshot, stalls=p.stalls, now=p.now)
     rows = GpuNodePool.objects.filter(pk=p.pool.pk, deleted_at__isnull=True)
     if status.phase != GpuNodePool.Phase.DELETING:  # a delete requested during this pass wins

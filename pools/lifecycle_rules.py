@@ -408,29 +408,37 @@ def work_needed(s: PoolSnapshot, *, now: datetime, lease_notice: timedelta, hear
     quiet is one where each of them would find nothing to do."""
     if s.phase == "Deleting":
         return "Deleting"
-    if any(o.status == "Approved" for o in s.orders):
-        return "OrderApproved"  # to pay
+    needed = steps_needed(s, now=now, lease_notice=lease_notice, heartbeat_grace=heartbeat_grace, reclaiming=reclaiming)
+    return needed[0] if needed else ""
+
+
+# The steps of the per-pool pass (`pools.lifecycle._reconcile`), in the order it runs them, each
+# named by the reason `steps_needed` gives when that step has something to do.
+PASS_STEPS = ("Draining", "OrderApproved", "ReclaimNotice", "LeaseAction", "Surplus", "NodesMissing", "StepDue", "SlowCapacity", "Heartbeat")
+
+
+def steps_needed(s: PoolSnapshot, *, now: datetime, lease_notice: timedelta, heartbeat_grace: timedelta, reclaiming: frozenset[str] = frozenset()) -> tuple[str, ...]:
+    """The steps of a live pool's pass (`PASS_STEPS`, in order) that would find something to do in
+    these rows; a step left out would read its rows, change nothing and write no event. The
+    per-pool pass of `reconcile_all` runs only these, asking again after each step it ran (a
+    payment or a released node can give the next steps work)."""
     active = [n for n in s.nodes if not n.release_reason]
-    if len(active) < len(s.nodes):
-        return "Draining"
-    if any(n.provider_id and n.provider_id in reclaiming for n in active):
-        return "ReclaimNotice"
-    for n in active:
-        if lease_action(lease_end=n.lease_end, now=now, notice=lease_notice, notified=n.lease_notified) != NONE:
-            return "LeaseAction"
-    if len(active) > s.max_nodes:
-        return "Surplus"
-    if len(active) < s.max_nodes and any(o.node_count > o.holding for o in s.orders if o.status == "Paid" and o.kind in CAPACITY_KINDS):
-        return "NodesMissing"
-    for n in active:
-        if n.phase in PROVISIONING_PHASES:
-            if n.step_due_at is None or now >= n.step_due_at:
-                return "StepDue"
-            if n.created_at is not None and n.created_at < now - SLOW_CAPACITY and n.pk not in s.slow_reported:
-                return "SlowCapacity"
-        elif n.phase in ("Ready", "Unknown") and heartbeat_phase(phase=n.phase, last_heartbeat=n.last_heartbeat, now=now, grace=heartbeat_grace) != n.phase:
-            return "Heartbeat"
-    return ""
+    provisioning = [n for n in active if n.phase in PROVISIONING_PHASES]
+    checks = (
+        len(active) < len(s.nodes),
+        any(o.status == "Approved" for o in s.orders),  # to pay
+        any(n.provider_id and n.provider_id in reclaiming for n in active),
+        any(lease_action(lease_end=n.lease_end, now=now, notice=lease_notice, notified=n.lease_notified) != NONE for n in active),
+        len(active) > s.max_nodes,
+        len(active) < s.max_nodes and any(o.node_count > o.holding for o in s.orders if o.status == "Paid" and o.kind in CAPACITY_KINDS),
+        any(n.step_due_at is None or now >= n.step_due_at for n in provisioning),
+        any(n.created_at is not None and n.created_at < now - SLOW_CAPACITY and n.pk not in s.slow_reported for n in provisioning),
+        any(
+            n.phase in ("Ready", "Unknown") and heartbeat_phase(phase=n.phase, last_heartbeat=n.last_heartbeat, now=now, grace=heartbeat_grace) != n.phase
+            for n in active
+        ),
+    )
+    return tuple(step for step, needed in zip(PASS_STEPS, checks, strict=True) if needed)
 
 
 def status_of(s: PoolSnapshot, *, stalls: Sequence[str] = (), now: datetime) -> PoolStatus:

@@ -136,3 +136,45 @@ def test_a_node_slow_to_capacity_is_reported_by_the_batched_pass_too(actors, set
     together = run(actors, batched, slow)
     assert together == one_by_one
     assert [reason for _, _, _, reason, _ in together[-1][1]].count("SlowCapacity") == 1
+
+
+@pytest.mark.django_db
+def test_the_batched_pass_runs_only_the_steps_a_pool_calls_for(actors, monkeypatch):
+    """Issue 9: within `reconcile_all`, a pool runs the steps its rows call for
+    (`lifecycle_rules.steps_needed`), asked again after each step that ran; `pool_reconcile`
+    runs them all (the test above shows both leave the same state at every tick)."""
+    from pools import lifecycle_rules
+
+    assert tuple(name for name, _ in lifecycle._STEPS) == lifecycle_rules.PASS_STEPS
+    ran: list[str] = []
+
+    def spy(name, step):
+        def run_step(p):
+            ran.append(name)
+            step(p)
+
+        return run_step
+
+    monkeypatch.setattr(lifecycle, "_STEPS", tuple((name, spy(name, step)) for name, step in lifecycle._STEPS))
+    pool = approved_pool(actors, make_document("train", nodeCount={"min": 2, "max": 2}))
+    batched(T0)
+    assert ran == ["OrderApproved", "NodesMissing", "StepDue"]  # paid, so nodes are missing; created, so their steps are due
+    now = T0
+    while GpuNodePool.objects.get(pk=pool.pk).phase != "Ready":
+        now += TICK
+        assert now < T0 + timedelta(hours=1)
+        ran.clear()
+        batched(now)
+        assert set(ran) <= {"StepDue", "SlowCapacity"}
+    ran.clear()
+    batched(now + TICK)
+    assert ran == []  # quiet: not even claimed
+    node = Node.objects.filter(pool=pool).order_by("name").first()
+    simulated.pod_run(node_name=node.name, name="holdout", eviction_blocked=True, now=now)
+    Node.objects.filter(pk=node.pk).update(release_reason=lifecycle_rules.SCALED_IN, phase="Draining", drain_deadline=now + timedelta(hours=1))
+    batched(now + 2 * TICK)
+    assert ran == ["Draining"]  # its pod refuses eviction: the drain waits, and nothing else has work
+    ran.clear()
+    Node.objects.filter(pk=node.pk).update(release_reason=lifecycle_rules.RECLAIMED)  # a slot to refill
+    batched(now + 3 * TICK)
+    assert ran == ["Draining", "NodesMissing", "StepDue"]

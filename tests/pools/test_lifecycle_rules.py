@@ -120,3 +120,30 @@ def test_capacity_summary_takes_medians_and_counts_slow_nodes():
     assert (summary.nodes, summary.last_ready, summary.median_ready, summary.max_ready) == (3, minutes[-1], timedelta(minutes=5), timedelta(minutes=20))
     assert summary.median_first_pod == timedelta(minutes=7) and summary.slow == 1
     assert rules.capacity_summary([], []).median_ready is None
+
+
+def test_steps_needed_names_each_step_of_the_pass_that_has_work_in_order():
+    """Issue 9: `reconcile_all` runs only the steps a pool's rows call for; each check here is
+    the condition under which that step of `pools.lifecycle._reconcile` does something."""
+    now = datetime(2026, 3, 1, tzinfo=UTC)
+
+    def needed(nodes=(), orders=(), max_nodes=2, slow=frozenset(), reclaiming=frozenset()):
+        snapshot = rules.PoolSnapshot(pk=1, phase="Ready", min_nodes=1, max_nodes=max_nodes, nodes=tuple(nodes), orders=tuple(orders), slow_reported=slow)
+        return rules.steps_needed(snapshot, now=now, lease_notice=timedelta(days=3), heartbeat_grace=timedelta(minutes=5), reclaiming=reclaiming)
+
+    ready = [rules.NodeRow(i, f"n{i}", "Ready", "monthly", provider_id=f"m{i}", last_heartbeat=now, lease_end=now + timedelta(days=30)) for i in (1, 2)]
+    paid = rules.OrderRow(9, "create", "Paid", 2, holding=2)
+    assert needed(ready, [paid]) == ()
+    assert needed([*ready, rules.NodeRow(3, "n3", "Draining", "on_demand", release_reason="ScaledIn")], [paid]) == ("Draining",)
+    assert needed(ready, [paid, rules.OrderRow(10, "grow", "Approved", 1)]) == ("OrderApproved",)
+    assert needed(ready, [paid], reclaiming=frozenset({"m2"})) == ("ReclaimNotice",)
+    expiring = [ready[0], rules.NodeRow(2, "n2", "Ready", "monthly", last_heartbeat=now, lease_end=now + timedelta(days=1))]
+    assert needed(expiring, [paid]) == ("LeaseAction",)
+    assert needed(ready, [paid], max_nodes=1) == ("Surplus",)
+    assert needed(ready[:1], [rules.OrderRow(9, "create", "Paid", 2, holding=1)]) == ("NodesMissing",)
+    due = rules.NodeRow(3, "n3", "Provisioning", "monthly", created_at=now - timedelta(minutes=20), step_due_at=now)
+    assert needed([*ready, due], [paid], max_nodes=3) == ("StepDue", "SlowCapacity")
+    assert needed([*ready, due], [paid], max_nodes=3, slow=frozenset({3})) == ("StepDue",)
+    silent = [ready[0], rules.NodeRow(2, "n2", "Ready", "monthly", last_heartbeat=now - timedelta(minutes=6))]
+    assert needed(silent, [paid]) == ("Heartbeat",)
+    assert rules.work_needed(rules.PoolSnapshot(pk=1, phase="Deleting", min_nodes=0, max_nodes=0), now=now, lease_notice=timedelta(days=3), heartbeat_grace=timedelta(minutes=5)) == "Deleting"
