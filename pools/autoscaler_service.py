@@ -20,7 +20,7 @@ never act on the same pool at once, whatever the number of workers.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db import transaction
@@ -126,6 +126,32 @@ POOL_RELATED = ("node_type", "gpu_model", "zone", "team")
 
 
 @dataclass
+class Shapes:
+    """A team's Pending pods grouped by shape (`shape_key`: pods of one shape filter alike),
+    each shape also listed under one pair of its nodeSelector: a pool tries the shapes without
+    a selector and those listed under one of its node labels, not the team's whole queue (at
+    1,000 pools, most shapes select one pool). Exact: a shape listed under a pair the pool's
+    nodes lack fails NodeAffinity there anyway."""
+
+    groups: dict[tuple, list[CorePod]] = field(default_factory=dict)  # shape_key -> its pods
+    by_label: dict[tuple[str, str] | None, list[tuple[int, tuple]]] = field(default_factory=dict)  # a selector pair (None: no selector) -> (order first seen, shape_key)
+
+    def add(self, pod: CorePod) -> None:
+        group = self.groups.get(pod.shape_key)
+        if group is None:
+            pair = min(pod.node_selector.items()) if pod.node_selector else None
+            self.by_label.setdefault(pair, []).append((len(self.groups), pod.shape_key))
+            group = self.groups[pod.shape_key] = []
+        group.append(pod)
+
+    def fitting(self, template: NodeState) -> list[list[CorePod]]:
+        """The groups whose pods fit an empty node like `template`, in the order first seen."""
+        keys = [*self.by_label.get(None, ()), *(key for pair in template.labels.items() for key in self.by_label.get(pair, ()))]
+        keys.sort(key=lambda seen: seen[0])
+        return [self.groups[key] for _, key in keys if filter_node(self.groups[key][0], template) is None]
+
+
+@dataclass
 class FleetView:
     """The inputs of the autoscaler's decisions for many pools, read with a fixed number of
     queries: node counts, Pending pods per team (as rows, and as the core's pods grouped by
@@ -134,7 +160,7 @@ class FleetView:
     catalog: Catalog
     nodes: dict[int, tuple[int, int]]  # pool -> (live nodes not leaving, of which on demand)
     pending: dict[int, list[CorePod]]  # team -> Pending pods, oldest first
-    shapes: dict[int, dict[tuple, list[CorePod]]]  # team -> shape_key -> its Pending pods (core)
+    shapes: dict[int, Shapes]  # team -> its Pending pods (core), grouped by shape
     memory: dict[int, float]  # pool -> GPU memory used (%), where agents report it
     last: dict[int, tuple[str, int]]  # pool -> (reason, from_nodes) of its latest ScalingActivity
 
@@ -159,7 +185,9 @@ def fleet_view(pools: list[GpuNodePool], *, queue_of: FleetView | None = None) -
                 logger.error("pending pod %s is not a valid pod for the scheduling core: %s", key, core)
                 continue
             pending.setdefault(team_id, []).append(core)
-            shapes.setdefault(team_id, {}).setdefault(core.shape_key, []).append(core)
+            if team_id not in shapes:
+                shapes[team_id] = Shapes()
+            shapes[team_id].add(core)
     memory = gpu_memory_used_pct(pool_ids=ids) if ids else {}
     latest = ScalingActivity.objects.filter(pool=OuterRef("pk")).order_by("-at", "-id")
     last = {
@@ -194,7 +222,7 @@ def _autoscale(pool: GpuNodePool, now: datetime, view: FleetView, *, dry_run: bo
     upper = max(baseline, min(spec.max_nodes, baseline + burst_cap))
     pending = view.pending.get(pool.team_id, [])
     template = template_node(pool, spec)
-    fits = [group for group in view.shapes.get(pool.team_id, {}).values() if filter_node(group[0], template) is None]
+    fits = view.shapes[pool.team_id].fitting(template) if pool.team_id in view.shapes else []
     metrics = {QUEUED_PODS: float(sum(len(group) for group in fits))}
     if pool.pk in view.memory:
         metrics[GPU_MEMORY] = view.memory[pool.pk]

@@ -100,28 +100,32 @@ _POD_JSON = ("labels", "gpu_models", "tolerations", "node_selector", "affinity")
 
 def core_pods_of(pods: QuerySet[Pod]) -> Iterator[tuple[int, str, CorePod | Exception]]:
     """`core_pod_of` for many pods, read as values: (team id, namespace/name, its core pod or
-    the error that makes it invalid). The JSON fields are decoded once per distinct text: a
-    queue of 10,000 Pending pods holds a few workloads' label and toleration sets (issue 9)."""
+    the error that makes it invalid). Pods whose fields are equal but for their names (a
+    workload's replicas) are built and checked once and share that pod's fields: a queue of
+    10,000 Pending pods holds a few workloads (issue 9)."""
     texts = {f"{name}_text": Cast(name, TextField()) for name in _POD_JSON}
-    decoded: dict[str | None, object] = {None: None}
-
-    def load(text):
-        if text not in decoded:
-            decoded[text] = json.loads(text)
-        return decoded[text]
+    built: dict[tuple, CorePod | Exception] = {}  # the pods' fields but their names -> the first such pod
 
     for row in pods.annotate(**texts).values_list(*_POD_COLUMNS, *texts).iterator(chunk_size=5000):
-        team_id, namespace, name, cpu_milli, memory_mib, gpu_count, gpu_milli, priority, checkpointable = row[:9]
+        team_id, namespace, name = row[:3]
         key = f"{namespace}/{name}"
-        try:
-            labels, gpu_models, tolerations, node_selector, affinity = (load(text) for text in row[9:])
-            yield team_id, key, core_pod(
-                key=key, cpu_milli=cpu_milli, memory_mib=memory_mib, gpu_count=gpu_count, gpu_milli=gpu_milli,
-                gpu_models=gpu_models, priority=priority, checkpointable=checkpointable, labels=labels,
-                tolerations=tolerations, node_selector=node_selector, affinity=affinity,
-            )  # fmt: skip
-        except Exception as exc:  # noqa: BLE001 (a stored pod the core refuses is the caller's to report)
-            yield team_id, key, exc
+        same = built.get(row[3:])
+        if same is None:
+            same = built[row[3:]] = _core_pod_of_row(key, row[3:])
+        yield team_id, key, same if isinstance(same, Exception) or same.name == key else same.renamed(key)
+
+
+def _core_pod_of_row(key: str, row: tuple) -> CorePod | Exception:
+    cpu_milli, memory_mib, gpu_count, gpu_milli, priority, checkpointable, *texts = row
+    try:
+        labels, gpu_models, tolerations, node_selector, affinity = (None if text is None else json.loads(text) for text in texts)
+        return core_pod(
+            key=key, cpu_milli=cpu_milli, memory_mib=memory_mib, gpu_count=gpu_count, gpu_milli=gpu_milli,
+            gpu_models=gpu_models, priority=priority, checkpointable=checkpointable, labels=labels,
+            tolerations=tolerations, node_selector=node_selector, affinity=affinity,
+        )  # fmt: skip
+    except Exception as exc:  # noqa: BLE001 (a stored pod the core refuses is the caller's to report)
+        return exc
 
 
 def node_state_of(node: Node) -> NodeState:

@@ -182,6 +182,14 @@ class Pod:
     def __hash__(self) -> int:
         return hash(self.name)
 
+    def renamed(self, name: str) -> Pod:
+        """The same request under another name (a workload's replicas), sharing this pod's
+        checked and derived fields instead of building and checking them again."""
+        twin = object.__new__(Pod)
+        twin.__dict__.update(self.__dict__)
+        twin.__dict__["name"] = name
+        return twin
+
     @property
     def namespace(self) -> str:
         return self.name.partition("/")[0] if "/" in self.name else ""

@@ -179,3 +179,37 @@ def test_scale_down_first_moves_a_burst_nodes_pods_onto_monthly_capacity(actors,
     assert pod.phase == "Running" and pod.node.billing == "monthly" and pod.reason == "Repacked"
     assert burst.phase == "Terminated"  # empty after the move: released without evicting anything
     assert pool.events.filter(reason="Repacked").exists() and not pool.events.filter(reason="NodeDraining").exists()
+
+
+def test_a_pool_tries_only_the_shapes_that_can_select_its_nodes_and_finds_what_trying_all_finds():
+    """Issue 9: `Shapes.fitting` lists each shape under one pair of its nodeSelector, so a pool
+    filters the shapes without a selector and those under one of its node labels; the groups
+    it returns are those `filter_node` passes when every shape is tried, in the order seen."""
+    from pools.autoscaler_service import Shapes
+    from pools.scheduling import NodeState, Pod, Taint, Toleration, filter_node
+
+    train = Toleration("pool", "Equal", "train", "NoSchedule")
+    pods = [
+        Pod("a/any-0", gpu_count=1, tolerations=(train,)),
+        Pod("a/pin-a-0", gpu_count=2, node_selector={"pool": "a"}, tolerations=(train,)),
+        Pod("a/pin-b-0", gpu_count=2, node_selector={"pool": "b"}, tolerations=(train,)),
+        Pod("a/any-1", gpu_count=1, tolerations=(train,)),
+        Pod("a/two-pairs", gpu_count=1, node_selector={"pool": "a", "zone": "z2"}, tolerations=(train,)),
+        Pod("a/big", gpu_count=16, node_selector={"pool": "a"}, tolerations=(train,)),
+        Pod("a/untolerated", gpu_count=1, node_selector={"pool": "a"}),
+        Pod("a/pin-a-1", gpu_count=2, node_selector={"pool": "a"}, tolerations=(train,)),
+    ]
+    shapes = Shapes()
+    for pod in pods:
+        shapes.add(pod)
+    assert len(shapes.groups) == 6  # the replicas of any-* and pin-a-* share a shape
+    def node(labels, taints=()):
+        return NodeState(name="t", cpu_milli=96_000, memory_mib=1_000_000, gpu_count=8, gpu_model="A100", labels=labels, taints=taints)
+
+    tainted = (Taint("pool", "train", "NoSchedule"),)
+    for labels in ({"pool": "a", "zone": "z1"}, {"pool": "a", "zone": "z2"}, {"pool": "b"}, {}):
+        for taints in ((), tainted):
+            template = node(labels, taints)
+            assert shapes.fitting(template) == [group for group in shapes.groups.values() if filter_node(group[0], template) is None]
+    names = [[p.name for p in group] for group in shapes.fitting(node({"pool": "a", "zone": "z2"}, tainted))]
+    assert names == [["a/any-0", "a/any-1"], ["a/pin-a-0", "a/pin-a-1"], ["a/two-pairs"]]  # big fits no node; untolerated not a tainted one

@@ -264,3 +264,25 @@ def test_explanations_never_name_another_teams_pool(actors):
     scheduler_pass(now=T0)
     own.refresh_from_db()
     assert any("pool train-pool-a (2 nodes)" in h for h in own.hints)
+
+
+def test_pending_pods_read_for_the_core_share_a_replicas_build_and_keep_their_own_names(actors, django_assert_num_queries):
+    """Issue 9: `core_pods_of` builds the core's pod once per distinct set of fields (a
+    workload's replicas) and renames it for the others: each pod is what `core_pod_of` makes of
+    it, a pod the core refuses is reported for itself, and it is one query."""
+    from pools.scheduler_service import core_pod_of, core_pods_of
+
+    for name in ("bert-0", "bert-1", "bert-2"):
+        submit(actors["member"], name, gpus=4)
+    submit(actors["member"], "small", gpus=1)
+    broken = submit(actors["member"], "broken", gpus=1)
+    Pod.objects.filter(pk=broken.pk).update(gpu_count=2, gpu_milli=500)  # a share of two GPUs: the core refuses it
+    pods = Pod.objects.order_by("name")
+    with django_assert_num_queries(1):
+        read = {key: core for _, key, core in core_pods_of(pods)}
+    assert isinstance(read.pop("algorithm/broken"), ValueError)
+    assert read == {f"algorithm/{pod.name}": core_pod_of(pod) for pod in pods.exclude(pk=broken.pk)}
+    replicas = [read[f"algorithm/bert-{i}"] for i in range(3)]
+    assert [p.name for p in replicas] == ["algorithm/bert-0", "algorithm/bert-1", "algorithm/bert-2"]
+    assert len({p.shape_key for p in replicas}) == 1 and replicas[1].labels is replicas[0].labels
+    assert read["algorithm/small"].shape_key != replicas[0].shape_key
