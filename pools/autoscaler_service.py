@@ -38,7 +38,7 @@ from pools.models import GpuNodePool, Node, ScalingActivity
 from pools.models_pods import Pod
 from pools.providers import get_cloud_provider, get_cluster_backend
 from pools.scheduler_service import cluster_state, core_pod_of, core_pods_of, scheduler_lock
-from pools.scheduling import NodeState, Taint, best_fit_gpus, filter_node
+from pools.scheduling import NO_EXECUTE, NO_SCHEDULE, NodeState, Taint, best_fit_gpus, filter_node
 from pools.scheduling import Pod as CorePod
 from pools.selectors import catalog_current
 from pools.spec import Catalog, PoolSpec, effective_node_labels, parse_document
@@ -128,27 +128,40 @@ POOL_RELATED = ("node_type", "gpu_model", "zone", "team")
 @dataclass
 class Shapes:
     """A team's Pending pods grouped by shape (`shape_key`: pods of one shape filter alike),
-    each shape also listed under one pair of its nodeSelector: a pool tries the shapes without
-    a selector and those listed under one of its node labels, not the team's whole queue (at
-    1,000 pools, most shapes select one pool). Exact: a shape listed under a pair the pool's
-    nodes lack fails NodeAffinity there anyway."""
+    with two indexes so that a pool tries only the shapes that could fit its nodes, not the
+    team's whole queue (at 1,000 pools most shapes are meant for one pool): each shape is
+    listed under one pair of its nodeSelector (or as having none), and under what each of its
+    tolerations can tolerate. A shape fits a node only if the node has that label pair and
+    every NoSchedule/NoExecute taint of the node is tolerated, so the shapes left out would
+    fail `filter_node` anyway: the result is exactly that of trying them all."""
 
     groups: dict[tuple, list[CorePod]] = field(default_factory=dict)  # shape_key -> its pods
-    by_label: dict[tuple[str, str] | None, list[tuple[int, tuple]]] = field(default_factory=dict)  # a selector pair (None: no selector) -> (order first seen, shape_key)
+    order: dict[tuple, int] = field(default_factory=dict)  # shape_key -> when first seen
+    by_selector: dict[tuple[str, str] | None, list[tuple]] = field(default_factory=dict)  # a pair (None: no selector) -> shape keys
+    by_toleration: dict[tuple, set[tuple]] = field(default_factory=dict)  # (key, value) / (key, None) for Exists / () for any key -> shape keys
 
     def add(self, pod: CorePod) -> None:
-        group = self.groups.get(pod.shape_key)
+        key = pod.shape_key
+        group = self.groups.get(key)
         if group is None:
-            pair = min(pod.node_selector.items()) if pod.node_selector else None
-            self.by_label.setdefault(pair, []).append((len(self.groups), pod.shape_key))
-            group = self.groups[pod.shape_key] = []
+            group = self.groups[key] = []
+            self.order[key] = len(self.order)
+            self.by_selector.setdefault(min(pod.node_selector.items()) if pod.node_selector else None, []).append(key)
+            for t in pod.tolerations:
+                tolerates = () if not t.key else (t.key, None) if t.operator == "Exists" else (t.key, t.value)
+                self.by_toleration.setdefault(tolerates, set()).add(key)
         group.append(pod)
 
     def fitting(self, template: NodeState) -> list[list[CorePod]]:
         """The groups whose pods fit an empty node like `template`, in the order first seen."""
-        keys = [*self.by_label.get(None, ()), *(key for pair in template.labels.items() for key in self.by_label.get(pair, ()))]
-        keys.sort(key=lambda seen: seen[0])
-        return [self.groups[key] for _, key in keys if filter_node(self.groups[key][0], template) is None]
+        keys = [*self.by_selector.get(None, ()), *(key for pair in template.labels.items() for key in self.by_selector.get(pair, ()))]
+        hard = next((t for t in template.taints if t.effect in (NO_SCHEDULE, NO_EXECUTE)), None)
+        if hard is not None:
+            index = self.by_toleration
+            tolerating = index.get((hard.key, hard.value), set()) | index.get((hard.key, None), set()) | index.get((), set())
+            keys = [key for key in keys if key in tolerating]
+        keys.sort(key=self.order.__getitem__)
+        return [self.groups[key] for key in keys if filter_node(self.groups[key][0], template) is None]
 
 
 @dataclass

@@ -181,35 +181,44 @@ def test_scale_down_first_moves_a_burst_nodes_pods_onto_monthly_capacity(actors,
     assert pool.events.filter(reason="Repacked").exists() and not pool.events.filter(reason="NodeDraining").exists()
 
 
-def test_a_pool_tries_only_the_shapes_that_can_select_its_nodes_and_finds_what_trying_all_finds():
-    """Issue 9: `Shapes.fitting` lists each shape under one pair of its nodeSelector, so a pool
-    filters the shapes without a selector and those under one of its node labels; the groups
-    it returns are those `filter_node` passes when every shape is tried, in the order seen."""
+def test_a_pool_tries_only_the_shapes_that_could_fit_its_nodes_and_finds_what_trying_all_finds():
+    """Issue 9: `Shapes.fitting` lists each shape under one pair of its nodeSelector and under
+    what its tolerations tolerate, so a pool filters only the shapes that select none of or one
+    of its node labels and tolerate its first hard taint; the groups it returns are those
+    `filter_node` passes when every shape is tried, in the order first seen."""
+    from itertools import product
+
     from pools.autoscaler_service import Shapes
     from pools.scheduling import NodeState, Pod, Taint, Toleration, filter_node
 
-    train = Toleration("pool", "Equal", "train", "NoSchedule")
+    def tolerating(*pairs):
+        return tuple(Toleration(k, "Exists" if v is None else "Equal", v or "", e) for k, v, e in pairs)
+
+    a, b = ("pool", "a", "NoSchedule"), ("pool", "b", "NoSchedule")
     pods = [
-        Pod("a/any-0", gpu_count=1, tolerations=(train,)),
-        Pod("a/pin-a-0", gpu_count=2, node_selector={"pool": "a"}, tolerations=(train,)),
-        Pod("a/pin-b-0", gpu_count=2, node_selector={"pool": "b"}, tolerations=(train,)),
-        Pod("a/any-1", gpu_count=1, tolerations=(train,)),
-        Pod("a/two-pairs", gpu_count=1, node_selector={"pool": "a", "zone": "z2"}, tolerations=(train,)),
-        Pod("a/big", gpu_count=16, node_selector={"pool": "a"}, tolerations=(train,)),
-        Pod("a/untolerated", gpu_count=1, node_selector={"pool": "a"}),
-        Pod("a/pin-a-1", gpu_count=2, node_selector={"pool": "a"}, tolerations=(train,)),
+        Pod("q/any-0", gpu_count=1, tolerations=tolerating(a)),
+        Pod("q/pin-a-0", gpu_count=2, node_selector={"pool": "a"}, tolerations=tolerating(a)),
+        Pod("q/pin-b-0", gpu_count=2, node_selector={"pool": "b"}, tolerations=tolerating(b)),
+        Pod("q/any-1", gpu_count=1, tolerations=tolerating(a)),
+        Pod("q/two-pairs", gpu_count=1, node_selector={"pool": "a", "zone": "z2"}, tolerations=tolerating(a, b)),
+        Pod("q/big", gpu_count=16, node_selector={"pool": "a"}, tolerations=tolerating(a)),
+        Pod("q/untolerating", gpu_count=1, node_selector={"pool": "a"}),
+        Pod("q/exists", gpu_count=1, tolerations=tolerating(("pool", None, ""))),
+        Pod("q/everything", gpu_count=1, tolerations=tolerating(("", None, ""))),
+        Pod("q/wrong-effect", gpu_count=1, tolerations=tolerating(("pool", "a", "NoExecute"))),
+        Pod("q/pin-a-1", gpu_count=2, node_selector={"pool": "a"}, tolerations=tolerating(a)),
     ]
     shapes = Shapes()
     for pod in pods:
         shapes.add(pod)
-    assert len(shapes.groups) == 6  # the replicas of any-* and pin-a-* share a shape
-    def node(labels, taints=()):
+    assert len(shapes.groups) == 9  # the replicas of any-* and pin-a-* share a shape
+
+    def node(labels, taints):
         return NodeState(name="t", cpu_milli=96_000, memory_mib=1_000_000, gpu_count=8, gpu_model="A100", labels=labels, taints=taints)
 
-    tainted = (Taint("pool", "train", "NoSchedule"),)
-    for labels in ({"pool": "a", "zone": "z1"}, {"pool": "a", "zone": "z2"}, {"pool": "b"}, {}):
-        for taints in ((), tainted):
-            template = node(labels, taints)
-            assert shapes.fitting(template) == [group for group in shapes.groups.values() if filter_node(group[0], template) is None]
-    names = [[p.name for p in group] for group in shapes.fitting(node({"pool": "a", "zone": "z2"}, tainted))]
-    assert names == [["a/any-0", "a/any-1"], ["a/pin-a-0", "a/pin-a-1"], ["a/two-pairs"]]  # big fits no node; untolerated not a tainted one
+    labels = ({"pool": "a", "zone": "z1"}, {"pool": "a", "zone": "z2"}, {"pool": "b"}, {})
+    taints = ((), (Taint(*a),), (Taint(*b),), (Taint("pool", "a", "PreferNoSchedule"), Taint(*b)), (Taint("gpu", "x", "NoExecute"),))
+    for template in (node(ls, ts) for ls, ts in product(labels, taints)):
+        assert shapes.fitting(template) == [group for group in shapes.groups.values() if filter_node(group[0], template) is None]
+    names = [[p.name for p in group] for group in shapes.fitting(node({"pool": "a", "zone": "z2"}, (Taint(*a),)))]
+    assert names == [["q/any-0", "q/any-1"], ["q/pin-a-0", "q/pin-a-1"], ["q/two-pairs"], ["q/exists"], ["q/everything"]]
