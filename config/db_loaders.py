@@ -43,6 +43,9 @@ class FastTzLoader:
 
     def load(self, data):
         try:
-            return datetime.fromisoformat(bytes(data).decode()).replace(tzinfo=self.timezone)
+            value = datetime.fromisoformat(bytes(data).decode())
         except ValueError:
             return super().load(data)
+        # In a UTC session the parsed zone is already Django's (`timezone.utc`): `replace` would
+        # cost ~2 µs a value, more than the parsing, and a pass reads ~130,000 timestamps.
+        return value if value.tzinfo is self.timezone else value.replace(tzinfo=self.timezone)
