@@ -12,7 +12,8 @@ Every provider call is idempotent on a key (node name, order id) and comes befor
 controller's own write, so a pass killed anywhere is finished by the next one. Work is claimed
 per pool by a conditional UPDATE on `PoolClaim.version`, so any number of workers can run. The
 pass over every pool (`reconcile_all`) reads all pools' rows at once and runs the per-pool pass
-only where something is to be done (issue 9; pools/lifecycle_state.py).
+only where something is to be done, and there only the steps that have work (issue 9;
+pools/lifecycle_state.py, `lifecycle_rules.steps_needed`).
 Leases, reclaims, shrinking, deletion and heartbeats are in pools/lifecycle_exit.py.
 """
 
@@ -73,9 +74,9 @@ def reconcile_all(*, now: datetime | None = None, cloud: CloudProvider | None = 
     (pools/lifecycle_state.py). A pool where no step has anything to do
     (`lifecycle_rules.work_needed`) costs no statement of its own: the status of all such pools
     is written with one UPDATE where it changed. Pools with work are claimed together with one
-    conditional UPDATE and go through the per-pool pass (`_reconcile`), so the statements of a
-    pass grow with what happens, not with the number of pools. A pool another worker holds is
-    skipped, as before.
+    conditional UPDATE and go through the per-pool pass (`_reconcile`) with the steps their
+    rows call for, so the statements of a pass grow with what happens, not with the number of
+    pools. A pool another worker holds is skipped, as before.
     """
     moment = now or timezone.now()
     cloud, cluster = cloud or get_cloud_provider(), cluster or get_cluster_backend()
