@@ -135,33 +135,37 @@ class Shapes:
     every NoSchedule/NoExecute taint of the node is tolerated, so the shapes left out would
     fail `filter_node` anyway: the result is exactly that of trying them all."""
 
-    groups: dict[tuple, list[CorePod]] = field(default_factory=dict)  # shape_key -> its pods
-    order: dict[tuple, int] = field(default_factory=dict)  # shape_key -> when first seen
-    by_selector: dict[tuple[str, str] | None, list[tuple]] = field(default_factory=dict)  # a pair (None: no selector) -> shape keys
-    by_toleration: dict[tuple, set[tuple]] = field(default_factory=dict)  # (key, value) / (key, None) for Exists / () for any key -> shape keys
+    groups: dict[tuple, list[CorePod]] = field(default_factory=dict)  # shape_key -> its pods, first seen first
+    # By shape number (the order first seen): its pods and the nodeSelector pair it is listed under.
+    numbered: list[list[CorePod]] = field(default_factory=list)
+    selector: list[tuple[str, str] | None] = field(default_factory=list)
+    by_selector: dict[tuple[str, str] | None, list[int]] = field(default_factory=dict)  # a pair (None: no selector) -> shapes
+    by_toleration: dict[tuple, list[int]] = field(default_factory=dict)  # (key, value) / (key, None) for Exists / () for any key -> shapes
 
     def add(self, pod: CorePod) -> None:
-        key = pod.shape_key
-        group = self.groups.get(key)
+        group = self.groups.get(pod.shape_key)
         if group is None:
-            group = self.groups[key] = []
-            self.order[key] = len(self.order)
-            self.by_selector.setdefault(min(pod.node_selector.items()) if pod.node_selector else None, []).append(key)
+            number, pair = len(self.numbered), min(pod.node_selector.items()) if pod.node_selector else None
+            group = self.groups[pod.shape_key] = []
+            self.numbered.append(group)
+            self.selector.append(pair)
+            self.by_selector.setdefault(pair, []).append(number)
             for t in pod.tolerations:
                 tolerates = () if not t.key else (t.key, None) if t.operator == "Exists" else (t.key, t.value)
-                self.by_toleration.setdefault(tolerates, set()).add(key)
+                self.by_toleration.setdefault(tolerates, []).append(number)
         group.append(pod)
 
     def fitting(self, template: NodeState) -> list[list[CorePod]]:
         """The groups whose pods fit an empty node like `template`, in the order first seen."""
-        keys = [*self.by_selector.get(None, ()), *(key for pair in template.labels.items() for key in self.by_selector.get(pair, ()))]
         hard = next((t for t in template.taints if t.effect in (NO_SCHEDULE, NO_EXECUTE)), None)
-        if hard is not None:
-            index = self.by_toleration
-            tolerating = index.get((hard.key, hard.value), set()) | index.get((hard.key, None), set()) | index.get((), set())
-            keys = [key for key in keys if key in tolerating]
-        keys.sort(key=self.order.__getitem__)
-        return [self.groups[key] for key in keys if filter_node(self.groups[key][0], template) is None]
+        if hard is None:
+            numbers = [*self.by_selector.get(None, ()), *(n for pair in template.labels.items() for n in self.by_selector.get(pair, ()))]
+        else:  # the shapes that tolerate the node's first hard taint, then those it can select
+            index, labels = self.by_toleration, template.labels
+            tolerating = {*index.get((hard.key, hard.value), ()), *index.get((hard.key, None), ()), *index.get((), ())}
+            numbers = [n for n in tolerating if (pair := self.selector[n]) is None or labels.get(pair[0]) == pair[1]]
+        numbers.sort()
+        return [self.numbered[n] for n in numbers if filter_node(self.numbered[n][0], template) is None]
 
 
 @dataclass
