@@ -116,6 +116,7 @@ def core_pods_of(pods: QuerySet[Pod]) -> Iterator[tuple[int, str, CorePod | Exce
 
 
 def _core_pod_of_row(key: str, row: tuple) -> CorePod | Exception:
+    """The core's pod from a `core_pods_of` row past its team and name, or why it is invalid."""
     cpu_milli, memory_mib, gpu_count, gpu_milli, priority, checkpointable, *texts = row
     try:
         labels, gpu_models, tolerations, node_selector, affinity = (None if text is None else json.loads(text) for text in texts)
