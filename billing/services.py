@@ -21,7 +21,7 @@ from django.db import IntegrityError, connection, transaction
 
 from billing import metering
 from billing.allocation import allocate_hour
-from billing.bulk_insert import Unsaved, bulk_insert
+from billing.bulk_insert import Unsaved, bulk_insert, inserting
 from billing.models import CostDay, CostRecord, MeterRun, UsageRecord
 from pools.models import GpuNodePool, Team
 
@@ -79,8 +79,8 @@ def _gc_paused():
 def _meter_claimed(run: MeterRun) -> MeterResult:
     collected = metering.usage_collect(hour=run.hour)
     records = collected.records
-    bulk_insert(UsageRecord, records)  # COPY on PostgreSQL: an hour of a big fleet is ~10^6 rows
-    costs = cost_records_for(records)
+    with inserting(UsageRecord, records):  # COPY on PostgreSQL, which stores them while the hour is allocated
+        costs = cost_records_for(records)
     bulk_insert(CostRecord, costs)
     cost_day_add(day=run.hour.date(), costs=costs)
     total = sum((c.amount for c in costs), Decimal(0))

@@ -112,6 +112,30 @@ def test_unsaved_instances_store_what_model_init_stores(actors, teams):
     assert stored["fast"] == stored["fast-2"] == stored["slow"]
 
 
+def test_rows_inserted_while_a_block_runs_are_stored_when_it_ends_or_not_at_all(actors, teams):
+    """`inserting` (issue 9: metering allocates the hour while PostgreSQL stores its usage rows)
+    stores the rows when its block ends; an error in the block leaves none of them, and a query
+    in the block fails at once instead of waiting for ever."""
+    from django.db import transaction
+
+    from billing.bulk_insert import ConnectionBusy, inserting
+
+    p = pool(actors["lead"])
+    make = Unsaved(UsageRecord)
+    common = dict(hour=T0, kind="registry", pool=p, team=p.team, quantity=Decimal(1), amount=Decimal("1.25"))
+    with inserting(UsageRecord, [make(resource="kept", **common), make(resource="kept-2", **common)]) as count:
+        worked = sum(range(1000))  # the block's own work, while the rows are stored
+    assert count == 2 and worked == 499500
+    with pytest.raises(RuntimeError), transaction.atomic(), inserting(UsageRecord, [make(resource="dropped", **common)]):
+        raise RuntimeError("the hour's allocation failed")
+    assert sorted(UsageRecord.objects.values_list("resource", flat=True)) == ["kept", "kept-2"]
+    with pytest.raises(ConnectionBusy), transaction.atomic(), inserting(UsageRecord, [make(resource="waits", **common)]):
+        UsageRecord.objects.count()  # on PostgreSQL this would wait for the COPY, which waits for the block
+    assert not UsageRecord.objects.filter(resource="waits").exists()
+    with inserting(UsageRecord, []) as none:
+        assert none == 0
+
+
 def test_label_json_is_cached_per_distinct_set_but_kept_in_order():
     """The cached text is `json.dumps` of the dict, so the same pairs in another order (a
     different text on SQLite) get their own entry; nested values still encode."""
