@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import datetime
 from operator import attrgetter
 
@@ -61,26 +61,34 @@ def inserting(model: type[models.Model], objects: Sequence[models.Model], *, wit
     fields = [f for f in model._meta.concrete_fields if with_pk or not f.primary_key]
     columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
     table = connection.ops.quote_name(model._meta.db_table)
-    if connection.vendor != "postgresql":
-        rows = [[f.get_db_prep_save(f.pre_save(obj, True), connection=connection) for f in fields] for obj in objects]
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.executemany(f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * len(fields))})", rows)
-            with connection.execute_wrapper(_busy):
-                yield len(objects)
-        return
+    with ExitStack() as writing:  # open until the block ends: the COPY, or the rows' savepoint
+        write_rows = _copy_rows if connection.vendor == "postgresql" else _insert_rows
+        write_rows(writing, table, columns, fields, objects)
+        with connection.execute_wrapper(_busy):
+            yield len(objects)
+
+
+def _copy_rows(writing: ExitStack, table: str, columns: str, fields: list, objects: Sequence[models.Model]) -> None:
+    """PostgreSQL: COPY the rows; the COPY stays open on `writing`."""
     # One C-level attribute read per row for every column; only the columns that need it
     # (JSON, naive datetimes, other types) are converted afterwards.
     values = attrgetter(*(f.attname for f in fields)) if len(fields) > 1 else (lambda obj, a=fields[0].attname: (getattr(obj, a),))
     convert = [(i, c) for i, c in enumerate(_converter(f) for f in fields) if c is not None]
-    with connection.cursor() as cursor, cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
-        write = copy.write_row
-        for obj in objects:
-            row = list(values(obj))
-            for i, c in convert:
-                row[i] = c(row[i])
-            write(row)
-        with connection.execute_wrapper(_busy):
-            yield len(objects)
+    cursor = writing.enter_context(connection.cursor())
+    write = writing.enter_context(cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN")).write_row
+    for obj in objects:
+        row = list(values(obj))
+        for i, c in convert:
+            row[i] = c(row[i])
+        write(row)
+
+
+def _insert_rows(writing: ExitStack, table: str, columns: str, fields: list, objects: Sequence[models.Model]) -> None:
+    """Elsewhere: one `executemany` in a savepoint that stays open on `writing`."""
+    rows = [[f.get_db_prep_save(f.pre_save(obj, True), connection=connection) for f in fields] for obj in objects]
+    writing.enter_context(transaction.atomic())
+    cursor = writing.enter_context(connection.cursor())
+    cursor.executemany(f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * len(fields))})", rows)
 
 
 class ConnectionBusy(RuntimeError):

@@ -127,6 +127,10 @@ class PassShared:
     lease_notice: timedelta
     heartbeat_grace: timedelta
 
+    def steps_needed(self, snapshot: rules.PoolSnapshot, now: datetime) -> tuple[str, ...]:
+        """`lifecycle_rules.steps_needed` under this pass's settings and the cloud's notices."""
+        return rules.steps_needed(snapshot, now=now, lease_notice=self.lease_notice, heartbeat_grace=self.heartbeat_grace, reclaiming=frozenset(self.notices))
+
 
 def reclaim_notices_of(cloud: CloudProvider, now: datetime) -> dict[str, datetime]:
     return {n.provider_id: n.reclaim_at for n in cloud.reclaim_notices(now=now)}
@@ -228,16 +232,12 @@ def _steps_run(p: ReconcilePass, snapshot: rules.PoolSnapshot, shared: PassShare
     step, if any ran (the status is computed from them). The first rows are those the pass
     read of every pool: a change made since then waits for the next pass, as for a pool the
     pass found quiet."""
-
-    def needed(rows: rules.PoolSnapshot) -> tuple[str, ...]:
-        return rules.steps_needed(rows, now=p.now, lease_notice=shared.lease_notice, heartbeat_grace=shared.heartbeat_grace, reclaiming=frozenset(shared.notices))
-
-    fresh, todo = None, needed(snapshot)
+    fresh, todo = None, shared.steps_needed(snapshot, p.now)
     for name, step in _STEPS:
         if name in todo:
             step(p)
             fresh = snapshots_load([p.pool])[p.pool.pk]
-            todo = needed(fresh)
+            todo = shared.steps_needed(fresh, p.now)
     return fresh
 
 
