@@ -12,12 +12,14 @@ from django.db import connection
 
 from monitoring.models import GpuErrorEvent, NodeAgentState
 from pools import demo_workload
+from pools.autoscaler_service import catalog_current
 from pools.demo_workload import Route
 from pools.management.commands.seed_demo import Command as SeedDemo
-from pools.models import Node, Pod, PoolEvent, ScalingActivity
+from pools.models import GpuNodePool, Node, Pod, PoolEvent, PoolOrder, ScalingActivity
 from pools.scheduling import Pod as CorePod
 from pools.simulation import SimPod
 from pools.simulation_workloads import TRACE_FILE, trace_workload
+from pools.spec import parse_document
 
 TRACE = Path(django_settings.EBCLOUD_TRACE_DIR)
 SMALL = Route(pool="small", team="t", node_gpus=2, cpu_milli_per_gpu=16000, memory_mib_per_gpu=131072,
@@ -65,6 +67,22 @@ def test_the_plan_from_the_alibaba_trace_feeds_every_route():
     pods = demo_workload.plan(source, [SMALL, BIG], speed=60, window_seconds=24 * 3600)
     assert {p.route.pool for p in pods} == {"small", "big"}
     assert all(p.gpu_milli < 1000 for p in pods if p.route is SMALL)
+
+
+@pytest.mark.django_db
+def test_the_demo_data_is_what_the_readme_promises(settings, tmp_path):
+    """`make run`'s pools: two approved, `batch-spot-t4`'s baseline order left for an admin to
+    approve, and every pool that may burst has a scaling block (without one the autoscaler
+    leaves it alone, and the demo's batch jobs would wait for ever)."""
+    settings.VAR_DIR = tmp_path
+    SeedDemo().handle(no_pools=False)
+    orders = dict(PoolOrder.objects.values_list("pool__name", "status"))
+    assert orders == {"train-pool-a": PoolOrder.Status.APPROVED, "infer-pool-l40s": PoolOrder.Status.APPROVED,
+                      "batch-spot-t4": PoolOrder.Status.PENDING}
+    catalog = catalog_current()
+    for pool in GpuNodePool.objects.all():
+        spec = parse_document(pool.document, catalog)
+        assert not spec.burst.enabled or spec.scaling is not None, pool.name
 
 
 @pytest.mark.live
