@@ -1,6 +1,7 @@
 """The live autoscaler: a monthly baseline plus on-demand burst nodes (seed D3, O4, G4; issue 5).
 
-Every pass, for each pool with a `scaling` spec and `burst.enabled`:
+Every pass, for each pool with `burst.enabled` (by its `scaling` block, else the defaults of an
+empty one: `PoolSpec.autoscaling`):
 1. read its metrics from live state — GPU-memory utilisation from the node agents' latest
    reports (`monitoring`), queued pods = Pending pods that would fit one of the pool's nodes;
 2. ask the pure HPA core (`pools.autoscaling.decide`) for the node count, bounded below by the
@@ -231,7 +232,8 @@ def _autoscale(pool: GpuNodePool, now: datetime, view: FleetView, *, dry_run: bo
     nothing: it says whether acting is needed (anything beyond storing the history), and
     returns the history to store when it is not."""
     spec = parse_document(pool.document, view.catalog)
-    if spec.scaling is None or not spec.burst.enabled:
+    scaling = spec.autoscaling
+    if scaling is None:
         return Plan(AutoscaleResult(pool=pool.name, claimed=True, reason="NotAutoscaled"))
     current, burst_count = view.nodes.get(pool.pk, (0, 0))
     baseline = current - burst_count
@@ -244,7 +246,7 @@ def _autoscale(pool: GpuNodePool, now: datetime, view: FleetView, *, dry_run: bo
     if pool.pk in view.memory:
         metrics[GPU_MEMORY] = view.memory[pool.pk]
     history = ScalingHistory.from_json(pool.scaling_history or None)
-    decision = decide(spec=spec.scaling, current=current, min_nodes=baseline, max_nodes=upper, metrics=metrics, history=history, now=now)
+    decision = decide(spec=scaling, current=current, min_nodes=baseline, max_nodes=upper, metrics=metrics, history=history, now=now)
     shown = {m.name: m.value for m in decision.metrics}
     policy = decision.limiting_policy
     policy_text = f"{policy.type} {policy.value} per {policy.period_seconds}s" if policy else ""

@@ -218,8 +218,8 @@ def _pending_advice(s: PoolSnapshot, category: str, pod: PendingPod) -> tuple[st
                f"Run {why}: if it counts fewer nodes than the pool has Ready, check the scheduler plugin's version and configuration."),
         AT_MAX: (f"No capacity: the pool is at nodeCount.max ({s.max_nodes}) and its nodes are full.",
                  f"Run {why}; raise nodeCount.max (`ebcloud node-pool scale {s.name} --max N`), let lower-priority pods be preempted, or repack (`ebcloud node-pool fragmentation {s.name} --plan`)."),
-        NO_BURST: ("No capacity, and the pool does not burst (no spec.scaling or spec.burst.enabled is false): it stays at its monthly baseline.",
-                   f"Enable on-demand burst (spec.burst.enabled: true with a spec.scaling block), or raise nodeCount.min; check with `ebcloud node-pool describe {s.name}`."),
+        NO_BURST: ("No capacity, and the pool does not burst (spec.burst.enabled is false): it stays at its monthly baseline.",
+                   f"Enable on-demand burst (spec.burst.enabled: true, tuned by a spec.scaling block), or raise nodeCount.min; check with `ebcloud node-pool describe {s.name}`."),
         WAITING: ("Waiting for a scale-up that has not come: see the checks 'Scale-up keeps failing' and the scaling spec check below.",
                   f"Read the pool's scaling history and events (`ebcloud node-pool events {s.name}`), then run {why}."),
     }[category]  # fmt: skip
@@ -375,7 +375,7 @@ def check_idle_nodes(s: PoolSnapshot, now: datetime) -> Check:
     export = f"Export the cost detail by labels (`{COST_EXPORT}`) to confirm the idle node-hours; then"
     if burst:
         if s.scaling is None or not s.burst_enabled:
-            why = "the pool has no spec.scaling or burst is disabled, so nothing removes burst nodes"
+            why = "burst is disabled (spec.burst.enabled), so nothing removes burst nodes"
         elif s.scaling.scale_down.select_policy == "Disabled":
             why = "spec.scaling.scaleDown.selectPolicy is Disabled"
         else:
@@ -413,7 +413,7 @@ def check_whole_node_burst(s: PoolSnapshot, now: datetime) -> Check:
     title, reqs = "Burst never triggers for whole-node pods (combine: All)", ("D3", "O4", "G4")
     spec, room = s.scaling, s.burst_room()
     if spec is None or not s.burst_enabled or room == 0:
-        return Check("scaling-whole-node", title, OK, "Not applicable: the pool does not burst (no spec.scaling, burst disabled, or no room above the baseline).", requirements=reqs)
+        return Check("scaling-whole-node", title, OK, "Not applicable: the pool does not burst (burst disabled, or no room above the baseline).", requirements=reqs)
     baseline = len([n for n in s.live_nodes() if n.billing != "on_demand"]) or s.min_nodes
     threshold = queue_threshold(spec, baseline)
     if spec.combine != "All" or threshold is None or threshold <= 1:

@@ -83,7 +83,7 @@ def pool_snapshot(*, pool: GpuNodePool, now: datetime) -> core.PoolSnapshot:
         auto_repair=spec.auto_repair if spec else True,
         system_image=spec.system_image if spec else "",
         taints=tuple(f"{t.key}={t.value}:{t.effect}" for t in spec.node_taints) if spec else (),
-        scaling=spec.scaling if spec else None,
+        scaling=spec.autoscaling if spec else None,
         burst_enabled=spec.burst.enabled if spec else False,
         burst_max_nodes=spec.burst.max_nodes if spec else 0,
         events=_events(pool, since),

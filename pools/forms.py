@@ -53,7 +53,10 @@ class PoolForm(forms.Form):
     auto_repair = forms.BooleanField(label="Auto-repair broken nodes", required=False, initial=True)
     auto_renew = forms.BooleanField(label="Renew leases automatically", required=False)
     preemptible = forms.BooleanField(label="Preemptible (cheaper, may be reclaimed)", required=False)
-    burst_enabled = forms.BooleanField(label="Burst with on-demand nodes above the baseline", required=False)
+    burst_enabled = forms.BooleanField(
+        label="Burst with on-demand nodes above the baseline", required=False,
+        help_text="When pods queue: by the pool's scaling block, else GPU memory > 85% and > 10 queued pods",
+    )
     burst_max_nodes = forms.IntegerField(label="Most burst nodes", min_value=0, required=False)
     budget_monthly = forms.DecimalField(label="Monthly budget (CNY)", min_value=0, decimal_places=2, required=False)
     scheduling_policy = forms.ChoiceField(label="Scheduling policy", choices=[(p, p) for p in SCHEDULING_POLICIES], initial="binpack")

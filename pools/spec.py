@@ -101,6 +101,16 @@ class PoolSpec:
     budget: Budget | None = None
     scheduling_policy: str = "binpack"
 
+    @property
+    def autoscaling(self) -> ScalingSpec | None:
+        """The policy the autoscaler follows, or None when it leaves the pool alone: it only adds
+        and removes burst nodes, so without `burst.enabled` there is none; with it, the
+        `scaling` block, else the defaults an empty `scaling: {}` gets (seed D3/O4). Ticking
+        "burst" in the form, which has no scaling fields, is then enough for the pool to burst."""
+        if not self.burst.enabled:
+            return None
+        return self.scaling if self.scaling is not None else DEFAULT_SCALING_SPEC
+
 
 # ---------------------------------------------------------------------------------------------
 # YAML

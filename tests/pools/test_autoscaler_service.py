@@ -43,12 +43,18 @@ def burst_nodes(pool):
     return pool.nodes.filter(billing=Node.Billing.ON_DEMAND).exclude(phase="Terminated")
 
 
-def test_hot_gpu_memory_and_queued_pods_that_fit_add_an_on_demand_node(actors, pool):
-    for index in range(2):
-        submit(actors["member"], f"busy-{index}", gpus=8)
-    scheduler_pass(now=T0)
-    for index in range(3):
+def fill_then_queue(actors, queued: int, *, first: int = 0) -> None:
+    """Two 8-GPU pods fill the pool's two nodes, then `queued` more wait (named from `first`)."""
+    if first == 0:
+        for index in range(2):
+            submit(actors["member"], f"busy-{index}", gpus=8)
+        scheduler_pass(now=T0)
+    for index in range(first, first + queued):
         submit(actors["member"], f"queued-{index}", gpus=8)
+
+
+def test_hot_gpu_memory_and_queued_pods_that_fit_add_an_on_demand_node(actors, pool):
+    fill_then_queue(actors, 3)
     memory_used(pool, 95)
     result = pool_autoscale(pool_id=pool.pk, now=T0)
     assert result.reason == "ScaledUp" and (result.current, result.desired) == (2, 3)
@@ -61,11 +67,7 @@ def test_hot_gpu_memory_and_queued_pods_that_fit_add_an_on_demand_node(actors, p
 
 
 def test_scale_up_is_rate_limited_by_the_policies(actors, pool):
-    for index in range(2):
-        submit(actors["member"], f"busy-{index}", gpus=8)
-    scheduler_pass(now=T0)
-    for index in range(4):
-        submit(actors["member"], f"queued-{index}", gpus=8)
+    fill_then_queue(actors, 4)
     memory_used(pool, 99)
     pool_autoscale(pool_id=pool.pk, now=T0)
     pool_autoscale(pool_id=pool.pk, now=T0 + timedelta(seconds=10))  # same period: no second node
@@ -121,9 +123,23 @@ def test_a_burst_node_whose_pods_fit_nowhere_else_is_kept(actors, pool):
     assert burst.release_reason == ""
 
 
-def test_pools_without_scaling_or_burst_are_left_alone(actors):
-    plain = pool_with_nodes(actors["lead"], name="plain")
+def test_pools_without_burst_are_left_alone(actors):
+    plain = pool_with_nodes(actors["lead"], name="plain", scaling=SCALING)  # a scaling block alone adds nothing
     assert pool_autoscale(pool_id=plain.pk, now=T0).reason == "NotAutoscaled"
+
+
+def test_burst_without_a_scaling_block_scales_by_the_defaults(actors):
+    """What the pool form writes (it has a burst box, no scaling fields): the autoscaler follows
+    the defaults of an empty `scaling: {}` (D3/O4: GPU memory > 85% and > 10 queued pods)."""
+    pool = pool_with_nodes(actors["lead"], node_labels={"gpu-class": "a100", "pool": "train"}, burst={"enabled": True, "maxNodes": 4})
+    fill_then_queue(actors, 5)
+    memory_used(pool, 95)
+    result = pool_autoscale(pool_id=pool.pk, now=T0)
+    assert result.reason != "NotAutoscaled" and not burst_nodes(pool).exists()  # hot, but too few queued
+    fill_then_queue(actors, 25, first=5)
+    result = pool_autoscale(pool_id=pool.pk, now=T0 + timedelta(minutes=6))  # after the 5-minute window
+    assert result.reason == "ScaledUp" and result.desired > 2
+    assert burst_nodes(pool).exists()
 
 
 def test_a_pass_is_idempotent_and_runs_from_the_command(actors, pool):

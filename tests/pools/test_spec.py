@@ -251,3 +251,22 @@ def test_every_valid_spec_round_trips_through_yaml(spec):
     loaded = load_yaml(dump_yaml(document))
     assert parse_document(loaded, CATALOG) == spec
     assert parse_document(copy.deepcopy(loaded), CATALOG) == parse_document(load_yaml(dump_yaml(loaded)), CATALOG)
+
+
+def test_the_autoscaler_follows_the_scaling_block_else_its_defaults_and_only_with_burst():
+    """`PoolSpec.autoscaling`: burst alone means the defaults of `scaling: {}` (D3/O4); a scaling
+    block without burst means nothing to scale (the autoscaler only adds burst nodes)."""
+    base = load_yaml((EXAMPLES / "create-train-pool.yaml").read_text())
+    scaling = {"default": {"metrics": [{"type": "Pods", "pods": "queued_pods", "target": 2}]}}
+
+    def autoscaling(**spec):
+        document = copy.deepcopy(base)
+        document["spec"].update(spec)
+        return parse_document(document, CATALOG).autoscaling
+
+    assert autoscaling() is None
+    assert autoscaling(scaling=scaling) is None
+    assert autoscaling(burst={"enabled": True}) == DEFAULT_SCALING_SPEC
+    assert autoscaling(burst={"enabled": True}, scaling={}) == DEFAULT_SCALING_SPEC
+    tuned = autoscaling(burst={"enabled": True}, scaling=scaling)
+    assert [(m.name, m.target) for m in tuned.metrics] == [("queued_pods", 2.0)]
