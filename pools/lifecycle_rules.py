@@ -274,10 +274,17 @@ def counts_by_billing(*, nodes: Sequence[tuple[str, str]], desired: Mapping[str,
     return counts
 
 
-def pool_conditions(*, counts: PoolCounts, previous: Sequence[Mapping], now: datetime) -> list[dict]:
-    """Kubernetes-style conditions; `lastTransitionTime` moves only when a status flips."""
+def pool_conditions(*, counts: PoolCounts, phase: str, pending_reason: str, previous: Sequence[Mapping], now: datetime) -> list[dict]:
+    """Kubernetes-style conditions; `lastTransitionTime` moves only when a status flips. A
+    Pending pool (its baseline not bought yet) is not Ready although 0 of its 0 nodes are: the
+    condition then gives the pendingReason's reason (`OrderPending`, `BaselineNotOrdered`)."""
+    ready = f"{counts.ready}/{counts.desired} node(s) Ready"
+    if phase == "Pending":
+        ready_check = (False, "AllNodesReady", pending_reason.split(":")[0] or "NodesNotReady", f"{ready}; {pending_reason}")
+    else:
+        ready_check = (counts.ready >= counts.desired and not counts.unknown, "AllNodesReady", "NodesNotReady", ready)
     wanted = (
-        ("Ready", counts.ready >= counts.desired and not counts.unknown, "AllNodesReady", "NodesNotReady", f"{counts.ready}/{counts.desired} node(s) Ready"),
+        ("Ready", *ready_check),
         ("OrdersPaid", not counts.unpaid_orders, "Paid", "AwaitingPayment", f"{len(counts.unpaid_orders)} approved order(s) unpaid"),
         ("NodesHealthy", not counts.unknown, "HeartbeatsReceived", "NodeStatusUnknown", f"{counts.unknown} node(s) without heartbeat"),
         ("Progressing", bool(counts.provisioning or counts.draining), "NodesChanging", "Stable", f"{counts.provisioning} provisioning, {counts.draining} draining"),
@@ -465,7 +472,7 @@ def status_of(s: PoolSnapshot, *, stalls: Sequence[str] = (), now: datetime) -> 
     return PoolStatus(
         phase=phase,
         pending_reason=reason[:500],
-        conditions=pool_conditions(counts=counts, previous=list(s.conditions), now=now),
+        conditions=pool_conditions(counts=counts, phase=phase, pending_reason=reason, previous=list(s.conditions), now=now),
         node_counts=counts_by_billing(
             nodes=[(n.billing, n.phase) for n in s.nodes if not n.release_reason],
             desired={baseline: min(monthly_desired, s.max_nodes), "on_demand": burst},

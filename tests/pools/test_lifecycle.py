@@ -313,6 +313,18 @@ def test_a_quota_lowered_after_approval_stops_payment_with_the_numbers(actors, t
     assert pool.orders.get().status == "Paid"
 
 
+def test_a_pool_whose_baseline_awaits_approval_is_not_ready(actors, train_document):
+    """0 of 0 nodes Ready is not Ready while the order waits (phase Pending): the condition
+    carries the pendingReason's reason, as `kubectl describe` readers expect."""
+    pool = services.pool_create(user=actors["lead"], document=train_document)
+    reconcile(pool, T0)
+    pool.refresh_from_db()
+    ready = {c["type"]: c for c in pool.conditions}["Ready"]
+    order = pool.orders.get()
+    assert (pool.phase, ready["status"], ready["reason"]) == ("Pending", "False", "OrderPending")
+    assert ready["message"] == f"0/0 node(s) Ready; OrderPending: order #{order.pk} awaits approval by a platform admin"
+
+
 def test_conditions_follow_the_nodes_and_keep_their_transition_time(actors, train_document):
     pool = approved_pool(actors, train_document)
     reconcile(pool, T0)
