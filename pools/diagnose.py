@@ -410,30 +410,41 @@ def queue_threshold(spec: ScalingSpec, current: int) -> int | None:
 
 
 def check_whole_node_burst(s: PoolSnapshot, now: datetime) -> Check:
-    title, reqs = "Burst never triggers for whole-node pods (combine: All)", ("D3", "O4", "G4")
+    """Whole-node pods queue one per node, so a queue threshold above one pod leaves them
+    waiting: under the article's `combine: All` (GPU memory AND a queue of more than 10), or
+    under a queue metric that decides alone (no GPU memory metric that could act by itself)."""
+    title, reqs = "Burst never triggers for whole-node pods", ("D3", "O4", "G4")
     spec, room = s.scaling, s.burst_room()
     if spec is None or not s.burst_enabled or room == 0:
         return Check("scaling-whole-node", title, OK, "Not applicable: the pool does not burst (burst disabled, or no room above the baseline).", requirements=reqs)
     baseline = len([n for n in s.live_nodes() if n.billing != "on_demand"]) or s.min_nodes
     threshold = queue_threshold(spec, baseline)
-    if spec.combine != "All" or threshold is None or threshold <= 1:
-        return Check("scaling-whole-node", title, OK, f"spec.scaling.default.combine is {spec.combine}: one queued pod can trigger a burst.", requirements=reqs)
+    memory = next((m for m in spec.metrics if m.type == "Resource"), None)
+    if threshold is None or threshold <= 1:
+        return Check("scaling-whole-node", title, OK, "One queued pod can trigger a burst (or no queued_pods target gates it).", requirements=reqs)
+    if spec.combine == "Any" and memory is not None:
+        return Check("scaling-whole-node", title, OK, f"spec.scaling.default.combine is Any: hot GPU memory bursts without waiting for a queue of {threshold}.", requirements=reqs)
     whole = [p for p in s.pending_pods if p.gpus >= s.gpus_per_node]
     running = [n for n in s.live_nodes() if n.largest_pod_gpus >= s.gpus_per_node]
     if not whole and not running:
-        return Check("scaling-whole-node", title, OK, f"combine: All bursts only with {threshold} or more queued pods, but no pod of this pool asks for a whole {s.gpus_per_node}-GPU node, so small pods reach that queue.", requirements=reqs)
-    memory = next((m for m in spec.metrics if m.type == "Resource"), None)
-    up = spec.scale_up.tolerance if spec.scale_up.tolerance is not None else DEFAULT_TOLERANCE
-    also = f" and the average GPU memory is above {memory.target * (1 + up):.1f}%" if memory else ""
+        return Check("scaling-whole-node", title, OK, f"Bursts need {threshold} or more queued pods, but no pod of this pool asks for a whole {s.gpus_per_node}-GPU node, so small pods reach that queue.", requirements=reqs)
     waiting = [p for p in whole if p.blocker == FITS]
     seen = f"{_plural(len(running), 'node')} run one, {len(waiting)} Pending now"
     tail = (f"up to {threshold - 1} of them can wait — more than the {_plural(room, 'burst node')} this pool may add — and the pool never bursts for them."
             if threshold - 1 >= room else f"up to {threshold - 1} of them wait without a single burst node.")  # fmt: skip
-    found = (f"spec.scaling.default.combine is All: a scale-up needs every metric to ask for more at once, and queued_pods asks only when {threshold} or more pods are queued{also}. "
-             f"Pods here ask for whole {s.gpus_per_node}-GPU nodes ({seen}), one node each: {tail}")  # fmt: skip
-    cause = "The article's rule (GPU memory > 85% AND more than 10 queued pods) counts pods, not GPUs: whole-node jobs never make a queue of 10."
-    action = ("Set spec.scaling.default.combine: Any (HPA's rule: the highest recommendation wins). In our 30-day replay of the article's example this "
-              "took the peak job's p95 wait from 58 h to 5 min (docs/benchmarks.md, autoscaler replay).")  # fmt: skip
+    whole_pods = f"Pods here ask for whole {s.gpus_per_node}-GPU nodes ({seen}), one node each: {tail}"
+    if memory is not None:  # combine: All
+        up = spec.scale_up.tolerance if spec.scale_up.tolerance is not None else DEFAULT_TOLERANCE
+        found = (f"spec.scaling.default.combine is All: a scale-up needs every metric to ask for more at once, and queued_pods asks only when {threshold} or more pods are queued "
+                 f"and the average GPU memory is above {memory.target * (1 + up):.1f}%. {whole_pods}")  # fmt: skip
+        cause = "The article's rule (GPU memory > 85% AND more than 10 queued pods) counts pods, not GPUs: whole-node jobs never make a queue of 10."
+        action = ("Set spec.scaling.default.combine: Any (HPA's rule: the highest recommendation wins). In our 30-day replay of the article's example this "
+                  "took the peak job's p95 wait from 58 h to 5 min (docs/benchmarks.md, autoscaler replay).")  # fmt: skip
+    else:
+        found = f"The queue alone decides bursts, and queued_pods asks for a node only when {threshold} or more pods are queued. {whole_pods}"
+        cause = "A queue target counts pods, not GPUs: each whole-node job waiting is a node's worth of work."
+        action = ("Add the gpu-memory metric with spec.scaling.default.combine: Any (hot nodes then burst without a queue), and set the queued_pods "
+                  "target to 1, the smallest (it is compared with the whole queue, HPA's Value arithmetic: 2 queued pods ask for a node).")  # fmt: skip
     return Check("scaling-whole-node", title, FAILING if waiting else WARNING, found, cause, action, reqs, tuple(p.key for p in waiting[:MAX_DETAILS]))
 
 

@@ -72,15 +72,15 @@ def test_the_plan_from_the_alibaba_trace_feeds_every_route():
 @pytest.mark.django_db
 def test_the_demo_data_is_what_the_readme_promises(settings, tmp_path):
     """`make run`'s pools: two approved, `batch-spot-t4`'s baseline order left for an admin to
-    approve, and the batch pool bursts by its own policy (a queue of 2 jobs, not the defaults'
-    10 with hot GPU memory: batch jobs that queue behind an unapproved baseline must not wait)."""
+    approve, and the batch pool bursts by its own policy (a short queue or hot GPU memory, not
+    the defaults' 10 pods and hot memory together: batch jobs must not wait behind them)."""
     settings.VAR_DIR = tmp_path
     SeedDemo().handle(no_pools=False)
     orders = dict(PoolOrder.objects.values_list("pool__name", "status"))
     assert orders == {"train-pool-a": PoolOrder.Status.APPROVED, "infer-pool-l40s": PoolOrder.Status.APPROVED,
                       "batch-spot-t4": PoolOrder.Status.PENDING}
     batch = parse_document(GpuNodePool.objects.get(name="batch-spot-t4").document, catalog_current())
-    assert [(m.name, m.target) for m in batch.autoscaling.metrics] == [("queued_pods", 2.0)]
+    assert batch.autoscaling.combine == "Any" and [(m.name, m.target) for m in batch.autoscaling.metrics] == [("gpu-memory", 80.0), ("queued_pods", 1.0)]
 
 
 @pytest.mark.live

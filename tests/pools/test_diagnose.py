@@ -17,7 +17,7 @@ from decimal import Decimal
 import pytest
 
 from pools import diagnose as d
-from pools.autoscaling import DEFAULT_SCALING_SPEC, ScalingRules
+from pools.autoscaling import DEFAULT_SCALING_SPEC, MetricTarget, ScalingRules
 from pools.scheduling import NodeSelectorRequirement, NodeState, Pod, Taint, Toleration
 from tests.conftest import ROOT
 
@@ -325,6 +325,18 @@ def test_combine_all_never_bursts_for_a_whole_node_pod():
     assert "up to 11 of them can wait — more than the 1 burst node this pool may add — and the pool never bursts for them." in c.found
     assert "combine: Any" in c.action and "58 h to 5 min" in c.action
     assert c.details == ("algorithm/peak-job",)
+
+
+def test_a_queue_target_alone_that_needs_several_pods_leaves_whole_node_pods_waiting():
+    """Without a GPU memory metric the queue decides alone (whatever `combine` says): a target
+    of 2 needs 3 queued pods, so 2 whole-node jobs wait; GPU memory under `combine: Any` helps."""
+    queue_only = replace(DEFAULT_SCALING_SPEC, metrics=(MetricTarget(type="Pods", name="queued_pods", target=2.0),))
+    snapshot = healthy(max_nodes=6, scaling=queue_only, burst_enabled=True, pending_pods=(pod("algorithm/peak-job", gpus=8),))
+    c = check(snapshot, "scaling-whole-node")
+    assert c.status == "failing" and "combine" not in c.found and "GPU memory" not in c.cause
+    assert "queued_pods asks for a node only when 3 or more pods are queued" in c.found and "combine: Any" in c.action
+    hot = replace(queue_only, combine="Any", metrics=(MetricTarget(type="Resource", name="gpu-memory", target=80.0), *queue_only.metrics))
+    assert check(replace(snapshot, scaling=hot), "scaling-whole-node").status == "ok"
 
 
 def test_whole_node_pods_seen_running_make_it_a_warning():
