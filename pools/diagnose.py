@@ -308,7 +308,7 @@ def check_utilisation(s: PoolSnapshot, now: datetime) -> Check:
     covered = u.first_minute is not None and u.first_minute <= now - WINDOW + timedelta(minutes=2)
     span = "24 h" if covered else f"{age(now - u.first_minute)}" if u.first_minute else "the window"
     alloc = f", {u.allocated_pct:.0f}% of GPUs allocated" if u.allocated_pct is not None else ""
-    found = f"Mean GPU utilisation {u.mean_util_pct:.1f}% over {span} ({u.samples} samples, highest {u.max_util_pct:.0f}%){alloc}; threshold {LOW_UTILISATION_PCT:.0f}%."
+    found = f"Mean GPU utilisation {u.mean_util_pct:.1f}% over {span} ({_plural(u.samples, 'sample')}, highest {u.max_util_pct:.0f}%){alloc}; threshold {LOW_UTILISATION_PCT:.0f}%."
     if u.mean_util_pct >= LOW_UTILISATION_PCT:
         return Check("low-utilisation", title, OK, found, requirements=reqs)
     f = s.fragmentation

@@ -162,6 +162,11 @@ def test_the_costs_page_shows_table_idle_share_chart_and_download(actors, costs)
     assert response["Vary"] and "HX-Request" in response["Vary"]
 
 
+def test_an_empty_range_shows_no_chart_axes(actors, costs):
+    html = web(actors, "finance").get("/costs/?from=2020-01-01&to=2020-01-31").content.decode()
+    assert "No costs in this range." in html and 'id="cost-chart"' not in html
+
+
 def test_the_costs_page_fragment_for_htmx(actors, costs):
     response = web(actors, "finance").get(f"/costs/?{RANGE}", HTTP_HX_REQUEST="true")
     html = response.content.decode()
