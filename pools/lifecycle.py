@@ -32,6 +32,7 @@ from django.db.models import IntegerField, Max, Min, Q
 from django.db.models.functions import Cast, Substr
 from django.utils import timezone
 
+from monitoring.services import credential_revoke_for_node
 from pools import lifecycle_exit as exits
 from pools import lifecycle_rules as rules
 from pools.events import WARNING
@@ -475,6 +476,7 @@ def _failed(p: ReconcilePass, node: Node, *, reason: str, summary: str, machine:
                 node=node,
                 type=WARNING,
             )
+            credential_revoke_for_node(node, reason="NodeTerminated", now=p.now)  # if its agent had joined
         return
     delay = rules.backoff(attempts, base_seconds=setting("EBCLOUD_BACKOFF_BASE_SECONDS", 30), cap_seconds=setting("EBCLOUD_BACKOFF_CAP_SECONDS", 600))
     with transaction.atomic():

@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import QuerySet
 
+from monitoring.services import credential_revoke_for_node
 from pools import lifecycle_rules as rules
 from pools.events import NORMAL, WARNING, event_record
 from pools.models import GpuNodePool, Node, PoolOrder
@@ -128,6 +129,7 @@ def release(p: ReconcilePass, node: Node) -> None:
         )
         if done:
             p.event("NodeReleased", f"Node {node.name} released ({node.release_reason or 'released'}){billed}", node=node)
+            credential_revoke_for_node(node, reason="NodeTerminated", now=p.now)  # the machine may live on elsewhere
 
 
 def drains_advance(p: ReconcilePass) -> None:

@@ -13,7 +13,8 @@ from rest_framework.test import APIClient
 
 from monitoring import services, tokens
 from monitoring.models import AgentCredential, JoinToken
-from pools.models import PoolEvent
+from pools.lifecycle import pool_reconcile
+from pools.models import Node, PoolEvent
 from tests.monitoring.conftest import joined, report
 
 JOIN_TOKENS = "/api/agent/v1/join-tokens/"
@@ -192,3 +193,16 @@ def test_the_admin_revoke_action_revokes_through_the_service(actors, node, rf):
     model_admin.revoke(request, AgentCredential.objects.all())
     assert not AgentCredential.objects.filter(revoked_at__isnull=True).exists()
     assert AgentCredential.objects.get().revoked_reason == "RevokedByAdmin"
+
+
+def test_the_lifecycle_revokes_the_credential_of_a_node_it_releases(agent, node):
+    """A released machine may live on (returned to the cloud, reused): its agent's credential
+    is revoked with the release, not merely refused while the node row says Terminated."""
+    client = agent()
+    Node.objects.filter(pk=node.pk).update(release_reason="ScaledIn", unschedulable=True)  # drained: it runs no pod
+    pool_reconcile(pool_id=node.pool_id)
+    node.refresh_from_db()
+    assert node.phase == "Terminated"
+    assert AgentCredential.objects.get(node=node).revoked_reason == "NodeTerminated"
+    assert PoolEvent.objects.filter(node=node, reason="AgentCredentialRevoked").count() == 1
+    assert client.post(REPORTS, {"reports": [report(1)]}, format="json").status_code == 401
