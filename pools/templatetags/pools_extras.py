@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django import template
 
@@ -15,3 +15,13 @@ register = template.Library()
 def duration(value: timedelta | None) -> str:
     """A timedelta the way kubectl prints ages: `4m10s`, `2h3m`, `3d4h`."""
     return "—" if value is None else format_duration(value)
+
+
+@register.filter
+def isotime(value: str | None) -> datetime | None:
+    """A condition's `lastTransitionTime` (RFC 3339 text in the JSON) as a datetime, so the
+    page can show it like every other time (`|date`); None when absent or unreadable."""
+    try:
+        return datetime.fromisoformat(value) if value else None
+    except (TypeError, ValueError):
+        return None

@@ -141,6 +141,15 @@ def test_the_detail_page_shows_spec_orders_nodes_and_events(browser, algorithm_p
     assert 'hx-trigger="every 5s"' in html
 
 
+def test_conditions_show_their_transition_time_like_every_other_time(browser, algorithm_pool):
+    conditions = [{"type": "Ready", "status": "False", "reason": "OrderPending", "message": "m", "lastTransitionTime": "2026-11-30T21:15:48.208049+00:00"},
+                  {"type": "Progressing", "status": "False", "reason": "Stable", "message": "m", "lastTransitionTime": "not a time"}]  # fmt: skip
+    GpuNodePool.objects.filter(pk=algorithm_pool.pk).update(conditions=conditions)
+    html = browser("lead").get("/pools/train-pool-a/").content.decode()
+    assert '<time datetime="2026-11-30T21:15:48.208049+00:00">2026-11-30 21:15:48</time>' in html
+    assert "not a time" not in html and "+00:00</td>" not in html
+
+
 def test_the_timeline_fragment_is_served_to_htmx(browser, algorithm_pool):
     response = browser("lead").get("/pools/train-pool-a/", HTTP_HX_REQUEST="true")
     html = response.content.decode()
