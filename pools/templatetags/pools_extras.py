@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django import template
+from django.utils import timezone
 
 from pools.lifecycle_rules import format_duration
 
@@ -15,6 +16,12 @@ register = template.Library()
 def duration(value: timedelta | None) -> str:
     """A timedelta the way kubectl prints ages: `4m10s`, `2h3m`, `3d4h`."""
     return "—" if value is None else format_duration(value)
+
+
+@register.filter
+def age(value: datetime | None) -> str:
+    """How long ago, the way `kubectl get events` prints AGE (`45s`, `3m10s`), not "0 minutes"."""
+    return "—" if value is None else format_duration(max(timezone.now() - value, timedelta(0)))
 
 
 @register.filter

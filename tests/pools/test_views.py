@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from pools import services
 from pools.models import GpuNodePool, PoolOrder
 from pools.spec import dump_yaml, load_yaml
+from pools.templatetags.pools_extras import age
 from tests.conftest import EXAMPLES, make_document
 from tests.pools.test_api import create_pools
 from tests.pools.test_services import db_state
@@ -148,6 +152,12 @@ def test_conditions_show_their_transition_time_like_every_other_time(browser, al
     html = browser("lead").get("/pools/train-pool-a/").content.decode()
     assert '<time datetime="2026-11-30T21:15:48.208049+00:00">2026-11-30 21:15:48</time>' in html
     assert "not a time" not in html and "+00:00</td>" not in html
+
+
+def test_ages_read_like_kubectl_get_events():
+    now = timezone.now()
+    assert [age(now - timedelta(seconds=s)) for s in (5, 190, 7300)] == ["5s", "3m10s", "2h1m"]
+    assert age(None) == "—" and age(now + timedelta(seconds=3)) == "0s"  # a clock a little ahead
 
 
 def test_the_timeline_fragment_is_served_to_htmx(browser, algorithm_pool):
