@@ -179,6 +179,8 @@ def test_the_weekly_trend_is_recorded_and_drawn(browser, actors, fragmented):
 
     assert 'id="chart-trend"' not in browser("lead").get("/pools/train-pool-a/fragmentation/").content.decode()
     assert fragmentation_record_task() == 2  # the pool and the cluster
+    one = browser("lead").get("/pools/train-pool-a/fragmentation/").content.decode()
+    assert 'id="chart-trend"' not in one and "One weekly sample so far" in one  # a single point draws no trend
     assert fragmentation_record_task() == 0  # a second delivery of this week's task records nothing
     out = StringIO()
     call_command("fragmentation", "--record", stdout=out)
