@@ -114,8 +114,11 @@ def pool_nodes(*, pool: GpuNodePool) -> QuerySet[Node]:
     return pool.nodes.select_related("zone").order_by("name")
 
 
-def pool_events(*, pool: GpuNodePool, limit: int = 100) -> QuerySet[PoolEvent]:
-    return pool.events.select_related("node", "actor").order_by("-last_timestamp", "-id")[:limit]
+def pool_events(*, pool: GpuNodePool, limit: int = 100, warnings_only: bool = False) -> QuerySet[PoolEvent]:
+    """The pool's timeline, newest first; `warnings_only` is `kubectl get events
+    --field-selector type=Warning` (a busy pool's pod churn hides what went wrong)."""
+    events = pool.events.filter(type=PoolEvent.Type.WARNING) if warnings_only else pool.events.all()
+    return events.select_related("node", "actor").order_by("-last_timestamp", "-id")[:limit]
 
 
 def orders_for_user(*, user, status: str = "") -> QuerySet[PoolOrder]:

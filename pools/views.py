@@ -26,7 +26,7 @@ from pools.charts import pool_figures
 from pools.errors import ConflictError, ValidationError
 from pools.forms import PoolFilterForm, PoolForm, PoolImportForm
 from pools.lifecycle import pool_capacity_times
-from pools.models import GpuNodePool, PoolOrder
+from pools.models import GpuNodePool, PoolEvent, PoolOrder
 from pools.spec import TAINT_EFFECTS, dump_yaml, load_yaml
 
 CHART_WINDOW = timedelta(hours=24)
@@ -78,13 +78,15 @@ def pool_list(request):
 @require_GET
 def pool_detail(request, name: str):
     pool = selectors.pool_get(user=request.user, name=name)
+    warnings_only = request.GET.get("type") == PoolEvent.Type.WARNING  # anything else: every event
     context = {
         "pool": pool,
+        "warnings_only": warnings_only,
         "spec": pool.document.get("spec", {}),
         "labels": pool.labels,
         "nodes": selectors.pool_nodes(pool=pool),
         "orders": pool.orders.select_related("requested_by", "decided_by").order_by("-created_at")[:20],
-        "events": selectors.pool_events(pool=pool, limit=50),
+        "events": selectors.pool_events(pool=pool, limit=50, warnings_only=warnings_only),
         "can_manage": roles.can_manage_team_pools(request.user, pool.team_id),
         "polling": pool.phase in CHANGING_PHASES,
         "yaml": dump_yaml(pool.document),

@@ -160,6 +160,19 @@ def test_ages_read_like_kubectl_get_events():
     assert age(None) == "—" and age(now + timedelta(seconds=3)) == "0s"  # a clock a little ahead
 
 
+def test_the_timeline_shows_warnings_only_when_asked_and_keeps_polling_that_way(browser, algorithm_pool):
+    from pools.events import WARNING, event_record
+
+    event_record(pool=algorithm_pool, reason="QuotaExceeded", message="cn-east-2 A100_80G requested 16, limit 8", type=WARNING)
+    client = browser("lead")
+    everything = client.get("/pools/train-pool-a/").content.decode()
+    assert "QuotaExceeded" in everything and "OrderRequested" in everything and "?type=Warning#timeline" in everything
+    warnings = client.get("/pools/train-pool-a/?type=Warning").content.decode()
+    assert "QuotaExceeded" in warnings and "OrderRequested" not in warnings
+    assert 'hx-get="/pools/train-pool-a/?type=Warning"' in warnings  # the 5 s refresh keeps the filter
+    assert "OrderRequested" in client.get("/pools/train-pool-a/?type=bogus").content.decode()  # unknown: every event
+
+
 def test_the_timeline_fragment_is_served_to_htmx(browser, algorithm_pool):
     response = browser("lead").get("/pools/train-pool-a/", HTTP_HX_REQUEST="true")
     html = response.content.decode()
