@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 
 from django import template
 from django.utils import timezone
+from django.utils.html import format_html
 
 from pools.lifecycle_rules import format_duration
 
@@ -25,10 +26,13 @@ def age(value: datetime | None) -> str:
 
 
 @register.filter
-def isotime(value: str | None) -> datetime | None:
-    """A condition's `lastTransitionTime` (RFC 3339 text in the JSON) as a datetime, so the
-    page can show it like every other time (`|date`); None when absent or unreadable."""
+def isotime(value: str | None) -> str:
+    """A condition's `lastTransitionTime` (RFC 3339 text in the JSON) shown like the page's
+    other times, in a `<time>` element; a dash when absent or unreadable."""
     try:
-        return datetime.fromisoformat(value) if value else None
+        moment = datetime.fromisoformat(value) if value else None
     except (TypeError, ValueError):
-        return None
+        moment = None
+    if moment is None:
+        return "—"
+    return format_html('<time datetime="{}">{}</time>', moment.isoformat(), timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S"))
