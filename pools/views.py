@@ -88,6 +88,7 @@ def pool_detail(request, name: str):
         "orders": pool.orders.select_related("requested_by", "decided_by").order_by("-created_at")[:20],
         "events": selectors.pool_events(pool=pool, limit=50, warnings_only=warnings_only),
         "can_manage": roles.can_manage_team_pools(request.user, pool.team_id),
+        "can_decide": roles.is_admin(request.user),  # orders are decided in the queue, linked from here
         "polling": pool.phase in CHANGING_PHASES,
         "yaml": dump_yaml(pool.document),
         "capacity": pool_capacity_times(pool=pool),

@@ -173,6 +173,14 @@ def test_the_timeline_shows_warnings_only_when_asked_and_keeps_polling_that_way(
     assert "OrderRequested" in client.get("/pools/train-pool-a/?type=bogus").content.decode()  # unknown: every event
 
 
+def test_an_admin_reaches_a_pending_order_in_the_queue_from_the_pool_page(browser, algorithm_pool):
+    order = algorithm_pool.orders.get()
+    link = f'href="/orders/?status=Pending#order-{order.pk}">approve or reject</a>'
+    assert link in browser("admin").get("/pools/train-pool-a/").content.decode()
+    assert link not in browser("lead").get("/pools/train-pool-a/").content.decode()  # leads wait for an admin
+    assert f'<tr id="order-{order.pk}">' in browser("admin").get("/orders/?status=Pending").content.decode()
+
+
 def test_the_timeline_fragment_is_served_to_htmx(browser, algorithm_pool):
     response = browser("lead").get("/pools/train-pool-a/", HTTP_HX_REQUEST="true")
     html = response.content.decode()
