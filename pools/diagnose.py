@@ -391,7 +391,7 @@ def check_idle_nodes(s: PoolSnapshot, now: datetime) -> Check:
     return Check("bill-idle-nodes", title, status, found, cause, action, reqs, details)
 
 
-# --- the scaling spec: combine: All never bursts for whole-node pods ---------------------------
+# --- the scaling spec: a queue threshold that whole-node pods never reach ----------------------
 
 
 def queue_threshold(spec: ScalingSpec, current: int) -> int | None:

@@ -186,6 +186,13 @@ class GpuNodePool(models.Model):
     def baseline_gpus(self) -> int:
         return self.min_nodes * self.node_type.gpu_count
 
+    @property
+    def bursts(self) -> bool:
+        """`spec.burst.enabled`, read from the stored (validated) document without parsing it
+        against the catalog: whether the autoscaler may add burst nodes (`PoolSpec.autoscaling`)."""
+        burst = self.document.get("spec", {}).get("burst")
+        return isinstance(burst, dict) and burst.get("enabled") is True
+
 
 class PoolOrder(models.Model):
     """A request to buy or change monthly capacity; admins decide (design §3)."""

@@ -376,20 +376,13 @@ def capacity_hints(pod: CorePod, node_reasons: dict[str, str], states: dict[str,
         else:
             grow = f"raise nodeCount.min (ebcloud node-pool scale {pool_name} --min N)"
             has = f"pool {pool_name} has {len(members)} Ready node(s) of at most {pool.max_nodes}: a new node would fit the pod"
-            if bursts(pool):
+            if pool.bursts:
                 hints.append(f"{has}; the autoscaler adds a burst node when the pool's scaling policy asks (ebcloud node-pool "
                              f"diagnose {pool_name} says when it will not), or {grow}.")  # fmt: skip
             else:
                 hints.append(f"{has}, but the pool does not burst (spec.burst.enabled is off), so none is added until you {grow} "
                              f"or enable burst.")  # fmt: skip
     return hints
-
-
-def bursts(pool: GpuNodePool) -> bool:
-    """Whether the autoscaler may add burst nodes to the pool (`PoolSpec.autoscaling` is not
-    None), read from its stored document without parsing it against the catalog."""
-    burst = pool.document.get("spec", {}).get("burst") if isinstance(pool.document, dict) else None
-    return isinstance(burst, dict) and burst.get("enabled") is True
 
 
 def _elapsed(pod: Pod, now: datetime) -> bool:

@@ -22,7 +22,7 @@ def duration(value: timedelta | None) -> str:
 @register.filter
 def age(value: datetime | None) -> str:
     """How long ago, the way `kubectl get events` prints AGE (`45s`, `3m10s`), not "0 minutes"."""
-    return "—" if value is None else format_duration(max(timezone.now() - value, timedelta(0)))
+    return duration(None if value is None else max(timezone.now() - value, timedelta(0)))
 
 
 @register.filter
