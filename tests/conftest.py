@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import copy
+import os
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import time_machine
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from rest_framework.authtoken.models import Token
@@ -19,6 +22,23 @@ from pools.spec import load_yaml
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 SHARED_DATA = ROOT.parent / "shared" / "data"
+
+
+CLOCK_SHIFT_DAYS = int(os.environ.get("EBCLOUD_TEST_CLOCK_SHIFT_DAYS", "0") or 0)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def shifted_clock():
+    """`EBCLOUD_TEST_CLOCK_SHIFT_DAYS=365 pytest` runs the whole suite with the clock that many
+    days ahead (still ticking): a test that depends on today's date, instead of freezing the
+    clock or passing `now`, fails in that run. CI runs one of its two passes that way."""
+    if not CLOCK_SHIFT_DAYS:
+        yield
+        return
+    from django.utils import timezone
+
+    with time_machine.travel(timezone.now() + timedelta(days=CLOCK_SHIFT_DAYS), tick=True):
+        yield
 
 
 @pytest.fixture(autouse=True)
