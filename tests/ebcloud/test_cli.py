@@ -356,7 +356,7 @@ def test_events_watch_prints_only_new_or_updated_events_until_ctrl_c(
         else:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr("ebcloud.cli.time.sleep", fake_sleep)
+    monkeypatch.setattr("ebcloud.node_pool.time.sleep", fake_sleep)
     result = ebcloud("node-pool", "events", "train-pool-a", "--watch")
     assert result.exit_code == 0, result.stderr
     lines = result.stdout.splitlines()

@@ -13,7 +13,7 @@ from datetime import timedelta
 import yaml
 from django.utils import timezone
 
-from ebcloud.cli_diagnose import diagnosis_text
+from ebcloud.diagnose import diagnosis_text
 from pools import pod_services
 from pools.scheduler_service import scheduler_pass
 from tests.ebcloud.test_cli import config_file, ebcloud, live, login_as, one_error_line  # noqa: F401

@@ -1,11 +1,10 @@
-"""`ebcloud pod ...` and `ebcloud node-pool fragmentation`: pods of the simulated cluster and the
-fragmentation report, through the REST API only (seed O3, T2, C3).
+"""`ebcloud pod ...`: pods of the simulated cluster, through the REST API only (seed O3, T2).
+The pool's fragmentation report (`ebcloud node-pool fragmentation`) is in `ebcloud.node_pool`.
 
     ebcloud pod create -f examples/train-pod.yaml
     ebcloud pod list
     ebcloud pod why algorithm/bert-train-0
     ebcloud pod delete algorithm/bert-train-0
-    ebcloud node-pool fragmentation train-pool-a --plan
 """
 
 from __future__ import annotations
@@ -15,16 +14,7 @@ from typing import IO
 import click
 
 from ebcloud import output
-from ebcloud.cli import (
-    LIST_FORMATS,
-    OBJECT_FORMATS,
-    _read,
-    api,
-    cli,
-    emit,
-    node_pool,
-    show,
-)
+from ebcloud.common import LIST_FORMATS, OBJECT_FORMATS, api, read_body, show
 
 
 def _ref(ctx: click.Context | None, param: click.Parameter | None, ref: str) -> str:
@@ -36,7 +26,7 @@ def _ref(ctx: click.Context | None, param: click.Parameter | None, ref: str) -> 
     return ref
 
 
-@cli.group("pod")
+@click.group("pod")
 def pod() -> None:
     """Pods of the simulated cluster: submit, list, ask why one is Pending, delete."""
 
@@ -55,7 +45,7 @@ def pod() -> None:
 )
 def pod_create(file: IO[bytes], team: str) -> None:
     """Submit a pod from a Pod file; the scheduler binds it on its next pass."""
-    body = _read(file)
+    body = read_body(file)
     with api() as client:
         created = client.pod_create(body, team=team)
     metadata, status = created.get("metadata") or {}, created.get("status") or {}
@@ -101,34 +91,3 @@ def pod_delete(ref: str) -> None:
     with api() as client:
         client.pod_delete(ref)
     click.echo(f"pod/{ref} deleted")
-
-
-@node_pool.command("fragmentation")
-@click.argument("name")
-@click.option(
-    "--plan", is_flag=True, help="Also show the repack plan: moves, freed nodes, GPU-hours saved"
-)
-@click.option(
-    "--apply", "apply_", is_flag=True, help="Apply the repack plan (team leads, platform admins)"
-)
-@click.option(
-    "--max-nodes",
-    type=click.IntRange(min=1, max=100),
-    default=1,
-    show_default=True,
-    help="Disruption budget: nodes drained at once",
-)
-@click.option("-o", "--output", "fmt", type=click.Choice(["yaml", "json"]), help="yaml or json")
-def pool_fragmentation(
-    name: str, plan: bool, apply_: bool, max_nodes: int, fmt: str | None
-) -> None:
-    """A pool's fragmentation report: allocation per node, free GPU fragments, repack plan."""
-    with api() as client:
-        if apply_:
-            report = client.pool_fragmentation_apply(name, max_nodes=max_nodes)
-        else:
-            report = client.pool_fragmentation(name, plan=plan)
-    if fmt:
-        emit(report, fmt)
-    else:
-        click.echo(output.fragmentation_text(report))

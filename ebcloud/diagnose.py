@@ -4,6 +4,8 @@ against the pool's live state, printed like `kubectl describe` (REST API only, n
     ebcloud node-pool diagnose train-pool-a
     ebcloud node-pool diagnose train-pool-a -o json
     ebcloud node-pool diagnose train-pool-a --exit-code || page-the-on-call
+
+`ebcloud.node_pool` adds `pool_diagnose` to the `node-pool` group.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import click
 
 from ebcloud import output
-from ebcloud.cli import api, emit, node_pool
+from ebcloud.common import api, emit
 
 EXIT_FAILING = 3  # 1 is an error and 2 a usage mistake (click): a failing check is neither
 LABELS = {"failing": "FAILING", "warning": "WARNING", "unknown": "UNKNOWN", "ok": "OK"}
@@ -46,7 +48,7 @@ def diagnosis_text(diagnosis: dict) -> str:
     return "\n".join(lines)
 
 
-@node_pool.command("diagnose")
+@click.command("diagnose")
 @click.argument("name")
 @click.option("-o", "--output", "fmt", type=click.Choice(["yaml", "json"]), help="yaml or json (the server's document)")
 @click.option("--exit-code", "exit_code", is_flag=True, help=f"Exit {EXIT_FAILING} when a check is failing (for scripts and CI)")

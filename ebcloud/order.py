@@ -1,0 +1,58 @@
+"""`ebcloud order ...`: orders for monthly capacity; platform admins approve or reject them,
+through the REST API only.
+
+    ebcloud order list --status Pending
+    ebcloud order approve 1
+    ebcloud order reject 2 --reason "no A100 capacity this month"
+"""
+
+from __future__ import annotations
+
+import click
+
+from ebcloud import output
+from ebcloud.common import LIST_FORMATS, OBJECT_FORMATS, api, show
+
+
+@click.group("order")
+def order() -> None:
+    """Orders for monthly capacity; platform admins approve or reject them."""
+
+
+@order.command("list")
+@click.option("--status", default="", help="Pending, Approved, Rejected, Paid or Failed")
+@click.option("-o", "--output", "fmt", type=LIST_FORMATS, help="wide, yaml or json")
+def order_list(status: str, fmt: str | None) -> None:
+    """List the orders you may see, newest first."""
+    with api() as client:
+        orders = client.orders(status=status)
+    show(orders, fmt, output.order_table)
+
+
+@order.command("get")
+@click.argument("order_id", metavar="ID", type=int)
+@click.option("-o", "--output", "fmt", type=OBJECT_FORMATS, help="wide, yaml or json")
+def order_get(order_id: int, fmt: str | None) -> None:
+    """Show one order."""
+    with api() as client:
+        found = client.order(order_id)
+    show(found, fmt, output.order_table)
+
+
+@order.command("approve")
+@click.argument("order_id", metavar="ID", type=int)
+def order_approve(order_id: int) -> None:
+    """Approve a Pending order (platform admins)."""
+    with api() as client:
+        decided = client.order_approve(order_id)
+    click.echo(f"order/{order_id} {str(decided.get('status', 'approved')).lower()}")
+
+
+@order.command("reject")
+@click.argument("order_id", metavar="ID", type=int)
+@click.option("--reason", required=True, help="Why; the team lead reads it in the pool's events")
+def order_reject(order_id: int, reason: str) -> None:
+    """Reject a Pending order with a reason (platform admins)."""
+    with api() as client:
+        decided = client.order_reject(order_id, reason=reason)
+    click.echo(f"order/{order_id} {str(decided.get('status', 'rejected')).lower()}")
