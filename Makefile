@@ -33,7 +33,7 @@ node_modules/axe-core/axe.min.js: package.json package-lock.json
 install-test: $(VENV)/.installed-test node_modules/axe-core/axe.min.js
 
 # Web server + django-q2 worker + the simulated fleet (agents over HTTP, a replayed workload,
-# GPU faults; pools/demo_fleet.py) on the embedded defaults (SQLite, simulated cloud, demo data).
+# GPU faults; pools/demo/fleet.py) on the embedded defaults (SQLite, simulated cloud, demo data).
 # All three run in the background; Ctrl-C, or the first of them to exit, stops the others
 # (SIGTERM). EBCLOUD_DEMO_SPEED sets how fast the replayed trace runs.
 run: install

@@ -59,9 +59,9 @@ def database_prepare(url: str, nodes: int) -> list[str]:
 
     from monitoring import tokens
     from monitoring.models import AgentCredential, NodeAgentState, NodeReport
-    from pools import services
-    from pools.demo import load_catalog
+    from pools.demo.seed import load_catalog
     from pools.models import GpuNodePool, Membership, Node, Team
+    from pools.services import pools as services
     from tests.conftest import make_document
 
     call_command("migrate", verbosity=0)

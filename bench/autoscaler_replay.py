@@ -3,7 +3,7 @@ O4, C2, T6; issue 5 items 6 and 8).
 
 For each workload (the Alibaba cluster-trace-gpu-v2023 pods of Weng et al., "Beware of
 Fragmentation", USENIX ATC 2023, mapped onto one 8 x A100 80G pool; a synthetic diurnal
-pattern; the article's worked example) it replays, with :func:`pools.simulation.replay`:
+pattern; the article's worked example) it replays, with :func:`pools.simulation.replay.replay`:
 
 - all-monthly: every node monthly, sized for the peak (no scaling possible);
 - all-on-demand: no baseline, burst up to the peak;
@@ -38,8 +38,8 @@ if str(ROOT) not in sys.path:  # allow `python bench/autoscaler_replay.py` from 
     sys.path.insert(0, str(ROOT))
 
 from billing.advisor import plan_baseline, recommend_baseline  # noqa: E402
-from pools.autoscaling import DEFAULT_SCALING_SPEC, ScalingSpec  # noqa: E402
-from pools.simulation import (  # noqa: E402
+from pools.core.autoscaling import DEFAULT_SCALING_SPEC, ScalingSpec  # noqa: E402
+from pools.simulation.model import (  # noqa: E402
     DAY,
     HOUR,
     PoolConfig,
@@ -48,9 +48,9 @@ from pools.simulation import (  # noqa: E402
     SimResult,
     peak_gpus,
     peak_nodes,
-    replay,
 )
-from pools.simulation_workloads import (  # noqa: E402
+from pools.simulation.replay import replay  # noqa: E402
+from pools.simulation.workloads import (  # noqa: E402
     TRACE_FILE,
     article_workload,
     diurnal_workload,

@@ -71,7 +71,7 @@ def generate(*, pods: int, hours: int, pools: int) -> tuple[int, float]:
 
     from billing.models import CostRecord
     from pools import roles
-    from pools.demo import load_catalog
+    from pools.demo.seed import load_catalog
     from pools.models import GpuModel, GpuNodePool, NodeType, Team, Zone
 
     expected = pods * hours + pools * hours
@@ -188,7 +188,7 @@ def meter_fleet(*, pods: int, hours: int = 3) -> list[tuple[float, int, int]]:
     from billing import services
     from billing.demo import load_prices
     from billing.models import CostDay, CostRecord, MeterRun, UsageRecord
-    from pools.demo import load_catalog
+    from pools.demo.seed import load_catalog
     from pools.models import GpuModel, GpuNodePool, Node, NodeType, Pod, Team, Zone
 
     load_catalog()

@@ -97,7 +97,8 @@ def counted(name: str, fn, *, profile_to: Path | None = None) -> tuple[Step, obj
 def measure_pass(*, now, hour=None, profile_dir: Path | None = None, tag: str = "") -> list[Step]:
     """Reconcile every pool, autoscale every pool, meter `hour` (skipped when None)."""
     from billing import services
-    from pools import autoscaler_service, lifecycle
+    from pools.controllers import autoscaler as autoscaler_service
+    from pools.controllers import lifecycle
     from pools.models import PoolEvent
 
     def where(step: str) -> Path | None:

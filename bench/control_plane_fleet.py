@@ -129,7 +129,8 @@ def build(shape: Shape, *, now: datetime = NOW, prefix: str = "pool") -> Fleet:
     from billing.models import Account
     from monitoring.models import PoolSample
     from pools import roles
-    from pools.demo import load_catalog
+    from pools.core.spec import effective_node_labels, parse_document
+    from pools.demo.seed import load_catalog
     from pools.models import (
         GpuModel,
         GpuNodePool,
@@ -143,9 +144,8 @@ def build(shape: Shape, *, now: datetime = NOW, prefix: str = "pool") -> Fleet:
         Team,
         Zone,
     )
-    from pools.models_cloud import SimClusterNode, SimFailure, SimMachine, SimPayment, SimStock
-    from pools.selectors import catalog_current
-    from pools.spec import effective_node_labels, parse_document
+    from pools.models.cloud import SimClusterNode, SimFailure, SimMachine, SimPayment, SimStock
+    from pools.selectors.pools import catalog_current
 
     load_catalog()
     load_prices()
@@ -276,8 +276,9 @@ def build(shape: Shape, *, now: datetime = NOW, prefix: str = "pool") -> Fleet:
 def _statuses_settle(*, prefix: str, now: datetime) -> None:
     """Store each pool's status as the controller computes it (as if the last pass ran at
     `now`), so that a measured pass rewrites only the status of pools where something changed."""
-    from pools import lifecycle_rules as rules
-    from pools.lifecycle_state import ClaimsSeen, pools_update, snapshots_load
+    from pools.claims import ClaimsSeen
+    from pools.controllers.state import pools_update, snapshots_load
+    from pools.core import lifecycle as rules
     from pools.models import GpuNodePool
 
     pools = list(GpuNodePool.objects.filter(name__startswith=f"{prefix}-"))

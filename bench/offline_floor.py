@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from pools.scheduling import NodeState, Pod
+from pools.core.scheduling.nodes import NodeState, Pod
 
 try:  # scipy is a test/bench extra: the product never needs an LP solver
     from scipy.optimize import linprog

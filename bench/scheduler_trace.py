@@ -11,7 +11,7 @@ cluster-trace-gpu-v2023 ("openb") workload fills 1213 GPU nodes. This script fol
    1.3x capacity (or random pods are dropped while it is above, for lists that start above).
    Like the artifact, the stop test adds the sample's per-GPU milli (``gpu_milli``) while the
    running total adds its full request (``gpu_count * gpu_milli``). Pods never leave.
-2. Pods are scheduled online, in that order, by :class:`pools.scheduling.ClusterScheduler`
+2. Pods are scheduled online, in that order, by :class:`pools.core.scheduling.cluster.ClusterScheduler`
    with the named policy (the same filter and score functions as the live scheduler); a pod
    that fits nowhere is dropped.
 3. After every pod the arrived GPU request and the allocated GPU are recorded as % of
@@ -41,10 +41,13 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # allow `python bench/scheduler_trace.py` from the project root
     sys.path.insert(0, str(ROOT))
 
-from pools.fragmentation import repack_plan, workload_from_pods  # noqa: E402
-from pools.fragmentation_repack import make_room_plan  # noqa: E402
-from pools.scheduling import NodeState, Pod  # noqa: E402
-from pools.scheduling_cluster import ClusterScheduler  # noqa: E402
+from pools.core.scheduling.cluster import ClusterScheduler  # noqa: E402
+from pools.core.scheduling.fragmentation import workload_from_pods  # noqa: E402
+from pools.core.scheduling.nodes import NodeState, Pod  # noqa: E402
+from pools.core.scheduling.repack import (  # noqa: E402
+    make_room_plan,  # noqa: E402
+    repack_plan,  # noqa: E402
+)
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "alibaba-gpu-v2023"
 NODE_FILE = "openb_node_list_gpu_node.csv"
@@ -154,7 +157,7 @@ def run_once(
     ``at_full`` acts once, when the arrived request first reaches 100% of capacity:
     ``"repack"`` applies a node-freeing repack plan (no disruption budget) and offers the pods
     that failed so far again, in arrival order; ``"room"`` applies
-    :func:`pools.fragmentation_repack.make_room_plan` to those pods (moving a few running pods
+    :func:`pools.core.scheduling.repack.make_room_plan` to those pods (moving a few running pods
     so they fit). The replay then continues; "at 100%" is measured after that step.
     """
     start = time.perf_counter()

@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.db import router, transaction
 
 from billing.models import Account, Budget, BudgetAlert, LeaseTerm, NodePrice, PriceBookEntry
-from pools.audit import audit_record, snapshot
+from pools.services.audit import audit_record, snapshot
 
 
 class AuditedPriceAdmin(admin.ModelAdmin):

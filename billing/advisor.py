@@ -20,7 +20,8 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 from fractions import Fraction
 
-from billing.allocation import CENT, quantize_money, split_money
+from billing.allocation import CENT, split_money
+from billing.lease_costs import quantize_money
 
 HOURS_PER_MONTH = 730
 RECENT_HOURS = 72

@@ -24,7 +24,7 @@ from billing.advisor import (
 )
 from billing.models import CostRecord, UsageRecord
 from billing.pricing import price_in_force
-from pools.errors import ValidationError
+from pools.core.errors import ValidationError
 from pools.models import GpuNodePool
 
 HISTORY = timedelta(days=60)

@@ -21,7 +21,7 @@ from rest_framework.views import APIView
 
 from billing import selectors
 from billing.focus import FOCUS_COLUMNS, iter_csv_lines
-from pools.errors import ValidationError
+from pools.core.errors import ValidationError
 
 FORMATS = ("json", "csv", "focus")
 

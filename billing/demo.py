@@ -1,6 +1,6 @@
 """Demo prices beyond the per-node price book (C1): `load_prices()` is idempotent.
 
-`pools.demo.load_catalog` loads node prices and lease terms; this adds the preemptible discount,
+`pools.demo.seed.load_catalog` loads node prices and lease terms; this adds the preemptible discount,
 storage, cross-zone network and registry fees, effective from the same epoch. `seed_demo` should
 call both.
 """

@@ -43,11 +43,9 @@ from billing.allocation import (
     FeeHour,
     NodeHour,
     PodHour,
-    add_months,
     allocate_hour,
-    lease_months,
-    quantize_money,
 )
+from billing.lease_costs import add_months, lease_months, quantize_money
 
 FOCUS_VERSION = "1.2"
 
@@ -137,7 +135,7 @@ def purchase_rows(
     """One Purchase row per lease month; the last may be a pro-rata part-month.
 
     Payments are cumulative roundings of ``price × months elapsed``, so they add up to the
-    lease payment that :func:`billing.allocation.monthly_hour_cost` amortises.
+    lease payment that :func:`billing.lease_costs.monthly_hour_cost` amortises.
     """
     rows = []
     paid = Decimal(0)

@@ -5,7 +5,7 @@
 
 - node-hours per node by billing kind. A monthly node is billed every hour of its lease
   (`lease_start` .. `lease_end`), used or not, at its lease payment amortised by
-  `billing.allocation.monthly_hour_cost`; on-demand and preemptible nodes are billed pro rata
+  `billing.lease_costs.monthly_hour_cost`; on-demand and preemptible nodes are billed pro rata
   while they exist and are not Terminated (`created_at` .. `terminated_at`).
 - pod GPU-hours by request (whole GPUs count 1 each, a shared GPU its milli/1000), pro rata
   to the part of the hour the pod ran, with a snapshot of its effective labels (pool labels,
@@ -23,89 +23,38 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable
-from contextvars import ContextVar
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
 
 from django.db.models import Case, Count, F, Min, Q, TextField, When
 from django.db.models.functions import Cast
 
-from billing import pricing
-from billing.allocation import (
-    CENT,
-    FeeHour,
-    NodeHour,
-    PodHour,
-    add_months,
-    effective_labels,
-    gpu_hours,
-    monthly_hour_cost,
-    on_demand_hour_cost,
-    preemptible_hour_cost,
-    quantize_money,
-)
+from billing.allocation import FeeHour, NodeHour, PodHour, effective_labels, gpu_hours
 from billing.bulk_insert import Unsaved
+from billing.hours import HOUR, QUANTITY, floor_hour, hour_overlap
+from billing.lease_costs import add_months, monthly_hour_cost, quantize_money
 from billing.models import PoolResourceSample, PriceBookEntry, UsageRecord
-from pools.errors import ValidationError
+from billing.node_prices import (
+    NODE_COLUMNS,
+    BilledNode,
+    cached,
+    node_price,
+    price_entry_in_force,
+    price_memo,
+)
+from pools.core.errors import ValidationError
 from pools.models import GpuNodePool, Node, Pod, Team
+from pools.providers import get_cloud_provider
 
 log = logging.getLogger("ebcloud.billing")
 
-HOUR = timedelta(hours=1)
-QUANTITY = Decimal("0.000001")
 MILLI = 1000
 FEE_KINDS = (UsageRecord.Kind.STORAGE, UsageRecord.Kind.NETWORK, UsageRecord.Kind.REGISTRY)
 
 # Unsaved `UsageRecord`s without `Model.__init__`: an hour of a 200,000-pod fleet is ~210,000.
 _new_usage = Unsaved(UsageRecord)
-
-
-def floor_hour(moment: datetime) -> datetime:
-    return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
-
-
-def last_complete_hour(now: datetime) -> datetime:
-    return floor_hour(now) - HOUR
-
-
-# Prices looked up during one `usage_collect` are memoised for that call only (a fleet shares
-# a few price versions; a long-running worker still sees every price change on its next run).
-_memo: ContextVar[dict | None] = ContextVar("billing_price_memo", default=None)
-
-
-def _cached(key: tuple, compute):
-    memo = _memo.get()
-    if memo is None:
-        return compute()
-    if key not in memo:
-        memo[key] = compute()
-    return memo[key]
-
-
-def price_entry_in_force(*, kind: str, at: datetime) -> PriceBookEntry | None:
-    return _cached(
-        ("entry", kind, at),
-        lambda: (
-            PriceBookEntry.objects.filter(kind=kind, effective_from__lte=at)
-            .order_by("-effective_from")
-            .first()
-        ),
-    )
-
-
-def price_in_force(*, node_type_id: int, gpu_model_id: int, at: datetime):
-    return _cached(
-        ("node", node_type_id, gpu_model_id, at),
-        lambda: pricing.price_in_force(node_type_id=node_type_id, gpu_model_id=gpu_model_id, at=at),
-    )
-
-
-def lease_term_in_force(*, lease_type: str, at: datetime):
-    return _cached(
-        ("lease", lease_type, at), lambda: pricing.lease_term_in_force(lease_type=lease_type, at=at)
-    )
 
 
 @dataclass
@@ -120,11 +69,11 @@ class Collected:
 def usage_collect(*, hour: datetime) -> Collected:
     """Unsaved usage records of every resource alive in [hour, hour + 1h)."""
     hour = _check_hour(hour)
-    token = _memo.set({})
+    token = price_memo.set({})
     try:
         return _collect(hour)
     finally:
-        _memo.reset(token)
+        price_memo.reset(token)
 
 
 def _collect(hour: datetime) -> Collected:
@@ -166,59 +115,11 @@ def _collect(hour: datetime) -> Collected:
     return out
 
 
-# What billing reads of a node: its columns, the price its order was paid at (see `BilledNode`).
-NODE_COLUMNS = (
-    "pk", "pool_id", "name", "billing", "phase", "gpu_count", "labels_text", "lease_start", "lease_end", "created_at",
-    "terminated_at", "order_id", "order__unit_monthly_price", "order__discount", "order__currency",
-)  # fmt: skip
-
-
-@dataclass(frozen=True, slots=True)
-class OrderPrice:
-    """What an order's nodes were paid at (`NodeOrder` has the same attributes)."""
-
-    unit_monthly_price: Decimal
-    discount: Decimal
-    currency: str
-
-
-@dataclass(slots=True)
-class BilledNode:
-    """The attributes of a `Node` that billing reads, with the same names, so `_node_record`
-    and `_monthly_price` take either; `pool` is attached by the caller."""
-
-    pk: int
-    pool_id: int
-    name: str
-    billing: str
-    phase: str
-    gpu_count: int
-    labels: dict
-    lease_start: datetime | None
-    lease_end: datetime | None
-    created_at: datetime | None
-    terminated_at: datetime | None
-    order: OrderPrice | None
-    pool: GpuNodePool | None = None
-
-    @classmethod
-    def from_row(cls, row: tuple) -> BilledNode:
-        """A node from a `NODE_COLUMNS` row; within one metered hour, nodes with the same labels
-        or the same order share the decoded labels and the order's price (both only read)."""
-        (pk, pool_id, name, billing, phase, gpu_count, text, lease_start, lease_end, created_at, terminated_at,
-         order_id, unit_monthly_price, discount, currency) = row  # fmt: skip
-        labels = _cached(("node-labels", text), lambda: json.loads(text) if text else {})
-        order = None
-        if order_id is not None:
-            order = _cached(("order", order_id), lambda: OrderPrice(unit_monthly_price, discount, currency))
-        return cls(pk, pool_id, name, billing, phase, gpu_count, labels, lease_start, lease_end, created_at, terminated_at, order)  # fmt: skip
-
-
 def _node_record(node: Node | BilledNode, hour: datetime) -> UsageRecord | None:
     """A node's hour, priced, or None when it is not billed this hour (no lease running into
     it, not alive in it). Built with `Unsaved.with_values`: an hour of a 1,000-pool fleet bills
     ~20,000 nodes."""
-    priced = _node_price(node, hour)
+    priced = node_price(node, hour)
     if priced is None:
         return None
     quantity, cost, list_cost, currency = priced
@@ -230,82 +131,8 @@ def _node_record(node: Node | BilledNode, hour: datetime) -> UsageRecord | None:
         "gpu_count": node.gpu_count, "quantity": quantity, "amount": cost, "list_amount": list_cost,
         "currency": currency,
         # Nodes of a pool with the same labels share one dict (only read): see `allocation_inputs`.
-        "labels": _cached(("labels", pool.pk, id(node.labels)), lambda: effective_labels(pool.labels, node.labels, None)),
+        "labels": cached(("labels", pool.pk, id(node.labels)), lambda: effective_labels(pool.labels, node.labels, None)),
     })  # fmt: skip
-
-
-def _node_price(node: Node | BilledNode, hour: datetime) -> tuple[Decimal, Decimal, Decimal | None, str] | None:
-    """(node-hours, cost, cost at the on-demand list price, currency) of a node in the hour."""
-    pool = node.pool
-    if node.billing == Node.Billing.MONTHLY:
-        if node.lease_start is None or node.lease_end is None:
-            return None
-        start = floor_hour(node.lease_start)
-        hours = -(-(node.lease_end - start) // HOUR)  # ceil: the lease's last part-hour is billed
-        if not start <= hour < start + hours * HOUR:
-            return None
-        monthly = _monthly_price(node)
-        lease = (monthly.price, start, start + hours * HOUR, hour)
-        cost = _cached(("monthly-hour", *lease), lambda: monthly_hour_cost(*lease))  # nodes of one order share it
-        return Decimal(1), cost, _hourly_list_price(node, hour), monthly.currency
-    if node.terminated_at is not None:
-        alive_to = node.terminated_at
-    elif node.phase == Node.Phase.TERMINATED:
-        return None
-    else:
-        alive_to = hour + HOUR
-    fraction = _overlap(node.created_at, alive_to, hour)
-    if fraction <= 0:
-        return None
-    price = price_in_force(node_type_id=pool.node_type_id, gpu_model_id=pool.gpu_model_id, at=hour)
-    list_cost = _cached(("list-hour", price.hourly_price, fraction), lambda: on_demand_hour_cost(price.hourly_price, fraction))
-    if node.billing == Node.Billing.PREEMPTIBLE:
-        entry = price_entry_in_force(kind=PriceBookEntry.Kind.PREEMPTIBLE_DISCOUNT, at=hour)
-        discount = entry.amount if entry else Decimal(0)
-        cost = preemptible_hour_cost(price.hourly_price, discount, fraction)
-    else:
-        cost = list_cost
-    return fraction, cost, list_cost, price.currency
-
-
-@dataclass(frozen=True)
-class _Monthly:
-    price: Decimal
-    currency: str
-
-
-def _monthly_price(node: Node | BilledNode) -> _Monthly:
-    """What the node's lease costs a month: the order's price less its discount (what was paid),
-    else the price book at the lease start less the pool's lease-term discount."""
-    pool = node.pool
-    order = node.order
-    if order is not None:
-        paid = (order.unit_monthly_price, order.discount, order.currency)
-        return _cached(("paid", *paid), lambda: _paid_monthly(*paid))  # an order's nodes share it
-    at = node.lease_start
-    book = price_in_force(node_type_id=pool.node_type_id, gpu_model_id=pool.gpu_model_id, at=at)
-    try:
-        discount = lease_term_in_force(lease_type=pool.lease_type, at=at).discount
-    except ValidationError:
-        discount = Decimal(0)
-    price = Decimal(book.monthly_price) * (1 - Decimal(discount))
-    return _Monthly(price.quantize(CENT, ROUND_HALF_UP), book.currency)
-
-
-def _paid_monthly(unit_monthly_price: Decimal, discount: Decimal, currency: str) -> _Monthly:
-    price = Decimal(unit_monthly_price) * (1 - Decimal(discount))
-    return _Monthly(price.quantize(CENT, ROUND_HALF_UP), currency)
-
-
-def _hourly_list_price(node: Node | BilledNode, hour: datetime) -> Decimal | None:
-    pool = node.pool
-    try:
-        price = price_in_force(
-            node_type_id=pool.node_type_id, gpu_model_id=pool.gpu_model_id, at=hour
-        )
-    except ValidationError:
-        return None
-    return _cached(("list-hour", price.hourly_price), lambda: on_demand_hour_cost(price.hourly_price))
 
 
 def _pod_records(billed: dict[int, tuple[BilledNode, UsageRecord]], hour: datetime) -> list[UsageRecord]:
@@ -344,8 +171,8 @@ def _pod_records(billed: dict[int, tuple[BilledNode, UsageRecord]], hour: dateti
         if node_id not in billed:
             continue  # its node is not billed this hour (no price, no lease): neither is it
         whole = since is None and until is None
-        fraction = Decimal(1) if whole else _overlap(since or hour, until or end, hour)
-        quantity = _gpu_hours_cached(gpu_count, gpu_milli, fraction) * pods
+        fraction = Decimal(1) if whole else hour_overlap(since or hour, until or end, hour)
+        quantity = _gpu_hourscached(gpu_count, gpu_milli, fraction) * pods
         if quantity <= 0:
             continue
         key = (node_id, namespace, team_id, text)
@@ -361,7 +188,7 @@ def _pod_records(billed: dict[int, tuple[BilledNode, UsageRecord]], hour: dateti
 
     def merged(inherited: dict, text: str, labels: dict) -> dict:
         """A workload's effective labels on nodes with these inherited ones, one dict for all."""
-        return _cached(("pod-labels", id(inherited), text), lambda: {**inherited, **labels})
+        return cached(("pod-labels", id(inherited), text), lambda: {**inherited, **labels})
 
     teams = Team.objects.in_bulk({team_id for _, _, team_id, _ in groups})
     records = []
@@ -390,7 +217,7 @@ def _pod_records(billed: dict[int, tuple[BilledNode, UsageRecord]], hour: dateti
 _GPU_HOURS: dict[tuple[int, int, Decimal], Decimal] = {}
 
 
-def _gpu_hours_cached(gpu_count: int, gpu_milli: int, hours: Decimal) -> Decimal:
+def _gpu_hourscached(gpu_count: int, gpu_milli: int, hours: Decimal) -> Decimal:
     """`pod_gpu_hours`, remembered: a fleet has few request shapes and most pods run whole hours."""
     key = (gpu_count, gpu_milli, hours)
     value = _GPU_HOURS.get(key)
@@ -424,7 +251,6 @@ def resource_samples(pools: list, hour: datetime) -> dict[int, PoolResourceSampl
     missing = [pk for pk in ids if pk not in samples]
     if not missing:
         return samples
-    from pools.providers import get_cloud_provider
 
     machines: dict[int, list[str]] = {}
     for pool_id, provider_id in Node.objects.filter(pool_id__in=missing).exclude(provider_id="").values_list("pool_id", "provider_id"):
@@ -468,7 +294,7 @@ def _fee_records(pool, hour: datetime, *, sample: PoolResourceSample | None) -> 
 
     registry = price_entry_in_force(kind=PriceBookEntry.Kind.REGISTRY_POOL_MONTH, at=hour)
     if registry is not None:
-        amount = _cached(("registry", registry.pk, hour), lambda: monthly_hour_cost(quantize_money(registry.amount), month_start, month_end, hour))
+        amount = cached(("registry", registry.pk, hour), lambda: monthly_hour_cost(quantize_money(registry.amount), month_start, month_end, hour))
         add(UsageRecord.Kind.REGISTRY, registry, Decimal(1), amount)
     if sample is not None and sample.storage_gb > 0:
         storage = price_entry_in_force(kind=PriceBookEntry.Kind.STORAGE_GB_MONTH, at=hour)
@@ -482,16 +308,6 @@ def _fee_records(pool, hour: datetime, *, sample: PoolResourceSample | None) -> 
             amount = quantize_money(Fraction(network.amount) * Fraction(sample.cross_zone_gb))
             add(UsageRecord.Kind.NETWORK, network, Decimal(sample.cross_zone_gb), amount)
     return records
-
-
-def _overlap(start: datetime | None, stop: datetime, hour: datetime) -> Decimal:
-    """The part of [hour, hour + 1h) inside [start, stop), as a fraction of an hour."""
-    if start is None:
-        return Decimal(0)
-    seconds = (min(stop, hour + HOUR) - max(start, hour)).total_seconds()
-    if seconds <= 0:
-        return Decimal(0)
-    return (Decimal(str(seconds)) / 3600).quantize(QUANTITY, ROUND_HALF_UP)
 
 
 def _check_hour(hour: datetime) -> datetime:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from django.db import models
 from django.utils import timezone
 
+from pools import roles
+
 
 class NodePrice(models.Model):
     """Monthly and on-demand hourly price of one node of a type and GPU model."""
@@ -105,8 +107,6 @@ class CostQuerySet(models.QuerySet):
     """Costs belong to the team they are charged to (a pod's team; the pool owner for idle)."""
 
     def for_user(self, user):
-        from pools import roles
-
         if not user.is_authenticated:
             return self.none()
         if roles.sees_all_teams(user):

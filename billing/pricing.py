@@ -10,7 +10,7 @@ from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
 
 from billing.models import LeaseTerm, NodePrice
-from pools.errors import ValidationError
+from pools.core.errors import ValidationError
 
 CENT = Decimal("0.01")
 

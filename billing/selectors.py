@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 
-from django.db.models import QuerySet, Sum
+from django.db.models import Max, Min, QuerySet, Sum, TextField
 from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast
 
-from billing import metering
+from billing import metering, node_prices
 from billing.allocation import (
     CENT,
     DEFAULT_GROUP_LABELS,
@@ -31,9 +32,15 @@ from billing.allocation import (
     GroupTotal,
     group_columns,
 )
-from billing.models import Budget, CostDay, CostRecord
-from pools.errors import FieldError, ValidationError
-from pools.selectors import teams_visible_to
+from billing.costing import cost_records_for
+from billing.focus import FocusAccount, Lease, iter_focus_rows
+from billing.hours import HOUR, floor_hour
+from billing.lease_costs import add_months
+from billing.models import Budget, BudgetAlert, CostDay, CostRecord, UsageRecord
+from pools import roles
+from pools.core.errors import FieldError, ValidationError
+from pools.models import Node
+from pools.selectors.pools import teams_visible_to
 
 LABEL_KEY = re.compile(
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
@@ -263,9 +270,6 @@ def cost_detail_rows(
     """Every cost record in the range, streamed from a server-side cursor (constant memory).
 
     Labels come out of the database as JSON text (never decoded and re-encoded here)."""
-    from django.db.models import TextField
-    from django.db.models.functions import Cast
-
     rows = (
         costs_for_user(user=user, query=query)
         .order_by("hour", "id")
@@ -295,11 +299,6 @@ def focus_rows_for_user(*, user, query: CostQuery, account=None) -> Iterator[dic
     The allocation is recomputed by the same pure core from the same records metering used,
     so FOCUS totals equal the stored cost records. Leads get the pools their teams own.
     """
-    from billing import metering
-    from billing.focus import FocusAccount, iter_focus_rows
-    from billing.models import UsageRecord
-    from pools import roles
-
     account = account or FocusAccount(
         billing_account_id="ebcloud", billing_account_name="EBCloud GPU node pools"
     )
@@ -334,10 +333,6 @@ def focus_rows_for_user(*, user, query: CostQuery, account=None) -> Iterator[dic
 
 
 def _leases(records) -> list:
-    from billing import metering
-    from billing.focus import Lease
-    from pools.models import Node
-
     names = (
         records.filter(kind="node", billing_kind="monthly")
         .values_list("node_name", flat=True)
@@ -351,8 +346,8 @@ def _leases(records) -> list:
     for node in nodes.order_by("name"):
         if node.lease_start is None or node.lease_end is None:
             continue
-        start = metering.floor_hour(node.lease_start)
-        hours = -(-(node.lease_end - start) // metering.HOUR)
+        start = floor_hour(node.lease_start)
+        hours = -(-(node.lease_end - start) // HOUR)
         leases.append(
             Lease(
                 commitment_id=f"lease/{node.name}/{start:%Y%m%dT%H}",
@@ -360,8 +355,8 @@ def _leases(records) -> list:
                 pool=node.pool.name,
                 team=node.pool.team.slug,
                 start=start,
-                end=start + hours * metering.HOUR,
-                monthly_price=metering._monthly_price(node).price,
+                end=start + hours * HOUR,
+                monthly_price=node_prices.monthly_price(node).price,
                 gpu_count=node.gpu_count,
                 gpu_class=node.pool.gpu_model.name,
                 region=node.pool.zone.name,
@@ -413,8 +408,6 @@ def _percent(amount: Decimal, of: Decimal) -> Decimal:
 
 
 def period_bounds(now: datetime) -> tuple[datetime, datetime]:
-    from billing.allocation import add_months
-
     start = now.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     return start, add_months(start, 1)
 
@@ -433,8 +426,6 @@ def budget_status(*, budget: Budget, now: datetime) -> BudgetStatus:
 
 def budget_statuses_of(budgets, *, now: datetime) -> list[BudgetStatus]:
     """Statuses of many budgets in two queries (one for pool budgets, one for team budgets)."""
-    from django.db.models import Max, Min
-
     budgets = list(budgets)
     start, end = period_bounds(now)
     month = CostRecord.objects.filter(hour__gte=start, hour__lt=end)
@@ -481,8 +472,6 @@ def pool_budget_status(*, pool, now: datetime) -> BudgetStatus | None:
 
 
 def budget_alerts_for_user(*, user, limit: int = 50):
-    from billing.models import BudgetAlert
-
     budgets = budgets_for_user(user=user)
     return (
         BudgetAlert.objects.filter(budget__in=budgets)
@@ -505,9 +494,8 @@ class HourProjection:
 def current_hour_projection(*, user, now: datetime) -> HourProjection | None:
     """Same collection and allocation as `billing.services.meter_hour`, nothing saved; the
     teams the user may see. None when nothing is running."""
-    from billing.services import cost_records_for  # services import selectors: keep it lazy
 
-    hour = metering.floor_hour(now)
+    hour = floor_hour(now)
     rows = cost_records_for(metering.usage_collect(hour=hour).records)
     visible = set(teams_visible_to(user=user).values_list("pk", flat=True))
     totals: dict[str, Decimal] = {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.utils import timezone
 
-from billing import services
+from billing import budgets, services
 
 
 def meter_pending() -> dict[str, int]:
@@ -14,5 +14,5 @@ def meter_pending() -> dict[str, int]:
     # Stay well inside the worker's task timeout; the next run continues a long catch-up.
     budget_s = settings.Q_CLUSTER.get("timeout", 60) * 0.6
     results = services.meter_pending(now=now, time_budget_s=budget_s)
-    alerts = services.budgets_evaluate(now=now)
+    alerts = budgets.budgets_evaluate(now=now)
     return {"hours": sum(1 for r in results if r.metered), "alerts": len(alerts)}

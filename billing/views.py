@@ -13,13 +13,13 @@ from django.contrib.auth.decorators import login_required
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET
 
 from billing import api, selectors
 from billing.allocation import DEFAULT_GROUP_LABELS
-from pools.errors import ValidationError
-from pools.selectors import teams_visible_to
+from pools.core.errors import ValidationError
+from pools.selectors.pools import teams_visible_to
+from pools.views.base import htmx_render
 
 QUERY_KEYS = ("by", "from", "to", "team", "pool", "billing", "sort")
 
@@ -64,10 +64,7 @@ def cost_list(request):
         "budgets": selectors.budget_statuses(user=request.user, now=timezone.now()),
         "accruing": None if request.htmx else selectors.current_hour_projection(user=request.user, now=timezone.now()),
     }
-    name = "billing/cost_list.html#cost-table" if request.htmx else "billing/cost_list.html"
-    response = render(request, name, context)
-    patch_vary_headers(response, ("HX-Request",))
-    return response
+    return htmx_render(request, "billing/cost_list.html", context, partial="cost-table")
 
 
 def _figure(series) -> dict:

@@ -54,7 +54,6 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "drf_spectacular",
     "drf_spectacular_sidecar",
-    "django_filters",
     "django_htmx",
     "template_partials",
     "django_q",
@@ -71,7 +70,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "pools.audit.AuditActorMiddleware",  # who acts, for the audit signals (pools/audit_signals.py)
+    "pools.services.audit.AuditActorMiddleware",  # who acts, for the audit signals (pools/signals.py)
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -229,7 +228,7 @@ EBCLOUD_MAX_NODES_PER_POOL = env_int("EBCLOUD_MAX_NODES_PER_POOL", 100, minimum=
 EBCLOUD_MAX_SPEC_BYTES = env_int("EBCLOUD_MAX_SPEC_BYTES", 64 * 1024, minimum=1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
 
-# Providers and the lifecycle controller (issue 3; pools/providers, pools/lifecycle.py).
+# Providers and the lifecycle controller (issue 3; pools/providers, pools/controllers/lifecycle.py).
 EBCLOUD_CLOUD_PROVIDER = env_str("EBCLOUD_CLOUD_PROVIDER", "simulated")
 EBCLOUD_CLUSTER_BACKEND = env_str("EBCLOUD_CLUSTER_BACKEND", "simulated")
 # Simulated cloud: each provisioning step's duration; a node is Ready in about 4 minutes, or

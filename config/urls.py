@@ -6,25 +6,26 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from monitoring import views as monitoring_views
 from monitoring.metrics import metrics_view
-from pools import views as pool_views
-from pools import views_pods as pods_views
-from pools.views_audit import audit_list
+from pools.urls import pod_urls, pool_urls
+from pools.views import orders
+from pools.views import pods as pods_views
+from pools.views.audit import audit_list
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="pools:list", permanent=False), name="home"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("pools/", include("pools.urls")),
-    path("orders/", pool_views.order_list, name="orders"),
+    path("pools/", include((pool_urls, "pools"))),
+    path("orders/", orders.order_list, name="orders"),
     path("audit/", audit_list, name="audit"),
-    path("pods/", include("pools.urls_pods")),
+    path("pods/", include((pod_urls, "pods"))),
     path("fragmentation/", pods_views.cluster_fragmentation, name="fragmentation"),
     path("fragmentation/apply/", pods_views.cluster_fragmentation_apply, name="fragmentation-apply"),
-    re_path(r"^orders/(?P<order_id>\d+)/(?P<decision>approve|reject)/$", pool_views.order_decide, name="order-decide"),
+    re_path(r"^orders/(?P<order_id>\d+)/(?P<decision>approve|reject)/$", orders.order_decide, name="order-decide"),
     path("api/v1/", include("pools.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
-    path("api/agent/v1/", include("monitoring.api_urls")),
+    path("api/agent/v1/", include("monitoring.api.urls")),
     path("metrics", metrics_view, name="metrics"),
     path("monitoring/", monitoring_views.overview, name="monitoring-overview"),
     path("", include("billing.urls")),

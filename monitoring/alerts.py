@@ -22,8 +22,8 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from monitoring.models import PoolSample
-from pools.events import WARNING, event_record
 from pools.models import GpuNodePool, PoolEvent
+from pools.services.events import WARNING, event_record
 
 
 @dataclass(frozen=True)

@@ -32,12 +32,12 @@ from prometheus_client.core import GaugeMetricFamily
 from billing.models import Budget
 from billing.selectors import budget_statuses_of
 from monitoring import selectors
-from pools.autoscaler_service import queued_pods, template_node
-from pools.errors import ValidationError
+from pools.core.errors import ValidationError
+from pools.core.spec import parse_document
 from pools.models import NodeType
-from pools.models_pods import Pod
-from pools.selectors import catalog_current
-from pools.spec import parse_document
+from pools.models.pods import Pod
+from pools.selectors.pools import catalog_current
+from pools.selectors.queue import queued_pods, template_node
 
 LOOPBACK = {"127.0.0.1", "::1"}
 BUDGET_LABELS = ["scope", "pool", "team", "currency"]

@@ -117,7 +117,7 @@ class GpuErrorEvent(models.Model):
     gpu_index = models.PositiveSmallIntegerField(null=True, blank=True)
     xid = models.PositiveIntegerField()
     at = models.DateTimeField()
-    kind = models.CharField(max_length=12, help_text="application | reset | fatal | unknown (pools/repair.py)")
+    kind = models.CharField(max_length=12, help_text="application | reset | fatal | unknown: the Xid's repair class")
     action = models.CharField(max_length=12, help_text="First rung of the repair ladder")
     mnemonic = models.CharField(max_length=80, blank=True)
     received_at = models.DateTimeField(default=timezone.now)

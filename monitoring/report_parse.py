@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from pools.errors import FieldError, ValidationError
+from pools.core.errors import FieldError, ValidationError
 
 FB_USED = "DCGM_FI_DEV_FB_USED"
 FB_TOTAL = "DCGM_FI_DEV_FB_TOTAL"

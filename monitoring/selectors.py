@@ -10,6 +10,7 @@ from django.db.models import Count, F, Sum
 
 from monitoring.models import NodeAgentState
 from pools.models import GpuNodePool, Node, PoolEvent
+from pools.models.pods import Pod
 
 # Nodes that have joined and hold GPUs the pool can count on (not being bought, not gone).
 CAPACITY_PHASES = (
@@ -92,8 +93,6 @@ def gpu_memory_used_pct(*, pool_ids) -> dict[int, float]:
 
 def allocated_gpus(*, pool_ids: list[int]) -> dict[int, float]:
     """GPUs requested by Running pods per pool (a share counts its milli / 1000): one query."""
-    from pools.models_pods import Pod
-
     rows = (
         Pod.objects.filter(phase=Pod.Phase.RUNNING, node__pool_id__in=pool_ids)
         .values("node__pool_id").annotate(milli=Sum(F("gpu_count") * F("gpu_milli"))).order_by()

@@ -16,7 +16,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from monitoring import ingest_sql, tokens
+from monitoring import ingest_sql, selectors, tokens
 from monitoring.models import (
     AgentCommand,
     AgentCredential,
@@ -24,13 +24,16 @@ from monitoring.models import (
     JoinToken,
     NodeAgentState,
     NodeReport,
+    PoolSample,
 )
 from monitoring.report_parse import Batch, Report, gpu_summary
-from pools import repair, roles
-from pools.audit import audit_record
-from pools.errors import ConflictError, ValidationError
-from pools.events import NORMAL, WARNING, event_record
+from pools import roles
+from pools.core import repair
+from pools.core.errors import ConflictError, ValidationError
 from pools.models import Node
+from pools.selectors.queue import pool_queue_length
+from pools.services.audit import audit_record
+from pools.services.events import NORMAL, WARNING, event_record
 
 logger = logging.getLogger("ebcloud.monitoring")
 
@@ -315,10 +318,6 @@ def pool_samples_rollup(*, now: datetime | None = None) -> int:
     Idempotent per (pool, minute): a second run in the same minute, from any worker, inserts
     nothing (unique constraint; the first sample of a minute stands). Returns the number of pools
     sampled."""
-    from monitoring import selectors
-    from monitoring.models import PoolSample
-    from pools.autoscaler_service import pool_queue_length
-
     minute = (now or timezone.now()).replace(second=0, microsecond=0)
     stats = selectors.pool_stats()
     allocated = selectors.allocated_gpus(pool_ids=[s.pool.pk for s in stats])

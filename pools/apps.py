@@ -9,7 +9,7 @@ class PoolsConfig(AppConfig):
 
     def ready(self) -> None:
         from config import db_loaders
-        from pools import audit_signals
+        from pools import signals as audit_signals
         from pools.permissions import ensure_role_groups
 
         connection_created.connect(db_loaders.install, dispatch_uid="config.db_loaders")

@@ -1,5 +1,5 @@
 """Web forms: they shape browser input into a GpuNodePool document and map the spec's field paths
-back onto the form (design §6: forms only validate and shape; `pools.spec` is the validator).
+back onto the form (design §6: forms only validate and shape; `pools.core.spec` is the validator).
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Any
 
 from django import forms
 
-from pools.errors import ValidationError
+from pools.core.errors import ValidationError
+from pools.core.spec import API_VERSION, KIND, LEASE_TYPES, SCHEDULING_POLICIES, TAINT_EFFECTS
 from pools.models import GpuModel, GpuNodePool, NodeType, PoolOrder, Zone
-from pools.spec import API_VERSION, KIND, LEASE_TYPES, SCHEDULING_POLICIES, TAINT_EFFECTS
 
 ROW_KINDS = ("label", "nodelabel", "taint")
 

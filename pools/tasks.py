@@ -8,7 +8,9 @@ from django.db import transaction
 from django.utils import timezone
 from django_q.models import Schedule
 
-from pools import lifecycle
+from pools.controllers import autoscaler, lifecycle, repair
+from pools.controllers.scheduler import scheduler_pass
+from pools.services.fragmentation import fragmentation_record_weekly
 
 SOON = "pools.reconcile_soon"
 
@@ -47,16 +49,28 @@ AUTOSCALE_PERIOD = timedelta(seconds=30)
 def autoscale_all() -> dict[str, int]:
     """Evaluate every pool's autoscaler every 30 s (issue 5 §7): a data migration schedules it
     every minute (django-q2's finest interval) and each run books a one-off run 30 s later."""
-    from pools.autoscaler_service import autoscale_all as run
-
     now = timezone.now()
-    results = run(now=now)
+    results = autoscaler.autoscale_all(now=now)
     schedule_once(name=AUTOSCALE_SOON, func="pools.tasks.autoscale_all", next_run=now + AUTOSCALE_PERIOD)
     return {"pools": len(results), "scaled": sum(1 for r in results if r.reason in ("ScaledUp", "ScaledDown"))}
 
 
 def repair_all() -> dict[str, int]:
     """Auto-repair every pool (issue 6 §5), scheduled every minute by a data migration."""
-    from pools.repair_service import repair_all as run
+    return {"started": repair.repair_all(now=timezone.now())}
 
-    return {"started": run(now=timezone.now())}
+
+def scheduler_pass_task() -> dict[str, int]:
+    """One scheduler pass (level-triggered: binds whatever is Pending now)."""
+    result = scheduler_pass(now=timezone.now())
+    return {
+        "scheduled": len(result.scheduled),
+        "unschedulable": len(result.unschedulable),
+        "preempted": len(result.preempted),
+        "succeeded": len(result.succeeded),
+    }
+
+
+def fragmentation_record_task() -> int:
+    """The weekly fragmentation trend point of every pool and of the cluster (idempotent)."""
+    return len(fragmentation_record_weekly(now=timezone.now()))

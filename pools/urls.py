@@ -1,20 +1,29 @@
+"""The web pages of pools (under /pools/) and of pods (under /pods/), each list in its own URL
+namespace (`pools:`, `pods:`)."""
+
 from django.urls import path
 
-from pools import views, views_diagnose, views_nodes, views_pods
+from pools.views import diagnose, nodes, pods, pools
 
-app_name = "pools"
-urlpatterns = [
-    path("", views.pool_list, name="list"),
-    path("new/", views.pool_create, name="create"),
-    path("new/row/", views.form_row, name="form-row"),
-    path("import/", views.pool_import, name="import"),
-    path("<str:name>/", views.pool_detail, name="detail"),
-    path("<str:name>/charts/", views.pool_charts, name="charts"),
-    path("<str:name>/edit/", views.pool_edit, name="edit"),
-    path("<str:name>/yaml/", views.pool_export, name="export"),
-    path("<str:name>/delete/", views.pool_delete, name="delete"),
-    path("<str:name>/nodes/<str:node>/", views_nodes.node_detail, name="node-detail"),
-    path("<str:name>/fragmentation/", views_pods.pool_fragmentation, name="fragmentation"),
-    path("<str:name>/fragmentation/apply/", views_pods.pool_fragmentation_apply, name="fragmentation-apply"),
-    path("<str:name>/diagnose/", views_diagnose.pool_diagnose, name="diagnose"),
+pool_urls = [
+    path("", pools.pool_list, name="list"),
+    path("new/", pools.pool_create, name="create"),
+    path("new/row/", pools.form_row, name="form-row"),
+    path("import/", pools.pool_import, name="import"),
+    path("<str:name>/", pools.pool_detail, name="detail"),
+    path("<str:name>/charts/", pools.pool_charts, name="charts"),
+    path("<str:name>/edit/", pools.pool_edit, name="edit"),
+    path("<str:name>/yaml/", pools.pool_export, name="export"),
+    path("<str:name>/delete/", pools.pool_delete, name="delete"),
+    path("<str:name>/nodes/<str:node>/", nodes.node_detail, name="node-detail"),
+    path("<str:name>/fragmentation/", pods.pool_fragmentation, name="fragmentation"),
+    path("<str:name>/fragmentation/apply/", pods.pool_fragmentation_apply, name="fragmentation-apply"),
+    path("<str:name>/diagnose/", diagnose.pool_diagnose, name="diagnose"),
+]
+
+pod_urls = [
+    path("", pods.pod_list, name="list"),
+    path("new/", pods.pod_create, name="create"),
+    path("<str:namespace>/<str:name>/", pods.pod_detail, name="detail"),
+    path("<str:namespace>/<str:name>/delete/", pods.pod_delete, name="delete"),
 ]

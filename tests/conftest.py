@@ -15,9 +15,10 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from pools import roles
-from pools.demo import load_catalog
+from pools.core.documents import load_yaml
+from pools.demo.seed import load_catalog
 from pools.models import Membership, Team
-from pools.spec import load_yaml
+from tests.ebcloud.cli_helpers import config_file, ebcloud, login_as  # noqa: F401 (fixtures of every CLI test)
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

@@ -20,7 +20,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from pools import roles
-from pools.demo import load_catalog
+from pools.demo.seed import load_catalog
 from pools.models import Membership, Team
 from tests.conftest import _user, make_document
 

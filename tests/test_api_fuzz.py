@@ -22,7 +22,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from config.wsgi import application
-from pools import services
+from pools.services import pools as services
 from tests.conftest import make_document
 
 # The product's own API; the node-agent API authenticates agents, not people, and has its own tests.

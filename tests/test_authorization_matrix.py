@@ -33,9 +33,9 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from monitoring import services as monitoring_services
-from pools import services
-from pools.demo import load_catalog
+from pools.demo.seed import load_catalog
 from pools.models import Membership, Team
+from pools.services import pools as services
 from tests.conftest import _user, make_document
 from tests.monitoring.conftest import report
 from tests.pools.pod_helpers import pool_with_nodes, submit

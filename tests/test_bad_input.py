@@ -22,7 +22,7 @@ web (session + CSRF)
   /costs/ /costs/budgets/                                                here
   budgets: a pool's budget is `spec.budget` (form `budget_monthly`, API `spec.budget.monthly`),
   covered with the pools; team budgets have no web or API write path
-  (billing.services.budget_team_set).
+  (billing.budgets.budget_team_set).
 REST API /api/v1/
   POST /pools/ (JSON, YAML)                                              here, tests/pools/test_security.py
   PUT and PATCH /pools/<name>/ (JSON, YAML), POST /pools/<name>/scale/, DELETE /pools/<name>/   here
@@ -55,11 +55,11 @@ import pytest
 from django.contrib.messages import get_messages
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from pools import services
+from pools.core.documents import dump_yaml
 from pools.models import Node
-from pools.models_cloud import SimMachine
-from pools.models_repair import RepairApproval
-from pools.spec import dump_yaml
+from pools.models.cloud import SimMachine
+from pools.models.repair import RepairApproval
+from pools.services import pools as services
 from tests.conftest import make_document
 from tests.corpus import (
     BAD_IDS,

@@ -26,8 +26,8 @@ from rest_framework.authtoken.models import Token
 
 from ebcloud import client as ebcloud_client
 from ebcloud import config as ebcloud_config
-from pools import services
-from pools.spec import dump_yaml
+from pools.core.documents import dump_yaml
+from pools.services import pools as services
 from tests.conftest import make_document
 from tests.corpus import (
     DOCUMENT_CORPUS,
@@ -40,11 +40,11 @@ from tests.corpus import (
     YAML_MESSAGES,
     db_state,
 )
-from tests.ebcloud.test_cli import config_file, ebcloud, live, login_as, one_error_line  # noqa: F401
+from tests.ebcloud.cli_helpers import live, one_error_line
 
 
 @pytest.fixture
-def served(monkeypatch, config_file, actors):  # noqa: F811
+def served(monkeypatch, config_file, actors):
     """served(role): the CLI's HTTP client talks to the WSGI app in-process as `role`."""
     for signal in (signals.request_started, signals.request_finished):  # keep the test's connection
         signal.disconnect(close_old_connections)
@@ -89,7 +89,7 @@ POD_FILES = {f"yaml-{case}": (text, YAML_MESSAGES[case]) for case, text in YAML_
 
 @pytest.mark.parametrize("verb", ["create", "apply"])
 @pytest.mark.parametrize("case", sorted(POOL_FILES))
-def test_node_pool_create_and_apply_refuse_each_bad_file_in_one_line(ebcloud, served, pool, tmp_path, case, verb):  # noqa: F811
+def test_node_pool_create_and_apply_refuse_each_bad_file_in_one_line(ebcloud, served, pool, tmp_path, case, verb):
     text, needle = POOL_FILES[case]
     served("lead")
     before = db_state()
@@ -98,7 +98,7 @@ def test_node_pool_create_and_apply_refuse_each_bad_file_in_one_line(ebcloud, se
 
 
 @pytest.mark.parametrize("case", sorted(POD_FILES))
-def test_pod_create_refuses_each_bad_file_in_one_line(ebcloud, served, tmp_path, case):  # noqa: F811
+def test_pod_create_refuses_each_bad_file_in_one_line(ebcloud, served, tmp_path, case):
     text, needle = POD_FILES[case]
     served("member")
     before = db_state()
@@ -123,7 +123,7 @@ SERVER_REFUSALS = {
 
 
 @pytest.mark.parametrize("case", sorted(SERVER_REFUSALS))
-def test_bad_arguments_the_server_refuses_are_one_line(ebcloud, served, pool, tmp_path, case):  # noqa: F811
+def test_bad_arguments_the_server_refuses_are_one_line(ebcloud, served, pool, tmp_path, case):
     args, needle = SERVER_REFUSALS[case]
     served("admin")
     files = {
@@ -154,7 +154,7 @@ def test_bad_arguments_the_server_refuses_are_one_line(ebcloud, served, pool, tm
     ids=["scale-negative", "scale-zero-max", "scale-float", "scale-string", "repack-zero", "repack-huge",
          "approve-script-id", "reject-without-reason", "cost-impossible-date", "pod-delete-no-namespace"],  # fmt: skip
 )
-def test_bad_arguments_are_usage_errors_before_any_request(ebcloud, args, option):  # noqa: F811
+def test_bad_arguments_are_usage_errors_before_any_request(ebcloud, args, option):
     """Click checks types and ranges before the CLI talks to a server (none is configured here):
     exit 2 as click does (design §4), the last line naming the option, no traceback."""
     result = ebcloud(*args)
@@ -165,7 +165,7 @@ def test_bad_arguments_are_usage_errors_before_any_request(ebcloud, args, option
 
 
 @live
-def test_over_a_real_socket_the_corpus_is_refused_the_same_way(ebcloud, login_as, pool, tmp_path):  # noqa: F811
+def test_over_a_real_socket_the_corpus_is_refused_the_same_way(ebcloud, login_as, pool, tmp_path):
     """The live server, as in tests/ebcloud/test_cli.py: the same lines, nothing written."""
     login_as("lead")
     before = db_state()
@@ -175,7 +175,7 @@ def test_over_a_real_socket_the_corpus_is_refused_the_same_way(ebcloud, login_as
     assert db_state() == before
 
 
-def test_a_refused_cost_export_leaves_the_output_file_alone(ebcloud, served, tmp_path):  # noqa: F811
+def test_a_refused_cost_export_leaves_the_output_file_alone(ebcloud, served, tmp_path):
     """`-o FILE` is written only once the server answers with rows: a refusal neither creates
     the file nor truncates one that is already there."""
     served("finance")
@@ -187,7 +187,7 @@ def test_a_refused_cost_export_leaves_the_output_file_alone(ebcloud, served, tmp
 
 
 @pytest.mark.parametrize("username", [SCRIPT, "a\x00b", "u" * 3000], ids=["script", "nul", "overlong"])
-def test_a_refused_login_stores_no_token(ebcloud, served, config_file, username):  # noqa: F811
+def test_a_refused_login_stores_no_token(ebcloud, served, config_file, username):
     result = ebcloud("login", "--server", "http://testserver", "--username", username, "--password", "x")
     refused(result, "")
     assert not config_file.exists()

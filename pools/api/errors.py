@@ -9,12 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
-from django.http import Http404
+from django.http import Http404, JsonResponse
+from django.views.defaults import page_not_found
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from pools.errors import ConflictError, ValidationError
+from pools.core.errors import ConflictError, ValidationError
 
 
 def _flatten(detail: Any, prefix: str = "") -> list[dict[str, str]]:
@@ -61,9 +62,6 @@ def exception_handler(exc, context):
 
 def not_found(request, exception=None):
     """Django's 404 handler: JSON in the API's shape under /api/, the HTML page elsewhere."""
-    from django.http import JsonResponse
-    from django.views.defaults import page_not_found
-
     if request.path.startswith("/api/"):
         return JsonResponse({"errors": [{"field": "", "message": f"no such endpoint: {request.path}"}]}, status=404)
     return page_not_found(request, exception)

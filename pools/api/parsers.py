@@ -10,8 +10,8 @@ from rest_framework.exceptions import ParseError
 from rest_framework.parsers import BaseParser
 from rest_framework.parsers import JSONParser as DRFJSONParser
 
-from pools.errors import ValidationError
-from pools.spec import load_yaml
+from pools.core.documents import load_yaml
+from pools.core.errors import ValidationError
 
 
 class YAMLParser(BaseParser):

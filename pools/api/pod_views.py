@@ -1,6 +1,6 @@
 """REST API for pods and fragmentation (`/api/v1/pods/`, `/api/v1/pools/{name}/fragmentation/`).
 
-Thin views over `pools.pod_services` and `pools.fragmentation_service`; objects come through
+Thin views over `pools.services.pods` and `pools.services.fragmentation`; objects come through
 `for_user`, so another team's pod or pool is a 404. Errors use the pool views' shape and codes.
 """
 
@@ -15,10 +15,13 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from pools import fragmentation_service, pod_services, roles, selectors
+from pools import roles
 from pools.api.serializers import ErrorSerializer, _iso
 from pools.api.views import _errors, query_param
-from pools.models_pods import Pod
+from pools.models.pods import Pod
+from pools.selectors import pools as selectors
+from pools.services import fragmentation as fragmentation_service
+from pools.services import pods as pod_services
 
 UNSUPPORTED = {415: OpenApiResponse(ErrorSerializer, description="Unsupported or malformed request media type")}
 

@@ -2,7 +2,7 @@
 
 A pool is returned in the seed's document shape, with server-set metadata (team, generation,
 creationTimestamp) and a `status` block, like a Kubernetes object. Input is validated by
-`pools.spec`, not here, so the web, the API and the CLI reject the same things with the same paths.
+`pools.core.spec`, not here, so the web, the API and the CLI reject the same things with the same paths.
 """
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ CHECK_STATUSES = ["ok", "warning", "failing", "unknown"]
 
 
 class DiagnoseCheckSerializer(serializers.Serializer):
-    """One row of the self-check table (seed T5): pools.diagnose.Check."""
+    """One row of the self-check table (seed T5): pools.core.diagnose.checks.Check."""
 
     id = serializers.CharField(help_text="Stable check id, e.g. scale-up, pods-pending")
     title = serializers.CharField(help_text="The symptom, as the article's table names it")
@@ -166,7 +166,7 @@ class DiagnoseSummarySerializer(serializers.Serializer):
 
 
 class DiagnosisSerializer(serializers.Serializer):
-    """A pool's self-check table: pools.diagnose_service.Diagnosis."""
+    """A pool's self-check table: pools.selectors.diagnose.Diagnosis."""
 
     pool = serializers.CharField()
     checkedAt = serializers.DateTimeField(source="checked_at")

@@ -18,7 +18,6 @@ from rest_framework import status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from pools import diagnose_service, selectors, services
 from pools.api.serializers import (
     DiagnosisSerializer,
     ErrorSerializer,
@@ -29,8 +28,11 @@ from pools.api.serializers import (
     PoolSerializer,
     pool_representation,
 )
-from pools.errors import ValidationError
+from pools.core.errors import ValidationError
 from pools.models import GpuNodePool, PoolOrder
+from pools.selectors import diagnose as diagnose_service
+from pools.selectors import pools as selectors
+from pools.services import pools as services
 
 ERRORS = {
     400: OpenApiResponse(ErrorSerializer, description="Invalid input; each error names its field path"),

@@ -13,7 +13,7 @@ from pools.providers.base import CloudProvider, ClusterBackend
 
 
 def get_cloud_provider() -> CloudProvider:
-    name = getattr(settings, "EBCLOUD_CLOUD_PROVIDER", "simulated")
+    name = settings.EBCLOUD_CLOUD_PROVIDER
     if name == "simulated":
         from pools.providers.simulated import SimulatedCloud
 
@@ -22,7 +22,7 @@ def get_cloud_provider() -> CloudProvider:
 
 
 def get_cluster_backend() -> ClusterBackend:
-    name = getattr(settings, "EBCLOUD_CLUSTER_BACKEND", "simulated")
+    name = settings.EBCLOUD_CLUSTER_BACKEND
     if name == "simulated":
         from pools.providers.simulated import SimulatedCluster
 

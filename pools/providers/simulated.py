@@ -1,6 +1,6 @@
 """The simulated cloud and cluster: the embedded default, behaving like a real cloud (issue 3 §1).
 
-State lives in the database (pools/models_cloud.py): finite stock per zone and GPU model, the
+State lives in the database (pools/models/cloud.py): finite stock per zone and GPU model, the
 account balance (billing.Account) that payments debit, machines that walk provisioning steps
 taking configurable time, failures injectable per step (by setting, as a rate, or per test),
 and reclaim notices for preemptible machines (D2). Settings (config/settings.py):
@@ -37,8 +37,8 @@ from django.db.models import F, Q
 
 from billing.models import Account
 from billing.pricing import Quote, quote_for
-from pools.errors import ConflictError, ValidationError
-from pools.lifecycle_rules import (
+from pools.core.errors import ConflictError, ValidationError
+from pools.core.lifecycle import (
     BOOT,
     DRIVER_INSTALL,
     FAILURE_REASON,
@@ -49,7 +49,7 @@ from pools.lifecycle_rules import (
     PAY,
 )
 from pools.models import GpuModel, Node, NodeType, Quota, Zone
-from pools.models_cloud import (
+from pools.models.cloud import (
     SimClusterNode,
     SimFailure,
     SimGpuFault,
@@ -57,7 +57,7 @@ from pools.models_cloud import (
     SimPayment,
     SimStock,
 )
-from pools.models_pods import Pod
+from pools.models.pods import Pod
 from pools.providers.base import (
     DONE,
     FAILED,
@@ -74,12 +74,10 @@ from pools.providers.base import (
     ResourceUsage,
     StepResult,
 )
-from pools.selectors import quota_usage
+from pools.selectors.pools import quota_usage
 
 EVICT = "evict"  # an injected failure of this step is a disruption budget refusing an eviction
 DEFAULT_STEP_SECONDS = {BOOT: 60, IMAGE_PULL: 45, DRIVER_INSTALL: 90, KUBELET_INSTALL: 30, KUBELET_JOIN: 20}
-DEFAULT_STOCK_GPUS = 256
-DEFAULT_PREWARMED_IMAGES = ("ubuntu-22.04-cuda-12.2-prewarmed",)
 FAILURE_DETAILS = {
     BOOT: "machine {id} did not boot",
     IMAGE_PULL: "{image}",
@@ -88,16 +86,16 @@ FAILURE_DETAILS = {
     KUBELET_JOIN: "kubelet on {id} did not join the cluster within 5m0s",
 }
 # Xids the rate draws from, application faults and the repair ladder's rungs alike
-# (pools/repair.py: 13/31/43/94 leave the node alone, 48/74/119 start at a GPU reset, 79 replaces).
+# (pools/core/repair.py: 13/31/43/94 leave the node alone, 48/74/119 start at a GPU reset, 79 replaces).
 SIM_XID_MIX = (13, 13, 31, 43, 94, 48, 74, 119, 79)
 
 
 def step_seconds() -> dict[str, int]:
-    return {**DEFAULT_STEP_SECONDS, **getattr(settings, "EBCLOUD_SIM_STEP_SECONDS", {})}
+    return {**DEFAULT_STEP_SECONDS, **settings.EBCLOUD_SIM_STEP_SECONDS}
 
 
 def prewarmed_images() -> frozenset[str]:
-    return frozenset(getattr(settings, "EBCLOUD_SIM_PREWARMED_IMAGES", DEFAULT_PREWARMED_IMAGES))
+    return frozenset(settings.EBCLOUD_SIM_PREWARMED_IMAGES)
 
 
 def is_prewarmed(image: str) -> bool:
@@ -196,7 +194,7 @@ class SimulatedCloud:
         forced = forced or (SimFailure(step=PAY) if _rate_hit(PAY, f"{order_id}:{now.isoformat()}") else None)
         if forced is not None:
             raise PaymentDeclined(forced.message or "the bank declined the payment")
-        account_name = getattr(settings, "EBCLOUD_SIM_ACCOUNT", "default")
+        account_name = settings.EBCLOUD_SIM_ACCOUNT
         try:
             with transaction.atomic():
                 Account.objects.get_or_create(name=account_name, defaults={"balance": Decimal("0"), "currency": currency})
@@ -261,8 +259,8 @@ class SimulatedCloud:
         there (a pool whose data lives in another zone, D4; none by default)."""
         end = hour + timedelta(hours=1)
         alive = SimMachine.objects.filter(provider_id__in=list(provider_ids), created_at__lt=end).exclude(released_at__lte=hour)
-        disk = Decimal(str(getattr(settings, "EBCLOUD_SIM_DISK_GB", 500)))
-        traffic = getattr(settings, "EBCLOUD_SIM_CROSS_ZONE_GB_PER_HOUR", {})
+        disk = Decimal(str(settings.EBCLOUD_SIM_DISK_GB))
+        traffic = settings.EBCLOUD_SIM_CROSS_ZONE_GB_PER_HOUR
         storage = cross = Decimal(0)
         for zone in alive.values_list("zone__name", flat=True):
             storage += disk
@@ -276,8 +274,8 @@ class SimulatedCloud:
         group = {provider_id: key for key, ids in machines.items() for provider_id in ids}
         end = hour + timedelta(hours=1)
         alive = SimMachine.objects.filter(provider_id__in=list(group), created_at__lt=end).exclude(released_at__lte=hour)
-        disk = Decimal(str(getattr(settings, "EBCLOUD_SIM_DISK_GB", 500)))
-        traffic = getattr(settings, "EBCLOUD_SIM_CROSS_ZONE_GB_PER_HOUR", {})
+        disk = Decimal(str(settings.EBCLOUD_SIM_DISK_GB))
+        traffic = settings.EBCLOUD_SIM_CROSS_ZONE_GB_PER_HOUR
         totals = {key: [Decimal(0), Decimal(0)] for key in machines}
         for provider_id, zone in alive.values_list("provider_id", "zone__name"):
             total = totals[group[provider_id]]
@@ -295,10 +293,10 @@ class SimulatedCloud:
             SimStock.objects.filter(pk=stock.pk).update(available_gpus=F("available_gpus") + machine.gpus)
 
     def reclaim_notices(self, *, now: datetime) -> Sequence[ReclaimNotice]:
-        rate = float(getattr(settings, "EBCLOUD_SIM_RECLAIM_RATE_PER_HOUR", 0.0))
+        rate = float(settings.EBCLOUD_SIM_RECLAIM_RATE_PER_HOUR)
         if rate > 0:  # each running preemptible machine is reclaimed with this chance per hour
             hour = int(now.timestamp() // 3600)
-            notice = timedelta(seconds=getattr(settings, "EBCLOUD_SIM_RECLAIM_NOTICE_SECONDS", 120))
+            notice = timedelta(seconds=settings.EBCLOUD_SIM_RECLAIM_NOTICE_SECONDS)
             running = SimMachine.objects.filter(billing="preemptible", reclaim_at__isnull=True, status=SimMachine.Status.RUNNING)
             for machine in running:
                 digest = hashlib.sha256(f"reclaim:{machine.provider_id}:{hour}".encode()).digest()
@@ -401,7 +399,7 @@ def reclaim_inject(*, provider_id: str, now: datetime, notice: timedelta | None 
     machine = SimMachine.objects.get(provider_id=provider_id)
     if machine.billing != "preemptible":
         raise ValueError(f"{provider_id} is a guaranteed ({machine.billing}) machine: never reclaimed during its lease")
-    notice = notice if notice is not None else timedelta(seconds=getattr(settings, "EBCLOUD_SIM_RECLAIM_NOTICE_SECONDS", 120))
+    notice = notice if notice is not None else timedelta(seconds=settings.EBCLOUD_SIM_RECLAIM_NOTICE_SECONDS)
     reclaim_at = now + notice
     SimMachine.objects.filter(pk=machine.pk, reclaim_at__isnull=True).update(reclaim_at=reclaim_at)
     return SimMachine.objects.get(pk=machine.pk).reclaim_at
@@ -424,8 +422,8 @@ def pod_run(*, node_name: str, name: str, namespace: str = "default", priority: 
 
 
 def _stock_row(zone: Zone, model: GpuModel) -> SimStock:
-    overrides = getattr(settings, "EBCLOUD_SIM_STOCK", {})
-    initial = overrides.get(f"{zone.name}/{model.name}", getattr(settings, "EBCLOUD_SIM_STOCK_GPUS", DEFAULT_STOCK_GPUS))
+    overrides = settings.EBCLOUD_SIM_STOCK
+    initial = overrides.get(f"{zone.name}/{model.name}", settings.EBCLOUD_SIM_STOCK_GPUS)
     row, _ = SimStock.objects.get_or_create(zone=zone, gpu_model=model, defaults={"available_gpus": initial})
     return row
 
@@ -465,10 +463,10 @@ def _xid_rate_draw(machine: SimMachine, now: datetime) -> None:
     """`EBCLOUD_SIM_XID_RATE`: each GPU-hour of a running machine raises an Xid with this chance,
     at a moment within the hour, both drawn from a hash of the seed, node, GPU and hour (the
     same run sees the same faults). The unique `key` stores each drawn fault once."""
-    rate = float(getattr(settings, "EBCLOUD_SIM_XID_RATE", 0.0))
+    rate = float(settings.EBCLOUD_SIM_XID_RATE)
     if rate <= 0:
         return
-    seed = getattr(settings, "EBCLOUD_SIM_XID_SEED", 0)
+    seed = settings.EBCLOUD_SIM_XID_SEED
     hour = int(now.timestamp() // 3600)
     rows = []
     for h in (hour - 1, hour):
@@ -489,7 +487,7 @@ def _rate_fails(machine: SimMachine, step: str) -> bool:
 
 def _rate_hit(step: str, key: str) -> bool:
     """`EBCLOUD_SIM_FAILURE_RATES[step]`: a deterministic draw per key (same key, same answer)."""
-    rate = float(getattr(settings, "EBCLOUD_SIM_FAILURE_RATES", {}).get(step, 0))
+    rate = float(settings.EBCLOUD_SIM_FAILURE_RATES.get(step, 0))
     if rate <= 0:
         return False
     digest = hashlib.sha256(f"{step}:{key}".encode()).digest()

@@ -8,7 +8,7 @@ from django import template
 from django.utils import timezone
 from django.utils.html import format_html
 
-from pools.lifecycle_rules import format_duration
+from pools.core.lifecycle import format_duration
 
 register = template.Library()
 

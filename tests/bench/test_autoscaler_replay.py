@@ -9,9 +9,10 @@ from fractions import Fraction
 import pytest
 
 from bench.autoscaler_replay import DEFAULT_DATA, main
-from billing.allocation import quantize_money
-from pools.simulation import DAY, PoolConfig, peak_nodes, replay
-from pools.simulation_workloads import TRACE_FILE, trace_workload
+from billing.lease_costs import quantize_money
+from pools.simulation.model import DAY, PoolConfig, peak_nodes
+from pools.simulation.replay import replay
+from pools.simulation.workloads import TRACE_FILE, trace_workload
 
 needs_trace = pytest.mark.skipif(
     not (DEFAULT_DATA / TRACE_FILE).is_file(),

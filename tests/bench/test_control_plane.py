@@ -14,7 +14,7 @@ from django.db import transaction
 
 from bench.control_plane import measure_pass
 from bench.control_plane_fleet import NOW, Shape, build
-from billing.metering import last_complete_hour
+from billing.hours import last_complete_hour
 from billing.models import CostRecord, UsageRecord
 from pools.models import GpuNodePool, Node, Pod, PoolEvent
 

@@ -20,8 +20,8 @@ from bench.scheduler_trace import (
     rename_nodes,
     run_once,
 )
-from pools.fragmentation import workload_from_pods
-from pools.scheduling import NodeState, Pod
+from pools.core.scheduling.fragmentation import workload_from_pods
+from pools.core.scheduling.nodes import NodeState, Pod
 
 needs_trace = pytest.mark.skipif(
     not (DEFAULT_DATA / NODE_FILE).is_file(),

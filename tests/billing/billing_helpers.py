@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from billing import services
-from billing.allocation import add_months
 from billing.demo import load_prices
-from pools import services as pool_services
+from billing.lease_costs import add_months
 from pools.models import Node, Pod
+from pools.services import pools as pool_services
 from tests.conftest import make_document
 
 T0 = datetime(2026, 12, 1, 0, 0, tzinfo=UTC)  # a 31-day month: 744 hours

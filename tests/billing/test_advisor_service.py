@@ -7,7 +7,7 @@ from decimal import Decimal
 
 from billing.advisor_service import hourly_node_demand, pool_advice
 from billing.models import CostRecord, UsageRecord
-from pools import services
+from pools.services import pools as services
 from tests.conftest import make_document
 
 NOW = datetime(2026, 11, 30, 12, 30, tzinfo=UTC)

@@ -14,13 +14,17 @@ from billing.allocation import (
     FeeHour,
     NodeHour,
     PodHour,
-    add_months,
     allocate,
     effective_labels,
     gpu_hours,
     group_columns,
     group_rows,
     iter_allocate,
+    split_money,
+    total,
+)
+from billing.lease_costs import (
+    add_months,
     lease_hours,
     lease_months,
     lease_payment,
@@ -28,8 +32,6 @@ from billing.allocation import (
     monthly_hourly_rate,
     on_demand_hour_cost,
     preemptible_hour_cost,
-    split_money,
-    total,
 )
 
 H0 = datetime(2025, 1, 1, tzinfo=UTC)

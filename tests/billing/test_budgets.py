@@ -14,7 +14,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import connection
 from django.test import Client
 
-from billing import selectors, services
+from billing import budgets, selectors
 from billing.models import Budget, BudgetAlert, CostRecord
 from pools.models import PoolEvent
 from tests.billing.billing_helpers import HOUR, T0, pool
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.django_db
 def notifications(settings, monkeypatch):
     settings.EBCLOUD_BUDGET_ALERT_EMAILS = ["finops@example.com"]
     settings.EBCLOUD_BUDGET_WEBHOOK_URL = ""
-    monkeypatch.setattr(services, "WEBHOOK_BACKOFF_S", 0)
+    monkeypatch.setattr(budgets, "WEBHOOK_BACKOFF_S", 0)
 
 
 @pytest.fixture
@@ -35,7 +35,7 @@ def evaluate(django_capture_on_commit_callbacks):
 
     def run(now):
         with django_capture_on_commit_callbacks(execute=True):
-            return services.budgets_evaluate(now=now)
+            return budgets.budgets_evaluate(now=now)
 
     return run
 
@@ -66,7 +66,7 @@ def alerts():
 
 def test_budgets_follow_the_pool_spec_with_default_thresholds(actors):
     p = budget_pool(actors)
-    assert services.budgets_sync() == 1
+    assert budgets.budgets_sync() == 1
     budget = Budget.objects.get(pool=p)
     assert (budget.monthly_amount, budget.currency, budget.thresholds, budget.team) == (
         Decimal("1000"),
@@ -78,7 +78,7 @@ def test_budgets_follow_the_pool_spec_with_default_thresholds(actors):
     del document["spec"]["budget"]
     p.document = document
     p.save()
-    services.budgets_sync()
+    budgets.budgets_sync()
     assert not Budget.objects.exists()
 
 
@@ -103,11 +103,11 @@ def test_the_80_percent_threshold_fires_once_with_mail_and_an_event(evaluate, ac
 def test_100_percent_fires_separately_and_a_new_month_starts_over(actors):
     p = budget_pool(actors)
     spend(p, "1000.00")
-    services.budgets_evaluate(now=T0 + HOUR)
+    budgets.budgets_evaluate(now=T0 + HOUR)
     assert alerts() == [(80, "actual"), (100, "actual")]
     january = T0 + timedelta(days=31)
     spend(p, "900.00", start=january)
-    services.budgets_evaluate(now=january + HOUR)
+    budgets.budgets_evaluate(now=january + HOUR)
     assert BudgetAlert.objects.filter(period=january.date()).count() == 1
 
 
@@ -116,22 +116,22 @@ def test_the_forecast_is_a_linear_run_rate_only_after_three_days_of_data(actors)
     spend(p, "71.00", hours=71)  # 1.00 an hour: 744 over the month, only 71 hours of data
     assert (
         selectors.budget_status(
-            budget=Budget.objects.get() if services.budgets_sync() else None, now=T0 + 71 * HOUR
+            budget=Budget.objects.get() if budgets.budgets_sync() else None, now=T0 + 71 * HOUR
         ).forecast
         is None
     )
-    assert services.budgets_evaluate(now=T0 + 71 * HOUR) == []
+    assert budgets.budgets_evaluate(now=T0 + 71 * HOUR) == []
     spend(p, "1.00", start=T0 + 71 * HOUR)
     status = selectors.budget_status(budget=Budget.objects.get(), now=T0 + 72 * HOUR)
     assert status.forecast == Decimal("744.00") and status.spent == Decimal("72.00")
-    services.budgets_evaluate(now=T0 + 72 * HOUR)
+    budgets.budgets_evaluate(now=T0 + 72 * HOUR)
     assert alerts() == [(80, "forecast"), (100, "forecast")]
 
 
 def test_custom_thresholds_from_the_spec(actors):
     p = budget_pool(actors, thresholds=[50])
     spend(p, "500")
-    services.budgets_evaluate(now=T0 + HOUR)
+    budgets.budgets_evaluate(now=T0 + HOUR)
     assert alerts() == [(50, "actual")]
 
 
@@ -143,7 +143,7 @@ def test_the_webhook_gets_json_and_is_retried(evaluate, actors, settings, monkey
         calls.append(json.loads(request.content))
         return httpx.Response(503 if len(calls) == 1 else 200)
 
-    monkeypatch.setattr(services, "WEBHOOK_TRANSPORT", httpx.MockTransport(handler))
+    monkeypatch.setattr(budgets, "WEBHOOK_TRANSPORT", httpx.MockTransport(handler))
     p = budget_pool(actors, thresholds=[80])
     spend(p, "850")
     evaluate(T0 + HOUR)
@@ -164,7 +164,7 @@ def test_the_webhook_gives_up_after_its_attempts_and_the_alert_stays_fired(
     def handler(request):
         raise httpx.ConnectError("refused", request=request)
 
-    monkeypatch.setattr(services, "WEBHOOK_TRANSPORT", httpx.MockTransport(handler))
+    monkeypatch.setattr(budgets, "WEBHOOK_TRANSPORT", httpx.MockTransport(handler))
     p = budget_pool(actors, thresholds=[80])
     spend(p, "850")
     evaluate(T0 + HOUR)
@@ -174,18 +174,18 @@ def test_the_webhook_gives_up_after_its_attempts_and_the_alert_stays_fired(
 
 def test_team_budgets_cover_what_the_team_is_charged_and_only_admins_set_them(actors, teams):
     with pytest.raises(PermissionDenied):
-        services.budget_team_set(
+        budgets.budget_team_set(
             user=actors["lead"], team=teams["algorithm"], monthly_amount=Decimal("100")
         )
     with pytest.raises(PermissionDenied):
-        services.budget_team_set(
+        budgets.budget_team_set(
             user=actors["finance"], team=teams["algorithm"], monthly_amount=Decimal("100")
         )
-    budget = services.budget_team_set(
+    budget = budgets.budget_team_set(
         user=actors["admin"], team=teams["algorithm"], monthly_amount=Decimal("100")
     )
     spend(pool(actors["lead"]), "100")
-    services.budgets_evaluate(now=T0 + HOUR)
+    budgets.budgets_evaluate(now=T0 + HOUR)
     assert sorted(
         BudgetAlert.objects.filter(budget=budget).values_list("threshold", flat=True)
     ) == [80, 100]
@@ -195,7 +195,7 @@ def test_team_budgets_cover_what_the_team_is_charged_and_only_admins_set_them(ac
 def test_budget_bars_on_the_costs_page_follow_roles(actors):
     p = budget_pool(actors)
     spend(p, "250", start=T0)
-    services.budgets_sync()
+    budgets.budgets_sync()
     lead = Client()
     lead.force_login(actors["lead"])
     html = lead.get("/costs/").content.decode()
@@ -219,14 +219,14 @@ def test_budget_bars_on_the_costs_page_follow_roles(actors):
 def test_two_workers_fire_each_threshold_once(actors):
     p = budget_pool(actors)
     spend(p, "1000")
-    services.budgets_sync()
+    budgets.budgets_sync()
     barrier = threading.Barrier(2)
     fired = []
 
     def worker():
         try:
             barrier.wait()
-            fired.extend(services.budgets_evaluate(now=T0 + HOUR))
+            fired.extend(budgets.budgets_evaluate(now=T0 + HOUR))
         finally:
             connection.close()
 
@@ -262,7 +262,7 @@ def test_the_budgets_page_lists_budgets_and_alerts_by_role(evaluate, actors):
 def test_the_pool_budget_bar_status(actors):
     p = budget_pool(actors)
     assert selectors.pool_budget_status(pool=p, now=T0) is None
-    services.budgets_sync()
+    budgets.budgets_sync()
     spend(p, "850")
     status = selectors.pool_budget_status(pool=p, now=T0 + HOUR)
     assert (status.spent, status.percent, status.level) == (
@@ -277,10 +277,10 @@ def test_budget_statuses_take_a_constant_number_of_queries(actors, teams):
 
     for i in range(4):
         spend(pool(actors["lead"], name=f"pool-{i}", budget={"monthly": "100"}), "10")
-    services.budget_team_set(
+    budgets.budget_team_set(
         user=actors["admin"], team=teams["algorithm"], monthly_amount=Decimal("100")
     )
-    services.budgets_sync()
+    budgets.budgets_sync()
     with CaptureQueriesContext(connection) as queries:
         statuses = selectors.budget_statuses(user=actors["finance"], now=T0 + HOUR)
     assert len(statuses) == 5 and len(queries) <= 4

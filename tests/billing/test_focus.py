@@ -10,16 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from billing.allocation import (
-    FeeHour,
-    NodeHour,
-    PodHour,
-    add_months,
-    lease_payment,
-    monthly_hour_cost,
-    on_demand_hour_cost,
-    preemptible_hour_cost,
-)
+from billing.allocation import FeeHour, NodeHour, PodHour
 from billing.focus import (
     FOCUS_COLUMNS,
     MANDATORY_COLUMNS,
@@ -30,6 +21,13 @@ from billing.focus import (
     iter_csv_lines,
     iter_focus_rows,
     purchase_rows,
+)
+from billing.lease_costs import (
+    add_months,
+    lease_payment,
+    monthly_hour_cost,
+    on_demand_hour_cost,
+    preemptible_hour_cost,
 )
 
 H0 = datetime(2025, 1, 1, tzinfo=UTC)

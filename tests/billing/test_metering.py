@@ -13,9 +13,9 @@ from django_q.models import Schedule
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from billing import metering, services
-from billing.allocation import monthly_hour_cost
+from billing import metering, node_prices, services
 from billing.demo import load_prices
+from billing.lease_costs import monthly_hour_cost
 from billing.models import CostRecord, MeterRun, PoolResourceSample, PriceBookEntry, UsageRecord
 from tests.billing.billing_helpers import HOUR, T0, meter, node, pod, pool
 from tests.conftest import make_document
@@ -42,10 +42,10 @@ def test_load_prices_is_idempotent_and_versioned(actors):
     PriceBookEntry.objects.create(
         kind="preemptible_discount", amount=Decimal("0.70"), effective_from=later
     )
-    assert metering.price_entry_in_force(kind="preemptible_discount", at=T0).amount == Decimal(
+    assert node_prices.price_entry_in_force(kind="preemptible_discount", at=T0).amount == Decimal(
         "0.60"
     )
-    assert metering.price_entry_in_force(kind="preemptible_discount", at=later).amount == Decimal(
+    assert node_prices.price_entry_in_force(kind="preemptible_discount", at=later).amount == Decimal(
         "0.70"
     )
 

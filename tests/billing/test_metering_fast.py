@@ -10,7 +10,7 @@ from decimal import Decimal
 
 import pytest
 
-from billing import services
+from billing import costing, services
 from billing.bulk_insert import Unsaved, bulk_insert, json_text
 from billing.models import CostDay, CostRecord, MeterRun, UsageRecord
 from tests.billing.billing_helpers import T0, meter, node, pod, pool, scenario
@@ -84,7 +84,7 @@ def test_metered_records_are_complete_model_instances(actors, teams):
     from billing import metering
 
     records = metering.usage_collect(hour=T0).records
-    costs = services.cost_records_for(records)
+    costs = costing.cost_records_for(records)
     for model, objects in ((UsageRecord, records), (CostRecord, costs)):
         names = {f.attname for f in model._meta.concrete_fields}
         for obj in objects:

@@ -23,8 +23,8 @@ pytestmark = CHAOS
 TASK = ["task", "billing.tasks.meter_pending"]
 NOW = T0 + 4 * HOUR + timedelta(minutes=5)
 KILLS = {
-    "alert-inserted-uncommitted": {"target": "pools.events:event_record", "when": "after", "match": {"reason": "BudgetThresholdReached"}},
-    "alert-committed-not-yet-notified": {"target": "billing.services:alert_notify", "when": "before"},
+    "alert-inserted-uncommitted": {"target": "billing.budgets:event_record", "when": "after", "match": {"reason": "BudgetThresholdReached"}},
+    "alert-committed-not-yet-notified": {"target": "billing.budgets:alert_notify", "when": "before"},
 }
 
 
@@ -62,6 +62,6 @@ def _subjects(stdout: str) -> list[str]:
 
 
 def _messages() -> list[str]:
-    from billing.services import alert_message
+    from billing.budgets import alert_message
 
     return [alert_message(a) for a in BudgetAlert.objects.select_related("budget__pool", "budget__team")]

@@ -17,7 +17,7 @@ import pytest
 
 from billing.models import Account
 from pools.models import GpuNodePool, Node, PoolEvent, PoolOrder
-from pools.models_cloud import SimClusterNode, SimMachine, SimPayment, SimStock
+from pools.models.cloud import SimClusterNode, SimMachine, SimPayment, SimStock
 from tests.chaos.workers import CHAOS, chaos_round, claims_expire, claims_of
 from tests.conftest import make_document
 from tests.pools.lifecycle_helpers import approved_pool
@@ -28,10 +28,10 @@ RECONCILE = ["reconcile", "--once"]
 SIMULATED = "pools.providers.simulated:SimulatedCloud"
 KILLS = {
     "paid-at-the-cloud-order-not-yet-paid": {"target": f"{SIMULATED}.pay", "when": "after"},
-    "node-row-written-no-machine-yet": {"target": "pools.lifecycle:_node_create", "when": "after", "nth": 2},
+    "node-row-written-no-machine-yet": {"target": "pools.controllers.lifecycle:_node_create", "when": "after", "nth": 2},
     "machine-ordered-node-not-updated": {"target": f"{SIMULATED}.place_order", "when": "after", "nth": 2},
     "step-done-at-the-cloud-node-not-advanced": {"target": f"{SIMULATED}.provision_step", "when": "after", "nth": 3},
-    "node-ready-uncommitted": {"target": "pools.lifecycle_exit:event_record", "when": "after", "match": {"reason": "NodeReady"}},
+    "node-ready-uncommitted": {"target": "pools.controllers.context:event_record", "when": "after", "match": {"reason": "NodeReady"}},
 }
 
 

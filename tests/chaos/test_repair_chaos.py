@@ -17,9 +17,9 @@ from django.utils import timezone
 from monitoring.models import AgentCommand, GpuErrorEvent
 from monitoring.report_parse import Ack
 from monitoring.services import commands_ack
+from pools.core.repair import classify
 from pools.models import GpuNodePool, Node, PoolEvent
-from pools.models_cloud import SimMachine, SimStock
-from pools.repair import classify
+from pools.models.cloud import SimMachine, SimStock
 from tests.chaos.workers import CHAOS, Worker, chaos_round, claims_expire, claims_of
 from tests.conftest import make_document
 from tests.pools.lifecycle_helpers import approved_pool, reconcile
@@ -29,9 +29,9 @@ pytestmark = CHAOS
 REPAIR, RECONCILE = ["repair", "--once"], ["reconcile", "--once"]
 SIMULATED = "pools.providers.simulated:SimulatedCloud"
 KILLS = {  # fault -> where the worker dies
-    "node-repairing-no-command-yet": ("reset", {"target": "pools.repair_service:agent_command_enqueue", "when": "before"}),
-    "command-queued-no-event-yet": ("reset", {"target": "pools.repair_service:event_record", "when": "before", "match": {"reason": "RepairStarted"}}),
-    "replacement-started-uncommitted": ("replace", {"target": "pools.lifecycle_exit:event_record", "when": "after", "match": {"reason": "RepairStarted"}}),
+    "node-repairing-no-command-yet": ("reset", {"target": "pools.controllers.repair:agent_command_enqueue", "when": "before"}),
+    "command-queued-no-event-yet": ("reset", {"target": "pools.controllers.repair:event_record", "when": "before", "match": {"reason": "RepairStarted"}}),
+    "replacement-started-uncommitted": ("replace", {"target": "pools.controllers.context:event_record", "when": "after", "match": {"reason": "RepairStarted"}}),
     "machine-released-node-not-terminated": ("replace", {"target": f"{SIMULATED}.release", "when": "after"}),
 }
 XID = {"reset": (48, timedelta(minutes=15)), "replace": (79, timedelta(minutes=1))}  # a reset waits for a 10-minute fault

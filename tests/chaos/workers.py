@@ -33,7 +33,7 @@ from urllib.parse import quote
 import pytest
 from django.db import connection
 
-from pools.models_cloud import PoolClaim
+from pools.models.cloud import PoolClaim
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 60

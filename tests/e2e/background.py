@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from monitoring.services import pool_samples_rollup
-from pools.lifecycle import pool_reconcile
+from pools.controllers.lifecycle import pool_reconcile
 from pools.models import GpuNodePool
 
 TICK = timedelta(seconds=15)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pools.scheduler_service import scheduler_pass
+from pools.controllers.scheduler import scheduler_pass
 from tests.e2e.axe import assert_accessible
 from tests.pools.pod_helpers import T0, pool_with_nodes, submit
 

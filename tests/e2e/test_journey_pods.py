@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
-from pools.scheduler_service import scheduler_pass
+from pools.controllers.scheduler import scheduler_pass
 from tests.e2e.browser import TIMEOUT_MS
 from tests.pools.pod_helpers import TRAIN_POD, pool_with_nodes
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
-from pools import pod_services
+from pools.controllers.scheduler import scheduler_pass
 from pools.models import GpuNodePool, Node
-from pools.scheduler_service import scheduler_pass
+from pools.services import pods as pod_services
 from tests.conftest import EXAMPLES
 from tests.e2e.background import MINUTE, bring_up, sample_minutes
 from tests.pools.pod_helpers import pod_document

@@ -23,10 +23,10 @@ from monitoring.agent import Agent
 from monitoring.agent_buffer import DiskBuffer
 from monitoring.agent_sources import ControlPlaneFaults, SimulatedSource
 from monitoring.models import GpuErrorEvent
-from pools import services
-from pools.lifecycle import pool_reconcile
+from pools.controllers.lifecycle import pool_reconcile
+from pools.controllers.repair import pool_repair
 from pools.models import Node
-from pools.repair_service import pool_repair
+from pools.services import pools as services
 from tests.conftest import make_document
 from tests.e2e.background import bring_up
 

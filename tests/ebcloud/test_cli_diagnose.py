@@ -14,9 +14,9 @@ import yaml
 from django.utils import timezone
 
 from ebcloud.diagnose import diagnosis_text
-from pools import pod_services
-from pools.scheduler_service import scheduler_pass
-from tests.ebcloud.test_cli import config_file, ebcloud, live, login_as, one_error_line  # noqa: F401
+from pools.controllers.scheduler import scheduler_pass
+from pools.services import pods as pod_services
+from tests.ebcloud.cli_helpers import live, one_error_line
 from tests.pools.pod_helpers import pod_document, pool_with_nodes
 
 
@@ -29,7 +29,7 @@ def stuck_pod_pool(actors):
 
 
 @live
-def test_diagnose_prints_the_table_and_each_finding_with_cause_and_action(ebcloud, login_as, actors):  # noqa: F811
+def test_diagnose_prints_the_table_and_each_finding_with_cause_and_action(ebcloud, login_as, actors):
     stuck_pod_pool(actors)
     login_as("lead")
     result = ebcloud("node-pool", "diagnose", "train-pool-a")
@@ -48,7 +48,7 @@ def test_diagnose_prints_the_table_and_each_finding_with_cause_and_action(ebclou
 
 
 @live
-def test_exit_code_flag_and_machine_output(ebcloud, login_as, actors):  # noqa: F811
+def test_exit_code_flag_and_machine_output(ebcloud, login_as, actors):
     stuck_pod_pool(actors)
     login_as("member")
     assert ebcloud("node-pool", "diagnose", "train-pool-a", "--exit-code").exit_code == 3
@@ -62,7 +62,7 @@ def test_exit_code_flag_and_machine_output(ebcloud, login_as, actors):  # noqa: 
 
 
 @live
-def test_a_healthy_pool_exits_0_even_with_exit_code_and_another_team_gets_not_found(ebcloud, login_as, actors):  # noqa: F811
+def test_a_healthy_pool_exits_0_even_with_exit_code_and_another_team_gets_not_found(ebcloud, login_as, actors):
     pool_with_nodes(actors["lead"])
     login_as("lead")
     assert ebcloud("node-pool", "diagnose", "train-pool-a", "--exit-code").exit_code == 0

@@ -6,17 +6,17 @@ import json
 
 import pytest
 
+from pools.controllers.scheduler import scheduler_pass
 from pools.models import PoolEvent
-from pools.models_pods import Pod
-from pools.scheduler_service import scheduler_pass
-from tests.ebcloud.test_cli import config_file, ebcloud, live, login_as, one_error_line  # noqa: F401
+from pools.models.pods import Pod
+from tests.ebcloud.cli_helpers import live, one_error_line
 from tests.pools.pod_helpers import T0, TRAIN_POD, pool_with_nodes, submit
 
 TRAIN_POD_FILE = str(TRAIN_POD)
 
 
 @live
-def test_a_member_creates_the_articles_pod_and_lists_it(ebcloud, login_as, actors):  # noqa: F811
+def test_a_member_creates_the_articles_pod_and_lists_it(ebcloud, login_as, actors):
     login_as("member")
     result = ebcloud("pod", "create", "-f", TRAIN_POD_FILE)
     assert result.exit_code == 0, result.stderr
@@ -30,7 +30,7 @@ def test_a_member_creates_the_articles_pod_and_lists_it(ebcloud, login_as, actor
 
 
 @live
-def test_pod_why_prints_the_message_and_the_hints(ebcloud, login_as, actors):  # noqa: F811
+def test_pod_why_prints_the_message_and_the_hints(ebcloud, login_as, actors):
     pool_with_nodes(actors["lead"])  # nodes without pool=train
     login_as("member")
     assert ebcloud("pod", "create", "-f", TRAIN_POD_FILE).exit_code == 0
@@ -44,7 +44,7 @@ def test_pod_why_prints_the_message_and_the_hints(ebcloud, login_as, actors):  #
 
 
 @live
-def test_pod_why_for_a_running_pod_names_its_node(ebcloud, login_as, actors):  # noqa: F811
+def test_pod_why_for_a_running_pod_names_its_node(ebcloud, login_as, actors):
     pool_with_nodes(actors["lead"], node_labels={"pool": "train"})
     submit(actors["member"], "ok", gpus=1)
     scheduler_pass(now=T0)
@@ -54,7 +54,7 @@ def test_pod_why_for_a_running_pod_names_its_node(ebcloud, login_as, actors):  #
 
 
 @live
-def test_pod_delete_and_a_missing_pod_is_one_error_line(ebcloud, login_as, actors):  # noqa: F811
+def test_pod_delete_and_a_missing_pod_is_one_error_line(ebcloud, login_as, actors):
     submit(actors["member"], "bye")
     login_as("member")
     assert ebcloud("pod", "delete", "algorithm/bye").stdout.strip() == "pod/algorithm/bye deleted"
@@ -63,7 +63,7 @@ def test_pod_delete_and_a_missing_pod_is_one_error_line(ebcloud, login_as, actor
 
 
 @live
-def test_another_teams_pod_does_not_exist(ebcloud, login_as, actors):  # noqa: F811
+def test_another_teams_pod_does_not_exist(ebcloud, login_as, actors):
     submit(actors["member"], "secret")
     login_as("other_lead")
     assert one_error_line(ebcloud("pod", "why", "algorithm/secret")) == 'error: pod "algorithm/secret" not found'
@@ -71,7 +71,7 @@ def test_another_teams_pod_does_not_exist(ebcloud, login_as, actors):  # noqa: F
 
 
 @live
-def test_an_invalid_pod_file_is_one_line_with_field_paths(ebcloud, login_as, actors, tmp_path):  # noqa: F811
+def test_an_invalid_pod_file_is_one_line_with_field_paths(ebcloud, login_as, actors, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: Bad}\nspec: {containers: []}\n")
     login_as("member")
@@ -79,7 +79,7 @@ def test_an_invalid_pod_file_is_one_line_with_field_paths(ebcloud, login_as, act
     assert "metadata.name:" in line and "spec.containers:" in line
 
 
-def test_a_reference_without_a_namespace_is_a_usage_error(ebcloud):  # noqa: F811
+def test_a_reference_without_a_namespace_is_a_usage_error(ebcloud):
     result = ebcloud("pod", "why", "just-a-name")
     assert result.exit_code == 2 and "NAMESPACE/NAME" in result.stderr
 
@@ -94,7 +94,7 @@ def fragmented(actors):
 
 
 @live
-def test_node_pool_fragmentation_shows_the_report_the_plan_and_applies_it(ebcloud, login_as, fragmented):  # noqa: F811
+def test_node_pool_fragmentation_shows_the_report_the_plan_and_applies_it(ebcloud, login_as, fragmented):
     login_as("lead")
     report = ebcloud("node-pool", "fragmentation", "train-pool-a")
     assert report.exit_code == 0, report.stderr
@@ -109,6 +109,6 @@ def test_node_pool_fragmentation_shows_the_report_the_plan_and_applies_it(ebclou
 
 
 @live
-def test_a_member_cannot_apply_a_repack(ebcloud, login_as, fragmented):  # noqa: F811
+def test_a_member_cannot_apply_a_repack(ebcloud, login_as, fragmented):
     login_as("member")
     assert "only leads of team algorithm" in one_error_line(ebcloud("node-pool", "fragmentation", "train-pool-a", "--apply"))

@@ -6,8 +6,8 @@ import pytest
 from rest_framework.test import APIClient
 
 from monitoring import services
-from pools import services as pool_services
 from pools.models import Node
+from pools.services import pools as pool_services
 from tests.conftest import make_document
 
 

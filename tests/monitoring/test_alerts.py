@@ -9,7 +9,7 @@ import pytest
 
 from monitoring.alerts import alerts_evaluate
 from monitoring.models import PoolSample
-from pools import services as pool_services
+from pools.services import pools as pool_services
 from tests.conftest import make_document
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

@@ -17,10 +17,10 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from monitoring import ingest_sql, services
-from monitoring.api_views import ReportsView
+from monitoring.api.views import ReportsView
 from monitoring.models import NodeAgentState, NodeReport
 from monitoring.report_parse import batch_parse
-from pools.errors import ValidationError
+from pools.core.errors import ValidationError
 from tests.monitoring.conftest import joined, report
 
 REPORTS = "/api/agent/v1/reports/"

@@ -13,7 +13,7 @@ from rest_framework.test import APIClient
 
 from monitoring import services, tokens
 from monitoring.models import AgentCredential, JoinToken
-from pools.lifecycle import pool_reconcile
+from pools.controllers.lifecycle import pool_reconcile
 from pools.models import Node, PoolEvent
 from tests.monitoring.conftest import joined, report
 

@@ -14,11 +14,11 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
+from billing.budgets import budget_team_set, budgets_sync
 from billing.models import CostRecord
-from billing.services import budget_team_set, budgets_sync
-from pools import services as pool_services
 from pools.models import GpuNodePool, Node
 from pools.providers.simulated import pod_run
+from pools.services import pools as pool_services
 from tests.conftest import make_document
 from tests.monitoring.conftest import report
 from tests.pools.pod_helpers import pool_with_nodes, submit

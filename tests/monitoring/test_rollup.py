@@ -11,7 +11,7 @@ from django_q.models import Schedule
 
 from monitoring import services, tasks
 from monitoring.models import PoolSample
-from pools import services as pool_services
+from pools.services import pools as pool_services
 from tests.conftest import make_document
 from tests.monitoring.conftest import report
 
@@ -37,7 +37,7 @@ def test_a_rollup_samples_capacity_memory_and_nodes_by_phase_at_the_minute(burst
 
 
 def test_a_rollup_samples_allocated_gpus_queued_pods_and_nodes_by_billing(burst_pool, make_node, teams):
-    from pools.models_pods import Pod
+    from pools.models.pods import Pod
 
     node = make_node("b-0", target=burst_pool)
     toleration = [{"key": "pool", "operator": "Equal", "value": "train", "effect": "NoSchedule"}]

@@ -24,14 +24,14 @@ from monitoring.agent import Agent
 from monitoring.agent_buffer import DiskBuffer
 from monitoring.agent_sources import ControlPlaneFaults, SimulatedSource
 from monitoring.models import AgentCommand, GpuErrorEvent
-from pools.errors import ConflictError, ValidationError
-from pools.fault_injection import gpu_fault_inject
-from pools.lifecycle import pool_reconcile
+from pools.controllers.lifecycle import pool_reconcile
+from pools.controllers.repair import pool_repair
+from pools.core.errors import ConflictError, ValidationError
 from pools.models import Node
-from pools.models_cloud import SimGpuFault, SimMachine
-from pools.models_repair import RepairApproval
+from pools.models.cloud import SimGpuFault, SimMachine
+from pools.models.repair import RepairApproval
+from pools.providers.faults import gpu_fault_inject
 from pools.providers.simulated import SIM_XID_MIX, SimulatedCloud
-from pools.repair_service import pool_repair
 from tests.conftest import make_document
 from tests.pools.lifecycle_helpers import approved_pool, run_until
 

@@ -6,8 +6,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from pools import services as pool_services
-from pools.events import WARNING, event_record
+from pools.services import pools as pool_services
+from pools.services.events import WARNING, event_record
 from tests.conftest import make_document
 
 

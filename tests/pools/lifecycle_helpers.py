@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from pools import lifecycle, services
+from pools.controllers import lifecycle
 from pools.models import GpuNodePool, Node, PoolEvent, PoolOrder
-from pools.models_cloud import SimMachine, SimPayment
+from pools.models.cloud import SimMachine, SimPayment
+from pools.services import pools as services
 
 T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 TICK = timedelta(seconds=15)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import copy
 from datetime import UTC, datetime
 
-from pools import pod_services, services
+from pools.core.documents import load_yaml
+from pools.core.spec import effective_node_labels, parse_document
 from pools.models import Node
-from pools.selectors import catalog_current
-from pools.spec import effective_node_labels, load_yaml, parse_document
+from pools.selectors.pools import catalog_current
+from pools.services import pods as pod_services
+from pools.services import pools as services
 from tests.conftest import EXAMPLES, make_document
 
 T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)

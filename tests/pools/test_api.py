@@ -6,11 +6,11 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from pools import services
+from pools.core.documents import dump_yaml
 from pools.models import GpuNodePool, PoolEvent, PoolOrder
-from pools.spec import dump_yaml
+from pools.services import pools as services
 from tests.conftest import EXAMPLES, make_document
-from tests.pools.test_services import db_state
+from tests.pools.pool_helpers import create_pools, db_state
 
 
 @pytest.fixture
@@ -204,11 +204,6 @@ def test_list_filters_and_ordering(api, actors, algorithm_pool):
     assert names("team=algorithm") == ["train-pool-a"]
     assert names("ordering=-name") == ["train-pool-a", "infer"]
     assert names("phase=Ready") == []
-
-
-def create_pools(actors, count: int, offset: int = 0) -> None:
-    for index in range(offset, offset + count):
-        services.pool_create(user=actors["lead"], document=make_document(f"pool-{index}", region="cn-north-1a", gpuModel="T4", nodeType="GPU_1_CARD", nodeCount={"min": 1, "max": 2}))
 
 
 def test_the_pool_list_endpoint_does_not_grow_queries_with_pools(api, actors):

@@ -6,10 +6,10 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from pools.controllers.scheduler import scheduler_pass
+from pools.core.documents import dump_yaml
 from pools.models import PoolEvent
-from pools.models_pods import Pod
-from pools.scheduler_service import scheduler_pass
-from pools.spec import dump_yaml
+from pools.models.pods import Pod
 from tests.pools.pod_helpers import (
     T0,
     TRAIN_POD,

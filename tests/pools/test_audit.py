@@ -20,10 +20,10 @@ from billing.models import NodePrice, PriceBookEntry
 from monitoring import services as monitoring_services
 from monitoring.models import AgentCommand
 from pools import roles
+from pools.controllers.repair import pool_repair
 from pools.models import AuditEntry, Membership
-from pools.repair_service import pool_repair
 from tests.pools.pod_helpers import T0, pool_with_nodes
-from tests.pools.test_repair_service import ack, xid
+from tests.pools.repair_helpers import ack, xid
 
 
 @pytest.fixture

@@ -12,12 +12,12 @@ from datetime import timedelta
 import pytest
 from django.db import transaction
 
-from pools.autoscaler_service import autoscale_all, pool_autoscale
+from pools.controllers.autoscaler import autoscale_all, pool_autoscale
+from pools.controllers.scheduler import scheduler_pass
 from pools.models import GpuNodePool, Node, PoolEvent, ScalingActivity
-from pools.models_pods import Pod
-from pools.scheduler_service import scheduler_pass
+from pools.models.pods import Pod
+from tests.pools.autoscaler_helpers import SCALING, memory_used
 from tests.pools.pod_helpers import T0, pool_with_nodes, submit
-from tests.pools.test_autoscaler_service import SCALING, memory_used
 
 NODE_POOL_ID = re.compile(r"(?<=-)\d+(?=-\d{3}\b)")  # node names hold the pool's id, which differs per run on PostgreSQL
 

@@ -7,22 +7,11 @@ from datetime import timedelta
 import pytest
 from django.core.management import call_command
 
-from monitoring.models import NodeAgentState
-from pools.autoscaler_service import autoscale_all, pool_autoscale
+from pools.controllers.autoscaler import autoscale_all, pool_autoscale
+from pools.controllers.scheduler import scheduler_pass
 from pools.models import Node, PoolEvent, ScalingActivity
-from pools.scheduler_service import scheduler_pass
+from tests.pools.autoscaler_helpers import SCALING, memory_used
 from tests.pools.pod_helpers import T0, pool_with_nodes, submit
-
-SCALING = {
-    "default": {
-        "metrics": [
-            {"type": "Resource", "resource": "gpu-memory", "targetAverageUtilization": 85},
-            {"type": "Pods", "pods": "queued_pods", "target": 10},
-        ],
-        "combine": "Any",
-    },
-    "scaleDown": {"stabilizationWindow": "30m", "policies": [{"type": "Pods", "value": 1, "periodSeconds": 120}]},
-}
 
 
 @pytest.fixture
@@ -31,12 +20,6 @@ def pool(actors):
     return pool_with_nodes(
         actors["lead"], node_labels={"gpu-class": "a100", "pool": "train"}, scaling=SCALING, burst={"enabled": True, "maxNodes": 4}
     )
-
-
-def memory_used(pool, percent: int) -> None:
-    """What the node agents report: GPU memory used on every Ready node of the pool."""
-    for node in pool.nodes.filter(phase="Ready"):
-        NodeAgentState.objects.update_or_create(node=node, defaults={"fb_used_mib": percent * 8, "fb_total_mib": 800, "last_report_at": T0})
 
 
 def burst_nodes(pool):
@@ -181,7 +164,7 @@ def test_the_task_books_its_next_run_thirty_seconds_later(db):
 
 def test_scale_down_first_moves_a_burst_nodes_pods_onto_monthly_capacity(actors, pool):
     """Issue 5 §4: monthly capacity is paid already, so the burst node's pods move there."""
-    from pools.models_pods import Pod
+    from pools.models.pods import Pod
 
     burst = Node.objects.create(pool=pool, name="train-pool-a-burst", billing=Node.Billing.ON_DEMAND, phase="Ready", zone=pool.zone, gpu_count=8,
                                 labels=pool.nodes.first().labels, taints=pool.nodes.first().taints, ready_at=T0)  # fmt: skip
@@ -204,8 +187,8 @@ def test_a_pool_tries_only_the_shapes_that_could_fit_its_nodes_and_finds_what_tr
     `filter_node` passes when every shape is tried, in the order first seen."""
     from itertools import product
 
-    from pools.autoscaler_service import Shapes
-    from pools.scheduling import NodeState, Pod, Taint, Toleration, filter_node
+    from pools.controllers.autoscaler import Shapes
+    from pools.core.scheduling.nodes import NodeState, Pod, Taint, Toleration, filter_node
 
     def tolerating(*pairs):
         return tuple(Toleration(k, "Exists" if v is None else "Equal", v or "", e) for k, v, e in pairs)

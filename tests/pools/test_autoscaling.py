@@ -13,12 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pools.autoscaling import (
+from pools.core.autoscaling import (
     DEFAULT_SCALING_SPEC,
     REASONS,
     MetricTarget,
     ScalingDecision,
-    ScalingHistory,
     ScalingPolicy,
     ScalingRules,
     ScalingSpec,
@@ -27,6 +26,7 @@ from pools.autoscaling import (
     scale_down_limit,
     scale_up_limit,
 )
+from pools.core.scaling_history import ScalingHistory
 
 T0 = datetime(2025, 3, 3, 2, 0, tzinfo=UTC)
 TOL = (0.1, 0.1)
@@ -132,7 +132,7 @@ PRESSURE = load(95, 30)  # memory above 85% (beyond tolerance) AND more than 10 
 QUIET = load(10, 0)
 
 
-# --- the contract with pools/spec.py -----------------------------------------------------------
+# --- the contract with pools/core/spec.py -----------------------------------------------------------
 
 
 def test_the_spec_dataclasses_have_the_field_names_the_parser_imports():

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import json
-from datetime import timedelta
-
-from django.utils import timezone
+from datetime import UTC, datetime, timedelta
 
 from monitoring.models import PoolSample
-from pools import services
-from pools.charts import Sample, pool_figures
+from pools.core.charts import Sample, pool_figures
+from pools.services import pools as services
 from tests.conftest import make_document
 
-T = timezone.now().replace(second=0, microsecond=0)
+T = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)  # the clock is frozen there where a page reads it
 
 
 def test_no_samples_no_figures():
@@ -39,7 +37,7 @@ def test_the_node_chart_has_each_billing_kind_with_min_and_max_lines():
 def test_step_lines_keep_only_their_steps_and_the_last_point():
     """Issue 9: a day of minutes whose value seldom changes is drawn from its changes (the
     "hv" line holds each value until the next point), gaps (None) included."""
-    from pools.charts import steps
+    from pools.core.charts import steps
 
     x = list(range(8))
     assert steps(x, [2, 2, 2, 3, 3, None, None, 3]) == ([0, 3, 5, 7], [2, 3, None, 3])
@@ -50,7 +48,8 @@ def test_step_lines_keep_only_their_steps_and_the_last_point():
     assert water["y"] == [16, 24, 24] and water["x"] == [day[0].minute.isoformat(), day[600].minute.isoformat(), day[-1].minute.isoformat()]
 
 
-def test_the_pool_page_embeds_the_figures_and_plotly_from_static(client, actors):
+def test_the_pool_page_embeds_the_figures_and_plotly_from_static(client, actors, time_machine):
+    time_machine.move_to(T, tick=False)
     pool = services.pool_create(user=actors["lead"], document=make_document("charted", nodeCount={"min": 0, "max": 4}))
     PoolSample.objects.create(pool=pool, minute=T - timedelta(minutes=5), capacity_gpus=8, allocated_gpus=4, pending_pods=2,
                               min_nodes=0, max_nodes=4, node_counts={"monthly": {"desired": 1, "current": 1, "ready": 1}})  # fmt: skip

@@ -15,9 +15,9 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from pools import services
 from pools.models import AuditEntry, PoolEvent, PoolOrder
-from pools.models_pods import Pod
+from pools.models.pods import Pod
+from pools.services import pools as services
 from tests.conftest import make_document
 from tests.pools.pod_helpers import pool_with_nodes, submit
 

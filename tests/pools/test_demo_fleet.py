@@ -11,15 +11,15 @@ from django.core.management import call_command
 from django.db import connection
 
 from monitoring.models import GpuErrorEvent, NodeAgentState
-from pools import demo_workload
-from pools.autoscaler_service import catalog_current
-from pools.demo_workload import Route
+from pools.controllers.autoscaler import catalog_current
+from pools.core.scheduling.nodes import Pod as CorePod
+from pools.core.spec import parse_document
+from pools.demo import workload as demo_workload
+from pools.demo.workload import Route
 from pools.management.commands.seed_demo import Command as SeedDemo
 from pools.models import GpuNodePool, Node, Pod, PoolEvent, PoolOrder, ScalingActivity
-from pools.scheduling import Pod as CorePod
-from pools.simulation import SimPod
-from pools.simulation_workloads import TRACE_FILE, trace_workload
-from pools.spec import parse_document
+from pools.simulation.model import SimPod
+from pools.simulation.workloads import TRACE_FILE, trace_workload
 
 TRACE = Path(django_settings.EBCLOUD_TRACE_DIR)
 SMALL = Route(pool="small", team="t", node_gpus=2, cpu_milli_per_gpu=16000, memory_mib_per_gpu=131072,

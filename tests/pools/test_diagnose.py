@@ -16,9 +16,9 @@ from decimal import Decimal
 
 import pytest
 
-from pools import diagnose as d
-from pools.autoscaling import DEFAULT_SCALING_SPEC, MetricTarget, ScalingRules
-from pools.scheduling import NodeSelectorRequirement, NodeState, Pod, Taint, Toleration
+from pools.core.autoscaling import DEFAULT_SCALING_SPEC, MetricTarget, ScalingRules
+from pools.core.diagnose import checks as d
+from pools.core.scheduling.nodes import NodeSelectorRequirement, NodeState, Pod, Taint, Toleration
 from tests.conftest import ROOT
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -368,6 +368,6 @@ def test_overall_is_the_worst_status():
 
 def test_the_core_imports_no_django():
     """Functional core (design §1): the checks run without Django, like the other pure cores."""
-    code = "import sys, pools.diagnose; sys.exit(any(m.split('.')[0] == 'django' for m in sys.modules))"
+    code = "import sys, pools.core.diagnose.checks; sys.exit(any(m.split('.')[0] == 'django' for m in sys.modules))"
     env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
     assert subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT).returncode == 0

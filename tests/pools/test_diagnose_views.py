@@ -17,10 +17,12 @@ from django.utils import timezone
 
 from billing.models import CostRecord, PoolResourceSample
 from monitoring.models import GpuErrorEvent, NodeAgentState, PoolSample
-from pools import diagnose_service, pod_services, services
+from pools.controllers.scheduler import scheduler_pass
 from pools.models import Node
-from pools.models_pods import Pod
-from pools.scheduler_service import scheduler_pass
+from pools.models.pods import Pod
+from pools.selectors import diagnose as diagnose_service
+from pools.services import pods as pod_services
+from pools.services import pools as services
 from tests.pools.pod_helpers import pod_document, pool_with_nodes
 
 

@@ -10,17 +10,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pools.fragmentation import (
+from pools.core.scheduling.fragmentation import (
     FragmentationModel,
     PodShape,
     Workload,
     fragmentation_report,
     node_allocation_pct,
-    repack_plan,
     workload_from_pods,
 )
-from pools.fragmentation_repack import make_room_plan
-from pools.scheduling import NodeState, Pod, Taint, best_fit_gpus, filter_node
+from pools.core.scheduling.nodes import NodeState, Pod, Taint, best_fit_gpus, filter_node
+from pools.core.scheduling.repack import make_room_plan, repack_plan
 
 SHARE = PodShape(cpu_milli=1000, gpu_count=1, gpu_milli=500)
 WHOLE = PodShape(cpu_milli=1000, gpu_count=1, gpu_milli=1000)

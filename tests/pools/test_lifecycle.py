@@ -13,12 +13,13 @@ from django.utils import timezone
 from django_q.models import Schedule
 
 from billing.models import Account
-from pools import lifecycle, lifecycle_exit, services
+from pools.controllers import context, lifecycle
+from pools.core.spec import effective_node_labels, parse_document
 from pools.models import GpuNodePool, Node, PoolEvent, PoolOrder, Quota
-from pools.models_cloud import SimClusterNode, SimMachine, SimPayment, SimStock
+from pools.models.cloud import SimClusterNode, SimMachine, SimPayment, SimStock
 from pools.providers import simulated
-from pools.selectors import catalog_current
-from pools.spec import effective_node_labels, parse_document
+from pools.selectors.pools import catalog_current
+from pools.services import pools as services
 from pools.tasks import reconcile_all
 from tests.conftest import make_document
 from tests.pools.lifecycle_helpers import (
@@ -212,7 +213,7 @@ def test_capacity_slower_than_fifteen_minutes_raises_a_warning_with_the_likely_c
 def test_a_pass_that_crashes_after_paying_converges_without_paying_twice(actors, train_document, monkeypatch):
     """A reconcile killed mid-step and rerun converges to the same state (issue 3 §3)."""
     pool = approved_pool(actors, train_document)
-    real = lifecycle_exit.event_record
+    real = context.event_record
     crashes = {"OrderPaid": 1, "OrderPlaced": 1, "KubeletInstalled": 1}
 
     def flaky(**kwargs):
@@ -221,7 +222,7 @@ def test_a_pass_that_crashes_after_paying_converges_without_paying_twice(actors,
             raise RuntimeError(f"worker killed before recording {kwargs['reason']}")
         return real(**kwargs)
 
-    monkeypatch.setattr(lifecycle_exit, "event_record", flaky)
+    monkeypatch.setattr(context, "event_record", flaky)
     now, crashed = T0, 0
     while GpuNodePool.objects.get(pk=pool.pk).phase != "Ready":
         try:
@@ -250,7 +251,7 @@ def test_a_claimed_pool_is_skipped_by_a_second_worker(actors, train_document):
 def test_an_expired_claim_of_a_dead_worker_can_be_taken_over(actors, train_document, settings):
     pool = approved_pool(actors, train_document)
     assert lifecycle.claim_acquire(pool_id=pool.pk, owner="dead-worker") is not None
-    from pools.models_cloud import PoolClaim
+    from pools.models.cloud import PoolClaim
 
     PoolClaim.objects.filter(pk=pool.pk).update(claimed_until=timezone.now() - timedelta(minutes=1))  # expired (wall clock)
     assert reconcile(pool, T0).claimed is True
@@ -441,7 +442,7 @@ def test_a_repeated_event_is_counted_on_its_row_like_the_kubernetes_recorder(act
     """The same (object, type, reason, message) within the window bumps `count` and
     `lastTimestamp` (two statements, the row is not read back); a different message or a
     repeat after the window is a new row."""
-    from pools.events import AGGREGATION_WINDOW, event_record
+    from pools.services.events import AGGREGATION_WINDOW, event_record
 
     pool = approved_pool(actors, train_document)
     first = event_record(pool=pool, reason="DrainWaiting", message="1 pod refuses eviction", type="Warning", now=T0)

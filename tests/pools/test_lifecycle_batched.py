@@ -15,10 +15,11 @@ from datetime import timedelta
 import pytest
 from django.db import transaction
 
-from pools import lifecycle, services
+from pools.controllers import lifecycle
 from pools.models import GpuNodePool, Node, PoolEvent, PoolOrder
-from pools.models_cloud import SimMachine
+from pools.models.cloud import SimMachine
 from pools.providers import simulated
+from pools.services import pools as services
 from tests.conftest import make_document
 from tests.pools.lifecycle_helpers import T0, approved_pool
 
@@ -143,7 +144,7 @@ def test_the_batched_pass_runs_only_the_steps_a_pool_calls_for(actors, monkeypat
     """Issue 9: within `reconcile_all`, a pool runs the steps its rows call for
     (`lifecycle_rules.steps_needed`), asked again after each step that ran; `pool_reconcile`
     runs them all (the test above shows both leave the same state at every tick)."""
-    from pools import lifecycle_rules
+    from pools.core import lifecycle as lifecycle_rules
 
     assert tuple(name for name, _ in lifecycle._STEPS) == lifecycle_rules.PASS_STEPS
     ran: list[str] = []

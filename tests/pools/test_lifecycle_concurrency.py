@@ -19,9 +19,9 @@ from django.db import connection
 from django.utils import timezone
 
 from billing.models import Account
-from pools import lifecycle
+from pools.controllers import lifecycle
 from pools.models import GpuNodePool, Node, PoolEvent, PoolOrder
-from pools.models_cloud import PoolClaim, SimMachine, SimPayment, SimStock
+from pools.models.cloud import PoolClaim, SimMachine, SimPayment, SimStock
 from pools.providers.base import MachineRequest
 from pools.providers.simulated import SimulatedCloud
 from tests.conftest import make_document
@@ -119,14 +119,15 @@ def test_concurrent_machine_orders_with_one_client_token_create_one_machine(acto
 
 KILLER = """
 import os
-from pools import lifecycle, lifecycle_exit
+from pools.controllers import lifecycle
+from pools.controllers import context
 from datetime import datetime, timedelta
-real = lifecycle_exit.event_record
+real = context.event_record
 def dying(**kwargs):
     if kwargs["reason"] == os.environ["DIE_AT"]:
         os._exit(9)  # the worker dies: no finally, no rollback of what was committed
     return real(**kwargs)
-lifecycle_exit.event_record = dying
+context.event_record = dying
 now = datetime.fromisoformat(os.environ["AT"])
 for _ in range(40):
     lifecycle.reconcile_all(now=now)

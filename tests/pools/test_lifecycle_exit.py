@@ -8,11 +8,11 @@ from datetime import timedelta
 
 import pytest
 
-from pools import services
 from pools.models import GpuNodePool, Node, PoolEvent, PoolOrder
-from pools.models_cloud import SimClusterNode, SimMachine
-from pools.models_pods import Pod
+from pools.models.cloud import SimClusterNode, SimMachine
+from pools.models.pods import Pod
 from pools.providers import simulated
+from pools.services import pools as services
 from tests.conftest import make_document
 from tests.pools.lifecycle_helpers import (
     T0,
@@ -224,7 +224,7 @@ def test_ready_nodes_stay_ready_while_the_control_plane_is_away(ready_pool):
 
 def test_a_renewal_or_a_preemptible_node_does_not_count_twice_against_the_quota(actors, train_document):
     """T1 quota: renewals keep capacity already counted; ordered nodes count via their order."""
-    from pools.selectors import ordered_baseline, quota_usage
+    from pools.selectors.pools import ordered_baseline, quota_usage
 
     train_document["spec"]["autoRenew"] = True
     pool = approved_pool(actors, train_document)
@@ -240,7 +240,7 @@ def test_a_renewal_or_a_preemptible_node_does_not_count_twice_against_the_quota(
 
 def test_after_an_expired_lease_the_baseline_can_be_ordered_again(actors, ready_pool):
     """The expired lease no longer holds capacity or quota: saving the pool orders it anew."""
-    from pools.selectors import ordered_baseline, quota_usage
+    from pools.selectors.pools import ordered_baseline, quota_usage
 
     reconcile(ready_pool, LEASE_END)
     assert ordered_baseline(pool=ready_pool) == 0

@@ -9,7 +9,7 @@ from decimal import Decimal
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pools import lifecycle_rules as rules
+from pools.core import lifecycle as rules
 
 NOW = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 
@@ -124,7 +124,7 @@ def test_capacity_summary_takes_medians_and_counts_slow_nodes():
 
 def test_steps_needed_names_each_step_of_the_pass_that_has_work_in_order():
     """Issue 9: `reconcile_all` runs only the steps a pool's rows call for; each check here is
-    the condition under which that step of `pools.lifecycle._reconcile` does something."""
+    the condition under which that step of `pools.controllers.lifecycle._reconcile` does something."""
     now = datetime(2026, 3, 1, tzinfo=UTC)
 
     def needed(nodes=(), orders=(), max_nodes=2, slow=frozenset(), reclaiming=frozenset()):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from pools.errors import ValidationError
-from pools.podspec import core_pod_from_spec, cpu_milli, memory_mib, parse_pod
-from pools.scheduling import NodeState, Taint, filter_node
+from pools.core.errors import ValidationError
+from pools.core.podspec import core_pod_from_spec, cpu_milli, memory_mib, parse_pod
+from pools.core.scheduling.nodes import NodeState, Taint, filter_node
 from tests.pools.pod_helpers import pod_document, train_pod_document
 
 

@@ -9,7 +9,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from bench.control_plane_fleet import Shape, build
-from pools.views import POOLS_PER_PAGE
+from pools.views.pools import POOLS_PER_PAGE
 
 TINY = Shape(pools=POOLS_PER_PAGE + 5, teams=2, monthly_ready=1, provisioning=1, burst_ready=0, pods_per_node=0,
              pending_per_pool=0, draining=0, events_per_pool=0, sample_minutes=0)  # fmt: skip

@@ -13,11 +13,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from billing.models import Account
-from pools import services
-from pools.lifecycle_rules import STEPS, steps_for
+from pools.core.lifecycle import STEPS, steps_for
 from pools.models import Node, Zone
-from pools.models_cloud import SimClusterNode, SimFailure, SimMachine
-from pools.models_pods import Pod
+from pools.models.cloud import SimClusterNode, SimFailure, SimMachine
+from pools.models.pods import Pod
 from pools.providers import get_cloud_provider, get_cluster_backend, simulated
 from pools.providers.base import (
     DONE,
@@ -31,6 +30,7 @@ from pools.providers.base import (
     PaymentDeclined,
 )
 from pools.providers.simulated import SimulatedCloud, SimulatedCluster
+from pools.services import pools as services
 from tests.pools.lifecycle_helpers import T0
 
 pytestmark = pytest.mark.django_db

@@ -1,4 +1,4 @@
-"""Xid classification, the repair ladder, pool gates and the driver/CUDA check (pools.repair)."""
+"""Xid classification, the repair ladder, pool gates and the driver/CUDA check (pools.core.repair)."""
 
 from datetime import UTC, datetime, timedelta
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pools.repair import (
+from pools.core.repair import (
     CUDA_MIN_DRIVER,
     LADDER,
     NodeHealth,

@@ -12,18 +12,19 @@ from django import db
 from django.core.exceptions import PermissionDenied
 
 from monitoring.models import AgentCommand
-from pools import services
-from pools.errors import ConflictError, ValidationError
+from pools.controllers.repair import pool_repair
+from pools.core.documents import to_document
+from pools.core.errors import ConflictError, ValidationError
+from pools.core.repair import RepairDecision
+from pools.core.spec import parse_document
 from pools.models import AuditEntry
-from pools.models_repair import RepairApproval
-from pools.repair import RepairDecision
-from pools.repair_approvals import approval_gate, approvals_latest, repair_approve, repair_reject
-from pools.repair_service import pool_repair
-from pools.selectors import catalog_current
-from pools.spec import parse_document, to_document
+from pools.models.repair import RepairApproval
+from pools.selectors.pools import catalog_current
+from pools.services import pools as services
+from pools.services.repair import approval_gate, approvals_latest, repair_approve, repair_reject
 from tests.conftest import make_document
 from tests.pools.pod_helpers import T0, pool_with_nodes
-from tests.pools.test_repair_service import ack, xid
+from tests.pools.repair_helpers import ack, xid
 
 GATED = {"autoRepairPolicy": {"requireApproval": True}}
 
@@ -187,7 +188,7 @@ def test_an_approval_is_claimed_once_even_by_overlapping_passes(actors, pool):
 def test_a_failed_start_keeps_the_approval_for_the_next_pass(actors, pool, monkeypatch):
     """A provider error while starting the approved repair gives the claim back: the next pass
     starts it without asking the admin again (and the one after does not start it twice)."""
-    from pools import repair_service
+    from pools.controllers import repair as repair_service
 
     node = first(pool)
     xid(node, 48, at=T0)

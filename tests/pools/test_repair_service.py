@@ -6,19 +6,10 @@ from datetime import timedelta
 
 import pytest
 
-from monitoring.models import AgentCommand, GpuErrorEvent
-from pools.repair import classify
-from pools.repair_service import pool_repair
+from monitoring.models import AgentCommand
+from pools.controllers.repair import pool_repair
 from tests.pools.pod_helpers import T0, pool_with_nodes
-
-
-def xid(node, number, *, at, gpu=0, seq=1):
-    kind = classify(number)
-    return GpuErrorEvent.objects.create(node=node, report_seq=seq, position=0, gpu_index=gpu, xid=number, at=at, kind=kind.kind, action=kind.action)
-
-
-def ack(command, ok=True):
-    AgentCommand.objects.filter(pk=command.pk).update(status="Succeeded" if ok else "Failed", finished_at=T0)
+from tests.pools.repair_helpers import ack, xid
 
 
 @pytest.fixture

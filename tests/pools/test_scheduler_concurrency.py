@@ -15,7 +15,7 @@ from django.db import connection
 from django.db.models import Sum
 
 from pools.models import Node, PoolEvent
-from pools.models_pods import Pod
+from pools.models.pods import Pod
 from tests.pools.pod_helpers import pool_with_nodes, submit
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,9 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pools.models_pods import Pod
-from pools.scheduler_service import cluster_state, core_pod_of, live_nodes, scheduler_pass
-from pools.scheduling import MILLI, static_filter_reason
+from pools.controllers.scheduler import scheduler_pass
+from pools.core.scheduling.nodes import MILLI, static_filter_reason
+from pools.models.pods import Pod
+from pools.selectors.cluster import cluster_state, core_pod_of, live_nodes
 from tests.pools.pod_helpers import T0, pool_with_nodes, submit
 
 POD = st.fixed_dictionaries(

@@ -11,9 +11,9 @@ from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from pools.controllers.scheduler import scheduler_pass
 from pools.models import Node, PoolEvent
-from pools.models_pods import Pod
-from pools.scheduler_service import scheduler_pass
+from pools.models.pods import Pod
 from tests.pools.pod_helpers import T0, pool_with_nodes, submit
 
 
@@ -196,7 +196,7 @@ def test_gpu_shares_pack_onto_one_gpu_under_bestfit_and_fgd(actors, policy):
 
 
 def test_a_pod_deleted_during_a_pass_gets_no_scheduled_event(actors, train_pool, monkeypatch):
-    from pools import scheduler_service
+    from pools.controllers import scheduler as scheduler_service
 
     submit(actors["member"], "stays", gpus=1)
     doomed = submit(actors["member"], "doomed", gpus=1)
@@ -278,7 +278,7 @@ def test_pending_pods_read_for_the_core_share_a_replicas_build_and_keep_their_ow
     """Issue 9: `core_pods_of` builds the core's pod once per distinct set of fields (a
     workload's replicas) and renames it for the others: each pod is what `core_pod_of` makes of
     it, a pod the core refuses is reported for itself, and it is one query."""
-    from pools.scheduler_service import core_pod_of, core_pods_of
+    from pools.selectors.cluster import core_pod_of, core_pods_of
 
     for name in ("bert-0", "bert-1", "bert-2"):
         submit(actors["member"], name, gpus=4)

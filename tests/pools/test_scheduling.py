@@ -10,15 +10,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pools.fragmentation import workload_from_pods
-from pools.scheduling import (
+from pools.core.scheduling.cluster import ClusterScheduler
+from pools.core.scheduling.explain import explain
+from pools.core.scheduling.fragmentation import workload_from_pods
+from pools.core.scheduling.nodes import (
     REASON_AFFINITY,
     REASON_CPU,
     REASON_GPU,
     REASON_GPU_MODEL,
     REASON_MEMORY,
     REASON_UNSCHEDULABLE,
-    ClusterScheduler,
     NodeSelectorRequirement,
     NodeState,
     OversubscribedError,
@@ -26,12 +27,11 @@ from pools.scheduling import (
     Taint,
     Toleration,
     best_fit_gpus,
-    explain,
     filter_node,
     matches_affinity,
-    preempt,
-    schedule,
 )
+from pools.core.scheduling.preempt import preempt
+from pools.core.scheduling.schedule import schedule
 
 TRAIN = Taint("pool", "train", "NoSchedule")
 

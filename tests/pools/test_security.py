@@ -9,11 +9,11 @@ import sys
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
+from pools.core.documents import dump_yaml
 from pools.models import GpuNodePool
-from pools.spec import dump_yaml
 from tests.conftest import ROOT
 from tests.corpus import DOCUMENT_CORPUS, YAML_CORPUS
-from tests.pools.test_services import db_state
+from tests.pools.pool_helpers import db_state
 
 
 def test_repeated_failed_logins_lock_the_username_from_that_address(client, actors):

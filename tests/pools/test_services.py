@@ -7,21 +7,11 @@ from decimal import Decimal
 import pytest
 from django.core.exceptions import PermissionDenied
 
-from pools import services
-from pools.errors import ConflictError, QuotaExceeded, ValidationError
-from pools.models import AuditEntry, GpuNodePool, PoolEvent, PoolOrder, Quota, Team
+from pools.core.errors import ConflictError, QuotaExceeded, ValidationError
+from pools.models import AuditEntry, PoolOrder, Quota, Team
+from pools.services import pools as services
 from tests.conftest import make_document
-
-
-def db_state():
-    return (
-        GpuNodePool.objects.count(),
-        PoolOrder.objects.count(),
-        PoolEvent.objects.count(),
-        AuditEntry.objects.count(),
-        list(GpuNodePool.objects.values_list("name", "min_nodes", "max_nodes", "phase", "generation")),
-        list(PoolOrder.objects.values_list("status", "node_count")),
-    )
+from tests.pools.pool_helpers import db_state
 
 
 def test_creating_the_articles_pool_orders_its_baseline_with_a_quote(actors, train_document):

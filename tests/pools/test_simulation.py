@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from billing.allocation import quantize_money
-from pools.autoscaling import DEFAULT_SCALING_SPEC
-from pools.scheduling import Pod
-from pools.simulation import (
+from billing.lease_costs import quantize_money
+from pools.core.autoscaling import DEFAULT_SCALING_SPEC
+from pools.core.scheduling.nodes import Pod
+from pools.simulation.model import (
     HOUR,
     NO_PENDING_FIT,
     NOT_TRIGGER_SCALE_UP,
@@ -24,9 +24,9 @@ from pools.simulation import (
     peak_gpus,
     peak_nodes,
     percentile,
-    replay,
 )
-from pools.simulation_workloads import article_workload, diurnal_workload, t6_workload
+from pools.simulation.replay import replay
+from pools.simulation.workloads import article_workload, diurnal_workload, t6_workload
 
 DAY = 24 * HOUR
 ANY = dataclasses.replace(DEFAULT_SCALING_SPEC, combine="Any")

@@ -9,22 +9,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pools.autoscaling import DEFAULT_SCALING_SPEC
-from pools.durations import format_duration, parse_duration
-from pools.errors import ValidationError
-from pools.spec import (
+from pools.core.autoscaling import DEFAULT_SCALING_SPEC
+from pools.core.documents import dump_yaml, load_yaml, merge_patch, split_server_fields, to_document
+from pools.core.durations import format_duration, parse_duration
+from pools.core.errors import ValidationError
+from pools.core.spec import (
     Budget,
     Burst,
     Catalog,
     PoolSpec,
     Taint,
-    dump_yaml,
     effective_node_labels,
-    load_yaml,
-    merge_patch,
     parse_document,
-    split_server_fields,
-    to_document,
 )
 from tests.conftest import EXAMPLES
 

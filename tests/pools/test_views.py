@@ -9,13 +9,12 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from pools import services
+from pools.core.documents import dump_yaml, load_yaml
 from pools.models import GpuNodePool, PoolOrder
-from pools.spec import dump_yaml, load_yaml
+from pools.services import pools as services
 from pools.templatetags.pools_extras import age
 from tests.conftest import EXAMPLES, make_document
-from tests.pools.test_api import create_pools
-from tests.pools.test_services import db_state
+from tests.pools.pool_helpers import create_pools, db_state
 
 
 @pytest.fixture
@@ -161,7 +160,7 @@ def test_ages_read_like_kubectl_get_events():
 
 
 def test_the_timeline_shows_warnings_only_when_asked_and_keeps_polling_that_way(browser, algorithm_pool):
-    from pools.events import WARNING, event_record
+    from pools.services.events import WARNING, event_record
 
     event_record(pool=algorithm_pool, reason="QuotaExceeded", message="cn-east-2 A100_80G requested 16, limit 8", type=WARNING)
     client = browser("lead")

@@ -15,14 +15,14 @@ from rest_framework.test import APIClient
 
 from monitoring import services as monitoring_services
 from monitoring.models import AgentCredential, GpuErrorEvent
+from pools.controllers.repair import pool_repair
 from pools.models import Node
-from pools.models_cloud import SimGpuFault, SimMachine
-from pools.models_repair import RepairApproval
+from pools.models.cloud import SimGpuFault, SimMachine
+from pools.models.repair import RepairApproval
 from pools.providers.simulated import pod_run
-from pools.repair_service import pool_repair
 from tests.monitoring.conftest import joined, report
 from tests.pools.pod_helpers import pool_with_nodes
-from tests.pools.test_repair_service import xid
+from tests.pools.repair_helpers import xid
 
 
 @pytest.fixture

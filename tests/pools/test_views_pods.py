@@ -7,10 +7,10 @@ from django.contrib.staticfiles import finders
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from pools.controllers.scheduler import scheduler_pass
+from pools.core.documents import dump_yaml
 from pools.models import PoolEvent
-from pools.models_pods import Pod
-from pools.scheduler_service import scheduler_pass
-from pools.spec import dump_yaml
+from pools.models.pods import Pod
 from tests.pools.pod_helpers import T0, TRAIN_POD, pod_document, pool_with_nodes, submit
 
 
@@ -174,8 +174,8 @@ def test_the_weekly_trend_is_recorded_and_drawn(browser, actors, fragmented):
 
     from django.core.management import call_command
 
-    from pools.models_pods import FragmentationSample
-    from pools.tasks_pods import fragmentation_record_task
+    from pools.models.pods import FragmentationSample
+    from pools.tasks import fragmentation_record_task
 
     assert 'id="chart-trend"' not in browser("lead").get("/pools/train-pool-a/fragmentation/").content.decode()
     assert fragmentation_record_task() == 2  # the pool and the cluster
@@ -192,7 +192,7 @@ def test_the_weekly_trend_is_recorded_and_drawn(browser, actors, fragmented):
 
 
 def test_cluster_trend_points_are_hidden_from_team_members(actors, fragmented):
-    from pools.fragmentation_service import fragmentation_record, fragmentation_trend
+    from pools.services.fragmentation import fragmentation_record, fragmentation_trend
 
     fragmentation_record(now=T0)
     assert fragmentation_trend(user=actors["lead"], pool=None) == []
@@ -220,7 +220,7 @@ def test_the_schedules_exist_after_migrate(db):
 
 
 def test_the_scheduler_task_runs_a_pass(actors, fragmented):
-    from pools.tasks_pods import scheduler_pass_task
+    from pools.tasks import scheduler_pass_task
 
     submit(actors["member"], "task", gpus=1)
     assert scheduler_pass_task()["scheduled"] == 1

@@ -12,6 +12,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from billing import metering, services
+from billing.hours import last_complete_hour
 
 
 class Command(BaseCommand):
@@ -37,7 +38,7 @@ class Command(BaseCommand):
             except ValueError as exc:
                 raise CommandError(f"--hour: {exc}") from exc
         elif once:
-            results = [services.meter_hour(hour=metering.last_complete_hour(now))]
+            results = [services.meter_hour(hour=last_complete_hour(now))]
         else:
             results = services.meter_pending(now=now)
         for result in results:

@@ -11,7 +11,7 @@ from datetime import datetime
 
 from django.core.management.base import BaseCommand, CommandError
 
-from pools.autoscaler_service import autoscale_all
+from pools.controllers.autoscaler import autoscale_all
 
 
 class Command(BaseCommand):

@@ -2,7 +2,7 @@
 
 Node agents reporting over HTTP to the running web server, a workload replayed from the Alibaba
 trace's pod shapes and durations (a synthetic diurnal pattern without ../shared/data), a GPU
-fault now and then, and the control loops ticking at demo speed. See pools/demo_fleet.py.
+fault now and then, and the control loops ticking at demo speed. See pools/demo/fleet.py.
 Ctrl-C (SIGINT) or SIGTERM stops the agents and exits 0.
 """
 
@@ -22,10 +22,12 @@ from django.utils import timezone
 
 from billing import tasks as billing_tasks
 from monitoring import tasks as monitoring_tasks
-from pools import demo_fleet, demo_workload, tasks, tasks_pods
-from pools.fault_injection import gpu_fault_inject
+from pools import tasks
+from pools.demo import fleet as demo_fleet
+from pools.demo import workload as demo_workload
 from pools.models import GpuNodePool, Node
-from pools.simulation_workloads import TRACE_FILE, diurnal_workload, trace_workload
+from pools.providers.faults import gpu_fault_inject
+from pools.simulation.workloads import TRACE_FILE, diurnal_workload, trace_workload
 
 logger = logging.getLogger("ebcloud.demo")
 # GPUs asked for at once, as a share of each pool's baseline: the inference pool is asked for
@@ -33,7 +35,7 @@ logger = logging.getLogger("ebcloud.demo")
 DEMO_LOADS = {"train-pool-a": 0.9, "infer-pool-l40s": 2.5, "batch-spot-t4": 0.8}
 SHARED_GPU_POOLS = {"infer-pool-l40s"}
 # Xid 79 (fell off the bus) is replaced at once; the reset class needs the fault to persist
-# (pools/repair.py), which a demo shows later.
+# (pools/core/repair.py), which a demo shows later.
 FAULT_XIDS = (79, 48)
 TRACE_WINDOW_S = 24 * 3600
 
@@ -130,7 +132,7 @@ class Command(BaseCommand):
 
     def _clock(self) -> None:
         """The worker's own tasks, at demo speed (each is idempotent and multi-worker safe)."""
-        for task in (tasks.reconcile_all, tasks_pods.scheduler_pass_task, tasks.autoscale_all,
+        for task in (tasks.reconcile_all, tasks.scheduler_pass_task, tasks.autoscale_all,
                      tasks.repair_all, monitoring_tasks.rollup_pool_samples, billing_tasks.meter_pending):
             try:
                 task()
@@ -139,7 +141,7 @@ class Command(BaseCommand):
 
     def _fault(self, fleet: demo_fleet.AgentFleet, nodes: list[Node], rng: random.Random, *, xid: int) -> int:
         """Make the simulated cloud raise an Xid on a GPU of a Ready node of a pool with
-        autoRepair; the node's agent fetches and reports it (pools/fault_injection.py)."""
+        autoRepair; the node's agent fetches and reports it (pools/providers/faults.py)."""
         candidates = sorted((n for n in nodes if n.phase == Node.Phase.READY and n.name in fleet.agents
                              and n.pool.document.get("spec", {}).get("autoRepair", True)), key=lambda n: n.name)
         if not candidates:

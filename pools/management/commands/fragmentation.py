@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
-from pools.fragmentation_service import fragmentation_for, fragmentation_record
+from pools.services.fragmentation import fragmentation_for, fragmentation_record
 
 
 class Command(BaseCommand):

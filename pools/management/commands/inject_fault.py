@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from pools.errors import ConflictError, ValidationError
-from pools.fault_injection import gpu_fault_inject
+from pools.core.errors import ConflictError, ValidationError
+from pools.core.repair import classify
 from pools.models import Node
-from pools.repair import classify
+from pools.providers.faults import gpu_fault_inject
 
 
 class Command(BaseCommand):

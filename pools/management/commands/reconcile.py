@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 from django.core.management.base import BaseCommand, CommandError
 
-from pools.lifecycle import pool_reconcile, reconcile_all
+from pools.controllers.lifecycle import pool_reconcile, reconcile_all
 from pools.models import GpuNodePool
 
 

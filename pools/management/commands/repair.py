@@ -6,7 +6,7 @@ import time
 
 from django.core.management.base import BaseCommand
 
-from pools.repair_service import repair_all
+from pools.controllers.repair import repair_all
 
 
 class Command(BaseCommand):

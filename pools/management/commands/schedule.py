@@ -11,7 +11,7 @@ from datetime import datetime
 
 from django.core.management.base import BaseCommand, CommandError
 
-from pools.scheduler_service import scheduler_pass
+from pools.controllers.scheduler import scheduler_pass
 
 
 class Command(BaseCommand):

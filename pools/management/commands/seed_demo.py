@@ -8,12 +8,12 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
+from billing.budgets import budgets_sync
 from billing.demo import load_prices
-from billing.services import budgets_sync
-from pools import services
-from pools.demo import load_catalog, load_people
+from pools.core.documents import load_yaml
+from pools.demo.seed import load_catalog, load_people
 from pools.models import GpuNodePool, PoolOrder
-from pools.spec import load_yaml
+from pools.services import pools as services
 
 EXAMPLES = Path(settings.BASE_DIR) / "examples"
 DEMO_POOLS = (  # (file, lead who creates it, approve its order?)

@@ -1,0 +1,28 @@
+"""Hours as metering counts them: UTC hours, the last complete one, and the part of an hour a
+node or pod was alive in (a fraction, to the millionth)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from decimal import ROUND_HALF_UP, Decimal
+
+HOUR = timedelta(hours=1)
+QUANTITY = Decimal("0.000001")
+
+
+def floor_hour(moment: datetime) -> datetime:
+    return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+
+
+def last_complete_hour(now: datetime) -> datetime:
+    return floor_hour(now) - HOUR
+
+
+def hour_overlap(start: datetime | None, stop: datetime, hour: datetime) -> Decimal:
+    """The part of [hour, hour + 1h) inside [start, stop), as a fraction of an hour."""
+    if start is None:
+        return Decimal(0)
+    seconds = (min(stop, hour + HOUR) - max(start, hour)).total_seconds()
+    if seconds <= 0:
+        return Decimal(0)
+    return (Decimal(str(seconds)) / 3600).quantize(QUANTITY, ROUND_HALF_UP)

@@ -1,0 +1,136 @@
+"""Money and lease arithmetic of one node-hour: amounts rounded half-up to the cent, months added
+to a moment, a lease's hours and months, and what one hour of a monthly (the lease spread over
+its hours, exactly), on-demand or preemptible node costs. Pure: standard library only."""
+
+from __future__ import annotations
+
+import calendar
+import math
+from datetime import datetime, timedelta
+from decimal import Decimal
+from fractions import Fraction
+
+CENT = Decimal("0.01")
+_HOUR = timedelta(hours=1)
+
+def quantize_money(amount: Decimal | Fraction, quantum: Decimal = CENT) -> Decimal:
+    """Round half-up to the quantum (exact for Fractions too: no float ever)."""
+    units = round_half_up(Fraction(amount) / Fraction(quantum))
+    return from_units(units, quantum)
+
+
+def add_months(moment: datetime, months: int) -> datetime:
+    """Calendar month arithmetic, clamping the day (Jan 31 + 1 month = Feb 28/29)."""
+    index = moment.year * 12 + moment.month - 1 + months
+    year, month = divmod(index, 12)
+    day = min(moment.day, calendar.monthrange(year, month + 1)[1])
+    return moment.replace(year=year, month=month + 1, day=day)
+
+
+def lease_hours(start: datetime, end: datetime) -> int:
+    """Whole hours of a lease; leases start and end on hour boundaries."""
+    span = end - start
+    if span <= timedelta(0) or span % _HOUR:
+        raise ValueError("a lease must span a positive whole number of hours")
+    return span // _HOUR
+
+
+def lease_months(start: datetime, end: datetime) -> Fraction:
+    """Calendar months from start to end; a trailing part-month counts pro rata.
+
+    Exact (a Fraction) so that a lease of 1 month and 10 days is not rounded before it is
+    priced.
+    """
+    lease_hours(start, end)
+    whole = 0
+    while add_months(start, whole + 1) <= end:
+        whole += 1
+    anchor = add_months(start, whole)
+    if anchor == end:
+        return Fraction(whole)
+    month_span = add_months(start, whole + 1) - anchor
+    second = timedelta(seconds=1)
+    return whole + Fraction((end - anchor) // second, month_span // second)
+
+
+def lease_payment(
+    monthly_price: Decimal, start: datetime, end: datetime, quantum: Decimal = CENT
+) -> Decimal:
+    """What the whole lease costs: monthly price × lease months, to the quantum."""
+    return quantize_money(Fraction(monthly_price) * lease_months(start, end), quantum)
+
+
+def monthly_hourly_rate(monthly_price: Decimal, start: datetime, end: datetime) -> Decimal:
+    """The amortised rate M × months / hours, unrounded-ish (12 places), for display."""
+    rate = Fraction(monthly_price) * lease_months(start, end) / lease_hours(start, end)
+    return quantize_money(rate, Decimal("1e-12"))
+
+
+def monthly_hour_cost(
+    monthly_price: Decimal,
+    lease_start: datetime,
+    lease_end: datetime,
+    hour: datetime,
+    quantum: Decimal = CENT,
+) -> Decimal:
+    """The cost of one hour of a monthly node: its lease payment amortised over lease hours.
+
+    Each hour gets ``round(P·(i+1)/n) − round(P·i/n)`` quanta (cumulative rounding), so every
+    hour is within one quantum of the exact rate and the hours of the whole lease add up to
+    the lease payment exactly: FOCUS's "Σ EffectiveCost = Σ purchase BilledCost" then holds.
+    """
+    n = lease_hours(lease_start, lease_end)
+    offset = hour - lease_start
+    if offset % _HOUR or not timedelta(0) <= offset < lease_end - lease_start:
+        raise ValueError(f"hour {hour.isoformat()} is not an hour of this lease")
+    i = offset // _HOUR
+    units = to_units(lease_payment(monthly_price, lease_start, lease_end, quantum), quantum)
+    before = round_half_up(Fraction(units * i, n))
+    upto = round_half_up(Fraction(units * (i + 1), n))
+    return from_units(upto - before, quantum)
+
+
+def on_demand_hour_cost(
+    hourly_price: Decimal, hours: Decimal | int = 1, quantum: Decimal = CENT
+) -> Decimal:
+    """An on-demand node's cost: hourly price × hours (a part-hour is billed pro rata)."""
+    return quantize_money(Fraction(hourly_price) * Fraction(Decimal(hours)), quantum)
+
+
+def preemptible_hour_cost(
+    hourly_price: Decimal,
+    discount: Decimal,
+    hours: Decimal | int = 1,
+    quantum: Decimal = CENT,
+) -> Decimal:
+    """A preemptible node's cost: on-demand price less the preemption discount (0..1)."""
+    if not Decimal(0) <= discount <= Decimal(1):
+        raise ValueError("discount must be within 0..1")
+    price = Fraction(hourly_price) * (1 - Fraction(discount))
+    return quantize_money(price * Fraction(Decimal(hours)), quantum)
+
+
+def to_units(amount: Decimal, quantum: Decimal) -> int:
+    units, rest = units_exact(amount, quantum)
+    if rest:
+        raise ValueError(f"{amount} is not a multiple of {quantum}")
+    return units
+
+
+def from_units(units: int, quantum: Decimal) -> Decimal:
+    return (Decimal(units) * quantum).quantize(quantum)
+
+
+def round_half_up(value: Fraction) -> int:
+    """Round half away from zero (Decimal's ROUND_HALF_UP), exactly."""
+    sign = -1 if value < 0 else 1
+    return sign * math.floor(abs(value) + Fraction(1, 2))
+
+
+def units_exact(amount: Decimal, quantum: Decimal) -> tuple[int, int]:
+    """amount / quantum as (whole units, remainder), exactly, in integers: the same test as
+    `Fraction(amount) / Fraction(quantum)` without building Fractions (issue 9: it runs for
+    every node and fee of an hour)."""
+    n, d = amount.as_integer_ratio()
+    qn, qd = quantum.as_integer_ratio()
+    return divmod(n * qd, d * qn)

@@ -1,0 +1,179 @@
+"""What a node costs in one hour: its order's paid monthly price (or the price book's) spread over
+its lease, the on-demand list price, the preemptible discount; and the node as billing reads it
+(`BilledNode`, columns read as values). Prices looked up while one hour is metered are memoised
+for that hour (`price_memo`, set by `billing.metering.usage_collect`)."""
+
+from __future__ import annotations
+
+import json
+from contextvars import ContextVar
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import ROUND_HALF_UP, Decimal
+
+from billing import pricing
+from billing.allocation import CENT
+from billing.hours import HOUR, floor_hour, hour_overlap
+from billing.lease_costs import monthly_hour_cost, on_demand_hour_cost, preemptible_hour_cost
+from billing.models import PriceBookEntry
+from pools.core.errors import ValidationError
+from pools.models import GpuNodePool, Node
+
+# Prices looked up during one `usage_collect` are memoised for that call only (a fleet shares
+# a few price versions; a long-running worker still sees every price change on its next run).
+price_memo: ContextVar[dict | None] = ContextVar("billing_priceprice_memo", default=None)
+
+
+def cached(key: tuple, compute):
+    memo = price_memo.get()
+    if memo is None:
+        return compute()
+    if key not in memo:
+        memo[key] = compute()
+    return memo[key]
+
+
+def price_entry_in_force(*, kind: str, at: datetime) -> PriceBookEntry | None:
+    return cached(
+        ("entry", kind, at),
+        lambda: (
+            PriceBookEntry.objects.filter(kind=kind, effective_from__lte=at)
+            .order_by("-effective_from")
+            .first()
+        ),
+    )
+
+
+def price_in_force(*, node_type_id: int, gpu_model_id: int, at: datetime):
+    return cached(
+        ("node", node_type_id, gpu_model_id, at),
+        lambda: pricing.price_in_force(node_type_id=node_type_id, gpu_model_id=gpu_model_id, at=at),
+    )
+
+
+def lease_term_in_force(*, lease_type: str, at: datetime):
+    return cached(
+        ("lease", lease_type, at), lambda: pricing.lease_term_in_force(lease_type=lease_type, at=at)
+    )
+
+
+# What billing reads of a node: its columns, the price its order was paid at (see `BilledNode`).
+NODE_COLUMNS = (
+    "pk", "pool_id", "name", "billing", "phase", "gpu_count", "labels_text", "lease_start", "lease_end", "created_at",
+    "terminated_at", "order_id", "order__unit_monthly_price", "order__discount", "order__currency",
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class OrderPrice:
+    """What an order's nodes were paid at (`NodeOrder` has the same attributes)."""
+
+    unit_monthly_price: Decimal
+    discount: Decimal
+    currency: str
+
+
+@dataclass(slots=True)
+class BilledNode:
+    """The attributes of a `Node` that billing reads, with the same names, so `_node_record`
+    and `_monthly_price` take either; `pool` is attached by the caller."""
+
+    pk: int
+    pool_id: int
+    name: str
+    billing: str
+    phase: str
+    gpu_count: int
+    labels: dict
+    lease_start: datetime | None
+    lease_end: datetime | None
+    created_at: datetime | None
+    terminated_at: datetime | None
+    order: OrderPrice | None
+    pool: GpuNodePool | None = None
+
+    @classmethod
+    def from_row(cls, row: tuple) -> BilledNode:
+        """A node from a `NODE_COLUMNS` row; within one metered hour, nodes with the same labels
+        or the same order share the decoded labels and the order's price (both only read)."""
+        (pk, pool_id, name, billing, phase, gpu_count, text, lease_start, lease_end, created_at, terminated_at,
+         order_id, unit_monthly_price, discount, currency) = row  # fmt: skip
+        labels = cached(("node-labels", text), lambda: json.loads(text) if text else {})
+        order = None
+        if order_id is not None:
+            order = cached(("order", order_id), lambda: OrderPrice(unit_monthly_price, discount, currency))
+        return cls(pk, pool_id, name, billing, phase, gpu_count, labels, lease_start, lease_end, created_at, terminated_at, order)  # fmt: skip
+
+
+def node_price(node: Node | BilledNode, hour: datetime) -> tuple[Decimal, Decimal, Decimal | None, str] | None:
+    """(node-hours, cost, cost at the on-demand list price, currency) of a node in the hour."""
+    pool = node.pool
+    if node.billing == Node.Billing.MONTHLY:
+        if node.lease_start is None or node.lease_end is None:
+            return None
+        start = floor_hour(node.lease_start)
+        hours = -(-(node.lease_end - start) // HOUR)  # ceil: the lease's last part-hour is billed
+        if not start <= hour < start + hours * HOUR:
+            return None
+        monthly = monthly_price(node)
+        lease = (monthly.price, start, start + hours * HOUR, hour)
+        cost = cached(("monthly-hour", *lease), lambda: monthly_hour_cost(*lease))  # nodes of one order share it
+        return Decimal(1), cost, hourly_list_price(node, hour), monthly.currency
+    if node.terminated_at is not None:
+        alive_to = node.terminated_at
+    elif node.phase == Node.Phase.TERMINATED:
+        return None
+    else:
+        alive_to = hour + HOUR
+    fraction = hour_overlap(node.created_at, alive_to, hour)
+    if fraction <= 0:
+        return None
+    price = price_in_force(node_type_id=pool.node_type_id, gpu_model_id=pool.gpu_model_id, at=hour)
+    list_cost = cached(("list-hour", price.hourly_price, fraction), lambda: on_demand_hour_cost(price.hourly_price, fraction))
+    if node.billing == Node.Billing.PREEMPTIBLE:
+        entry = price_entry_in_force(kind=PriceBookEntry.Kind.PREEMPTIBLE_DISCOUNT, at=hour)
+        discount = entry.amount if entry else Decimal(0)
+        cost = preemptible_hour_cost(price.hourly_price, discount, fraction)
+    else:
+        cost = list_cost
+    return fraction, cost, list_cost, price.currency
+
+
+@dataclass(frozen=True)
+class Monthly:
+    price: Decimal
+    currency: str
+
+
+def monthly_price(node: Node | BilledNode) -> Monthly:
+    """What the node's lease costs a month: the order's price less its discount (what was paid),
+    else the price book at the lease start less the pool's lease-term discount."""
+    pool = node.pool
+    order = node.order
+    if order is not None:
+        paid = (order.unit_monthly_price, order.discount, order.currency)
+        return cached(("paid", *paid), lambda: _paid_monthly(*paid))  # an order's nodes share it
+    at = node.lease_start
+    book = price_in_force(node_type_id=pool.node_type_id, gpu_model_id=pool.gpu_model_id, at=at)
+    try:
+        discount = lease_term_in_force(lease_type=pool.lease_type, at=at).discount
+    except ValidationError:
+        discount = Decimal(0)
+    price = Decimal(book.monthly_price) * (1 - Decimal(discount))
+    return Monthly(price.quantize(CENT, ROUND_HALF_UP), book.currency)
+
+
+def _paid_monthly(unit_monthly_price: Decimal, discount: Decimal, currency: str) -> Monthly:
+    price = Decimal(unit_monthly_price) * (1 - Decimal(discount))
+    return Monthly(price.quantize(CENT, ROUND_HALF_UP), currency)
+
+
+def hourly_list_price(node: Node | BilledNode, hour: datetime) -> Decimal | None:
+    pool = node.pool
+    try:
+        price = price_in_force(
+            node_type_id=pool.node_type_id, gpu_model_id=pool.gpu_model_id, at=hour
+        )
+    except ValidationError:
+        return None
+    return cached(("list-hour", price.hourly_price), lambda: on_demand_hour_cost(price.hourly_price))

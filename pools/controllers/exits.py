@@ -1,0 +1,271 @@
+"""How nodes leave a pool gracefully: leases (D2), reclaims of preemptible nodes (D2), surplus
+after lowering `nodeCount.max`, pool deletion, and heartbeats (D1). Part of the lifecycle
+controller (pools/controllers/lifecycle.py); the decisions themselves are in pools/core/lifecycle.py.
+
+Every exit is cordon -> drain (evict pods, lowest priority first, until a deadline) -> release,
+each step an event; a node is never released with pods on it without a Warning saying why.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+
+from monitoring.services import credential_revoke_for_node
+from pools.controllers.context import ReconcilePass
+from pools.core import lifecycle as rules
+from pools.models import GpuNodePool, Node, PoolOrder
+from pools.services.events import NORMAL, WARNING
+
+logger = logging.getLogger("ebcloud.lifecycle")
+
+
+def _at(moment: datetime) -> str:
+    return f"{moment:%Y-%m-%d %H:%M} UTC"
+
+
+# ---------------------------------------------------------------------------------------------
+# Drain and release
+
+
+def drain_start(p: ReconcilePass, node: Node, *, reason: str, event_reason: str, message: str, deadline: datetime | None = None, type: str = NORMAL) -> None:
+    """Cordon the node and start draining it; a node that never became Ready is released at once."""
+    deadline = deadline or p.now + timedelta(seconds=settings.EBCLOUD_DRAIN_TIMEOUT_SECONDS)
+    registered = node.ready_at is not None
+    if registered:
+        p.cluster.cordon(name=node.name)  # idempotent: a rerun after a crash cordons again
+    with transaction.atomic():
+        claimed = Node.objects.filter(pk=node.pk, release_reason="").exclude(phase=Node.Phase.TERMINATED).update(
+            release_reason=reason,
+            drain_deadline=deadline,
+            phase=Node.Phase.DRAINING if registered else Node.Phase.TERMINATING,
+            unschedulable=True,
+            step_due_at=None,
+        )
+        if not claimed:
+            return
+        p.event(event_reason, message, node=node, type=type)
+        if registered:
+            p.event("NodeCordoned", f"Node {node.name} cordoned: no new pods are scheduled on it", node=node)
+    node.refresh_from_db()
+    drain_advance(p, node)
+
+
+def drain_advance(p: ReconcilePass, node: Node) -> None:
+    """Evict what is left (lowest priority first); release when empty or at the deadline."""
+    if node.phase == Node.Phase.DRAINING:
+        pods = p.cluster.list_pods(node_name=node.name)
+        if pods:
+            order = rules.eviction_order(rules.PodView(x.namespace, x.name, x.priority) for x in pods)
+            done = evict(p.cluster, [(pod.namespace, pod.name) for pod in order], reason=node.release_reason)
+            evicted = [f"{pod.namespace}/{pod.name} (priority {pod.priority})" for pod in order if (pod.namespace, pod.name) in done]
+            if evicted:
+                p.event("NodeDraining", f"Evicted {len(evicted)} pod(s) from {node.name}, lowest priority first: {', '.join(evicted)}", node=node)
+            pods = p.cluster.list_pods(node_name=node.name)
+        if pods:
+            names = ", ".join(f"{x.namespace}/{x.name}" for x in pods)
+            if node.drain_deadline and p.now < node.drain_deadline:
+                p.event("DrainWaiting", f"{len(pods)} pod(s) still on {node.name} refuse eviction ({names}); the node is released at {_at(node.drain_deadline)} at the latest", node=node, type=WARNING)
+                return
+            p.event("DrainTimeout", f"Drain of {node.name} reached its deadline: releasing it with {len(pods)} pod(s) still on it ({names}); reason: {node.release_reason}", node=node, type=WARNING)
+    release(p, node)
+
+
+def evict(cluster, pods: list[tuple[str, str]], *, reason: str) -> set[tuple[str, str]]:
+    """Evict (namespace, name) pods in this order; the ones evicted. One call when the backend
+    evicts in batches (`evict_pods`), else one `evict_pod` per pod."""
+    many = getattr(cluster, "evict_pods", None)
+    if many is not None:
+        return many(pods=pods, reason=reason)
+    return {pod for pod in pods if cluster.evict_pod(namespace=pod[0], name=pod[1], reason=reason)}
+
+
+def release(p: ReconcilePass, node: Node) -> None:
+    if node.provider_id:
+        p.cloud.release(provider_id=node.provider_id, now=p.now)
+    p.cluster.remove_node(name=node.name)
+    billed = ""
+    if node.lease_end and node.lease_end > p.now and node.billing != Node.Billing.ON_DEMAND:
+        billed = f"; its {node.billing} lease stays billed until {_at(node.lease_end)}"
+    with transaction.atomic():
+        done = Node.objects.filter(pk=node.pk).exclude(phase=Node.Phase.TERMINATED).update(
+            phase=Node.Phase.TERMINATED, terminated_at=p.now, unschedulable=True, step="", step_due_at=None
+        )
+        if done:
+            p.event("NodeReleased", f"Node {node.name} released ({node.release_reason or 'released'}){billed}", node=node)
+            credential_revoke_for_node(node, reason="NodeTerminated", now=p.now)  # the machine may live on elsewhere
+
+
+def drains_advance(p: ReconcilePass) -> None:
+    for node in p.live_nodes().exclude(release_reason=""):
+        drain_advance(p, node)
+
+
+# ---------------------------------------------------------------------------------------------
+# Leases (D2: a short-lease node at order expiry exits gracefully; autoRenew renews instead)
+
+
+def leases_handle(p: ReconcilePass) -> None:
+    notice = timedelta(seconds=settings.EBCLOUD_LEASE_NOTICE_SECONDS)
+    nodes = list(p.live_nodes().filter(release_reason="", lease_end__isnull=False).select_related("renewal_order").order_by("lease_end", "name"))
+    staying = sum(1 for n in nodes if n.lease_end > p.now + notice)
+    renewing = sum(1 for n in nodes if n.renewal_order_id and n.renewal_order.status == PoolOrder.Status.APPROVED)
+    to_notify = []
+    for node in nodes:
+        action = rules.lease_action(lease_end=node.lease_end, now=p.now, notice=notice, notified=node.lease_notified_at is not None)
+        if action == rules.NOTIFY:
+            to_notify.append(node)
+        elif action == rules.EXPIRE:
+            if node.renewal_order_id:
+                PoolOrder.objects.filter(pk=node.renewal_order_id, status=PoolOrder.Status.APPROVED).update(
+                    status=PoolOrder.Status.FAILED, reason="Lease ended before the renewal was paid"
+                )
+            drain_start(
+                p, node, reason=rules.LEASE_EXPIRED, event_reason="LeaseExpired",
+                message=f"Lease of node {node.name} ended at {_at(node.lease_end)} without renewal: cordon, drain, release",
+            )  # fmt: skip
+    if not to_notify:
+        return
+    allowed = rules.renewals_allowed(min_nodes=p.pool.min_nodes, staying=staying, renewing=renewing) if p.spec.auto_renew else 0
+    renew, leave = to_notify[:allowed], to_notify[allowed:]
+    order = _renewal_order(p, renew) if renew else None
+    with transaction.atomic():
+        for node in renew:
+            Node.objects.filter(pk=node.pk).update(lease_notified_at=p.now, renewal_order=order)
+            p.event("LeaseExpiring", f"Lease of node {node.name} ends at {_at(node.lease_end)}; autoRenew ordered renewal #{order.pk}", node=node)
+        for node in leave:
+            Node.objects.filter(pk=node.pk).update(lease_notified_at=p.now)
+            why = "autoRenew is off" if not p.spec.auto_renew else f"nodeCount.min is {p.pool.min_nodes}"
+            p.event(
+                "LeaseExpiring",
+                f"Lease of node {node.name} ends at {_at(node.lease_end)} and is not renewed ({why}): it will be drained, then released",
+                node=node,
+                type=WARNING,
+            )
+
+
+def _renewal_order(p: ReconcilePass, nodes: list[Node]) -> PoolOrder:
+    quote = p.cloud.quote(node_type=p.spec.node_type, gpu_model=p.spec.gpu_model, lease_type=p.spec.lease_type, nodes=len(nodes), at=p.now)
+    order = PoolOrder.objects.create(
+        pool=p.pool,
+        kind=PoolOrder.Kind.RENEW,
+        status=PoolOrder.Status.APPROVED,
+        node_count=len(nodes),
+        gpus=len(nodes) * p.pool.node_type.gpu_count,
+        lease_type=p.spec.lease_type,
+        lease_months=quote.months,
+        unit_monthly_price=quote.unit_monthly_price,
+        discount=quote.discount,
+        amount=quote.amount,
+        currency=quote.currency,
+        reason="autoRenew",
+        created_at=p.now,
+        decided_at=p.now,
+    )
+    p.event("RenewalOrdered", f"autoRenew: order #{order.pk} renews {len(nodes)} node(s) for {quote.months} month(s), {order.amount} {order.currency}")
+    return order
+
+
+def renewal_apply(p: ReconcilePass, order: PoolOrder) -> None:
+    """A paid renewal extends the lease of the nodes it renews (call inside the payment's transaction)."""
+    for node in Node.objects.filter(renewal_order=order).exclude(phase=Node.Phase.TERMINATED):
+        lease_end = rules.add_months(node.lease_end or p.now, order.lease_months)
+        Node.objects.filter(pk=node.pk).update(lease_end=lease_end, lease_notified_at=None, renewal_order=None)
+        p.event("LeaseRenewed", f"Lease of node {node.name} renewed by order #{order.pk} until {_at(lease_end)}", node=node)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reclaims (D2: preemptible nodes may be reclaimed; guaranteed nodes never during their lease)
+
+
+def reclaims_handle(p: ReconcilePass) -> None:
+    notices = p.notices if p.notices is not None else {n.provider_id: n.reclaim_at for n in p.cloud.reclaim_notices(now=p.now)}
+    if not notices:
+        return
+    for node in p.live_nodes().filter(release_reason="", provider_id__in=list(notices)):
+        if node.billing != Node.Billing.PREEMPTIBLE:
+            p.event("ReclaimRefused", f"The cloud announced a reclaim of guaranteed node {node.name}; guaranteed nodes are not reclaimed during their lease", node=node, type=WARNING)
+            continue
+        reclaim_at = notices[node.provider_id]
+        drain_start(
+            p, node, reason=rules.RECLAIMED, event_reason="ReclaimNotice", type=WARNING, deadline=reclaim_at,
+            message=(
+                f"The cloud reclaims preemptible node {node.name} at {reclaim_at:%H:%M:%S} UTC "
+                f"({rules.format_duration(max(reclaim_at - p.now, timedelta(0)))} notice): draining it; a replacement is ordered"
+            ),
+        )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# Shrinking and deleting
+
+
+def surplus_drain(p: ReconcilePass) -> None:
+    """Above `nodeCount.max`: burst nodes leave first, then expired, then nearest lease end."""
+    nodes = {n.name: n for n in p.live_nodes().filter(release_reason="")}
+    views = [rules.NodeView(n.name, n.billing, n.phase, n.lease_end) for n in nodes.values()]
+    for view in rules.surplus(views, max_nodes=p.pool.max_nodes, now=p.now):
+        drain_start(
+            p, nodes[view.name], reason=rules.SCALED_IN, event_reason="ScaledIn",
+            message=f"nodeCount.max is {p.pool.max_nodes}: draining surplus {view.billing} node {view.name}",
+        )  # fmt: skip
+
+
+def delete_step(p: ReconcilePass) -> bool:
+    """Drain and release every node of a Deleting pool; True once the pool is finalised."""
+    for order in p.pool.orders.filter(status=PoolOrder.Status.APPROVED):
+        if PoolOrder.objects.filter(pk=order.pk, status=PoolOrder.Status.APPROVED).update(status=PoolOrder.Status.FAILED, reason="Withdrawn: the pool was deleted"):
+            p.event("OrderWithdrawn", f"Order #{order.pk} withdrawn before payment: the pool is being deleted")
+    for node in p.live_nodes().filter(release_reason=""):
+        drain_start(
+            p, node, reason=rules.POOL_DELETED, event_reason="NodeDeleting",
+            message=f"Pool {p.pool.name} is being deleted: draining node {node.name}, then releasing it",
+        )  # fmt: skip
+    if p.live_nodes().exists():
+        return False
+    with transaction.atomic():
+        done = GpuNodePool.objects.filter(pk=p.pool.pk, deleted_at__isnull=True).update(
+            deleted_at=p.now, phase=GpuNodePool.Phase.DELETED, pending_reason=""
+        )
+        if done:
+            p.event("PoolDeleted", "All nodes drained and released; pool deleted")
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# Heartbeats (D1)
+
+
+def heartbeats_check(p: ReconcilePass) -> None:
+    grace = timedelta(seconds=settings.EBCLOUD_HEARTBEAT_GRACE_SECONDS)
+    watched = (Node.Phase.READY, Node.Phase.UNKNOWN)
+    outage = None
+    for node in p.live_nodes().filter(release_reason="", phase__in=watched):
+        phase = rules.heartbeat_phase(phase=node.phase, last_heartbeat=node.last_heartbeat, now=p.now, grace=grace)
+        if phase == node.phase:
+            continue
+        if phase == Node.Phase.UNKNOWN:
+            if outage is None:  # asked once per pass, and only when a node would go Unknown
+                fleet = Node.objects.filter(pool__deleted_at__isnull=True, release_reason="", phase__in=watched, last_heartbeat__isnull=False)
+                outage = rules.full_disruption(silent=fleet.filter(last_heartbeat__lt=p.now - grace).count(), reporting=fleet.count())
+                if outage:
+                    logger.warning("most nodes are silent past the heartbeat grace: the control plane or its network was "
+                                   "away; no node is marked Unknown until the agents report again")
+            if outage:
+                continue
+        with transaction.atomic():
+            if not Node.objects.filter(pk=node.pk, phase=node.phase).update(phase=phase):
+                continue
+            if phase == Node.Phase.UNKNOWN:
+                p.event(
+                    "NodeStatusUnknown",
+                    f"No heartbeat from {node.name} since {node.last_heartbeat:%H:%M:%S} UTC (grace {rules.format_duration(grace)}): "
+                    "status Unknown; its pods keep running and are not evicted for this",
+                    node=node,
+                    type=WARNING,
+                )
+            else:
+                p.event("NodeReady", f"Heartbeat from {node.name} resumed: Ready again", node=node)

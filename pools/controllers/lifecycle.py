@@ -1,0 +1,489 @@
+"""The lifecycle controller: make one pool match its spec (seed G1, O2, T1; design §5).
+
+`pool_reconcile` is level-triggered and idempotent: it compares what the pool should have
+(monthly nodes bought by Paid orders, up to `nodeCount.max`) with what it has, and takes each
+node one step further: Ordering -> Provisioning -> Initializing -> Registering -> Ready, one
+event per step (`OrderPlaced`, `NodeInitializing`, `ImagePulled`, `DriverInstalled`,
+`KubeletInstalled`, `NodeRegistered`, `NodeLabeled`, `NodeTainted`, `NodeReady`). Approved orders
+are paid first (`OrderPaid`). Failures are Warning events, retried with exponential backoff;
+`pendingReason` says why the pool is stalled, with numbers (T1).
+
+Every provider call is idempotent on a key (node name, order id) and comes before the
+controller's own write, so a pass killed anywhere is finished by the next one. Work is claimed
+per pool by a conditional UPDATE on `PoolClaim.version`, so any number of workers can run. The
+pass over every pool (`reconcile_all`) reads all pools' rows at once and runs the per-pool pass
+only where something is to be done, and there only the steps that have work (issue 9;
+pools/controllers/state.py, `lifecycle_rules.steps_needed`).
+Leases, reclaims, shrinking, deletion and heartbeats are in pools/controllers/exits.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import IntegerField, Max, Min, Q
+from django.db.models.functions import Cast, Substr
+from django.utils import timezone
+
+from monitoring.services import credential_revoke_for_node
+from pools.claims import WORKER_ID, Claims, claim_acquire, claim_release, claims_seen
+from pools.controllers import exits
+from pools.controllers.context import ReconcilePass
+from pools.controllers.state import snapshots_load, statuses_write
+from pools.core import lifecycle as rules
+from pools.core.spec import effective_node_labels, parse_document
+from pools.models import GpuNodePool, Node, PoolEvent, PoolOrder
+from pools.providers import get_cloud_provider, get_cluster_backend
+from pools.providers.base import (
+    FAILED,
+    RUNNING,
+    CloudProvider,
+    ClusterBackend,
+    InsufficientBalance,
+    MachineRequest,
+    OutOfStock,
+    ProviderError,
+)
+from pools.selectors.pools import catalog_current
+from pools.services.events import WARNING, event_record
+
+logger = logging.getLogger("ebcloud.lifecycle")
+SLOW_CAPACITY = rules.SLOW_CAPACITY  # O4: over 15 minutes points at prewarming or stock
+
+
+@dataclass(frozen=True)
+class ReconcileResult:
+    pool_id: int
+    claimed: bool
+    phase: str = ""
+    pending_reason: str = ""
+    error: str = ""
+
+
+def reconcile_all(*, now: datetime | None = None, cloud: CloudProvider | None = None, cluster: ClusterBackend | None = None) -> list[ReconcileResult]:
+    """One pass over every live pool (the scheduled task and `manage.py reconcile --once`).
+
+    Batched (issue 9): the rows of every live pool are loaded with a fixed number of queries
+    (pools/controllers/state.py). A pool where no step has anything to do
+    (`lifecycle_rules.work_needed`) costs no statement of its own: the status of all such pools
+    is written with one UPDATE where it changed. Pools with work are claimed together with one
+    conditional UPDATE and go through the per-pool pass (`_reconcile`) with the steps their
+    rows call for, so the statements of a pass grow with what happens, not with the number of
+    pools. A pool another worker holds is skipped, as before.
+    """
+    moment = now or timezone.now()
+    cloud, cluster = cloud or get_cloud_provider(), cluster or get_cluster_backend()
+    pools = list(GpuNodePool.objects.filter(deleted_at__isnull=True).select_related("team", "gpu_model", "node_type", "zone").order_by("pk"))
+    seen = claims_seen(p.pk for p in pools)
+    busy = seen.busy
+    snapshots = snapshots_load([p for p in pools if p.pk not in busy])
+    notice = timedelta(seconds=settings.EBCLOUD_LEASE_NOTICE_SECONDS)
+    grace = timedelta(seconds=settings.EBCLOUD_HEARTBEAT_GRACE_SECONDS)
+    shared = PassShared(catalog=catalog_current(), notices=reclaim_notices_of(cloud, moment), snapshots=snapshots, lease_notice=notice, heartbeat_grace=grace)
+    reclaiming = frozenset(shared.notices)
+    results: dict[int, ReconcileResult] = {}
+    work, changed = [], []
+    for pool in pools:
+        if pool.pk in busy:
+            continue
+        snapshot = snapshots[pool.pk]
+        if rules.work_needed(snapshot, now=moment, lease_notice=notice, heartbeat_grace=grace, reclaiming=reclaiming):
+            work.append(pool)
+            continue
+        status = rules.status_of(snapshot, now=moment)
+        if not status.same_as(snapshot, pool.generation):
+            changed.append((pool, status))
+        results[pool.pk] = ReconcileResult(pool_id=pool.pk, claimed=True, phase=status.phase, pending_reason=status.pending_reason)
+    for pool, status in statuses_write(changed, seen=seen):
+        event_record(pool=pool, reason="PoolReady", message=f"All {status.desired} node(s) of {pool.name} are Ready", now=moment)
+    with Claims([p.pk for p in work], owner=WORKER_ID) as claims:
+        for pool in work:
+            if pool.pk not in claims:
+                continue
+            claims.keep_alive()
+            try:
+                results[pool.pk] = _reconcile(pool.pk, moment, cloud, cluster, shared)
+            except Exception as exc:  # one broken pool must not stop the others; the next pass retries it
+                logger.exception("reconcile of pool %s failed", pool.pk)
+                results[pool.pk] = ReconcileResult(pool_id=pool.pk, claimed=True, error=f"{type(exc).__name__}: {exc}")
+    return [results.get(p.pk) or ReconcileResult(pool_id=p.pk, claimed=False) for p in pools]
+
+
+@dataclass(frozen=True)
+class PassShared:
+    """What the pass over all pools read once: the catalog, the cloud's reclaim notices, each
+    pool's rows (`lifecycle_state.snapshots_load`) and the settings its rules take."""
+
+    catalog: object
+    notices: dict[str, datetime]
+    snapshots: dict[int, rules.PoolSnapshot]
+    lease_notice: timedelta
+    heartbeat_grace: timedelta
+
+    def steps_needed(self, snapshot: rules.PoolSnapshot, now: datetime) -> tuple[str, ...]:
+        """`lifecycle_rules.steps_needed` under this pass's settings and the cloud's notices."""
+        return rules.steps_needed(snapshot, now=now, lease_notice=self.lease_notice, heartbeat_grace=self.heartbeat_grace, reclaiming=frozenset(self.notices))
+
+
+def reclaim_notices_of(cloud: CloudProvider, now: datetime) -> dict[str, datetime]:
+    return {n.provider_id: n.reclaim_at for n in cloud.reclaim_notices(now=now)}
+
+
+def pool_reconcile(*, pool_id: int, now: datetime | None = None, cloud: CloudProvider | None = None, cluster: ClusterBackend | None = None) -> ReconcileResult:
+    """Claim the pool, make it match its spec, release the claim. Unclaimed: another worker has it."""
+    now = now or timezone.now()
+    version = claim_acquire(pool_id=pool_id)
+    if version is None:
+        return ReconcileResult(pool_id=pool_id, claimed=False)
+    try:
+        return _reconcile(pool_id, now, cloud or get_cloud_provider(), cluster or get_cluster_backend())
+    finally:
+        claim_release(pool_id=pool_id, version=version)
+
+
+def next_wakeup(*, after: datetime) -> datetime | None:
+    """The earliest moment a live node needs the controller again (a step ends, a backoff or a
+    drain deadline passes), so the worker can wake then instead of at the next tick."""
+    live = Node.objects.exclude(phase=Node.Phase.TERMINATED).filter(pool__deleted_at__isnull=True)
+    moments = [
+        live.filter(release_reason="", step_due_at__gt=after).aggregate(m=Min("step_due_at"))["m"],
+        live.exclude(release_reason="").filter(drain_deadline__gt=after).aggregate(m=Min("drain_deadline"))["m"],
+    ]
+    moments = [m for m in moments if m is not None]
+    return min(moments) if moments else None
+
+
+def pool_capacity_times(*, pool: GpuNodePool) -> rules.CapacityTimes:
+    """Per pool: how long nodes took from request to Ready and to their first Running pod."""
+    nodes = list(pool.nodes.filter(ready_at__isnull=False).annotate(first_pod=Min("pods__started_at")).order_by("ready_at", "name"))
+    ready = [n.ready_at - n.created_at for n in nodes]
+    first_pod = [n.first_pod - n.created_at for n in nodes if n.first_pod is not None and n.first_pod >= n.created_at]
+    return rules.capacity_summary(ready, first_pod, slow_after=SLOW_CAPACITY)
+
+
+# ---------------------------------------------------------------------------------------------
+# One pass
+
+
+def _reconcile(pool_id: int, now: datetime, cloud: CloudProvider, cluster: ClusterBackend, shared: PassShared | None = None) -> ReconcileResult:
+    """Every step of the pass, for `pool_reconcile`; `reconcile_all` gives `shared`, with the
+    rows it read of the pool, and only the steps those rows call for run (`_steps_run`)."""
+    pool = GpuNodePool.objects.select_related("team", "gpu_model", "node_type", "zone").get(pk=pool_id)
+    if pool.deleted_at is not None:
+        return ReconcileResult(pool_id=pool_id, claimed=True, phase=pool.phase, pending_reason=pool.pending_reason)
+    generation = pool.generation
+    catalog = shared.catalog if shared else catalog_current()
+    p = ReconcilePass(pool=pool, spec=parse_document(pool.document, catalog), now=now, cloud=cloud, cluster=cluster, notices=shared.notices if shared else None)
+    fresh = None
+    if pool.phase == GpuNodePool.Phase.DELETING:
+        exits.drains_advance(p)
+        if exits.delete_step(p):
+            return ReconcileResult(pool_id=pool_id, claimed=True, phase=GpuNodePool.Phase.DELETED)
+    elif shared is None:
+        for _, step in _STEPS:
+            step(p)
+    else:
+        fresh = _steps_run(p, shared.snapshots[pool_id], shared)
+    phase, reason = _status_write(p, generation, fresh)
+    return ReconcileResult(pool_id=pool_id, claimed=True, phase=phase, pending_reason=reason)
+
+
+def _steps_run(p: ReconcilePass, snapshot: rules.PoolSnapshot, shared: PassShared) -> rules.PoolSnapshot | None:
+    """Run the steps the pool's rows call for (`lifecycle_rules.steps_needed`), in the pass's
+    order; after each step that ran, read the pool's rows again and ask anew, since a payment,
+    a drain or a released node can give the later steps work. A step skipped is one that would
+    have read its rows and done nothing (tests/pools/test_lifecycle_batched.py compares every
+    tick with `pool_reconcile`, which runs them all). Returns the rows read after the last
+    step, if any ran (the status is computed from them). The first rows are those the pass
+    read of every pool: a change made since then waits for the next pass, as for a pool the
+    pass found quiet."""
+    fresh, todo = None, shared.steps_needed(snapshot, p.now)
+    for name, step in _STEPS:
+        if name in todo:
+            step(p)
+            fresh = snapshots_load([p.pool])[p.pool.pk]
+            todo = shared.steps_needed(fresh, p.now)
+    return fresh
+
+
+def _provisioning_advance(p: ReconcilePass) -> None:
+    for node in p.live_nodes().filter(release_reason="", phase__in=rules.PROVISIONING_PHASES):
+        _advance(p, node)
+
+
+def _pay_orders(p: ReconcilePass) -> None:
+    """Pay every Approved order (oldest first); the payment is keyed by the order (no double debit)."""
+    for order in p.pool.orders.filter(status=PoolOrder.Status.APPROVED).order_by("created_at", "pk"):
+        quota_note = _quota_check(p, order)
+        if quota_note is None:
+            continue
+        try:
+            payment = p.cloud.pay(order_id=order.pk, amount=order.amount, currency=order.currency, now=p.now)
+        except InsufficientBalance as exc:
+            reason = rules.insufficient_balance_reason(need=exc.need, balance=exc.balance, currency=exc.currency)
+            p.stall(reason)
+            p.event("InsufficientBalance", f"Order #{order.pk} is unpaid: {reason}; payment is retried every pass", type=WARNING)
+            continue
+        except ProviderError as exc:
+            p.stall(f"{exc.reason}: {exc.message}")
+            p.event(exc.reason, f"Order #{order.pk} is unpaid: {exc.message}; payment is retried every pass", type=WARNING)
+            continue
+        with transaction.atomic():
+            if PoolOrder.objects.filter(pk=order.pk, status=PoolOrder.Status.APPROVED).update(status=PoolOrder.Status.PAID):
+                if quota_note:
+                    p.event("QuotaValidated", quota_note)
+                p.event(
+                    "OrderPaid",
+                    f"Order #{order.pk} paid: {payment.amount} {payment.currency} debited, balance {payment.balance_after} {payment.currency}",
+                )
+                if order.kind == PoolOrder.Kind.RENEW:
+                    exits.renewal_apply(p, order)
+
+
+def _quota_check(p: ReconcilePass, order: PoolOrder) -> str | None:
+    """Quotas can be lowered after approval: check again before paying (T1). None: exceeded."""
+    if order.kind == PoolOrder.Kind.RENEW:
+        return ""  # a renewal keeps capacity the pool already holds
+    quota = p.cloud.quota(region=p.pool.zone.region, gpu_model=p.spec.gpu_model)
+    if quota.in_use_gpus <= quota.limit_gpus:
+        return f"Quota allows order #{order.pk}: {quota.region} {quota.gpu_model} {quota.in_use_gpus} of {quota.limit_gpus} GPU(s) in use with it"
+    reason = f"QuotaExceeded: {quota.region} {quota.gpu_model} requested {order.gpus}, in use {quota.in_use_gpus - order.gpus}, limit {quota.limit_gpus}"
+    p.stall(reason)
+    p.event("QuotaExceeded", f"Order #{order.pk} is not paid: {reason}", type=WARNING)
+    return None
+
+
+def _slots_missing(order: PoolOrder) -> int:
+    """Nodes the order still needs: its count less nodes holding a slot (live, or retired)."""
+    holding = order.nodes.filter(Q(release_reason__in=rules.RETIRING_REASONS) | (~Q(phase=Node.Phase.TERMINATED) & Q(release_reason=""))).count()
+    return max(0, order.node_count - holding)
+
+
+def _capacity_orders(pool: GpuNodePool):
+    return pool.orders.filter(status=PoolOrder.Status.PAID, kind__in=(PoolOrder.Kind.CREATE, PoolOrder.Kind.GROW)).order_by("created_at", "pk")
+
+
+def _create_missing(p: ReconcilePass) -> None:
+    room = p.pool.max_nodes - p.live_nodes().filter(release_reason="").count()
+    billing = Node.Billing.PREEMPTIBLE if p.pool.preemptible else Node.Billing.MONTHLY
+    for order in _capacity_orders(p.pool):
+        for _ in range(min(_slots_missing(order), room)):
+            _node_create(p, order, billing)
+            room -= 1
+
+
+def node_name_next(pool: GpuNodePool) -> str:
+    """The next node name of the pool: `<pool>-<pool id>-<seq>` (unique across pools)."""
+    return node_names_next(pool, 1)[0]
+
+
+def node_names_next(pool: GpuNodePool, count: int) -> list[str]:
+    """The pool's next `count` node names, one past the highest sequence taken (terminated
+    nodes keep their names: a name is never reused). One query, however many nodes the pool
+    has had."""
+    prefix = f"{pool.name}-{pool.pk}-"
+    taken = (
+        Node.objects.filter(name__startswith=prefix, name__regex=rf"^{re.escape(prefix)}[0-9]{{1,9}}$")
+        .annotate(seq=Cast(Substr("name", len(prefix) + 1), IntegerField()))
+        .aggregate(highest=Max("seq"))["highest"]
+    ) or 0
+    return [f"{prefix}{taken + i:03d}" for i in range(1, count + 1)]
+
+
+def _node_create(p: ReconcilePass, order: PoolOrder, billing: str) -> Node:
+    sibling = order.nodes.exclude(lease_end=None).order_by("-lease_end").first()
+    if sibling is not None:  # a replacement keeps the slot's lease
+        lease_start, lease_end = sibling.lease_start, sibling.lease_end
+    else:
+        paid_at = p.cloud.pay(order_id=order.pk, amount=order.amount, currency=order.currency, now=p.now).paid_at  # idempotent: the existing payment
+        lease_start, lease_end = paid_at, rules.add_months(paid_at, order.lease_months)
+    return Node.objects.create(
+        pool=p.pool,
+        name=node_name_next(p.pool),
+        billing=billing,
+        phase=Node.Phase.ORDERING,
+        zone=p.pool.zone,
+        gpu_count=p.pool.node_type.gpu_count,
+        order=order,
+        lease_start=lease_start,
+        lease_end=lease_end,
+        created_at=p.now,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Provisioning steps
+
+
+def _advance(p: ReconcilePass, node: Node) -> None:
+    if node.step_due_at is not None and p.now < node.step_due_at:
+        return  # the step is still running, or we are backing off
+    if node.phase == Node.Phase.ORDERING and not _place(p, node):
+        return
+    prewarmed = p.cloud.image_prewarmed(image=p.spec.system_image)
+    while node.step:
+        result = p.cloud.provision_step(provider_id=node.provider_id, step=node.step, now=p.now)
+        if result.status == RUNNING:
+            Node.objects.filter(pk=node.pk).update(step_due_at=result.due_at)
+            return
+        if result.status == FAILED:
+            _failed(p, node, reason=result.reason, summary=f"{result.reason}: {result.message}", machine=True)
+            return
+        _step_done(p, node, prewarmed=prewarmed)
+
+
+def _place(p: ReconcilePass, node: Node) -> bool:
+    request = MachineRequest(
+        client_token=node.name,
+        zone=node.zone.name,
+        gpu_model=p.spec.gpu_model,
+        node_type=p.spec.node_type,
+        billing=node.billing,
+        image=p.spec.system_image,
+    )
+    try:
+        machine = p.cloud.place_order(request=request, now=p.now)
+    except OutOfStock as exc:
+        _failed(p, node, reason="OutOfStock", summary=rules.out_of_stock_reason(zone=exc.zone, alternatives=exc.alternatives), machine=False)
+        return False
+    except ProviderError as exc:
+        _failed(p, node, reason=exc.reason, summary=f"{exc.reason}: {exc.message}", machine=False)
+        return False
+    first = rules.steps_for(prewarmed=p.cloud.image_prewarmed(image=p.spec.system_image))[0]
+    with transaction.atomic():
+        Node.objects.filter(pk=node.pk).update(
+            provider_id=machine.provider_id, phase=Node.Phase.PROVISIONING, step=first, step_due_at=None, attempts=0, last_error=""
+        )
+        p.event(
+            "OrderPlaced",
+            f"Machine ordered for node {node.name}: {p.spec.node_type} {p.spec.gpu_model} ({node.billing}) in {machine.zone}, cloud id {machine.provider_id}",
+            node=node,
+        )
+    node.provider_id, node.phase, node.step, node.step_due_at, node.attempts, node.last_error = machine.provider_id, Node.Phase.PROVISIONING, first, None, 0, ""
+    return True
+
+
+def _step_done(p: ReconcilePass, node: Node, *, prewarmed: bool) -> None:
+    step, image = node.step, p.spec.system_image
+    if step == rules.KUBELET_JOIN:
+        _register(p, node, prewarmed=prewarmed)
+        return
+    events = []
+    if step == rules.BOOT:
+        events.append(("NodeInitializing", f"Machine {node.provider_id} booted; initialising system image {image}"))
+    elif step == rules.IMAGE_PULL:
+        events.append(("ImagePulled", f"System image {image} pulled"))
+        if prewarmed:
+            events.append(("DriverInstalled", f"NVIDIA driver and CUDA are preinstalled in the prewarmed image {image}: install skipped"))
+    elif step == rules.DRIVER_INSTALL:
+        events.append(("DriverInstalled", f"NVIDIA driver and CUDA installed on {node.name}"))
+    elif step == rules.KUBELET_INSTALL:
+        events.append(("KubeletInstalled", f"kubelet and the container runtime installed on {node.name}"))
+    following = rules.next_step(step, prewarmed=prewarmed)
+    phase = rules.STEP_PHASE[following]
+    with transaction.atomic():
+        Node.objects.filter(pk=node.pk).update(step=following, phase=phase, step_due_at=None, attempts=0, last_error="")
+        for reason, message in events:
+            p.event(reason, message, node=node)
+    node.step, node.phase, node.attempts, node.last_error = following, phase, 0, ""
+
+
+def _register(p: ReconcilePass, node: Node, *, prewarmed: bool) -> None:
+    labels = effective_node_labels(p.spec, zone=node.zone.name, billing=node.billing)
+    taints = [{"key": t.key, "value": t.value, "effect": t.effect} for t in p.spec.node_taints]
+    p.cluster.register_node(name=node.name, now=p.now)
+    p.cluster.set_labels(name=node.name, labels=labels)
+    p.cluster.set_taints(name=node.name, taints=taints)
+    took = p.now - node.created_at
+    with transaction.atomic():
+        Node.objects.filter(pk=node.pk).update(
+            phase=Node.Phase.READY, step="", step_due_at=None, attempts=0, last_error="", labels=labels, taints=taints, ready_at=p.now
+        )
+        p.event("NodeRegistered", f"Node {node.name} joined the cluster", node=node)
+        p.event("NodeLabeled", f"Labels applied to {node.name}: " + ", ".join(f"{k}={v}" for k, v in labels.items()), node=node)
+        if taints:
+            shown = ", ".join(f"{t['key']}={t['value']}:{t['effect']}" for t in taints)
+            p.event("NodeTainted", f"Taints applied to {node.name}: {shown} (only pods that tolerate them are scheduled here; expected, not a fault)", node=node)
+        p.event("NodeReady", f"Node {node.name} is Ready, {rules.format_duration(took)} after it was requested", node=node)
+        if took > SLOW_CAPACITY and not PoolEvent.objects.filter(node=node, reason="SlowCapacity").exists():
+            cause = rules.slow_capacity_cause(last_error="", prewarmed=prewarmed, image=p.spec.system_image)
+            p.event("SlowCapacity", f"Node {node.name} took {rules.format_duration(took)} to become Ready (over 15m0s); likely cause: {cause}", node=node, type=WARNING)
+    node.phase = Node.Phase.READY
+    node.step = ""
+
+
+def _slow_capacity_check(p: ReconcilePass) -> None:
+    """A node not Ready 15 minutes after it was requested raises one Warning with the likely cause (O4)."""
+    late = p.live_nodes().filter(release_reason="", phase__in=rules.PROVISIONING_PHASES, created_at__lt=p.now - SLOW_CAPACITY)
+    for node in late.exclude(events__reason="SlowCapacity"):
+        cause = rules.slow_capacity_cause(
+            last_error=node.last_error, prewarmed=p.cloud.image_prewarmed(image=p.spec.system_image), image=p.spec.system_image
+        )
+        took = rules.format_duration(p.now - node.created_at)
+        p.event("SlowCapacity", f"Node {node.name} is not Ready {took} after it was requested (over 15m0s); likely cause: {cause}", node=node, type=WARNING)
+
+
+def _failed(p: ReconcilePass, node: Node, *, reason: str, summary: str, machine: bool) -> None:
+    """A Warning event, then retry with backoff; a machine failing too often is replaced."""
+    attempts = node.attempts + 1
+    p.stall(summary)
+    if machine and attempts >= settings.EBCLOUD_PROVISION_MAX_ATTEMPTS:
+        p.cloud.release(provider_id=node.provider_id, now=p.now)
+        with transaction.atomic():
+            Node.objects.filter(pk=node.pk).update(
+                phase=Node.Phase.TERMINATED, release_reason=rules.PROVISIONING_FAILED, terminated_at=p.now,
+                last_error=summary, attempts=attempts, step="", step_due_at=None,
+            )  # fmt: skip
+            p.event(
+                "ProvisioningFailed",
+                f"{summary}; gave up on machine {node.provider_id} of node {node.name} after {attempts} attempts: releasing it, a new node replaces it",
+                node=node,
+                type=WARNING,
+            )
+            credential_revoke_for_node(node, reason="NodeTerminated", now=p.now)  # if its agent had joined
+        return
+    delay = rules.backoff(attempts, base_seconds=settings.EBCLOUD_BACKOFF_BASE_SECONDS, cap_seconds=settings.EBCLOUD_BACKOFF_CAP_SECONDS)
+    with transaction.atomic():
+        Node.objects.filter(pk=node.pk).update(attempts=attempts, last_error=summary[:500], step_due_at=p.now + delay)
+        p.event(reason, f"Node {node.name}: {summary}; retrying in {rules.format_duration(delay)}", node=node, type=WARNING)
+
+
+# The steps of a live pool's pass, in order, each by the reason `lifecycle_rules.steps_needed`
+# gives when it has work (`lifecycle_rules.PASS_STEPS`).
+_STEPS = (
+    ("Draining", exits.drains_advance),
+    ("OrderApproved", _pay_orders),
+    ("ReclaimNotice", exits.reclaims_handle),
+    ("LeaseAction", exits.leases_handle),
+    ("Surplus", exits.surplus_drain),
+    ("NodesMissing", _create_missing),
+    ("StepDue", _provisioning_advance),
+    ("SlowCapacity", _slow_capacity_check),
+    ("Heartbeat", exits.heartbeats_check),
+)
+
+# ---------------------------------------------------------------------------------------------
+# Status
+
+
+def _status_write(p: ReconcilePass, generation: int, snapshot: rules.PoolSnapshot | None = None) -> tuple[str, str]:
+    """Write the pool's status from its rows as the pass left them (`snapshot`, when the caller
+    has just read them)."""
+    snapshot = snapshot or snapshots_load([p.pool])[p.pool.pk]
+    status = rules.status_of(snapshot, stalls=p.stalls, now=p.now)
+    rows = GpuNodePool.objects.filter(pk=p.pool.pk, deleted_at__isnull=True)
+    if status.phase != GpuNodePool.Phase.DELETING:  # a delete requested during this pass wins
+        rows = rows.exclude(phase=GpuNodePool.Phase.DELETING)
+    with transaction.atomic():
+        written = rows.update(
+            phase=status.phase, pending_reason=status.pending_reason, observed_generation=generation, conditions=status.conditions, node_counts=status.node_counts
+        )
+        if written and status.phase != p.pool.phase and status.phase == GpuNodePool.Phase.READY:
+            p.event("PoolReady", f"All {status.desired} node(s) of {p.pool.name} are Ready")
+    return status.phase, status.pending_reason
+

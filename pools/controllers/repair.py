@@ -1,0 +1,181 @@
+"""Auto-repair (seed P4, T3; issue 6 §5): from the agents' Xid reports to a repaired node.
+
+Per pool, each pass:
+1. finishes repairs in progress: a node in `Repairing` whose agent acknowledged the reset or
+   reboot is Ready again (`RepairSucceeded`), or stays down and climbs the ladder
+   (`RepairFailed`);
+2. asks the pure ladder (`pools.core.repair.next_action`) what each node needs, from its Xid events
+   and past repairs, and the pool gate (`repair_allowed`) whether a repair may start: one at a
+   time, the fault persisting 10 minutes (Xid 79 at once), paused with a Warning when more
+   than 20% of the pool is unhealthy;
+3. with `autoRepair: true` starts it: a GPU reset or a reboot is a node-local action, sent to
+   the agent as a command in its report response (D1), with the node in `Repairing`
+   (unschedulable: the scheduler re-places its pods); a replacement drains the node and
+   releases it through the cloud provider, and the lifecycle controller orders its successor
+   into the same lease slot. With `autoRepair: false` it only alerts. With
+   `autoRepairPolicy: {requireApproval: true}` it raises a request instead and starts the
+   repair on the pass after a platform admin approved it (pools/services/repair.py).
+
+It runs under the lifecycle's per-pool claim, so it never overlaps reconcile or autoscale.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from monitoring.models import AgentCommand, GpuErrorEvent
+from monitoring.services import agent_command_enqueue
+from pools.claims import claim_acquire, claim_release
+from pools.controllers.context import ReconcilePass
+from pools.controllers.exits import drain_start
+from pools.core.repair import (
+    NONE,
+    REPLACE,
+    NodeHealth,
+    RepairAttempt,
+    RepairPolicy,
+    XidEvent,
+    next_action,
+    repair_allowed,
+)
+from pools.core.spec import parse_document
+from pools.models import GpuNodePool, Node
+from pools.providers import get_cloud_provider, get_cluster_backend
+from pools.selectors.pools import catalog_current
+from pools.services.audit import audit_node_change, node_state
+from pools.services.events import WARNING, event_record
+from pools.services.repair import (
+    approval_gate,
+    approval_unclaim,
+    approvals_close,
+    approvals_latest,
+)
+
+logger = logging.getLogger("ebcloud.repair")
+REPAIR_RELEASE = "Repair"  # release_reason of a node replaced by auto-repair (not a retirement: the slot is refilled)
+WATCHED_PHASES = (Node.Phase.READY, Node.Phase.CORDONED, Node.Phase.UNKNOWN, Node.Phase.REPAIRING)
+OUTCOME = {AgentCommand.Status.SUCCEEDED: True, AgentCommand.Status.FAILED: False, AgentCommand.Status.PENDING: None}
+
+
+def repair_all(*, now: datetime | None = None) -> int:
+    """One pass over every live pool (the task and `manage.py repair --once`); returns repairs started."""
+    now = now or timezone.now()
+    started = 0
+    for pool_id in GpuNodePool.objects.active().values_list("pk", flat=True):
+        try:
+            started += pool_repair(pool_id=pool_id, now=now)
+        except Exception:  # one broken pool must not stop the others; the next pass retries
+            logger.exception("repair of pool %s failed", pool_id)
+    return started
+
+
+def pool_repair(*, pool_id: int, now: datetime) -> int:
+    version = claim_acquire(pool_id=pool_id)
+    if version is None:
+        return 0
+    try:
+        return _repair(GpuNodePool.objects.select_related("team").get(pk=pool_id), now)
+    finally:
+        claim_release(pool_id=pool_id, version=version)
+
+
+def _repair(pool: GpuNodePool, now: datetime) -> int:
+    spec = parse_document(pool.document, catalog_current())
+    policy = RepairPolicy()
+    nodes = list(pool.nodes.filter(phase__in=WATCHED_PHASES, release_reason=""))
+    since = now - policy.window
+    xids: dict[int, list[XidEvent]] = {}
+    for row in GpuErrorEvent.objects.filter(node__in=nodes, at__gt=since, at__lte=now).order_by("at"):
+        xids.setdefault(row.node_id, []).append(XidEvent(xid=row.xid, at=row.at, gpu_index=row.gpu_index))
+    attempts: dict[int, list[RepairAttempt]] = {}
+    last_command: dict[int, AgentCommand] = {}
+    for command in AgentCommand.objects.filter(node__in=nodes, action__in=("reset_gpu", "reboot"), created_at__gt=since).order_by("created_at", "pk"):
+        attempts.setdefault(command.node_id, []).append(
+            RepairAttempt(action=command.action, at=command.created_at, succeeded=OUTCOME[command.status], gpu_index=command.gpu_index)
+        )
+        last_command[command.node_id] = command
+    for node in [n for n in nodes if n.phase == Node.Phase.REPAIRING]:
+        _finish(pool, node, last_command.get(node.pk), now)
+    decisions = {n.pk: next_action([*xids.get(n.pk, []), *attempts.get(n.pk, [])], now, policy) for n in nodes}
+    health = [
+        NodeHealth(
+            name=n.name,
+            healthy=decisions[n.pk].action == NONE,
+            unhealthy_since=xids[n.pk][0].at if n.pk in xids else None,
+            fatal=decisions[n.pk].action == REPLACE and any(x.xid == 79 for x in xids.get(n.pk, [])),
+            repairing=n.phase == Node.Phase.REPAIRING and OUTCOME.get(getattr(last_command.get(n.pk), "status", None)) is None,
+        )
+        for n in nodes
+    ]
+    started = 0
+    gated = spec.auto_repair and spec.repair_requires_approval
+    approvals = approvals_latest(nodes=nodes, since=since) if gated else {}
+    if gated:
+        approvals_close(pool=pool, keep={n.pk for n in nodes if decisions[n.pk].action != NONE}, now=now)
+    else:
+        approvals_close(pool=pool, keep=set(), now=now, note="the pool no longer asks for approval (autoRepair / autoRepairPolicy changed)")
+    for node in nodes:
+        decision = decisions[node.pk]
+        if decision.action == NONE or node.phase == Node.Phase.REPAIRING:
+            continue
+        gate = repair_allowed(health, node=node.name, now=now)
+        if not gate.allowed:
+            if gate.event_type == "Warning" or gate.reason != "RepairInProgress":
+                event_record(pool=pool, node=node, reason=gate.reason, message=gate.message, type=gate.event_type, now=now)
+            continue
+        if not spec.auto_repair:
+            event_record(pool=pool, node=node, reason="RepairNeeded", type=WARNING, now=now,
+                         message=f"{decision.message or decision.reason}; autoRepair is off: repair {node.name} by hand ({decision.action})")  # fmt: skip
+            continue
+        last_fault = xids[node.pk][-1].at if node.pk in xids else None
+        if gated and not approval_gate(pool=pool, node=node, decision=decision, latest=approvals.get(node.pk), last_fault_at=last_fault, now=now):
+            continue
+        try:
+            _start(pool, spec, node, decision, now)
+        except Exception:
+            if gated:  # the approval stays usable: the next pass retries the start
+                approval_unclaim(node=node, now=now)
+            raise
+        started += 1
+        health = [h if h.name != node.name else NodeHealth(h.name, False, h.unhealthy_since, h.fatal, True) for h in health]
+    return started
+
+
+def _start(pool: GpuNodePool, spec, node: Node, decision, now: datetime) -> None:
+    what = f"{decision.action} of {node.name}" + (f" GPU {decision.gpu_index}" if decision.gpu_index is not None else "")
+    before, detail = node_state(node), {"repair": decision.action, "gpu": decision.gpu_index, "reason": decision.reason}  # audit: actor None = the system
+    if decision.action == REPLACE:
+        p = ReconcilePass(pool=pool, spec=spec, now=now, cloud=get_cloud_provider(), cluster=get_cluster_backend())
+        drain_start(p, node, reason=REPAIR_RELEASE, event_reason="RepairStarted", type=WARNING,
+                    message=f"Repair started: {what} — {decision.message or decision.reason}; the node is drained, released and replaced")  # fmt: skip
+        audit_node_change(actor=None, action="repair.started", node=node, before=before, **detail)
+        return
+    # One transaction: a worker killed between these writes must not leave a node Repairing
+    # with no command for its agent (no pass would ever finish or retry it) or without its event.
+    with transaction.atomic():
+        Node.objects.filter(pk=node.pk).update(phase=Node.Phase.REPAIRING, unschedulable=True)
+        agent_command_enqueue(node=node, action=decision.action, gpu_index=decision.gpu_index, reason=decision.reason, now=now)
+        event_record(pool=pool, node=node, reason="RepairStarted", type=WARNING, now=now,
+                     message=f"Repair started: {what} — {decision.message or decision.reason}; the node is cordoned and its pods move")  # fmt: skip
+        audit_node_change(actor=None, action="repair.started", node=node, before=before, **detail)
+
+
+def _finish(pool: GpuNodePool, node: Node, command: AgentCommand | None, now: datetime) -> None:
+    if command is None or command.status == AgentCommand.Status.PENDING:
+        return
+    before = node_state(node)
+    if command.status == AgentCommand.Status.SUCCEEDED:
+        Node.objects.filter(pk=node.pk, phase=Node.Phase.REPAIRING).update(phase=Node.Phase.READY, unschedulable=False)
+        node.phase = Node.Phase.READY
+        event_record(pool=pool, node=node, reason="RepairSucceeded", now=now, message=f"{command.get_action_display()} of {node.name} succeeded: the node takes pods again")
+        audit_node_change(actor=None, action="repair.succeeded", node=node, before=before, repair=command.action, gpu=command.gpu_index)
+    else:
+        event_record(pool=pool, node=node, reason="RepairFailed", type=WARNING, now=now,
+                     message=f"{command.get_action_display()} of {node.name} failed ({command.message or 'no detail'}): the next pass climbs the repair ladder")  # fmt: skip
+        Node.objects.filter(pk=node.pk).update(phase=Node.Phase.CORDONED)
+        node.phase = Node.Phase.CORDONED
+        audit_node_change(actor=None, action="repair.failed", node=node, before=before, repair=command.action, gpu=command.gpu_index, message=command.message)

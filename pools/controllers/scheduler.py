@@ -1,0 +1,304 @@
+"""The scheduler pass: load nodes and pods, run the pure core, write binds and events (seed O3, T2).
+
+One pass, in one transaction, in a constant number of queries whatever the number of pods:
+
+1. take the binders' advisory lock (PostgreSQL), so two workers' passes run one after the other
+   and never oversubscribe a node; load the live nodes and the Pending and Running pods;
+2. finish Running pods whose duration has elapsed (`Succeeded`, event `Completed`);
+3. requeue Running pods whose node is gone (Pending, event `NodeLost`) or draining (event
+   `Evicted`, as `kubectl drain` evicts); pods on `Unknown` nodes keep running (seed D1: a
+   missing heartbeat never evicts);
+4. place Pending pods, highest priority first (then oldest): every feasible node is scored by its
+   own pool's `schedulingPolicy`; the best wins (ties: smallest node name). A pod that fits
+   nowhere may preempt strictly lower-priority pods on one node (`pools.core.scheduling.preempt`):
+   the victims return to Pending (event `Preempted` on their node), the preemptor is bound
+   (events `Preempting`, `Scheduled`). A pod that still fits nowhere keeps the kube-scheduler
+   explanation and the hints on its row (reason `Unschedulable`);
+5. write: binds by a conditional UPDATE on `phase = Pending` (a pod is never bound twice),
+   requeues and completions by conditional UPDATEs on `phase = Running`, explanations by one
+   bulk update, events by one bulk insert.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db import connection, transaction
+from django.db.models import (
+    BigIntegerField,
+    Case,
+    CharField,
+    JSONField,
+    TextField,
+    Value,
+    When,
+)
+from django.utils import timezone
+
+from pools.core.durations import format_duration
+from pools.core.scheduling.explain import explain
+from pools.core.scheduling.fragmentation import workload_from_pods
+from pools.core.scheduling.nodes import (
+    REASON_CPU,
+    REASON_GPU,
+    REASON_MEMORY,
+    NodeState,
+    filter_node,
+    prefer_no_schedule_penalty,
+)
+from pools.core.scheduling.nodes import Pod as CorePod
+from pools.core.scheduling.policies import policy_for
+from pools.core.scheduling.preempt import preempt
+from pools.models import GpuNodePool, Node, PoolEvent
+from pools.models.pods import Pod
+from pools.selectors.cluster import (
+    cluster_state,
+    core_pod_of,
+    live_nodes,
+)
+
+DEFAULT_POLICY = "binpack"
+SCHEDULER_LOCK_KEY = 0x5EB_C10D  # pg_advisory_xact_lock key of the pod binders
+
+
+@dataclass
+class PassResult:
+    scheduled: list[str] = field(default_factory=list)
+    unschedulable: list[str] = field(default_factory=list)
+    preempted: list[str] = field(default_factory=list)
+    succeeded: list[str] = field(default_factory=list)
+    requeued: list[str] = field(default_factory=list)
+
+
+def pool_policy(pool: GpuNodePool) -> str:
+    spec = (pool.document or {}).get("spec") or {}
+    return spec.get("schedulingPolicy") or DEFAULT_POLICY
+
+
+def scheduler_lock() -> None:
+    """Serialize whatever binds or moves pods (scheduler passes, repack applies) on PostgreSQL,
+    until the transaction ends: a transaction-scoped advisory lock, so node rows stay free for
+    the lifecycle controller. SQLite allows one writer at a time anyway."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [SCHEDULER_LOCK_KEY])
+
+
+class _Scorer:
+    """Scores a node with its own pool's policy, so each pool keeps its packing rule."""
+
+    def __init__(self, states: dict[str, NodeState], nodes: list[Node], workload) -> None:
+        by_pool: dict[str, list[NodeState]] = defaultdict(list)
+        policies: dict[str, str] = {}
+        for node in nodes:
+            by_pool[node.pool.name].append(states[node.name])
+            policies[node.pool.name] = pool_policy(node.pool)
+        self.policies = {
+            name: policy_for(policies[name], nodes=members, workload=workload) for name, members in by_pool.items()
+        }
+
+    def best(self, pod: CorePod, states: list[NodeState]) -> tuple[str, tuple[int, ...]] | None:
+        best = None
+        for node in states:
+            if filter_node(pod, node) is not None:
+                continue
+            score, gpus = self.policies[node.pool].score(pod, node)
+            entry = (prefer_no_schedule_penalty(pod, node), -score, node.name, gpus)
+            if best is None or entry[:3] < best[:3]:
+                best = entry
+        return None if best is None else (best[2], best[3])
+
+
+class _Events:
+    def __init__(self, now: datetime) -> None:
+        self.now, self.rows = now, []  # (pod key, event)
+
+    def add(self, node: Node, reason: str, message: str, type: str = PoolEvent.Type.NORMAL, *, pod: str = "") -> None:
+        event = PoolEvent(
+            pool_id=node.pool_id, node=node, type=type, reason=reason, message=message,
+            first_timestamp=self.now, last_timestamp=self.now,
+        )  # fmt: skip
+        self.rows.append((pod, event))
+
+    def drop(self, pods: set[str]) -> None:
+        self.rows = [(pod, event) for pod, event in self.rows if pod not in pods]
+
+    def save(self) -> None:
+        if self.rows:
+            PoolEvent.objects.bulk_create([event for _, event in self.rows])
+
+
+def _case(mapping: dict[int, object], output_field):
+    return Case(*(When(pk=pk, then=Value(v, output_field=output_field)) for pk, v in mapping.items()), output_field=output_field)
+
+
+def scheduler_pass(*, now: datetime | None = None) -> PassResult:
+    """One pass over every live node and every Pending/Running pod (see the module docstring)."""
+    now = now or timezone.now()
+    result = PassResult()
+    with transaction.atomic():
+        scheduler_lock()
+        nodes = live_nodes()
+        pods = list(Pod.objects.filter(phase__in=(Pod.Phase.PENDING, Pod.Phase.RUNNING)).order_by("-priority", "submitted_at", "id"))
+        by_id = {n.pk: n for n in nodes}
+        by_name = {n.name: n for n in nodes}
+        pools = {n.pool.name: n.pool for n in nodes}
+        events = _Events(now)
+
+        running = [p for p in pods if p.phase == Pod.Phase.RUNNING]
+        done = [p for p in running if p.node_id in by_id and _elapsed(p, now)]
+        lost = [p for p in running if p.node_id not in by_id]
+        done_ids = {p.pk for p in done}
+        draining = [p for p in running if p.pk not in done_ids and p.node_id in by_id and by_id[p.node_id].phase == Node.Phase.DRAINING]
+        gone_ids = done_ids | {p.pk for p in draining}
+        states = cluster_state(nodes, [p for p in running if p.pk not in gone_ids])
+        for pod in done:
+            events.add(by_id[pod.node_id], "Completed", f"Pod {pod.key} succeeded after {_fmt(pod.duration_seconds)}; released {_resources(pod)}")
+            result.succeeded.append(pod.key)
+        lost_nodes = {n.pk: n for n in Node.objects.filter(pk__in={p.node_id for p in lost if p.node_id}).select_related("pool")} if lost else {}
+        requeue: dict[int, tuple[str, str]] = {}
+        for pod in lost:
+            requeue[pod.pk] = ("NodeLost", "The pod's node left the cluster; the pod is Pending again.")
+            if pod.node_id in lost_nodes:
+                events.add(lost_nodes[pod.node_id], "NodeLost", f"Pod {pod.key} requeued: node {lost_nodes[pod.node_id].name} is {lost_nodes[pod.node_id].phase}", PoolEvent.Type.WARNING)
+            result.requeued.append(pod.key)
+        for pod in draining:  # a drain evicts (kubectl drain); the pod is rescheduled elsewhere
+            node = by_id[pod.node_id]
+            why = f" ({node.release_reason})" if node.release_reason else ""
+            requeue[pod.pk] = ("Evicted", f"Evicted: node {node.name} is draining{why}; the pod is Pending again.")
+            events.add(node, "Evicted", f"Pod {pod.key} evicted: node {node.name} is draining{why}", PoolEvent.Type.WARNING)
+            result.requeued.append(pod.key)
+
+        pending = [p for p in pods if p.phase == Pod.Phase.PENDING]
+        core = {p.pk: core_pod_of(p) for p in pending}
+        observed = [b.pod for s in states.values() for b in s.bound.values()] + list(core.values())
+        scorer = _Scorer(states, nodes, workload_from_pods(observed) if observed else None)
+        ordered_states = [states[n.name] for n in nodes]
+        row_of = {p.key: p for p in running}
+        binds: dict[int, tuple[int, tuple[int, ...]]] = {}
+        explanations: list[Pod] = []
+        views: dict[int, list[NodeState]] = {}
+        for pod in pending:
+            cpod = core[pod.pk]
+            choice = scorer.best(cpod, ordered_states)
+            if choice is None:
+                plan = preempt(cpod, ordered_states)
+                if plan is not None:
+                    target = by_name[plan.node]
+                    names = []
+                    for victim in plan.victims:
+                        states[plan.node].unbind(victim.name)
+                        row = row_of[victim.name]
+                        requeue[row.pk] = ("Preempted", f"Preempted by {pod.key} (priority {pod.priority}) on node {plan.node}; the pod is Pending again.")
+                        events.add(target, "Preempted", f"Pod {victim.name} (priority {victim.priority}{', checkpointable' if victim.checkpointable else ''}) preempted by {pod.key} (priority {pod.priority})", PoolEvent.Type.WARNING)
+                        result.preempted.append(victim.name)
+                        names.append(victim.name)
+                    events.add(target, "Preempting", f"Pod {pod.key} (priority {pod.priority}) preempts {len(names)} lower-priority pod(s) on {plan.node}: {', '.join(names)}", pod=pod.key)
+                    choice = (plan.node, plan.gpu_indices)
+            if choice is None:
+                seen = team_view(ordered_states, pools, pod.team_id, views)
+                explanation = explain(cpod, seen)
+                hints = list(explanation.hints) + capacity_hints(cpod, explanation.node_reasons, {s.name: s for s in seen}, pools)
+                if pod.explanation != explanation.message or pod.hints != hints or pod.reason != "Unschedulable":
+                    pod.explanation, pod.hints, pod.reason = explanation.message, hints, "Unschedulable"
+                    explanations.append(pod)
+                result.unschedulable.append(pod.key)
+                continue
+            node_name, gpus = choice
+            states[node_name].bind(cpod, gpus)
+            binds[pod.pk] = (by_name[node_name].pk, tuple(gpus))
+            gpu_text = f" on GPU(s) {', '.join(map(str, gpus))}" if gpus else ""
+            events.add(by_name[node_name], "Scheduled", f"Successfully assigned {pod.key} to {node_name}{gpu_text}", pod=pod.key)
+            result.scheduled.append(pod.key)
+
+        if done_ids:
+            Pod.objects.filter(pk__in=done_ids, phase=Pod.Phase.RUNNING).update(phase=Pod.Phase.SUCCEEDED, reason="Completed", finished_at=now)
+        if requeue:
+            Pod.objects.filter(pk__in=requeue, phase=Pod.Phase.RUNNING).update(
+                phase=Pod.Phase.PENDING, node=None, gpu_indices=Value([], output_field=JSONField()), started_at=None,
+                reason=_case({k: v[0] for k, v in requeue.items()}, CharField()),
+                explanation=_case({k: v[1] for k, v in requeue.items()}, TextField()),
+                hints=Value([], output_field=JSONField()),
+            )  # fmt: skip
+        if binds:
+            bound = Pod.objects.filter(pk__in=binds, phase=Pod.Phase.PENDING).update(
+                phase=Pod.Phase.RUNNING, started_at=now, reason="Scheduled", explanation="",
+                node_id=_case({k: v[0] for k, v in binds.items()}, BigIntegerField()),
+                gpu_indices=_case({k: list(v[1]) for k, v in binds.items()}, JSONField()),
+                hints=Value([], output_field=JSONField()),
+            )  # fmt: skip
+            if bound != len(binds):  # a pod deleted meanwhile: drop the events of binds that did not happen
+                kept = set(Pod.objects.filter(pk__in=binds, phase=Pod.Phase.RUNNING, started_at=now).values_list("pk", flat=True))
+                lost_keys = {p.key for p in pending if p.pk in binds and p.pk not in kept}
+                events.drop(lost_keys)
+                result.scheduled = [k for k in result.scheduled if k not in lost_keys]
+        if explanations:
+            Pod.objects.bulk_update(explanations, ["explanation", "hints", "reason"])
+        events.save()
+    return result
+
+
+INSUFFICIENT = (REASON_CPU, REASON_MEMORY, REASON_GPU)
+OTHER_TEAMS = "(another team's pool)"
+
+
+def team_view(states: list[NodeState], pools: dict[str, GpuNodePool], team_id: int, cache: dict[int, list[NodeState]]) -> list[NodeState]:
+    """The nodes as one team may see them in explanations: counts stay cluster-wide, like
+    kube-scheduler's, but other teams' pool names are hidden (a lead never learns of another
+    team's pools, not even from a hint)."""
+    if team_id not in cache:
+        cache[team_id] = [
+            state if (pool := pools.get(state.pool)) is None or pool.team_id == team_id else dataclasses.replace(state, pool=OTHER_TEAMS)
+            for state in states
+        ]
+    return cache[team_id]
+
+
+def capacity_hints(pod: CorePod, node_reasons: dict[str, str], states: dict[str, NodeState], pools: dict[str, GpuNodePool]) -> list[str]:
+    """Pool-level hints the pure core cannot give: a pool whose nodes would take the pod if they
+    were free is either at its `nodeCount.max` (raise it) or can still grow (scale it)."""
+    hints = []
+    full: dict[str, int] = defaultdict(int)
+    for name, reason in node_reasons.items():
+        if reason in INSUFFICIENT:
+            full[states[name].pool] += 1
+    for pool_name in sorted(full):
+        pool = pools.get(pool_name)
+        members = [s for s in states.values() if s.pool == pool_name]
+        if pool is None or not members:
+            continue
+        empty = members[0]
+        if pod.gpu_count > empty.gpu_count or pod.cpu_milli > empty.cpu_milli or pod.memory_mib > empty.memory_mib:
+            continue  # even an empty node of this pool is too small: more nodes will not help
+        if len(members) >= pool.max_nodes:
+            hints.append(
+                f"pool {pool_name} is at its nodeCount.max ({pool.max_nodes} nodes) and they are busy: raise it "
+                f"(ebcloud node-pool scale {pool_name} --max N), repack it (ebcloud node-pool fragmentation "
+                f"{pool_name} --plan) or give the pod a higher priority to preempt checkpointable pods."
+            )
+        else:
+            grow = f"raise nodeCount.min (ebcloud node-pool scale {pool_name} --min N)"
+            has = f"pool {pool_name} has {len(members)} Ready node(s) of at most {pool.max_nodes}: a new node would fit the pod"
+            if pool.bursts:
+                hints.append(f"{has}; the autoscaler adds a burst node when the pool's scaling policy asks (ebcloud node-pool "
+                             f"diagnose {pool_name} says when it will not), or {grow}.")  # fmt: skip
+            else:
+                hints.append(f"{has}, but the pool does not burst (spec.burst.enabled is off), so none is added until you {grow} "
+                             f"or enable burst.")  # fmt: skip
+    return hints
+
+
+def _elapsed(pod: Pod, now: datetime) -> bool:
+    return pod.duration_seconds is not None and pod.started_at is not None and pod.started_at + timedelta(seconds=pod.duration_seconds) <= now
+
+
+def _fmt(seconds: int | None) -> str:
+    return format_duration(seconds or 0)
+
+
+def _resources(pod: Pod) -> str:
+    gpus = f"{pod.gpu_milli} milli of 1 GPU" if pod.gpu_count == 1 and pod.gpu_milli < 1000 else f"{pod.gpu_count} GPU(s)"
+    return f"{gpus}, {pod.cpu_milli}m CPU, {pod.memory_mib}Mi memory"

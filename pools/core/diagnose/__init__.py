@@ -1,0 +1,1 @@
+"""The self-checks of a pool: what they read (snapshot) and the checks themselves."""

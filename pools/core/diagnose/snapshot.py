@@ -1,0 +1,192 @@
+"""What the self-checks (`pools.core.diagnose.checks`, seed T5) read about one pool: plain, frozen data.
+
+`pools.selectors.diagnose` fills a `PoolSnapshot` from the database in a fixed number of queries;
+tests build one by hand. `pending_pod_facts` runs the scheduler's own filters (pure) on an empty
+node of the pool to say what stops a Pending pod there. No Django.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+
+from pools.core.autoscaling import ScalingSpec
+from pools.core.scheduling.nodes import (
+    REASON_AFFINITY,
+    REASON_GPU_MODEL,
+    NodeState,
+    Pod,
+    filter_node,
+    first_untolerated_taint,
+)
+
+
+@dataclass(frozen=True)
+class EventInfo:
+    """A pool event of the window (Kubernetes-style reason, aggregated count)."""
+
+    reason: str
+    message: str
+    last_seen: datetime
+    count: int = 1
+    node: str = ""
+
+
+@dataclass(frozen=True)
+class OrderInfo:
+    """An order awaiting approval, or one refused (Rejected/Failed) within the window."""
+
+    id: int
+    status: str
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """A live node with what runs on it and what its agent last said."""
+
+    name: str
+    phase: str
+    billing: str
+    gpu_count: int
+    created_at: datetime
+    ready_at: datetime | None = None
+    last_error: str = ""
+    draining: bool = False  # being released (scale-in, lease end, deletion)
+    allocated_gpus: float = 0.0  # requested by its Running pods
+    largest_pod_gpus: float = 0.0  # the biggest Running pod's request
+    last_pod_finished_at: datetime | None = None
+    reported: bool = False  # its node agent has sent a report
+    conditions: tuple[Mapping[str, str], ...] = ()
+
+    def idle_since(self) -> datetime | None:
+        """When it last had work (Ready, or its last pod's end); None while a pod runs."""
+        if self.allocated_gpus > 0:
+            return None
+        moments = [m for m in (self.ready_at or self.created_at, self.last_pod_finished_at) if m]
+        return max(moments)
+
+
+# Why a Pending pod cannot use this pool (see `pending_pod_facts`).
+FITS, TAINT, AFFINITY, GPU_MODEL, TOO_LARGE = "fits", "taint", "affinity", "gpu-model", "too-large"
+
+
+@dataclass(frozen=True)
+class PendingPod:
+    key: str
+    submitted_at: datetime
+    gpus: float
+    blocker: str  # FITS or what stops it on an empty node of the pool
+    reason: str = ""  # the failing filter on that empty node (kube-scheduler words)
+    explanation: str = ""  # the scheduler's last message
+    hints: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class GpuErrorInfo:
+    """Xid errors of one code on one node in the window."""
+
+    node: str
+    xid: int
+    kind: str  # application | reset | fatal | unknown (pools/core/repair.py)
+    count: int
+    last_seen: datetime
+
+
+@dataclass(frozen=True)
+class UtilisationInfo:
+    """The pool's per-minute samples of the window, summarised."""
+
+    samples: int
+    first_minute: datetime | None = None
+    mean_util_pct: float | None = None
+    max_util_pct: float | None = None
+    allocated_pct: float | None = None  # allocated GPUs / capacity over the window
+
+
+@dataclass(frozen=True)
+class CostInfo:
+    """The pool's bill: the last 24 h against the daily average of the days before."""
+
+    currency: str
+    recent: Mapping[str, Decimal]  # component (gpu, storage, network, registry) -> amount
+    previous_daily: Mapping[str, Decimal]
+    previous_days: int
+    recent_idle: Decimal = Decimal(0)  # GPU cost no pod used (charged to the owner as idle)
+    cross_zone_gb: Decimal | None = None  # traffic of the last 24 h
+
+    @property
+    def recent_total(self) -> Decimal:
+        return sum(self.recent.values(), Decimal(0))
+
+
+@dataclass(frozen=True)
+class FragmentationInfo:
+    underused_nodes: int
+    freeable_nodes: int
+
+
+@dataclass(frozen=True)
+class PoolSnapshot:
+    name: str
+    zone: str
+    region: str
+    gpu_model: str
+    node_type: str
+    gpus_per_node: int
+    min_nodes: int
+    max_nodes: int
+    phase: str = "Ready"
+    pending_reason: str = ""
+    auto_repair: bool = True
+    system_image: str = ""
+    taints: tuple[str, ...] = ()  # "key=value:Effect"
+    scaling: ScalingSpec | None = None
+    burst_enabled: bool = False
+    burst_max_nodes: int = 0
+    events: tuple[EventInfo, ...] = ()
+    orders: tuple[OrderInfo, ...] = ()
+    nodes: tuple[NodeInfo, ...] = ()
+    pending_pods: tuple[PendingPod, ...] = ()
+    gpu_errors: tuple[GpuErrorInfo, ...] = ()
+    utilisation: UtilisationInfo | None = None
+    costs: CostInfo | None = None
+    fragmentation: FragmentationInfo | None = None
+
+    def live_nodes(self) -> list[NodeInfo]:
+        return [n for n in self.nodes if n.phase != "Terminated" and not n.draining]
+
+    def burst_room(self) -> int:
+        """Nodes the autoscaler may add above the monthly baseline (pools/controllers/autoscaler.py)."""
+        baseline = sum(1 for n in self.live_nodes() if n.billing != "on_demand") or self.min_nodes
+        cap = self.burst_max_nodes or self.max_nodes
+        return max(0, min(self.max_nodes, baseline + cap) - baseline)
+
+
+def pending_pod_facts(pod: Pod, template: NodeState, *, submitted_at: datetime, explanation: str = "",
+                      hints: Sequence[str] = ()) -> PendingPod | None:  # fmt: skip
+    """What stops `pod` on an empty node of the pool (`template`), or None if it does not aim
+    at this pool: its nodeSelector/affinity matches the pool's labels, or it tolerates one of
+    the pool's taints by name (a pod aimed here whose label is missing on the nodes, T2)."""
+    untainted = template.clone()
+    untainted.taints = ()
+    selector = filter_node(pod, untainted)
+    matches = selector not in (REASON_AFFINITY,)
+    tolerates_one = any(t.key and any(t.tolerates(taint) for taint in template.taints) for t in pod.tolerations)
+    if not matches and not tolerates_one:
+        return None
+    reason = filter_node(pod, template) or ""
+    if first_untolerated_taint(template.taints, pod.tolerations) is not None:
+        blocker = TAINT
+    elif not matches:
+        blocker = AFFINITY
+    elif selector == REASON_GPU_MODEL:
+        blocker = GPU_MODEL
+    elif reason:
+        blocker = TOO_LARGE  # an empty node cannot hold it: the request exceeds allocatable
+    else:
+        blocker = FITS
+    return PendingPod(key=pod.name, submitted_at=submitted_at, gpus=pod.gpu_request_milli / 1000, blocker=blocker,
+                      reason=reason, explanation=explanation, hints=tuple(hints))  # fmt: skip

@@ -1,0 +1,157 @@
+"""Pool documents as text and back: safe YAML loading (no tags, no aliases, bounded size),
+dumping, dataclasses -> document, JSON merge patches and the server-owned metadata fields.
+Pure: no Django."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any
+
+import yaml
+
+from pools.core.autoscaling import ScalingRules, ScalingSpec
+from pools.core.durations import format_duration
+from pools.core.errors import ValidationError
+from pools.core.spec import API_VERSION, KIND, Burst, PoolSpec
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """SafeLoader that refuses aliases, so entity expansion ("billion laughs") cannot happen."""
+
+    def compose_node(self, parent, index):  # noqa: ANN001, ANN201 - PyYAML's signature
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(None, None, "YAML aliases are not accepted", event.start_mark)
+        return super().compose_node(parent, index)
+
+
+def load_yaml(text: str | bytes, *, max_bytes: int = 64 * 1024) -> dict[str, Any]:
+    """One YAML (or JSON) mapping, safely: no tags, no aliases, bounded size."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValidationError("the document is not UTF-8 text") from exc
+    if len(text.encode("utf-8")) > max_bytes:
+        raise ValidationError(f"the document is larger than {max_bytes} bytes")
+    try:
+        documents = [d for d in yaml.load_all(text, Loader=_NoAliasLoader) if d is not None]
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "malformed YAML"
+        raise ValidationError(f"malformed YAML{where}: {problem}") from exc
+    if len(documents) != 1:
+        raise ValidationError(f"expected one GpuNodePool document, found {len(documents)}")
+    if not isinstance(documents[0], dict):
+        raise ValidationError("the document must be a mapping with apiVersion, kind, metadata, spec")
+    return documents[0]
+
+
+def dump_yaml(document: Mapping[str, Any]) -> str:
+    return yaml.safe_dump(_plain(document), sort_keys=False, allow_unicode=True)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    return value
+
+
+
+def to_document(spec: PoolSpec) -> dict[str, Any]:
+    """The full document of a spec (every field explicit), e.g. for specs built by the web form."""
+    metadata: dict[str, Any] = {"name": spec.name}
+    if spec.labels:
+        metadata["labels"] = dict(spec.labels)
+    body: dict[str, Any] = {
+        "nodeType": spec.node_type,
+        "gpuModel": spec.gpu_model,
+        "nodeCount": {"min": spec.min_nodes, "max": spec.max_nodes},
+        "region": spec.region,
+        "leaseType": spec.lease_type,
+        "systemImage": spec.system_image,
+        "autoRepair": spec.auto_repair,
+        "preemptible": spec.preemptible,
+    }
+    if spec.repair_requires_approval:
+        body["autoRepairPolicy"] = {"requireApproval": True}
+    if spec.auto_renew:
+        body["autoRenew"] = True
+    if spec.node_labels:
+        body["nodeLabels"] = dict(spec.node_labels)
+    if spec.node_taints:
+        body["nodeTaints"] = [{"key": t.key, "value": t.value, "effect": t.effect} for t in spec.node_taints]
+    if spec.scaling is not None:
+        body["scaling"] = scaling_document(spec.scaling)
+    if spec.burst != Burst():
+        body["burst"] = {"enabled": spec.burst.enabled, "maxNodes": spec.burst.max_nodes}
+    if spec.budget is not None:
+        body["budget"] = {
+            "monthly": str(spec.budget.monthly),
+            "currency": spec.budget.currency,
+            "thresholds": list(spec.budget.thresholds),
+        }
+    if spec.scheduling_policy != "binpack":
+        body["schedulingPolicy"] = spec.scheduling_policy
+    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": body}
+
+
+def scaling_document(scaling: ScalingSpec) -> dict[str, Any]:
+    metrics = []
+    for metric in scaling.metrics:
+        if metric.type == "Resource":
+            metrics.append({"type": "Resource", "resource": metric.name, "targetAverageUtilization": int(metric.target)})
+        else:
+            metrics.append({"type": "Pods", "pods": metric.name, "target": int(metric.target)})
+    default: dict[str, Any] = {"metrics": metrics}
+    if scaling.combine != "All":
+        default["combine"] = scaling.combine
+
+    def rules(r: ScalingRules) -> dict[str, Any]:
+        return {
+            "stabilizationWindow": format_duration(r.stabilization_window_seconds),
+            "policies": [{"type": p.type, "value": p.value, "periodSeconds": p.period_seconds} for p in r.policies],
+            "selectPolicy": r.select_policy,
+        }
+
+    return {"default": default, "scaleUp": rules(scaling.scale_up), "scaleDown": rules(scaling.scale_down)}
+
+
+def merge_patch(document: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch (what `kubectl patch --type merge` sends)."""
+    if not isinstance(patch, dict):
+        return patch
+    result = dict(document) if isinstance(document, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+SERVER_METADATA = ("team", "generation", "creationTimestamp", "uid", "resourceVersion")
+
+
+def split_server_fields(document: Any) -> tuple[Any, dict[str, Any]]:
+    """Drop what the server sets (`status`, server metadata) from a document sent back to it.
+
+    Like the Kubernetes API server, this lets `get -o yaml`, edit, `apply` work; the values are
+    returned so that a caller can honour `metadata.team` as a choice on create.
+    """
+    if not isinstance(document, dict):
+        return document, {}
+    cleaned = {key: value for key, value in document.items() if key != "status"}
+    metadata = cleaned.get("metadata")
+    server: dict[str, Any] = {}
+    if isinstance(metadata, dict):
+        server = {key: metadata[key] for key in SERVER_METADATA if key in metadata}
+        cleaned["metadata"] = {key: value for key, value in metadata.items() if key not in SERVER_METADATA}
+    return cleaned, server
+

@@ -1,0 +1,151 @@
+"""Field validation shared by the pool and pod documents: a checker that collects every error with
+its field path, and Kubernetes' own syntax rules for names, label keys and values (apimachinery
+validation), so whatever we put on nodes the cluster will accept. Pure: no Django."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from pools.core.durations import parse_duration
+from pools.core.errors import FieldError
+
+# Kubernetes' own syntax rules (apimachinery validation), so whatever we put on nodes the
+# cluster will accept.
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+
+
+class Checker:
+    """Collects field errors while walking the document."""
+
+    def __init__(self) -> None:
+        self.errors: list[FieldError] = []
+
+    def error(self, path: str, message: str) -> None:
+        self.errors.append(FieldError(path, message))
+
+    def mapping(self, value: Any, path: str, known: tuple[str, ...], required: tuple[str, ...] = ()) -> dict:
+        if not isinstance(value, dict):
+            self.error(path, "must be a mapping")
+            return {}
+        for key in value:
+            if key not in known:
+                self.error(f"{path}.{key}" if path else str(key), "unknown field")
+        for key in required:
+            if key not in value:
+                self.error(f"{path}.{key}" if path else key, "required field is missing")
+        return value
+
+    def integer(self, value: Any, path: str, *, minimum: int | None = None, maximum: int | None = None) -> int | None:
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.error(path, "must be an integer")
+            return None
+        if minimum is not None and value < minimum:
+            self.error(path, f"must be at least {minimum}")
+            return None
+        if maximum is not None and value > maximum:
+            self.error(path, f"must be at most {maximum}")
+            return None
+        return value
+
+    def boolean(self, value: Any, path: str) -> bool | None:
+        if not isinstance(value, bool):
+            self.error(path, "must be true or false")
+            return None
+        return value
+
+    def string(self, value: Any, path: str) -> str | None:
+        if not isinstance(value, str) or not value:
+            self.error(path, "must be a non-empty string")
+            return None
+        return value
+
+    def choice(self, value: Any, path: str, choices: tuple[str, ...] | frozenset[str] | Mapping, what: str) -> str | None:
+        text = self.string(value, path)
+        if text is None:
+            return None
+        if text not in choices:
+            self.error(path, f"unknown {what} {text!r}; expected one of {', '.join(sorted(choices))}")
+            return None
+        return text
+
+    def labels(self, value: Any, path: str) -> dict[str, str]:
+        if not isinstance(value, dict):
+            self.error(path, "must be a mapping of label keys to values")
+            return {}
+        result: dict[str, str] = {}
+        for key, val in value.items():
+            key_error = label_key_error(key)
+            if key_error:
+                self.error(f"{path}.{key}", key_error)
+                continue
+            value_error = label_value_error(val)
+            if value_error:
+                self.error(f"{path}.{key}", value_error)
+                continue
+            result[key] = val
+        return result
+
+    def duration(self, value: Any, path: str) -> int | None:
+        if isinstance(value, int) and not isinstance(value, bool):
+            seconds = value
+        else:
+            try:
+                seconds = parse_duration(value)
+            except ValueError as exc:
+                self.error(path, str(exc))
+                return None
+        if not 0 <= seconds <= 3600:
+            self.error(path, "must be between 0s and 1h (the HPA bound)")
+            return None
+        return seconds
+
+
+def label_key_error(key: Any) -> str | None:
+    """Kubernetes' rule for label (and taint) keys: optional DNS-1123 prefix, '/', a name ≤ 63."""
+    if not isinstance(key, str) or not key:
+        return "label keys must be non-empty strings"
+    prefix, _, name = key.rpartition("/")
+    if "/" in key and not prefix:
+        return f"invalid label key {key!r}: the prefix before '/' is empty"
+    if prefix and (len(prefix) > 253 or not DNS1123_SUBDOMAIN.match(prefix)):
+        return f"invalid label key {key!r}: the prefix must be a DNS-1123 subdomain"
+    if len(name) > 63 or not QUALIFIED_NAME.match(name):
+        return (
+            f"invalid label key {key!r}: the name must be at most 63 characters of alphanumerics, "
+            "'-', '_' or '.', starting and ending with an alphanumeric"
+        )
+    return None
+
+
+def label_value_error(value: Any) -> str | None:
+    """Kubernetes' rule for label (and taint) values: empty, or ≤ 63 of [A-Za-z0-9-_.]."""
+    if not isinstance(value, str):
+        return "label values must be strings (quote numbers and booleans)"
+    if value and (len(value) > 63 or not QUALIFIED_NAME.match(value)):
+        return (
+            f"invalid label value {value!r}: at most 63 characters of alphanumerics, '-', '_' or '.', "
+            "starting and ending with an alphanumeric"
+        )
+    return None
+
+
+RESERVED_NAMES = frozenset({"new", "import"})  # they name pages of the web console
+
+
+def name_error(name: Any) -> str | None:
+    if not isinstance(name, str) or not name:
+        return "required: a DNS-1123 name such as train-pool-a"
+    if name in RESERVED_NAMES:
+        return f"{name!r} is reserved; choose another name"
+    if len(name) > 63 or not DNS1123_LABEL.match(name):
+        return (
+            f"invalid name {name!r}: a DNS-1123 label must be at most 63 lower-case alphanumerics "
+            "or '-', starting and ending with an alphanumeric"
+        )
+    return None
+
+

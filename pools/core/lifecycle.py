@@ -1,0 +1,481 @@
+"""Pure decisions of the lifecycle controller (design §1: functional core, `now` passed in).
+
+Which provisioning steps a node walks (seed G1, D4), how long to back off after a failure, which
+nodes leave first when a pool shrinks (design §3, issue 3 §6), what a lease needs now (D2), when
+a silent node becomes `Unknown` (D1), and what `pendingReason` says (T1). No Django here.
+"""
+
+from __future__ import annotations
+
+import calendar
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+# Provisioning steps, in order (seed G1: initialise OS -> install driver -> join -> Ready).
+BOOT = "boot"
+IMAGE_PULL = "image_pull"
+DRIVER_INSTALL = "driver_install"
+KUBELET_INSTALL = "kubelet_install"
+KUBELET_JOIN = "kubelet_join"
+STEPS = (BOOT, IMAGE_PULL, DRIVER_INSTALL, KUBELET_INSTALL, KUBELET_JOIN)
+# Steps that do not run on a machine: placing the machine order and paying a pool order.
+ORDER = "order"
+PAY = "pay"
+
+# Node phase while a step runs.
+STEP_PHASE = {
+    BOOT: "Provisioning",
+    IMAGE_PULL: "Initializing",
+    DRIVER_INSTALL: "Initializing",
+    KUBELET_INSTALL: "Initializing",
+    KUBELET_JOIN: "Registering",
+}
+# Warning reason when a step fails (seed T1: stock, balance, image pull, init script).
+FAILURE_REASON = {
+    ORDER: "OutOfStock",
+    PAY: "PaymentDeclined",
+    BOOT: "ProvisionFailed",
+    IMAGE_PULL: "ImagePullFailed",
+    DRIVER_INSTALL: "DriverInstallFailed",
+    KUBELET_INSTALL: "KubeletInstallFailed",
+    KUBELET_JOIN: "KubeletJoinTimeout",
+}
+
+# Release reasons. A retiring release uses up the order's slot (the capacity is gone); any
+# other release (reclaim, failed provisioning) is replaced by a new node on the same order.
+LEASE_EXPIRED = "LeaseExpired"
+SCALED_IN = "ScaledIn"
+POOL_DELETED = "PoolDeleted"
+RECLAIMED = "Reclaimed"
+PROVISIONING_FAILED = "ProvisioningFailed"
+RETIRING_REASONS = (LEASE_EXPIRED, SCALED_IN, POOL_DELETED)
+
+READY_PHASES = ("Ready",)
+PROVISIONING_PHASES = ("Ordering", "Provisioning", "Initializing", "Registering")
+
+
+def steps_for(*, prewarmed: bool) -> tuple[str, ...]:
+    """A prewarmed image has the driver and CUDA baked in: no driver install step (D4)."""
+    return tuple(s for s in STEPS if not (prewarmed and s == DRIVER_INSTALL))
+
+
+def next_step(step: str, *, prewarmed: bool) -> str | None:
+    steps = steps_for(prewarmed=prewarmed)
+    if step not in steps:
+        return steps[0]
+    index = steps.index(step) + 1
+    return steps[index] if index < len(steps) else None
+
+
+def backoff(attempt: int, *, base_seconds: int = 30, cap_seconds: int = 600) -> timedelta:
+    """Exponential backoff after the `attempt`-th failure: 30 s, 60 s, 120 s, ... capped at 10 min."""
+    attempt = max(1, attempt)
+    return timedelta(seconds=min(cap_seconds, base_seconds * 2 ** min(attempt - 1, 30)))
+
+
+def format_duration(delta: timedelta) -> str:
+    """`4m5s`, `2h0m`, `45s` — the Go/Kubernetes style used in messages."""
+    seconds = int(delta.total_seconds())
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m{seconds}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours}h{minutes}m"
+    return f"{hours // 24}d{hours % 24}h"
+
+
+def add_months(moment: datetime, months: int) -> datetime:
+    """Calendar months, clamping the day (Jan 31 + 1 month = Feb 28/29)."""
+    month_index = moment.month - 1 + months
+    year, month = moment.year + month_index // 12, month_index % 12 + 1
+    day = min(moment.day, calendar.monthrange(year, month)[1])
+    return moment.replace(year=year, month=month, day=day)
+
+
+# ---------------------------------------------------------------------------------------------
+# Leases (D2)
+
+
+NONE, NOTIFY, EXPIRE = "none", "notify", "expire"
+
+
+def lease_action(*, lease_end: datetime | None, now: datetime, notice: timedelta, notified: bool) -> str:
+    """What a monthly node's lease needs now: nothing, a `LeaseExpiring` notice, or expiry."""
+    if lease_end is None:
+        return NONE
+    if now >= lease_end:
+        return EXPIRE
+    if not notified and now >= lease_end - notice:
+        return NOTIFY
+    return NONE
+
+
+def renewals_allowed(*, min_nodes: int, staying: int, renewing: int) -> int:
+    """How many expiring monthly nodes autoRenew may renew: only up to `nodeCount.min`."""
+    return max(0, min_nodes - staying - renewing)
+
+
+# ---------------------------------------------------------------------------------------------
+# Shrinking (issue 3 §6: surplus burst and expired nodes leave first)
+
+
+@dataclass(frozen=True)
+class NodeView:
+    name: str
+    billing: str
+    phase: str
+    lease_end: datetime | None = None
+
+
+_BILLING_RANK = {"on_demand": 0, "preemptible": 1, "monthly": 2}
+
+
+def drain_order(nodes: Iterable[NodeView], *, now: datetime) -> list[NodeView]:
+    """Nodes in the order they should leave: burst (on-demand) first, then preemptible, then
+    monthly nodes whose lease has ended, then the rest by nearest lease end; within each group
+    nodes that are not Ready yet (nothing runs there) before Ready ones."""
+
+    def key(node: NodeView):
+        expired = node.lease_end is not None and node.lease_end <= now
+        lease = node.lease_end.timestamp() if node.lease_end else float("inf")
+        return (
+            _BILLING_RANK.get(node.billing, 3) if not expired else -1,
+            0 if node.phase not in READY_PHASES else 1,
+            lease,
+            node.name,
+        )
+
+    return sorted(nodes, key=key)
+
+
+def surplus(nodes: Sequence[NodeView], *, max_nodes: int, now: datetime) -> list[NodeView]:
+    """Nodes above `nodeCount.max`, chosen by `drain_order`."""
+    extra = len(nodes) - max_nodes
+    return drain_order(nodes, now=now)[:extra] if extra > 0 else []
+
+
+@dataclass(frozen=True)
+class PodView:
+    namespace: str
+    name: str
+    priority: int = 0
+
+
+def eviction_order(pods: Iterable[PodView]) -> list[PodView]:
+    """A drain evicts the lowest priority first (issue 3 §4)."""
+    return sorted(pods, key=lambda p: (p.priority, p.namespace, p.name))
+
+
+# ---------------------------------------------------------------------------------------------
+# Heartbeats (D1: a silent node is Unknown only after a grace period; nothing is evicted)
+
+
+def heartbeat_phase(*, phase: str, last_heartbeat: datetime | None, now: datetime, grace: timedelta) -> str:
+    """`Unknown` for a Ready node silent longer than `grace`; Ready again once it reports.
+
+    A node that never reported (no agent yet) keeps its phase: silence is not evidence.
+    """
+    if last_heartbeat is None or phase not in ("Ready", "Unknown"):
+        return phase
+    return "Unknown" if now - last_heartbeat > grace else "Ready"
+
+
+FULL_DISRUPTION_SHARE = 0.55  # kube-controller-manager's --unhealthy-zone-threshold
+FULL_DISRUPTION_MIN_NODES = 3
+
+
+def full_disruption(*, silent: int, reporting: int) -> bool:
+    """Most of the fleet silent at once is the control plane's (or its network's) outage, not
+    the nodes': like Kubernetes' node lifecycle controller in full disruption, no node is
+    marked Unknown then. `silent` of `reporting` nodes (those that ever reported) are past the
+    grace. After an outage the agents replay their buffers and the nodes stay Ready."""
+    return reporting >= FULL_DISRUPTION_MIN_NODES and silent > FULL_DISRUPTION_SHARE * reporting
+
+
+# ---------------------------------------------------------------------------------------------
+# pendingReason (T1: explain every stall with numbers)
+
+
+def out_of_stock_reason(*, zone: str, alternatives: Mapping[str, int]) -> str:
+    """`OutOfStock in cn-east-2a, 3 in cn-east-2b` (nodes available in the region's other zones)."""
+    others = [f"{count} in {name}" for name, count in sorted(alternatives.items()) if name != zone and count > 0]
+    return f"OutOfStock in {zone}, " + (", ".join(others) if others else "none in the region's other zones")
+
+
+def insufficient_balance_reason(*, need: Decimal, balance: Decimal, currency: str) -> str:
+    return f"InsufficientBalance: need {need:.2f} {currency}, balance {balance:.2f} {currency}"
+
+
+@dataclass(frozen=True)
+class PoolCounts:
+    desired: int
+    ready: int
+    provisioning: int = 0
+    unknown: int = 0
+    draining: int = 0
+    awaiting_orders: tuple[int, ...] = ()  # ids of Pending orders
+    unpaid_orders: tuple[int, ...] = ()  # ids of Approved orders not paid yet
+    min_nodes: int = 0  # the spec's nodeCount.min
+    ordered: int = 0  # monthly nodes ordered (Pending, Approved or Paid) and not retired
+    last_refusal: str = ""  # "order #3 Rejected: budget freeze"
+
+
+def pool_status(*, counts: PoolCounts, stalls: Sequence[str], deleting: bool) -> tuple[str, str]:
+    """The pool's (phase, pendingReason) from its node counts and this pass's stalls."""
+    reasons = list(dict.fromkeys(s for s in stalls if s))
+    if deleting:
+        left = counts.ready + counts.provisioning + counts.unknown + counts.draining
+        return "Deleting", f"Draining: {left} node(s) left to drain and release"
+    if counts.awaiting_orders:
+        reasons.append(f"OrderPending: order #{counts.awaiting_orders[0]} awaits approval by a platform admin")
+    if counts.unpaid_orders and not any(r.startswith(("InsufficientBalance", "PaymentDeclined", "QuotaExceeded")) for r in reasons):
+        reasons.append(f"OrderApproved: order #{counts.unpaid_orders[0]} awaits payment")
+    if counts.min_nodes > counts.ordered:
+        refusal = f"; {counts.last_refusal}" if counts.last_refusal else ""
+        reasons.append(f"BaselineNotOrdered: nodeCount.min is {counts.min_nodes} but {counts.ordered} monthly node(s) are ordered{refusal}")
+    if counts.ready < counts.desired and not reasons:
+        reasons.append(f"WaitingForNodes: {counts.ready}/{counts.desired} Ready, {counts.provisioning} provisioning")
+    if counts.unknown:
+        reasons.append(f"NodeStatusUnknown: {counts.unknown} node(s) without heartbeat")
+        return "Degraded", "; ".join(reasons)
+    if counts.desired == 0 and counts.ready == 0 and (counts.awaiting_orders or counts.min_nodes > counts.ordered) and not counts.unpaid_orders:
+        return "Pending", "; ".join(reasons)
+    if counts.ready < counts.desired or counts.draining or counts.unpaid_orders:
+        return ("Provisioning" if counts.ready == 0 else "Scaling"), "; ".join(reasons)
+    return "Ready", "; ".join(reasons)
+
+
+def slow_capacity_cause(*, last_error: str, prewarmed: bool, image: str) -> str:
+    """O4: trigger -> Ready over 15 minutes points at image prewarming or stock (or quota)."""
+    if last_error.startswith("OutOfStock"):
+        return f"stock: {last_error} (add a fallback zone)"
+    if last_error:
+        return last_error
+    if not prewarmed:
+        return f"the system image {image} is not prewarmed: driver and CUDA are installed on every boot"
+    return "stock, quota or payment delays before provisioning (see the pool's Warning events)"
+
+
+BILLING_KINDS = ("monthly", "on_demand", "preemptible")
+
+
+def counts_by_billing(*, nodes: Sequence[tuple[str, str]], desired: Mapping[str, int]) -> dict[str, dict[str, int]]:
+    """Desired, current and Ready nodes per billing kind (`kubectl describe` shows these), from
+    the live, non-draining nodes as (billing, phase) pairs."""
+    counts = {}
+    for kind in BILLING_KINDS:
+        current = [phase for billing, phase in nodes if billing == kind]
+        counts[kind] = {"desired": desired.get(kind, 0), "current": len(current), "ready": current.count("Ready")}
+    return counts
+
+
+def pool_conditions(*, counts: PoolCounts, phase: str, pending_reason: str, previous: Sequence[Mapping], now: datetime) -> list[dict]:
+    """Kubernetes-style conditions; `lastTransitionTime` moves only when a status flips. A
+    Pending pool (its baseline not bought yet) is not Ready although 0 of its 0 nodes are: the
+    condition then gives the pendingReason's reason (`OrderPending`, `BaselineNotOrdered`)."""
+    ready = f"{counts.ready}/{counts.desired} node(s) Ready"
+    if phase == "Pending":
+        ready_check = (False, "AllNodesReady", pending_reason.split(":")[0] or "NodesNotReady", f"{ready}; {pending_reason}")
+    else:
+        ready_check = (counts.ready >= counts.desired and not counts.unknown, "AllNodesReady", "NodesNotReady", ready)
+    wanted = (
+        ("Ready", *ready_check),
+        ("OrdersPaid", not counts.unpaid_orders, "Paid", "AwaitingPayment", f"{len(counts.unpaid_orders)} approved order(s) unpaid"),
+        ("NodesHealthy", not counts.unknown, "HeartbeatsReceived", "NodeStatusUnknown", f"{counts.unknown} node(s) without heartbeat"),
+        ("Progressing", bool(counts.provisioning or counts.draining), "NodesChanging", "Stable", f"{counts.provisioning} provisioning, {counts.draining} draining"),
+    )
+    before = {c.get("type"): c for c in previous if isinstance(c, Mapping)}
+    result = []
+    for kind, ok, true_reason, false_reason, message in wanted:
+        status = "True" if ok else "False"
+        old = before.get(kind)
+        since = old.get("lastTransitionTime") if old and old.get("status") == status else now.isoformat()
+        result.append({"type": kind, "status": status, "reason": true_reason if ok else false_reason, "message": message, "lastTransitionTime": since})
+    return result
+
+
+@dataclass(frozen=True)
+class CapacityTimes:
+    """Time to capacity of a pool (issue 3 §8, O4): request -> node Ready -> first pod Running."""
+
+    nodes: int
+    last_ready: timedelta | None
+    median_ready: timedelta | None
+    max_ready: timedelta | None
+    median_first_pod: timedelta | None
+    slow: int  # nodes over 15 minutes to Ready (O4 says: look at prewarming or stock)
+
+
+def capacity_summary(ready: Sequence[timedelta], first_pod: Sequence[timedelta], *, slow_after: timedelta = timedelta(minutes=15)) -> CapacityTimes:
+    """`ready` in order of readiness (the last one is the most recent)."""
+
+    def median(values: Sequence[timedelta]) -> timedelta | None:
+        if not values:
+            return None
+        ordered = sorted(values)
+        middle = len(ordered) // 2
+        return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+    return CapacityTimes(
+        nodes=len(ready),
+        last_ready=ready[-1] if ready else None,
+        median_ready=median(ready),
+        max_ready=max(ready) if ready else None,
+        median_first_pod=median(first_pod),
+        slow=sum(1 for r in ready if r > slow_after),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# A pool's state as plain rows, for the pass over every pool (issue 9: batched work). The loop
+# loads all pools' rows in a fixed number of queries (pools/controllers/state.py); these decide,
+# without the database, whether a pool needs the full per-pool pass and what its status is.
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    """A live (not Terminated) node, as much of it as the pass's decisions read."""
+
+    pk: int
+    name: str
+    phase: str
+    billing: str
+    release_reason: str = ""
+    last_error: str = ""
+    provider_id: str = ""
+    created_at: datetime | None = None
+    step_due_at: datetime | None = None
+    lease_end: datetime | None = None
+    lease_notified: bool = False
+    last_heartbeat: datetime | None = None
+
+
+@dataclass(frozen=True)
+class OrderRow:
+    """An order with the nodes it accounts for: `holding` a slot (live and not leaving, or
+    retired), `retired` (left for good: its capacity is gone)."""
+
+    pk: int
+    kind: str
+    status: str
+    node_count: int
+    reason: str = ""
+    holding: int = 0
+    retired: int = 0
+
+
+@dataclass(frozen=True)
+class PoolSnapshot:
+    pk: int
+    phase: str
+    min_nodes: int
+    max_nodes: int
+    preemptible: bool = False
+    nodes: tuple[NodeRow, ...] = ()  # live nodes, by name
+    orders: tuple[OrderRow, ...] = ()
+    slow_reported: frozenset[int] = frozenset()  # nodes that already have a SlowCapacity event
+    conditions: tuple = ()  # stored status, to write only what changed
+    node_counts: Mapping | None = None
+    pending_reason: str = ""
+    observed_generation: int = 0
+
+
+@dataclass(frozen=True)
+class PoolStatus:
+    phase: str
+    pending_reason: str
+    conditions: list[dict]
+    node_counts: dict[str, dict[str, int]]
+    desired: int
+
+    def same_as(self, snapshot: PoolSnapshot, generation: int) -> bool:
+        """Nothing to write: the stored status already says this."""
+        return (
+            snapshot.phase == self.phase
+            and snapshot.pending_reason == self.pending_reason
+            and snapshot.observed_generation == generation
+            and list(snapshot.conditions) == self.conditions
+            and dict(snapshot.node_counts or {}) == self.node_counts
+        )
+
+
+CAPACITY_KINDS = ("create", "grow")  # orders that add monthly capacity (a renewal adds none)
+QUOTA_HOLDING = ("Pending", "Approved", "Paid")
+SLOW_CAPACITY = timedelta(minutes=15)  # O4: over 15 minutes points at prewarming or stock
+
+
+def work_needed(s: PoolSnapshot, *, now: datetime, lease_notice: timedelta, heartbeat_grace: timedelta, reclaiming: frozenset[str] = frozenset()) -> str:
+    """Why the pool needs the full reconcile pass now; "" when a pass would only restate its
+    status. Mirrors the steps of `pools.controllers.lifecycle._reconcile` one by one: a pool this calls
+    quiet is one where each of them would find nothing to do."""
+    if s.phase == "Deleting":
+        return "Deleting"
+    needed = steps_needed(s, now=now, lease_notice=lease_notice, heartbeat_grace=heartbeat_grace, reclaiming=reclaiming)
+    return needed[0] if needed else ""
+
+
+# The steps of the per-pool pass (`pools.controllers.lifecycle._reconcile`), in the order it runs them, each
+# named by the reason `steps_needed` gives when that step has something to do.
+PASS_STEPS = ("Draining", "OrderApproved", "ReclaimNotice", "LeaseAction", "Surplus", "NodesMissing", "StepDue", "SlowCapacity", "Heartbeat")
+
+
+def steps_needed(s: PoolSnapshot, *, now: datetime, lease_notice: timedelta, heartbeat_grace: timedelta, reclaiming: frozenset[str] = frozenset()) -> tuple[str, ...]:
+    """The steps of a live pool's pass (`PASS_STEPS`, in order) that would find something to do in
+    these rows; a step left out would read its rows, change nothing and write no event. The
+    per-pool pass of `reconcile_all` runs only these, asking again after each step it ran (a
+    payment or a released node can give the next steps work)."""
+    active = [n for n in s.nodes if not n.release_reason]
+    provisioning = [n for n in active if n.phase in PROVISIONING_PHASES]
+    checks = (
+        len(active) < len(s.nodes),
+        any(o.status == "Approved" for o in s.orders),  # to pay
+        any(n.provider_id and n.provider_id in reclaiming for n in active),
+        any(lease_action(lease_end=n.lease_end, now=now, notice=lease_notice, notified=n.lease_notified) != NONE for n in active),
+        len(active) > s.max_nodes,
+        len(active) < s.max_nodes and any(o.node_count > o.holding for o in s.orders if o.status == "Paid" and o.kind in CAPACITY_KINDS),
+        any(n.step_due_at is None or now >= n.step_due_at for n in provisioning),
+        any(n.created_at is not None and n.created_at < now - SLOW_CAPACITY and n.pk not in s.slow_reported for n in provisioning),
+        any(
+            n.phase in ("Ready", "Unknown") and heartbeat_phase(phase=n.phase, last_heartbeat=n.last_heartbeat, now=now, grace=heartbeat_grace) != n.phase
+            for n in active
+        ),
+    )
+    return tuple(step for step, needed in zip(PASS_STEPS, checks, strict=True) if needed)
+
+
+def status_of(s: PoolSnapshot, *, stalls: Sequence[str] = (), now: datetime) -> PoolStatus:
+    """The pool's phase, pendingReason, conditions and node counts from its rows (T1)."""
+    capacity = [o for o in s.orders if o.status == "Paid" and o.kind in CAPACITY_KINDS]
+    monthly_desired = sum(o.node_count - o.retired for o in capacity)
+    burst = sum(1 for n in s.nodes if n.billing == "on_demand" and not n.release_reason)
+    refused = max((o for o in s.orders if o.status in ("Rejected", "Failed")), key=lambda o: o.pk, default=None)
+    counts = PoolCounts(
+        min_nodes=s.min_nodes,
+        ordered=sum(o.node_count - o.retired for o in s.orders if o.status in QUOTA_HOLDING and o.kind != "renew"),
+        last_refusal=f"order #{refused.pk} {refused.status}: {refused.reason}" if refused else "",
+        desired=min(monthly_desired, s.max_nodes) + burst,
+        ready=sum(1 for n in s.nodes if n.phase == "Ready" and not n.release_reason),
+        provisioning=sum(1 for n in s.nodes if n.phase in PROVISIONING_PHASES and not n.release_reason),
+        unknown=sum(1 for n in s.nodes if n.phase == "Unknown" and not n.release_reason),
+        draining=sum(1 for n in s.nodes if n.release_reason),
+        awaiting_orders=tuple(sorted(o.pk for o in s.orders if o.status == "Pending")),
+        unpaid_orders=tuple(sorted(o.pk for o in s.orders if o.status == "Approved")),
+    )
+    errors = [n.last_error for n in s.nodes if n.last_error and not n.release_reason and n.phase in PROVISIONING_PHASES]
+    phase, reason = pool_status(counts=counts, stalls=[*stalls, *errors], deleting=s.phase == "Deleting")
+    baseline = "preemptible" if s.preemptible else "monthly"
+    return PoolStatus(
+        phase=phase,
+        pending_reason=reason[:500],
+        conditions=pool_conditions(counts=counts, phase=phase, pending_reason=reason, previous=list(s.conditions), now=now),
+        node_counts=counts_by_billing(
+            nodes=[(n.billing, n.phase) for n in s.nodes if not n.release_reason],
+            desired={baseline: min(monthly_desired, s.max_nodes), "on_demand": burst},
+        ),
+        desired=counts.desired,
+    )

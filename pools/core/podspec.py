@@ -1,0 +1,399 @@
+"""The `Pod` document (seed O3, §3.3): a Kubernetes-like pod, validated with field paths.
+
+    apiVersion: v1
+    kind: Pod
+    metadata:
+      name: bert-train-0
+      namespace: algorithm
+      labels: {project: nlp}
+      annotations:
+        ebcloud.io/gpu-milli: "500"          # a share of one GPU (needs nvidia.com/gpu: 1)
+        ebcloud.io/gpu-models: "A100_80G,H100_80G"   # gpuSpec: allowed models
+        ebcloud.io/checkpointable: "true"    # may be preempted
+        ebcloud.io/duration: "2h"            # the simulated run time
+    spec:
+      priority: 100
+      nodeSelector: {gpu-class: a100}
+      affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution:
+                   {nodeSelectorTerms: [{matchExpressions: [{key: pool, operator: In, values: [train]}]}]}}}
+      tolerations: [{key: pool, operator: Equal, value: train, effect: NoSchedule}]
+      containers:
+      - name: main
+        resources: {requests: {cpu: "8", memory: 64Gi, nvidia.com/gpu: 1}}
+
+Requests of all containers add up, as the kube-scheduler counts them. Unknown fields are
+rejected and named; every problem carries its path and all are reported at once, like
+`pools.core.spec`. Pure: no Django.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from pools.core.durations import parse_duration
+from pools.core.errors import ValidationError
+from pools.core.fields import DNS1123_LABEL, DNS1123_SUBDOMAIN, Checker, label_key_error
+from pools.core.scheduling.nodes import (
+    MILLI,
+    NODE_SELECTOR_OPERATORS,
+    TAINT_EFFECTS,
+    NodeSelectorRequirement,
+    Toleration,
+)
+from pools.core.scheduling.nodes import Pod as CorePod
+
+API_VERSION = "v1"
+KIND = "Pod"
+ANNOTATION_GPU_MILLI = "ebcloud.io/gpu-milli"
+ANNOTATION_GPU_MODELS = "ebcloud.io/gpu-models"
+ANNOTATION_CHECKPOINTABLE = "ebcloud.io/checkpointable"
+ANNOTATION_DURATION = "ebcloud.io/duration"
+GPU_RESOURCE = "nvidia.com/gpu"
+MAX_PRIORITY = 1_000_000_000  # Kubernetes' ceiling for user PriorityClasses
+MIN_PRIORITY = -2_147_483_648
+
+_CPU = re.compile(r"^([0-9]+(\.[0-9]+)?)(m?)$")
+_MEMORY = re.compile(r"^([0-9]+(\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P)?$")
+_MEMORY_UNITS = {
+    None: 1, "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15,
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50,
+}  # fmt: skip
+
+_TOP = ("apiVersion", "kind", "metadata", "spec")
+_METADATA = ("name", "namespace", "labels", "annotations")
+_SPEC = ("containers", "priority", "tolerations", "nodeSelector", "affinity", "restartPolicy")
+_CONTAINER = ("name", "image", "command", "args", "env", "resources", "workingDir", "ports")
+_TOLERATION = ("key", "operator", "value", "effect", "tolerationSeconds")
+_EXPRESSION = ("key", "operator", "values")
+
+
+@dataclass(frozen=True)
+class PodSpec:
+    namespace: str
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    priority: int = 0
+    checkpointable: bool = False
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    gpu_count: int = 0
+    gpu_milli: int = 0
+    gpu_models: tuple[str, ...] = ()
+    tolerations: tuple[dict, ...] = ()
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    affinity: Mapping[str, Any] = field(default_factory=dict)
+    duration_seconds: int | None = None
+
+
+def parse_pod(document: Any, *, default_namespace: str = "") -> PodSpec:
+    """Validate a Pod document; raise ValidationError naming every bad field."""
+    check = Checker()
+    top = check.mapping(document, "", _TOP, _TOP)
+    if "apiVersion" in top and top["apiVersion"] != API_VERSION:
+        check.error("apiVersion", f"must be {API_VERSION}")
+    if "kind" in top and top["kind"] != KIND:
+        check.error("kind", f"must be {KIND}")
+    metadata = check.mapping(top.get("metadata", {}), "metadata", _METADATA, ("name",))
+    name = metadata.get("name")
+    if "name" in metadata and not (isinstance(name, str) and len(name) <= 253 and DNS1123_SUBDOMAIN.match(name)):
+        check.error("metadata.name", f"invalid pod name {name!r}: a DNS-1123 subdomain of at most 253 characters")
+    namespace = metadata.get("namespace", default_namespace)
+    if not (isinstance(namespace, str) and len(namespace) <= 63 and DNS1123_LABEL.match(namespace)):
+        check.error("metadata.namespace", f"invalid namespace {namespace!r}: a DNS-1123 label such as algorithm")
+    labels = check.labels(metadata.get("labels", {}), "metadata.labels")
+    annotations = _annotations(check, metadata.get("annotations", {}))
+
+    spec = check.mapping(top.get("spec", {}), "spec", _SPEC, ("containers",))
+    priority = 0
+    if "priority" in spec:
+        priority = check.integer(spec["priority"], "spec.priority", minimum=MIN_PRIORITY, maximum=MAX_PRIORITY) or 0
+    cpu, memory, gpus = _containers(check, spec.get("containers", []))
+    tolerations = _tolerations(check, spec.get("tolerations", []))
+    node_selector = check.labels(spec.get("nodeSelector", {}), "spec.nodeSelector")
+    affinity = _affinity(check, spec.get("affinity", {}))
+
+    gpu_milli = MILLI if gpus else 0
+    path = f"metadata.annotations.{ANNOTATION_GPU_MILLI}"
+    if ANNOTATION_GPU_MILLI in annotations:
+        gpu_milli = _int_text(check, annotations[ANNOTATION_GPU_MILLI], path, 1, MILLI) or gpu_milli
+        if gpus != 1:
+            check.error(path, f"a GPU share needs exactly one GPU (spec.containers[*].resources.requests.{GPU_RESOURCE}: 1)")
+    models = tuple(m.strip() for m in annotations.get(ANNOTATION_GPU_MODELS, "").split(",") if m.strip())
+    checkpointable = False
+    if ANNOTATION_CHECKPOINTABLE in annotations:
+        text = annotations[ANNOTATION_CHECKPOINTABLE].lower()
+        if text not in ("true", "false"):
+            check.error(f"metadata.annotations.{ANNOTATION_CHECKPOINTABLE}", 'must be "true" or "false"')
+        checkpointable = text == "true"
+    duration = None
+    if ANNOTATION_DURATION in annotations:
+        try:
+            duration = parse_duration(annotations[ANNOTATION_DURATION])
+        except ValueError as exc:
+            check.error(f"metadata.annotations.{ANNOTATION_DURATION}", str(exc))
+    if check.errors:
+        raise ValidationError(check.errors)
+    return PodSpec(
+        namespace=namespace,
+        name=name,
+        labels=labels,
+        priority=priority,
+        checkpointable=checkpointable,
+        cpu_milli=cpu,
+        memory_mib=memory,
+        gpu_count=gpus,
+        gpu_milli=gpu_milli,
+        gpu_models=models,
+        tolerations=tolerations,
+        node_selector=node_selector,
+        affinity=affinity,
+        duration_seconds=duration,
+    )
+
+
+def _annotations(check: Checker, value: Any) -> dict[str, str]:
+    if not isinstance(value, dict):
+        check.error("metadata.annotations", "must be a mapping of strings")
+        return {}
+    result = {}
+    for key, val in value.items():
+        if problem := label_key_error(key):
+            check.error(f"metadata.annotations.{key}", problem.replace("label key", "annotation key"))
+        elif not isinstance(val, str):
+            check.error(f"metadata.annotations.{key}", "annotation values must be strings (quote numbers and booleans)")
+        else:
+            result[key] = val
+    return result
+
+
+def _int_text(check: Checker, text: str, path: str, low: int, high: int) -> int | None:
+    try:
+        number = int(text)
+    except ValueError:
+        check.error(path, f"must be an integer from {low} to {high}")
+        return None
+    if not low <= number <= high:
+        check.error(path, f"must be an integer from {low} to {high}")
+        return None
+    return number
+
+
+def cpu_milli(value: Any) -> int:
+    """A Kubernetes CPU quantity (`2`, `0.5`, `500m`) in milli-CPU, rounded up."""
+    if isinstance(value, bool):
+        raise ValueError("must be a CPU quantity such as 4, 0.5 or 500m")
+    text = str(value).strip() if isinstance(value, int | float | str) else ""
+    match = _CPU.match(text)
+    if not match:
+        raise ValueError("must be a CPU quantity such as 4, 0.5 or 500m")
+    number = Decimal(match.group(1))
+    return math.ceil(number if match.group(3) else number * 1000)
+
+
+def memory_mib(value: Any) -> int:
+    """A Kubernetes memory quantity (`64Gi`, `512Mi`, `1G`, bytes) in MiB, rounded up."""
+    if isinstance(value, bool):
+        raise ValueError("must be a memory quantity such as 64Gi or 512Mi")
+    text = str(value).strip() if isinstance(value, int | float | str) else ""
+    match = _MEMORY.match(text)
+    if not match:
+        raise ValueError("must be a memory quantity such as 64Gi or 512Mi")
+    try:
+        size = Decimal(match.group(1)) * _MEMORY_UNITS[match.group(3)]
+    except InvalidOperation as exc:  # pragma: no cover - the pattern admits only numbers
+        raise ValueError("must be a memory quantity such as 64Gi or 512Mi") from exc
+    return math.ceil(size / 2**20)
+
+
+def _containers(check: Checker, value: Any) -> tuple[int, int, int]:
+    if not isinstance(value, list) or not value:
+        check.error("spec.containers", "must be a non-empty list of containers")
+        return 0, 0, 0
+    cpu = memory = gpus = 0
+    for index, item in enumerate(value):
+        path = f"spec.containers[{index}]"
+        container = check.mapping(item, path, _CONTAINER)
+        resources = check.mapping(container.get("resources", {}), f"{path}.resources", ("requests", "limits"))
+        requests = resources.get("requests", {})
+        if not isinstance(requests, dict):
+            check.error(f"{path}.resources.requests", "must be a mapping")
+            continue
+        for key, quantity in requests.items():
+            where = f"{path}.resources.requests.{key}"
+            try:
+                if key == "cpu":
+                    cpu += cpu_milli(quantity)
+                elif key == "memory":
+                    memory += memory_mib(quantity)
+                elif key == GPU_RESOURCE:
+                    if isinstance(quantity, str) and quantity.isdigit():
+                        quantity = int(quantity)
+                    count = check.integer(quantity, where, minimum=0, maximum=64)
+                    gpus += count or 0
+                else:
+                    check.error(where, f"unknown resource; expected cpu, memory or {GPU_RESOURCE}")
+            except ValueError as exc:
+                check.error(where, str(exc))
+    return cpu, memory, gpus
+
+
+def _tolerations(check: Checker, value: Any) -> tuple[dict, ...]:
+    if not isinstance(value, list):
+        check.error("spec.tolerations", "must be a list of {key, operator, value, effect}")
+        return ()
+    result = []
+    for index, item in enumerate(value):
+        path = f"spec.tolerations[{index}]"
+        entry = check.mapping(item, path, _TOLERATION)
+        key, operator = entry.get("key", ""), entry.get("operator", "Equal")
+        val, effect = entry.get("value", ""), entry.get("effect", "")
+        bad = False
+        if operator not in ("Equal", "Exists"):
+            check.error(f"{path}.operator", f"must be Equal or Exists, got {operator!r}")
+            bad = True
+        if effect and effect not in TAINT_EFFECTS:
+            check.error(f"{path}.effect", f"must be empty or one of {', '.join(TAINT_EFFECTS)}, got {effect!r}")
+            bad = True
+        if not isinstance(key, str) or not isinstance(val, str):
+            check.error(path, "key and value must be strings")
+            bad = True
+        elif operator == "Exists" and val:
+            check.error(f"{path}.value", "must be empty when operator is Exists")
+            bad = True
+        elif not key and operator != "Exists":
+            check.error(f"{path}.operator", "must be Exists when key is empty (tolerate every taint)")
+            bad = True
+        if not bad:
+            result.append({"key": key, "operator": operator, "value": val, "effect": effect})
+    return tuple(result)
+
+
+def _affinity(check: Checker, value: Any) -> dict:
+    """Only required node affinity decides placement; preferred terms are accepted and kept."""
+    affinity = check.mapping(value, "spec.affinity", ("nodeAffinity",))
+    if "nodeAffinity" not in affinity:
+        return {}
+    base = "spec.affinity.nodeAffinity"
+    required_key = "requiredDuringSchedulingIgnoredDuringExecution"
+    node_affinity = check.mapping(affinity["nodeAffinity"], base, (required_key, "preferredDuringSchedulingIgnoredDuringExecution"))
+    if required_key not in node_affinity:
+        return {"nodeAffinity": dict(node_affinity)}
+    path = f"{base}.{required_key}"
+    required = check.mapping(node_affinity[required_key], path, ("nodeSelectorTerms",), ("nodeSelectorTerms",))
+    terms = required.get("nodeSelectorTerms", [])
+    if not isinstance(terms, list) or not terms:
+        check.error(f"{path}.nodeSelectorTerms", "must be a non-empty list of terms")
+        return {}
+    clean_terms = []
+    for t_index, term in enumerate(terms):
+        t_path = f"{path}.nodeSelectorTerms[{t_index}]"
+        entry = check.mapping(term, t_path, ("matchExpressions",), ("matchExpressions",))
+        expressions = entry.get("matchExpressions", [])
+        if not isinstance(expressions, list):
+            check.error(f"{t_path}.matchExpressions", "must be a list of {key, operator, values}")
+            continue
+        clean = []
+        for e_index, expression in enumerate(expressions):
+            e_path = f"{t_path}.matchExpressions[{e_index}]"
+            req = _requirement(check, expression, e_path)
+            if req is not None:
+                clean.append(req)
+        clean_terms.append({"matchExpressions": clean})
+    result = {"nodeAffinity": {**node_affinity, required_key: {"nodeSelectorTerms": clean_terms}}}
+    return result
+
+
+def _requirement(check: Checker, value: Any, path: str) -> dict | None:
+    entry = check.mapping(value, path, _EXPRESSION, ("key", "operator"))
+    key, operator, values = entry.get("key"), entry.get("operator"), entry.get("values", [])
+    if "key" in entry and (problem := label_key_error(key)):
+        check.error(f"{path}.key", problem)
+        return None
+    if "operator" in entry and operator not in NODE_SELECTOR_OPERATORS:
+        check.error(f"{path}.operator", f"must be one of {', '.join(NODE_SELECTOR_OPERATORS)}, got {operator!r}")
+        return None
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        check.error(f"{path}.values", "must be a list of strings (quote numbers)")
+        return None
+    if operator in ("In", "NotIn") and not values:
+        check.error(f"{path}.values", f"must not be empty for {operator}")
+        return None
+    if operator in ("Exists", "DoesNotExist") and values:
+        check.error(f"{path}.values", f"must be empty for {operator}")
+        return None
+    if operator in ("Gt", "Lt") and (len(values) != 1 or not values[0].lstrip("-").isdigit()):
+        check.error(f"{path}.values", f"{operator} needs exactly one integer value")
+        return None
+    if key is None or operator is None:
+        return None
+    return {"key": key, "operator": operator, "values": list(values)}
+
+
+def affinity_terms(affinity: Mapping[str, Any]) -> tuple[tuple[NodeSelectorRequirement, ...], ...]:
+    """The required node-affinity terms of a stored (validated) affinity."""
+    node_affinity = (affinity or {}).get("nodeAffinity") or {}
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    return tuple(
+        tuple(
+            NodeSelectorRequirement(e["key"], e["operator"], tuple(e.get("values") or ()))
+            for e in term.get("matchExpressions") or ()
+        )
+        for term in required.get("nodeSelectorTerms") or ()
+    )
+
+
+def core_pod(
+    *,
+    key: str,
+    cpu_milli: int = 0,
+    memory_mib: int = 0,
+    gpu_count: int = 0,
+    gpu_milli: int = 0,
+    gpu_models=(),
+    priority: int = 0,
+    checkpointable: bool = False,
+    labels: Mapping[str, str] | None = None,
+    tolerations=(),
+    node_selector: Mapping[str, str] | None = None,
+    affinity: Mapping[str, Any] | None = None,
+) -> CorePod:
+    """The scheduling core's Pod from stored (validated) fields; `key` is namespace/name."""
+    return CorePod(
+        name=key,
+        cpu_milli=cpu_milli,
+        memory_mib=memory_mib,
+        gpu_count=gpu_count,
+        gpu_milli=gpu_milli if gpu_count else 0,
+        gpu_models=tuple(gpu_models or ()),
+        priority=priority,
+        checkpointable=checkpointable,
+        labels=dict(labels or {}),
+        tolerations=tuple(
+            Toleration(t.get("key", ""), t.get("operator", "Equal") or "Equal", t.get("value", ""), t.get("effect", ""))
+            for t in tolerations or ()
+        ),
+        node_selector=dict(node_selector or {}),
+        affinity_terms=affinity_terms(affinity or {}),
+    )
+
+
+def core_pod_from_spec(spec: PodSpec) -> CorePod:
+    return core_pod(
+        key=f"{spec.namespace}/{spec.name}",
+        cpu_milli=spec.cpu_milli,
+        memory_mib=spec.memory_mib,
+        gpu_count=spec.gpu_count,
+        gpu_milli=spec.gpu_milli,
+        gpu_models=spec.gpu_models,
+        priority=spec.priority,
+        checkpointable=spec.checkpointable,
+        labels=spec.labels,
+        tolerations=spec.tolerations,
+        node_selector=spec.node_selector,
+        affinity=spec.affinity,
+    )

@@ -1,0 +1,303 @@
+"""Repack plan: which pods to move so that whole nodes become free (seed C3, P3).
+
+A pure planner over copies of the nodes; nothing is evicted here. The services turn the plan
+into drains, one disruption-budget wave at a time, and write an event per move.
+
+How it decides, and why:
+
+* Nodes are drained emptiest first (GPU allocation, then CPU), since they free a node for the
+  fewest moves. Nodes with no pods are already free and never count as freed.
+* A drained node's pods are re-placed largest first (GPUs, then CPU) onto nodes that already
+  run pods: moving onto an empty node frees nothing. Every target must pass every scheduler
+  filter for that pod (taints, affinity, cordon, model, CPU, memory, GPUs).
+* Targets are scored with CPU and GPU together: the FGD score (which counts GPUs stranded by
+  exhausted CPU as fragmented) and then BestFit on CPU and GPU. The FGD paper's README notes
+  that re-placing offline by GPU size alone ends worse than online FGD because CPU runs out
+  first on the nodes that sharing pods need.
+* A node is drained only if all its pods find a place; otherwise nothing moves off it.
+* Priority: pods are only moved into free capacity, never displacing anyone; pods above
+  ``max_priority`` (e.g. the priority of the pending pod the room is for) are never moved, so
+  their nodes are not drained.
+* The disruption budget ``max_drained_nodes`` caps the nodes drained by one plan (one wave).
+
+:func:`make_room_plan` is the other direction: it moves a few pods so that Pending pods fit,
+never moving a pod of higher priority than the one it makes room for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from pools.core.scheduling.cluster import ClusterScheduler
+from pools.core.scheduling.fragmentation import FragmentationModel, Workload, workload_from_pods
+from pools.core.scheduling.nodes import (
+    MAX_NODE_SCORE,
+    MILLI,
+    Binding,
+    NodeState,
+    Pod,
+    filter_node,
+    static_filter_reason,
+)
+from pools.core.scheduling.policies import BestFitPolicy
+
+HOURS_PER_WEEK = 168
+
+
+@dataclass(frozen=True)
+class Move:
+    pod: str
+    from_node: str
+    to_node: str
+    gpu_indices: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class RepackPlan:
+    moves: tuple[Move, ...]
+    freed_nodes: tuple[str, ...]
+    gpu_hours_saved_per_week: int
+    fragmentation_before_milli: float
+    fragmentation_after_milli: float
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+class _RepackScore:
+    """FGD first, BestFit (CPU and GPU) second, folded into one integer score."""
+
+    name = "repack"
+
+    def __init__(self, model: FragmentationModel) -> None:
+        self.model, self.bestfit = model, BestFitPolicy()
+
+    def score(self, pod: Pod, node: NodeState) -> tuple[int, tuple[int, ...]]:
+        fgd, gpus = self.model.placement_score(pod, node)
+        tie, _ = self.bestfit.score(pod, node)
+        return fgd * (MAX_NODE_SCORE + 1) + max(0, min(tie, MAX_NODE_SCORE)), gpus
+
+
+def _drain_order(node: NodeState) -> tuple:
+    gpu = node.gpu_used_milli / (node.gpu_count * 1000) if node.gpu_count else 1.0
+    cpu = node.cpu_used / node.cpu_milli if node.cpu_milli else 1.0
+    return (gpu, cpu, node.name)
+
+
+def repack_plan(
+    nodes: Sequence[NodeState],
+    *,
+    workload: Workload | None = None,
+    max_drained_nodes: int = 1,
+    max_priority: int | None = None,
+    only_checkpointable: bool = False,
+) -> RepackPlan:
+    """Plan moves that empty up to ``max_drained_nodes`` nodes (see the module docstring).
+
+    ``gpu_hours_saved_per_week`` is freed nodes x their GPUs x 168: the GPU-hours a week that
+    no longer need to be paid for once those nodes are released (or that pending pods get).
+    """
+    sims = sorted((n.clone() for n in nodes), key=lambda n: n.name)
+    if workload is None:
+        workload = workload_from_pods([b.pod for n in sims for b in n.bound.values()])
+    model = FragmentationModel(workload)
+    before = sum(model.node_fragmentation(n) for n in sims)
+    closed = {n.name: n.unschedulable for n in sims}  # to restore after planning
+    for node in sims:
+        if not node.bound:
+            node.unschedulable = True  # never move pods onto empty nodes
+    scheduler = ClusterScheduler(sims, _RepackScore(model))
+    moves: list[Move] = []
+    freed: list[str] = []
+    skipped: dict[str, str] = {}
+    candidates = [n for n in sims if n.bound and n.ready and n.gpu_count]
+    for node in sorted(candidates, key=_drain_order):
+        if len(freed) >= max_drained_nodes:
+            break
+        pods = sorted(
+            (b.pod for b in node.bound.values()),
+            key=lambda p: (-p.gpu_request_milli, -p.cpu_milli, p.name),
+        )
+        blocker = next(
+            (
+                p
+                for p in pods
+                if (max_priority is not None and p.priority > max_priority)
+                or (only_checkpointable and not p.checkpointable)
+            ),
+            None,
+        )
+        if blocker is not None:
+            skipped[node.name] = f"pod {blocker.name} may not be moved"
+            continue
+        node.unschedulable = True
+        scheduler.touch(node.name)
+        planned: list[tuple[Move, tuple[int, ...]]] = []
+        for pod in pods:
+            decision = scheduler.schedule(pod, explain_failure=False)
+            if decision.node is None:
+                skipped[node.name] = f"pod {pod.name} fits on no other running node"
+                break
+            origin = scheduler.unbind(pod.name, node.name).gpu_indices
+            scheduler.bind(pod, decision.node, decision.gpu_indices)
+            planned.append((Move(pod.name, node.name, decision.node, decision.gpu_indices), origin))
+        if len(planned) < len(pods):  # roll back: this node stays as it is
+            for move, origin in reversed(planned):
+                binding = scheduler.unbind(move.pod, move.to_node)
+                scheduler.bind(binding.pod, node.name, origin)
+            node.unschedulable = closed[node.name]
+            scheduler.touch(node.name)
+            continue
+        moves += [move for move, _ in planned]
+        freed.append(node.name)
+    after = sum(model.node_fragmentation(n) for n in sims)
+    gpu_of = {n.name: n.gpu_count for n in nodes}
+    return RepackPlan(
+        moves=tuple(moves),
+        freed_nodes=tuple(freed),
+        gpu_hours_saved_per_week=sum(gpu_of[name] for name in freed) * HOURS_PER_WEEK,
+        fragmentation_before_milli=before,
+        fragmentation_after_milli=after,
+        skipped=skipped,
+    )
+
+
+# --- making room for pending pods ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RoomPlan:
+    """Moves that make room, then where each pending pod goes; the rest stay ``unplaced``."""
+
+    moves: tuple[Move, ...]
+    placements: dict[str, tuple[str, tuple[int, ...]]]
+    unplaced: tuple[str, ...]
+
+
+def _movers_for(pending: Pod, node: NodeState, max_moves: int, fixed: set[str]) -> list[Pod] | None:
+    """Few pods of at most ``pending``'s priority whose departure lets it fit on ``node``:
+    the GPUs cheapest to clear first, then CPU-only pods for missing CPU or memory. Pods in
+    ``fixed`` (placed by this plan) stay, so that the plan only moves running pods."""
+    movable = {
+        b.pod.name
+        for b in node.bound.values()
+        if b.pod.priority <= pending.priority and b.pod.name not in fixed
+    }
+    chosen: dict[str, Pod] = {}
+    if pending.gpu_count:
+        residents: list[list[Binding]] = [[] for _ in range(node.gpu_count)]
+        for binding in node.bound.values():
+            for i in binding.gpu_indices:
+                residents[i].append(binding)
+        if pending.gpu_milli == MILLI:
+            options = sorted(
+                (len(on), MILLI - node.gpu_free[i], i)
+                for i, on in enumerate(residents)
+                if all(b.pod.name in movable for b in on)
+            )
+            if len(options) < pending.gpu_count:
+                return None
+            for _, _, i in options[: pending.gpu_count]:
+                chosen.update((b.pod.name, b.pod) for b in residents[i])
+        else:
+            best = None
+            for i, on in enumerate(residents):
+                free, picked = node.gpu_free[i], []
+                for b in sorted(
+                    (b for b in on if b.pod.name in movable), key=lambda b: -b.pod.gpu_milli
+                ):
+                    if free >= pending.gpu_milli:
+                        break
+                    free, picked = free + b.pod.gpu_milli, [*picked, b.pod]
+                if free >= pending.gpu_milli and (best is None or len(picked) < len(best)):
+                    best = picked
+            if best is None:
+                return None
+            chosen.update((p.name, p) for p in best)
+    cpu_short = pending.cpu_milli - node.cpu_free - sum(p.cpu_milli for p in chosen.values())
+    mem_short = pending.memory_mib - node.memory_free - sum(p.memory_mib for p in chosen.values())
+    extra = sorted(
+        (b.pod for b in node.bound.values() if b.pod.name in movable and b.pod.name not in chosen),
+        key=lambda p: (p.gpu_count > 0, -p.cpu_milli, -p.memory_mib, p.name),
+    )
+    for p in extra:
+        if cpu_short <= 0 and mem_short <= 0:
+            break
+        chosen[p.name] = p
+        cpu_short, mem_short = cpu_short - p.cpu_milli, mem_short - p.memory_mib
+    if cpu_short > 0 or mem_short > 0 or not chosen or len(chosen) > max_moves:
+        return None
+    return list(chosen.values())
+
+
+def _try_room(scheduler: ClusterScheduler, pending: Pod, name: str, movers: list[Pod]):
+    """Move ``movers`` off node ``name`` and bind ``pending`` there, or undo everything."""
+    node = scheduler.node(name)
+    was_unschedulable, node.unschedulable = node.unschedulable, True
+    scheduler.touch(name)
+    planned: list[tuple[Move, tuple[int, ...]]] = []
+    for mover in sorted(movers, key=lambda p: (-p.gpu_request_milli, -p.cpu_milli, p.name)):
+        origin = scheduler.unbind(mover.name, name).gpu_indices
+        decision = scheduler.schedule(mover, explain_failure=False)
+        if decision.node is None:
+            scheduler.bind(mover, name, origin)
+            break
+        scheduler.bind(mover, decision.node, decision.gpu_indices)
+        planned.append((Move(mover.name, name, decision.node, decision.gpu_indices), origin))
+    node.unschedulable = was_unschedulable
+    scheduler.touch(name)
+    if len(planned) == len(movers) and filter_node(pending, node) is None:
+        gpus = scheduler.policy.score(pending, node)[1]
+        scheduler.bind(pending, name, gpus)
+        return [move for move, _ in planned], gpus
+    for move, origin in reversed(planned):
+        binding = scheduler.unbind(move.pod, move.to_node)
+        scheduler.bind(binding.pod, name, origin)
+    return None
+
+
+def make_room_plan(
+    pending: Sequence[Pod],
+    nodes: Sequence[NodeState],
+    *,
+    workload: Workload | None = None,
+    max_moves_per_pod: int = 3,
+    max_nodes_tried: int = 8,
+) -> RoomPlan:
+    """Place Pending pods, moving a few running pods out of the way where that is needed.
+
+    Highest priority first, each pending pod goes where it fits; if it fits nowhere, the
+    nodes whose filters it passes are ranked by how few pods (of at most its priority: never
+    a higher-priority pod for a lower one) would have to move, and the moves are tried until
+    every mover finds a place elsewhere (all filters checked) and the pod fits. Apply the
+    ``moves`` in order, then bind the ``placements``; every intermediate state fits.
+    """
+    sims = sorted((n.clone() for n in nodes), key=lambda n: n.name)
+    if workload is None:
+        bound = [b.pod for n in sims for b in n.bound.values()]
+        workload = workload_from_pods(bound + list(pending))
+    scheduler = ClusterScheduler(sims, _RepackScore(FragmentationModel(workload)))
+    moves: list[Move] = []
+    placements: dict[str, tuple[str, tuple[int, ...]]] = {}
+    unplaced: list[str] = []
+    for pod in sorted(pending, key=lambda p: -p.priority):
+        decision = scheduler.place(pod, explain_failure=False)
+        if decision.node is not None:
+            placements[pod.name] = (decision.node, decision.gpu_indices)
+            continue
+        options = []
+        for node in sims:
+            if static_filter_reason(pod, node) is None:
+                movers = _movers_for(pod, node, max_moves_per_pod, set(placements))
+                if movers:
+                    weight = sum(p.gpu_request_milli for p in movers)
+                    options.append((len(movers), weight, node.name, movers))
+        options.sort(key=lambda o: o[:3])
+        for _, _, name, movers in options[:max_nodes_tried]:
+            done = _try_room(scheduler, pod, name, movers)
+            if done is not None:
+                moves += done[0]
+                placements[pod.name] = (name, done[1])
+                break
+        else:
+            unplaced.append(pod.name)
+    return RoomPlan(tuple(moves), placements, tuple(unplaced))

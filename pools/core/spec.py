@@ -1,0 +1,360 @@
+"""The `GpuNodePool` document (seed O2, O4): YAML/JSON <-> dataclasses, validated with field paths.
+
+A pool is declared with the article's document (`apiVersion: ebcloud.io/v1`, `kind: GpuNodePool`).
+`autoRepair: true|false` stays the seed's switch; the optional `autoRepairPolicy:
+{requireApproval: true}` beside it (ours) makes every repair wait for a platform admin's
+approval (a pool without it, like the seed's YAML, repairs on its own).
+`parse_document` checks it the way `kubectl --validate=strict` and the API server would: unknown
+fields are rejected and named, every problem carries its field path, and all problems are reported
+at once. The document is stored as given, so export returns what the user wrote;
+`pools.core.documents.to_document` goes the other way for specs built in code (the web form, tests).
+
+Pure: no Django. What is sellable (GPU models, node types, zones, the node ceiling) comes in as a
+`Catalog`, built by the services from the database.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from pools.core.autoscaling import (
+    DEFAULT_SCALING_SPEC,
+    MetricTarget,
+    ScalingPolicy,
+    ScalingRules,
+    ScalingSpec,
+)
+from pools.core.errors import ValidationError
+from pools.core.fields import Checker, label_key_error, label_value_error, name_error
+from pools.core.scheduling.nodes import TAINT_EFFECTS, Taint
+
+API_VERSION = "ebcloud.io/v1"
+KIND = "GpuNodePool"
+LEASE_TYPES = ("monthly", "quarterly", "yearly")
+SCHEDULING_POLICIES = ("binpack", "spread", "bestfit", "fgd")
+RESOURCE_METRICS = ("gpu-memory",)
+POD_METRICS = ("queued_pods",)
+DEFAULT_SYSTEM_IMAGE = "ubuntu-22.04-cuda-12.2"
+
+_IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@-]*$")
+_CURRENCY = re.compile(r"^[A-Z]{3}$")
+MAX_MONTHLY_BUDGET = Decimal("999999999999.99")  # billing.Budget.monthly_amount: 14 digits, 2 decimals
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """What the cloud sells: GPU models, node types (GPUs per node), zones (zone -> region)."""
+
+    gpu_models: frozenset[str]
+    node_types: Mapping[str, int]
+    zones: Mapping[str, str]
+    max_nodes: int = 100
+
+
+@dataclass(frozen=True)
+class Burst:
+    """On-demand fallback above the monthly baseline (seed G4)."""
+
+    enabled: bool = False
+    max_nodes: int = 0
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Monthly budget of the pool; alerts at each threshold percent (seed T6: 80%)."""
+
+    monthly: Decimal
+    currency: str
+    thresholds: tuple[int, ...] = (80, 100)
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    name: str
+    node_type: str
+    gpu_model: str
+    min_nodes: int
+    max_nodes: int
+    region: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    lease_type: str = "monthly"
+    system_image: str = DEFAULT_SYSTEM_IMAGE
+    auto_repair: bool = True
+    repair_requires_approval: bool = False  # spec.autoRepairPolicy.requireApproval
+    auto_renew: bool = False
+    preemptible: bool = False
+    node_labels: Mapping[str, str] = field(default_factory=dict)
+    node_taints: tuple[Taint, ...] = ()
+    scaling: ScalingSpec | None = None
+    burst: Burst = Burst()
+    budget: Budget | None = None
+    scheduling_policy: str = "binpack"
+
+    @property
+    def autoscaling(self) -> ScalingSpec | None:
+        """The policy the autoscaler follows, or None when it leaves the pool alone: it only adds
+        and removes burst nodes, so without `burst.enabled` there is none; with it, the
+        `scaling` block, else the defaults an empty `scaling: {}` gets (seed D3/O4). Ticking
+        "burst" in the form, which has no scaling fields, is then enough for the pool to burst."""
+        if not self.burst.enabled:
+            return None
+        return self.scaling if self.scaling is not None else DEFAULT_SCALING_SPEC
+
+
+
+_TOP = ("apiVersion", "kind", "metadata", "spec")
+_METADATA = ("name", "labels")
+_SPEC = (
+    "nodeType", "gpuModel", "nodeCount", "region", "leaseType", "systemImage", "autoRepair",
+    "autoRepairPolicy", "autoRenew", "preemptible", "nodeLabels", "nodeTaints", "scaling", "burst", "budget",
+    "schedulingPolicy",
+)  # fmt: skip
+_SPEC_REQUIRED = ("nodeType", "gpuModel", "nodeCount", "region")
+
+
+def parse_document(document: Any, catalog: Catalog) -> PoolSpec:
+    """Validate a GpuNodePool document; raise ValidationError naming every bad field."""
+    check = Checker()
+    top = check.mapping(document, "", _TOP, _TOP)
+    if "apiVersion" in top and top["apiVersion"] != API_VERSION:
+        check.error("apiVersion", f"must be {API_VERSION}")
+    if "kind" in top and top["kind"] != KIND:
+        check.error("kind", f"must be {KIND}")
+    metadata = check.mapping(top.get("metadata", {}), "metadata", _METADATA, ("name",))
+    name = metadata.get("name")
+    if "name" in metadata and (problem := name_error(name)):
+        check.error("metadata.name", problem)
+    labels = check.labels(metadata.get("labels", {}), "metadata.labels")
+
+    spec = check.mapping(top.get("spec", {}), "spec", _SPEC, _SPEC_REQUIRED)
+    node_type = check.choice(spec["nodeType"], "spec.nodeType", catalog.node_types, "node type") if "nodeType" in spec else None
+    gpu_model = check.choice(spec["gpuModel"], "spec.gpuModel", catalog.gpu_models, "GPU model") if "gpuModel" in spec else None
+    region = check.choice(spec["region"], "spec.region", catalog.zones, "zone") if "region" in spec else None
+    min_nodes, max_nodes = _parse_node_count(check, spec, catalog)
+    lease_type = check.choice(spec.get("leaseType", "monthly"), "spec.leaseType", LEASE_TYPES, "lease type")
+    system_image = check.string(spec.get("systemImage", DEFAULT_SYSTEM_IMAGE), "spec.systemImage")
+    if system_image and (len(system_image) > 128 or not _IMAGE.match(system_image)):
+        check.error("spec.systemImage", "must be an image name of at most 128 characters")
+    flags = {
+        key: check.boolean(spec.get(key, default), f"spec.{key}")
+        for key, default in (("autoRepair", True), ("autoRenew", False), ("preemptible", False))
+    }
+    require_approval = _parse_repair_policy(check, spec.get("autoRepairPolicy", {}))
+    node_labels = check.labels(spec.get("nodeLabels", {}), "spec.nodeLabels")
+    taints = _parse_taints(check, spec.get("nodeTaints", []))
+    scaling = _parse_scaling(check, spec["scaling"]) if "scaling" in spec else None
+    burst = _parse_burst(check, spec.get("burst", {}), max_nodes, min_nodes)
+    budget = _parse_budget(check, spec["budget"]) if "budget" in spec else None
+    policy = check.choice(spec.get("schedulingPolicy", "binpack"), "spec.schedulingPolicy", SCHEDULING_POLICIES, "scheduling policy")
+
+    if check.errors:
+        raise ValidationError(check.errors)
+    return PoolSpec(
+        name=name,
+        labels=labels,
+        node_type=node_type,
+        gpu_model=gpu_model,
+        min_nodes=min_nodes,
+        max_nodes=max_nodes,
+        region=region,
+        lease_type=lease_type,
+        system_image=system_image,
+        auto_repair=flags["autoRepair"],
+        repair_requires_approval=require_approval,
+        auto_renew=flags["autoRenew"],
+        preemptible=flags["preemptible"],
+        node_labels=node_labels,
+        node_taints=taints,
+        scaling=scaling,
+        burst=burst,
+        budget=budget,
+        scheduling_policy=policy,
+    )
+
+
+def _parse_node_count(check: Checker, spec: dict, catalog: Catalog) -> tuple[int | None, int | None]:
+    if "nodeCount" not in spec:
+        return None, None
+    count = check.mapping(spec["nodeCount"], "spec.nodeCount", ("min", "max"), ("min", "max"))
+    low = check.integer(count["min"], "spec.nodeCount.min", minimum=0) if "min" in count else None
+    high = (
+        check.integer(count["max"], "spec.nodeCount.max", minimum=1, maximum=catalog.max_nodes)
+        if "max" in count
+        else None
+    )
+    if low is not None and high is not None and low > high:
+        check.error("spec.nodeCount.min", f"must not exceed spec.nodeCount.max ({low} > {high})")
+    return low, high
+
+
+def _parse_repair_policy(check: Checker, value: Any) -> bool:
+    """`spec.autoRepairPolicy` (optional): `requireApproval: true` turns each repair the ladder
+    chooses into a request a platform admin approves or rejects (pools/services/repair.py).
+    Kept beside the seed's boolean `autoRepair` instead of replacing it, so every existing
+    document keeps its meaning; with `autoRepair: false` the policy changes nothing (the pool
+    only alerts)."""
+    entry = check.mapping(value, "spec.autoRepairPolicy", ("requireApproval",))
+    return bool(check.boolean(entry.get("requireApproval", False), "spec.autoRepairPolicy.requireApproval"))
+
+
+def _parse_taints(check: Checker, value: Any) -> tuple[Taint, ...]:
+    if not isinstance(value, list):
+        check.error("spec.nodeTaints", "must be a list of {key, value, effect}")
+        return ()
+    taints: list[Taint] = []
+    seen: set[tuple[str, str]] = set()
+    for index, item in enumerate(value):
+        path = f"spec.nodeTaints[{index}]"
+        entry = check.mapping(item, path, ("key", "value", "effect"), ("key", "effect"))
+        key, val, effect = entry.get("key"), entry.get("value", ""), entry.get("effect")
+        if "key" in entry and (problem := label_key_error(key)):
+            check.error(f"{path}.key", problem.replace("label key", "taint key"))
+            continue
+        if problem := label_value_error(val):
+            check.error(f"{path}.value", problem.replace("label value", "taint value"))
+            continue
+        if "effect" in entry and effect not in TAINT_EFFECTS:
+            check.error(f"{path}.effect", f"must be one of {', '.join(TAINT_EFFECTS)}, got {effect!r}")
+            continue
+        if key is None or effect is None:
+            continue
+        if (key, effect) in seen:
+            check.error(f"{path}", f"duplicate taint {key}:{effect}")
+            continue
+        seen.add((key, effect))
+        taints.append(Taint(key=key, value=val, effect=effect))
+    return tuple(taints)
+
+
+def _parse_burst(check: Checker, value: Any, max_nodes: int | None, min_nodes: int | None) -> Burst:
+    entry = check.mapping(value, "spec.burst", ("enabled", "maxNodes"))
+    enabled = check.boolean(entry.get("enabled", False), "spec.burst.enabled")
+    limit = check.integer(entry.get("maxNodes", 0), "spec.burst.maxNodes", minimum=0)
+    if limit and max_nodes is not None and min_nodes is not None and limit > max_nodes - min_nodes:
+        check.error(
+            "spec.burst.maxNodes",
+            f"must not exceed nodeCount.max - nodeCount.min ({max_nodes - min_nodes})",
+        )
+    return Burst(enabled=bool(enabled), max_nodes=limit or 0)
+
+
+def _parse_budget(check: Checker, value: Any) -> Budget | None:
+    entry = check.mapping(value, "spec.budget", ("monthly", "currency", "thresholds"), ("monthly",))
+    amount: Decimal | None = None
+    if "monthly" in entry:
+        raw = entry["monthly"]
+        try:
+            if isinstance(raw, bool) or not isinstance(raw, int | float | str):
+                raise InvalidOperation
+            amount = Decimal(str(raw))
+            if not amount.is_finite() or amount <= 0 or amount.as_tuple().exponent < -2:
+                raise InvalidOperation
+        except InvalidOperation:
+            check.error("spec.budget.monthly", "must be a positive amount with at most 2 decimals")
+            amount = None
+        if amount is not None and amount > MAX_MONTHLY_BUDGET:
+            check.error("spec.budget.monthly", f"must be at most {MAX_MONTHLY_BUDGET}")
+            amount = None
+    currency = entry.get("currency", "CNY")
+    if not isinstance(currency, str) or not _CURRENCY.match(currency):
+        check.error("spec.budget.currency", "must be an ISO 4217 code such as CNY or USD")
+    thresholds = entry.get("thresholds", [80, 100])
+    if not isinstance(thresholds, list) or not thresholds:
+        check.error("spec.budget.thresholds", "must be a list of percentages")
+        thresholds = []
+    for index, item in enumerate(thresholds):
+        check.integer(item, f"spec.budget.thresholds[{index}]", minimum=1, maximum=1000)
+    if amount is None:
+        return None
+    return Budget(monthly=amount, currency=currency, thresholds=tuple(sorted(set(thresholds))))
+
+
+def _parse_scaling(check: Checker, value: Any) -> ScalingSpec:
+    entry = check.mapping(value, "spec.scaling", ("default", "scaleUp", "scaleDown"))
+    profile = check.mapping(entry.get("default", {}), "spec.scaling.default", ("metrics", "combine"))
+    metrics = DEFAULT_SCALING_SPEC.metrics
+    if "metrics" in profile:
+        metrics = _parse_metrics(check, profile["metrics"])
+    combine = check.choice(profile.get("combine", DEFAULT_SCALING_SPEC.combine), "spec.scaling.default.combine", ("All", "Any"), "combine mode")
+    scale_up = DEFAULT_SCALING_SPEC.scale_up
+    scale_down = DEFAULT_SCALING_SPEC.scale_down
+    if "scaleUp" in entry:
+        scale_up = _parse_rules(check, entry["scaleUp"], "spec.scaling.scaleUp", scale_up)
+    if "scaleDown" in entry:
+        scale_down = _parse_rules(check, entry["scaleDown"], "spec.scaling.scaleDown", scale_down)
+    return ScalingSpec(metrics=metrics, scale_up=scale_up, scale_down=scale_down, combine=combine or "All")
+
+
+def _parse_metrics(check: Checker, value: Any) -> tuple[MetricTarget, ...]:
+    if not isinstance(value, list) or not value:
+        check.error("spec.scaling.default.metrics", "must be a non-empty list")
+        return ()
+    metrics: list[MetricTarget] = []
+    for index, item in enumerate(value):
+        path = f"spec.scaling.default.metrics[{index}]"
+        if not isinstance(item, dict) or item.get("type") not in ("Resource", "Pods"):
+            check.error(f"{path}.type", "must be Resource or Pods")
+            continue
+        if item["type"] == "Resource":
+            entry = check.mapping(item, path, ("type", "resource", "targetAverageUtilization"), ("resource", "targetAverageUtilization"))
+            name = check.choice(entry.get("resource"), f"{path}.resource", RESOURCE_METRICS, "resource metric") if "resource" in entry else None
+            target = check.integer(entry.get("targetAverageUtilization"), f"{path}.targetAverageUtilization", minimum=1, maximum=100) if "targetAverageUtilization" in entry else None
+        else:
+            entry = check.mapping(item, path, ("type", "pods", "target"), ("pods", "target"))
+            name = check.choice(entry.get("pods"), f"{path}.pods", POD_METRICS, "pods metric") if "pods" in entry else None
+            target = check.integer(entry.get("target"), f"{path}.target", minimum=1, maximum=100000) if "target" in entry else None
+        if name is not None and target is not None:
+            metrics.append(MetricTarget(type=item["type"], name=name, target=float(target)))
+    return tuple(metrics)
+
+
+def _parse_rules(check: Checker, value: Any, path: str, default: ScalingRules) -> ScalingRules:
+    entry = check.mapping(value, path, ("stabilizationWindow", "policies", "selectPolicy"))
+    window = default.stabilization_window_seconds
+    if "stabilizationWindow" in entry:
+        window = check.duration(entry["stabilizationWindow"], f"{path}.stabilizationWindow")
+    select = check.choice(entry.get("selectPolicy", default.select_policy), f"{path}.selectPolicy", ("Max", "Min", "Disabled"), "selectPolicy")
+    policies = default.policies
+    if "policies" in entry:
+        policies = ()
+        raw = entry["policies"]
+        if not isinstance(raw, list) or not raw:
+            check.error(f"{path}.policies", "must be a non-empty list")
+            raw = []
+        parsed: list[ScalingPolicy] = []
+        for index, item in enumerate(raw):
+            item_path = f"{path}.policies[{index}]"
+            policy = check.mapping(item, item_path, ("type", "value", "periodSeconds"), ("type", "value", "periodSeconds"))
+            kind = check.choice(policy.get("type"), f"{item_path}.type", ("Pods", "Percent"), "policy type") if "type" in policy else None
+            amount = check.integer(policy.get("value"), f"{item_path}.value", minimum=1) if "value" in policy else None
+            period = check.integer(policy.get("periodSeconds"), f"{item_path}.periodSeconds", minimum=1, maximum=1800) if "periodSeconds" in policy else None
+            if kind and amount and period:
+                parsed.append(ScalingPolicy(type=kind, value=amount, period_seconds=period))
+        policies = tuple(parsed)
+    return ScalingRules(
+        stabilization_window_seconds=window if window is not None else default.stabilization_window_seconds,
+        policies=policies,
+        select_policy=select or "Max",
+    )
+
+
+def effective_node_labels(spec: PoolSpec, *, zone: str, billing: str) -> dict[str, str]:
+    """Labels every node of the pool carries: system labels, then pool labels, then nodeLabels.
+
+    Later sources win, so a team can override a pool label per node class (seed C4: cost labels
+    are inherited by every node and pod).
+    """
+    labels = {
+        "ebcloud.io/pool": spec.name,
+        "ebcloud.io/gpu-model": spec.gpu_model,
+        "ebcloud.io/node-type": spec.node_type,
+        "ebcloud.io/billing": billing,
+        "topology.kubernetes.io/zone": zone,
+    }
+    labels.update(spec.labels)
+    labels.update(spec.node_labels)
+    return labels

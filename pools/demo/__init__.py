@@ -1,0 +1,1 @@
+"""The demo of `make run`: seed data, the living fleet of simulated agents, its replayed workload."""

@@ -1,0 +1,222 @@
+"""The simulated fleet behind `make run` (issue 8 §1): node agents over HTTP, a replayed
+workload, GPU faults, and a fast clock for the control loops.
+
+What is simulated here is only what a real site has outside the control plane:
+- the machines' agents: one :class:`monitoring.agent.Agent` thread per live node, joining with
+  a join token minted for it (as cloud-init would hand it over) and reporting through the real
+  agent API over HTTP; its GPUs are a simulated source whose utilisation follows the pods
+  bound to the node, and which raises the Xids the fault plan injects;
+- the users: pods submitted by the teams' members through the same service as the API, from
+  :mod:`pools.demo.workload`'s plan;
+- time: at demo speed the minute-granular worker schedules are too slow to watch, so each tick
+  runs the worker's own tasks (reconcile, schedule, autoscale, repair, rollup, metering). They
+  are idempotent and safe beside the worker, which keeps running its schedules.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from django.db.models import Sum
+
+from monitoring.agent import Agent
+from monitoring.agent_buffer import DiskBuffer
+from monitoring.agent_sources import ControlPlaneFaults, SimulatedSource
+from monitoring.services import join_token_create
+from pools.core.errors import ConflictError
+from pools.core.spec import parse_document
+from pools.demo.workload import DemoPod, Route
+from pools.models import GpuNodePool, Membership, Node, Pod
+from pools.selectors.pools import catalog_current
+from pools.services import pods as pod_services
+
+logger = logging.getLogger("ebcloud.demo")
+AGENT_PHASES = (Node.Phase.REGISTERING, Node.Phase.READY, Node.Phase.CORDONED, Node.Phase.DRAINING,
+                Node.Phase.REPAIRING, Node.Phase.UNKNOWN)
+MILLI = 1000
+
+
+# ----------------------------------------------------------------------------------- routes
+
+
+def routes_for(pools: list[GpuNodePool], *, loads: dict[str, float], shared: set[str]) -> list[Route]:
+    """A workload route per demo pool: its team, its node's shape, tolerations for its taints
+    and a selector on its labels, so the replayed pods land where a real user's would. Pools
+    named in `shared` also take the pods that ask for a share of one GPU (inference serving);
+    whole-GPU pods go to any pool whose node holds them, by weight."""
+    routes = []
+    catalog = catalog_current()
+    for pool in pools:
+        spec = parse_document(pool.document, catalog)
+        gpus = pool.node_type.gpu_count
+        routes.append(Route(
+            pool=pool.name, team=pool.team.slug, node_gpus=gpus,
+            cpu_milli_per_gpu=pool.node_type.cpu_milli // gpus, memory_mib_per_gpu=pool.node_type.memory_mib // gpus,
+            baseline_nodes=max(1, spec.min_nodes), load=loads.get(pool.name, 1.0),
+            shared=pool.name in shared, whole=True,
+            tolerations=tuple({"key": t.key, "operator": "Equal", "value": t.value, "effect": t.effect} for t in spec.node_taints),
+            node_selector=dict(spec.node_labels),
+            labels={k: v for k, v in pool.labels.items() if k == "project"},
+            checkpointable=spec.preemptible,
+        ))
+    return routes
+
+
+# ----------------------------------------------------------------------------------- agents
+
+
+class FleetGpus(SimulatedSource):
+    """A node's simulated GPUs whose load follows the pods bound to it: `busy` holds each
+    GPU's allocated share (0..1), set by the fleet every tick from the scheduler's bindings."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.busy: list[float] = [0.0] * self.gpus
+
+    def sample(self) -> list[dict]:
+        out = super().sample()
+        for gpu, row in zip(out, self.busy, strict=False):
+            util = round(row * self.rng.uniform(55, 98)) if row else self.rng.randint(0, 3)
+            used = int(self.memory_mib * (row * self.rng.uniform(0.5, 0.9) if row else 0.01))
+            gpu.update({"DCGM_FI_DEV_GPU_UTIL": util, "DCGM_FI_DEV_FB_USED": used,
+                        "DCGM_FI_DEV_FB_FREE": self.memory_mib - used,
+                        "DCGM_FI_DEV_GPU_TEMP": 35 + util // 3, "DCGM_FI_DEV_POWER_USAGE": round(60 + util * 3.2, 1)})
+        return out
+
+
+@dataclass
+class RunningAgent:
+    agent: Agent
+    source: FleetGpus
+    stop: threading.Event
+    thread: threading.Thread
+
+
+@dataclass
+class AgentFleet:
+    """One agent thread per live node, started when the machine is up, stopped when it goes."""
+
+    server: str
+    root: Path
+    admin: object
+    interval: float
+    agents: dict[str, RunningAgent] = field(default_factory=dict)
+
+    def sync(self, nodes: list[Node], *, busy: dict[int, list[float]]) -> list[str]:
+        """Start agents for new machines, stop those of machines gone; returns started names."""
+        started = []
+        live = {n.name: n for n in nodes if n.phase in AGENT_PHASES}
+        for name in [n for n in self.agents if n not in live]:
+            self._stop(name)
+        for name, node in live.items():
+            running = self.agents.get(name)
+            if running is None:
+                running = self._start(node)
+                started.append(name)
+            shares = busy.get(node.pk, [])
+            running.source.busy = (shares + [0.0] * running.source.gpus)[: running.source.gpus]
+        return started
+
+    def close(self) -> None:
+        for name in list(self.agents):
+            self._stop(name)
+
+    def _start(self, node: Node) -> RunningAgent:
+        directory = self.root / node.name
+        directory.mkdir(parents=True, exist_ok=True)
+        credential = directory / "credential.json"
+        token = None
+        if not credential.exists():
+            _, token = join_token_create(user=self.admin, node=node)
+        gpus = node.pool.node_type.gpu_count
+        source = FleetGpus(gpus=gpus, memory_mib=node.pool.gpu_model.memory_gib * 1024, seed=node.pk)
+        agent = Agent(server=self.server, source=source, buffer=DiskBuffer(directory / "buffer.sqlite3"),
+                      credential_file=credential, node=node.name, join_token=token,
+                      interval=self.interval, backoff_cap=10.0, seed=node.pk)
+        source.fault_feed = ControlPlaneFaults.of(agent)
+        stop = threading.Event()
+        thread = threading.Thread(target=agent.run, args=(stop,), name=f"agent-{node.name}", daemon=True)
+        thread.start()
+        self.agents[node.name] = RunningAgent(agent, source, stop, thread)
+        return self.agents[node.name]
+
+    def _stop(self, name: str) -> None:
+        running = self.agents.pop(name)
+        running.stop.set()
+        running.thread.join(timeout=5)
+        running.agent.close()
+
+
+def gpu_shares(nodes: list[Node]) -> dict[int, list[float]]:
+    """Each node's GPUs' allocated share, packed from its running pods' requests (whole GPUs
+    first, then shares), in one query."""
+    rows = (Pod.objects.filter(node__in=[n.pk for n in nodes], phase=Pod.Phase.RUNNING)
+            .values("node_id", "gpu_count", "gpu_milli"))
+    totals: dict[int, float] = {}
+    for row in rows:
+        share = row["gpu_count"] if row["gpu_milli"] >= MILLI else row["gpu_milli"] / MILLI
+        totals[row["node_id"]] = totals.get(row["node_id"], 0.0) + share
+    out = {}
+    for node in nodes:
+        total, gpus = totals.get(node.pk, 0.0), node.pool.node_type.gpu_count
+        whole = min(gpus, math.floor(total))
+        out[node.pk] = [1.0] * whole + ([round(total - whole, 3)] if whole < gpus and total > whole else [])
+    return out
+
+
+# --------------------------------------------------------------------------------- workload
+
+
+@dataclass
+class Replay:
+    """Submits the planned pods when their time comes, as their team's member or lead."""
+
+    pods: list[DemoPod]
+    started: float
+    submitted: int = 0
+
+    def due(self, elapsed: float) -> list[DemoPod]:
+        out = []
+        while self.submitted < len(self.pods) and self.pods[self.submitted].at <= elapsed:
+            out.append(self.pods[self.submitted])
+            self.submitted += 1
+        return out
+
+
+def submitter_for(team_slug: str):
+    """A member of the team who may submit pods (its lead in the demo data)."""
+    membership = (Membership.objects.filter(team__slug=team_slug).select_related("user")
+                  .order_by("role", "pk").first())  # "lead" sorts before "member"
+    return membership.user if membership else None
+
+
+def submit(pods: list[DemoPod], *, now: datetime) -> int:
+    done = 0
+    people: dict[str, object] = {}
+    for pod in pods:
+        user = people.setdefault(pod.route.team, submitter_for(pod.route.team))
+        if user is None:
+            continue
+        try:
+            pod_services.pod_create(user=user, document=pod.document(), team_slug=pod.route.team, now=now)
+            done += 1
+        except ConflictError:  # already submitted by an earlier run with the same id
+            continue
+    return done
+
+
+def fleet_summary() -> dict[str, int]:
+    """What the dashboard shows, for the fleet's one-line progress log."""
+    nodes = Node.objects.exclude(phase=Node.Phase.TERMINATED)
+    return {
+        "ready": nodes.filter(phase=Node.Phase.READY).count(),
+        "nodes": nodes.count(),
+        "running": Pod.objects.filter(phase=Pod.Phase.RUNNING).count(),
+        "pending": Pod.objects.filter(phase=Pod.Phase.PENDING).count(),
+        "gpus_allocated": Pod.objects.filter(phase=Pod.Phase.RUNNING).aggregate(n=Sum("gpu_count"))["n"] or 0,
+    }

@@ -1,0 +1,65 @@
+"""The pool domain's models, one module per sub-domain; Django finds them all here.
+
+- `pools`: teams, memberships, the catalog, quotas, pools, orders, nodes, events, scaling
+  activities and the audit log.
+- `pods`: pods of the simulated cluster (and the read model of a real one), fragmentation samples.
+- `repair`: repair requests awaiting an admin's approval.
+- `cloud`: the simulated cloud's state and the controllers' per-pool claims.
+"""
+
+from pools.models.cloud import (
+    PoolClaim,
+    SimClusterNode,
+    SimFailure,
+    SimGpuFault,
+    SimMachine,
+    SimPayment,
+    SimStock,
+)
+from pools.models.pods import FragmentationSample, Pod
+from pools.models.pools import (
+    AuditEntry,
+    GpuModel,
+    GpuNodePool,
+    Membership,
+    Node,
+    NodeType,
+    PoolChildQuerySet,
+    PoolEvent,
+    PoolOrder,
+    PoolQuerySet,
+    Quota,
+    ScalingActivity,
+    Team,
+    TeamScopedQuerySet,
+    Zone,
+)
+from pools.models.repair import RepairApproval
+
+__all__ = [
+    "AuditEntry",
+    "FragmentationSample",
+    "GpuModel",
+    "GpuNodePool",
+    "Membership",
+    "Node",
+    "NodeType",
+    "Pod",
+    "PoolChildQuerySet",
+    "PoolClaim",
+    "PoolEvent",
+    "PoolOrder",
+    "PoolQuerySet",
+    "Quota",
+    "RepairApproval",
+    "ScalingActivity",
+    "SimClusterNode",
+    "SimFailure",
+    "SimGpuFault",
+    "SimMachine",
+    "SimPayment",
+    "SimStock",
+    "Team",
+    "TeamScopedQuerySet",
+    "Zone",
+]

@@ -1,0 +1,100 @@
+"""Pods of the simulated cluster (design §3 Pod, seed O3, T2).
+
+In the simulated cluster the control plane hosts pods: they are submitted by team members into
+their team (like pools, the team comes from the submitter's membership, never from the body),
+bound by the scheduler pass (`pools/controllers/scheduler.py`) and finish after their duration.
+Requests, tolerations, nodeSelector and required node affinity are stored in Kubernetes'
+shapes so that the API can return them as given; `pools.core.podspec.core_pod` turns a row into
+the pure core's `scheduling.Pod`.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from pools.models.pools import Node, Team, TeamScopedQuerySet
+
+
+class PodQuerySet(TeamScopedQuerySet):
+    team_path = "team"
+
+
+class Pod(models.Model):
+    class Phase(models.TextChoices):
+        PENDING = "Pending", "Pending"
+        RUNNING = "Running", "Running"
+        SUCCEEDED = "Succeeded", "Succeeded"
+        FAILED = "Failed", "Failed"
+        EVICTED = "Evicted", "Evicted"
+
+    namespace = models.CharField(max_length=63)
+    name = models.CharField(max_length=253)
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="pods")
+    labels = models.JSONField(default=dict, blank=True)
+    priority = models.IntegerField(default=0)
+    checkpointable = models.BooleanField(default=False)
+    cpu_milli = models.PositiveIntegerField(default=0)
+    memory_mib = models.PositiveIntegerField(default=0)
+    gpu_count = models.PositiveSmallIntegerField(default=0)
+    gpu_milli = models.PositiveIntegerField(default=0, help_text="Share of one GPU in 1/1000 (1000 = whole GPUs)")
+    gpu_models = models.JSONField(default=list, blank=True, help_text="Allowed GPU models (gpuSpec); empty = any")
+    tolerations = models.JSONField(default=list, blank=True)
+    node_selector = models.JSONField(default=dict, blank=True)
+    affinity = models.JSONField(default=dict, blank=True, help_text="Kubernetes affinity (nodeAffinity)")
+    duration_seconds = models.PositiveIntegerField(null=True, blank=True, help_text="Runs this long once started; empty = until deleted")
+    document = models.JSONField(default=dict, blank=True, help_text="The Pod document as submitted")
+    # Status.
+    phase = models.CharField(max_length=10, choices=Phase.choices, default=Phase.PENDING)
+    reason = models.CharField(max_length=40, blank=True, help_text="Unschedulable, Preempted, NodeLost, Completed, ...")
+    node = models.ForeignKey(Node, null=True, blank=True, on_delete=models.SET_NULL, related_name="pods")
+    gpu_indices = models.JSONField(default=list, blank=True)
+    explanation = models.TextField(blank=True, help_text="The scheduler's last message (kube-scheduler style)")
+    hints = models.JSONField(default=list, blank=True)
+    submitted_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    submitted_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = PodQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["namespace", "name"]
+        constraints = [models.UniqueConstraint(fields=["namespace", "name"], name="pod_unique_namespace_name")]
+        indexes = [models.Index(fields=["phase", "priority"]), models.Index(fields=["team", "phase"])]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class FragmentationSampleQuerySet(TeamScopedQuerySet):
+    team_path = "pool__team"
+
+
+class FragmentationSample(models.Model):
+    """One point of the fragmentation trend (seed C3: the weekly report): per pool, or for the
+    whole cluster when `pool` is empty (visible to admins and finance only)."""
+
+    pool = models.ForeignKey("pools.GpuNodePool", null=True, blank=True, on_delete=models.CASCADE, related_name="fragmentation_samples")
+    taken_at = models.DateTimeField(default=timezone.now)
+    total_gpus = models.FloatField()
+    allocated_gpus = models.FloatField()
+    unallocated_pct = models.FloatField()
+    fragmentation_gpus = models.FloatField(help_text="Idle GPU the observed pod shapes cannot use")
+    underused_nodes = models.PositiveIntegerField(help_text="Nodes allocated < 50%")
+    freeable_nodes = models.PositiveIntegerField(default=0, help_text="Nodes the repack plan would free")
+    gpu_hours_saved_per_week = models.PositiveIntegerField(default=0)
+
+    objects = FragmentationSampleQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["taken_at", "id"]
+        indexes = [models.Index(fields=["pool", "taken_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.pool or 'cluster'} at {self.taken_at:%Y-%m-%d %H:%M}: {self.unallocated_pct:.1f}% unallocated"

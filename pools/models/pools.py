@@ -1,0 +1,363 @@
+"""The pool domain's nouns (design §3).
+
+Authorization lives in one place per model: `Model.objects.for_user(user)`. Every view, API
+`get_queryset`, selector and CLI endpoint starts from it, so another team's object is simply not
+found (404), never "forbidden".
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from pools import roles
+
+
+class TeamScopedQuerySet(models.QuerySet):
+    """A queryset that knows the path from its rows to their owning team."""
+
+    team_path = "team"
+
+    def for_user(self, user):
+        if not user.is_authenticated:
+            return self.none()
+        if roles.sees_all_teams(user):
+            return self
+        return self.filter(**{f"{self.team_path}__in": roles.team_ids(user)})
+
+
+class PoolChildQuerySet(TeamScopedQuerySet):
+    """Orders, nodes and events belong to the team of their pool."""
+
+    team_path = "pool__team"
+
+
+class Team(models.Model):
+    name = models.CharField(max_length=100, unique=True)
+    slug = models.SlugField(max_length=63, unique=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Membership(models.Model):
+    class Role(models.TextChoices):
+        LEAD = "lead", "Lead"
+        MEMBER = "member", "Member"
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "team"], name="membership_unique_user_team")]
+
+    def __str__(self) -> str:
+        return f"{self.user} {self.role} of {self.team}"
+
+
+class GpuModel(models.Model):
+    """A GPU the cloud sells (A100_80G, H100_80G, ...)."""
+
+    name = models.CharField(max_length=40, unique=True)
+    memory_gib = models.PositiveIntegerField()
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class NodeType(models.Model):
+    """A machine shape (GPU_8_CARD = 8 GPUs) with its CPU and memory per node."""
+
+    name = models.CharField(max_length=40, unique=True)
+    gpu_count = models.PositiveSmallIntegerField()
+    cpu_milli = models.PositiveIntegerField()
+    memory_mib = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["gpu_count"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Zone(models.Model):
+    """An availability zone (`cn-east-2a`) of a region (`cn-east-2`); pools bind to one (D4)."""
+
+    name = models.CharField(max_length=40, unique=True)
+    region = models.CharField(max_length=40)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Quota(models.Model):
+    """GPU limit per (region, GPU model); with a team, a limit for that team alone (T1)."""
+
+    region = models.CharField(max_length=40)
+    gpu_model = models.ForeignKey(GpuModel, on_delete=models.PROTECT)
+    team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.CASCADE)
+    limit_gpus = models.PositiveIntegerField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["region", "gpu_model", "team"], name="quota_unique_scope"),
+            models.UniqueConstraint(
+                fields=["region", "gpu_model"], condition=Q(team__isnull=True), name="quota_unique_global"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        scope = self.team.slug if self.team_id else "all teams"
+        return f"{self.region} {self.gpu_model}: {self.limit_gpus} GPUs ({scope})"
+
+
+class PoolQuerySet(TeamScopedQuerySet):
+    def active(self):
+        return self.filter(deleted_at__isnull=True)
+
+
+class GpuNodePool(models.Model):
+    """A declared group of identical GPU nodes; `document` is the user's GpuNodePool as given."""
+
+    class Phase(models.TextChoices):
+        PENDING = "Pending", "Pending"
+        PROVISIONING = "Provisioning", "Provisioning"
+        READY = "Ready", "Ready"
+        SCALING = "Scaling", "Scaling"
+        DEGRADED = "Degraded", "Degraded"
+        DELETING = "Deleting", "Deleting"
+        DELETED = "Deleted", "Deleted"
+
+    name = models.CharField(max_length=63)
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="pools")
+    document = models.JSONField()
+    # Columns copied from the document for filtering, sorting and quota sums.
+    gpu_model = models.ForeignKey(GpuModel, on_delete=models.PROTECT)
+    node_type = models.ForeignKey(NodeType, on_delete=models.PROTECT)
+    zone = models.ForeignKey(Zone, on_delete=models.PROTECT)
+    min_nodes = models.PositiveIntegerField()
+    max_nodes = models.PositiveIntegerField()
+    lease_type = models.CharField(max_length=10)
+    preemptible = models.BooleanField(default=False)
+    # Status.
+    generation = models.PositiveIntegerField(default=1)
+    observed_generation = models.PositiveIntegerField(default=0)
+    phase = models.CharField(max_length=20, choices=Phase.choices, default=Phase.PENDING)
+    pending_reason = models.CharField(max_length=500, blank=True)
+    conditions = models.JSONField(default=list, blank=True)
+    scaling_history = models.JSONField(default=dict, blank=True, help_text="The autoscaler's stored recommendations and scale events")
+    node_counts = models.JSONField(
+        default=dict, blank=True, help_text="Per billing kind: desired, current and ready nodes (written by the controller)"
+    )
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+    deleted_at = models.DateTimeField(null=True, blank=True)
+
+    objects = PoolQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+        indexes = [models.Index(fields=["team", "phase"]), models.Index(fields=["zone", "gpu_model"])]
+        constraints = [
+            # Names are cluster-wide like a Kubernetes cluster-scoped object; a deleted pool's
+            # name can be used again.
+            models.UniqueConstraint(fields=["name"], condition=Q(deleted_at__isnull=True), name="pool_unique_live_name")
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return dict(self.document.get("metadata", {}).get("labels", {}))
+
+    @property
+    def baseline_gpus(self) -> int:
+        return self.min_nodes * self.node_type.gpu_count
+
+    @property
+    def bursts(self) -> bool:
+        """`spec.burst.enabled`, read from the stored (validated) document without parsing it
+        against the catalog: whether the autoscaler may add burst nodes (`PoolSpec.autoscaling`)."""
+        burst = self.document.get("spec", {}).get("burst")
+        return isinstance(burst, dict) and burst.get("enabled") is True
+
+
+class PoolOrder(models.Model):
+    """A request to buy or change monthly capacity; admins decide (design §3)."""
+
+    class Kind(models.TextChoices):
+        CREATE = "create", "Create"
+        GROW = "grow", "Grow baseline"
+        RENEW = "renew", "Renew lease"
+
+    class Status(models.TextChoices):
+        PENDING = "Pending", "Pending"
+        APPROVED = "Approved", "Approved"
+        REJECTED = "Rejected", "Rejected"
+        PAID = "Paid", "Paid"
+        FAILED = "Failed", "Failed"
+
+    pool = models.ForeignKey(GpuNodePool, on_delete=models.CASCADE, related_name="orders")
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    node_count = models.PositiveIntegerField(help_text="Monthly nodes this order buys")
+    gpus = models.PositiveIntegerField()
+    lease_type = models.CharField(max_length=10)
+    lease_months = models.PositiveSmallIntegerField()
+    unit_monthly_price = models.DecimalField(max_digits=14, decimal_places=2)
+    discount = models.DecimalField(max_digits=5, decimal_places=4)
+    amount = models.DecimalField(max_digits=16, decimal_places=2, help_text="Total for the lease term")
+    currency = models.CharField(max_length=3)
+    reason = models.CharField(max_length=500, blank=True)
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+    decided_at = models.DateTimeField(null=True, blank=True)
+
+    objects = PoolChildQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["status", "created_at"])]
+
+    def __str__(self) -> str:
+        return f"order #{self.pk} ({self.kind}) for {self.pool.name}"
+
+
+class Node(models.Model):
+    """A GPU machine of a pool, walked through its phases by the lifecycle controller."""
+
+    class Billing(models.TextChoices):
+        MONTHLY = "monthly", "Monthly"
+        ON_DEMAND = "on_demand", "On demand"
+        PREEMPTIBLE = "preemptible", "Preemptible"
+
+    class Phase(models.TextChoices):
+        ORDERING = "Ordering", "Ordering"
+        PROVISIONING = "Provisioning", "Provisioning"
+        INITIALIZING = "Initializing", "Initializing"
+        REGISTERING = "Registering", "Registering"
+        READY = "Ready", "Ready"
+        CORDONED = "Cordoned", "Cordoned"
+        DRAINING = "Draining", "Draining"
+        REPAIRING = "Repairing", "Repairing"
+        UNKNOWN = "Unknown", "Unknown"
+        TERMINATING = "Terminating", "Terminating"
+        TERMINATED = "Terminated", "Terminated"
+
+    pool = models.ForeignKey(GpuNodePool, on_delete=models.CASCADE, related_name="nodes")
+    name = models.CharField(max_length=100, unique=True)
+    billing = models.CharField(max_length=12, choices=Billing.choices, default=Billing.MONTHLY)
+    phase = models.CharField(max_length=15, choices=Phase.choices, default=Phase.ORDERING)
+    zone = models.ForeignKey(Zone, on_delete=models.PROTECT)
+    gpu_count = models.PositiveSmallIntegerField()
+    labels = models.JSONField(default=dict)
+    taints = models.JSONField(default=list)
+    unschedulable = models.BooleanField(default=False)
+    lease_start = models.DateTimeField(null=True, blank=True)
+    lease_end = models.DateTimeField(null=True, blank=True)
+    last_heartbeat = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    ready_at = models.DateTimeField(null=True, blank=True)
+    # Lifecycle controller state (pools/controllers/lifecycle.py, seed G1, D2).
+    order = models.ForeignKey(PoolOrder, null=True, blank=True, on_delete=models.SET_NULL, related_name="nodes", help_text="The order whose capacity this node fills")
+    renewal_order = models.ForeignKey(PoolOrder, null=True, blank=True, on_delete=models.SET_NULL, related_name="renewing_nodes")
+    provider_id = models.CharField(max_length=100, blank=True, help_text="The cloud's id of the machine")
+    step = models.CharField(max_length=30, blank=True, help_text="Provisioning step in progress")
+    step_due_at = models.DateTimeField(null=True, blank=True, help_text="When the controller looks again (step end or backoff)")
+    attempts = models.PositiveSmallIntegerField(default=0)
+    last_error = models.CharField(max_length=500, blank=True)
+    release_reason = models.CharField(max_length=40, blank=True, help_text="Why the node is being drained and released")
+    drain_deadline = models.DateTimeField(null=True, blank=True)
+    lease_notified_at = models.DateTimeField(null=True, blank=True)
+    terminated_at = models.DateTimeField(null=True, blank=True)
+
+    objects = PoolChildQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+        indexes = [models.Index(fields=["pool", "phase"])]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class PoolEvent(models.Model):
+    """A Kubernetes-style event; every state change of a pool or node writes one (design §3)."""
+
+    class Type(models.TextChoices):
+        NORMAL = "Normal", "Normal"
+        WARNING = "Warning", "Warning"
+
+    pool = models.ForeignKey(GpuNodePool, on_delete=models.CASCADE, related_name="events")
+    node = models.ForeignKey(Node, null=True, blank=True, on_delete=models.SET_NULL, related_name="events")
+    type = models.CharField(max_length=7, choices=Type.choices, default=Type.NORMAL)
+    reason = models.CharField(max_length=60)
+    message = models.TextField()
+    count = models.PositiveIntegerField(default=1)
+    first_timestamp = models.DateTimeField(default=timezone.now)
+    last_timestamp = models.DateTimeField(default=timezone.now)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+
+    objects = PoolChildQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-last_timestamp", "-id"]
+        indexes = [models.Index(fields=["pool", "-last_timestamp"])]
+
+    def __str__(self) -> str:
+        return f"{self.type} {self.reason}: {self.message}"
+
+
+class ScalingActivity(models.Model):
+    """One autoscaler decision that changed the pool's size or was blocked (design §3)."""
+
+    pool = models.ForeignKey(GpuNodePool, on_delete=models.CASCADE, related_name="scaling_activities")
+    at = models.DateTimeField(default=timezone.now)
+    from_nodes = models.PositiveIntegerField()
+    to_nodes = models.PositiveIntegerField()
+    reason = models.CharField(max_length=60)
+    message = models.TextField()
+    blocked = models.BooleanField(default=False)
+    metrics = models.JSONField(default=dict, blank=True)
+    limiting_policy = models.CharField(max_length=60, blank=True)
+
+    objects = PoolChildQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["pool", "-at"])]
+
+    def __str__(self) -> str:
+        return f"{self.pool_id} {self.from_nodes}->{self.to_nodes} {self.reason}"
+
+
+class AuditEntry(models.Model):
+    """Who did what to which object, when, with the state before and after (audit log)."""
+
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    action = models.CharField(max_length=60)
+    object_type = models.CharField(max_length=60)
+    object_id = models.CharField(max_length=100)
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        verbose_name_plural = "audit entries"
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M} {self.actor} {self.action} {self.object_type} {self.object_id}"

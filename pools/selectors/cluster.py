@@ -1,0 +1,111 @@
+"""The cluster as the scheduling core sees it: Node rows -> `NodeState`, Pod rows -> the core's
+`Pod` (one by one, or many read as values with equal workloads built once), and the live nodes
+with their Running pods bound. The scheduler pass, the autoscaler, repack and the self-checks
+read the cluster through these."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+from django.db.models import QuerySet, TextField
+from django.db.models.functions import Cast
+
+from pools.core.podspec import core_pod
+from pools.core.scheduling.nodes import NodeState, OversubscribedError, Taint
+from pools.core.scheduling.nodes import Pod as CorePod
+from pools.models import Node
+from pools.models.pods import Pod
+
+# Nodes the scheduler sees: Ready ones take pods; cordoned/draining ones keep theirs.
+SCHEDULER_PHASES = (Node.Phase.READY, Node.Phase.CORDONED, Node.Phase.DRAINING, Node.Phase.UNKNOWN)
+UNSCHEDULABLE_PHASES = (Node.Phase.CORDONED, Node.Phase.DRAINING)
+
+def core_pod_of(pod: Pod) -> CorePod:
+    return core_pod(
+        key=pod.key,
+        cpu_milli=pod.cpu_milli,
+        memory_mib=pod.memory_mib,
+        gpu_count=pod.gpu_count,
+        gpu_milli=pod.gpu_milli,
+        gpu_models=pod.gpu_models,
+        priority=pod.priority,
+        checkpointable=pod.checkpointable,
+        labels=pod.labels,
+        tolerations=pod.tolerations,
+        node_selector=pod.node_selector,
+        affinity=pod.affinity,
+    )
+
+
+_POD_COLUMNS = ("team_id", "namespace", "name", "cpu_milli", "memory_mib", "gpu_count", "gpu_milli", "priority", "checkpointable")
+_POD_JSON = ("labels", "gpu_models", "tolerations", "node_selector", "affinity")
+
+
+def core_pods_of(pods: QuerySet[Pod]) -> Iterator[tuple[int, str, CorePod | Exception]]:
+    """`core_pod_of` for many pods, read as values: (team id, namespace/name, its core pod or
+    the error that makes it invalid). Pods whose fields are equal but for their names (a
+    workload's replicas) are built and checked once and share that pod's fields: a queue of
+    10,000 Pending pods holds a few workloads (issue 9)."""
+    texts = {f"{name}_text": Cast(name, TextField()) for name in _POD_JSON}
+    built: dict[tuple, CorePod | Exception] = {}  # the pods' fields but their names -> the first such pod
+
+    for row in pods.annotate(**texts).values_list(*_POD_COLUMNS, *texts).iterator(chunk_size=5000):
+        team_id, namespace, name = row[:3]
+        key = f"{namespace}/{name}"
+        same = built.get(row[3:])
+        if same is None:
+            same = built[row[3:]] = _core_pod_of_row(key, row[3:])
+        yield team_id, key, same if isinstance(same, Exception) or same.name == key else same.renamed(key)
+
+
+def _core_pod_of_row(key: str, row: tuple) -> CorePod | Exception:
+    """The core's pod from a `core_pods_of` row past its team and name, or why it is invalid."""
+    cpu_milli, memory_mib, gpu_count, gpu_milli, priority, checkpointable, *texts = row
+    try:
+        labels, gpu_models, tolerations, node_selector, affinity = (None if text is None else json.loads(text) for text in texts)
+        return core_pod(
+            key=key, cpu_milli=cpu_milli, memory_mib=memory_mib, gpu_count=gpu_count, gpu_milli=gpu_milli,
+            gpu_models=gpu_models, priority=priority, checkpointable=checkpointable, labels=labels,
+            tolerations=tolerations, node_selector=node_selector, affinity=affinity,
+        )  # fmt: skip
+    except Exception as exc:  # noqa: BLE001 (a stored pod the core refuses is the caller's to report)
+        return exc
+
+
+def node_state_of(node: Node) -> NodeState:
+    """A Node row (with pool, node type and GPU model selected) as the core's NodeState."""
+    pool = node.pool
+    return NodeState(
+        name=node.name,
+        cpu_milli=pool.node_type.cpu_milli,
+        memory_mib=pool.node_type.memory_mib,
+        gpu_count=node.gpu_count,
+        gpu_model=pool.gpu_model.name,
+        pool=pool.name,
+        labels=dict(node.labels or {}),
+        taints=tuple(Taint(t["key"], t.get("value", ""), t["effect"]) for t in node.taints or ()),
+        ready=node.phase != Node.Phase.UNKNOWN,
+        unschedulable=node.unschedulable or node.phase in UNSCHEDULABLE_PHASES,
+    )
+
+
+def live_nodes(*, pools=None) -> list[Node]:
+    nodes = Node.objects.filter(phase__in=SCHEDULER_PHASES).select_related("pool", "pool__node_type", "pool__gpu_model")
+    if pools is not None:
+        nodes = nodes.filter(pool__in=pools)
+    return list(nodes.order_by("name"))
+
+
+def cluster_state(nodes: list[Node], pods: list[Pod]) -> dict[str, NodeState]:
+    """NodeStates with the Running pods of `pods` bound on them (pods elsewhere are skipped)."""
+    by_id = {n.pk: n for n in nodes}
+    states = {n.name: node_state_of(n) for n in nodes}
+    for pod in pods:
+        node = by_id.get(pod.node_id)
+        if pod.phase == Pod.Phase.RUNNING and node is not None:
+            try:
+                states[node.name].bind(core_pod_of(pod), pod.gpu_indices)
+            except (OversubscribedError, ValueError):
+                continue  # recorded state disagrees with the node; the core refuses to oversubscribe
+    return states

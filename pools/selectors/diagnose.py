@@ -1,0 +1,217 @@
+"""Load one pool's state for the self-checks (seed T5) and run them (`pools.core.diagnose.checks`).
+
+A fixed number of queries whatever the number of nodes, pods, events or cost rows: each input
+of the snapshot is one query, aggregated in the database where the checks need only sums.
+The web page, the API and (through the API) the CLI all call `pool_diagnose`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from django.conf import settings
+from django.db.models import Avg, Count, F, Max, Min, Q, Sum
+
+from billing.models import CostRecord, PoolResourceSample
+from monitoring.models import GpuErrorEvent, PoolSample
+from pools.core.diagnose import checks as core
+from pools.core.errors import ValidationError
+from pools.core.spec import Catalog, PoolSpec, parse_document
+from pools.models import GpuNodePool, Node, PoolEvent, PoolOrder
+from pools.models.pods import FragmentationSample, Pod
+from pools.selectors.cluster import core_pod_of
+from pools.selectors.queue import template_node
+
+MAX_PENDING = 500  # the oldest Pending pods of the team are read; more would not change a finding
+MAX_EVENTS = 200
+EVENT_REASONS = (*core.SCALE_UP_REASONS, "ScaleDownBlocked")
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    pool: str
+    checked_at: datetime
+    status: str  # the worst check's status
+    checks: list[core.Check]
+
+    def count(self, status: str) -> int:
+        return sum(1 for c in self.checks if c.status == status)
+
+    @property
+    def summary(self) -> dict[str, int | str]:
+        return {"status": self.status, **{s: self.count(s) for s in (core.FAILING, core.WARNING, core.UNKNOWN, core.OK)}}
+
+
+def pool_diagnose(*, pool: GpuNodePool, now: datetime) -> Diagnosis:
+    """The self-check table for a pool the caller may see (`selectors.pool_get`)."""
+    checks = core.diagnose(pool_snapshot(pool=pool, now=now), now)
+    return Diagnosis(pool=pool.name, checked_at=now, status=core.overall(checks), checks=checks)
+
+
+def _spec(pool: GpuNodePool) -> PoolSpec | None:
+    """The stored document, parsed against the pool's own catalog rows (no query; they were
+    valid when it was saved). None if the validation rules changed since."""
+    catalog = Catalog(
+        gpu_models=frozenset({pool.gpu_model.name}),
+        node_types={pool.node_type.name: pool.node_type.gpu_count},
+        zones={pool.zone.name: pool.zone.region},
+        max_nodes=max(settings.EBCLOUD_MAX_NODES_PER_POOL, pool.max_nodes),
+    )
+    try:
+        return parse_document(pool.document, catalog)
+    except ValidationError:
+        return None
+
+
+def pool_snapshot(*, pool: GpuNodePool, now: datetime) -> core.PoolSnapshot:
+    since = now - core.WINDOW
+    spec = _spec(pool)
+    return core.PoolSnapshot(
+        name=pool.name,
+        zone=pool.zone.name,
+        region=pool.zone.region,
+        gpu_model=pool.gpu_model.name,
+        node_type=pool.node_type.name,
+        gpus_per_node=pool.node_type.gpu_count,
+        min_nodes=pool.min_nodes,
+        max_nodes=pool.max_nodes,
+        phase=pool.phase,
+        pending_reason=pool.pending_reason,
+        auto_repair=spec.auto_repair if spec else True,
+        system_image=spec.system_image if spec else "",
+        taints=tuple(f"{t.key}={t.value}:{t.effect}" for t in spec.node_taints) if spec else (),
+        scaling=spec.autoscaling if spec else None,
+        burst_enabled=spec.burst.enabled if spec else False,
+        burst_max_nodes=spec.burst.max_nodes if spec else 0,
+        events=_events(pool, since),
+        orders=_orders(pool, since),
+        nodes=_nodes(pool, since),
+        pending_pods=_pending(pool, spec),
+        gpu_errors=_gpu_errors(pool, since),
+        utilisation=_utilisation(pool, since),
+        costs=_costs(pool, now),
+        fragmentation=_fragmentation(pool),
+    )
+
+
+def _events(pool: GpuNodePool, since: datetime) -> tuple[core.EventInfo, ...]:
+    rows = (
+        PoolEvent.objects.filter(pool=pool, last_timestamp__gte=since, reason__in=EVENT_REASONS)
+        .order_by("-last_timestamp", "-id")
+        .values_list("reason", "message", "last_timestamp", "count", "node__name")[:MAX_EVENTS]
+    )
+    return tuple(core.EventInfo(reason, message, at, count, node or "") for reason, message, at, count, node in rows)
+
+
+def _orders(pool: GpuNodePool, since: datetime) -> tuple[core.OrderInfo, ...]:
+    refused = Q(status__in=(PoolOrder.Status.REJECTED, PoolOrder.Status.FAILED)) & (Q(decided_at__gte=since) | Q(created_at__gte=since))
+    rows = pool.orders.filter(Q(status=PoolOrder.Status.PENDING) | refused).order_by("pk").values_list("pk", "status", "reason")
+    return tuple(core.OrderInfo(pk, status, reason) for pk, status, reason in rows)
+
+
+def _nodes(pool: GpuNodePool, since: datetime) -> tuple[core.NodeInfo, ...]:
+    """Live nodes with their Running pods' GPUs and the last pod end of the window (a pod that
+    ended earlier cannot make a node look busy within any scale-down window, at most 1 h)."""
+    running = Q(phase=Pod.Phase.RUNNING)
+    request = F("gpu_count") * F("gpu_milli")
+    pods = {
+        row["node_id"]: row
+        for row in Pod.objects.filter(running | Q(finished_at__gte=since), node__pool=pool).values("node_id")
+        .annotate(allocated=Sum(request, filter=running), largest=Max(request, filter=running), finished=Max("finished_at"))
+        .order_by()
+    }  # fmt: skip
+    rows = (
+        Node.objects.filter(pool=pool).exclude(phase=Node.Phase.TERMINATED).order_by("name")
+        .values("pk", "name", "phase", "billing", "gpu_count", "created_at", "ready_at", "last_error", "release_reason",
+                "agent_state__last_report_at", "agent_state__conditions")
+    )  # fmt: skip
+    nodes = []
+    for row in rows:
+        use = pods.get(row["pk"], {})
+        nodes.append(core.NodeInfo(
+            name=row["name"], phase=row["phase"], billing=row["billing"], gpu_count=row["gpu_count"],
+            created_at=row["created_at"], ready_at=row["ready_at"], last_error=row["last_error"],
+            draining=bool(row["release_reason"]),
+            allocated_gpus=(use.get("allocated") or 0) / 1000, largest_pod_gpus=(use.get("largest") or 0) / 1000,
+            last_pod_finished_at=use.get("finished"),
+            reported=row["agent_state__last_report_at"] is not None,
+            conditions=tuple(c for c in row["agent_state__conditions"] or () if isinstance(c, dict)),
+        ))  # fmt: skip
+    return tuple(nodes)
+
+
+def _pending(pool: GpuNodePool, spec: PoolSpec | None) -> tuple[core.PendingPod, ...]:
+    """The team's Pending pods aimed at this pool, with what stops each on an empty node."""
+    if spec is None:
+        return ()
+    template = template_node(pool, spec)
+    pods = Pod.objects.filter(phase=Pod.Phase.PENDING, team_id=pool.team_id).order_by("submitted_at", "pk")[:MAX_PENDING]
+    facts = (
+        core.pending_pod_facts(core_pod_of(p), template, submitted_at=p.submitted_at, explanation=p.explanation, hints=p.hints or ())
+        for p in pods
+    )
+    return tuple(f for f in facts if f is not None)
+
+
+def _gpu_errors(pool: GpuNodePool, since: datetime) -> tuple[core.GpuErrorInfo, ...]:
+    rows = (
+        GpuErrorEvent.objects.filter(node__pool=pool, at__gte=since)
+        .values_list("node__name", "xid", "kind").annotate(n=Count("id"), last=Max("at")).order_by()
+    )  # fmt: skip
+    return tuple(core.GpuErrorInfo(node, xid, kind, n, last) for node, xid, kind, n, last in rows)
+
+
+def _utilisation(pool: GpuNodePool, since: datetime) -> core.UtilisationInfo:
+    reported, allocated = Q(gpu_util_avg__isnull=False), Q(allocated_gpus__isnull=False)
+    row = PoolSample.objects.filter(pool=pool, minute__gte=since).aggregate(
+        n=Count("gpu_util_avg"), first=Min("minute", filter=reported), mean=Avg("gpu_util_avg"), top=Max("gpu_util_avg"),
+        used=Sum("allocated_gpus", filter=allocated), capacity=Sum("capacity_gpus", filter=allocated),
+    )  # fmt: skip
+    share = 100.0 * row["used"] / row["capacity"] if row["capacity"] else None
+    return core.UtilisationInfo(samples=row["n"], first_minute=row["first"], mean_util_pct=row["mean"], max_util_pct=row["top"], allocated_pct=share)
+
+
+def _costs(pool: GpuNodePool, now: datetime) -> core.CostInfo | None:
+    """Metered hours only (the current hour is not billed yet): the last 24 of them, and the
+    up to 7 days before as a daily average."""
+    until = now.replace(minute=0, second=0, microsecond=0)
+    split = until - core.WINDOW
+    start = split - timedelta(days=core.PREVIOUS_DAYS)
+    before = Q(hour__lt=split)
+    rows = (
+        CostRecord.objects.filter(pool=pool, hour__gte=start, hour__lt=until)
+        .values_list("currency", "component", "cost_kind")
+        .annotate(recent=Sum("amount", filter=Q(hour__gte=split)), previous=Sum("amount", filter=before), first=Min("hour", filter=before))
+        .order_by()
+    )  # fmt: skip
+    by_currency: dict[str, Decimal] = defaultdict(Decimal)
+    rows = list(rows)
+    for currency, _, _, recent, _, _ in rows:
+        by_currency[currency] += recent or 0
+    if not rows:
+        return None
+    currency = max(by_currency, key=lambda c: (by_currency[c], c))
+    recent: dict[str, Decimal] = defaultdict(Decimal)
+    previous: dict[str, Decimal] = defaultdict(Decimal)
+    idle, first = Decimal(0), None
+    for cur, component, cost_kind, amount, earlier, first_hour in rows:
+        if cur != currency:
+            continue
+        recent[component] += amount or 0
+        previous[component] += earlier or 0
+        if component == "gpu" and cost_kind == "idle":
+            idle += amount or 0
+        if first_hour is not None and (first is None or first_hour < first):
+            first = first_hour
+    days = min(core.PREVIOUS_DAYS, -(-(split - first) // core.WINDOW)) if first else 0
+    daily = {k: (v / days).quantize(Decimal("0.01")) for k, v in previous.items()} if days else {}
+    gb = PoolResourceSample.objects.filter(pool=pool, hour__gte=split, hour__lt=until).aggregate(gb=Sum("cross_zone_gb"))["gb"]
+    return core.CostInfo(currency=currency, recent=dict(recent), previous_daily=daily, previous_days=days, recent_idle=idle, cross_zone_gb=gb)
+
+
+def _fragmentation(pool: GpuNodePool) -> core.FragmentationInfo | None:
+    latest = FragmentationSample.objects.filter(pool=pool).order_by("-taken_at", "-id").values_list("underused_nodes", "freeable_nodes").first()
+    return core.FragmentationInfo(*latest) if latest else None

@@ -1,0 +1,128 @@
+"""Reads of the node page (issue 6: "repair history on the node page"): one node with what its
+agent last reported, its credential, its pods, and its repair history — a bounded number of
+queries whatever the history's length (each list is capped, then merged in Python).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.http import Http404
+from django.utils import timezone
+
+from monitoring.models import (
+    AgentCommand,
+    AgentCredential,
+    GpuErrorEvent,
+    NodeAgentState,
+    NodeReport,
+)
+from pools.core import repair
+from pools.models import Node, PoolEvent
+from pools.models.pods import Pod
+from pools.models.repair import RepairApproval
+
+HISTORY_LIMIT = 100
+REPAIR_REASONS = (
+    "RepairStarted", "RepairSucceeded", "RepairFailed", "RepairNeeded", "RepairPaused", "RepairPendingApproval",
+    "RepairApproved", "RepairRejected", "RepairApprovalCancelled", "GpuFaultInjected", "AgentCommandSucceeded",
+    "AgentCommandFailed", "CudaDriverMismatch", "CudaDriverMismatchResolved",
+)  # fmt: skip
+OUTCOME = {AgentCommand.Status.SUCCEEDED: True, AgentCommand.Status.FAILED: False, AgentCommand.Status.PENDING: None}
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One line of the repair history: an event, an agent command issued or acknowledged, or an Xid."""
+
+    at: datetime
+    source: str  # "event" | "command" | "xid"
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+def node_get(*, user, pool_name: str, node_name: str) -> Node:
+    """The node of that live pool, if the user may see the pool; otherwise 404 (another team's
+    node does not exist for a lead)."""
+    node = (
+        Node.objects.for_user(user).select_related("pool", "pool__team", "pool__gpu_model", "pool__node_type", "zone")
+        .filter(pool__name=pool_name, pool__deleted_at__isnull=True, name=node_name).first()
+    )  # fmt: skip
+    if node is None:
+        raise Http404(f"node {node_name!r} of pool {pool_name!r} not found")
+    return node
+
+
+def _ready_condition(node: Node) -> dict:
+    status = {"Ready": "True", "Unknown": "Unknown"}.get(node.phase, "False")
+    messages = {
+        "Ready": "the node takes pods",
+        "Unknown": "the node agent's heartbeat is overdue; its pods keep running",
+        "Repairing": "the node is being repaired: no new pods",
+        "Cordoned": "cordoned: no new pods",
+        "Draining": f"draining before release ({node.release_reason or 'released'})",
+    }
+    return {"type": "Ready", "status": status, "reason": f"Node{node.phase}", "message": messages.get(node.phase, f"phase {node.phase}"),
+            "lastTransitionTime": (node.ready_at.isoformat() if node.ready_at and node.phase == "Ready" else "")}  # fmt: skip
+
+
+def _hardware_condition(xids: list[GpuErrorEvent], commands: list[AgentCommand], now: datetime) -> dict:
+    """EKS's `AcceleratedHardwareReady`, from the same ladder the repair service runs."""
+    window = repair.RepairPolicy().window
+    history = [repair.XidEvent(xid=x.xid, at=x.at, gpu_index=x.gpu_index) for x in xids if x.at > now - window]
+    history += [
+        repair.RepairAttempt(action=c.action, at=c.created_at, succeeded=OUTCOME[c.status], gpu_index=c.gpu_index)
+        for c in commands if c.action in repair.LADDER and c.created_at > now - window
+    ]  # fmt: skip
+    decision = repair.next_action(history, now)
+    healthy = decision.action == repair.NONE and decision.reason != "RepairInProgress"
+    return {"type": "AcceleratedHardwareReady", "status": "True" if healthy else "False", "reason": decision.reason,
+            "message": decision.message or ("repair needed: " + decision.action), "lastTransitionTime": ""}  # fmt: skip
+
+
+def _history(events, commands, xids) -> list[HistoryEntry]:
+    entries = [HistoryEntry(e.last_timestamp, "event", e.type, e.reason, e.message + (f" (×{e.count})" if e.count > 1 else "")) for e in events]
+    for c in commands:
+        gpu = f" GPU {c.gpu_index}" if c.gpu_index is not None else ""
+        delivered = f"; delivered to the agent {c.delivered_at:%Y-%m-%d %H:%M:%S}" if c.delivered_at else "; not yet delivered"
+        entries.append(HistoryEntry(c.created_at, "command", "Normal", "CommandIssued", f"{c.get_action_display()}{gpu}: {c.reason}{delivered}"))
+        if c.finished_at:
+            ok = c.status == AgentCommand.Status.SUCCEEDED
+            entries.append(HistoryEntry(c.finished_at, "command", "Normal" if ok else "Warning", f"Command{c.status}",
+                                        f"{c.get_action_display()}{gpu} acknowledged by the agent: {c.message or c.status}"))  # fmt: skip
+    for x in xids:
+        gpu = "unknown GPU" if x.gpu_index is None else f"GPU {x.gpu_index}"
+        entries.append(HistoryEntry(x.at, "xid", "Normal" if x.kind == "application" else "Warning", f"Xid{x.xid}",
+                                    f"Xid {x.xid} {x.mnemonic} on {gpu}: {x.kind}, first rung {x.action}"))  # fmt: skip
+    return sorted(entries, key=lambda e: e.at, reverse=True)[:HISTORY_LIMIT]
+
+
+def node_page(*, user, node: Node, now: datetime | None = None) -> dict:
+    """Everything the node page shows, in a fixed number of queries."""
+    now = now or timezone.now()
+    state = NodeAgentState.objects.filter(node=node).first()
+    report = NodeReport.objects.filter(node=node).order_by("-seq").only("seq", "at", "received_at", "gpus", "driver_version", "cuda_version").first()
+    commands = list(AgentCommand.objects.filter(node=node).order_by("-created_at", "-id")[:HISTORY_LIMIT])
+    xids = list(GpuErrorEvent.objects.filter(node=node).order_by("-at", "-id")[:HISTORY_LIMIT])
+    events = list(PoolEvent.objects.filter(node=node, reason__in=REPAIR_REASONS).select_related("actor").order_by("-last_timestamp", "-id")[:HISTORY_LIMIT])
+    approvals = list(RepairApproval.objects.filter(node=node).select_related("decided_by").order_by("-requested_at", "-id")[:10])
+    recent = now - timedelta(hours=24)
+    per_gpu: dict[int | None, int] = {}
+    for x in xids:
+        if x.at > recent:
+            per_gpu[x.gpu_index] = per_gpu.get(x.gpu_index, 0) + 1
+    gpus = [{**g, "xids_24h": per_gpu.get(g.get("index"), 0)} for g in (report.gpus if report else []) if isinstance(g, dict)]
+    conditions = [_ready_condition(node), _hardware_condition(xids, commands, now), *((state.conditions or []) if state else [])]
+    return {
+        "state": state,
+        "report": report,
+        "gpus": gpus,
+        "conditions": conditions,
+        "credentials": list(AgentCredential.objects.filter(node=node).order_by("-created_at", "-id")[:5]),
+        "pods": list(Pod.objects.for_user(user).filter(node=node, phase=Pod.Phase.RUNNING).order_by("namespace", "name")[:200]),
+        "approvals": approvals,
+        "open_approval": next((a for a in approvals if a.status in RepairApproval.OPEN), None),
+        "history": _history(events, commands, xids),
+    }

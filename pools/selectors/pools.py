@@ -1,0 +1,210 @@
+"""Reads: every query the web, the API and the CLI endpoints share (design §6).
+
+Each selector starts from `for_user`, so what a user cannot see does not exist for them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.conf import settings
+from django.db.models import Count, Q, QuerySet, Sum, TextField
+from django.db.models.functions import Cast
+from django.http import Http404
+
+from monitoring.models import PoolSample
+from pools import roles
+from pools.core.charts import Sample
+from pools.core.lifecycle import RETIRING_REASONS
+from pools.core.spec import Catalog
+from pools.models import GpuModel, GpuNodePool, Node, NodeType, PoolEvent, PoolOrder, Team, Zone
+
+# Orders that hold quota: requested or bought capacity (a rejected or failed order holds none).
+QUOTA_HOLDING_STATUSES = (PoolOrder.Status.PENDING, PoolOrder.Status.APPROVED, PoolOrder.Status.PAID)
+LIVE_NODE_EXCLUDED_PHASES = (Node.Phase.TERMINATED,)
+
+POOL_SORTS = {
+    "name": "name",
+    "team": "team__name",
+    "gpu": "gpu_model__name",
+    "zone": "zone__name",
+    "min": "min_nodes",
+    "max": "max_nodes",
+    "phase": "phase",
+    "created": "created_at",
+}
+
+
+def catalog_current() -> Catalog:
+    """What can be ordered now, from the database (GPU models, node types, zones)."""
+    return Catalog(
+        gpu_models=frozenset(GpuModel.objects.values_list("name", flat=True)),
+        node_types=dict(NodeType.objects.values_list("name", "gpu_count")),
+        zones=dict(Zone.objects.values_list("name", "region")),
+        max_nodes=settings.EBCLOUD_MAX_NODES_PER_POOL,
+    )
+
+
+@dataclass(frozen=True)
+class PoolFilters:
+    team: str = ""
+    gpu_model: str = ""
+    phase: str = ""
+    q: str = ""
+    sort: str = "name"
+
+
+def pools_for_user(*, user, filters: PoolFilters | None = None) -> QuerySet[GpuNodePool]:
+    """Live pools the user may see, filtered and sorted, with node counts in one query."""
+    return _with_node_counts(pools_visible(user=user, filters=filters))
+
+
+def pools_visible(*, user, filters: PoolFilters | None = None) -> QuerySet[GpuNodePool]:
+    """Live pools the user may see, filtered and sorted; pages of it get their node counts from
+    `node_counts_attach` (counting every pool's nodes to show fifty is what made the pool list
+    slow at 1,000 pools, issue 9)."""
+    filters = filters or PoolFilters()
+    pools = GpuNodePool.objects.for_user(user).active().select_related("team", "gpu_model", "node_type", "zone")
+    if filters.team:
+        pools = pools.filter(team__slug=filters.team)
+    if filters.gpu_model:
+        pools = pools.filter(gpu_model__name=filters.gpu_model)
+    if filters.phase:
+        pools = pools.filter(phase=filters.phase)
+    if filters.q:
+        pools = pools.filter(name__icontains=filters.q)
+    field = POOL_SORTS.get(filters.sort.lstrip("-"), "name")
+    descending = filters.sort.startswith("-")
+    return pools.order_by(f"-{field}" if descending else field, "name")
+
+
+def node_counts_attach(pools: list[GpuNodePool]) -> list[GpuNodePool]:
+    """Set `node_total` (live nodes) and `node_ready` on each pool, with one query."""
+    counts = {
+        row["pool_id"]: row
+        for row in Node.objects.filter(pool_id__in=[p.pk for p in pools])
+        .values("pool_id")
+        .annotate(total=Count("pk", filter=~Q(phase__in=LIVE_NODE_EXCLUDED_PHASES)), ready=Count("pk", filter=Q(phase=Node.Phase.READY)))
+        .order_by()
+    } if pools else {}
+    for pool in pools:
+        row = counts.get(pool.pk, {})
+        pool.node_total, pool.node_ready = row.get("total", 0), row.get("ready", 0)
+    return pools
+
+
+def _with_node_counts(pools: QuerySet[GpuNodePool]) -> QuerySet[GpuNodePool]:
+    return pools.annotate(
+        node_total=Count("nodes", filter=~Q(nodes__phase__in=LIVE_NODE_EXCLUDED_PHASES), distinct=True),
+        node_ready=Count("nodes", filter=Q(nodes__phase=Node.Phase.READY), distinct=True),
+    )
+
+
+def pool_get(*, user, name: str) -> GpuNodePool:
+    """The live pool of that name, if the user may see it, with `node_total` and `node_ready`;
+    otherwise 404. The counts come from their own small query (`node_counts_attach`): counting
+    in a join would group the pool's row, JSON documents and all, by every column."""
+    pool = GpuNodePool.objects.for_user(user).active().select_related("team", "gpu_model", "node_type", "zone", "created_by").filter(name=name).first()
+    if pool is None:
+        raise Http404(f"pool {name!r} not found")
+    return node_counts_attach([pool])[0]
+
+
+def pool_nodes(*, pool: GpuNodePool) -> QuerySet[Node]:
+    return pool.nodes.select_related("zone").order_by("name")
+
+
+def pool_events(*, pool: GpuNodePool, limit: int = 100, warnings_only: bool = False) -> QuerySet[PoolEvent]:
+    """The pool's timeline, newest first; `warnings_only` is `kubectl get events
+    --field-selector type=Warning` (a busy pool's pod churn hides what went wrong)."""
+    events = pool.events.filter(type=PoolEvent.Type.WARNING) if warnings_only else pool.events.all()
+    return events.select_related("node", "actor").order_by("-last_timestamp", "-id")[:limit]
+
+
+def orders_for_user(*, user, status: str = "") -> QuerySet[PoolOrder]:
+    orders = PoolOrder.objects.for_user(user).select_related(
+        "pool", "pool__team", "pool__gpu_model", "pool__node_type", "pool__zone", "requested_by", "decided_by"
+    )
+    if status:
+        orders = orders.filter(status=status)
+    return orders.order_by("-created_at", "-id")
+
+
+def order_get(*, user, order_id: int) -> PoolOrder:
+    order = orders_for_user(user=user).filter(pk=order_id).first()
+    if order is None:
+        raise Http404(f"order {order_id} not found")
+    return order
+
+
+def _capacity_orders(orders: QuerySet[PoolOrder]) -> QuerySet[PoolOrder]:
+    # A renewal extends the lease of nodes already counted; it adds no capacity (issue 3 §4).
+    return orders.filter(status__in=QUOTA_HOLDING_STATUSES).exclude(kind=PoolOrder.Kind.RENEW)
+
+
+def _retired(orders: QuerySet[PoolOrder]) -> QuerySet[Node]:
+    """Nodes of those orders that left for good (lease expired without renewal, scaled in,
+    pool deleted): their capacity is no longer held, so it can be ordered again."""
+    return Node.objects.filter(order__in=orders, release_reason__in=RETIRING_REASONS)
+
+
+def ordered_baseline(*, pool: GpuNodePool) -> int:
+    """Monthly nodes requested or bought for the pool and still held (rejected/failed orders and
+    retired nodes excluded)."""
+    orders = _capacity_orders(pool.orders.all())
+    total = orders.aggregate(n=Sum("node_count"))["n"] or 0
+    return total - _retired(orders).count()
+
+
+def quota_usage(*, region: str, gpu_model_id: int, team_id: int | None = None, exclude_order_id: int | None = None) -> int:
+    """GPUs held in a region for a model: quota-holding orders of live pools + live burst nodes.
+
+    With `team_id`, only that team's pools count (for a team quota).
+    """
+    orders = _capacity_orders(PoolOrder.objects.filter(pool__deleted_at__isnull=True, pool__zone__region=region, pool__gpu_model_id=gpu_model_id))
+    burst = Node.objects.filter(
+        pool__zone__region=region, pool__gpu_model_id=gpu_model_id, order__isnull=True  # ordered nodes count via their order
+    ).exclude(billing=Node.Billing.MONTHLY).exclude(phase__in=LIVE_NODE_EXCLUDED_PHASES)
+    if team_id is not None:
+        orders = orders.filter(pool__team_id=team_id)
+        burst = burst.filter(pool__team_id=team_id)
+    if exclude_order_id is not None:
+        orders = orders.exclude(pk=exclude_order_id)
+    ordered = orders.aggregate(n=Sum("gpus"))["n"] or 0
+    retired = _retired(orders).aggregate(n=Sum("gpu_count"))["n"] or 0
+    bursting = burst.aggregate(n=Sum("gpu_count"))["n"] or 0
+    return ordered - retired + bursting
+
+
+def teams_led_by(*, user) -> QuerySet[Team]:
+    if roles.is_admin(user):
+        return Team.objects.all()
+    return Team.objects.filter(pk__in=roles.lead_team_ids(user))
+
+
+def teams_visible_to(*, user) -> QuerySet[Team]:
+    if roles.sees_all_teams(user):
+        return Team.objects.all()
+    return Team.objects.filter(pk__in=roles.team_ids(user))
+
+
+def pool_samples(*, pool: GpuNodePool, since: datetime) -> list:
+    """The pool's per-minute samples since a moment, as the chart core's plain rows. The node
+    counts come as JSON text and each distinct text is decoded once (they rarely change from
+    one minute to the next): a day of samples is 1,440 rows on every pool page view."""
+    rows = (
+        PoolSample.objects.filter(pool=pool, minute__gte=since)
+        .order_by("minute")
+        .annotate(counts_text=Cast("node_counts", TextField()))
+        .values_list("minute", "min_nodes", "max_nodes", "capacity_gpus", "allocated_gpus", "gpu_memory_used_pct", "pending_pods", "counts_text")
+    )
+    decoded: dict[str, dict] = {}
+    samples = []
+    for *values, text in rows:
+        counts = decoded.get(text)
+        if counts is None:
+            counts = decoded[text] = json.loads(text) if text else {}
+        samples.append(Sample(*values, node_counts=counts))
+    return samples

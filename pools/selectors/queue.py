@@ -1,0 +1,53 @@
+"""The queue a pool sees: the Pending pods of its team that would fit one of its nodes (the
+autoscaler's `queued_pods` metric), and the empty template node that decides it. The
+autoscaler, the water-level samples, /metrics and the self-checks read the queue here."""
+
+from __future__ import annotations
+
+from pools.core.scheduling.nodes import NodeState, Taint, filter_node
+from pools.core.scheduling.nodes import Pod as CorePod
+from pools.core.spec import PoolSpec, effective_node_labels, parse_document
+from pools.models import GpuNodePool, Node
+from pools.models.pods import Pod
+from pools.selectors.cluster import core_pod_of
+from pools.selectors.pools import catalog_current
+
+
+def queued_pods(pending: list[Pod], template: NodeState) -> list[CorePod]:
+    """The `queued_pods` metric: Pending pods of the pool's team that would fit one of its nodes."""
+    return fitting_pods([core_pod_of(p) for p in pending], template)
+
+
+def fitting_pods(pods: list[CorePod], template: NodeState) -> list[CorePod]:
+    """The pods that fit an empty node like `template`. Pods of one shape (`shape_key`: equal
+    requests, tolerations, selectors and GPU models) filter alike, so each shape is tried
+    once: a team's queue of thousands of pods costs one filter per shape per pool."""
+    verdicts: dict[tuple, bool] = {}
+    out = []
+    for pod in pods:
+        fits = verdicts.get(pod.shape_key)
+        if fits is None:
+            fits = verdicts[pod.shape_key] = filter_node(pod, template) is None
+        if fits:
+            out.append(pod)
+    return out
+
+
+def pool_queue_length(pool: GpuNodePool) -> int:
+    """`queued_pods` for one pool, for the water-level samples and /metrics."""
+    spec = parse_document(pool.document, catalog_current())
+    return len(queued_pods(list(Pod.objects.filter(phase=Pod.Phase.PENDING, team=pool.team)), template_node(pool, spec)))
+
+
+def template_node(pool: GpuNodePool, spec: PoolSpec) -> NodeState:
+    """An empty node of the pool as it would register: its labels, taints and resources."""
+    return NodeState(
+        name=f"{pool.name}-template",
+        cpu_milli=pool.node_type.cpu_milli,
+        memory_mib=pool.node_type.memory_mib,
+        gpu_count=pool.node_type.gpu_count,
+        gpu_model=pool.gpu_model.name,
+        pool=pool.name,
+        labels=effective_node_labels(spec, zone=pool.zone.name, billing=Node.Billing.ON_DEMAND),
+        taints=tuple(Taint(t.key, t.value, t.effect) for t in spec.node_taints),
+    )

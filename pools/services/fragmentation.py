@@ -1,0 +1,193 @@
+"""Fragmentation report and repack over the database (seed C3, P3, T4).
+
+Loads a pool's (or every pool's) live nodes with their Running pods, runs the pure
+`fragmentation_report` and `repack_plan`, and applies a plan: each move is an eviction and a
+re-placement (conditional UPDATE on the pod still Running where the plan found it) with an
+event, at most `max_nodes` nodes drained per application (the disruption budget). Moves only
+go into free capacity and never displace anyone, so priority is respected.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.utils import timezone
+
+from pools import roles
+from pools.controllers.scheduler import scheduler_lock
+from pools.core.errors import ValidationError
+from pools.core.scheduling.fragmentation import (
+    FragmentationReport,
+    PodShape,
+    Workload,
+    fragmentation_report,
+    workload_from_pods,
+)
+from pools.core.scheduling.nodes import MILLI
+from pools.core.scheduling.repack import RepackPlan, repack_plan
+from pools.models import GpuNodePool
+from pools.models.pods import FragmentationSample, Pod
+from pools.selectors.cluster import cluster_state, live_nodes
+from pools.services.events import event_record
+
+DEFAULT_WORKLOAD = Workload(((PodShape(0, 1, MILLI), 1),), observed=0)  # whole GPUs when no pod ran yet
+MAX_DISRUPTION_NODES = 100
+
+
+@dataclass(frozen=True)
+class FragmentationView:
+    scope: str
+    report: FragmentationReport
+    plan: RepackPlan | None
+    moved: tuple[str, ...] = ()
+
+
+def _load(pools: list[GpuNodePool] | None):
+    nodes = live_nodes(pools=pools)
+    pods = list(Pod.objects.filter(phase=Pod.Phase.RUNNING, node__in=nodes).order_by("pk"))
+    states = cluster_state(nodes, pods)
+    bound = [b.pod for s in states.values() for b in s.bound.values()]
+    workload = workload_from_pods(bound) if bound else DEFAULT_WORKLOAD
+    return nodes, pods, states, workload
+
+
+def fragmentation_for(*, pools: list[GpuNodePool] | None, scope: str, with_plan: bool = False, max_nodes: int | None = None) -> FragmentationView:
+    """The report for these pools (None: the whole cluster), with the repack plan if asked: by
+    default the whole plan (every node it can free); applying it goes `max_nodes` at a time,
+    and the planner is greedy in drain order, so each wave is the next part of this plan."""
+    _, _, states, workload = _load(pools)
+    nodes = list(states.values())
+    report = fragmentation_report(nodes, workload)
+    budget = max_nodes if max_nodes is not None else max(1, len(nodes))
+    plan = repack_plan(nodes, workload=workload, max_drained_nodes=budget) if with_plan else None
+    return FragmentationView(scope, report, plan)
+
+
+def repack_apply(*, user, pool: GpuNodePool | None, max_nodes: int = 1, now: datetime | None = None) -> FragmentationView:
+    """Apply the repack plan of one pool (its leads, admins) or of the cluster (admins only)."""
+    now = now or timezone.now()
+    if pool is None and not roles.is_admin(user):
+        raise PermissionDenied("only platform admins can repack the whole cluster")
+    if pool is not None and not roles.can_manage_team_pools(user, pool.team_id):
+        raise PermissionDenied(f"only leads of team {pool.team.slug} and platform admins can repack this pool")
+    if not 1 <= max_nodes <= MAX_DISRUPTION_NODES:
+        raise ValidationError(f"must be from 1 to {MAX_DISRUPTION_NODES}", field="maxNodes")
+    with transaction.atomic():
+        scheduler_lock()
+        nodes, pods, states, workload = _load([pool] if pool is not None else None)
+        plan = repack_plan(list(states.values()), workload=workload, max_drained_nodes=max_nodes)
+        by_name = {n.name: n for n in nodes}
+        by_key = {p.key: p for p in pods}
+        moved = []
+        for move in plan.moves:
+            pod, source, target = by_key[move.pod], by_name[move.from_node], by_name[move.to_node]
+            changed = Pod.objects.filter(pk=pod.pk, phase=Pod.Phase.RUNNING, node=source).update(
+                node=target, gpu_indices=list(move.gpu_indices), reason="Repacked"
+            )
+            if not changed:
+                continue
+            moved.append(move.pod)
+            event_record(pool=source.pool, node=source, reason="Evicted", message=f"Pod {move.pod} evicted by the repack to free node {source.name}", actor=user, now=now)
+            event_record(pool=target.pool, node=target, reason="Repacked", message=f"Pod {move.pod} re-placed from {source.name} to {target.name} (GPU {', '.join(map(str, move.gpu_indices)) or 'none'})", actor=user, now=now)
+        for name in plan.freed_nodes:
+            node = by_name[name]
+            event_record(pool=node.pool, node=node, reason="NodeFreed", message=f"Node {name} runs no pods after the repack: give it new work or scale in ({node.gpu_count * 168} GPU-hours a week)", actor=user, now=now)
+    scope = pool.name if pool is not None else "cluster"
+    view = fragmentation_for(pools=[pool] if pool is not None else None, scope=scope)
+    return FragmentationView(scope, view.report, plan, tuple(moved))
+
+
+def report_document(view: FragmentationView) -> dict:
+    """The API's shape of a report (GPU amounts in GPUs, not milli)."""
+    report = view.report
+    document = {
+        "scope": view.scope,
+        "nodes": [
+            {
+                "name": n.name,
+                "pool": n.pool,
+                "gpuCount": n.gpu_count,
+                "allocatedPct": round(n.allocated_pct, 1),
+                "freeGpus": n.free_milli / MILLI,
+                "fragmentationGpus": round(n.fragmentation_milli / MILLI, 3),
+            }
+            for n in report.nodes
+        ],
+        "totalGpus": report.total_gpu_milli / MILLI,
+        "allocatedGpus": report.allocated_gpu_milli / MILLI,
+        "unallocatedPct": round(report.unallocated_pct, 1),
+        "fragmentationGpus": round(report.cluster_fragmentation_milli / MILLI, 3),
+        "fragmentedShareOfFree": round(report.fragmented_share_of_free, 3),
+        "underusedNodes": list(report.underused_nodes),
+        "freeFragmentHistogram": dict(report.free_fragment_histogram),
+    }
+    if view.plan is not None:
+        document["plan"] = plan_document(view.plan)
+    if view.moved:
+        document["applied"] = list(view.moved)
+    return document
+
+
+def plan_document(plan: RepackPlan) -> dict:
+    return {
+        "moves": [{"pod": m.pod, "from": m.from_node, "to": m.to_node, "gpuIndices": list(m.gpu_indices)} for m in plan.moves],
+        "freedNodes": list(plan.freed_nodes),
+        "gpuHoursSavedPerWeek": plan.gpu_hours_saved_per_week,
+        "fragmentationBeforeGpus": round(plan.fragmentation_before_milli / MILLI, 3),
+        "fragmentationAfterGpus": round(plan.fragmentation_after_milli / MILLI, 3),
+        "skipped": dict(plan.skipped),
+    }
+
+
+def fragmentation_record(*, now: datetime | None = None) -> list[FragmentationSample]:
+    """Store one trend point per live pool with nodes, and one for the whole cluster."""
+    now = now or timezone.now()
+    _, _, states, workload = _load(None)
+    by_pool: dict[str, list] = {}
+    for state in states.values():
+        by_pool.setdefault(state.pool, []).append(state)
+    pools = {p.name: p for p in GpuNodePool.objects.active().filter(name__in=by_pool)}
+    samples = []
+    for name, members in [*((n, by_pool[n]) for n in sorted(pools)), ("", list(states.values()))]:
+        report = fragmentation_report(members, workload)
+        plan = repack_plan(members, workload=workload, max_drained_nodes=len(members) or 1)
+        samples.append(
+            FragmentationSample(
+                pool=pools.get(name),
+                taken_at=now,
+                total_gpus=report.total_gpu_milli / MILLI,
+                allocated_gpus=report.allocated_gpu_milli / MILLI,
+                unallocated_pct=round(report.unallocated_pct, 2),
+                fragmentation_gpus=round(report.cluster_fragmentation_milli / MILLI, 3),
+                underused_nodes=len(report.underused_nodes),
+                freeable_nodes=len(plan.freed_nodes),
+                gpu_hours_saved_per_week=plan.gpu_hours_saved_per_week,
+            )
+        )
+    return FragmentationSample.objects.bulk_create(samples)
+
+
+WEEKLY_SLACK = timedelta(days=6)
+
+
+def fragmentation_record_weekly(*, now: datetime | None = None) -> list[FragmentationSample]:
+    """`fragmentation_record` once a week: a second delivery of the same week's task (a retry,
+    another worker) finds this week's cluster point and records nothing. The check and the
+    write hold the scheduler's lock, so two deliveries at once record one point."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        scheduler_lock()
+        if FragmentationSample.objects.filter(pool__isnull=True, taken_at__gt=now - WEEKLY_SLACK).exists():
+            return []
+        return fragmentation_record(now=now)
+
+
+def fragmentation_trend(*, user, pool: GpuNodePool | None, limit: int = 104) -> list[FragmentationSample]:
+    """The last `limit` trend points (two years of weekly points), oldest first."""
+    samples = FragmentationSample.objects.for_user(user)
+    samples = samples.filter(pool=pool) if pool is not None else samples.filter(pool__isnull=True)
+    return list(reversed(samples.order_by("-taken_at", "-id")[:limit]))
+

@@ -1,0 +1,113 @@
+"""Pods: the writes (submit, delete) and reads (list, get) every front door shares (design §6).
+
+Authorization is `Pod.objects.for_user`: another team's pod does not exist for you (404). Team
+members, leads and platform admins submit pods; the team comes from the submitter's own
+memberships (`?team=` chooses among them), never from the document. Finance reads, never writes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
+from django.http import Http404
+from django.utils import timezone
+
+from pools import roles
+from pools.core.documents import split_server_fields
+from pools.core.errors import ConflictError
+from pools.core.podspec import parse_pod
+from pools.models import Team
+from pools.models.pods import Pod
+from pools.services.events import event_record
+from pools.services.pools import team_choose
+
+
+@dataclass(frozen=True)
+class PodFilters:
+    namespace: str = ""
+    phase: str = ""
+    team: str = ""
+
+
+def pods_for_user(*, user, filters: PodFilters | None = None) -> QuerySet[Pod]:
+    filters = filters or PodFilters()
+    pods = Pod.objects.for_user(user).select_related("team", "node", "node__pool")
+    if filters.namespace:
+        pods = pods.filter(namespace=filters.namespace)
+    if filters.phase:
+        pods = pods.filter(phase=filters.phase)
+    if filters.team:
+        pods = pods.filter(team__slug=filters.team)
+    return pods.order_by("namespace", "name")
+
+
+def pod_get(*, user, namespace: str, name: str) -> Pod:
+    pod = pods_for_user(user=user).filter(namespace=namespace, name=name).first()
+    if pod is None:
+        raise Http404(f"pod {namespace}/{name} not found")
+    return pod
+
+
+def teams_submitting_for(*, user) -> list[Team]:
+    """Teams the user may submit pods into: their own (any role); every team for admins."""
+    if roles.is_admin(user):
+        return list(Team.objects.all())
+    return list(Team.objects.filter(pk__in=roles.team_ids(user)))
+
+
+def _team_for_new_pod(*, user, team_slug: str) -> Team:
+    teams = teams_submitting_for(user=user)
+    if not teams:
+        raise PermissionDenied("only team members and platform admins can submit pods")
+    return team_choose(teams=list(teams), team_slug=team_slug, action="submit pods", several="you belong to several teams")
+
+
+def pod_create(*, user, document: Any, team_slug: str = "", now: datetime | None = None) -> Pod:
+    """Submit a Pod document; it waits Pending for the next scheduler pass."""
+    now = now or timezone.now()
+    document, _ = split_server_fields(document)
+    team = _team_for_new_pod(user=user, team_slug=team_slug)
+    spec = parse_pod(document, default_namespace=team.slug)
+    if Pod.objects.filter(namespace=spec.namespace, name=spec.name).exists():
+        raise ConflictError(f"pod {spec.namespace}/{spec.name} already exists")
+    try:
+        with transaction.atomic():
+            return Pod.objects.create(
+                namespace=spec.namespace,
+                name=spec.name,
+                team=team,
+                labels=dict(spec.labels),
+                priority=spec.priority,
+                checkpointable=spec.checkpointable,
+                cpu_milli=spec.cpu_milli,
+                memory_mib=spec.memory_mib,
+                gpu_count=spec.gpu_count,
+                gpu_milli=spec.gpu_milli,
+                gpu_models=list(spec.gpu_models),
+                tolerations=list(spec.tolerations),
+                node_selector=dict(spec.node_selector),
+                affinity=dict(spec.affinity),
+                duration_seconds=spec.duration_seconds,
+                document=document,
+                submitted_by=user if user.is_authenticated else None,
+                submitted_at=now,
+                explanation="Waiting for the next scheduler pass.",
+            )
+    except IntegrityError as exc:
+        raise ConflictError(f"pod {spec.namespace}/{spec.name} already exists") from exc
+
+
+def pod_delete(*, user, pod: Pod, now: datetime | None = None) -> None:
+    """Delete a pod (its GPUs are free at once); an event on its node's pool if it ran."""
+    if not (roles.is_admin(user) or pod.team_id in roles.team_ids(user)):
+        raise PermissionDenied(f"only members of team {pod.team.slug} and platform admins can delete this pod")
+    with transaction.atomic():
+        node = pod.node if pod.phase == Pod.Phase.RUNNING else None
+        pod.delete()
+        if node is not None:
+            event_record(pool=node.pool, node=node, reason="Killing", message=f"Pod {pod.key} deleted by {user.get_username()}; its resources are free", actor=user, now=now)

@@ -1,0 +1,349 @@
+"""Writes: pools and their orders (design §6). Web views, API views and the CLI's endpoints call
+these and hold no logic of their own.
+
+Each service validates everything before it writes anything, then writes inside one transaction,
+so bad input changes nothing and a half-written pool cannot exist. Every state change records a
+PoolEvent; decisions by people are also audit-logged.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from pools import roles
+from pools.core.documents import merge_patch, split_server_fields
+from pools.core.errors import ConflictError, FieldError, QuotaExceeded, ValidationError, free_text
+from pools.core.spec import PoolSpec, parse_document
+from pools.models import GpuModel, GpuNodePool, NodeType, PoolOrder, Quota, Team, Zone
+from pools.providers import get_cloud_provider
+from pools.selectors.pools import catalog_current, ordered_baseline, quota_usage, teams_led_by
+from pools.services.audit import audit_record
+from pools.services.events import WARNING, event_record
+
+IMMUTABLE_FIELDS = (("nodeType", "node_type"), ("gpuModel", "gpu_model"), ("region", "region"), ("preemptible", "preemptible"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Pools
+
+
+def pool_create(*, user, document: Any, team_slug: str = "", now: datetime | None = None) -> GpuNodePool:
+    """Declare a pool from a GpuNodePool document; order its monthly baseline for approval."""
+    now = now or timezone.now()
+    document, server = split_server_fields(document)
+    team = _team_for_new_pool(user=user, team_slug=team_slug or str(server.get("team") or ""))
+    spec = parse_document(document, catalog_current())
+    if GpuNodePool.objects.active().filter(name=spec.name).exists():
+        raise ConflictError(f"a pool named {spec.name!r} already exists")
+    refs = _Refs(spec)
+    quote = _quote(spec, refs, nodes=spec.min_nodes, now=now) if spec.min_nodes else None
+    try:
+        with transaction.atomic():
+            if spec.min_nodes:
+                _check_quota(spec=spec, refs=refs, team=team, requested_gpus=spec.min_nodes * refs.node_type.gpu_count)
+            pool = GpuNodePool.objects.create(
+                name=spec.name,
+                team=team,
+                document=document,
+                created_by=user,
+                created_at=now,
+                updated_at=now,
+                **_columns(spec, refs),
+            )
+            event_record(pool=pool, reason="PoolCreated", message=f"Pool created by {user.get_username()} for team {team.slug}", actor=user, now=now)
+            if quote is not None:
+                _order_request(pool=pool, kind=PoolOrder.Kind.CREATE, nodes=spec.min_nodes, spec=spec, refs=refs, quote=quote, user=user, now=now)
+            else:
+                _set_status(pool, phase=GpuNodePool.Phase.READY, pending_reason="")
+            audit_record(actor=user, action="pool.create", obj=pool, after=document)
+    except IntegrityError as exc:  # a concurrent create with the same name won the race
+        raise ConflictError(f"a pool named {spec.name!r} already exists") from exc
+    return pool
+
+
+def pool_update(*, user, pool: GpuNodePool, document: Any, now: datetime | None = None) -> GpuNodePool:
+    """Replace the pool's document. Raising `nodeCount.min` above what is ordered requests more."""
+    now = now or timezone.now()
+    _require_manage(user, pool)
+    if pool.phase == GpuNodePool.Phase.DELETING:
+        raise ConflictError(f"pool {pool.name!r} is being deleted")
+    document, _ = split_server_fields(document)
+    spec = parse_document(document, catalog_current())
+    old = parse_document(pool.document, catalog_current())
+    errors = []
+    if spec.name != pool.name:
+        errors.append(FieldError("metadata.name", f"field is immutable: the pool is named {pool.name!r}"))
+    for path, attr in IMMUTABLE_FIELDS:
+        if getattr(spec, attr) != getattr(old, attr):
+            errors.append(FieldError(f"spec.{path}", f"field is immutable (is {getattr(old, attr)!r}); create a new pool instead"))
+    if errors:
+        raise ValidationError(errors)
+    refs = _Refs(spec)
+    ordered = ordered_baseline(pool=pool)
+    grow = max(0, spec.min_nodes - ordered)
+    quote = _quote(spec, refs, nodes=grow, now=now) if grow else None
+    with transaction.atomic():
+        if grow:
+            _check_quota(spec=spec, refs=refs, team=pool.team, requested_gpus=grow * refs.node_type.gpu_count)
+        locked = GpuNodePool.objects.select_for_update().get(pk=pool.pk)
+        before = locked.document
+        changed = before != document
+        if changed:
+            for key, value in _columns(spec, refs).items():
+                setattr(locked, key, value)
+            locked.document = document
+            locked.generation += 1
+            locked.updated_at = now
+            locked.save()
+            event_record(pool=locked, reason="SpecUpdated", message=_describe_change(old, spec), actor=user, now=now)
+            audit_record(actor=user, action="pool.update", obj=locked, before=before, after=document)
+        if quote is not None:
+            kind = PoolOrder.Kind.CREATE if ordered == 0 and not locked.orders.exists() else PoolOrder.Kind.GROW
+            _order_request(pool=locked, kind=kind, nodes=grow, spec=spec, refs=refs, quote=quote, user=user, now=now)
+    return locked
+
+
+def pool_patch(*, user, pool: GpuNodePool, patch: Any, now: datetime | None = None) -> GpuNodePool:
+    """Apply a JSON merge patch (RFC 7386) to the pool's document, then update."""
+    if not isinstance(patch, dict):
+        raise ValidationError("a merge patch must be a mapping")
+    return pool_update(user=user, pool=pool, document=merge_patch(pool.document, patch), now=now)
+
+
+def pool_resize(*, user, pool: GpuNodePool, min_nodes: int | None = None, max_nodes: int | None = None, now: datetime | None = None) -> GpuNodePool:
+    """Change `nodeCount.min`/`max` (the CLI's `scale`, the web's size form)."""
+    count: dict[str, int] = {}
+    if min_nodes is not None:
+        count["min"] = min_nodes
+    if max_nodes is not None:
+        count["max"] = max_nodes
+    if not count:
+        raise ValidationError("give a new min, max or both", field="spec.nodeCount")
+    return pool_patch(user=user, pool=pool, patch={"spec": {"nodeCount": count}}, now=now)
+
+
+def pool_delete(*, user, pool: GpuNodePool, now: datetime | None = None) -> GpuNodePool:
+    """Start deleting the pool: pending orders are withdrawn; nodes are drained, then released.
+
+    A pool without live nodes is gone at once. One with nodes stays `Deleting` until the
+    lifecycle controller has drained and released them (monthly nodes stay billed to lease end).
+    """
+    now = now or timezone.now()
+    _require_manage(user, pool)
+    with transaction.atomic():
+        locked = GpuNodePool.objects.select_for_update().get(pk=pool.pk)
+        if locked.deleted_at is not None:
+            raise ConflictError(f"pool {pool.name!r} is already deleted")
+        withdrawn = list(locked.orders.filter(status=PoolOrder.Status.PENDING).values_list("pk", flat=True))
+        locked.orders.filter(pk__in=withdrawn).update(
+            status=PoolOrder.Status.REJECTED, reason="Withdrawn: the pool was deleted", decided_at=now
+        )
+        for order_id in withdrawn:
+            event_record(pool=locked, reason="OrderWithdrawn", message=f"Order #{order_id} withdrawn: the pool is being deleted", actor=user, now=now)
+        audit_record(actor=user, action="pool.delete", obj=locked, before=locked.document)
+        if locked.nodes.exclude(phase="Terminated").exists():
+            _set_status(locked, phase=GpuNodePool.Phase.DELETING, pending_reason="Draining: nodes are drained, then released")
+            event_record(pool=locked, reason="PoolDeleting", message="Deletion requested: draining nodes before release", actor=user, now=now)
+        else:
+            locked.deleted_at = now
+            locked.save(update_fields=["deleted_at"])
+            _set_status(locked, phase=GpuNodePool.Phase.DELETED, pending_reason="")
+            event_record(pool=locked, reason="PoolDeleted", message="Pool deleted (it had no nodes)", actor=user, now=now)
+    return locked
+
+
+# ---------------------------------------------------------------------------------------------
+# Orders
+
+
+def order_approve(*, user, order: PoolOrder, now: datetime | None = None) -> PoolOrder:
+    """An admin approves a Pending order; quota is checked again at this moment."""
+    now = now or timezone.now()
+    _require_admin(user)
+    spec = parse_document(order.pool.document, catalog_current())
+    refs = _Refs(spec)
+    with transaction.atomic():
+        _check_quota(spec=spec, refs=refs, team=order.pool.team, requested_gpus=order.gpus, exclude_order_id=order.pk)
+        _decide(order=order, status=PoolOrder.Status.APPROVED, user=user, reason="", now=now)
+        pool = order.pool
+        event_record(pool=pool, reason="OrderApproved", message=f"Order #{order.pk} for {order.node_count} monthly node(s) approved by {user.get_username()}", actor=user, now=now)
+        if pool.phase == GpuNodePool.Phase.PENDING:
+            _set_status(pool, phase=GpuNodePool.Phase.PROVISIONING, pending_reason=f"OrderApproved: order #{order.pk} awaits payment")
+    return order
+
+
+def order_reject(*, user, order: PoolOrder, reason: str, now: datetime | None = None) -> PoolOrder:
+    """An admin rejects a Pending order, with a reason the team lead will read."""
+    now = now or timezone.now()
+    _require_admin(user)
+    reason = free_text("" if reason is None else reason, field="reason", max_length=500,
+                       required="a reason is required to reject an order")
+    with transaction.atomic():
+        _decide(order=order, status=PoolOrder.Status.REJECTED, user=user, reason=reason, now=now)
+        pool = order.pool
+        event_record(pool=pool, reason="OrderRejected", type=WARNING, message=f"Order #{order.pk} rejected by {user.get_username()}: {reason}", actor=user, now=now)
+        if pool.phase == GpuNodePool.Phase.PENDING:
+            _set_status(pool, phase=GpuNodePool.Phase.PENDING, pending_reason=f"OrderRejected: {reason}")
+    return order
+
+
+def _decide(*, order: PoolOrder, status: str, user, reason: str, now: datetime) -> None:
+    """Claim the decision with a conditional UPDATE: of two concurrent deciders one wins, the other gets 409."""
+    before = {"status": order.status}
+    claimed = PoolOrder.objects.filter(pk=order.pk, status=PoolOrder.Status.PENDING).update(
+        status=status, decided_by=user, decided_at=now, reason=reason
+    )
+    if not claimed:
+        current = PoolOrder.objects.filter(pk=order.pk).values_list("status", flat=True).first()
+        raise ConflictError(f"order #{order.pk} is {current}, not Pending: it was already decided")
+    order.refresh_from_db()
+    audit_record(actor=user, action=f"order.{status.lower()}", obj=order, before=before, after={"status": status, "reason": reason})
+
+
+def _order_request(*, pool: GpuNodePool, kind: str, nodes: int, spec: PoolSpec, refs: _Refs, quote, user, now: datetime) -> PoolOrder:
+    order = PoolOrder.objects.create(
+        pool=pool,
+        kind=kind,
+        node_count=nodes,
+        gpus=nodes * refs.node_type.gpu_count,
+        lease_type=spec.lease_type,
+        lease_months=quote.months,
+        unit_monthly_price=quote.unit_monthly_price,
+        discount=quote.discount,
+        amount=quote.amount,
+        currency=quote.currency,
+        requested_by=user,
+        created_at=now,
+    )
+    event_record(pool=pool, reason="QuotaValidated", message=f"Quota allows {order.gpus} more {spec.gpu_model} GPU(s) in {refs.zone.region}", actor=user, now=now)
+    event_record(
+        pool=pool,
+        reason="OrderRequested",
+        message=(
+            f"Order #{order.pk}: {nodes} × {spec.node_type} {spec.gpu_model}, {spec.lease_type} lease, "
+            f"{order.amount} {order.currency} for {order.lease_months} month(s); awaiting approval"
+        ),
+        actor=user,
+        now=now,
+    )
+    audit_record(actor=user, action="order.request", obj=order, after={"kind": kind, "nodes": nodes, "amount": str(order.amount)})
+    if pool.phase in (GpuNodePool.Phase.PENDING, GpuNodePool.Phase.READY) and kind == PoolOrder.Kind.CREATE:
+        _set_status(pool, phase=GpuNodePool.Phase.PENDING, pending_reason=f"OrderPending: order #{order.pk} awaits approval by a platform admin")
+    return order
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+
+
+class _Refs:
+    """The catalog rows a spec names (already validated to exist)."""
+
+    def __init__(self, spec: PoolSpec):
+        self.gpu_model = GpuModel.objects.get(name=spec.gpu_model)
+        self.node_type = NodeType.objects.get(name=spec.node_type)
+        self.zone = Zone.objects.get(name=spec.region)
+
+
+def _columns(spec: PoolSpec, refs: _Refs) -> dict[str, Any]:
+    return {
+        "gpu_model": refs.gpu_model,
+        "node_type": refs.node_type,
+        "zone": refs.zone,
+        "min_nodes": spec.min_nodes,
+        "max_nodes": spec.max_nodes,
+        "lease_type": spec.lease_type,
+        "preemptible": spec.preemptible,
+    }
+
+
+def _quote(spec: PoolSpec, refs: _Refs, *, nodes: int, now: datetime):
+    """The cloud's quote, the one route to a price: renewals (pools/controllers/exits.py) ask
+    the same provider call."""
+    return get_cloud_provider().quote(node_type=spec.node_type, gpu_model=spec.gpu_model, lease_type=spec.lease_type, nodes=nodes, at=now)
+
+
+def _check_quota(*, spec: PoolSpec, refs: _Refs, team: Team, requested_gpus: int, exclude_order_id: int | None = None) -> None:
+    """Refuse when the request would pass a quota, naming region, model, requested, in use, limit (T1)."""
+    region = refs.zone.region
+    # Locking the quota rows serialises concurrent requests and approvals for the same region
+    # and model (PostgreSQL); callers run inside a transaction.
+    limits = list(
+        Quota.objects.select_for_update()
+        .filter(region=region, gpu_model=refs.gpu_model)
+        .filter(Q(team__isnull=True) | Q(team=team))
+    )
+    if not any(q.team_id is None for q in limits):
+        raise QuotaExceeded(
+            f"QuotaExceeded: no quota for {spec.gpu_model} in {region}; ask a platform admin for one",
+            field="spec.gpuModel",
+        )
+    for quota in limits:
+        in_use = quota_usage(region=region, gpu_model_id=refs.gpu_model.pk, team_id=quota.team_id, exclude_order_id=exclude_order_id)
+        if in_use + requested_gpus > quota.limit_gpus:
+            scope = f" for team {team.slug}" if quota.team_id else ""
+            raise QuotaExceeded(
+                f"QuotaExceeded: {region} {spec.gpu_model}{scope} requested {requested_gpus}, in use {in_use}, limit {quota.limit_gpus}",
+                field="spec.nodeCount.min",
+            )
+
+
+def _set_status(pool: GpuNodePool, *, phase: str, pending_reason: str) -> None:
+    pool.phase = phase
+    pool.pending_reason = pending_reason
+    GpuNodePool.objects.filter(pk=pool.pk).update(phase=phase, pending_reason=pending_reason)
+
+
+def _team_for_new_pool(*, user, team_slug: str) -> Team:
+    """The team comes from the creator's own memberships, never from an arbitrary id."""
+    led = list(teams_led_by(user=user))
+    if not led:
+        raise PermissionDenied("only team leads and platform admins can create pools")
+    return team_choose(teams=led, team_slug=team_slug, action="create pools", several="you lead several teams")
+
+
+def team_choose(*, teams: list[Team], team_slug: str, action: str, several: str) -> Team:
+    """One of the user's own `teams`: the one named, or the only one (design §6: the team of a
+    new object comes from the user's memberships; a lead of several teams picks one of theirs)."""
+    if team_slug:
+        for team in teams:
+            if team.slug == team_slug:
+                return team
+        raise ValidationError(f"you cannot {action} for team {team_slug!r}; choose one of: {', '.join(t.slug for t in teams)}", field="team")
+    if len(teams) == 1:
+        return teams[0]
+    raise ValidationError(f"{several}; choose one of: {', '.join(t.slug for t in teams)}", field="team")
+
+
+def _require_manage(user, pool: GpuNodePool) -> None:
+    if not roles.can_manage_team_pools(user, pool.team_id):
+        raise PermissionDenied(f"only leads of team {pool.team.slug} and platform admins can change this pool")
+
+
+def _require_admin(user) -> None:
+    if not roles.is_admin(user):
+        raise PermissionDenied("only platform admins can decide orders")
+
+
+def _describe_change(old: PoolSpec, new: PoolSpec) -> str:
+    changes = []
+    for attr, label in (
+        ("min_nodes", "nodeCount.min"), ("max_nodes", "nodeCount.max"), ("lease_type", "leaseType"),
+        ("system_image", "systemImage"), ("auto_repair", "autoRepair"), ("auto_renew", "autoRenew"),
+        ("repair_requires_approval", "autoRepairPolicy.requireApproval"),
+        ("node_labels", "nodeLabels"), ("node_taints", "nodeTaints"), ("labels", "labels"),
+        ("scaling", "scaling"), ("burst", "burst"), ("budget", "budget"), ("scheduling_policy", "schedulingPolicy"),
+    ):  # fmt: skip
+        before, after = getattr(old, attr), getattr(new, attr)
+        if before != after:
+            if isinstance(before, int | str | bool) and isinstance(after, int | str | bool):
+                changes.append(f"{label} {before} → {after}")
+            else:
+                changes.append(f"{label} changed")
+    return "Spec updated: " + (", ".join(changes) if changes else "formatting only")

@@ -1,0 +1,1 @@
+"""The web pages: thin shells over selectors and services, rendered with `base.htmx_render`."""

@@ -1,0 +1,211 @@
+"""Web views for team leads, finance and admins: thin shells over services and selectors.
+
+Pool pages: list, detail (with its charts fragment), create, edit, import, export and delete.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.http import HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_http_methods
+
+from billing.advisor_service import pool_advice
+from billing.selectors import pool_budget_status
+from pools import roles
+from pools.controllers.lifecycle import pool_capacity_times
+from pools.core.charts import pool_figures
+from pools.core.documents import dump_yaml, load_yaml
+from pools.core.errors import ConflictError, ValidationError
+from pools.core.spec import TAINT_EFFECTS
+from pools.forms import PoolFilterForm, PoolForm, PoolImportForm
+from pools.models import GpuNodePool, PoolEvent
+from pools.selectors import pools as selectors
+from pools.services import pools as services
+from pools.views.base import htmx_render
+
+CHART_WINDOW = timedelta(hours=24)
+POOLS_PER_PAGE = 50  # the pool list pages at 1,000 pools (issue 9: p95 < 150 ms)
+CHANGING_PHASES = (GpuNodePool.Phase.PENDING, GpuNodePool.Phase.PROVISIONING, GpuNodePool.Phase.SCALING, GpuNodePool.Phase.DELETING)
+
+
+@login_required
+@require_GET
+def pool_list(request):
+    filter_form = PoolFilterForm(request.GET or None, teams=selectors.teams_visible_to(user=request.user))
+    filter_form.is_valid()
+    data = filter_form.cleaned_data if filter_form.is_bound else {}
+    filters = selectors.PoolFilters(
+        team=data.get("team", ""),
+        gpu_model=data.get("gpu_model", ""),
+        phase=data.get("phase", ""),
+        q=data.get("q", ""),
+        sort=request.GET.get("sort", "name"),
+    )
+    page = Paginator(selectors.pools_visible(user=request.user, filters=filters), POOLS_PER_PAGE).get_page(request.GET.get("page"))
+    pools = selectors.node_counts_attach(list(page.object_list))
+    query = request.GET.copy()
+    query.pop("sort", None)
+    query.pop("page", None)  # a new sort starts at the first page
+    paging = request.GET.copy()
+    paging.pop("page", None)
+    context = {
+        "pools": pools,
+        "page": page,
+        "page_query": paging.urlencode(),
+        "filter_form": filter_form,
+        "sort": filters.sort,
+        "base_query": query.urlencode(),
+        "can_create": bool(selectors.teams_led_by(user=request.user).exists()),
+        "sort_columns": [("name", "Name"), ("team", "Team"), ("gpu", "GPU"), ("zone", "Zone"), ("min", "Min"), ("max", "Max"), ("phase", "Phase")],
+    }
+    return htmx_render(request, "pools/pool_list.html", context, partial="pool-table")
+
+
+@login_required
+@require_GET
+def pool_detail(request, name: str):
+    pool = selectors.pool_get(user=request.user, name=name)
+    warnings_only = request.GET.get("type") == PoolEvent.Type.WARNING  # anything else: every event
+    context = {
+        "pool": pool,
+        "warnings_only": warnings_only,
+        "spec": pool.document.get("spec", {}),
+        "labels": pool.labels,
+        "nodes": selectors.pool_nodes(pool=pool),
+        "orders": pool.orders.select_related("requested_by", "decided_by").order_by("-created_at")[:20],
+        "events": selectors.pool_events(pool=pool, limit=50, warnings_only=warnings_only),
+        "can_manage": roles.can_manage_team_pools(request.user, pool.team_id),
+        "can_decide": roles.is_admin(request.user),  # orders are decided in the queue, linked from here
+        "polling": pool.phase in CHANGING_PHASES,
+        "yaml": dump_yaml(pool.document),
+        "capacity": pool_capacity_times(pool=pool),
+        "scaling": pool.scaling_activities.order_by("-at", "-id")[:20],
+        "budget": pool_budget_status(pool=pool, now=timezone.now()),
+        "advice": pool_advice(pool=pool, now=timezone.now()),
+    }
+    return htmx_render(request, "pools/pool_detail.html", context, partial="timeline")
+
+
+@login_required
+@require_GET
+def pool_charts(request, name: str):
+    """The pool page's charts (a fragment it loads after it shows): a day of per-minute samples."""
+    pool = selectors.pool_get(user=request.user, name=name)
+    charts = pool_figures(selectors.pool_samples(pool=pool, since=timezone.now() - CHART_WINDOW))
+    return htmx_render(request, "pools/pool_detail.html#charts", {"pool": pool, "charts": charts})
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def pool_create(request):
+    teams = list(selectors.teams_led_by(user=request.user))
+    if not teams:
+        raise PermissionDenied("only team leads and platform admins can create pools")
+    form = PoolForm(request.POST or None, teams=teams, initial={"min_nodes": 2, "max_nodes": 6, "auto_repair": True})
+    if request.method == "POST":
+        form.read_rows()
+        if form.is_valid():
+            try:
+                pool = services.pool_create(user=request.user, document=form.to_document(), team_slug=form.cleaned_data.get("team", ""))
+            except ValidationError as exc:
+                form.add_spec_errors(exc)
+            except ConflictError as exc:
+                form.add_error("name", str(exc))
+            else:
+                messages.success(request, f"Pool {pool.name} created; its order awaits approval." if pool.phase == "Pending" else f"Pool {pool.name} created.")
+                return HttpResponseRedirect(reverse("pools:detail", args=[pool.name]))
+    else:
+        form.rows = {"label": [], "nodelabel": [], "taint": []}
+    return htmx_render(request, "pools/pool_form.html", {"form": form, "editing": None, "taint_effects": TAINT_EFFECTS}, status=400 if form.errors or any(form.row_errors.values()) else 200)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def pool_edit(request, name: str):
+    pool = selectors.pool_get(user=request.user, name=name)
+    if not roles.can_manage_team_pools(request.user, pool.team_id):
+        raise PermissionDenied("only the team's leads and platform admins can change this pool")
+    initial, rows = PoolForm.initial_from(pool)
+    form = PoolForm(request.POST or None, editing=pool, initial=initial)
+    if request.method == "POST":
+        form.read_rows()
+        if form.is_valid():
+            try:
+                services.pool_update(user=request.user, pool=pool, document=form.to_document(base=pool.document))
+            except ValidationError as exc:
+                form.add_spec_errors(exc)
+            except ConflictError as exc:
+                form.add_error(None, str(exc))
+            else:
+                messages.success(request, f"Pool {pool.name} updated.")
+                return HttpResponseRedirect(reverse("pools:detail", args=[pool.name]))
+    else:
+        form.rows = rows
+    return htmx_render(request, "pools/pool_form.html", {"form": form, "editing": pool, "taint_effects": TAINT_EFFECTS}, status=400 if form.errors or any(form.row_errors.values()) else 200)
+
+
+@login_required
+@require_GET
+def form_row(request):
+    """One empty editable row (htmx 'add row')."""
+    kind = request.GET.get("kind", "label")
+    if kind not in ("label", "nodelabel", "taint"):
+        kind = "label"
+    return render(request, "pools/pool_form.html#row", {"kind": kind, "row": {}, "taint_effects": TAINT_EFFECTS})
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def pool_import(request):
+    teams = list(selectors.teams_led_by(user=request.user))
+    if not teams:
+        raise PermissionDenied("only team leads and platform admins can create pools")
+    form = PoolImportForm(request.POST or None, request.FILES or None, teams=teams)
+    spec_errors = []
+    if request.method == "POST" and form.is_valid():
+        try:
+            document = load_yaml(form.cleaned_data["text"])
+            pool = services.pool_create(user=request.user, document=document, team_slug=form.cleaned_data.get("team", ""))
+        except ValidationError as exc:
+            spec_errors = exc.errors
+        except ConflictError as exc:
+            form.add_error(None, str(exc))
+        else:
+            messages.success(request, f"Pool {pool.name} imported.")
+            return HttpResponseRedirect(reverse("pools:detail", args=[pool.name]))
+    status = 400 if request.method == "POST" and (spec_errors or form.errors) else 200
+    return htmx_render(request, "pools/pool_import.html", {"form": form, "spec_errors": spec_errors}, status=status)
+
+
+@login_required
+@require_GET
+def pool_export(request, name: str):
+    pool = selectors.pool_get(user=request.user, name=name)
+    response = HttpResponse(dump_yaml(pool.document), content_type="application/yaml; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{pool.name}.yaml"'
+    return response
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def pool_delete(request, name: str):
+    pool = selectors.pool_get(user=request.user, name=name)
+    if not roles.can_manage_team_pools(request.user, pool.team_id):
+        raise PermissionDenied("only the team's leads and platform admins can delete this pool")
+    if request.method == "POST":
+        try:
+            pool = services.pool_delete(user=request.user, pool=pool)
+        except ConflictError as exc:
+            messages.error(request, str(exc))
+            return HttpResponseRedirect(reverse("pools:detail", args=[name]))
+        messages.success(request, f"Pool {name} deleted." if pool.deleted_at else f"Pool {name} is being deleted.")
+        return HttpResponseRedirect(reverse("pools:list") if pool.deleted_at else reverse("pools:detail", args=[name]))
+    return htmx_render(request, "pools/pool_confirm_delete.html", {"pool": pool})
