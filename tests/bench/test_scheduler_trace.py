@@ -49,7 +49,7 @@ def test_one_seed_of_bestfit_and_fgd_lands_in_the_published_band_quickly(trace):
     )
     assert fgd.unallocated_100 == pytest.approx(PUBLISHED["default"]["fgd"][0], abs=ONE_SEED_BAND)
     assert fgd.unallocated_100 < bestfit.unallocated_100 - 1.5
-    assert max(bestfit.seconds, fgd.seconds) < SECONDS_PER_SEED
+    assert max(bestfit.cpu_seconds, fgd.cpu_seconds) < SECONDS_PER_SEED  # CPU, not wall: CI shares its cores
 
 
 @needs_trace
