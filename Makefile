@@ -9,7 +9,7 @@ PORT ?= 8000
 # the tests keep the realistic durations.
 run: export EBCLOUD_SIM_FAST ?= true
 
-.PHONY: run test install install-test lint format clean
+.PHONY: run test install install-test k8s-binaries lint format clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -30,7 +30,12 @@ node_modules/axe-core/axe.min.js: package.json package-lock.json
 	npm ci --no-audit --no-fund
 	touch $@
 
-install-test: $(VENV)/.installed-test node_modules/axe-core/axe.min.js
+# A real kube-apiserver, etcd and kube-scheduler for tests/k8s, built from the Go module proxy at
+# the versions in k8s/versions.env (once per version; later runs reuse var/k8s/<version>/bin).
+k8s-binaries:
+	bash k8s/build.sh
+
+install-test: $(VENV)/.installed-test node_modules/axe-core/axe.min.js k8s-binaries
 
 # Web server + django-q2 worker + the simulated fleet (agents over HTTP, a replayed workload,
 # GPU faults; pools/demo/fleet.py) on the embedded defaults (SQLite, simulated cloud, demo data).

@@ -197,7 +197,7 @@ def build(shape: Shape, *, now: datetime = NOW, prefix: str = "pool") -> Fleet:
         )  # fmt: skip
         rows[PoolOrder].append(order)
         rows[SimPayment].append(SimPayment(pk=ids.take(SimPayment), order=order, account=account, amount=order.amount, currency="CNY", balance_after=account.balance, paid_at=lease_start))
-        labels = {billing: effective_node_labels(spec, zone=zone.name, billing=billing) for billing in ("monthly", "on_demand")}
+        labels = {billing: effective_node_labels(spec, zone=zone.name, billing=billing, team=team.slug) for billing in ("monthly", "on_demand")}
         taints = [{"key": "pool", "value": name, "effect": "NoSchedule"}]
         toleration = [{"key": "pool", "operator": "Equal", "value": name, "effect": "NoSchedule"}]
         draining = i < shape.draining

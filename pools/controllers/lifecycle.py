@@ -334,7 +334,8 @@ def _advance(p: ReconcilePass, node: Node) -> None:
         if result.status == FAILED:
             _failed(p, node, reason=result.reason, summary=f"{result.reason}: {result.message}", machine=True)
             return
-        _step_done(p, node, prewarmed=prewarmed)
+        if not _step_done(p, node, prewarmed=prewarmed):
+            return  # the node waits (backing off) before the step is tried again
 
 
 def _place(p: ReconcilePass, node: Node) -> bool:
@@ -368,11 +369,12 @@ def _place(p: ReconcilePass, node: Node) -> bool:
     return True
 
 
-def _step_done(p: ReconcilePass, node: Node, *, prewarmed: bool) -> None:
+def _step_done(p: ReconcilePass, node: Node, *, prewarmed: bool) -> bool:
+    """Record the machine's finished step and move to the next; False when the node could not
+    move on (the cluster has not registered it yet) and waits."""
     step, image = node.step, p.spec.system_image
     if step == rules.KUBELET_JOIN:
-        _register(p, node, prewarmed=prewarmed)
-        return
+        return _register(p, node, prewarmed=prewarmed)
     events = []
     if step == rules.BOOT:
         events.append(("NodeInitializing", f"Machine {node.provider_id} booted; initialising system image {image}"))
@@ -391,14 +393,18 @@ def _step_done(p: ReconcilePass, node: Node, *, prewarmed: bool) -> None:
         for reason, message in events:
             p.event(reason, message, node=node)
     node.step, node.phase, node.attempts, node.last_error = following, phase, 0, ""
+    return True
 
 
-def _register(p: ReconcilePass, node: Node, *, prewarmed: bool) -> None:
-    labels = effective_node_labels(p.spec, zone=node.zone.name, billing=node.billing)
+def _register(p: ReconcilePass, node: Node, *, prewarmed: bool) -> bool:
+    labels = effective_node_labels(p.spec, zone=node.zone.name, billing=node.billing, team=p.pool.team.slug)
     taints = [{"key": t.key, "value": t.value, "effect": t.effect} for t in p.spec.node_taints]
-    p.cluster.register_node(name=node.name, now=p.now)
-    p.cluster.set_labels(name=node.name, labels=labels)
-    p.cluster.set_taints(name=node.name, taints=taints)
+    try:
+        p.cluster.register_node(name=node.name, now=p.now)
+        p.cluster.node_apply(name=node.name, labels=labels, taints=taints)
+    except ProviderError as exc:  # a real cluster: the kubelet has not registered the Node yet
+        _failed(p, node, reason=exc.reason, summary=exc.message, machine=True)
+        return False
     took = p.now - node.created_at
     with transaction.atomic():
         Node.objects.filter(pk=node.pk).update(
@@ -415,6 +421,7 @@ def _register(p: ReconcilePass, node: Node, *, prewarmed: bool) -> None:
             p.event("SlowCapacity", f"Node {node.name} took {rules.format_duration(took)} to become Ready (over 15m0s); likely cause: {cause}", node=node, type=WARNING)
     node.phase = Node.Phase.READY
     node.step = ""
+    return True
 
 
 def _slow_capacity_check(p: ReconcilePass) -> None:

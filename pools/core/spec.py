@@ -342,14 +342,16 @@ def _parse_rules(check: Checker, value: Any, path: str, default: ScalingRules) -
     )
 
 
-def effective_node_labels(spec: PoolSpec, *, zone: str, billing: str) -> dict[str, str]:
-    """Labels every node of the pool carries: system labels, then pool labels, then nodeLabels.
+def effective_node_labels(spec: PoolSpec, *, zone: str, billing: str, team: str) -> dict[str, str]:
+    """Labels every node of the pool carries: system labels (pool, team, GPU model, node type,
+    billing kind, zone), then pool labels, then nodeLabels.
 
     Later sources win, so a team can override a pool label per node class (seed C4: cost labels
     are inherited by every node and pod).
     """
     labels = {
         "ebcloud.io/pool": spec.name,
+        "ebcloud.io/team": team,
         "ebcloud.io/gpu-model": spec.gpu_model,
         "ebcloud.io/node-type": spec.node_type,
         "ebcloud.io/billing": billing,

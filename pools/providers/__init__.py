@@ -1,7 +1,9 @@
 """Providers: the only code that talks to the outside world (design §1).
 
 `get_cloud_provider()` and `get_cluster_backend()` read `EBCLOUD_CLOUD_PROVIDER` and
-`EBCLOUD_CLUSTER_BACKEND`; `simulated` (the embedded default) is the one implemented so far.
+`EBCLOUD_CLUSTER_BACKEND`: `simulated` (the embedded default) for both; the cluster can also be a
+real one (`kubernetes`, pools/providers/kubernetes.py). The chosen implementation is imported
+when chosen, so the simulated default never loads the Kubernetes client.
 """
 
 from __future__ import annotations
@@ -27,4 +29,8 @@ def get_cluster_backend() -> ClusterBackend:
         from pools.providers.simulated import SimulatedCluster
 
         return SimulatedCluster()
-    raise ImproperlyConfigured(f"EBCLOUD_CLUSTER_BACKEND: unknown backend {name!r} (known: simulated)")
+    if name == "kubernetes":
+        from pools.providers.kubernetes import KubernetesCluster
+
+        return KubernetesCluster()
+    raise ImproperlyConfigured(f"EBCLOUD_CLUSTER_BACKEND: unknown backend {name!r} (known: simulated, kubernetes)")

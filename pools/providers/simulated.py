@@ -250,6 +250,8 @@ class SimulatedCloud:
             machine.step_done = True
             if step == KUBELET_JOIN:
                 machine.status = SimMachine.Status.RUNNING
+                if settings.EBCLOUD_CLUSTER_BACKEND == "kubernetes":
+                    _kubelet_join(machine, now)
             machine.save(update_fields=["step_attempt", "step_done", "status"])
             return StepResult(status=DONE)
 
@@ -337,11 +339,8 @@ class SimulatedCluster:
     def register_node(self, *, name: str, now: datetime) -> None:
         SimClusterNode.objects.get_or_create(name=name, defaults={"registered_at": now})
 
-    def set_labels(self, *, name: str, labels: Mapping[str, str]) -> None:
-        SimClusterNode.objects.filter(name=name).update(labels=dict(labels))
-
-    def set_taints(self, *, name: str, taints: Sequence[Mapping[str, str]]) -> None:
-        SimClusterNode.objects.filter(name=name).update(taints=[dict(t) for t in taints])
+    def node_apply(self, *, name: str, labels: Mapping[str, str], taints: Sequence[Mapping[str, str]]) -> None:
+        SimClusterNode.objects.filter(name=name).update(labels=dict(labels), taints=[dict(t) for t in taints])
 
     def cordon(self, *, name: str) -> None:
         SimClusterNode.objects.filter(name=name).update(unschedulable=True)
@@ -375,6 +374,17 @@ class SimulatedCluster:
             explanation=f"Node {name} left the cluster; waiting to be scheduled again",
         )  # fmt: skip
         SimClusterNode.objects.filter(name=name).delete()
+
+
+def _kubelet_join(machine: SimMachine, now: datetime) -> None:
+    """The machine's kubelet registers its Node in the real cluster (the fake kubelet plays it)."""
+    from pools.providers.fake_kubelet import FakeKubelet  # the Kubernetes client, only in that mode
+
+    node_type = machine.node_type
+    FakeKubelet().join(
+        name=machine.client_token, cpu_milli=node_type.cpu_milli, memory_mib=node_type.memory_mib, gpus=machine.gpus,
+        labels={"topology.kubernetes.io/zone": machine.zone.name}, now=now,
+    )  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------

@@ -48,6 +48,6 @@ def template_node(pool: GpuNodePool, spec: PoolSpec) -> NodeState:
         gpu_count=pool.node_type.gpu_count,
         gpu_model=pool.gpu_model.name,
         pool=pool.name,
-        labels=effective_node_labels(spec, zone=pool.zone.name, billing=Node.Billing.ON_DEMAND),
+        labels=effective_node_labels(spec, zone=pool.zone.name, billing=Node.Billing.ON_DEMAND, team=pool.team.slug),
         taints=tuple(Taint(t.key, t.value, t.effect) for t in spec.node_taints),
     )

@@ -61,7 +61,7 @@ def test_an_approved_order_is_paid_and_each_node_walks_every_step_to_ready(actor
     spec = parse_document(pool.document, catalog_current())
     for node in nodes:
         assert reasons(pool, node) == NODE_STEPS
-        assert node.labels == effective_node_labels(spec, zone="cn-east-2a", billing="monthly")
+        assert node.labels == effective_node_labels(spec, zone="cn-east-2a", billing="monthly", team=pool.team.slug)
         assert node.labels["gpu-class"] == "a100" and node.labels["ebcloud.io/pool"] == "train-pool-a"
         assert node.taints == [{"key": "pool", "value": "train", "effect": "NoSchedule"}]
         assert node.lease_start == T0 and node.lease_end == T0.replace(month=1, year=2027)

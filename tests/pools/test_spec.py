@@ -178,8 +178,8 @@ def test_node_labels_win_over_pool_labels_which_win_over_system_labels():
     document = article()
     document["metadata"]["labels"]["ebcloud.io/billing"] = "custom"
     document["spec"]["nodeLabels"]["team"] = "algorithm-nodes"
-    labels = effective_node_labels(parse_document(document, CATALOG), zone="cn-east-2a", billing="monthly")
-    assert labels["ebcloud.io/pool"] == "train-pool-a"
+    labels = effective_node_labels(parse_document(document, CATALOG), zone="cn-east-2a", billing="monthly", team="algorithm")
+    assert labels["ebcloud.io/pool"] == "train-pool-a" and labels["ebcloud.io/team"] == "algorithm"
     assert labels["ebcloud.io/billing"] == "custom"
     assert labels["team"] == "algorithm-nodes"
     assert labels["gpu-class"] == "a100"

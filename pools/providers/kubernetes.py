@@ -1,0 +1,168 @@
+"""`ClusterBackend` for a real Kubernetes cluster, through its API (the official `kubernetes`
+client). Chosen by `EBCLOUD_CLUSTER_BACKEND=kubernetes`; the cluster is the one of `KUBECONFIG`
+(`EBCLOUD_KUBECONFIG`, or the client's default), or the in-cluster service account.
+
+What Kubernetes defines is done its way:
+- a node is registered by its kubelet, never by us: `register_node` checks that the Node exists
+  (and is Ready) and refuses with `NodeNotRegistered` while it does not, so the controller
+  retries and, past its attempts, reports it;
+- the pool's labels and taints are applied by server-side apply under our own field manager, so
+  labels and taints that others set survive, and a label we no longer want is removed by the
+  next apply (level-triggered: every call states the whole wanted set);
+- cordon is `spec.unschedulable` (a merge patch, like `kubectl cordon`, outside our apply set);
+- eviction goes through the Eviction API (policy/v1): a PodDisruptionBudget's refusal (429) is
+  "not now", reported to the caller, never forced;
+- the pods a drain must move are those `kubectl drain` evicts: DaemonSet pods and mirror (static)
+  pods stay, finished pods are skipped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
+from django.conf import settings
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from pools.providers.base import PodInfo, ProviderError
+
+FIELD_MANAGER = "ebcloud.io/node-pools"
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+MANAGED_TAINTS_ANNOTATION = "ebcloud.io/managed-taints"  # (key, effect) of the taints we applied last
+CHECKPOINTABLE_ANNOTATION = "ebcloud.io/checkpointable"
+
+
+class NodeNotRegistered(ProviderError):
+    reason = "NodeNotRegistered"
+
+
+def api_client(kubeconfig: str = "") -> client.ApiClient:
+    """A client for the configured cluster: a kubeconfig file, else the in-cluster account."""
+    path = kubeconfig or settings.EBCLOUD_KUBECONFIG
+    if path:
+        return config.new_client_from_config(config_file=path)
+    try:
+        return config.new_client_from_config()
+    except config.ConfigException:
+        config.load_incluster_config()
+        return client.ApiClient()
+
+
+class KubernetesCluster:
+    """The pools' nodes and pods in a real cluster (see the module docstring for the rules)."""
+
+    def __init__(self, api: client.ApiClient | None = None):
+        self.core = client.CoreV1Api(api or api_client())
+
+    def register_node(self, *, name: str, now: datetime) -> None:
+        try:
+            node = self.core.read_node(name)
+        except ApiException as exc:
+            if exc.status == 404:
+                raise NodeNotRegistered(f"node {name} has not registered with the cluster yet") from exc
+            raise
+        ready = next((c.status for c in node.status.conditions or () if c.type == "Ready"), "Unknown")
+        if ready != "True":
+            raise NodeNotRegistered(f"node {name} registered but is not Ready (Ready={ready})")
+
+    def node_apply(self, *, name: str, labels: Mapping[str, str], taints: Sequence[Mapping[str, str]]) -> None:
+        """Labels and taints in one server-side apply under our field manager.
+
+        Labels are a map: our manager owns exactly the keys we apply, so another manager's labels
+        stay, and a key we stop applying is removed. `spec.taints` is an atomic list in the API
+        (one owner for the whole list), so the apply carries the taints others set too: ours are
+        those recorded in our annotation at the last apply, the rest are kept as they are. The
+        apply is conditional on the Node's resourceVersion: a concurrent change (409) is read
+        again and retried."""
+        wanted = [_taint(t) for t in taints]
+        for _ in range(5):
+            node = self.core.read_node(name)
+            annotations = node.metadata.annotations or {}
+            ours_before = {tuple(k) for k in json.loads(annotations.get(MANAGED_TAINTS_ANNOTATION, "[]"))}
+            keys = {(t["key"], t["effect"]) for t in wanted}
+            others = [
+                _taint({"key": t.key, "value": t.value or "", "effect": t.effect})
+                for t in node.spec.taints or ()
+                if (t.key, t.effect) not in ours_before and (t.key, t.effect) not in keys
+            ]
+            body = {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": name,
+                    "resourceVersion": node.metadata.resource_version,
+                    "labels": dict(labels),
+                    "annotations": {MANAGED_TAINTS_ANNOTATION: json.dumps(sorted(keys))},
+                },
+                "spec": {"taints": others + wanted},
+            }
+            try:
+                self.core.patch_node(name, body, field_manager=FIELD_MANAGER, force=True, _content_type="application/apply-patch+yaml")
+                return
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+        raise ProviderError(f"node {name} kept changing while its labels and taints were applied; the next pass retries")
+
+    def node_state(self, *, name: str) -> tuple[dict[str, str], list[dict[str, str]], bool]:
+        """The Node's labels, taints and `spec.unschedulable` as the cluster has them now."""
+        node = self.core.read_node(name)
+        taints = [{"key": t.key, "value": t.value or "", "effect": t.effect} for t in node.spec.taints or ()]
+        return dict(node.metadata.labels or {}), taints, bool(node.spec.unschedulable)
+
+    def cordon(self, *, name: str) -> None:
+        self.core.patch_node(name, {"spec": {"unschedulable": True}})
+
+    def evict_pod(self, *, namespace: str, name: str, reason: str) -> bool:
+        """True when the pod is evicted (or already gone); False when a disruption budget
+        refuses now (429), so the drain waits and asks again."""
+        eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=namespace))
+        try:
+            self.core.create_namespaced_pod_eviction(name, namespace, eviction)
+        except ApiException as exc:
+            if exc.status == 404:
+                return True
+            if exc.status == 429:
+                return False
+            raise
+        return True
+
+    def list_pods(self, *, node_name: str) -> list[PodInfo]:
+        pods = self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node_name}").items
+        return [
+            PodInfo(
+                namespace=pod.metadata.namespace,
+                name=pod.metadata.name,
+                priority=pod.spec.priority or 0,
+                phase=pod.status.phase or "Pending",
+                checkpointable=(pod.metadata.annotations or {}).get(CHECKPOINTABLE_ANNOTATION) == "true",
+            )
+            for pod in sorted(pods, key=lambda p: (p.metadata.namespace, p.metadata.name))
+            if _drain_moves(pod)
+        ]
+
+    def remove_node(self, *, name: str) -> None:
+        try:
+            self.core.delete_node(name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+def _taint(taint: Mapping[str, str]) -> dict[str, str]:
+    out = {"key": taint["key"], "effect": taint["effect"]}
+    if taint.get("value"):
+        out["value"] = taint["value"]
+    return out
+
+
+def _drain_moves(pod: client.V1Pod) -> bool:
+    """Whether `kubectl drain` would evict this pod: not finished, not a mirror pod, not a
+    DaemonSet's (its controller would put it back on the node at once)."""
+    if pod.status.phase in ("Succeeded", "Failed"):
+        return False
+    if MIRROR_ANNOTATION in (pod.metadata.annotations or {}):
+        return False
+    return not any(ref.kind == "DaemonSet" and ref.controller for ref in pod.metadata.owner_references or ())

@@ -1,0 +1,156 @@
+"""The Kubernetes ClusterBackend against a real kube-apiserver (+ kube-scheduler): nodes join
+through their (fake) kubelet, labels and taints by server-side apply, cordon, eviction with
+PodDisruptionBudgets, the pods a drain moves, node removal."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from pools.providers.fake_kubelet import FakeKubelet
+from pools.providers.kubernetes import KubernetesCluster, NodeNotRegistered
+
+NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+TRAIN_TAINT = {"key": "pool", "value": "train", "effect": "NoSchedule"}
+
+
+@pytest.fixture
+def cluster(kube) -> KubernetesCluster:
+    return KubernetesCluster(kube)
+
+
+@pytest.fixture
+def kubelet(kube) -> FakeKubelet:
+    return FakeKubelet(kube)
+
+
+@pytest.fixture
+def node(kubelet, unique, core):
+    name = f"gpu-{unique}"
+    kubelet.join(name=name, cpu_milli=96_000, memory_mib=1_048_576, gpus=8, now=NOW)
+    yield name
+    try:
+        core.delete_node(name)
+    except ApiException:
+        pass
+
+
+def pod(namespace: str, name: str, *, node: str | None = None, labels=None, annotations=None, owner=None, gpus: int = 1, **spec) -> client.V1Pod:
+    container = client.V1Container(name="main", image="registry.invalid/train:1", resources=client.V1ResourceRequirements(limits={"nvidia.com/gpu": str(gpus)}))
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(name=name, namespace=namespace, labels=labels, annotations=annotations, owner_references=owner),
+        spec=client.V1PodSpec(containers=[container], node_name=node, automount_service_account_token=False, **spec),
+    )
+
+
+def wait_for(predicate, *, timeout: float = 30, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_a_node_counts_as_registered_only_once_its_kubelet_has_joined(cluster, kubelet, unique, core):
+    name = f"late-{unique}"
+    with pytest.raises(NodeNotRegistered, match="has not registered"):
+        cluster.register_node(name=name, now=NOW)
+    kubelet.join(name=name, cpu_milli=64_000, memory_mib=524_288, gpus=4, now=NOW)
+    cluster.register_node(name=name, now=NOW)
+    assert core.read_node(name).status.allocatable["nvidia.com/gpu"] == "4"
+    cluster.remove_node(name=name)
+    cluster.remove_node(name=name)  # already gone: nothing to do
+    with pytest.raises(ApiException) as gone:
+        core.read_node(name)
+    assert gone.value.status == 404
+
+
+def test_labels_and_taints_are_ours_by_server_side_apply_and_what_others_set_survives(cluster, control_plane, node):
+    assert control_plane.kubectl("label", "node", node, "ops.example.com/rack=r12").returncode == 0
+    assert control_plane.kubectl("taint", "node", node, "maintenance=planned:PreferNoSchedule").returncode == 0
+    cluster.node_apply(name=node, labels={"pool": "train", "ebcloud.io/pool": "train-pool-a"}, taints=[TRAIN_TAINT])
+    labels, taints, _ = cluster.node_state(name=node)
+    assert labels["pool"] == "train" and labels["ebcloud.io/pool"] == "train-pool-a" and labels["ops.example.com/rack"] == "r12"
+    assert sorted((t["key"], t["effect"]) for t in taints) == [("maintenance", "PreferNoSchedule"), ("pool", "NoSchedule")]
+
+    # The pool's spec changed: the next apply states the whole wanted set (level-triggered).
+    cluster.node_apply(name=node, labels={"pool": "train-v2", "ebcloud.io/pool": "train-pool-a", "gpu-class": "a100"}, taints=[])
+    labels, taints, _ = cluster.node_state(name=node)
+    assert (labels["pool"], labels["gpu-class"], labels["ops.example.com/rack"]) == ("train-v2", "a100", "r12")
+    assert [(t["key"], t["value"], t["effect"]) for t in taints] == [("maintenance", "planned", "PreferNoSchedule")]
+
+    cluster.node_apply(name=node, labels={"ebcloud.io/pool": "train-pool-a"}, taints=[TRAIN_TAINT])
+    labels, taints, _ = cluster.node_state(name=node)
+    assert "pool" not in labels and "gpu-class" not in labels and labels["ops.example.com/rack"] == "r12"
+    assert len(taints) == 2
+
+
+def test_cordon_marks_the_node_unschedulable_and_keeps_our_labels(cluster, node):
+    cluster.node_apply(name=node, labels={"pool": "train"}, taints=[TRAIN_TAINT])
+    cluster.cordon(name=node)
+    labels, taints, unschedulable = cluster.node_state(name=node)
+    assert unschedulable and labels["pool"] == "train" and taints[0]["key"] == "pool"
+
+
+def test_eviction_goes_through_the_eviction_api_and_a_disruption_budget_makes_it_wait(cluster, kubelet, core, kube, node, namespace):
+    core.create_namespaced_pod(namespace, pod(namespace, "guarded", node=node, labels={"app": "trainer"}))
+    core.create_namespaced_pod(namespace, pod(namespace, "free", node=node, labels={"app": "notebook"}))
+    kubelet.sync_pods(node_name=node, now=NOW)  # both Running: a budget protects running pods
+    policy = client.PolicyV1Api(kube)
+    budget = client.V1PodDisruptionBudget(
+        metadata=client.V1ObjectMeta(name="trainer"),
+        spec=client.V1PodDisruptionBudgetSpec(min_available=1, selector=client.V1LabelSelector(match_labels={"app": "trainer"})),
+    )
+    created = policy.create_namespaced_pod_disruption_budget(namespace, budget)
+
+    assert cluster.evict_pod(namespace=namespace, name="guarded", reason="drain") is False  # 429: not now
+    assert cluster.evict_pod(namespace=namespace, name="free", reason="drain") is True
+    kubelet.sync_pods(node_name=node, now=NOW)  # the kubelet confirms the deletion
+    wait_for(lambda: [p.metadata.name for p in core.list_namespaced_pod(namespace).items] == ["guarded"], what="free to go")
+
+    # The disruption controller (absent here) would report that one disruption is allowed now.
+    policy.patch_namespaced_pod_disruption_budget_status("trainer", namespace, {"status": {
+        "observedGeneration": created.metadata.generation, "disruptionsAllowed": 1, "currentHealthy": 2,
+        "desiredHealthy": 1, "expectedPods": 2,
+    }})  # fmt: skip
+    assert cluster.evict_pod(namespace=namespace, name="guarded", reason="drain") is True
+    assert cluster.evict_pod(namespace=namespace, name="never-existed", reason="drain") is True  # gone is evicted
+
+
+def test_a_drain_moves_what_kubectl_drain_moves(cluster, kubelet, core, kube, node, namespace, unique):
+    high = f"high-{unique}"
+    client.SchedulingV1Api(kube).create_priority_class(client.V1PriorityClass(metadata=client.V1ObjectMeta(name=high), value=1000))
+    owner = [client.V1OwnerReference(api_version="apps/v1", kind="DaemonSet", name="dcgm-exporter", uid="0b6a8c4e-5b1e-4b8e-9d7a-2f4f3c1d9e01", controller=True)]
+    core.create_namespaced_pod(namespace, pod(namespace, "exporter", node=node, owner=owner, gpus=0))
+    core.create_namespaced_pod(namespace, pod(namespace, "static", node=node, annotations={"kubernetes.io/config.mirror": "x"}, gpus=0))
+    core.create_namespaced_pod(namespace, pod(namespace, "trainer", node=node, priority_class_name=high, annotations={"ebcloud.io/checkpointable": "true"}))
+    core.create_namespaced_pod(namespace, pod(namespace, "done", node=node, annotations={"ebcloud.io/duration": "1s"}))
+    kubelet.sync_pods(node_name=node, now=NOW)
+    kubelet.sync_pods(node_name=node, now=NOW.replace(minute=1))  # "done" ran its second: Succeeded
+    moved = cluster.list_pods(node_name=node)
+    assert [(p.name, p.priority, p.checkpointable) for p in moved] == [("trainer", 1000, True)]
+
+
+def test_kube_scheduler_binds_the_articles_pod_once_the_pool_label_reaches_the_existing_node(cluster, kubelet, core, node, namespace):
+    """The article's fix "add nodeLabels pool: train" reaches a node that already exists: the
+    apply relabels it and kube-scheduler binds the pod that waited for it."""
+    cluster.node_apply(name=node, labels={"ebcloud.io/pool": "train-pool-a"}, taints=[TRAIN_TAINT])
+    toleration = client.V1Toleration(key="pool", operator="Equal", value="train", effect="NoSchedule")
+    core.create_namespaced_pod(namespace, pod(namespace, "train", gpus=8, node_selector={"pool": "train"}, tolerations=[toleration]))
+
+    def unschedulable():
+        conditions = core.read_namespaced_pod("train", namespace).status.conditions or ()
+        return next((c for c in conditions if c.type == "PodScheduled" and c.status == "False"), None)
+
+    waiting = wait_for(unschedulable, what="the scheduler's verdict")
+    assert waiting.reason == "Unschedulable" and "didn't match Pod's node affinity/selector" in waiting.message
+
+    cluster.node_apply(name=node, labels={"ebcloud.io/pool": "train-pool-a", "pool": "train"}, taints=[TRAIN_TAINT])
+    bound = wait_for(lambda: core.read_namespaced_pod("train", namespace).spec.node_name, timeout=60, what="the bind")
+    assert bound == node
