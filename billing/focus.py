@@ -25,6 +25,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -254,8 +255,25 @@ def focus_rows(
 # --------------------------------------------------------------------------- CSV
 
 
+# OWASP "CSV Injection": a spreadsheet reads a cell that starts with one of these as a formula
+# (`=HYPERLINK(...)`, `@SUM(A1)`, `-2+3+cmd|' /C calc'!A0`), so such a text cell gets a leading
+# `'`, which Excel, LibreOffice and Google Sheets take as "this is text" (and do not show).
+# Line feed and NUL too (ASVS 1.2.10). Numbers are left alone: a plain decimal such as the
+# `-12.50` of a credit is what a number column holds, and it is no formula.
+FORMULA_TRIGGERS = ("=", "+", "-", "@", "\t", "\r", "\n", "\x00")
+_PLAIN_NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?\Z")
+
+
+def neutralise(text: str) -> str:
+    """A text cell made safe to open in a spreadsheet (OWASP CSV injection)."""
+    if text.startswith(FORMULA_TRIGGERS) and not _PLAIN_NUMBER.match(text):
+        return "'" + text
+    return text
+
+
 def format_value(value: object) -> str:
-    """FOCUS CSV cell: null → empty, Decimal in plain notation, DateTime as ISO 8601 UTC 'Z'."""
+    """CSV cell: null → empty, Decimal in plain notation, DateTime as ISO 8601 UTC 'Z', numbers
+    as they are, text neutralised (a leading `'` where a spreadsheet would see a formula)."""
     if value is None:
         return ""
     if isinstance(value, Decimal):
@@ -264,7 +282,9 @@ def format_value(value: object) -> str:
         if value.tzinfo is not None:
             value = value.astimezone(UTC).replace(tzinfo=None)
         return value.strftime("%Y-%m-%dT%H:%M:%SZ")
-    return str(value)
+    if isinstance(value, int | float):
+        return str(value)
+    return neutralise(str(value))
 
 
 def iter_csv_lines(
@@ -273,7 +293,9 @@ def iter_csv_lines(
     """Yield a CSV header then one line per row, each a complete string with ``\\r\\n``.
 
     Made for ``StreamingHttpResponse``: one small buffer is reused, so memory stays constant
-    however many rows flow through. Missing keys are written as empty cells.
+    however many rows flow through. Missing keys are written as empty cells. Every export (the
+    grouped CSV, the detail CSV, FOCUS) goes through here, so every text cell is neutralised
+    against formula injection (`format_value`).
     """
     buffer = io.StringIO()
     writer = csv.writer(buffer)
@@ -284,7 +306,7 @@ def iter_csv_lines(
         writer.writerow(values)
         return buffer.getvalue()
 
-    yield line(columns)
+    yield line(neutralise(str(c)) for c in columns)
     for row in rows:
         yield line(format_value(row.get(c)) for c in columns)
 

@@ -41,6 +41,19 @@ SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", not DEBUG)
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
+# Content-Security-Policy on every response, whatever DEBUG says (config/csp.py): scripts and
+# styles from this origin only (htmx, plotly, Swagger UI and our own code are static files), no
+# inline script, no inline style attribute, no eval, no plugins, no framing. The one exception,
+# for styles only: plotly.js (v4.1.1, the plotly package's plotly.min.js) adds two <style>
+# elements when it loads, allowed by the hash of their exact text: an empty one that it fills
+# through the CSSOM (its own chart styles) and MapLibre's stylesheet. Another plotly version
+# may change the second; the browser tests then fail with the hash to put here. Empty: no header.
+PLOTLY_STYLE_HASHES = ["'sha256-47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU='", "'sha256-ji27qzEtxXZW+7dun6UwjHXJ18e6WAin1VvNtkzIE/o='"]
+EBCLOUD_CONTENT_SECURITY_POLICY = env_str("EBCLOUD_CONTENT_SECURITY_POLICY", "; ".join([
+    "default-src 'self'", "script-src 'self'", " ".join(["style-src 'self'", *PLOTLY_STYLE_HASHES]), "img-src 'self' data: blob:",
+    "font-src 'self'", "connect-src 'self'", "object-src 'none'", "base-uri 'self'", "form-action 'self'", "frame-ancestors 'none'",
+]))
+CSRF_FAILURE_VIEW = "pools.api.errors.csrf_failure"  # the API's JSON shape under /api/, Django's page elsewhere
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -65,6 +78,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "config.csp.ContentSecurityPolicyMiddleware",
+    "pools.api.errors.ApiErrorsMiddleware",  # /api/: 413 for a body over the limit, errors in the API's shape
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -208,6 +223,7 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "pools.api.schema_hooks.declare_unsupported_media_type",
+        "pools.api.schema_hooks.declare_request_too_large",
     ],
 }
 
@@ -226,11 +242,19 @@ Q_CLUSTER = {
 # Product settings.
 EBCLOUD_MAX_NODES_PER_POOL = env_int("EBCLOUD_MAX_NODES_PER_POOL", 100, minimum=1)
 EBCLOUD_MAX_SPEC_BYTES = env_int("EBCLOUD_MAX_SPEC_BYTES", 64 * 1024, minimum=1024)
+# Arrays and objects (YAML: sequences and mappings) inside each other in any JSON or YAML body or
+# imported document: deeper is a 400, found in time linear in the size before a parser recurses
+# (pools/core/nesting.py). The deepest valid document (a Pod with node affinity) nests 10.
+EBCLOUD_MAX_DOCUMENT_DEPTH = env_int("EBCLOUD_MAX_DOCUMENT_DEPTH", 32, minimum=16, maximum=256)
+# Any request body (Django's limit for form data; the API answers 413 above it before reading).
 DATA_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
 
 # Providers and the lifecycle controller (issue 3; pools/providers, pools/controllers/lifecycle.py).
 EBCLOUD_CLOUD_PROVIDER = env_str("EBCLOUD_CLOUD_PROVIDER", "simulated")
-EBCLOUD_CLUSTER_BACKEND = env_str("EBCLOUD_CLUSTER_BACKEND", "simulated")
+EBCLOUD_CLUSTER_BACKEND = env_str("EBCLOUD_CLUSTER_BACKEND", "simulated")  # or "kubernetes"
+# The cluster of EBCLOUD_CLUSTER_BACKEND=kubernetes: a kubeconfig file (empty: $KUBECONFIG or
+# ~/.kube/config, else the in-cluster service account).
+EBCLOUD_KUBECONFIG = env_str("EBCLOUD_KUBECONFIG", "")
 # Simulated cloud: each provisioning step's duration; a node is Ready in about 4 minutes, or
 # 3 with a prewarmed image (D4). EBCLOUD_SIM_FAST=true (the demo) makes every step 2 seconds.
 SIM_STEP_SECONDS_REALISTIC = {"boot": 60, "image_pull": 45, "driver_install": 90, "kubelet_install": 30, "kubelet_join": 20}

@@ -46,11 +46,11 @@ def api(*, require_token: bool = True) -> Client:
 
 
 def emit(data: Any, fmt: str) -> None:
-    click.echo(output.render(data, fmt))
+    output.echo(output.render(data, fmt))
 
 
 def nothing_found(what: str = "resources") -> None:
-    click.echo(f"No {what} found.", err=True)
+    output.echo(f"No {what} found.", err=True)
 
 
 def show(data: Any, fmt: str | None, table: Any) -> None:
@@ -61,7 +61,7 @@ def show(data: Any, fmt: str | None, table: Any) -> None:
     elif isinstance(data, list) and not data:
         nothing_found()
     else:
-        click.echo(table(data if isinstance(data, list) else [data], wide=fmt == "wide"))
+        output.echo(table(data if isinstance(data, list) else [data], wide=fmt == "wide"))
 
 
 def read_body(file: IO[bytes]) -> bytes:

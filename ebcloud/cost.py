@@ -16,7 +16,7 @@ from datetime import date
 import click
 import httpx
 
-from ebcloud import config
+from ebcloud import config, output
 from ebcloud.client import API, Client, error_line
 from ebcloud.errors import CliError
 
@@ -80,7 +80,7 @@ def cost_export(
     with Client(config.load()) as client:
         rows = _stream(client, params, path)
     if path:
-        click.echo(f"wrote {rows} rows to {path}", err=True)
+        output.echo(f"wrote {rows} rows to {path}", err=True)
 
 
 def _stream(client: Client, params: dict, path: str | None) -> int:

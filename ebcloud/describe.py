@@ -5,7 +5,15 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from ebcloud.output import NONE, chronological, event_age, event_source, parse_time, table_lines
+from ebcloud.output import (
+    NONE,
+    chronological,
+    escape,
+    event_age,
+    event_source,
+    parse_time,
+    table_lines,
+)
 
 MAX_EVENTS = 20
 
@@ -136,11 +144,12 @@ def _aligned(fields: list[tuple[int, str, Any]]) -> list[str]:
 
 
 def _text(value: Any) -> str:
+    """One value on its line: every control character escaped (`\\x1b`), newlines too."""
     if value is None or value == "":
         return NONE
     if isinstance(value, bool):
         return _bool(value)
-    return str(value)
+    return escape(str(value))
 
 
 def _bool(value: Any) -> str:

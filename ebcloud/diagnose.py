@@ -66,6 +66,6 @@ def pool_diagnose(name: str, fmt: str | None, exit_code: bool) -> None:
     if fmt:
         emit(diagnosis, fmt)
     else:
-        click.echo(diagnosis_text(diagnosis))
+        output.echo(diagnosis_text(diagnosis))
     if exit_code and any(c.get("status") == "failing" for c in diagnosis.get("checks") or []):
         raise click.exceptions.Exit(EXIT_FAILING)

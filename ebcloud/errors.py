@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from ebcloud.output import escape
+
 
 class CliError(click.ClickException):
     """`error: <message>` on stderr, exit 1 (usage errors stay click's exit 2)."""
@@ -11,4 +13,5 @@ class CliError(click.ClickException):
     exit_code = 1
 
     def show(self, file=None) -> None:
-        click.echo(f"error: {self.format_message()}", file=file, err=True)
+        # One line, whatever the server's message holds: control characters escaped.
+        click.echo(f"error: {escape(self.format_message())}", file=file, err=True)

@@ -10,7 +10,7 @@ import os
 
 import click
 
-from ebcloud import config
+from ebcloud import config, output
 from ebcloud.client import Client
 
 
@@ -36,6 +36,6 @@ def login(server: str | None, username: str | None, password: str | None) -> Non
     with Client(config.Config(server=server), require_token=False) as client:
         token = client.obtain_token(username, password)
     path = config.save(config.Config(server=server, token=token, username=username))
-    click.echo(f"Logged in to {server} as {username} (token stored in {path}).")
+    output.echo(f"Logged in to {server} as {username} (token stored in {path}).")
     if os.environ.get(config.ENV_TOKEN):
-        click.echo(f"note: {config.ENV_TOKEN} is set and overrides the stored token.", err=True)
+        output.echo(f"note: {config.ENV_TOKEN} is set and overrides the stored token.", err=True)

@@ -61,7 +61,7 @@ def pool_create(file: IO[bytes], team: str) -> None:
     body = read_body(file)
     with api() as client:
         pool = client.pool_create(body, team=team)
-    click.echo(f"{_ref(pool)} created{_state(pool)}")
+    output.echo(f"{_ref(pool)} created{_state(pool)}")
 
 
 @node_pool.command("apply")
@@ -83,12 +83,12 @@ def pool_apply(file: IO[bytes], team: str) -> None:
         if current is None:
             # New, or a file without a usable name: the server says exactly what is wrong with it.
             pool = client.pool_create(body, team=team)
-            click.echo(f"{_ref(pool)} created{_state(pool)}")
+            output.echo(f"{_ref(pool)} created{_state(pool)}")
             return
         pool = client.pool_replace(name, body)
     before = (current.get("metadata") or {}).get("generation")
     verb = "unchanged" if before == (pool.get("metadata") or {}).get("generation") else "configured"
-    click.echo(f"{_ref(pool)} {verb}{_state(pool)}")
+    output.echo(f"{_ref(pool)} {verb}{_state(pool)}")
 
 
 def _document_name(body: bytes) -> str:
@@ -130,7 +130,7 @@ def pool_describe(name: str) -> None:
     with api() as client:
         pool = client.pool(name)
         events = client.pool_events(name)
-    click.echo(describe_pool(pool, events))
+    output.echo(describe_pool(pool, events))
 
 
 @node_pool.command("events")
@@ -145,7 +145,7 @@ def pool_events(name: str, watch: bool, interval: float) -> None:
         if not watch:
             events = client.pool_events(name)
             if events:
-                click.echo(output.event_table(events))
+                output.echo(output.event_table(events))
             else:
                 nothing_found("events")
             return
@@ -174,7 +174,7 @@ def _watch_events(client: Client, name: str, interval: float) -> None:
                 for line in output.table_lines(
                     output.EVENT_HEADERS, rows, with_header=header, widths=widths
                 ):
-                    click.echo(line)
+                    output.echo(line)
                 header = False
             time.sleep(interval)
     except KeyboardInterrupt:
@@ -194,7 +194,7 @@ def pool_scale(name: str, min_nodes: int | None, max_nodes: int | None) -> None:
     with api() as client:
         pool = client.pool_scale(name, min_nodes=min_nodes, max_nodes=max_nodes)
     count = (pool.get("spec") or {}).get("nodeCount") or {}
-    click.echo(
+    output.echo(
         f"{_ref(pool)} scaled (min {count.get('min')}, max {count.get('max')}){_state(pool)}"
     )
 
@@ -206,9 +206,9 @@ def pool_delete(name: str) -> None:
     with api() as client:
         pool = client.pool_delete(name)
     if pool is None:
-        click.echo(f"gpunodepool/{name} deleted")
+        output.echo(f"gpunodepool/{name} deleted")
     else:
-        click.echo(f"gpunodepool/{name} deleting{_state(pool)}")
+        output.echo(f"gpunodepool/{name} deleting{_state(pool)}")
 
 
 @node_pool.command("fragmentation")
@@ -239,7 +239,7 @@ def pool_fragmentation(
     if fmt:
         emit(report, fmt)
     else:
-        click.echo(output.fragmentation_text(report))
+        output.echo(output.fragmentation_text(report))
 
 
 # The self-check table: `ebcloud node-pool diagnose NAME`.

@@ -45,7 +45,7 @@ def order_approve(order_id: int) -> None:
     """Approve a Pending order (platform admins)."""
     with api() as client:
         decided = client.order_approve(order_id)
-    click.echo(f"order/{order_id} {str(decided.get('status', 'approved')).lower()}")
+    output.echo(f"order/{order_id} {str(decided.get('status', 'approved')).lower()}")
 
 
 @order.command("reject")
@@ -55,4 +55,4 @@ def order_reject(order_id: int, reason: str) -> None:
     """Reject a Pending order with a reason (platform admins)."""
     with api() as client:
         decided = client.order_reject(order_id, reason=reason)
-    click.echo(f"order/{order_id} {str(decided.get('status', 'rejected')).lower()}")
+    output.echo(f"order/{order_id} {str(decided.get('status', 'rejected')).lower()}")

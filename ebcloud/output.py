@@ -1,15 +1,48 @@
-"""What the CLI prints: kubectl-style column tables and ages, or the server's objects as YAML/JSON."""
+"""What the CLI prints: kubectl-style column tables and ages, or the server's objects as YAML/JSON.
+
+Nothing the server sends reaches the terminal raw: a control character (C0, DEL, C1) in any
+value would steer it (`\\x1b]0;...\\x07` retitles the window, `\\x1b[2J` clears it), so every
+printer goes through `escape`, which writes such a character as `\\x1b`. Tables and `describe`
+escape each value (newline and tab fold into a space there); `echo`, the only way the commands
+print, escapes what is left except newline and tab, which multi-line text keeps. YAML and JSON
+escape in their own syntax (`"\\e"`, `"\\u001b"`), so machine output stays parseable.
+"""
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import click
 import yaml
 
 NONE = "<none>"
+
+
+# --- control characters ----------------------------------------------------------------------
+
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1
+
+
+@functools.cache
+def _escapes(keep: str) -> dict[int, str]:
+    codes = [*range(0x20), *range(0x7F, 0xA0)]
+    return {code: f"\\x{code:02x}" for code in codes if chr(code) not in keep}
+
+
+def escape(text: str, *, keep: str = "") -> str:
+    """`text` with every control character but those in `keep` written as `\\x1b` (the one
+    escaping function of every printer)."""
+    return text.translate(_escapes(keep))
+
+
+def echo(text: Any = "", *, err: bool = False) -> None:
+    """Print a line of human output: control characters escaped, newline and tab kept."""
+    click.echo(escape(str(text), keep="\n\t"), err=err)
 
 
 # --- time ------------------------------------------------------------------------------------
@@ -67,13 +100,33 @@ def age(value: Any, now: datetime | None = None) -> str:
 # --- machine output --------------------------------------------------------------------------
 
 
+_JSON_RAW = re.compile("[\x7f-\x9f]")  # json.dumps escapes C0 itself, not DEL and C1
+
+
 def to_json(data: Any) -> str:
-    return json.dumps(data, indent=2, ensure_ascii=False)
+    text = json.dumps(data, indent=2, ensure_ascii=False)
+    return _JSON_RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", text)  # only inside strings
+
+
+class _Dumper(yaml.SafeDumper):
+    """PyYAML escapes control characters in double-quoted scalars only; it would write NEL
+    (\\x85) or U+2028 raw in a plain or single-quoted one. Such strings are double-quoted."""
+
+
+_YAML_QUOTE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = '"' if _YAML_QUOTE.search(value) else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _represent_str)
 
 
 def to_yaml(data: Any) -> str:
-    return yaml.safe_dump(
-        data, sort_keys=False, default_flow_style=False, allow_unicode=True
+    return yaml.dump(
+        data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True
     ).rstrip("\n")
 
 
@@ -113,11 +166,13 @@ def table_lines(
 
 
 def _cell(value: Any) -> str:
+    """One table cell: control characters escaped, then runs of whitespace (newline and tab
+    among them) folded into one space."""
     if value is None or value == "":
         return NONE
     if isinstance(value, bool):
         return "true" if value else "false"
-    return " ".join(str(value).split())
+    return " ".join(escape(str(value), keep="\n\t").split())
 
 
 # --- pools -----------------------------------------------------------------------------------
@@ -275,9 +330,10 @@ def pod_gpus(pod: dict) -> str:
     metadata, spec = pod.get("metadata") or {}, pod.get("spec") or {}
     count = 0
     for container in spec.get("containers") or []:
-        requests = ((container or {}).get("resources") or {}).get("requests") or {}
-        try:
-            count += int(requests.get("nvidia.com/gpu", 0))
+        resources = (container or {}).get("resources") or {}
+        requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
+        try:  # a limit alone sets the request (Kubernetes)
+            count += int(requests.get("nvidia.com/gpu", limits.get("nvidia.com/gpu", 0)))
         except (TypeError, ValueError):
             pass
     milli = (metadata.get("annotations") or {}).get("ebcloud.io/gpu-milli")

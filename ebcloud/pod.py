@@ -49,7 +49,7 @@ def pod_create(file: IO[bytes], team: str) -> None:
     with api() as client:
         created = client.pod_create(body, team=team)
     metadata, status = created.get("metadata") or {}, created.get("status") or {}
-    click.echo(
+    output.echo(
         f"pod/{metadata.get('namespace')}/{metadata.get('name')} created ({status.get('phase')})"
     )
 
@@ -81,7 +81,7 @@ def pod_why(ref: str) -> None:
     """Why a pod is Pending: the scheduler's message and what to change."""
     with api() as client:
         found = client.pod(ref)
-    click.echo(output.pod_why(found))
+    output.echo(output.pod_why(found))
 
 
 @pod.command("delete")
@@ -90,4 +90,4 @@ def pod_delete(ref: str) -> None:
     """Delete a pod (its GPUs are free at once)."""
     with api() as client:
         client.pod_delete(ref)
-    click.echo(f"pod/{ref} deleted")
+    output.echo(f"pod/{ref} deleted")

@@ -7,6 +7,14 @@ forgets those. When the control plane is away the agent keeps measuring and buff
 with exponential backoff and jitter, and replays in order when it is back: the node keeps
 working and nothing is lost or counted twice (the server deduplicates by sequence number).
 
+Network errors, 5xx and the 4xx answers that are about the agent rather than its batch (401,
+403, 404, 408, 409, 425, 429: a revoked credential, a wrong URL, throttling) are retried. Any
+other 4xx refuses the batch itself (a 400 naming `reports[2].gpus[3].DCGM_FI_DEV_FB_USED`): sent
+again it would be refused again and hold up every later report, so the reports it names (all
+of the batch when it names none) move to the dead-letter file beside the buffer with the
+server's reason, are counted (`deadLettered` in `--once`'s output, a warning in the log, and the
+server's `ReportRejected` Warning event on the node), and the next batch goes out.
+
     python -m monitoring.agent --server http://cp:8000 --join-token abc123.0123456789abcdef \\
         --node train-pool-a-m-0 --buffer-dir /var/lib/ebcloud-agent
     python -m monitoring.agent --server http://cp:8000 --credential-file /var/lib/ebcloud-agent/credential.json
@@ -21,6 +29,7 @@ import json
 import logging
 import os
 import random
+import re
 import signal
 import sys
 import threading
@@ -30,7 +39,7 @@ from pathlib import Path
 
 import httpx
 
-from monitoring.agent_buffer import DiskBuffer
+from monitoring.agent_buffer import DiskBuffer, dead_letter_count, dead_letter_path
 from monitoring.agent_sources import ControlPlaneFaults, GpuSource, SimulatedSource, source_open
 
 logger = logging.getLogger("ebcloud.agent")
@@ -38,7 +47,24 @@ API = "/api/agent/v1"
 
 
 class AgentError(Exception):
-    """The control plane could not be reached or refused the request; retry later."""
+    """The control plane could not be reached, failed, or refused who is asking; retry later."""
+
+
+class BatchRefused(AgentError):
+    """The control plane refused the request itself (a 4xx about its content): sending it again
+    unchanged cannot succeed. `errors` are the server's `{"field", "message"}` items."""
+
+    def __init__(self, message: str, *, status: int, errors: list[dict]):
+        super().__init__(message)
+        self.status, self.errors = status, errors
+
+
+# 4xx answers about the agent or the moment, not about what it sent: retried like a 5xx.
+RETRIED_4XX = frozenset({401, 403, 404, 408, 409, 425, 429})
+_REPORT_FIELD = re.compile(r"reports\[(\d+)\]")
+_ACK_FIELD = re.compile(r"acks\[(\d+)\]")
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # the server refuses these in text
+ACK_MESSAGE_MAX = 500  # the server's limit
 
 
 def backoff_delay(failures: int, *, base: float, cap: float, rng: random.Random) -> float:
@@ -64,6 +90,7 @@ class Agent:
         self.credential: str | None = None
         self.failures = 0
         self.produced = 0
+        self.dead_lettered = 0
         self._load_credential()
 
     # --- identity -----------------------------------------------------------------------
@@ -88,13 +115,24 @@ class Agent:
             response = self.http.post(self.server + API + path, json=body, headers=headers)
         except httpx.HTTPError as exc:
             raise AgentError(f"{path}: {exc.__class__.__name__}: {exc}") from exc
-        if response.status_code >= 400:
+        status = response.status_code
+        if status >= 400:
             try:
-                message = "; ".join(e["message"] for e in response.json()["errors"])
+                errors = [e for e in response.json()["errors"] if isinstance(e, dict)]
+                message = "; ".join(f"{e['field']}: {e['message']}" if e.get("field") else str(e.get("message")) for e in errors)
             except (ValueError, KeyError, TypeError):
-                message = response.text[:200]
-            raise AgentError(f"{path}: HTTP {response.status_code}: {message}")
-        return response.json()
+                errors, message = [], response.text[:200]
+            text = f"{path}: HTTP {status}: {message}"
+            if status < 500 and status not in RETRIED_4XX:
+                raise BatchRefused(text, status=status, errors=errors)
+            raise AgentError(text)
+        try:
+            body = response.json()
+        except ValueError as exc:
+            raise AgentError(f"{path}: HTTP {status}: the answer is not JSON") from exc
+        if not isinstance(body, dict):
+            raise AgentError(f"{path}: HTTP {status}: the answer is not a JSON object")
+        return body
 
     def join(self) -> None:
         if self.credential:
@@ -130,14 +168,48 @@ class Agent:
             if not reports:
                 return acked
             acks = self.buffer.acks()
-            body = self._post("/reports/", {"reports": reports, "oldestSeq": reports[0]["seq"], "acks": acks})
-            acked = body["ackedSeq"]
+            try:
+                body = self._post("/reports/", {"reports": reports, "oldestSeq": reports[0]["seq"], "acks": acks})
+            except BatchRefused as refused:
+                self._dead_letter(reports, acks, refused)
+                continue  # the rest of the buffer flows
+            acked = body.get("ackedSeq")
+            if type(acked) is not int:
+                raise AgentError(f"/reports/: the answer has no ackedSeq: {str(body)[:200]}")
             self.buffer.drop_through(acked)
             self.buffer.acks_sent([a["id"] for a in acks])
             for command in body.get("commands", []):
                 self._run_command(command)
-            if acked < reports[-1]["seq"]:  # the server holds a gap; it will ask again
+            if acked < reports[0]["seq"]:  # none of it acknowledged: the server holds a gap; it will ask again
                 return acked
+
+    def _dead_letter(self, reports: list[dict], acks: list[dict], refused: BatchRefused) -> None:
+        """Move what the server refused out of the way: the reports its errors name (every
+        report of the batch when they name none, or something else), and the messages of
+        acknowledgements it named (the acknowledgement itself stays: the command ran)."""
+        named: dict[int, list[str]] = {}
+        bad_acks: list[int] = []
+        whole = not refused.errors
+        for error in refused.errors:
+            field = str(error.get("field") or "")
+            line = f"{field}: {error.get('message')}" if field else str(error.get("message"))
+            if (match := _REPORT_FIELD.match(field)) and int(match.group(1)) < len(reports):
+                named.setdefault(int(match.group(1)), []).append(line)
+            elif (match := _ACK_FIELD.match(field)) and int(match.group(1)) < len(acks) and acks[int(match.group(1))]["message"]:
+                bad_acks.append(acks[int(match.group(1))]["id"])
+            else:
+                whole = True
+        if bad_acks:
+            self.buffer.acks_clear_messages(bad_acks)
+        if whole or not (named or bad_acks):
+            refused_reports, reasons = reports, {r["seq"]: str(refused) for r in reports}
+        else:
+            refused_reports = [reports[i] for i in sorted(named)]
+            reasons = {reports[i]["seq"]: "; ".join(lines) for i, lines in named.items()}
+        moved = self.buffer.dead_letter(refused_reports, status=refused.status, reasons=reasons)
+        self.dead_lettered += moved
+        logger.warning("%s; %d report(s) moved to the dead-letter file %s (%d there in all)",
+                       refused, moved, self.buffer.dead_letter_path, self.buffer.dead_letter_count())
 
     def _run_command(self, command: dict) -> None:
         if self.buffer.acked_command(command["id"]):
@@ -147,6 +219,8 @@ class Agent:
         except Exception as exc:  # noqa: BLE001 - report any failure back to the control plane
             ok, message = False, f"{exc.__class__.__name__}: {exc}"
         logger.info("command %s %s on GPU %s: %s", command["id"], command["action"], command.get("gpu"), message)
+        # What the control plane accepts: no control characters but newline and tab, 500 at most.
+        message = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(message))[:ACK_MESSAGE_MAX]
         self.buffer.ack_add(command["id"], ok, message)
 
     def run(self, stop: threading.Event, *, max_reports: int | None = None, exit_when_drained: bool = False) -> None:
@@ -207,7 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpus", type=int, default=8, help="simulated GPUs")
     parser.add_argument("--fault", action="append", default=[], metavar="XID@N[:GPU]", help="simulated Xid at sample N")
     parser.add_argument("--count", type=int, help="make this many reports, deliver them, then exit")
-    parser.add_argument("--once", action="store_true", help="print one sample as JSON and exit")
+    parser.add_argument("--once", action="store_true",
+                        help="print one sample and the count of dead-lettered reports as JSON and exit")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
@@ -217,7 +292,10 @@ def main(argv: list[str] | None = None) -> int:
         source.faults = _faults(args.fault)
     if args.once:
         driver, cuda = source.versions()
-        print(json.dumps({"source": source.name, "driverVersion": driver, "cudaVersion": cuda, "gpus": source.sample()}, indent=2))
+        buffer_path = Path(args.buffer_dir) / "reports.sqlite3"
+        print(json.dumps({"source": source.name, "driverVersion": driver, "cudaVersion": cuda, "gpus": source.sample(),
+                          "deadLettered": dead_letter_count(buffer_path), "deadLetterFile": str(dead_letter_path(buffer_path))},
+                         indent=2))
         return 0
     if not args.credential_file and not args.join_token:
         parser.error("give --join-token T --node NAME, or --credential-file F")

@@ -4,16 +4,38 @@ Reports are numbered here, in the same transaction that stores them, so a sequen
 never used twice even if the agent is killed between two steps. The buffer is capped: when full,
 the oldest reports are dropped (and the server is told where the buffer now starts, `oldestSeq`,
 so it does not wait for them). Standard library only: the agent runs on the GPU node.
+
+Reports the control plane refuses as bad input (HTTP 4xx naming them) go to the dead-letter
+file beside the buffer (`reports.dead-letter.jsonl` next to `reports.sqlite3`), one JSON line
+per report with the server's status and reason, and leave the buffer, so later reports flow.
+An operator reads them there (`jq`), fixes the agent or the sensor, and may delete the file.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import sqlite3
+from datetime import UTC, datetime
 from pathlib import Path
 
 logger = logging.getLogger("ebcloud.agent")
+
+
+def dead_letter_path(buffer_path: str | Path) -> Path:
+    """The dead-letter file of a buffer: beside it, `<name>.dead-letter.jsonl`."""
+    path = Path(buffer_path)
+    return path.with_name(f"{path.stem}.dead-letter.jsonl")
+
+
+def dead_letter_count(buffer_path: str | Path) -> int:
+    """How many reports the buffer's dead-letter file holds (0 without one)."""
+    try:
+        with open(dead_letter_path(buffer_path), "rb") as lines:
+            return sum(1 for line in lines if line.strip())
+    except FileNotFoundError:
+        return 0
 
 
 class DiskBuffer:
@@ -72,9 +94,40 @@ class DiskBuffer:
         """The server acknowledged every report up to `seq`: forget them."""
         self.db.execute("DELETE FROM reports WHERE seq <= ?", (seq,))
 
+    @property
+    def dead_letter_path(self) -> Path:
+        return dead_letter_path(self.path)
+
+    def dead_letter(self, reports: list[dict], *, status: int, reasons: dict[int, str]) -> int:
+        """Move refused reports out of the buffer into the dead-letter file, each with the
+        server's status and its reason (`reasons` by seq). Written and synced before they
+        leave the buffer, so a crash in between keeps them (at worst twice). Returns how many."""
+        if not reports:
+            return 0
+        at = datetime.now(UTC).isoformat()
+        lines = "".join(
+            json.dumps({"refusedAt": at, "status": status, "reason": reasons.get(r["seq"], ""), "report": r},
+                       separators=(",", ":")) + "\n"
+            for r in reports
+        )
+        with open(self.dead_letter_path, "a", encoding="utf-8") as out:
+            out.write(lines)
+            out.flush()
+            os.fsync(out.fileno())
+        self.db.executemany("DELETE FROM reports WHERE seq=?", [(r["seq"],) for r in reports])
+        return len(reports)
+
+    def dead_letter_count(self) -> int:
+        return dead_letter_count(self.path)
+
     # Commands the agent ran and has not yet reported back.
     def ack_add(self, command_id: int, ok: bool, message: str) -> None:
         self.db.execute("INSERT OR IGNORE INTO acks VALUES (?, ?, ?)", (command_id, int(ok), message))
+
+    def acks_clear_messages(self, ids: list[int]) -> None:
+        """The server refused these acknowledgements' messages: send them without one (the
+        command ran; forgetting the acknowledgement would run it again)."""
+        self.db.executemany("UPDATE acks SET message='' WHERE id=?", [(i,) for i in ids])
 
     def acks(self) -> list[dict]:
         return [{"id": i, "ok": bool(ok), "message": m} for i, ok, m in self.db.execute("SELECT id, ok, message FROM acks ORDER BY id")]

@@ -4,20 +4,29 @@ of batches a second, and this costs microseconds.
 
 Vocabulary: per-GPU metrics use DCGM field names (`DCGM_FI_DEV_FB_USED`, MiB); any numeric
 `DCGM_FI_*` field is kept, so the agent can report more than the server reads.
+
+Every number is checked against physics and against the column it may end up in (issue "no 500
+on hostile input"): finite, non-negative, at most 2**63 - 1 (a BIGINT), and for the fields the
+server reads, within the plausible range of `METRIC_RANGES` (memory used and free at most the
+total). docs/operator.md lists the ranges; a value outside them is a 400 naming its path
+(`reports[2].gpus[3].DCGM_FI_DEV_FB_USED`), and nothing of the batch is stored.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from operator import le
 from typing import Any
 
-from pools.core.errors import FieldError, ValidationError
+from pools.core.errors import FieldError, ValidationError, control_characters
 
 FB_USED = "DCGM_FI_DEV_FB_USED"
 FB_TOTAL = "DCGM_FI_DEV_FB_TOTAL"
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
 GPU_TEMP = "DCGM_FI_DEV_GPU_TEMP"
+FB_FREE = "DCGM_FI_DEV_FB_FREE"
 ECC_DBE = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
 GPU_TEXT_FIELDS = ("uuid", "name")
 MAX_GPUS = 64
@@ -58,6 +67,35 @@ class Batch:
 
 BIGINT_MAX, INT_MAX, SMALLINT_MAX = 2**63 - 1, 2**31 - 1, 2**15 - 1  # the columns the values go to
 
+# Plausible ranges of the metrics the server reads (stores, sums, shows, exports): (lowest,
+# highest, integer only, unit). Generous beyond today's hardware (the largest GPU has 288 GB of
+# HBM and draws 1.4 kW; NVML reports temperatures in whole °C and shuts a GPU down near
+# 100 °C), tight enough that a broken sensor or a hostile agent cannot show 10^30 MiB or 1e308 %.
+# Any other DCGM_FI_* number: finite, 0 to BIGINT_MAX. docs/operator.md lists these.
+MAX_GPU_MEMORY_MIB = 4 * 2**20  # 4 TiB per GPU; 64 of them still sum far below a BIGINT
+METRIC_RANGES: dict[str, tuple[float, float, bool, str]] = {
+    FB_USED: (0, MAX_GPU_MEMORY_MIB, True, "MiB"),
+    FB_FREE: (0, MAX_GPU_MEMORY_MIB, True, "MiB"),
+    FB_TOTAL: (0, MAX_GPU_MEMORY_MIB, True, "MiB"),
+    "DCGM_FI_DEV_FB_RESERVED": (0, MAX_GPU_MEMORY_MIB, True, "MiB"),
+    GPU_UTIL: (0, 100, False, "%"),
+    "DCGM_FI_DEV_MEM_COPY_UTIL": (0, 100, False, "%"),
+    "DCGM_FI_DEV_ENC_UTIL": (0, 100, False, "%"),
+    "DCGM_FI_DEV_DEC_UTIL": (0, 100, False, "%"),
+    GPU_TEMP: (0, 150, False, "°C"),
+    "DCGM_FI_DEV_MEMORY_TEMP": (0, 150, False, "°C"),
+    "DCGM_FI_DEV_POWER_USAGE": (0, 5000, False, "W"),
+    "DCGM_FI_DEV_POWER_MGMT_LIMIT": (0, 5000, False, "W"),
+    "DCGM_FI_DEV_SM_CLOCK": (0, 10_000, False, "MHz"),
+    "DCGM_FI_DEV_MEM_CLOCK": (0, 20_000, False, "MHz"),
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": (0, BIGINT_MAX, True, "errors"),
+    ECC_DBE: (0, BIGINT_MAX, True, "errors"),
+    "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL": (0, BIGINT_MAX, True, "errors"),
+    "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL": (0, BIGINT_MAX, True, "errors"),
+    "DCGM_FI_DEV_XID_ERRORS": (0, INT_MAX, True, ""),
+}
+_GENERIC_RANGE = (0, BIGINT_MAX, False, "")
+
 
 def _int(value: Any, path: str, errors: list[FieldError], *, minimum: int = 0, maximum: int = BIGINT_MAX) -> int | None:
     """An integer within the column's range: beyond it is bad input (400), not a database error."""
@@ -69,7 +107,7 @@ def _int(value: Any, path: str, errors: list[FieldError], *, minimum: int = 0, m
 
 def _time(value: Any, path: str, errors: list[FieldError]) -> datetime | None:
     try:
-        if isinstance(value, int | float) and not isinstance(value, bool):
+        if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
             return datetime.fromtimestamp(value, UTC)
         if isinstance(value, str):
             parsed = datetime.fromisoformat(value)
@@ -86,41 +124,89 @@ def _text(value: Any, path: str, errors: list[FieldError], limit: int) -> str:
     if not isinstance(value, str) or len(value) > limit:
         errors.append(FieldError(path, f"must be a string of at most {limit} characters"))
         return ""
+    if problem := control_characters(value, allowed="\n\t"):
+        errors.append(FieldError(path, problem))
+        return ""
     return value
 
 
-_NUMBER_TYPES = frozenset({int, float})  # not bool: type(True) is bool
-_MAX_KNOWN_KEYS = 4096
-_known_keys = {"index"}  # "index" and the DCGM field names seen valid; bounded (any DCGM_FI_* is allowed)
+def _metric_problem(key: str, value: int | float) -> str:
+    """What is wrong with a DCGM metric's value ("" when nothing)."""
+    low, high, integer, unit = METRIC_RANGES.get(key, _GENERIC_RANGE)
+    if type(value) is float and not math.isfinite(value):
+        return "must be a finite number"
+    if integer and type(value) is not int:
+        return f"must be an integer from {low} to {high}{' ' + unit if unit else ''}"
+    if not low <= value <= high:
+        return f"must be from {low} to {high}{' ' + unit if unit else ''}"
+    return ""
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """What the shortcut still checks for GPUs with one set of fields and value types (the
+    types are part of the cache key: numbers, integers where needed): each value's upper bound
+    in the dict's order (every lower bound is 0), and memory used and free at most the total."""
+
+    highs: tuple[float, ...]
+    memory_fits: Any  # (gpu) -> bool
+
+
+def _shape(keys: tuple[str, ...]) -> _Shape:
+    highs = tuple(MAX_GPUS - 1 if k == "index" else METRIC_RANGES.get(k, _GENERIC_RANGE)[1] for k in keys)
+    parts = [k for k in (FB_USED, FB_FREE) if k in keys] if FB_TOTAL in keys else []
+    if len(parts) == 2:
+        return _Shape(highs, lambda g: g[FB_USED] <= g[FB_TOTAL] and g[FB_FREE] <= g[FB_TOTAL])
+    if parts:
+        part = parts[0]
+        return _Shape(highs, lambda g: g[part] <= g[FB_TOTAL])
+    return _Shape(highs, lambda g: True)
+
+
+_MAX_SHAPES = 1024
+_shapes: dict[tuple, _Shape] = {}  # (field names..., value types...) of GPUs seen valid; bounded
 
 
 def _gpu(raw: Any, report_path: str, position: int, errors: list[FieldError]) -> dict[str, Any]:
-    # The hot loop: every GPU of every report. A GPU whose fields are all known and all
-    # numbers (every one from a sane agent) is checked with two set operations instead of
-    # a Python loop over its fields; anything else takes the field-by-field path below.
-    if type(raw) is dict and type(index := raw.get("index")) is int and index >= 0 \
-            and _known_keys.issuperset(raw) and _NUMBER_TYPES.issuperset(map(type, raw.values())):
-        return dict(raw)
+    # The hot loop: every GPU of every report. A GPU whose field names and value types were
+    # seen valid before (every GPU of a sane agent after its first report) is checked by a few
+    # C-level passes over its values (the minimum, each against its bound, which NaN and
+    # infinity fail) and the memory comparison, instead of a Python loop over its fields;
+    # anything else takes the field-by-field path below, which names what is wrong.
+    if type(raw) is dict:
+        values = raw.values()
+        shape = _shapes.get(signature := (*raw, *map(type, values)))
+        if shape is not None and min(values) >= 0 and all(map(le, values, shape.highs)) and shape.memory_fits(raw):
+            return dict(raw)
     path = f"{report_path}.gpus[{position}]"
     if not isinstance(raw, dict):
         errors.append(FieldError(path, "must be an object"))
         return {}
+    before = len(errors)
     index = raw.get("index")
-    if type(index) is not int or index < 0:  # bool is not int here
-        errors.append(FieldError(f"{path}.index", "must be an integer >= 0"))
+    if type(index) is not int or not 0 <= index < MAX_GPUS:  # bool is not int here
+        errors.append(FieldError(f"{path}.index", f"must be an integer from 0 to {MAX_GPUS - 1}"))
     gpu: dict[str, Any] = {"index": index}
+    numeric = True
     for key, value in raw.items():
         if key.startswith("DCGM_FI_"):
-            if type(value) is int or type(value) is float:
-                gpu[key] = value
-                if len(_known_keys) < _MAX_KNOWN_KEYS:
-                    _known_keys.add(key)
-            else:
+            if type(value) is not int and type(value) is not float:
                 errors.append(FieldError(f"{path}.{key}", "must be a number"))
+            elif problem := _metric_problem(key, value):
+                errors.append(FieldError(f"{path}.{key}", problem))
+            else:
+                gpu[key] = value
         elif key in GPU_TEXT_FIELDS:
             gpu[key] = _text(value, f"{path}.{key}", errors, 100)
+            numeric = False
         elif key != "index":
             errors.append(FieldError(f"{path}.{key}", "unknown field; GPU metrics use DCGM field names (DCGM_FI_*)"))
+    total = gpu.get(FB_TOTAL)
+    for key in (FB_USED, FB_FREE):  # memory in use (or free) cannot exceed the GPU's memory
+        if total is not None and gpu.get(key, 0) > total:
+            errors.append(FieldError(f"{path}.{key}", f"must not exceed {FB_TOTAL} ({total} MiB)"))
+    if numeric and len(errors) == before and len(_shapes) < _MAX_SHAPES and type(raw) is dict:
+        _shapes[signature] = _shape(tuple(raw))  # numbers only: text fields take the long path
     return gpu
 
 

@@ -7,6 +7,7 @@ Kubernetes' NodeRestriction): a body naming another node is refused and logged.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -29,7 +30,7 @@ from monitoring.models import (
 from monitoring.report_parse import Batch, Report, gpu_summary
 from pools import roles
 from pools.core import repair
-from pools.core.errors import ConflictError, ValidationError
+from pools.core.errors import ConflictError, FieldError, ValidationError
 from pools.models import Node
 from pools.selectors.queue import pool_queue_length
 from pools.services.audit import audit_record
@@ -270,6 +271,24 @@ def reports_ingest(*, credential: AgentCredential, batch: Batch, now: datetime |
         commands_ack(node=node, acks=batch.acks, now=now)
     commands = commands_deliver(node=node, now=now) if state.commands_pending or batch.acks else []
     return IngestResult(max(acked, state.acked_seq), len(new), len(batch.reports) - len(new) - len(rejected), rejected, commands)
+
+
+_REPORT_PREFIX = re.compile(r"^reports\[\d+\]\.?")
+REFUSED_SHOWN = 3  # errors named in the event's message
+
+
+def report_batch_refused(*, credential: AgentCredential, errors: list[FieldError], now: datetime | None = None) -> None:
+    """Record that a batch from this (authenticated) agent was refused as bad input: a Warning
+    event `ReportRejected` on its node. The message names the bad fields without the report's
+    position in its batch (`gpus[3].DCGM_FI_DEV_FB_USED: ...`), so the same fault in every
+    batch aggregates into one event whose count grows, as Kubernetes' event recorder does.
+    The agent keeps the refused reports in its dead-letter file."""
+    node = credential.node
+    problems = list(dict.fromkeys(str(FieldError(_REPORT_PREFIX.sub("", e.field), e.message)) for e in errors))
+    shown = "; ".join(problems[:REFUSED_SHOWN]) + (f"; and {len(problems) - REFUSED_SHOWN} more" if len(problems) > REFUSED_SHOWN else "")
+    message = f"Report batch from the agent of {node.name} refused: {shown}"[:1000]
+    logger.warning(message)
+    event_record(pool=node.pool, node=node, type=WARNING, reason="ReportRejected", message=message, now=now)
 
 
 # --- commands ---------------------------------------------------------------------------------

@@ -149,12 +149,21 @@ DOCUMENT_FIELDS = {
 def pod_document(name: str = "bad-pod", *, namespace: str = "algorithm", gpus=1, cpu="4", memory="32Gi", **extra) -> dict:
     """A small valid Pod document (seed O3) to spoil one field at a time."""
     metadata = {"name": name, "namespace": namespace, **extra.pop("metadata", {})}
-    spec = {"priority": 0, "containers": [{"name": "main", "resources": {"requests": {"cpu": cpu, "memory": memory, "nvidia.com/gpu": gpus}}}]}
+    resources = {"requests": {"cpu": cpu, "memory": memory, "nvidia.com/gpu": gpus}, "limits": {"nvidia.com/gpu": gpus}}
+    spec = {"priority": 0, "containers": [{"name": "main", "resources": resources}]}
     spec.update(extra)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
 REQUESTS = "spec.containers[0].resources.requests"
+LIMITS = "spec.containers[0].resources.limits"
+
+
+def _pod_requests(requests: dict, limits: dict | None = None) -> dict:
+    """A pod whose one container asks for exactly these requests and limits (Kubernetes rules)."""
+    document = pod_document()
+    document["spec"]["containers"][0]["resources"] = {"requests": requests, **({"limits": limits} if limits is not None else {})}
+    return document
 # case -> (document, the field path it is refused for)
 POD_CASES = {
     "unicode-name": (pod_document("pöd-ä"), "metadata.name"),
@@ -172,6 +181,15 @@ POD_CASES = {
     "bad-gpu-milli": (pod_document(metadata={"annotations": {"ebcloud.io/gpu-milli": "-5"}}), "metadata.annotations"),
     "bad-duration": (pod_document(metadata={"annotations": {"ebcloud.io/duration": "forever"}}), "metadata.annotations"),
     "containers-not-a-list": (pod_document(containers={"name": "main"}), "spec.containers"),
+    "escape-annotation": (pod_document(metadata={"annotations": {"note": "\x1b]0;PWNED\x07"}}), "metadata.annotations.note"),
+    "c1-annotation": (pod_document(metadata={"annotations": {"note": "a\x9bb"}}), "metadata.annotations.note"),
+    "escape-image": (pod_document(containers=[{"name": "main", "image": "\x1b[2J"}]), "spec.containers[0].image"),
+    "gpu-request-without-limit": (_pod_requests({"nvidia.com/gpu": 1}), f"{LIMITS}.nvidia.com/gpu"),
+    "gpu-request-not-its-limit": (_pod_requests({"nvidia.com/gpu": 4}, {"nvidia.com/gpu": 8}), f"{REQUESTS}.nvidia.com/gpu"),
+    "cpu-request-above-limit": (_pod_requests({"cpu": "8"}, {"cpu": "4"}), f"{REQUESTS}.cpu"),
+    "negative-gpu-limit": (_pod_requests({}, {"nvidia.com/gpu": -1}), f"{LIMITS}.nvidia.com/gpu"),
+    "huge-gpu-limit": (_pod_requests({}, {"nvidia.com/gpu": 10**30}), f"{LIMITS}.nvidia.com/gpu"),
+    "float-gpu-limit": (_pod_requests({}, {"nvidia.com/gpu": 0.5}), f"{LIMITS}.nvidia.com/gpu"),
     "null-spec": ({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}, "spec": None}, "spec"),
 }
 POD_CORPUS = {case: document for case, (document, _) in POD_CASES.items()}
@@ -240,7 +258,10 @@ SCALES = {
 # --- names in URLs, reasons, ids, numbers in forms, filters -------------------------------------
 
 HOSTILE_NAMES = {"script": SCRIPT, "sql": SQL, "unicode": "pöol-ä", "overlong": OVERLONG, "dots": "..", "percent": "%00"}
-REASONS = {"overlong": "x" * 501, "blank": "   ", "nul": "late\x00", "list": ["a"], "object": {"a": 1}}
+# Control characters a terminal obeys: an OSC that retitles the window, a C1 CSI, a bell, a clear.
+TERMINAL_ESCAPES = {"osc-title": "\x1b]0;PWNED\x07", "c1-csi": "no\x9b31mcapacity", "bell": "ring\x07", "clear": "\x1b[2Jgone", "del": "a\x7fb"}
+REASONS = {"overlong": "x" * 501, "blank": "   ", "nul": "late\x00", "list": ["a"], "object": {"a": 1},
+           **{f"escape-{case}": text for case, text in TERMINAL_ESCAPES.items()}}
 BAD_IDS = {"string": "abc", "negative": "-1", "float": "1.5", "beyond-int64": BEYOND_INT64, "script": SCRIPT}
 MAX_NODES = {"negative": "-1", "zero": "0", "huge": "1000000000000", "beyond-int64": BEYOND_INT64, "float": "1.5", "string": "lots", "script": SCRIPT, "empty": ""}
 # The node page's admin actions: case -> (form data, the field the flashed error names).
@@ -253,6 +274,8 @@ NODE_ACTIONS = {
     "script-approval": ({"action": "reject", "approval": SCRIPT}, "approval"),
     "overlong-note": ({"action": "reject", "approval": "{approval}", "note": "n" * 301}, "note"),
     "nul-note": ({"action": "reject", "approval": "{approval}", "note": "tonight\x00"}, "note"),
+    "escape-note": ({"action": "reject", "approval": "{approval}", "note": "\x1b]0;PWNED\x07"}, "note"),
+    "c1-note": ({"action": "reject", "approval": "{approval}", "note": "a\x9bb"}, "note"),
     "negative-gpu": ({"action": "inject-fault", "gpu": "-1", "xid": "79"}, "gpu"),
     "gpu-out-of-range": ({"action": "inject-fault", "gpu": "8", "xid": "79"}, "gpu"),
     "beyond-int64-gpu": ({"action": "inject-fault", "gpu": BEYOND_INT64, "xid": "79"}, "gpu"),
@@ -278,4 +301,44 @@ COST_PARAMS = {
     "nul-team": ({"team": "a\x00b"}, "team"),
     "nul-pool": ({"pool": "a\x00b"}, "pool"),
     "bad-format": ({"format": SCRIPT}, "format"),
+}
+
+# --- nesting and numbers a parser chokes on (every JSON and YAML entry point) -----------------
+# `[` 10,000 deep was a RecursionError (500) on every endpoint that parses a body, the auth token
+# and agent join included; YAML nested under the 64 KiB cap cost 2 s of CPU; a 5,000-digit int or
+# February 30th in YAML was a ValueError (500). Now a 400 naming the path down to where
+# EBCLOUD_MAX_DOCUMENT_DEPTH (32) was crossed (tests/test_bad_input_depth.py).
+
+DEEP = 10_000
+DEPTH_MESSAGE = "nested deeper than 32 levels"
+# case -> (JSON body, the start of the field path it is refused for); each is under 64 KiB
+NESTED_JSON = {
+    "lists": ("[" * DEEP + "]" * DEEP, "[0][0][0]"),
+    "lists-unclosed": ("[" * DEEP, "[0][0][0]"),
+    "objects": ('{"a":' * DEEP + "1" + "}" * DEEP, "a.a.a"),
+    "mixed": ('[{"a":' * (DEEP // 2) + "1" + "}]" * (DEEP // 2), "[0].a[0].a"),
+    "after-a-string-of-brackets": ('["' + "[" * 100 + '\\"", ' + "[" * DEEP + "]" * DEEP + "]", "[1][0][0]"),
+    "in-a-spec": (
+        '{"apiVersion": "ebcloud.io/v1", "kind": "GpuNodePool", "metadata": {"name": "deep"}, "spec": {"nodeLabels": '
+        + '{"a": ' * (DEEP // 2) + "1" + "}" * (DEEP // 2) + "}}",
+        "spec.nodeLabels.a.a",
+    ),
+}
+# case -> (YAML body, the start of the field path it is refused for); each is under 64 KiB
+NESTED_YAML = {
+    "flow-lists": ("[" * DEEP + "]" * DEEP, "[0][0][0]"),
+    "flow-maps": ("{a: " * DEEP + "1" + "}" * DEEP, "a.a.a"),
+    "compact-block-lists": ("- " * DEEP + "x\n", "[0][0][0]"),
+    "block-maps": ("".join(" " * i + "a:\n" for i in range(40)) + " " * 40 + "b\n", "a.a.a"),
+    "in-a-spec": (
+        "apiVersion: ebcloud.io/v1\nkind: GpuNodePool\nmetadata: {name: deep}\nspec:\n  nodeLabels:\n    team: "
+        + "[{b: " * (DEEP // 2) + "1" + "}]" * (DEEP // 2) + "\n",
+        "spec.nodeLabels.team[0].b[0]",
+    ),
+}
+# YAML scalars whose constructor raised a ValueError: case -> (document, what the answer says)
+BAD_YAML_SCALARS = {
+    "int-past-4300-digits": ("apiVersion: ebcloud.io/v1\nkind: GpuNodePool\nx: " + "9" * 5000 + "\n", "is not a valid int"),
+    "hex-too-long-to-print": ("apiVersion: ebcloud.io/v1\nkind: GpuNodePool\nx: 0x" + "f" * 5000 + "\n", "too large a number"),
+    "february-30": ("apiVersion: ebcloud.io/v1\nkind: GpuNodePool\nx: 2026-02-30\n", "is not a valid timestamp"),
 }

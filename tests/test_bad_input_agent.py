@@ -1,8 +1,10 @@
 """The bad-input corpus on the endpoints that take credentials rather than a session (issue #9
 item 5): the node-agent API (join tokens, join, credential rotation, reports) and sign-in (the
 login form, the admin login, the CLI's token endpoint). Each refusal is a 4xx naming the field,
-issues no credential and writes nothing (`tests.corpus.db_state`); a refused login re-renders
-its form, as Django's does. The agent API's generated-input fuzzing is
+issues no credential and writes nothing (`tests.corpus.db_state`) but, for a refused report
+batch, the node's `ReportRejected` Warning event; a refused login re-renders its form, as
+Django's does. Reports are also checked against physics and the columns (PHYSICS below; the
+ranges are in docs/operator.md). The agent API's generated-input fuzzing is
 tests/monitoring/test_agent_api_fuzz.py; report semantics are tests/monitoring/test_reports.py.
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 import pytest
 from rest_framework.test import APIClient
 
+from pools.models import PoolEvent
 from tests.corpus import (
     OVERLONG,
     SCRIPT,
@@ -131,7 +134,38 @@ def _report(**changes) -> dict:
     return {**report(1), **changes}
 
 
+def _gpu(**changes) -> dict:
+    """One GPU of a report with some fields changed (report(1)'s GPU 0: 40000 of 81920 MiB)."""
+    return {**report(1)["gpus"][0], **changes}
+
+
+FB_USED, UTIL = "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_UTIL"
+# Telemetry against physics and the columns (issue "no 500 on hostile input" item 2): each was a
+# 500 (IntegrityError, OverflowError on SQLite) or was stored and shown on /metrics and the node page.
+PHYSICS = {
+    "negative-memory": ([_gpu(**{FB_USED: -5000})], f"gpus[0].{FB_USED}"),
+    "float-1e308-memory": ([_gpu(**{FB_USED: 1e308})], f"gpus[0].{FB_USED}"),
+    "beyond-int64-memory": ([_gpu(**{FB_USED: 10**30})], f"gpus[0].{FB_USED}"),
+    "used-above-total": ([_gpu(**{FB_USED: 81921})], f"gpus[0].{FB_USED}"),
+    "free-above-total": ([_gpu(DCGM_FI_DEV_FB_FREE=10**6)], "gpus[0].DCGM_FI_DEV_FB_FREE"),
+    "util-1e308": ([_gpu(**{UTIL: 1e308})], f"gpus[0].{UTIL}"),
+    "util-above-100": ([_gpu(**{UTIL: 101})], f"gpus[0].{UTIL}"),
+    "negative-util": ([_gpu(**{UTIL: -0.5})], f"gpus[0].{UTIL}"),
+    "hot-temperature": ([_gpu(DCGM_FI_DEV_GPU_TEMP=1000)], "gpus[0].DCGM_FI_DEV_GPU_TEMP"),
+    "negative-temperature": ([_gpu(DCGM_FI_DEV_GPU_TEMP=-273)], "gpus[0].DCGM_FI_DEV_GPU_TEMP"),
+    "huge-power": ([_gpu(DCGM_FI_DEV_POWER_USAGE=1e6)], "gpus[0].DCGM_FI_DEV_POWER_USAGE"),
+    "float-ecc": ([_gpu(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL=0.5)], "gpus[0].DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"),
+    "beyond-int64-any-metric": ([_gpu(DCGM_FI_DEV_NEW_FIELD=2**63)], "gpus[0].DCGM_FI_DEV_NEW_FIELD"),
+    "negative-any-metric": ([_gpu(DCGM_FI_DEV_NEW_FIELD=-1)], "gpus[0].DCGM_FI_DEV_NEW_FIELD"),
+    "gpu-index-beyond-the-node": ([_gpu(index=64)], "gpus[0].index"),
+    "fourth-gpu": ([_gpu(index=i) for i in range(3)] + [_gpu(index=3, **{FB_USED: -5000})], f"gpus[3].{FB_USED}"),
+}
 REPORT_BODIES = {
+    **{case: ({"reports": [report(1), _report(seq=2, gpus=gpus)]}, f"reports[1].{field}") for case, (gpus, field) in PHYSICS.items()},
+    "escape-in-gpu-name": ({"reports": [_report(gpus=[_gpu(name="\x1b]0;PWNED\x07")])]}, "reports[0].gpus[0].name"),
+    "c1-in-driver": ({"reports": [_report(driverVersion="535\x9b31m")]}, "reports[0].driverVersion"),
+    "escape-in-ack": ({"reports": [_report()], "acks": [{"id": 1, "ok": True, "message": "\x1b[2J"}]}, "acks[0].message"),
+    "negative-time": ({"reports": [_report(at=-1)]}, "reports[0].at"),
     "string-seq": ({"reports": [_report(seq="1")]}, "reports[0].seq"),
     "negative-seq": ({"reports": [_report(seq=-1)]}, "reports[0].seq"),
     "bad-time": ({"reports": [_report(at="yesterday")]}, "reports[0].at"),
@@ -146,14 +180,39 @@ REPORT_BODIES = {
 }
 
 
+def only_a_rejection_was_recorded(before: dict, node) -> None:
+    """Nothing stored but the node's `ReportRejected` Warning event (the server records each
+    refusal of an authenticated agent's batch)."""
+    after = db_state()
+    old_events = {row[0] for row in before.pop("pools.PoolEvent")}
+    new_events = [e for e in PoolEvent.objects.filter(node=node) if e.pk not in old_events]
+    after.pop("pools.PoolEvent")
+    assert after == before
+    assert [(e.type, e.reason) for e in new_events] == [("Warning", "ReportRejected")]
+
+
 @pytest.mark.parametrize("case", sorted(REPORT_BODIES))
-def test_reports_of_the_wrong_types_are_a_400_naming_the_field(agent, case):
+def test_bad_reports_are_a_400_naming_the_field_and_store_nothing(agent, node, case):
     body, field = REPORT_BODIES[case]
     before = db_state()
     response = agent.post(AGENT + "reports/", body, format="json")
     assert response.status_code == 400, response.content[:300]
-    assert any(f.startswith(field) for f in api_fields(response))
-    assert db_state() == before
+    assert any(f.startswith(field) for f in api_fields(response)), response.json()
+    only_a_rejection_was_recorded(before, node)
+
+
+@pytest.mark.parametrize("number", ["1e309", "-1e309", "1E400"])
+def test_a_number_json_turns_into_infinity_is_a_400_in_any_field(agent, node, number):
+    before = db_state()
+    for field in ('"DCGM_FI_DEV_FB_USED"', '"DCGM_FI_DEV_GPU_UTIL"', '"DCGM_FI_DEV_NEW_FIELD"'):
+        body = f'{{"reports": [{{"seq": 1, "at": 0, "gpus": [{{"index": 0, {field}: {number}}}]}}]}}'
+        response = agent.generic("POST", AGENT + "reports/", body, content_type="application/json")
+        assert response.status_code == 400 and api_fields(response) == [f"reports[0].gpus[0].{field.strip(chr(34))}"]
+    for body in (f'{{"reports": [{{"seq": 1, "at": {number}}}]}}', f'{{"reports": [{{"seq": {number}, "at": 0}}]}}'):
+        assert agent.generic("POST", AGENT + "reports/", body, content_type="application/json").status_code == 400
+    after = db_state()
+    after.pop("pools.PoolEvent"), before.pop("pools.PoolEvent")
+    assert after == before
 
 
 BEYOND_INT64 = [

@@ -17,8 +17,14 @@ socket with the live server, as tests/ebcloud/test_cli.py does.
 
 from __future__ import annotations
 
+import csv
+import io
+import json
+import re
+
 import httpx
 import pytest
+import yaml
 from django.core import signals
 from django.core.handlers.wsgi import WSGIHandler
 from django.db import close_old_connections
@@ -26,8 +32,14 @@ from rest_framework.authtoken.models import Token
 
 from ebcloud import client as ebcloud_client
 from ebcloud import config as ebcloud_config
+from ebcloud.output import CONTROL, escape
 from pools.core.documents import dump_yaml
+from pools.models import GpuNodePool, PoolEvent, PoolOrder
 from pools.services import pools as services
+from tests.billing.billing_helpers import meter
+from tests.billing.billing_helpers import node as billing_node
+from tests.billing.billing_helpers import pod as billing_pod
+from tests.billing.billing_helpers import pool as billing_pool
 from tests.conftest import make_document
 from tests.corpus import (
     DOCUMENT_CORPUS,
@@ -116,6 +128,7 @@ SERVER_REFUSALS = {
     "pod-delete-sql-name": (["pod", "delete", f"algorithm/{SQL}"], "not found"),
     "reject-overlong-reason": (["order", "reject", "{order}", "--reason", "x" * 501], "reason:"),
     "reject-nul-reason": (["order", "reject", "{order}", "--reason", "late\x00"], "reason:"),
+    "reject-c1-reason": (["order", "reject", "{order}", "--reason", "no\x9b31mcapacity"], "reason:"),
     "approve-beyond-int64": (["order", "approve", "9" * 30], "not found"),
     "cost-script-label": (["cost", "export", "--by-labels", SCRIPT], "by:"),
     "cost-sql-label": (["cost", "export", "--by-labels", "team'; DROP TABLE billing_costrecord; --"], "by:"),
@@ -191,3 +204,91 @@ def test_a_refused_login_stores_no_token(ebcloud, served, config_file, username)
     result = ebcloud("login", "--server", "http://testserver", "--username", username, "--password", "x")
     refused(result, "")
     assert not config_file.exists()
+
+
+# --- what the server sends is printed, never obeyed: control characters escaped ------------------
+
+PWNED = "\x1b]0;PWNED\x07"  # an OSC that retitles the terminal window, ended by a bell
+SHOWN = "\\x1b]0;PWNED\\x07"  # what the CLI prints instead, character for character
+
+
+def no_raw_controls(text: str) -> None:
+    """Nothing but newline and tab (and the line ends) of C0, DEL and C1 in the output."""
+    raw = CONTROL.findall(text.replace("\n", "").replace("\t", ""))
+    assert raw == [], raw
+
+
+@pytest.fixture
+def legacy_rejection(actors, pool):
+    """An order an admin rejected, before free text refused control characters, with a reason
+    that retitles the terminal: the order row, its Warning event and the pool's pending reason
+    hold it (the API refuses it now: REASONS in tests/corpus.py)."""
+    order = pool.orders.get()
+    services.order_reject(user=actors["admin"], order=order, reason="placeholder")
+    PoolOrder.objects.filter(pk=order.pk).update(reason=PWNED + " and \x9b31m C1 too")
+    PoolEvent.objects.filter(pool=pool, reason="OrderRejected").update(message=f"Order #{order.pk} rejected by admin: {PWNED}")
+    GpuNodePool.objects.filter(pk=pool.pk).update(pending_reason=f"OrderRejected: {PWNED}")
+    return order
+
+
+def test_order_list_wide_shows_an_admins_escape_sequence_literally(ebcloud, served, legacy_rejection):
+    served("admin")
+    result = ebcloud("order", "list", "-o", "wide")
+    assert result.exit_code == 0, result.stderr
+    no_raw_controls(result.stdout)
+    assert SHOWN + " and \\x9b31m C1 too" in result.stdout
+
+
+def test_node_pool_events_and_describe_show_the_escape_sequence_literally(ebcloud, served, legacy_rejection):
+    served("lead")
+    for args in (["node-pool", "events", "train-pool-a"], ["node-pool", "describe", "train-pool-a"],
+                 ["node-pool", "get", "train-pool-a", "-o", "wide"]):
+        result = ebcloud(*args)
+        assert result.exit_code == 0, (args, result.stderr)
+        no_raw_controls(result.stdout)
+        assert SHOWN in result.stdout, (args, result.stdout)
+
+
+def test_yaml_and_json_escape_control_characters_in_their_own_syntax(ebcloud, served, legacy_rejection):
+    served("admin")
+    as_yaml = ebcloud("order", "list", "-o", "yaml").stdout
+    as_json = ebcloud("order", "list", "-o", "json").stdout
+    for text in (as_yaml, as_json):
+        no_raw_controls(text)
+    reason = PWNED + " and \x9b31m C1 too"
+    assert yaml.safe_load(as_yaml)[0]["reason"] == reason and json.loads(as_json)[0]["reason"] == reason
+
+
+def test_a_reject_reason_with_control_characters_is_refused_and_the_error_line_stays_one_line(ebcloud, served, pool):
+    served("admin")
+    before = db_state()
+    line = refused(ebcloud("order", "reject", str(pool.orders.get().pk), "--reason", PWNED), "reason:")
+    assert "control characters" in line and "\\x1b" in line
+    assert db_state() == before
+
+
+@pytest.mark.parametrize("text", [PWNED, "a\x9bb", "\x1b[2J", "a\x85b", "a\x7fb", "bell\x07", "a\x00b"])
+def test_the_one_escaping_function_leaves_no_control_character(text):
+    for shown in (escape(text), " ".join(escape(text, keep="\n\t").split())):
+        no_raw_controls(shown)
+    assert escape("line\n\ttab", keep="\n\t") == "line\n\ttab" and escape("line\n") == "line\\x0a"
+
+
+def test_cost_export_writes_formula_labels_neutralised(ebcloud, served, actors, teams, tmp_path):
+    """Pods in the read model whose labels are formulas, metered, exported by the CLI."""
+    a = billing_pool(actors["lead"])
+    n = billing_node(a, "n-0")
+    for i, text in enumerate(['=HYPERLINK("http://x","y")', "+1", "@SUM(A1)", "-cmd"]):
+        billing_pod(teams["algorithm"], n, f"p-{i}", labels={"project": text})
+    meter()
+    served("finance")
+    out = tmp_path / "costs.csv"
+    args = ["cost", "export", "--by-labels", "team,project", "--from", "2026-12-01", "--to", "2026-12-31"]
+    assert ebcloud(*args, "-o", str(out)).exit_code == 0
+    focus = ebcloud(*args, "--format", "focus")
+    assert focus.exit_code == 0
+    for text in (out.read_text(), focus.stdout):
+        cells = [cell for row in csv.reader(io.StringIO(text)) for cell in row]
+        assert not [c for c in cells if c[:1] in ("=", "+", "-", "@", "\t", "\r") and not re.fullmatch(r"-?\d+(\.\d+)?", c)]
+    projects = {row["project"] for row in csv.DictReader(io.StringIO(out.read_text()))}
+    assert {"'=HYPERLINK(\"http://x\",\"y\")", "'+1", "'@SUM(A1)", "'-cmd"} <= projects

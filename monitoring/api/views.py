@@ -9,8 +9,8 @@ from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import permissions, serializers, status
+from rest_framework.exceptions import ParseError
 from rest_framework.negotiation import BaseContentNegotiation
-from rest_framework.parsers import JSONParser
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.utils import json as drf_json
@@ -20,9 +20,11 @@ from monitoring import services
 from monitoring.api.authentication import AgentCredentialAuthentication, IsAgent, bearer_credential
 from monitoring.report_parse import batch_parse
 from pools.api.errors import error_response, exception_handler
+from pools.api.parsers import BodyJSONParser
 from pools.api.serializers import ErrorSerializer
-from pools.core.errors import ConflictError
+from pools.core.errors import ConflictError, FieldError
 from pools.core.errors import ValidationError as DomainValidationError
+from pools.core.nesting import json_too_deep
 from pools.models import Node
 
 ERROR = OpenApiResponse(ErrorSerializer, description='`{"errors": [{"field", "message"}]}`')
@@ -55,7 +57,7 @@ class JsonOnly(BaseContentNegotiation):
 class _AgentView(APIView):
     authentication_classes = [AgentCredentialAuthentication]
     permission_classes = [IsAgent]
-    parser_classes = [JSONParser]
+    parser_classes = [BodyJSONParser]  # bounded size (413) and nesting (400)
     renderer_classes = [JSONRenderer]
     content_negotiation_class = JsonOnly
     throttle_classes: list = []
@@ -85,7 +87,7 @@ class JoinView(APIView):
 
     authentication_classes: list = []
     permission_classes = [permissions.AllowAny]
-    parser_classes = [JSONParser]
+    parser_classes = [BodyJSONParser]  # bounded size (413) and nesting (400)
     renderer_classes = [JSONRenderer]
 
     @extend_schema(request=JoinSerializer, responses={201: inline_serializer("AgentJoined", {
@@ -113,7 +115,11 @@ _COMPACT = {"separators": (",", ":")}  # as DRF's JSONRenderer
 
 
 def _reports_acked(credential, data) -> dict:
-    batch = batch_parse(data, max_batch=settings.EBCLOUD_AGENT_MAX_BATCH)
+    try:
+        batch = batch_parse(data, max_batch=settings.EBCLOUD_AGENT_MAX_BATCH)
+    except DomainValidationError as exc:  # a Warning event on the node, then the 400
+        services.report_batch_refused(credential=credential, errors=exc.errors)
+        raise
     result = services.reports_ingest(credential=credential, batch=batch)
     return {"ackedSeq": result.acked_seq, "stored": result.stored, "duplicates": result.duplicates,
             "rejected": result.rejected, "commands": result.commands}
@@ -143,7 +149,12 @@ class ReportsView(_AgentView):
         "duplicates": serializers.IntegerField(), "rejected": serializers.ListField(child=serializers.IntegerField()),
         "commands": serializers.ListField(child=serializers.DictField())}), 400: ERROR, 401: ERROR, 403: ERROR, 409: ERROR, 415: ERROR})
     def post(self, request):
-        return Response(_reports_acked(request.auth, request.data))
+        try:
+            data = request.data
+        except ParseError as exc:  # not JSON (or NaN, Infinity): refused like a bad report
+            services.report_batch_refused(credential=request.auth, errors=[FieldError("", str(exc.detail))])
+            raise
+        return Response(_reports_acked(request.auth, data))
 
     def dispatch(self, request, *args, **kwargs):
         credential = data = None
@@ -152,7 +163,9 @@ class ReportsView(_AgentView):
                 and _content_length(request) <= settings.DATA_UPLOAD_MAX_MEMORY_SIZE):
             credential = bearer_credential(request)  # None: DRF says what is wrong (401)
         if credential is not None:
-            try:  # as DRF's JSONParser: UTF-8, no NaN or Infinity
+            try:  # as DRF's JSONParser: UTF-8, no NaN or Infinity; too deep: BodyJSONParser's 400
+                if json_too_deep(request.body, settings.EBCLOUD_MAX_DOCUMENT_DEPTH):
+                    raise ValueError("nested too deep")
                 data = drf_json.loads(request.body.decode("utf-8"))
             except ValueError:  # DRF answers its 400
                 credential = None

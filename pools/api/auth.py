@@ -11,12 +11,16 @@ from rest_framework import serializers
 from rest_framework.authtoken.models import Token
 from rest_framework.authtoken.serializers import AuthTokenSerializer
 from rest_framework.authtoken.views import ObtainAuthToken
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 
+from pools.api.parsers import JSONParser
 from pools.api.serializers import ErrorSerializer
 
 
 class TokenView(ObtainAuthToken):
+    parser_classes = (FormParser, MultiPartParser, JSONParser)  # ObtainAuthToken's, with the bounded JSON parser
+
     @extend_schema(
         request=AuthTokenSerializer,
         responses={

@@ -1,21 +1,32 @@
 """One error shape for the whole API: `{"errors": [{"field": "spec.nodeCount.min", "message": ...}]}`.
 
 Domain errors map to their HTTP status here and nowhere else: ValidationError 400, PermissionDenied
-403, missing (or another team's) object 404, ConflictError 409.
+403, missing (or another team's) object 404, ConflictError 409, a body over the request limit 413.
+Every error answer under /api/ has that shape, in JSON whatever the client's Accept header says,
+including those Django gives before or around DRF: its 400/403/404/500 handlers and its CSRF
+failure view below, and `ApiErrorsMiddleware` for anything else (a library's HTML page, Django's
+DEBUG pages).
 """
 
 from __future__ import annotations
 
+import json
+from http import HTTPStatus
 from typing import Any
 
-from django.core.exceptions import PermissionDenied
+from django.conf import settings
+from django.core.exceptions import PermissionDenied, RequestDataTooBig, SuspiciousOperation
 from django.http import Http404, JsonResponse
-from django.views.defaults import page_not_found
+from django.views import csrf, defaults
 from rest_framework import exceptions, status
+from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from pools.api.parsers import too_large_message
 from pools.core.errors import ConflictError, ValidationError
+
+API_PREFIX = "/api/"
 
 
 def _flatten(detail: Any, prefix: str = "") -> list[dict[str, str]]:
@@ -40,7 +51,27 @@ def error_response(status_code: int, message: str, field: str = "") -> Response:
     return Response({"errors": [{"field": field, "message": message}]}, status=status_code)
 
 
+def _as_json(context) -> None:
+    """Errors are JSON whatever the Accept header asked for (the browsable API, Swagger UI's
+    HTML renderer)."""
+    request = context.get("request")
+    if request is not None:
+        request.accepted_renderer, request.accepted_media_type = JSONRenderer(), JSONRenderer.media_type
+
+
 def exception_handler(exc, context):
+    response = _domain_response(exc)
+    if response is None:
+        response = drf_exception_handler(exc, context)
+        if response is None:
+            return None
+        if isinstance(exc, exceptions.APIException):
+            response.data = {"errors": _flatten(exc.detail)}
+    _as_json(context)
+    return response
+
+
+def _domain_response(exc) -> Response | None:
     if isinstance(exc, ValidationError):
         return Response(
             {"errors": [{"field": e.field, "message": e.message} for e in exc.errors]},
@@ -52,16 +83,98 @@ def exception_handler(exc, context):
         return error_response(status.HTTP_404_NOT_FOUND, str(exc) or "not found")
     if isinstance(exc, PermissionDenied):
         return error_response(status.HTTP_403_FORBIDDEN, str(exc) or "permission denied")
-    response = drf_exception_handler(exc, context)
-    if response is None:
-        return None
-    if isinstance(exc, exceptions.APIException):
-        response.data = {"errors": _flatten(exc.detail)}
-    return response
+    if isinstance(exc, RequestDataTooBig):  # Django's limit, met while parsing form data
+        return error_response(status.HTTP_413_REQUEST_ENTITY_TOO_LARGE, too_large_message())
+    if isinstance(exc, SuspiciousOperation):  # too many form fields or files, a broken multipart body
+        return error_response(status.HTTP_400_BAD_REQUEST, "malformed request")
+    return None
+
+
+# --- Django's handlers and middleware: the same shape under /api/, Django's pages elsewhere -----
+
+
+def is_api(request) -> bool:
+    return request.path.startswith(API_PREFIX)
+
+
+def api_error(status_code: int, message: str, field: str = "") -> JsonResponse:
+    return JsonResponse({"errors": [{"field": field, "message": message}]}, status=status_code)
+
+
+def bad_request(request, exception=None):
+    if not is_api(request):
+        return defaults.bad_request(request, exception)
+    if isinstance(exception, RequestDataTooBig):
+        return api_error(413, too_large_message())
+    return api_error(400, "malformed request")
+
+
+def permission_denied(request, exception=None):
+    if not is_api(request):
+        return defaults.permission_denied(request, exception)
+    return api_error(403, str(exception or "") or "permission denied")
 
 
 def not_found(request, exception=None):
     """Django's 404 handler: JSON in the API's shape under /api/, the HTML page elsewhere."""
-    if request.path.startswith("/api/"):
-        return JsonResponse({"errors": [{"field": "", "message": f"no such endpoint: {request.path}"}]}, status=404)
-    return page_not_found(request, exception)
+    if is_api(request):
+        return api_error(404, f"no such endpoint: {request.path}")
+    return defaults.page_not_found(request, exception)
+
+
+def server_error(request):
+    if not is_api(request):
+        return defaults.server_error(request)
+    return api_error(500, "internal server error")
+
+
+def csrf_failure(request, reason=""):
+    """CSRF_FAILURE_VIEW (DRF's session authentication answers its own CSRF 403 in this shape)."""
+    if not is_api(request):
+        return csrf.csrf_failure(request, reason)
+    return api_error(403, f"CSRF verification failed: {reason}" if reason else "CSRF verification failed")
+
+
+class ApiErrorsMiddleware:
+    """Under /api/: a body declared larger than `DATA_UPLOAD_MAX_MEMORY_SIZE` is answered 413
+    before anything reads it (authenticated or not, whatever the endpoint and content type), and
+    an error answer that is not in the API's shape (a page from Django's DEBUG views, a
+    library's, django-axes' lockout) is given that shape, keeping its status and headers."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        if not is_api(request):
+            return self.get_response(request)
+        if _declared_length(request) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
+            return api_error(413, too_large_message())
+        response = self.get_response(request)
+        if response.status_code >= 400 and not response.streaming and not _in_shape(response):
+            response.content = json.dumps({"errors": [{"field": "", "message": _phrase(response.status_code)}]}).encode()
+            response["Content-Type"] = "application/json"
+        return response
+
+
+def _phrase(status_code: int) -> str:
+    try:
+        return HTTPStatus(status_code).phrase.lower()
+    except ValueError:
+        return "error"
+
+
+def _declared_length(request) -> int:
+    try:
+        return int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        return 0  # Django reads no body without a valid length
+
+
+def _in_shape(response) -> bool:
+    if not response.get("Content-Type", "").startswith("application/json"):
+        return False
+    try:
+        errors = json.loads(response.content).get("errors")
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(errors, list) and bool(errors)

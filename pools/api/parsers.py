@@ -1,17 +1,75 @@
-"""`application/yaml` request bodies, so `curl --data-binary @pool.yaml` works like JSON; JSON
-bodies under the same size limit (`EBCLOUD_MAX_SPEC_BYTES`), so neither is a way around it."""
+"""Request bodies, bounded before they are expensive: every JSON and YAML body of the API (the
+auth token and the agent endpoints included) comes through here.
+
+- A body is read up to its limit and no further: `EBCLOUD_MAX_SPEC_BYTES` for documents (400,
+  as a YAML document always was), `DATA_UPLOAD_MAX_MEMORY_SIZE` for the agent API (413).
+- Nesting deeper than `EBCLOUD_MAX_DOCUMENT_DEPTH` is refused (400, the field is the path down
+  to where it was crossed) by a scan linear in the size before `json.loads` recurses
+  (pools/core/nesting.py); YAML is bounded while it is read (pools/core/yaml_loading.py).
+- `application/yaml` bodies, so `curl --data-binary @pool.yaml` works like JSON.
+"""
 
 from __future__ import annotations
 
-import io
-
 from django.conf import settings
-from rest_framework.exceptions import ParseError
-from rest_framework.parsers import BaseParser
+from rest_framework.exceptions import APIException, ParseError
+from rest_framework.parsers import BaseParser, get_encoding
 from rest_framework.parsers import JSONParser as DRFJSONParser
+from rest_framework.utils import json
 
 from pools.core.documents import load_yaml
-from pools.core.errors import ValidationError
+from pools.core.nesting import json_check_depth
+
+
+class RequestTooLarge(APIException):
+    status_code = 413
+    default_detail = "the request body is too large"
+    default_code = "request_too_large"
+
+
+def too_large_message() -> str:
+    return f"the request body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes"
+
+
+def _read(stream, limit: int) -> bytes:
+    return stream.read(limit + 1) if stream is not None else b""
+
+
+class BodyJSONParser(DRFJSONParser):
+    """DRF's JSON parser for bodies up to `DATA_UPLOAD_MAX_MEMORY_SIZE` (413 beyond), with the
+    nesting checked before parsing."""
+
+    def max_bytes(self) -> int:
+        return settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+
+    def too_large(self, limit: int) -> APIException:
+        return RequestTooLarge(too_large_message())
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        limit = self.max_bytes()
+        data = _read(stream, limit)
+        if len(data) > limit:
+            raise self.too_large(limit)
+        try:
+            text = data.decode(get_encoding(parser_context or {}))
+        except UnicodeDecodeError as exc:
+            raise ParseError(f"JSON parse error - {exc}") from exc
+        json_check_depth(text, max_depth=settings.EBCLOUD_MAX_DOCUMENT_DEPTH)
+        try:
+            return json.loads(text, parse_constant=json.strict_constant if self.strict else None)
+        except ValueError as exc:
+            raise ParseError(f"JSON parse error - {exc}") from exc
+
+
+class JSONParser(BodyJSONParser):
+    """Documents (pools, pods, patches) and every other API body: at most
+    `EBCLOUD_MAX_SPEC_BYTES`, refused like a YAML document over it (400)."""
+
+    def max_bytes(self) -> int:
+        return settings.EBCLOUD_MAX_SPEC_BYTES
+
+    def too_large(self, limit: int) -> APIException:
+        return ParseError(f"the document is larger than {limit} bytes")
 
 
 class YAMLParser(BaseParser):
@@ -19,22 +77,7 @@ class YAMLParser(BaseParser):
 
     def parse(self, stream, media_type=None, parser_context=None):
         limit = settings.EBCLOUD_MAX_SPEC_BYTES
-        data = stream.read(limit + 1) if stream is not None else b""
-        try:
-            return load_yaml(data, max_bytes=limit)
-        except ValidationError as exc:
-            raise ParseError(str(exc)) from exc
-
-
-class JSONParser(DRFJSONParser):
-    """DRF's JSON parser, refusing a body over `EBCLOUD_MAX_SPEC_BYTES` before parsing it."""
-
-    def parse(self, stream, media_type=None, parser_context=None):
-        limit = settings.EBCLOUD_MAX_SPEC_BYTES
-        data = stream.read(limit + 1) if stream is not None else b""
-        if len(data) > limit:
-            raise ParseError(f"the document is larger than {limit} bytes")
-        return super().parse(io.BytesIO(data), media_type, parser_context)
+        return load_yaml(_read(stream, limit), max_bytes=limit, max_depth=settings.EBCLOUD_MAX_DOCUMENT_DEPTH)
 
 
 class YAMLTextParser(YAMLParser):

@@ -2,8 +2,9 @@
 
 Every write operation parses its body with the project's parsers (JSON, YAML, forms); a body
 whose media type is unsupported or whose multipart framing is broken is refused with 415 in the
-API's error shape. Declaring that per view was easy to forget (schemathesis found one missing),
-so this hook adds it to every operation that takes a request body.
+API's error shape, and one over the request limit (DATA_UPLOAD_MAX_MEMORY_SIZE) with 413.
+Declaring that per view was easy to forget (schemathesis found one missing), so these hooks add
+it to every operation that takes a request body.
 """
 
 from __future__ import annotations
@@ -13,10 +14,23 @@ UNSUPPORTED_MEDIA_TYPE = {
     "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
 }
 
+REQUEST_TOO_LARGE = {
+    "description": "Request body larger than the request limit (2 MiB by default)",
+    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+}
 
-def declare_unsupported_media_type(result, generator, request, public):
+
+def _declare(result, status: str, response: dict):
     for path in result.get("paths", {}).values():
         for operation in path.values():
             if isinstance(operation, dict) and "requestBody" in operation:
-                operation.setdefault("responses", {}).setdefault("415", UNSUPPORTED_MEDIA_TYPE)
+                operation.setdefault("responses", {}).setdefault(status, response)
     return result
+
+
+def declare_unsupported_media_type(result, generator, request, public):
+    return _declare(result, "415", UNSUPPORTED_MEDIA_TYPE)
+
+
+def declare_request_too_large(result, generator, request, public):
+    return _declare(result, "413", REQUEST_TOO_LARGE)

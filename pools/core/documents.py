@@ -1,4 +1,4 @@
-"""Pool documents as text and back: safe YAML loading (no tags, no aliases, bounded size),
+"""Pool documents as text and back: safe YAML loading (no tags, no aliases, bounded size and nesting),
 dumping, dataclasses -> document, JSON merge patches and the server-owned metadata fields.
 Pure: no Django."""
 
@@ -13,21 +13,14 @@ import yaml
 from pools.core.autoscaling import ScalingRules, ScalingSpec
 from pools.core.durations import format_duration
 from pools.core.errors import ValidationError
+from pools.core.nesting import DEFAULT_MAX_DEPTH
 from pools.core.spec import API_VERSION, KIND, Burst, PoolSpec
+from pools.core.yaml_loading import load_all
 
 
-class _NoAliasLoader(yaml.SafeLoader):
-    """SafeLoader that refuses aliases, so entity expansion ("billion laughs") cannot happen."""
-
-    def compose_node(self, parent, index):  # noqa: ANN001, ANN201 - PyYAML's signature
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise yaml.composer.ComposerError(None, None, "YAML aliases are not accepted", event.start_mark)
-        return super().compose_node(parent, index)
-
-
-def load_yaml(text: str | bytes, *, max_bytes: int = 64 * 1024) -> dict[str, Any]:
-    """One YAML (or JSON) mapping, safely: no tags, no aliases, bounded size."""
+def load_yaml(text: str | bytes, *, max_bytes: int = 64 * 1024, max_depth: int = DEFAULT_MAX_DEPTH) -> dict[str, Any]:
+    """One YAML (or JSON) mapping, safely: no tags, no aliases, bounded size and nesting
+    (pools/core/yaml_loading.py), in time linear in the size."""
     if isinstance(text, bytes):
         try:
             text = text.decode("utf-8")
@@ -36,7 +29,7 @@ def load_yaml(text: str | bytes, *, max_bytes: int = 64 * 1024) -> dict[str, Any
     if len(text.encode("utf-8")) > max_bytes:
         raise ValidationError(f"the document is larger than {max_bytes} bytes")
     try:
-        documents = [d for d in yaml.load_all(text, Loader=_NoAliasLoader) if d is not None]
+        documents = [d for d in load_all(text, max_depth=max_depth) if d is not None]
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

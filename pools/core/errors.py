@@ -7,6 +7,7 @@ and the CLI can print one readable line. It never imports Django, so the pure co
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 
@@ -31,10 +32,29 @@ class ValidationError(Exception):
         super().__init__("; ".join(str(e) for e in self.errors))
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1
+_CONTROL_NAMES = {"\n": "newline", "\t": "tab"}
+
+
+def control_characters(value: str, *, allowed: str = "") -> str:
+    """What is wrong with the control characters (C0, DEL, C1) in `value`, "" when there are
+    none besides `allowed` (newline and tab, where a text may span lines). Such characters
+    steer terminals (`\\x1b]0;...\\x07` retitles one) and PostgreSQL cannot store NUL."""
+    if _CONTROL.search(value) is None:  # the common case, in C
+        return ""
+    for match in _CONTROL.finditer(value):
+        if match.group() not in allowed:
+            besides = " and ".join(_CONTROL_NAMES.get(c, ascii(c)) for c in allowed)
+            return (f"control characters{' other than ' + besides if besides else ''} are not allowed "
+                    f"(found {ascii(match.group())[1:-1]} at position {match.start()})")
+    return ""
+
+
 def free_text(value: object, *, field: str, max_length: int, required: str = "") -> str:
     """A person's free text (a reject reason, a note), stripped and checked the same way by
     every service: a string, present when `required` (the message if not), at most
-    `max_length` characters, no NUL (PostgreSQL cannot store it)."""
+    `max_length` characters, no control characters but newline and tab (NUL cannot be stored
+    in PostgreSQL; escape sequences would steer the terminal of whoever reads it in the CLI)."""
     if not isinstance(value, str):
         raise ValidationError("must be a string", field=field)
     value = value.strip()
@@ -42,8 +62,8 @@ def free_text(value: object, *, field: str, max_length: int, required: str = "")
         raise ValidationError(required, field=field)
     if len(value) > max_length:
         raise ValidationError(f"at most {max_length} characters", field=field)
-    if "\x00" in value:
-        raise ValidationError("null characters are not allowed", field=field)
+    if problem := control_characters(value, allowed="\n\t"):
+        raise ValidationError(problem, field=field)
     return value
 
 

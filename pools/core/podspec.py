@@ -19,11 +19,18 @@
       tolerations: [{key: pool, operator: Equal, value: train, effect: NoSchedule}]
       containers:
       - name: main
-        resources: {requests: {cpu: "8", memory: 64Gi, nvidia.com/gpu: 1}}
+        resources: {requests: {cpu: "8", memory: 64Gi}, limits: {nvidia.com/gpu: 1}}
 
-Requests of all containers add up, as the kube-scheduler counts them. Unknown fields are
-rejected and named; every problem carries its path and all are reported at once, like
-`pools.core.spec`. Pure: no Django.
+Requests of all containers add up, as the kube-scheduler counts them. Requests and limits
+follow Kubernetes' validation and defaulting: a limit without a request sets the request (so
+`limits: {nvidia.com/gpu: 8}` asks for 8 GPUs); cpu and memory requests may be below their
+limits, never above; `nvidia.com/gpu` is an extended resource, which cannot be overcommitted,
+so it needs a limit and a request, if given, must equal it ("Limit must be set for non
+overcommitable resources", "must be equal to nvidia.com/gpu limit of N"). A share of one GPU
+is the `ebcloud.io/gpu-milli` annotation, not a resource of its own. Annotations and the
+containers' strings are free text: any text but control characters (newline and tab aside).
+Unknown fields are rejected and named; every problem carries its path and all are reported
+at once, like `pools.core.spec`. Pure: no Django.
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from pools.core.durations import parse_duration
-from pools.core.errors import ValidationError
+from pools.core.errors import ValidationError, control_characters
 from pools.core.fields import DNS1123_LABEL, DNS1123_SUBDOMAIN, Checker, label_key_error
 from pools.core.scheduling.nodes import (
     MILLI,
@@ -109,6 +116,7 @@ def parse_pod(document: Any, *, default_namespace: str = "") -> PodSpec:
     annotations = _annotations(check, metadata.get("annotations", {}))
 
     spec = check.mapping(top.get("spec", {}), "spec", _SPEC, ("containers",))
+    _free_text(check, {k: v for k, v in spec.items() if k in ("containers", "restartPolicy")}, "spec")
     priority = 0
     if "priority" in spec:
         priority = check.integer(spec["priority"], "spec.priority", minimum=MIN_PRIORITY, maximum=MAX_PRIORITY) or 0
@@ -166,9 +174,29 @@ def _annotations(check: Checker, value: Any) -> dict[str, str]:
             check.error(f"metadata.annotations.{key}", problem.replace("label key", "annotation key"))
         elif not isinstance(val, str):
             check.error(f"metadata.annotations.{key}", "annotation values must be strings (quote numbers and booleans)")
+        elif problem := control_characters(val, allowed="\n\t"):
+            check.error(f"metadata.annotations.{key}", problem)
         else:
             result[key] = val
     return result
+
+
+def _free_text(check: Checker, value: Any, path: str) -> None:
+    """Every string under `value` (the containers' names, images, commands, arguments,
+    environment): no control characters but newline and tab. Iterative, so a deep document
+    cannot exhaust the stack; mapping keys are checked as well as values."""
+    stack = [(value, path)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, str):
+            if problem := control_characters(item, allowed="\n\t"):
+                check.error(where, problem)
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                stack.append((key, where))
+                stack.append((child, f"{where}.{key}"))
+        elif isinstance(item, list):
+            stack.extend((child, f"{where}[{i}]") for i, child in enumerate(item))
 
 
 def _int_text(check: Checker, text: str, path: str, low: int, high: int) -> int | None:
@@ -210,6 +238,54 @@ def memory_mib(value: Any) -> int:
     return math.ceil(size / 2**20)
 
 
+def _quantities(check: Checker, value: Any, path: str) -> dict[str, tuple[int, Any]]:
+    """A container's `requests` or `limits`: {resource: (amount, as written)}, amounts in
+    milli-CPU, MiB and whole GPUs."""
+    if not isinstance(value, dict):
+        check.error(path, "must be a mapping")
+        return {}
+    result: dict[str, tuple[int, Any]] = {}
+    for key, quantity in value.items():
+        where = f"{path}.{key}"
+        try:
+            if key == "cpu":
+                result[key] = (cpu_milli(quantity), quantity)
+            elif key == "memory":
+                result[key] = (memory_mib(quantity), quantity)
+            elif key == GPU_RESOURCE:
+                number = int(quantity) if isinstance(quantity, str) and quantity.isdigit() else quantity
+                count = check.integer(number, where, minimum=0, maximum=64)
+                if count is not None:
+                    result[key] = (count, quantity)
+            else:
+                check.error(where, f"unknown resource; expected cpu, memory or {GPU_RESOURCE}")
+        except ValueError as exc:
+            check.error(where, str(exc))
+    return result
+
+
+def _effective_requests(check: Checker, requests: dict, limits: dict, path: str) -> dict[str, int]:
+    """Kubernetes' rules for one container (kube-apiserver's validateResourceRequirements and
+    the Pod defaulting): a limit without a request sets the request; a request may not exceed
+    its limit; an extended resource (nvidia.com/gpu) needs a limit, and its request must equal it."""
+    result = {key: amount for key, (amount, _) in limits.items()}
+    for key, (amount, _) in requests.items():
+        where = f"{path}.requests.{key}"
+        if key not in limits:
+            if key == GPU_RESOURCE:
+                check.error(f"{path}.limits.{key}", "Limit must be set for non overcommitable resources "
+                            f"(set limits: {{{GPU_RESOURCE}: N}}; the request defaults to it)")
+            result[key] = amount
+            continue
+        limit, limit_written = limits[key]
+        if key == GPU_RESOURCE and amount != limit:
+            check.error(where, f"must be equal to {key} limit of {limit_written}")
+        elif amount > limit:
+            check.error(where, f"must be less than or equal to {key} limit of {limit_written}")
+        result[key] = amount
+    return result
+
+
 def _containers(check: Checker, value: Any) -> tuple[int, int, int]:
     if not isinstance(value, list) or not value:
         check.error("spec.containers", "must be a non-empty list of containers")
@@ -219,27 +295,31 @@ def _containers(check: Checker, value: Any) -> tuple[int, int, int]:
         path = f"spec.containers[{index}]"
         container = check.mapping(item, path, _CONTAINER)
         resources = check.mapping(container.get("resources", {}), f"{path}.resources", ("requests", "limits"))
-        requests = resources.get("requests", {})
-        if not isinstance(requests, dict):
-            check.error(f"{path}.resources.requests", "must be a mapping")
-            continue
-        for key, quantity in requests.items():
-            where = f"{path}.resources.requests.{key}"
-            try:
-                if key == "cpu":
-                    cpu += cpu_milli(quantity)
-                elif key == "memory":
-                    memory += memory_mib(quantity)
-                elif key == GPU_RESOURCE:
-                    if isinstance(quantity, str) and quantity.isdigit():
-                        quantity = int(quantity)
-                    count = check.integer(quantity, where, minimum=0, maximum=64)
-                    gpus += count or 0
-                else:
-                    check.error(where, f"unknown resource; expected cpu, memory or {GPU_RESOURCE}")
-            except ValueError as exc:
-                check.error(where, str(exc))
+        requests = _quantities(check, resources.get("requests", {}), f"{path}.resources.requests")
+        limits = _quantities(check, resources.get("limits", {}), f"{path}.resources.limits")
+        effective = _effective_requests(check, requests, limits, f"{path}.resources")
+        cpu += effective.get("cpu", 0)
+        memory += effective.get("memory", 0)
+        gpus += effective.get(GPU_RESOURCE, 0)
     return cpu, memory, gpus
+
+
+def with_defaults(document: dict) -> dict:
+    """The document as Kubernetes stores it after defaulting (call it on a valid document):
+    each container's requests filled from its limits where a request is missing, so that
+    `kubectl get pod -o yaml` (here `ebcloud pod get -o yaml`) shows what the pod asks for."""
+    spec = document.get("spec") or {}
+    containers = []
+    for container in spec.get("containers") or []:
+        resources = container.get("resources") or {}
+        limits = resources.get("limits") or {}
+        if not limits:
+            containers.append(container)
+            continue
+        requests = dict(resources.get("requests") or {})
+        requests.update({key: value for key, value in limits.items() if key not in requests})
+        containers.append({**container, "resources": {**resources, "requests": requests}})
+    return {**document, "spec": {**spec, "containers": containers}}
 
 
 def _tolerations(check: Checker, value: Any) -> tuple[dict, ...]:

@@ -86,11 +86,10 @@ class DemoPod:
                 "containers": [{
                     "name": "main",
                     "image": "registry.local/demo/replay:1",
-                    "resources": {"requests": {
-                        "cpu": f"{self.cpu_milli}m",
-                        "memory": f"{self.memory_mib}Mi",
-                        "nvidia.com/gpu": str(self.gpu_count),
-                    }},
+                    "resources": {
+                        "requests": {"cpu": f"{self.cpu_milli}m", "memory": f"{self.memory_mib}Mi"},
+                        "limits": {"nvidia.com/gpu": str(self.gpu_count)},  # the request defaults to it
+                    },
                 }],
             },
         }

@@ -20,7 +20,7 @@ from django.utils import timezone
 from pools import roles
 from pools.core.documents import split_server_fields
 from pools.core.errors import ConflictError
-from pools.core.podspec import parse_pod
+from pools.core.podspec import parse_pod, with_defaults
 from pools.models import Team
 from pools.models.pods import Pod
 from pools.services.events import event_record
@@ -93,7 +93,7 @@ def pod_create(*, user, document: Any, team_slug: str = "", now: datetime | None
                 node_selector=dict(spec.node_selector),
                 affinity=dict(spec.affinity),
                 duration_seconds=spec.duration_seconds,
-                document=document,
+                document=with_defaults(document),  # requests filled from limits, as Kubernetes stores it
                 submitted_by=user if user.is_authenticated else None,
                 submitted_at=now,
                 explanation="Waiting for the next scheduler pass.",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 
 from django import forms
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -44,7 +45,8 @@ spec:
   containers:
   - name: trainer
     resources:
-      requests: {cpu: "16", memory: 128Gi, nvidia.com/gpu: 4}
+      requests: {cpu: "16", memory: 128Gi}
+      limits: {nvidia.com/gpu: 8}
 """
 
 
@@ -90,7 +92,7 @@ def pod_create(request):
     spec_errors = []
     if request.method == "POST" and form.is_valid():
         try:
-            document = load_yaml(form.cleaned_data["document"])
+            document = load_yaml(form.cleaned_data["document"], max_bytes=settings.EBCLOUD_MAX_SPEC_BYTES, max_depth=settings.EBCLOUD_MAX_DOCUMENT_DEPTH)
             pod = pod_services.pod_create(user=request.user, document=document, team_slug=form.cleaned_data.get("team", ""))
         except ValidationError as exc:
             spec_errors = exc.errors

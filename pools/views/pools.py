@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -172,7 +173,7 @@ def pool_import(request):
     spec_errors = []
     if request.method == "POST" and form.is_valid():
         try:
-            document = load_yaml(form.cleaned_data["text"])
+            document = load_yaml(form.cleaned_data["text"], max_bytes=settings.EBCLOUD_MAX_SPEC_BYTES, max_depth=settings.EBCLOUD_MAX_DOCUMENT_DEPTH)
             pool = services.pool_create(user=request.user, document=document, team_slug=form.cleaned_data.get("team", ""))
         except ValidationError as exc:
             spec_errors = exc.errors

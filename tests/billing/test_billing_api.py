@@ -14,9 +14,9 @@ from django.http import StreamingHttpResponse
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from billing.focus import FOCUS_COLUMNS
-from billing.models import CostRecord
-from tests.billing.billing_helpers import scenario
+from billing.focus import FOCUS_COLUMNS, format_value
+from billing.models import CostDay, CostRecord
+from tests.billing.billing_helpers import meter, node, pod, pool, scenario
 
 pytestmark = pytest.mark.django_db
 
@@ -249,3 +249,65 @@ def test_ebcloud_cost_export_writes_the_same_csv_as_the_api(
     monkeypatch.setenv("EBCLOUD_TOKEN", Token.objects.create(user=actors["other_lead"]).key)
     lead = CliRunner().invoke(cli, args, catch_exceptions=False)
     assert {r["team"] for r in csv.DictReader(io.StringIO(lead.output))} == {"inference"}
+
+
+# --- formula injection (OWASP CSV injection) ----------------------------------------------------
+
+FORMULAS = {"hyperlink": '=HYPERLINK("http://x","y")', "plus": "+1", "at": "@SUM(A1)", "minus": "-cmd"}
+
+
+def formula_cells(text: str) -> list[str]:
+    """Cells a spreadsheet would evaluate: starting with = + - @ tab or CR, and not a number."""
+    return [
+        cell
+        for row in csv.reader(io.StringIO(text))
+        for cell in row
+        if cell[:1] in ("=", "+", "-", "@", "\t", "\r") and not re.fullmatch(r"-?\d+(\.\d+)?", cell)
+    ]
+
+
+@pytest.fixture
+def hostile_labels(actors, teams):
+    """Pods in the read model (as a real cluster's mirror would hold them) whose labels are
+    formulas, metered into cost records; and a credit (a negative amount) on the side."""
+    a = pool(actors["lead"])
+    n = node(a, "n-0")
+    for name, text in FORMULAS.items():
+        pod(teams["algorithm"], n, f"p-{name}", gpus=2, labels={"project": text})
+    meter(hours=2)
+    for model in (CostRecord, CostDay):  # a credit, in the records and in the daily rollup chargeback reads
+        model.objects.filter(pk=model.objects.order_by("pk").first().pk).update(amount=Decimal("-1000.00"))
+    return a
+
+
+def test_label_values_that_are_formulas_are_neutralised_in_the_csv_and_stay_visible(api, hostile_labels):
+    text = body(api("finance").get(f"/api/v1/costs/?by=team,project&{RANGE}&format=csv"))
+    assert formula_cells(text) == []
+    projects = {r["project"] for r in csv.DictReader(io.StringIO(text))}
+    assert {"'" + f for f in FORMULAS.values()} <= projects
+    rows = list(csv.reader(io.StringIO(text)))
+    amounts = [row[rows[0].index("amount")] for row in rows[1:]]
+    assert any(a.startswith("-") for a in amounts)  # the credit's group: a bare negative number
+    assert all(re.fullmatch(r"-?\d+\.\d\d", a) for a in amounts), amounts
+
+
+def test_the_detail_csv_and_focus_have_no_formula_cells_and_numbers_stay_numbers(api, hostile_labels):
+    detail = body(api("finance").get(f"/api/v1/costs/?{RANGE}&format=csv&detail=1"))
+    focus = body(api("finance").get(f"/api/v1/costs/?{RANGE}&format=focus"))
+    assert formula_cells(detail) == [] and formula_cells(focus) == []
+    assert "=HYPERLINK(" in detail and "@SUM(A1)" in detail  # inside the labels JSON: not a cell's start
+    rows = list(csv.DictReader(io.StringIO(focus)))
+    assert any("@SUM(A1)" in r["Tags"] for r in rows)
+    for r in rows:
+        for column in ("BilledCost", "EffectiveCost", "ListCost", "PricingQuantity"):
+            assert re.fullmatch(r"-?\d+(\.\d+)?", r[column]), (column, r[column])
+
+
+@pytest.mark.parametrize(
+    ("value", "cell"),
+    [("=1+1", "'=1+1"), ("+1", "'+1"), ("-cmd", "'-cmd"), ("@SUM(A1)", "'@SUM(A1)"), ("\tx", "'\tx"), ("\rx", "'\rx"),
+     ("-2+3+cmd|' /C calc'!A0", "'-2+3+cmd|' /C calc'!A0"), ("a=b", "a=b"), ("-12.50", "-12.50"), ("12", "12"),
+     (Decimal("-12.50"), "-12.50"), (-3, "-3"), (None, "")],
+)
+def test_a_cell_is_neutralised_only_where_a_spreadsheet_would_see_a_formula(value, cell):
+    assert format_value(value) == cell

@@ -17,8 +17,11 @@ from billing import metering, node_prices, services
 from billing.demo import load_prices
 from billing.lease_costs import monthly_hour_cost
 from billing.models import CostRecord, MeterRun, PoolResourceSample, PriceBookEntry, UsageRecord
+from pools.controllers.scheduler import scheduler_pass
+from pools.models import Pod
 from tests.billing.billing_helpers import HOUR, T0, meter, node, pod, pool
 from tests.conftest import make_document
+from tests.pools.pod_helpers import TRAIN_POD
 
 pytestmark = pytest.mark.django_db
 
@@ -140,6 +143,22 @@ def test_pods_are_metered_by_request_with_inherited_labels_the_pod_winning(actor
     assert pods["shared"].labels["project"] == "from-node"
     assert pods["whole"].namespace == "algorithm"
     assert {r.pod_count for r in pods.values()} == {1}
+
+
+def test_the_articles_pod_with_a_gpu_limit_alone_gets_and_is_metered_for_8_gpus(actors, api):
+    """Through the pod API, the scheduler pass and metering: `limits: {nvidia.com/gpu: 8}` and no
+    request is a request of 8 GPUs, as in Kubernetes (it was 0 GPUs, billed nothing)."""
+    p = pool(actors["lead"])
+    n = node(p, "n-0", labels={"pool": "train"})
+    response = api("member").post("/api/v1/pods/", TRAIN_POD.read_bytes(), content_type="application/yaml")
+    assert response.status_code == 201, response.content
+    resources = response.json()["spec"]["containers"][0]["resources"]
+    assert resources["limits"]["nvidia.com/gpu"] == 8 and resources["requests"]["nvidia.com/gpu"] == 8  # defaulted
+    scheduler_pass(now=T0)
+    placed = Pod.objects.get(name="bert-train-0")
+    assert (placed.phase, placed.node, placed.gpu_count) == ("Running", n, 8)
+    meter(hours=2)
+    assert [r.quantity for r in UsageRecord.objects.filter(kind="pod").order_by("hour")] == [8, 8]
 
 
 def test_a_workloads_replicas_on_a_node_are_one_record_with_their_pods_summed(actors, teams):

@@ -5,6 +5,8 @@ key steps saved as PNGs for the role guides in docs/.
 `Actor.visited` records every main-frame navigation (page loads and htmx history pushes);
 `Actor.audited` the URLs axe checked. The `actors_browser` fixture asserts at the end of each
 journey that the two agree, so no page of a journey escapes the accessibility check.
+`CspWatch` collects Content-Security-Policy violations from the console; the `chromium` fixture
+watches every context and page it opens and fails the test that caused one.
 """
 
 from __future__ import annotations
@@ -15,10 +17,31 @@ from pathlib import Path
 
 from tests.e2e.axe import assert_accessible
 
+# What Chromium writes to the console when the Content-Security-Policy refuses something
+# ("Executing inline script violates the following Content Security Policy directive ...";
+# older versions: "Refused to execute inline script because it violates ...").
+CSP_MARKERS = ("Content Security Policy", "Refused to")
 VIEWPORT = {"width": 1280, "height": 800}
 TIMEOUT_MS = 15_000
 # No htmx request in flight and no swap settling.
 SETTLED = "() => !document.querySelector('.htmx-request, .htmx-swapping, .htmx-settling')"
+
+
+class CspWatch:
+    """Collects the Content-Security-Policy violations that every page of the browser contexts
+    it watches reports in its console (config/csp.py sends the policy on every response)."""
+
+    def __init__(self):
+        self.violations: list[str] = []
+
+    def watch(self, target):
+        """A BrowserContext (all its pages) or a Page; returns it."""
+        target.on("console", self._console)
+        return target
+
+    def _console(self, message) -> None:
+        if any(marker in message.text for marker in CSP_MARKERS):
+            self.violations.append(f"{message.location.get('url', '')}: {message.text}")
 
 
 def screenshots_dir() -> Path | None:

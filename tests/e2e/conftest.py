@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from django.db import connections
 
-from tests.e2e.browser import Actor
+from tests.e2e.browser import Actor, CspWatch
 
 CHROMIUM = "/usr/bin/chromium"
 
@@ -21,8 +21,13 @@ def chromium(monkeypatch):
     sync_api = pytest.importorskip("playwright.sync_api")
     # Playwright's sync API runs an event loop in this thread; Django's ORM must still work here.
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    csp = CspWatch()
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        new_context, new_page = browser.new_context, browser.new_page
+        browser.new_context = lambda **options: csp.watch(new_context(**options))
+        browser.new_page = lambda **options: csp.watch(new_page(**options))
+        browser.csp = csp
         try:
             yield browser
         finally:
@@ -32,6 +37,8 @@ def chromium(monkeypatch):
             # pytest-django closes: close them here, or PostgreSQL refuses to drop the test
             # database at the end of the run ("being accessed by other users").
             connections.close_all()
+    # Every page the test opened ran under the Content-Security-Policy; none may have broken it.
+    assert not csp.violations, "Content-Security-Policy violations:\n" + "\n".join(csp.violations)
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ def test_a_member_creates_the_articles_pod_and_lists_it(ebcloud, login_as, actor
     listed = ebcloud("pod", "list")
     header, row = listed.stdout.splitlines()
     assert header.split() == ["NAMESPACE", "NAME", "PRIORITY", "GPUS", "STATUS", "NODE", "AGE"]
-    assert row.split()[:6] == ["algorithm", "bert-train-0", "100", "4", "Pending", "<none>"]
+    assert row.split()[:6] == ["algorithm", "bert-train-0", "100", "8", "Pending", "<none>"]
     data = json.loads(ebcloud("pod", "list", "-o", "json", "--phase", "Pending").stdout)
     assert [p["metadata"]["name"] for p in data] == ["bert-train-0"]
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import httpx
 import pytest
+from django.core import signals
+from django.db import close_old_connections
 from rest_framework.test import APIClient
 
+from config.wsgi import application
 from monitoring import services
 from pools.models import Node
 from pools.services import pools as pool_services
@@ -65,3 +69,30 @@ def report(seq: int, *, at: str = "2026-11-30T06:00:00Z", gpus: int = 2, xids=()
         ],
         "xids": [{"gpu": g, "xid": x, "at": at} for g, x in xids],
     }
+
+
+REQUEST_SIGNALS = (signals.request_started, signals.request_finished)
+
+
+def in_this_transaction(environ, start_response):
+    """The Django app, called in this process and this test's transaction: like Django's test
+    client, a request must not close the test's database connection (it would on PostgreSQL)."""
+    for signal in REQUEST_SIGNALS:
+        signal.disconnect(close_old_connections)
+    try:
+        result = application(environ, start_response)
+        try:
+            return [b"".join(result)]
+        finally:
+            result.close()  # sends request_finished while the receiver is away
+    finally:
+        for signal in REQUEST_SIGNALS:
+            signal.connect(close_old_connections)
+
+
+@pytest.fixture
+def wsgi():
+    """An httpx client for the agent that reaches the control plane without a network."""
+    client = httpx.Client(transport=httpx.WSGITransport(app=in_this_transaction), base_url="http://testserver")
+    yield client
+    client.close()

@@ -3,20 +3,24 @@ outage, exactly once; exponential backoff with jitter; NVML or a simulated GPU s
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import random
 import threading
 import time
 from urllib.parse import urlparse
 
+import httpx
 import pytest
+from django.db import OperationalError
 
 from monitoring import agent as agent_module
-from monitoring import services
-from monitoring.agent import Agent, AgentError, backoff_delay
+from monitoring import ingest_sql, services
+from monitoring.agent import Agent, AgentError, BatchRefused, backoff_delay
 from monitoring.agent_buffer import DiskBuffer
 from monitoring.agent_sources import SimulatedSource, source_open
-from monitoring.models import AgentCommand, GpuErrorEvent, NodeReport
+from monitoring.models import AgentCommand, GpuErrorEvent, NodeAgentState, NodeReport
 from tests.monitoring.proxy import Proxy
 
 DEAD = "http://127.0.0.1:9"  # the discard port: nothing listens there
@@ -212,3 +216,151 @@ def test_the_agent_rotates_its_credential_and_keeps_reporting_with_the_new_one(a
     agent.flush()
     assert NodeReport.objects.filter(node=node).count() == 2
     agent.close()
+
+
+# --- hostile input: a refused batch goes to the dead-letter file, later ones flow ---------------
+
+
+class BrokenSensor(SimulatedSource):
+    """Simulated GPUs whose memory sensor of GPU 1 reads -5000 MiB at the given samples."""
+
+    def __init__(self, broken_at: set[int], **kwargs):
+        super().__init__(**kwargs)
+        self.broken_at = broken_at
+
+    def sample(self) -> list[dict]:
+        gpus = super().sample()
+        if self.samples in self.broken_at:
+            gpus[1]["DCGM_FI_DEV_FB_USED"] = -5000
+        return gpus
+
+
+def _in_process_agent(node, admin, tmp_path, wsgi, source) -> Agent:
+    _, token = services.join_token_create(user=admin, node=node)
+    agent = _agent(tmp_path, "http://testserver", node=node.name, token=token, source=source)
+    agent.http.close()
+    agent.http = wsgi  # the real control plane, in this process and this test's transaction
+    return agent
+
+
+def test_reports_refused_as_bad_go_to_the_dead_letter_file_and_later_ones_flow(actors, make_node, tmp_path, wsgi):
+    node = make_node("train-pool-a-m-0")
+    agent = _in_process_agent(node, actors["admin"], tmp_path, wsgi, BrokenSensor({2, 4}, gpus=2, seed=1))
+    for _ in range(5):
+        agent.collect()
+    assert agent.flush() == 5  # not stalled: every later report arrived, in one flush
+    assert list(NodeReport.objects.filter(node=node).values_list("seq", flat=True)) == [1, 3, 5]
+    assert len(agent.buffer) == 0 and agent.dead_lettered == 2
+    dead = [json.loads(line) for line in (tmp_path / "reports.dead-letter.jsonl").read_text().splitlines()]
+    assert [d["report"]["seq"] for d in dead] == [2, 4] and {d["status"] for d in dead} == {400}
+    assert dead[0]["reason"].startswith("reports[1].gpus[1].DCGM_FI_DEV_FB_USED: must be from 0 to")
+    event = node.events.get(reason="ReportRejected")
+    assert event.type == "Warning" and event.count == 1
+    agent.source.broken_at = {6}
+    agent.collect()  # the sensor breaks again: the same Warning event, counted
+    agent.collect()
+    assert agent.flush() == 7 and agent.dead_lettered == 3
+    event.refresh_from_db()
+    assert event.count == 2
+    assert NodeAgentState.objects.get(node=node).acked_seq == 7
+    agent.close()
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert agent_module.main(["--server", "http://testserver", "--once", "--simulate", "--buffer-dir", str(tmp_path)]) == 0
+    shown = json.loads(out.getvalue())
+    assert shown["deadLettered"] == 3 and shown["deadLetterFile"] == str(tmp_path / "reports.dead-letter.jsonl")
+
+
+def test_a_batch_the_server_failed_to_store_is_resent_and_stored(actors, make_node, tmp_path, wsgi, monkeypatch):
+    """5xx is retried, never dead-lettered; the report that got the 500 is not acknowledged
+    by a later answer, so the agent keeps and resends it (tests/monitoring/test_reports.py
+    has the server's side)."""
+    node = make_node("train-pool-a-m-0")
+    agent = _in_process_agent(node, actors["admin"], tmp_path, wsgi, SimulatedSource(gpus=2, seed=1))
+    agent.collect()
+    agent.flush()
+    real, failures = ingest_sql.reports_write, []
+
+    def fails_once(**kwargs):
+        if not failures:
+            failures.append(kwargs["reports"])
+            raise OperationalError("could not write: the disk is full")
+        return real(**kwargs)
+
+    monkeypatch.setattr(ingest_sql, "reports_write", fails_once)
+    agent.collect()
+    with pytest.raises(AgentError, match="HTTP 500"):
+        agent.flush()
+    assert [r.seq for r in failures[0]] == [2] and [r["seq"] for r in agent.buffer.pending(10)] == [2]
+    agent.collect()
+    assert agent.flush() == 3 and agent.dead_lettered == 0
+    assert list(NodeReport.objects.filter(node=node).values_list("seq", flat=True)) == [1, 2, 3]
+    agent.close()
+
+
+@pytest.mark.parametrize("status", [401, 403, 404, 409, 429, 500, 503])
+def test_answers_about_the_agent_or_the_server_are_retried_not_dead_lettered(tmp_path, status):
+    def answer(request):
+        return httpx.Response(status, json={"errors": [{"field": "", "message": "not now"}]})
+
+    agent = _agent(tmp_path, "http://cp")
+    agent.credential, agent.node = "ebca_x", "n"
+    agent.http = httpx.Client(transport=httpx.MockTransport(answer))
+    agent.collect()
+    with pytest.raises(AgentError) as caught:
+        agent.flush()
+    assert not isinstance(caught.value, BatchRefused)
+    assert len(agent.buffer) == 1 and agent.buffer.dead_letter_count() == 0
+
+
+@pytest.mark.parametrize("answer", [b"<html>proxy error</html>", b"[1, 2]", b'{"stored": 1}'])
+def test_a_2xx_that_is_not_the_apis_answer_is_retried(tmp_path, answer):
+    agent = _agent(tmp_path, "http://cp")
+    agent.credential, agent.node = "ebca_x", "n"
+    agent.http = httpx.Client(transport=httpx.MockTransport(lambda request: httpx.Response(200, content=answer)))
+    agent.collect()
+    with pytest.raises(AgentError):
+        agent.flush()
+    assert len(agent.buffer) == 1
+
+
+def test_a_refusal_naming_no_report_dead_letters_the_whole_batch(tmp_path):
+    answers = [httpx.Response(400, json={"errors": [{"field": "", "message": "the body must be a JSON object"}]}),
+               httpx.Response(200, json={"ackedSeq": 3, "commands": []})]
+    agent = _agent(tmp_path, "http://cp")
+    agent.credential, agent.node = "ebca_x", "n"
+    agent.http = httpx.Client(transport=httpx.MockTransport(lambda request: answers.pop(0)))
+    agent.collect()
+    agent.collect()
+    assert agent.flush() == 0 and len(agent.buffer) == 0 and agent.buffer.dead_letter_count() == 2
+
+
+def test_an_acknowledgement_whose_message_is_refused_is_sent_again_without_it(tmp_path):
+    """The command ran: forgetting its acknowledgement would run it again."""
+    bodies = []
+
+    def answer(request):
+        bodies.append(json.loads(request.content))
+        if len(bodies) == 1:
+            return httpx.Response(400, json={"errors": [{"field": "acks[0].message", "message": "too long"}]})
+        return httpx.Response(200, json={"ackedSeq": 1, "commands": []})
+
+    agent = _agent(tmp_path, "http://cp")
+    agent.credential, agent.node = "ebca_x", "n"
+    agent.http = httpx.Client(transport=httpx.MockTransport(answer))
+    agent.buffer.ack_add(7, True, "output")
+    agent.collect()
+    assert agent.flush() == 1
+    assert [b["acks"] for b in bodies] == [[{"id": 7, "ok": True, "message": "output"}], [{"id": 7, "ok": True, "message": ""}]]
+    assert agent.buffer.dead_letter_count() == 0 and agent.buffer.acks() == []
+
+
+def test_command_output_is_made_acceptable_before_it_is_acknowledged(tmp_path):
+    class Noisy(SimulatedSource):
+        def execute(self, command):
+            return True, "\x1b[31mreset\x1b[0m done\n" + "x" * 600
+
+    agent = _agent(tmp_path, "http://cp", source=Noisy(gpus=1))
+    agent._run_command({"id": 5, "action": "reset_gpu", "gpu": 0})
+    [ack] = agent.buffer.acks()
+    assert ack["message"].startswith("\\x1b[31mreset\\x1b[0m done\n") and len(ack["message"]) == 500

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
 
-from monitoring import services
+from monitoring import ingest_sql, services
 from monitoring.models import AgentCommand, GpuErrorEvent, NodeAgentState, NodeReport
 from pools.models import Node
 from tests.monitoring.conftest import report
@@ -194,3 +195,76 @@ def test_a_steady_state_report_costs_two_statements_on_postgresql(agent, node):
     statements = [q["sql"] for q in captured.captured_queries if not q["sql"].startswith(("BEGIN", "COMMIT", "SAVEPOINT", "RELEASE"))]
     assert len(statements) == (2 if connection.vendor == "postgresql" else 4), statements
     assert seqs(node) == [1, 2]
+
+
+# --- hostile telemetry: refused whole, recorded, never half-stored ------------------------------
+
+
+def broken(seq: int, *, gpu: int = 1, field: str = "DCGM_FI_DEV_FB_USED", value=-5000) -> dict:
+    bad = report(seq)
+    bad["gpus"][gpu][field] = value
+    return bad
+
+
+def test_a_refused_batch_stores_nothing_and_is_a_warning_event_on_the_node_that_aggregates(agent, node):
+    client = agent()
+    post(client, [report(1)])
+    before = NodeAgentState.objects.filter(node=node).values().get()
+    response = client.post(REPORTS, {"reports": [report(2), broken(3)]}, format="json")
+    assert response.status_code == 400
+    assert [e["field"] for e in response.json()["errors"]] == ["reports[1].gpus[1].DCGM_FI_DEV_FB_USED"]
+    assert seqs(node) == [1] and NodeAgentState.objects.filter(node=node).values().get() == before
+    event = node.events.get(reason="ReportRejected")
+    assert event.type == "Warning" and event.count == 1
+    assert "gpus[1].DCGM_FI_DEV_FB_USED: must be from 0 to" in event.message and "reports[" not in event.message
+    # The same fault again, at another place in another batch: the same event, counted.
+    assert client.post(REPORTS, {"reports": [broken(4)]}, format="json").status_code == 400
+    event.refresh_from_db()
+    assert event.count == 2 and node.events.filter(reason="ReportRejected").count() == 1
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("DCGM_FI_DEV_FB_USED", 10**30), ("DCGM_FI_DEV_FB_USED", 1e308), ("DCGM_FI_DEV_GPU_UTIL", 1e308), ("DCGM_FI_DEV_FB_USED", 90000)],
+    ids=["beyond-int64", "float-1e308", "util-1e308", "used-above-total"],
+)
+def test_values_that_were_stored_or_a_500_are_a_400_and_reach_neither_metrics_nor_the_node_page(agent, node, field, value, client, actors):
+    response = agent().post(REPORTS, {"reports": [broken(1, field=field, value=value)]}, format="json")
+    assert response.status_code == 400 and response.json()["errors"][0]["field"] == f"reports[0].gpus[1].{field}"
+    assert not NodeReport.objects.exists()
+    client.force_login(actors["admin"])
+    page = client.get(reverse("pools:node-detail", args=[node.pool.name, node.name]))
+    assert page.status_code == 200 and str(value).encode() not in page.content
+
+
+def test_1e309_in_the_body_is_a_400_not_infinity(agent, node):
+    """JSON's 1e309 parses as an infinite float; the fast path and DRF's parser both take it."""
+    body = '{"reports": [{"seq": 1, "at": 0, "gpus": [{"index": 0, "DCGM_FI_DEV_POWER_USAGE": 1e309}]}]}'
+    response = agent().generic("POST", REPORTS, body, content_type="application/json")
+    assert response.status_code == 400
+    assert response.json()["errors"][0]["field"] == "reports[0].gpus[0].DCGM_FI_DEV_POWER_USAGE"
+    assert not NodeReport.objects.exists()
+
+
+def test_a_report_the_server_failed_to_store_is_never_acknowledged(agent, node, monkeypatch):
+    """Acknowledgement means stored: a failure between the parse and the commit (here the
+    last statement of the write fails, after the insert) stores nothing, and a later batch's
+    ackedSeq does not cover the lost report; the agent's resend stores it."""
+    client = agent()
+    client.raise_request_exception = False
+    post(client, [report(1)])
+    real, failures = ingest_sql._heartbeat_sql, []
+
+    def fails_once(ops, **kwargs):
+        if not failures:
+            failures.append(kwargs)
+            return "UPDATE monitoring_no_such_table SET x = 1", []
+        return real(ops, **kwargs)
+
+    monkeypatch.setattr(ingest_sql, "_heartbeat_sql", fails_once)
+    assert client.post(REPORTS, {"reports": [report(2)], "oldestSeq": 2}, format="json").status_code == 500
+    assert failures and seqs(node) == [1]
+    later = post(client, [report(3)], oldestSeq=2)  # the agent still holds 2, so it says so
+    assert later["ackedSeq"] == 1 and seqs(node) == [1, 3]
+    assert post(client, [report(2), report(3)], oldestSeq=2)["ackedSeq"] == 3
+    assert seqs(node) == [1, 2, 3]

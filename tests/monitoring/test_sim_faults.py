@@ -10,15 +10,12 @@ from datetime import timedelta
 
 import httpx
 import pytest
-from django.core import signals
 from django.core.exceptions import PermissionDenied
 from django.core.management import CommandError, call_command
-from django.db import close_old_connections
 from django.urls import reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from config.wsgi import application
 from monitoring import services
 from monitoring.agent import Agent
 from monitoring.agent_buffer import DiskBuffer
@@ -144,33 +141,6 @@ def test_the_feed_turns_fetched_faults_into_xids_and_stops_on_a_404():
 
 
 # --- end to end, in-process -------------------------------------------------------------------------
-
-
-REQUEST_SIGNALS = (signals.request_started, signals.request_finished)
-
-
-def in_this_transaction(environ, start_response):
-    """The Django app, called in this process and this test's transaction: like Django's test
-    client, a request must not close the test's database connection (it would on PostgreSQL)."""
-    for signal in REQUEST_SIGNALS:
-        signal.disconnect(close_old_connections)
-    try:
-        result = application(environ, start_response)
-        try:
-            return [b"".join(result)]
-        finally:
-            result.close()  # sends request_finished while the receiver is away
-    finally:
-        for signal in REQUEST_SIGNALS:
-            signal.connect(close_old_connections)
-
-
-@pytest.fixture
-def wsgi():
-    """An httpx client for the agent that reaches the control plane without a network."""
-    client = httpx.Client(transport=httpx.WSGITransport(app=in_this_transaction), base_url="http://testserver")
-    yield client
-    client.close()
 
 
 def agent_for(node: Node, admin, tmp_path, wsgi) -> tuple[Agent, SimulatedSource]:

@@ -38,7 +38,7 @@ def pool_with_nodes(user, *, name="train-pool-a", nodes=2, node_labels=None, tai
             phase=phase,
             zone=pool.zone,
             gpu_count=pool.node_type.gpu_count,
-            labels=effective_node_labels(parsed, zone=pool.zone.name, billing="monthly"),
+            labels=effective_node_labels(parsed, zone=pool.zone.name, billing="monthly", team=pool.team.slug),
             taints=[{"key": t.key, "value": t.value, "effect": t.effect} for t in parsed.node_taints],
             ready_at=T0,
         )
@@ -58,7 +58,7 @@ def pod_document(name, *, namespace="algorithm", gpus=1, cpu="4", memory="32Gi",
         annotations["ebcloud.io/gpu-models"] = models
     spec = {
         "priority": priority,
-        "containers": [{"name": "main", "resources": {"requests": {"cpu": cpu, "memory": memory, "nvidia.com/gpu": gpus}}}],
+        "containers": [{"name": "main", "resources": {"requests": {"cpu": cpu, "memory": memory}, "limits": {"nvidia.com/gpu": gpus}}}],
     }
     if pool_affinity:
         spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [

@@ -45,7 +45,7 @@ def test_the_plan_compresses_time_routes_by_shape_and_caps_requests_to_the_node(
     document = four.document()
     assert document["spec"]["tolerations"] == [dict(BIG.tolerations[0])]
     assert document["metadata"]["annotations"]["ebcloud.io/duration"] == "60s"
-    assert document["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] == "4"
+    assert document["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "4"
     assert "ebcloud.io/gpu-milli" in shared.document()["metadata"]["annotations"]
 
 

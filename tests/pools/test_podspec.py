@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pools.core.errors import ValidationError
-from pools.core.podspec import core_pod_from_spec, cpu_milli, memory_mib, parse_pod
+from pools.core.podspec import core_pod_from_spec, cpu_milli, memory_mib, parse_pod, with_defaults
 from pools.core.scheduling.nodes import NodeState, Taint, filter_node
 from tests.pools.pod_helpers import pod_document, train_pod_document
 
@@ -17,7 +17,7 @@ def paths(exc: ValidationError) -> set[str]:
 def test_the_articles_pod_loads_with_affinity_and_toleration():
     spec = parse_pod(train_pod_document())
     assert (spec.namespace, spec.name, spec.priority) == ("algorithm", "bert-train-0", 100)
-    assert (spec.cpu_milli, spec.memory_mib, spec.gpu_count, spec.gpu_milli) == (16000, 128 * 1024, 4, 1000)
+    assert (spec.cpu_milli, spec.memory_mib, spec.gpu_count, spec.gpu_milli) == (16000, 128 * 1024, 8, 1000)  # limits: {nvidia.com/gpu: 8}
     assert spec.checkpointable and spec.duration_seconds == 7200
     assert spec.tolerations == ({"key": "pool", "operator": "Equal", "value": "train", "effect": "NoSchedule"},)
     pod = core_pod_from_spec(spec)
@@ -100,3 +100,96 @@ def test_exists_tolerations_and_empty_effects_are_kept_in_kubernetes_shape():
     pod = core_pod_from_spec(spec)
     assert all(t.operator == "Exists" for t in pod.tolerations)
     assert spec.tolerations[0] == {"key": "", "operator": "Exists", "value": "", "effect": ""}
+
+
+# --- requests and limits follow Kubernetes (extended resources cannot be overcommitted) ---------
+
+GPU = "nvidia.com/gpu"
+RESOURCES = "spec.containers[0].resources"
+
+
+def resources_pod(**resources) -> dict:
+    document = pod_document("p")
+    document["spec"]["containers"][0]["resources"] = resources
+    return document
+
+
+def refusal(document) -> dict[str, str]:
+    with pytest.raises(ValidationError) as caught:
+        parse_pod(document)
+    return {e.field: e.message for e in caught.value.errors}
+
+
+def test_a_gpu_limit_alone_sets_the_request_as_in_kubernetes():
+    spec = parse_pod(resources_pod(limits={GPU: 8}))
+    assert spec.gpu_count == 8
+    assert parse_pod(resources_pod(limits={GPU: "2"})).gpu_count == 2
+
+
+def test_a_gpu_request_equal_to_its_limit_is_accepted():
+    assert parse_pod(resources_pod(requests={GPU: 4}, limits={GPU: "4"})).gpu_count == 4
+
+
+def test_a_gpu_request_other_than_its_limit_is_refused_at_the_request():
+    errors = refusal(resources_pod(requests={GPU: 4}, limits={GPU: 8}))
+    assert errors == {f"{RESOURCES}.requests.{GPU}": f"must be equal to {GPU} limit of 8"}
+    assert f"{RESOURCES}.requests.{GPU}" in refusal(resources_pod(requests={GPU: 8}, limits={GPU: 4}))
+
+
+def test_a_gpu_request_without_a_limit_is_refused_as_kubernetes_does():
+    """kube-apiserver: `Limit must be set for non overcommitable resources`."""
+    errors = refusal(resources_pod(requests={GPU: 1}))
+    assert list(errors) == [f"{RESOURCES}.limits.{GPU}"]
+    assert errors[f"{RESOURCES}.limits.{GPU}"].startswith("Limit must be set for non overcommitable resources")
+
+
+def test_cpu_and_memory_limits_set_missing_requests_and_cap_given_ones():
+    spec = parse_pod(resources_pod(requests={"cpu": "2"}, limits={"cpu": "4", "memory": "8Gi", GPU: 1}))
+    assert (spec.cpu_milli, spec.memory_mib, spec.gpu_count) == (2000, 8192, 1)  # overcommit allowed below the limit
+    errors = refusal(resources_pod(requests={"cpu": "8", "memory": "1Gi"}, limits={"cpu": "4", "memory": "512Mi"}))
+    assert errors == {f"{RESOURCES}.requests.cpu": "must be less than or equal to cpu limit of 4",
+                      f"{RESOURCES}.requests.memory": "must be less than or equal to memory limit of 512Mi"}
+
+
+@pytest.mark.parametrize("limit", [-1, 65, 1.5, "lots", True, 10**30])
+def test_bad_gpu_limits_are_refused_at_the_limit(limit):
+    assert f"{RESOURCES}.limits.{GPU}" in refusal(resources_pod(limits={GPU: limit}))
+
+
+def test_unknown_resources_in_limits_are_named():
+    assert f"{RESOURCES}.limits.example.com/fpga" in refusal(resources_pod(limits={"example.com/fpga": 1}))
+
+
+def test_limits_sum_over_containers_like_requests():
+    document = resources_pod(limits={GPU: 2})
+    document["spec"]["containers"].append({"name": "side", "resources": {"requests": {GPU: 1}, "limits": {GPU: 1}}})
+    assert parse_pod(document).gpu_count == 3
+
+
+def test_the_stored_document_shows_the_defaulted_requests():
+    document = resources_pod(requests={"cpu": "2"}, limits={GPU: 8, "cpu": "4"})
+    stored = with_defaults(document)
+    assert stored["spec"]["containers"][0]["resources"] == {"requests": {"cpu": "2", GPU: 8}, "limits": {GPU: 8, "cpu": "4"}}
+    assert document["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "2"}  # the input is not changed
+    assert parse_pod(stored).gpu_count == 8
+
+
+# --- free text: annotations and the containers' strings ----------------------------------------
+
+
+@pytest.mark.parametrize("text", ["\x1b]0;PWNED\x07", "a\x00b", "bell\x07", "csi\x9b31m", "del\x7f"])
+def test_control_characters_in_annotations_and_container_strings_are_refused(text):
+    document = pod_document("p", duration="1h")
+    document["metadata"]["annotations"]["note"] = text
+    document["spec"]["containers"][0].update(image=text, command=["sh", "-c", text], env=[{"name": "X", "value": text}])
+    errors = refusal(document)
+    assert {"metadata.annotations.note", "spec.containers[0].image", "spec.containers[0].command[2]",
+            "spec.containers[0].env[0].value"} <= set(errors)
+    assert "control characters" in errors["metadata.annotations.note"]
+
+
+def test_newlines_and_tabs_are_fine_in_free_text():
+    document = pod_document("p")
+    document["metadata"]["annotations"]["note"] = "line one\n\tline two"
+    document["spec"]["containers"][0]["command"] = ["sh", "-c", "echo a\necho b"]
+    assert parse_pod(document).name == "p"
