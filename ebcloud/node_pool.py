@@ -92,9 +92,11 @@ def pool_apply(file: IO[bytes], team: str) -> None:
 
 
 def _document_name(body: bytes) -> str:
+    """The file's metadata.name, or "" when it has none we can read: the server then says
+    exactly what is wrong with the file (nesting too deep, a bad date, ...)."""
     try:
         document = yaml.safe_load(body)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError, ValueError):
         return ""
     metadata = document.get("metadata") if isinstance(document, dict) else None
     name = metadata.get("name") if isinstance(metadata, dict) else None

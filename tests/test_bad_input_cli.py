@@ -292,3 +292,13 @@ def test_cost_export_writes_formula_labels_neutralised(ebcloud, served, actors, 
         assert not [c for c in cells if c[:1] in ("=", "+", "-", "@", "\t", "\r") and not re.fullmatch(r"-?\d+(\.\d+)?", c)]
     projects = {row["project"] for row in csv.DictReader(io.StringIO(out.read_text()))}
     assert {"'=HYPERLINK(\"http://x\",\"y\")", "'+1", "'@SUM(A1)", "'-cmd"} <= projects
+
+
+def test_a_local_file_too_deep_or_with_an_impossible_date_has_no_readable_name():
+    """`apply` reads the name locally to choose create or replace; a hostile file must not crash
+    the CLI there (the server then answers with its one readable error)."""
+    from ebcloud.node_pool import _document_name
+
+    assert _document_name(b"[" * 20000) == ""
+    assert _document_name(b"metadata: {name: train-pool-a}\ncreated: 2026-02-30\n") == ""
+    assert _document_name(b"metadata: {name: train-pool-a}\n") == "train-pool-a"
