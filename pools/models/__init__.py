@@ -3,6 +3,7 @@
 - `pools`: teams, memberships, the catalog, quotas, pools, orders, nodes, events, scaling
   activities and the audit log.
 - `pods`: pods of the simulated cluster (and the read model of a real one), fragmentation samples.
+- `cluster`: namespaces' teams and the pod mirror's cursor (a real cluster).
 - `repair`: repair requests awaiting an admin's approval.
 - `cloud`: the simulated cloud's state and the controllers' per-pool claims.
 """
@@ -16,6 +17,7 @@ from pools.models.cloud import (
     SimPayment,
     SimStock,
 )
+from pools.models.cluster import NamespaceTeam, WatchCursor
 from pools.models.pods import FragmentationSample, Pod
 from pools.models.pools import (
     AuditEntry,
@@ -42,6 +44,7 @@ __all__ = [
     "GpuModel",
     "GpuNodePool",
     "Membership",
+    "NamespaceTeam",
     "Node",
     "NodeType",
     "Pod",
@@ -61,5 +64,6 @@ __all__ = [
     "SimStock",
     "Team",
     "TeamScopedQuerySet",
+    "WatchCursor",
     "Zone",
 ]

@@ -14,11 +14,21 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from pools import roles
 from pools.models.pools import Node, Team, TeamScopedQuerySet
 
 
 class PodQuerySet(TeamScopedQuerySet):
     team_path = "team"
+
+    def for_user(self, user):
+        """Pods of a namespace mapped to no team are shown to admins only."""
+        rows = super().for_user(user)
+        return rows if roles.is_admin(user) else rows.exclude(team__isnull=True)
+
+    def live(self):
+        """Pods that exist in the cluster (a deleted pod's row stays for metering only)."""
+        return self.filter(deleted_at__isnull=True)
 
 
 class Pod(models.Model):
@@ -31,7 +41,8 @@ class Pod(models.Model):
 
     namespace = models.CharField(max_length=63)
     name = models.CharField(max_length=253)
-    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="pods")
+    team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.PROTECT, related_name="pods", help_text="Empty: a cluster namespace mapped to no team")
+    uid = models.CharField(max_length=36, blank=True, help_text="metadata.uid in a real cluster (empty in the simulated one)")
     labels = models.JSONField(default=dict, blank=True)
     priority = models.IntegerField(default=0)
     checkpointable = models.BooleanField(default=False)
@@ -56,13 +67,16 @@ class Pod(models.Model):
     submitted_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    deleted_at = models.DateTimeField(null=True, blank=True, help_text="Deleted from the cluster: kept only for the hours it ran")
 
     objects = PodQuerySet.as_manager()
 
     class Meta:
         ordering = ["namespace", "name"]
-        constraints = [models.UniqueConstraint(fields=["namespace", "name"], name="pod_unique_namespace_name")]
-        indexes = [models.Index(fields=["phase", "priority"]), models.Index(fields=["team", "phase"])]
+        constraints = [
+            models.UniqueConstraint(fields=["namespace", "name"], condition=models.Q(deleted_at__isnull=True), name="pod_unique_namespace_name"),
+        ]
+        indexes = [models.Index(fields=["phase", "priority"]), models.Index(fields=["team", "phase"]), models.Index(fields=["uid"])]
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"

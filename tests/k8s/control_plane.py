@@ -5,6 +5,7 @@ freshly generated certificates and an admin token (envtest's idea; the nodes hav
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -46,6 +47,12 @@ def free_ports(count: int) -> list[int]:
     finally:
         for s in sockets:
             s.close()
+
+
+def _post(url: str, body: dict) -> bytes:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return response.read()
 
 
 def _openssl(*args: str, cwd: Path) -> None:
@@ -142,6 +149,16 @@ class ControlPlane:
             "--profiling=false", "--endpoint-reconciler-type=none",  # a loopback address cannot be an endpoint
         ])  # fmt: skip
         self._wait(f"{self.server}/readyz", "kube-apiserver", auth=True, timeout=120)
+
+    def compact_etcd(self) -> int:
+        """Compact etcd's history up to now, as the API server does every few minutes: a watch
+        from an older resourceVersion is then answered 410 Gone (once the API server's watch
+        cache no longer holds it). The revision compacted to."""
+        url = f"http://127.0.0.1:{self.etcd_port}/v3"
+        head = json.loads(_post(f"{url}/kv/range", {"key": "Lw=="}))  # key "/"
+        revision = int(head["header"]["revision"])
+        _post(f"{url}/kv/compaction", {"revision": str(revision), "physical": True})
+        return revision
 
     def _write_kubeconfig(self) -> None:
         self.kubeconfig.write_text(

@@ -4,7 +4,6 @@ PodDisruptionBudgets, the pods a drain moves, node removal."""
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime
 
 import pytest
@@ -13,6 +12,7 @@ from kubernetes.client.exceptions import ApiException
 
 from pools.providers.fake_kubelet import FakeKubelet
 from pools.providers.kubernetes import KubernetesCluster, NodeNotRegistered
+from tests.k8s.helpers import pod, wait_for
 
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 TRAIN_TAINT = {"key": "pool", "value": "train", "effect": "NoSchedule"}
@@ -37,24 +37,6 @@ def node(kubelet, unique, core):
         core.delete_node(name)
     except ApiException:
         pass
-
-
-def pod(namespace: str, name: str, *, node: str | None = None, labels=None, annotations=None, owner=None, gpus: int = 1, **spec) -> client.V1Pod:
-    container = client.V1Container(name="main", image="registry.invalid/train:1", resources=client.V1ResourceRequirements(limits={"nvidia.com/gpu": str(gpus)}))
-    return client.V1Pod(
-        metadata=client.V1ObjectMeta(name=name, namespace=namespace, labels=labels, annotations=annotations, owner_references=owner),
-        spec=client.V1PodSpec(containers=[container], node_name=node, automount_service_account_token=False, **spec),
-    )
-
-
-def wait_for(predicate, *, timeout: float = 30, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_a_node_counts_as_registered_only_once_its_kubelet_has_joined(cluster, kubelet, unique, core):

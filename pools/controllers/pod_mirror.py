@@ -1,0 +1,166 @@
+"""The pod mirror: a real cluster's pods, kept in the read model the pages, the autoscaler,
+metering and chargeback use (`pools.models.Pod`), by list + watch as client-go's informers do.
+
+- No cursor yet, or the API server answers 410 Gone (the resourceVersion is older than it
+  keeps): list every pod (one consistent snapshot, paginated), state them all, mark deleted
+  the mirrored pods the list lacks, and watch from the list's resourceVersion.
+- Watch with bookmarks; after each batch of events the cursor (`WatchCursor`) stores the last
+  resourceVersion in the same database, so a mirror that stops (or an API server that
+  restarts mid-watch) resumes where it was: the events since then are delivered again or for
+  the first time, and applying one twice changes nothing (pools/services/pod_mirror.py).
+- Events are read on a thread and applied in batches (up to `BATCH` per transaction), so a
+  burst of thousands of pods costs a few statements per batch, not per pod.
+
+Run it with `manage.py mirror_pods` (a long-running process) or the `pools.tasks.pod_mirror`
+task; only in Kubernetes mode (`EBCLOUD_CLUSTER_BACKEND=kubernetes`).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+import urllib3
+from django.utils import timezone
+from kubernetes.client.exceptions import ApiException
+
+from pools.providers.kubernetes_pods import ClusterPods, WatchExpired, pod_fields
+from pools.services.pod_mirror import (
+    TeamOf,
+    cursor_get,
+    cursor_save,
+    pod_teams_refresh,
+    pods_apply,
+    pods_replace,
+)
+
+logger = logging.getLogger("ebcloud.pod_mirror")
+BATCH = 500
+WATCH_SECONDS = 60  # the server ends each watch after this; the mirror watches again
+RETRY_SECONDS = 1.0
+_END = object()
+
+
+@dataclass
+class MirrorStats:
+    listed: int = 0
+    relists: int = 0
+    events: int = 0
+    created: int = 0
+    updated: int = 0
+    deleted: int = 0
+    reconnects: int = 0
+
+
+class PodMirror:
+    def __init__(
+        self, source: ClusterPods | None = None, *, clock: Callable[[], datetime] = timezone.now
+    ):
+        self.source = source or ClusterPods()
+        self.clock = clock
+        self.stats = MirrorStats()
+        self.team_of = TeamOf(self.source.namespace_team)
+
+    def relist(self) -> str:
+        """List every pod and state them all; the resourceVersion to watch from."""
+        now = self.clock()
+        self.team_of = TeamOf(self.source.namespace_team, self.source.namespace_teams())
+        pods, resource_version = self.source.list()
+        applied = pods_replace(
+            [pod_fields(p, now=now) for p in pods], team_of=self.team_of, now=now
+        )
+        pod_teams_refresh(team_of=self.team_of)
+        cursor_save(resource_version, now=now, listed=True)
+        self.stats.relists += 1
+        self.stats.listed += len(pods)
+        self._count(applied)
+        return resource_version
+
+    def sync(self, *, seconds: float, stop: threading.Event | None = None) -> MirrorStats:
+        """Mirror for about `seconds` (forever with `seconds=float('inf')` until `stop`)."""
+        deadline = time.monotonic() + seconds
+        stop = stop or threading.Event()
+        resource_version = cursor_get().resource_version or self.relist()
+        while not stop.is_set() and time.monotonic() < deadline:
+            timeout = max(1, min(WATCH_SECONDS, int(deadline - time.monotonic()) or 1))
+            try:
+                resource_version = self._watch(resource_version, timeout, stop)
+            except WatchExpired:
+                logger.info(
+                    "pod watch expired at resourceVersion %s: listing again", resource_version
+                )
+                resource_version = self.relist()
+            except (urllib3.exceptions.HTTPError, ConnectionError, ApiException) as exc:
+                if (
+                    isinstance(exc, ApiException)
+                    and exc.status
+                    and exc.status < 500
+                    and exc.status != 429
+                ):
+                    raise
+                self.stats.reconnects += 1
+                logger.warning(
+                    "pod watch interrupted (%s): watching again from %s",
+                    type(exc).__name__,
+                    resource_version,
+                )
+                stop.wait(RETRY_SECONDS)
+        return self.stats
+
+    def _watch(self, resource_version: str, timeout: int, stop: threading.Event) -> str:
+        """One watch until the server ends it; the resourceVersion reached."""
+        events: queue.Queue = queue.Queue(maxsize=BATCH * 4)
+        reader = threading.Thread(
+            target=self._read, args=(resource_version, timeout, events), daemon=True
+        )
+        reader.start()
+        while True:
+            first = events.get()
+            batch = [first]
+            while len(batch) < BATCH and not events.empty():
+                batch.append(events.get_nowait())
+            ended = next(
+                (item for item in batch if item is _END or isinstance(item, BaseException)), None
+            )
+            changes = [
+                item for item in batch if not (item is _END or isinstance(item, BaseException))
+            ]
+            resource_version = self._apply(changes) or resource_version
+            if ended is not None:
+                reader.join()
+                if isinstance(ended, BaseException):
+                    raise ended
+                return resource_version
+            if stop.is_set():
+                return resource_version
+
+    def _read(self, resource_version: str, timeout: int, events: queue.Queue) -> None:
+        try:
+            for event in self.source.watch(
+                resource_version=resource_version, timeout_seconds=timeout
+            ):
+                events.put(event)
+            events.put(_END)
+        except BaseException as exc:  # handed to the applying thread, which decides
+            events.put(exc)
+
+    def _apply(self, changes: list) -> str:
+        if not changes:
+            return ""
+        now = self.clock()
+        pods = [(e.type, pod_fields(e.pod, now=now)) for e in changes if e.type != "BOOKMARK"]
+        self._count(pods_apply(pods, team_of=self.team_of, now=now))
+        self.stats.events += len(pods)
+        last = changes[-1].resource_version
+        cursor_save(last, now=now)
+        return last
+
+    def _count(self, applied) -> None:
+        self.stats.created += applied.created
+        self.stats.updated += applied.updated
+        self.stats.deleted += applied.deleted

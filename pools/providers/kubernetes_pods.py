@@ -1,0 +1,246 @@
+"""The pods and namespaces of a real cluster, read for the pod mirror (pools/controllers/pod_mirror.py):
+a paginated list, a watch from a resourceVersion with bookmarks, and the translation of the
+API's Pod JSON into the fields of the read model (`pools.models.Pod`).
+
+The translation counts as kube-scheduler counts: a pod's request of a resource is the sum over
+its containers, or the largest init container's if that is larger (init containers run one
+after the other, before the others), plus the pod overhead; a container's request defaults to
+its limit, which for an extended resource such as `nvidia.com/gpu` is the only way to ask for
+it (the API server has already refused a request without, or unequal to, its limit). The
+responses are read as JSON without the client's model classes: a mirror reads every pod of a
+cluster and a watch can deliver thousands of events a second.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from kubernetes.utils.quantity import parse_quantity
+from kubernetes.watch.watch import iter_resp_lines
+
+from pools.core.durations import parse_duration
+from pools.core.podspec import (
+    ANNOTATION_CHECKPOINTABLE,
+    ANNOTATION_DURATION,
+    ANNOTATION_GPU_MILLI,
+    ANNOTATION_GPU_MODELS,
+    GPU_RESOURCE,
+)
+from pools.core.scheduling.nodes import MILLI
+from pools.providers.kubernetes import api_client
+
+TEAM_LABEL = "ebcloud.io/team"
+PAGE_SIZE = 500
+
+
+class WatchExpired(Exception):
+    """410 Gone: the resourceVersion is older than the API server keeps; list again."""
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    type: str  # ADDED | MODIFIED | DELETED | BOOKMARK
+    resource_version: str
+    pod: dict[str, Any]  # the API's JSON (for BOOKMARK only metadata.resourceVersion)
+
+
+class ClusterPods:
+    """List and watch of the cluster's pods and namespaces, as JSON."""
+
+    def __init__(self, api: client.ApiClient | None = None):
+        self.api = api or api_client()
+        self.core = client.CoreV1Api(self.api)
+
+    def list(self) -> tuple[list[dict[str, Any]], str]:
+        """Every pod of the cluster (pages of `PAGE_SIZE`, one consistent snapshot) and the
+        resourceVersion to watch from."""
+        pods, token = [], None
+        while True:
+            response = self.core.list_pod_for_all_namespaces(
+                limit=PAGE_SIZE, _continue=token, _preload_content=False
+            )
+            body = json.loads(response.data)
+            pods.extend(body.get("items") or ())
+            token = body["metadata"].get("continue")
+            if not token:
+                return pods, body["metadata"]["resourceVersion"]
+
+    def watch(self, *, resource_version: str, timeout_seconds: int) -> Iterator[WatchEvent]:
+        """The changes after `resource_version` until the server ends the watch (after
+        `timeout_seconds`). Raises WatchExpired on 410 Gone; connection errors propagate (the
+        caller watches again from the last resourceVersion it stored)."""
+        try:
+            response = self.core.list_pod_for_all_namespaces(
+                watch=True, resource_version=resource_version, allow_watch_bookmarks=True,
+                timeout_seconds=timeout_seconds, _preload_content=False,
+            )  # fmt: skip
+        except ApiException as exc:
+            if exc.status == 410:
+                raise WatchExpired(str(exc.reason)) from exc
+            raise
+        try:
+            for line in iter_resp_lines(response):
+                event = json.loads(line)
+                obj = event.get("object") or {}
+                if event.get("type") == "ERROR":
+                    if obj.get("code") == 410:
+                        raise WatchExpired(obj.get("message", "resourceVersion too old"))
+                    raise ApiException(
+                        status=obj.get("code"), reason=obj.get("message", "watch error")
+                    )
+                yield WatchEvent(
+                    type=event["type"], resource_version=obj["metadata"]["resourceVersion"], pod=obj
+                )
+        finally:
+            response.release_conn()
+
+    def namespace_teams(self) -> dict[str, str]:
+        """Each namespace's `ebcloud.io/team` label (namespaces without one are left out)."""
+        body = json.loads(self.core.list_namespace(_preload_content=False).data)
+        return {
+            item["metadata"]["name"]: labels[TEAM_LABEL]
+            for item in body.get("items") or ()
+            if TEAM_LABEL in (labels := item["metadata"].get("labels") or {})
+        }
+
+    def namespace_team(self, name: str) -> str:
+        try:
+            namespace = json.loads(self.core.read_namespace(name, _preload_content=False).data)
+        except ApiException as exc:
+            if exc.status == 404:
+                return ""
+            raise
+        return (namespace["metadata"].get("labels") or {}).get(TEAM_LABEL, "")
+
+
+# ---------------------------------------------------------------------------------------------
+# The API's Pod JSON -> the read model's fields
+
+
+def pod_fields(pod: Mapping[str, Any], *, now: datetime) -> dict[str, Any]:
+    """The read model's fields of one pod (all but `team` and `node`, which the mirror resolves:
+    `node_name` names the Node it is bound to)."""
+    meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
+    annotations = meta.get("annotations") or {}
+    requests = pod_requests(spec)
+    gpus = int(requests.get(GPU_RESOURCE, 0))
+    scheduled = next(
+        (c for c in status.get("conditions") or () if c.get("type") == "PodScheduled"), {}
+    )
+    phase = status.get("phase") or "Pending"
+    if phase not in ("Pending", "Running", "Succeeded", "Failed"):
+        phase = (
+            "Pending" if not spec.get("nodeName") else "Running"
+        )  # Unknown: the node stopped reporting
+    unschedulable = phase == "Pending" and scheduled.get("status") == "False"
+    return {
+        "uid": meta["uid"],
+        "namespace": meta["namespace"],
+        "name": meta["name"],
+        "labels": dict(meta.get("labels") or {}),
+        "priority": int(spec.get("priority") or 0),
+        "checkpointable": annotations.get(ANNOTATION_CHECKPOINTABLE, "").lower() == "true",
+        "cpu_milli": math.ceil(requests.get("cpu", 0) * 1000),
+        "memory_mib": math.ceil(requests.get("memory", 0) / 2**20),
+        "gpu_count": gpus,
+        "gpu_milli": _gpu_milli(annotations, gpus),
+        "gpu_models": [
+            m.strip() for m in annotations.get(ANNOTATION_GPU_MODELS, "").split(",") if m.strip()
+        ],
+        "tolerations": list(spec.get("tolerations") or ()),
+        "node_selector": dict(spec.get("nodeSelector") or {}),
+        "affinity": {"nodeAffinity": node_affinity}
+        if (node_affinity := (spec.get("affinity") or {}).get("nodeAffinity"))
+        else {},
+        "duration_seconds": _duration(annotations),
+        "document": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": _metadata_shown(meta),
+            "spec": spec,
+        },
+        "phase": phase,
+        "reason": scheduled.get("reason", "")
+        if unschedulable
+        else (status.get("reason") or ("Scheduled" if spec.get("nodeName") else "")),
+        "explanation": scheduled.get("message", "") if unschedulable else "",
+        "node_name": spec.get("nodeName") or "",
+        "submitted_at": _time(meta.get("creationTimestamp")) or now,
+        "started_at": _time(status.get("startTime")) if phase != "Pending" else None,
+        "finished_at": _finished_at(status, now) if phase in ("Succeeded", "Failed") else None,
+    }
+
+
+def pod_requests(spec: Mapping[str, Any]) -> dict[str, Decimal]:
+    """The pod's effective requests as kube-scheduler computes them (see the module docstring)."""
+    total: dict[str, Decimal] = {}
+    for container in spec.get("containers") or ():
+        for key, amount in _container_requests(container).items():
+            total[key] = total.get(key, Decimal(0)) + amount
+    for container in spec.get("initContainers") or ():
+        for key, amount in _container_requests(container).items():
+            total[key] = max(total.get(key, Decimal(0)), amount)
+    for key, amount in (spec.get("overhead") or {}).items():
+        total[key] = total.get(key, Decimal(0)) + parse_quantity(amount)
+    return total
+
+
+def _container_requests(container: Mapping[str, Any]) -> dict[str, Decimal]:
+    resources = container.get("resources") or {}
+    merged = {
+        **(resources.get("limits") or {}),
+        **(resources.get("requests") or {}),
+    }  # a limit alone sets the request
+    return {key: parse_quantity(amount) for key, amount in merged.items()}
+
+
+def _gpu_milli(annotations: Mapping[str, str], gpus: int) -> int:
+    if not gpus:
+        return 0
+    text = annotations.get(ANNOTATION_GPU_MILLI, "")
+    if gpus == 1 and text.isdigit() and 1 <= int(text) <= MILLI:
+        return int(text)
+    return MILLI
+
+
+def _duration(annotations: Mapping[str, str]) -> int | None:
+    try:
+        return (
+            parse_duration(annotations[ANNOTATION_DURATION])
+            if ANNOTATION_DURATION in annotations
+            else None
+        )
+    except ValueError:
+        return None  # a free-text annotation the product cannot read: the pod runs until it ends
+
+
+def _metadata_shown(meta: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        k: meta[k] for k in ("name", "namespace", "uid", "labels", "annotations") if meta.get(k)
+    }
+
+
+def _finished_at(status: Mapping[str, Any], now: datetime) -> datetime:
+    """When the last container ended; `now` when the kubelet reported no end (the moment the
+    mirror saw the pod finished)."""
+    ends = [
+        _time(terminated.get("finishedAt"))
+        for item in status.get("containerStatuses") or ()
+        if (terminated := (item.get("state") or {}).get("terminated"))
+    ]
+    ends = [end for end in ends if end is not None]
+    return max(ends) if ends else now
+
+
+def _time(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)

@@ -1,0 +1,254 @@
+"""Writes of the pod mirror: the read model (`pools.models.Pod`) follows a real cluster's pods.
+
+Every write is keyed by the pod's `metadata.uid` and states the pod as the cluster last showed
+it, so applying a change twice (a watch that resumes from an older resourceVersion after the
+API server restarted, a relist after 410 Gone) leaves the same rows and records no second
+event. A deleted pod keeps its row (`deleted_at`) for the hours it ran; a new pod with the same
+namespace and name is a new row. The events of our nodes are written on transitions only:
+`Scheduled` when kube-scheduler bound the pod to one of our nodes, `Completed` when it
+succeeded there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Q
+
+from pools.models import NamespaceTeam, Node, Pod, PoolEvent, Team, WatchCursor
+from pools.services.events import NORMAL
+
+PODS = "pods"
+_ROW_FIELDS = (
+    "labels", "priority", "checkpointable", "cpu_milli", "memory_mib", "gpu_count", "gpu_milli", "gpu_models",
+    "tolerations", "node_selector", "affinity", "duration_seconds", "document", "phase", "reason", "explanation",
+    "submitted_at", "started_at", "finished_at",
+)  # fmt: skip
+_UPDATED = (*_ROW_FIELDS, "team", "node", "gpu_indices", "hints", "deleted_at")
+
+
+@dataclass
+class ApplyStats:
+    created: int = 0
+    updated: int = 0
+    deleted: int = 0
+    unchanged: int = 0
+    events: list[PoolEvent] = field(default_factory=list)
+
+
+class TeamOf:
+    """A namespace's team: the admins' mapping first, then the namespace's `ebcloud.io/team`
+    label (`label_of` reads it from the cluster; asked once per namespace); None when neither
+    names a team."""
+
+    def __init__(self, label_of: Callable[[str], str], labels: Mapping[str, str] | None = None):
+        self.mapped = dict(NamespaceTeam.objects.values_list("namespace", "team_id"))
+        self.by_slug = dict(Team.objects.values_list("slug", "pk"))
+        self.labels = dict(labels or {})
+        self.label_of = label_of
+
+    def __call__(self, namespace: str) -> int | None:
+        if namespace in self.mapped:
+            return self.mapped[namespace]
+        if namespace not in self.labels:
+            self.labels[namespace] = self.label_of(namespace)
+        return self.by_slug.get(self.labels[namespace])
+
+
+def pods_apply(
+    changes: Sequence[tuple[str, Mapping[str, Any]]],
+    *,
+    team_of: Callable[[str], int | None],
+    now: datetime,
+) -> ApplyStats:
+    """Apply watch events (type, `kubernetes_pods.pod_fields`) in their order, in one
+    transaction and a fixed number of statements per batch."""
+    stats = ApplyStats()
+    if not changes:
+        return stats
+    uids = {fields["uid"] for _, fields in changes}
+    with transaction.atomic():
+        rows = {pod.uid: pod for pod in Pod.objects.filter(uid__in=uids).select_for_update()}
+        keys = {
+            (f["namespace"], f["name"])
+            for t, f in changes
+            if f["uid"] not in rows and t != "DELETED"
+        }
+        predecessors = _live_by_key(keys)
+        nodes = dict(
+            Node.objects.filter(name__in={f["node_name"] for _, f in changes if f["node_name"]})
+            .exclude(phase=Node.Phase.TERMINATED)
+            .values_list("name", "pk")
+        )
+        nodes_by_id = Node.objects.select_related("pool").in_bulk(set(nodes.values()))
+        new: dict[str, Pod] = {}
+        changed: dict[int, Pod] = {}
+        for kind, fields in changes:
+            uid = fields["uid"]
+            pod = rows.get(uid) or new.get(uid)
+            if kind == "DELETED":
+                if pod is not None and pod.deleted_at is None:
+                    _mark_deleted(pod, fields, now)
+                    stats.deleted += 1
+                    if pod.pk:
+                        changed[pod.pk] = pod
+                continue
+            if pod is None:
+                old = predecessors.pop((fields["namespace"], fields["name"]), None)
+                if old is not None:  # the same name, a new pod: the old one was deleted meanwhile
+                    _mark_deleted(old, {}, now)
+                    changed[old.pk] = old
+                pod = new[uid] = Pod(uid=uid, namespace=fields["namespace"], name=fields["name"])
+            before = (pod.node_id, pod.phase)
+            if not _set(pod, fields, team_of(fields["namespace"]), nodes.get(fields["node_name"])):
+                stats.unchanged += 1
+                continue
+            if pod.pk:
+                changed[pod.pk] = pod
+                stats.updated += 1
+            stats.events.extend(_transitions(pod, before, nodes_by_id, now))
+        Pod.objects.bulk_update(list(changed.values()), _UPDATED, batch_size=200)
+        Pod.objects.bulk_create(list(new.values()), batch_size=200)
+        PoolEvent.objects.bulk_create(stats.events)
+    stats.created = len(new)
+    return stats
+
+
+def pods_replace(
+    listed: Iterable[Mapping[str, Any]], *, team_of: Callable[[str], int | None], now: datetime
+) -> ApplyStats:
+    """A relist: every listed pod applied as it is, and every mirrored pod the list no longer
+    has marked deleted (it was deleted while nobody watched)."""
+    listed = list(listed)
+    stats = ApplyStats()
+    for start in range(0, len(listed), 500):
+        part = pods_apply(
+            [("ADDED", f) for f in listed[start : start + 500]], team_of=team_of, now=now
+        )
+        stats.created += part.created
+        stats.updated += part.updated
+        stats.unchanged += part.unchanged
+        stats.events += part.events
+    seen = {f["uid"] for f in listed}
+    with transaction.atomic():
+        gone = [
+            p for p in Pod.objects.live().exclude(uid="").select_for_update() if p.uid not in seen
+        ]
+        for pod in gone:
+            _mark_deleted(pod, {}, now)
+        Pod.objects.bulk_update(gone, _UPDATED, batch_size=200)
+    stats.deleted += len(gone)
+    return stats
+
+
+def pod_teams_refresh(*, team_of: Callable[[str], int | None]) -> int:
+    """Give the mirrored pods of every namespace the team it maps to now (after a mapping or a
+    namespace label changed); the number of pods moved."""
+    moved = 0
+    namespaces = Pod.objects.live().exclude(uid="").values_list("namespace", flat=True).distinct()
+    for namespace in list(namespaces):
+        team = team_of(namespace)
+        moved += Pod.objects.live().exclude(uid="").filter(namespace=namespace).exclude(team_id=team).update(team_id=team) if team else (
+            Pod.objects.live().exclude(uid="").filter(namespace=namespace, team__isnull=False).update(team=None)
+        )  # fmt: skip
+    return moved
+
+
+def cursor_get(resource: str = PODS) -> WatchCursor:
+    return WatchCursor.objects.get_or_create(resource=resource)[0]
+
+
+def cursor_save(
+    resource_version: str, *, now: datetime, listed: bool = False, resource: str = PODS
+) -> None:
+    values = {"resource_version": resource_version, "updated_at": now}
+    if listed:
+        values["listed_at"] = now
+    WatchCursor.objects.update_or_create(resource=resource, defaults=values)
+
+
+def _live_by_key(keys: set[tuple[str, str]]) -> dict[tuple[str, str], Pod]:
+    if not keys:
+        return {}
+    condition = Q()
+    for namespace, name in keys:
+        condition |= Q(namespace=namespace, name=name)
+    return {
+        (p.namespace, p.name): p for p in Pod.objects.live().filter(condition).select_for_update()
+    }
+
+
+def _set(pod: Pod, fields: Mapping[str, Any], team_id: int | None, node_id: int | None) -> bool:
+    """Make the row state the pod as given; False when it already did."""
+    wanted = {name: fields[name] for name in _ROW_FIELDS}
+    wanted["team_id"], wanted["node_id"] = team_id, node_id
+    if fields["phase"] != "Pending":
+        wanted["hints"] = []
+    if (
+        pod.pk
+        and all(getattr(pod, name) == value for name, value in wanted.items())
+        and pod.deleted_at is None
+    ):
+        return False
+    for name, value in wanted.items():
+        setattr(pod, name, value)
+    pod.deleted_at = None
+    return True
+
+
+def _mark_deleted(pod: Pod, fields: Mapping[str, Any], now: datetime) -> None:
+    """A pod deleted from the cluster: its row stays for the hours it ran, ended now if it was
+    still running, and leaves every list."""
+    if fields:
+        for name in ("phase", "finished_at", "started_at"):
+            setattr(pod, name, fields[name])
+    if pod.phase in (Pod.Phase.PENDING, Pod.Phase.RUNNING):
+        if pod.phase == Pod.Phase.RUNNING and pod.finished_at is None:
+            pod.finished_at = now
+        pod.phase, pod.reason = Pod.Phase.FAILED, "Deleted"
+    pod.deleted_at = now
+    pod.hints = []
+
+
+def _transitions(
+    pod: Pod, before: tuple[int | None, str], nodes: Mapping[int, Node], now: datetime
+) -> list[PoolEvent]:
+    node_before, phase_before = before
+    node = nodes.get(pod.node_id) if pod.node_id else None
+    if node is None:
+        return []
+    events = []
+    if node_before != pod.node_id:
+        events.append(
+            _event(
+                node,
+                "Scheduled",
+                f"Successfully assigned {pod.key} to {node.name}",
+                pod.submitted_at if pod.started_at is None else pod.started_at,
+                now,
+            )
+        )
+    if pod.phase == Pod.Phase.SUCCEEDED and phase_before != Pod.Phase.SUCCEEDED:
+        events.append(
+            _event(
+                node, "Completed", f"Pod {pod.key} succeeded on {node.name}", pod.finished_at, now
+            )
+        )
+    return events
+
+
+def _event(node: Node, reason: str, message: str, at: datetime | None, now: datetime) -> PoolEvent:
+    at = at or now
+    return PoolEvent(
+        pool=node.pool,
+        node=node,
+        type=NORMAL,
+        reason=reason,
+        message=message,
+        first_timestamp=at,
+        last_timestamp=at,
+    )

@@ -1,0 +1,205 @@
+"""The pod mirror against a real kube-apiserver: list + watch into the read model, requests as
+kube-scheduler counts them, namespaces' teams, deletion, 410 Gone, and an API server restarted
+mid-watch that loses and duplicates nothing."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime
+
+import pytest
+from django.db import connection
+from kubernetes import client
+
+from pools.controllers.pod_mirror import PodMirror
+from pools.models import NamespaceTeam, Pod, Team, WatchCursor
+from pools.providers.kubernetes_pods import ClusterPods
+from tests.k8s.helpers import pod, wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def mirror(kube) -> PodMirror:
+    return PodMirror(ClusterPods(kube), clock=lambda: NOW)
+
+
+@pytest.fixture
+def team(db) -> Team:
+    return Team.objects.get_or_create(slug="algorithm", defaults={"name": "Algorithm"})[0]
+
+
+def waiting(namespace: str, name: str) -> client.V1Pod:
+    """A pod no node takes (so no other test's node runs it)."""
+    return pod(namespace, name, node_selector={"kubernetes.io/hostname": "nowhere"})
+
+
+def label_namespace(core, namespace: str, team: str) -> None:
+    core.patch_namespace(namespace, {"metadata": {"labels": {"ebcloud.io/team": team}}})
+
+
+def ours(namespace: str):
+    return Pod.objects.filter(namespace=namespace)
+
+
+def test_a_relist_mirrors_every_pod_with_the_requests_kube_scheduler_counts(mirror, core, namespace, team, unique):
+    label_namespace(core, namespace, team.slug)
+    init = client.V1Container(
+        name="init",
+        image="x",
+        resources=client.V1ResourceRequirements(requests={"cpu": "20", "memory": "1Gi"}),
+    )
+    main = client.V1Container(
+        name="main", image="x",
+        resources=client.V1ResourceRequirements(requests={"cpu": "1500m", "memory": "64Gi"}, limits={"nvidia.com/gpu": "4", "memory": "64Gi"}),
+    )  # fmt: skip
+    side = client.V1Container(
+        name="side",
+        image="x",
+        resources=client.V1ResourceRequirements(requests={"cpu": "500m", "memory": "512Mi"}),
+    )
+    body = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="trainer", namespace=namespace, labels={"project": "nlp"}, annotations={"ebcloud.io/checkpointable": "true"}),
+        spec=client.V1PodSpec(
+            containers=[main, side], init_containers=[init], automount_service_account_token=False,
+            tolerations=[client.V1Toleration(key="pool", operator="Equal", value="train", effect="NoSchedule")],
+            node_selector={"gpu-class": unique},  # no node has it: the pod stays Pending
+        ),
+    )  # fmt: skip
+    core.create_namespaced_pod(namespace, body)
+    mirror.relist()
+    row = ours(namespace).get()
+    assert row.uid and row.team == team and row.phase == "Pending" and row.node is None
+    assert (row.cpu_milli, row.memory_mib, row.gpu_count, row.gpu_milli) == (
+        20_000,
+        66_048,
+        4,
+        1000,
+    )  # init wins on CPU; a limit alone sets the GPU request
+    assert (
+        row.labels == {"project": "nlp"}
+        and row.checkpointable
+        and row.node_selector == {"gpu-class": unique}
+    )
+    assert row.tolerations[0] == {
+        "key": "pool",
+        "operator": "Equal",
+        "value": "train",
+        "effect": "NoSchedule",
+    }
+    assert {t["key"] for t in row.tolerations[1:]} == {
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+    }  # the API server's defaults
+    assert WatchCursor.objects.get(resource="pods").resource_version
+
+
+def test_namespaces_belong_to_the_team_of_their_label_or_an_admins_mapping(
+    mirror, core, namespace, unique, team
+):
+    other = Team.objects.create(slug=f"vision-{unique}", name=f"Vision {unique}")
+    core.create_namespaced_pod(namespace, waiting(namespace, "a"))
+    mirror.relist()
+    assert ours(namespace).get().team is None  # neither label nor mapping: admins only
+    label_namespace(core, namespace, team.slug)
+    mirror.relist()
+    assert ours(namespace).get().team == team
+    NamespaceTeam.objects.create(namespace=namespace, team=other)
+    mirror.relist()
+    assert ours(namespace).get().team == other  # the admin's mapping wins over the label
+
+
+def test_the_watch_follows_creates_status_changes_and_deletes(mirror, core, namespace, team):
+    label_namespace(core, namespace, team.slug)
+    mirror.relist()
+    core.create_namespaced_pod(namespace, waiting(namespace, "job-1"))
+    core.create_namespaced_pod(namespace, waiting(namespace, "job-2"))
+    core.delete_namespaced_pod("job-2", namespace, grace_period_seconds=0)
+
+    def condition():  # kube-scheduler finds no node for it and says why
+        status = core.read_namespaced_pod("job-1", namespace).status
+        return next(
+            (
+                c.message
+                for c in status.conditions or ()
+                if c.type == "PodScheduled" and c.reason == "Unschedulable"
+            ),
+            None,
+        )
+
+    message = wait_for(condition, what="kube-scheduler's verdict")
+    mirror.sync(seconds=3)
+    pending = ours(namespace).get(name="job-1")
+    assert (pending.phase, pending.reason, pending.explanation) == (
+        "Pending",
+        "Unschedulable",
+        message,
+    )
+    gone = ours(namespace).get(name="job-2")
+    assert gone.deleted_at is not None and not Pod.objects.live().filter(pk=gone.pk).exists()
+    core.create_namespaced_pod(namespace, waiting(namespace, "job-2"))  # the same name again: a new pod
+    mirror.sync(seconds=2)
+    assert (
+        ours(namespace).filter(name="job-2").count() == 2
+        and Pod.objects.live().filter(namespace=namespace, name="job-2").count() == 1
+    )
+
+
+def test_a_cursor_the_server_no_longer_keeps_is_answered_by_a_relist(
+    control_plane, mirror, core, namespace, team
+):
+    old = core.list_namespaced_pod(namespace).metadata.resource_version
+    core.create_namespaced_pod(namespace, waiting(namespace, "kept"))
+    core.create_namespaced_pod(namespace, waiting(namespace, "churn"))
+    core.delete_namespaced_pod("churn", namespace, grace_period_seconds=0)
+    control_plane.compact_etcd()
+    control_plane.restart_apiserver()  # its watch cache starts after the compaction
+    WatchCursor.objects.update_or_create(resource="pods", defaults={"resource_version": old})
+    Pod.objects.create(
+        namespace=namespace, name="ghost", team=team, uid="00000000-dead-beef-0000-000000000000"
+    )
+    stats = mirror.sync(seconds=2)
+    assert stats.relists == 1
+    assert ours(namespace).get(name="kept").uid
+    assert ours(namespace).get(name="ghost").deleted_at is not None  # deleted while nobody watched
+
+
+def test_an_api_server_restarted_mid_watch_loses_and_duplicates_nothing(
+    control_plane, mirror, core, namespace, team
+):
+    label_namespace(core, namespace, team.slug)
+    mirror.relist()
+    stop = threading.Event()
+
+    def run():
+        try:
+            mirror.sync(seconds=60, stop=stop)
+        finally:
+            connection.close()
+
+    runner = threading.Thread(target=run)
+    for i in range(20):
+        core.create_namespaced_pod(namespace, waiting(namespace, f"before-{i}"))
+    runner.start()
+    wait_for(lambda: ours(namespace).count() == 20, what="the first pods mirrored")
+    control_plane.restart_apiserver()
+    for i in range(20):
+        core.create_namespaced_pod(namespace, waiting(namespace, f"after-{i}"))
+    for i in range(0, 20, 2):
+        core.delete_namespaced_pod(f"before-{i}", namespace, grace_period_seconds=0)
+    wait_for(
+        lambda: (
+            Pod.objects.live().filter(namespace=namespace).count() == 30
+            and ours(namespace).count() == 40
+        ),
+        what="the pods after the restart",
+    )
+    stop.set()
+    runner.join(timeout=70)
+    cluster = {p.metadata.uid for p in core.list_namespaced_pod(namespace).items}
+    assert (
+        set(Pod.objects.live().filter(namespace=namespace).values_list("uid", flat=True)) == cluster
+    )
+    assert ours(namespace).values("uid").distinct().count() == ours(namespace).count() == 40
+    assert mirror.stats.reconnects >= 1
