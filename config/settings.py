@@ -251,8 +251,9 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
 
 # Providers and the lifecycle controller (issue 3; pools/providers, pools/controllers/lifecycle.py).
 EBCLOUD_CLOUD_PROVIDER = env_str("EBCLOUD_CLOUD_PROVIDER", "simulated")
-EBCLOUD_CLUSTER_BACKEND = env_str("EBCLOUD_CLUSTER_BACKEND", "simulated")  # or "kubernetes"
-# The cluster of EBCLOUD_CLUSTER_BACKEND=kubernetes: a kubeconfig file (empty: $KUBECONFIG or
+# The cluster: `simulated` (the embedded default) or `kubernetes` (a real one), from EBCLOUD_CLUSTER.
+EBCLOUD_CLUSTER_BACKEND = env_str("EBCLOUD_CLUSTER", "simulated")
+# The cluster of EBCLOUD_CLUSTER=kubernetes: a kubeconfig file (empty: $KUBECONFIG or
 # ~/.kube/config, else the in-cluster service account).
 EBCLOUD_KUBECONFIG = env_str("EBCLOUD_KUBECONFIG", "")
 # Simulated cloud: each provisioning step's duration; a node is Ready in about 4 minutes, or

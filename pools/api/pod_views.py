@@ -34,7 +34,7 @@ def pod_representation(pod: Pod) -> dict[str, Any]:
         {
             "name": pod.name,
             "namespace": pod.namespace,
-            "team": pod.team.slug,
+            "team": pod.team.slug if pod.team else "",
             "creationTimestamp": _iso(pod.submitted_at),
         }
     )

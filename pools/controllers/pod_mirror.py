@@ -12,7 +12,7 @@ metering and chargeback use (`pools.models.Pod`), by list + watch as client-go's
   burst of thousands of pods costs a few statements per batch, not per pod.
 
 Run it with `manage.py mirror_pods` (a long-running process) or the `pools.tasks.pod_mirror`
-task; only in Kubernetes mode (`EBCLOUD_CLUSTER_BACKEND=kubernetes`).
+task; only in Kubernetes mode (`EBCLOUD_CLUSTER=kubernetes`).
 """
 
 from __future__ import annotations

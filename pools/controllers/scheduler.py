@@ -21,7 +21,6 @@ One pass, in one transaction, in a constant number of queries whatever the numbe
 
 from __future__ import annotations
 
-import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -38,13 +37,11 @@ from django.db.models import (
 )
 from django.utils import timezone
 
+from pools.controllers.pending_hints import capacity_hints, pending_hints_write, team_view
 from pools.core.durations import format_duration
 from pools.core.scheduling.explain import explain
 from pools.core.scheduling.fragmentation import workload_from_pods
 from pools.core.scheduling.nodes import (
-    REASON_CPU,
-    REASON_GPU,
-    REASON_MEMORY,
     NodeState,
     filter_node,
     prefer_no_schedule_penalty,
@@ -54,6 +51,7 @@ from pools.core.scheduling.policies import policy_for
 from pools.core.scheduling.preempt import preempt
 from pools.models import GpuNodePool, Node, PoolEvent
 from pools.models.pods import Pod
+from pools.providers import real_cluster
 from pools.selectors.cluster import (
     cluster_state,
     core_pod_of,
@@ -138,6 +136,8 @@ def _case(mapping: dict[int, object], output_field):
 def scheduler_pass(*, now: datetime | None = None) -> PassResult:
     """One pass over every live node and every Pending/Running pod (see the module docstring)."""
     now = now or timezone.now()
+    if real_cluster():  # kube-scheduler binds; we add our hints to its verdicts
+        return PassResult(unschedulable=pending_hints_write(now=now))
     result = PassResult()
     with transaction.atomic():
         scheduler_lock()
@@ -239,56 +239,6 @@ def scheduler_pass(*, now: datetime | None = None) -> PassResult:
             Pod.objects.bulk_update(explanations, ["explanation", "hints", "reason"])
         events.save()
     return result
-
-
-INSUFFICIENT = (REASON_CPU, REASON_MEMORY, REASON_GPU)
-OTHER_TEAMS = "(another team's pool)"
-
-
-def team_view(states: list[NodeState], pools: dict[str, GpuNodePool], team_id: int, cache: dict[int, list[NodeState]]) -> list[NodeState]:
-    """The nodes as one team may see them in explanations: counts stay cluster-wide, like
-    kube-scheduler's, but other teams' pool names are hidden (a lead never learns of another
-    team's pools, not even from a hint)."""
-    if team_id not in cache:
-        cache[team_id] = [
-            state if (pool := pools.get(state.pool)) is None or pool.team_id == team_id else dataclasses.replace(state, pool=OTHER_TEAMS)
-            for state in states
-        ]
-    return cache[team_id]
-
-
-def capacity_hints(pod: CorePod, node_reasons: dict[str, str], states: dict[str, NodeState], pools: dict[str, GpuNodePool]) -> list[str]:
-    """Pool-level hints the pure core cannot give: a pool whose nodes would take the pod if they
-    were free is either at its `nodeCount.max` (raise it) or can still grow (scale it)."""
-    hints = []
-    full: dict[str, int] = defaultdict(int)
-    for name, reason in node_reasons.items():
-        if reason in INSUFFICIENT:
-            full[states[name].pool] += 1
-    for pool_name in sorted(full):
-        pool = pools.get(pool_name)
-        members = [s for s in states.values() if s.pool == pool_name]
-        if pool is None or not members:
-            continue
-        empty = members[0]
-        if pod.gpu_count > empty.gpu_count or pod.cpu_milli > empty.cpu_milli or pod.memory_mib > empty.memory_mib:
-            continue  # even an empty node of this pool is too small: more nodes will not help
-        if len(members) >= pool.max_nodes:
-            hints.append(
-                f"pool {pool_name} is at its nodeCount.max ({pool.max_nodes} nodes) and they are busy: raise it "
-                f"(ebcloud node-pool scale {pool_name} --max N), repack it (ebcloud node-pool fragmentation "
-                f"{pool_name} --plan) or give the pod a higher priority to preempt checkpointable pods."
-            )
-        else:
-            grow = f"raise nodeCount.min (ebcloud node-pool scale {pool_name} --min N)"
-            has = f"pool {pool_name} has {len(members)} Ready node(s) of at most {pool.max_nodes}: a new node would fit the pod"
-            if pool.bursts:
-                hints.append(f"{has}; the autoscaler adds a burst node when the pool's scaling policy asks (ebcloud node-pool "
-                             f"diagnose {pool_name} says when it will not), or {grow}.")  # fmt: skip
-            else:
-                hints.append(f"{has}, but the pool does not burst (spec.burst.enabled is off), so none is added until you {grow} "
-                             f"or enable burst.")  # fmt: skip
-    return hints
 
 
 def _elapsed(pod: Pod, now: datetime) -> bool:

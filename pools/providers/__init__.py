@@ -1,7 +1,7 @@
 """Providers: the only code that talks to the outside world (design §1).
 
-`get_cloud_provider()` and `get_cluster_backend()` read `EBCLOUD_CLOUD_PROVIDER` and
-`EBCLOUD_CLUSTER_BACKEND`: `simulated` (the embedded default) for both; the cluster can also be a
+`get_cloud_provider()` and `get_cluster_backend()` read the settings `EBCLOUD_CLOUD_PROVIDER` and
+`EBCLOUD_CLUSTER_BACKEND` (environment: `EBCLOUD_CLUSTER`): `simulated` (the embedded default) for both; the cluster can also be a
 real one (`kubernetes`, pools/providers/kubernetes.py). The chosen implementation is imported
 when chosen, so the simulated default never loads the Kubernetes client.
 """
@@ -21,6 +21,12 @@ def get_cloud_provider() -> CloudProvider:
 
         return SimulatedCloud()
     raise ImproperlyConfigured(f"EBCLOUD_CLOUD_PROVIDER: unknown provider {name!r} (known: simulated)")
+
+
+def real_cluster() -> bool:
+    """True when the cluster is a real one: kube-scheduler binds the pods and kubelets run them,
+    the pod mirror reads them (pools/controllers/pod_mirror.py)."""
+    return settings.EBCLOUD_CLUSTER_BACKEND == "kubernetes"
 
 
 def get_cluster_backend() -> ClusterBackend:

@@ -5,7 +5,7 @@ passed), and confirms the deletion of pods that are being deleted (an eviction's
 there is no container to stop). Nothing of a node agent or of the product runs here: only what a
 kubelet writes to the API server, so the control plane sees what it would see from real nodes.
 
-Used by the simulated cloud when `EBCLOUD_CLUSTER_BACKEND=kubernetes` (its machines join that
+Used by the simulated cloud when `EBCLOUD_CLUSTER=kubernetes` (its machines join that
 cluster at the kubelet-join step) and by the tests against a real kube-apiserver."""
 
 from __future__ import annotations

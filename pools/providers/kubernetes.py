@@ -1,5 +1,5 @@
 """`ClusterBackend` for a real Kubernetes cluster, through its API (the official `kubernetes`
-client). Chosen by `EBCLOUD_CLUSTER_BACKEND=kubernetes`; the cluster is the one of `KUBECONFIG`
+client). Chosen by `EBCLOUD_CLUSTER=kubernetes`; the cluster is the one of `KUBECONFIG`
 (`EBCLOUD_KUBECONFIG`, or the client's default), or the in-cluster service account.
 
 What Kubernetes defines is done its way:

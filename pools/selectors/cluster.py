@@ -12,7 +12,7 @@ from django.db.models import QuerySet, TextField
 from django.db.models.functions import Cast
 
 from pools.core.podspec import core_pod
-from pools.core.scheduling.nodes import NodeState, OversubscribedError, Taint
+from pools.core.scheduling.nodes import NodeState, OversubscribedError, Taint, best_fit_gpus
 from pools.core.scheduling.nodes import Pod as CorePod
 from pools.models import Node
 from pools.models.pods import Pod
@@ -98,14 +98,18 @@ def live_nodes(*, pools=None) -> list[Node]:
 
 
 def cluster_state(nodes: list[Node], pods: list[Pod]) -> dict[str, NodeState]:
-    """NodeStates with the Running pods of `pods` bound on them (pods elsewhere are skipped)."""
+    """NodeStates with the Running pods of `pods` bound on them (pods elsewhere are skipped).
+    A pod of a real cluster has no GPU indices recorded (the node's device plugin chose them,
+    the API does not say which): it is counted on the GPUs it fits best."""
     by_id = {n.pk: n for n in nodes}
     states = {n.name: node_state_of(n) for n in nodes}
     for pod in pods:
         node = by_id.get(pod.node_id)
         if pod.phase == Pod.Phase.RUNNING and node is not None:
+            state, core = states[node.name], core_pod_of(pod)
+            gpus = pod.gpu_indices or (best_fit_gpus(core, state.gpu_free) if core.gpu_count else ()) or ()
             try:
-                states[node.name].bind(core_pod_of(pod), pod.gpu_indices)
+                state.bind(core, gpus)
             except (OversubscribedError, ValueError):
                 continue  # recorded state disagrees with the node; the core refuses to oversubscribe
     return states

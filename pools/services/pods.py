@@ -23,6 +23,7 @@ from pools.core.errors import ConflictError
 from pools.core.podspec import parse_pod, with_defaults
 from pools.models import Team
 from pools.models.pods import Pod
+from pools.providers import real_cluster
 from pools.services.events import event_record
 from pools.services.pools import team_choose
 
@@ -36,7 +37,7 @@ class PodFilters:
 
 def pods_for_user(*, user, filters: PodFilters | None = None) -> QuerySet[Pod]:
     filters = filters or PodFilters()
-    pods = Pod.objects.for_user(user).select_related("team", "node", "node__pool")
+    pods = Pod.objects.for_user(user).live().select_related("team", "node", "node__pool")
     if filters.namespace:
         pods = pods.filter(namespace=filters.namespace)
     if filters.phase:
@@ -70,6 +71,7 @@ def _team_for_new_pod(*, user, team_slug: str) -> Team:
 def pod_create(*, user, document: Any, team_slug: str = "", now: datetime | None = None) -> Pod:
     """Submit a Pod document; it waits Pending for the next scheduler pass."""
     now = now or timezone.now()
+    _refuse_on_real_cluster("submitted")
     document, _ = split_server_fields(document)
     team = _team_for_new_pod(user=user, team_slug=team_slug)
     spec = parse_pod(document, default_namespace=team.slug)
@@ -105,9 +107,17 @@ def pod_create(*, user, document: Any, team_slug: str = "", now: datetime | None
 def pod_delete(*, user, pod: Pod, now: datetime | None = None) -> None:
     """Delete a pod (its GPUs are free at once); an event on its node's pool if it ran."""
     if not (roles.is_admin(user) or pod.team_id in roles.team_ids(user)):
-        raise PermissionDenied(f"only members of team {pod.team.slug} and platform admins can delete this pod")
+        raise PermissionDenied(f"only members of team {pod.team.slug if pod.team else '(none)'} and platform admins can delete this pod")
+    _refuse_on_real_cluster("deleted")
     with transaction.atomic():
         node = pod.node if pod.phase == Pod.Phase.RUNNING else None
         pod.delete()
         if node is not None:
             event_record(pool=node.pool, node=node, reason="Killing", message=f"Pod {pod.key} deleted by {user.get_username()}; its resources are free", actor=user, now=now)
+
+
+def _refuse_on_real_cluster(done: str) -> None:
+    """On a real cluster the pods are the cluster's own (shown here as it reports them): they
+    are submitted and deleted with kubectl or the team's own tools, never behind its back."""
+    if real_cluster():
+        raise ConflictError(f"pods of this cluster are {done} with kubectl (kubectl apply -f pod.yaml, kubectl delete pod NAME -n NAMESPACE); this product shows them as the cluster reports them")
