@@ -20,7 +20,8 @@ class Command(BaseCommand):
     def handle(self, *args, seconds: float = 0.0, **options):
         if not real_cluster():
             raise CommandError("mirror_pods needs a real cluster: set EBCLOUD_CLUSTER=kubernetes (and EBCLOUD_KUBECONFIG)")
-        from pools.controllers.pod_mirror import PodMirror  # the Kubernetes client, only in that mode
+        # The Kubernetes client is loaded only in that mode.
+        from pools.controllers.pod_mirror import PodMirror
 
         stop = threading.Event()
         try:
