@@ -190,7 +190,7 @@ def _pod_records(billed: dict[int, tuple[BilledNode, UsageRecord]], hour: dateti
         """A workload's effective labels on nodes with these inherited ones, one dict for all."""
         return cached(("pod-labels", id(inherited), text), lambda: {**inherited, **labels})
 
-    teams = Team.objects.in_bulk({team_id for _, _, team_id, _ in groups})
+    teams = Team.objects.in_bulk({team_id for _, _, team_id, _ in groups} | {node.pool.team_id for node, _ in billed.values()})
     records = []
     make, POD = _new_usage.with_values, UsageRecord.Kind.POD
     for (node_id, namespace, team_id, text), (quantity, pods, gpu_count, first) in groups.items():
@@ -200,6 +200,7 @@ def _pod_records(billed: dict[int, tuple[BilledNode, UsageRecord]], hour: dateti
         node, node_record = billed[node_id]
         inherited = node_record.labels  # pool labels, then node labels
         pool = node.pool
+        team_id = team_id or pool.team_id  # a real cluster's namespace mapped to no team: the pool's owner pays
         records.append(
             make({"pool": pool, "team": teams[team_id]}, {
                 "id": None, "hour": hour, "kind": POD, "resource": f"{namespace}/{first}",

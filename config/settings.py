@@ -256,6 +256,9 @@ EBCLOUD_CLUSTER_BACKEND = env_str("EBCLOUD_CLUSTER", "simulated")
 # The cluster of EBCLOUD_CLUSTER=kubernetes: a kubeconfig file (empty: $KUBECONFIG or
 # ~/.kube/config, else the in-cluster service account).
 EBCLOUD_KUBECONFIG = env_str("EBCLOUD_KUBECONFIG", "")
+# The credentials the simulated cloud's machines' kubelets join a real cluster with (empty: the
+# control plane's own, EBCLOUD_KUBECONFIG).
+EBCLOUD_SIM_KUBELET_KUBECONFIG = env_str("EBCLOUD_SIM_KUBELET_KUBECONFIG", "")
 # Simulated cloud: each provisioning step's duration; a node is Ready in about 4 minutes, or
 # 3 with a prewarmed image (D4). EBCLOUD_SIM_FAST=true (the demo) makes every step 2 seconds.
 SIM_STEP_SECONDS_REALISTIC = {"boot": 60, "image_pull": 45, "driver_install": 90, "kubelet_install": 30, "kubelet_join": 20}

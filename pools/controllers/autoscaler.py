@@ -49,7 +49,7 @@ from pools.core.scheduling.nodes import Pod as CorePod
 from pools.core.spec import Catalog, parse_document
 from pools.models import GpuNodePool, Node, ScalingActivity
 from pools.models.pods import Pod
-from pools.providers import get_cloud_provider, get_cluster_backend
+from pools.providers import get_cloud_provider, get_cluster_backend, real_cluster
 from pools.selectors.cluster import cluster_state, core_pod_of, core_pods_of
 from pools.selectors.pools import catalog_current
 from pools.selectors.queue import template_node
@@ -293,10 +293,11 @@ def _autoscale(pool: GpuNodePool, now: datetime, view: FleetView, *, dry_run: bo
             _store(pool, history.record(at=now, recommendation=decision.raw_recommendation))
             return Plan(AutoscaleResult(pool=pool.name, claimed=True, current=len(live), desired=len(live), reason="ScaleDownBlocked"))
         p = ReconcilePass(pool=pool, spec=spec, now=now, cloud=get_cloud_provider(), cluster=get_cluster_backend())
-        with transaction.atomic():
-            scheduler_lock()  # pods move like a scheduler bind: never at the same time as a pass
-            for node, moves in victims:
-                _repack(pool, node, moves, now)
+        if not real_cluster():  # a real cluster's pods are evicted by the drain and placed again by kube-scheduler
+            with transaction.atomic():
+                scheduler_lock()  # pods move like a scheduler bind: never at the same time as a pass
+                for node, moves in victims:
+                    _repack(pool, node, moves, now)
         for node, _ in victims:
             drain_start(p, node, reason=rules.SCALED_IN, event_reason="ScaledDown", message=f"Autoscaler removes burst node {node.name}: {decision.message}")
         _record(pool, now, len(live), len(live) - len(victims), "ScaledDown", f"Scaled down from {len(live)} to {len(live) - len(victims)} node(s): {decision.message}", shown, policy_text, emit=False)

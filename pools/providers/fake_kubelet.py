@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from django.conf import settings
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -24,7 +25,8 @@ NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 
 class FakeKubelet:
     def __init__(self, api: client.ApiClient | None = None):
-        self.core = client.CoreV1Api(api or api_client())
+        # A kubelet has its own credentials (the node's), not the control plane's.
+        self.core = client.CoreV1Api(api or api_client(settings.EBCLOUD_SIM_KUBELET_KUBECONFIG))
 
     def join(self, *, name: str, cpu_milli: int, memory_mib: int, gpus: int, labels: dict[str, str] | None = None, now: datetime) -> None:
         """Register the Node (idempotent: a node that exists is only marked Ready again)."""
@@ -64,8 +66,16 @@ class FakeKubelet:
                     "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": _rfc3339(now)}],
                 }})  # fmt: skip
                 done["started"] += 1
-            elif pod.status.phase == "Running" and _finished(pod, now):
-                self.core.patch_namespaced_pod_status(meta.name, meta.namespace, {"status": {"phase": "Succeeded"}})
+            elif pod.status.phase == "Running" and (ended := _end(pod)) is not None and ended <= now:
+                terminated = {"exitCode": 0, "reason": "Completed", "startedAt": _rfc3339(pod.status.start_time), "finishedAt": _rfc3339(ended)}
+                self.core.patch_namespaced_pod_status(meta.name, meta.namespace, {"status": {
+                    "phase": "Succeeded",
+                    "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted", "lastTransitionTime": _rfc3339(ended)}],
+                    "containerStatuses": [
+                        {"name": c.name, "image": c.image, "imageID": "", "ready": False, "restartCount": 0, "state": {"terminated": terminated}}
+                        for c in pod.spec.containers
+                    ],
+                }})  # fmt: skip
                 done["succeeded"] += 1
         return done
 
@@ -77,15 +87,16 @@ class FakeKubelet:
                 raise
 
 
-def _finished(pod: client.V1Pod, now: datetime) -> bool:
+def _end(pod: client.V1Pod) -> datetime | None:
+    """When the pod's simulated run ends (`ebcloud.io/duration` after it started); None: never."""
     text = (pod.metadata.annotations or {}).get(DURATION_ANNOTATION)
     started = pod.status.start_time
     if not text or started is None:
-        return False
+        return None
     try:
-        return started + timedelta(seconds=parse_duration(text)) <= now
+        return started + timedelta(seconds=parse_duration(text))
     except ValueError:
-        return False
+        return None
 
 
 def _rfc3339(moment: datetime) -> str:

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from pools import roles
 from pools.controllers.scheduler import scheduler_lock
-from pools.core.errors import ValidationError
+from pools.core.errors import ConflictError, ValidationError
 from pools.core.scheduling.fragmentation import (
     FragmentationReport,
     PodShape,
@@ -30,6 +30,7 @@ from pools.core.scheduling.nodes import MILLI
 from pools.core.scheduling.repack import RepackPlan, repack_plan
 from pools.models import GpuNodePool
 from pools.models.pods import FragmentationSample, Pod
+from pools.providers import real_cluster
 from pools.selectors.cluster import cluster_state, live_nodes
 from pools.services.events import event_record
 
@@ -75,6 +76,8 @@ def repack_apply(*, user, pool: GpuNodePool | None, max_nodes: int = 1, now: dat
         raise PermissionDenied(f"only leads of team {pool.team.slug} and platform admins can repack this pool")
     if not 1 <= max_nodes <= MAX_DISRUPTION_NODES:
         raise ValidationError(f"must be from 1 to {MAX_DISRUPTION_NODES}", field="maxNodes")
+    if real_cluster():
+        raise ConflictError("a real cluster's pods cannot be moved in place: to free a node, drain it (its pods are evicted and kube-scheduler places them again); the plan above says which nodes")
     with transaction.atomic():
         scheduler_lock()
         nodes, pods, states, workload = _load([pool] if pool is not None else None)

@@ -160,12 +160,22 @@ class ControlPlane:
         _post(f"{url}/kv/compaction", {"revision": str(revision), "physical": True})
         return revision
 
-    def _write_kubeconfig(self) -> None:
-        self.kubeconfig.write_text(
+    def service_account_kubeconfig(self, namespace: str, name: str) -> Path:
+        """A kubeconfig with a fresh token of that ServiceAccount (`kubectl create token`: the
+        TokenRequest API, as a pod running as the account would hold one)."""
+        result = self.kubectl("create", "token", name, "-n", namespace, "--duration=2h")
+        if result.returncode != 0:
+            raise RuntimeError(f"token for {namespace}/{name}: {result.stderr.strip()}")
+        path = self.work / f"kubeconfig-{namespace}-{name}"
+        self._write_kubeconfig(path, user=name, token=result.stdout.strip())
+        return path
+
+    def _write_kubeconfig(self, path: Path | None = None, *, user: str = "admin", token: str = "") -> None:
+        (path or self.kubeconfig).write_text(
             "apiVersion: v1\nkind: Config\n"
             f"clusters:\n- name: test\n  cluster:\n    server: {self.server}\n    certificate-authority: {self.work / 'ca.crt'}\n"
-            f"users:\n- name: admin\n  user:\n    token: {self.token}\n"
-            "contexts:\n- name: test\n  context:\n    cluster: test\n    user: admin\n"
+            f"users:\n- name: {user}\n  user:\n    token: {token or self.token}\n"
+            f"contexts:\n- name: test\n  context:\n    cluster: test\n    user: {user}\n"
             "current-context: test\n"
         )
 
