@@ -17,7 +17,6 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Q
 
 from pools.models import NamespaceTeam, Node, Pod, PoolEvent, Team, WatchCursor
 from pools.services.events import NORMAL
@@ -135,13 +134,8 @@ def pods_replace(
         stats.events += part.events
     seen = {f["uid"] for f in listed}
     with transaction.atomic():
-        gone = [
-            p for p in Pod.objects.live().exclude(uid="").select_for_update() if p.uid not in seen
-        ]
-        for pod in gone:
-            _mark_deleted(pod, {}, now)
-        Pod.objects.bulk_update(gone, _UPDATED, batch_size=200)
-    stats.deleted += len(gone)
+        gone = [pk for pk, uid in Pod.objects.live().exclude(uid="").select_for_update().values_list("pk", "uid") if uid not in seen]
+        stats.deleted += _mark_deleted_many(gone, now)
     return stats
 
 
@@ -172,14 +166,12 @@ def cursor_save(
 
 
 def _live_by_key(keys: set[tuple[str, str]]) -> dict[tuple[str, str], Pod]:
+    """The live rows of these (namespace, name) keys, in one plain query (an OR of hundreds of
+    pairs costs more to build than to run)."""
     if not keys:
         return {}
-    condition = Q()
-    for namespace, name in keys:
-        condition |= Q(namespace=namespace, name=name)
-    return {
-        (p.namespace, p.name): p for p in Pod.objects.live().filter(condition).select_for_update()
-    }
+    rows = Pod.objects.live().filter(namespace__in={ns for ns, _ in keys}, name__in={name for _, name in keys}).select_for_update()
+    return {(p.namespace, p.name): p for p in rows if (p.namespace, p.name) in keys}
 
 
 def _set(pod: Pod, fields: Mapping[str, Any], team_id: int | None, node_id: int | None) -> bool:
@@ -212,6 +204,17 @@ def _mark_deleted(pod: Pod, fields: Mapping[str, Any], now: datetime) -> None:
         pod.phase, pod.reason = Pod.Phase.FAILED, "Deleted"
     pod.deleted_at = now
     pod.hints = []
+
+
+def _mark_deleted_many(pks: list[int], now: datetime) -> int:
+    """`_mark_deleted` for many rows, in three UPDATEs per 10,000 rows."""
+    marked = 0
+    for start in range(0, len(pks), 10_000):
+        rows = Pod.objects.filter(pk__in=pks[start : start + 10_000])
+        rows.filter(phase=Pod.Phase.RUNNING, finished_at__isnull=True).update(finished_at=now)
+        rows.filter(phase__in=(Pod.Phase.PENDING, Pod.Phase.RUNNING)).update(phase=Pod.Phase.FAILED, reason="Deleted")
+        marked += rows.update(deleted_at=now, hints=[])
+    return marked
 
 
 def _transitions(

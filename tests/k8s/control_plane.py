@@ -75,13 +75,14 @@ class ControlPlane:
 
     # -- lifecycle ------------------------------------------------------------------------------
 
-    def start(self, *, scheduler_config: Path | None = None) -> ControlPlane:
+    def start(self, *, scheduler: bool = True, scheduler_config: Path | None = None) -> ControlPlane:
         try:
             self._certificates()
             self._start_etcd()
             self._start_apiserver()
             self._write_kubeconfig()
-            self.start_scheduler(config=scheduler_config)
+            if scheduler:
+                self.start_scheduler(config=scheduler_config)
         except Exception:
             self.stop()
             raise

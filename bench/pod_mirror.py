@@ -1,0 +1,137 @@
+"""Pod mirror throughput against a real kube-apiserver: how many pods a second the list + watch
+of pools/controllers/pod_mirror.py brings into the read model.
+
+A fresh control plane (etcd + kube-apiserver, from k8s/build.sh) is started; the mirror watches
+while `--threads` clients create `--pods` pods as fast as the API server takes them (pods with
+`spec.nodeName` set, so no scheduler is involved); the table shows the creation rate, the rate
+the mirror stored them at (first create to last stored), the lag behind the last create, and
+the statements per mirrored pod. Then a fresh mirror lists them all (a relist: a first start,
+or the answer to 410 Gone) and the same is shown for the list.
+
+Usage: python bench/pod_mirror.py [--pods 5000] [--threads 8] [--database postgres://...]
+       (default database: a new SQLite file in var/)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def django_setup(database: str) -> None:
+    os.environ["DATABASE_URL"] = database
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def speed_probe() -> float:
+    """Milliseconds for 5 M additions: how fast this machine is, beside the seconds."""
+    start = time.perf_counter()
+    total = 0
+    for i in range(5_000_000):
+        total += i
+    return (time.perf_counter() - start) * 1000
+
+
+class Statements:
+    def __init__(self):
+        self.count = 0
+
+    def __call__(self, execute, sql, params, many, context):
+        self.count += 1
+        return execute(sql, params, many, context)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pods", type=int, default=5000)
+    parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--database", default="")
+    args = parser.parse_args()
+    database = args.database or f"sqlite:///{tempfile.mkdtemp(dir=ROOT / 'var', prefix='bench-mirror-')}/db.sqlite3"
+    django_setup(database)
+
+    from django.db import connection
+    from kubernetes import client, config
+
+    from pools.controllers.pod_mirror import PodMirror
+    from pools.models import Pod, WatchCursor
+    from pools.providers.kubernetes_pods import ClusterPods
+    from tests.k8s.control_plane import ControlPlane
+
+    probe = speed_probe()
+    plane = ControlPlane().start(scheduler=False)
+    try:
+        api = config.new_client_from_config(config_file=str(plane.kubeconfig))
+        core = client.CoreV1Api(api)
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="bench")))
+        core.create_namespaced_service_account("bench", client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="default")))
+        mirror = PodMirror(ClusterPods(api))
+        mirror.relist()
+        stop = threading.Event()
+        statements = Statements()
+
+        def watch():
+            with connection.execute_wrapper(statements):
+                mirror.sync(seconds=3600, stop=stop)
+            connection.close()
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        body = {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"namespace": "bench", "labels": {"project": "bench"}},
+            "spec": {"nodeName": "bench-node", "automountServiceAccountToken": False, "containers": [
+                {"name": "main", "image": "registry.invalid/x:1", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+        }  # fmt: skip
+
+        def create(i: int) -> None:
+            client.CoreV1Api(api).create_namespaced_pod("bench", {**body, "metadata": {**body["metadata"], "name": f"pod-{i:06d}"}})
+
+        started = time.perf_counter()
+        with ThreadPoolExecutor(args.threads) as pool:
+            list(pool.map(create, range(args.pods)))
+        created = time.perf_counter()
+        while Pod.objects.filter(namespace="bench").count() < args.pods:
+            time.sleep(0.05)
+        stored = time.perf_counter()
+        stop.set()
+        watcher.join()
+
+        WatchCursor.objects.all().delete()
+        relist_statements = Statements()
+        fresh = PodMirror(ClusterPods(api))
+        Pod.objects.filter(namespace="bench").delete()
+        begin = time.perf_counter()
+        with connection.execute_wrapper(relist_statements):
+            fresh.relist()
+        listed = time.perf_counter() - begin
+        assert Pod.objects.filter(namespace="bench").count() == args.pods
+    finally:
+        plane.stop()
+
+    pods = args.pods
+    print(f"speed probe: 5 M additions in {probe:.0f} ms; database {connection.vendor}; {pods} pods, {args.threads} creating threads\n")
+    print("| step | pods | seconds | pods/s | lag after last create | statements/pod |")
+    print("|---|---|---|---|---|---|")
+    print(f"| create (API server) | {pods} | {created - started:.2f} | {pods / (created - started):.0f} | - | - |")
+    print(f"| watch -> read model | {pods} | {stored - started:.2f} | {pods / (stored - started):.0f} | {stored - created:.2f} s | {statements.count / pods:.2f} |")
+    print(f"| relist -> read model | {pods} | {listed:.2f} | {pods / listed:.0f} | - | {relist_statements.count / pods:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
