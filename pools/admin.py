@@ -6,6 +6,7 @@ from pools.models import (
     GpuModel,
     GpuNodePool,
     Membership,
+    NamespaceTeam,
     Node,
     NodeType,
     PoolEvent,
@@ -26,6 +27,16 @@ class TeamAdmin(admin.ModelAdmin):
     list_display = ("name", "slug", "created_at")
     prepopulated_fields = {"slug": ("name",)}
     inlines = [MembershipInline]
+
+
+@admin.register(NamespaceTeam)
+class NamespaceTeamAdmin(admin.ModelAdmin):
+    """Which team owns a real cluster's namespace (wins over the namespace's ebcloud.io/team
+    label); the pod mirror applies a change within a minute."""
+
+    list_display = ("namespace", "team", "created_at")
+    list_filter = ("team",)
+    search_fields = ("namespace",)
 
 
 @admin.register(Quota)

@@ -81,6 +81,12 @@ class PodMirror:
         self._count(applied)
         return resource_version
 
+    def teams_refresh(self) -> None:
+        """Read the namespaces' labels and the admins' mapping again and move the pods of a
+        namespace whose team changed (before each watch, so within `WATCH_SECONDS`)."""
+        self.team_of = TeamOf(self.source.namespace_team, self.source.namespace_teams())
+        pod_teams_refresh(team_of=self.team_of)
+
     def sync(self, *, seconds: float, stop: threading.Event | None = None) -> MirrorStats:
         """Mirror for about `seconds` (forever with `seconds=float('inf')` until `stop`)."""
         deadline = time.monotonic() + seconds
@@ -89,6 +95,7 @@ class PodMirror:
         while not stop.is_set() and time.monotonic() < deadline:
             timeout = max(1, min(WATCH_SECONDS, int(deadline - time.monotonic()) or 1))
             try:
+                self.teams_refresh()
                 resource_version = self._watch(resource_version, timeout, stop)
             except WatchExpired:
                 logger.info(
