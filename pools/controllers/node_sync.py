@@ -75,11 +75,10 @@ def nodes_sync(p: ReconcilePass) -> None:
     taints = wanted_taints(p)
     done = []
     for node in nodes:
-        labels = wanted_labels(p, node)
         seen = observed.get(node.name)
-        if seen is None:  # not in the cluster (yet, or any more): registration and exits see to it
-            p.hold_generation = p.hold_generation or labels != node.labels or taints != node.taints
+        if seen is None:  # not in the cluster now: a Node that comes back differs from its row, and is fixed then
             continue
+        labels = wanted_labels(p, node)
         fix = node_fix(
             wanted_labels=labels, wanted_taints=taints, applied_labels=node.labels or {}, applied_taints=node.taints or [],
             cordoned=node.phase in CORDONED_PHASES, observed=seen,
