@@ -4,11 +4,13 @@ and repair (pools/controllers/repair.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db.models import QuerySet
 
+from pools.core.node_labels import ClusterNodeState
 from pools.core.spec import PoolSpec
 from pools.models import GpuNodePool, Node
 from pools.providers.base import CloudProvider, ClusterBackend
@@ -25,7 +27,9 @@ class ReconcilePass:
     cloud: CloudProvider
     cluster: ClusterBackend
     notices: dict[str, datetime] | None = None  # the cloud's reclaim notices, read once per pass over all pools
+    observed: Mapping[str, ClusterNodeState] | None = None  # the cluster's nodes, read once per pass over all pools
     stalls: list[str] = field(default_factory=list)
+    hold_generation: bool = False  # the spec is not rolled out to every node yet: observedGeneration stays
 
     def stall(self, text: str) -> None:
         self.stalls.append(text)

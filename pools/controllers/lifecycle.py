@@ -14,13 +14,16 @@ per pool by a conditional UPDATE on `PoolClaim.version`, so any number of worker
 pass over every pool (`reconcile_all`) reads all pools' rows at once and runs the per-pool pass
 only where something is to be done, and there only the steps that have work (issue 9;
 pools/controllers/state.py, `lifecycle_rules.steps_needed`).
-Leases, reclaims, shrinking, deletion and heartbeats are in pools/controllers/exits.py.
+Leases, reclaims, shrinking, deletion and heartbeats are in pools/controllers/exits.py; the
+nodes' labels, taints and drain cordons are kept level-triggered by pools/controllers/node_sync.py
+(the `NodeDrift` step, fed by one read of the cluster's nodes per pass).
 """
 
 from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -32,11 +35,12 @@ from django.utils import timezone
 
 from monitoring.services import credential_revoke_for_node
 from pools.claims import WORKER_ID, Claims, claim_acquire, claim_release, claims_seen
-from pools.controllers import exits
+from pools.controllers import exits, node_sync
 from pools.controllers.context import ReconcilePass
 from pools.controllers.state import snapshots_load, statuses_write
 from pools.core import lifecycle as rules
-from pools.core.spec import effective_node_labels, parse_document
+from pools.core.node_labels import REGISTERED_PHASES, ClusterNodeState
+from pools.core.spec import parse_document
 from pools.models import GpuNodePool, Node, PoolEvent, PoolOrder
 from pools.providers import get_cloud_provider, get_cluster_backend
 from pools.providers.base import (
@@ -84,7 +88,11 @@ def reconcile_all(*, now: datetime | None = None, cloud: CloudProvider | None = 
     snapshots = snapshots_load([p for p in pools if p.pk not in busy])
     notice = timedelta(seconds=settings.EBCLOUD_LEASE_NOTICE_SECONDS)
     grace = timedelta(seconds=settings.EBCLOUD_HEARTBEAT_GRACE_SECONDS)
-    shared = PassShared(catalog=catalog_current(), notices=reclaim_notices_of(cloud, moment), snapshots=snapshots, lease_notice=notice, heartbeat_grace=grace)
+    names = [n.name for s in snapshots.values() for n in s.nodes if n.phase in REGISTERED_PHASES]
+    observed = node_sync.observe(cluster, names)  # one read of the cluster's nodes for the whole pass
+    shared = PassShared(
+        catalog=catalog_current(), notices=reclaim_notices_of(cloud, moment), snapshots=snapshots, lease_notice=notice, heartbeat_grace=grace, observed=observed
+    )
     reclaiming = frozenset(shared.notices)
     results: dict[int, ReconcileResult] = {}
     work, changed = [], []
@@ -92,7 +100,7 @@ def reconcile_all(*, now: datetime | None = None, cloud: CloudProvider | None = 
         if pool.pk in busy:
             continue
         snapshot = snapshots[pool.pk]
-        if rules.work_needed(snapshot, now=moment, lease_notice=notice, heartbeat_grace=grace, reclaiming=reclaiming):
+        if rules.work_needed(snapshot, now=moment, lease_notice=notice, heartbeat_grace=grace, reclaiming=reclaiming, observed=observed):
             work.append(pool)
             continue
         status = rules.status_of(snapshot, now=moment)
@@ -117,17 +125,21 @@ def reconcile_all(*, now: datetime | None = None, cloud: CloudProvider | None = 
 @dataclass(frozen=True)
 class PassShared:
     """What the pass over all pools read once: the catalog, the cloud's reclaim notices, each
-    pool's rows (`lifecycle_state.snapshots_load`) and the settings its rules take."""
+    pool's rows (`lifecycle_state.snapshots_load`), the cluster's nodes (None: not readable)
+    and the settings its rules take."""
 
     catalog: object
     notices: dict[str, datetime]
     snapshots: dict[int, rules.PoolSnapshot]
     lease_notice: timedelta
     heartbeat_grace: timedelta
+    observed: Mapping[str, ClusterNodeState] | None = None
 
     def steps_needed(self, snapshot: rules.PoolSnapshot, now: datetime) -> tuple[str, ...]:
         """`lifecycle_rules.steps_needed` under this pass's settings and the cloud's notices."""
-        return rules.steps_needed(snapshot, now=now, lease_notice=self.lease_notice, heartbeat_grace=self.heartbeat_grace, reclaiming=frozenset(self.notices))
+        return rules.steps_needed(
+            snapshot, now=now, lease_notice=self.lease_notice, heartbeat_grace=self.heartbeat_grace, reclaiming=frozenset(self.notices), observed=self.observed
+        )
 
 
 def reclaim_notices_of(cloud: CloudProvider, now: datetime) -> dict[str, datetime]:
@@ -178,7 +190,10 @@ def _reconcile(pool_id: int, now: datetime, cloud: CloudProvider, cluster: Clust
         return ReconcileResult(pool_id=pool_id, claimed=True, phase=pool.phase, pending_reason=pool.pending_reason)
     generation = pool.generation
     catalog = shared.catalog if shared else catalog_current()
-    p = ReconcilePass(pool=pool, spec=parse_document(pool.document, catalog), now=now, cloud=cloud, cluster=cluster, notices=shared.notices if shared else None)
+    p = ReconcilePass(
+        pool=pool, spec=parse_document(pool.document, catalog), now=now, cloud=cloud, cluster=cluster,
+        notices=shared.notices if shared else None, observed=shared.observed if shared else None,
+    )  # fmt: skip
     fresh = None
     if pool.phase == GpuNodePool.Phase.DELETING:
         exits.drains_advance(p)
@@ -397,8 +412,7 @@ def _step_done(p: ReconcilePass, node: Node, *, prewarmed: bool) -> bool:
 
 
 def _register(p: ReconcilePass, node: Node, *, prewarmed: bool) -> bool:
-    labels = effective_node_labels(p.spec, zone=node.zone.name, billing=node.billing, team=p.pool.team.slug)
-    taints = [{"key": t.key, "value": t.value, "effect": t.effect} for t in p.spec.node_taints]
+    labels, taints = node_sync.wanted_labels(p, node), node_sync.wanted_taints(p)
     try:
         p.cluster.register_node(name=node.name, now=p.now)
         p.cluster.node_apply(name=node.name, labels=labels, taints=taints)
@@ -463,6 +477,7 @@ def _failed(p: ReconcilePass, node: Node, *, reason: str, summary: str, machine:
 # The steps of a live pool's pass, in order, each by the reason `lifecycle_rules.steps_needed`
 # gives when it has work (`lifecycle_rules.PASS_STEPS`).
 _STEPS = (
+    ("NodeDrift", node_sync.nodes_sync),
     ("Draining", exits.drains_advance),
     ("OrderApproved", _pay_orders),
     ("ReclaimNotice", exits.reclaims_handle),
@@ -486,9 +501,10 @@ def _status_write(p: ReconcilePass, generation: int, snapshot: rules.PoolSnapsho
     rows = GpuNodePool.objects.filter(pk=p.pool.pk, deleted_at__isnull=True)
     if status.phase != GpuNodePool.Phase.DELETING:  # a delete requested during this pass wins
         rows = rows.exclude(phase=GpuNodePool.Phase.DELETING)
+    observed = p.pool.observed_generation if p.hold_generation else generation  # a spec not on every node yet is not observed
     with transaction.atomic():
         written = rows.update(
-            phase=status.phase, pending_reason=status.pending_reason, observed_generation=generation, conditions=status.conditions, node_counts=status.node_counts
+            phase=status.phase, pending_reason=status.pending_reason, observed_generation=observed, conditions=status.conditions, node_counts=status.node_counts
         )
         if written and status.phase != p.pool.phase and status.phase == GpuNodePool.Phase.READY:
             p.event("PoolReady", f"All {status.desired} node(s) of {p.pool.name} are Ready")

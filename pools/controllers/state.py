@@ -33,11 +33,13 @@ def snapshots_load(pools: list[GpuNodePool]) -> dict[int, rules.PoolSnapshot]:
     nodes: dict[int, list[rules.NodeRow]] = defaultdict(list)
     fields = (
         "pool_id", "pk", "name", "phase", "billing", "release_reason", "last_error", "provider_id", "created_at",
-        "step_due_at", "lease_end", "lease_notified_at", "last_heartbeat",
+        "step_due_at", "lease_end", "lease_notified_at", "last_heartbeat", "labels", "taints",
     )  # fmt: skip
     for row in Node.objects.filter(pool_id__in=ids).exclude(phase=Node.Phase.TERMINATED).order_by("name").values_list(*fields):
-        pool_id, pk, name, phase, billing, rr, error, provider_id, created, due, lease_end, notified, heartbeat = row
-        nodes[pool_id].append(rules.NodeRow(pk, name, phase, billing, rr, error, provider_id, created, due, lease_end, notified is not None, heartbeat))
+        pool_id, pk, name, phase, billing, rr, error, provider_id, created, due, lease_end, notified, heartbeat, labels, taints = row
+        nodes[pool_id].append(
+            rules.NodeRow(pk, name, phase, billing, rr, error, provider_id, created, due, lease_end, notified is not None, heartbeat, labels, tuple(taints or ()))
+        )
     tallies = {
         row["order_id"]: (row["holding"], row["retired"])
         for row in Node.objects.filter(pool_id__in=ids, order__isnull=False)
@@ -62,7 +64,7 @@ def snapshots_load(pools: list[GpuNodePool]) -> dict[int, rules.PoolSnapshot]:
             pk=p.pk, phase=p.phase, min_nodes=p.min_nodes, max_nodes=p.max_nodes, preemptible=p.preemptible,
             nodes=tuple(nodes[p.pk]), orders=tuple(orders[p.pk]), slow_reported=frozenset(slow[p.pk]),
             conditions=tuple(p.conditions or ()), node_counts=p.node_counts or {}, pending_reason=p.pending_reason,
-            observed_generation=p.observed_generation,
+            observed_generation=p.observed_generation, generation=p.generation,
         )  # fmt: skip
         for p in pools
     }

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 
+from pools.core.node_labels import CORDONED_PHASES, REGISTERED_PHASES, ClusterNodeState, drifted
+
 # Provisioning steps, in order (seed G1: initialise OS -> install driver -> join -> Ready).
 BOOT = "boot"
 IMAGE_PULL = "image_pull"
@@ -353,6 +355,8 @@ class NodeRow:
     lease_end: datetime | None = None
     lease_notified: bool = False
     last_heartbeat: datetime | None = None
+    labels: Mapping[str, str] | None = None  # what we applied to the node in the cluster
+    taints: tuple[Mapping[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -383,6 +387,7 @@ class PoolSnapshot:
     node_counts: Mapping | None = None
     pending_reason: str = ""
     observed_generation: int = 0
+    generation: int = 0
 
 
 @dataclass(frozen=True)
@@ -409,29 +414,42 @@ QUOTA_HOLDING = ("Pending", "Approved", "Paid")
 SLOW_CAPACITY = timedelta(minutes=15)  # O4: over 15 minutes points at prewarming or stock
 
 
-def work_needed(s: PoolSnapshot, *, now: datetime, lease_notice: timedelta, heartbeat_grace: timedelta, reclaiming: frozenset[str] = frozenset()) -> str:
+def work_needed(
+    s: PoolSnapshot, *, now: datetime, lease_notice: timedelta, heartbeat_grace: timedelta, reclaiming: frozenset[str] = frozenset(),
+    observed: Mapping[str, ClusterNodeState] | None = None,
+) -> str:  # fmt: skip
     """Why the pool needs the full reconcile pass now; "" when a pass would only restate its
     status. Mirrors the steps of `pools.controllers.lifecycle._reconcile` one by one: a pool this calls
     quiet is one where each of them would find nothing to do."""
     if s.phase == "Deleting":
         return "Deleting"
-    needed = steps_needed(s, now=now, lease_notice=lease_notice, heartbeat_grace=heartbeat_grace, reclaiming=reclaiming)
+    needed = steps_needed(s, now=now, lease_notice=lease_notice, heartbeat_grace=heartbeat_grace, reclaiming=reclaiming, observed=observed)
     return needed[0] if needed else ""
 
 
 # The steps of the per-pool pass (`pools.controllers.lifecycle._reconcile`), in the order it runs them, each
 # named by the reason `steps_needed` gives when that step has something to do.
-PASS_STEPS = ("Draining", "OrderApproved", "ReclaimNotice", "LeaseAction", "Surplus", "NodesMissing", "StepDue", "SlowCapacity", "Heartbeat")
+PASS_STEPS = ("NodeDrift", "Draining", "OrderApproved", "ReclaimNotice", "LeaseAction", "Surplus", "NodesMissing", "StepDue", "SlowCapacity", "Heartbeat")
 
 
-def steps_needed(s: PoolSnapshot, *, now: datetime, lease_notice: timedelta, heartbeat_grace: timedelta, reclaiming: frozenset[str] = frozenset()) -> tuple[str, ...]:
+def steps_needed(
+    s: PoolSnapshot, *, now: datetime, lease_notice: timedelta, heartbeat_grace: timedelta, reclaiming: frozenset[str] = frozenset(),
+    observed: Mapping[str, ClusterNodeState] | None = None,
+) -> tuple[str, ...]:  # fmt: skip
     """The steps of a live pool's pass (`PASS_STEPS`, in order) that would find something to do in
     these rows; a step left out would read its rows, change nothing and write no event. The
     per-pool pass of `reconcile_all` runs only these, asking again after each step it ran (a
-    payment or a released node can give the next steps work)."""
+    payment or a released node can give the next steps work).
+
+    `NodeDrift` (pools/controllers/node_sync.py) without parsing the spec: a spec not yet
+    observed (`generation`) may change what the nodes should carry; otherwise the nodes should
+    carry what we applied last (their rows), and `observed` (the cluster's nodes, read once
+    per pass) says whether they still do."""
     active = [n for n in s.nodes if not n.release_reason]
     provisioning = [n for n in active if n.phase in PROVISIONING_PHASES]
+    registered = [n for n in s.nodes if n.phase in REGISTERED_PHASES]
     checks = (
+        bool(registered) and (s.generation != s.observed_generation or _drifted(registered, observed)),
         len(active) < len(s.nodes),
         any(o.status == "Approved" for o in s.orders),  # to pay
         any(n.provider_id and n.provider_id in reclaiming for n in active),
@@ -446,6 +464,14 @@ def steps_needed(s: PoolSnapshot, *, now: datetime, lease_notice: timedelta, hea
         ),
     )
     return tuple(step for step, needed in zip(PASS_STEPS, checks, strict=True) if needed)
+
+
+def _drifted(nodes: Sequence[NodeRow], observed: Mapping[str, ClusterNodeState] | None) -> bool:
+    """Some node lost in the cluster what we applied (None: the cluster was not read)."""
+    return observed is not None and any(
+        n.name in observed and drifted(applied_labels=n.labels or {}, applied_taints=n.taints, cordoned=n.phase in CORDONED_PHASES, observed=observed[n.name])
+        for n in nodes
+    )
 
 
 def status_of(s: PoolSnapshot, *, stalls: Sequence[str] = (), now: datetime) -> PoolStatus:

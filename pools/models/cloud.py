@@ -117,6 +117,9 @@ class SimClusterNode(models.Model):
     taints = models.JSONField(default=list)
     unschedulable = models.BooleanField(default=False)
     registered_at = models.DateTimeField(default=timezone.now)
+    managed = models.JSONField(
+        default=dict, blank=True, help_text="What the control plane applied last: label keys and taint (key, effect) pairs (a field manager's set)"
+    )
 
     def __str__(self) -> str:
         return self.name

@@ -18,6 +18,9 @@ from decimal import Decimal
 from typing import Protocol, runtime_checkable
 
 from billing.pricing import Quote
+from pools.core.node_labels import ClusterNodeState
+
+NodeState = ClusterNodeState  # what `ClusterBackend.nodes_state` returns per node
 
 
 class ProviderError(Exception):
@@ -168,6 +171,12 @@ class ClusterBackend(Protocol):
         """Make the node carry the pool's labels and taints: the whole wanted set each time (what
         was ours and is no longer wanted goes; what others set stays)."""
 
+    def nodes_state(self, *, names: Sequence[str]) -> dict[str, ClusterNodeState]:
+        """Labels, taints and `spec.unschedulable` of these nodes as the cluster has them now, in
+        one read (one API call, one query) for all of them; a node the cluster does not have is
+        left out. The lifecycle pass reads it once to find nodes whose labels, taints or cordon
+        drifted from what we applied."""
+        ...
 
     def cordon(self, *, name: str) -> None: ...
 

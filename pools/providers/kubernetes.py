@@ -10,6 +10,8 @@ What Kubernetes defines is done its way:
   labels and taints that others set survive, and a label we no longer want is removed by the
   next apply (level-triggered: every call states the whole wanted set);
 - cordon is `spec.unschedulable` (a merge patch, like `kubectl cordon`, outside our apply set);
+- the state of every node is read with one list (`nodes_state`), once per lifecycle pass, to
+  find labels, taints or cordons changed by others and put ours back;
 - eviction goes through the Eviction API (policy/v1): a PodDisruptionBudget's refusal (429) is
   "not now", reported to the caller, never forced;
 - the pods a drain must move are those `kubectl drain` evicts: DaemonSet pods and mirror (static)
@@ -26,7 +28,7 @@ from django.conf import settings
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from pools.providers.base import PodInfo, ProviderError
+from pools.providers.base import NodeState, PodInfo, ProviderError
 
 FIELD_MANAGER = "ebcloud.io/node-pools"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
@@ -105,6 +107,23 @@ class KubernetesCluster:
                 if exc.status != 409:
                     raise
         raise ProviderError(f"node {name} kept changing while its labels and taints were applied; the next pass retries")
+
+    def nodes_state(self, *, names: Sequence[str]) -> dict[str, NodeState]:
+        """One list of every Node (one API call, however many nodes): a label selector on our
+        pool label would hide exactly the nodes whose pool label someone removed, the drift
+        this read is for. Nodes not in `names` are dropped here."""
+        wanted = set(names)
+        if not wanted:
+            return {}
+        return {
+            node.metadata.name: NodeState(
+                labels=dict(node.metadata.labels or {}),
+                taints=tuple((t.key, t.value or "", t.effect) for t in node.spec.taints or ()),
+                unschedulable=bool(node.spec.unschedulable),
+            )
+            for node in self.core.list_node().items
+            if node.metadata.name in wanted
+        }
 
     def node_state(self, *, name: str) -> tuple[dict[str, str], list[dict[str, str]], bool]:
         """The Node's labels, taints and `spec.unschedulable` as the cluster has them now."""

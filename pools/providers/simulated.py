@@ -48,6 +48,7 @@ from pools.core.lifecycle import (
     ORDER,
     PAY,
 )
+from pools.core.node_labels import taint_tuple
 from pools.models import GpuModel, Node, NodeType, Quota, Zone
 from pools.models.cloud import (
     SimClusterNode,
@@ -65,6 +66,7 @@ from pools.providers.base import (
     InsufficientBalance,
     Machine,
     MachineRequest,
+    NodeState,
     OutOfStock,
     Payment,
     PaymentDeclined,
@@ -340,7 +342,38 @@ class SimulatedCluster:
         SimClusterNode.objects.get_or_create(name=name, defaults={"registered_at": now})
 
     def node_apply(self, *, name: str, labels: Mapping[str, str], taints: Sequence[Mapping[str, str]]) -> None:
-        SimClusterNode.objects.filter(name=name).update(labels=dict(labels), taints=[dict(t) for t in taints])
+        """Like server-side apply with a field manager (pools/providers/kubernetes.py): the node
+        keeps labels and taints others set; ours are those in `managed`, from the last apply,
+        so a label or taint we stop applying is removed. A (key, effect) we apply replaces
+        another's taint with the same key and effect, as one Node cannot hold both."""
+        with transaction.atomic():
+            row = SimClusterNode.objects.select_for_update().filter(name=name).first()
+            if row is None:
+                return
+            managed = row.managed or {}
+            ours_before = set(managed.get("labels", ()))
+            kept = {k: v for k, v in (row.labels or {}).items() if k not in ours_before}
+            wanted = [{"key": t["key"], "value": t.get("value") or "", "effect": t["effect"]} for t in taints]
+            keys = {(t["key"], t["effect"]) for t in wanted}
+            taints_before = {tuple(k) for k in managed.get("taints", ())}
+            others = [t for t in row.taints or () if (t["key"], t["effect"]) not in taints_before and (t["key"], t["effect"]) not in keys]
+            row.labels = {**kept, **labels}
+            row.taints = others + wanted
+            row.managed = {"labels": sorted(labels), "taints": sorted([k, e] for k, e in keys)}
+            row.save(update_fields=["labels", "taints", "managed"])
+
+    def nodes_state(self, *, names: Sequence[str]) -> dict[str, NodeState]:
+        """One query: by name for a few nodes, the whole (simulated) cluster for many (a list
+        of every Node, as `kubectl get nodes` reads it; no bound on the query's parameters)."""
+        wanted = set(names)
+        if not wanted:
+            return {}
+        rows = SimClusterNode.objects.all() if len(wanted) > 500 else SimClusterNode.objects.filter(name__in=sorted(wanted))
+        return {
+            name: NodeState(labels=dict(labels or {}), taints=tuple(taint_tuple(t) for t in taints or ()), unschedulable=unschedulable)
+            for name, labels, taints, unschedulable in rows.values_list("name", "labels", "taints", "unschedulable")
+            if name in wanted
+        }
 
     def cordon(self, *, name: str) -> None:
         SimClusterNode.objects.filter(name=name).update(unschedulable=True)

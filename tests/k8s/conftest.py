@@ -43,3 +43,10 @@ def namespace(core, unique) -> str:
     # kube-controller-manager is not running: no service account is made for the namespace.
     core.create_namespaced_service_account(name, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="default")))
     return name
+
+
+@pytest.fixture
+def on_kubernetes(settings, control_plane):
+    """The product's cluster backend is the test's API server."""
+    settings.EBCLOUD_CLUSTER_BACKEND = "kubernetes"
+    settings.EBCLOUD_KUBECONFIG = str(control_plane.kubeconfig)

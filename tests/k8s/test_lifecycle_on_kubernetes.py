@@ -21,12 +21,6 @@ from tests.pools.lifecycle_helpers import (
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def on_kubernetes(settings, control_plane):
-    settings.EBCLOUD_CLUSTER_BACKEND = "kubernetes"
-    settings.EBCLOUD_KUBECONFIG = str(control_plane.kubeconfig)
-
-
 def test_the_articles_pool_gets_real_nodes_with_its_labels_and_taints(on_kubernetes, actors, train_document, core, unique):
     train_document["metadata"]["name"] = f"train-{unique}"
     pool = approved_pool(actors, train_document)

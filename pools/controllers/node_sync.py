@@ -1,0 +1,119 @@
+"""Nodes keep the pool's labels and taints, level-triggered (design §1, seed C4): a step of the
+lifecycle pass (`NodeDrift`, pools/controllers/lifecycle.py) that makes every registered node
+carry what the pool's spec gives it now, puts back what someone else removed or changed, and
+cordons again a drained node someone uncordoned. Pure decisions: pools/core/node_labels.py.
+
+How the pass over every pool finds the pools to visit, cheaply (issue 9: a quiet pool costs no
+statement of its own, and no spec is parsed for it):
+- the cluster's nodes are read once per pass (`observe`: one `ClusterBackend.nodes_state`
+  call, one list on Kubernetes, one query on the simulated cluster);
+- a spec edit bumps the pool's `generation`: a pool whose `observedGeneration` lags and that
+  has registered nodes gets this step, which parses the spec and rolls it out;
+- otherwise what the nodes should carry is what we applied last, stored on the Node rows
+  (`labels`, `taints`, read with the pool's other rows anyway), so comparing those with the
+  cluster finds drift without the spec. This holds because the rows are written only after the
+  cluster took the apply, and `observedGeneration` does not move past a spec that could not be
+  rolled out to every node (`ReconcilePass.hold_generation`). A cache of parsed specs per (pool,
+  generation) would do as well but needs invalidating (a pool id is reused after a rolled-back
+  test on SQLite, a team renamed changes a label) and still parses after every restart.
+The per-pool pass (`pool_reconcile`) always runs this step with the parsed spec.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+
+from django.db import transaction
+
+from pools.controllers.context import ReconcilePass
+from pools.core.node_labels import (
+    CORDONED_PHASES,
+    REGISTERED_PHASES,
+    ClusterNodeState,
+    node_fix,
+    taint_dict,
+)
+from pools.core.spec import effective_node_labels
+from pools.models import Node
+from pools.providers.base import ClusterBackend, ProviderError
+from pools.services.events import WARNING
+
+logger = logging.getLogger("ebcloud.lifecycle")
+
+
+def wanted_labels(p: ReconcilePass, node: Node) -> dict[str, str]:
+    return effective_node_labels(p.spec, zone=node.zone.name, billing=node.billing, team=p.pool.team.slug)
+
+
+def wanted_taints(p: ReconcilePass) -> list[dict[str, str]]:
+    return [taint_dict(t.key, t.value, t.effect) for t in p.spec.node_taints]
+
+
+def observe(cluster: ClusterBackend, names: Sequence[str]) -> Mapping[str, ClusterNodeState] | None:
+    """The cluster's view of these nodes in one read; None when the cluster cannot be read now
+    (the pass goes on; each pool with a spec to roll out reads its own nodes)."""
+    if not names:
+        return {}
+    try:
+        return cluster.nodes_state(names=names)
+    except Exception:  # an unreachable API server must not stop the pass: drift waits a pass
+        logger.warning("reading the cluster's nodes failed; drift is checked next pass", exc_info=True)
+        return None
+
+
+def nodes_sync(p: ReconcilePass) -> None:
+    """Make every registered node of the pool carry what its spec wants (module docstring).
+
+    Provider calls first, then the rows and one event per node and kind (`NodeLabeled`,
+    `NodeTainted`, `NodeCordoned`): a pass killed between them applies again (idempotent)."""
+    nodes = list(p.live_nodes().filter(phase__in=REGISTERED_PHASES, ready_at__isnull=False))
+    if not nodes:
+        return
+    observed = p.observed if p.observed is not None else p.cluster.nodes_state(names=[n.name for n in nodes])
+    taints = wanted_taints(p)
+    done = []
+    for node in nodes:
+        seen = observed.get(node.name)
+        if seen is None:  # not in the cluster now: a Node that comes back differs from its row, and is fixed then
+            continue
+        labels = wanted_labels(p, node)
+        fix = node_fix(
+            wanted_labels=labels, wanted_taints=taints, applied_labels=node.labels or {}, applied_taints=node.taints or [],
+            cordoned=node.phase in CORDONED_PHASES, observed=seen,
+        )  # fmt: skip
+        if not (fix.apply or fix.cordon):
+            continue
+        try:
+            if fix.apply:
+                p.cluster.node_apply(name=node.name, labels=labels, taints=taints)
+            if fix.cordon:
+                p.cluster.cordon(name=node.name)
+        except ProviderError as exc:
+            p.hold_generation = True
+            p.event("NodeUpdateFailed", f"Labels, taints or cordon of {node.name} not applied: {exc.message}; the next pass retries", node=node, type=WARNING)
+            continue
+        done.append((node, labels, fix))
+    _record(p, done, taints)
+
+
+def _record(p: ReconcilePass, done: list, taints: list[dict[str, str]]) -> None:
+    """The rows of the nodes changed (one UPDATE per distinct label set: a pool's nodes differ
+    only by zone and billing kind) and their events, in one transaction."""
+    groups: dict[str, tuple[dict, list[int]]] = defaultdict(lambda: ({}, []))
+    for node, labels, fix in done:
+        if fix.rows_changed:
+            key = repr(sorted(labels.items()))
+            groups[key][0].update(labels)
+            groups[key][1].append(node.pk)
+    with transaction.atomic():
+        for labels, pks in groups.values():
+            Node.objects.filter(pk__in=pks).update(labels=labels, taints=taints)
+        for node, _, fix in done:
+            if fix.labels:
+                p.event("NodeLabeled", f"Labels of {node.name} {fix.labels}", node=node)
+            if fix.taints:
+                p.event("NodeTainted", f"Taints of {node.name} {fix.taints}", node=node)
+            if fix.cordon:
+                p.event("NodeCordoned", f"Node {node.name} was made schedulable by someone else while it is drained: cordoned again", node=node)

@@ -1,0 +1,126 @@
+"""A node's labels, taints and cordon, level-triggered (design §1: "labels and taints by
+server-side apply, level-triggered every pass"). Pure: what the cluster shows of a node, what we
+want there, and what differs, in words for the node's events. No Django here.
+
+Three sets meet for each registered node:
+- *wanted*: the labels and taints the pool's spec gives it now (`effective_node_labels`, the
+  spec's `nodeTaints`) and, while it is drained, `spec.unschedulable`;
+- *applied*: what the control plane last applied (the Node row's `labels`/`taints`);
+- *observed*: what the cluster's Node carries now (`ClusterNodeState`), others' labels too.
+
+`wanted != applied` is a spec edit to roll out; an applied label or taint missing (or changed)
+in the observed node is drift to repair. Labels and taints the node has and that we never
+applied belong to someone else and are left alone (Kubernetes server-side apply: a field
+manager owns only what it applied).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+# Node phases where the node is registered in the cluster (the lifecycle keeps its labels there).
+REGISTERED_PHASES = ("Ready", "Cordoned", "Draining", "Repairing", "Unknown")
+# Phases where we cordoned the node in the cluster (`spec.unschedulable`) and it must stay so:
+# a drain. (A repair cordons only the control plane's own view; its node is not patched.)
+CORDONED_PHASES = ("Draining",)
+
+
+@dataclass(frozen=True)
+class ClusterNodeState:
+    """A Node as the cluster has it now (`ClusterBackend.nodes_state`)."""
+
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[tuple[str, str, str], ...] = ()  # (key, value, effect)
+    unschedulable: bool = False
+
+
+def taint_tuple(taint: Mapping[str, str]) -> tuple[str, str, str]:
+    return (taint["key"], taint.get("value") or "", taint["effect"])
+
+
+def taint_dict(key: str, value: str, effect: str) -> dict[str, str]:
+    return {"key": key, "value": value, "effect": effect}
+
+
+def drifted(*, applied_labels: Mapping[str, str], applied_taints: Iterable[Mapping[str, str]], cordoned: bool, observed: ClusterNodeState) -> bool:
+    """Whether the cluster lost something we applied: a label of ours removed or changed, a taint
+    of ours gone, or the cordon of a drained node lifted. Reads only what we applied (no spec),
+    so a pass over every pool checks it without parsing any spec."""
+    if any(observed.labels.get(k) != v for k, v in applied_labels.items()):
+        return True
+    have = set(observed.taints)
+    if any(taint_tuple(t) not in have for t in applied_taints):
+        return True
+    return cordoned and not observed.unschedulable
+
+
+@dataclass(frozen=True)
+class NodeFix:
+    """What one node needs, and the words of its events."""
+
+    apply: bool  # labels/taints to (re)apply
+    cordon: bool  # `spec.unschedulable` to set again
+    labels: str = ""  # NodeLabeled message part, "" when the labels need nothing
+    taints: str = ""  # NodeTainted message part
+    rows_changed: bool = False  # the Node row's labels/taints (what we applied) change
+
+
+def node_fix(
+    *,
+    wanted_labels: Mapping[str, str],
+    wanted_taints: Sequence[Mapping[str, str]],
+    applied_labels: Mapping[str, str],
+    applied_taints: Sequence[Mapping[str, str]],
+    cordoned: bool,
+    observed: ClusterNodeState,
+) -> NodeFix:
+    """Compare the three sets (module docstring) for one node."""
+    label_parts = []
+    changes = label_changes(applied_labels, wanted_labels)
+    if changes:
+        label_parts.append(f"updated: {changes}")
+    lost = {k: v for k, v in wanted_labels.items() if observed.labels.get(k) != v and applied_labels.get(k) == v}
+    if lost:
+        label_parts.append("restored: " + ", ".join(f"+{k}={v}" for k, v in sorted(lost.items())))
+    wanted_set = [taint_tuple(t) for t in wanted_taints]
+    applied_set = [taint_tuple(t) for t in applied_taints]
+    taint_parts = []
+    changes = taint_changes(applied_set, wanted_set)
+    if changes:
+        taint_parts.append(f"updated: {changes}")
+    have = set(observed.taints)
+    lost_taints = [t for t in wanted_set if t not in have and t in applied_set]
+    if lost_taints:
+        taint_parts.append("restored: " + ", ".join(f"+{_taint_text(t)}" for t in lost_taints))
+    # A label or taint added by the spec that the cluster already has (someone set it) needs no
+    # apply for the node's sake, but we take it over so that a later removal is ours to make.
+    missing = any(observed.labels.get(k) != v for k, v in wanted_labels.items()) or any(t not in have for t in wanted_set)
+    rows_changed = dict(applied_labels) != dict(wanted_labels) or applied_set != wanted_set
+    return NodeFix(
+        apply=missing or rows_changed,
+        cordon=cordoned and not observed.unschedulable,
+        labels="; ".join(label_parts),
+        taints="; ".join(taint_parts),
+        rows_changed=rows_changed,
+    )
+
+
+def label_changes(before: Mapping[str, str], after: Mapping[str, str]) -> str:
+    """`+pool=train, -old=x, gpu-class=a100→h100` (kubectl's spirit), "" when equal."""
+    parts = [f"+{k}={after[k]}" for k in sorted(after.keys() - before.keys())]
+    parts += [f"{k}={before[k]}→{after[k]}" for k in sorted(after.keys() & before.keys()) if before[k] != after[k]]
+    parts += [f"-{k}={before[k]}" for k in sorted(before.keys() - after.keys())]
+    return ", ".join(parts)
+
+
+def taint_changes(before: Sequence[tuple[str, str, str]], after: Sequence[tuple[str, str, str]]) -> str:
+    """`+pool=train:NoSchedule, -gpu=a100:NoExecute`, "" when equal (order aside)."""
+    parts = [f"+{_taint_text(t)}" for t in after if t not in before]
+    parts += [f"-{_taint_text(t)}" for t in before if t not in after]
+    return ", ".join(parts)
+
+
+def _taint_text(taint: tuple[str, str, str]) -> str:
+    key, value, effect = taint
+    return f"{key}={value}:{effect}" if value else f"{key}:{effect}"

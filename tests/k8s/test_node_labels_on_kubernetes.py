@@ -1,0 +1,122 @@
+"""Level-triggered node labels and taints on a real kube-apiserver: a spec edit reaches the
+pool's existing Nodes within one pass over every pool, labels and taints set by other field
+managers survive, a label of ours removed by someone else comes back the next pass, and a quiet
+pass reads the cluster's nodes with one API call, however many nodes there are."""
+
+from __future__ import annotations
+
+import copy
+from urllib.parse import urlsplit
+
+import pytest
+from kubernetes.client import ApiClient
+
+from pools.controllers import lifecycle
+from pools.models import GpuNodePool, Node, PoolEvent
+from pools.providers.fake_kubelet import FakeKubelet
+from pools.providers.kubernetes import KubernetesCluster
+from pools.services import pools as services
+from tests.pools.lifecycle_helpers import T0, TICK, approved_pool, live_nodes, run_until
+from tests.pools.pod_helpers import pool_with_nodes
+
+pytestmark = pytest.mark.django_db
+OTHERS_TAINT = ("maintenance", "soon", "PreferNoSchedule")
+
+
+def edit_spec(actors, pool, now, **spec):
+    pool = GpuNodePool.objects.get(pk=pool.pk)
+    document = copy.deepcopy(pool.document)
+    document["spec"].update(spec)
+    return services.pool_update(user=actors["lead"], pool=pool, document=document, now=now)
+
+
+def taints_of(core, name):
+    return [(t.key, t.value or "", t.effect) for t in core.read_node(name).spec.taints or ()]
+
+
+def last_event(node, reason):
+    return PoolEvent.objects.filter(node=node, reason=reason).order_by("-id").values_list("message", flat=True).first()
+
+
+@pytest.fixture
+def api_calls(monkeypatch):
+    """Counts every request the Kubernetes client sends (all ApiClients of the process)."""
+    calls = []
+    send = ApiClient.call_api
+
+    def counted(self, method, url, *args, **kwargs):
+        calls.append(f"{method} {urlsplit(url).path}")
+        return send(self, method, url, *args, **kwargs)
+
+    monkeypatch.setattr(ApiClient, "call_api", counted)
+    return calls
+
+
+def pool_on_cluster(actors, kube, name, nodes):
+    """A pool with Ready nodes created directly, each registered by the fake kubelet and carrying
+    the pool's labels and taints (applied as the lifecycle applies them at registration)."""
+    pool = pool_with_nodes(actors["lead"], name=name, nodes=nodes)
+    kubelet, cluster = FakeKubelet(kube), KubernetesCluster(kube)
+    for node in Node.objects.filter(pool=pool):
+        kubelet.join(name=node.name, cpu_milli=pool.node_type.cpu_milli, memory_mib=pool.node_type.memory_mib, gpus=node.gpu_count, now=T0)
+        cluster.node_apply(name=node.name, labels=node.labels, taints=node.taints)
+    return pool
+
+
+def test_a_spec_edit_reaches_the_nodes_in_one_pass_and_others_labels_and_taints_stay(on_kubernetes, actors, train_document, core, unique):
+    train_document["metadata"]["name"] = f"edit-{unique}"
+    pool = approved_pool(actors, train_document)
+    now = run_until(pool, T0)
+    names = [n.name for n in live_nodes(pool)]
+    for name in names:  # another field manager labels and taints the nodes (kubectl label / taint)
+        core.patch_node(name, {"metadata": {"labels": {"owner": "ops"}}})
+        core.patch_node(name, {"spec": {"taints": [{"key": k, "value": v, "effect": e} for k, v, e in [*taints_of(core, name), OTHERS_TAINT]]}})
+    edit_spec(actors, pool, now, nodeLabels={"pool": "train"}, nodeTaints=[{"key": "dedicated", "value": "train", "effect": "NoSchedule"}])
+    lifecycle.reconcile_all(now=now + TICK)
+    for name in names:
+        labels = core.read_node(name).metadata.labels
+        assert labels["pool"] == "train" and "gpu-class" not in labels  # ours: the new set
+        assert labels["owner"] == "ops" and labels["kubernetes.io/hostname"] == name  # others': kept
+        assert sorted(taints_of(core, name)) == sorted([("dedicated", "train", "NoSchedule"), OTHERS_TAINT])
+        node = Node.objects.get(name=name)
+        assert node.labels == {k: v for k, v in labels.items() if k not in ("owner", "kubernetes.io/hostname")}
+        assert node.taints == [{"key": "dedicated", "value": "train", "effect": "NoSchedule"}]
+        assert last_event(node, "NodeLabeled") == f"Labels of {name} updated: +pool=train, -gpu-class=a100"
+        assert last_event(node, "NodeTainted") == f"Taints of {name} updated: +dedicated=train:NoSchedule, -pool=train:NoSchedule"
+    pool = GpuNodePool.objects.get(pk=pool.pk)
+    assert pool.observed_generation == pool.generation
+
+
+def test_a_label_of_ours_removed_by_someone_else_is_restored_next_pass(on_kubernetes, actors, kube, core, unique, api_calls):
+    pool = pool_on_cluster(actors, kube, f"drift-{unique}", 2)
+    lifecycle.reconcile_all(now=T0)  # observes the new pool's spec: nothing to change on the nodes
+    node = Node.objects.filter(pool=pool).order_by("name").first()
+    core.patch_node(node.name, {"metadata": {"labels": {"gpu-class": None, "ebcloud.io/billing": "spot", "owner": "ops"}}})
+    core.patch_node(node.name, {"spec": {"taints": [{"key": k, "value": v, "effect": e} for k, v, e in [OTHERS_TAINT]]}})  # ours dropped
+    api_calls.clear()
+    lifecycle.reconcile_all(now=T0 + TICK)
+    sent = list(api_calls)
+    labels = core.read_node(node.name).metadata.labels
+    assert labels["gpu-class"] == "a100" and labels["ebcloud.io/billing"] == "monthly" and labels["owner"] == "ops"
+    assert sorted(taints_of(core, node.name)) == sorted([("pool", "train", "NoSchedule"), OTHERS_TAINT])
+    assert last_event(node, "NodeLabeled") == f"Labels of {node.name} restored: +ebcloud.io/billing=monthly, +gpu-class=a100"
+    assert last_event(node, "NodeTainted") == f"Taints of {node.name} restored: +pool=train:NoSchedule"
+    assert sent == ["GET /api/v1/nodes", f"GET /api/v1/nodes/{node.name}", f"PATCH /api/v1/nodes/{node.name}"]  # the list, then the drifted node's read and apply
+    api_calls.clear()
+    events = PoolEvent.objects.count()
+    lifecycle.reconcile_all(now=T0 + 2 * TICK)
+    assert (api_calls, PoolEvent.objects.count()) == (["GET /api/v1/nodes"], events)  # level reached: quiet again
+
+
+def test_a_quiet_pass_makes_one_api_call_however_many_nodes(on_kubernetes, actors, kube, unique, api_calls):
+    pool_on_cluster(actors, kube, f"few-{unique}", 2)
+    lifecycle.reconcile_all(now=T0)
+    api_calls.clear()
+    lifecycle.reconcile_all(now=T0 + TICK)
+    few = list(api_calls)
+    pool_on_cluster(actors, kube, f"many-{unique}", 6)
+    lifecycle.reconcile_all(now=T0 + 2 * TICK)
+    api_calls.clear()
+    lifecycle.reconcile_all(now=T0 + 3 * TICK)
+    assert few == api_calls == ["GET /api/v1/nodes"]
+    assert Node.objects.filter(phase="Ready").count() == 8
