@@ -12,7 +12,7 @@ def managed_from_current(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("pools", "0011_help_texts"),
+        ("pools", "0012_pod_mirror"),
     ]
 
     operations = [
