@@ -243,7 +243,9 @@ def test_the_articles_journey_on_both_clusters(cluster, actors, train_document):
 
     # A disruption budget keeps that pod: shrinking the pool drains the burst node, which waits.
     cluster.protect(on_burst.name)
-    pool_services.pool_resize(user=actors["lead"], pool=GpuNodePool.objects.get(pk=pool.pk), max_nodes=2, now=now)
+    document["spec"]["burst"] = {"enabled": False}
+    document["spec"]["nodeCount"] = {"min": 2, "max": 2}
+    pool_services.pool_update(user=actors["lead"], pool=GpuNodePool.objects.get(pk=pool.pk), document=document, now=now)
     now = run(cluster, now + TICK, lambda: PoolEvent.objects.filter(pool=pool, reason="DrainWaiting", node=burst).exists(), limit=timedelta(minutes=5), what="the drain waiting")
     assert Node.objects.get(pk=burst.pk).phase == "Draining" and cluster.node_exists(burst.name)
     cluster.unprotect(on_burst.name)
