@@ -15,6 +15,7 @@ from pools.core.priority import (
     class_errors,
     parse_priority_class,
 )
+from pools.core.scheduling.explain import explain
 from pools.core.scheduling.nodes import NodeState, Pod
 from pools.core.scheduling.preempt import preempt
 from pools.core.yaml_loading import load_all
@@ -143,3 +144,10 @@ def test_a_never_pod_can_itself_be_preempted_by_a_higher_one():
     node.bind(Pod("ns/batch", gpu_count=8, priority=10, preemption_policy="Never"), tuple(range(8)))
     plan = preempt(Pod("ns/train", gpu_count=8, priority=100), [node])
     assert plan is not None and plan.victim_names == ("ns/batch",)
+
+
+def test_a_never_pods_hint_does_not_advise_preempting():
+    urgent, patient = Pod("ns/urgent", gpu_count=8, priority=100), Pod("ns/patient", gpu_count=8, priority=100, preemption_policy="Never")
+    assert "preempt lower-priority pods" in explain(urgent, [full_node()]).hints[0]
+    hint = explain(patient, [full_node()]).hints[0]
+    assert "preempt lower-priority pods" not in hint and "preemptionPolicy is Never" in hint
