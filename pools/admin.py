@@ -11,6 +11,7 @@ from pools.models import (
     NodeType,
     PoolEvent,
     PoolOrder,
+    PriorityClass,
     Quota,
     Team,
     Zone,
@@ -89,6 +90,19 @@ class AuditEntryAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+@admin.register(PriorityClass)
+class PriorityClassAdmin(admin.ModelAdmin):
+    """User PriorityClasses; the system ones are built in. As in Kubernetes, value and
+    preemption policy are fixed once created (delete and create again to change them)."""
+
+    list_display = ("name", "value", "preemption_policy", "global_default", "description")
+    list_filter = ("preemption_policy", "global_default")
+    search_fields = ("name",)
+
+    def get_readonly_fields(self, request, obj=None):
+        return ("name", "value", "preemption_policy", "created_at") if obj is not None else ("created_at",)
 
 
 admin.site.register([GpuModel, NodeType, Zone])

@@ -16,7 +16,7 @@ from rest_framework.test import APIClient
 
 from pools import roles
 from pools.core.documents import load_yaml
-from pools.demo.seed import load_catalog
+from pools.demo.seed import load_catalog, load_priority_classes
 from pools.models import Membership, Team
 from tests.ebcloud.cli_helpers import config_file, ebcloud, login_as  # noqa: F401 (fixtures of every CLI test)
 
@@ -51,7 +51,10 @@ def realistic_simulated_cloud(settings):
 
 @pytest.fixture
 def catalog(db):
+    """The demo's catalog and, as `seed_demo` loads them, the examples' PriorityClasses (the
+    article's pod names `training`)."""
     load_catalog()
+    load_priority_classes(EXAMPLES / "priorityclasses.yaml")
 
 
 @pytest.fixture

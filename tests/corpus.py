@@ -150,7 +150,7 @@ def pod_document(name: str = "bad-pod", *, namespace: str = "algorithm", gpus=1,
     """A small valid Pod document (seed O3) to spoil one field at a time."""
     metadata = {"name": name, "namespace": namespace, **extra.pop("metadata", {})}
     resources = {"requests": {"cpu": cpu, "memory": memory, "nvidia.com/gpu": gpus}, "limits": {"nvidia.com/gpu": gpus}}
-    spec = {"priority": 0, "containers": [{"name": "main", "resources": resources}]}
+    spec = {"containers": [{"name": "main", "resources": resources}]}
     spec.update(extra)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
@@ -178,6 +178,10 @@ POD_CASES = {
     "bad-memory": (pod_document(memory="lots"), REQUESTS),
     "huge-priority": (pod_document(priority=10**20), "spec.priority"),
     "string-priority": (pod_document(priority="high"), "spec.priority"),
+    "own-priority": (pod_document(priority=100), "spec.priority"),  # only a PriorityClass gives one
+    "unknown-priority-class": (pod_document(priorityClassName="no-such-class"), "spec.priorityClassName"),
+    "bad-priority-class-name": (pod_document(priorityClassName="High Priority"), "spec.priorityClassName"),
+    "bad-preemption-policy": (pod_document(preemptionPolicy="Sometimes"), "spec.preemptionPolicy"),
     "bad-gpu-milli": (pod_document(metadata={"annotations": {"ebcloud.io/gpu-milli": "-5"}}), "metadata.annotations"),
     "bad-duration": (pod_document(metadata={"annotations": {"ebcloud.io/duration": "forever"}}), "metadata.annotations"),
     "containers-not-a-list": (pod_document(containers={"name": "main"}), "spec.containers"),

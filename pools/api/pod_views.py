@@ -94,7 +94,7 @@ class PodSerializer(serializers.Serializer):
     apiVersion = serializers.ChoiceField(choices=["v1"])
     kind = serializers.ChoiceField(choices=["Pod"])
     metadata = PodMetadataSerializer()
-    spec = serializers.DictField(help_text="priority, tolerations, nodeSelector, affinity.nodeAffinity, containers[].resources.requests")
+    spec = serializers.DictField(help_text="priorityClassName (the server sets priority and preemptionPolicy from it), tolerations, nodeSelector, affinity.nodeAffinity, containers[].resources.requests")
     status = PodStatusSerializer(read_only=True)
 
 

@@ -84,7 +84,7 @@ def capacity_hints(pod: CorePod, node_reasons: dict[str, str], states: dict[str,
             hints.append(
                 f"pool {pool_name} is at its nodeCount.max ({pool.max_nodes} nodes) and they are busy: raise it "
                 f"(ebcloud node-pool scale {pool_name} --max N), repack it (ebcloud node-pool fragmentation "
-                f"{pool_name} --plan) or give the pod a higher priority to preempt checkpointable pods."
+                f"{pool_name} --plan) or give the pod a higher PriorityClass (spec.priorityClassName) to preempt checkpointable pods."
             )
         else:
             grow = f"raise nodeCount.min (ebcloud node-pool scale {pool_name} --min N)"

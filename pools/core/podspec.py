@@ -12,7 +12,7 @@
         ebcloud.io/checkpointable: "true"    # may be preempted
         ebcloud.io/duration: "2h"            # the simulated run time
     spec:
-      priority: 100
+      priorityClassName: training            # a PriorityClass (pools.core.priority) gives the priority
       nodeSelector: {gpu-class: a100}
       affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution:
                    {nodeSelectorTerms: [{matchExpressions: [{key: pool, operator: In, values: [train]}]}]}}}
@@ -29,6 +29,9 @@ so it needs a limit and a request, if given, must equal it ("Limit must be set f
 overcommitable resources", "must be equal to nvidia.com/gpu limit of N"). A share of one GPU
 is the `ebcloud.io/gpu-milli` annotation, not a resource of its own. Annotations and the
 containers' strings are free text: any text but control characters (newline and tab aside).
+Priority is Kubernetes': `spec.priorityClassName` names a PriorityClass and admission
+(`admit`, the rules in `pools.core.priority`) writes its value and preemption policy into the
+pod; a `spec.priority` of the user's own is refused unless it equals that value.
 Unknown fields are rejected and named; every problem carries its path and all are reported
 at once, like `pools.core.spec`. Pure: no Django.
 """
@@ -38,13 +41,21 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from pools.core.durations import parse_duration
 from pools.core.errors import ValidationError, control_characters
 from pools.core.fields import DNS1123_LABEL, DNS1123_SUBDOMAIN, Checker, label_key_error
+from pools.core.priority import (
+    INT32_MAX,
+    INT32_MIN,
+    PREEMPT_LOWER_PRIORITY,
+    PREEMPTION_POLICIES,
+    PriorityClass,
+    admit_priority,
+)
 from pools.core.scheduling.nodes import (
     MILLI,
     NODE_SELECTOR_OPERATORS,
@@ -61,8 +72,6 @@ ANNOTATION_GPU_MODELS = "ebcloud.io/gpu-models"
 ANNOTATION_CHECKPOINTABLE = "ebcloud.io/checkpointable"
 ANNOTATION_DURATION = "ebcloud.io/duration"
 GPU_RESOURCE = "nvidia.com/gpu"
-MAX_PRIORITY = 1_000_000_000  # Kubernetes' ceiling for user PriorityClasses
-MIN_PRIORITY = -2_147_483_648
 
 _CPU = re.compile(r"^([0-9]+(\.[0-9]+)?)(m?)$")
 _MEMORY = re.compile(r"^([0-9]+(\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P)?$")
@@ -73,7 +82,7 @@ _MEMORY_UNITS = {
 
 _TOP = ("apiVersion", "kind", "metadata", "spec")
 _METADATA = ("name", "namespace", "labels", "annotations")
-_SPEC = ("containers", "priority", "tolerations", "nodeSelector", "affinity", "restartPolicy")
+_SPEC = ("containers", "priority", "priorityClassName", "preemptionPolicy", "tolerations", "nodeSelector", "affinity", "restartPolicy")
 _CONTAINER = ("name", "image", "command", "args", "env", "resources", "workingDir", "ports")
 _TOLERATION = ("key", "operator", "value", "effect", "tolerationSeconds")
 _EXPRESSION = ("key", "operator", "values")
@@ -84,7 +93,7 @@ class PodSpec:
     namespace: str
     name: str
     labels: Mapping[str, str] = field(default_factory=dict)
-    priority: int = 0
+    priority: int = 0  # as admitted (`admit`); 0 before
     checkpointable: bool = False
     cpu_milli: int = 0
     memory_mib: int = 0
@@ -95,6 +104,18 @@ class PodSpec:
     node_selector: Mapping[str, str] = field(default_factory=dict)
     affinity: Mapping[str, Any] = field(default_factory=dict)
     duration_seconds: int | None = None
+    priority_class_name: str = ""
+    preemption_policy: str = PREEMPT_LOWER_PRIORITY  # as admitted
+    written_priority: int | None = None  # spec.priority and spec.preemptionPolicy as the user wrote them
+    written_preemption_policy: str | None = None
+
+
+def admit(spec: PodSpec, classes: Mapping[str, PriorityClass]) -> PodSpec:
+    """The pod after the Priority admission plugin: priority, policy and class from `classes`
+    (the user classes by name; the system ones are built in). Raises ValidationError."""
+    admitted = admit_priority(class_name=spec.priority_class_name, priority=spec.written_priority,
+                              preemption_policy=spec.written_preemption_policy, classes=classes)  # fmt: skip
+    return replace(spec, priority=admitted.priority, preemption_policy=admitted.preemption_policy, priority_class_name=admitted.class_name)
 
 
 def parse_pod(document: Any, *, default_namespace: str = "") -> PodSpec:
@@ -117,9 +138,14 @@ def parse_pod(document: Any, *, default_namespace: str = "") -> PodSpec:
 
     spec = check.mapping(top.get("spec", {}), "spec", _SPEC, ("containers",))
     _free_text(check, {k: v for k, v in spec.items() if k in ("containers", "restartPolicy")}, "spec")
-    priority = 0
+    priority = policy = None
     if "priority" in spec:
-        priority = check.integer(spec["priority"], "spec.priority", minimum=MIN_PRIORITY, maximum=MAX_PRIORITY) or 0
+        priority = check.integer(spec["priority"], "spec.priority", minimum=INT32_MIN, maximum=INT32_MAX)
+    class_name = spec.get("priorityClassName", "")
+    if not (isinstance(class_name, str) and len(class_name) <= 253 and (not class_name or DNS1123_SUBDOMAIN.match(class_name))):
+        check.error("spec.priorityClassName", f"invalid PriorityClass name {class_name!r}: a DNS-1123 subdomain such as training")
+    if "preemptionPolicy" in spec:
+        policy = check.choice(spec["preemptionPolicy"], "spec.preemptionPolicy", PREEMPTION_POLICIES, "preemption policy")
     cpu, memory, gpus = _containers(check, spec.get("containers", []))
     tolerations = _tolerations(check, spec.get("tolerations", []))
     node_selector = check.labels(spec.get("nodeSelector", {}), "spec.nodeSelector")
@@ -150,7 +176,6 @@ def parse_pod(document: Any, *, default_namespace: str = "") -> PodSpec:
         namespace=namespace,
         name=name,
         labels=labels,
-        priority=priority,
         checkpointable=checkpointable,
         cpu_milli=cpu,
         memory_mib=memory,
@@ -161,6 +186,9 @@ def parse_pod(document: Any, *, default_namespace: str = "") -> PodSpec:
         node_selector=node_selector,
         affinity=affinity,
         duration_seconds=duration,
+        priority_class_name=class_name,
+        written_priority=priority,
+        written_preemption_policy=policy,
     )
 
 
@@ -436,6 +464,7 @@ def core_pod(
     gpu_milli: int = 0,
     gpu_models=(),
     priority: int = 0,
+    preemption_policy: str = PREEMPT_LOWER_PRIORITY,
     checkpointable: bool = False,
     labels: Mapping[str, str] | None = None,
     tolerations=(),
@@ -451,6 +480,7 @@ def core_pod(
         gpu_milli=gpu_milli if gpu_count else 0,
         gpu_models=tuple(gpu_models or ()),
         priority=priority,
+        preemption_policy=preemption_policy or PREEMPT_LOWER_PRIORITY,
         checkpointable=checkpointable,
         labels=dict(labels or {}),
         tolerations=tuple(
@@ -471,6 +501,7 @@ def core_pod_from_spec(spec: PodSpec) -> CorePod:
         gpu_milli=spec.gpu_milli,
         gpu_models=spec.gpu_models,
         priority=spec.priority,
+        preemption_policy=spec.preemption_policy,
         checkpointable=spec.checkpointable,
         labels=spec.labels,
         tolerations=spec.tolerations,

@@ -31,7 +31,7 @@ from monitoring.services import join_token_create
 from pools.core.errors import ConflictError
 from pools.core.spec import parse_document
 from pools.demo.workload import DemoPod, Route
-from pools.models import GpuNodePool, Membership, Node, Pod
+from pools.models import GpuNodePool, Membership, Node, Pod, PriorityClass
 from pools.selectors.pools import catalog_current
 from pools.services import pods as pod_services
 
@@ -39,6 +39,7 @@ logger = logging.getLogger("ebcloud.demo")
 AGENT_PHASES = (Node.Phase.REGISTERING, Node.Phase.READY, Node.Phase.CORDONED, Node.Phase.DRAINING,
                 Node.Phase.REPAIRING, Node.Phase.UNKNOWN)
 MILLI = 1000
+BATCH_CLASS = "batch"
 
 
 # ----------------------------------------------------------------------------------- routes
@@ -48,9 +49,11 @@ def routes_for(pools: list[GpuNodePool], *, loads: dict[str, float], shared: set
     """A workload route per demo pool: its team, its node's shape, tolerations for its taints
     and a selector on its labels, so the replayed pods land where a real user's would. Pools
     named in `shared` also take the pods that ask for a share of one GPU (inference serving);
-    whole-GPU pods go to any pool whose node holds them, by weight."""
+    whole-GPU pods go to any pool whose node holds them, by weight. A preemptible pool's pods
+    are batch work: PriorityClass `batch` (examples/priorityclasses.yaml) when it exists."""
     routes = []
     catalog = catalog_current()
+    batch = PriorityClass.objects.filter(name=BATCH_CLASS).exists()
     for pool in pools:
         spec = parse_document(pool.document, catalog)
         gpus = pool.node_type.gpu_count
@@ -63,6 +66,7 @@ def routes_for(pools: list[GpuNodePool], *, loads: dict[str, float], shared: set
             node_selector=dict(spec.node_labels),
             labels={k: v for k, v in pool.labels.items() if k == "project"},
             checkpointable=spec.preemptible,
+            priority_class=BATCH_CLASS if spec.preemptible and batch else "",
         ))
     return routes
 

@@ -19,7 +19,9 @@ from django.utils import timezone
 
 from billing.models import Account, LeaseTerm, NodePrice
 from pools import roles
-from pools.models import GpuModel, Membership, NodeType, Quota, Team, Zone
+from pools.core.priority import parse_priority_class
+from pools.core.yaml_loading import load_all
+from pools.models import GpuModel, Membership, NodeType, PriorityClass, Quota, Team, Zone
 
 GPU_MODELS = {  # name: (memory GiB, monthly price per GPU, on-demand hourly price per GPU)
     "A100_80G": (80, Decimal("2500"), Decimal("12.5")),
@@ -82,6 +84,21 @@ def load_catalog() -> None:
     for (region, model_name), limit in QUOTAS.items():
         Quota.objects.update_or_create(region=region, gpu_model=models[model_name], team=None, defaults={"limit_gpus": limit})
     Account.objects.get_or_create(name="default", defaults={"balance": ACCOUNT_BALANCE, "currency": CURRENCY})
+
+
+@transaction.atomic
+def load_priority_classes(path: Path) -> list[str]:
+    """The PriorityClasses of `path` (examples/priorityclasses.yaml, the same file `kubectl
+    apply -f` takes), so that the examples' pods find their classes; returns their names."""
+    names = []
+    for document in (d for d in load_all(path.read_text()) if d is not None):
+        spec = parse_priority_class(document)
+        PriorityClass.objects.update_or_create(name=spec.name, defaults={
+            "value": spec.value, "preemption_policy": spec.preemption_policy,
+            "global_default": spec.global_default, "description": spec.description,
+        })  # fmt: skip
+        names.append(spec.name)
+    return names
 
 
 @transaction.atomic

@@ -47,7 +47,7 @@ class Route:
     node_selector: dict = field(default_factory=dict)
     labels: dict = field(default_factory=dict)
     checkpointable: bool = False
-    priority: int = 0
+    priority_class: str = ""  # its pods' spec.priorityClassName (empty: priority 0)
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ class DemoPod:
                 },
             },
             "spec": {
-                "priority": self.route.priority,
+                **({"priorityClassName": self.route.priority_class} if self.route.priority_class else {}),
                 "nodeSelector": dict(self.route.node_selector),
                 "tolerations": [dict(t) for t in self.route.tolerations],
                 "containers": [{

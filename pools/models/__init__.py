@@ -2,7 +2,8 @@
 
 - `pools`: teams, memberships, the catalog, quotas, pools, orders, nodes, events, scaling
   activities and the audit log.
-- `pods`: pods of the simulated cluster (and the read model of a real one), fragmentation samples.
+- `pods`: pods of the simulated cluster (and the read model of a real one), priority classes,
+  fragmentation samples.
 - `cluster`: namespaces' teams and the pod mirror's cursor (a real cluster).
 - `repair`: repair requests awaiting an admin's approval.
 - `cloud`: the simulated cloud's state and the controllers' per-pool claims.
@@ -18,7 +19,7 @@ from pools.models.cloud import (
     SimStock,
 )
 from pools.models.cluster import NamespaceTeam, WatchCursor
-from pools.models.pods import FragmentationSample, Pod
+from pools.models.pods import FragmentationSample, Pod, PriorityClass
 from pools.models.pools import (
     AuditEntry,
     GpuModel,
@@ -53,6 +54,7 @@ __all__ = [
     "PoolEvent",
     "PoolOrder",
     "PoolQuerySet",
+    "PriorityClass",
     "Quota",
     "RepairApproval",
     "ScalingActivity",

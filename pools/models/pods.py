@@ -11,11 +11,62 @@ the pure core's `scheduling.Pod`.
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 
 from pools import roles
+from pools.core import priority as rules
 from pools.models.pools import Node, Team, TeamScopedQuerySet
+
+
+class PriorityClass(models.Model):
+    """A Kubernetes PriorityClass (scheduling.k8s.io/v1), managed by platform admins in the
+    Django admin. The system classes are built in (`pools.core.priority.SYSTEM_CLASSES`), as
+    kube-apiserver creates them itself; their `system-` names are reserved. Like Kubernetes,
+    `value` and `preemption_policy` cannot change once created (pods already carry them)."""
+
+    class Policy(models.TextChoices):
+        PREEMPT_LOWER_PRIORITY = rules.PREEMPT_LOWER_PRIORITY, "PreemptLowerPriority"
+        NEVER = rules.PREEMPT_NEVER, "Never (waits for room, preempts nobody)"
+
+    name = models.CharField(max_length=253, unique=True, help_text="A DNS-1123 subdomain, such as training")
+    value = models.IntegerField(help_text=f"Pod priority; higher runs first and may preempt lower (at most {rules.HIGHEST_USER_DEFINABLE_PRIORITY:,})")
+    preemption_policy = models.CharField(max_length=20, choices=Policy.choices, default=Policy.PREEMPT_LOWER_PRIORITY)
+    global_default = models.BooleanField(default=False, help_text="Applies to pods that name no class (at most one class)")
+    description = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-value", "name"]
+        verbose_name_plural = "priority classes"
+        constraints = [
+            models.UniqueConstraint(fields=["global_default"], condition=models.Q(global_default=True), name="priorityclass_one_global_default"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.value})"
+
+    def clean(self) -> None:
+        fields = {"metadata.name": "name", "value": "value", "preemptionPolicy": "preemption_policy", "globalDefault": "global_default"}
+        errors: dict[str, list[str]] = {}
+        for error in rules.class_errors(name=self.name, value=self.value, preemption_policy=self.preemption_policy, global_default=self.global_default):
+            errors.setdefault(fields.get(error.field, "__all__"), []).append(error.message)
+        if self.global_default:
+            other = PriorityClass.objects.filter(global_default=True).exclude(pk=self.pk).first()
+            if other is not None:
+                errors.setdefault("global_default", []).append(f"PriorityClass {other.name} is already marked as default. Only one default can exist")
+        if errors:
+            raise ValidationError(errors)
+
+    def as_core(self) -> rules.PriorityClass:
+        return rules.PriorityClass(self.name, self.value, self.preemption_policy, self.global_default, self.description)
+
+
+def priority_classes_for(name: str) -> dict[str, rules.PriorityClass]:
+    """The user classes a pod naming `name` (or none) may resolve to: that one and the default."""
+    rows = PriorityClass.objects.filter(models.Q(name=name) | models.Q(global_default=True)) if name else PriorityClass.objects.filter(global_default=True)
+    return {row.name: row.as_core() for row in rows}
 
 
 class PodQuerySet(TeamScopedQuerySet):
@@ -44,7 +95,8 @@ class Pod(models.Model):
     team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.PROTECT, related_name="pods", help_text="Empty: a cluster namespace mapped to no team")
     uid = models.CharField(max_length=36, blank=True, help_text="metadata.uid in a real cluster (empty in the simulated one)")
     labels = models.JSONField(default=dict, blank=True)
-    priority = models.IntegerField(default=0)
+    priority = models.IntegerField(default=0, help_text="As admitted from the pod's PriorityClass")
+    preemption_policy = models.CharField(max_length=20, choices=PriorityClass.Policy.choices, default=PriorityClass.Policy.PREEMPT_LOWER_PRIORITY)
     checkpointable = models.BooleanField(default=False)
     cpu_milli = models.PositiveIntegerField(default=0)
     memory_mib = models.PositiveIntegerField(default=0)

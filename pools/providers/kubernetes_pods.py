@@ -34,6 +34,7 @@ from pools.core.podspec import (
     ANNOTATION_GPU_MODELS,
     GPU_RESOURCE,
 )
+from pools.core.priority import PREEMPT_LOWER_PRIORITY
 from pools.core.scheduling.nodes import MILLI
 from pools.providers.kubernetes import api_client
 
@@ -147,6 +148,7 @@ def pod_fields(pod: Mapping[str, Any], *, now: datetime) -> dict[str, Any]:
         "name": meta["name"],
         "labels": dict(meta.get("labels") or {}),
         "priority": int(spec.get("priority") or 0),
+        "preemption_policy": spec.get("preemptionPolicy") or PREEMPT_LOWER_PRIORITY,
         "checkpointable": annotations.get(ANNOTATION_CHECKPOINTABLE, "").lower() == "true",
         "cpu_milli": math.ceil(requests.get("cpu", 0) * 1000),
         "memory_mib": math.ceil(requests.get("memory", 0) / 2**20),

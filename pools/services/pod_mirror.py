@@ -23,7 +23,7 @@ from pools.services.events import NORMAL
 
 PODS = "pods"
 _ROW_FIELDS = (
-    "labels", "priority", "checkpointable", "cpu_milli", "memory_mib", "gpu_count", "gpu_milli", "gpu_models",
+    "labels", "priority", "preemption_policy", "checkpointable", "cpu_milli", "memory_mib", "gpu_count", "gpu_milli", "gpu_models",
     "tolerations", "node_selector", "affinity", "duration_seconds", "document", "phase", "reason", "explanation",
     "submitted_at", "started_at", "finished_at",
 )  # fmt: skip

@@ -20,9 +20,10 @@ from django.utils import timezone
 from pools import roles
 from pools.core.documents import split_server_fields
 from pools.core.errors import ConflictError
-from pools.core.podspec import parse_pod, with_defaults
+from pools.core.podspec import admit, parse_pod, with_defaults
+from pools.core.priority import Admitted, admitted_spec
 from pools.models import Team
-from pools.models.pods import Pod
+from pools.models.pods import Pod, priority_classes_for
 from pools.providers import real_cluster
 from pools.services.events import event_record
 from pools.services.pools import team_choose
@@ -69,12 +70,17 @@ def _team_for_new_pod(*, user, team_slug: str) -> Team:
 
 
 def pod_create(*, user, document: Any, team_slug: str = "", now: datetime | None = None) -> Pod:
-    """Submit a Pod document; it waits Pending for the next scheduler pass."""
+    """Submit a Pod document; it waits Pending for the next scheduler pass. Its priority comes
+    from its PriorityClass (`spec.priorityClassName`, else the globalDefault class, else 0), as
+    kube-apiserver's Priority admission plugin sets it; the stored document shows the result."""
     now = now or timezone.now()
     _refuse_on_real_cluster("submitted")
     document, _ = split_server_fields(document)
     team = _team_for_new_pod(user=user, team_slug=team_slug)
     spec = parse_pod(document, default_namespace=team.slug)
+    spec = admit(spec, priority_classes_for(spec.priority_class_name))
+    admitted = Admitted(spec.priority, spec.preemption_policy, spec.priority_class_name)
+    document = {**document, "spec": admitted_spec(document["spec"], admitted)}
     if Pod.objects.filter(namespace=spec.namespace, name=spec.name).exists():
         raise ConflictError(f"pod {spec.namespace}/{spec.name} already exists")
     try:
@@ -85,6 +91,7 @@ def pod_create(*, user, document: Any, team_slug: str = "", now: datetime | None
                 team=team,
                 labels=dict(spec.labels),
                 priority=spec.priority,
+                preemption_policy=spec.preemption_policy,
                 checkpointable=spec.checkpointable,
                 cpu_milli=spec.cpu_milli,
                 memory_mib=spec.memory_mib,

@@ -33,7 +33,7 @@ metadata:
   annotations:
     ebcloud.io/duration: "2h"
 spec:
-  priority: 100
+  priorityClassName: training
   affinity:
     nodeAffinity:
       requiredDuringSchedulingIgnoredDuringExecution:

@@ -1,4 +1,5 @@
-"""Helpers of the pod and scheduler tests: pools with Ready nodes created directly, pod documents."""
+"""Helpers of the pod and scheduler tests: pools with Ready nodes created directly, pod documents
+(with PriorityClasses created as needed)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from datetime import UTC, datetime
 
 from pools.core.documents import load_yaml
 from pools.core.spec import effective_node_labels, parse_document
-from pools.models import Node
+from pools.models import Node, PriorityClass
 from pools.selectors.pools import catalog_current
 from pools.services import pods as pod_services
 from pools.services import pools as services
@@ -45,8 +46,17 @@ def pool_with_nodes(user, *, name="train-pool-a", nodes=2, node_labels=None, tai
     return pool
 
 
+def priority_class(value: int, *, policy: str = "PreemptLowerPriority") -> str:
+    """The name of a PriorityClass of this value and policy, created if missing (as an admin would)."""
+    name = f"priority-{value}" + ("-never" if policy == "Never" else "")
+    PriorityClass.objects.get_or_create(name=name, defaults={"value": value, "preemption_policy": policy})
+    return name
+
+
 def pod_document(name, *, namespace="algorithm", gpus=1, cpu="4", memory="32Gi", priority=0, milli=None,
-                 checkpointable=False, duration=None, pool_affinity="train", tolerate="train", models=None):  # fmt: skip
+                 checkpointable=False, duration=None, pool_affinity="train", tolerate="train", models=None,
+                 preemption_policy="PreemptLowerPriority"):  # fmt: skip
+    """A pod document; a priority other than 0 names a PriorityClass of that value (`priority_class`)."""
     annotations = {}
     if milli is not None:
         annotations["ebcloud.io/gpu-milli"] = str(milli)
@@ -57,9 +67,10 @@ def pod_document(name, *, namespace="algorithm", gpus=1, cpu="4", memory="32Gi",
     if models:
         annotations["ebcloud.io/gpu-models"] = models
     spec = {
-        "priority": priority,
         "containers": [{"name": "main", "resources": {"requests": {"cpu": cpu, "memory": memory}, "limits": {"nvidia.com/gpu": gpus}}}],
     }
+    if priority or preemption_policy != "PreemptLowerPriority":
+        spec["priorityClassName"] = priority_class(priority, policy=preemption_policy)
     if pool_affinity:
         spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchExpressions": [{"key": "pool", "operator": "In", "values": [pool_affinity]}]}]}}}  # fmt: skip

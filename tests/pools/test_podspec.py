@@ -5,9 +5,21 @@ from __future__ import annotations
 import pytest
 
 from pools.core.errors import ValidationError
-from pools.core.podspec import core_pod_from_spec, cpu_milli, memory_mib, parse_pod, with_defaults
+from pools.core.podspec import (
+    admit,
+    core_pod_from_spec,
+    cpu_milli,
+    memory_mib,
+    parse_pod,
+    with_defaults,
+)
+from pools.core.priority import parse_priority_class
 from pools.core.scheduling.nodes import NodeState, Taint, filter_node
+from pools.core.yaml_loading import load_all
+from tests.conftest import EXAMPLES
 from tests.pools.pod_helpers import pod_document, train_pod_document
+
+EXAMPLE_CLASSES = {c.name: c for c in map(parse_priority_class, load_all((EXAMPLES / "priorityclasses.yaml").read_text()))}
 
 
 def paths(exc: ValidationError) -> set[str]:
@@ -15,12 +27,14 @@ def paths(exc: ValidationError) -> set[str]:
 
 
 def test_the_articles_pod_loads_with_affinity_and_toleration():
-    spec = parse_pod(train_pod_document())
+    spec = admit(parse_pod(train_pod_document()), EXAMPLE_CLASSES)
     assert (spec.namespace, spec.name, spec.priority) == ("algorithm", "bert-train-0", 100)
+    assert (spec.priority_class_name, spec.preemption_policy) == ("training", "PreemptLowerPriority")
     assert (spec.cpu_milli, spec.memory_mib, spec.gpu_count, spec.gpu_milli) == (16000, 128 * 1024, 8, 1000)  # limits: {nvidia.com/gpu: 8}
     assert spec.checkpointable and spec.duration_seconds == 7200
     assert spec.tolerations == ({"key": "pool", "operator": "Equal", "value": "train", "effect": "NoSchedule"},)
     pod = core_pod_from_spec(spec)
+    assert pod.priority == 100 and pod.may_preempt
     assert pod.affinity_terms[0][0].key == "pool" and pod.affinity_terms[0][0].values == ("train",)
     node = NodeState("n1", 128000, 1 << 20, 8, "A100_80G", labels={"pool": "train"}, taints=(Taint("pool", "train"),))
     assert filter_node(pod, node) is None
@@ -63,7 +77,7 @@ def test_the_namespace_defaults_to_the_given_one():
 def test_every_bad_field_is_reported_with_its_path():
     document = pod_document("Bad_Name", gpus=2, milli=300)
     document["kind"] = "Deployment"
-    document["spec"]["priorityClassName"] = "high"
+    document["spec"]["priorityClassName"] = "High Priority"
     document["spec"]["containers"][0]["resources"]["requests"].update({"cpu": "lots", "ephemeral-storage": "1Gi"})
     document["spec"]["tolerations"] = [{"key": "pool", "operator": "Maybe", "effect": "NoSchedule"}]
     terms = document["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]

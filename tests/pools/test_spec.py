@@ -63,7 +63,7 @@ def test_the_articles_scaling_block_loads_with_its_numbers():
     assert spec.scaling.scale_up == DEFAULT_SCALING_SPEC.scale_up
 
 
-@pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.glob("*.yaml")))
+@pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.glob("*.yaml") if "kind: GpuNodePool" in p.read_text()))
 def test_every_example_round_trips_load_dump_load(example):
     document = load_yaml((EXAMPLES / example).read_text())
     again = load_yaml(dump_yaml(document))

@@ -216,18 +216,20 @@ def _in_use_hint(pod: Pod, reason: str, nodes: list[NodeState]) -> str:
     if reason == REASON_GPU:
         idle = max((sum(1 for f in n.gpu_free if f == MILLI) for n in nodes), default=0)
         return (
-            f"{where}: no node has {pod.gpu_count} idle GPUs (at most {idle} on any one). Wait, "
-            "preempt lower-priority pods, repack, or raise the pool's nodeCount.max."
+            f"{where}: no node has {pod.gpu_count} idle GPUs (at most {idle} on any one). "
+            f"{_wait_or_preempt(pod)}repack, or raise the pool's nodeCount.max."
         )
     resource, request, unit = (
         ("cpu", pod.cpu_milli, "milli-CPU")
         if reason == REASON_CPU
         else ("memory", pod.memory_mib, "MiB")
     )
-    return (
-        f"{where}: no node has {request} {unit} of {resource} free. Wait, preempt "
-        "lower-priority pods, or grow the pool."
-    )
+    return f"{where}: no node has {request} {unit} of {resource} free. {_wait_or_preempt(pod)}or grow the pool."
+
+
+def _wait_or_preempt(pod: Pod) -> str:
+    """A pod whose PriorityClass says preemptionPolicy Never preempts nobody: no such advice."""
+    return "Wait, preempt lower-priority pods, " if pod.may_preempt else "Wait (its preemptionPolicy is Never: it preempts nobody), "
 
 
 def _hints(pod: Pod, nodes: Sequence[NodeState], node_reasons: dict[str, str]) -> list[str]:

@@ -20,6 +20,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from pools.core.priority import PREEMPT_LOWER_PRIORITY, PREEMPT_NEVER
+
 MILLI = 1000  # one whole GPU in milli-GPU units
 NO_SCHEDULE, PREFER_NO_SCHEDULE, NO_EXECUTE = "NoSchedule", "PreferNoSchedule", "NoExecute"
 TAINT_EFFECTS = (NO_SCHEDULE, PREFER_NO_SCHEDULE, NO_EXECUTE)
@@ -135,7 +137,8 @@ class Pod:
     GPUs: ``gpu_count`` whole GPUs (``gpu_milli`` is then 1000), or a *sharing* pod with
     ``gpu_count == 1`` and ``0 < gpu_milli < 1000`` (a share of one GPU in 1/1000).
     ``gpu_models`` lists the allowed GPU models (gpuSpec; empty = any). ``priority`` and
-    ``checkpointable`` decide who may be preempted; ``shape_key`` is derived: pods with equal
+    ``checkpointable`` decide who may be preempted; a ``preemption_policy`` of ``Never`` (its
+    PriorityClass's) means the pod preempts nobody, though it may itself be preempted; ``shape_key`` is derived: pods with equal
     keys filter and score identically, which is what the schedulers cache on.
     """
 
@@ -146,6 +149,7 @@ class Pod:
     gpu_milli: int = 0
     gpu_models: tuple[str, ...] = ()
     priority: int = 0
+    preemption_policy: str = PREEMPT_LOWER_PRIORITY
     checkpointable: bool = False
     labels: Mapping[str, str] = field(default_factory=dict)
     tolerations: tuple[Toleration, ...] = ()
@@ -188,6 +192,10 @@ class Pod:
     @property
     def namespace(self) -> str:
         return self.name.partition("/")[0] if "/" in self.name else ""
+
+    @property
+    def may_preempt(self) -> bool:
+        return self.preemption_policy != PREEMPT_NEVER
 
     @property
     def is_sharing(self) -> bool:

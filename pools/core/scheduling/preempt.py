@@ -2,6 +2,8 @@
 
 Rules, stricter than kube-scheduler's defaults because our victims are expensive GPU jobs:
 
+* a pod whose PriorityClass says `preemptionPolicy: Never` preempts nobody: it waits for room
+  (and may itself be preempted), as kube-scheduler's DefaultPreemption does;
 * only pods of STRICTLY lower priority are ever victims (never equal or higher);
 * all victims are on ONE node, and only nodes whose non-resource filters pass (taints,
   affinity, cordon, GPU model) are considered: evicting pods cannot fix those;
@@ -68,7 +70,10 @@ def _victims_on(pod: Pod, node: NodeState) -> tuple[list[Pod], tuple[int, ...]] 
 
 def preempt(pod: Pod, nodes: Sequence[NodeState]) -> PreemptionPlan | None:
     """The least harmful preemption that lets ``pod`` run, or None when the pod already fits
-    somewhere (nothing to evict) or no eviction of lower-priority pods can make it fit."""
+    somewhere (nothing to evict), it may not preempt (`preemptionPolicy: Never`) or no eviction
+    of lower-priority pods can make it fit."""
+    if not pod.may_preempt:
+        return None
     if any(filter_node(pod, node) is None for node in nodes):
         return None
     best = None

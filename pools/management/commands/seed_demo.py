@@ -1,4 +1,5 @@
-"""`manage.py seed_demo`: load the demo catalog, people and example pools, print the logins."""
+"""`manage.py seed_demo`: load the demo catalog, the examples' PriorityClasses, people and example
+pools, print the logins."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from django.core.management.base import BaseCommand
 from billing.budgets import budgets_sync
 from billing.demo import load_prices
 from pools.core.documents import load_yaml
-from pools.demo.seed import load_catalog, load_people
+from pools.demo.seed import load_catalog, load_people, load_priority_classes
 from pools.models import GpuNodePool, PoolOrder
 from pools.services import pools as services
 
@@ -31,6 +32,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, no_pools: bool = False, **options):
         load_catalog()
+        load_priority_classes(EXAMPLES / "priorityclasses.yaml")
         load_prices()
         passwords = load_people(Path(settings.VAR_DIR) / "demo-passwords.json")
         if not no_pools:

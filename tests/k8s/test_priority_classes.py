@@ -1,0 +1,63 @@
+"""The article's pod is a valid Kubernetes manifest: a real kube-apiserver takes
+examples/priorityclasses.yaml and examples/pods/train-pod.yaml with `kubectl apply`, and its
+Priority admission plugin gives the pod the priority our parser resolves for the same files."""
+
+from __future__ import annotations
+
+import json
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from pools.core.documents import load_yaml
+from pools.core.podspec import admit, parse_pod
+from pools.core.priority import parse_priority_class
+from pools.core.yaml_loading import load_all
+from tests.conftest import EXAMPLES
+
+CLASSES = EXAMPLES / "priorityclasses.yaml"
+TRAIN_POD = EXAMPLES / "pods" / "train-pod.yaml"
+
+
+def create_tolerating_conflict(create, *args) -> None:
+    """The session's API server is shared: `algorithm` may exist already."""
+    try:
+        create(*args)
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+
+
+def test_kubectl_applies_the_examples_and_the_pod_gets_the_priority_our_parser_resolves(control_plane, core):
+    create_tolerating_conflict(core.create_namespace, client.V1Namespace(metadata=client.V1ObjectMeta(name="algorithm")))
+    # kube-controller-manager is not running: no service account is made for the namespace.
+    create_tolerating_conflict(core.create_namespaced_service_account, "algorithm",
+                               client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="default")))  # fmt: skip
+    control_plane.kubectl("delete", "pod", "bert-train-0", "-n", "algorithm", "--ignore-not-found", "--wait=false")
+    try:
+        applied = control_plane.kubectl("apply", "-f", str(CLASSES))
+        assert applied.returncode == 0, applied.stderr
+        applied = control_plane.kubectl("apply", "-f", str(TRAIN_POD))
+        assert applied.returncode == 0, applied.stderr
+        shown = control_plane.kubectl("get", "pod", "bert-train-0", "-n", "algorithm", "-o", "json")
+        assert shown.returncode == 0, shown.stderr
+        spec = json.loads(shown.stdout)["spec"]
+        assert (spec["priorityClassName"], spec["priority"], spec["preemptionPolicy"]) == ("training", 100, "PreemptLowerPriority")
+
+        ours = {c.name: c for c in map(parse_priority_class, load_all(CLASSES.read_text()))}
+        resolved = admit(parse_pod(load_yaml(TRAIN_POD.read_text())), ours)
+        assert (resolved.priority_class_name, resolved.priority, resolved.preemption_policy) == (
+            spec["priorityClassName"], spec["priority"], spec["preemptionPolicy"])  # fmt: skip
+    finally:
+        control_plane.kubectl("delete", "pod", "bert-train-0", "-n", "algorithm", "--ignore-not-found", "--wait=false")
+
+
+def test_the_api_server_refuses_a_priority_of_the_pods_own_as_we_do(control_plane, namespace):
+    """The problem this fixes: `spec.priority: 100` with no class is refused by kube-apiserver."""
+    document = load_yaml(TRAIN_POD.read_text())
+    document["metadata"]["namespace"] = namespace
+    del document["spec"]["priorityClassName"]
+    document["spec"]["priority"] = 100
+    refused = control_plane.kubectl("create", "-f", "-", input=json.dumps(document))
+    assert refused.returncode != 0
+    assert "the integer value of priority (100) must not be provided in pod spec; priority admission controller computed 0" in refused.stderr
