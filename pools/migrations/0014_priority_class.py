@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('pools', '0012_pod_mirror'),
+        ('pools', '0013_simclusternode_managed'),
     ]
 
     operations = [
