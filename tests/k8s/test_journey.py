@@ -54,7 +54,7 @@ def queued_pod(name: str, *, gpus: int = 8, duration: str = "") -> dict:
                 {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["train"]}]}]}}},
             "tolerations": [{"key": "pool", "operator": "Equal", "value": "train", "effect": "NoSchedule"}],
             "containers": [{"name": "main", "image": "registry.invalid/train:1",
-                            "resources": {"requests": {"cpu": "8", "memory": "64Gi"}, "limits": {"nvidia.com/gpu": gpus}}}],
+                            "resources": {"requests": {"cpu": "8", "memory": "64Gi"}, "limits": {"nvidia.com/gpu": str(gpus)}}}],
         },
     }  # fmt: skip
 
