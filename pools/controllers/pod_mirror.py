@@ -22,7 +22,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import urllib3
@@ -31,6 +31,7 @@ from kubernetes.client.exceptions import ApiException
 
 from pools.providers.kubernetes_pods import ClusterPods, WatchExpired, pod_fields
 from pools.services.pod_mirror import (
+    ApplyStats,
     TeamOf,
     cursor_get,
     cursor_save,
@@ -51,10 +52,8 @@ class MirrorStats:
     listed: int = 0
     relists: int = 0
     events: int = 0
-    created: int = 0
-    updated: int = 0
-    deleted: int = 0
     reconnects: int = 0
+    applied: ApplyStats = field(default_factory=ApplyStats)
 
 
 class PodMirror:
@@ -78,7 +77,7 @@ class PodMirror:
         cursor_save(resource_version, now=now, listed=True)
         self.stats.relists += 1
         self.stats.listed += len(pods)
-        self._count(applied)
+        self.stats.applied.add(applied)
         return resource_version
 
     def teams_refresh(self) -> None:
@@ -161,13 +160,8 @@ class PodMirror:
             return ""
         now = self.clock()
         pods = [(e.type, pod_fields(e.pod, now=now)) for e in changes if e.type != "BOOKMARK"]
-        self._count(pods_apply(pods, team_of=self.team_of, now=now))
+        self.stats.applied.add(pods_apply(pods, team_of=self.team_of, now=now))
         self.stats.events += len(pods)
         last = changes[-1].resource_version
         cursor_save(last, now=now)
         return last
-
-    def _count(self, applied) -> None:
-        self.stats.created += applied.created
-        self.stats.updated += applied.updated
-        self.stats.deleted += applied.deleted

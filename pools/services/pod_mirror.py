@@ -12,7 +12,7 @@ succeeded there.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -32,11 +32,20 @@ _UPDATED = (*_ROW_FIELDS, "team", "node", "gpu_indices", "hints", "deleted_at")
 
 @dataclass
 class ApplyStats:
+    """What applying changes did to the read model (and the events it wrote)."""
+
     created: int = 0
     updated: int = 0
     deleted: int = 0
     unchanged: int = 0
-    events: list[PoolEvent] = field(default_factory=list)
+    events: int = 0
+
+    def add(self, other: ApplyStats) -> None:
+        self.created += other.created
+        self.updated += other.updated
+        self.deleted += other.deleted
+        self.unchanged += other.unchanged
+        self.events += other.events
 
 
 class TeamOf:
@@ -85,6 +94,7 @@ def pods_apply(
         )
         nodes_by_id = Node.objects.select_related("pool").in_bulk(set(nodes.values()))
         new: dict[str, Pod] = {}
+        events: list[PoolEvent] = []
         changed: dict[int, Pod] = {}
         for kind, fields in changes:
             uid = fields["uid"]
@@ -109,10 +119,11 @@ def pods_apply(
             if pod.pk:
                 changed[pod.pk] = pod
                 stats.updated += 1
-            stats.events.extend(_transitions(pod, before, nodes_by_id, now))
+            events.extend(_transitions(pod, before, nodes_by_id, now))
         Pod.objects.bulk_update(list(changed.values()), _UPDATED, batch_size=200)
         Pod.objects.bulk_create(list(new.values()), batch_size=200)
-        PoolEvent.objects.bulk_create(stats.events)
+        PoolEvent.objects.bulk_create(events)
+    stats.events = len(events)
     stats.created = len(new)
     return stats
 
@@ -128,10 +139,7 @@ def pods_replace(
         part = pods_apply(
             [("ADDED", f) for f in listed[start : start + 500]], team_of=team_of, now=now
         )
-        stats.created += part.created
-        stats.updated += part.updated
-        stats.unchanged += part.unchanged
-        stats.events += part.events
+        stats.add(part)
     seen = {f["uid"] for f in listed}
     with transaction.atomic():
         gone = [pk for pk, uid in Pod.objects.live().exclude(uid="").select_for_update().values_list("pk", "uid") if uid not in seen]

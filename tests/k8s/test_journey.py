@@ -10,7 +10,6 @@ the control plane saw."""
 
 from __future__ import annotations
 
-import copy
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -31,11 +30,11 @@ from pools.models import GpuNodePool, Node, PoolEvent, SimFailure
 from pools.models.pods import Pod
 from pools.providers.simulated import EVICT, failure_inject
 from pools.services import pods as pod_services
-from pools.services import pools as pool_services
 from tests.conftest import EXAMPLES
 from tests.k8s.control_plane import ControlPlane, missing_binaries
 from tests.pools.autoscaler_helpers import SCALING, memory_used
 from tests.pools.lifecycle_helpers import T0, approved_pool
+from tests.pools.pool_helpers import edit_spec
 
 pytestmark = pytest.mark.django_db(transaction=True)
 TICK = timedelta(seconds=15)
@@ -218,9 +217,7 @@ def test_the_articles_journey_on_both_clusters(cluster, actors, train_document):
     assert any("nodeLabels: {pool: train}" in hint and pool.name in hint for hint in pod.hints), pod.hints
 
     # The fix: add the label to the pool; the existing nodes get it and the pod is bound there.
-    document = copy.deepcopy(pool.document)
-    document["spec"]["nodeLabels"] = {"gpu-class": "a100", "pool": "train"}
-    pool_services.pool_update(user=actors["lead"], pool=GpuNodePool.objects.get(pk=pool.pk), document=document, now=now)
+    edit_spec(actors, pool, now, nodeLabels={"gpu-class": "a100", "pool": "train"})
     now = run(cluster, now + TICK, lambda: Pod.objects.live().filter(name="bert-train-0", phase="Running").exists(), limit=timedelta(minutes=2), what="the pod bound")
     assert Pod.objects.live().get(name="bert-train-0").node in monthly
     assert Node.objects.filter(pool=pool, ready_at__isnull=False).count() == 2  # no node was bought for it
@@ -243,9 +240,7 @@ def test_the_articles_journey_on_both_clusters(cluster, actors, train_document):
 
     # A disruption budget keeps that pod: shrinking the pool drains the burst node, which waits.
     cluster.protect(on_burst.name)
-    document["spec"]["burst"] = {"enabled": False}
-    document["spec"]["nodeCount"] = {"min": 2, "max": 2}
-    pool_services.pool_update(user=actors["lead"], pool=GpuNodePool.objects.get(pk=pool.pk), document=document, now=now)
+    edit_spec(actors, pool, now, burst={"enabled": False}, nodeCount={"min": 2, "max": 2})
     now = run(cluster, now + TICK, lambda: PoolEvent.objects.filter(pool=pool, reason="DrainWaiting", node=burst).exists(), limit=timedelta(minutes=5), what="the drain waiting")
     assert Node.objects.get(pk=burst.pk).phase == "Draining" and cluster.node_exists(burst.name)
     cluster.unprotect(on_burst.name)

@@ -5,7 +5,6 @@ pass reads the cluster's nodes with one API call, however many nodes there are."
 
 from __future__ import annotations
 
-import copy
 from urllib.parse import urlsplit
 
 import pytest
@@ -15,19 +14,12 @@ from pools.controllers import lifecycle
 from pools.models import GpuNodePool, Node, PoolEvent
 from pools.providers.fake_kubelet import FakeKubelet
 from pools.providers.kubernetes import KubernetesCluster
-from pools.services import pools as services
 from tests.pools.lifecycle_helpers import T0, TICK, approved_pool, live_nodes, run_until
 from tests.pools.pod_helpers import pool_with_nodes
+from tests.pools.pool_helpers import edit_spec
 
 pytestmark = pytest.mark.django_db
 OTHERS_TAINT = ("maintenance", "soon", "PreferNoSchedule")
-
-
-def edit_spec(actors, pool, now, **spec):
-    pool = GpuNodePool.objects.get(pk=pool.pk)
-    document = copy.deepcopy(pool.document)
-    document["spec"].update(spec)
-    return services.pool_update(user=actors["lead"], pool=pool, document=document, now=now)
 
 
 def taints_of(core, name):

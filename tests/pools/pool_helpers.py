@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 from pools.models import AuditEntry, GpuNodePool, PoolEvent, PoolOrder
 from pools.services import pools as services
 from tests.conftest import make_document
@@ -16,6 +18,14 @@ def db_state():
         list(GpuNodePool.objects.values_list("name", "min_nodes", "max_nodes", "phase", "generation")),
         list(PoolOrder.objects.values_list("status", "node_count")),
     )
+
+
+def edit_spec(actors, pool, now, **spec):
+    """The pool's lead replaces these fields of its spec (the rest as it is)."""
+    pool = GpuNodePool.objects.get(pk=pool.pk)
+    document = copy.deepcopy(pool.document)
+    document["spec"].update(spec)
+    return services.pool_update(user=actors["lead"], pool=pool, document=document, now=now)
 
 
 def create_pools(actors, count: int, offset: int = 0) -> None:

@@ -6,8 +6,6 @@ cordoned. The scheduler sees the new labels at once (the article's fix: `nodeLab
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 
 from pools.controllers import lifecycle
@@ -18,18 +16,11 @@ from pools.models.cloud import SimClusterNode
 from pools.providers import simulated
 from pools.providers.base import ProviderError
 from pools.services import pods as pod_services
-from pools.services import pools as services
 from tests.pools.lifecycle_helpers import T0, TICK, approved_pool, live_nodes, run_until
 from tests.pools.pod_helpers import train_pod_document
+from tests.pools.pool_helpers import edit_spec
 
 pytestmark = pytest.mark.django_db
-
-
-def edit_spec(actors, pool, now, **spec):
-    pool = GpuNodePool.objects.get(pk=pool.pk)
-    document = copy.deepcopy(pool.document)
-    document["spec"].update(spec)
-    return services.pool_update(user=actors["lead"], pool=pool, document=document, now=now)
 
 
 def events(node, reason):

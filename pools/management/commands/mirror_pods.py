@@ -30,6 +30,6 @@ class Command(BaseCommand):
             stop.set()
             return
         self.stdout.write(
-            f"mirrored {stats.events} change(s) and {stats.listed} listed pod(s): {stats.created} new, {stats.updated} updated, "
-            f"{stats.deleted} deleted; {stats.relists} list(s), {stats.reconnects} reconnect(s)"
+            f"mirrored {stats.events} change(s) and {stats.listed} listed pod(s): {stats.applied.created} new, "
+            f"{stats.applied.updated} updated, {stats.applied.deleted} deleted; {stats.relists} list(s), {stats.reconnects} reconnect(s)"
         )
