@@ -50,9 +50,11 @@ def speed_probe() -> float:
 class Statements:
     def __init__(self):
         self.count = 0
+        self.kinds = {}
 
     def __call__(self, execute, sql, params, many, context):
         self.count += 1
+        self.kinds[sql[:50]] = self.kinds.get(sql[:50], 0) + 1
         return execute(sql, params, many, context)
 
 
@@ -125,6 +127,8 @@ def main() -> None:
         plane.stop()
 
     pods = args.pods
+    if os.environ.get("BENCH_DEBUG"):
+        print(sorted(relist_statements.kinds.items(), key=lambda kv: -kv[1])[:5])
     print(f"speed probe: 5 M additions in {probe:.0f} ms; database {connection.vendor}; {pods} pods, {args.threads} creating threads\n")
     print("| step | pods | seconds | pods/s | lag after last create | statements/pod |")
     print("|---|---|---|---|---|---|")

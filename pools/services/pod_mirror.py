@@ -149,14 +149,15 @@ def pods_replace(
 
 def pod_teams_refresh(*, team_of: Callable[[str], int | None]) -> int:
     """Give the mirrored pods of every namespace the team it maps to now (after a mapping or a
-    namespace label changed); the number of pods moved."""
+    namespace label changed): one read of the (namespace, team) pairs, one UPDATE per pair that
+    is wrong. The number of pods moved."""
+    mirrored = Pod.objects.live().exclude(uid="")
     moved = 0
-    namespaces = Pod.objects.live().exclude(uid="").values_list("namespace", flat=True).distinct()
-    for namespace in list(namespaces):
-        team = team_of(namespace)
-        moved += Pod.objects.live().exclude(uid="").filter(namespace=namespace).exclude(team_id=team).update(team_id=team) if team else (
-            Pod.objects.live().exclude(uid="").filter(namespace=namespace, team__isnull=False).update(team=None)
-        )  # fmt: skip
+    for namespace, team in list(mirrored.order_by().values_list("namespace", "team_id").distinct()):
+        wanted = team_of(namespace)
+        if wanted != team:
+            rows = mirrored.filter(namespace=namespace)
+            moved += rows.filter(team__isnull=True).update(team_id=wanted) if team is None else rows.filter(team_id=team).update(team_id=wanted)
     return moved
 
 
