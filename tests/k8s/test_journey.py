@@ -219,7 +219,9 @@ def test_the_articles_journey_on_both_clusters(cluster, actors, train_document):
     # The fix: add the label to the pool; the existing nodes get it and the pod is bound there.
     edit_spec(actors, pool, now, nodeLabels={"gpu-class": "a100", "pool": "train"})
     now = run(cluster, now + TICK, lambda: Pod.objects.live().filter(name="bert-train-0", phase="Running").exists(), limit=timedelta(minutes=2), what="the pod bound")
-    assert Pod.objects.live().get(name="bert-train-0").node in monthly
+    bound = Pod.objects.live().get(name="bert-train-0")
+    assert bound.node in monthly
+    assert PoolEvent.objects.filter(node=bound.node, reason="Scheduled", message__startswith=f"Successfully assigned algorithm/bert-train-0 to {bound.node.name}").count() == 1
     assert Node.objects.filter(pool=pool, ready_at__isnull=False).count() == 2  # no node was bought for it
 
     # A queue: one more 8-GPU pod fits the second node, the next waits and bursts the pool.
