@@ -57,6 +57,7 @@ class KubernetesCluster:
 
     def __init__(self, api: client.ApiClient | None = None):
         self.core = client.CoreV1Api(api or api_client())
+        self._listed: dict[str, dict] = {}  # the Nodes of the last `nodes_state`, as JSON
 
     def register_node(self, *, name: str, now: datetime) -> None:
         try:
@@ -77,24 +78,25 @@ class KubernetesCluster:
         (one owner for the whole list), so the apply carries the taints others set too: ours are
         those recorded in our annotation at the last apply, the rest are kept as they are. The
         apply is conditional on the Node's resourceVersion: a concurrent change (409) is read
-        again and retried."""
+        again and retried. The Node as this pass's `nodes_state` listed it serves for the first
+        try (no read of its own: one call per node relabelled)."""
         wanted = [_taint(t) for t in taints]
+        keys = {(t["key"], t["effect"]) for t in wanted}
+        node = self._listed.pop(name, None)
         for _ in range(5):
-            node = self.core.read_node(name)
-            annotations = node.metadata.annotations or {}
+            node = node or json.loads(self.core.read_node(name, _preload_content=False).data)
+            annotations = node["metadata"].get("annotations") or {}
             ours_before = {tuple(k) for k in json.loads(annotations.get(MANAGED_TAINTS_ANNOTATION, "[]"))}
-            keys = {(t["key"], t["effect"]) for t in wanted}
             others = [
-                _taint({"key": t.key, "value": t.value or "", "effect": t.effect})
-                for t in node.spec.taints or ()
-                if (t.key, t.effect) not in ours_before and (t.key, t.effect) not in keys
-            ]
+                _taint(t) for t in node.get("spec", {}).get("taints") or ()
+                if (t["key"], t["effect"]) not in ours_before and (t["key"], t["effect"]) not in keys
+            ]  # fmt: skip
             body = {
                 "apiVersion": "v1",
                 "kind": "Node",
                 "metadata": {
                     "name": name,
-                    "resourceVersion": node.metadata.resource_version,
+                    "resourceVersion": node["metadata"]["resourceVersion"],
                     "labels": dict(labels),
                     "annotations": {MANAGED_TAINTS_ANNOTATION: json.dumps(sorted(keys))},
                 },
@@ -106,6 +108,7 @@ class KubernetesCluster:
             except ApiException as exc:
                 if exc.status != 409:
                     raise
+                node = None
         raise ProviderError(f"node {name} kept changing while its labels and taints were applied; the next pass retries")
 
     def nodes_state(self, *, names: Sequence[str]) -> dict[str, NodeState]:
@@ -117,6 +120,7 @@ class KubernetesCluster:
         if not wanted:
             return {}
         items = json.loads(self.core.list_node(_preload_content=False).data).get("items") or ()
+        self._listed = {node["metadata"]["name"]: node for node in items if node["metadata"]["name"] in wanted}
         return {
             node["metadata"]["name"]: NodeState(
                 labels=dict(node["metadata"].get("labels") or {}),

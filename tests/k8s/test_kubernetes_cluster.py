@@ -73,6 +73,15 @@ def test_labels_and_taints_are_ours_by_server_side_apply_and_what_others_set_sur
     assert len(taints) == 2
 
 
+def test_an_apply_from_a_stale_list_is_refused_and_done_again_from_a_fresh_read(cluster, core, node):
+    cluster.nodes_state(names=[node])  # the pass's list: the apply starts from this resourceVersion
+    core.patch_node(node, {"spec": {"taints": [{"key": "maintenance", "value": "soon", "effect": "PreferNoSchedule"}]}})  # someone else, meanwhile
+    cluster.node_apply(name=node, labels={"pool": "train"}, taints=[TRAIN_TAINT])
+    taints = {(t.key, t.value, t.effect) for t in core.read_node(node).spec.taints}
+    assert taints == {("maintenance", "soon", "PreferNoSchedule"), ("pool", "train", "NoSchedule")}  # 409, read again: theirs kept
+    assert core.read_node(node).metadata.labels["pool"] == "train"
+
+
 def test_cordon_marks_the_node_unschedulable_and_keeps_our_labels(cluster, node):
     cluster.node_apply(name=node, labels={"pool": "train"}, taints=[TRAIN_TAINT])
     cluster.cordon(name=node)
