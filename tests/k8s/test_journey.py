@@ -10,6 +10,7 @@ the control plane saw."""
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -179,15 +180,19 @@ def journey_plane():
 
 
 @pytest.fixture(params=["simulated", "kubernetes"])
-def cluster(request, settings, actors):
+def cluster(request, actors):
     if request.param == "simulated":
         return Simulated(member=actors["member"])
-    plane = request.getfixturevalue("journey_plane")
+    return request.getfixturevalue("kubernetes_cluster")
+
+
+@pytest.fixture
+def kubernetes_cluster(settings, journey_plane):
     from kubernetes import config
 
     settings.EBCLOUD_CLUSTER_BACKEND = "kubernetes"
-    settings.EBCLOUD_KUBECONFIG = str(plane.kubeconfig)
-    return Kubernetes(plane=plane, api=config.new_client_from_config(config_file=str(plane.kubeconfig)))
+    settings.EBCLOUD_KUBECONFIG = str(journey_plane.kubeconfig)
+    return Kubernetes(plane=journey_plane, api=config.new_client_from_config(config_file=str(journey_plane.kubeconfig)))
 
 
 def run(cluster, start, until, *, limit=timedelta(minutes=30), what="condition"):
@@ -255,3 +260,45 @@ def test_the_articles_journey_on_both_clusters(cluster, actors, train_document):
     assert pods.filter(pod_name="bert-train-0").exists() or pods.filter(labels__project="nlp").exists()
     assert sum((r.quantity for r in pods), Decimal(0)) > 0
     connection.close()
+
+
+def test_the_autoscalers_scale_down_drains_through_the_eviction_api(kubernetes_cluster, actors, train_document):
+    """On a real cluster a burst node's pods are not moved in the database before it goes: the
+    drain evicts them (kube-scheduler places what their owners recreate)."""
+    cluster = kubernetes_cluster
+    scaling = copy.deepcopy(SCALING)
+    scaling["scaleDown"]["stabilizationWindow"] = "1m"
+    train_document["metadata"]["name"] = "scale-down"
+    train_document["spec"].update(
+        scaling=scaling, burst={"enabled": True, "maxNodes": 1}, nodeCount={"min": 1, "max": 2},
+        nodeLabels={"gpu-class": "a100", "pool": "train"},
+    )  # fmt: skip
+    pool = approved_pool(actors, train_document)
+    now = run(cluster, T0, lambda: GpuNodePool.objects.get(pk=pool.pk).phase == "Ready", what="the pool Ready")
+    monthly = Node.objects.get(pool=pool, phase="Ready")
+    cluster.apply(queued_pod("first"), now)
+    cluster.apply(queued_pod("second"), now)
+    memory_used(pool, 99)
+
+    def burst_runs_a_pod():
+        autoscale_all(now=now)
+        return Pod.objects.live().filter(node__billing="on_demand", node__pool=pool, phase="Running").exists()
+
+    now = run(cluster, now, burst_runs_a_pod, what="a burst node running a pod")
+    burst = Node.objects.get(pool=pool, billing="on_demand")
+    on_monthly = Pod.objects.live().get(node=monthly, phase="Running")
+    cluster.core.delete_namespaced_pod(on_monthly.name, "algorithm")  # the monthly node is free again
+    memory_used(pool, 5)
+
+    def scaled_down():
+        autoscale_all(now=now)
+        return Node.objects.get(pk=burst.pk).phase == "Terminated"
+
+    now = run(cluster, now + TICK, scaled_down, what="the burst node scaled down")
+    assert PoolEvent.objects.filter(pool=pool, reason="ScaledDown").exists()
+    drained = PoolEvent.objects.get(node=burst, reason="NodeDraining").message
+    assert drained.startswith(f"Evicted 1 pod(s) from {burst.name}") and "algorithm/" in drained
+    assert not PoolEvent.objects.filter(pool=pool, reason="Repacked").exists()  # nothing moved behind the cluster's back
+    assert not cluster.node_exists(burst.name)
+    connection.close()
+
