@@ -119,31 +119,27 @@ class PodMirror:
         return self.stats
 
     def _watch(self, resource_version: str, timeout: int, stop: threading.Event) -> str:
-        """One watch until the server ends it; the resourceVersion reached."""
+        """One watch until the server ends it (or `stop`); the resourceVersion reached. Events
+        the reader holds when it stops are dropped: the next watch starts from the cursor."""
         events: queue.Queue = queue.Queue(maxsize=BATCH * 4)
-        reader = threading.Thread(
-            target=self._read, args=(resource_version, timeout, events), daemon=True
-        )
+        reader = threading.Thread(target=self._read, args=(resource_version, timeout, events), daemon=True)
         reader.start()
-        while True:
-            first = events.get()
-            batch = [first]
+        while not stop.is_set():
+            try:
+                batch = [events.get(timeout=1)]
+            except queue.Empty:
+                continue
             while len(batch) < BATCH and not events.empty():
                 batch.append(events.get_nowait())
-            ended = next(
-                (item for item in batch if item is _END or isinstance(item, BaseException)), None
-            )
-            changes = [
-                item for item in batch if not (item is _END or isinstance(item, BaseException))
-            ]
+            ended = next((item for item in batch if item is _END or isinstance(item, BaseException)), None)
+            changes = [item for item in batch if not (item is _END or isinstance(item, BaseException))]
             resource_version = self._apply(changes) or resource_version
             if ended is not None:
                 reader.join()
                 if isinstance(ended, BaseException):
                     raise ended
                 return resource_version
-            if stop.is_set():
-                return resource_version
+        return resource_version
 
     def _read(self, resource_version: str, timeout: int, events: queue.Queue) -> None:
         try:

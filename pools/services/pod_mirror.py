@@ -79,6 +79,7 @@ def pods_apply(
     if not changes:
         return stats
     uids = {fields["uid"] for _, fields in changes}
+    teams = {namespace: team_of(namespace) for namespace in {fields["namespace"] for _, fields in changes}}  # may ask the API: outside the transaction
     with transaction.atomic():
         rows = {pod.uid: pod for pod in Pod.objects.filter(uid__in=uids).select_for_update()}
         keys = {
@@ -113,7 +114,7 @@ def pods_apply(
                     changed[old.pk] = old
                 pod = new[uid] = Pod(uid=uid, namespace=fields["namespace"], name=fields["name"])
             before = (pod.node_id, pod.phase)
-            if not _set(pod, fields, team_of(fields["namespace"]), nodes.get(fields["node_name"])):
+            if not _set(pod, fields, teams[fields["namespace"]], nodes.get(fields["node_name"])):
                 stats.unchanged += 1
                 continue
             if pod.pk:
