@@ -58,6 +58,20 @@ class Statements:
         return execute(sql, params, many, context)
 
 
+def watching(mirror, statements: Statements, stop: threading.Event) -> threading.Thread:
+    """The mirror watching on a thread of its own (its statements counted) until `stop`."""
+    from django.db import connection
+
+    def watch():
+        with connection.execute_wrapper(statements):
+            mirror.sync(seconds=3600, stop=stop)
+        connection.close()
+
+    thread = threading.Thread(target=watch)
+    thread.start()
+    return thread
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pods", type=int, default=5000)
@@ -84,16 +98,8 @@ def main() -> None:
         core.create_namespaced_service_account("bench", client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="default")))
         mirror = PodMirror(ClusterPods(api))
         before = mirror.relist()
-        stop = threading.Event()
-        statements = Statements()
-
-        def watch():
-            with connection.execute_wrapper(statements):
-                mirror.sync(seconds=3600, stop=stop)
-            connection.close()
-
-        watcher = threading.Thread(target=watch)
-        watcher.start()
+        statements, stop = Statements(), threading.Event()
+        watcher = watching(mirror, statements, stop)
         body = {
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"namespace": "bench", "labels": {"project": "bench"}},
@@ -118,18 +124,10 @@ def main() -> None:
         # into an empty read model (a mirror that was down while they happened).
         Pod.objects.filter(namespace="bench").delete()
         WatchCursor.objects.update_or_create(resource="pods", defaults={"resource_version": before})
-        replay_statements = Statements()
+        replay_statements, stop = Statements(), threading.Event()
         replayer = PodMirror(ClusterPods(api))
-        stop = threading.Event()
         begin = time.perf_counter()
-
-        def replay():
-            with connection.execute_wrapper(replay_statements):
-                replayer.sync(seconds=3600, stop=stop)
-            connection.close()
-
-        watcher = threading.Thread(target=replay)
-        watcher.start()
+        watcher = watching(replayer, replay_statements, stop)
         while Pod.objects.filter(namespace="bench").count() < args.pods:
             time.sleep(0.02)
         replayed = time.perf_counter() - begin

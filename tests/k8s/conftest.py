@@ -8,16 +8,12 @@ import uuid
 import pytest
 from kubernetes import client, config
 
-from tests.k8s.control_plane import ControlPlane, binaries_dir, missing_binaries
+from tests.k8s.helpers import plane_running
 
 
 @pytest.fixture(scope="session")
 def control_plane():
-    if missing := missing_binaries():
-        pytest.fail(f"{', '.join(missing)} missing in {binaries_dir()}: run k8s/build.sh (make test does)", pytrace=False)
-    plane = ControlPlane().start()
-    yield plane
-    plane.stop()
+    yield from plane_running()
 
 
 @pytest.fixture(scope="session")

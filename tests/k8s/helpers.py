@@ -3,8 +3,24 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
+import pytest
 from kubernetes import client
+
+from tests.k8s.control_plane import ControlPlane, binaries_dir, missing_binaries
+
+
+def plane_running() -> Iterator[ControlPlane]:
+    """A started control plane for a fixture to yield, stopped after (a missing binary fails
+    the test with what to run)."""
+    if missing := missing_binaries():
+        pytest.fail(f"{', '.join(missing)} missing in {binaries_dir()}: run k8s/build.sh (make test does)", pytrace=False)
+    plane = ControlPlane().start()
+    try:
+        yield plane
+    finally:
+        plane.stop()
 
 
 def pod(

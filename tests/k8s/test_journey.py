@@ -32,7 +32,8 @@ from pools.models.pods import Pod
 from pools.providers.simulated import EVICT, failure_inject
 from pools.services import pods as pod_services
 from tests.conftest import EXAMPLES
-from tests.k8s.control_plane import ControlPlane, missing_binaries
+from tests.k8s.control_plane import ControlPlane
+from tests.k8s.helpers import plane_running
 from tests.pools.autoscaler_helpers import SCALING, memory_used
 from tests.pools.lifecycle_helpers import T0, approved_pool
 from tests.pools.pool_helpers import edit_spec
@@ -172,11 +173,7 @@ def _documents(path) -> list[dict]:
 @pytest.fixture(scope="module")
 def journey_plane():
     """A control plane of its own: no other test's pods or nodes meet this journey's."""
-    if missing := missing_binaries():
-        pytest.fail(f"{', '.join(missing)} missing: run k8s/build.sh (make test does)", pytrace=False)
-    plane = ControlPlane().start()
-    yield plane
-    plane.stop()
+    yield from plane_running()
 
 
 @pytest.fixture(params=["simulated", "kubernetes"])
