@@ -1,5 +1,5 @@
 """Level-triggered node labels at 1,000 Nodes on a real kube-apiserver: one lifecycle pass
-(`reconcile_all`) with `EBCLOUD_CLUSTER_BACKEND=kubernetes` over pools whose nodes are
+(`reconcile_all`) with `EBCLOUD_CLUSTER=kubernetes` over pools whose nodes are
 registered in a real API server (etcd + kube-apiserver from k8s/build.sh, started here with
 tests/k8s/control_plane.py; the Nodes are created by the fake kubelet and labelled as the
 lifecycle labels them at registration).
@@ -7,7 +7,8 @@ lifecycle labels them at registration).
 Timed, with the Kubernetes API calls and the SQL statements of each pass counted:
 - a quiet pass (nothing drifted): one list of the Nodes, whatever their number;
 - a pass after a spec edit of every pool (a new `nodeLabels` entry): every node relabelled
-  by server-side apply (a read and an apply per node), its row updated, one event per node;
+  by server-side apply (one call per node: the apply starts from the listed Node), its row
+  updated, one event per node;
 - a pass after someone else removed one of our labels from some nodes: only those are patched;
 - a quiet pass again.
 
@@ -62,7 +63,7 @@ class ApiCounter:
 
 def setup_django(work: Path, kubeconfig: Path) -> None:
     os.environ["DATABASE_URL"] = f"sqlite:///{work / 'bench.sqlite3'}"
-    os.environ["EBCLOUD_CLUSTER_BACKEND"] = "kubernetes"
+    os.environ["EBCLOUD_CLUSTER"] = "kubernetes"
     os.environ["EBCLOUD_KUBECONFIG"] = str(kubeconfig)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     os.environ.setdefault("DEBUG", "false")
@@ -72,7 +73,10 @@ def setup_django(work: Path, kubeconfig: Path) -> None:
     import django
 
     django.setup()
+    from django.conf import settings
     from django.core.management import call_command
+
+    assert settings.EBCLOUD_CLUSTER_BACKEND == "kubernetes", "the bench must drive the real API server"
 
     call_command("migrate", verbosity=0, interactive=False)
 

@@ -39,4 +39,4 @@ def get_cluster_backend() -> ClusterBackend:
         from pools.providers.kubernetes import KubernetesCluster
 
         return KubernetesCluster()
-    raise ImproperlyConfigured(f"EBCLOUD_CLUSTER_BACKEND: unknown backend {name!r} (known: simulated, kubernetes)")
+    raise ImproperlyConfigured(f"EBCLOUD_CLUSTER: unknown cluster {name!r} (known: simulated, kubernetes)")
