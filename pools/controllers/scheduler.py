@@ -17,6 +17,10 @@ One pass, in one transaction, in a constant number of queries whatever the numbe
 5. write: binds by a conditional UPDATE on `phase = Pending` (a pod is never bound twice),
    requeues and completions by conditional UPDATEs on `phase = Running`, explanations by one
    bulk update, events by one bulk insert.
+
+On a real cluster (`EBCLOUD_CLUSTER=kubernetes`) kube-scheduler binds and the kubelets run and
+finish the pods: the pass only adds our hints to kube-scheduler's verdicts
+(pools/controllers/pending_hints.py).
 """
 
 from __future__ import annotations
