@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 import urllib3
+from django.db import DatabaseError
 from django.utils import timezone
 from kubernetes.client.exceptions import ApiException
 
@@ -87,34 +88,30 @@ class PodMirror:
         pod_teams_refresh(team_of=self.team_of)
 
     def sync(self, *, seconds: float, stop: threading.Event | None = None) -> MirrorStats:
-        """Mirror for about `seconds` (forever with `seconds=float('inf')` until `stop`)."""
+        """Mirror for about `seconds` (forever with `seconds=float('inf')` until `stop`).
+
+        Nothing stops it but `stop`, the deadline or a refusal no retry can mend (a 4xx other
+        than 410 and 429: e.g. the role lacks a verb): an API server that goes away, a
+        connection cut or a database error mid-batch (that batch rolled back) are logged and
+        the watch starts again from the cursor, i.e. from what was committed."""
         deadline = time.monotonic() + seconds
         stop = stop or threading.Event()
-        resource_version = cursor_get().resource_version or self.relist()
+        relist = not cursor_get().resource_version
         while not stop.is_set() and time.monotonic() < deadline:
             timeout = max(1, min(WATCH_SECONDS, int(deadline - time.monotonic()) or 1))
             try:
+                resource_version = self.relist() if relist else cursor_get().resource_version
+                relist = False
                 self.teams_refresh()
-                resource_version = self._watch(resource_version, timeout, stop)
+                self._watch(resource_version, timeout, stop)
             except WatchExpired:
-                logger.info(
-                    "pod watch expired at resourceVersion %s: listing again", resource_version
-                )
-                resource_version = self.relist()
-            except (urllib3.exceptions.HTTPError, ConnectionError, ApiException) as exc:
-                if (
-                    isinstance(exc, ApiException)
-                    and exc.status
-                    and exc.status < 500
-                    and exc.status != 429
-                ):
+                logger.info("pod watch expired (410 Gone): listing again")
+                relist = True
+            except (urllib3.exceptions.HTTPError, ConnectionError, ApiException, DatabaseError) as exc:
+                if isinstance(exc, ApiException) and exc.status and exc.status < 500 and exc.status != 429:
                     raise
                 self.stats.reconnects += 1
-                logger.warning(
-                    "pod watch interrupted (%s): watching again from %s",
-                    type(exc).__name__,
-                    resource_version,
-                )
+                logger.warning("pod mirror interrupted (%s: %s): starting again from the last stored resourceVersion", type(exc).__name__, exc)
                 stop.wait(RETRY_SECONDS)
         return self.stats
 
