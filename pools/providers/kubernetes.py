@@ -131,12 +131,6 @@ class KubernetesCluster:
             if node["metadata"]["name"] in wanted
         }
 
-    def node_state(self, *, name: str) -> tuple[dict[str, str], list[dict[str, str]], bool]:
-        """The Node's labels, taints and `spec.unschedulable` as the cluster has them now."""
-        node = self.core.read_node(name)
-        taints = [{"key": t.key, "value": t.value or "", "effect": t.effect} for t in node.spec.taints or ()]
-        return dict(node.metadata.labels or {}), taints, bool(node.spec.unschedulable)
-
     def cordon(self, *, name: str) -> None:
         self.core.patch_node(name, {"spec": {"unschedulable": True}})
 

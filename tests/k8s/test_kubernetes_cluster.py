@@ -18,6 +18,13 @@ NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 TRAIN_TAINT = {"key": "pool", "value": "train", "effect": "NoSchedule"}
 
 
+def state_of(cluster, node):
+    """The Node's labels, taints (as dicts) and unschedulable, from the pass's one read."""
+    state = cluster.nodes_state(names=[node])[node]
+    taints = [{"key": k, "value": v, "effect": e} for k, v, e in state.taints]
+    return dict(state.labels), taints, state.unschedulable
+
+
 @pytest.fixture
 def cluster(kube) -> KubernetesCluster:
     return KubernetesCluster(kube)
@@ -57,18 +64,18 @@ def test_labels_and_taints_are_ours_by_server_side_apply_and_what_others_set_sur
     assert control_plane.kubectl("label", "node", node, "ops.example.com/rack=r12").returncode == 0
     assert control_plane.kubectl("taint", "node", node, "maintenance=planned:PreferNoSchedule").returncode == 0
     cluster.node_apply(name=node, labels={"pool": "train", "ebcloud.io/pool": "train-pool-a"}, taints=[TRAIN_TAINT])
-    labels, taints, _ = cluster.node_state(name=node)
+    labels, taints, _ = state_of(cluster, node)
     assert labels["pool"] == "train" and labels["ebcloud.io/pool"] == "train-pool-a" and labels["ops.example.com/rack"] == "r12"
     assert sorted((t["key"], t["effect"]) for t in taints) == [("maintenance", "PreferNoSchedule"), ("pool", "NoSchedule")]
 
     # The pool's spec changed: the next apply states the whole wanted set (level-triggered).
     cluster.node_apply(name=node, labels={"pool": "train-v2", "ebcloud.io/pool": "train-pool-a", "gpu-class": "a100"}, taints=[])
-    labels, taints, _ = cluster.node_state(name=node)
+    labels, taints, _ = state_of(cluster, node)
     assert (labels["pool"], labels["gpu-class"], labels["ops.example.com/rack"]) == ("train-v2", "a100", "r12")
     assert [(t["key"], t["value"], t["effect"]) for t in taints] == [("maintenance", "planned", "PreferNoSchedule")]
 
     cluster.node_apply(name=node, labels={"ebcloud.io/pool": "train-pool-a"}, taints=[TRAIN_TAINT])
-    labels, taints, _ = cluster.node_state(name=node)
+    labels, taints, _ = state_of(cluster, node)
     assert "pool" not in labels and "gpu-class" not in labels and labels["ops.example.com/rack"] == "r12"
     assert len(taints) == 2
 
@@ -85,7 +92,7 @@ def test_an_apply_from_a_stale_list_is_refused_and_done_again_from_a_fresh_read(
 def test_cordon_marks_the_node_unschedulable_and_keeps_our_labels(cluster, node):
     cluster.node_apply(name=node, labels={"pool": "train"}, taints=[TRAIN_TAINT])
     cluster.cordon(name=node)
-    labels, taints, unschedulable = cluster.node_state(name=node)
+    labels, taints, unschedulable = state_of(cluster, node)
     assert unschedulable and labels["pool"] == "train" and taints[0]["key"] == "pool"
 
 
