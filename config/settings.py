@@ -301,6 +301,9 @@ EBCLOUD_AGENT_REPORT_RETENTION_HOURS = env_int("EBCLOUD_AGENT_REPORT_RETENTION_H
 # /metrics: with a token, only `Authorization: Bearer <token>` may scrape (from anywhere);
 # without one, only the loopback interface may (a Prometheus or an exporter on the same host).
 EBCLOUD_METRICS_TOKEN = env_str("EBCLOUD_METRICS_TOKEN", "")
+# The scheduler extender (/api/scheduler/v1/): kube-scheduler's secret, sent as the password of
+# the user `kube-scheduler` in its configuration's urlPrefix; empty: nobody may call it.
+EBCLOUD_SCHEDULER_EXTENDER_TOKEN = env_str("EBCLOUD_SCHEDULER_EXTENDER_TOKEN", "")
 
 # Billing (issue 7; billing/): where budget alerts go besides the team's leads.
 EBCLOUD_BUDGET_ALERT_EMAILS = env_list("EBCLOUD_BUDGET_ALERT_EMAILS", [])

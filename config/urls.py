@@ -27,6 +27,7 @@ urlpatterns = [
     # Swagger UI's set-up script from its own URL, not inline: the Content-Security-Policy holds there too.
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="api-docs"),
     path("api/agent/v1/", include("monitoring.api.urls")),
+    path("api/scheduler/v1/", include("pools.api.extender_urls")),
     path("metrics", metrics_view, name="metrics"),
     path("monitoring/", monitoring_views.overview, name="monitoring-overview"),
     path("", include("billing.urls")),

@@ -1,0 +1,120 @@
+"""The scheduler extender, `/api/scheduler/v1/` (kube-scheduler's extender protocol, design §1).
+
+`filter` and `prioritize` take kube-scheduler's `ExtenderArgs` (`Pod`, and `NodeNames` with
+`nodeCacheCapable: true` or `Nodes` without) and answer `ExtenderFilterResult` and
+`HostPriorityList`, from the read model (pools/selectors/extender.py) through the scheduling
+core (pools/core/scheduling/extender.py). Field names are Go's, as kube-scheduler marshals them.
+
+Bad input: a body that is not `ExtenderArgs` is answered 400 with the field; a `Pod` that cannot
+be read is a filter result with `Error` set (the protocol's way, which kube-scheduler reports
+without our URL) and a 400 from `prioritize`, which has no such field; a node the product does
+not know fails the filter with its reason, and is a 400 in `prioritize` (kube-scheduler only
+asks there about nodes our filter passed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework.renderers import JSONRenderer
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from monitoring.api.views import JsonOnly
+from pools.api.extender_auth import IsScheduler, SchedulerCredentialAuthentication
+from pools.api.parsers import BodyJSONParser
+from pools.api.serializers import ErrorSerializer
+from pools.core.errors import FieldError, ValidationError
+from pools.core.scheduling.extender import filter_nodes, node_scores
+from pools.core.scheduling.nodes import Pod as CorePod
+from pools.selectors.extender import extender_pod, extender_states, extender_view
+
+ERROR = OpenApiResponse(ErrorSerializer, description='`{"errors": [{"field", "message"}]}`: not ExtenderArgs')
+
+
+@dataclass(frozen=True)
+class ExtenderArgs:
+    pod: Mapping[str, Any]
+    names: list[str]
+    items: list[Mapping[str, Any]] | None  # `Nodes.items` when kube-scheduler sent whole nodes
+
+
+def extender_args(body: Any) -> ExtenderArgs:
+    """kube-scheduler's ExtenderArgs, checked; keys match as Go's decoder matches them (any case)."""
+    if not isinstance(body, dict):
+        raise ValidationError("the body must be a JSON object (ExtenderArgs)")
+    keys = {key.lower(): key for key in body}
+    pod = body.get(keys.get("pod", "Pod"))
+    if not isinstance(pod, dict):
+        raise ValidationError("required: the Pod being scheduled, an object", field="Pod")
+    names = body.get(keys.get("nodenames", "NodeNames"))
+    if names is not None:
+        if not isinstance(names, list):
+            raise ValidationError("must be a list of node names", field="NodeNames")
+        errors = [FieldError(f"NodeNames[{i}]", "must be a node name (a string)") for i, name in enumerate(names) if not isinstance(name, str)]
+        if errors:
+            raise ValidationError(errors)
+        return ExtenderArgs(pod, names, None)
+    nodes = body.get(keys.get("nodes", "Nodes"))
+    if not isinstance(nodes, dict) or not isinstance(nodes.get("items"), list):
+        raise ValidationError("required: NodeNames (nodeCacheCapable) or Nodes with items", field="NodeNames")
+    items = nodes["items"]
+    names = []
+    for i, item in enumerate(items):
+        name = ((item or {}).get("metadata") or {}).get("name") if isinstance(item, dict) else None
+        if not isinstance(name, str):
+            raise ValidationError("must be a Node with metadata.name", field=f"Nodes.items[{i}]")
+        names.append(name)
+    return ExtenderArgs(pod, names, items)
+
+
+def pod_of(args: ExtenderArgs) -> CorePod:
+    try:
+        return extender_pod(args.pod)
+    except KeyError as exc:
+        raise ValidationError(f"missing {exc.args[0]}", field="Pod") from exc
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise ValidationError(f"not a readable Pod: {exc}", field="Pod") from exc
+
+
+class _ExtenderView(APIView):
+    authentication_classes = [SchedulerCredentialAuthentication]
+    permission_classes = [IsScheduler]
+    parser_classes = [BodyJSONParser]  # bounded size (413) and nesting (400)
+    renderer_classes = [JSONRenderer]
+    content_negotiation_class = JsonOnly
+
+
+class FilterView(_ExtenderView):
+    @extend_schema(request=OpenApiTypes.OBJECT, responses={200: OpenApiTypes.OBJECT, 400: ERROR}, summary="kube-scheduler extender: filter")
+    def post(self, request):
+        args = extender_args(request.data)
+        try:
+            pod = pod_of(args)
+        except ValidationError as exc:
+            return Response({"NodeNames": None, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": str(exc)})
+        result = filter_nodes(pod, extender_states(), args.names)
+        answer: dict[str, Any] = {"FailedNodes": result.failed, "FailedAndUnresolvableNodes": {}, "Error": ""}
+        if args.items is None:
+            answer["NodeNames"] = result.passed
+        else:
+            passed = set(result.passed)
+            answer["Nodes"] = {"items": [item for item, name in zip(args.items, args.names, strict=True) if name in passed]}
+        return Response(answer)
+
+
+class PrioritizeView(_ExtenderView):
+    @extend_schema(request=OpenApiTypes.OBJECT, responses={200: OpenApiTypes.OBJECT, 400: ERROR}, summary="kube-scheduler extender: prioritize")
+    def post(self, request):
+        args = extender_args(request.data)
+        pod = pod_of(args)
+        view = extender_view(pod)
+        unknown = [FieldError(f"NodeNames[{i}]", f"no live node {name!r} in any pool") for i, name in enumerate(args.names) if name not in view.states]
+        if unknown:
+            raise ValidationError(unknown)
+        scores = node_scores(pod, (view.states[name] for name in args.names), view.policies)
+        return Response([{"Host": name, "Score": scores[name]} for name in args.names])

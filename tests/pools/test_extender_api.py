@@ -1,0 +1,184 @@
+"""The scheduler extender's HTTP side on the simulated cluster's database (seed D1, O3; issue 19
+items 3 and 5): only kube-scheduler's credential is let in, the answers follow the protocol, bad
+input is a 4xx (or the protocol's `Error`) and never a 500, and the node prioritize puts on top
+is the one the simulated scheduler pass binds the same pod to."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import uuid
+
+import pytest
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from pools.controllers.scheduler import scheduler_pass
+from pools.core.scheduling.extender import MAX_EXTENDER_PRIORITY, REASON_UNMANAGED
+from pools.core.scheduling.nodes import REASON_AFFINITY, REASON_GPU
+from pools.models import Node
+from pools.models.pods import Pod
+from pools.selectors.extender import extender_policy
+from pools.services import pods as pod_services
+from tests.pools.pod_helpers import T0, pod_document, pool_with_nodes, submit
+
+SECRET = "s3cret-of-the-scheduler"
+FILTER, PRIORITIZE = "/api/scheduler/v1/filter", "/api/scheduler/v1/prioritize"
+
+
+def basic(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+@pytest.fixture
+def scheduler(settings) -> APIClient:
+    settings.EBCLOUD_SCHEDULER_EXTENDER_TOKEN = SECRET
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=basic("kube-scheduler", SECRET))
+    return client
+
+
+@pytest.fixture
+def pool(actors):
+    """Two 8-GPU nodes of team algorithm's pool; node 1 already runs a 6-GPU pod."""
+    pool = pool_with_nodes(actors["lead"], nodes=2, node_labels={"pool": "train"}, schedulingPolicy="bestfit")
+    submit(actors["member"], "big", gpus=6)
+    Pod.objects.filter(name="big").update(phase=Pod.Phase.RUNNING, node=Node.objects.get(name="train-pool-a-1"))
+    return pool
+
+
+def cluster_pod(name: str, **kwargs) -> dict:
+    """A pod as kube-scheduler sends it: the API's JSON, with a uid."""
+    document = copy.deepcopy(pod_document(name, **kwargs))
+    document["metadata"]["uid"] = str(uuid.uuid4())
+    return document
+
+
+def args(pod: dict, names: list[str]) -> dict:
+    return {"Pod": pod, "Nodes": None, "NodeNames": names}
+
+
+# --- who may call ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", [FILTER, PRIORITIZE])
+def test_only_kube_schedulers_credential_is_let_in(db, settings, actors, path):
+    settings.EBCLOUD_SCHEDULER_EXTENDER_TOKEN = SECRET
+    body = args(cluster_pod("p"), [])
+    user = APIClient()
+    user.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=actors['admin']).key}")
+    session = APIClient()
+    session.force_login(actors["admin"])
+    attempts = {
+        "nobody": APIClient(),
+        "an admin's API token": user,
+        "an admin's session": session,
+        "a wrong secret": _client(basic("kube-scheduler", SECRET + "x")),
+        "another user name": _client(basic("admin", SECRET)),
+        "not base64": _client("Basic !!!"),
+        "a bearer token": _client(f"Bearer {SECRET}"),
+    }
+    for who, client in attempts.items():
+        response = client.post(path, body, format="json")
+        assert response.status_code == 401, (who, response.content)
+        assert response["WWW-Authenticate"].startswith("Basic"), who
+        assert "only kube-scheduler" in response.json()["errors"][0]["message"], who
+
+
+def test_without_a_configured_secret_nobody_is_let_in(db, settings):
+    settings.EBCLOUD_SCHEDULER_EXTENDER_TOKEN = ""
+    response = _client(basic("kube-scheduler", "")).post(FILTER, args(cluster_pod("p"), []), format="json")
+    assert response.status_code == 401
+
+
+def test_the_scheduler_may_only_post(db, scheduler):
+    assert scheduler.get(FILTER).status_code == 405
+    assert scheduler.post(FILTER + "/", args(cluster_pod("p"), []), format="json").status_code == 200
+
+
+def _client(header: str) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=header)
+    return client
+
+
+# --- the protocol ----------------------------------------------------------------------------
+
+
+def test_filter_passes_the_fitting_nodes_and_names_the_reasons_of_the_others(scheduler, pool):
+    response = scheduler.post(FILTER, args(cluster_pod("p", gpus=4), ["train-pool-a-1", "train-pool-a-0", "cpu-node-7"]), format="json")
+    assert response.status_code == 200, response.content
+    assert response.json() == {
+        "NodeNames": ["train-pool-a-0"],
+        "FailedNodes": {"train-pool-a-1": REASON_GPU, "cpu-node-7": REASON_UNMANAGED},
+        "FailedAndUnresolvableNodes": {},
+        "Error": "",
+    }
+    elsewhere = scheduler.post(FILTER, args(cluster_pod("q", pool_affinity="infer"), ["train-pool-a-0"]), format="json").json()
+    assert elsewhere["FailedNodes"] == {"train-pool-a-0": REASON_AFFINITY}
+
+
+def test_filter_answers_whole_nodes_when_kube_scheduler_sends_them(scheduler, pool):
+    items = [{"metadata": {"name": name}, "status": {}} for name in ("train-pool-a-0", "train-pool-a-1")]
+    response = scheduler.post(FILTER, {"Pod": cluster_pod("p", gpus=4), "Nodes": {"items": items}, "NodeNames": None}, format="json")
+    assert response.json()["Nodes"] == {"items": [items[0]]}
+
+
+def test_prioritize_puts_on_top_the_node_the_simulated_scheduler_binds(scheduler, pool, actors):
+    """bestfit: the node that already runs 6 GPUs is the tighter fit for 2 more."""
+    pod = cluster_pod("fits-both", gpus=2)
+    response = scheduler.post(PRIORITIZE, args(pod, ["train-pool-a-0", "train-pool-a-1"]), format="json")
+    assert response.status_code == 200, response.content
+    scores = {entry["Host"]: entry["Score"] for entry in response.json()}
+    assert set(scores) == {"train-pool-a-0", "train-pool-a-1"} and all(0 <= s <= MAX_EXTENDER_PRIORITY for s in scores.values())
+    pod_services.pod_create(user=actors["member"], document=pod, now=T0)
+    scheduler_pass(now=T0)
+    bound = Pod.objects.get(name="fits-both").node.name
+    assert bound == "train-pool-a-1" and scores[bound] == MAX_EXTENDER_PRIORITY > scores["train-pool-a-0"]
+
+
+def test_a_gpu_pool_without_a_policy_is_scored_with_fgd(actors):
+    pool = pool_with_nodes(actors["lead"], nodes=1)
+    assert "schedulingPolicy" not in pool.document["spec"]
+    assert extender_policy(pool) == "fgd"
+    pool.document["spec"]["schedulingPolicy"] = "spread"
+    assert extender_policy(pool) == "spread"
+
+
+# --- bad input -------------------------------------------------------------------------------
+
+
+def test_a_body_that_is_not_extender_args_is_a_400_with_the_field(scheduler, pool):
+    for path in (FILTER, PRIORITIZE):
+        malformed = scheduler.post(path, b'{"Pod": ', content_type="application/json")
+        assert malformed.status_code == 400 and "JSON parse error" in malformed.json()["errors"][0]["message"]
+        for body, field in (
+            ([1, 2], ""),
+            ({"NodeNames": []}, "Pod"),
+            ({"Pod": cluster_pod("p"), "NodeNames": "train-pool-a-0"}, "NodeNames"),
+            ({"Pod": cluster_pod("p"), "NodeNames": ["train-pool-a-0", 7]}, "NodeNames[1]"),
+            ({"Pod": cluster_pod("p"), "Nodes": {"items": [{"metadata": {}}]}}, "Nodes.items[0]"),
+            ({"Pod": cluster_pod("p")}, "NodeNames"),
+        ):
+            response = scheduler.post(path, body, format="json")
+            assert response.status_code == 400, (path, body, response.content)
+            assert response.json()["errors"][0]["field"] == field, (path, response.json())
+
+
+def test_a_pod_that_cannot_be_read_is_the_filters_error_and_a_400_from_prioritize(scheduler, pool):
+    bad = cluster_pod("p")
+    bad["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "lots"
+    nameless = cluster_pod("q")
+    del nameless["metadata"]["name"]
+    for pod in (bad, nameless):
+        response = scheduler.post(FILTER, args(pod, ["train-pool-a-0"]), format="json")
+        assert response.status_code == 200 and response.json()["Error"].startswith("Pod: "), response.content
+        assert response.json()["NodeNames"] is None
+        response = scheduler.post(PRIORITIZE, args(pod, ["train-pool-a-0"]), format="json")
+        assert response.status_code == 400 and response.json()["errors"][0]["field"] == "Pod", response.content
+
+
+def test_prioritize_refuses_a_node_it_does_not_know(scheduler, pool):
+    response = scheduler.post(PRIORITIZE, args(cluster_pod("p"), ["train-pool-a-0", "ghost"]), format="json")
+    assert response.status_code == 400
+    assert response.json()["errors"] == [{"field": "NodeNames[1]", "message": "no live node 'ghost' in any pool"}]
