@@ -3,7 +3,12 @@ core's, and the 0..10 scores put exactly the simulated scheduler's choice on top
 
 from __future__ import annotations
 
-from pools.core.scheduling.extender import MAX_EXTENDER_PRIORITY, REASON_UNMANAGED, filter_nodes, node_scores
+from pools.core.scheduling.extender import (
+    MAX_EXTENDER_PRIORITY,
+    REASON_UNMANAGED,
+    filter_nodes,
+    node_scores,
+)
 from pools.core.scheduling.nodes import PREFER_NO_SCHEDULE, REASON_GPU, NodeState, Pod, Taint
 from pools.core.scheduling.policies import policy_for
 

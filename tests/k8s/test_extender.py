@@ -1,0 +1,208 @@
+"""The real kube-scheduler places pods through our extender (issue 19 items 3 and 5; seed D1, O3).
+
+kube-scheduler runs with deploy/kube-scheduler-config.yaml itself (only the addresses and the
+secret filled in), its extender served by the live Django server on the test database. A slice
+of Alibaba's trace (whole-GPU pods of its multigpu50 list, see below) is replayed one pod at a time on 24 Nodes of
+three pools (two fgd, one bestfit); fake kubelets run what is bound and the pod mirror reads it
+back, so the extender scores on what the cluster runs. Before each pod is created, the product's
+simulated scheduler pass places the same pod on the same state (in a savepoint, rolled back):
+kube-scheduler must bind the pod there, or, where several nodes tie for our best score and it
+broke the tie differently, on one of them.
+
+GPU shares are left out of the slice: kube-scheduler itself counts `nvidia.com/gpu: 1` as a
+whole GPU (deploy/kube-scheduler-config.yaml keeps it counting), so on a real cluster shares
+of one GPU do not pile up on it as in the simulated cluster.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+import yaml
+from django.conf import settings as django_settings
+from django.core.signals import request_started
+from django.db import connection, transaction
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from bench.scheduler_trace import load_pods
+from pools.controllers.pod_mirror import PodMirror
+from pools.controllers.scheduler import scheduler_pass
+from pools.core.scheduling.extender import MAX_EXTENDER_PRIORITY, REASON_UNMANAGED, node_scores
+from pools.core.scheduling.nodes import REASON_GPU_MODEL
+from pools.models import GpuModel, Node, NodeType
+from pools.models.pods import Pod
+from pools.providers.fake_kubelet import FakeKubelet
+from pools.providers.kubernetes_pods import TEAM_LABEL, ClusterPods
+from pools.selectors.extender import extender_pod, extender_view
+from pools.services import pods as pod_services
+from tests.k8s.control_plane import ROOT
+from tests.k8s.helpers import plane_running, wait_for
+from tests.pools.pod_helpers import T0, pod_document, pool_with_nodes
+
+pytestmark = pytest.mark.django_db(transaction=True)
+SECRET = "kube-schedulers-own-secret"
+DEPLOYED_CONFIG = ROOT / "deploy" / "kube-scheduler-config.yaml"
+NAMESPACE = "algorithm"
+# Three node shapes of the trace's node list: (GPU model, GPUs, CPU milli, memory MiB, policy).
+SHAPES = (("G2", 8, 96_000, 393_216, "fgd"), ("T4", 2, 104_000, 524_288, "fgd"), ("V100M16", 4, 32_000, 131_072, "bestfit"))
+NODES_PER_SHAPE = 8
+REPLAYED = 80  # ~150 GPUs asked of 112: the last pods find the fleet full
+
+
+def scheduler_config(plane, server_url: str) -> Path:
+    """The deployed configuration, pointed at this API server and the live server (plain HTTP)."""
+    document = yaml.safe_load(DEPLOYED_CONFIG.read_text())
+    document["clientConnection"]["kubeconfig"] = str(plane.kubeconfig)
+    document["leaderElection"] = {"leaderElect": False}
+    extender = document["extenders"][0]
+    extender["urlPrefix"] = f"http://kube-scheduler:{SECRET}@{urlparse(server_url).netloc}/api/scheduler/v1"
+    extender["enableHTTPS"] = False
+    del extender["tlsConfig"]
+    path = plane.work / "kube-scheduler-config.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+@pytest.fixture(scope="module")
+def plane(live_server):
+    """A control plane of its own, its kube-scheduler calling the live server's extender."""
+    for plane in plane_running():
+        plane.start_scheduler(config=scheduler_config(plane, live_server.url))
+        yield plane
+
+
+@pytest.fixture
+def cluster(plane, settings):
+    settings.EBCLOUD_SCHEDULER_EXTENDER_TOKEN = SECRET
+    api = config.new_client_from_config(config_file=str(plane.kubeconfig))
+    core = client.CoreV1Api(api)
+    try:
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE, labels={TEAM_LABEL: NAMESPACE})))
+        core.create_namespaced_service_account(NAMESPACE, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="default")))
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    yield api
+    for item in core.list_namespaced_pod(NAMESPACE).items:
+        core.delete_namespaced_pod(item.metadata.name, NAMESPACE, grace_period_seconds=0)
+    connection.close()
+
+
+@pytest.fixture
+def calls():
+    """The extender verbs the live server was asked for."""
+    seen: list[str] = []
+
+    def record(sender, environ, **kwargs):
+        if environ.get("PATH_INFO", "").startswith("/api/scheduler/v1/"):
+            seen.append(environ["PATH_INFO"].rsplit("/", 1)[-1])
+
+    request_started.connect(record, weak=False)
+    yield seen
+    request_started.disconnect(record)
+
+
+def fleet(actors, api, prefix: str) -> list[Node]:
+    """NODES_PER_SHAPE Ready nodes of each shape in the product, joined to the API server."""
+    kubelet = FakeKubelet(api)
+    nodes = []
+    for model, gpus, cpu, memory, policy in SHAPES:
+        GpuModel.objects.get_or_create(name=model, defaults={"memory_gib": 16})
+        node_type, _ = NodeType.objects.get_or_create(name=f"OPENB_{model}", defaults={"gpu_count": gpus, "cpu_milli": cpu, "memory_mib": memory})
+        pool = pool_with_nodes(actors["lead"], name=f"{prefix}-{model.lower()}", nodes=NODES_PER_SHAPE, node_labels={"pool": "train"},
+                               taints=[], nodeType=node_type.name, gpuModel=model, schedulingPolicy=policy)  # fmt: skip
+        for node in pool.nodes.all():
+            kubelet.join(name=node.name, cpu_milli=cpu, memory_mib=memory, gpus=gpus, labels=node.labels, now=T0)
+            nodes.append(node)
+    return nodes
+
+
+def cluster_document(document: dict) -> dict:
+    """The product's pod document as a cluster manifest (with an image)."""
+    container = document["spec"]["containers"][0]
+    container["image"] = "registry.invalid/train:1"
+    container["resources"]["limits"] = {key: str(value) for key, value in container["resources"]["limits"].items()}
+    return document
+
+
+def verdict(core: client.CoreV1Api, name: str):
+    pod = core.read_namespaced_pod(name, NAMESPACE)
+    if pod.spec.node_name:
+        return ("bound", pod.spec.node_name)
+    refused = next((c for c in pod.status.conditions or () if c.type == "PodScheduled" and c.status == "False"), None)
+    return ("pending", refused.message) if refused is not None else None
+
+
+def simulated_choice(member, document: dict) -> str | None:
+    """Where the product's simulated scheduler pass binds the pod on the current state (a
+    savepoint, rolled back: nothing of it stays)."""
+    with transaction.atomic():
+        pod_services.pod_create(user=member, document=document, now=T0)
+        scheduler_pass(now=T0)
+        node = Pod.objects.live().get(namespace=NAMESPACE, name=document["metadata"]["name"]).node
+        transaction.set_rollback(True)
+    return node.name if node else None
+
+
+def top_nodes(document: dict) -> set[str]:
+    """The nodes that tie for our best score for the pod on the current state."""
+    pod = extender_pod({**document, "metadata": {**document["metadata"], "uid": "not-created-yet"}})
+    view = extender_view(pod)
+    return {name for name, score in node_scores(pod, view.states.values(), view.policies).items() if score == MAX_EXTENDER_PRIORITY}
+
+
+def trace_slice() -> list:
+    pods = [p for p in load_pods(django_settings.EBCLOUD_TRACE_DIR, "multigpu50") if p.gpu_count and p.gpu_milli == 1000]
+    random.Random(42).shuffle(pods)
+    return pods[:REPLAYED]
+
+
+def test_kube_scheduler_places_a_trace_slice_where_the_simulated_scheduler_does(plane, cluster, actors, calls):
+    fleet(actors, cluster, "openb")
+    core, kubelet = client.CoreV1Api(cluster), FakeKubelet(cluster)
+    mirror = PodMirror(ClusterPods(cluster), clock=lambda: T0)
+    mirror.relist()
+    placed, ties, refused, unique = 0, 0, 0, 0
+    for trace_pod in trace_slice():
+        name = trace_pod.name
+        document = cluster_document(pod_document(name, gpus=trace_pod.gpu_count, cpu=f"{trace_pod.cpu_milli}m", memory=f"{trace_pod.memory_mib}Mi"))
+        expected, tied = simulated_choice(actors["member"], document), top_nodes(document)
+        core.create_namespaced_pod(NAMESPACE, document)
+        kind, detail = wait_for(lambda name=name: verdict(core, name), timeout=30, what=f"kube-scheduler's verdict on {name}")
+        if kind == "pending":
+            assert expected is None, f"{name}: kube-scheduler found no node ({detail}); the simulated scheduler chose {expected}"
+            core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
+            refused += 1
+        else:
+            assert expected is not None, f"{name}: bound to {detail}; the simulated scheduler found no node"
+            assert expected in tied, f"{name}: the simulated scheduler's {expected} is not among our best {sorted(tied)}"
+            assert detail == expected or detail in tied, f"{name}: bound to {detail}, the simulated scheduler chose {expected} (best: {sorted(tied)})"
+            placed += detail == expected
+            unique += len(tied) == 1
+            ties += detail != expected
+            kubelet.sync_pods(node_name=detail, now=T0)
+        mirror.relist()
+        assert Pod.objects.live().filter(name=name, phase="Running" if kind == "bound" else "Pending").count() == (kind == "bound")
+    outcome = f"{placed} placed as simulated, {ties} on another of the tied best nodes ({unique} had one best node), {refused} refused"
+    print(outcome)
+    assert placed + ties + refused == REPLAYED and unique > 0 and refused > 0, outcome
+    assert calls.count("filter") >= placed + ties and calls.count("prioritize") > 0, calls
+    assert "Skipping extender" not in plane.log_tail("kube-scheduler", 200)
+
+
+def test_the_filters_refusals_are_in_kube_schedulers_message(plane, cluster, actors, calls):
+    """A GPU model no node has (an annotation kube-scheduler does not read) and a GPU node that
+    belongs to no pool: the Pending pod's condition counts our reasons beside kube-scheduler's."""
+    nodes = fleet(actors, cluster, "refuse")
+    FakeKubelet(cluster).join(name="stray-gpu-node", cpu_milli=96_000, memory_mib=393_216, gpus=8, labels={"pool": "train"}, now=T0)
+    core = client.CoreV1Api(cluster)
+    core.create_namespaced_pod(NAMESPACE, cluster_document(pod_document("wants-h100", gpus=1, models="H100_80G")))
+    kind, message = wait_for(lambda: verdict(core, "wants-h100"), timeout=30, what="kube-scheduler's verdict")
+    assert kind == "pending", message
+    assert f"{len(nodes)} {REASON_GPU_MODEL}" in message, message
+    assert REASON_UNMANAGED in message, message
+    assert "filter" in calls
