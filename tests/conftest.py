@@ -18,6 +18,7 @@ from pools import roles
 from pools.core.documents import load_yaml
 from pools.demo.seed import load_catalog, load_priority_classes
 from pools.models import Membership, Team
+from pools.selectors.extender_state import STATE as EXTENDER_STATE
 from tests.ebcloud.cli_helpers import config_file, ebcloud, login_as  # noqa: F401 (fixtures of every CLI test)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,6 +48,13 @@ def realistic_simulated_cloud(settings):
     """Tests assume the simulated cloud's realistic step durations, whatever the shell exports
     (`make run` sets EBCLOUD_SIM_FAST for the demo)."""
     settings.EBCLOUD_SIM_STEP_SECONDS = settings.SIM_STEP_SECONDS_REALISTIC
+
+
+@pytest.fixture(autouse=True)
+def fresh_extender_state():
+    """The scheduler extender keeps its state between requests, trusting that a primary key is
+    never reused; a test's rolled-back rows break that, so every test starts it empty."""
+    EXTENDER_STATE.reset()
 
 
 @pytest.fixture

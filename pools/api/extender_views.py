@@ -29,9 +29,8 @@ from pools.api.extender_auth import IsScheduler, SchedulerCredentialAuthenticati
 from pools.api.parsers import BodyJSONParser
 from pools.api.serializers import ErrorSerializer
 from pools.core.errors import FieldError, ValidationError
-from pools.core.scheduling.extender import filter_nodes, node_scores
 from pools.core.scheduling.nodes import Pod as CorePod
-from pools.selectors.extender import extender_pod, extender_states, extender_view
+from pools.selectors.extender import extender_filter, extender_pod, extender_scores
 
 ERROR = OpenApiResponse(ErrorSerializer, description='`{"errors": [{"field", "message"}]}`: not ExtenderArgs')
 
@@ -97,7 +96,7 @@ class FilterView(_ExtenderView):
             pod = pod_of(args)
         except ValidationError as exc:
             return Response({"NodeNames": None, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": str(exc)})
-        result = filter_nodes(pod, extender_states(), args.names)
+        result = extender_filter(pod, args.names)
         answer: dict[str, Any] = {"FailedNodes": result.failed, "FailedAndUnresolvableNodes": {}, "Error": ""}
         if args.items is None:
             answer["NodeNames"] = result.passed
@@ -112,9 +111,7 @@ class PrioritizeView(_ExtenderView):
     def post(self, request):
         args = extender_args(request.data)
         pod = pod_of(args)
-        view = extender_view(pod)
-        unknown = [FieldError(f"NodeNames[{i}]", f"no live node {name!r} in any pool") for i, name in enumerate(args.names) if name not in view.states]
-        if unknown:
-            raise ValidationError(unknown)
-        scores = node_scores(pod, (view.states[name] for name in args.names), view.policies)
+        scores = extender_scores(pod, args.names)
+        if isinstance(scores, list):
+            raise ValidationError([FieldError(f"NodeNames[{i}]", f"no live node {args.names[i]!r} in any pool") for i in scores])
         return Response([{"Host": name, "Score": scores[name]} for name in args.names])

@@ -1,6 +1,6 @@
 """The cluster as the scheduler extender sees it: the read model's live nodes with the mirrored
-Running pods bound to them (`cluster_state`), each pool's policy, and the pod kube-scheduler asks
-about as the core's `Pod` (seed D1, O3).
+Running pods bound to them (kept up to date by pools/selectors/extender_state.py), each pool's
+policy, and the pod kube-scheduler asks about as the core's `Pod` (seed D1, O3).
 
 The extender answers from the read model, not from kube-scheduler's node list: the nodes' pools,
 labels and taints are the product's, and what runs on them is what the pod mirror recorded, so
@@ -9,21 +9,23 @@ the scores are those the simulated cluster's scheduler pass would give on the sa
 
 from __future__ import annotations
 
-from collections import defaultdict
+import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from django.db.models import TextField
+from django.db.models.functions import Cast
 from django.utils import timezone
 
-from pools.core.scheduling.fragmentation import workload_from_pods
-from pools.core.scheduling.nodes import NodeState, Policy
+from pools.core.scheduling.extender import FilterResult, filter_nodes, node_scores
+from pools.core.scheduling.fragmentation import PodShape, Workload, workload_from_pods
 from pools.core.scheduling.nodes import Pod as CorePod
 from pools.core.scheduling.policies import policy_for
 from pools.models import GpuNodePool
 from pools.models.pods import Pod
 from pools.providers.kubernetes_pods import pod_fields
-from pools.selectors.cluster import cluster_state, core_pod_of, core_pods_of, live_nodes
+from pools.selectors.cluster import core_pod_of
+from pools.selectors.extender_state import STATE
 
 # The extender's default for a GPU pool that names no `schedulingPolicy`: fgd, the policy that
 # left the least GPU unallocated on Alibaba's trace (docs/benchmarks.md). The simulated
@@ -40,38 +42,61 @@ def extender_policy(pool: GpuNodePool) -> str:
     return GPU_POOL_DEFAULT_POLICY if pool.node_type.gpu_count else CPU_POOL_DEFAULT_POLICY
 
 
-@dataclass
-class ExtenderView:
-    states: dict[str, NodeState]  # every live node by name, with its Running pods bound
-    policies: dict[str, Policy]  # pool name -> its policy
+def extender_filter(pod: CorePod, names: list[str]) -> FilterResult:
+    """The filter's verdict on the named nodes, from the current read model."""
+    with STATE.lock:
+        states = STATE.refresh()
+        result = filter_nodes(pod, states, names)
+        STATE.passed = (pod.name, pod.shape_key, STATE.generation, frozenset(result.passed))
+        return result
 
 
-def _live() -> tuple[list, dict[str, NodeState]]:
-    nodes = live_nodes()
-    running = Pod.objects.live().filter(phase=Pod.Phase.RUNNING, node__in=[n.pk for n in nodes])
-    return nodes, cluster_state(nodes, list(running))
+def extender_scores(pod: CorePod, names: list[str]) -> dict[str, int] | list[int]:
+    """Each named node's score in 0..10, or the positions of the names that are no live node.
+
+    fgd learns the expected workload from the pods bound and the pods waiting (with `pod`), as
+    the scheduler pass does; each pool's nodes are scored with its policy (one policy object
+    per policy name, so fgd's memo of node shapes serves every pool)."""
+    with STATE.lock:
+        states = STATE.refresh()
+        unknown = [i for i, name in enumerate(names) if name not in states]
+        if unknown:
+            return unknown
+        workload = _workload(_waiting(pod), pod)
+        chosen = {name: extender_policy(pool) for name, pool in STATE.pools.items()}
+        by_name = {policy: policy_for(policy, nodes=list(states.values()), workload=workload) for policy in set(chosen.values())}
+        name, shape, generation, passed = STATE.passed or ("", None, -1, frozenset())
+        fitting = passed if (name, shape, generation) == (pod.name, pod.shape_key, STATE.generation) else frozenset()
+        policies = {pool: by_name[policy] for pool, policy in chosen.items()}
+        return node_scores(pod, (states[name] for name in names), policies, fitting=fitting)
 
 
-def extender_states() -> dict[str, NodeState]:
-    """Every live node by name, with its Running pods bound: what the filter needs."""
-    return _live()[1]
+def _workload(waiting: list[PodShape], pod: CorePod) -> Workload:
+    """The workload of the bound pods, the waiting ones and `pod`, counted again only when one
+    of them changed (counting 8,000 bound pods is most of a prioritize call otherwise)."""
+    key = (STATE.version, tuple(waiting), PodShape.of(pod))
+    if key not in STATE.workloads:
+        STATE.workloads.clear()
+        STATE.workloads[key] = workload_from_pods([*STATE.shapes.elements(), *waiting, pod])
+    return STATE.workloads[key]
 
 
-def extender_view(pod: CorePod) -> ExtenderView:
-    """The live nodes with their Running pods, and each pool's policy. fgd learns the expected
-    workload from the pods bound and the pods waiting (with `pod`), as the scheduler pass does."""
-    nodes, states = _live()
-    observed = [binding.pod for state in states.values() for binding in state.bound.values()]
-    waiting = Pod.objects.live().filter(phase=Pod.Phase.PENDING)
-    observed += [core for _, key, core in core_pods_of(waiting) if isinstance(core, CorePod) and key != pod.name]
-    workload = workload_from_pods([*observed, pod])
-    members: dict[str, list[NodeState]] = defaultdict(list)
-    names: dict[str, str] = {}
-    for node in nodes:
-        members[node.pool.name].append(states[node.name])
-        names[node.pool.name] = extender_policy(node.pool)
-    policies = {pool: policy_for(names[pool], nodes=states_of, workload=workload) for pool, states_of in members.items()}
-    return ExtenderView(states, policies)
+def _waiting(pod: CorePod) -> list[PodShape]:
+    """The shapes of the Pending pods but `pod` (read again only when the mirror moved, in
+    Kubernetes mode)."""
+    cursor, shapes = STATE.waiting or (None, None)
+    if cursor is None or cursor != STATE.cursor:
+        shapes = _pending_shapes()
+        STATE.waiting = (STATE.cursor, shapes)
+    return [shape for key, shape in shapes if key != pod.name]
+
+
+def _pending_shapes() -> list[tuple[str, PodShape]]:
+    rows = Pod.objects.live().filter(phase=Pod.Phase.PENDING).annotate(models=Cast("gpu_models", TextField()))
+    return [
+        (f"{namespace}/{name}", PodShape(cpu, gpus, milli if gpus else 0, tuple(json.loads(models)) if models and models != "[]" else ()))
+        for namespace, name, cpu, gpus, milli, models in rows.values_list("namespace", "name", "cpu_milli", "gpu_count", "gpu_milli", "models")
+    ]
 
 
 def extender_pod(document: Mapping[str, Any]) -> CorePod:

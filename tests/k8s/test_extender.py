@@ -25,19 +25,20 @@ import yaml
 from django.conf import settings as django_settings
 from django.core.signals import request_started
 from django.db import connection, transaction
+from django.test import override_settings
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from bench.scheduler_trace import load_pods
 from pools.controllers.pod_mirror import PodMirror
 from pools.controllers.scheduler import scheduler_pass
-from pools.core.scheduling.extender import MAX_EXTENDER_PRIORITY, REASON_UNMANAGED, node_scores
+from pools.core.scheduling.extender import MAX_EXTENDER_PRIORITY, REASON_UNMANAGED
 from pools.core.scheduling.nodes import REASON_GPU_MODEL
 from pools.models import GpuModel, Node, NodeType
 from pools.models.pods import Pod
 from pools.providers.fake_kubelet import FakeKubelet
 from pools.providers.kubernetes_pods import TEAM_LABEL, ClusterPods
-from pools.selectors.extender import extender_pod, extender_view
+from pools.selectors.extender import extender_pod, extender_scores
 from pools.services import pods as pod_services
 from tests.k8s.control_plane import ROOT
 from tests.k8s.helpers import plane_running, wait_for
@@ -78,6 +79,8 @@ def plane(live_server):
 @pytest.fixture
 def cluster(plane, settings):
     settings.EBCLOUD_SCHEDULER_EXTENDER_TOKEN = SECRET
+    settings.EBCLOUD_CLUSTER_BACKEND = "kubernetes"
+    settings.EBCLOUD_KUBECONFIG = str(plane.kubeconfig)
     api = config.new_client_from_config(config_file=str(plane.kubeconfig))
     core = client.CoreV1Api(api)
     try:
@@ -140,7 +143,7 @@ def verdict(core: client.CoreV1Api, name: str):
 def simulated_choice(member, document: dict) -> str | None:
     """Where the product's simulated scheduler pass binds the pod on the current state (a
     savepoint, rolled back: nothing of it stays)."""
-    with transaction.atomic():
+    with override_settings(EBCLOUD_CLUSTER_BACKEND="simulated"), transaction.atomic():
         pod_services.pod_create(user=member, document=document, now=T0)
         scheduler_pass(now=T0)
         node = Pod.objects.live().get(namespace=NAMESPACE, name=document["metadata"]["name"]).node
@@ -151,8 +154,8 @@ def simulated_choice(member, document: dict) -> str | None:
 def top_nodes(document: dict) -> set[str]:
     """The nodes that tie for our best score for the pod on the current state."""
     pod = extender_pod({**document, "metadata": {**document["metadata"], "uid": "not-created-yet"}})
-    view = extender_view(pod)
-    return {name for name, score in node_scores(pod, view.states.values(), view.policies).items() if score == MAX_EXTENDER_PRIORITY}
+    names = list(Node.objects.filter(phase="Ready").values_list("name", flat=True))
+    return {name for name, score in extender_scores(pod, names).items() if score == MAX_EXTENDER_PRIORITY}
 
 
 def trace_slice() -> list:

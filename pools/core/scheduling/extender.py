@@ -17,7 +17,7 @@ PreferNoSchedule penalty 0: kube-scheduler's choice is ours whenever only our sc
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from pools.core.scheduling.nodes import (
@@ -54,12 +54,15 @@ def filter_nodes(pod: Pod, states: Mapping[str, NodeState], names: Iterable[str]
     return FilterResult(passed, failed)
 
 
-def node_scores(pod: Pod, nodes: Iterable[NodeState], policies: Mapping[str, Policy]) -> dict[str, int]:
+def node_scores(
+    pod: Pod, nodes: Iterable[NodeState], policies: Mapping[str, Policy], *, fitting: Collection[str] = frozenset()
+) -> dict[str, int]:
     """Each node's score in 0..MAX_EXTENDER_PRIORITY (see the module docstring). Nodes where the
-    pod does not fit score 0 (kube-scheduler only asks about nodes that passed the filters)."""
+    pod does not fit score 0 (kube-scheduler only asks about nodes that passed the filters);
+    `fitting` names nodes already known to pass them on these very states."""
     ranked: dict[str, tuple[int, int]] = {}  # name -> (penalty, policy score)
     for node in nodes:
-        if filter_node(pod, node) is None:
+        if node.name in fitting or filter_node(pod, node) is None:
             score, _ = policies[node.pool].score(pod, node)
             ranked[node.name] = (prefer_no_schedule_penalty(pod, node), score)
         else:
