@@ -12,6 +12,8 @@ views, for the write methods. Roles are the columns:
     anon        nobody: web pages redirect to the login page, the API answers 401
     agent       a node agent's credential (a node of team A's pool): only the agent API
                 knows it; everywhere else it is nobody (default: the `anon` column)
+    scheduler   kube-scheduler's credential (Basic, the secret of its configuration): only the
+                scheduler extender knows it; everywhere else it is nobody (default: `anon`)
 
 `test_every_url_name_has_a_row` fails when a URL name has no row (or a row names no URL), so
 adding a URL means adding one row here. The objects are made once per module inside one
@@ -20,6 +22,7 @@ transaction; every request runs in a savepoint rolled back after it, so writes d
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,7 +43,7 @@ from tests.conftest import _user, make_document
 from tests.monitoring.conftest import report
 from tests.pools.pod_helpers import pool_with_nodes, submit
 
-ROLES = ("lead", "other_lead", "member", "finance", "admin", "anon", "agent")
+ROLES = ("lead", "other_lead", "member", "finance", "admin", "anon", "agent", "scheduler")
 LOGIN = "login"  # a 302 to the login page, with ?next=
 EXCLUDED_NAMESPACES = {
     # Django's admin site authorizes by is_staff and per-model permissions (kept by
@@ -48,11 +51,13 @@ EXCLUDED_NAMESPACES = {
     "admin": "Django admin: is_staff + model permissions, generated URLs",
 }
 METRICS_TOKEN = "scrape-secret-for-the-matrix"
+SCHEDULER_SECRET = "kube-scheduler-secret-for-the-matrix"
 
 
-def S(lead, other_lead, member, finance, admin, anon, agent=None) -> dict[str, Any]:  # noqa: N802
+def S(lead, other_lead, member, finance, admin, anon, agent=None, scheduler=None) -> dict[str, Any]:  # noqa: N802
     """One row of expected statuses, in the column order of ROLES."""
-    return dict(zip(ROLES, (lead, other_lead, member, finance, admin, anon, anon if agent is None else agent), strict=True))
+    credentials = (anon if agent is None else agent, anon if scheduler is None else scheduler)
+    return dict(zip(ROLES, (lead, other_lead, member, finance, admin, anon, *credentials), strict=True))
 
 
 @dataclass(frozen=True)
@@ -99,6 +104,17 @@ POST_ONLY_API = S(405, 405, 405, 405, 405, 401)
 LEADS_FORM = S(200, 200, 403, 403, 200, LOGIN)  # create pools: leads (their own team) and admins
 LEADS_FORM_INVALID_POST = S(400, 400, 403, 403, 400, LOGIN)  # an incomplete form: refused or invalid, nothing written
 INCOMPLETE = {"submitted": "1"}  # a bound form with its required fields missing (an empty POST is an unbound form)
+
+EXTENDER = {"EBCLOUD_SCHEDULER_EXTENDER_TOKEN": SCHEDULER_SECRET}
+SCHEDULER_BASIC = "Basic " + base64.b64encode(f"kube-scheduler:{SCHEDULER_SECRET}".encode()).decode()
+
+
+def extender_args(w: World) -> dict:
+    """What kube-scheduler posts about team A's Pending pod and the pool's first node."""
+    pod = {"apiVersion": "v1", "kind": "Pod", "spec": w.pod.document["spec"],
+           "metadata": {"name": w.pod.name, "namespace": w.pod.namespace, "uid": "0f3c2a1e-matrix"}}  # fmt: skip
+    return {"Pod": pod, "Nodes": None, "NodeNames": [w.node.name]}
+
 
 MATRIX: tuple[Row, ...] = (
     # --- web: sign-in ---------------------------------------------------------------------
@@ -186,6 +202,12 @@ MATRIX: tuple[Row, ...] = (
     # The simulated cloud hands a node's agent the GPU faults it raised on that node's machine.
     Row("agent-api:simulated-faults", S(401, 401, 401, 401, 401, 401, 405), api=True,
         writes=(Write("post", S(401, 401, 401, 401, 401, 401, 200)),)),
+    # --- the scheduler extender /api/scheduler/v1/: kube-scheduler's secret, nobody else ---------
+    #                                              lead  other member finance admin anon agent scheduler
+    Row("scheduler-extender:filter", S(401, 401, 401, 401, 401, 401, 401, 405), api=True, settings=EXTENDER,
+        writes=(Write("post", S(401, 401, 401, 401, 401, 401, 401, 200), lambda w: extender_args(w)),)),
+    Row("scheduler-extender:prioritize", S(401, 401, 401, 401, 401, 401, 401, 405), api=True, settings=EXTENDER,
+        writes=(Write("post", S(401, 401, 401, 401, 401, 401, 401, 200), lambda w: extender_args(w)),)),
     # --- Prometheus: a scrape token, never a user session or an agent credential -----------
     Row("metrics", S(403, 403, 403, 403, 403, 403), settings={"EBCLOUD_METRICS_TOKEN": METRICS_TOKEN}),
 )
@@ -272,11 +294,15 @@ def client_for(world: World, role: str, *, api: bool) -> Client:
         client = APIClient()
         if role == "agent":
             client.credentials(HTTP_AUTHORIZATION=f"Bearer {world.agent_credential}")
+        elif role == "scheduler":
+            client.credentials(HTTP_AUTHORIZATION=SCHEDULER_BASIC)
         elif role != "anon":
             client.credentials(HTTP_AUTHORIZATION=f"Token {world.tokens[role]}")
         return client
     if role == "agent":
         return Client(HTTP_AUTHORIZATION=f"Bearer {world.agent_credential}")
+    if role == "scheduler":
+        return Client(HTTP_AUTHORIZATION=SCHEDULER_BASIC)
     client = Client()
     if role != "anon":
         client.cookies[django_settings.SESSION_COOKIE_NAME] = world.sessions[role]

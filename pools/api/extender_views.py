@@ -33,6 +33,7 @@ from pools.core.scheduling.nodes import Pod as CorePod
 from pools.selectors.extender import extender_filter, extender_pod, extender_scores
 
 ERROR = OpenApiResponse(ErrorSerializer, description='`{"errors": [{"field", "message"}]}`: not ExtenderArgs')
+REFUSED = OpenApiResponse(ErrorSerializer, description="Not kube-scheduler's credential")
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ def pod_of(args: ExtenderArgs) -> CorePod:
         return extender_pod(args.pod)
     except KeyError as exc:
         raise ValidationError(f"missing {exc.args[0]}", field="Pod") from exc
-    except (TypeError, ValueError, AttributeError) as exc:
+    except (TypeError, ValueError, AttributeError, ArithmeticError) as exc:  # ArithmeticError: 1e999999 cores
         raise ValidationError(f"not a readable Pod: {exc}", field="Pod") from exc
 
 
@@ -89,7 +90,11 @@ class _ExtenderView(APIView):
 
 
 class FilterView(_ExtenderView):
-    @extend_schema(request=OpenApiTypes.OBJECT, responses={200: OpenApiTypes.OBJECT, 400: ERROR}, summary="kube-scheduler extender: filter")
+    @extend_schema(
+        request=OpenApiTypes.OBJECT, summary="kube-scheduler extender: filter",
+        description="kube-scheduler's ExtenderArgs (Pod, NodeNames) -> ExtenderFilterResult (NodeNames, FailedNodes, Error).",
+        responses={200: OpenApiResponse(OpenApiTypes.OBJECT, description="ExtenderFilterResult"), 400: ERROR, 401: REFUSED},
+    )  # fmt: skip
     def post(self, request):
         args = extender_args(request.data)
         try:
@@ -107,7 +112,11 @@ class FilterView(_ExtenderView):
 
 
 class PrioritizeView(_ExtenderView):
-    @extend_schema(request=OpenApiTypes.OBJECT, responses={200: OpenApiTypes.OBJECT, 400: ERROR}, summary="kube-scheduler extender: prioritize")
+    @extend_schema(
+        request=OpenApiTypes.OBJECT, summary="kube-scheduler extender: prioritize",
+        description="kube-scheduler's ExtenderArgs (Pod, NodeNames) -> HostPriorityList ([{Host, Score}], scores 0..10).",
+        responses={200: OpenApiResponse(OpenApiTypes.OBJECT, description="HostPriorityList"), 400: ERROR, 401: REFUSED},
+    )  # fmt: skip
     def post(self, request):
         args = extender_args(request.data)
         pod = pod_of(args)

@@ -10,6 +10,8 @@ import copy
 import uuid
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
@@ -170,7 +172,8 @@ def test_a_pod_that_cannot_be_read_is_the_filters_error_and_a_400_from_prioritiz
     bad["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "lots"
     nameless = cluster_pod("q")
     del nameless["metadata"]["name"]
-    for pod in (bad, nameless):
+    endless = cluster_pod("r", cpu="1e999999", memory="Infinity")
+    for pod in (bad, nameless, endless):
         response = scheduler.post(FILTER, args(pod, ["train-pool-a-0"]), format="json")
         assert response.status_code == 200 and response.json()["Error"].startswith("Pod: "), response.content
         assert response.json()["NodeNames"] is None
@@ -182,3 +185,23 @@ def test_prioritize_refuses_a_node_it_does_not_know(scheduler, pool):
     response = scheduler.post(PRIORITIZE, args(cluster_pod("p"), ["train-pool-a-0", "ghost"]), format="json")
     assert response.status_code == 400
     assert response.json()["errors"] == [{"field": "NodeNames[1]", "message": "no live node 'ghost' in any pool"}]
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+    max_leaves=20,
+)
+POD_PARTS = st.fixed_dictionaries({}, optional={
+    "metadata": st.dictionaries(st.sampled_from(["name", "namespace", "uid", "annotations", "labels"]), JSON, max_size=5),
+    "spec": st.dictionaries(st.sampled_from(["containers", "tolerations", "nodeSelector", "affinity", "priority", "overhead"]), JSON, max_size=6),
+})  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(pod=POD_PARTS | JSON, names=JSON)
+def test_no_body_makes_the_extender_fail(scheduler, pool, pod, names):
+    """Whatever kube-scheduler (or anyone holding its secret) sends: an answer or a 4xx, never a 500."""
+    for path in (FILTER, PRIORITIZE):
+        response = scheduler.post(path, {"Pod": pod, "NodeNames": names}, format="json")
+        assert response.status_code in (200, 400), (path, response.status_code, response.content[:300])
