@@ -10,7 +10,6 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import permissions, serializers, status
 from rest_framework.exceptions import ParseError
-from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.utils import json as drf_json
@@ -20,6 +19,7 @@ from monitoring import services
 from monitoring.api.authentication import AgentCredentialAuthentication, IsAgent, bearer_credential
 from monitoring.report_parse import batch_parse
 from pools.api.errors import error_response, exception_handler
+from pools.api.machine_views import MachineView
 from pools.api.parsers import BodyJSONParser
 from pools.api.serializers import ErrorSerializer
 from pools.core.errors import ConflictError, FieldError
@@ -44,22 +44,9 @@ class NodeOptionalSerializer(serializers.Serializer):
     node = serializers.CharField(max_length=100, required=False)
 
 
-class JsonOnly(BaseContentNegotiation):
-    """Agents speak JSON only: skip DRF's Accept-header negotiation on every heartbeat."""
-
-    def select_parser(self, request, parsers):
-        return parsers[0] if request.content_type.split(";")[0].strip() == "application/json" else None
-
-    def select_renderer(self, request, renderers, format_suffix=None):
-        return renderers[0], renderers[0].media_type
-
-
-class _AgentView(APIView):
+class _AgentView(MachineView):
     authentication_classes = [AgentCredentialAuthentication]
     permission_classes = [IsAgent]
-    parser_classes = [BodyJSONParser]  # bounded size (413) and nesting (400)
-    renderer_classes = [JSONRenderer]
-    content_negotiation_class = JsonOnly
     throttle_classes: list = []
 
 

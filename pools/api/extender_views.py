@@ -20,13 +20,10 @@ from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
-from monitoring.api.views import JsonOnly
 from pools.api.extender_auth import IsScheduler, SchedulerCredentialAuthentication
-from pools.api.parsers import BodyJSONParser
+from pools.api.machine_views import MachineView
 from pools.api.serializers import ErrorSerializer
 from pools.core.errors import FieldError, ValidationError
 from pools.core.scheduling.nodes import Pod as CorePod
@@ -81,20 +78,21 @@ def pod_of(args: ExtenderArgs) -> CorePod:
         raise ValidationError(f"not a readable Pod: {exc}", field="Pod") from exc
 
 
-class _ExtenderView(APIView):
+class _ExtenderView(MachineView):
     authentication_classes = [SchedulerCredentialAuthentication]
     permission_classes = [IsScheduler]
-    parser_classes = [BodyJSONParser]  # bounded size (413) and nesting (400)
-    renderer_classes = [JSONRenderer]
-    content_negotiation_class = JsonOnly
+
+
+def _schema(verb: str, answer: str, shape: str):
+    return extend_schema(
+        request=OpenApiTypes.OBJECT, summary=f"kube-scheduler extender: {verb}",
+        description=f"kube-scheduler's ExtenderArgs (Pod, NodeNames) -> {answer} ({shape}).",
+        responses={200: OpenApiResponse(OpenApiTypes.OBJECT, description=answer), 400: ERROR, 401: REFUSED},
+    )  # fmt: skip
 
 
 class FilterView(_ExtenderView):
-    @extend_schema(
-        request=OpenApiTypes.OBJECT, summary="kube-scheduler extender: filter",
-        description="kube-scheduler's ExtenderArgs (Pod, NodeNames) -> ExtenderFilterResult (NodeNames, FailedNodes, Error).",
-        responses={200: OpenApiResponse(OpenApiTypes.OBJECT, description="ExtenderFilterResult"), 400: ERROR, 401: REFUSED},
-    )  # fmt: skip
+    @_schema("filter", "ExtenderFilterResult", "NodeNames, FailedNodes, Error")
     def post(self, request):
         args = extender_args(request.data)
         try:
@@ -112,11 +110,7 @@ class FilterView(_ExtenderView):
 
 
 class PrioritizeView(_ExtenderView):
-    @extend_schema(
-        request=OpenApiTypes.OBJECT, summary="kube-scheduler extender: prioritize",
-        description="kube-scheduler's ExtenderArgs (Pod, NodeNames) -> HostPriorityList ([{Host, Score}], scores 0..10).",
-        responses={200: OpenApiResponse(OpenApiTypes.OBJECT, description="HostPriorityList"), 400: ERROR, 401: REFUSED},
-    )  # fmt: skip
+    @_schema("prioritize", "HostPriorityList", "[{Host, Score}], scores 0..10")
     def post(self, request):
         args = extender_args(request.data)
         pod = pod_of(args)
