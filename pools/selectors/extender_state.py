@@ -5,15 +5,16 @@ Building the whole state for every request (`cluster_state` over model instances
 1,000 nodes and 8,000 bound pods (bench/extender.py): most of it reading the pods' JSON fields.
 So the state lives in the process and each request reads only:
 
-- the live nodes as one row of plain values each (their pool's document and team included);
-  a node whose row differs from the one its NodeState was built from is built again, through
+- the live nodes and their pools as one row of plain values each; a node whose row (or whose
+  pool's row) differs from the one its NodeState was built from is built again, through
   `node_state_of` like every reader of the cluster;
 - in Kubernetes mode, the pod mirror's cursor: every change the mirror applies to the read
   model moves it, and nothing else writes a mirrored pod's phase or node, so an unchanged
   cursor means unchanged bound pods. Otherwise (or in the simulated cluster, where the
-  scheduler pass writes pods) the (pod id, node id) pairs of the Running pods are read and
-  only the pods not seen before are read whole. Primary keys are never reused (SQLite's
-  AUTOINCREMENT, PostgreSQL's sequences), so a known id is a known pod.
+  scheduler pass writes pods) each node's Running pods as the ids the database joins from an
+  index, and the pods of the nodes whose ids changed. Primary keys are never reused (SQLite's
+  AUTOINCREMENT, PostgreSQL's sequences), so equal ids are equal pods; the tests, whose rolled
+  back rows do reuse them, start each test with an empty state.
 
 A bound pod counts here for its resources only: nothing about a pod already running (its
 tolerations, its team) changes whether another pod fits a node or how it scores. The pod being
