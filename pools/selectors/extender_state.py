@@ -181,7 +181,8 @@ def _freeze_long_lived() -> None:
     the garbage collector's reach: its full collections otherwise scan the ~100,000 objects of
     the state and stalled one call in a hundred by 100 ms (bench/extender.py). Garbage is
     collected first, so nothing unreachable is kept; frozen objects are still freed when no
-    longer referenced (the state's objects hold no reference cycles)."""
+    longer referenced, unless they are part of a reference cycle (the state's objects are not;
+    a few of the current request's may be, and are kept: a large read is rare)."""
     gc.collect()
     gc.freeze()
 
