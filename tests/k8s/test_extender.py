@@ -54,13 +54,13 @@ NODES_PER_SHAPE = 8
 REPLAYED = 80  # ~150 GPUs asked of 112: the last pods find the fleet full
 
 
-def scheduler_config(plane, server_url: str) -> Path:
+def scheduler_config(plane, server_url: str, secret: str = SECRET) -> Path:
     """The deployed configuration, pointed at this API server and the live server (plain HTTP)."""
     document = yaml.safe_load(DEPLOYED_CONFIG.read_text())
     document["clientConnection"]["kubeconfig"] = str(plane.kubeconfig)
     document["leaderElection"] = {"leaderElect": False}
     extender = document["extenders"][0]
-    extender["urlPrefix"] = f"http://kube-scheduler:{SECRET}@{urlparse(server_url).netloc}/api/scheduler/v1"
+    extender["urlPrefix"] = f"http://kube-scheduler:{secret}@{urlparse(server_url).netloc}/api/scheduler/v1"
     extender["enableHTTPS"] = False
     del extender["tlsConfig"]
     path = plane.work / "kube-scheduler-config.yaml"
@@ -209,3 +209,21 @@ def test_the_filters_refusals_are_in_kube_schedulers_message(plane, cluster, act
     assert f"{len(nodes)} {REASON_GPU_MODEL}" in message, message
     assert REASON_UNMANAGED in message, message
     assert "filter" in calls
+
+
+def test_a_scheduler_with_another_secret_is_refused_and_schedules_without_us(plane, cluster, actors, calls, live_server):
+    """The extender answers kube-scheduler's credential only; a kube-scheduler holding another
+    secret gets 401, skips the extender (`ignorable`: the data plane does not wait for the
+    control plane) and binds the pod our filter would have refused."""
+    FakeKubelet(cluster).join(name="plain-gpu-node", cpu_milli=96_000, memory_mib=393_216, gpus=8, labels={"pool": "train"}, now=T0)
+    core = client.CoreV1Api(cluster)
+    plane.start_scheduler(config=scheduler_config(plane, live_server.url, secret="not-" + SECRET))
+    try:
+        core.create_namespaced_pod(NAMESPACE, cluster_document(pod_document("wants-h100-anyway", gpus=1, models="H100_80G")))
+        kind, node = wait_for(lambda: verdict(core, "wants-h100-anyway"), timeout=30, what="kube-scheduler's verdict")
+        assert kind == "bound", node
+        assert "filter" in calls
+        log = plane.log_tail("kube-scheduler", 200)
+        assert "Skipping extender" in log and "code 401" in log, log
+    finally:
+        plane.start_scheduler(config=scheduler_config(plane, live_server.url))
