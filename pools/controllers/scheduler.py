@@ -41,9 +41,8 @@ from django.db.models import (
 )
 from django.utils import timezone
 
-from pools.controllers.pending_hints import capacity_hints, pending_hints_write, team_view
+from pools.controllers.pending_hints import pending_hints, pending_hints_write
 from pools.core.durations import format_duration
-from pools.core.scheduling.explain import explain
 from pools.core.scheduling.fragmentation import workload_from_pods
 from pools.core.scheduling.nodes import (
     NodeState,
@@ -146,7 +145,7 @@ def scheduler_pass(*, now: datetime | None = None) -> PassResult:
     with transaction.atomic():
         scheduler_lock()
         nodes = live_nodes()
-        pods = list(Pod.objects.filter(phase__in=(Pod.Phase.PENDING, Pod.Phase.RUNNING)).order_by("-priority", "submitted_at", "id"))
+        pods = list(Pod.objects.filter(phase__in=(Pod.Phase.PENDING, Pod.Phase.RUNNING)).select_related("team").order_by("-priority", "submitted_at", "id"))
         by_id = {n.pk: n for n in nodes}
         by_name = {n.name: n for n in nodes}
         pools = {n.pool.name: n.pool for n in nodes}
@@ -184,7 +183,6 @@ def scheduler_pass(*, now: datetime | None = None) -> PassResult:
         row_of = {p.key: p for p in running}
         binds: dict[int, tuple[int, tuple[int, ...]]] = {}
         explanations: list[Pod] = []
-        views: dict[int, list[NodeState]] = {}
         for pod in pending:
             cpod = core[pod.pk]
             choice = scorer.best(cpod, ordered_states)
@@ -203,11 +201,9 @@ def scheduler_pass(*, now: datetime | None = None) -> PassResult:
                     events.add(target, "Preempting", f"Pod {pod.key} (priority {pod.priority}) preempts {len(names)} lower-priority pod(s) on {plan.node}: {', '.join(names)}", pod=pod.key)
                     choice = (plan.node, plan.gpu_indices)
             if choice is None:
-                seen = team_view(ordered_states, pools, pod.team_id, views)
-                explanation = explain(cpod, seen)
-                hints = list(explanation.hints) + capacity_hints(cpod, explanation.node_reasons, {s.name: s for s in seen}, pools)
-                if pod.explanation != explanation.message or pod.hints != hints or pod.reason != "Unschedulable":
-                    pod.explanation, pod.hints, pod.reason = explanation.message, hints, "Unschedulable"
+                verdict = pending_hints(cpod, ordered_states, pools, pod.team.slug)
+                if pod.explanation != verdict.message or pod.hints != verdict.hints or pod.reason != "Unschedulable":
+                    pod.explanation, pod.hints, pod.reason = verdict.message, verdict.hints, "Unschedulable"
                     explanations.append(pod)
                 result.unschedulable.append(pod.key)
                 continue

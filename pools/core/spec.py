@@ -53,6 +53,7 @@ class Catalog:
     node_types: Mapping[str, int]
     zones: Mapping[str, str]
     max_nodes: int = 100
+    teams: frozenset[str] | None = None  # team slugs `spec.sharedWith` may name; None: not checked
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,7 @@ class PoolSpec:
     burst: Burst = Burst()
     budget: Budget | None = None
     scheduling_policy: str = "binpack"
+    shared_with: tuple[str, ...] = ()  # teams (slugs) whose pods may also run on the pool's nodes
 
     @property
     def autoscaling(self) -> ScalingSpec | None:
@@ -111,7 +113,7 @@ _METADATA = ("name", "labels")
 _SPEC = (
     "nodeType", "gpuModel", "nodeCount", "region", "leaseType", "systemImage", "autoRepair",
     "autoRepairPolicy", "autoRenew", "preemptible", "nodeLabels", "nodeTaints", "scaling", "burst", "budget",
-    "schedulingPolicy",
+    "schedulingPolicy", "sharedWith",
 )  # fmt: skip
 _SPEC_REQUIRED = ("nodeType", "gpuModel", "nodeCount", "region")
 
@@ -150,6 +152,7 @@ def parse_document(document: Any, catalog: Catalog) -> PoolSpec:
     burst = _parse_burst(check, spec.get("burst", {}), max_nodes, min_nodes)
     budget = _parse_budget(check, spec["budget"]) if "budget" in spec else None
     policy = check.choice(spec.get("schedulingPolicy", "binpack"), "spec.schedulingPolicy", SCHEDULING_POLICIES, "scheduling policy")
+    shared_with = _parse_shared_with(check, spec.get("sharedWith", []), catalog.teams)
 
     if check.errors:
         raise ValidationError(check.errors)
@@ -173,7 +176,27 @@ def parse_document(document: Any, catalog: Catalog) -> PoolSpec:
         burst=burst,
         budget=budget,
         scheduling_policy=policy,
+        shared_with=shared_with,
     )
+
+
+def _parse_shared_with(check: Checker, value: Any, teams: frozenset[str] | None) -> tuple[str, ...]:
+    """`spec.sharedWith`: the teams the owning lead lends the pool to, by slug, each once."""
+    if not isinstance(value, list):
+        check.error("spec.sharedWith", "must be a list of team names, e.g. [inference]")
+        return ()
+    slugs: list[str] = []
+    for i, slug in enumerate(value):
+        path = f"spec.sharedWith[{i}]"
+        if not isinstance(slug, str) or not slug:
+            check.error(path, "must be a team name such as inference")
+        elif slug in slugs:
+            check.error(path, f"team {slug!r} is listed twice")
+        elif teams is not None and slug not in teams:
+            check.error(path, f"no team named {slug!r}")
+        else:
+            slugs.append(slug)
+    return tuple(slugs)
 
 
 def _parse_node_count(check: Checker, spec: dict, catalog: Catalog) -> tuple[int | None, int | None]:
