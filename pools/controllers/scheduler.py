@@ -19,16 +19,19 @@ One pass, in one transaction, in a constant number of queries whatever the numbe
    bulk update, events by one bulk insert.
 
 On a real cluster (`EBCLOUD_CLUSTER=kubernetes`) kube-scheduler binds and the kubelets run and
-finish the pods: the pass only adds our hints to kube-scheduler's verdicts
+finish the pods: the pass keeps the team-isolation policy and the PriorityClasses in step
+(pools/controllers/cluster_sync.py) and adds our hints to kube-scheduler's verdicts
 (pools/controllers/pending_hints.py).
 """
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+import urllib3
 from django.db import connection, transaction
 from django.db.models import (
     BigIntegerField,
@@ -40,7 +43,9 @@ from django.db.models import (
     When,
 )
 from django.utils import timezone
+from kubernetes.client.exceptions import ApiException
 
+from pools.controllers.cluster_sync import admission_policy_sync, priority_classes_sync
 from pools.controllers.pending_hints import pending_hints, pending_hints_write
 from pools.core.durations import format_duration
 from pools.core.scheduling.fragmentation import workload_from_pods
@@ -60,6 +65,8 @@ from pools.selectors.cluster import (
     core_pod_of,
     live_nodes,
 )
+
+logger = logging.getLogger("ebcloud.scheduler")
 
 DEFAULT_POLICY = "binpack"
 SCHEDULER_LOCK_KEY = 0x5EB_C10D  # pg_advisory_xact_lock key of the pod binders
@@ -139,7 +146,12 @@ def _case(mapping: dict[int, object], output_field):
 def scheduler_pass(*, now: datetime | None = None) -> PassResult:
     """One pass over every live node and every Pending/Running pod (see the module docstring)."""
     now = now or timezone.now()
-    if real_cluster():  # kube-scheduler binds; we add our hints to its verdicts
+    if real_cluster():  # kube-scheduler binds (see the module docstring)
+        for sync in (admission_policy_sync, priority_classes_sync):
+            try:
+                sync()
+            except (ApiException, urllib3.exceptions.HTTPError) as exc:  # the API server is away: the next pass retries
+                logger.warning("%s: the cluster could not be read or written: %s", sync.__name__, exc)
         return PassResult(unschedulable=pending_hints_write(now=now))
     result = PassResult()
     with transaction.atomic():

@@ -130,7 +130,11 @@ def admission_policy(pools: Sequence[PoolAccess], namespaces: Mapping[str, str])
     update that changes its nodeSelector or affinity, which a gated pod may), a pod of a team's
     namespace that selects only pools its team may not use. `namespaces` is the admins'
     namespace -> team mapping, which wins over the namespace's `ebcloud.io/team` label."""
-    pool_list = [{"name": p.name, "teams": sorted(p.teams), "labels": dict(p.labels)} for p in sorted(pools, key=lambda p: p.name)]
+    # Each pool is a map of mixed values; CEL map literals are of one value type, hence dyn().
+    pool_list = "[" + ", ".join(
+        f"{{'name': dyn({_cel(p.name)}), 'teams': dyn({_cel(sorted(p.teams))}), 'labels': dyn({_cel(dict(p.labels))})}}"
+        for p in sorted(pools, key=lambda p: p.name)
+    ) + "]"
     policy = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
@@ -147,7 +151,7 @@ def admission_policy(pools: Sequence[PoolAccess], namespaces: Mapping[str, str])
                 {"name": "team", "expression": _TEAM},
                 {"name": "selector", "expression": "has(object.spec.nodeSelector) ? object.spec.nodeSelector : {}"},
                 {"name": "terms", "expression": _TERMS},
-                {"name": "pools", "expression": _cel(pool_list)},
+                {"name": "pools", "expression": pool_list},
                 {"name": "matched", "expression": _MATCHED},
             ],
             "matchConditions": [
