@@ -35,6 +35,7 @@ FIELD_FOR_PATH = {
     "spec.budget.monthly": "budget_monthly",
     "spec.budget.currency": "budget_monthly",
     "spec.schedulingPolicy": "scheduling_policy",
+    "spec.sharedWith": "shared_with",
     "team": "team",
 }
 ROW_PREFIXES = (("metadata.labels", "label"), ("spec.nodeLabels", "nodelabel"), ("spec.nodeTaints", "taint"))
@@ -60,6 +61,11 @@ class PoolForm(forms.Form):
     burst_max_nodes = forms.IntegerField(label="Most burst nodes", min_value=0, required=False)
     budget_monthly = forms.DecimalField(label="Monthly budget (CNY)", min_value=0, decimal_places=2, required=False)
     scheduling_policy = forms.ChoiceField(label="Scheduling policy", choices=[(p, p) for p in SCHEDULING_POLICIES], initial="binpack")
+
+    shared_with = forms.CharField(
+        label="Share with teams", required=False, max_length=1000,
+        help_text="Other teams whose pods may also run on this pool's nodes, comma-separated (e.g. inference); your team still pays for it",
+    )  # fmt: skip
 
     def __init__(self, *args, teams=None, editing: GpuNodePool | None = None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -126,12 +132,13 @@ class PoolForm(forms.Form):
         else:
             spec.pop("budget", None)
         _set_or_drop(spec, "schedulingPolicy", data["scheduling_policy"] if data["scheduling_policy"] != "binpack" else None)
+        _set_or_drop(spec, "sharedWith", [team.strip() for team in data.get("shared_with", "").split(",") if team.strip()])
         return document
 
     def add_spec_errors(self, error: ValidationError) -> None:
         """Show each spec error beside its field (or its row section)."""
         for item in error.errors:
-            field = FIELD_FOR_PATH.get(item.field)
+            field = FIELD_FOR_PATH.get(item.field) or FIELD_FOR_PATH.get(re.sub(r"\[\d+\]$", "", item.field))
             if field in self.fields:
                 self.add_error(field, item.message)
                 continue
@@ -165,6 +172,7 @@ class PoolForm(forms.Form):
             "burst_max_nodes": burst.get("maxNodes", 0),
             "budget_monthly": spec.get("budget", {}).get("monthly"),
             "scheduling_policy": spec.get("schedulingPolicy", "binpack"),
+            "shared_with": ", ".join(spec.get("sharedWith", [])),
         }
         rows = {
             "label": [{"key": k, "value": v} for k, v in pool.document.get("metadata", {}).get("labels", {}).items()],

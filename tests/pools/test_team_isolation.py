@@ -16,6 +16,7 @@ from pools.models import NamespaceTeam, PoolEvent
 from pools.models.pods import Pod as PodRow
 from pools.services import pools as services
 from tests.pools.pod_helpers import T0, pod_document, pool_with_nodes, submit
+from tests.pools.test_views import FORM
 
 POOL_A = {"ebcloud.io/pool": "train-pool-a", "ebcloud.io/team": "algorithm", "pool": "train"}
 
@@ -142,3 +143,15 @@ def test_shared_with_is_validated_with_field_paths(actors, api, train_pool):
         assert words in fields(response)[path]
     train_pool.refresh_from_db()
     assert "sharedWith" not in train_pool.document["spec"] and train_pool.generation == 1
+
+
+def test_the_owning_lead_shares_the_pool_in_the_form_with_errors_beside_the_field(browser, train_pool):
+    client = browser("lead")
+    base = {**FORM, "name": "train-pool-a", "min_nodes": "0", "max_nodes": "6", "nodelabel_key": ["pool"], "nodelabel_value": ["train"]}
+    response = client.post("/pools/train-pool-a/edit/", {**base, "shared_with": "inference, nobody"})
+    assert response.status_code == 400
+    assert response.context["form"].errors["shared_with"] == ["no team named 'nobody'"]
+    assert client.post("/pools/train-pool-a/edit/", {**base, "shared_with": "inference"}).status_code == 302
+    train_pool.refresh_from_db()
+    assert train_pool.shared_with == ("inference",)
+    assert 'value="inference"' in client.get("/pools/train-pool-a/edit/").content.decode()
