@@ -40,11 +40,11 @@ def pending_hints_write(*, now: datetime) -> list[str]:
         pods = list(Pod.objects.filter(phase__in=(Pod.Phase.PENDING, Pod.Phase.RUNNING)).exclude(team__isnull=True).select_related("team").order_by("-priority", "submitted_at", "id"))
         states = cluster_state(nodes, [p for p in pods if p.phase == Pod.Phase.RUNNING])
         ordered = [states[n.name] for n in nodes]
-        waiting, changed = [], []
+        waiting, changed, catalog = [], [], OrderCatalog()
         for pod in pods:
             if pod.phase != Pod.Phase.PENDING or pod.reason != "Unschedulable":
                 continue
-            hints = pending_hints(core_pod_of(pod), ordered, pools, pod.team.slug).hints
+            hints = pending_hints(core_pod_of(pod), ordered, pools, pod.team.slug, catalog).hints
             waiting.append(pod.key)
             if pod.hints != hints:
                 pod.hints = hints
@@ -56,7 +56,21 @@ def pending_hints_write(*, now: datetime) -> list[str]:
 INSUFFICIENT = (REASON_CPU, REASON_MEMORY, REASON_GPU)
 
 
-def order_hint(pod: CorePod, usable: list[NodeState], others: list[NodeState], team_slug: str) -> list[str]:
+class OrderCatalog:
+    """What can be ordered (node types smallest first, GPU models), read once per pass and
+    only if some pod needs an order hint: the pass's statements stay independent of its pods."""
+
+    def __init__(self) -> None:
+        self._read: tuple[list[NodeType], list[str]] | None = None
+
+    def read(self) -> tuple[list[NodeType], list[str]]:
+        if self._read is None:
+            self._read = (list(NodeType.objects.order_by("gpu_count", "cpu_milli", "memory_mib", "name")),
+                          list(GpuModel.objects.order_by("name").values_list("name", flat=True)))  # fmt: skip
+        return self._read
+
+
+def order_hint(pod: CorePod, usable: list[NodeState], others: list[NodeState], team_slug: str, catalog: OrderCatalog) -> list[str]:
     """When no pool the team may use could ever take the pod (even its empty nodes are too
     small, or of a GPU model the pod does not allow), what to order: the smallest node type
     that fits, of the pod's GPU model (else the model such pods run on elsewhere in the
@@ -64,17 +78,17 @@ def order_hint(pod: CorePod, usable: list[NodeState], others: list[NodeState], t
     named: only what to buy."""
     if any(_fits_empty(pod, node) for node in usable):
         return []
-    types = [t for t in NodeType.objects.order_by("gpu_count", "cpu_milli", "memory_mib", "name") if t.gpu_count >= pod.gpu_count and t.cpu_milli >= pod.cpu_milli and t.memory_mib >= pod.memory_mib]
-    if not types:
+    node_types, models = catalog.read()
+    fitting = [t for t in node_types if t.gpu_count >= pod.gpu_count and t.cpu_milli >= pod.cpu_milli and t.memory_mib >= pod.memory_mib]
+    if not fitting:
         return []
-    models = list(GpuModel.objects.order_by("name").values_list("name", flat=True))
     seen = Counter(node.gpu_model for node in others if _fits_empty(pod, node)).most_common(1)
     model = next(iter(pod.gpu_models), None) or (seen[0][0] if seen else None) or (models[0] if models else "")
     what = f"{pod.gpu_count} GPU(s), {pod.cpu_milli}m CPU and {pod.memory_mib}Mi memory on one node" + (f", GPU model {', '.join(pod.gpu_models)}" if pod.gpu_models else "")
-    form = reverse("pools:create") + "?" + urlencode({"team": team_slug, "gpu_model": model, "node_type": types[0].name})
+    form = reverse("pools:create") + "?" + urlencode({"team": team_slug, "gpu_model": model, "node_type": fitting[0].name})
     return [
-        f"No pool of your team can run this pod: it needs {what}. Order a pool of node type {types[0].name} "
-        f"({types[0].gpu_count} GPUs per node) with GPU model {model}: {form}"
+        f"No pool of your team can run this pod: it needs {what}. Order a pool of node type {fitting[0].name} "
+        f"({fitting[0].gpu_count} GPUs per node) with GPU model {model}: {form}"
     ]
 
 
@@ -91,14 +105,14 @@ class PendingHints:
     hints: list[str]
 
 
-def pending_hints(pod: CorePod, states: list[NodeState], pools: dict[str, GpuNodePool], team_slug: str) -> PendingHints:
+def pending_hints(pod: CorePod, states: list[NodeState], pools: dict[str, GpuNodePool], team_slug: str, catalog: OrderCatalog) -> PendingHints:
     """kube-scheduler's message over the nodes the pod's team may use, and every hint: the
     core's (labels, taints, requests), the pools' (grow, raise max) and what to order."""
     usable = [state for state in states if may_use(pod, state)]
     explanation = explain(pod, usable)
     hints = list(explanation.hints) + capacity_hints(pod, explanation.node_reasons, {s.name: s for s in usable}, pools)
     if explanation.available == 0:
-        hints += order_hint(pod, usable, [state for state in states if not may_use(pod, state)], team_slug)
+        hints += order_hint(pod, usable, [state for state in states if not may_use(pod, state)], team_slug, catalog)
     return PendingHints(explanation.message, hints)
 
 

@@ -46,7 +46,7 @@ from django.utils import timezone
 from kubernetes.client.exceptions import ApiException
 
 from pools.controllers.cluster_sync import admission_policy_sync, priority_classes_sync
-from pools.controllers.pending_hints import pending_hints, pending_hints_write
+from pools.controllers.pending_hints import OrderCatalog, pending_hints, pending_hints_write
 from pools.core.durations import format_duration
 from pools.core.scheduling.fragmentation import workload_from_pods
 from pools.core.scheduling.nodes import (
@@ -195,6 +195,7 @@ def scheduler_pass(*, now: datetime | None = None) -> PassResult:
         row_of = {p.key: p for p in running}
         binds: dict[int, tuple[int, tuple[int, ...]]] = {}
         explanations: list[Pod] = []
+        catalog = OrderCatalog()
         for pod in pending:
             cpod = core[pod.pk]
             choice = scorer.best(cpod, ordered_states)
@@ -213,7 +214,7 @@ def scheduler_pass(*, now: datetime | None = None) -> PassResult:
                     events.add(target, "Preempting", f"Pod {pod.key} (priority {pod.priority}) preempts {len(names)} lower-priority pod(s) on {plan.node}: {', '.join(names)}", pod=pod.key)
                     choice = (plan.node, plan.gpu_indices)
             if choice is None:
-                verdict = pending_hints(cpod, ordered_states, pools, pod.team.slug)
+                verdict = pending_hints(cpod, ordered_states, pools, pod.team.slug, catalog)
                 if pod.explanation != verdict.message or pod.hints != verdict.hints or pod.reason != "Unschedulable":
                     pod.explanation, pod.hints, pod.reason = verdict.message, verdict.hints, "Unschedulable"
                     explanations.append(pod)

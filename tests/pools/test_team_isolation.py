@@ -7,6 +7,8 @@ pool of the team fits."""
 from __future__ import annotations
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from pools.controllers.scheduler import scheduler_pass
 from pools.core.isolation import PoolAccess, admission_error, refusal, targeted_pools
@@ -155,3 +157,17 @@ def test_the_owning_lead_shares_the_pool_in_the_form_with_errors_beside_the_fiel
     train_pool.refresh_from_db()
     assert train_pool.shared_with == ("inference",)
     assert 'value="inference"' in client.get("/pools/train-pool-a/edit/").content.decode()
+
+
+def test_order_hints_cost_no_statement_per_pod(actors, train_pool):
+    def pass_statements() -> int:
+        with CaptureQueriesContext(connection) as queries:
+            scheduler_pass(now=T0)
+        return len(queries)
+
+    submit(actors["other_lead"], "one", namespace="inference", pool_affinity=None, gpus=8)
+    one = pass_statements()
+    for i in range(5):
+        submit(actors["other_lead"], f"more-{i}", namespace="inference", pool_affinity=None, gpus=8)
+    assert pass_statements() == one
+    assert all(any(h.startswith("No pool of your team") for h in pod.hints) for pod in PodRow.objects.all())
