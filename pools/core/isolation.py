@@ -108,12 +108,16 @@ _TERMS = (
     "has(object.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution) ? "
     "object.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms : []"
 )
+# The pools the pod's constraints match, out of one variable's list `{pools}`.
 _MATCHED = (
-    "variables.pools.filter(p, "
+    "{pools}.filter(p, "
     "variables.selector.all(k, k in p.labels && p.labels[k] == variables.selector[k]) && "
     "(size(variables.terms) == 0 || variables.terms.exists(t, "
     f"!has(t.matchExpressions) || t.matchExpressions.all(e, {_REQUIREMENT}))))"
 )
+# kube-apiserver refuses a CEL expression longer than 100,000 code points: the pools are cut
+# into variables of at most this many characters each.
+CHUNK_CHARS = 90_000
 
 
 def _cel(value) -> str:
@@ -130,11 +134,15 @@ def admission_policy(pools: Sequence[PoolAccess], namespaces: Mapping[str, str])
     update that changes its nodeSelector or affinity, which a gated pod may), a pod of a team's
     namespace that selects only pools its team may not use. `namespaces` is the admins'
     namespace -> team mapping, which wins over the namespace's `ebcloud.io/team` label."""
-    # Each pool is a map of mixed values; CEL map literals are of one value type, hence dyn().
-    pool_list = "[" + ", ".join(
-        f"{{'name': dyn({_cel(p.name)}), 'teams': dyn({_cel(sorted(p.teams))}), 'labels': dyn({_cel(dict(p.labels))})}}"
-        for p in sorted(pools, key=lambda p: p.name)
-    ) + "]"
+    # Each pool is a map of mixed values (CEL map literals are of one value type, hence dyn()).
+    entries = [f"{{'teams': dyn({_cel(sorted(p.teams))}), 'labels': dyn({_cel(dict(p.labels))})}}" for p in sorted(pools, key=lambda p: p.name)]
+    chunks: list[list[str]] = [[]]
+    for entry in entries:
+        if chunks[-1] and sum(len(e) + 2 for e in chunks[-1]) + len(entry) > CHUNK_CHARS:
+            chunks.append([])
+        chunks[-1].append(entry)
+    pool_variables = [{"name": f"pools{i}", "expression": "[" + ", ".join(chunk) + "]"} for i, chunk in enumerate(chunks)]
+    matched = " + ".join(_MATCHED.replace("{pools}", f"variables.{v['name']}") for v in pool_variables)
     policy = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
@@ -151,8 +159,8 @@ def admission_policy(pools: Sequence[PoolAccess], namespaces: Mapping[str, str])
                 {"name": "team", "expression": _TEAM},
                 {"name": "selector", "expression": "has(object.spec.nodeSelector) ? object.spec.nodeSelector : {}"},
                 {"name": "terms", "expression": _TERMS},
-                {"name": "pools", "expression": pool_list},
-                {"name": "matched", "expression": _MATCHED},
+                *pool_variables,
+                {"name": "matched", "expression": matched},
             ],
             "matchConditions": [
                 {

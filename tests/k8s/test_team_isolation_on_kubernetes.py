@@ -12,7 +12,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from pools.controllers.cluster_sync import admission_policy_sync
-from pools.core.isolation import POLICY_NAME, TEAM_LABEL, refusal
+from pools.core.isolation import POLICY_NAME, TEAM_LABEL, PoolAccess, admission_policy, refusal
 from pools.models import NamespaceTeam
 from pools.providers.kubernetes_admission import AdmissionPolicies
 from pools.services import pools as services
@@ -101,3 +101,19 @@ def test_an_admins_namespace_mapping_wins_and_a_policy_someone_removed_comes_bac
     wait_for(lambda: admitted(core, labelled_algorithm, pinned) is None, what="the binding's removal to take effect")
     assert admission_policy_sync(policies) == ["ValidatingAdmissionPolicyBinding"]
     wait_for(lambda: admitted(core, labelled_algorithm, pinned), what="the binding to be back")
+
+
+def test_the_api_server_takes_the_policy_for_a_thousand_pools(core, policies, team_namespace):
+    """CEL expressions have a cost budget the API server checks when a policy is written: the
+    pools are data of one variable, so the policy stays valid however many pools there are."""
+    pools = [
+        PoolAccess(f"pool-{i}", {"ebcloud.io/pool": f"pool-{i}", "ebcloud.io/team": f"team-{i % 20}", "pool": "train", "gpu-class": "a100"},
+                   frozenset({f"team-{i % 20}", f"team-{(i + 1) % 20}"}))
+        for i in range(1000)
+    ]  # fmt: skip
+    policy, binding = admission_policy(pools, {f"ns-{i}": f"team-{i}" for i in range(200)})
+    assert policies.sync(policy, binding) == ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+    namespace = team_namespace("team-3")
+    message = wait_for(lambda: admitted(core, namespace, pod("far", selector={"ebcloud.io/pool": "pool-0"})), what="the policy to take effect")
+    assert refusal("team-3") in message
+    assert admitted(core, namespace, pod("near", selector={"ebcloud.io/pool": "pool-2"})) is None  # lent to team-3
