@@ -14,8 +14,11 @@ from pools.controllers.scheduler import scheduler_pass
 from pools.core.isolation import PoolAccess, admission_error, refusal, targeted_pools
 from pools.core.podspec import affinity_terms
 from pools.core.scheduling.nodes import REASON_TEAM, NodeState, Pod, filter_node, may_use
+from pools.core.spec import parse_document
 from pools.models import NamespaceTeam, PoolEvent
 from pools.models.pods import Pod as PodRow
+from pools.selectors.cluster import pool_teams
+from pools.selectors.pools import catalog_current
 from pools.services import pools as services
 from tests.pools.pod_helpers import T0, pod_document, pool_with_nodes, submit
 from tests.pools.test_views import FORM
@@ -171,3 +174,16 @@ def test_order_hints_cost_no_statement_per_pod(actors, train_pool):
         submit(actors["other_lead"], f"more-{i}", namespace="inference", pool_affinity=None, gpus=8)
     assert pass_statements() == one
     assert all(any(h.startswith("No pool of your team") for h in pod.hints) for pod in PodRow.objects.all())
+
+
+def test_a_pool_lent_to_a_team_that_is_gone_keeps_working(actors, teams, train_pool):
+    spec = {**train_pool.document["spec"], "sharedWith": ["inference"]}
+    services.pool_update(user=actors["lead"], pool=train_pool, document={**train_pool.document, "spec": spec})
+    teams["inference"].delete()
+    train_pool.refresh_from_db()
+    assert parse_document(train_pool.document, catalog_current()).shared_with == ("inference",)  # what the controllers read
+    assert pool_teams([train_pool])[train_pool.pk] == frozenset({str(train_pool.team_id)})
+    pod = submit(actors["member"], "still-ours", gpus=8)
+    scheduler_pass(now=T0)
+    pod.refresh_from_db()
+    assert pod.phase == "Running"
