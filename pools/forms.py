@@ -46,7 +46,7 @@ class PoolForm(forms.Form):
     name = forms.CharField(max_length=63, help_text="DNS-1123 name, e.g. train-pool-a")
     gpu_model = forms.ChoiceField(label="GPU model")
     node_type = forms.ChoiceField(label="Node type")
-    region = forms.ChoiceField(label="Zone", help_text="Preferred zone, near the data (D4)")
+    region = forms.ChoiceField(label="Zone", help_text="Preferred zone: the one nearest the data the jobs read")
     min_nodes = forms.IntegerField(label="Minimum nodes (monthly baseline)", min_value=0)
     max_nodes = forms.IntegerField(label="Maximum nodes", min_value=1)
     lease_type = forms.ChoiceField(label="Lease", choices=[(t, t.capitalize()) for t in LEASE_TYPES])
