@@ -70,8 +70,12 @@ PUBLISHED = {
 }
 
 
-def load_nodes(data: Path) -> list[NodeState]:
-    with open(data / NODE_FILE, newline="") as f:
+def load_nodes(path: Path) -> list[NodeState]:
+    """Nodes of an openb node list (``sn,cpu_milli,memory_mib,gpu,model``); ``path`` is the
+    file or, for the shared trace, its folder."""
+    if path.is_dir():
+        path = path / NODE_FILE
+    with open(path, newline="") as f:
         return [
             NodeState(
                 name=row["sn"],
@@ -85,9 +89,17 @@ def load_nodes(data: Path) -> list[NodeState]:
         ]
 
 
-def load_pods(data: Path, variant: str) -> list[Pod]:
+def pod_file(data: Path, variant: str) -> Path:
+    return data / f"openb_pod_list_{variant}.csv"
+
+
+def load_pods(path: Path, variant: str | None = None) -> list[Pod]:
+    """Pods of an openb pod list (``name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec]``):
+    ``path`` is the file, or the shared trace's folder with a ``variant``."""
+    if variant is not None:
+        path = pod_file(path, variant)
     pods = []
-    with open(data / f"openb_pod_list_{variant}.csv", newline="") as f:
+    with open(path, newline="") as f:
         for row in csv.DictReader(f):
             gpus = int(row["num_gpu"])
             pods.append(
@@ -133,11 +145,21 @@ class RunResult:
     cpu_seconds: float = 0.0  # this process's CPU time: what a shared, loaded machine does not inflate
 
 
+WINDOW_HALF_PCT = 0.5  # "at 100%" = the records whose arrived % rounds to 100, as the artifact
+
+
 def _at(records: list[tuple[float, float]], arrived_pct: int) -> float:
     window = [alloc for arr, alloc in records if round(arr) == arrived_pct]
     if not window:
         window = [alloc for arr, alloc in records if abs(arr - arrived_pct) <= 1]
     return 100.0 - statistics.fmean(window) if window else float("nan")
+
+
+def step_threshold(capacity_milli: int) -> float:
+    """Arrived GPU milli at which an ``at_full`` step acts: the lower edge of the 100% window,
+    so that a ``+step`` row averages over exactly the records a plain row does, all of them
+    taken after the step."""
+    return capacity_milli * (100.0 - WINDOW_HALF_PCT) / 100.0
 
 
 def rename_nodes(nodes: list[NodeState], rng: random.Random) -> None:
@@ -155,11 +177,13 @@ def run_once(
 ) -> RunResult:
     """One online replay of one seed with one policy on fresh copies of ``nodes``.
 
-    ``at_full`` acts once, when the arrived request first reaches 100% of capacity:
+    ``at_full`` acts once, when the arrived request first enters the 100% window (99.5% of
+    capacity, :func:`step_threshold`):
     ``"repack"`` applies a node-freeing repack plan (no disruption budget) and offers the pods
     that failed so far again, in arrival order; ``"room"`` applies
     :func:`pools.core.scheduling.repack.make_room_plan` to those pods (moving a few running pods
-    so they fit). The replay then continues; "at 100%" is measured after that step.
+    so they fit). The replay then continues; every record of the 100% window is taken after
+    that step, and a plain run averages over the same window.
     """
     start, cpu_start = time.perf_counter(), time.process_time()
     fresh = [n.clone() for n in nodes]
@@ -170,6 +194,7 @@ def run_once(
         rename_nodes(fresh, rng)
     scheduler = ClusterScheduler(fresh, policy, workload=workload, seed=seed)
     arrived = allocated = 0
+    threshold = step_threshold(capacity)
     records, failures = [], []
     for pod in order:
         arrived += pod.gpu_request_milli
@@ -177,12 +202,11 @@ def run_once(
             failures.append(pod)
         else:
             allocated += pod.gpu_request_milli
-        if at_full and arrived >= capacity:
+        if at_full and arrived >= threshold:
             placed = apply_at_full(at_full, scheduler, workload, failures)
             allocated += sum(p.gpu_request_milli for p in placed)
             failures = [p for p in failures if p not in placed]
             at_full = ""
-            records = [r for r in records if round(r[0]) != 100]  # measure after the step
         records.append((100.0 * arrived / capacity, 100.0 * allocated / capacity))
     return RunResult(
         policy,
@@ -264,16 +288,35 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         help="comma list of steps to also run at 100%% arrived: repack, room (<policy>+<step>)",
     )
+    parser.add_argument(
+        "--pods",
+        type=Path,
+        help="an openb-format pod list to replay instead of the shared trace's --variant "
+        "(name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec])",
+    )
+    parser.add_argument(
+        "--nodes",
+        type=Path,
+        help="an openb-format node list instead of the shared trace's (sn,cpu_milli,memory_mib,gpu,model)",
+    )
     parser.add_argument("--floor", action="store_true", help="also print the offline floor (an LP bound; needs scipy)")
     args = parser.parse_args(argv)
-    if not (args.data / NODE_FILE).is_file():
-        print(f"data not found: {args.data / NODE_FILE}", file=sys.stderr)
+    node_path = args.nodes or args.data / NODE_FILE
+    pod_path = args.pods or pod_file(args.data, args.variant)
+    for path in (node_path, pod_path):
+        if not path.is_file():
+            print(f"data not found: {path}", file=sys.stderr)
+            return 2
+    try:
+        nodes, pods = load_nodes(node_path), load_pods(pod_path)
+    except (KeyError, ValueError) as error:
+        print(f"not an openb-format list ({node_path}, {pod_path}): {error!r}", file=sys.stderr)
         return 2
-    nodes, pods = load_nodes(args.data), load_pods(args.data, args.variant)
     workload = workload_from_pods(pods)
     seeds = parse_seeds(args.seeds)
+    trace_name = args.variant if args.pods is None else pod_path.name
     print(
-        f"# {args.variant}: {len(nodes)} nodes, {sum(n.gpu_count for n in nodes)} GPUs, "
+        f"# {trace_name}: {len(nodes)} nodes, {sum(n.gpu_count for n in nodes)} GPUs, "
         f"{len(pods)} pods, seeds {args.seeds}"
     )
     print(
@@ -281,7 +324,8 @@ def main(argv: list[str] | None = None) -> int:
         "| failed pods | s/seed |"
     )
     print("|---|---|---|---|---|---|---|")
-    published = PUBLISHED.get(args.variant, {})
+    same_trace = args.pods is None and args.nodes is None
+    published = PUBLISHED.get(args.variant, {}) if same_trace else {}
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     steps = [""] + [step.strip() for step in args.at_full.split(",") if step.strip()]
     runs = [(p, step) for step in steps for p in policies]
