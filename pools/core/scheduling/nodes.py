@@ -37,7 +37,7 @@ REASON_CPU = "Insufficient cpu"
 REASON_MEMORY = "Insufficient memory"
 REASON_GPU = "Insufficient nvidia.com/gpu"
 
-POLICIES = ("spread", "binpack", "bestfit", "fgd", "random")
+POLICIES = ("spread", "binpack", "bestfit", "fgd", "fgd-cpu", "random")
 MAX_NODE_SCORE = 100  # kube-scheduler's framework.MaxNodeScore
 
 
