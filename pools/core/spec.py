@@ -35,7 +35,7 @@ from pools.core.scheduling.nodes import TAINT_EFFECTS, Taint
 API_VERSION = "ebcloud.io/v1"
 KIND = "GpuNodePool"
 LEASE_TYPES = ("monthly", "quarterly", "yearly")
-SCHEDULING_POLICIES = ("binpack", "spread", "bestfit", "fgd")
+SCHEDULING_POLICIES = ("binpack", "spread", "bestfit", "fgd", "fgd-cpu")
 RESOURCE_METRICS = ("gpu-memory",)
 POD_METRICS = ("queued_pods",)
 DEFAULT_SYSTEM_IMAGE = "ubuntu-22.04-cuda-12.2"

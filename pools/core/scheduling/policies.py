@@ -12,7 +12,6 @@ MostAllocated.
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Sequence
 
@@ -33,7 +32,7 @@ from pools.core.scheduling.stranding import StrandingModel
 MAX_SPEC_CPU_MILLI, MAX_SPEC_GPU_MILLI = 128_000, 8_000
 _BESTFIT_GPU_WEIGHT = MAX_SPEC_CPU_MILLI // MAX_SPEC_GPU_MILLI
 _BESTFIT_SCALE = 2 * MAX_SPEC_CPU_MILLI
-_STRANDING_TIE_MAX = 0.999  # fgd-cpu's tie-breaking fraction stays below one FGD point
+_HALF_TIE = 0.4995  # fgd-cpu's tie-breaking fraction lies in (0, 0.999): below one FGD point
 
 
 def _allocated_shares(pod: Pod, node: NodeState, sign: int = 1) -> tuple[int, int]:
@@ -138,8 +137,9 @@ class FgdCpuPolicy:
 
     def score(self, pod: Pod, node: NodeState) -> tuple[float, tuple[int, ...]]:
         fgd, gpus = self.model.placement_score(pod, node)
-        delta = self.stranding.placement_delta(pod, node)  # GPU milli, about -8000..8000
-        return fgd + _STRANDING_TIE_MAX / (1.0 + math.exp(max(-700.0, min(700.0, delta / MILLI)))), gpus
+        delta = self.stranding.placement_delta(pod, node)  # GPU milli, negative when it helps
+        # a monotone map of delta into (0, 1): 0.5 at no change, towards 1 as stranding falls
+        return fgd + _HALF_TIE * (1.0 - delta / (abs(delta) + MILLI)), gpus
 
 
 class RandomPolicy:
