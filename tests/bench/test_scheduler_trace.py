@@ -103,8 +103,12 @@ def test_the_offline_floor_lies_below_every_online_policy(trace):
 
     nodes, pods, workload = trace
     at_100, at_130 = floor_once(nodes, pods, 42)
-    fgd = run_once(nodes, pods, workload, "fgd", 42)
-    assert 0.0 <= at_100 <= fgd.unallocated_100 and 0.0 <= at_130 <= fgd.unallocated_130
+    loose_100, loose_130 = floor_once(nodes, pods, 42, gpu_cuts=False)
+    for policy in ("fgd", "fgd-cpu"):
+        online = run_once(nodes, pods, workload, policy, 42)
+        assert 0.0 <= at_100 <= online.unallocated_100 and 0.0 <= at_130 <= online.unallocated_130
+    # Issue 22 item 3: the per-GPU cuts tighten the bound (seed 42: 0.00 -> 2.52 at 100%).
+    assert loose_100 < 0.5 < 2.0 < at_100 and loose_130 <= at_130
 
 
 def test_the_offline_floor_of_a_tiny_cluster_is_exact():
@@ -118,6 +122,28 @@ def test_the_offline_floor_of_a_tiny_cluster_is_exact():
     assert offline_floor(nodes, [Pod(name="big", cpu_milli=1000, memory_mib=1024, gpu_count=2)]) == 100.0
     half = [Pod(name="cpu-heavy", cpu_milli=8000, memory_mib=1024, gpu_count=1, gpu_milli=500)]
     assert offline_floor(nodes, half) == 75.0  # one share of 500 milli placed out of 2000
+
+
+def test_per_gpu_cuts_keep_two_large_shares_off_one_gpu():
+    """Issue 22 item 3: three 800-milli shares on two GPUs; the aggregate LP packs 2000 milli
+    of them (0% unallocated), but any real placement puts one per GPU: 1600 placed, 20% idle,
+    which the cuts find. Shares of 400 milli pair up on a GPU, so the cuts must allow that."""
+    pytest.importorskip("scipy", reason="the offline floor needs scipy (a test extra)")
+    from bench.offline_floor import offline_floor
+
+    nodes = [NodeState(name=f"n{i}", cpu_milli=64_000, memory_mib=65_536, gpu_count=1, gpu_model="T4") for i in range(2)]
+    large = [Pod(name=f"l{i}", cpu_milli=1000, gpu_count=1, gpu_milli=800) for i in range(3)]
+    small = [Pod(name=f"s{i}", cpu_milli=1000, gpu_count=1, gpu_milli=400) for i in range(4)]
+    assert offline_floor(nodes, large, gpu_cuts=False) == 0.0
+    assert offline_floor(nodes, large) == pytest.approx(20.0)
+    assert offline_floor(nodes, small) == pytest.approx(20.0)  # 2 x 400 per GPU: 1600 of 2000
+    # One 800 that must stay and four 400s: really 1600 placed (20%); the cuts allow 1800 (a
+    # bound, not the optimum), the aggregate LP all 2000.
+    mixed = small + large[:1]
+    assert offline_floor(nodes, mixed, required=large[:1], gpu_cuts=False) == 0.0
+    assert offline_floor(nodes, mixed, required=large[:1]) == pytest.approx(10.0)
+    with pytest.raises(ValueError, match="cannot all be placed"):
+        offline_floor(nodes, [], required=large)
 
 
 def write_openb(tmp_path, nodes: int = 6, pods: int = 40):
