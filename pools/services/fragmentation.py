@@ -138,6 +138,7 @@ def plan_document(plan: RepackPlan) -> dict:
     return {
         "moves": [{"pod": m.pod, "from": m.from_node, "to": m.to_node, "gpuIndices": list(m.gpu_indices)} for m in plan.moves],
         "freedNodes": list(plan.freed_nodes),
+        "emptyNodes": list(plan.empty_nodes),
         "gpuHoursSavedPerWeek": plan.gpu_hours_saved_per_week,
         "fragmentationBeforeGpus": round(plan.fragmentation_before_milli / MILLI, 3),
         "fragmentationAfterGpus": round(plan.fragmentation_after_milli / MILLI, 3),

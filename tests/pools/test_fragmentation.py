@@ -155,6 +155,17 @@ def test_the_repack_plan_empties_the_emptiest_node_onto_running_nodes():
     assert "c" not in {m.to_node for m in plan.moves}  # never wake an empty node
 
 
+def test_the_repack_plan_counts_empty_nodes_as_free_without_moves():
+    """Issue 22 item 2: a node at 0% is free already; the plan says so instead of 'no moves
+    free a node' (seed C3: released nodes are the saving)."""
+    plan = repack_plan(half_full_pair(), workload=Workload(((WHOLE, 1), (SHARE, 1))))
+    assert plan.empty_nodes == ("c",) and plan.free_nodes == ("c", "b")
+    a, b, c = half_full_pair()
+    a.unbind("ns/a1")
+    still = repack_plan([a, c], workload=Workload(((WHOLE, 1),)))
+    assert still.moves == () and still.empty_nodes == ("a", "c")
+
+
 def test_the_repack_plan_honours_the_disruption_budget():
     nodes = [node(f"n{i}", gpus=4) for i in range(4)]
     for i, n in enumerate(nodes):

@@ -61,6 +61,12 @@ class RepackPlan:
     fragmentation_before_milli: float
     fragmentation_after_milli: float
     skipped: dict[str, str] = field(default_factory=dict)
+    empty_nodes: tuple[str, ...] = ()  # GPU nodes that run no pod already: free without a move
+
+    @property
+    def free_nodes(self) -> tuple[str, ...]:
+        """Every node free once the plan is applied: empty already, then freed by moves."""
+        return self.empty_nodes + self.freed_nodes
 
 
 class _RepackScore:
@@ -95,6 +101,8 @@ def repack_plan(
 
     ``gpu_hours_saved_per_week`` is freed nodes x their GPUs x 168: the GPU-hours a week that
     no longer need to be paid for once those nodes are released (or that pending pods get).
+    ``empty_nodes`` are the ready GPU nodes that run no pod already: part of what the plan
+    leaves free, though no move is needed for them.
     """
     sims = sorted((n.clone() for n in nodes), key=lambda n: n.name)
     if workload is None:
@@ -151,6 +159,7 @@ def repack_plan(
         freed.append(node.name)
     after = sum(model.node_fragmentation(n) for n in sims)
     gpu_of = {n.name: n.gpu_count for n in nodes}
+    empty = tuple(n.name for n in sorted(nodes, key=lambda n: n.name) if n.gpu_count and n.ready and not n.bound)
     return RepackPlan(
         moves=tuple(moves),
         freed_nodes=tuple(freed),
@@ -158,6 +167,7 @@ def repack_plan(
         fragmentation_before_milli=before,
         fragmentation_after_milli=after,
         skipped=skipped,
+        empty_nodes=empty,
     )
 
 
