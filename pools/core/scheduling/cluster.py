@@ -50,6 +50,7 @@ class ClusterScheduler:
         # A policy whose score never rises as a node fills (spread) lets a bind leave the
         # node's old entries in place: a stale entry then over-rates its node, so it is
         # re-scored only when it reaches the top of a heap. Unbinds and touches still re-score.
+        # Such a policy also scores without GPUs (node_score) and picks them for the winner.
         self._lazy = bool(getattr(self.policy, "score_falls_as_node_fills", False))
         self._pushed: dict[tuple, dict[int, int]] = {}  # per shape: node index -> version pushed
 
@@ -65,7 +66,10 @@ class ClusterScheduler:
     def _entry(self, pod: Pod, i: int, node: NodeState) -> tuple | None:
         if filter_node(pod, node) is not None:
             return None
-        score, gpus = self.policy.score(pod, node)
+        if self._lazy:  # GPUs are picked for the winner only (see _best)
+            score, gpus = self.policy.node_score(pod, node), None
+        else:
+            score, gpus = self.policy.score(pod, node)
         penalty = prefer_no_schedule_penalty(pod, node) if node.taints else 0
         return (penalty, -score, node.name, i, node.version, gpus)
 
@@ -96,9 +100,14 @@ class ClusterScheduler:
             node = nodes[i]
             if entry[4] == node.version:
                 return entry
-            heapq.heappop(heap)
+            fresh = None
             if self._lazy and pushed.get(i) != node.version:
-                self._push(heap, pushed, pod, i, node)
+                pushed[i] = node.version
+                fresh = self._entry(pod, i, node)
+            if fresh is None:
+                heapq.heappop(heap)
+            else:
+                heapq.heapreplace(heap, fresh)
         return None
 
     def _random_pick(self, pod: Pod) -> NodeState | None:
@@ -120,7 +129,8 @@ class ClusterScheduler:
         else:
             entry = self._best(pod)
             if entry is not None:
-                return Decision(pod.name, entry[2], entry[5])
+                gpus = entry[5] if entry[5] is not None else self.policy.gpus(pod, self.nodes[entry[3]])
+                return Decision(pod.name, entry[2], gpus)
         return Decision(pod.name, None, (), explain(pod, self.nodes) if explain_failure else None)
 
     def bind(self, pod: Pod, node_name: str, gpu_indices: Sequence[int] = ()) -> Binding:

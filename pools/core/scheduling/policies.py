@@ -35,28 +35,20 @@ _BESTFIT_SCALE = 2 * MAX_SPEC_CPU_MILLI
 _HALF_TIE = 0.4995  # fgd-cpu's tie-breaking fraction lies in (0, 0.999): below one FGD point
 
 
-def _allocated_shares(pod: Pod, node: NodeState, sign: int = 1) -> tuple[int, int]:
-    """(sum of ``sign * requested * 100 // allocatable`` over cpu, memory and GPU milli, the
-    requests counted after placing the pod; how many of those resources the node has).
-
-    kube-scheduler's per-resource shares in plain arithmetic instead of a list of pairs:
-    spread and binpack score every feasible node for every new pod shape, which on a trace
-    with many CPU-only shapes is most of the replay. ``sign=-1`` gives spread's free shares,
-    since ``(c - r) * 100 // c == 100 + (-r * 100) // c``.
-    """
+def _allocated_shares(pod: Pod, node: NodeState) -> tuple[int, int]:
+    """(sum of ``requested * 100 // allocatable`` over cpu, memory and GPU milli, the requests
+    counted after placing the pod; how many of those resources the node has): kube-scheduler's
+    MostAllocated in plain arithmetic instead of a list of pairs."""
     total = count = 0
-    capacity = node.cpu_milli
-    if capacity > 0:
-        total += sign * (node.cpu_used + pod.cpu_milli) * MAX_NODE_SCORE // capacity
+    if node.cpu_milli > 0:
+        total += (node.cpu_used + pod.cpu_milli) * MAX_NODE_SCORE // node.cpu_milli
         count += 1
-    capacity = node.memory_mib
-    if capacity > 0:
-        total += sign * (node.memory_used + pod.memory_mib) * MAX_NODE_SCORE // capacity
+    if node.memory_mib > 0:
+        total += (node.memory_used + pod.memory_mib) * MAX_NODE_SCORE // node.memory_mib
         count += 1
     if node.gpu_count:
         capacity = node.gpu_count * MILLI
-        used = capacity - sum(node.gpu_free) + pod.gpu_request_milli
-        total += sign * used * MAX_NODE_SCORE // capacity
+        total += (capacity - sum(node.gpu_free) + pod.gpu_count * pod.gpu_milli) * MAX_NODE_SCORE // capacity
         count += 1
     return total, count
 
@@ -72,8 +64,27 @@ class SpreadPolicy:
     score_falls_as_node_fills = True  # every free share only shrinks as pods bind
 
     def score(self, pod: Pod, node: NodeState) -> tuple[int, tuple[int, ...]]:
-        total, count = _allocated_shares(pod, node, sign=-1)
-        return (MAX_NODE_SCORE * count + total) // max(count, 1), _gpus(pod, node)
+        return self.node_score(pod, node), _gpus(pod, node)
+
+    def node_score(self, pod: Pod, node: NodeState) -> int:
+        """The score alone (the incremental scheduler picks the winner's GPUs only): the mean
+        of ``(allocatable - requested) * 100 // allocatable`` over cpu, memory and GPU milli,
+        in plain arithmetic, since spread scores every feasible node of every new pod shape."""
+        total = count = 0
+        if node.cpu_milli > 0:
+            total += (node.cpu_milli - node.cpu_used - pod.cpu_milli) * MAX_NODE_SCORE // node.cpu_milli
+            count += 1
+        if node.memory_mib > 0:
+            total += (node.memory_mib - node.memory_used - pod.memory_mib) * MAX_NODE_SCORE // node.memory_mib
+            count += 1
+        if node.gpu_count:
+            capacity = node.gpu_count * MILLI
+            total += (sum(node.gpu_free) - pod.gpu_count * pod.gpu_milli) * MAX_NODE_SCORE // capacity
+            count += 1
+        return total // count if count else 0
+
+    def gpus(self, pod: Pod, node: NodeState) -> tuple[int, ...]:
+        return _gpus(pod, node)
 
 
 class BinpackPolicy:
@@ -83,7 +94,7 @@ class BinpackPolicy:
 
     def score(self, pod: Pod, node: NodeState) -> tuple[int, tuple[int, ...]]:
         total, count = _allocated_shares(pod, node)
-        return total // max(count, 1), _gpus(pod, node)
+        return total // count if count else 0, _gpus(pod, node)
 
 
 def bestfit_score(cpu_left: int, gpu_left_milli: int) -> int:
