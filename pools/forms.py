@@ -11,7 +11,14 @@ from typing import Any
 from django import forms
 
 from pools.core.errors import ValidationError
-from pools.core.spec import API_VERSION, KIND, LEASE_TYPES, SCHEDULING_POLICIES, TAINT_EFFECTS
+from pools.core.spec import (
+    API_VERSION,
+    DEFAULT_SCHEDULING_POLICY,
+    KIND,
+    LEASE_TYPES,
+    SCHEDULING_POLICIES,
+    TAINT_EFFECTS,
+)
 from pools.models import GpuModel, GpuNodePool, NodeType, PoolOrder, Zone
 
 ROW_KINDS = ("label", "nodelabel", "taint")
@@ -59,7 +66,7 @@ class PoolForm(forms.Form):
     )
     burst_max_nodes = forms.IntegerField(label="Most burst nodes", min_value=0, required=False)
     budget_monthly = forms.DecimalField(label="Monthly budget (CNY)", min_value=0, decimal_places=2, required=False)
-    scheduling_policy = forms.ChoiceField(label="Scheduling policy", choices=[(p, p) for p in SCHEDULING_POLICIES], initial="binpack")
+    scheduling_policy = forms.ChoiceField(label="Scheduling policy", choices=[(p, p) for p in SCHEDULING_POLICIES], initial=DEFAULT_SCHEDULING_POLICY)
 
     def __init__(self, *args, teams=None, editing: GpuNodePool | None = None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -125,7 +132,7 @@ class PoolForm(forms.Form):
             spec["budget"] = {**spec.get("budget", {}), "monthly": str(budget), "currency": spec.get("budget", {}).get("currency", "CNY")}
         else:
             spec.pop("budget", None)
-        _set_or_drop(spec, "schedulingPolicy", data["scheduling_policy"] if data["scheduling_policy"] != "binpack" else None)
+        _set_or_drop(spec, "schedulingPolicy", data["scheduling_policy"] if data["scheduling_policy"] != DEFAULT_SCHEDULING_POLICY else None)
         return document
 
     def add_spec_errors(self, error: ValidationError) -> None:
@@ -164,7 +171,7 @@ class PoolForm(forms.Form):
             "burst_enabled": burst.get("enabled", False),
             "burst_max_nodes": burst.get("maxNodes", 0),
             "budget_monthly": spec.get("budget", {}).get("monthly"),
-            "scheduling_policy": spec.get("schedulingPolicy", "binpack"),
+            "scheduling_policy": spec.get("schedulingPolicy", DEFAULT_SCHEDULING_POLICY),
         }
         rows = {
             "label": [{"key": k, "value": v} for k, v in pool.document.get("metadata", {}).get("labels", {}).items()],
