@@ -143,6 +143,7 @@ class RunResult:
     failed_pods: int
     seconds: float
     cpu_seconds: float = 0.0  # this process's CPU time: what a shared, loaded machine does not inflate
+    step_floor: float | None = None  # with at_full="floor": the best any repack could reach there
 
 
 WINDOW_HALF_PCT = 0.5  # "at 100%" = the records whose arrived % rounds to 100, as the artifact
@@ -182,8 +183,10 @@ def run_once(
     ``"repack"`` applies a node-freeing repack plan (no disruption budget) and offers the pods
     that failed so far again, in arrival order; ``"room"`` applies
     :func:`pools.core.scheduling.repack.make_room_plan` to those pods (moving a few running pods
-    so they fit). The replay then continues; every record of the 100% window is taken after
-    that step, and a plain run averages over the same window.
+    so they fit); ``"floor"`` moves nothing and records in ``step_floor`` the unallocated GPU %
+    that no repack at that point can go below (:func:`repack_floor`). The replay then
+    continues; every record of the 100% window is taken after that step, and a plain run
+    averages over the same window.
     """
     start, cpu_start = time.perf_counter(), time.process_time()
     fresh = [n.clone() for n in nodes]
@@ -195,13 +198,15 @@ def run_once(
     scheduler = ClusterScheduler(fresh, policy, workload=workload, seed=seed)
     arrived = allocated = 0
     threshold = step_threshold(capacity)
-    records, failures = [], []
+    records, failures, step_floor = [], [], None
     for pod in order:
         arrived += pod.gpu_request_milli
         if scheduler.place(pod, explain_failure=False).node is None:
             failures.append(pod)
         else:
             allocated += pod.gpu_request_milli
+        if at_full == "floor" and arrived >= threshold:
+            step_floor, at_full = repack_floor(scheduler.nodes, failures), ""
         if at_full and arrived >= threshold:
             placed = apply_at_full(at_full, scheduler, workload, failures)
             allocated += sum(p.gpu_request_milli for p in placed)
@@ -216,7 +221,18 @@ def run_once(
         len(failures),
         time.perf_counter() - start,
         time.process_time() - cpu_start,
+        step_floor,
     )
+
+
+def repack_floor(nodes: list[NodeState], failed: list[Pod]) -> float:
+    """Unallocated GPU % (of capacity) below which no repack can go at this point: every
+    running pod stays placed (anywhere), any of the ``failed`` ones may be added; the LP with
+    per-GPU packing cuts of bench/offline_floor.py bounds what fits."""
+    from bench.offline_floor import offline_floor
+
+    running = [b.pod for n in nodes for b in n.bound.values()]
+    return offline_floor(nodes, failed, required=running)
 
 
 def apply_at_full(mode: str, scheduler: ClusterScheduler, workload, failed: list[Pod]) -> set[Pod]:
@@ -287,7 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--at-full",
         default="",
-        help="comma list of steps to also run at 100%% arrived: repack, room (<policy>+<step>)",
+        help="comma list of steps to also run at 100%% arrived: repack, room (<policy>+<step>); "
+        "floor prints, instead of a replay, the unallocated %% no repack there could go below (needs scipy)",
     )
     parser.add_argument(
         "--pods",
@@ -337,6 +354,13 @@ def main(argv: list[str] | None = None) -> int:
         ]
         pub = published.get(policy, (None, None)) if not step else (None, None)
         label = f"{policy}+{step}" if step else policy
+        if step == "floor":
+            print(
+                f"| {policy}: floor of any repack at 100% | {statistics.median(r.step_floor for r in results):.2f} "
+                f"| - | - | - | - | {statistics.fmean(r.seconds for r in results):.2f} |",
+                flush=True,
+            )
+            continue
         print(
             f"| {label} | {statistics.median(r.unallocated_100 for r in results):.2f} "
             f"| {fmt(pub[0])} | {statistics.median(r.unallocated_130 for r in results):.2f} "

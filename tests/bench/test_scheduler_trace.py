@@ -198,3 +198,17 @@ def test_a_step_that_changes_nothing_leaves_the_100_percent_number_unchanged():
         plain = run_once(nodes, pods, workload, "bestfit", seed)
         repacked = run_once(nodes, pods, workload, "bestfit", seed, at_full="repack")
         assert repacked.unallocated_100 == plain.unallocated_100
+
+
+def test_the_repack_floor_step_moves_nothing_and_bounds_what_a_repack_could_place():
+    """Issue 22 items 2-3: the floor of a repack at 100% keeps every running pod; on one node
+    with 4 GPUs and shares of 20-24 milli nothing is stranded, so the bound is near 0 while the
+    replay itself is untouched."""
+    pytest.importorskip("scipy", reason="the repack floor needs scipy (a test extra)")
+    nodes = [NodeState("only", cpu_milli=60_000, memory_mib=10**6, gpu_count=4, gpu_model="T4")]
+    pods = [Pod(f"p{i:03d}", cpu_milli=100, gpu_count=1, gpu_milli=20 + i % 5) for i in range(120)]
+    workload = workload_from_pods(pods)
+    plain = run_once(nodes, pods, workload, "bestfit", 3)
+    floored = run_once(nodes, pods, workload, "bestfit", 3, at_full="floor")
+    assert floored.unallocated_100 == plain.unallocated_100 and plain.step_floor is None
+    assert 0.0 <= floored.step_floor <= 1.0
