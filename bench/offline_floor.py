@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 from pools.core.scheduling.nodes import MILLI, NodeState, Pod
 
-try:  # scipy is a test/bench extra: the product never needs an LP solver
+try:  # scipy is a dependency (the repack plan solves with HiGHS); report its absence clearly
     from scipy.optimize import linprog
 except ImportError:  # pragma: no cover - reported by the caller
     linprog = None

@@ -98,7 +98,7 @@ def test_seed_ranges_parse_like_the_cli_documents():
 @needs_trace
 def test_the_offline_floor_lies_below_every_online_policy(trace):
     """Issue 4 §6b: with every pod known in advance the LP bound is the limit no placement beats."""
-    pytest.importorskip("scipy", reason="the offline floor needs scipy (a test extra)")
+    pytest.importorskip("scipy", reason="the offline floor needs scipy (a dependency of the product)")
     from bench.scheduler_trace import floor_once
 
     nodes, pods, workload = trace
@@ -113,7 +113,7 @@ def test_the_offline_floor_lies_below_every_online_policy(trace):
 
 def test_the_offline_floor_of_a_tiny_cluster_is_exact():
     """Two 1-GPU nodes, three 1-GPU pods: two fit, so 0% is unallocated; one 2-GPU pod fits none."""
-    pytest.importorskip("scipy", reason="the offline floor needs scipy (a test extra)")
+    pytest.importorskip("scipy", reason="the offline floor needs scipy (a dependency of the product)")
     from bench.offline_floor import offline_floor
 
     nodes = [NodeState(name=f"n{i}", cpu_milli=8000, memory_mib=32768, gpu_count=1, gpu_model="T4") for i in range(2)]
@@ -128,7 +128,7 @@ def test_per_gpu_cuts_keep_two_large_shares_off_one_gpu():
     """Issue 22 item 3: three 800-milli shares on two GPUs; the aggregate LP packs 2000 milli
     of them (0% unallocated), but any real placement puts one per GPU: 1600 placed, 20% idle,
     which the cuts find. Shares of 400 milli pair up on a GPU, so the cuts must allow that."""
-    pytest.importorskip("scipy", reason="the offline floor needs scipy (a test extra)")
+    pytest.importorskip("scipy", reason="the offline floor needs scipy (a dependency of the product)")
     from bench.offline_floor import offline_floor
 
     nodes = [NodeState(name=f"n{i}", cpu_milli=64_000, memory_mib=65_536, gpu_count=1, gpu_model="T4") for i in range(2)]
@@ -204,7 +204,7 @@ def test_the_repack_floor_step_moves_nothing_and_bounds_what_a_repack_could_plac
     """Issue 22 items 2-3: the floor of a repack at 100% keeps every running pod; on one node
     with 4 GPUs and shares of 20-24 milli nothing is stranded, so the bound is near 0 while the
     replay itself is untouched."""
-    pytest.importorskip("scipy", reason="the repack floor needs scipy (a test extra)")
+    pytest.importorskip("scipy", reason="the repack floor needs scipy (a dependency of the product)")
     nodes = [NodeState("only", cpu_milli=60_000, memory_mib=10**6, gpu_count=4, gpu_model="T4")]
     pods = [Pod(f"p{i:03d}", cpu_milli=100, gpu_count=1, gpu_milli=20 + i % 5) for i in range(120)]
     workload = workload_from_pods(pods)
