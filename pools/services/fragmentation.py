@@ -57,8 +57,8 @@ def _load(pools: list[GpuNodePool] | None):
 
 def fragmentation_for(*, pools: list[GpuNodePool] | None, scope: str, with_plan: bool = False, max_nodes: int | None = None) -> FragmentationView:
     """The report for these pools (None: the whole cluster), with the repack plan if asked: by
-    default the whole plan (every node it can free); applying it goes `max_nodes` at a time,
-    and the planner is greedy in drain order, so each wave is the next part of this plan."""
+    default the whole plan (every node it can free); applying it plans again for `max_nodes`
+    nodes at a time, so each wave is the best drain of that size at that moment."""
     _, _, states, workload = _load(pools)
     nodes = list(states.values())
     report = fragmentation_report(nodes, workload)

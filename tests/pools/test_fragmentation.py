@@ -190,6 +190,15 @@ def test_the_optimiser_frees_a_node_that_the_greedy_drain_order_blocks():
     assert [(m.pod, m.to_node, m.gpu_indices) for m in optimal.moves] == [("ns/p3", "n2", (2, 3))]
 
 
+def test_the_optimiser_steps_aside_where_the_program_would_be_too_big():
+    """Issue 22 item 2: 'where the size allows': past max_columns the greedy plan stands."""
+    from pools.core.scheduling.repack_milp import optimal_drain
+
+    nodes = half_full_pair()
+    assert optimal_drain(nodes, nodes[:2], max_drained_nodes=2, max_columns=1) is None
+    assert optimal_drain(nodes, nodes[:2], max_drained_nodes=2).nodes == ("a",)
+
+
 def test_the_repack_plan_honours_the_disruption_budget():
     nodes = [node(f"n{i}", gpus=4) for i in range(4)]
     for i, n in enumerate(nodes):

@@ -19,6 +19,9 @@ How it decides, and why:
   ``max_priority`` (e.g. the priority of the pending pod the room is for) are never moved, so
   their nodes are not drained.
 * The disruption budget ``max_drained_nodes`` caps the nodes drained by one plan (one wave).
+* Where the size allows, an integer program (:mod:`pools.core.scheduling.repack_milp`) chooses
+  the nodes and every pod's place at once, under the same rules; it replaces the greedy plan
+  when it frees more GPUs, or as many with fewer moves (greedy drains can block each other).
 
 :func:`make_room_plan` is the other direction: it moves a few pods so that Pending pods fit,
 never moving a pod of higher priority than the one it makes room for.
@@ -226,7 +229,10 @@ def _optimal_plan(nodes, model: FragmentationModel, max_drained_nodes, max_prior
             node.unbind(binding.pod.name)
             if filter_node(binding.pod, by_name[to_node]) is not None:
                 return None
-            by_name[to_node].bind(binding.pod, gpus)
+            try:
+                by_name[to_node].bind(binding.pod, gpus)
+            except ValueError:  # GPUs taken after all (OversubscribedError is a ValueError)
+                return None
             moves.append(Move(binding.pod.name, name, to_node, gpus))
     return _plan(nodes, model, before, sims, moves, freed, skipped)
 

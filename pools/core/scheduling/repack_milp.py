@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pools.core.scheduling.nodes import MILLI, NodeState, Pod, filter_node, static_filter_reason
+from pools.core.scheduling.nodes import MILLI, NodeState, Pod, filter_node
 
 MAX_COLUMNS = 5_000  # about 10-20 nodes of 8 GPUs: HiGHS answers in seconds
 TIME_LIMIT_S = 5.0  # the fragmentation page waits for it; the best plan so far counts
@@ -48,25 +48,19 @@ class Drain:
     optimal: bool
 
 
-def _fits_alone(pod: Pod, node: NodeState) -> bool:
-    return static_filter_reason(pod, node) is None and filter_node(pod, node) is None
-
-
 class _Program:
     """Rows and columns of the integer program, kept as sparse triplets."""
 
     def __init__(self) -> None:
-        self.objective: list[float] = []
-        self.upper: list[float] = []
+        self.objective: list[float] = []  # every column is a 0/1 variable
         self.rows: list[int] = []
         self.cols: list[int] = []
         self.vals: list[float] = []
         self.low: list[float] = []
         self.high: list[float] = []
 
-    def column(self, cost: float = 0.0, upper: float = 1.0) -> int:
+    def column(self, cost: float = 0.0) -> int:
         self.objective.append(cost)
-        self.upper.append(upper)
         return len(self.objective) - 1
 
     def row(self, entries, low: float, high: float) -> None:
@@ -105,7 +99,7 @@ def optimal_drain(
     moves: list[tuple[int, Pod, NodeState, int | None]] = []  # (column, pod, target, GPU or None)
     for pod, origin in pods:
         for target in targets:
-            if target is origin or not _fits_alone(pod, target):
+            if target is origin or filter_node(pod, target) is not None:
                 continue
             if pod.is_sharing:
                 moves += [(program.column(), pod, target, g) for g, free in enumerate(target.gpu_free) if free >= pod.gpu_milli]
@@ -146,7 +140,7 @@ def optimal_drain(
         np.array(program.objective),
         constraints=LinearConstraint(matrix, program.low, program.high),
         integrality=np.ones(count),
-        bounds=Bounds(np.zeros(count), np.array(program.upper)),
+        bounds=Bounds(np.zeros(count), np.ones(count)),
         options={"time_limit": time_limit_s},
     )
     if result.x is None:
