@@ -23,6 +23,7 @@ The seeded shuffle uses Python's ``random``, not the artifact's Go RNG, so indiv
 differ from the paper's; the medians over ten seeds are what is compared.
 
 Usage: python bench/scheduler_trace.py --variant default --policies bestfit,fgd --seeds 42-51
+       python bench/scheduler_trace.py --pods my_pods.csv --nodes my_nodes.csv --policies fgd-cpu
 """
 
 from __future__ import annotations
