@@ -11,7 +11,14 @@ from typing import Any
 from django import forms
 
 from pools.core.errors import ValidationError
-from pools.core.spec import API_VERSION, KIND, LEASE_TYPES, SCHEDULING_POLICIES, TAINT_EFFECTS
+from pools.core.spec import (
+    API_VERSION,
+    DEFAULT_SCHEDULING_POLICY,
+    KIND,
+    LEASE_TYPES,
+    SCHEDULING_POLICIES,
+    TAINT_EFFECTS,
+)
 from pools.models import GpuModel, GpuNodePool, NodeType, PoolOrder, Zone
 
 ROW_KINDS = ("label", "nodelabel", "taint")
@@ -60,7 +67,7 @@ class PoolForm(forms.Form):
     )
     burst_max_nodes = forms.IntegerField(label="Most burst nodes", min_value=0, required=False)
     budget_monthly = forms.DecimalField(label="Monthly budget (CNY)", min_value=0, decimal_places=2, required=False)
-    scheduling_policy = forms.ChoiceField(label="Scheduling policy", choices=[(p, p) for p in SCHEDULING_POLICIES], initial="binpack")
+    scheduling_policy = forms.ChoiceField(label="Scheduling policy", choices=[(p, p) for p in SCHEDULING_POLICIES], initial=DEFAULT_SCHEDULING_POLICY)
 
     shared_with = forms.CharField(
         label="Share with teams", required=False, max_length=1000,
@@ -131,7 +138,7 @@ class PoolForm(forms.Form):
             spec["budget"] = {**spec.get("budget", {}), "monthly": str(budget), "currency": spec.get("budget", {}).get("currency", "CNY")}
         else:
             spec.pop("budget", None)
-        _set_or_drop(spec, "schedulingPolicy", data["scheduling_policy"] if data["scheduling_policy"] != "binpack" else None)
+        _set_or_drop(spec, "schedulingPolicy", data["scheduling_policy"] if data["scheduling_policy"] != DEFAULT_SCHEDULING_POLICY else None)
         _set_or_drop(spec, "sharedWith", [team.strip() for team in data.get("shared_with", "").split(",") if team.strip()])
         return document
 
@@ -171,7 +178,7 @@ class PoolForm(forms.Form):
             "burst_enabled": burst.get("enabled", False),
             "burst_max_nodes": burst.get("maxNodes", 0),
             "budget_monthly": spec.get("budget", {}).get("monthly"),
-            "scheduling_policy": spec.get("schedulingPolicy", "binpack"),
+            "scheduling_policy": spec.get("schedulingPolicy", DEFAULT_SCHEDULING_POLICY),
             "shared_with": ", ".join(spec.get("sharedWith", [])),
         }
         rows = {

@@ -57,6 +57,7 @@ from pools.core.scheduling.nodes import (
 from pools.core.scheduling.nodes import Pod as CorePod
 from pools.core.scheduling.policies import policy_for
 from pools.core.scheduling.preempt import preempt
+from pools.core.spec import DEFAULT_SCHEDULING_POLICY
 from pools.models import GpuNodePool, Node, PoolEvent
 from pools.models.pods import Pod
 from pools.providers import real_cluster
@@ -68,7 +69,7 @@ from pools.selectors.cluster import (
 
 logger = logging.getLogger("ebcloud.scheduler")
 
-DEFAULT_POLICY = "binpack"
+DEFAULT_POLICY = DEFAULT_SCHEDULING_POLICY
 SCHEDULER_LOCK_KEY = 0x5EB_C10D  # pg_advisory_xact_lock key of the pod binders
 
 

@@ -35,7 +35,9 @@ from pools.core.scheduling.nodes import TAINT_EFFECTS, Taint
 API_VERSION = "ebcloud.io/v1"
 KIND = "GpuNodePool"
 LEASE_TYPES = ("monthly", "quarterly", "yearly")
-SCHEDULING_POLICIES = ("binpack", "spread", "bestfit", "fgd")
+SCHEDULING_POLICIES = ("binpack", "spread", "bestfit", "fgd", "fgd-cpu")
+# FGD with CPU-aware ties: the least unallocated GPU on Alibaba's trace (docs/benchmarks.md)
+DEFAULT_SCHEDULING_POLICY = "fgd-cpu"
 RESOURCE_METRICS = ("gpu-memory",)
 POD_METRICS = ("queued_pods",)
 DEFAULT_SYSTEM_IMAGE = "ubuntu-22.04-cuda-12.2"
@@ -93,7 +95,7 @@ class PoolSpec:
     scaling: ScalingSpec | None = None
     burst: Burst = Burst()
     budget: Budget | None = None
-    scheduling_policy: str = "binpack"
+    scheduling_policy: str = DEFAULT_SCHEDULING_POLICY
     shared_with: tuple[str, ...] = ()  # teams (slugs) whose pods may also run on the pool's nodes
 
     @property
@@ -151,7 +153,7 @@ def parse_document(document: Any, catalog: Catalog) -> PoolSpec:
     scaling = _parse_scaling(check, spec["scaling"]) if "scaling" in spec else None
     burst = _parse_burst(check, spec.get("burst", {}), max_nodes, min_nodes)
     budget = _parse_budget(check, spec["budget"]) if "budget" in spec else None
-    policy = check.choice(spec.get("schedulingPolicy", "binpack"), "spec.schedulingPolicy", SCHEDULING_POLICIES, "scheduling policy")
+    policy = check.choice(spec.get("schedulingPolicy", DEFAULT_SCHEDULING_POLICY), "spec.schedulingPolicy", SCHEDULING_POLICIES, "scheduling policy")
     shared_with = _parse_shared_with(check, spec.get("sharedWith", []), catalog.teams)
 
     if check.errors:

@@ -39,7 +39,7 @@ REASON_GPU = "Insufficient nvidia.com/gpu"
 # Ours: a pool's nodes take only its team's pods (and those of teams it is shared with).
 REASON_TEAM = "node(s) belong to a pool the pod's team may not use"
 
-POLICIES = ("spread", "binpack", "bestfit", "fgd", "random")
+POLICIES = ("spread", "binpack", "bestfit", "fgd", "fgd-cpu", "random")
 MAX_NODE_SCORE = 100  # kube-scheduler's framework.MaxNodeScore
 
 
