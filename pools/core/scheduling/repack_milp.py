@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pools.core.scheduling.nodes import MILLI, NodeState, Pod, filter_node
 
 MAX_COLUMNS = 5_000  # about 10-20 nodes of 8 GPUs: HiGHS answers in seconds
-TIME_LIMIT_S = 5.0  # the fragmentation page waits for it; the best plan so far counts
+TIME_LIMIT_S = 2.0  # the fragmentation page waits for it (kept short); the best plan so far counts
 
 
 class OptimiserMissing(RuntimeError):
