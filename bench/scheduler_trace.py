@@ -23,6 +23,7 @@ The seeded shuffle uses Python's ``random``, not the artifact's Go RNG, so indiv
 differ from the paper's; the medians over ten seeds are what is compared.
 
 Usage: python bench/scheduler_trace.py --variant default --policies bestfit,fgd --seeds 42-51
+       python bench/scheduler_trace.py --pods my_pods.csv --nodes my_nodes.csv --policies fgd-cpu
 """
 
 from __future__ import annotations
@@ -70,8 +71,12 @@ PUBLISHED = {
 }
 
 
-def load_nodes(data: Path) -> list[NodeState]:
-    with open(data / NODE_FILE, newline="") as f:
+def load_nodes(path: Path) -> list[NodeState]:
+    """Nodes of an openb node list (``sn,cpu_milli,memory_mib,gpu,model``); ``path`` is the
+    file or, for the shared trace, its folder."""
+    if path.is_dir():
+        path = path / NODE_FILE
+    with open(path, newline="") as f:
         return [
             NodeState(
                 name=row["sn"],
@@ -85,9 +90,17 @@ def load_nodes(data: Path) -> list[NodeState]:
         ]
 
 
-def load_pods(data: Path, variant: str) -> list[Pod]:
+def pod_file(data: Path, variant: str) -> Path:
+    return data / f"openb_pod_list_{variant}.csv"
+
+
+def load_pods(path: Path, variant: str | None = None) -> list[Pod]:
+    """Pods of an openb pod list (``name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec]``):
+    ``path`` is the file, or the shared trace's folder with a ``variant``."""
+    if variant is not None:
+        path = pod_file(path, variant)
     pods = []
-    with open(data / f"openb_pod_list_{variant}.csv", newline="") as f:
+    with open(path, newline="") as f:
         for row in csv.DictReader(f):
             gpus = int(row["num_gpu"])
             pods.append(
@@ -131,6 +144,10 @@ class RunResult:
     failed_pods: int
     seconds: float
     cpu_seconds: float = 0.0  # this process's CPU time: what a shared, loaded machine does not inflate
+    step_floor: float | None = None  # with at_full="floor": the best any repack could reach there
+
+
+WINDOW_HALF_PCT = 0.5  # "at 100%" = the records whose arrived % rounds to 100, as the artifact
 
 
 def _at(records: list[tuple[float, float]], arrived_pct: int) -> float:
@@ -138,6 +155,13 @@ def _at(records: list[tuple[float, float]], arrived_pct: int) -> float:
     if not window:
         window = [alloc for arr, alloc in records if abs(arr - arrived_pct) <= 1]
     return 100.0 - statistics.fmean(window) if window else float("nan")
+
+
+def step_threshold(capacity_milli: int) -> float:
+    """Arrived GPU milli at which an ``at_full`` step acts: the lower edge of the 100% window,
+    so that a ``+step`` row averages over exactly the records a plain row does, all of them
+    taken after the step."""
+    return capacity_milli * (100.0 - WINDOW_HALF_PCT) / 100.0
 
 
 def rename_nodes(nodes: list[NodeState], rng: random.Random) -> None:
@@ -155,11 +179,15 @@ def run_once(
 ) -> RunResult:
     """One online replay of one seed with one policy on fresh copies of ``nodes``.
 
-    ``at_full`` acts once, when the arrived request first reaches 100% of capacity:
+    ``at_full`` acts once, when the arrived request first enters the 100% window (99.5% of
+    capacity, :func:`step_threshold`):
     ``"repack"`` applies a node-freeing repack plan (no disruption budget) and offers the pods
     that failed so far again, in arrival order; ``"room"`` applies
     :func:`pools.core.scheduling.repack.make_room_plan` to those pods (moving a few running pods
-    so they fit). The replay then continues; "at 100%" is measured after that step.
+    so they fit); ``"floor"`` moves nothing and records in ``step_floor`` the unallocated GPU %
+    that no repack at that point can go below (:func:`repack_floor`). The replay then
+    continues; every record of the 100% window is taken after that step, and a plain run
+    averages over the same window.
     """
     start, cpu_start = time.perf_counter(), time.process_time()
     fresh = [n.clone() for n in nodes]
@@ -170,19 +198,21 @@ def run_once(
         rename_nodes(fresh, rng)
     scheduler = ClusterScheduler(fresh, policy, workload=workload, seed=seed)
     arrived = allocated = 0
-    records, failures = [], []
+    threshold = step_threshold(capacity)
+    records, failures, step_floor = [], [], None
     for pod in order:
         arrived += pod.gpu_request_milli
         if scheduler.place(pod, explain_failure=False).node is None:
             failures.append(pod)
         else:
             allocated += pod.gpu_request_milli
-        if at_full and arrived >= capacity:
+        if at_full == "floor" and arrived >= threshold:
+            step_floor, at_full = repack_floor(scheduler.nodes, failures), ""
+        if at_full and arrived >= threshold:
             placed = apply_at_full(at_full, scheduler, workload, failures)
             allocated += sum(p.gpu_request_milli for p in placed)
             failures = [p for p in failures if p not in placed]
             at_full = ""
-            records = [r for r in records if round(r[0]) != 100]  # measure after the step
         records.append((100.0 * arrived / capacity, 100.0 * allocated / capacity))
     return RunResult(
         policy,
@@ -192,7 +222,18 @@ def run_once(
         len(failures),
         time.perf_counter() - start,
         time.process_time() - cpu_start,
+        step_floor,
     )
+
+
+def repack_floor(nodes: list[NodeState], failed: list[Pod]) -> float:
+    """Unallocated GPU % (of capacity) below which no repack can go at this point: every
+    running pod stays placed (anywhere), any of the ``failed`` ones may be added; the LP with
+    per-GPU packing cuts of bench/offline_floor.py bounds what fits."""
+    from bench.offline_floor import offline_floor
+
+    running = [b.pod for n in nodes for b in n.bound.values()]
+    return offline_floor(nodes, failed, required=running)
 
 
 def apply_at_full(mode: str, scheduler: ClusterScheduler, workload, failed: list[Pod]) -> set[Pod]:
@@ -220,9 +261,10 @@ def apply_at_full(mode: str, scheduler: ClusterScheduler, workload, failed: list
     return placed
 
 
-def floor_once(nodes, pods, seed: int) -> tuple[float, float]:
+def floor_once(nodes, pods, seed: int, *, gpu_cuts: bool = True) -> tuple[float, float]:
     """The offline floor (bench/offline_floor.py) of one seed's workload at 100% and 130%
-    arrived: the same shuffled, tuned arrivals as `run_once`, all known in advance."""
+    arrived: the same shuffled, tuned arrivals as `run_once`, all known in advance;
+    ``gpu_cuts=False`` is the plain aggregate LP."""
     from bench.offline_floor import offline_floor
 
     capacity = sum(n.gpu_count for n in nodes) * 1000
@@ -233,7 +275,7 @@ def floor_once(nodes, pods, seed: int) -> tuple[float, float]:
         if arrived >= capacity:
             full = index + 1
             break
-    return offline_floor(nodes, order[:full]), offline_floor(nodes, order)
+    return offline_floor(nodes, order[:full], gpu_cuts=gpu_cuts), offline_floor(nodes, order, gpu_cuts=gpu_cuts)
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -262,18 +304,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--at-full",
         default="",
-        help="comma list of steps to also run at 100%% arrived: repack, room (<policy>+<step>)",
+        help="comma list of steps to also run at 100%% arrived: repack, room (<policy>+<step>); "
+        "floor prints, instead of a replay, the unallocated %% no repack there could go below (needs scipy)",
+    )
+    parser.add_argument(
+        "--pods",
+        type=Path,
+        help="an openb-format pod list to replay instead of the shared trace's --variant "
+        "(name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec])",
+    )
+    parser.add_argument(
+        "--nodes",
+        type=Path,
+        help="an openb-format node list instead of the shared trace's (sn,cpu_milli,memory_mib,gpu,model)",
     )
     parser.add_argument("--floor", action="store_true", help="also print the offline floor (an LP bound; needs scipy)")
     args = parser.parse_args(argv)
-    if not (args.data / NODE_FILE).is_file():
-        print(f"data not found: {args.data / NODE_FILE}", file=sys.stderr)
+    node_path = args.nodes or args.data / NODE_FILE
+    pod_path = args.pods or pod_file(args.data, args.variant)
+    for path in (node_path, pod_path):
+        if not path.is_file():
+            print(f"data not found: {path}", file=sys.stderr)
+            return 2
+    try:
+        nodes, pods = load_nodes(node_path), load_pods(pod_path)
+    except (KeyError, ValueError) as error:
+        print(f"not an openb-format list ({node_path}, {pod_path}): {error!r}", file=sys.stderr)
         return 2
-    nodes, pods = load_nodes(args.data), load_pods(args.data, args.variant)
     workload = workload_from_pods(pods)
     seeds = parse_seeds(args.seeds)
+    trace_name = args.variant if args.pods is None else pod_path.name
     print(
-        f"# {args.variant}: {len(nodes)} nodes, {sum(n.gpu_count for n in nodes)} GPUs, "
+        f"# {trace_name}: {len(nodes)} nodes, {sum(n.gpu_count for n in nodes)} GPUs, "
         f"{len(pods)} pods, seeds {args.seeds}"
     )
     print(
@@ -281,7 +343,8 @@ def main(argv: list[str] | None = None) -> int:
         "| failed pods | s/seed |"
     )
     print("|---|---|---|---|---|---|---|")
-    published = PUBLISHED.get(args.variant, {})
+    same_trace = args.pods is None and args.nodes is None
+    published = PUBLISHED.get(args.variant, {}) if same_trace else {}
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     steps = [""] + [step.strip() for step in args.at_full.split(",") if step.strip()]
     runs = [(p, step) for step in steps for p in policies]
@@ -292,6 +355,13 @@ def main(argv: list[str] | None = None) -> int:
         ]
         pub = published.get(policy, (None, None)) if not step else (None, None)
         label = f"{policy}+{step}" if step else policy
+        if step == "floor":
+            print(
+                f"| {policy}: floor of any repack at 100% | {statistics.median(r.step_floor for r in results):.2f} "
+                f"| - | - | - | - | {statistics.fmean(r.seconds for r in results):.2f} |",
+                flush=True,
+            )
+            continue
         print(
             f"| {label} | {statistics.median(r.unallocated_100 for r in results):.2f} "
             f"| {fmt(pub[0])} | {statistics.median(r.unallocated_130 for r in results):.2f} "
@@ -300,14 +370,15 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
     if args.floor:
-        started = time.perf_counter()
-        floors = [floor_once(nodes, pods, seed) for seed in seeds]
-        print(
-            f"| offline floor (LP, all pods known) | {statistics.median(f[0] for f in floors):.2f} | - "
-            f"| {statistics.median(f[1] for f in floors):.2f} | - | - "
-            f"| {(time.perf_counter() - started) / len(seeds):.2f} |",
-            flush=True,
-        )
+        for label, gpu_cuts in (("LP", False), ("LP + per-GPU packing cuts", True)):
+            started = time.perf_counter()
+            floors = [floor_once(nodes, pods, seed, gpu_cuts=gpu_cuts) for seed in seeds]
+            print(
+                f"| offline floor ({label}, all pods known) | {statistics.median(f[0] for f in floors):.2f} | - "
+                f"| {statistics.median(f[1] for f in floors):.2f} | - | - "
+                f"| {(time.perf_counter() - started) / len(seeds):.2f} |",
+                flush=True,
+            )
     return 0
 
 

@@ -456,11 +456,13 @@ def fragmentation_text(report: dict) -> str:
                 )
             )
         else:
-            lines.append("Repack plan: no moves free a node.")
+            lines.append("Repack plan: no moves free a running node.")
         freed = plan.get("freedNodes") or []
         lines.append(
             f"Freed nodes: {', '.join(freed) or 'none'}; GPU-hours saved per week: {plan.get('gpuHoursSavedPerWeek')}"
         )
+        empty = plan.get("emptyNodes") or []
+        lines.append(f"Nodes already running no pods: {', '.join(empty) or 'none'}")
     if report.get("applied"):
         lines.append(
             f"Applied: moved {len(report['applied'])} pod(s): {', '.join(report['applied'])}"

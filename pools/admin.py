@@ -16,6 +16,7 @@ from pools.models import (
     Team,
     Zone,
 )
+from pools.providers import real_cluster
 
 
 class MembershipInline(admin.TabularInline):
@@ -103,6 +104,17 @@ class PriorityClassAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         return ("name", "value", "preemption_policy", "created_at") if obj is not None else ("created_at",)
+
+    # On a real cluster the classes are the cluster's objects (mirrored each pass): changed
+    # with kubectl there, shown here.
+    def has_add_permission(self, request):
+        return not real_cluster() and super().has_add_permission(request)
+
+    def has_change_permission(self, request, obj=None):
+        return not real_cluster() and super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request, obj=None):
+        return not real_cluster() and super().has_delete_permission(request, obj)
 
 
 admin.site.register([GpuModel, NodeType, Zone])

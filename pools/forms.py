@@ -11,7 +11,14 @@ from typing import Any
 from django import forms
 
 from pools.core.errors import ValidationError
-from pools.core.spec import API_VERSION, KIND, LEASE_TYPES, SCHEDULING_POLICIES, TAINT_EFFECTS
+from pools.core.spec import (
+    API_VERSION,
+    DEFAULT_SCHEDULING_POLICY,
+    KIND,
+    LEASE_TYPES,
+    SCHEDULING_POLICIES,
+    TAINT_EFFECTS,
+)
 from pools.models import GpuModel, GpuNodePool, NodeType, PoolOrder, Zone
 
 ROW_KINDS = ("label", "nodelabel", "taint")
@@ -35,6 +42,7 @@ FIELD_FOR_PATH = {
     "spec.budget.monthly": "budget_monthly",
     "spec.budget.currency": "budget_monthly",
     "spec.schedulingPolicy": "scheduling_policy",
+    "spec.sharedWith": "shared_with",
     "team": "team",
 }
 ROW_PREFIXES = (("metadata.labels", "label"), ("spec.nodeLabels", "nodelabel"), ("spec.nodeTaints", "taint"))
@@ -45,7 +53,7 @@ class PoolForm(forms.Form):
     name = forms.CharField(max_length=63, help_text="DNS-1123 name, e.g. train-pool-a")
     gpu_model = forms.ChoiceField(label="GPU model")
     node_type = forms.ChoiceField(label="Node type")
-    region = forms.ChoiceField(label="Zone", help_text="Preferred zone, near the data (D4)")
+    region = forms.ChoiceField(label="Zone", help_text="Preferred zone: the one nearest the data the jobs read")
     min_nodes = forms.IntegerField(label="Minimum nodes (monthly baseline)", min_value=0)
     max_nodes = forms.IntegerField(label="Maximum nodes", min_value=1)
     lease_type = forms.ChoiceField(label="Lease", choices=[(t, t.capitalize()) for t in LEASE_TYPES])
@@ -59,7 +67,12 @@ class PoolForm(forms.Form):
     )
     burst_max_nodes = forms.IntegerField(label="Most burst nodes", min_value=0, required=False)
     budget_monthly = forms.DecimalField(label="Monthly budget (CNY)", min_value=0, decimal_places=2, required=False)
-    scheduling_policy = forms.ChoiceField(label="Scheduling policy", choices=[(p, p) for p in SCHEDULING_POLICIES], initial="binpack")
+    scheduling_policy = forms.ChoiceField(label="Scheduling policy", choices=[(p, p) for p in SCHEDULING_POLICIES], initial=DEFAULT_SCHEDULING_POLICY)
+
+    shared_with = forms.CharField(
+        label="Share with teams", required=False, max_length=1000,
+        help_text="Other teams whose pods may also run on this pool's nodes, comma-separated (e.g. inference); your team still pays for it",
+    )  # fmt: skip
 
     def __init__(self, *args, teams=None, editing: GpuNodePool | None = None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -125,13 +138,14 @@ class PoolForm(forms.Form):
             spec["budget"] = {**spec.get("budget", {}), "monthly": str(budget), "currency": spec.get("budget", {}).get("currency", "CNY")}
         else:
             spec.pop("budget", None)
-        _set_or_drop(spec, "schedulingPolicy", data["scheduling_policy"] if data["scheduling_policy"] != "binpack" else None)
+        _set_or_drop(spec, "schedulingPolicy", data["scheduling_policy"] if data["scheduling_policy"] != DEFAULT_SCHEDULING_POLICY else None)
+        _set_or_drop(spec, "sharedWith", [team.strip() for team in data.get("shared_with", "").split(",") if team.strip()])
         return document
 
     def add_spec_errors(self, error: ValidationError) -> None:
         """Show each spec error beside its field (or its row section)."""
         for item in error.errors:
-            field = FIELD_FOR_PATH.get(item.field)
+            field = FIELD_FOR_PATH.get(item.field) or FIELD_FOR_PATH.get(re.sub(r"\[\d+\]$", "", item.field))
             if field in self.fields:
                 self.add_error(field, item.message)
                 continue
@@ -164,7 +178,8 @@ class PoolForm(forms.Form):
             "burst_enabled": burst.get("enabled", False),
             "burst_max_nodes": burst.get("maxNodes", 0),
             "budget_monthly": spec.get("budget", {}).get("monthly"),
-            "scheduling_policy": spec.get("schedulingPolicy", "binpack"),
+            "scheduling_policy": spec.get("schedulingPolicy", DEFAULT_SCHEDULING_POLICY),
+            "shared_with": ", ".join(spec.get("sharedWith", [])),
         }
         rows = {
             "label": [{"key": k, "value": v} for k, v in pool.document.get("metadata", {}).get("labels", {}).items()],

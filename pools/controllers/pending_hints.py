@@ -7,16 +7,25 @@ with its own verdict; on a real cluster kube-scheduler gives the verdict (the po
 
 from __future__ import annotations
 
-import dataclasses
-from collections import defaultdict
+from collections import Counter, defaultdict
+from dataclasses import dataclass
 from datetime import datetime
+from urllib.parse import urlencode
 
 from django.db import transaction
+from django.urls import reverse
 
 from pools.core.scheduling.explain import explain
-from pools.core.scheduling.nodes import REASON_CPU, REASON_GPU, REASON_MEMORY, NodeState
+from pools.core.scheduling.nodes import (
+    REASON_CPU,
+    REASON_GPU,
+    REASON_MEMORY,
+    NodeState,
+    may_use,
+    resource_filter_reason,
+)
 from pools.core.scheduling.nodes import Pod as CorePod
-from pools.models import GpuNodePool
+from pools.models import GpuModel, GpuNodePool, NodeType
 from pools.models.pods import Pod
 from pools.selectors.cluster import cluster_state, core_pod_of, live_nodes
 
@@ -28,18 +37,14 @@ def pending_hints_write(*, now: datetime) -> list[str]:
     with transaction.atomic():
         nodes = live_nodes()
         pools = {n.pool.name: n.pool for n in nodes}
-        pods = list(Pod.objects.filter(phase__in=(Pod.Phase.PENDING, Pod.Phase.RUNNING)).exclude(team__isnull=True).order_by("-priority", "submitted_at", "id"))
+        pods = list(Pod.objects.filter(phase__in=(Pod.Phase.PENDING, Pod.Phase.RUNNING)).exclude(team__isnull=True).select_related("team").order_by("-priority", "submitted_at", "id"))
         states = cluster_state(nodes, [p for p in pods if p.phase == Pod.Phase.RUNNING])
         ordered = [states[n.name] for n in nodes]
-        views: dict[int, list[NodeState]] = {}
-        waiting, changed = [], []
+        waiting, changed, catalog = [], [], OrderCatalog()
         for pod in pods:
             if pod.phase != Pod.Phase.PENDING or pod.reason != "Unschedulable":
                 continue
-            cpod = core_pod_of(pod)
-            seen = team_view(ordered, pools, pod.team_id, views)
-            explanation = explain(cpod, seen)
-            hints = list(explanation.hints) + capacity_hints(cpod, explanation.node_reasons, {s.name: s for s in seen}, pools)
+            hints = pending_hints(core_pod_of(pod), ordered, pools, pod.team.slug, catalog).hints
             waiting.append(pod.key)
             if pod.hints != hints:
                 pod.hints = hints
@@ -49,19 +54,66 @@ def pending_hints_write(*, now: datetime) -> list[str]:
 
 
 INSUFFICIENT = (REASON_CPU, REASON_MEMORY, REASON_GPU)
-OTHER_TEAMS = "(another team's pool)"
 
 
-def team_view(states: list[NodeState], pools: dict[str, GpuNodePool], team_id: int, cache: dict[int, list[NodeState]]) -> list[NodeState]:
-    """The nodes as one team may see them in explanations: counts stay cluster-wide, like
-    kube-scheduler's, but other teams' pool names are hidden (a lead never learns of another
-    team's pools, not even from a hint)."""
-    if team_id not in cache:
-        cache[team_id] = [
-            state if (pool := pools.get(state.pool)) is None or pool.team_id == team_id else dataclasses.replace(state, pool=OTHER_TEAMS)
-            for state in states
-        ]
-    return cache[team_id]
+class OrderCatalog:
+    """What can be ordered (node types smallest first, GPU models), read once per pass and
+    only if some pod needs an order hint: the pass's statements stay independent of its pods."""
+
+    def __init__(self) -> None:
+        self._read: tuple[list[NodeType], list[str]] | None = None
+
+    def read(self) -> tuple[list[NodeType], list[str]]:
+        if self._read is None:
+            self._read = (list(NodeType.objects.order_by("gpu_count", "cpu_milli", "memory_mib", "name")),
+                          list(GpuModel.objects.order_by("name").values_list("name", flat=True)))  # fmt: skip
+        return self._read
+
+
+def order_hint(pod: CorePod, usable: list[NodeState], others: list[NodeState], team_slug: str, catalog: OrderCatalog) -> list[str]:
+    """When no pool the team may use could ever take the pod (even its empty nodes are too
+    small, or of a GPU model the pod does not allow), what to order: the smallest node type
+    that fits, of the pod's GPU model (else the model such pods run on elsewhere in the
+    fleet, else any), with the order form's address, pre-filled. Other teams' pools are never
+    named: only what to buy."""
+    if any(_fits_empty(pod, node) for node in usable):
+        return []
+    node_types, models = catalog.read()
+    fitting = [t for t in node_types if t.gpu_count >= pod.gpu_count and t.cpu_milli >= pod.cpu_milli and t.memory_mib >= pod.memory_mib]
+    if not fitting:
+        return []
+    seen = Counter(node.gpu_model for node in others if _fits_empty(pod, node)).most_common(1)
+    model = next(iter(pod.gpu_models), None) or (seen[0][0] if seen else None) or (models[0] if models else "")
+    what = f"{pod.gpu_count} GPU(s), {pod.cpu_milli}m CPU and {pod.memory_mib}Mi memory on one node" + (f", GPU model {', '.join(pod.gpu_models)}" if pod.gpu_models else "")
+    form = reverse("pools:create") + "?" + urlencode({"team": team_slug, "gpu_model": model, "node_type": fitting[0].name})
+    return [
+        f"No pool of your team can run this pod: it needs {what}. Order a pool of node type {fitting[0].name} "
+        f"({fitting[0].gpu_count} GPUs per node) with GPU model {model}: {form}"
+    ]
+
+
+def _fits_empty(pod: CorePod, node: NodeState) -> bool:
+    """Whether an empty node like this one takes the pod's requests and GPU model (labels and
+    taints aside: the pool's spec can give those)."""
+    empty = NodeState(name=node.name, cpu_milli=node.cpu_milli, memory_mib=node.memory_mib, gpu_count=node.gpu_count, gpu_model=node.gpu_model)
+    return resource_filter_reason(pod, empty) is None and not (pod.gpu_count and pod.gpu_models and node.gpu_model not in pod.gpu_models)
+
+
+@dataclass(frozen=True)
+class PendingHints:
+    message: str
+    hints: list[str]
+
+
+def pending_hints(pod: CorePod, states: list[NodeState], pools: dict[str, GpuNodePool], team_slug: str, catalog: OrderCatalog) -> PendingHints:
+    """kube-scheduler's message over the nodes the pod's team may use, and every hint: the
+    core's (labels, taints, requests), the pools' (grow, raise max) and what to order."""
+    usable = [state for state in states if may_use(pod, state)]
+    explanation = explain(pod, usable)
+    hints = list(explanation.hints) + capacity_hints(pod, explanation.node_reasons, {s.name: s for s in usable}, pools)
+    if explanation.available == 0:
+        hints += order_hint(pod, usable, [state for state in states if not may_use(pod, state)], team_slug, catalog)
+    return PendingHints(explanation.message, hints)
 
 
 def capacity_hints(pod: CorePod, node_reasons: dict[str, str], states: dict[str, NodeState], pools: dict[str, GpuNodePool]) -> list[str]:

@@ -19,16 +19,19 @@ One pass, in one transaction, in a constant number of queries whatever the numbe
    bulk update, events by one bulk insert.
 
 On a real cluster (`EBCLOUD_CLUSTER=kubernetes`) kube-scheduler binds and the kubelets run and
-finish the pods: the pass only adds our hints to kube-scheduler's verdicts
+finish the pods: the pass keeps the team-isolation policy and the PriorityClasses in step
+(pools/controllers/cluster_sync.py) and adds our hints to kube-scheduler's verdicts
 (pools/controllers/pending_hints.py).
 """
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+import urllib3
 from django.db import connection, transaction
 from django.db.models import (
     BigIntegerField,
@@ -40,10 +43,11 @@ from django.db.models import (
     When,
 )
 from django.utils import timezone
+from kubernetes.client.exceptions import ApiException
 
-from pools.controllers.pending_hints import capacity_hints, pending_hints_write, team_view
+from pools.controllers.cluster_sync import admission_policy_sync, priority_classes_sync
+from pools.controllers.pending_hints import OrderCatalog, pending_hints, pending_hints_write
 from pools.core.durations import format_duration
-from pools.core.scheduling.explain import explain
 from pools.core.scheduling.fragmentation import workload_from_pods
 from pools.core.scheduling.nodes import (
     NodeState,
@@ -53,6 +57,7 @@ from pools.core.scheduling.nodes import (
 from pools.core.scheduling.nodes import Pod as CorePod
 from pools.core.scheduling.policies import policy_for
 from pools.core.scheduling.preempt import preempt
+from pools.core.spec import DEFAULT_SCHEDULING_POLICY
 from pools.models import GpuNodePool, Node, PoolEvent
 from pools.models.pods import Pod
 from pools.providers import real_cluster
@@ -62,7 +67,9 @@ from pools.selectors.cluster import (
     live_nodes,
 )
 
-DEFAULT_POLICY = "binpack"
+logger = logging.getLogger("ebcloud.scheduler")
+
+DEFAULT_POLICY = DEFAULT_SCHEDULING_POLICY
 SCHEDULER_LOCK_KEY = 0x5EB_C10D  # pg_advisory_xact_lock key of the pod binders
 
 
@@ -140,13 +147,18 @@ def _case(mapping: dict[int, object], output_field):
 def scheduler_pass(*, now: datetime | None = None) -> PassResult:
     """One pass over every live node and every Pending/Running pod (see the module docstring)."""
     now = now or timezone.now()
-    if real_cluster():  # kube-scheduler binds; we add our hints to its verdicts
+    if real_cluster():  # kube-scheduler binds (see the module docstring)
+        for sync in (admission_policy_sync, priority_classes_sync):
+            try:
+                sync()
+            except (ApiException, urllib3.exceptions.HTTPError) as exc:  # the API server is away: the next pass retries
+                logger.warning("%s: the cluster could not be read or written: %s", sync.__name__, exc)
         return PassResult(unschedulable=pending_hints_write(now=now))
     result = PassResult()
     with transaction.atomic():
         scheduler_lock()
         nodes = live_nodes()
-        pods = list(Pod.objects.filter(phase__in=(Pod.Phase.PENDING, Pod.Phase.RUNNING)).order_by("-priority", "submitted_at", "id"))
+        pods = list(Pod.objects.filter(phase__in=(Pod.Phase.PENDING, Pod.Phase.RUNNING)).select_related("team").order_by("-priority", "submitted_at", "id"))
         by_id = {n.pk: n for n in nodes}
         by_name = {n.name: n for n in nodes}
         pools = {n.pool.name: n.pool for n in nodes}
@@ -184,7 +196,7 @@ def scheduler_pass(*, now: datetime | None = None) -> PassResult:
         row_of = {p.key: p for p in running}
         binds: dict[int, tuple[int, tuple[int, ...]]] = {}
         explanations: list[Pod] = []
-        views: dict[int, list[NodeState]] = {}
+        catalog = OrderCatalog()
         for pod in pending:
             cpod = core[pod.pk]
             choice = scorer.best(cpod, ordered_states)
@@ -203,11 +215,9 @@ def scheduler_pass(*, now: datetime | None = None) -> PassResult:
                     events.add(target, "Preempting", f"Pod {pod.key} (priority {pod.priority}) preempts {len(names)} lower-priority pod(s) on {plan.node}: {', '.join(names)}", pod=pod.key)
                     choice = (plan.node, plan.gpu_indices)
             if choice is None:
-                seen = team_view(ordered_states, pools, pod.team_id, views)
-                explanation = explain(cpod, seen)
-                hints = list(explanation.hints) + capacity_hints(cpod, explanation.node_reasons, {s.name: s for s in seen}, pools)
-                if pod.explanation != explanation.message or pod.hints != hints or pod.reason != "Unschedulable":
-                    pod.explanation, pod.hints, pod.reason = explanation.message, hints, "Unschedulable"
+                verdict = pending_hints(cpod, ordered_states, pools, pod.team.slug, catalog)
+                if pod.explanation != verdict.message or pod.hints != verdict.hints or pod.reason != "Unschedulable":
+                    pod.explanation, pod.hints, pod.reason = verdict.message, verdict.hints, "Unschedulable"
                     explanations.append(pod)
                 result.unschedulable.append(pod.key)
                 continue

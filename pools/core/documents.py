@@ -14,7 +14,7 @@ from pools.core.autoscaling import ScalingRules, ScalingSpec
 from pools.core.durations import format_duration
 from pools.core.errors import ValidationError
 from pools.core.nesting import DEFAULT_MAX_DEPTH
-from pools.core.spec import API_VERSION, KIND, Burst, PoolSpec
+from pools.core.spec import API_VERSION, DEFAULT_SCHEDULING_POLICY, KIND, Burst, PoolSpec
 from pools.core.yaml_loading import load_all
 
 
@@ -90,7 +90,7 @@ def to_document(spec: PoolSpec) -> dict[str, Any]:
             "currency": spec.budget.currency,
             "thresholds": list(spec.budget.thresholds),
         }
-    if spec.scheduling_policy != "binpack":
+    if spec.scheduling_policy != DEFAULT_SCHEDULING_POLICY:
         body["schedulingPolicy"] = spec.scheduling_policy
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": body}
 

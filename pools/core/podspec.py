@@ -470,8 +470,10 @@ def core_pod(
     tolerations=(),
     node_selector: Mapping[str, str] | None = None,
     affinity: Mapping[str, Any] | None = None,
+    team: str = "",
 ) -> CorePod:
-    """The scheduling core's Pod from stored (validated) fields; `key` is namespace/name."""
+    """The scheduling core's Pod from stored (validated) fields; `key` is namespace/name,
+    `team` the identity of its namespace's team."""
     return CorePod(
         name=key,
         cpu_milli=cpu_milli,
@@ -489,6 +491,7 @@ def core_pod(
         ),
         node_selector=dict(node_selector or {}),
         affinity_terms=affinity_terms(affinity or {}),
+        team=team,
     )
 
 

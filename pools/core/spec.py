@@ -35,7 +35,9 @@ from pools.core.scheduling.nodes import TAINT_EFFECTS, Taint
 API_VERSION = "ebcloud.io/v1"
 KIND = "GpuNodePool"
 LEASE_TYPES = ("monthly", "quarterly", "yearly")
-SCHEDULING_POLICIES = ("binpack", "spread", "bestfit", "fgd")
+SCHEDULING_POLICIES = ("binpack", "spread", "bestfit", "fgd", "fgd-cpu")
+# FGD with CPU-aware ties: the least unallocated GPU on Alibaba's trace (docs/benchmarks.md)
+DEFAULT_SCHEDULING_POLICY = "fgd-cpu"
 RESOURCE_METRICS = ("gpu-memory",)
 POD_METRICS = ("queued_pods",)
 DEFAULT_SYSTEM_IMAGE = "ubuntu-22.04-cuda-12.2"
@@ -53,6 +55,7 @@ class Catalog:
     node_types: Mapping[str, int]
     zones: Mapping[str, str]
     max_nodes: int = 100
+    teams: frozenset[str] | None = None  # team slugs `spec.sharedWith` may name; None: not checked
 
 
 @dataclass(frozen=True)
@@ -92,7 +95,8 @@ class PoolSpec:
     scaling: ScalingSpec | None = None
     burst: Burst = Burst()
     budget: Budget | None = None
-    scheduling_policy: str = "binpack"
+    scheduling_policy: str = DEFAULT_SCHEDULING_POLICY
+    shared_with: tuple[str, ...] = ()  # teams (slugs) whose pods may also run on the pool's nodes
 
     @property
     def autoscaling(self) -> ScalingSpec | None:
@@ -111,7 +115,7 @@ _METADATA = ("name", "labels")
 _SPEC = (
     "nodeType", "gpuModel", "nodeCount", "region", "leaseType", "systemImage", "autoRepair",
     "autoRepairPolicy", "autoRenew", "preemptible", "nodeLabels", "nodeTaints", "scaling", "burst", "budget",
-    "schedulingPolicy",
+    "schedulingPolicy", "sharedWith",
 )  # fmt: skip
 _SPEC_REQUIRED = ("nodeType", "gpuModel", "nodeCount", "region")
 
@@ -149,7 +153,8 @@ def parse_document(document: Any, catalog: Catalog) -> PoolSpec:
     scaling = _parse_scaling(check, spec["scaling"]) if "scaling" in spec else None
     burst = _parse_burst(check, spec.get("burst", {}), max_nodes, min_nodes)
     budget = _parse_budget(check, spec["budget"]) if "budget" in spec else None
-    policy = check.choice(spec.get("schedulingPolicy", "binpack"), "spec.schedulingPolicy", SCHEDULING_POLICIES, "scheduling policy")
+    policy = check.choice(spec.get("schedulingPolicy", DEFAULT_SCHEDULING_POLICY), "spec.schedulingPolicy", SCHEDULING_POLICIES, "scheduling policy")
+    shared_with = _parse_shared_with(check, spec.get("sharedWith", []), catalog.teams)
 
     if check.errors:
         raise ValidationError(check.errors)
@@ -173,7 +178,27 @@ def parse_document(document: Any, catalog: Catalog) -> PoolSpec:
         burst=burst,
         budget=budget,
         scheduling_policy=policy,
+        shared_with=shared_with,
     )
+
+
+def _parse_shared_with(check: Checker, value: Any, teams: frozenset[str] | None) -> tuple[str, ...]:
+    """`spec.sharedWith`: the teams the owning lead lends the pool to, by slug, each once."""
+    if not isinstance(value, list):
+        check.error("spec.sharedWith", "must be a list of team names, e.g. [inference]")
+        return ()
+    slugs: list[str] = []
+    for i, slug in enumerate(value):
+        path = f"spec.sharedWith[{i}]"
+        if not isinstance(slug, str) or not slug:
+            check.error(path, "must be a team name such as inference")
+        elif slug in slugs:
+            check.error(path, f"team {slug!r} is listed twice")
+        elif teams is not None and slug not in teams:
+            check.error(path, f"no team named {slug!r}")
+        else:
+            slugs.append(slug)
+    return tuple(slugs)
 
 
 def _parse_node_count(check: Checker, spec: dict, catalog: Catalog) -> tuple[int | None, int | None]:

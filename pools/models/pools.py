@@ -187,6 +187,12 @@ class GpuNodePool(models.Model):
         return self.min_nodes * self.node_type.gpu_count
 
     @property
+    def shared_with(self) -> tuple[str, ...]:
+        """`spec.sharedWith`: the slugs of the teams the owning lead lends the pool's nodes to."""
+        shared = self.document.get("spec", {}).get("sharedWith")
+        return tuple(shared) if isinstance(shared, list) else ()
+
+    @property
     def bursts(self) -> bool:
         """`spec.burst.enabled`, read from the stored (validated) document without parsing it
         against the catalog: whether the autoscaler may add burst nodes (`PoolSpec.autoscaling`)."""

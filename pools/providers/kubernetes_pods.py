@@ -34,7 +34,7 @@ from pools.core.podspec import (
     ANNOTATION_GPU_MODELS,
     GPU_RESOURCE,
 )
-from pools.core.priority import PREEMPT_LOWER_PRIORITY
+from pools.core.priority import PREEMPT_LOWER_PRIORITY, SYSTEM_PREFIX
 from pools.core.scheduling.nodes import MILLI
 from pools.providers.kubernetes import api_client
 
@@ -73,6 +73,22 @@ class ClusterPods:
             token = body["metadata"].get("continue")
             if not token:
                 return pods, body["metadata"]["resourceVersion"]
+
+    def priority_classes(self) -> list[dict[str, Any]]:
+        """The cluster's PriorityClasses (scheduling.k8s.io/v1) but the built-in `system-`
+        ones, as (name, value, preemptionPolicy, globalDefault, description) fields."""
+        body = json.loads(client.SchedulingV1Api(self.api).list_priority_class(_preload_content=False).data)
+        return [
+            {
+                "name": item["metadata"]["name"],
+                "value": int(item.get("value") or 0),
+                "preemption_policy": item.get("preemptionPolicy") or PREEMPT_LOWER_PRIORITY,
+                "global_default": bool(item.get("globalDefault")),
+                "description": item.get("description") or "",
+            }
+            for item in body.get("items") or ()
+            if not item["metadata"]["name"].startswith(SYSTEM_PREFIX)
+        ]
 
     def watch(self, *, resource_version: str, timeout_seconds: int) -> Iterator[WatchEvent]:
         """The changes after `resource_version` until the server ends the watch (after

@@ -14,16 +14,22 @@ from django.db.models.functions import Cast
 from pools.core.podspec import core_pod
 from pools.core.scheduling.nodes import NodeState, OversubscribedError, Taint, best_fit_gpus
 from pools.core.scheduling.nodes import Pod as CorePod
-from pools.models import Node
+from pools.models import Node, Team
 from pools.models.pods import Pod
 
 # Nodes the scheduler sees: Ready ones take pods; cordoned/draining ones keep theirs.
 SCHEDULER_PHASES = (Node.Phase.READY, Node.Phase.CORDONED, Node.Phase.DRAINING, Node.Phase.UNKNOWN)
 UNSCHEDULABLE_PHASES = (Node.Phase.CORDONED, Node.Phase.DRAINING)
 
+def team_identity(team_id: int | None) -> str:
+    """The core's opaque team of a pod or pool: its team's id as text ("" for no team)."""
+    return "" if team_id is None else str(team_id)
+
+
 def core_pod_of(pod: Pod) -> CorePod:
     return core_pod(
         key=pod.key,
+        team=team_identity(pod.team_id),
         cpu_milli=pod.cpu_milli,
         memory_mib=pod.memory_mib,
         gpu_count=pod.gpu_count,
@@ -53,20 +59,20 @@ def core_pods_of(pods: QuerySet[Pod]) -> Iterator[tuple[int, str, CorePod | Exce
 
     for row in pods.annotate(**texts).values_list(*_POD_COLUMNS, *texts).iterator(chunk_size=5000):
         team_id, namespace, name = row[:3]
-        key = f"{namespace}/{name}"
-        same = built.get(row[3:])
+        key, fields = f"{namespace}/{name}", (team_id, *row[3:])
+        same = built.get(fields)
         if same is None:
-            same = built[row[3:]] = _core_pod_of_row(key, row[3:])
+            same = built[fields] = _core_pod_of_row(key, fields)
         yield team_id, key, same if isinstance(same, Exception) or same.name == key else same.renamed(key)
 
 
 def _core_pod_of_row(key: str, row: tuple) -> CorePod | Exception:
-    """The core's pod from a `core_pods_of` row past its team and name, or why it is invalid."""
-    cpu_milli, memory_mib, gpu_count, gpu_milli, priority, preemption_policy, checkpointable, *texts = row
+    """The core's pod from a `core_pods_of` row past its namespace and name, or why it is invalid."""
+    team_id, cpu_milli, memory_mib, gpu_count, gpu_milli, priority, preemption_policy, checkpointable, *texts = row
     try:
         labels, gpu_models, tolerations, node_selector, affinity = (None if text is None else json.loads(text) for text in texts)
         return core_pod(
-            key=key, cpu_milli=cpu_milli, memory_mib=memory_mib, gpu_count=gpu_count, gpu_milli=gpu_milli,
+            key=key, team=team_identity(team_id), cpu_milli=cpu_milli, memory_mib=memory_mib, gpu_count=gpu_count, gpu_milli=gpu_milli,
             gpu_models=gpu_models, priority=priority, preemption_policy=preemption_policy, checkpointable=checkpointable, labels=labels,
             tolerations=tolerations, node_selector=node_selector, affinity=affinity,
         )  # fmt: skip
@@ -74,8 +80,20 @@ def _core_pod_of_row(key: str, row: tuple) -> CorePod | Exception:
         return exc
 
 
-def node_state_of(node: Node) -> NodeState:
-    """A Node row (with pool, node type and GPU model selected) as the core's NodeState."""
+def pool_teams(pools) -> dict[int, frozenset[str]]:
+    """The teams whose pods may use each pool (by pool id): its own and those its
+    `spec.sharedWith` names (slugs, resolved in one query; a slug no team has lends nothing)."""
+    lent = {pool.pk: pool.shared_with for pool in pools}
+    ids = dict(Team.objects.filter(slug__in={s for slugs in lent.values() for s in slugs}).values_list("slug", "pk")) if any(lent.values()) else {}
+    return {
+        pool.pk: frozenset({team_identity(pool.team_id), *(team_identity(ids[s]) for s in lent[pool.pk] if s in ids)})
+        for pool in pools
+    }
+
+
+def node_state_of(node: Node, teams: frozenset[str]) -> NodeState:
+    """A Node row (with pool, node type and GPU model selected) as the core's NodeState;
+    `teams` from `pool_teams`."""
     pool = node.pool
     return NodeState(
         name=node.name,
@@ -88,6 +106,7 @@ def node_state_of(node: Node) -> NodeState:
         taints=tuple(Taint(t["key"], t.get("value", ""), t["effect"]) for t in node.taints or ()),
         ready=node.phase != Node.Phase.UNKNOWN,
         unschedulable=node.unschedulable or node.phase in UNSCHEDULABLE_PHASES,
+        teams=teams,
     )
 
 
@@ -103,7 +122,8 @@ def cluster_state(nodes: list[Node], pods: list[Pod]) -> dict[str, NodeState]:
     A pod of a real cluster has no GPU indices recorded (the node's device plugin chose them,
     the API does not say which): it is counted on the GPUs it fits best."""
     by_id = {n.pk: n for n in nodes}
-    states = {n.name: node_state_of(n) for n in nodes}
+    teams = pool_teams({n.pool_id: n.pool for n in nodes}.values())
+    states = {n.name: node_state_of(n, teams[n.pool_id]) for n in nodes}
     for pod in pods:
         node = by_id.get(pod.node_id)
         if pod.phase == Pod.Phase.RUNNING and node is not None:

@@ -21,11 +21,12 @@ from pools.core.diagnose import checks as core
 from pools.core.errors import ValidationError
 from pools.core.spec import Catalog, PoolSpec, parse_document
 from pools.models import GpuNodePool, Node, PoolEvent, PoolOrder
-from pools.models.pods import FragmentationSample, Pod
+from pools.models.pods import FragmentationSample, Pod, PriorityClass
 from pools.selectors.cluster import core_pod_of
 from pools.selectors.queue import template_node
 
 MAX_PENDING = 500  # the oldest Pending pods of the team are read; more would not change a finding
+MAX_RUNNING = 500  # the pool's Running pods read for the preemption check (its details show 10)
 MAX_EVENTS = 200
 EVENT_REASONS = (*core.SCALE_UP_REASONS, "ScaleDownBlocked")
 
@@ -94,7 +95,12 @@ def pool_snapshot(*, pool: GpuNodePool, now: datetime) -> core.PoolSnapshot:
         utilisation=_utilisation(pool, since),
         costs=_costs(pool, now),
         fragmentation=_fragmentation(pool),
-    )
+        preemptible=pool.preemptible,
+        running_pods=tuple(core.RunningPod(f"{ns}/{name}", priority, checkpointable) for ns, name, priority, checkpointable in
+                           Pod.objects.filter(phase=Pod.Phase.RUNNING, node__pool=pool).order_by("namespace", "name")
+                           .values_list("namespace", "name", "priority", "checkpointable")[:MAX_RUNNING]),
+        preempting_classes=tuple(PriorityClass.objects.filter(preemption_policy=PriorityClass.Policy.PREEMPT_LOWER_PRIORITY).values_list("name", "value")),
+    )  # fmt: skip
 
 
 def _events(pool: GpuNodePool, since: datetime) -> tuple[core.EventInfo, ...]:

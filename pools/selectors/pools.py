@@ -17,8 +17,9 @@ from django.http import Http404
 from monitoring.models import PoolSample
 from pools import roles
 from pools.core.charts import Sample
+from pools.core.isolation import PoolAccess
 from pools.core.lifecycle import RETIRING_REASONS
-from pools.core.spec import Catalog
+from pools.core.spec import Catalog, PoolSpec, effective_node_labels
 from pools.models import GpuModel, GpuNodePool, Node, NodeType, PoolEvent, PoolOrder, Team, Zone
 
 # Orders that hold quota: requested or bought capacity (a rejected or failed order holds none).
@@ -37,14 +38,35 @@ POOL_SORTS = {
 }
 
 
-def catalog_current() -> Catalog:
-    """What can be ordered now, from the database (GPU models, node types, zones)."""
+def catalog_current(*, teams: bool = False) -> Catalog:
+    """What can be ordered now, from the database (GPU models, node types, zones); with
+    `teams`, also the team slugs a new or edited spec's `sharedWith` may name (only writes
+    check them: a stored spec stays valid when a team it lends to is gone)."""
     return Catalog(
         gpu_models=frozenset(GpuModel.objects.values_list("name", flat=True)),
         node_types=dict(NodeType.objects.values_list("name", "gpu_count")),
         zones=dict(Zone.objects.values_list("name", "region")),
         max_nodes=settings.EBCLOUD_MAX_NODES_PER_POOL,
+        teams=frozenset(Team.objects.values_list("slug", flat=True)) if teams else None,
     )
+
+
+def pools_access() -> list[PoolAccess]:
+    """Every live pool as the admission rule sees it: the labels all its nodes carry (their
+    billing kind varies by node and is left out) and the teams (slugs) that may use it."""
+    pools = list(GpuNodePool.objects.active().select_related("team", "node_type", "gpu_model", "zone"))
+    slugs = frozenset(Team.objects.values_list("slug", flat=True)) if any(p.shared_with for p in pools) else frozenset()
+    access = []
+    for pool in pools:
+        spec = PoolSpec(
+            name=pool.name, node_type=pool.node_type.name, gpu_model=pool.gpu_model.name, min_nodes=pool.min_nodes,
+            max_nodes=pool.max_nodes, region=pool.zone.name, labels=pool.labels,
+            node_labels=pool.document.get("spec", {}).get("nodeLabels") or {},
+        )  # fmt: skip
+        labels = effective_node_labels(spec, zone=pool.zone.name, billing="", team=pool.team.slug)
+        labels.pop("ebcloud.io/billing")
+        access.append(PoolAccess(pool.name, labels, frozenset({pool.team.slug, *(s for s in pool.shared_with if s in slugs)})))
+    return access
 
 
 @dataclass(frozen=True)

@@ -57,8 +57,8 @@ def _load(pools: list[GpuNodePool] | None):
 
 def fragmentation_for(*, pools: list[GpuNodePool] | None, scope: str, with_plan: bool = False, max_nodes: int | None = None) -> FragmentationView:
     """The report for these pools (None: the whole cluster), with the repack plan if asked: by
-    default the whole plan (every node it can free); applying it goes `max_nodes` at a time,
-    and the planner is greedy in drain order, so each wave is the next part of this plan."""
+    default the whole plan (every node it can free); applying it plans again for `max_nodes`
+    nodes at a time, so each wave is the best drain of that size at that moment."""
     _, _, states, workload = _load(pools)
     nodes = list(states.values())
     report = fragmentation_report(nodes, workload)
@@ -138,6 +138,7 @@ def plan_document(plan: RepackPlan) -> dict:
     return {
         "moves": [{"pod": m.pod, "from": m.from_node, "to": m.to_node, "gpuIndices": list(m.gpu_indices)} for m in plan.moves],
         "freedNodes": list(plan.freed_nodes),
+        "emptyNodes": list(plan.empty_nodes),
         "gpuHoursSavedPerWeek": plan.gpu_hours_saved_per_week,
         "fragmentationBeforeGpus": round(plan.fragmentation_before_milli / MILLI, 3),
         "fragmentationAfterGpus": round(plan.fragmentation_after_milli / MILLI, 3),

@@ -6,7 +6,7 @@ API server restarted, a relist after 410 Gone) leaves the same rows and records 
 event. A deleted pod keeps its row (`deleted_at`) for the hours it ran; a new pod with the same
 namespace and name is a new row. The events of our nodes are written on transitions only:
 `Scheduled` when kube-scheduler bound the pod to one of our nodes, `Completed` when it
-succeeded there.
+succeeded there. The cluster's PriorityClasses are mirrored too (`priority_classes_replace`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 from django.db import transaction
 
-from pools.models import NamespaceTeam, Node, Pod, PoolEvent, Team, WatchCursor
+from pools.models import NamespaceTeam, Node, Pod, PoolEvent, PriorityClass, Team, WatchCursor
 from pools.services.events import NORMAL
 
 PODS = "pods"
@@ -265,3 +265,27 @@ def _event(node: Node, reason: str, message: str, at: datetime | None, now: date
         first_timestamp=at,
         last_timestamp=at,
     )
+
+
+def priority_classes_replace(classes: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Make the PriorityClass rows what the cluster has (`ClusterPods.priority_classes`): on a
+    real cluster the classes are the cluster's objects, as its pods are. One transaction;
+    returns the names added, changed or removed."""
+    wanted = {c["name"]: c for c in classes}
+    fields = ("value", "preemption_policy", "global_default", "description")
+    changed = []
+    with transaction.atomic():
+        rows = {row.name: row for row in PriorityClass.objects.select_for_update()}
+        gone = [name for name in rows if name not in wanted]
+        PriorityClass.objects.filter(name__in=gone).delete()
+        PriorityClass.objects.filter(global_default=True).exclude(name__in=[n for n, c in wanted.items() if c["global_default"]]).update(global_default=False)
+        for name, fields_of in sorted(wanted.items(), key=lambda kv: kv[1]["global_default"]):  # the default last: one at a time
+            row = rows.get(name)
+            if row is None:
+                PriorityClass.objects.create(name=name, **{f: fields_of[f] for f in fields})
+            elif any(getattr(row, f) != fields_of[f] for f in fields):
+                PriorityClass.objects.filter(pk=row.pk).update(**{f: fields_of[f] for f in fields})
+            else:
+                continue
+            changed.append(name)
+    return sorted(changed + gone)

@@ -19,12 +19,14 @@ from django.utils import timezone
 
 from pools import roles
 from pools.core.documents import split_server_fields
-from pools.core.errors import ConflictError
-from pools.core.podspec import admit, parse_pod, with_defaults
+from pools.core.errors import ConflictError, ValidationError
+from pools.core.isolation import admission_error
+from pools.core.podspec import admit, affinity_terms, parse_pod, with_defaults
 from pools.core.priority import Admitted, admitted_spec
-from pools.models import Team
+from pools.models import NamespaceTeam, Team
 from pools.models.pods import Pod, priority_classes_for
 from pools.providers import real_cluster
+from pools.selectors.pools import pools_access
 from pools.services.events import event_record
 from pools.services.pools import team_choose
 
@@ -81,10 +83,17 @@ def pod_create(*, user, document: Any, team_slug: str = "", now: datetime | None
     spec = admit(spec, priority_classes_for(spec.priority_class_name))
     admitted = Admitted(spec.priority, spec.preemption_policy, spec.priority_class_name)
     document = {**document, "spec": admitted_spec(document["spec"], admitted)}
+    _require_namespace(user=user, namespace=spec.namespace, team=team)
+    refused = admission_error(team=team.slug, node_selector=spec.node_selector, affinity_terms=affinity_terms(spec.affinity), pools=pools_access())
+    if refused:
+        raise ValidationError(refused, field="spec.affinity" if spec.affinity else "spec.nodeSelector")
     if Pod.objects.filter(namespace=spec.namespace, name=spec.name).exists():
         raise ConflictError(f"pod {spec.namespace}/{spec.name} already exists")
     try:
         with transaction.atomic():
+            claim, _ = NamespaceTeam.objects.get_or_create(namespace=spec.namespace, defaults={"team": team})
+            if claim.team_id != team.pk:  # another team's first pod claimed it a moment ago
+                raise ConflictError(f"namespace {spec.namespace} was just taken by another team; choose another namespace")
             return Pod.objects.create(
                 namespace=spec.namespace,
                 name=spec.name,
@@ -109,6 +118,27 @@ def pod_create(*, user, document: Any, team_slug: str = "", now: datetime | None
             )
     except IntegrityError as exc:
         raise ConflictError(f"pod {spec.namespace}/{spec.name} already exists") from exc
+
+
+def namespace_owner(namespace: str) -> Team | None:
+    """The team a namespace belongs to: the admins' (or its first pod's) mapping, else the team
+    named like it (a team's own namespace is its slug); None while nobody has it."""
+    mapped = NamespaceTeam.objects.filter(namespace=namespace).select_related("team").first()
+    return mapped.team if mapped is not None else Team.objects.filter(slug=namespace).first()
+
+
+def _require_namespace(*, user, namespace: str, team: Team) -> None:
+    """Namespaces belong to teams: another team's namespace does not exist for you (404, as for
+    every cross-team object); an admin submitting for one team into another's is told which.
+    A namespace nobody has yet becomes the submitting team's with its first pod."""
+    owner = namespace_owner(namespace)
+    if owner is None or owner.pk == team.pk:
+        return
+    if roles.is_admin(user):
+        raise ValidationError(f"namespace {namespace!r} belongs to team {owner.slug!r}; submit the pod for that team (team={owner.slug})", field="metadata.namespace")
+    if owner.pk in roles.team_ids(user):
+        raise ValidationError(f"namespace {namespace!r} belongs to your team {owner.slug!r}; submit the pod for that team (team={owner.slug})", field="metadata.namespace")
+    raise Http404(f"namespace {namespace} not found")
 
 
 def pod_delete(*, user, pod: Pod, now: datetime | None = None) -> None:

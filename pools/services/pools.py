@@ -38,7 +38,8 @@ def pool_create(*, user, document: Any, team_slug: str = "", now: datetime | Non
     now = now or timezone.now()
     document, server = split_server_fields(document)
     team = _team_for_new_pool(user=user, team_slug=team_slug or str(server.get("team") or ""))
-    spec = parse_document(document, catalog_current())
+    spec = parse_document(document, catalog_current(teams=True))
+    _check_sharing(spec, team)
     if GpuNodePool.objects.active().filter(name=spec.name).exists():
         raise ConflictError(f"a pool named {spec.name!r} already exists")
     refs = _Refs(spec)
@@ -74,7 +75,7 @@ def pool_update(*, user, pool: GpuNodePool, document: Any, now: datetime | None 
     if pool.phase == GpuNodePool.Phase.DELETING:
         raise ConflictError(f"pool {pool.name!r} is being deleted")
     document, _ = split_server_fields(document)
-    spec = parse_document(document, catalog_current())
+    spec = parse_document(document, catalog_current(teams=True))
     old = parse_document(pool.document, catalog_current())
     errors = []
     if spec.name != pool.name:
@@ -84,6 +85,7 @@ def pool_update(*, user, pool: GpuNodePool, document: Any, now: datetime | None 
             errors.append(FieldError(f"spec.{path}", f"field is immutable (is {getattr(old, attr)!r}); create a new pool instead"))
     if errors:
         raise ValidationError(errors)
+    _check_sharing(spec, pool.team)
     refs = _Refs(spec)
     ordered = ordered_baseline(pool=pool)
     grow = max(0, spec.min_nodes - ordered)
@@ -321,6 +323,12 @@ def team_choose(*, teams: list[Team], team_slug: str, action: str, several: str)
     raise ValidationError(f"{several}; choose one of: {', '.join(t.slug for t in teams)}", field="team")
 
 
+def _check_sharing(spec: PoolSpec, team: Team) -> None:
+    """A pool is lent to other teams; naming its own team there is a mistake worth saying."""
+    if team.slug in spec.shared_with:
+        raise ValidationError(f"team {team.slug!r} owns the pool; list only the teams it is lent to", field=f"spec.sharedWith[{spec.shared_with.index(team.slug)}]")
+
+
 def _require_manage(user, pool: GpuNodePool) -> None:
     if not roles.can_manage_team_pools(user, pool.team_id):
         raise PermissionDenied(f"only leads of team {pool.team.slug} and platform admins can change this pool")
@@ -339,6 +347,7 @@ def _describe_change(old: PoolSpec, new: PoolSpec) -> str:
         ("repair_requires_approval", "autoRepairPolicy.requireApproval"),
         ("node_labels", "nodeLabels"), ("node_taints", "nodeTaints"), ("labels", "labels"),
         ("scaling", "scaling"), ("burst", "burst"), ("budget", "budget"), ("scheduling_policy", "schedulingPolicy"),
+        ("shared_with", "sharedWith"),
     ):  # fmt: skip
         before, after = getattr(old, attr), getattr(new, attr)
         if before != after:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta
 
 from django import template
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import conditional_escape, format_html
+from django.utils.safestring import mark_safe
 
 from pools.core.lifecycle import format_duration
 
@@ -36,3 +38,13 @@ def isotime(value: str | None) -> str:
     if moment is None:
         return "—"
     return format_html('<time datetime="{}">{}</time>', moment.isoformat(), timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S"))
+
+
+_SITE_PATH = re.compile(r"(?<![\w/])(/[a-z][\w/-]*/\?[\w=&%.+-]+)")
+
+
+@register.filter
+def site_links(text: str) -> str:
+    """A hint's own pages (e.g. the order form, pre-filled) as links; the rest escaped."""
+    parts = _SITE_PATH.split(str(text))
+    return mark_safe("".join(format_html('<a href="{0}">{0}</a>', part) if i % 2 else conditional_escape(part) for i, part in enumerate(parts)))  # noqa: S308 (every part is escaped)

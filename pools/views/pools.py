@@ -110,7 +110,9 @@ def pool_create(request):
     teams = list(selectors.teams_led_by(user=request.user))
     if not teams:
         raise PermissionDenied("only team leads and platform admins can create pools")
-    form = PoolForm(request.POST or None, teams=teams, initial={"min_nodes": 2, "max_nodes": 6, "auto_repair": True})
+    # A Pending pod's hint links here with what to order (?team=&gpu_model=&node_type=).
+    prefill = {key: request.GET[key] for key in ("team", "gpu_model", "node_type") if request.GET.get(key)}
+    form = PoolForm(request.POST or None, teams=teams, initial={"min_nodes": 2, "max_nodes": 6, "auto_repair": True, **prefill})
     if request.method == "POST":
         form.read_rows()
         if form.is_valid():

@@ -9,10 +9,13 @@ import json
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from pools.controllers.cluster_sync import priority_classes_sync
 from pools.core.documents import load_yaml
 from pools.core.podspec import admit, parse_pod
 from pools.core.priority import parse_priority_class
 from pools.core.yaml_loading import load_all
+from pools.models import PriorityClass
+from pools.providers.kubernetes_pods import ClusterPods
 from tests.conftest import EXAMPLES
 
 CLASSES = EXAMPLES / "priorityclasses.yaml"
@@ -61,3 +64,29 @@ def test_the_api_server_refuses_a_priority_of_the_pods_own_as_we_do(control_plan
     refused = control_plane.kubectl("create", "-f", "-", input=json.dumps(document))
     assert refused.returncode != 0
     assert "the integer value of priority (100) must not be provided in pod spec; priority admission controller computed 0" in refused.stderr
+
+
+def test_the_read_models_priority_classes_follow_the_clusters(kube, unique, db):
+    """On a real cluster PriorityClasses are the cluster's objects: created, changed (deleted
+    and made again: value is immutable) and deleted there, the rows follow; system classes
+    stay built in."""
+    scheduling = client.SchedulingV1Api(kube)
+    name = f"batch-{unique}"
+
+    def make(value: int, policy: str) -> None:
+        scheduling.create_priority_class(client.V1PriorityClass(metadata=client.V1ObjectMeta(name=name), value=value, preemption_policy=policy, description="batch jobs"))
+
+    make(50, "Never")
+    try:
+        assert name in priority_classes_sync(ClusterPods(kube))
+        row = PriorityClass.objects.get(name=name)
+        assert (row.value, row.preemption_policy, row.description) == (50, "Never", "batch jobs")
+        assert not PriorityClass.objects.filter(name__startswith="system-").exists()
+        assert priority_classes_sync(ClusterPods(kube)) == []
+        scheduling.delete_priority_class(name)
+        make(70, "PreemptLowerPriority")
+        assert priority_classes_sync(ClusterPods(kube)) == [name]
+        assert PriorityClass.objects.get(name=name).value == 70
+    finally:
+        scheduling.delete_priority_class(name)
+    assert name in priority_classes_sync(ClusterPods(kube)) and not PriorityClass.objects.filter(name=name).exists()

@@ -1,6 +1,6 @@
 """deploy/rbac.yaml is enough and no more: the control plane, running as the ServiceAccount it
 creates, brings a pool's nodes up with their labels and taints, keeps them as the spec says,
-mirrors the pods, drains a node through the Eviction API and deletes its Node; what the role
+mirrors the pods, keeps the team-isolation admission policy, drains a node through the Eviction API and deletes its Node; what the role
 does not grant (creating pods, reading secrets) is refused."""
 
 from __future__ import annotations
@@ -11,8 +11,10 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from pools.controllers.cluster_sync import admission_policy_sync, priority_classes_sync
 from pools.controllers.lifecycle import reconcile_all
 from pools.controllers.pod_mirror import PodMirror
+from pools.core.isolation import POLICY_NAME
 from pools.models import GpuNodePool, Node, Pod
 from pools.providers.fake_kubelet import FakeKubelet
 from pools.providers.kubernetes_pods import ClusterPods
@@ -59,6 +61,19 @@ def test_the_clusterrole_grants_what_the_control_plane_does_and_no_more(as_contr
     mirror = PodMirror(ClusterPods(as_controller), clock=lambda: now)
     mirror.relist()
     assert Pod.objects.live().filter(namespace=namespace, name="worker").exists()
+
+    # The team-isolation policy and its binding are applied (created, then kept).
+    try:
+        assert admission_policy_sync() == ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+        assert admission_policy_sync() == []
+        priority_classes_sync()  # lists the cluster's PriorityClasses
+        with pytest.raises(ApiException) as refused:
+            client.AdmissionregistrationV1Api(as_controller).delete_validating_admission_policy(POLICY_NAME)
+        assert refused.value.status == 403
+    finally:
+        admin = client.AdmissionregistrationV1Api(kube)
+        admin.delete_validating_admission_policy_binding(POLICY_NAME)
+        admin.delete_validating_admission_policy(POLICY_NAME)
 
     # A drain cordons, evicts and deletes the Node once the machine is released.
     pool_services.pool_delete(user=actors["lead"], pool=GpuNodePool.objects.get(pk=pool.pk), now=now)

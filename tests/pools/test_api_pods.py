@@ -219,3 +219,14 @@ def test_the_cluster_report_is_for_admins_and_finance_and_only_admins_apply(api,
     if response.status_code == 200:
         assert response.json()["scope"] == "cluster" and len(response.json()["plan"]["freedNodes"]) == 1
     assert api(role).post("/api/v1/fragmentation/apply/", {"maxNodes": 1}, format="json").status_code == CLUSTER_APPLY[role]
+
+
+def test_the_plan_lists_nodes_that_run_no_pods_as_free_already(api, actors):
+    """Issue 22 item 2: an idle node belongs to the plan (free without a move)."""
+    pool_with_nodes(actors["lead"], nodes=3, node_labels={"pool": "train"}, schedulingPolicy="binpack")
+    submit(actors["member"], "only", gpus=1)
+    scheduler_pass(now=T0)
+    busy = set(Pod.objects.values_list("node__name", flat=True))
+    plan = api("lead").get("/api/v1/pools/train-pool-a/fragmentation/?plan=1").json()["plan"]
+    assert plan["moves"] == [] and plan["freedNodes"] == []
+    assert plan["emptyNodes"] == sorted({"train-pool-a-0", "train-pool-a-1", "train-pool-a-2"} - busy)

@@ -54,9 +54,11 @@ def check(snapshot: d.PoolSnapshot, check_id: str) -> d.Check:
 
 
 def test_a_healthy_pool_passes_every_check_in_the_articles_table_order():
-    """T5: the five rows of §5.4 (bill split in its two causes) plus the scaling-spec check."""
+    """T5: the five rows of §5.4 (bill split in its two causes) plus the scaling-spec and the
+    preemption (O3) checks."""
     checks = d.diagnose(healthy(), NOW)
-    assert [c.id for c in checks] == ["scale-up", "pods-pending", "gpu-errors", "low-utilisation", "bill-cross-zone", "bill-idle-nodes", "scaling-whole-node"]
+    assert [c.id for c in checks] == ["scale-up", "pods-pending", "gpu-errors", "low-utilisation", "bill-cross-zone", "bill-idle-nodes",
+                                      "scaling-whole-node", "preemption-checkpointable"]  # fmt: skip
     assert {c.id: c.status for c in checks} == {c.id: "ok" for c in checks}
     assert all(c.found and not c.cause and not c.action for c in checks)
     assert d.overall(checks) == "ok"
@@ -371,3 +373,28 @@ def test_the_core_imports_no_django():
     code = "import sys, pools.core.diagnose.checks; sys.exit(any(m.split('.')[0] == 'django' for m in sys.modules))"
     env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
     assert subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT).returncode == 0
+
+
+# --- O3: only checkpointable work should be preemptible ---------------------------------------------
+
+
+def test_a_pod_without_checkpoints_that_a_higher_class_may_preempt_is_a_warning_with_the_fix():
+    snapshot = healthy(
+        running_pods=(d.RunningPod("algorithm/eval", 0, False), d.RunningPod("algorithm/train", 0, True), d.RunningPod("algorithm/serve", 1000, False)),
+        preempting_classes=(("training", 100), ("online", 1000)),
+    )
+    result = check(snapshot, "preemption-checkpointable")
+    assert result.status == d.WARNING
+    assert result.details == ("algorithm/eval (priority 0): pods of PriorityClass training (value 100) may preempt it",)
+    assert 'ebcloud.io/checkpointable: "true"' in result.action and "value 1000 or more" in result.action
+
+
+def test_a_never_preempting_class_preempts_nobody_so_no_warning():
+    snapshot = healthy(running_pods=(d.RunningPod("algorithm/eval", 0, False),), preempting_classes=())
+    assert check(snapshot, "preemption-checkpointable").status == d.OK
+
+
+def test_on_a_preemptible_pool_every_pod_without_checkpoints_is_exposed():
+    snapshot = healthy(preemptible=True, running_pods=(d.RunningPod("algorithm/eval", 5000, False),))
+    result = check(snapshot, "preemption-checkpointable")
+    assert result.status == d.WARNING and "reclaimed" in result.details[0] and "not preemptible" in result.action

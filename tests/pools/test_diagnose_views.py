@@ -123,7 +123,8 @@ def test_the_api_returns_the_same_checks_as_a_document(actors, api):
     assert response.status_code == 200
     body = response.json()
     assert body["pool"] == pool.name and body["checkedAt"]
-    assert [c["id"] for c in body["checks"]] == ["scale-up", "pods-pending", "gpu-errors", "low-utilisation", "bill-cross-zone", "bill-idle-nodes", "scaling-whole-node"]
+    assert [c["id"] for c in body["checks"]] == ["scale-up", "pods-pending", "gpu-errors", "low-utilisation", "bill-cross-zone", "bill-idle-nodes", "scaling-whole-node",
+                                             "preemption-checkpointable"]
     by_id = {c["id"]: c for c in body["checks"]}
     assert by_id["pods-pending"]["status"] == "failing" and by_id["pods-pending"]["requirements"][0] == "T2"
     assert by_id["low-utilisation"]["status"] == "unknown" and by_id["low-utilisation"]["cause"]
@@ -174,7 +175,7 @@ def test_the_queries_do_not_grow_with_nodes_pods_errors_or_costs(browser, actors
         CostRecord(hour=hour - timedelta(hours=h), pool=pool, team=pool.team, billing_kind="monthly", cost_kind="usage", component=component, amount=Decimal("100"))
         for h in range(2, 200) for component in ("gpu", "network", "storage")
     )
-    assert before == _queries(pool) <= 10
+    assert before == _queries(pool) <= 12
     client = browser("lead")
     with django_assert_max_num_queries(before + 6):  # + session, user, groups, memberships, the pool
         assert client.get(f"/pools/{pool.name}/diagnose/").status_code == 200

@@ -144,8 +144,8 @@ def half_full_pair():
     return [a, b, c]
 
 
-def test_the_repack_plan_empties_the_emptiest_node_onto_running_nodes():
-    plan = repack_plan(half_full_pair(), workload=Workload(((WHOLE, 1), (SHARE, 1))))
+def test_the_greedy_repack_plan_empties_the_emptiest_node_onto_running_nodes():
+    plan = repack_plan(half_full_pair(), workload=Workload(((WHOLE, 1), (SHARE, 1))), optimise=False)
     assert plan.freed_nodes == ("b",)
     assert {(m.pod, m.from_node, m.to_node) for m in plan.moves} == {
         ("ns/b1", "b", "a"),
@@ -153,6 +153,50 @@ def test_the_repack_plan_empties_the_emptiest_node_onto_running_nodes():
     }
     assert plan.gpu_hours_saved_per_week == 4 * 168
     assert "c" not in {m.to_node for m in plan.moves}  # never wake an empty node
+
+
+def test_the_repack_plan_counts_empty_nodes_as_free_without_moves():
+    """Issue 22 item 2: a node at 0% is free already; the plan says so instead of 'no moves
+    free a node' (seed C3: released nodes are the saving)."""
+    plan = repack_plan(half_full_pair(), workload=Workload(((WHOLE, 1), (SHARE, 1))))
+    assert plan.empty_nodes == ("c",) and plan.free_nodes == ("c", "a")
+    a, b, c = half_full_pair()
+    a.unbind("ns/a1")
+    still = repack_plan([a, c], workload=Workload(((WHOLE, 1),)))
+    assert still.moves == () and still.empty_nodes == ("a", "c")
+
+
+def test_the_optimiser_frees_as_many_gpus_with_fewer_moves():
+    """Issue 22 item 2: draining a (one 2-GPU pod onto b's idle GPUs 2 and 3) frees 4 GPUs
+    with one move; the greedy plan drains b, the emptiest, with two."""
+    plan = repack_plan(half_full_pair(), workload=Workload(((WHOLE, 1), (SHARE, 1))))
+    assert plan.freed_nodes == ("a",)
+    assert [(m.pod, m.from_node, m.to_node, m.gpu_indices) for m in plan.moves] == [("ns/a1", "a", "b", (2, 3))]
+
+
+def test_the_optimiser_frees_a_node_that_the_greedy_drain_order_blocks():
+    """Issue 22 item 2: emptiest first, the greedy plan moves n1's pod onto n2, and n3's 2-GPU
+    pod no longer fits there; the integer program frees n3's 2 GPUs instead of n1's one."""
+    n1, n2, n3 = node("n1", gpus=1), node("n2", gpus=4), node("n3", gpus=2)
+    n1.bind(pod("ns/p0", gpus=1), (0,))
+    n2.bind(pod("ns/p1", gpus=1), (0,))
+    n2.bind(pod("ns/p2", gpus=1), (1,))
+    n3.bind(pod("ns/p3", gpus=2), (0, 1))
+    workload = Workload(((WHOLE, 1),))
+    greedy = repack_plan([n1, n2, n3], workload=workload, max_drained_nodes=3, optimise=False)
+    optimal = repack_plan([n1, n2, n3], workload=workload, max_drained_nodes=3)
+    assert greedy.freed_nodes == ("n1",) and greedy.gpu_hours_saved_per_week == 168
+    assert optimal.freed_nodes == ("n3",) and optimal.gpu_hours_saved_per_week == 2 * 168
+    assert [(m.pod, m.to_node, m.gpu_indices) for m in optimal.moves] == [("ns/p3", "n2", (2, 3))]
+
+
+def test_the_optimiser_steps_aside_where_the_program_would_be_too_big():
+    """Issue 22 item 2: 'where the size allows': past max_columns the greedy plan stands."""
+    from pools.core.scheduling.repack_milp import optimal_drain
+
+    nodes = half_full_pair()
+    assert optimal_drain(nodes, nodes[:2], max_drained_nodes=2, max_columns=1) is None
+    assert optimal_drain(nodes, nodes[:2], max_drained_nodes=2).nodes == ("a",)
 
 
 def test_the_repack_plan_honours_the_disruption_budget():

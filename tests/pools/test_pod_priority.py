@@ -85,6 +85,17 @@ def test_the_admin_lists_priority_classes_and_fixes_value_and_policy_once_create
     assert page.status_code == 200 and 'name="value"' not in page.content.decode()
 
 
+def test_on_a_real_cluster_the_admin_shows_the_mirrored_classes_read_only(client, actors, settings):
+    settings.EBCLOUD_CLUSTER_BACKEND = "kubernetes"
+    client.force_login(actors["admin"])
+    training = PriorityClass.objects.get(name="training")
+    assert client.get("/admin/pools/priorityclass/").status_code == 200
+    assert client.get("/admin/pools/priorityclass/add/").status_code == 403
+    assert client.post(f"/admin/pools/priorityclass/{training.pk}/delete/", {"post": "yes"}).status_code == 403
+    page = client.get(f"/admin/pools/priorityclass/{training.pk}/change/").content.decode()
+    assert 'name="description"' not in page and PriorityClass.objects.filter(pk=training.pk).exists()
+
+
 # --- preemptionPolicy: Never in the scheduler pass ----------------------------------------------
 
 

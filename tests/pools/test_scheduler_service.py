@@ -184,15 +184,29 @@ def test_the_schedule_command_runs_one_pass(actors, train_pool):
     assert Pod.objects.get(name="cmd").phase == "Running"
 
 
-@pytest.mark.parametrize("policy", ["bestfit", "fgd"])
+@pytest.mark.parametrize("policy", ["bestfit", "fgd", "fgd-cpu", None])
 def test_gpu_shares_pack_onto_one_gpu_under_bestfit_and_fgd(actors, policy):
-    pool_with_nodes(actors["lead"], nodes=2, node_labels={"pool": "train"}, schedulingPolicy=policy)
+    """None: a pool that names no policy gets the default, fgd-cpu (issue 22 item 5)."""
+    chosen = {"schedulingPolicy": policy} if policy else {}
+    pool_with_nodes(actors["lead"], nodes=2, node_labels={"pool": "train"}, **chosen)
     for i in range(4):
         submit(actors["member"], f"share-{i}", gpus=1, milli=250, cpu="1", memory="1Gi")
     scheduler_pass(now=T0)
     placed = {(node, tuple(gpus)) for node, gpus in Pod.objects.values_list("node__name", "gpu_indices")}
     assert all(p.phase == "Running" for p in Pod.objects.all())
     assert len(placed) == 1  # four quarter shares fill one GPU of one node
+
+
+def test_a_pool_without_a_policy_is_scheduled_with_fgd_cpu_and_keeps_an_explicit_binpack(actors):
+    """Issue 22 item 5: the default moved from binpack to fgd-cpu; a pool that chose binpack
+    must say so in its document and keep it."""
+    from pools.controllers.scheduler import pool_policy
+
+    default = pool_with_nodes(actors["lead"], name="default-pool", node_labels={"pool": "train"})
+    packed = pool_with_nodes(actors["lead"], name="pack-pool", node_labels={"pool": "infer"}, schedulingPolicy="binpack")
+    assert pool_policy(default) == "fgd-cpu" and pool_policy(packed) == "binpack"
+    assert "schedulingPolicy" not in default.document["spec"]
+    assert packed.document["spec"]["schedulingPolicy"] == "binpack"
 
 
 def test_a_pod_deleted_during_a_pass_gets_no_scheduled_event(actors, train_pool, monkeypatch):
@@ -260,14 +274,15 @@ def test_a_draining_node_evicts_its_pods_which_run_elsewhere_and_unknown_nodes_k
 
 
 def test_explanations_never_name_another_teams_pool(actors):
-    """A lead never learns of another team's pools, not even from a hint (design §6)."""
+    """A lead never learns of another team's pools, not even from a hint, and the nodes it may
+    not use are not counted (design §6)."""
     pool_with_nodes(actors["lead"])  # algorithm's pool, 2 nodes
     pod = submit(actors["other_lead"], "theirs", namespace="inference")
     scheduler_pass(now=T0)
     pod.refresh_from_db()
-    assert pod.explanation == "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector."
+    assert pod.explanation == "no nodes available to schedule pods"
     assert pod.hints and not any("train-pool-a" in h for h in pod.hints)
-    assert any("another team's pool" in h for h in pod.hints)
+    assert any(h.startswith("No pool of your team can run this pod") for h in pod.hints)
     own = submit(actors["member"], "ours")
     scheduler_pass(now=T0)
     own.refresh_from_db()

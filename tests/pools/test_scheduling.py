@@ -540,3 +540,29 @@ def test_explanation_counts_sum_to_the_node_count(history, probe):
     assert sum(explanation.reasons.values()) + explanation.available == len(nodes)
     if explanation.available == 0:
         assert explanation.message.startswith(f"0/{len(nodes)} nodes are available: ")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    history=st.lists(st.tuples(pod_requests, st.booleans(), st.integers(0, 10**6)), max_size=30),
+    probe=pod_requests,
+    policy=st.sampled_from(["spread", "binpack", "fgd"]),
+)
+def test_the_incremental_scheduler_stays_exact_through_evictions(history, probe, policy):
+    """Spread re-scores a node only when its stale entry surfaces (its score only falls as the
+    node fills); an eviction raises scores, so it must still re-score at once (seed O3)."""
+    workload = workload_from_pods([p for p, _, _ in history] + [probe])
+    nodes = [n for n in small_cluster() if not n.taints]
+    scheduler = ClusterScheduler(nodes, policy, workload=workload)
+    placed: list[tuple[str, str]] = []
+    for i, (request, evict, pick) in enumerate(history):
+        scheduler.schedule(probe, explain_failure=False)  # warm the caches between changes
+        if evict and placed:
+            scheduler.unbind(*placed.pop(pick % len(placed)))
+        else:
+            decision = scheduler.place(dataclasses.replace(request, name=f"ns/h{i}"), explain_failure=False)
+            if decision.node is not None:
+                placed.append((f"ns/h{i}", decision.node))
+        expected = schedule(probe, nodes, policy, workload=workload)
+        got = scheduler.schedule(probe, explain_failure=False)
+        assert (got.node, got.gpu_indices) == (expected.node, expected.gpu_indices)

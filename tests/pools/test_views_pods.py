@@ -143,6 +143,7 @@ def test_the_pool_report_shows_underused_nodes_the_plan_and_plotly_from_static(b
     page = browser("lead").get("/pools/train-pool-a/fragmentation/").content.decode()
     assert "<code>train-pool-a-0</code> <code>train-pool-a-1</code>" in page
     assert "1344 GPU-hours saved per week" in page
+    assert "Free after the plan: <strong>1 node(s)</strong>, 0 already running no pods and 1 freed by moving 1 pod(s)." in page
     assert '<script src="/static/vendor/plotly.min.js"></script>' in page
     assert 'id="fragmentation-charts"' in page and "cdn" not in page.lower()
     assert "Apply: evict and re-place" in page

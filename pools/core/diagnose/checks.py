@@ -44,6 +44,7 @@ from pools.core.diagnose.snapshot import (  # noqa: F401 - the snapshot types ar
     OrderInfo,
     PendingPod,
     PoolSnapshot,
+    RunningPod,
     UtilisationInfo,
     pending_pod_facts,
 )
@@ -453,6 +454,38 @@ def check_whole_node_burst(s: PoolSnapshot, now: datetime) -> Check:
     return Check("scaling-whole-node", title, FAILING if waiting else WARNING, found, cause, action, reqs, tuple(p.key for p in waiting[:MAX_DETAILS]))
 
 
+# --- O3: only checkpointable work should be preemptible -------------------------------------------
+
+
+def check_preemptible_work(s: PoolSnapshot, now: datetime) -> Check:
+    """A pod that cannot resume from a checkpoint loses all its work when it is preempted (by a
+    pod of a higher PriorityClass whose preemptionPolicy is PreemptLowerPriority) or when a
+    preemptible pool's node is reclaimed; such pods are worth a warning and the fix."""
+    title, reqs = "Work that cannot resume may be preempted", ("O3", "D2")
+    classes = sorted(s.preempting_classes, key=lambda c: (c[1], c[0]))
+    exposed: list[tuple[RunningPod, str]] = []
+    for pod in s.running_pods:
+        if pod.checkpointable:
+            continue
+        above = next(((name, value) for name, value in classes if value > pod.priority), None)
+        if s.preemptible:
+            exposed.append((pod, "the pool's nodes may be reclaimed"))
+        elif above is not None:
+            exposed.append((pod, f"pods of PriorityClass {above[0]} (value {above[1]}) may preempt it"))
+    if not exposed:
+        return Check("preemption-checkpointable", title, OK, "Every pod that may be preempted here can resume from a checkpoint.", requirements=reqs)
+    details = tuple(f"{pod.key} (priority {pod.priority}): {why}" for pod, why in exposed[:MAX_DETAILS])
+    found = f"{_plural(len(exposed), 'pod')} without checkpoints may be preempted: " + "; ".join(details[:3]) + "."
+    cause = "A preempted pod that does not save checkpoints starts again from the beginning: its GPU hours so far are lost."
+    if s.preemptible:
+        action = ("Run work that cannot resume on a pool that is not preemptible; keep this pool for jobs that save checkpoints "
+                  "(annotate them ebcloud.io/checkpointable: \"true\").")  # fmt: skip
+    else:
+        action = ("Make the job save checkpoints and annotate it ebcloud.io/checkpointable: \"true\", or give it a PriorityClass "
+                  f"of value {classes[-1][1]} or more (spec.priorityClassName) so that no class may preempt it.")  # fmt: skip
+    return Check("preemption-checkpointable", title, WARNING, found, cause, action, reqs, details)
+
+
 CHECKS: tuple[Callable[[PoolSnapshot, datetime], Check], ...] = (
     check_scale_up,
     check_pending,
@@ -461,6 +494,7 @@ CHECKS: tuple[Callable[[PoolSnapshot, datetime], Check], ...] = (
     check_cross_zone,
     check_idle_nodes,
     check_whole_node_burst,
+    check_preemptible_work,
 )
 
 

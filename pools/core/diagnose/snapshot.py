@@ -85,6 +85,15 @@ class PendingPod:
 
 
 @dataclass(frozen=True)
+class RunningPod:
+    """A pod running on the pool, as far as preemption is concerned."""
+
+    key: str
+    priority: int
+    checkpointable: bool
+
+
+@dataclass(frozen=True)
 class GpuErrorInfo:
     """Xid errors of one code on one node in the window."""
 
@@ -154,6 +163,9 @@ class PoolSnapshot:
     utilisation: UtilisationInfo | None = None
     costs: CostInfo | None = None
     fragmentation: FragmentationInfo | None = None
+    preemptible: bool = False  # the pool's nodes may be reclaimed
+    running_pods: tuple[RunningPod, ...] = ()
+    preempting_classes: tuple[tuple[str, int], ...] = ()  # (name, value) of the PriorityClasses that may preempt
 
     def live_nodes(self) -> list[NodeInfo]:
         return [n for n in self.nodes if n.phase != "Terminated" and not n.draining]

@@ -47,6 +47,12 @@ class ClusterScheduler:
         self._heaps: dict[tuple, list] = {}
         self._cursor: dict[tuple, int] = {}
         self._changed: list[int] = []  # indices of nodes, in the order they changed
+        # A policy whose score never rises as a node fills (spread) lets a bind leave the
+        # node's old entries in place: a stale entry then over-rates its node, so it is
+        # re-scored only when it reaches the top of a heap. Unbinds and touches still re-score.
+        # Such a policy also scores without GPUs (node_score) and picks them for the winner.
+        self._lazy = bool(getattr(self.policy, "score_falls_as_node_fills", False))
+        self._pushed: dict[tuple, dict[int, int]] = {}  # per shape: node index -> version pushed
 
     def node(self, name: str) -> NodeState:
         return self.nodes[self._index[name]]
@@ -57,31 +63,51 @@ class ClusterScheduler:
         self.nodes[i].touch()
         self._changed.append(i)
 
-    def _push(self, heap: list, pod: Pod, i: int, node: NodeState) -> None:
-        if filter_node(pod, node) is None:
+    def _entry(self, pod: Pod, i: int, node: NodeState) -> tuple | None:
+        if filter_node(pod, node) is not None:
+            return None
+        if self._lazy:  # GPUs are picked for the winner only (see _best)
+            score, gpus = self.policy.node_score(pod, node), None
+        else:
             score, gpus = self.policy.score(pod, node)
-            penalty = prefer_no_schedule_penalty(pod, node) if node.taints else 0
-            heapq.heappush(heap, (penalty, -score, node.name, i, node.version, gpus))
+        penalty = prefer_no_schedule_penalty(pod, node) if node.taints else 0
+        return (penalty, -score, node.name, i, node.version, gpus)
+
+    def _push(self, heap: list, pushed: dict[int, int], pod: Pod, i: int, node: NodeState) -> None:
+        pushed[i] = node.version
+        entry = self._entry(pod, i, node)
+        if entry is not None:
+            heapq.heappush(heap, entry)
 
     def _best(self, pod: Pod):
         key, nodes = pod.shape_key, self.nodes
-        heap = self._heaps.get(key)
-        if heap is None:
-            heap = self._heaps[key] = []
-            for i, node in enumerate(nodes):
-                self._push(heap, pod, i, node)
+        heap, pushed = self._heaps.get(key), self._pushed.get(key)
+        if heap is None:  # a new shape: score every node once, heapify in linear time
+            entries = (self._entry(pod, i, node) for i, node in enumerate(nodes))
+            heap = self._heaps[key] = [e for e in entries if e is not None]
+            heapq.heapify(heap)
+            pushed = self._pushed[key] = {i: node.version for i, node in enumerate(nodes)}
         elif self._cursor[key] < len(self._changed):
             for i in set(self._changed[self._cursor[key] :]):
-                self._push(heap, pod, i, nodes[i])
+                self._push(heap, pushed, pod, i, nodes[i])
             if len(heap) > 4 * len(nodes) + 64:  # drop stale entries now and then
                 heap[:] = [e for e in heap if e[4] == nodes[e[3]].version]
                 heapq.heapify(heap)
         self._cursor[key] = len(self._changed)
         while heap:  # entries of nodes that changed since they were pushed are stale
             entry = heap[0]
-            if entry[4] == nodes[entry[3]].version:
+            i = entry[3]
+            node = nodes[i]
+            if entry[4] == node.version:
                 return entry
-            heapq.heappop(heap)
+            fresh = None
+            if self._lazy and pushed.get(i) != node.version:
+                pushed[i] = node.version
+                fresh = self._entry(pod, i, node)
+            if fresh is None:
+                heapq.heappop(heap)
+            else:
+                heapq.heapreplace(heap, fresh)
         return None
 
     def _random_pick(self, pod: Pod) -> NodeState | None:
@@ -103,13 +129,15 @@ class ClusterScheduler:
         else:
             entry = self._best(pod)
             if entry is not None:
-                return Decision(pod.name, entry[2], entry[5])
+                gpus = entry[5] if entry[5] is not None else self.policy.gpus(pod, self.nodes[entry[3]])
+                return Decision(pod.name, entry[2], gpus)
         return Decision(pod.name, None, (), explain(pod, self.nodes) if explain_failure else None)
 
     def bind(self, pod: Pod, node_name: str, gpu_indices: Sequence[int] = ()) -> Binding:
         i = self._index[node_name]
         binding = self.nodes[i].bind(pod, gpu_indices)
-        self._changed.append(i)
+        if not self._lazy:
+            self._changed.append(i)
         return binding
 
     def unbind(self, pod_name: str, node_name: str) -> Binding:

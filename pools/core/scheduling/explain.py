@@ -1,6 +1,6 @@
 """Why a pod is Pending, in kube-scheduler's words, and what to change (seed T2).
 
-The message is the one ``kubectl describe pod`` shows, e.g.
+The message is the one ``kubectl describe pod`` shows (over the nodes the pod's team may use), e.g.
 ``0/12 nodes are available: 2 Insufficient nvidia.com/gpu, 4 node(s) had untolerated taint
 {pool: train}, 6 node(s) didn't match Pod's node affinity/selector.`` Each node is counted
 under the first filter it fails, so the counts add up to the node count, and the entries are
@@ -30,6 +30,7 @@ from pools.core.scheduling.nodes import (
     effective_taints,
     filter_node,
     first_untolerated_taint,
+    may_use,
 )
 
 NO_POOL = "(no pool)"
@@ -59,7 +60,10 @@ def kube_message(node_count: int, available: int, reasons: dict[str, int]) -> st
 
 
 def explain(pod: Pod, nodes: Sequence[NodeState]) -> Explanation:
-    """Run every filter on every node and explain the outcome for ``pod``."""
+    """Run every filter on every node the pod's team may use and explain the outcome for
+    ``pod``. Other teams' nodes are neither counted nor named: a lead's "0/N nodes" and the
+    hints speak of the team's own pools only, and never suggest another team's pool as a fix."""
+    nodes = [node for node in nodes if may_use(pod, node)]
     node_reasons: dict[str, str] = {}
     for node in nodes:
         reason = filter_node(pod, node)

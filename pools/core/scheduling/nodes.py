@@ -36,8 +36,10 @@ REASON_GPU_MODEL = "node(s) didn't match pod's GPU model"
 REASON_CPU = "Insufficient cpu"
 REASON_MEMORY = "Insufficient memory"
 REASON_GPU = "Insufficient nvidia.com/gpu"
+# Ours: a pool's nodes take only its team's pods (and those of teams it is shared with).
+REASON_TEAM = "node(s) belong to a pool the pod's team may not use"
 
-POLICIES = ("spread", "binpack", "bestfit", "fgd", "random")
+POLICIES = ("spread", "binpack", "bestfit", "fgd", "fgd-cpu", "random")
 MAX_NODE_SCORE = 100  # kube-scheduler's framework.MaxNodeScore
 
 
@@ -138,8 +140,10 @@ class Pod:
     ``gpu_count == 1`` and ``0 < gpu_milli < 1000`` (a share of one GPU in 1/1000).
     ``gpu_models`` lists the allowed GPU models (gpuSpec; empty = any). ``priority`` and
     ``checkpointable`` decide who may be preempted; a ``preemption_policy`` of ``Never`` (its
-    PriorityClass's) means the pod preempts nobody, though it may itself be preempted; ``shape_key`` is derived: pods with equal
-    keys filter and score identically, which is what the schedulers cache on.
+    PriorityClass's) means the pod preempts nobody, though it may itself be preempted.
+    ``team`` is an opaque identity of the pod's team (its namespace's): a node whose ``teams``
+    is set takes only pods of those teams. ``shape_key`` is derived: pods with equal keys filter
+    and score identically, which is what the schedulers cache on.
     """
 
     name: str
@@ -155,6 +159,7 @@ class Pod:
     tolerations: tuple[Toleration, ...] = ()
     node_selector: Mapping[str, str] = field(default_factory=dict)
     affinity_terms: tuple[tuple[NodeSelectorRequirement, ...], ...] = ()
+    team: str = ""
     shape_key: tuple = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -174,6 +179,7 @@ class Pod:
             self.tolerations,
             tuple(sorted(self.node_selector.items())),
             self.affinity_terms,
+            self.team,
         )
         resources = (self.cpu_milli, self.memory_mib, self.gpu_count, self.gpu_milli)
         setattr_(self, "shape_key", resources + (self.gpu_models, constraints))
@@ -223,6 +229,8 @@ class NodeState:
 
     ``gpu_free`` holds the free milli of each GPU (1000 each when idle). ``version`` changes
     on every bind, unbind or :meth:`touch`, which is how caches know a node changed.
+    ``teams``: the teams whose pods may run here (its pool's team and the teams the pool is
+    shared with); None puts no limit (the trace benchmark, one team's what-if).
     """
 
     name: str
@@ -235,6 +243,7 @@ class NodeState:
     taints: tuple[Taint, ...] = ()
     ready: bool = True
     unschedulable: bool = False
+    teams: frozenset[str] | None = None
     gpu_free: list[int] | None = None
     cpu_used: int = 0
     memory_used: int = 0
@@ -323,6 +332,7 @@ class NodeState:
             taints=self.taints,
             ready=self.ready,
             unschedulable=self.unschedulable,
+            teams=self.teams,
             gpu_free=list(self.gpu_free),
             cpu_used=self.cpu_used,
             memory_used=self.memory_used,
@@ -340,10 +350,19 @@ def effective_taints(node: NodeState) -> tuple[Taint, ...]:
     return (Taint(NOT_READY_TAINT_KEY, "", NO_SCHEDULE), *node.taints)
 
 
+def may_use(pod: Pod, node: NodeState) -> bool:
+    """Whether the pod's team may run on the node at all: a pool is paid for by one team and
+    lent only by its ``sharedWith``; a toleration of the pool's taints does not change that."""
+    return node.teams is None or pod.team in node.teams
+
+
 def static_filter_reason(pod: Pod, node: NodeState) -> str | None:
-    """Filters that depend only on node attributes, in kube-scheduler's default order:
-    NodeUnschedulable, TaintToleration, NodeAffinity (selector + required affinity), then our
-    GPU-model check. Returns the first failing reason, or None."""
+    """Filters that depend only on node attributes: first ours, the pod's team (see
+    :func:`may_use`), then kube-scheduler's default order: NodeUnschedulable, TaintToleration,
+    NodeAffinity (selector + required affinity), then our GPU-model check. Returns the first
+    failing reason, or None."""
+    if node.teams is not None and pod.team not in node.teams:
+        return REASON_TEAM
     tolerations = pod.tolerations
     if node.unschedulable and not any(
         t.tolerates(Taint(UNSCHEDULABLE_TAINT_KEY, "", NO_SCHEDULE)) for t in tolerations

@@ -19,6 +19,9 @@ How it decides, and why:
   ``max_priority`` (e.g. the priority of the pending pod the room is for) are never moved, so
   their nodes are not drained.
 * The disruption budget ``max_drained_nodes`` caps the nodes drained by one plan (one wave).
+* Where the size allows, an integer program (:mod:`pools.core.scheduling.repack_milp`) chooses
+  the nodes and every pod's place at once, under the same rules; it replaces the greedy plan
+  when it frees more GPUs, or as many with fewer moves (greedy drains can block each other).
 
 :func:`make_room_plan` is the other direction: it moves a few pods so that Pending pods fit,
 never moving a pod of higher priority than the one it makes room for.
@@ -41,6 +44,7 @@ from pools.core.scheduling.nodes import (
     static_filter_reason,
 )
 from pools.core.scheduling.policies import BestFitPolicy
+from pools.core.scheduling.repack_milp import optimal_drain
 
 HOURS_PER_WEEK = 168
 
@@ -61,6 +65,12 @@ class RepackPlan:
     fragmentation_before_milli: float
     fragmentation_after_milli: float
     skipped: dict[str, str] = field(default_factory=dict)
+    empty_nodes: tuple[str, ...] = ()  # GPU nodes that run no pod already: free without a move
+
+    @property
+    def free_nodes(self) -> tuple[str, ...]:
+        """Every node free once the plan is applied: empty already, then freed by moves."""
+        return self.empty_nodes + self.freed_nodes
 
 
 class _RepackScore:
@@ -83,6 +93,22 @@ def _drain_order(node: NodeState) -> tuple:
     return (gpu, cpu, node.name)
 
 
+def _blocker(pods, max_priority: int | None, only_checkpointable: bool) -> Pod | None:
+    return next(
+        (
+            p
+            for p in pods
+            if (max_priority is not None and p.priority > max_priority)
+            or (only_checkpointable and not p.checkpointable)
+        ),
+        None,
+    )
+
+
+def _freed_gpus(plan: RepackPlan, gpu_of: dict[str, int]) -> int:
+    return sum(gpu_of[name] for name in plan.freed_nodes)
+
+
 def repack_plan(
     nodes: Sequence[NodeState],
     *,
@@ -90,16 +116,35 @@ def repack_plan(
     max_drained_nodes: int = 1,
     max_priority: int | None = None,
     only_checkpointable: bool = False,
+    optimise: bool = True,
 ) -> RepackPlan:
     """Plan moves that empty up to ``max_drained_nodes`` nodes (see the module docstring).
 
+    The greedy plan always; with ``optimise``, also the integer program of
+    :mod:`pools.core.scheduling.repack_milp` where the size allows, and the one that frees more
+    GPUs (then moves fewer pods) wins; on a tie the greedy plan stays.
+
     ``gpu_hours_saved_per_week`` is freed nodes x their GPUs x 168: the GPU-hours a week that
     no longer need to be paid for once those nodes are released (or that pending pods get).
+    ``empty_nodes`` are the ready GPU nodes that run no pod already: part of what the plan
+    leaves free, though no move is needed for them.
     """
-    sims = sorted((n.clone() for n in nodes), key=lambda n: n.name)
     if workload is None:
-        workload = workload_from_pods([b.pod for n in sims for b in n.bound.values()])
+        workload = workload_from_pods([b.pod for n in nodes for b in n.bound.values()])
     model = FragmentationModel(workload)
+    greedy = _greedy_plan(nodes, model, max_drained_nodes, max_priority, only_checkpointable)
+    if not optimise:
+        return greedy
+    optimal = _optimal_plan(nodes, model, max_drained_nodes, max_priority, only_checkpointable)
+    if optimal is None:
+        return greedy
+    gpu_of = {n.name: n.gpu_count for n in nodes}
+    better = (-_freed_gpus(optimal, gpu_of), len(optimal.moves)) < (-_freed_gpus(greedy, gpu_of), len(greedy.moves))
+    return optimal if better else greedy
+
+
+def _greedy_plan(nodes, model: FragmentationModel, max_drained_nodes, max_priority, only_checkpointable) -> RepackPlan:
+    sims = sorted((n.clone() for n in nodes), key=lambda n: n.name)
     before = sum(model.node_fragmentation(n) for n in sims)
     closed = {n.name: n.unschedulable for n in sims}  # to restore after planning
     for node in sims:
@@ -117,15 +162,7 @@ def repack_plan(
             (b.pod for b in node.bound.values()),
             key=lambda p: (-p.gpu_request_milli, -p.cpu_milli, p.name),
         )
-        blocker = next(
-            (
-                p
-                for p in pods
-                if (max_priority is not None and p.priority > max_priority)
-                or (only_checkpointable and not p.checkpointable)
-            ),
-            None,
-        )
+        blocker = _blocker(pods, max_priority, only_checkpointable)
         if blocker is not None:
             skipped[node.name] = f"pod {blocker.name} may not be moved"
             continue
@@ -149,16 +186,55 @@ def repack_plan(
             continue
         moves += [move for move, _ in planned]
         freed.append(node.name)
-    after = sum(model.node_fragmentation(n) for n in sims)
+    return _plan(nodes, model, before, sims, moves, freed, skipped)
+
+
+def _plan(nodes, model, before: float, after_nodes, moves, freed, skipped) -> RepackPlan:
     gpu_of = {n.name: n.gpu_count for n in nodes}
+    empty = tuple(n.name for n in sorted(nodes, key=lambda n: n.name) if n.gpu_count and n.ready and not n.bound)
     return RepackPlan(
         moves=tuple(moves),
         freed_nodes=tuple(freed),
         gpu_hours_saved_per_week=sum(gpu_of[name] for name in freed) * HOURS_PER_WEEK,
         fragmentation_before_milli=before,
-        fragmentation_after_milli=after,
+        fragmentation_after_milli=sum(model.node_fragmentation(n) for n in after_nodes),
         skipped=skipped,
+        empty_nodes=empty,
     )
+
+
+def _optimal_plan(nodes, model: FragmentationModel, max_drained_nodes, max_priority, only_checkpointable) -> RepackPlan | None:
+    """The integer program's drain, replayed with real binds on copies (so it surely fits),
+    in drain order; None where the program is too big or finds nothing in time."""
+    sims = sorted((n.clone() for n in nodes), key=lambda n: n.name)
+    skipped: dict[str, str] = {}
+    candidates = []
+    for node in sorted((n for n in sims if n.bound and n.ready and n.gpu_count), key=_drain_order):
+        blocker = _blocker([b.pod for b in node.bound.values()], max_priority, only_checkpointable)
+        if blocker is None:
+            candidates.append(node)
+        else:
+            skipped[node.name] = f"pod {blocker.name} may not be moved"
+    drain = optimal_drain(sims, candidates, max_drained_nodes=max_drained_nodes)
+    if drain is None:
+        return None
+    before = sum(model.node_fragmentation(n) for n in sims)
+    by_name = {n.name: n for n in sims}
+    freed = [n.name for n in candidates if n.name in drain.nodes]
+    moves: list[Move] = []
+    for name in freed:
+        node = by_name[name]
+        for binding in sorted(node.bound.values(), key=lambda b: b.pod.name):
+            to_node, gpus = drain.targets[binding.pod.name]
+            node.unbind(binding.pod.name)
+            if filter_node(binding.pod, by_name[to_node]) is not None:
+                return None
+            try:
+                by_name[to_node].bind(binding.pod, gpus)
+            except ValueError:  # GPUs taken after all (OversubscribedError is a ValueError)
+                return None
+            moves.append(Move(binding.pod.name, name, to_node, gpus))
+    return _plan(nodes, model, before, sims, moves, freed, skipped)
 
 
 # --- making room for pending pods ------------------------------------------------------------

@@ -23,5 +23,6 @@ class Command(BaseCommand):
         self.stdout.write(
             f"{r.allocated_gpu_milli / 1000:g}/{r.total_gpu_milli / 1000:g} GPUs allocated, {r.unallocated_pct:.1f}% unallocated; "
             f"nodes allocated < 50%: {', '.join(r.underused_nodes) or 'none'}; "
-            f"repack frees {', '.join(plan.freed_nodes) or 'no node'} ({plan.gpu_hours_saved_per_week} GPU-hours a week)"
+            f"repack frees {', '.join(plan.freed_nodes) or 'no node'} ({plan.gpu_hours_saved_per_week} GPU-hours a week) "
+            f"by moving {len(plan.moves)} pod(s); running no pods already: {', '.join(plan.empty_nodes) or 'none'}"
         )

@@ -1,0 +1,119 @@
+"""Team isolation on a real API server (design §1, §3): the product keeps a
+ValidatingAdmissionPolicy + binding in sync with its pools, `spec.sharedWith` and the
+namespaces' teams, and kube-apiserver itself refuses a pod of a team's namespace that selects
+only another team's pool, with our message; a toleration of the pool's taint does not help."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from pools.controllers.cluster_sync import admission_policy_sync
+from pools.core.isolation import POLICY_NAME, TEAM_LABEL, PoolAccess, admission_policy, refusal
+from pools.models import NamespaceTeam
+from pools.providers.kubernetes_admission import AdmissionPolicies
+from pools.services import pools as services
+from tests.conftest import make_document
+from tests.k8s.helpers import wait_for
+
+
+@pytest.fixture
+def policies(kube, on_kubernetes):
+    admission = AdmissionPolicies(kube)
+    yield admission
+    for delete in (admission.api.delete_validating_admission_policy_binding, admission.api.delete_validating_admission_policy):
+        try:
+            delete(POLICY_NAME)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+@pytest.fixture
+def team_namespace(core, unique):
+    """team -> a namespace of the API server labelled as that team's."""
+
+    def make(team: str) -> str:
+        name = f"{team}-{unique}"
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels={TEAM_LABEL: team})))
+        # kube-controller-manager is not running: no service account is made for the namespace.
+        core.create_namespaced_service_account(name, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="default")))
+        return name
+
+    return make
+
+
+def pod(name: str, *, selector=None, pool_affinity=None) -> dict:
+    spec = {
+        "containers": [{"name": "main", "image": "registry.example/train:1", "resources": {"limits": {"nvidia.com/gpu": "8"}}}],
+        "tolerations": [{"key": "pool", "operator": "Equal", "value": "train", "effect": "NoSchedule"}],
+    }
+    if selector:
+        spec["nodeSelector"] = selector
+    if pool_affinity:
+        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "pool", "operator": "In", "values": [pool_affinity]}]}]}}}  # fmt: skip
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def admitted(core, namespace: str, body: dict) -> str | None:
+    """None if the API server would create the pod (a dry run: nothing is stored), else its refusal."""
+    try:
+        core.create_namespaced_pod(namespace, body, dry_run="All")
+    except ApiException as exc:
+        return json.loads(exc.body)["message"]
+    return None
+
+
+def test_the_api_server_refuses_another_teams_pod_on_a_pool_until_its_lead_shares_it(actors, core, policies, team_namespace):
+    document = make_document("train-pool-a", nodeCount={"min": 0, "max": 4}, nodeLabels={"pool": "train"})
+    pool = services.pool_create(user=actors["lead"], document=document)
+    inference, algorithm = team_namespace("inference"), team_namespace("algorithm")
+    assert admission_policy_sync(policies) == ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+
+    pinned = pod("sneaky", selector={"ebcloud.io/pool": "train-pool-a"})
+    message = wait_for(lambda: admitted(core, inference, pinned), what="the policy to take effect")
+    assert refusal("inference") in message and "ValidatingAdmissionPolicy 'ebcloud-pool-teams'" in message
+    assert refusal("inference") in admitted(core, inference, pod("by-label", pool_affinity="train"))
+    assert admitted(core, inference, pod("anywhere")) is None  # selects no pool in particular
+    assert admitted(core, algorithm, pinned) is None  # the owner's own namespace
+
+    spec = {**pool.document["spec"], "sharedWith": ["inference"]}
+    services.pool_update(user=actors["lead"], pool=pool, document={**pool.document, "spec": spec})
+    assert admission_policy_sync(policies) == ["ValidatingAdmissionPolicy"]
+    wait_for(lambda: admitted(core, inference, pinned) is None, what="the shared pool to admit the borrower's pod")
+    assert admission_policy_sync(policies) == []  # in step: two reads, nothing applied
+
+
+def test_an_admins_namespace_mapping_wins_and_a_policy_someone_removed_comes_back(actors, teams, core, policies, team_namespace, unique):
+    services.pool_create(user=actors["lead"], document=make_document("train-pool-a", nodeCount={"min": 0, "max": 4}))
+    labelled_algorithm = team_namespace("algorithm")
+    NamespaceTeam.objects.create(namespace=labelled_algorithm, team=teams["inference"])  # the admin's word wins over the label
+    admission_policy_sync(policies)
+    pinned = pod("pinned", selector={"ebcloud.io/pool": "train-pool-a"})
+    message = wait_for(lambda: admitted(core, labelled_algorithm, pinned), what="the policy to take effect")
+    assert refusal("inference") in message
+
+    policies.api.delete_validating_admission_policy_binding(POLICY_NAME)
+    wait_for(lambda: admitted(core, labelled_algorithm, pinned) is None, what="the binding's removal to take effect")
+    assert admission_policy_sync(policies) == ["ValidatingAdmissionPolicyBinding"]
+    wait_for(lambda: admitted(core, labelled_algorithm, pinned), what="the binding to be back")
+
+
+def test_the_api_server_takes_the_policy_for_a_thousand_pools(core, policies, team_namespace):
+    """CEL expressions have a cost budget the API server checks when a policy is written: the
+    pools are data of one variable, so the policy stays valid however many pools there are."""
+    pools = [
+        PoolAccess(f"pool-{i}", {"ebcloud.io/pool": f"pool-{i}", "ebcloud.io/team": f"team-{i % 20}", "pool": "train", "gpu-class": "a100"},
+                   frozenset({f"team-{i % 20}", f"team-{(i + 1) % 20}"}))
+        for i in range(1000)
+    ]  # fmt: skip
+    policy, binding = admission_policy(pools, {f"ns-{i}": f"team-{i}" for i in range(200)})
+    assert policies.sync(policy, binding) == ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+    namespace = team_namespace("team-3")
+    message = wait_for(lambda: admitted(core, namespace, pod("far", selector={"ebcloud.io/pool": "pool-0"})), what="the policy to take effect")
+    assert refusal("team-3") in message
+    assert admitted(core, namespace, pod("near", selector={"ebcloud.io/pool": "pool-2"})) is None  # lent to team-3
