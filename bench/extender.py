@@ -3,7 +3,8 @@
 The fleet is bench/control_plane_fleet.py's shape at 50 pools of 20 Ready 8-GPU nodes (1,000
 nodes), each node running `--pods-per-node` pods (default 8: six whole GPUs and two halves of a
 seventh, one GPU left free) and 10 Pending pods per pool: 8,000 bound pods and 500 waiting. The
-pools name no policy, so every node is scored with the extender's default, fgd (the costliest).
+pools name no policy, so every node is scored with the product's default, fgd-cpu (FGD's score
+and a tie-break: the costliest).
 
 Each round posts what kube-scheduler posts for one pod (`nodeCacheCapable`): `filter` with all
 1,000 node names, then `prioritize` with the nodes the filter passed (the pod asks for one GPU

@@ -21,25 +21,20 @@ from pools.core.scheduling.extender import FilterResult, filter_nodes, node_scor
 from pools.core.scheduling.fragmentation import PodShape, Workload, workload_from_pods
 from pools.core.scheduling.nodes import Pod as CorePod
 from pools.core.scheduling.policies import policy_for
-from pools.models import GpuNodePool
+from pools.core.spec import DEFAULT_SCHEDULING_POLICY
+from pools.models import GpuNodePool, NamespaceTeam, Team
 from pools.models.pods import Pod
 from pools.providers.kubernetes_pods import pod_fields
 from pools.selectors.cluster import core_pod_of
 from pools.selectors.extender_state import STATE
 
-# The extender's default for a GPU pool that names no `schedulingPolicy`: fgd, the policy that
-# left the least GPU unallocated on Alibaba's trace (docs/benchmarks.md). The simulated
-# scheduler's default stays binpack (pools/controllers/scheduler.py) so that the embedded
-# cluster places pods as it always has; a pool that names a policy gets it in both.
-GPU_POOL_DEFAULT_POLICY = "fgd"
-CPU_POOL_DEFAULT_POLICY = "binpack"
-
 
 def extender_policy(pool: GpuNodePool) -> str:
+    """The pool's `schedulingPolicy`, else the product's default (fgd-cpu: FGD's score, its ties
+    broken by the CPU a placement strands): the same rule as the simulated scheduler pass, so a
+    pool is placed alike on both clusters."""
     spec = (pool.document or {}).get("spec") or {}
-    if spec.get("schedulingPolicy"):
-        return spec["schedulingPolicy"]
-    return GPU_POOL_DEFAULT_POLICY if pool.node_type.gpu_count else CPU_POOL_DEFAULT_POLICY
+    return spec.get("schedulingPolicy") or DEFAULT_SCHEDULING_POLICY
 
 
 def extender_filter(pod: CorePod, names: list[str]) -> FilterResult:
@@ -112,6 +107,11 @@ def extender_pod(document: Mapping[str, Any]) -> CorePod:
 
 
 def _team_of(uid: str, namespace: str) -> int | None:
-    live = Pod.objects.live().exclude(team=None)
-    team = live.filter(uid=uid).values_list("team_id", flat=True).first() if uid else None
-    return team or live.filter(namespace=namespace).values_list("team_id", flat=True).first()
+    """The pod's team: the mirrored pod's (the mirror read its namespace's label), else its
+    namespace's as the product maps it (the admins' mapping, else the team named like it). A pod
+    the mirror has not recorded yet, in a namespace mapped only by its label, has none for a
+    moment: the filter refuses it and kube-scheduler tries it again."""
+    team = Pod.objects.live().exclude(team=None).filter(uid=uid).values_list("team_id", flat=True).first() if uid else None
+    if team is None:
+        team = NamespaceTeam.objects.filter(namespace=namespace).values_list("team_id", flat=True).first()
+    return team if team is not None else Team.objects.filter(slug=namespace).values_list("id", flat=True).first()

@@ -38,10 +38,10 @@ from django.db.models.functions import Cast
 from pools.core.scheduling.fragmentation import PodShape
 from pools.core.scheduling.nodes import NodeState, OversubscribedError, best_fit_gpus
 from pools.core.scheduling.nodes import Pod as CorePod
-from pools.models import GpuNodePool, Node, WatchCursor
+from pools.models import GpuNodePool, Node, Team, WatchCursor
 from pools.models.pods import Pod
 from pools.providers import real_cluster
-from pools.selectors.cluster import SCHEDULER_PHASES, node_state_of
+from pools.selectors.cluster import SCHEDULER_PHASES, node_state_of, pool_teams
 
 FREEZE_AFTER_NODES = 100  # nodes whose pods were read again in one refresh: a first read, or a large change
 _NODE_ROW = ("id", "name", "phase", "unschedulable", "gpu_count", "pool_id", "labels_text", "taints_text")
@@ -99,6 +99,7 @@ class ExtenderState:
         live = Node.objects.filter(phase__in=SCHEDULER_PHASES).annotate(**texts)
         pools = GpuNodePool.objects.filter(pk__in=live.values("pool_id")).annotate(document_text=Cast("document", TextField()))
         pool_rows = {row[0]: row for row in _fetched(pools.values_list(*_POOL_ROW))}
+        pool_rows[0] = tuple(_fetched(Team.objects.values_list("id", "slug")))  # spec.sharedWith names teams by slug
         rows = {row[0]: row for row in _fetched(live.values_list(*_NODE_ROW))}
         if rows == self.rows and pool_rows == self.pool_rows:
             return set()
@@ -106,13 +107,16 @@ class ExtenderState:
             del self.rows[pk]
             self._forget(self.states.pop(pk))
         changed_pools = {pk for pk, row in pool_rows.items() if self.pool_rows.get(pk) != row}
-        changed = {pk for pk, row in rows.items() if self.rows.get(pk) != row or row[5] in changed_pools}
+        teams_changed = 0 in changed_pools  # a team named by a pool's sharedWith appeared or went
+        changed = {pk for pk, row in rows.items() if self.rows.get(pk) != row or row[5] in changed_pools or teams_changed}
         self.pool_rows = pool_rows
         related = ("pool", "pool__node_type", "pool__gpu_model", "pool__team")
-        for node in Node.objects.filter(pk__in=changed).select_related(*related) if changed else ():
+        nodes = list(Node.objects.filter(pk__in=changed).select_related(*related)) if changed else []
+        teams = pool_teams({node.pool_id: node.pool for node in nodes}.values())
+        for node in nodes:
             if node.pk in self.states:
                 self._forget(self.states[node.pk])
-            self.states[node.pk] = node_state_of(node)
+            self.states[node.pk] = node_state_of(node, teams[node.pool_id])
             self.pools[node.pool.name] = node.pool
             self.rows[node.pk] = rows[node.pk]
         return changed

@@ -3,7 +3,7 @@
 kube-scheduler runs with deploy/kube-scheduler-config.yaml itself (only the addresses and the
 secret filled in), its extender served by the live Django server on the test database. A slice
 of Alibaba's trace (whole-GPU pods of its multigpu50 list, see below) is replayed one pod at a time on 24 Nodes of
-three pools (two fgd, one bestfit); fake kubelets run what is bound and the pod mirror reads it
+three pools (fgd, the default fgd-cpu, bestfit); fake kubelets run what is bound and the pod mirror reads it
 back, so the extender scores on what the cluster runs. Before each pod is created, the product's
 simulated scheduler pass places the same pod on the same state (in a savepoint, rolled back):
 kube-scheduler must bind the pod there, or, where several nodes tie for our best score and it
@@ -49,7 +49,8 @@ SECRET = "kube-schedulers-own-secret"
 DEPLOYED_CONFIG = ROOT / "deploy" / "kube-scheduler-config.yaml"
 NAMESPACE = "algorithm"
 # Three node shapes of the trace's node list: (GPU model, GPUs, CPU milli, memory MiB, policy).
-SHAPES = (("G2", 8, 96_000, 393_216, "fgd"), ("T4", 2, 104_000, 524_288, "fgd"), ("V100M16", 4, 32_000, 131_072, "bestfit"))
+# No policy: the product's default, fgd-cpu (fractional scores, which the extender turns into integers).
+SHAPES = (("G2", 8, 96_000, 393_216, "fgd"), ("T4", 2, 104_000, 524_288, None), ("V100M16", 4, 32_000, 131_072, "bestfit"))
 NODES_PER_SHAPE = 8
 REPLAYED = 80  # ~150 GPUs asked of 112: the last pods find the fleet full
 
@@ -116,8 +117,9 @@ def fleet(actors, api, prefix: str) -> list[Node]:
     for model, gpus, cpu, memory, policy in SHAPES:
         GpuModel.objects.get_or_create(name=model, defaults={"memory_gib": 16})
         node_type, _ = NodeType.objects.get_or_create(name=f"OPENB_{model}", defaults={"gpu_count": gpus, "cpu_milli": cpu, "memory_mib": memory})
+        chosen = {"schedulingPolicy": policy} if policy else {}
         pool = pool_with_nodes(actors["lead"], name=f"{prefix}-{model.lower()}", nodes=NODES_PER_SHAPE, node_labels={"pool": "train"},
-                               taints=[], nodeType=node_type.name, gpuModel=model, schedulingPolicy=policy)  # fmt: skip
+                               taints=[], nodeType=node_type.name, gpuModel=model, **chosen)  # fmt: skip
         for node in pool.nodes.all():
             kubelet.join(name=node.name, cpu_milli=cpu, memory_mib=memory, gpus=gpus, labels=node.labels, now=T0)
             nodes.append(node)

@@ -15,9 +15,10 @@ from hypothesis import strategies as st
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from pools.controllers.scheduler import scheduler_pass
+from pools.controllers.scheduler import pool_policy, scheduler_pass
 from pools.core.scheduling.extender import MAX_EXTENDER_PRIORITY, REASON_UNMANAGED
-from pools.core.scheduling.nodes import REASON_AFFINITY, REASON_GPU
+from pools.core.scheduling.nodes import REASON_AFFINITY, REASON_GPU, REASON_TEAM
+from pools.core.spec import DEFAULT_SCHEDULING_POLICY
 from pools.models import Node
 from pools.models.pods import Pod
 from pools.selectors.extender import extender_policy
@@ -120,6 +121,17 @@ def test_filter_passes_the_fitting_nodes_and_names_the_reasons_of_the_others(sch
     assert elsewhere["FailedNodes"] == {"train-pool-a-0": REASON_AFFINITY}
 
 
+def test_another_teams_pod_is_refused_on_the_pool_and_lent_pools_take_it(scheduler, pool, actors):
+    """Team isolation (issue 19 item 1) holds in the extender: it filters with the core's rule.
+    A pod of team inference's namespace may not use team algorithm's pool until it is lent."""
+    foreign = cluster_pod("theirs", namespace="inference")
+    refused = scheduler.post(FILTER, args(foreign, ["train-pool-a-0"]), format="json").json()
+    assert refused["FailedNodes"] == {"train-pool-a-0": REASON_TEAM}
+    pool.document["spec"]["sharedWith"] = ["inference"]
+    pool.save(update_fields=["document"])
+    assert scheduler.post(FILTER, args(foreign, ["train-pool-a-0"]), format="json").json()["NodeNames"] == ["train-pool-a-0"]
+
+
 def test_filter_answers_whole_nodes_when_kube_scheduler_sends_them(scheduler, pool):
     items = [{"metadata": {"name": name}, "status": {}} for name in ("train-pool-a-0", "train-pool-a-1")]
     response = scheduler.post(FILTER, {"Pod": cluster_pod("p", gpus=4), "Nodes": {"items": items}, "NodeNames": None}, format="json")
@@ -139,12 +151,12 @@ def test_prioritize_puts_on_top_the_node_the_simulated_scheduler_binds(scheduler
     assert bound == "train-pool-a-1" and scores[bound] == MAX_EXTENDER_PRIORITY > scores["train-pool-a-0"]
 
 
-def test_a_gpu_pool_without_a_policy_is_scored_with_fgd(actors):
+def test_a_pool_is_scored_with_the_policy_the_simulated_scheduler_gives_it(actors):
+    """Its `schedulingPolicy`, else the product's default (an FGD variant), on both clusters."""
     pool = pool_with_nodes(actors["lead"], nodes=1)
-    assert "schedulingPolicy" not in pool.document["spec"]
-    assert extender_policy(pool) == "fgd"
+    assert extender_policy(pool) == pool_policy(pool) == DEFAULT_SCHEDULING_POLICY == "fgd-cpu"
     pool.document["spec"]["schedulingPolicy"] = "spread"
-    assert extender_policy(pool) == "spread"
+    assert extender_policy(pool) == pool_policy(pool) == "spread"
 
 
 # --- bad input -------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 from pools.core.scheduling.fragmentation import PodShape
-from pools.models import Node
+from pools.models import Node, Team
 from pools.models.pods import Pod
 from pools.selectors.cluster import cluster_state, live_nodes
 from pools.selectors.extender_state import ExtenderState
@@ -24,7 +24,7 @@ def assert_same(state: ExtenderState) -> None:
     for name, node in fresh.items():
         mine = kept[name]
         assert (mine.cpu_used, mine.memory_used, mine.gpu_free, set(mine.bound)) == (node.cpu_used, node.memory_used, node.gpu_free, set(node.bound)), name
-        assert (mine.labels, mine.taints, mine.unschedulable, mine.ready, mine.pool) == (node.labels, node.taints, node.unschedulable, node.ready, node.pool), name
+        assert (mine.labels, mine.taints, mine.unschedulable, mine.ready, mine.pool, mine.teams) == (node.labels, node.taints, node.unschedulable, node.ready, node.pool, node.teams), name
     assert +state.shapes == Counter(PodShape.of(b.pod) for node in fresh.values() for b in node.bound.values())
 
 
@@ -62,12 +62,15 @@ def test_the_kept_state_follows_every_change_of_the_read_model(actors):
     assert_same(state)
 
 
-def test_a_pool_that_changes_rebuilds_its_nodes(actors):
+def test_a_pool_that_changes_rebuilds_its_nodes(actors, teams):
     pool = pool_with_nodes(actors["lead"], nodes=2, node_labels={"pool": "train"})
     state = ExtenderState()
-    state.refresh()
-    assert state.pools[pool.name].document["spec"].get("schedulingPolicy") is None
+    assert_same(state)
     pool.document["spec"]["schedulingPolicy"] = "spread"
+    pool.document["spec"]["sharedWith"] = ["inference", "research"]  # lent to a team, and to one that does not exist yet
     pool.save(update_fields=["document"])
-    state.refresh()
+    assert_same(state)
     assert state.pools[pool.name].document["spec"]["schedulingPolicy"] == "spread"
+    Team.objects.create(name="Research", slug="research")  # now it does: the pool's nodes take its pods
+    assert_same(state)
+    assert len(next(iter(state.states.values())).teams) == 3

@@ -60,7 +60,7 @@ def node_scores(
     """Each node's score in 0..MAX_EXTENDER_PRIORITY (see the module docstring). Nodes where the
     pod does not fit score 0 (kube-scheduler only asks about nodes that passed the filters);
     `fitting` names nodes already known to pass them on these very states."""
-    ranked: dict[str, tuple[int, int]] = {}  # name -> (penalty, policy score)
+    ranked: dict[str, tuple[int, float]] = {}  # name -> (penalty, policy score)
     for node in nodes:
         if node.name in fitting or filter_node(pod, node) is None:
             score, _ = policies[node.pool].score(pod, node)
@@ -75,11 +75,11 @@ def node_scores(
     return {name: _scaled(rank, least_penalty, best) for name, rank in ranked.items()}
 
 
-def _scaled(rank: tuple[int, int], least_penalty: int, best: int) -> int:
+def _scaled(rank: tuple[int, float], least_penalty: int, best: float) -> int:
     penalty, score = rank
     if penalty != least_penalty:
         return 0
     if score == best:
         return MAX_EXTENDER_PRIORITY
-    clamped = min(max(score, 0), MAX_NODE_SCORE)
-    return min(clamped * (MAX_EXTENDER_PRIORITY - 1) // MAX_NODE_SCORE, MAX_EXTENDER_PRIORITY - 1)
+    clamped = min(max(score, 0), MAX_NODE_SCORE)  # fgd-cpu's scores are fractional; the protocol's integers
+    return int(min(clamped * (MAX_EXTENDER_PRIORITY - 1) // MAX_NODE_SCORE, MAX_EXTENDER_PRIORITY - 1))
