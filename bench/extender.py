@@ -1,7 +1,7 @@
 """Scheduler extender latency at 1,000 nodes: p50 and p99 of `filter` and `prioritize`.
 
 The fleet is bench/control_plane_fleet.py's shape at 50 pools of 20 Ready 8-GPU nodes (1,000
-nodes), each node running `--pods-per-node` pods (default 8: six whole GPUs and two halves of a
+nodes) of one team, each node running `--pods-per-node` pods (default 8: six whole GPUs and two halves of a
 seventh, one GPU left free) and 10 Pending pods per pool: 8,000 bound pods and 500 waiting. The
 pools name no policy, so every node is scored with the product's default, fgd-cpu (FGD's score
 and a tie-break: the costliest).
@@ -41,14 +41,15 @@ if str(ROOT) not in sys.path:  # allow `python bench/extender.py` from the proje
 from bench.pod_mirror import django_setup, speed_probe  # noqa: E402
 
 SECRET = "bench-scheduler-secret"
+TEAM = "bench-team-0"  # the fleet's one team: its namespace (named like it) may use every pool
 
 
 def benchmark_pod(index: int) -> dict:
-    """One GPU, 4 cores and 32 GiB, tolerating every pool's taint (as kube-scheduler's own
-    filters have already passed every node)."""
+    """One GPU, 4 cores and 32 GiB, of the team that owns every pool, tolerating every pool's
+    taint (as kube-scheduler's own filters have already passed every node)."""
     return {
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": f"bench-{index}", "namespace": "bench", "uid": str(uuid.uuid4())},
+        "metadata": {"name": f"bench-{index}", "namespace": TEAM, "uid": str(uuid.uuid4())},
         "spec": {
             "tolerations": [{"key": "pool", "operator": "Exists", "effect": "NoSchedule"}],
             "containers": [{"name": "main", "image": "registry.invalid/x:1",
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     settings.EBCLOUD_SCHEDULER_EXTENDER_TOKEN = SECRET
     settings.EBCLOUD_CLUSTER_BACKEND = "kubernetes"  # the extender serves a real cluster's scheduler
     settings.ALLOWED_HOSTS = ["testserver"]
-    shape = Shape(pools=50, teams=5, monthly_ready=18, provisioning=0, burst_ready=2, pods_per_node=args.pods_per_node,
+    shape = Shape(pools=50, teams=1, monthly_ready=18, provisioning=0, burst_ready=2, pods_per_node=args.pods_per_node,
                   draining=0, events_per_pool=0, sample_minutes=0)  # fmt: skip
     started = time.perf_counter()
     fleet = build(shape, prefix="bench")
