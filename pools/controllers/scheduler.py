@@ -44,6 +44,7 @@ from django.db.models import (
 )
 from django.utils import timezone
 from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
 
 from pools.controllers.cluster_sync import admission_policy_sync, priority_classes_sync
 from pools.controllers.pending_hints import OrderCatalog, pending_hints, pending_hints_write
@@ -151,7 +152,7 @@ def scheduler_pass(*, now: datetime | None = None) -> PassResult:
         for sync in (admission_policy_sync, priority_classes_sync):
             try:
                 sync()
-            except (ApiException, urllib3.exceptions.HTTPError) as exc:  # the API server is away: the next pass retries
+            except (ApiException, ConfigException, urllib3.exceptions.HTTPError) as exc:  # the API server is away or unset: the next pass retries
                 logger.warning("%s: the cluster could not be read or written: %s", sync.__name__, exc)
         return PassResult(unschedulable=pending_hints_write(now=now))
     result = PassResult()
