@@ -58,8 +58,7 @@ from pools.core.scheduling.nodes import (
 from pools.core.scheduling.nodes import Pod as CorePod
 from pools.core.scheduling.policies import policy_for
 from pools.core.scheduling.preempt import preempt
-from pools.core.spec import DEFAULT_SCHEDULING_POLICY
-from pools.models import GpuNodePool, Node, PoolEvent
+from pools.models import Node, PoolEvent
 from pools.models.pods import Pod
 from pools.providers import real_cluster
 from pools.selectors.cluster import (
@@ -70,7 +69,6 @@ from pools.selectors.cluster import (
 
 logger = logging.getLogger("ebcloud.scheduler")
 
-DEFAULT_POLICY = DEFAULT_SCHEDULING_POLICY
 SCHEDULER_LOCK_KEY = 0x5EB_C10D  # pg_advisory_xact_lock key of the pod binders
 
 
@@ -83,9 +81,6 @@ class PassResult:
     requeued: list[str] = field(default_factory=list)
 
 
-def pool_policy(pool: GpuNodePool) -> str:
-    spec = (pool.document or {}).get("spec") or {}
-    return spec.get("schedulingPolicy") or DEFAULT_POLICY
 
 
 def scheduler_lock() -> None:
@@ -105,7 +100,7 @@ class _Scorer:
         policies: dict[str, str] = {}
         for node in nodes:
             by_pool[node.pool.name].append(states[node.name])
-            policies[node.pool.name] = pool_policy(node.pool)
+            policies[node.pool.name] = node.pool.scheduling_policy
         self.policies = {
             name: policy_for(policies[name], nodes=members, workload=workload) for name, members in by_pool.items()
         }

@@ -13,6 +13,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from pools import roles
+from pools.core.spec import DEFAULT_SCHEDULING_POLICY
 
 
 class TeamScopedQuerySet(models.QuerySet):
@@ -185,6 +186,12 @@ class GpuNodePool(models.Model):
     @property
     def baseline_gpus(self) -> int:
         return self.min_nodes * self.node_type.gpu_count
+
+    @property
+    def scheduling_policy(self) -> str:
+        """`spec.schedulingPolicy`, else the product's default: how the pool's nodes are scored,
+        by the simulated scheduler pass and by the scheduler extender alike."""
+        return self.document.get("spec", {}).get("schedulingPolicy") or DEFAULT_SCHEDULING_POLICY
 
     @property
     def shared_with(self) -> tuple[str, ...]:

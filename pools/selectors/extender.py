@@ -21,20 +21,11 @@ from pools.core.scheduling.extender import FilterResult, filter_nodes, node_scor
 from pools.core.scheduling.fragmentation import PodShape, Workload, workload_from_pods
 from pools.core.scheduling.nodes import Pod as CorePod
 from pools.core.scheduling.policies import policy_for
-from pools.core.spec import DEFAULT_SCHEDULING_POLICY
-from pools.models import GpuNodePool, NamespaceTeam, Team
+from pools.models import NamespaceTeam, Team
 from pools.models.pods import Pod
 from pools.providers.kubernetes_pods import pod_fields
 from pools.selectors.cluster import core_pod_of
 from pools.selectors.extender_state import STATE
-
-
-def extender_policy(pool: GpuNodePool) -> str:
-    """The pool's `schedulingPolicy`, else the product's default (fgd-cpu: FGD's score, its ties
-    broken by the CPU a placement strands): the same rule as the simulated scheduler pass, so a
-    pool is placed alike on both clusters."""
-    spec = (pool.document or {}).get("spec") or {}
-    return spec.get("schedulingPolicy") or DEFAULT_SCHEDULING_POLICY
 
 
 def extender_filter(pod: CorePod, names: list[str]) -> FilterResult:
@@ -58,7 +49,7 @@ def extender_scores(pod: CorePod, names: list[str]) -> dict[str, int] | list[int
         if unknown:
             return unknown
         workload = _workload(_waiting(pod), pod)
-        chosen = {name: extender_policy(pool) for name, pool in STATE.pools.items()}
+        chosen = {name: pool.scheduling_policy for name, pool in STATE.pools.items()}
         by_name = {policy: policy_for(policy, nodes=list(states.values()), workload=workload) for policy in set(chosen.values())}
         name, shape, generation, passed = STATE.passed or ("", None, -1, frozenset())
         fitting = passed if (name, shape, generation) == (pod.name, pod.shape_key, STATE.generation) else frozenset()

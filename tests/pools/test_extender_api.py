@@ -15,13 +15,12 @@ from hypothesis import strategies as st
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from pools.controllers.scheduler import pool_policy, scheduler_pass
+from pools.controllers.scheduler import scheduler_pass
 from pools.core.scheduling.extender import MAX_EXTENDER_PRIORITY, REASON_UNMANAGED
 from pools.core.scheduling.nodes import REASON_AFFINITY, REASON_GPU, REASON_TEAM
 from pools.core.spec import DEFAULT_SCHEDULING_POLICY
 from pools.models import Node
 from pools.models.pods import Pod
-from pools.selectors.extender import extender_policy
 from pools.services import pods as pod_services
 from tests.pools.pod_helpers import T0, pod_document, pool_with_nodes, submit
 
@@ -154,9 +153,9 @@ def test_prioritize_puts_on_top_the_node_the_simulated_scheduler_binds(scheduler
 def test_a_pool_is_scored_with_the_policy_the_simulated_scheduler_gives_it(actors):
     """Its `schedulingPolicy`, else the product's default (an FGD variant), on both clusters."""
     pool = pool_with_nodes(actors["lead"], nodes=1)
-    assert extender_policy(pool) == pool_policy(pool) == DEFAULT_SCHEDULING_POLICY == "fgd-cpu"
+    assert pool.scheduling_policy == DEFAULT_SCHEDULING_POLICY == "fgd-cpu"
     pool.document["spec"]["schedulingPolicy"] = "spread"
-    assert extender_policy(pool) == pool_policy(pool) == "spread"
+    assert pool.scheduling_policy == "spread"
 
 
 # --- bad input -------------------------------------------------------------------------------

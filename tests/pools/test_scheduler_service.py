@@ -200,11 +200,10 @@ def test_gpu_shares_pack_onto_one_gpu_under_bestfit_and_fgd(actors, policy):
 def test_a_pool_without_a_policy_is_scheduled_with_fgd_cpu_and_keeps_an_explicit_binpack(actors):
     """Issue 22 item 5: the default moved from binpack to fgd-cpu; a pool that chose binpack
     must say so in its document and keep it."""
-    from pools.controllers.scheduler import pool_policy
 
     default = pool_with_nodes(actors["lead"], name="default-pool", node_labels={"pool": "train"})
     packed = pool_with_nodes(actors["lead"], name="pack-pool", node_labels={"pool": "infer"}, schedulingPolicy="binpack")
-    assert pool_policy(default) == "fgd-cpu" and pool_policy(packed) == "binpack"
+    assert default.scheduling_policy == "fgd-cpu" and packed.scheduling_policy == "binpack"
     assert "schedulingPolicy" not in default.document["spec"]
     assert packed.document["spec"]["schedulingPolicy"] == "binpack"
 
