@@ -129,6 +129,12 @@ def _cel(value) -> str:
     return "[" + ", ".join(_cel(v) for v in value) + "]"
 
 
+def _message_expression() -> str:
+    """`refusal` as CEL, the namespace's team put in where the Python text has it."""
+    before, after = refusal("\x00").split(repr("\x00"))
+    return f"{_cel(before)} + \"'\" + variables.team + \"'\" + {_cel(after)}"
+
+
 def admission_policy(pools: Sequence[PoolAccess], namespaces: Mapping[str, str]) -> tuple[dict, dict]:
     """The ValidatingAdmissionPolicy and its binding that refuse, on pod create (and on an
     update that changes its nodeSelector or affinity, which a gated pod may), a pod of a team's
@@ -137,10 +143,13 @@ def admission_policy(pools: Sequence[PoolAccess], namespaces: Mapping[str, str])
     # Each pool is a map of mixed values (CEL map literals are of one value type, hence dyn()).
     entries = [f"{{'teams': dyn({_cel(sorted(p.teams))}), 'labels': dyn({_cel(dict(p.labels))})}}" for p in sorted(pools, key=lambda p: p.name)]
     chunks: list[list[str]] = [[]]
+    size = 0
     for entry in entries:
-        if chunks[-1] and sum(len(e) + 2 for e in chunks[-1]) + len(entry) > CHUNK_CHARS:
+        if chunks[-1] and size + len(entry) > CHUNK_CHARS:
             chunks.append([])
+            size = 0
         chunks[-1].append(entry)
+        size += len(entry) + 2
     pool_variables = [{"name": f"pools{i}", "expression": "[" + ", ".join(chunk) + "]"} for i, chunk in enumerate(chunks)]
     matched = " + ".join(_MATCHED.replace("{pools}", f"variables.{v['name']}") for v in pool_variables)
     policy = {
@@ -181,12 +190,7 @@ def admission_policy(pools: Sequence[PoolAccess], namespaces: Mapping[str, str])
                         "variables.team == '' || size(variables.terms) == 0 && size(variables.selector) == 0 || "
                         "size(variables.matched) == 0 || variables.matched.exists(p, variables.team in p.teams)"
                     ),
-                    "messageExpression": (
-                        "'pods of team \\'' + variables.team + '\\' may not use the node pools their nodeSelector/affinity "
-                        "selects: they belong to other teams. A pool\\'s nodes run only its own team\\'s pods and those of "
-                        "teams it is shared with (spec.sharedWith, set by the pool\\'s lead); tolerating its taints does not "
-                        "change that.'"
-                    ),
+                    "messageExpression": _message_expression(),
                     "reason": "Forbidden",
                 }
             ],
