@@ -326,20 +326,19 @@ POD_WIDE_HEADERS = [*POD_HEADERS, "TEAM", "POOL", "REASON", "MESSAGE"]
 
 
 def pod_gpus(pod: dict) -> str:
-    """`4`, or `0.25` for a share of one GPU (the ebcloud.io/gpu-milli annotation)."""
-    metadata, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-    count = 0
+    """`4`, or `0.25` for a share of one GPU (the ebcloud.io/gpu-milli resource, in thousandths)."""
+    spec = pod.get("spec") or {}
+    asked = {"nvidia.com/gpu": 0, "ebcloud.io/gpu-milli": 0}
     for container in spec.get("containers") or []:
         resources = (container or {}).get("resources") or {}
         requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
-        try:  # a limit alone sets the request (Kubernetes)
-            count += int(requests.get("nvidia.com/gpu", limits.get("nvidia.com/gpu", 0)))
-        except (TypeError, ValueError):
-            pass
-    milli = (metadata.get("annotations") or {}).get("ebcloud.io/gpu-milli")
-    if count == 1 and milli and str(milli).isdigit() and int(milli) < 1000:
-        return f"{int(milli) / 1000:g}"
-    return str(count)
+        for key in asked:
+            try:  # a limit alone sets the request (Kubernetes)
+                asked[key] += int(requests.get(key, limits.get(key, 0)))
+            except (TypeError, ValueError):
+                pass
+    whole, milli = asked["nvidia.com/gpu"], asked["ebcloud.io/gpu-milli"]
+    return f"{milli / 1000:g}" if milli and not whole else str(whole)
 
 
 def pod_row(pod: dict, *, wide: bool = False, now: datetime | None = None) -> list[Any]:

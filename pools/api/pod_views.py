@@ -83,7 +83,7 @@ class PodMetadataSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=253)
     namespace = serializers.CharField(max_length=63, required=False, help_text="Defaults to the team's slug")
     labels = serializers.DictField(child=serializers.CharField(), required=False)
-    annotations = serializers.DictField(child=serializers.CharField(), required=False, help_text="ebcloud.io/gpu-milli, gpu-models, checkpointable, duration")
+    annotations = serializers.DictField(child=serializers.CharField(), required=False, help_text="ebcloud.io/gpu-models, checkpointable, duration")
     team = serializers.CharField(read_only=True)
     creationTimestamp = serializers.DateTimeField(read_only=True)
 
@@ -94,7 +94,7 @@ class PodSerializer(serializers.Serializer):
     apiVersion = serializers.ChoiceField(choices=["v1"])
     kind = serializers.ChoiceField(choices=["Pod"])
     metadata = PodMetadataSerializer()
-    spec = serializers.DictField(help_text="priorityClassName (the server sets priority and preemptionPolicy from it), tolerations, nodeSelector, affinity.nodeAffinity, containers[].resources.requests")
+    spec = serializers.DictField(help_text="priorityClassName (the server sets priority and preemptionPolicy from it), tolerations, nodeSelector, affinity.nodeAffinity, containers[].resources.requests and limits (cpu, memory, nvidia.com/gpu, ebcloud.io/gpu-milli: a share of one GPU in thousandths)")
     status = PodStatusSerializer(read_only=True)
 
 

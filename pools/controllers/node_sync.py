@@ -35,6 +35,7 @@ from pools.core.node_labels import (
     node_fix,
     taint_dict,
 )
+from pools.core.podspec import GPU_SHARE_RESOURCE
 from pools.core.spec import effective_node_labels
 from pools.models import Node
 from pools.providers.base import ClusterBackend, ProviderError
@@ -67,7 +68,7 @@ def nodes_sync(p: ReconcilePass) -> None:
     """Make every registered node of the pool carry what its spec wants (module docstring).
 
     Provider calls first, then the rows and one event per node and kind (`NodeLabeled`,
-    `NodeTainted`, `NodeCordoned`): a pass killed between them applies again (idempotent)."""
+    `NodeTainted`, `NodeCordoned`, `GpuSharesAdvertised`): a pass killed between them applies again (idempotent)."""
     nodes = list(p.live_nodes().filter(phase__in=REGISTERED_PHASES, ready_at__isnull=False))
     if not nodes:
         return
@@ -83,16 +84,18 @@ def nodes_sync(p: ReconcilePass) -> None:
             wanted_labels=labels, wanted_taints=taints, applied_labels=node.labels or {}, applied_taints=node.taints or [],
             cordoned=node.phase in CORDONED_PHASES, observed=seen,
         )  # fmt: skip
-        if not (fix.apply or fix.cordon):
+        if not (fix.apply or fix.cordon or fix.advertise):
             continue
         try:
             if fix.apply:
                 p.cluster.node_apply(name=node.name, labels=labels, taints=taints)
             if fix.cordon:
                 p.cluster.cordon(name=node.name)
+            if fix.advertise:  # only a real cluster's Node lacks it (ClusterBackend's docstring)
+                p.cluster.advertise_gpu_shares(name=node.name)
         except ProviderError as exc:
             p.hold_generation = True
-            p.event("NodeUpdateFailed", f"Labels, taints or cordon of {node.name} not applied: {exc.message}; the next pass retries", node=node, type=WARNING)
+            p.event("NodeUpdateFailed", f"Labels, taints, cordon or GPU shares of {node.name} not applied: {exc.message}; the next pass retries", node=node, type=WARNING)
             continue
         done.append((node, labels, fix))
     _record(p, done, taints)
@@ -117,3 +120,5 @@ def _record(p: ReconcilePass, done: list, taints: list[dict[str, str]]) -> None:
                 p.event("NodeTainted", f"Taints of {node.name} {fix.taints}", node=node)
             if fix.cordon:
                 p.event("NodeCordoned", f"Node {node.name} was made schedulable by someone else while it is drained: cordoned again", node=node)
+            if fix.advertise:
+                p.event("GpuSharesAdvertised", f"{node.name} advertises {GPU_SHARE_RESOURCE} again (1000 per GPU), so GPU shares can be scheduled on it", node=node)

@@ -2,6 +2,9 @@
 server-side apply, level-triggered every pass"). Pure: what the cluster shows of a node, what we
 want there, and what differs, in words for the node's events. No Django here.
 
+The GPU-share resource (`ebcloud.io/gpu-milli`, 1000 per GPU) is in the node's capacity too,
+where kube-scheduler counts it: the control plane advertises it and puts it back when it is gone.
+
 Three sets meet for each registered node:
 - *wanted*: the labels and taints the pool's spec gives it now (`effective_node_labels`, the
   spec's `nodeTaints`) and, while it is drained, `spec.unschedulable`;
@@ -33,6 +36,9 @@ class ClusterNodeState:
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[tuple[str, str, str], ...] = ()  # (key, value, effect)
     unschedulable: bool = False
+    # Whether the Node's capacity shows the GPU-share resource for each of its GPUs (a real
+    # cluster's kubelet drops it on restart; a simulated node has no capacity of its own).
+    gpu_shares_advertised: bool = True
 
 
 def taint_tuple(taint: Mapping[str, str]) -> tuple[str, str, str]:
@@ -52,7 +58,7 @@ def drifted(*, applied_labels: Mapping[str, str], applied_taints: Iterable[Mappi
     have = set(observed.taints)
     if any(taint_tuple(t) not in have for t in applied_taints):
         return True
-    return cordoned and not observed.unschedulable
+    return cordoned and not observed.unschedulable or not observed.gpu_shares_advertised
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,7 @@ class NodeFix:
 
     apply: bool  # labels/taints to (re)apply
     cordon: bool  # `spec.unschedulable` to set again
+    advertise: bool = False  # the GPU-share capacity to advertise again
     labels: str = ""  # NodeLabeled message part, "" when the labels need nothing
     taints: str = ""  # NodeTainted message part
     rows_changed: bool = False  # the Node row's labels/taints (what we applied) change
@@ -100,6 +107,7 @@ def node_fix(
     return NodeFix(
         apply=missing or rows_changed,
         cordon=cordoned and not observed.unschedulable,
+        advertise=not observed.gpu_shares_advertised,
         labels="; ".join(label_parts),
         taints="; ".join(taint_parts),
         rows_changed=rows_changed,

@@ -7,7 +7,6 @@
       namespace: algorithm
       labels: {project: nlp}
       annotations:
-        ebcloud.io/gpu-milli: "500"          # a share of one GPU (needs nvidia.com/gpu: 1)
         ebcloud.io/gpu-models: "A100_80G,H100_80G"   # gpuSpec: allowed models
         ebcloud.io/checkpointable: "true"    # may be preempted
         ebcloud.io/duration: "2h"            # the simulated run time
@@ -20,6 +19,7 @@
       containers:
       - name: main
         resources: {requests: {cpu: "8", memory: 64Gi}, limits: {nvidia.com/gpu: 1}}
+        # or a share of one GPU: limits: {ebcloud.io/gpu-milli: 500}
 
 Requests of all containers add up, as the kube-scheduler counts them. Requests and limits
 follow Kubernetes' validation and defaulting: a limit without a request sets the request (so
@@ -27,7 +27,9 @@ follow Kubernetes' validation and defaulting: a limit without a request sets the
 limits, never above; `nvidia.com/gpu` is an extended resource, which cannot be overcommitted,
 so it needs a limit and a request, if given, must equal it ("Limit must be set for non
 overcommitable resources", "must be equal to nvidia.com/gpu limit of N"). A share of one GPU
-is the `ebcloud.io/gpu-milli` annotation, not a resource of its own. Annotations and the
+is the extended resource `ebcloud.io/gpu-milli` (thousandths of a GPU, 1-1000, the same rules),
+which the control plane advertises on every GPU node (1000 per GPU) so that kube-scheduler
+counts shares too; a pod asks for whole GPUs or for a share, not both. Annotations and the
 containers' strings are free text: any text but control characters (newline and tab aside).
 Priority is Kubernetes': `spec.priorityClassName` names a PriorityClass and admission
 (`admit`, the rules in `pools.core.priority`) writes its value and preemption policy into the
@@ -67,11 +69,12 @@ from pools.core.scheduling.nodes import Pod as CorePod
 
 API_VERSION = "v1"
 KIND = "Pod"
-ANNOTATION_GPU_MILLI = "ebcloud.io/gpu-milli"
 ANNOTATION_GPU_MODELS = "ebcloud.io/gpu-models"
 ANNOTATION_CHECKPOINTABLE = "ebcloud.io/checkpointable"
 ANNOTATION_DURATION = "ebcloud.io/duration"
 GPU_RESOURCE = "nvidia.com/gpu"
+GPU_SHARE_RESOURCE = "ebcloud.io/gpu-milli"  # a share of one GPU, in thousandths
+EXTENDED_RESOURCES = (GPU_RESOURCE, GPU_SHARE_RESOURCE)
 
 _CPU = re.compile(r"^([0-9]+(\.[0-9]+)?)(m?)$")
 _MEMORY = re.compile(r"^([0-9]+(\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P)?$")
@@ -146,17 +149,15 @@ def parse_pod(document: Any, *, default_namespace: str = "") -> PodSpec:
         check.error("spec.priorityClassName", f"invalid PriorityClass name {class_name!r}: a DNS-1123 subdomain such as training")
     if "preemptionPolicy" in spec:
         policy = check.choice(spec["preemptionPolicy"], "spec.preemptionPolicy", PREEMPTION_POLICIES, "preemption policy")
-    cpu, memory, gpus = _containers(check, spec.get("containers", []))
+    cpu, memory, gpus, shares = _containers(check, spec.get("containers", []))
     tolerations = _tolerations(check, spec.get("tolerations", []))
     node_selector = check.labels(spec.get("nodeSelector", {}), "spec.nodeSelector")
     affinity = _affinity(check, spec.get("affinity", {}))
 
-    gpu_milli = MILLI if gpus else 0
-    path = f"metadata.annotations.{ANNOTATION_GPU_MILLI}"
-    if ANNOTATION_GPU_MILLI in annotations:
-        gpu_milli = _int_text(check, annotations[ANNOTATION_GPU_MILLI], path, 1, MILLI) or gpu_milli
-        if gpus != 1:
-            check.error(path, f"a GPU share needs exactly one GPU (spec.containers[*].resources.requests.{GPU_RESOURCE}: 1)")
+    gpus, gpu_milli = gpu_request(gpus, shares)
+    if GPU_SHARE_RESOURCE in annotations:  # where shares were asked for before they were a resource
+        check.error(f"metadata.annotations.{GPU_SHARE_RESOURCE}",
+                    f"a share of one GPU is a resource: set spec.containers[*].resources.limits.{GPU_SHARE_RESOURCE} instead")
     models = tuple(m.strip() for m in annotations.get(ANNOTATION_GPU_MODELS, "").split(",") if m.strip())
     checkpointable = False
     if ANNOTATION_CHECKPOINTABLE in annotations:
@@ -227,18 +228,6 @@ def _free_text(check: Checker, value: Any, path: str) -> None:
             stack.extend((child, f"{where}[{i}]") for i, child in enumerate(item))
 
 
-def _int_text(check: Checker, text: str, path: str, low: int, high: int) -> int | None:
-    try:
-        number = int(text)
-    except ValueError:
-        check.error(path, f"must be an integer from {low} to {high}")
-        return None
-    if not low <= number <= high:
-        check.error(path, f"must be an integer from {low} to {high}")
-        return None
-    return number
-
-
 def cpu_milli(value: Any) -> int:
     """A Kubernetes CPU quantity (`2`, `0.5`, `500m`) in milli-CPU, rounded up."""
     if isinstance(value, bool):
@@ -268,7 +257,7 @@ def memory_mib(value: Any) -> int:
 
 def _quantities(check: Checker, value: Any, path: str) -> dict[str, tuple[int, Any]]:
     """A container's `requests` or `limits`: {resource: (amount, as written)}, amounts in
-    milli-CPU, MiB and whole GPUs."""
+    milli-CPU, MiB, whole GPUs and thousandths of one GPU."""
     if not isinstance(value, dict):
         check.error(path, "must be a mapping")
         return {}
@@ -280,13 +269,13 @@ def _quantities(check: Checker, value: Any, path: str) -> dict[str, tuple[int, A
                 result[key] = (cpu_milli(quantity), quantity)
             elif key == "memory":
                 result[key] = (memory_mib(quantity), quantity)
-            elif key == GPU_RESOURCE:
+            elif key in EXTENDED_RESOURCES:
                 number = int(quantity) if isinstance(quantity, str) and quantity.isdigit() else quantity
-                count = check.integer(number, where, minimum=0, maximum=64)
+                count = check.integer(number, where, minimum=0, maximum=64 if key == GPU_RESOURCE else MILLI)
                 if count is not None:
                     result[key] = (count, quantity)
             else:
-                check.error(where, f"unknown resource; expected cpu, memory or {GPU_RESOURCE}")
+                check.error(where, f"unknown resource; expected cpu, memory, {GPU_RESOURCE} or {GPU_SHARE_RESOURCE}")
         except ValueError as exc:
             check.error(where, str(exc))
     return result
@@ -295,18 +284,19 @@ def _quantities(check: Checker, value: Any, path: str) -> dict[str, tuple[int, A
 def _effective_requests(check: Checker, requests: dict, limits: dict, path: str) -> dict[str, int]:
     """Kubernetes' rules for one container (kube-apiserver's validateResourceRequirements and
     the Pod defaulting): a limit without a request sets the request; a request may not exceed
-    its limit; an extended resource (nvidia.com/gpu) needs a limit, and its request must equal it."""
+    its limit; an extended resource (nvidia.com/gpu, ebcloud.io/gpu-milli) needs a limit, and
+    its request must equal it."""
     result = {key: amount for key, (amount, _) in limits.items()}
     for key, (amount, _) in requests.items():
         where = f"{path}.requests.{key}"
         if key not in limits:
-            if key == GPU_RESOURCE:
+            if key in EXTENDED_RESOURCES:
                 check.error(f"{path}.limits.{key}", "Limit must be set for non overcommitable resources "
-                            f"(set limits: {{{GPU_RESOURCE}: N}}; the request defaults to it)")
+                            f"(set limits: {{{key}: N}}; the request defaults to it)")
             result[key] = amount
             continue
         limit, limit_written = limits[key]
-        if key == GPU_RESOURCE and amount != limit:
+        if key in EXTENDED_RESOURCES and amount != limit:
             check.error(where, f"must be equal to {key} limit of {limit_written}")
         elif amount > limit:
             check.error(where, f"must be less than or equal to {key} limit of {limit_written}")
@@ -314,11 +304,13 @@ def _effective_requests(check: Checker, requests: dict, limits: dict, path: str)
     return result
 
 
-def _containers(check: Checker, value: Any) -> tuple[int, int, int]:
+def _containers(check: Checker, value: Any) -> tuple[int, int, int, int]:
+    """Requests summed over the containers: (milli-CPU, MiB, GPUs, thousandths of a GPU)."""
     if not isinstance(value, list) or not value:
         check.error("spec.containers", "must be a non-empty list of containers")
-        return 0, 0, 0
-    cpu = memory = gpus = 0
+        return 0, 0, 0, 0
+    cpu = memory = gpus = shares = 0
+    share_paths = []
     for index, item in enumerate(value):
         path = f"spec.containers[{index}]"
         container = check.mapping(item, path, _CONTAINER)
@@ -329,7 +321,25 @@ def _containers(check: Checker, value: Any) -> tuple[int, int, int]:
         cpu += effective.get("cpu", 0)
         memory += effective.get("memory", 0)
         gpus += effective.get(GPU_RESOURCE, 0)
-    return cpu, memory, gpus
+        if effective.get(GPU_SHARE_RESOURCE):
+            shares += effective[GPU_SHARE_RESOURCE]
+            share_paths.append(f"{path}.resources.limits.{GPU_SHARE_RESOURCE}")
+    if shares and gpus:
+        check.error(share_paths[0], f"a pod asks for whole GPUs ({GPU_RESOURCE}) or for a share of one GPU ({GPU_SHARE_RESOURCE}), not both")
+    elif shares > MILLI:
+        check.error(share_paths[-1], f"the containers ask for {shares} thousandths in all: a share is of one GPU (at most {MILLI}); ask for whole GPUs with {GPU_RESOURCE}")
+    return cpu, memory, gpus, shares
+
+
+def gpu_request(gpus: int, shares: int) -> tuple[int, int]:
+    """(GPU count, thousandths of each GPU) of a pod asking for `gpus` whole GPUs and `shares`
+    thousandths of one (Alibaba's trace model: a share is one GPU used in part). A pod of a real
+    cluster may ask for what the product's API refuses (both, or more than one GPU in shares):
+    it is counted as the whole GPUs it could hold, never less."""
+    if shares and not gpus and shares <= MILLI:
+        return 1, shares
+    whole = gpus + math.ceil(shares / MILLI)
+    return whole, MILLI if whole else 0
 
 
 def with_defaults(document: dict) -> dict:

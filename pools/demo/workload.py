@@ -65,7 +65,7 @@ class DemoPod:
 
     def document(self) -> dict:
         """The Pod document a team member would submit (docs/pods.md)."""
-        gpu_share = {"ebcloud.io/gpu-milli": str(self.gpu_milli)} if self.gpu_milli < MILLI else {}
+        gpus = {"ebcloud.io/gpu-milli": str(self.gpu_milli)} if self.gpu_milli < MILLI else {"nvidia.com/gpu": str(self.gpu_count)}
         return {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -76,7 +76,6 @@ class DemoPod:
                 "annotations": {
                     "ebcloud.io/duration": f"{self.run}s",
                     **({"ebcloud.io/checkpointable": "true"} if self.route.checkpointable else {}),
-                    **gpu_share,
                 },
             },
             "spec": {
@@ -88,7 +87,7 @@ class DemoPod:
                     "image": "registry.local/demo/replay:1",
                     "resources": {
                         "requests": {"cpu": f"{self.cpu_milli}m", "memory": f"{self.memory_mib}Mi"},
-                        "limits": {"nvidia.com/gpu": str(self.gpu_count)},  # the request defaults to it
+                        "limits": gpus,  # the request defaults to it
                     },
                 }],
             },

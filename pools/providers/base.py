@@ -186,4 +186,9 @@ class ClusterBackend(Protocol):
 
     def list_pods(self, *, node_name: str) -> list[PodInfo]: ...
 
+    # A backend whose `nodes_state` can report a node without the GPU-share resource in its
+    # capacity (`gpu_shares_advertised=False`: a real cluster) also has
+    # `advertise_gpu_shares(*, name) -> None`, which puts it there; the simulated cluster keeps
+    # no capacity of its own and is never asked (so it is not part of this protocol).
+
     def remove_node(self, *, name: str) -> None: ...

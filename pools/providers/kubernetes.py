@@ -6,6 +6,10 @@ What Kubernetes defines is done its way:
 - a node is registered by its kubelet, never by us: `register_node` checks that the Node exists
   (and is Ready) and refuses with `NodeNotRegistered` while it does not, so the controller
   retries and, past its attempts, reports it;
+- a GPU share (`ebcloud.io/gpu-milli`) is an extended resource that we advertise as Kubernetes
+  documents it (a patch of the Node's status: 1000 per `nvidia.com/gpu` it has), at
+  registration and again whenever it is gone (a kubelet that restarts zeroes the extended
+  resources no device plugin reports), so that kube-scheduler counts shares as it counts GPUs;
 - the pool's labels and taints are applied by server-side apply under our own field manager, so
   labels and taints that others set survive, and a label we no longer want is removed by the
   next apply (level-triggered: every call states the whole wanted set);
@@ -27,7 +31,10 @@ from datetime import datetime
 from django.conf import settings
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+from kubernetes.utils.quantity import parse_quantity
 
+from pools.core.podspec import GPU_RESOURCE, GPU_SHARE_RESOURCE
+from pools.core.scheduling.nodes import MILLI
 from pools.providers.base import NodeState, PodInfo, ProviderError
 
 FIELD_MANAGER = "ebcloud.io/node-pools"
@@ -69,6 +76,17 @@ class KubernetesCluster:
         ready = next((c.status for c in node.status.conditions or () if c.type == "Ready"), "Unknown")
         if ready != "True":
             raise NodeNotRegistered(f"node {name} registered but is not Ready (Ready={ready})")
+        if not _shares_advertised(node.status.capacity, node.status.allocatable):
+            self.advertise_gpu_shares(name=name, capacity=node.status.capacity)
+
+    def advertise_gpu_shares(self, *, name: str, capacity: Mapping[str, str] | None = None) -> None:
+        """The GPU-share resource in the Node's capacity and allocatable, 1000 per GPU of its
+        capacity (a merge patch of the status: other resources stay as the kubelet wrote them)."""
+        if capacity is None:
+            listed = self._listed.get(name) or json.loads(self.core.read_node(name, _preload_content=False).data)
+            capacity = (listed.get("status") or {}).get("capacity") or {}
+        shares = str(int(parse_quantity(capacity.get(GPU_RESOURCE) or 0)) * MILLI)
+        self.core.patch_node_status(name, {"status": {"capacity": {GPU_SHARE_RESOURCE: shares}, "allocatable": {GPU_SHARE_RESOURCE: shares}}})
 
     def node_apply(self, *, name: str, labels: Mapping[str, str], taints: Sequence[Mapping[str, str]]) -> None:
         """Labels and taints in one server-side apply under our field manager.
@@ -126,6 +144,7 @@ class KubernetesCluster:
                 labels=dict(node["metadata"].get("labels") or {}),
                 taints=tuple((t["key"], t.get("value") or "", t["effect"]) for t in node.get("spec", {}).get("taints") or ()),
                 unschedulable=bool(node.get("spec", {}).get("unschedulable")),
+                gpu_shares_advertised=_shares_advertised(node.get("status", {}).get("capacity"), node.get("status", {}).get("allocatable")),
             )
             for node in items
             if node["metadata"]["name"] in wanted
@@ -168,6 +187,16 @@ class KubernetesCluster:
         except ApiException as exc:
             if exc.status != 404:
                 raise
+
+
+def _shares_advertised(capacity: Mapping[str, str] | None, allocatable: Mapping[str, str] | None) -> bool:
+    """Whether capacity and allocatable both offer 1000 GPU shares per GPU of the capacity (a
+    node without GPUs needs none). Compared as quantities: the API server writes 8000 as `8k`."""
+    capacity, allocatable = capacity or {}, allocatable or {}
+    wanted = parse_quantity(capacity.get(GPU_RESOURCE) or 0) * MILLI
+    if not wanted:
+        return True
+    return all(parse_quantity(side.get(GPU_SHARE_RESOURCE) or 0) == wanted for side in (capacity, allocatable))
 
 
 def _taint(taint: Mapping[str, str]) -> dict[str, str]:

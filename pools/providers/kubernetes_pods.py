@@ -5,8 +5,9 @@ API's Pod JSON into the fields of the read model (`pools.models.Pod`).
 The translation counts as kube-scheduler counts: a pod's request of a resource is the sum over
 its containers, or the largest init container's if that is larger (init containers run one
 after the other, before the others), plus the pod overhead; a container's request defaults to
-its limit, which for an extended resource such as `nvidia.com/gpu` is the only way to ask for
-it (the API server has already refused a request without, or unequal to, its limit). The
+its limit, which for an extended resource such as `nvidia.com/gpu` or `ebcloud.io/gpu-milli` is
+the only way to ask for it (the API server has already refused a request without, or unequal
+to, its limit). The
 responses are read as JSON without the client's model classes: a mirror reads every pod of a
 cluster and a watch can deliver thousands of events a second.
 """
@@ -30,12 +31,12 @@ from pools.core.durations import parse_duration
 from pools.core.podspec import (
     ANNOTATION_CHECKPOINTABLE,
     ANNOTATION_DURATION,
-    ANNOTATION_GPU_MILLI,
     ANNOTATION_GPU_MODELS,
     GPU_RESOURCE,
+    GPU_SHARE_RESOURCE,
+    gpu_request,
 )
 from pools.core.priority import PREEMPT_LOWER_PRIORITY, SYSTEM_PREFIX
-from pools.core.scheduling.nodes import MILLI
 from pools.providers.kubernetes import api_client
 
 TEAM_LABEL = "ebcloud.io/team"
@@ -148,7 +149,7 @@ def pod_fields(pod: Mapping[str, Any], *, now: datetime) -> dict[str, Any]:
     meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
     annotations = meta.get("annotations") or {}
     requests = pod_requests(spec)
-    gpus = int(requests.get(GPU_RESOURCE, 0))
+    gpus, gpu_milli = gpu_request(math.ceil(requests.get(GPU_RESOURCE, 0)), math.ceil(requests.get(GPU_SHARE_RESOURCE, 0)))
     scheduled = next(
         (c for c in status.get("conditions") or () if c.get("type") == "PodScheduled"), {}
     )
@@ -169,7 +170,7 @@ def pod_fields(pod: Mapping[str, Any], *, now: datetime) -> dict[str, Any]:
         "cpu_milli": math.ceil(requests.get("cpu", 0) * 1000),
         "memory_mib": math.ceil(requests.get("memory", 0) / 2**20),
         "gpu_count": gpus,
-        "gpu_milli": _gpu_milli(annotations, gpus),
+        "gpu_milli": gpu_milli,
         "gpu_models": [
             m.strip() for m in annotations.get(ANNOTATION_GPU_MODELS, "").split(",") if m.strip()
         ],
@@ -218,15 +219,6 @@ def _container_requests(container: Mapping[str, Any]) -> dict[str, Decimal]:
         **(resources.get("requests") or {}),
     }  # a limit alone sets the request
     return {key: parse_quantity(amount) for key, amount in merged.items()}
-
-
-def _gpu_milli(annotations: Mapping[str, str], gpus: int) -> int:
-    if not gpus:
-        return 0
-    text = annotations.get(ANNOTATION_GPU_MILLI, "")
-    if gpus == 1 and text.isdigit() and 1 <= int(text) <= MILLI:
-        return int(text)
-    return MILLI
 
 
 def _duration(annotations: Mapping[str, str]) -> int | None:

@@ -9,9 +9,10 @@ simulated scheduler pass places the same pod on the same state (in a savepoint, 
 kube-scheduler must bind the pod there, or, where several nodes tie for our best score and it
 broke the tie differently, on one of them.
 
-GPU shares are left out of the slice: kube-scheduler itself counts `nvidia.com/gpu: 1` as a
-whole GPU (deploy/kube-scheduler-config.yaml keeps it counting), so on a real cluster shares
-of one GPU do not pile up on it as in the simulated cluster.
+GPU shares (`ebcloud.io/gpu-milli`, which the product advertises on every GPU Node) have their
+own test: sixteen half-GPU pods share one 8-GPU node through kube-scheduler, whose own count
+of the resource refuses the seventeenth, while our filter refuses a whole GPU there (the two
+resources are counted apart by kube-scheduler).
 """
 
 from __future__ import annotations
@@ -33,10 +34,11 @@ from bench.scheduler_trace import load_pods
 from pools.controllers.pod_mirror import PodMirror
 from pools.controllers.scheduler import scheduler_pass
 from pools.core.scheduling.extender import MAX_EXTENDER_PRIORITY, REASON_UNMANAGED
-from pools.core.scheduling.nodes import REASON_GPU_MODEL
+from pools.core.scheduling.nodes import REASON_GPU, REASON_GPU_MODEL
 from pools.models import GpuModel, Node, NodeType
 from pools.models.pods import Pod
 from pools.providers.fake_kubelet import FakeKubelet
+from pools.providers.kubernetes import KubernetesCluster
 from pools.providers.kubernetes_pods import TEAM_LABEL, ClusterPods
 from pools.selectors.extender import extender_pod, extender_scores
 from pools.services import pods as pod_services
@@ -229,3 +231,33 @@ def test_a_scheduler_with_another_secret_is_refused_and_schedules_without_us(pla
         assert "Skipping extender" in log and "code 401" in log, log
     finally:
         plane.start_scheduler(config=scheduler_config(plane, live_server.url))
+
+
+def test_half_gpu_shares_fill_a_real_node_and_a_whole_gpu_is_refused_there(plane, cluster, actors, calls):
+    """Sixteen `ebcloud.io/gpu-milli: 500` pods on one 8-GPU node, bound by kube-scheduler through
+    the extender, as the simulated cluster packs them; the seventeenth is refused by
+    kube-scheduler's own count of the advertised resource; a pod of one whole GPU is refused by
+    our filter (kube-scheduler sees 8 of 8 nvidia.com/gpu free)."""
+    GpuModel.objects.get_or_create(name="G2", defaults={"memory_gib": 16})
+    NodeType.objects.get_or_create(name="OPENB_G2", defaults={"gpu_count": 8, "cpu_milli": 96_000, "memory_mib": 393_216})
+    pool = pool_with_nodes(actors["lead"], name="halves", nodes=1, node_labels={"pool": "train"}, taints=[], nodeType="OPENB_G2", gpuModel="G2")
+    node = pool.nodes.get()
+    core, kubelet = client.CoreV1Api(cluster), FakeKubelet(cluster)
+    kubelet.join(name=node.name, cpu_milli=96_000, memory_mib=393_216, gpus=8, labels=node.labels, now=T0)
+    KubernetesCluster(cluster).register_node(name=node.name, now=T0)  # the lifecycle's join step advertises the shares
+    mirror = PodMirror(ClusterPods(cluster), clock=lambda: T0)
+    mirror.relist()
+    for i in range(16):
+        core.create_namespaced_pod(NAMESPACE, cluster_document(pod_document(f"half-{i}", milli=500, cpu="1", memory="4Gi")))
+        assert wait_for(lambda i=i: verdict(core, f"half-{i}"), timeout=30, what=f"half-{i} scheduled") == ("bound", node.name)
+        kubelet.sync_pods(node_name=node.name, now=T0)
+        mirror.relist()
+    assert set(Pod.objects.live().filter(name__startswith="half-").values_list("phase", "gpu_count", "gpu_milli")) == {("Running", 1, 500)}
+    core.create_namespaced_pod(NAMESPACE, cluster_document(pod_document("half-16", milli=500, cpu="1", memory="4Gi")))
+    kind, message = wait_for(lambda: verdict(core, "half-16"), timeout=30, what="kube-scheduler's verdict on half-16")
+    assert kind == "pending" and "1 Insufficient ebcloud.io/gpu-milli" in message, message
+    core.create_namespaced_pod(NAMESPACE, cluster_document(pod_document("whole-1", gpus=1, cpu="1", memory="4Gi")))
+    kind, message = wait_for(lambda: verdict(core, "whole-1"), timeout=30, what="kube-scheduler's verdict on whole-1")
+    assert kind == "pending" and f"1 {REASON_GPU}" in message, message
+    skipped = [line for line in plane.log_tail("kube-scheduler", 400).splitlines() if "Skipping extender" in line and ("/half-" in line or "/whole-1" in line)]
+    assert "filter" in calls and not skipped, skipped

@@ -112,3 +112,29 @@ def test_a_quiet_pass_makes_one_api_call_however_many_nodes(on_kubernetes, actor
     lifecycle.reconcile_all(now=T0 + 3 * TICK)
     assert few == api_calls == ["GET /api/v1/nodes"]
     assert Node.objects.filter(phase="Ready").count() == 8
+
+
+def test_gpu_shares_are_advertised_at_join_and_put_back_after_a_kubelet_drops_them(on_kubernetes, actors, kube, core, unique, api_calls):
+    """The GPU-share resource in every GPU Node's capacity and allocatable, 1000 per GPU, as
+    Kubernetes documents advertising an extended resource; a kubelet that restarts zeroes it
+    (it reports only its device plugins' resources) and the next pass puts it back (seed D1)."""
+    pool = pool_with_nodes(actors["lead"], name=f"shares-{unique}", nodes=1)
+    node = Node.objects.get(pool=pool)
+    FakeKubelet(kube).join(name=node.name, cpu_milli=96_000, memory_mib=393_216, gpus=8, now=T0)
+    KubernetesCluster(kube).register_node(name=node.name, now=T0)  # the lifecycle's join step
+
+    def shares():
+        status = core.read_node(node.name).status
+        return status.capacity.get("ebcloud.io/gpu-milli"), status.allocatable.get("ebcloud.io/gpu-milli")
+
+    assert shares() == ("8k", "8k")  # 8000, as the API server writes quantities
+    lifecycle.reconcile_all(now=T0)
+    core.patch_node_status(node.name, {"status": {"capacity": {"ebcloud.io/gpu-milli": "0"}, "allocatable": {"ebcloud.io/gpu-milli": "0"}}})
+    api_calls.clear()
+    lifecycle.reconcile_all(now=T0 + TICK)
+    assert api_calls == ["GET /api/v1/nodes", f"PATCH /api/v1/nodes/{node.name}/status"]
+    assert shares() == ("8k", "8k")
+    assert last_event(node, "GpuSharesAdvertised") == f"{node.name} advertises ebcloud.io/gpu-milli again (1000 per GPU), so GPU shares can be scheduled on it"
+    api_calls.clear()
+    lifecycle.reconcile_all(now=T0 + 2 * TICK)
+    assert api_calls == ["GET /api/v1/nodes"]

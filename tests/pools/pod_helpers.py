@@ -56,19 +56,20 @@ def priority_class(value: int, *, policy: str = "PreemptLowerPriority") -> str:
 def pod_document(name, *, namespace="algorithm", gpus=1, cpu="4", memory="32Gi", priority=0, milli=None,
                  checkpointable=False, duration=None, pool_affinity="train", tolerate="train", models=None,
                  preemption_policy="PreemptLowerPriority"):  # fmt: skip
-    """A pod document; a priority other than 0 names a PriorityClass of that value (`priority_class`)."""
+    """A pod document; a priority other than 0 names a PriorityClass of that value (`priority_class`);
+    `milli` asks for a share of one GPU instead of one whole GPU (with `gpus` other than 1, for
+    both, which the API refuses)."""
     annotations = {}
-    if milli is not None:
-        annotations["ebcloud.io/gpu-milli"] = str(milli)
     if checkpointable:
         annotations["ebcloud.io/checkpointable"] = "true"
     if duration:
         annotations["ebcloud.io/duration"] = duration
     if models:
         annotations["ebcloud.io/gpu-models"] = models
-    spec = {
-        "containers": [{"name": "main", "resources": {"requests": {"cpu": cpu, "memory": memory}, "limits": {"nvidia.com/gpu": gpus}}}],
-    }
+    limits = {"nvidia.com/gpu": gpus} if milli is None or gpus != 1 else {}
+    if milli is not None:
+        limits["ebcloud.io/gpu-milli"] = milli
+    spec = {"containers": [{"name": "main", "resources": {"requests": {"cpu": cpu, "memory": memory}, "limits": limits}}]}
     if priority or preemption_policy != "PreemptLowerPriority":
         spec["priorityClassName"] = priority_class(priority, policy=preemption_policy)
     if pool_affinity:

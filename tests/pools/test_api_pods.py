@@ -56,7 +56,7 @@ def test_invalid_pods_get_400_with_field_paths(api, actors):
     document = pod_document("Bad", gpus=2, milli=100)
     response = api("member").post("/api/v1/pods/", document, format="json")
     assert response.status_code == 400
-    assert set(fields(response)) == {"metadata.name", "metadata.annotations.ebcloud.io/gpu-milli"}
+    assert set(fields(response)) == {"metadata.name", "spec.containers[0].resources.limits.ebcloud.io/gpu-milli"}
     assert not Pod.objects.exists()
 
 

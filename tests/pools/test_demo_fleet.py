@@ -46,7 +46,7 @@ def test_the_plan_compresses_time_routes_by_shape_and_caps_requests_to_the_node(
     assert document["spec"]["tolerations"] == [dict(BIG.tolerations[0])]
     assert document["metadata"]["annotations"]["ebcloud.io/duration"] == "60s"
     assert document["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "4"
-    assert "ebcloud.io/gpu-milli" in shared.document()["metadata"]["annotations"]
+    assert shared.document()["spec"]["containers"][0]["resources"]["limits"] == {"ebcloud.io/gpu-milli": "500"}
 
 
 def test_the_plan_thins_each_route_to_its_target_load_deterministically():

@@ -9,6 +9,7 @@ from pools.core.podspec import (
     admit,
     core_pod_from_spec,
     cpu_milli,
+    gpu_request,
     memory_mib,
     parse_pod,
     with_defaults,
@@ -62,10 +63,43 @@ def test_memory_quantities_are_mib(quantity, mib):
     assert memory_mib(quantity) == mib
 
 
-def test_a_gpu_share_comes_from_the_milli_annotation_and_models_from_gpu_models():
+def test_a_gpu_share_is_the_gpu_milli_resource_and_models_come_from_gpu_models():
     spec = parse_pod(pod_document("share", milli=250, models="A100_80G, H100_80G"))
     assert (spec.gpu_count, spec.gpu_milli, spec.gpu_models) == (1, 250, ("A100_80G", "H100_80G"))
     assert core_pod_from_spec(spec).is_sharing
+
+
+def test_shares_of_several_containers_add_up_to_at_most_one_gpu():
+    """Extended resources add up over containers as kube-scheduler counts them (seed D1)."""
+    document = pod_document("two", milli=300)
+    document["spec"]["containers"].append({"name": "side", "resources": {"limits": {"ebcloud.io/gpu-milli": "200"}}})
+    spec = parse_pod(document)
+    assert (spec.gpu_count, spec.gpu_milli) == (1, 500)
+    document["spec"]["containers"][1]["resources"]["limits"]["ebcloud.io/gpu-milli"] = "800"
+    with pytest.raises(ValidationError) as caught:
+        parse_pod(document)
+    assert paths(caught.value) == {"spec.containers[1].resources.limits.ebcloud.io/gpu-milli"}
+    assert "1100 thousandths" in str(caught.value)
+
+
+def test_a_share_follows_the_extended_resource_rules_and_the_old_annotation_points_to_it():
+    document = pod_document("p", milli=500)
+    document["spec"]["containers"][0]["resources"] = {"requests": {"ebcloud.io/gpu-milli": "500"}}
+    document["metadata"]["annotations"]["ebcloud.io/gpu-milli"] = "500"
+    with pytest.raises(ValidationError) as caught:
+        parse_pod(document)
+    assert paths(caught.value) == {"spec.containers[0].resources.limits.ebcloud.io/gpu-milli", "metadata.annotations.ebcloud.io/gpu-milli"}
+    assert "resources.limits.ebcloud.io/gpu-milli instead" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("gpus", "shares", "counted"),
+    [(0, 0, (0, 0)), (4, 0, (4, 1000)), (0, 250, (1, 250)), (0, 1000, (1, 1000)), (0, 1500, (2, 1000)), (2, 300, (3, 1000))],
+)
+def test_a_real_clusters_request_is_never_counted_as_less_than_it_can_hold(gpus, shares, counted):
+    """What the API refuses (more than one GPU in shares, or both) still comes from a real
+    cluster's pods: counted as the whole GPUs it may occupy."""
+    assert gpu_request(gpus, shares) == counted
 
 
 def test_the_namespace_defaults_to_the_given_one():
@@ -94,7 +128,7 @@ def test_every_bad_field_is_reported_with_its_path():
         "spec.containers[0].resources.requests.ephemeral-storage",
         "spec.tolerations[0].operator",
         f"{base}.matchExpressions[1].values",
-        "metadata.annotations.ebcloud.io/gpu-milli",
+        "spec.containers[0].resources.limits.ebcloud.io/gpu-milli",
         "metadata.annotations.ebcloud.io/duration",
     }
 

@@ -35,7 +35,7 @@ def test_a_bad_pod_shows_every_field_error_and_creates_nothing(browser, actors):
     response = browser("member").post("/pods/new/", {"document": bad})
     page = response.content.decode()
     assert response.status_code == 400
-    assert "<code>metadata.name</code>" in page and "<code>metadata.annotations.ebcloud.io/gpu-milli</code>" in page
+    assert "<code>metadata.name</code>" in page and "<code>spec.containers[0].resources.limits.ebcloud.io/gpu-milli</code>" in page
     assert not Pod.objects.exists()
 
 
