@@ -21,11 +21,11 @@ from pools.core.scheduling.extender import FilterResult, filter_nodes, node_scor
 from pools.core.scheduling.fragmentation import PodShape, Workload, workload_from_pods
 from pools.core.scheduling.nodes import Pod as CorePod
 from pools.core.scheduling.policies import policy_for
-from pools.models import NamespaceTeam, Team
 from pools.models.pods import Pod
 from pools.providers.kubernetes_pods import pod_fields
 from pools.selectors.cluster import core_pod_of
 from pools.selectors.extender_state import STATE
+from pools.selectors.namespaces import namespace_owner
 
 
 def extender_filter(pod: CorePod, names: list[str]) -> FilterResult:
@@ -99,10 +99,11 @@ def extender_pod(document: Mapping[str, Any]) -> CorePod:
 
 def _team_of(uid: str, namespace: str) -> int | None:
     """The pod's team: the mirrored pod's (the mirror read its namespace's label), else its
-    namespace's as the product maps it (the admins' mapping, else the team named like it). A pod
-    the mirror has not recorded yet, in a namespace mapped only by its label, has none for a
-    moment: the filter refuses it and kube-scheduler tries it again."""
+    namespace's as the product maps it. A pod the mirror has not recorded yet, in a namespace
+    mapped only by its label, has none for a moment: the filter refuses it and kube-scheduler
+    tries it again."""
     team = Pod.objects.live().exclude(team=None).filter(uid=uid).values_list("team_id", flat=True).first() if uid else None
     if team is None:
-        team = NamespaceTeam.objects.filter(namespace=namespace).values_list("team_id", flat=True).first()
-    return team if team is not None else Team.objects.filter(slug=namespace).values_list("id", flat=True).first()
+        owner = namespace_owner(namespace)
+        team = owner.pk if owner is not None else None
+    return team

@@ -26,6 +26,7 @@ from pools.core.priority import Admitted, admitted_spec
 from pools.models import NamespaceTeam, Team
 from pools.models.pods import Pod, priority_classes_for
 from pools.providers import real_cluster
+from pools.selectors.namespaces import namespace_owner
 from pools.selectors.pools import pools_access
 from pools.services.events import event_record
 from pools.services.pools import team_choose
@@ -118,13 +119,6 @@ def pod_create(*, user, document: Any, team_slug: str = "", now: datetime | None
             )
     except IntegrityError as exc:
         raise ConflictError(f"pod {spec.namespace}/{spec.name} already exists") from exc
-
-
-def namespace_owner(namespace: str) -> Team | None:
-    """The team a namespace belongs to: the admins' (or its first pod's) mapping, else the team
-    named like it (a team's own namespace is its slug); None while nobody has it."""
-    mapped = NamespaceTeam.objects.filter(namespace=namespace).select_related("team").first()
-    return mapped.team if mapped is not None else Team.objects.filter(slug=namespace).first()
 
 
 def _require_namespace(*, user, namespace: str, team: Team) -> None:
