@@ -42,7 +42,7 @@ def test_a_lead_reads_why_a_pod_is_pending_and_what_to_change(browse, actors):
     hints = lead.page.locator("#pod-status .hints li").all_inner_texts()
     assert any(
         "pool train-pool-a (2 nodes): required node affinity not met" in h
-        and "Add nodeLabels: {pool: train}" in h
+        and "nodeLabels: {pool: train}" in h
         for h in hints
     ), hints
     lead.shot("lead-08-pod-pending-why")

@@ -209,7 +209,9 @@ def _pending_category(s: PoolSnapshot, pod: PendingPod) -> str:
 
 def _pending_advice(s: PoolSnapshot, category: str, pod: PendingPod) -> tuple[str, str]:
     why = f"`ebcloud pod why {pod.key}` (what `kubectl describe pod` shows: the scheduler's message and hints)"
-    hint = f" The scheduler's hint: {pod.hints[0]}" if pod.hints else ""
+    # The hint about this pool (each hint names its pool), not the first one, which may be about another.
+    ours = next((h for h in pod.hints if h.startswith(f"pool {s.name} (")), None)
+    hint = f" The scheduler's hint: {ours}" if ours else ""
     taints = ", ".join(s.taints) or "none"
     return {
         TOO_LARGE: (f"The request exceeds allocatable: {pod.key} asks for {_gpus(pod.gpus)} GPU(s) and its CPU/memory, a {s.node_type} node has {s.gpus_per_node} GPUs ({pod.reason}).",

@@ -5,7 +5,8 @@ The message is the one ``kubectl describe pod`` shows (over the nodes the pod's 
 {pool: train}, 6 node(s) didn't match Pod's node affinity/selector.`` Each node is counted
 under the first filter it fails, so the counts add up to the node count, and the entries are
 sorted the way kube-scheduler sorts them (as "<count> <reason>" strings). The hints are ours:
-they name the pool, the label or toleration to add, or the request that can never fit.
+per pool, every check that keeps the pod off it and the one change that answers them all
+(pools/core/scheduling/pod_fixes.py), the request that can never fit, or the resource taken.
 """
 
 from __future__ import annotations
@@ -16,22 +17,15 @@ from dataclasses import dataclass, field
 
 from pools.core.scheduling.nodes import (
     MILLI,
-    NOT_READY_TAINT_KEY,
-    REASON_AFFINITY,
     REASON_CPU,
     REASON_GPU,
-    REASON_GPU_MODEL,
     REASON_MEMORY,
-    REASON_UNSCHEDULABLE,
-    NodeSelectorRequirement,
     NodeState,
     Pod,
-    Taint,
-    effective_taints,
     filter_node,
-    first_untolerated_taint,
     may_use,
 )
+from pools.core.scheduling.pod_fixes import fix_text, pool_fixes
 
 NO_POOL = "(no pool)"
 
@@ -91,100 +85,6 @@ def _pools(nodes: Sequence[NodeState]) -> str:
     return ", ".join(f"pool {p} ({_plural(c, 'node')})" for p, c in sorted(counts.items()))
 
 
-def toleration_yaml(taint: Taint) -> str:
-    """The toleration that tolerates exactly ``taint``, as pod-spec YAML."""
-    lines = ["tolerations:", f'- key: "{taint.key}"']
-    if taint.value:
-        lines += ['  operator: "Equal"', f'  value: "{taint.value}"']
-    else:
-        lines.append('  operator: "Exists"')
-    lines.append(f'  effect: "{taint.effect}"')
-    return "\n".join(lines)
-
-
-def _describe_requirement(req: NodeSelectorRequirement) -> str:
-    values = f" [{', '.join(req.values)}]" if req.values else ""
-    return f"{req.key} {req.operator}{values}"
-
-
-def _suggested_label(req: NodeSelectorRequirement) -> str | None:
-    """A node label that would satisfy ``req``, when adding one can (In, Exists, Gt, Lt)."""
-    if req.operator == "In" and req.values:
-        return f"{req.key}: {req.values[0]}"
-    if req.operator == "Exists":
-        return f'{req.key}: ""'
-    if req.operator in ("Gt", "Lt") and req.values:
-        try:
-            bound = int(req.values[0])
-        except ValueError:
-            return None
-        return f'{req.key}: "{bound + 1 if req.operator == "Gt" else bound - 1}"'
-    return None
-
-
-def _affinity_hints(pod: Pod, nodes: list[NodeState]) -> list[str]:
-    hints = []
-    by_pool: dict[str, list[NodeState]] = defaultdict(list)
-    for node in nodes:
-        by_pool[node.pool or NO_POOL].append(node)
-    for pool, members in sorted(by_pool.items()):
-        missing = {}
-        for key, value in sorted(pod.node_selector.items()):
-            have = {n.labels.get(key) for n in members}
-            if have != {value}:
-                missing[key] = (value, sorted(v for v in have if v is not None))
-        where = f"pool {pool} ({_plural(len(members), 'node')})"
-        for key, (value, have) in missing.items():
-            seen = (
-                f"its nodes have {key}={', '.join(have)}"
-                if have
-                else f"its nodes have no {key} label"
-            )
-            hints.append(
-                f"{where}: the pod's nodeSelector needs {key}={value} but {seen}. "
-                f"Add nodeLabels: {{{key}: {value}}} to the pool spec, or change the nodeSelector."
-            )
-        if not missing and pod.affinity_terms:
-            node = members[0]
-            failing = [
-                [r for r in term if not r.matches(node.labels)] for term in pod.affinity_terms
-            ]
-            described = " OR ".join(
-                "(" + " AND ".join(_describe_requirement(r) for r in reqs) + ")"
-                for reqs in failing
-                if reqs
-            )
-            labels = [s for reqs in failing[:1] for r in reqs if (s := _suggested_label(r))]
-            fix = (
-                f"Add nodeLabels: {{{', '.join(labels)}}} to the pool spec, or relax the affinity."
-                if labels
-                else "Relax the pod's required node affinity."
-            )
-            hints.append(f"{where}: required node affinity not met, failing {described}. {fix}")
-    return hints
-
-
-def _taint_hints(pod: Pod, nodes: list[NodeState]) -> list[str]:
-    hints = []
-    groups: dict[Taint, list[NodeState]] = defaultdict(list)
-    for node in nodes:
-        taint = first_untolerated_taint(effective_taints(node), pod.tolerations)
-        if taint is not None:
-            groups[taint].append(node)
-    for taint, members in sorted(groups.items(), key=lambda kv: (kv[0].key, kv[0].value)):
-        if taint.key == NOT_READY_TAINT_KEY:
-            hints.append(
-                f"{_pools(members)}: {_plural(len(members), 'node')} not Ready. Wait for them "
-                "to become Ready or let auto-repair replace them; do not tolerate not-ready."
-            )
-            continue
-        hints.append(
-            f"{_pools(members)}: tainted {taint.key}={taint.value}:{taint.effect}. To run "
-            f"there, add to the pod spec:\n{toleration_yaml(taint)}"
-        )
-    return hints
-
-
 def _never_fits_hints(pod: Pod, nodes: Sequence[NodeState]) -> list[str]:
     """Requests larger than the largest node: no wait or repack can help, whatever filter
     each node failed first."""
@@ -237,34 +137,38 @@ def _wait_or_preempt(pod: Pod) -> str:
 
 
 def _hints(pod: Pod, nodes: Sequence[NodeState], node_reasons: dict[str, str]) -> list[str]:
-    by_reason: dict[str, list[NodeState]] = defaultdict(list)
-    for node in nodes:
-        reason = node_reasons.get(node.name)
-        if reason is not None:
-            by_reason[reason].append(node)
+    """Per pool of the team that cannot take the pod whatever room frees up, every failing check
+    and the change that answers all of them (`pod_fixes`); then requests no node can hold; then,
+    where the pod only waits for room, which resource is taken."""
     hints: list[str] = []
-    if members := by_reason.get(REASON_UNSCHEDULABLE):
-        hints.append(
-            f"{_pools(members)}: {_plural(len(members), 'node')} cordoned. Uncordon them or "
-            "wait for the drain or repair to finish."
-        )
-    tainted = [
-        n for r, ms in by_reason.items() if r.startswith("node(s) had untolerated") for n in ms
-    ]
-    hints += _taint_hints(pod, tainted)
-    if members := by_reason.get(REASON_AFFINITY):
-        hints += _affinity_hints(pod, members)
-    if members := by_reason.get(REASON_GPU_MODEL):
-        offered = Counter(n.gpu_model or "no GPU" for n in members)
-        models = ", ".join(f"{m} ({_plural(c, 'node')})" for m, c in sorted(offered.items()))
-        hints.append(
-            f"The pod allows GPU models {', '.join(pod.gpu_models)} but these nodes offer "
-            f"{models}. Widen the pod's gpuSpec or use a pool of an allowed model."
-        )
+    by_pool: dict[str, list[NodeState]] = defaultdict(list)
+    for node in nodes:
+        by_pool[node.pool or NO_POOL].append(node)
+    for fix in pool_fixes(pod, nodes):
+        members = by_pool[fix.pool or NO_POOL]
+        if not fix.by_pod:
+            hints += _node_problem_hints(members)
+        if fix.checks:
+            hints.append(fix_text(fix, where=_pools(members)))
     never = _never_fits_hints(pod, nodes)
     hints += never
     if not never:
+        by_reason: dict[str, list[NodeState]] = defaultdict(list)
+        for node in nodes:
+            if (reason := node_reasons.get(node.name)) in (REASON_CPU, REASON_MEMORY, REASON_GPU):
+                by_reason[reason].append(node)
         for reason in (REASON_CPU, REASON_MEMORY, REASON_GPU):
             if members := by_reason.get(reason):
                 hints.append(_in_use_hint(pod, reason, members))
+    return hints
+
+
+def _node_problem_hints(members: Sequence[NodeState]) -> list[str]:
+    """A pool none of whose nodes the pod can be changed for: they are cordoned or not Ready."""
+    hints = []
+    if cordoned := [n for n in members if n.unschedulable]:
+        hints.append(f"{_pools(cordoned)}: {_plural(len(cordoned), 'node')} cordoned. Uncordon them or wait for the drain or repair to finish.")
+    if not_ready := [n for n in members if not n.ready]:
+        hints.append(f"{_pools(not_ready)}: {_plural(len(not_ready), 'node')} not Ready. Wait for them to become Ready "
+                     "or let auto-repair replace them; do not tolerate not-ready.")  # fmt: skip
     return hints
