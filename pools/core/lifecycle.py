@@ -228,7 +228,9 @@ class PoolCounts:
 
 
 def pool_status(*, counts: PoolCounts, stalls: Sequence[str], deleting: bool) -> tuple[str, str]:
-    """The pool's (phase, pendingReason) from its node counts and this pass's stalls."""
+    """The pool's (phase, pendingReason) from its node counts and this pass's stalls. Ready means
+    the baseline (nodeCount.min) is Ready and nothing is on its way: no order awaiting approval
+    or payment, no node provisioning or draining."""
     reasons = list(dict.fromkeys(s for s in stalls if s))
     if deleting:
         left = counts.ready + counts.provisioning + counts.unknown + counts.draining
@@ -247,8 +249,11 @@ def pool_status(*, counts: PoolCounts, stalls: Sequence[str], deleting: bool) ->
         return "Degraded", "; ".join(reasons)
     if counts.desired == 0 and counts.ready == 0 and (counts.awaiting_orders or counts.min_nodes > counts.ordered) and not counts.unpaid_orders:
         return "Pending", "; ".join(reasons)
-    if counts.ready < counts.desired or counts.draining or counts.unpaid_orders:
+    growing = counts.ready < counts.desired or counts.draining or counts.unpaid_orders or counts.awaiting_orders
+    if growing:
         return ("Provisioning" if counts.ready == 0 else "Scaling"), "; ".join(reasons)
+    if counts.ready < counts.min_nodes:  # below the baseline and nothing on its way: the reason says why
+        return "Degraded", "; ".join(reasons)
     return "Ready", "; ".join(reasons)
 
 
@@ -277,14 +282,15 @@ def counts_by_billing(*, nodes: Sequence[tuple[str, str]], desired: Mapping[str,
 
 
 def pool_conditions(*, counts: PoolCounts, phase: str, pending_reason: str, previous: Sequence[Mapping], now: datetime) -> list[dict]:
-    """Kubernetes-style conditions; `lastTransitionTime` moves only when a status flips. A
-    Pending pool (its baseline not bought yet) is not Ready although 0 of its 0 nodes are: the
-    condition then gives the pendingReason's reason (`OrderPending`, `BaselineNotOrdered`)."""
+    """Kubernetes-style conditions; `lastTransitionTime` moves only when a status flips. `Ready`
+    is True exactly when the phase is Ready: a Pending pool (its baseline not bought yet) is not
+    Ready although 0 of its 0 nodes are, nor a pool whose growth awaits approval; the condition
+    then gives the pendingReason's reason (`OrderPending`, `BaselineNotOrdered`, ...)."""
     ready = f"{counts.ready}/{counts.desired} node(s) Ready"
-    if phase == "Pending":
-        ready_check = (False, "AllNodesReady", pending_reason.split(":")[0] or "NodesNotReady", f"{ready}; {pending_reason}")
-    else:
-        ready_check = (counts.ready >= counts.desired and not counts.unknown, "AllNodesReady", "NodesNotReady", ready)
+    if phase == "Ready":
+        ready_check = (True, "AllNodesReady", "", ready)
+    else:  # the condition says what the phase says, with the pendingReason's reason
+        ready_check = (False, "AllNodesReady", pending_reason.split(":")[0] or "NodesNotReady", f"{ready}; {pending_reason}" if pending_reason else ready)
     wanted = (
         ("Ready", *ready_check),
         ("OrdersPaid", not counts.unpaid_orders, "Paid", "AwaitingPayment", f"{len(counts.unpaid_orders)} approved order(s) unpaid"),

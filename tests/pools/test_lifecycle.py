@@ -292,7 +292,10 @@ def test_a_grow_order_adds_nodes_once_paid(actors, train_document):
     later = T0 + timedelta(hours=1)
     services.pool_resize(user=actors["lead"], pool=pool, min_nodes=3, now=later)
     grow = pool.orders.get(kind="grow")
-    assert reconcile(pool, later).pending_reason.startswith(f"OrderPending: order #{grow.pk}")
+    result = reconcile(pool, later)
+    assert (result.phase, result.pending_reason.split(":")[0]) == ("Scaling", "OrderPending")  # not Ready while its growth awaits approval
+    pool.refresh_from_db()
+    assert {c["type"]: c for c in pool.conditions}["Ready"]["reason"] == "OrderPending"
     services.order_approve(user=actors["admin"], order=grow, now=later)
     run_until(pool, later)
     assert len(live_nodes(pool)) == 3
@@ -331,7 +334,7 @@ def test_conditions_follow_the_nodes_and_keep_their_transition_time(actors, trai
     reconcile(pool, T0)
     pool.refresh_from_db()
     ready = {c["type"]: c for c in pool.conditions}["Ready"]
-    assert (ready["status"], ready["reason"], ready["message"]) == ("False", "NodesNotReady", "0/2 node(s) Ready")
+    assert (ready["status"], ready["reason"], ready["message"]) == ("False", "WaitingForNodes", "0/2 node(s) Ready; WaitingForNodes: 0/2 Ready, 2 provisioning")
     done = run_until(pool, T0)
     reconcile(pool, done + timedelta(minutes=10))
     pool.refresh_from_db()

@@ -104,6 +104,16 @@ def test_pool_status_from_counts():
         "WaitingForNodes: 2/3 Ready, 1 provisioning",
     )
     assert status(counts=rules.PoolCounts(desired=2, ready=1, unknown=1), stalls=[], deleting=False)[0] == "Degraded"
+    # Ready only with the baseline Ready and nothing on its way (issue 21 item 5).
+    assert status(counts=rules.PoolCounts(desired=2, ready=2, min_nodes=3, ordered=3, awaiting_orders=(8,)), stalls=[], deleting=False) == (
+        "Scaling",
+        "OrderPending: order #8 awaits approval by a platform admin",
+    )
+    assert status(counts=rules.PoolCounts(desired=1, ready=1, min_nodes=2, ordered=1, last_refusal="order #9 Rejected: budget freeze"), stalls=[], deleting=False) == (
+        "Degraded",
+        "BaselineNotOrdered: nodeCount.min is 2 but 1 monthly node(s) are ordered; order #9 Rejected: budget freeze",
+    )
+    assert status(counts=rules.PoolCounts(desired=2, ready=2, min_nodes=2, ordered=2), stalls=[], deleting=False) == ("Ready", "")
     assert status(counts=rules.PoolCounts(desired=2, ready=1, draining=1), stalls=[], deleting=True) == (
         "Deleting",
         "Draining: 2 node(s) left to drain and release",
