@@ -63,7 +63,7 @@ class PoolForm(forms.Form):
     preemptible = forms.BooleanField(label="Preemptible (cheaper, may be reclaimed)", required=False)
     burst_enabled = forms.BooleanField(
         label="Burst with on-demand nodes above the baseline", required=False,
-        help_text="When pods queue: by the pool's scaling block, else GPU memory > 85% and > 10 queued pods",
+        help_text="When pods queue: by the pool's scaling block (which turns this on), else GPU memory above 85% and more than 10 queued pods",
     )
     burst_max_nodes = forms.IntegerField(label="Most burst nodes", min_value=0, required=False)
     budget_monthly = forms.DecimalField(label="Monthly budget (CNY)", min_value=0, decimal_places=2, required=False)
@@ -132,6 +132,8 @@ class PoolForm(forms.Form):
         _set_or_drop(spec, "nodeLabels", {r["key"]: r["value"] for r in self.rows["nodelabel"]})
         _set_or_drop(spec, "nodeTaints", [dict(r) for r in self.rows["taint"]])
         burst = {"enabled": True, "maxNodes": data.get("burst_max_nodes") or 0} if data["burst_enabled"] else None
+        if burst is None and "scaling" in spec:  # a scaling block alone bursts: unticked says no
+            burst = {"enabled": False}
         _set_or_drop(spec, "burst", burst)
         budget = data.get("budget_monthly")
         if budget:
@@ -175,7 +177,7 @@ class PoolForm(forms.Form):
             "auto_repair": spec.get("autoRepair", True),
             "auto_renew": spec.get("autoRenew", False),
             "preemptible": spec.get("preemptible", False),
-            "burst_enabled": burst.get("enabled", False),
+            "burst_enabled": pool.bursts,
             "burst_max_nodes": burst.get("maxNodes", 0),
             "budget_monthly": spec.get("budget", {}).get("monthly"),
             "scheduling_policy": spec.get("schedulingPolicy", DEFAULT_SCHEDULING_POLICY),

@@ -145,8 +145,8 @@ def capacity_hints(pod: CorePod, node_reasons: dict[str, str], states: dict[str,
                 hints.append(f"{has}; the autoscaler adds a burst node when the pool's scaling policy asks (ebcloud node-pool "
                              f"diagnose {pool_name} says when it will not), or {grow}.")  # fmt: skip
             else:
-                hints.append(f"{has}, but the pool does not burst (spec.burst.enabled is off), so none is added until you {grow} "
-                             f"or enable burst.")  # fmt: skip
+                hints.append(f"{has}, but the pool does not burst (no spec.scaling block, or spec.burst.enabled: false), so none is "
+                             f"added until you {grow} or enable burst.")  # fmt: skip
     return hints
 
 

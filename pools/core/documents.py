@@ -14,7 +14,7 @@ from pools.core.autoscaling import ScalingRules, ScalingSpec
 from pools.core.durations import format_duration
 from pools.core.errors import ValidationError
 from pools.core.nesting import DEFAULT_MAX_DEPTH
-from pools.core.spec import API_VERSION, DEFAULT_SCHEDULING_POLICY, KIND, Burst, PoolSpec
+from pools.core.spec import API_VERSION, DEFAULT_SCHEDULING_POLICY, KIND, POOL_TOLERANCE, PoolSpec
 from pools.core.yaml_loading import load_all
 
 
@@ -82,8 +82,10 @@ def to_document(spec: PoolSpec) -> dict[str, Any]:
         body["nodeTaints"] = [{"key": t.key, "value": t.value, "effect": t.effect} for t in spec.node_taints]
     if spec.scaling is not None:
         body["scaling"] = scaling_document(spec.scaling)
-    if spec.burst != Burst():
+    if spec.burst.enabled is not None:
         body["burst"] = {"enabled": spec.burst.enabled, "maxNodes": spec.burst.max_nodes}
+    elif spec.burst.max_nodes:
+        body["burst"] = {"maxNodes": spec.burst.max_nodes}
     if spec.budget is not None:
         body["budget"] = {
             "monthly": str(spec.budget.monthly),
@@ -107,11 +109,14 @@ def scaling_document(scaling: ScalingSpec) -> dict[str, Any]:
         default["combine"] = scaling.combine
 
     def rules(r: ScalingRules) -> dict[str, Any]:
-        return {
+        written = {
             "stabilizationWindow": format_duration(r.stabilization_window_seconds),
             "policies": [{"type": p.type, "value": p.value, "periodSeconds": p.period_seconds} for p in r.policies],
             "selectPolicy": r.select_policy,
         }
+        if r.tolerance is not None and r.tolerance != POOL_TOLERANCE:
+            written["tolerance"] = r.tolerance
+        return written
 
     return {"default": default, "scaleUp": rules(scaling.scale_up), "scaleDown": rules(scaling.scale_down)}
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -42,6 +42,17 @@ RESOURCE_METRICS = ("gpu-memory",)
 POD_METRICS = ("queued_pods",)
 DEFAULT_SYSTEM_IMAGE = "ubuntu-22.04-cuda-12.2"
 
+# The pools' scaling rules when the spec leaves them out: the article's (seed D3/O4), which fire at
+# exactly its numbers (GPU memory above 85% and more than 10 queued pods): HPA's tolerance of 10%
+# (the core's DEFAULT_SCALING_SPEC, kept as HPA's reference) would move them to about 94% and 12.
+# `scaleUp.tolerance` / `scaleDown.tolerance` (Kubernetes 1.33's field) set another.
+POOL_TOLERANCE = 0.0
+POOL_SCALING_DEFAULTS = replace(
+    DEFAULT_SCALING_SPEC,
+    scale_up=replace(DEFAULT_SCALING_SPEC.scale_up, tolerance=POOL_TOLERANCE),
+    scale_down=replace(DEFAULT_SCALING_SPEC.scale_down, tolerance=POOL_TOLERANCE),
+)
+
 _IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@-]*$")
 _CURRENCY = re.compile(r"^[A-Z]{3}$")
 MAX_MONTHLY_BUDGET = Decimal("999999999999.99")  # billing.Budget.monthly_amount: 14 digits, 2 decimals
@@ -60,9 +71,10 @@ class Catalog:
 
 @dataclass(frozen=True)
 class Burst:
-    """On-demand fallback above the monthly baseline (seed G4)."""
+    """On-demand fallback above the monthly baseline (seed G4). `enabled` is None when the spec
+    does not say: a `scaling` block then turns it on."""
 
-    enabled: bool = False
+    enabled: bool | None = None
     max_nodes: int = 0
 
 
@@ -100,14 +112,23 @@ class PoolSpec:
 
     @property
     def autoscaling(self) -> ScalingSpec | None:
-        """The policy the autoscaler follows, or None when it leaves the pool alone: it only adds
-        and removes burst nodes, so without `burst.enabled` there is none; with it, the
-        `scaling` block, else the defaults an empty `scaling: {}` gets (seed D3/O4). Ticking
-        "burst" in the form, which has no scaling fields, is then enough for the pool to burst."""
-        if not self.burst.enabled:
+        """The policy the autoscaler follows, or None when it leaves the pool alone. It adds and
+        removes on-demand burst nodes above the monthly baseline, so a `scaling` block is enough
+        (the article's pool autoscales as written); `burst.enabled: true` without one follows
+        the defaults (`POOL_SCALING_DEFAULTS`), and `burst.enabled: false` turns it off either way."""
+        if self.burst.enabled is False:
             return None
-        return self.scaling if self.scaling is not None else DEFAULT_SCALING_SPEC
+        if self.scaling is not None:
+            return self.scaling
+        return POOL_SCALING_DEFAULTS if self.burst.enabled else None
 
+
+def spec_autoscales(spec: Mapping[str, Any]) -> bool:
+    """`PoolSpec.autoscaling is not None` read from a stored (validated) document's `spec`, without
+    parsing it against the catalog (the pool list, the hints)."""
+    burst = spec.get("burst")
+    enabled = burst.get("enabled") if isinstance(burst, Mapping) else None
+    return enabled is True or (enabled is None and "scaling" in spec)
 
 
 _TOP = ("apiVersion", "kind", "metadata", "spec")
@@ -257,14 +278,14 @@ def _parse_taints(check: Checker, value: Any) -> tuple[Taint, ...]:
 
 def _parse_burst(check: Checker, value: Any, max_nodes: int | None, min_nodes: int | None) -> Burst:
     entry = check.mapping(value, "spec.burst", ("enabled", "maxNodes"))
-    enabled = check.boolean(entry.get("enabled", False), "spec.burst.enabled")
+    enabled = check.boolean(entry["enabled"], "spec.burst.enabled") if "enabled" in entry else None
     limit = check.integer(entry.get("maxNodes", 0), "spec.burst.maxNodes", minimum=0)
     if limit and max_nodes is not None and min_nodes is not None and limit > max_nodes - min_nodes:
         check.error(
             "spec.burst.maxNodes",
             f"must not exceed nodeCount.max - nodeCount.min ({max_nodes - min_nodes})",
         )
-    return Burst(enabled=bool(enabled), max_nodes=limit or 0)
+    return Burst(enabled=enabled, max_nodes=limit or 0)
 
 
 def _parse_budget(check: Checker, value: Any) -> Budget | None:
@@ -301,12 +322,12 @@ def _parse_budget(check: Checker, value: Any) -> Budget | None:
 def _parse_scaling(check: Checker, value: Any) -> ScalingSpec:
     entry = check.mapping(value, "spec.scaling", ("default", "scaleUp", "scaleDown"))
     profile = check.mapping(entry.get("default", {}), "spec.scaling.default", ("metrics", "combine"))
-    metrics = DEFAULT_SCALING_SPEC.metrics
+    metrics = POOL_SCALING_DEFAULTS.metrics
     if "metrics" in profile:
         metrics = _parse_metrics(check, profile["metrics"])
-    combine = check.choice(profile.get("combine", DEFAULT_SCALING_SPEC.combine), "spec.scaling.default.combine", ("All", "Any"), "combine mode")
-    scale_up = DEFAULT_SCALING_SPEC.scale_up
-    scale_down = DEFAULT_SCALING_SPEC.scale_down
+    combine = check.choice(profile.get("combine", POOL_SCALING_DEFAULTS.combine), "spec.scaling.default.combine", ("All", "Any"), "combine mode")
+    scale_up = POOL_SCALING_DEFAULTS.scale_up
+    scale_down = POOL_SCALING_DEFAULTS.scale_down
     if "scaleUp" in entry:
         scale_up = _parse_rules(check, entry["scaleUp"], "spec.scaling.scaleUp", scale_up)
     if "scaleDown" in entry:
@@ -338,8 +359,15 @@ def _parse_metrics(check: Checker, value: Any) -> tuple[MetricTarget, ...]:
 
 
 def _parse_rules(check: Checker, value: Any, path: str, default: ScalingRules) -> ScalingRules:
-    entry = check.mapping(value, path, ("stabilizationWindow", "policies", "selectPolicy"))
+    entry = check.mapping(value, path, ("stabilizationWindow", "policies", "selectPolicy", "tolerance"))
     window = default.stabilization_window_seconds
+    tolerance = default.tolerance
+    if "tolerance" in entry:
+        raw = entry["tolerance"]
+        if isinstance(raw, bool) or not isinstance(raw, int | float) or not 0 <= raw <= 1:
+            check.error(f"{path}.tolerance", "must be a number from 0 to 1: how far above (or below) its target a metric may be before the pool scales (0.1 is HPA's)")
+        else:
+            tolerance = float(raw)
     if "stabilizationWindow" in entry:
         window = check.duration(entry["stabilizationWindow"], f"{path}.stabilizationWindow")
     select = check.choice(entry.get("selectPolicy", default.select_policy), f"{path}.selectPolicy", ("Max", "Min", "Disabled"), "selectPolicy")
@@ -364,6 +392,7 @@ def _parse_rules(check: Checker, value: Any, path: str, default: ScalingRules) -
         stabilization_window_seconds=window if window is not None else default.stabilization_window_seconds,
         policies=policies,
         select_policy=select or "Max",
+        tolerance=tolerance,
     )
 
 

@@ -13,7 +13,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from pools import roles
-from pools.core.spec import DEFAULT_SCHEDULING_POLICY
+from pools.core.spec import DEFAULT_SCHEDULING_POLICY, spec_autoscales
 
 
 class TeamScopedQuerySet(models.QuerySet):
@@ -201,10 +201,9 @@ class GpuNodePool(models.Model):
 
     @property
     def bursts(self) -> bool:
-        """`spec.burst.enabled`, read from the stored (validated) document without parsing it
-        against the catalog: whether the autoscaler may add burst nodes (`PoolSpec.autoscaling`)."""
-        burst = self.document.get("spec", {}).get("burst")
-        return isinstance(burst, dict) and burst.get("enabled") is True
+        """Whether the autoscaler may add burst nodes (`PoolSpec.autoscaling`), read from the
+        stored (validated) document without parsing it against the catalog."""
+        return spec_autoscales(self.document.get("spec", {}))
 
 
 class PoolOrder(models.Model):

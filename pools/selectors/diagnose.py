@@ -85,7 +85,7 @@ def pool_snapshot(*, pool: GpuNodePool, now: datetime) -> core.PoolSnapshot:
         system_image=spec.system_image if spec else "",
         taints=tuple(f"{t.key}={t.value}:{t.effect}" for t in spec.node_taints) if spec else (),
         scaling=spec.autoscaling if spec else None,
-        burst_enabled=spec.burst.enabled if spec else False,
+        burst_enabled=spec.autoscaling is not None if spec else False,
         burst_max_nodes=spec.burst.max_nodes if spec else 0,
         events=_events(pool, since),
         orders=_orders(pool, since),

@@ -106,8 +106,14 @@ def test_a_burst_node_whose_pods_fit_nowhere_else_is_kept(actors, pool):
     assert burst.release_reason == ""
 
 
-def test_pools_without_burst_are_left_alone(actors):
-    plain = pool_with_nodes(actors["lead"], name="plain", scaling=SCALING)  # a scaling block alone adds nothing
+def test_a_scaling_block_autoscales_unless_burst_is_turned_off(actors):
+    """The article's block as written autoscales (issue 20 item 4); `burst.enabled: false` is
+    the explicit override; a pool with neither is left alone."""
+    written = pool_with_nodes(actors["lead"], name="written", scaling=SCALING)
+    off = pool_with_nodes(actors["lead"], name="off", scaling=SCALING, burst={"enabled": False})
+    plain = pool_with_nodes(actors["lead"], name="plain")
+    assert pool_autoscale(pool_id=written.pk, now=T0).reason != "NotAutoscaled"
+    assert pool_autoscale(pool_id=off.pk, now=T0).reason == "NotAutoscaled"
     assert pool_autoscale(pool_id=plain.pk, now=T0).reason == "NotAutoscaled"
 
 

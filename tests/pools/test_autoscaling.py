@@ -27,6 +27,7 @@ from pools.core.autoscaling import (
     scale_up_limit,
 )
 from pools.core.scaling_history import ScalingHistory
+from pools.core.spec import POOL_SCALING_DEFAULTS
 
 T0 = datetime(2025, 3, 3, 2, 0, tzinfo=UTC)
 TOL = (0.1, 0.1)
@@ -608,3 +609,18 @@ def test_the_pool_never_shrinks_below_the_highest_recommendation_in_the_down_win
         assert d.desired >= min(d.current, highest)
         assert d.desired <= max(d.current, lowest)
         recs.append((now, d.raw_recommendation))
+
+
+# --- the pools' defaults: the article's rule at its own numbers (issue 20 item 4) ----------------
+
+
+@pytest.mark.parametrize(
+    ("memory", "queue", "grows"),
+    [(86, 11, True), (85.5, 30, True), (85, 11, False), (86, 10, False), (93, 11, True), (60, 40, False)],
+)
+def test_the_pools_default_rule_fires_exactly_above_85_percent_and_10_queued_pods(memory, queue, grows):
+    """Seed D3/O4: "GPU memory above 85% and more than 10 queued pods". The pools' defaults have
+    no tolerance (`POOL_TOLERANCE`), so the rule fires at exactly those numbers; HPA's 10%
+    (DEFAULT_SCALING_SPEC) would hold at 93% and 11 pods (see the test above)."""
+    decision = once(POOL_SCALING_DEFAULTS, 2, load(memory, queue), min_nodes=2)
+    assert (decision.desired > 2) is grows, decision

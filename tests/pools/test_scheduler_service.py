@@ -243,7 +243,7 @@ def test_a_busy_pool_at_its_max_says_so_and_a_growable_one_says_it_can_grow(acto
     scheduler_pass(now=T0)
     waiting.refresh_from_db()
     grows = [h for h in waiting.hints if h.startswith("pool train-pool-a has 2 Ready node(s) of at most 6")]
-    assert len(grows) == 1 and "does not burst (spec.burst.enabled is off)" in grows[0]  # nothing will add a node by itself
+    assert len(grows) == 1 and "does not burst (no spec.scaling block, or spec.burst.enabled: false)" in grows[0]  # nothing will add a node by itself
     pool = GpuNodePool.objects.get(name="train-pool-a")
     pool.document["spec"]["burst"] = {"enabled": True}
     pool.save(update_fields=["document"])

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from decimal import Decimal
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pools.core.autoscaling import DEFAULT_SCALING_SPEC
 from pools.core.documents import dump_yaml, load_yaml, merge_patch, split_server_fields, to_document
 from pools.core.durations import format_duration, parse_duration
 from pools.core.errors import ValidationError
 from pools.core.spec import (
+    POOL_SCALING_DEFAULTS,
     Budget,
     Burst,
     Catalog,
@@ -21,6 +22,7 @@ from pools.core.spec import (
     Taint,
     effective_node_labels,
     parse_document,
+    spec_autoscales,
 )
 from tests.conftest import EXAMPLES
 
@@ -60,7 +62,8 @@ def test_the_articles_scaling_block_loads_with_its_numbers():
     assert metrics == {"gpu-memory": ("Resource", 85.0), "queued_pods": ("Pods", 10.0)}
     assert spec.scaling.scale_down.stabilization_window_seconds == 1800
     assert [(p.type, p.value, p.period_seconds) for p in spec.scaling.scale_down.policies] == [("Pods", 1, 120)]
-    assert spec.scaling.scale_up == DEFAULT_SCALING_SPEC.scale_up
+    assert spec.scaling.scale_up == POOL_SCALING_DEFAULTS.scale_up
+    assert spec.autoscaling == spec.scaling  # the block as written autoscales: no other field needed
 
 
 @pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.glob("*.yaml") if "kind: GpuNodePool" in p.read_text()))
@@ -217,7 +220,8 @@ def valid_specs(draw) -> PoolSpec:
     high = draw(st.integers(min_value=1, max_value=100))
     low = draw(st.integers(min_value=0, max_value=high))
     taint_keys = draw(st.lists(_label_key, unique=True, max_size=3))
-    scaling = draw(st.one_of(st.none(), st.just(DEFAULT_SCALING_SPEC)))
+    hpa = replace(POOL_SCALING_DEFAULTS, scale_up=replace(POOL_SCALING_DEFAULTS.scale_up, tolerance=0.1))
+    scaling = draw(st.one_of(st.none(), st.just(POOL_SCALING_DEFAULTS), st.just(hpa)))
     return PoolSpec(
         name=draw(_dns_name),
         labels=draw(_labels),
@@ -234,7 +238,7 @@ def valid_specs(draw) -> PoolSpec:
         node_labels=draw(_labels),
         node_taints=tuple(Taint(k, draw(_label_value), draw(st.sampled_from(["NoSchedule", "PreferNoSchedule", "NoExecute"]))) for k in taint_keys),
         scaling=scaling,
-        burst=draw(st.one_of(st.just(Burst()), st.builds(lambda n: Burst(True, n), st.integers(0, high - low)))),
+        burst=draw(st.builds(Burst, st.sampled_from([None, True, False]), st.integers(0, high - low))),
         budget=draw(st.one_of(st.none(), st.builds(lambda c: Budget(Decimal(c) / 100, "CNY"), st.integers(1, 10**9)))),
         scheduling_policy=draw(st.sampled_from(["binpack", "spread", "bestfit", "fgd"])),
     )
@@ -249,20 +253,37 @@ def test_every_valid_spec_round_trips_through_yaml(spec):
     assert parse_document(copy.deepcopy(loaded), CATALOG) == parse_document(load_yaml(dump_yaml(loaded)), CATALOG)
 
 
-def test_the_autoscaler_follows_the_scaling_block_else_its_defaults_and_only_with_burst():
-    """`PoolSpec.autoscaling`: burst alone means the defaults of `scaling: {}` (D3/O4); a scaling
-    block without burst means nothing to scale (the autoscaler only adds burst nodes)."""
+def test_a_scaling_block_alone_autoscales_burst_alone_takes_the_defaults_and_burst_false_stops_both():
+    """`PoolSpec.autoscaling` (issue 20 item 4; seed D3/O4): the article's block as written
+    autoscales; `burst.enabled: true` without one follows the defaults; `burst.enabled: false`
+    is the explicit override that turns autoscaling off."""
     base = load_yaml((EXAMPLES / "create-train-pool.yaml").read_text())
     scaling = {"default": {"metrics": [{"type": "Pods", "pods": "queued_pods", "target": 2}]}}
 
     def autoscaling(**spec):
         document = copy.deepcopy(base)
         document["spec"].update(spec)
+        assert spec_autoscales(document["spec"]) == (parse_document(document, CATALOG).autoscaling is not None)
         return parse_document(document, CATALOG).autoscaling
 
     assert autoscaling() is None
-    assert autoscaling(scaling=scaling) is None
-    assert autoscaling(burst={"enabled": True}) == DEFAULT_SCALING_SPEC
-    assert autoscaling(burst={"enabled": True}, scaling={}) == DEFAULT_SCALING_SPEC
+    assert [(m.name, m.target) for m in autoscaling(scaling=scaling).metrics] == [("queued_pods", 2.0)]
+    assert autoscaling(burst={"enabled": True}) == POOL_SCALING_DEFAULTS
+    assert autoscaling(scaling={}) == POOL_SCALING_DEFAULTS
+    assert autoscaling(burst={"enabled": False}, scaling=scaling) is None
+    assert autoscaling(burst={"maxNodes": 2}, scaling=scaling) is not None
     tuned = autoscaling(burst={"enabled": True}, scaling=scaling)
     assert [(m.name, m.target) for m in tuned.metrics] == [("queued_pods", 2.0)]
+
+
+def test_the_tolerance_is_the_articles_unless_the_spec_sets_one():
+    base = load_yaml((EXAMPLES / "train-pool-with-scaling.yaml").read_text())
+    spec = parse_document(base, CATALOG)
+    assert (spec.scaling.scale_up.tolerance, spec.scaling.scale_down.tolerance) == (0.0, 0.0)
+    base["spec"]["scaling"]["scaleUp"] = {"tolerance": 0.1}
+    assert parse_document(base, CATALOG).scaling.scale_up.tolerance == 0.1
+    for bad in (-0.1, 1.5, "10%", True):
+        base["spec"]["scaling"]["scaleUp"] = {"tolerance": bad}
+        with pytest.raises(ValidationError) as caught:
+            parse_document(base, CATALOG)
+        assert [e.field for e in caught.value.errors] == ["spec.scaling.scaleUp.tolerance"]

@@ -25,7 +25,6 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 
 from pools.core.autoscaling import (
-    DEFAULT_SCALING_SPEC,
     DEFAULT_TOLERANCE,
     ScalingSpec,
     evaluate_metric,
@@ -52,6 +51,7 @@ from pools.core.durations import format_duration as go_duration
 from pools.core.lifecycle import PROVISIONING_PHASES
 from pools.core.lifecycle import format_duration as age
 from pools.core.repair import CUDA_DRIVER_MISMATCH, classify
+from pools.core.spec import POOL_SCALING_DEFAULTS
 
 OK, WARNING, FAILING, UNKNOWN = "ok", "warning", "failing", "unknown"
 STATUSES = (FAILING, WARNING, UNKNOWN, OK)  # worst first
@@ -226,8 +226,8 @@ def _pending_advice(s: PoolSnapshot, category: str, pod: PendingPod) -> tuple[st
                f"Run {why}: if it counts fewer nodes than the pool has Ready, check the scheduler plugin's version and configuration."),
         AT_MAX: (f"No capacity: the pool is at nodeCount.max ({s.max_nodes}) and its nodes are full.",
                  f"Run {why}; raise nodeCount.max (`ebcloud node-pool scale {s.name} --max N`), let lower-priority pods be preempted, or repack (`ebcloud node-pool fragmentation {s.name} --plan`)."),
-        NO_BURST: ("No capacity, and the pool does not burst (spec.burst.enabled is false): it stays at its monthly baseline.",
-                   f"Enable on-demand burst (spec.burst.enabled: true, tuned by a spec.scaling block), or raise nodeCount.min; check with `ebcloud node-pool describe {s.name}`."),
+        NO_BURST: ("No capacity, and the pool does not burst (it has no spec.scaling block, or spec.burst.enabled is false): it stays at its monthly baseline.",
+                   f"Enable on-demand burst (a spec.scaling block, or spec.burst.enabled: true for the default rules), or raise nodeCount.min; check with `ebcloud node-pool describe {s.name}`."),
         WAITING: ("Waiting for a scale-up that has not come: see the checks 'Scale-up keeps failing' and the scaling spec check below.",
                   f"Read the pool's scaling history and events (`ebcloud node-pool events {s.name}`), then run {why}."),
     }[category]  # fmt: skip
@@ -366,7 +366,7 @@ def check_cross_zone(s: PoolSnapshot, now: datetime) -> Check:
 
 def check_idle_nodes(s: PoolSnapshot, now: datetime) -> Check:
     title, reqs = "Bill rising: idle nodes not scaled in", ("T5", "T6", "D3", "G4")
-    scaling = s.scaling or DEFAULT_SCALING_SPEC
+    scaling = s.scaling or POOL_SCALING_DEFAULTS
     window = timedelta(seconds=scaling.scale_down.stabilization_window_seconds)
     live = s.live_nodes()
     idle = [n for n in live if n.phase == "Ready" and (since := n.idle_since()) is not None and since <= now - window]
@@ -383,7 +383,7 @@ def check_idle_nodes(s: PoolSnapshot, now: datetime) -> Check:
     export = f"Export the cost detail by labels (`{COST_EXPORT}`) to confirm the idle node-hours; then"
     if burst:
         if s.scaling is None or not s.burst_enabled:
-            why = "burst is disabled (spec.burst.enabled), so nothing removes burst nodes"
+            why = "burst is off (no spec.scaling block, or spec.burst.enabled: false), so nothing removes burst nodes"
         elif s.scaling.scale_down.select_policy == "Disabled":
             why = "spec.scaling.scaleDown.selectPolicy is Disabled"
         else:
