@@ -20,6 +20,13 @@ from pools.core.spec import (
     TAINT_EFFECTS,
 )
 from pools.models import GpuModel, GpuNodePool, NodeType, PoolOrder, Zone
+from pools.scaling_form import (
+    SCALING_FIELD_FOR_PATH,
+    SCALING_FIELD_NAMES,
+    ScalingFields,
+    scaling_block,
+    scaling_initial,
+)
 
 ROW_KINDS = ("label", "nodelabel", "taint")
 
@@ -44,11 +51,12 @@ FIELD_FOR_PATH = {
     "spec.schedulingPolicy": "scheduling_policy",
     "spec.sharedWith": "shared_with",
     "team": "team",
+    **SCALING_FIELD_FOR_PATH,
 }
 ROW_PREFIXES = (("metadata.labels", "label"), ("spec.nodeLabels", "nodelabel"), ("spec.nodeTaints", "taint"))
 
 
-class PoolForm(forms.Form):
+class PoolForm(ScalingFields):
     team = forms.ChoiceField(required=False, help_text="The team that owns and pays for the pool")
     name = forms.CharField(max_length=63, help_text="DNS-1123 name, e.g. train-pool-a")
     gpu_model = forms.ChoiceField(label="GPU model")
@@ -90,6 +98,20 @@ class PoolForm(forms.Form):
             self.fields["team"].required = len(team_list) > 1
         self.rows: dict[str, list[dict[str, str]]] = {kind: [] for kind in ROW_KINDS}
         self.row_errors: dict[str, list[str]] = {kind: [] for kind in ROW_KINDS}
+        stored = scaling_initial(editing.document.get("spec", {}).get("scaling") if editing is not None else None)
+        self.scaling_locked = stored is None  # a block with more than the fields show: kept, edited as YAML
+        for name, value in (stored or {}).items():
+            self.initial.setdefault(name, value)
+        for name in SCALING_FIELD_NAMES:
+            self.fields[name].disabled = self.scaling_locked
+
+    @property
+    def main_fields(self) -> list:
+        return [f for f in self.visible_fields() if f.name not in SCALING_FIELD_NAMES]
+
+    @property
+    def scaling_fields(self) -> list:
+        return [f for f in self.visible_fields() if f.name in SCALING_FIELD_NAMES]
 
     # -- rows (labels, node labels, taints) are repeated inputs: label_key, label_value, ...
 
@@ -132,6 +154,8 @@ class PoolForm(forms.Form):
         _set_or_drop(spec, "nodeLabels", {r["key"]: r["value"] for r in self.rows["nodelabel"]})
         _set_or_drop(spec, "nodeTaints", [dict(r) for r in self.rows["taint"]])
         burst = {"enabled": True, "maxNodes": data.get("burst_max_nodes") or 0} if data["burst_enabled"] else None
+        if not self.scaling_locked:
+            _set_or_drop(spec, "scaling", scaling_block(data))
         if burst is None and "scaling" in spec:  # a scaling block alone bursts: unticked says no
             burst = {"enabled": False}
         _set_or_drop(spec, "burst", burst)

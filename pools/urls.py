@@ -9,6 +9,7 @@ pool_urls = [
     path("", pools.pool_list, name="list"),
     path("new/", pools.pool_create, name="create"),
     path("new/row/", pools.form_row, name="form-row"),
+    path("new/preview/", pools.pool_preview, name="preview"),
     path("import/", pools.pool_import, name="import"),
     path("<str:name>/", pools.pool_detail, name="detail"),
     path("<str:name>/charts/", pools.pool_charts, name="charts"),

@@ -126,6 +126,7 @@ MATRIX: tuple[Row, ...] = (
     Row("pools:list", EVERYONE_WEB),
     Row("pools:create", LEADS_FORM, writes=(Write("post", LEADS_FORM_INVALID_POST, INCOMPLETE),)),
     Row("pools:form-row", EVERYONE_WEB),
+    Row("pools:preview", POST_ONLY_WEB, writes=(Write("post", LEADS_FORM, INCOMPLETE),)),  # the form's YAML: answers, writes nothing
     Row("pools:import", LEADS_FORM, writes=(Write("post", LEADS_FORM_INVALID_POST, INCOMPLETE),)),
     Row("pools:detail", TEAM_READ_WEB, POOL, owned=True),
     Row("pools:charts", TEAM_READ_WEB, POOL, owned=True),

@@ -16,7 +16,8 @@ from django.http import HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
-from django.views.decorators.http import require_GET, require_http_methods
+from django.utils.html import escape
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from billing.advisor_service import pool_advice
 from billing.selectors import pool_budget_status
@@ -163,6 +164,28 @@ def form_row(request):
     if kind not in ("label", "nodelabel", "taint"):
         kind = "label"
     return render(request, "pools/pool_form.html#row", {"kind": kind, "row": {}, "taint_effects": TAINT_EFFECTS})
+
+
+@login_required
+@require_POST
+def pool_preview(request):
+    """The YAML the pool form would send (htmx, as the form changes): `?pool=NAME` when editing."""
+    name = request.GET.get("pool")
+    if name:
+        pool = selectors.pool_get(user=request.user, name=name)
+        if not roles.can_manage_team_pools(request.user, pool.team_id):
+            raise PermissionDenied("only the team's leads and platform admins can change this pool")
+        form = PoolForm(request.POST, editing=pool, initial=PoolForm.initial_from(pool)[0])
+    else:
+        teams = list(selectors.teams_led_by(user=request.user))
+        if not teams:
+            raise PermissionDenied("only team leads and platform admins can create pools")
+        pool, form = None, PoolForm(request.POST, teams=teams)
+    form.read_rows()
+    if not form.is_valid():
+        problems = "; ".join(f"{form.fields[f].label if f in form.fields else 'form'}: {' '.join(e)}" for f, e in form.errors.items())
+        return HttpResponse(escape(f"(fix the form first: {problems})"))
+    return HttpResponse(escape(dump_yaml(form.to_document(base=pool.document if pool else None))))
 
 
 @login_required
