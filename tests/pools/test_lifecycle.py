@@ -350,7 +350,7 @@ def test_a_node_stuck_on_stock_for_fifteen_minutes_raises_one_warning_naming_sto
         now += timedelta(minutes=1)
     warnings = PoolEvent.objects.filter(reason="SlowCapacity")
     assert warnings.count() == 2  # one per node, not one per pass
-    assert all("likely cause: stock: OutOfStock in cn-east-2a, 1 in cn-east-2b (add a fallback zone)" in w.message for w in warnings)
+    assert all("likely cause: stock: OutOfStock in cn-east-2a, 1 in cn-east-2b (add a fallback zone to spec.zones)" in w.message for w in warnings)
 
 
 def test_one_broken_pool_does_not_stop_the_pass_over_the_others(actors, train_document, monkeypatch):
