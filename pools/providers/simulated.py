@@ -191,8 +191,7 @@ class SimulatedCloud:
         return Machine(provider_id=machine.provider_id, zone=zone.name, created=True)
 
     def cross_zone_price(self, *, at: datetime) -> TrafficPrice | None:
-        """The price book's cross-zone network price (the demo's: billing/demo.py), the one
-        metering bills cross-zone GBs at."""
+        """The price book's cross-zone network price, the one metering bills cross-zone GBs at."""
         entry = price_entry_in_force(kind=PriceBookEntry.Kind.NETWORK_CROSS_ZONE_GB, at=at)
         return TrafficPrice(per_gb=entry.amount, currency=entry.currency) if entry is not None else None
 
