@@ -18,9 +18,9 @@ from tests.pools.lifecycle_helpers import (
     T0,
     approved_pool,
     live_nodes,
+    passes_are_idempotent,
     reconcile,
     run_until,
-    snapshot,
 )
 
 A, B, C = "cn-east-2a", "cn-east-2b", "cn-east-2c"
@@ -113,13 +113,7 @@ def test_reconciling_twice_orders_once(actors):
     load_prices()
     stock(cn_east_2a=0, cn_east_2b=24)
     pool = pool_in(actors, [A, B])
-    now = T0
-    for _ in range(20):
-        reconcile(pool, now)
-        once = snapshot()
-        reconcile(pool, now)
-        assert snapshot() == once, f"second pass at {now} changed state"
-        now += timedelta(seconds=15)
+    passes_are_idempotent(pool, T0, ticks=20)
     assert SimMachine.objects.count() == 2 and len(fallback_events(pool)) == 2
     assert SimStock.objects.get(zone__name=B).available_gpus == 8
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from pools.core.documents import dump_yaml, load_yaml, to_document
-from pools.core.errors import ValidationError
 from pools.core.spec import Catalog, PoolSpec, parse_document
 from tests.conftest import EXAMPLES
+from tests.pools.test_spec import errors_of as spec_errors_of
 
 CATALOG = Catalog(
     gpu_models=frozenset({"A100_80G"}),
@@ -31,9 +31,7 @@ def with_zones(zones, *, region=None) -> dict:
 
 
 def errors_of(document) -> dict[str, str]:
-    with pytest.raises(ValidationError) as caught:
-        parse_document(document, CATALOG)
-    return {e.field: e.message for e in caught.value.errors}
+    return spec_errors_of(document, CATALOG)
 
 
 def test_the_articles_region_is_a_list_of_one_zone():
