@@ -9,11 +9,13 @@ from datetime import timedelta
 import pytest
 
 from billing.demo import load_prices
+from pools.controllers.autoscaler import pool_autoscale
 from pools.models import Node, PoolEvent, Zone
 from pools.models.cloud import SimMachine, SimStock
 from pools.providers import simulated
 from pools.providers.base import MachineRequest
 from tests.conftest import make_document
+from tests.pools.autoscaler_helpers import SCALING, memory_used
 from tests.pools.lifecycle_helpers import (
     T0,
     approved_pool,
@@ -22,6 +24,8 @@ from tests.pools.lifecycle_helpers import (
     reconcile,
     run_until,
 )
+from tests.pools.pod_helpers import pool_with_nodes
+from tests.pools.test_autoscaler_service import fill_then_queue
 
 A, B, C = "cn-east-2a", "cn-east-2b", "cn-east-2c"
 
@@ -140,3 +144,17 @@ def test_a_machine_ordered_in_a_fallback_zone_by_a_killed_pass_is_not_bought_aga
     assert [(n.name, n.zone.name) for n in live_nodes(pool)] == [(first.name, B), (second.name, A)]
     assert [e.node_id for e in fallback_events(pool)] == [first.pk]
     assert SimStock.objects.get(zone__name=A).available_gpus == 24
+
+
+def test_a_burst_node_falls_over_to_the_next_zone_too(actors):
+    """The autoscaler's on-demand nodes are ordered by the same pass (seed G4 burst, T1)."""
+    pool = pool_with_nodes(actors["lead"], node_labels={"gpu-class": "a100", "pool": "train"}, scaling=SCALING, burst={"enabled": True, "maxNodes": 4}, zones=[A, B])
+    fill_then_queue(actors, 3)
+    memory_used(pool, 95)
+    assert pool_autoscale(pool_id=pool.pk, now=T0).reason == "ScaledUp"
+    stock(cn_east_2a=0, cn_east_2b=24)
+    reconcile(pool, T0)
+    burst = Node.objects.get(pool=pool, billing=Node.Billing.ON_DEMAND)
+    assert (burst.phase, burst.zone.name) == ("Provisioning", B)
+    assert SimMachine.objects.get(client_token=burst.name).billing == "on_demand"
+    assert [e.node_id for e in fallback_events(pool)] == [burst.pk]
