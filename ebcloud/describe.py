@@ -12,10 +12,20 @@ from ebcloud.output import (
     event_age,
     event_source,
     parse_time,
+    pool_zones,
     table_lines,
 )
 
 MAX_EVENTS = 20
+
+
+def _zones_field(spec: dict) -> tuple[int, str, Any]:
+    """`Region: cn-east-2a` as the article writes it; with fallback zones, all of them in the
+    order nodes are ordered in: `Zones: cn-east-2a (preferred), then cn-east-2b`."""
+    zones = pool_zones(spec)
+    if len(zones) < 2:
+        return (2, "Region", zones[0] if zones else None)
+    return (2, "Zones", f"{zones[0]} (preferred), then {', '.join(zones[1:])} when out of stock")
 
 
 def describe_pool(pool: dict, events: list[dict], *, now: datetime | None = None) -> str:
@@ -37,7 +47,7 @@ def describe_pool(pool: dict, events: list[dict], *, now: datetime | None = None
         (2, "Node Type", spec.get("nodeType")),
         (2, "GPU Model", spec.get("gpuModel")),
         (2, "Node Count", f"min {count.get('min', '?')}, max {count.get('max', '?')}"),
-        (2, "Region", spec.get("region")),
+        _zones_field(spec),
         (2, "Lease Type", spec.get("leaseType")),
     ]
     if "autoRenew" in spec:

@@ -178,7 +178,15 @@ def _cell(value: Any) -> str:
 # --- pools -----------------------------------------------------------------------------------
 
 POOL_HEADERS = ["NAME", "TEAM", "GPU", "NODES", "MIN", "MAX", "PHASE", "AGE"]
-POOL_WIDE_HEADERS = [*POOL_HEADERS, "NODE-TYPE", "REGION", "LEASE", "PREEMPTIBLE", "REASON"]
+POOL_WIDE_HEADERS = [*POOL_HEADERS, "NODE-TYPE", "ZONES", "LEASE", "PREEMPTIBLE", "REASON"]
+
+
+def pool_zones(spec: dict) -> list[str]:
+    """The pool's zones, preferred first: `spec.zones`, or the article's one-zone `spec.region`."""
+    zones = spec.get("zones")
+    if isinstance(zones, list) and zones:
+        return [str(zone) for zone in zones]
+    return [str(spec["region"])] if spec.get("region") else []
 
 
 def pool_nodes(pool: dict) -> str:
@@ -208,7 +216,7 @@ def pool_row(pool: dict, *, wide: bool = False, now: datetime | None = None) -> 
     if wide:
         row += [
             spec.get("nodeType"),
-            spec.get("region"),
+            ",".join(pool_zones(spec)) or None,
             spec.get("leaseType"),
             spec.get("preemptible"),
             status.get("pendingReason"),

@@ -36,6 +36,8 @@ FIELD_FOR_PATH = {
     "spec.gpuModel": "gpu_model",
     "spec.nodeType": "node_type",
     "spec.region": "region",
+    "spec.zones[0]": "region",
+    "spec.zones": "fallback_zones",
     "spec.nodeCount": "min_nodes",
     "spec.nodeCount.min": "min_nodes",
     "spec.nodeCount.max": "max_nodes",
@@ -62,6 +64,13 @@ class PoolForm(ScalingFields):
     gpu_model = forms.ChoiceField(label="GPU model")
     node_type = forms.ChoiceField(label="Node type")
     region = forms.ChoiceField(label="Zone", help_text="Preferred zone: the one nearest the data the jobs read")
+    fallback_zones = forms.CharField(
+        label="Fallback zones", required=False, max_length=500,
+        help_text=(
+            "Zones to buy nodes in, in this order, when the preferred zone has none left, comma-separated "
+            "(e.g. cn-east-2b); same region only. Jobs there read their data across zones, which is billed per GB"
+        ),
+    )  # fmt: skip
     min_nodes = forms.IntegerField(label="Minimum nodes (monthly baseline)", min_value=0)
     max_nodes = forms.IntegerField(label="Maximum nodes", min_value=1)
     lease_type = forms.ChoiceField(label="Lease", choices=[(t, t.capitalize()) for t in LEASE_TYPES])
@@ -138,12 +147,15 @@ class PoolForm(ScalingFields):
         spec = document.setdefault("spec", {})
         metadata["name"] = data["name"]
         _set_or_drop(metadata, "labels", {r["key"]: r["value"] for r in self.rows["label"]})
+        fallbacks = [zone.strip() for zone in data.get("fallback_zones", "").split(",") if zone.strip()]
+        spec.pop("region" if fallbacks else "zones", None)  # one zone is the article's `region`
+        zones = {"zones": [data["region"], *fallbacks]} if fallbacks else {"region": data["region"]}
         spec.update(
             {
                 "nodeType": data["node_type"],
                 "gpuModel": data["gpu_model"],
                 "nodeCount": {"min": data["min_nodes"], "max": data["max_nodes"]},
-                "region": data["region"],
+                **zones,
                 "leaseType": data["lease_type"],
                 "systemImage": data["system_image"],
                 "autoRepair": data["auto_repair"],
@@ -193,7 +205,8 @@ class PoolForm(ScalingFields):
             "name": pool.name,
             "gpu_model": spec.get("gpuModel"),
             "node_type": spec.get("nodeType"),
-            "region": spec.get("region"),
+            "region": spec.get("region") or (spec.get("zones") or [None])[0],
+            "fallback_zones": ", ".join(spec.get("zones", [])[1:]),
             "min_nodes": spec.get("nodeCount", {}).get("min"),
             "max_nodes": spec.get("nodeCount", {}).get("max"),
             "lease_type": spec.get("leaseType", "monthly"),

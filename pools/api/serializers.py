@@ -80,7 +80,7 @@ class PoolSerializer(serializers.Serializer):
     apiVersion = serializers.ChoiceField(choices=["ebcloud.io/v1"])
     kind = serializers.ChoiceField(choices=["GpuNodePool"])
     metadata = PoolMetadataSerializer()
-    spec = serializers.DictField(help_text="nodeType, gpuModel, nodeCount{min,max}, region, leaseType, ...")
+    spec = serializers.DictField(help_text="nodeType, gpuModel, nodeCount{min,max}, region (the zone) or zones (preferred zone first, then fallback zones), leaseType, ...")
     status = PoolStatusSerializer(read_only=True)
 
 

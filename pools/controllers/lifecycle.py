@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -41,7 +41,7 @@ from pools.controllers.state import snapshots_load, statuses_write
 from pools.core import lifecycle as rules
 from pools.core.node_labels import REGISTERED_PHASES, ClusterNodeState
 from pools.core.spec import parse_document
-from pools.models import GpuNodePool, Node, PoolEvent, PoolOrder
+from pools.models import GpuNodePool, Node, PoolEvent, PoolOrder, Zone
 from pools.providers import get_cloud_provider, get_cluster_backend
 from pools.providers.base import (
     FAILED,
@@ -354,6 +354,10 @@ def _advance(p: ReconcilePass, node: Node) -> None:
 
 
 def _place(p: ReconcilePass, node: Node) -> bool:
+    """Order the node's machine in the pool's zones in turn, preferred first (`spec.zones`,
+    seed T1): OutOfStock in one zone orders in the next; OutOfStock in all of them is one
+    failure naming every zone tried. One client token (the node's name) for every zone, so a
+    machine ordered by a pass killed before its write is found again, not bought twice."""
     request = MachineRequest(
         client_token=node.name,
         zone=node.zone.name,
@@ -362,14 +366,23 @@ def _place(p: ReconcilePass, node: Node) -> bool:
         billing=node.billing,
         image=p.spec.system_image,
     )
-    try:
-        machine = p.cloud.place_order(request=request, now=p.now)
-    except OutOfStock as exc:
-        _failed(p, node, reason="OutOfStock", summary=rules.out_of_stock_reason(zone=exc.zone, alternatives=exc.alternatives), machine=False)
+    tried: list[str] = []
+    alternatives: dict[str, int] = {}
+    for zone in p.spec.zones:
+        try:
+            machine = p.cloud.place_order(request=replace(request, zone=zone), now=p.now)
+            break
+        except OutOfStock as exc:
+            tried.append(exc.zone)
+            alternatives = exc.alternatives
+        except ProviderError as exc:
+            _failed(p, node, reason=exc.reason, summary=f"{exc.reason}: {exc.message}", machine=False)
+            return False
+    else:
+        _failed(p, node, reason="OutOfStock", summary=rules.out_of_stock_reason(tried=tried, alternatives=alternatives), machine=False)
         return False
-    except ProviderError as exc:
-        _failed(p, node, reason=exc.reason, summary=f"{exc.reason}: {exc.message}", machine=False)
-        return False
+    if machine.zone != node.zone.name:
+        _zone_fallback(p, node, machine.zone)
     first = rules.steps_for(prewarmed=p.cloud.image_prewarmed(image=p.spec.system_image))[0]
     with transaction.atomic():
         Node.objects.filter(pk=node.pk).update(
@@ -382,6 +395,22 @@ def _place(p: ReconcilePass, node: Node) -> bool:
         )
     node.provider_id, node.phase, node.step, node.step_due_at, node.attempts, node.last_error = machine.provider_id, Node.Phase.PROVISIONING, first, None, 0, ""
     return True
+
+
+def _zone_fallback(p: ReconcilePass, node: Node, zone: str) -> None:
+    """The node's machine is in a fallback zone: the node says so (its zone label follows), and
+    an event names both zones and the price of the traffic now crossing them (D4, C1)."""
+    zones = p.spec.zones
+    skipped = list(zones[: zones.index(zone)]) if zone in zones else [node.zone.name]
+    price = p.cloud.cross_zone_price(at=p.now)
+    message = rules.zone_fallback_message(
+        node=node.name, ordered_in=zone, out_of_stock=skipped, preferred=zones[0],
+        price_per_gb=price.per_gb if price else None, currency=price.currency if price else "",
+    )  # fmt: skip
+    with transaction.atomic():
+        node.zone = Zone.objects.get(name=zone)
+        Node.objects.filter(pk=node.pk).update(zone=node.zone)
+        p.event("ZoneFallback", message, node=node, type=WARNING)
 
 
 def _step_done(p: ReconcilePass, node: Node, *, prewarmed: bool) -> bool:

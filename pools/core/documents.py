@@ -66,7 +66,7 @@ def to_document(spec: PoolSpec) -> dict[str, Any]:
         "nodeType": spec.node_type,
         "gpuModel": spec.gpu_model,
         "nodeCount": {"min": spec.min_nodes, "max": spec.max_nodes},
-        "region": spec.region,
+        **({"zones": list(spec.zones)} if len(spec.zones) > 1 else {"region": spec.region}),
         "leaseType": spec.lease_type,
         "systemImage": spec.system_image,
         "autoRepair": spec.auto_repair,

@@ -1,6 +1,9 @@
 """The `GpuNodePool` document (seed O2, O4): YAML/JSON <-> dataclasses, validated with field paths.
 
 A pool is declared with the article's document (`apiVersion: ebcloud.io/v1`, `kind: GpuNodePool`).
+`spec.region` names the pool's zone (seed O2); `spec.zones` (ours) lists it with fallback zones,
+preferred first, where nodes are ordered when the preferred zone is out of stock (seed T1 "add a
+fallback zone"); a document may give either, or both when `region` is the first of `zones`.
 `autoRepair: true|false` stays the seed's switch; the optional `autoRepairPolicy:
 {requireApproval: true}` beside it (ours) makes every repair wait for a platform admin's
 approval (a pool without it, like the seed's YAML, repairs on its own).
@@ -94,7 +97,7 @@ class PoolSpec:
     gpu_model: str
     min_nodes: int
     max_nodes: int
-    region: str
+    region: str  # the preferred zone (spec.region, or spec.zones[0])
     labels: Mapping[str, str] = field(default_factory=dict)
     lease_type: str = "monthly"
     system_image: str = DEFAULT_SYSTEM_IMAGE
@@ -109,6 +112,11 @@ class PoolSpec:
     budget: Budget | None = None
     scheduling_policy: str = DEFAULT_SCHEDULING_POLICY
     shared_with: tuple[str, ...] = ()  # teams (slugs) whose pods may also run on the pool's nodes
+    zones: tuple[str, ...] = ()  # where nodes may be ordered, preferred first; () means (region,)
+
+    def __post_init__(self) -> None:
+        if not self.zones:  # a spec built with only `region` (the form, tests) has that one zone
+            object.__setattr__(self, "zones", (self.region,))
 
     @property
     def autoscaling(self) -> ScalingSpec | None:
@@ -136,9 +144,9 @@ _METADATA = ("name", "labels")
 _SPEC = (
     "nodeType", "gpuModel", "nodeCount", "region", "leaseType", "systemImage", "autoRepair",
     "autoRepairPolicy", "autoRenew", "preemptible", "nodeLabels", "nodeTaints", "scaling", "burst", "budget",
-    "schedulingPolicy", "sharedWith",
+    "schedulingPolicy", "sharedWith", "zones",
 )  # fmt: skip
-_SPEC_REQUIRED = ("nodeType", "gpuModel", "nodeCount", "region")
+_SPEC_REQUIRED = ("nodeType", "gpuModel", "nodeCount")  # and `region` or `zones` (_parse_zones)
 
 
 def parse_document(document: Any, catalog: Catalog) -> PoolSpec:
@@ -158,7 +166,7 @@ def parse_document(document: Any, catalog: Catalog) -> PoolSpec:
     spec = check.mapping(top.get("spec", {}), "spec", _SPEC, _SPEC_REQUIRED)
     node_type = check.choice(spec["nodeType"], "spec.nodeType", catalog.node_types, "node type") if "nodeType" in spec else None
     gpu_model = check.choice(spec["gpuModel"], "spec.gpuModel", catalog.gpu_models, "GPU model") if "gpuModel" in spec else None
-    region = check.choice(spec["region"], "spec.region", catalog.zones, "zone") if "region" in spec else None
+    zones = _parse_zones(check, spec, catalog)
     min_nodes, max_nodes = _parse_node_count(check, spec, catalog)
     lease_type = check.choice(spec.get("leaseType", "monthly"), "spec.leaseType", LEASE_TYPES, "lease type")
     system_image = check.string(spec.get("systemImage", DEFAULT_SYSTEM_IMAGE), "spec.systemImage")
@@ -186,7 +194,8 @@ def parse_document(document: Any, catalog: Catalog) -> PoolSpec:
         gpu_model=gpu_model,
         min_nodes=min_nodes,
         max_nodes=max_nodes,
-        region=region,
+        region=zones[0] if zones else None,
+        zones=zones,
         lease_type=lease_type,
         system_image=system_image,
         auto_repair=flags["autoRepair"],
@@ -220,6 +229,41 @@ def _parse_shared_with(check: Checker, value: Any, teams: frozenset[str] | None)
         else:
             slugs.append(slug)
     return tuple(slugs)
+
+
+def _parse_zones(check: Checker, spec: dict, catalog: Catalog) -> tuple[str, ...]:
+    """`spec.region` (one zone) or `spec.zones` (preferred first, then the fallbacks the
+    controller orders in when a zone is out of stock). Every zone must be sold and listed once,
+    and all in one region: quotas are per region, and a fallback is a neighbouring zone, where
+    only cross-zone traffic costs extra (D4). Returns () when invalid."""
+    region = check.choice(spec["region"], "spec.region", catalog.zones, "zone") if "region" in spec else None
+    if "zones" not in spec:
+        if "region" not in spec:
+            check.error("spec.region", "required field is missing (or give spec.zones, preferred zone first)")
+        return (region,) if region else ()
+    value = spec["zones"]
+    if not isinstance(value, list) or not value:
+        check.error("spec.zones", "must be a non-empty list of zones, preferred first, e.g. [cn-east-2a, cn-east-2b]")
+        return ()
+    zones: list[str] = []
+    valid = True
+    for index, item in enumerate(value):
+        path = f"spec.zones[{index}]"
+        name = check.choice(item, path, catalog.zones, "zone")
+        if name is None:
+            valid = False
+        elif name in zones:
+            check.error(path, f"zone {name!r} is listed twice")
+            valid = False
+        elif zones and catalog.zones[name] != catalog.zones[zones[0]]:
+            check.error(path, f"zone {name!r} is in region {catalog.zones[name]}, not {catalog.zones[zones[0]]} like {zones[0]}: fallback zones stay in the preferred zone's region")
+            valid = False
+        else:
+            zones.append(name)
+    if "region" in spec and region is not None and zones and region != zones[0]:
+        check.error("spec.region", f"must be the first of spec.zones ({zones[0]}) or left out")
+        valid = False
+    return tuple(zones) if valid else ()
 
 
 def _parse_node_count(check: Checker, spec: dict, catalog: Catalog) -> tuple[int | None, int | None]:

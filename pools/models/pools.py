@@ -200,6 +200,13 @@ class GpuNodePool(models.Model):
         return tuple(shared) if isinstance(shared, list) else ()
 
     @property
+    def fallback_zones(self) -> tuple[str, ...]:
+        """`spec.zones` after the first: where nodes are ordered, in this order, while the
+        preferred zone (`zone`) is out of stock. () for a pool given as `spec.region`."""
+        zones = self.document.get("spec", {}).get("zones")
+        return tuple(zones[1:]) if isinstance(zones, list) else ()
+
+    @property
     def bursts(self) -> bool:
         """Whether the autoscaler may add burst nodes (`PoolSpec.autoscaling`), read from the
         stored (validated) document without parsing it against the catalog."""

@@ -115,8 +115,20 @@ class ResourceUsage:
 
 
 @dataclass(frozen=True)
+class TrafficPrice:
+    """What one GB crossing zones costs (C1, D4: a node in a fallback zone reads its data from
+    the preferred zone across them)."""
+
+    per_gb: Decimal
+    currency: str
+
+
+@dataclass(frozen=True)
 class MachineRequest:
-    client_token: str  # the node's name: ordering twice returns the same machine
+    # The node's name: ordering twice returns the same machine, in whatever zone it was ordered
+    # (the controller tries a pool's zones in turn with one token, so a pass killed after
+    # ordering in a fallback zone finds that machine again instead of ordering a second).
+    client_token: str
     zone: str
     gpu_model: str
     node_type: str
@@ -140,7 +152,12 @@ class CloudProvider(Protocol):
         ...
 
     def place_order(self, *, request: MachineRequest, now: datetime) -> Machine:
-        """Order one machine; raises OutOfStock."""
+        """Order one machine; raises OutOfStock. A client token already ordered returns its
+        machine (`created=False`, `zone` where it is), whatever zone the request names."""
+        ...
+
+    def cross_zone_price(self, *, at: datetime) -> TrafficPrice | None:
+        """The price of traffic between zones of a region in force at `at`; None if unpriced."""
         ...
 
     def pay(self, *, order_id: int, amount: Decimal, currency: str, now: datetime) -> Payment:

@@ -35,7 +35,8 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 
-from billing.models import Account
+from billing.models import Account, PriceBookEntry
+from billing.node_prices import price_entry_in_force
 from billing.pricing import Quote, quote_for
 from pools.core.errors import ConflictError, ValidationError
 from pools.core.lifecycle import (
@@ -75,6 +76,7 @@ from pools.providers.base import (
     ReclaimNotice,
     ResourceUsage,
     StepResult,
+    TrafficPrice,
 )
 from pools.selectors.pools import quota_usage
 
@@ -184,9 +186,14 @@ class SimulatedCloud:
                     created_at=now,
                 )
         except IntegrityError:  # a concurrent caller ordered with the same client token
-            machine = SimMachine.objects.get(client_token=request.client_token)
-            return Machine(provider_id=machine.provider_id, zone=zone.name, created=False)
+            machine = SimMachine.objects.select_related("zone").get(client_token=request.client_token)
+            return Machine(provider_id=machine.provider_id, zone=machine.zone.name, created=False)
         return Machine(provider_id=machine.provider_id, zone=zone.name, created=True)
+
+    def cross_zone_price(self, *, at: datetime) -> TrafficPrice | None:
+        """The price book's cross-zone network price, the one metering bills cross-zone GBs at."""
+        entry = price_entry_in_force(kind=PriceBookEntry.Kind.NETWORK_CROSS_ZONE_GB, at=at)
+        return TrafficPrice(per_gb=entry.amount, currency=entry.currency) if entry is not None else None
 
     def pay(self, *, order_id: int, amount: Decimal, currency: str, now: datetime) -> Payment:
         existing = SimPayment.objects.filter(order_id=order_id).first()

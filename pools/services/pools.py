@@ -82,6 +82,8 @@ def pool_update(*, user, pool: GpuNodePool, document: Any, now: datetime | None 
         errors.append(FieldError("metadata.name", f"field is immutable: the pool is named {pool.name!r}"))
     for path, attr in IMMUTABLE_FIELDS:
         if getattr(spec, attr) != getattr(old, attr):
+            if attr == "region" and "region" not in document.get("spec", {}):
+                path = "zones[0]"  # the preferred zone, given as the first of spec.zones
             errors.append(FieldError(f"spec.{path}", f"field is immutable (is {getattr(old, attr)!r}); create a new pool instead"))
     if errors:
         raise ValidationError(errors)
@@ -347,11 +349,13 @@ def _describe_change(old: PoolSpec, new: PoolSpec) -> str:
         ("repair_requires_approval", "autoRepairPolicy.requireApproval"),
         ("node_labels", "nodeLabels"), ("node_taints", "nodeTaints"), ("labels", "labels"),
         ("scaling", "scaling"), ("burst", "burst"), ("budget", "budget"), ("scheduling_policy", "schedulingPolicy"),
-        ("shared_with", "sharedWith"),
+        ("shared_with", "sharedWith"), ("zones", "zones"),
     ):  # fmt: skip
         before, after = getattr(old, attr), getattr(new, attr)
         if before != after:
-            if isinstance(before, int | str | bool) and isinstance(after, int | str | bool):
+            if attr == "zones":
+                changes.append(f"zones {', '.join(before)} → {', '.join(after)}")
+            elif isinstance(before, int | str | bool) and isinstance(after, int | str | bool):
                 changes.append(f"{label} {before} → {after}")
             else:
                 changes.append(f"{label} changed")

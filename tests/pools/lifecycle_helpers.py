@@ -33,6 +33,18 @@ def run_until(pool, start, *, phase="Ready", limit=timedelta(hours=2), tick=TICK
     raise AssertionError(f"pool {pool.name} not {phase} within {limit}: {GpuNodePool.objects.get(pk=pool.pk).pending_reason}")
 
 
+def passes_are_idempotent(pool, start, *, ticks, tick=TICK):
+    """Reconcile twice at each of `ticks` moments from `start`: the second pass of a moment
+    must change nothing (design §5: level-triggered, idempotent passes)."""
+    now = start
+    for _ in range(ticks):
+        reconcile(pool, now)
+        once = snapshot()
+        reconcile(pool, now)
+        assert snapshot() == once, f"second pass at {now} changed state"
+        now += tick
+
+
 def live_nodes(pool):
     return list(Node.objects.filter(pool=pool).exclude(phase="Terminated").order_by("name"))
 

@@ -91,6 +91,7 @@ def test_out_of_stock_asks_for_a_fallback_zone_and_outranks_an_image_pull_failur
     assert "OutOfStock ×4 (10m0s ago): Node y: OutOfStock in cn-east-2a, 3 in cn-east-2b" in c.found
     assert c.cause.startswith("No A100_80G stock in cn-east-2a")
     assert c.action.startswith("Add a fallback zone")
+    assert "to the pool's spec.zones after cn-east-2a, e.g. `zones: [cn-east-2a, <zone with stock>]`" in c.action
     assert len(c.details) == 2
 
 

@@ -26,10 +26,10 @@ from tests.pools.lifecycle_helpers import (
     T0,
     approved_pool,
     live_nodes,
+    passes_are_idempotent,
     reasons,
     reconcile,
     run_until,
-    snapshot,
 )
 
 NODE_STEPS = [
@@ -74,13 +74,7 @@ def test_an_approved_order_is_paid_and_each_node_walks_every_step_to_ready(actor
 
 def test_reconciling_twice_is_the_same_as_reconciling_once(actors, train_document):
     pool = approved_pool(actors, train_document)
-    now = T0
-    for _ in range(24):
-        reconcile(pool, now)
-        once = snapshot()
-        reconcile(pool, now)
-        assert snapshot() == once, f"second pass at {now} changed state"
-        now += timedelta(seconds=15)
+    passes_are_idempotent(pool, T0, ticks=24)
     assert GpuNodePool.objects.get(pk=pool.pk).phase == "Ready"
     assert SimPayment.objects.count() == 1 and SimMachine.objects.count() == 2
 
@@ -353,7 +347,7 @@ def test_a_node_stuck_on_stock_for_fifteen_minutes_raises_one_warning_naming_sto
         now += timedelta(minutes=1)
     warnings = PoolEvent.objects.filter(reason="SlowCapacity")
     assert warnings.count() == 2  # one per node, not one per pass
-    assert all("likely cause: stock: OutOfStock in cn-east-2a, 1 in cn-east-2b (add a fallback zone)" in w.message for w in warnings)
+    assert all("likely cause: stock: OutOfStock in cn-east-2a, 1 in cn-east-2b (add a fallback zone to spec.zones)" in w.message for w in warnings)
 
 
 def test_one_broken_pool_does_not_stop_the_pass_over_the_others(actors, train_document, monkeypatch):

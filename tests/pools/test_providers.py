@@ -12,6 +12,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from billing.demo import load_prices
 from billing.models import Account
 from pools.core.lifecycle import STEPS, steps_for
 from pools.models import Node, Zone
@@ -90,6 +91,38 @@ def test_an_empty_zone_is_out_of_stock_and_names_what_the_other_zones_have(cloud
         cloud.place_order(request=request(), now=T0)
     assert caught.value.zone == "cn-east-2a" and caught.value.alternatives == {"cn-east-2a": 0, "cn-east-2b": 3}
     assert not SimMachine.objects.exists()
+
+
+def test_a_zone_runs_out_when_its_own_stock_is_ordered_while_the_next_zone_still_delivers(cloud):
+    """Capacity is per zone, as in a real cloud (seed T1): orders drain one zone's stock (32
+    GPUs, four 8-GPU machines), the fifth is OutOfStock there and names the other zone's four;
+    the same shape still orders in cn-east-2b, and a released machine makes room again."""
+    simulated.stock_set(zone="cn-east-2a", gpu_model="A100_80G", gpus=32)
+    simulated.stock_set(zone="cn-east-2b", gpu_model="A100_80G", gpus=32)
+    machines = [cloud.place_order(request=request(f"a-{i}"), now=T0) for i in range(4)]
+    with pytest.raises(OutOfStock) as caught:
+        cloud.place_order(request=request("a-4"), now=T0)
+    assert (caught.value.zone, caught.value.alternatives) == ("cn-east-2a", {"cn-east-2a": 0, "cn-east-2b": 4})
+    assert cloud.place_order(request=request("a-4", zone="cn-east-2b"), now=T0).zone == "cn-east-2b"
+    cloud.release(provider_id=machines[0].provider_id, now=T0)
+    assert cloud.place_order(request=request("a-5"), now=T0).zone == "cn-east-2a"
+    assert SimMachine.objects.filter(zone__name="cn-east-2a").exclude(status="Released").count() == 4
+
+
+def test_a_client_token_already_ordered_returns_its_machine_whatever_zone_is_asked(cloud):
+    """The controller tries a pool's zones with one token: asking again in another zone finds
+    the machine ordered in the first, instead of buying a second."""
+    first = cloud.place_order(request=request(zone="cn-east-2b"), now=T0)
+    again = cloud.place_order(request=request(zone="cn-east-2a"), now=T0)
+    assert (again.provider_id, again.zone, again.created) == (first.provider_id, "cn-east-2b", False)
+    assert SimMachine.objects.count() == 1
+
+
+def test_the_cross_zone_price_is_the_price_books(cloud):
+    assert cloud.cross_zone_price(at=T0) is None  # no price book entry yet
+    load_prices()
+    price = cloud.cross_zone_price(at=T0)
+    assert (price.per_gb, price.currency) == (Decimal("0.50"), "CNY")
 
 
 def test_releasing_a_machine_returns_its_gpus_to_stock_once(cloud):

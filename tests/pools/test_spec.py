@@ -38,9 +38,9 @@ def article() -> dict:
     return load_yaml((EXAMPLES / "create-train-pool.yaml").read_text())
 
 
-def errors_of(document) -> dict[str, str]:
+def errors_of(document, catalog: Catalog = CATALOG) -> dict[str, str]:
     with pytest.raises(ValidationError) as caught:
-        parse_document(document, CATALOG)
+        parse_document(document, catalog)
     return {e.field: e.message for e in caught.value.errors}
 
 

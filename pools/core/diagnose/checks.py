@@ -140,7 +140,7 @@ def _scale_up_advice(s: PoolSnapshot, bucket: str, orders: list[OrderInfo]) -> t
         QUOTA: (f"GPU quota exhausted: quotas are per region and per GPU model ({s.region}, {s.gpu_model}), so another model's room does not help.",
                 f"Ask a platform admin to raise the {s.region} {s.gpu_model} quota or free GPUs held elsewhere; check {describe}."),
         STOCK: (f"No {s.gpu_model} stock in {s.zone}: popular models run out in busy zones.",
-                f"Add a fallback zone: a pool of the same spec in a zone with stock (the OutOfStock message lists them); see {describe}."),
+                f"Add a fallback zone with stock (the OutOfStock message lists them) to the pool's spec.zones after {s.zone}, e.g. `zones: [{s.zone}, <zone with stock>]`: nodes are then ordered there while {s.zone} is out of stock; see {describe}."),
         BALANCE: ("The order is unpaid: the account balance is too low or the payment was declined (a monthly scale-up is a new order).",
                   f"Top up the account; the controller retries the payment every pass. Check {describe}."),
         APPROVAL: ("Monthly capacity waits for a platform admin's decision, or the order was rejected.",
