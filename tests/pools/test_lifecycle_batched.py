@@ -43,8 +43,8 @@ def state() -> tuple:
         sorted(((pool, norm(node), *rest) for pool, node, *rest in PoolEvent.objects.values_list("pool__name", "node__name", "type", "reason", "count")), key=repr),
         list(PoolOrder.objects.order_by("pk").values_list("pool__name", "kind", "status")),
         [
-            (name, phase, norm(reason), *rest)
-            for name, phase, reason, *rest in GpuNodePool.objects.order_by("pk").values_list(
+            (name, phase, norm(reason), generation, [{**c, "message": norm(c["message"])} for c in conditions], *rest)
+            for name, phase, reason, generation, conditions, *rest in GpuNodePool.objects.order_by("pk").values_list(
                 "name", "phase", "pending_reason", "observed_generation", "conditions", "node_counts", "deleted_at"
             )
         ],
