@@ -14,7 +14,12 @@ from decimal import ROUND_HALF_UP, Decimal
 from billing import pricing
 from billing.allocation import CENT
 from billing.hours import HOUR, floor_hour, hour_overlap
-from billing.lease_costs import monthly_hour_cost, on_demand_hour_cost, period_hour_cost, preemptible_hour_cost
+from billing.lease_costs import (
+    monthly_hour_cost,
+    on_demand_hour_cost,
+    period_hour_cost,
+    preemptible_hour_cost,
+)
 from billing.models import PriceBookEntry
 from pools.core.errors import ValidationError
 from pools.models import GpuNodePool, Node
