@@ -94,15 +94,21 @@ def spread_hour_cost(
     Cumulative rounding: hour i gets ``round(P·(i+1)/n) − round(P·i/n)`` quanta, so the n
     hours add up to P exactly whatever P and n are (a debit is then charged back to the cent).
     """
-    n = lease_hours(start, end)
     offset = hour - start
     if offset % _HOUR or not timedelta(0) <= offset < end - start:
         raise ValueError(f"hour {hour.isoformat()} is not an hour of this lease")
-    i = offset // _HOUR
+    return spread_sum(payment, start, end, hour, hour + _HOUR, quantum)
+
+
+def spread_sum(
+    payment: Decimal, start: datetime, end: datetime, first: datetime, stop: datetime, quantum: Decimal = CENT
+) -> Decimal:
+    """What the hours [first, stop) of the spread over [start, end) add up to (hour-aligned,
+    within it): ``round(P·j/n) − round(P·i/n)``, the sum of `spread_hour_cost` over them."""
+    n = lease_hours(start, end)
+    i, j = (first - start) // _HOUR, (stop - start) // _HOUR
     units = to_units(payment, quantum)
-    before = round_half_up(Fraction(units * i, n))
-    upto = round_half_up(Fraction(units * (i + 1), n))
-    return from_units(upto - before, quantum)
+    return from_units(round_half_up(Fraction(units * j, n)) - round_half_up(Fraction(units * i, n)), quantum)
 
 
 def period_hour_cost(

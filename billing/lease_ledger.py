@@ -63,7 +63,7 @@ def periods_hand_over(vacated: Node, successor: Node, *, now: datetime) -> int:
     vacated node (idle: unused commitment). Returns the periods moved."""
     boundary = ceil_hour(now)
     moved = 0
-    for period in LeasePeriod.objects.filter(node=vacated, held_to__isnull=True).order_by("lease_start", "pk"):
+    for period in LeasePeriod.objects.filter(node=vacated, held_to__isnull=True, lease_end__gt=boundary).order_by("lease_start", "pk"):
         LeasePeriod.objects.filter(pk=period.pk).update(held_to=max(boundary, period.held_from))
         LeasePeriod.objects.create(
             node=successor,

@@ -83,9 +83,34 @@ def usage_collect(*, hour: datetime) -> Collected:
 def _collect(hour: datetime) -> Collected:
     """A fixed number of queries whatever the size of the fleet (issue 9): nodes with their
     orders' prices, their pools, pods grouped by workload, teams, then the pools' resource
-    samples together. Nodes are read as values (`BilledNode`), not model instances: an hour
-    of a 1,000-pool fleet bills ~20,000 of them."""
+    samples together."""
     out = Collected()
+    billed = _node_records(hour, out)
+    out.records.extend(_pod_records(billed, hour))
+    billed_pools = {node.pool_id: node.pool for node, _ in billed.values()}
+    samples = resource_samples([billed_pools[pk] for pk in sorted(billed_pools)], hour)
+    for pool_id in sorted(billed_pools):
+        out.records.extend(_fee_records(billed_pools[pool_id], hour, sample=samples.get(pool_id)))
+    return out
+
+
+def node_usage_collect(*, hour: datetime) -> Collected:
+    """The node half of `usage_collect`: what each node cost in the hour, without pods and
+    fees (the same records `usage_collect` writes for nodes)."""
+    hour = _check_hour(hour)
+    token = price_memo.set({})
+    try:
+        out = Collected()
+        _node_records(hour, out)
+        return out
+    finally:
+        price_memo.reset(token)
+
+
+def _node_records(hour: datetime, out: Collected) -> dict[int, tuple[BilledNode, UsageRecord]]:
+    """Every node billed in the hour, priced, appended to `out`; by node id with its record.
+    Nodes are read as values (`BilledNode`), not model instances: an hour of a 1,000-pool
+    fleet bills ~20,000 of them; with the lease periods they hold in the hour."""
     rows = (
         Node.objects.filter(Q(lease_start__lt=hour + HOUR) | Q(created_at__lt=hour + HOUR))
         # Gone before the hour and no lease running into it: nothing to bill (keeps history out).
@@ -114,12 +139,7 @@ def _collect(hour: datetime) -> Collected:
         if record is not None:
             billed[node.pk] = (node, record)
             out.records.append(record)
-    out.records.extend(_pod_records(billed, hour))
-    billed_pools = {node.pool_id: node.pool for node, _ in billed.values()}
-    samples = resource_samples([billed_pools[pk] for pk in sorted(billed_pools)], hour)
-    for pool_id in sorted(billed_pools):
-        out.records.extend(_fee_records(billed_pools[pool_id], hour, sample=samples.get(pool_id)))
-    return out
+    return billed
 
 
 def held_periods(hour: datetime) -> dict[int, tuple[HeldPeriod, ...]]:
