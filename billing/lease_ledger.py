@@ -45,16 +45,7 @@ def holder_add(node: Node, order: PoolOrder, *, vacated: Node | None, now: datet
     legacy = opened == 0 and order.nodes.exclude(pk=node.pk).exists()
     if legacy or opened >= order.node_count or node.lease_start is None or node.lease_end is None:
         return
-    LeasePeriod.objects.create(
-        node=node,
-        order=order,
-        slot=opened,
-        amount=split_amount(order.amount, order.node_count, opened),
-        currency=order.currency,
-        lease_start=node.lease_start,
-        lease_end=node.lease_end,
-        held_from=floor_hour(node.lease_start),
-    )
+    _share_open(node, order, opened, node.lease_start, node.lease_end)
 
 
 def periods_hand_over(vacated: Node, successor: Node, *, now: datetime) -> int:
@@ -86,13 +77,18 @@ def renewal_periods_add(order: PoolOrder, renewed: list[tuple[Node, datetime, da
     for slot, (node, start, end) in enumerate(renewed):
         if node.pk not in on_ledger or slot >= order.node_count:
             continue
-        LeasePeriod.objects.create(
-            node=node,
-            order=order,
-            slot=slot,
-            amount=split_amount(order.amount, order.node_count, slot),
-            currency=order.currency,
-            lease_start=start,
-            lease_end=end,
-            held_from=floor_hour(start),
-        )
+        _share_open(node, order, slot, start, end)
+
+
+def _share_open(node: Node, order: PoolOrder, slot: int, start: datetime, end: datetime) -> LeasePeriod:
+    """The node holds share `slot` of the order's debit for the lease [start, end), from its start."""
+    return LeasePeriod.objects.create(
+        node=node,
+        order=order,
+        slot=slot,
+        amount=split_amount(order.amount, order.node_count, slot),
+        currency=order.currency,
+        lease_start=start,
+        lease_end=end,
+        held_from=floor_hour(start),
+    )

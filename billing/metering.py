@@ -120,9 +120,10 @@ def _node_records(hour: datetime, out: Collected) -> dict[int, tuple[BilledNode,
         .order_by("name")
     )
     nodes = [BilledNode.from_row(row) for row in rows]
-    held = held_periods(hour)
-    for node in nodes:
-        node.periods = held.get(node.pk, ())
+    if any(node.on_ledger for node in nodes):  # else no query: nodes ordered before the ledger
+        held = held_periods(hour)
+        for node in nodes:
+            node.periods = held.get(node.pk, ())
     pools = {
         p.pk: p
         for p in GpuNodePool.objects.filter(pk__in={n.pool_id for n in nodes}).select_related("team", "gpu_model", "node_type", "zone")

@@ -6,6 +6,7 @@ Money is Decimal with a currency code.
 
 from __future__ import annotations
 
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 
@@ -41,7 +42,7 @@ class LeaseTerm(models.Model):
     months = models.PositiveSmallIntegerField()
     discount = models.DecimalField(max_digits=5, decimal_places=4, help_text="0.15 = 15% off")
     preemptible_discount = models.DecimalField(
-        max_digits=5, decimal_places=4, null=True, blank=True,
+        max_digits=5, decimal_places=4, null=True, blank=True, validators=[MinValueValidator(0), MaxValueValidator(1)],
         help_text="Off the monthly list price for a preemptible node on this term (0.40 = 40% off); empty: not sold preemptible",
     )  # fmt: skip
     effective_from = models.DateTimeField(default=timezone.now)

@@ -22,7 +22,7 @@ from django.db.models import Max, Min, QuerySet, Sum, TextField
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 
-from billing import metering, node_prices
+from billing import metering
 from billing.allocation import (
     CENT,
     DEFAULT_GROUP_LABELS,
@@ -33,10 +33,11 @@ from billing.allocation import (
     group_columns,
 )
 from billing.costing import cost_records_for
-from billing.focus import FocusAccount, Lease, iter_focus_rows
-from billing.hours import HOUR, ceil_hour, floor_hour
-from billing.lease_costs import add_months, spread_sum
-from billing.models import Budget, BudgetAlert, CostDay, CostRecord, LeasePeriod, UsageRecord
+from billing.focus import FocusAccount, iter_focus_rows
+from billing.focus_commitments import ledger_commitments, node_commitment
+from billing.hours import HOUR, floor_hour
+from billing.lease_costs import add_months
+from billing.models import Budget, BudgetAlert, CostDay, CostRecord, UsageRecord
 from pools import roles
 from pools.core.errors import FieldError, ValidationError
 from pools.models import Node
@@ -343,66 +344,16 @@ def _leases(records) -> list:
     nodes = Node.objects.filter(name__in=list(names)).select_related(
         "pool__team", "pool__gpu_model", "pool__zone", "order"
     )
-    held = _held_periods(nodes)
+    held = ledger_commitments(nodes)
     for node in nodes.order_by("name"):
         if node.pk in held:
-            leases.extend(_ledger_leases(node, held[node.pk]))
+            leases.extend(held[node.pk])
             continue
         if node.lease_start is None or node.lease_end is None or node.billing != "monthly":
             continue
         start = floor_hour(node.lease_start)
         hours = -(-(node.lease_end - start) // HOUR)
-        leases.append(
-            Lease(
-                commitment_id=f"lease/{node.name}/{start:%Y%m%dT%H}",
-                node=node.name,
-                pool=node.pool.name,
-                team=node.pool.team.slug,
-                start=start,
-                end=start + hours * HOUR,
-                monthly_price=node_prices.monthly_price(node).price,
-                gpu_count=node.gpu_count,
-                gpu_class=node.pool.gpu_model.name,
-                region=node.pool.zone.name,
-                labels=node.pool.labels,
-            )  # fmt: skip
-        )
-    return leases
-
-
-def _held_periods(nodes) -> dict[int, list[LeasePeriod]]:
-    held: dict[int, list[LeasePeriod]] = {}
-    for period in LeasePeriod.objects.filter(node__in=nodes).order_by("lease_start", "pk"):
-        held.setdefault(period.node_id, []).append(period)
-    return held
-
-
-def _ledger_leases(node: Node, periods: list[LeasePeriod]) -> list:
-    """A node on the lease ledger: one commitment per lease period it held, over the hours it
-    held it, paid exactly what metering charged it for them (`spread_sum`)."""
-    leases = []
-    for period in periods:
-        start, end = floor_hour(period.lease_start), ceil_hour(period.lease_end)
-        first = max(start, period.held_from)
-        stop = min(end, period.held_to) if period.held_to else end
-        if first >= stop:
-            continue
-        leases.append(
-            Lease(
-                commitment_id=f"lease/order-{period.order_id}/slot-{period.slot}/{start:%Y%m%dT%H}/{node.name}",
-                node=node.name,
-                pool=node.pool.name,
-                team=node.pool.team.slug,
-                start=first,
-                end=stop,
-                monthly_price=node_prices.monthly_price(node).price,
-                gpu_count=node.gpu_count,
-                gpu_class=node.pool.gpu_model.name,
-                region=node.pool.zone.name,
-                labels=node.pool.labels,
-                payment=spread_sum(period.amount, start, end, first, stop),
-            )  # fmt: skip
-        )
+        leases.append(node_commitment(node, f"lease/{node.name}/{start:%Y%m%dT%H}", start, start + hours * HOUR))
     return leases
 
 

@@ -1,5 +1,6 @@
 # Lease periods (a node's share of a paid lease, issue 20) and preemptible prices per lease term.
 
+import django.core.validators
 import django.db.models.deletion
 from django.db import migrations, models
 
@@ -15,7 +16,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='leaseterm',
             name='preemptible_discount',
-            field=models.DecimalField(blank=True, decimal_places=4, help_text='Off the monthly list price for a preemptible node on this term (0.40 = 40% off); empty: not sold preemptible', max_digits=5, null=True),
+            field=models.DecimalField(blank=True, decimal_places=4, help_text='Off the monthly list price for a preemptible node on this term (0.40 = 40% off); empty: not sold preemptible', max_digits=5, null=True, validators=[django.core.validators.MinValueValidator(0), django.core.validators.MaxValueValidator(1)]),
         ),
         migrations.CreateModel(
             name='LeasePeriod',

@@ -10,6 +10,7 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
 import pytest
+from django.core.exceptions import ValidationError as ModelValidationError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -97,6 +98,17 @@ def test_a_term_without_a_preemptible_price_refuses_a_preemptible_quote(catalog)
     with pytest.raises(ValidationError, match="no preemptible price for the yearly lease term") as error:
         SimulatedCloud().quote(node_type="GPU_8_CARD", gpu_model="A100_80G", lease_type="yearly", nodes=1, at=datetime(2026, 12, 1, tzinfo=UTC), preemptible=True)
     assert [e.field for e in error.value.errors] == ["spec.preemptible"]
+
+
+def test_a_preemptible_discount_outside_0_to_1_is_refused_with_its_field(catalog):
+    """The admin form validates the model: a discount of 150% would make a negative price."""
+    term = LeaseTerm.objects.get(lease_type="monthly")
+    for bad in (Decimal("1.5"), Decimal("-0.1")):
+        term.preemptible_discount = bad
+        with pytest.raises(ModelValidationError) as error:
+            term.full_clean()
+        assert list(error.value.message_dict) == ["preemptible_discount"]
+    assert LeaseTerm.objects.get(pk=term.pk).preemptible_discount == Decimal("0.4")  # unchanged
 
 
 def test_a_preemptible_pool_s_order_is_quoted_and_debited_at_the_preemptible_price(actors):
