@@ -11,6 +11,7 @@ from decimal import Decimal
 
 import pytest
 from django.core.exceptions import ValidationError as ModelValidationError
+from django.test import Client
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -118,6 +119,10 @@ def test_a_preemptible_pool_s_order_is_quoted_and_debited_at_the_preemptible_pri
     order = pool.orders.get()
     list_price = NodePrice.objects.get(node_type__name="GPU_8_CARD", gpu_model__name="A100_80G").monthly_price
     assert (order.unit_monthly_price, order.discount, order.amount) == (list_price, Decimal("0.4"), list_price * Decimal("0.6"))
+    page = Client()
+    page.force_login(actors["admin"])
+    row = page.get("/orders/").content.decode()
+    assert f"{order.amount} CNY / 1 mo" in row and f"{list_price} a node-month less 40%, preemptible price" in row
     run_until(pool, start)
     assert SimPayment.objects.get(order_id=order.pk).amount == order.amount
     node = live_nodes(pool)[0]
