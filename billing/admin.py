@@ -38,7 +38,7 @@ class NodePriceAdmin(AuditedPriceAdmin):
 
 @admin.register(LeaseTerm)
 class LeaseTermAdmin(AuditedPriceAdmin):
-    list_display = ("lease_type", "months", "discount", "effective_from")
+    list_display = ("lease_type", "months", "discount", "preemptible_discount", "effective_from")
 
 
 @admin.register(Account)

@@ -9,8 +9,10 @@ means a monthly lease looks like what it economically is: a commitment discount.
   ``Committed`` whose EffectiveCost is the amortised hour (BilledCost 0): the pods' share is
   CommitmentDiscountStatus ``Used``, the idle remainder ``Unused``. Over a whole lease,
   Σ EffectiveCost of its usage rows = Σ BilledCost of its purchase rows, exactly.
-- On-demand nodes are ``Standard``; preemptible nodes are ``Dynamic`` (the provider may
-  change the price and reclaim the node); both bill what they cost (Billed = Effective).
+- A preemptible node bought on a lease term is a commitment like a monthly one (its hours no
+  pod used, the remaining prepaid hours of a reclaimed node among them, are ``Unused``).
+- On-demand nodes are ``Standard``; preemptible nodes without a lease are ``Dynamic`` (the
+  provider may change the price and reclaim the node); both bill what they cost.
 - Pool fees (storage, cross-zone network, registry; C1) are ``Standard`` usage rows.
 - Tags is a JSON object: the pod's (or pool's) labels verbatim, plus provider tags under the
   ``ebcloud.io/`` prefix (pool, node, namespace, pod, cost kind), as FOCUS requires
@@ -46,7 +48,7 @@ from billing.allocation import (
     PodHour,
     allocate_hour,
 )
-from billing.lease_costs import add_months, lease_months, quantize_money
+from billing.lease_costs import add_months, lease_months, quantize_money, spread_sum
 
 FOCUS_VERSION = "1.2"
 
@@ -121,6 +123,9 @@ class Lease:
     region: str = ""
     name: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
+    # What this commitment was paid, when known exactly (a node's share of its order's debit,
+    # for the hours it holds it: `billing.lease_ledger`); its purchase rows add up to it.
+    payment: Decimal | None = None
 
 
 # --------------------------------------------------------------------------- rows
@@ -144,7 +149,7 @@ def purchase_rows(
     period_start = lease.start
     while period_start < lease.end:
         period_end = min(add_months(lease.start, k + 1), lease.end)
-        upto = quantize_money(Fraction(lease.monthly_price) * lease_months(lease.start, period_end))
+        upto = _paid_upto(lease, period_end)
         amount, paid = upto - paid, upto
         months = lease_months(period_start, period_end)
         hours = (period_end - period_start) // timedelta(hours=1)
@@ -177,6 +182,14 @@ def purchase_rows(
         k += 1
         period_start = period_end
     return rows
+
+
+def _paid_upto(lease: Lease, moment: datetime) -> Decimal:
+    """What the lease has paid from its start up to `moment`: its monthly price by calendar
+    months, or its known payment pro rata to its hours (cumulative, so it adds up exactly)."""
+    if lease.payment is None:
+        return quantize_money(Fraction(lease.monthly_price) * lease_months(lease.start, moment))
+    return spread_sum(lease.payment, lease.start, lease.end, lease.start, moment)
 
 
 def usage_rows(
@@ -380,11 +393,12 @@ def _gpu_usage(
         ),
         **_compute_service(node.gpu_class, node.billing_kind, node.gpu_count),
     )
-    if node.billing_kind == MONTHLY:
+    if node.billing_kind == MONTHLY or _held_commitment(lease_index, node, alloc.hour):
         lease = _lease_for(lease_index, node, alloc.hour)
         out.update(_commitment(lease))
         out.update(
             BilledCost=_zero(quantum),
+            PricingCategory="Committed",
             CommitmentDiscountStatus="Unused" if idle else "Used",
             CommitmentDiscountQuantity=quantity,
         )
@@ -475,6 +489,12 @@ def _index_leases(leases: Sequence[Lease]) -> dict[str, list[Lease]]:
     for lease in leases:
         index[lease.node].append(lease)
     return index
+
+
+def _held_commitment(index: Mapping[str, list[Lease]], node: NodeHour, hour: datetime) -> bool:
+    """A preemptible node bought on a lease term holds a commitment like a monthly one: the
+    hours no pod uses (a reclaimed node's remaining prepaid hours among them) are Unused."""
+    return node.billing_kind == PREEMPTIBLE and any(lease.start <= hour < lease.end for lease in index.get(node.node, ()))
 
 
 def _lease_for(index: Mapping[str, list[Lease]], node: NodeHour, hour: datetime) -> Lease:

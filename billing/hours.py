@@ -14,6 +14,12 @@ def floor_hour(moment: datetime) -> datetime:
     return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
 
 
+def ceil_hour(moment: datetime) -> datetime:
+    """The first hour boundary at or after the moment."""
+    floor = floor_hour(moment)
+    return floor if floor == moment.astimezone(UTC) else floor + HOUR
+
+
 def last_complete_hour(now: datetime) -> datetime:
     return floor_hour(now) - HOUR
 

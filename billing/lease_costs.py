@@ -1,6 +1,7 @@
 """Money and lease arithmetic of one node-hour: amounts rounded half-up to the cent, months added
 to a moment, a lease's hours and months, and what one hour of a monthly (the lease spread over
-its hours, exactly), on-demand or preemptible node costs. Pure: standard library only."""
+its hours, exactly), on-demand or preemptible node costs. Pure: standard library only (and
+`billing.hours`, which is)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import math
 from datetime import datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
+
+from billing.hours import ceil_hour, floor_hour
 
 CENT = Decimal("0.01")
 _HOUR = timedelta(hours=1)
@@ -79,15 +82,55 @@ def monthly_hour_cost(
     hour is within one quantum of the exact rate and the hours of the whole lease add up to
     the lease payment exactly: FOCUS's "Σ EffectiveCost = Σ purchase BilledCost" then holds.
     """
-    n = lease_hours(lease_start, lease_end)
-    offset = hour - lease_start
-    if offset % _HOUR or not timedelta(0) <= offset < lease_end - lease_start:
+    payment = lease_payment(monthly_price, lease_start, lease_end, quantum)
+    return spread_hour_cost(payment, lease_start, lease_end, hour, quantum)
+
+
+def spread_hour_cost(
+    payment: Decimal, start: datetime, end: datetime, hour: datetime, quantum: Decimal = CENT
+) -> Decimal:
+    """One hour's share of a payment spread over the hours of [start, end) (hour-aligned).
+
+    Cumulative rounding: hour i gets ``round(P·(i+1)/n) − round(P·i/n)`` quanta, so the n
+    hours add up to P exactly whatever P and n are (a debit is then charged back to the cent).
+    """
+    offset = hour - start
+    if offset % _HOUR or not timedelta(0) <= offset < end - start:
         raise ValueError(f"hour {hour.isoformat()} is not an hour of this lease")
-    i = offset // _HOUR
-    units = to_units(lease_payment(monthly_price, lease_start, lease_end, quantum), quantum)
-    before = round_half_up(Fraction(units * i, n))
-    upto = round_half_up(Fraction(units * (i + 1), n))
-    return from_units(upto - before, quantum)
+    return spread_sum(payment, start, end, hour, hour + _HOUR, quantum)
+
+
+def spread_sum(
+    payment: Decimal, start: datetime, end: datetime, first: datetime, stop: datetime, quantum: Decimal = CENT
+) -> Decimal:
+    """What the hours [first, stop) of the spread over [start, end) add up to (hour-aligned,
+    within it): ``round(P·j/n) − round(P·i/n)``, the sum of `spread_hour_cost` over them."""
+    n = lease_hours(start, end)
+    i, j = (first - start) // _HOUR, (stop - start) // _HOUR
+    units = to_units(payment, quantum)
+    return from_units(round_half_up(Fraction(units * j, n)) - round_half_up(Fraction(units * i, n)), quantum)
+
+
+def period_hour_cost(
+    amount: Decimal, lease_start: datetime, lease_end: datetime, hour: datetime, quantum: Decimal = CENT
+) -> Decimal | None:
+    """One hour's share of a lease period's debit, spread over the hours from the one the lease
+    starts in to the one it ends in (a part-hour at either end is a whole hour of the spread);
+    None outside them. The period's hours add up to `amount` exactly."""
+    start, end = floor_hour(lease_start), ceil_hour(lease_end)
+    if not start <= hour < end:
+        return None
+    return spread_hour_cost(amount, start, end, hour, quantum)
+
+
+def split_amount(amount: Decimal, parts: int, index: int, quantum: Decimal = CENT) -> Decimal:
+    """Share `index` (0-based) of `amount` split into `parts` shares that differ by at most one
+    quantum and add up to it exactly: the first ``amount mod parts`` shares get the extra one.
+    An order of n nodes debits one amount; each node's lease is charged back its share."""
+    if parts < 1 or not 0 <= index < parts:
+        raise ValueError("a share index must be within 0..parts-1")
+    whole, rest = divmod(to_units(amount, quantum), parts)
+    return from_units(whole + (1 if index < rest else 0), quantum)
 
 
 def on_demand_hour_cost(

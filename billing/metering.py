@@ -3,7 +3,10 @@
 `usage_collect(hour=...)` reads nodes, pods and pool samples and returns unsaved
 `UsageRecord`s:
 
-- node-hours per node by billing kind. A monthly node is billed every hour of its lease
+- node-hours per node by billing kind. A node on the lease ledger (ordered on a lease term,
+  monthly or preemptible: `billing.lease_ledger`) is billed its share of each paid lease period
+  it holds, spread over the period's hours, so its hours add up to what was debited for it. An
+  older monthly node is billed every hour of its lease
   (`lease_start` .. `lease_end`), used or not, at its lease payment amortised by
   `billing.lease_costs.monthly_hour_cost`; on-demand and preemptible nodes are billed pro rata
   while they exist and are not Terminated (`created_at` .. `terminated_at`).
@@ -28,17 +31,18 @@ from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
 
-from django.db.models import Case, Count, F, Min, Q, TextField, When
+from django.db.models import Case, Count, Exists, F, Min, OuterRef, Q, TextField, When
 from django.db.models.functions import Cast
 
 from billing.allocation import FeeHour, NodeHour, PodHour, effective_labels, gpu_hours
 from billing.bulk_insert import Unsaved
 from billing.hours import HOUR, QUANTITY, floor_hour, hour_overlap
 from billing.lease_costs import add_months, monthly_hour_cost, quantize_money
-from billing.models import PoolResourceSample, PriceBookEntry, UsageRecord
+from billing.models import LeasePeriod, PoolResourceSample, PriceBookEntry, UsageRecord
 from billing.node_prices import (
     NODE_COLUMNS,
     BilledNode,
+    HeldPeriod,
     cached,
     node_price,
     price_entry_in_force,
@@ -79,18 +83,47 @@ def usage_collect(*, hour: datetime) -> Collected:
 def _collect(hour: datetime) -> Collected:
     """A fixed number of queries whatever the size of the fleet (issue 9): nodes with their
     orders' prices, their pools, pods grouped by workload, teams, then the pools' resource
-    samples together. Nodes are read as values (`BilledNode`), not model instances: an hour
-    of a 1,000-pool fleet bills ~20,000 of them."""
+    samples together."""
     out = Collected()
+    billed = _node_records(hour, out)
+    out.records.extend(_pod_records(billed, hour))
+    billed_pools = {node.pool_id: node.pool for node, _ in billed.values()}
+    samples = resource_samples([billed_pools[pk] for pk in sorted(billed_pools)], hour)
+    for pool_id in sorted(billed_pools):
+        out.records.extend(_fee_records(billed_pools[pool_id], hour, sample=samples.get(pool_id)))
+    return out
+
+
+def node_usage_collect(*, hour: datetime) -> Collected:
+    """The node half of `usage_collect`: what each node cost in the hour, without pods and
+    fees (the same records `usage_collect` writes for nodes)."""
+    hour = _check_hour(hour)
+    token = price_memo.set({})
+    try:
+        out = Collected()
+        _node_records(hour, out)
+        return out
+    finally:
+        price_memo.reset(token)
+
+
+def _node_records(hour: datetime, out: Collected) -> dict[int, tuple[BilledNode, UsageRecord]]:
+    """Every node billed in the hour, priced, appended to `out`; by node id with its record.
+    Nodes are read as values (`BilledNode`), not model instances: an hour of a 1,000-pool
+    fleet bills ~20,000 of them; with the lease periods they hold in the hour."""
     rows = (
         Node.objects.filter(Q(lease_start__lt=hour + HOUR) | Q(created_at__lt=hour + HOUR))
         # Gone before the hour and no lease running into it: nothing to bill (keeps history out).
         .exclude(Q(terminated_at__lte=hour) & (Q(lease_end__isnull=True) | Q(lease_end__lte=hour)))
-        .annotate(labels_text=Cast("labels", TextField()))
+        .annotate(labels_text=Cast("labels", TextField()), on_ledger=Exists(LeasePeriod.objects.filter(node=OuterRef("pk"))))
         .values_list(*NODE_COLUMNS)
         .order_by("name")
     )
     nodes = [BilledNode.from_row(row) for row in rows]
+    if any(node.on_ledger for node in nodes):  # else no query: nodes ordered before the ledger
+        held = held_periods(hour)
+        for node in nodes:
+            node.periods = held.get(node.pk, ())
     pools = {
         p.pk: p
         for p in GpuNodePool.objects.filter(pk__in={n.pool_id for n in nodes}).select_related("team", "gpu_model", "node_type", "zone")
@@ -107,12 +140,21 @@ def _collect(hour: datetime) -> Collected:
         if record is not None:
             billed[node.pk] = (node, record)
             out.records.append(record)
-    out.records.extend(_pod_records(billed, hour))
-    billed_pools = {node.pool_id: node.pool for node, _ in billed.values()}
-    samples = resource_samples([billed_pools[pk] for pk in sorted(billed_pools)], hour)
-    for pool_id in sorted(billed_pools):
-        out.records.extend(_fee_records(billed_pools[pool_id], hour, sample=samples.get(pool_id)))
-    return out
+    return billed
+
+
+def held_periods(hour: datetime) -> dict[int, tuple[HeldPeriod, ...]]:
+    """The lease periods whose spread covers the hour, by the node holding them in it."""
+    rows = (
+        LeasePeriod.objects.filter(lease_start__lt=hour + HOUR, lease_end__gt=hour, held_from__lte=hour)
+        .filter(Q(held_to__isnull=True) | Q(held_to__gt=hour))
+        .values_list("node_id", "amount", "currency", "lease_start", "lease_end")
+        .order_by("node_id", "lease_start", "pk")
+    )
+    held: dict[int, list[HeldPeriod]] = {}
+    for node_id, amount, currency, start, end in rows:
+        held.setdefault(node_id, []).append(HeldPeriod(amount, currency, start, end))
+    return {node_id: tuple(periods) for node_id, periods in held.items()}
 
 
 def _node_record(node: Node | BilledNode, hour: datetime) -> UsageRecord | None:

@@ -6,6 +6,7 @@ Money is Decimal with a currency code.
 
 from __future__ import annotations
 
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 
@@ -40,6 +41,10 @@ class LeaseTerm(models.Model):
     lease_type = models.CharField(max_length=10)
     months = models.PositiveSmallIntegerField()
     discount = models.DecimalField(max_digits=5, decimal_places=4, help_text="0.15 = 15% off")
+    preemptible_discount = models.DecimalField(
+        max_digits=5, decimal_places=4, null=True, blank=True, validators=[MinValueValidator(0), MaxValueValidator(1)],
+        help_text="Off the monthly list price for a preemptible node on this term (0.40 = 40% off); empty: not sold preemptible",
+    )  # fmt: skip
     effective_from = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -356,3 +361,34 @@ class PoolResourceSample(models.Model):
 
     def __str__(self) -> str:
         return f"{self.pool_id} {self.hour:%Y-%m-%d %H:00}: {self.storage_gb} GB, {self.cross_zone_gb} GB cross-zone"
+
+
+class LeasePeriod(models.Model):
+    """A node's share of a paid lease (seed D2, C1) and the hours the node holds it.
+
+    An order of n nodes for m months debits one amount; each of its slots is charged back its
+    share (`billing.lease_costs.split_amount`), spread over the hours of [lease_start, lease_end)
+    (`spread_hour_cost`), so the hourly charges of a slot add up to what was debited for it to
+    the cent. A renewal adds the next period. A replacement node (a reclaimed preemptible node,
+    a repaired one) takes the slot over: the vacated holder's row ends at the hour the successor
+    starts (`held_to`) and the successor's row starts there, with the same payment and spread,
+    so every hour of the lease is charged exactly once. The hours a holder is gone and no
+    successor has the slot stay on the holder: idle, shown as unused commitment in FOCUS.
+    """
+
+    node = models.ForeignKey("pools.Node", on_delete=models.CASCADE, related_name="lease_periods")
+    order = models.ForeignKey("pools.PoolOrder", null=True, blank=True, on_delete=models.SET_NULL, related_name="+", help_text="The order that paid it")
+    slot = models.PositiveSmallIntegerField(default=0, help_text="Which of the order's node slots (its share of the debit)")
+    amount = models.DecimalField(max_digits=14, decimal_places=2, help_text="This slot's share of the order's debit")
+    currency = models.CharField(max_length=3, default="CNY")
+    lease_start = models.DateTimeField()
+    lease_end = models.DateTimeField()
+    held_from = models.DateTimeField(help_text="First hour this node holds the slot (hour-aligned)")
+    held_to = models.DateTimeField(null=True, blank=True, help_text="Hour its successor takes the slot over; empty: to the lease end")
+
+    class Meta:
+        ordering = ["node", "lease_start", "held_from"]
+        indexes = [models.Index(fields=["node", "lease_end"])]
+
+    def __str__(self) -> str:
+        return f"{self.node_id} {self.lease_start:%Y-%m-%d}..{self.lease_end:%Y-%m-%d}: {self.amount} {self.currency}"

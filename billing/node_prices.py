@@ -14,7 +14,12 @@ from decimal import ROUND_HALF_UP, Decimal
 from billing import pricing
 from billing.allocation import CENT
 from billing.hours import HOUR, floor_hour, hour_overlap
-from billing.lease_costs import monthly_hour_cost, on_demand_hour_cost, preemptible_hour_cost
+from billing.lease_costs import (
+    monthly_hour_cost,
+    on_demand_hour_cost,
+    period_hour_cost,
+    preemptible_hour_cost,
+)
 from billing.models import PriceBookEntry
 from pools.core.errors import ValidationError
 from pools.models import GpuNodePool, Node
@@ -60,7 +65,7 @@ def lease_term_in_force(*, lease_type: str, at: datetime):
 # What billing reads of a node: its columns, the price its order was paid at (see `BilledNode`).
 NODE_COLUMNS = (
     "pk", "pool_id", "name", "billing", "phase", "gpu_count", "labels_text", "lease_start", "lease_end", "created_at",
-    "terminated_at", "order_id", "order__unit_monthly_price", "order__discount", "order__currency",
+    "terminated_at", "order_id", "order__unit_monthly_price", "order__discount", "order__currency", "on_ledger",
 )  # fmt: skip
 
 
@@ -90,23 +95,42 @@ class BilledNode:
     created_at: datetime | None
     terminated_at: datetime | None
     order: OrderPrice | None
+    on_ledger: bool = False
     pool: GpuNodePool | None = None
+    periods: tuple[HeldPeriod, ...] = ()
 
     @classmethod
     def from_row(cls, row: tuple) -> BilledNode:
         """A node from a `NODE_COLUMNS` row; within one metered hour, nodes with the same labels
         or the same order share the decoded labels and the order's price (both only read)."""
         (pk, pool_id, name, billing, phase, gpu_count, text, lease_start, lease_end, created_at, terminated_at,
-         order_id, unit_monthly_price, discount, currency) = row  # fmt: skip
+         order_id, unit_monthly_price, discount, currency, on_ledger) = row  # fmt: skip
         labels = cached(("node-labels", text), lambda: json.loads(text) if text else {})
         order = None
         if order_id is not None:
             order = cached(("order", order_id), lambda: OrderPrice(unit_monthly_price, discount, currency))
-        return cls(pk, pool_id, name, billing, phase, gpu_count, labels, lease_start, lease_end, created_at, terminated_at, order)  # fmt: skip
+        return cls(pk, pool_id, name, billing, phase, gpu_count, labels, lease_start, lease_end, created_at, terminated_at, order, on_ledger)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class HeldPeriod:
+    """A lease period the node holds in the hour being metered (`billing.models.LeasePeriod`)."""
+
+    amount: Decimal
+    currency: str
+    lease_start: datetime
+    lease_end: datetime
 
 
 def node_price(node: Node | BilledNode, hour: datetime) -> tuple[Decimal, Decimal, Decimal | None, str] | None:
-    """(node-hours, cost, cost at the on-demand list price, currency) of a node in the hour."""
+    """(node-hours, cost, cost at the on-demand list price, currency) of a node in the hour.
+
+    A node on the lease ledger (`on_ledger`: monthly or preemptible, ordered since the ledger)
+    costs its held periods' shares of the hour and nothing outside them, so its hours add up
+    to what was debited for it; other nodes (and `Node` instances, which carry no periods) are
+    priced from their columns."""
+    if isinstance(node, BilledNode) and node.on_ledger:
+        return _ledger_price(node, hour)
     pool = node.pool
     if node.billing == Node.Billing.MONTHLY:
         if node.lease_start is None or node.lease_end is None:
@@ -137,6 +161,13 @@ def node_price(node: Node | BilledNode, hour: datetime) -> tuple[Decimal, Decima
     else:
         cost = list_cost
     return fraction, cost, list_cost, price.currency
+
+
+def _ledger_price(node: BilledNode, hour: datetime) -> tuple[Decimal, Decimal, Decimal | None, str] | None:
+    costs = [c for c in (period_hour_cost(p.amount, p.lease_start, p.lease_end, hour) for p in node.periods) if c is not None]
+    if not costs:
+        return None
+    return Decimal(1), sum(costs, Decimal(0)), hourly_list_price(node, hour), node.periods[0].currency
 
 
 @dataclass(frozen=True)

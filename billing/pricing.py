@@ -1,6 +1,7 @@
-"""Quotes from the price book (seed C1: spec × GPU model × lease discount).
+"""Quotes from the price book (seed C1: spec × GPU model × lease discount; D2: a preemptible
+node is cheaper, by the lease term's preemptible discount).
 
-`quote` is pure arithmetic on Decimals; `quote_for` reads the price in force at a moment.
+`Quote` is pure arithmetic on Decimals; `quote_for` reads the price in force at a moment.
 """
 
 from __future__ import annotations
@@ -24,8 +25,15 @@ class Quote:
     currency: str
 
     @property
+    def node_monthly_price(self) -> Decimal:
+        """What one node costs a month after the discount, to the cent."""
+        return (self.unit_monthly_price * (1 - self.discount)).quantize(CENT, ROUND_HALF_UP)
+
+    @property
     def monthly_amount(self) -> Decimal:
-        return (self.unit_monthly_price * self.nodes * (1 - self.discount)).quantize(CENT, ROUND_HALF_UP)
+        """Nodes × the rounded node price: each node's share of the debit is then a whole
+        number of cents, the same for every node, which its chargeback adds up to."""
+        return self.node_monthly_price * self.nodes
 
     @property
     def amount(self) -> Decimal:
@@ -51,13 +59,22 @@ def lease_term_in_force(*, lease_type: str, at: datetime) -> LeaseTerm:
     return term
 
 
-def quote_for(*, node_type_id: int, gpu_model_id: int, lease_type: str, nodes: int, at: datetime) -> Quote:
+def quote_for(
+    *, node_type_id: int, gpu_model_id: int, lease_type: str, nodes: int, at: datetime, preemptible: bool = False
+) -> Quote:
+    """The price of `nodes` nodes on the lease term in force at `at`: guaranteed nodes at the
+    term's discount, preemptible ones at its preemptible discount (what the order debits)."""
     price = price_in_force(node_type_id=node_type_id, gpu_model_id=gpu_model_id, at=at)
     term = lease_term_in_force(lease_type=lease_type, at=at)
+    discount = term.discount
+    if preemptible:
+        if term.preemptible_discount is None:
+            raise ValidationError(f"the price book has no preemptible price for the {lease_type} lease term", field="spec.preemptible")
+        discount = term.preemptible_discount
     return Quote(
         unit_monthly_price=price.monthly_price,
         nodes=nodes,
         months=term.months,
-        discount=term.discount,
+        discount=discount,
         currency=price.currency,
     )

@@ -22,7 +22,7 @@ from django.db.models import Max, Min, QuerySet, Sum, TextField
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 
-from billing import metering, node_prices
+from billing import metering
 from billing.allocation import (
     CENT,
     DEFAULT_GROUP_LABELS,
@@ -33,7 +33,8 @@ from billing.allocation import (
     group_columns,
 )
 from billing.costing import cost_records_for
-from billing.focus import FocusAccount, Lease, iter_focus_rows
+from billing.focus import FocusAccount, iter_focus_rows
+from billing.focus_commitments import ledger_commitments, node_commitment
 from billing.hours import HOUR, floor_hour
 from billing.lease_costs import add_months
 from billing.models import Budget, BudgetAlert, CostDay, CostRecord, UsageRecord
@@ -334,7 +335,7 @@ def focus_rows_for_user(*, user, query: CostQuery, account=None) -> Iterator[dic
 
 def _leases(records) -> list:
     names = (
-        records.filter(kind="node", billing_kind="monthly")
+        records.filter(kind="node", billing_kind__in=("monthly", "preemptible"))
         .values_list("node_name", flat=True)
         .order_by()
         .distinct()
@@ -343,26 +344,16 @@ def _leases(records) -> list:
     nodes = Node.objects.filter(name__in=list(names)).select_related(
         "pool__team", "pool__gpu_model", "pool__zone", "order"
     )
+    held = ledger_commitments(nodes)
     for node in nodes.order_by("name"):
-        if node.lease_start is None or node.lease_end is None:
+        if node.pk in held:
+            leases.extend(held[node.pk])
+            continue
+        if node.lease_start is None or node.lease_end is None or node.billing != "monthly":
             continue
         start = floor_hour(node.lease_start)
         hours = -(-(node.lease_end - start) // HOUR)
-        leases.append(
-            Lease(
-                commitment_id=f"lease/{node.name}/{start:%Y%m%dT%H}",
-                node=node.name,
-                pool=node.pool.name,
-                team=node.pool.team.slug,
-                start=start,
-                end=start + hours * HOUR,
-                monthly_price=node_prices.monthly_price(node).price,
-                gpu_count=node.gpu_count,
-                gpu_class=node.pool.gpu_model.name,
-                region=node.pool.zone.name,
-                labels=node.pool.labels,
-            )  # fmt: skip
-        )
+        leases.append(node_commitment(node, f"lease/{node.name}/{start:%Y%m%dT%H}", start, start + hours * HOUR))
     return leases
 
 

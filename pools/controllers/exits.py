@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import transaction
 
+from billing import lease_ledger
 from monitoring.services import credential_revoke_for_node
 from pools.controllers.context import ReconcilePass
 from pools.core import lifecycle as rules
@@ -148,7 +149,9 @@ def leases_handle(p: ReconcilePass) -> None:
 
 
 def _renewal_order(p: ReconcilePass, nodes: list[Node]) -> PoolOrder:
-    quote = p.cloud.quote(node_type=p.spec.node_type, gpu_model=p.spec.gpu_model, lease_type=p.spec.lease_type, nodes=len(nodes), at=p.now)
+    quote = p.cloud.quote(
+        node_type=p.spec.node_type, gpu_model=p.spec.gpu_model, lease_type=p.spec.lease_type, nodes=len(nodes), at=p.now, preemptible=p.spec.preemptible
+    )
     order = PoolOrder.objects.create(
         pool=p.pool,
         kind=PoolOrder.Kind.RENEW,
@@ -170,11 +173,15 @@ def _renewal_order(p: ReconcilePass, nodes: list[Node]) -> PoolOrder:
 
 
 def renewal_apply(p: ReconcilePass, order: PoolOrder) -> None:
-    """A paid renewal extends the lease of the nodes it renews (call inside the payment's transaction)."""
-    for node in Node.objects.filter(renewal_order=order).exclude(phase=Node.Phase.TERMINATED):
+    """A paid renewal extends the lease of the nodes it renews (call inside the payment's transaction)
+    and adds each one's next lease period to the ledger, at its share of the renewal's debit."""
+    renewed = []
+    for node in Node.objects.filter(renewal_order=order).exclude(phase=Node.Phase.TERMINATED).order_by("name"):
         lease_end = rules.add_months(node.lease_end or p.now, order.lease_months)
         Node.objects.filter(pk=node.pk).update(lease_end=lease_end, lease_notified_at=None, renewal_order=None)
         p.event("LeaseRenewed", f"Lease of node {node.name} renewed by order #{order.pk} until {_at(lease_end)}", node=node)
+        renewed.append((node, node.lease_end or p.now, lease_end))
+    lease_ledger.renewal_periods_add(order, renewed)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from django.db.models import IntegerField, Max, Min, Q
 from django.db.models.functions import Cast, Substr
 from django.utils import timezone
 
+from billing import lease_ledger
 from monitoring.services import credential_revoke_for_node
 from pools.claims import WORKER_ID, Claims, claim_acquire, claim_release, claims_seen
 from pools.controllers import exits, node_sync
@@ -311,24 +312,28 @@ def node_names_next(pool: GpuNodePool, count: int) -> list[str]:
 
 
 def _node_create(p: ReconcilePass, order: PoolOrder, billing: str) -> Node:
-    sibling = order.nodes.exclude(lease_end=None).order_by("-lease_end").first()
-    if sibling is not None:  # a replacement keeps the slot's lease
+    vacated = lease_ledger.vacated_holder(order)  # a replacement takes over the vacated slot's lease
+    sibling = vacated or order.nodes.exclude(lease_end=None).order_by("-lease_end").first()
+    if sibling is not None:  # the order's nodes share its lease
         lease_start, lease_end = sibling.lease_start, sibling.lease_end
     else:
         paid_at = p.cloud.pay(order_id=order.pk, amount=order.amount, currency=order.currency, now=p.now).paid_at  # idempotent: the existing payment
         lease_start, lease_end = paid_at, rules.add_months(paid_at, order.lease_months)
-    return Node.objects.create(
-        pool=p.pool,
-        name=node_name_next(p.pool),
-        billing=billing,
-        phase=Node.Phase.ORDERING,
-        zone=p.pool.zone,
-        gpu_count=p.pool.node_type.gpu_count,
-        order=order,
-        lease_start=lease_start,
-        lease_end=lease_end,
-        created_at=p.now,
-    )
+    with transaction.atomic():
+        node = Node.objects.create(
+            pool=p.pool,
+            name=node_name_next(p.pool),
+            billing=billing,
+            phase=Node.Phase.ORDERING,
+            zone=p.pool.zone,
+            gpu_count=p.pool.node_type.gpu_count,
+            order=order,
+            lease_start=lease_start,
+            lease_end=lease_end,
+            created_at=p.now,
+        )
+        lease_ledger.holder_add(node, order, vacated=vacated, now=p.now)
+    return node
 
 
 # ---------------------------------------------------------------------------------------------

@@ -37,6 +37,13 @@ NODE_TYPES = {  # name: (GPUs, CPU milli, memory MiB)
 }
 ZONES = {"cn-east-2a": "cn-east-2", "cn-east-2b": "cn-east-2", "cn-north-1a": "cn-north-1", "cn-north-1b": "cn-north-1"}
 LEASE_TERMS = {"monthly": (1, Decimal("0")), "quarterly": (3, Decimal("0.05")), "yearly": (12, Decimal("0.15"))}
+# D2: a preemptible node costs 60% of a guaranteed one on the same term (docs/guide-finance.md).
+PREEMPTIBLE_SHARE = Decimal("0.60")
+
+
+def preemptible_discount(discount: Decimal) -> Decimal:
+    """The term's preemptible discount off the list price: 60% of the guaranteed price."""
+    return 1 - PREEMPTIBLE_SHARE * (1 - discount)
 QUOTAS = {  # (region, model): GPUs
     ("cn-east-2", "A100_80G"): 48,
     ("cn-east-2", "H100_80G"): 16,
@@ -80,7 +87,10 @@ def load_catalog() -> None:
                 defaults={"monthly_price": monthly * node_type.gpu_count, "hourly_price": hourly * node_type.gpu_count, "currency": CURRENCY},
             )
     for lease_type, (months, discount) in LEASE_TERMS.items():
-        LeaseTerm.objects.update_or_create(lease_type=lease_type, effective_from=epoch, defaults={"months": months, "discount": discount})
+        LeaseTerm.objects.update_or_create(
+            lease_type=lease_type, effective_from=epoch,
+            defaults={"months": months, "discount": discount, "preemptible_discount": preemptible_discount(discount)},
+        )  # fmt: skip
     for (region, model_name), limit in QUOTAS.items():
         Quota.objects.update_or_create(region=region, gpu_model=models[model_name], team=None, defaults={"limit_gpus": limit})
     Account.objects.get_or_create(name="default", defaults={"balance": ACCOUNT_BALANCE, "currency": CURRENCY})

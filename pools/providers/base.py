@@ -139,7 +139,8 @@ class MachineRequest:
 
 @runtime_checkable
 class CloudProvider(Protocol):
-    def quote(self, *, node_type: str, gpu_model: str, lease_type: str, nodes: int, at: datetime) -> Quote: ...
+    def quote(self, *, node_type: str, gpu_model: str, lease_type: str, nodes: int, at: datetime, preemptible: bool = False) -> Quote:
+        """The price of `nodes` nodes on a lease term; preemptible ones at the term's preemptible price."""
 
     def quota(self, *, region: str, gpu_model: str) -> QuotaStatus: ...
 

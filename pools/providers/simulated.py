@@ -125,13 +125,14 @@ class SimulatedCloud:
 
     # -- catalogue, quota, stock ---------------------------------------------------------------
 
-    def quote(self, *, node_type: str, gpu_model: str, lease_type: str, nodes: int, at: datetime) -> Quote:
+    def quote(self, *, node_type: str, gpu_model: str, lease_type: str, nodes: int, at: datetime, preemptible: bool = False) -> Quote:
         return quote_for(
             node_type_id=self._named(NodeType, node_type).pk,
             gpu_model_id=self._named(GpuModel, gpu_model).pk,
             lease_type=lease_type,
             nodes=nodes,
             at=at,
+            preemptible=preemptible,
         )
 
     def quota(self, *, region: str, gpu_model: str) -> QuotaStatus:

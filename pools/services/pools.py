@@ -270,7 +270,9 @@ def _columns(spec: PoolSpec, refs: _Refs) -> dict[str, Any]:
 def _quote(spec: PoolSpec, refs: _Refs, *, nodes: int, now: datetime):
     """The cloud's quote, the one route to a price: renewals (pools/controllers/exits.py) ask
     the same provider call."""
-    return get_cloud_provider().quote(node_type=spec.node_type, gpu_model=spec.gpu_model, lease_type=spec.lease_type, nodes=nodes, at=now)
+    return get_cloud_provider().quote(
+        node_type=spec.node_type, gpu_model=spec.gpu_model, lease_type=spec.lease_type, nodes=nodes, at=now, preemptible=spec.preemptible
+    )
 
 
 def _check_quota(*, spec: PoolSpec, refs: _Refs, team: Team, requested_gpus: int, exclude_order_id: int | None = None) -> None:

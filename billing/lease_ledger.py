@@ -1,0 +1,94 @@
+"""Writes of the lease ledger (`billing.models.LeasePeriod`): which node holds which share of a
+paid lease, hour by hour, so that the chargeback of a subscription node adds up to what was
+debited for it (issue 20).
+
+The lifecycle controller calls these where it creates a node for an order's slot
+(`holder_add`) and where a paid renewal extends leases (`renewal_periods_add`). Orders paid
+before the ledger existed have no periods: their nodes are billed from their lease columns as
+before (`billing.node_prices.node_price`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db.models import Exists, OuterRef, Q
+
+from billing.hours import ceil_hour, floor_hour
+from billing.lease_costs import split_amount
+from billing.models import LeasePeriod
+from pools.core import lifecycle as rules
+from pools.models import Node, PoolOrder
+
+
+def vacated_holder(order: PoolOrder) -> Node | None:
+    """A node of the order that left its slot (reclaimed, replaced after a repair) while the
+    slot's lease runs on: its successor takes the slot over. Nodes that retire with their
+    slot (lease expired, scaled in, pool deleted) keep it, as `_slots_missing` counts them."""
+    return (
+        order.nodes.exclude(release_reason__in=rules.RETIRING_REASONS)
+        .filter(Q(phase=Node.Phase.TERMINATED) | ~Q(release_reason=""))
+        .filter(Exists(LeasePeriod.objects.filter(node=OuterRef("pk"), held_to__isnull=True)))
+        .order_by("pk")
+        .first()
+    )
+
+
+def holder_add(node: Node, order: PoolOrder, *, vacated: Node | None, now: datetime) -> None:
+    """Record the new node of an order's slot: it takes over `vacated`'s open periods from the
+    next hour boundary, or it opens the order's next slot. A node of an order paid before the
+    ledger (nodes without periods) gets none: it is billed from its lease columns."""
+    if vacated is not None:
+        periods_hand_over(vacated, node, now=now)
+        return
+    opened = LeasePeriod.objects.filter(order=order).values("slot").distinct().count()
+    legacy = opened == 0 and order.nodes.exclude(pk=node.pk).exists()
+    if legacy or opened >= order.node_count or node.lease_start is None or node.lease_end is None:
+        return
+    _share_open(node, order, opened, node.lease_start, node.lease_end)
+
+
+def periods_hand_over(vacated: Node, successor: Node, *, now: datetime) -> int:
+    """The successor holds the vacated node's open periods from the next hour boundary on (an
+    hour not metered yet: metering counts complete hours only); the hours before stay on the
+    vacated node (idle: unused commitment). Returns the periods moved."""
+    boundary = ceil_hour(now)
+    moved = 0
+    for period in LeasePeriod.objects.filter(node=vacated, held_to__isnull=True, lease_end__gt=boundary).order_by("lease_start", "pk"):
+        LeasePeriod.objects.filter(pk=period.pk).update(held_to=max(boundary, period.held_from))
+        LeasePeriod.objects.create(
+            node=successor,
+            order_id=period.order_id,
+            slot=period.slot,
+            amount=period.amount,
+            currency=period.currency,
+            lease_start=period.lease_start,
+            lease_end=period.lease_end,
+            held_from=max(boundary, period.held_from),
+        )
+        moved += 1
+    return moved
+
+
+def renewal_periods_add(order: PoolOrder, renewed: list[tuple[Node, datetime, datetime]]) -> None:
+    """A paid renewal: each renewed node that is on the ledger gets the next period of its slot,
+    [old lease end, new lease end), at its share of the renewal's debit."""
+    on_ledger = set(LeasePeriod.objects.filter(node__in=[n for n, _, _ in renewed]).values_list("node_id", flat=True))
+    for slot, (node, start, end) in enumerate(renewed):
+        if node.pk not in on_ledger or slot >= order.node_count:
+            continue
+        _share_open(node, order, slot, start, end)
+
+
+def _share_open(node: Node, order: PoolOrder, slot: int, start: datetime, end: datetime) -> LeasePeriod:
+    """The node holds share `slot` of the order's debit for the lease [start, end), from its start."""
+    return LeasePeriod.objects.create(
+        node=node,
+        order=order,
+        slot=slot,
+        amount=split_amount(order.amount, order.node_count, slot),
+        currency=order.currency,
+        lease_start=start,
+        lease_end=end,
+        held_from=floor_hour(start),
+    )
