@@ -1,0 +1,129 @@
+"""A small process supervisor for the demo (`manage.py demo`, behind `make run`).
+
+Each child runs in its own session, so its own process group: the terminal's Ctrl-C reaches
+only the supervisor, which then stops every group it started as a whole (a django-q2 cluster
+is a parent with several children; signalling the parent alone left it running). Stopping is
+SIGTERM to each group, then SIGKILL to whatever is left after a grace period. Each child's
+output is relayed line by line with the child's name in front, so one terminal tells who said
+what. Django-free: it only knows processes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PROC = Path("/proc")
+
+
+@dataclass
+class Child:
+    name: str
+    process: subprocess.Popen
+    relay: threading.Thread | None = field(default=None, repr=False)
+
+    @property
+    def pgid(self) -> int:
+        """The child leads its own group (start_new_session), so the group id is its pid."""
+        return self.process.pid
+
+
+def group_members(pgid: int) -> list[int]:
+    """The live (not zombie) processes of a process group. /proc where there is one: a zombie
+    still answers a signal, and a container's init may be slow to reap orphans; elsewhere the
+    group counts as alive while it accepts signal 0."""
+    if not PROC.is_dir():
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return []
+        return [pgid]
+    members = []
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        # pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses, so split after it.
+        fields = stat[stat.rindex(")") + 2:].split()
+        if fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
+            members.append(int(entry.name))
+    return members
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):  # the group is gone already
+        pass
+
+
+class Supervisor:
+    """Starts children in their own process groups and stops them all, whatever way it ends."""
+
+    def __init__(self, write: Callable[[str], None], *, env: dict[str, str] | None = None, cwd: str | Path | None = None):
+        self.write = write
+        self.env = env
+        self.cwd = cwd
+        self.children: list[Child] = []
+        self._write_lock = threading.Lock()
+
+    def say(self, line: str) -> None:
+        with self._write_lock:
+            self.write(line)
+
+    def start(self, name: str, argv: Sequence[str], *, env: dict[str, str] | None = None,
+              keep: Callable[[str], bool] = lambda line: True) -> Child:
+        """Start `argv` in a new session; relay each of its output lines that `keep` accepts."""
+        process = subprocess.Popen(
+            list(argv), cwd=self.cwd, env=env if env is not None else self.env, start_new_session=True,
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+            errors="replace",
+        )
+        child = Child(name, process)
+        child.relay = threading.Thread(target=self._relay, args=(child, keep), name=f"relay-{name}", daemon=True)
+        child.relay.start()
+        self.children.append(child)
+        return child
+
+    def _relay(self, child: Child, keep: Callable[[str], bool]) -> None:
+        for line in child.process.stdout:
+            line = line.rstrip("\n")
+            if line and keep(line):
+                self.say(f"{child.name:<6} | {line}")
+
+    def exited(self) -> Child | None:
+        """The first child that has exited, if any."""
+        return next((c for c in self.children if c.process.poll() is not None), None)
+
+    def stop(self, grace: float = 10.0) -> dict[str, list[int]]:
+        """SIGTERM every group, wait up to `grace` seconds for all of them to go, SIGKILL the
+        rest; returns the pids that needed SIGKILL by child name. Idempotent."""
+        for child in self.children:
+            _signal_group(child.pgid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            for child in self.children:
+                child.process.poll()  # reap our own children, so they stop counting
+            if not any(group_members(c.pgid) for c in self.children):
+                break
+            time.sleep(0.1)
+        killed = {}
+        for child in self.children:
+            left = group_members(child.pgid)
+            if left:
+                killed[child.name] = left
+                _signal_group(child.pgid, signal.SIGKILL)
+        for child in self.children:
+            child.process.wait()
+            if child.relay is not None:
+                child.relay.join(timeout=2)
+        return killed
