@@ -2,8 +2,8 @@
 
 Each child runs in its own session, so its own process group: the terminal's Ctrl-C reaches
 only the supervisor, which then stops every group it started as a whole (a django-q2 cluster
-is a parent with several children; signalling the parent alone left it running). Stopping is
-SIGTERM to each group, then SIGKILL to whatever is left after a grace period. Each child's
+is a parent with several children). Stopping is SIGTERM to each child, then to the rest of its
+group once it is gone, then SIGKILL to whatever is left after a grace period. Each child's
 output is relayed line by line with the child's name in front, so one terminal tells who said
 what. Django-free: it only knows processes.
 """
@@ -59,10 +59,10 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
-def _signal_group(pgid: int, sig: int) -> None:
+def _signal(pid: int, sig: int, *, group: bool) -> None:
     try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):  # the group is gone already
+        (os.killpg if group else os.kill)(pid, sig)
+    except (ProcessLookupError, PermissionError):  # gone already
         pass
 
 
@@ -105,15 +105,27 @@ class Supervisor:
         return next((c for c in self.children if c.process.poll() is not None), None)
 
     def stop(self, grace: float = 10.0) -> dict[str, list[int]]:
-        """SIGTERM every group, wait up to `grace` seconds for all of them to go, SIGKILL the
-        rest; returns the pids that needed SIGKILL by child name. Idempotent."""
+        """SIGTERM each child (the leader of its group: a django-q2 cluster stops its own
+        processes in order, and SIGTERM to all of them at once can leave its parent waiting
+        forever on a lock a killed child held), then SIGTERM whatever its group still holds once
+        the leader is gone, and SIGKILL every group that is not empty after `grace` seconds.
+        Returns the pids that needed SIGKILL by child name. Idempotent."""
         for child in self.children:
-            _signal_group(child.pgid, signal.SIGTERM)
+            if child.process.poll() is None:
+                _signal(child.pgid, signal.SIGTERM, group=False)
+        orphans_told: set[str] = set()
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
+            busy = False
             for child in self.children:
-                child.process.poll()  # reap our own children, so they stop counting
-            if not any(group_members(c.pgid) for c in self.children):
+                if child.process.poll() is None:
+                    busy = True
+                elif group_members(child.pgid):
+                    busy = True
+                    if child.name not in orphans_told:
+                        _signal(child.pgid, signal.SIGTERM, group=True)
+                        orphans_told.add(child.name)
+            if not busy:
                 break
             time.sleep(0.1)
         killed = {}
@@ -121,7 +133,7 @@ class Supervisor:
             left = group_members(child.pgid)
             if left:
                 killed[child.name] = left
-                _signal_group(child.pgid, signal.SIGKILL)
+                _signal(child.pgid, signal.SIGKILL, group=True)
         for child in self.children:
             child.process.wait()
             if child.relay is not None:

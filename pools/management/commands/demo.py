@@ -11,6 +11,7 @@ It says how long the start took.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import sys
@@ -36,16 +37,19 @@ RUNSERVER_BANNER = ("Django version ", "Starting development server at ", "Quit 
                     "System check identified no issues")
 
 
+RUNSERVER_DATE = re.compile(r"^[A-Z][a-z]+ \d{2}, \d{4} - \d{2}:\d{2}:\d{2}$")  # "December 02, 2026 - 08:51:05"
+
+
 def keep_web_line(line: str) -> bool:
-    return not line.startswith(RUNSERVER_BANNER)
+    return not (line.startswith(RUNSERVER_BANNER) or RUNSERVER_DATE.match(line))
 
 
 class Command(BaseCommand):
     help = "Prepare the database and demo data, then run the web server, the worker and the simulated fleet until Ctrl-C."
 
     def add_arguments(self, parser):
-        parser.add_argument("--host", default="127.0.0.1")
-        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--host", default="127.0.0.1", help="address the web server listens on")
+        parser.add_argument("--port", type=int, default=8000, help="port the web server listens on")
         parser.add_argument("--no-fleet", action="store_true", help="no simulated fleet (web server and worker only)")
         parser.add_argument("--grace", type=float, default=10.0,
                             help="seconds each process has to stop after SIGTERM before SIGKILL (default %(default)s)")
@@ -58,11 +62,11 @@ class Command(BaseCommand):
             raise CommandError("--grace must be at least 0 and --ready-timeout positive")
         if not port_free(o["host"], o["port"]):
             raise CommandError(f"port {o['port']} on {o['host']} is in use: stop what serves it or pass --port")
-        self._prepare(began)  # Ctrl-C here is a plain KeyboardInterrupt: nothing runs yet
+        url = f"http://{o['host']}:{o['port']}/"
+        self._prepare(began, url)  # Ctrl-C here is a plain KeyboardInterrupt: nothing runs yet
         stop = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
-        url = f"http://{o['host']}:{o['port']}/"
         supervisor = Supervisor(self._say, env=os.environ.copy())
         code = 0
         try:
@@ -93,14 +97,14 @@ class Command(BaseCommand):
         if code:
             sys.exit(code)
 
-    def _prepare(self, began: float) -> None:
+    def _prepare(self, began: float, url: str) -> None:
         """Migrate and load the demo data in this process."""
         executor = MigrationExecutor(connection)
         pending = len(executor.migration_plan(executor.loader.graph.leaf_nodes()))
         if pending:
             self._say(f"preparing the database: {pending} migrations (the first start only; about a minute on 2 busy cores)")
             call_command("migrate", interactive=False, verbosity=0)
-        call_command("seed_demo", stdout=self.stdout)
+        call_command("seed_demo", url=url, stdout=self.stdout)
         self._say(f"database and demo data ready in {time.monotonic() - began:.1f} s")
 
     def _say(self, line: str) -> None:
