@@ -34,6 +34,23 @@ class Child:
         return self.process.pid
 
 
+def live_processes() -> dict[int, tuple[int, int]]:
+    """pid -> (parent pid, process group) of every process that is not a zombie, from /proc."""
+    table = {}
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        # pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses, so split after it.
+        fields = stat[stat.rindex(")") + 2:].split()
+        if fields[0] not in ("Z", "X"):
+            table[int(entry.name)] = (int(fields[1]), int(fields[2]))
+    return table
+
+
 def group_members(pgid: int) -> list[int]:
     """The live (not zombie) processes of a process group. /proc where there is one: a zombie
     still answers a signal, and a container's init may be slow to reap orphans; elsewhere the
@@ -44,19 +61,7 @@ def group_members(pgid: int) -> list[int]:
         except (ProcessLookupError, PermissionError):
             return []
         return [pgid]
-    members = []
-    for entry in PROC.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:  # gone meanwhile
-            continue
-        # pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses, so split after it.
-        fields = stat[stat.rindex(")") + 2:].split()
-        if fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
-            members.append(int(entry.name))
-    return members
+    return sorted(pid for pid, (_, group) in live_processes().items() if group == pgid)
 
 
 def _signal(pid: int, sig: int, *, group: bool) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pools.demo.supervisor import group_members
+from pools.demo.supervisor import group_members, live_processes
 
 ROOT = Path(__file__).resolve().parents[2]
 # A fresh SQLite database is most of the wait (75 migrations: ~15 s on an idle core, a minute on
@@ -34,17 +34,8 @@ def _free_port() -> int:
 
 
 def _descendants(root: int) -> set[int]:
-    """Every live process below `root` (by parent pid, from /proc)."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            fields = stat[stat.rindex(")") + 2:].split()
-            if fields[0] not in ("Z", "X"):
-                parents[int(entry.name)] = int(fields[1])
+    """Every live process below `root` (by parent pid)."""
+    parents = {pid: parent for pid, (parent, _) in live_processes().items()}
     found, frontier = set(), {root}
     while frontier:
         frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
@@ -53,11 +44,7 @@ def _descendants(root: int) -> set[int]:
 
 
 def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2:].split()[0] not in ("Z", "X")
+    return pid in live_processes()
 
 
 class Output:
