@@ -37,15 +37,14 @@ k8s-binaries:
 
 install-test: $(VENV)/.installed-test node_modules/axe-core/axe.min.js k8s-binaries
 
-# Web server + django-q2 worker + the simulated fleet (agents over HTTP, a replayed workload,
-# GPU faults; pools/demo/fleet.py) on the embedded defaults (SQLite, simulated cloud, demo data).
-# All three run in the background; Ctrl-C, or the first of them to exit, stops the others
-# (SIGTERM). EBCLOUD_DEMO_SPEED sets how fast the replayed trace runs.
+# One step prepares the database and the demo data, then the web server, a django-q2 worker and
+# the simulated fleet (agents over HTTP, a replayed workload, GPU faults; pools/demo/fleet.py)
+# run on the embedded defaults (SQLite, simulated cloud, demo data), each in its own process
+# group under `manage.py demo` (pools/demo/supervisor.py). Ctrl-C, or the exit of any of them,
+# stops them all. EBCLOUD_DEMO_SPEED sets how fast the replayed trace runs;
+# EBCLOUD_LOG_DEMO_REQUESTS=true logs the agents' and static files' requests too.
 run: install
-	$(PY) manage.py migrate --noinput
-	$(PY) manage.py seed_demo
-	@echo "Serving http://$(HOST):$(PORT)/ (Ctrl-C stops the server, the worker and the fleet)"
-	@bash -c 'trap "trap - TERM; kill 0" INT TERM EXIT; $(PY) manage.py qcluster & $(PY) manage.py demo_fleet --server http://$(HOST):$(PORT) & $(PY) manage.py runserver --noreload $(HOST):$(PORT) & wait -n'
+	$(PY) manage.py demo --host $(HOST) --port $(PORT)
 
 test: install-test
 	$(BIN)/ruff check .

@@ -168,26 +168,29 @@ STORAGES = {
 
 
 
-def _not_an_agent_report(record) -> bool:
-    """runserver's access log without the agents' successful reports: a demo fleet sends
-    several a second, and they would drown everything else (errors are still logged)."""
-    return not (getattr(record, "status_code", 500) < 400 and "/api/agent/v1/reports/" in record.getMessage())
-
-
+# runserver's access log leaves out the successful requests of the demo's agents and of static
+# files unless EBCLOUD_LOG_DEMO_REQUESTS is true; a 4xx is one line without a traceback
+# (config/request_log.py).
+EBCLOUD_LOG_DEMO_REQUESTS = env_bool("EBCLOUD_LOG_DEMO_REQUESTS", False)
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"no_agent_reports": {"()": "django.utils.log.CallbackFilter", "callback": _not_an_agent_report}},
+    "filters": {
+        "quiet_paths": {"()": "config.request_log.QuietPaths", "prefixes": [] if EBCLOUD_LOG_DEMO_REQUESTS else ["/api/agent/", STATIC_URL]},
+        "one_line_client_errors": {"()": "config.request_log.OneLineClientErrors"},
+    },
     "formatters": {"django.server": {"()": "django.utils.log.ServerFormatter", "format": "[{server_time}] {message}", "style": "{"}},
     "handlers": {
         "console": {"class": "logging.StreamHandler"},
-        "django.server": {"class": "logging.StreamHandler", "formatter": "django.server", "filters": ["no_agent_reports"]},
+        "django.server": {"class": "logging.StreamHandler", "formatter": "django.server", "filters": ["quiet_paths"]},
     },
     "loggers": {
         "ebcloud": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
         "django.server": {"handlers": ["django.server"], "level": "INFO", "propagate": False},
+        "django.request": {"filters": ["one_line_client_errors"]},
     },
 }
+
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -237,6 +240,7 @@ Q_CLUSTER = {
     "catch_up": False,
     "max_attempts": 3,
     "sync": TESTING,
+    "log_level": env_str("Q_LOG_LEVEL", "INFO"),  # `manage.py demo`: WARNING (failures only)
 }
 
 # Product settings.

@@ -58,6 +58,8 @@ class Command(BaseCommand):
         parser.add_argument("--no-clock", action="store_true", help="leave the control loops to the worker's schedules")
         parser.add_argument("--max-run", type=int, default=180, help="longest pod run, wall seconds")
         parser.add_argument("--seed", type=int, default=0)
+        parser.add_argument("--summary-every", type=float, default=60.0,
+                            help="seconds between summary lines while the nodes stay the same (default %(default)s)")
 
     def handle(self, *args, **o):
         if o["speed"] <= 0 or o["tick"] <= 0:
@@ -104,10 +106,11 @@ class Command(BaseCommand):
         rng = random.Random(o["seed"])
         first_agent_at = next_fault_at = None
         faults = cycles = 0
+        last_said: tuple[tuple, float] | None = None
         while not stop.is_set():
             tick_start = time.monotonic()
             now = timezone.now()
-            submitted = demo_fleet.submit(replay.due(tick_start - replay.started), now=now)
+            demo_fleet.submit(replay.due(tick_start - replay.started), now=now)
             if not o["no_clock"]:
                 self._clock()
             nodes = list(Node.objects.exclude(phase=Node.Phase.TERMINATED).select_related("pool__node_type", "pool__gpu_model"))
@@ -119,10 +122,14 @@ class Command(BaseCommand):
                 faults += self._fault(fleet, nodes, rng, xid=FAULT_XIDS[faults % len(FAULT_XIDS)])
                 next_fault_at = tick_start + o["fault_every"]
             summary = demo_fleet.fleet_summary()
-            self.stdout.write(f"[{tick_start - began:6.0f}s] nodes {summary['ready']}/{summary['nodes']} Ready, "
-                              f"pods {summary['running']} running / {summary['pending']} pending "
-                              f"(+{submitted} submitted), {summary['gpus_allocated']} GPUs allocated, "
-                              f"{len(fleet.agents)} agents")
+            # A line when the nodes change, else one a --summary-every: the pod counts change
+            # every tick, and a line every few seconds would drown what matters.
+            nodes_now = (summary["ready"], summary["nodes"], len(fleet.agents))
+            if last_said is None or last_said[0] != nodes_now or tick_start - last_said[1] >= o["summary_every"]:
+                self.stdout.write(f"[{tick_start - began:6.0f}s] nodes {summary['ready']}/{summary['nodes']} Ready, "
+                                  f"pods {summary['running']} running / {summary['pending']} pending, "
+                                  f"{summary['gpus_allocated']} GPUs allocated, {len(fleet.agents)} agents")
+                last_said = (nodes_now, tick_start)
             if replay.submitted >= len(replay.pods) and time.monotonic() - replay.started >= TRACE_WINDOW_S / o["speed"]:
                 cycles += 1
                 replay = replan(cycles)

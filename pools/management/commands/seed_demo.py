@@ -29,8 +29,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--no-pools", action="store_true", help="Only the catalog and the people")
+        parser.add_argument("--url", default="http://127.0.0.1:8000/", help="Where the logins are for (printed)")
 
-    def handle(self, *args, no_pools: bool = False, **options):
+    def handle(self, *args, no_pools: bool = False, url: str = "http://127.0.0.1:8000/", **options):
         load_catalog()
         load_priority_classes(EXAMPLES / "priorityclasses.yaml")
         load_prices()
@@ -38,7 +39,7 @@ class Command(BaseCommand):
         if not no_pools:
             self._pools()
             budgets_sync()
-        self.stdout.write(self.style.SUCCESS("Demo data loaded. Log in at http://127.0.0.1:8000/ as:"))
+        self.stdout.write(self.style.SUCCESS(f"Demo data loaded. Log in at {url} as:"))
         for username, password in passwords.items():
             self.stdout.write(f"  {username:<18} {password}")
 
