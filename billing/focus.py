@@ -27,7 +27,7 @@ import io
 import json
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -121,6 +121,10 @@ class Lease:
     region: str = ""
     name: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
+    # The commitment discount this lease is part of; empty: the lease is its own. The export
+    # from cost records (`billing.focus_records`) sees pools, not nodes, so a pool's monthly
+    # leases are one commitment there, each lease month still its own purchase.
+    commitment: str = ""
 
 
 # --------------------------------------------------------------------------- rows
@@ -297,6 +301,15 @@ def iter_csv_lines(
     grouped CSV, the detail CSV, FOCUS) goes through here, so every text cell is neutralised
     against formula injection (`format_value`).
     """
+    line = csv_line_writer()
+    yield line(neutralise(str(c)) for c in columns)
+    for row in rows:
+        yield line(format_value(row.get(c)) for c in columns)
+
+
+def csv_line_writer() -> Callable[[Iterable[str]], str]:
+    """A function that writes formatted cells as one CSV line (with ``\r\n``), reusing one
+    small buffer: the one CSV dialect every export writes."""
     buffer = io.StringIO()
     writer = csv.writer(buffer)
 
@@ -306,9 +319,7 @@ def iter_csv_lines(
         writer.writerow(values)
         return buffer.getvalue()
 
-    yield line(neutralise(str(c)) for c in columns)
-    for row in rows:
-        yield line(format_value(row.get(c)) for c in columns)
+    return line
 
 
 # --------------------------------------------------------------------------- internals
@@ -434,9 +445,16 @@ def _compute_service(gpu_class: str, billing_kind: str, gpu_count: int) -> Focus
 
 
 def _commitment(lease: Lease) -> FocusRow:
+    if lease.commitment:
+        return commitment_columns(lease.commitment, lease.commitment)
+    return commitment_columns(lease.commitment_id, lease.name or lease.commitment_id)
+
+
+def commitment_columns(commitment_id: str, name: str) -> FocusRow:
+    """The columns naming the commitment discount a purchase buys or a usage row draws down."""
     return dict(
-        CommitmentDiscountId=lease.commitment_id,
-        CommitmentDiscountName=lease.name or lease.commitment_id,
+        CommitmentDiscountId=commitment_id,
+        CommitmentDiscountName=name,
         CommitmentDiscountType=COMMITMENT_TYPE,
         CommitmentDiscountCategory="Usage",
         CommitmentDiscountUnit=GPU_HOURS,

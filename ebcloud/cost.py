@@ -57,7 +57,10 @@ def cost() -> None:
     "--format", "fmt", type=click.Choice(["csv", "focus"]), default="csv", show_default=True
 )
 @click.option(
-    "--detail", is_flag=True, help="Every hourly cost record instead of grouped totals (csv only)"
+    "--detail",
+    is_flag=True,
+    help="csv: every hourly cost record instead of grouped totals; "
+    "focus: a row per node and workload (slow for a large fleet)",
 )
 @click.option(
     "-o",
