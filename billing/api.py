@@ -3,9 +3,9 @@
     /api/v1/costs/?by=team,project,gpu-class&from=2026-12-01&to=2026-12-31&format=csv
 
 `format`: `json` (default) the grouped rows with totals; `csv` the same rows (the page's CSV
-button); `csv` with `detail=1` every cost record; `focus` the FOCUS 1.2 dataset, a usage row
-per cost record (`billing.focus_records`), and with `detail=1` per node and workload, the
-allocation recomputed hour by hour. CSV and FOCUS are `StreamingHttpResponse`s written in
+button); `csv` with `detail=1` every cost record; `focus` the FOCUS 1.2 dataset from the cost
+records (`billing.focus_records`; `granularity=daily` by default, or `hourly`: a row per cost
+record), and with `detail=1` per node and workload, the allocation recomputed hour by hour. CSV and FOCUS are `StreamingHttpResponse`s written in
 lines or chunks of lines, so memory stays constant however long the range. Finance and admins get every team; leads and members their teams' costs.
 """
 
@@ -80,6 +80,13 @@ class CostsView(APIView):
                 "detail", bool, description="With format=csv: every cost record instead of groups; with "
                 "format=focus: a row per node and workload instead of per cost record"
             ),
+            OpenApiParameter(
+                "granularity",
+                str,
+                enum=list(selectors.FOCUS_GRANULARITIES),
+                description="With format=focus: a usage row per cost record summed per day "
+                "(default) or per hour",
+            ),
             OpenApiParameter("team", str),
             OpenApiParameter("pool", str),
             OpenApiParameter("billing", str, enum=["monthly", "on_demand", "preemptible"]),
@@ -110,9 +117,11 @@ class CostsView(APIView):
                 iter_csv_lines(rows, FOCUS_COLUMNS), export_name(query, "focus-detail")
             )
         if fmt == "focus":
-            return csv_response(
-                selectors.focus_csv_for_user(user=user, query=query), export_name(query, "focus")
-            )
+            granularity = request.query_params.get("granularity") or "daily"
+            if granularity not in selectors.FOCUS_GRANULARITIES:
+                raise ValidationError("must be daily or hourly", field="granularity")
+            rows = selectors.focus_csv_for_user(user=user, query=query, granularity=granularity)
+            return csv_response(rows, export_name(query, f"focus-{granularity}"))
         if fmt == "csv" and detail:
             rows = selectors.cost_detail_rows(user=user, query=query)
             return csv_response(

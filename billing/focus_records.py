@@ -61,15 +61,17 @@ from billing.lease_costs import add_months
 
 POOL_RESOURCE_TYPE = "GPU Node Pool"
 CHUNK_LINES = 1000
-CACHE_LIMIT = 50_000  # distinct (shape, namespace, labels, team) texts kept; then start afresh
+CACHE_LIMIT = 20_000  # row shapes (and own unit prices) kept; then they start afresh
 
-_HOUR = timedelta(hours=1)
+HOURLY = timedelta(hours=1)
+DAILY = timedelta(days=1)
 _WIDE = Context(prec=60)  # unit price × quantity exactly, before the one rounding
 
 
 @dataclass(frozen=True)
 class CostRecordRow:
-    """The fields of one cost record the export reads (a ``values_list`` row, in this order)."""
+    """The fields of one cost record the export reads (a ``values_list`` row, in this order), or
+    of records summed over a day (``hour`` is then the day's start)."""
 
     hour: datetime
     pool_id: int
@@ -83,6 +85,7 @@ class CostRecordRow:
     gpu_hours: Decimal
     amount: Decimal
     currency: str
+    hours: int  # cost records summed: 1, or up to 24 in a day's sum
 
 
 RECORD_FIELDS: tuple[str, ...] = tuple(CostRecordRow.__dataclass_fields__)
@@ -110,7 +113,8 @@ def pool_commitment(pool: str) -> str:
     return f"monthly-leases/{pool}"
 
 
-# A function of an hour giving {(pool id, billing kind): on-demand list price per GPU-hour}.
+# A function of a charge period's start giving {(pool id, billing kind): on-demand list price
+# per GPU-hour over that period}.
 ListPrices = Callable[[datetime], Mapping[tuple[int, str], Decimal]]
 
 
@@ -123,50 +127,58 @@ def focus_csv_from_records(
     leases: Sequence[Lease] = (),
     purchases_from: datetime | None = None,
     purchases_to: datetime | None = None,
-    list_prices: ListPrices = lambda hour: {},
+    list_prices: ListPrices = lambda start: {},
+    period: timedelta = HOURLY,
     quantum: Decimal = CENT,
     chunk_lines: int = CHUNK_LINES,
 ) -> Iterator[str]:
     """The FOCUS CSV: header, the leases' purchase rows (those starting in
-    [purchases_from, purchases_to)), then one usage row per cost record, in the records' order
-    (ordered by hour: ``list_prices`` is asked once per hour). Yields chunks of whole lines."""
+    [purchases_from, purchases_to)), then one usage row per record, in the records' order.
+
+    A record is a cost record, or cost records summed over a longer ``period`` (a day): its
+    first field is the start of its charge period, and records come ordered by it
+    (``list_prices`` is asked once per period). Yields chunks of whole lines."""
     line = csv_line_writer()
     out = [line(FOCUS_COLUMNS)]
     for lease in leases:
         for row in purchase_rows(lease, account, quantum=quantum):
-            period = row["ChargePeriodStart"]
-            if (purchases_from and period < purchases_from) or (purchases_to and period >= purchases_to):
+            begins = row["ChargePeriodStart"]
+            if (purchases_from and begins < purchases_from) or (purchases_to and begins >= purchases_to):
                 continue
             out.append(line(format_value(row.get(c)) for c in FOCUS_COLUMNS))
-    templates = _Templates(account, pools, line, quantum)
-    texts = _Texts(pools, teams, account, line)
-    hour = None
-    hour_cells: tuple[str, str, str, str] = ("", "", "", "")
+    templates = _Templates(account, pools, teams, line)
+    start = None
+    period_cells: tuple[str, str, str, str] = ("", "", "", "")
     prices: Mapping[tuple[int, str], Decimal] = {}
+    own_price: dict[tuple[Decimal, Decimal], str] = {}  # (cost, GPU-hours) -> unit price cell
     zero = format(Decimal(0).quantize(quantum), "f")
     for values in records:
-        r = CostRecordRow(*values)
-        if r.hour != hour:
-            hour = r.hour
-            hour_cells = _hour_cells(hour)
-            prices = list_prices(hour)
-        template = templates.get(r)
-        description, tags = texts.get(r)
-        amount = format(r.amount, "f")
-        if r.component == GPU:
-            quantity = format(r.gpu_hours, "f")
-            unit = prices.get((r.pool_id, r.billing_kind))
-            if unit is None:
-                unit = _price(Fraction(r.amount) / Fraction(r.gpu_hours)) if r.gpu_hours else r.amount
-                list_cost = amount
-            else:
-                list_cost = format(_WIDE.multiply(unit, r.gpu_hours).quantize(quantum, ROUND_HALF_UP), "f")
-            unit_cell = format(unit, "f")
-            billed = zero if r.billing_kind == MONTHLY else amount
-            cells = (billed, *hour_cells, description, list_cost, unit_cell, quantity, amount)
+        (at, pool_id, team_id, namespace, labels_text, gpu_class, billing_kind, cost_kind,
+         component, gpu_hours, amount, currency, hours) = values  # fmt: skip
+        if at != start:
+            start = at
+            period_cells = _period_cells(start, period)
+            prices = list_prices(start)
+        key = (pool_id, team_id, namespace, labels_text, gpu_class, billing_kind, cost_kind, component, currency)
+        template = templates.cache.get(key) or templates.add(key, CostRecordRow(*values))
+        money = format(amount, "f")
+        if component != GPU:  # a fee: priced per hour
+            unit_cell = money if hours == 1 else format(_price(Fraction(amount) / hours), "f")
+            out.append(template.format(money, *period_cells, money, hours, unit_cell))
         else:
-            cells = (amount, *hour_cells, description, amount)
-        out.append(template.format(*cells, tags))
+            unit = prices.get((pool_id, billing_kind))
+            if unit is None:  # no list price known: the cost is its own list cost
+                list_cost = money
+                unit_cell = own_price.get((amount, gpu_hours))
+                if unit_cell is None:
+                    if len(own_price) >= CACHE_LIMIT:
+                        own_price.clear()
+                    unit_cell = own_price[amount, gpu_hours] = format(_own_unit_price(amount, gpu_hours), "f")
+            else:
+                list_cost = format(_WIDE.multiply(unit, gpu_hours).quantize(quantum, ROUND_HALF_UP), "f")
+                unit_cell = format(unit, "f")
+            billed = zero if billing_kind == MONTHLY else money
+            out.append(template.format(billed, *period_cells, list_cost, unit_cell, format(gpu_hours, "f"), money))
         if len(out) >= chunk_lines:
             yield "".join(out)
             out.clear()
@@ -174,38 +186,45 @@ def focus_csv_from_records(
         yield "".join(out)
 
 
-def _hour_cells(hour: datetime) -> tuple[str, str, str, str]:
-    """BillingPeriodEnd, BillingPeriodStart, ChargePeriodEnd, ChargePeriodStart of an hour."""
-    hour = hour.astimezone(UTC)
-    month = hour.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+def _own_unit_price(amount: Decimal, gpu_hours: Decimal) -> Decimal:
+    return _price(Fraction(amount) / Fraction(gpu_hours)) if gpu_hours else amount
+
+
+def _period_cells(start: datetime, period: timedelta) -> tuple[str, str, str, str]:
+    """BillingPeriodEnd, BillingPeriodStart, ChargePeriodEnd, ChargePeriodStart of a charge
+    period (an hour or a day: never across a month's end)."""
+    start = start.astimezone(UTC)
+    month = start.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     return (
         format_value(add_months(month, 1)),
         format_value(month),
-        format_value(hour + _HOUR),
-        format_value(hour),
+        format_value(start + period),
+        format_value(start),
     )
 
 
 class _Templates:
-    """A CSV line template per row shape; the cells a record fills are ``{n}`` placeholders.
+    """A CSV line template per row shape: everything a record shares with the other records of
+    its pool, charged team, namespace, label set, GPU class, billing kind, kind of cost,
+    component and currency (description and tags included), with ``{n}`` placeholders for the
+    cells that vary: GPU rows BilledCost, the four periods, ListCost (= ContractedCost),
+    ListUnitPrice (= ContractedUnitPrice), the quantities, EffectiveCost; fee rows BilledCost,
+    the periods, EffectiveCost (= ListCost = ContractedCost), the hours (PricingQuantity =
+    ConsumedQuantity) and the price per hour (ListUnitPrice = ContractedUnitPrice).
 
     The template is a row written by the shared CSV writer with a marker in each varying cell;
-    the markers become placeholders (the rest escaped for ``str.format``). Varying cells, in
-    column order: GPU rows BilledCost, the four periods, ChargeDescription, ContractedCost,
-    ContractedUnitPrice, (Consumed/CommitmentDiscount/Pricing)Quantity, EffectiveCost,
-    ListCost, ListUnitPrice, Tags; fee rows BilledCost, the periods, ChargeDescription,
-    every other amount column, Tags.
+    the markers become placeholders, the rest escaped for ``str.format``. At most CACHE_LIMIT
+    are kept (an hour of the benchmark's fleet has ~10,000 shapes), then they start afresh.
     """
 
-    def __init__(self, account, pools, line, quantum) -> None:
-        self.account, self.pools, self.line, self.quantum = account, pools, line, quantum
+    def __init__(self, account, pools, teams, line) -> None:
+        self.account, self.pools, self.teams, self.line = account, pools, teams, line
         self.cache: dict[tuple, str] = {}
 
-    def get(self, r: CostRecordRow) -> str:
-        key = (r.pool_id, r.billing_kind, r.cost_kind, r.component, r.currency, r.gpu_class)
-        template = self.cache.get(key)
-        if template is None:
-            template = self.cache[key] = self._render(r)
+    def add(self, key: tuple, r: CostRecordRow) -> str:
+        if len(self.cache) >= CACHE_LIMIT:
+            self.cache.clear()
+        template = self.cache[key] = self._render(r)
         return template
 
     def _render(self, r: CostRecordRow) -> str:
@@ -215,8 +234,7 @@ class _Templates:
         periods = ("BillingPeriodEnd", "BillingPeriodStart", "ChargePeriodEnd", "ChargePeriodStart")
         if r.component == GPU:
             row.update(_gpu_shape(r, pool))
-            order = ("BilledCost", *periods, "ChargeDescription", "ListCost", "ListUnitPrice",
-                     "PricingQuantity", "EffectiveCost", "Tags")  # fmt: skip
+            order = ("BilledCost", *periods, "ListCost", "ListUnitPrice", "PricingQuantity", "EffectiveCost")
             same = {"ContractedCost": "ListCost", "ContractedUnitPrice": "ListUnitPrice"}
             if not (r.billing_kind == MONTHLY and r.cost_kind == IDLE):
                 same["ConsumedQuantity"] = "PricingQuantity"  # unused commitment: nothing consumed
@@ -224,10 +242,15 @@ class _Templates:
                 same["CommitmentDiscountQuantity"] = "PricingQuantity"
         else:
             row.update(_fee_shape(r, pool))
-            order = ("BilledCost", *periods, "ChargeDescription", "EffectiveCost", "Tags")
-            same = dict.fromkeys(
-                ("ContractedCost", "ContractedUnitPrice", "ListCost", "ListUnitPrice"), "EffectiveCost"
-            )
+            order = ("BilledCost", *periods, "EffectiveCost", "PricingQuantity", "ListUnitPrice")
+            same = {"ContractedCost": "EffectiveCost", "ListCost": "EffectiveCost",
+                    "ConsumedQuantity": "PricingQuantity", "ContractedUnitPrice": "ListUnitPrice"}  # fmt: skip
+        row["ChargeDescription"] = _description(r, pool)
+        row["Tags"] = _tags(
+            json.loads(r.labels_text) if r.labels_text else {}, self.account,
+            pool=pool.name, namespace=r.namespace, team=self.teams.get(r.team_id, ""),
+            **{"cost-kind": r.cost_kind},
+        )  # fmt: skip
         slots = {name: i for i, name in enumerate(order)}
         slots.update({column: slots[twin] for column, twin in same.items()})
         marked = {c: f"\x02{c}\x02" for c in slots}
@@ -236,6 +259,15 @@ class _Templates:
         for column, slot in slots.items():
             text = text.replace(marked[column], "{" + str(slot) + "}")
         return text
+
+
+def _description(r: CostRecordRow, pool: PoolFacts) -> str:
+    idle = r.cost_kind == IDLE
+    if r.component in FEE_KINDS:
+        who = "idle pool" if idle else f"namespace {r.namespace}"
+        return f"{_FEE_SERVICE[r.component][2]} of pool {pool.name}, share of {who}"
+    what = "idle capacity" if idle else f"pods of namespace {r.namespace}"
+    return f"{r.billing_kind} GPU nodes ({pool.gpus_per_node}x {r.gpu_class or 'GPU'}) of pool {pool.name}: {what}"
 
 
 def _gpu_shape(r: CostRecordRow, pool: PoolFacts) -> FocusRow:
@@ -261,9 +293,7 @@ def _gpu_shape(r: CostRecordRow, pool: PoolFacts) -> FocusRow:
 def _fee_shape(r: CostRecordRow, pool: PoolFacts) -> FocusRow:
     category, subcategory, resource_type = _FEE_SERVICE[r.component]
     return dict(
-        PricingQuantity=Decimal(1),
         PricingUnit="Hours",
-        ConsumedQuantity=Decimal(1),
         ConsumedUnit="Hours",
         PricingCategory="Standard",
         ServiceCategory=category,
@@ -275,43 +305,3 @@ def _fee_shape(r: CostRecordRow, pool: PoolFacts) -> FocusRow:
         SkuPriceId=f"pool-fee/{r.component}",
         SkuMeter=resource_type,
     )
-
-
-class _Texts:
-    """ChargeDescription and Tags cells of a record, formatted and CSV-quoted once per distinct
-    (pool, billing kind, kind of cost, component, GPU class, namespace, labels, charged team)."""
-
-    def __init__(self, pools, teams, account, line) -> None:
-        self.pools, self.teams, self.account, self.line = pools, teams, account, line
-        self.cache: dict[tuple, tuple[str, str]] = {}
-
-    def get(self, r: CostRecordRow) -> tuple[str, str]:
-        key = (r.pool_id, r.billing_kind, r.cost_kind, r.component, r.gpu_class, r.namespace, r.labels_text, r.team_id)
-        texts = self.cache.get(key)
-        if texts is None:
-            if len(self.cache) >= CACHE_LIMIT:
-                self.cache.clear()
-            texts = self.cache[key] = self._render(r)
-        return texts
-
-    def _render(self, r: CostRecordRow) -> tuple[str, str]:
-        pool = self.pools[r.pool_id]
-        idle = r.cost_kind == IDLE
-        if r.component in FEE_KINDS:
-            who = "idle pool" if idle else f"namespace {r.namespace}"
-            description = f"{_FEE_SERVICE[r.component][2]} of pool {pool.name}, share of {who}"
-        else:
-            what = "idle capacity" if idle else f"pods of namespace {r.namespace}"
-            description = (
-                f"{r.billing_kind} GPU nodes ({pool.gpus_per_node}x {r.gpu_class or 'GPU'}) "
-                f"of pool {pool.name}: {what}"
-            )
-        tags = _tags(
-            json.loads(r.labels_text) if r.labels_text else {}, self.account,
-            pool=pool.name, namespace=r.namespace, team=self.teams.get(r.team_id, ""),
-            **{"cost-kind": r.cost_kind},
-        )  # fmt: skip
-        return self._cell(description), self._cell(tags)
-
-    def _cell(self, text: str) -> str:
-        return self.line([format_value(text)])[:-2]

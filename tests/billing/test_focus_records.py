@@ -9,7 +9,7 @@ import io
 import json
 import tracemalloc
 from collections import defaultdict
-from datetime import timedelta
+from datetime import date, timedelta
 from decimal import Decimal
 
 import pytest
@@ -38,8 +38,8 @@ def parse(text: str) -> list[dict[str, str]]:
     return rows
 
 
-def fast(user, query=ALL) -> list[dict[str, str]]:
-    return parse("".join(selectors.focus_csv_for_user(user=user, query=query)))
+def fast(user, query=ALL, granularity="hourly") -> list[dict[str, str]]:
+    return parse("".join(selectors.focus_csv_for_user(user=user, query=query, granularity=granularity)))
 
 
 def node_level(user, query=ALL) -> list[dict[str, str]]:
@@ -114,6 +114,42 @@ def test_same_content_as_the_node_level_export_summed_per_cost_record(actors, te
     )
 
 
+def per_day(rows):
+    """Hourly rows as if their charge period were their day (to sum them per day)."""
+    out = []
+    for row in rows:
+        if row["ChargeCategory"] == "Usage":
+            day = row["ChargePeriodStart"][:10]
+            row = row | {"ChargePeriodStart": f"{day}T00:00:00Z",
+                         "ChargePeriodEnd": f"{day}T00:00:00Z".replace(day, str(date.fromisoformat(day) + timedelta(days=1)))}  # fmt: skip
+        out.append(row)
+    return out
+
+
+def test_daily_rows_are_the_hourly_rows_summed_per_day_and_total_the_cost_records(actors, teams):
+    scenario(actors, teams, hours=3)
+    meter(start=T0 + 24 * HOUR, hours=2)  # and two hours of the next day
+    daily, hourly = fast(actors["finance"], granularity="daily"), fast(actors["finance"])
+    assert total(daily, "EffectiveCost", ChargeCategory="Usage") == sum(
+        CostRecord.objects.values_list("amount", flat=True)
+    )
+    assert {r["ChargePeriodStart"] for r in daily if r["ChargeCategory"] == "Usage"} == {
+        "2026-12-01T00:00:00Z", "2026-12-02T00:00:00Z"
+    }
+    # Everything but the list cost and unit prices is the hourly rows' sum; the list cost is
+    # rounded once per row, so a day's is within half a cent per summed hour of the hours' sum,
+    # and a day's unit price is the average of its hours' (a fee's amount per hour).
+    by_day, hours = summed(daily), summed(per_day(hourly))
+    assert by_day.keys() == hours.keys()
+    for key, group in by_day.items():
+        assert abs(group.pop("ListCost") - hours[key].pop("ListCost")) <= Decimal("0.015")
+        group.pop("ContractedCost"), hours[key].pop("ContractedCost")
+        for column in ("ListUnitPrice", "ContractedUnitPrice"):
+            (unit,), seen = group.pop(column), [Decimal(u) for u in hours[key].pop(column)]
+            assert min(seen) <= Decimal(unit) <= max(seen)
+        assert group == hours[key]
+
+
 def test_purchases_are_the_node_level_ones_drawn_by_the_pools_commitment(actors, teams):
     p = pool(actors["lead"])
     n = node(p, "n-0")
@@ -143,7 +179,7 @@ def test_a_lead_gets_their_teams_pools_and_a_range_its_hours(actors, teams):
     one_day = CostQuery(start=T0.date(), end=T0.date())
     assert fast(actors["finance"], one_day) == fast(actors["finance"])
     next_day = CostQuery(start=T0.date() + timedelta(days=1), end=T0.date() + timedelta(days=1))
-    text = "".join(selectors.focus_csv_for_user(user=actors["finance"], query=next_day))
+    text = "".join(selectors.focus_csv_for_user(user=actors["finance"], query=next_day, granularity="hourly"))
     assert text.count("\r\n") == 1  # the header: no hour metered that day, no purchase starts
 
 
@@ -155,7 +191,7 @@ def synthetic(n: int):
     """n cost records of one pool, hour after hour, each with its own label set."""
     for i in range(n):
         yield (T0 + (i // 1000) * HOUR, 1, 7, f"ns-{i % 40}", json.dumps({"project": f"{{{i}}}"}),
-               "A100_80G", "on_demand", "usage", "gpu", Decimal("2.000000"), Decimal("6.72"), "CNY")  # fmt: skip
+               "A100_80G", "on_demand", "usage", "gpu", Decimal("2.000000"), Decimal("6.72"), "CNY", 1)  # fmt: skip
 
 
 def test_braces_and_commas_in_any_text_come_out_verbatim():
