@@ -405,7 +405,7 @@ def _gpu_usage(
 
 
 def _fee_usage(alloc: AllocationRow) -> FocusRow:
-    category, subcategory, resource_type = _FEE_SERVICE[alloc.component]
+    resource_type = _FEE_SERVICE[alloc.component][2]
     who = "idle pool" if alloc.cost_kind == IDLE else _pods(alloc)
     return dict(
         BilledCost=alloc.amount,
@@ -418,16 +418,24 @@ def _fee_usage(alloc: AllocationRow) -> FocusRow:
         PricingUnit="Hours",
         ConsumedQuantity=Decimal(1),
         ConsumedUnit="Hours",
+        ChargeDescription=f"{resource_type} of pool {alloc.pool}, share of {who}",
+        **fee_service_columns(alloc.pool, alloc.component),
+    )
+
+
+def fee_service_columns(pool: str, component: str) -> FocusRow:
+    """What a pool fee row is: its service, resource and SKU (storage, network or registry)."""
+    category, subcategory, resource_type = _FEE_SERVICE[component]
+    return dict(
         PricingCategory="Standard",
         ServiceCategory=category,
         ServiceSubcategory=subcategory,
-        ResourceId=f"{alloc.pool}/{alloc.component}",
-        ResourceName=f"{alloc.pool} {alloc.component}",
+        ResourceId=f"{pool}/{component}",
+        ResourceName=f"{pool} {component}",
         ResourceType=resource_type,
-        SkuId=f"pool-fee/{alloc.component}",
-        SkuPriceId=f"pool-fee/{alloc.component}",
+        SkuId=f"pool-fee/{component}",
+        SkuPriceId=f"pool-fee/{component}",
         SkuMeter=resource_type,
-        ChargeDescription=f"{resource_type} of pool {alloc.pool}, share of {who}",
     )
 
 

@@ -5,8 +5,9 @@ Why: the node-level export (:func:`billing.focus.iter_focus_rows`) re-runs the a
 every hour of the range from the usage records, ~3,000 rows a second: a month of a 10,000-pod
 fleet took about an hour. The cost records already hold that allocation's result, summed per
 hour, pool, charged team, namespace, label set, GPU class, billing kind, kind of cost and
-component (`billing.models.CostRecord`), so one FOCUS usage row per cost record needs no
-recomputation, and its totals are the cost records' totals by construction.
+component (`billing.models.CostRecord`), so a FOCUS usage row per cost record (hourly), or per
+cost line and day (the records of a day summed by the database: the default, 24 times fewer
+rows), needs no recomputation, and its totals are the cost records' totals by construction.
 
 Speed comes from rendering each row *shape* once: the columns that only depend on the pool,
 billing kind, kind of cost, component and currency (most of the 57) are written through the same
@@ -19,7 +20,8 @@ the caller's iterable, caches are bounded and lines leave in chunks.
 What differs from the node-level export (documented for finance in docs/guide-finance.md and
 tested in tests/billing/test_focus_records.py):
 
-- a usage row is a cost record: ResourceId/ResourceName are the pool (ResourceType
+- a usage row is a cost record (or a day's sum of them; a fee row's quantity is then its hours
+  and its unit price the amount per hour): ResourceId/ResourceName are the pool (ResourceType
   ``GPU Node Pool``), not the node; tags carry the pool, namespace, charged team and cost kind,
   not the node and pod names, and the description names the namespace instead of the pods;
 - a pool's monthly leases are one commitment discount (``monthly-leases/<pool>``), each lease
@@ -54,6 +56,7 @@ from billing.focus import (
     _tags,
     commitment_columns,
     csv_line_writer,
+    fee_service_columns,
     format_value,
     purchase_rows,
 )
@@ -291,17 +294,4 @@ def _gpu_shape(r: CostRecordRow, pool: PoolFacts) -> FocusRow:
 
 
 def _fee_shape(r: CostRecordRow, pool: PoolFacts) -> FocusRow:
-    category, subcategory, resource_type = _FEE_SERVICE[r.component]
-    return dict(
-        PricingUnit="Hours",
-        ConsumedUnit="Hours",
-        PricingCategory="Standard",
-        ServiceCategory=category,
-        ServiceSubcategory=subcategory,
-        ResourceId=f"{pool.name}/{r.component}",
-        ResourceName=f"{pool.name} {r.component}",
-        ResourceType=resource_type,
-        SkuId=f"pool-fee/{r.component}",
-        SkuPriceId=f"pool-fee/{r.component}",
-        SkuMeter=resource_type,
-    )
+    return dict(PricingUnit="Hours", ConsumedUnit="Hours", **fee_service_columns(pool.name, r.component))

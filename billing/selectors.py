@@ -331,26 +331,19 @@ class FocusScope:
         )  # fmt: skip
 
     def pools(self, pools: QuerySet[GpuNodePool]) -> QuerySet[GpuNodePool]:
-        if self.team_ids is not None:
-            pools = pools.filter(team__in=self.team_ids)
-        if self.pool:
-            pools = pools.filter(name=self.pool)
-        if self.team:
-            pools = pools.filter(team__slug=self.team)
-        return pools
+        return self._owned(pools, "")
 
     def filter(self, records: QuerySet) -> QuerySet:
-        if self.team_ids is not None:
-            records = records.filter(pool__team__in=self.team_ids)
         if self.start:
             records = records.filter(hour__gte=self.start)
         if self.end:
             records = records.filter(hour__lt=self.end)
-        if self.pool:
-            records = records.filter(pool__name=self.pool)
-        if self.team:
-            records = records.filter(pool__team__slug=self.team)
-        return records
+        return self._owned(records, "pool__")
+
+    def _owned(self, rows: QuerySet, pool: str) -> QuerySet:
+        """Pools (``pool`` = "") or rows of pools (``pool`` = "pool__") in scope."""
+        wanted = {"team__in": self.team_ids, "name": self.pool or None, "team__slug": self.team or None}
+        return rows.filter(**{pool + lookup: value for lookup, value in wanted.items() if value is not None})
 
 
 def focus_rows_for_user(*, user, query: CostQuery, account=None) -> Iterator[dict[str, object]]:
