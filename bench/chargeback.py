@@ -9,7 +9,7 @@ worst case for the queries), then time
 3. the detailed CSV export of every cost record (`selectors.cost_detail_rows`: a server-side
    cursor, one reused line buffer), written to /dev/null, sampling the process's RSS as it goes
    to show that memory stays flat however many rows stream through;
-4. the FOCUS 1.2 export of the month (`selectors.focus_csv_for_user`, daily rows summed in the
+4. the FOCUS 1.2 export of the month (`focus_selectors.focus_csv_for_user`, daily rows summed in the
    database from the cost records: what `?format=focus` streams), written to a temporary file
    while sampling RSS, then read back to check that its usage rows' EffectiveCost adds up to
    the cost records' total (the check is not timed).
@@ -376,12 +376,12 @@ class FocusRun:
 def focus_export(user, query, granularity: str) -> FocusRun:
     """Stream the FOCUS export to a temporary file (timed, RSS sampled every 100 chunks), then
     sum its usage rows' EffectiveCost (not timed)."""
-    from billing import selectors
+    from billing import focus_selectors
 
     rss_before, rss_peak, rows, size = rss_mib(), rss_mib(), 0, 0
     with tempfile.TemporaryFile("w+", newline="") as sink:
         started = time.perf_counter()
-        chunks = selectors.focus_csv_for_user(user=user, query=query, granularity=granularity)
+        chunks = focus_selectors.focus_csv_for_user(user=user, query=query, granularity=granularity)
         for i, chunk in enumerate(chunks):
             sink.write(chunk)
             rows += chunk.count("\n")

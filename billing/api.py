@@ -20,7 +20,7 @@ from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from billing import selectors
+from billing import focus_selectors, selectors
 from billing.focus import FOCUS_COLUMNS, iter_csv_lines
 from pools.core.errors import ValidationError
 
@@ -83,7 +83,7 @@ class CostsView(APIView):
             OpenApiParameter(
                 "granularity",
                 str,
-                enum=list(selectors.FOCUS_GRANULARITIES),
+                enum=list(focus_selectors.FOCUS_GRANULARITIES),
                 description="With format=focus: a usage row per cost record summed per day "
                 "(default) or per hour",
             ),
@@ -112,15 +112,15 @@ class CostsView(APIView):
         user = request.user
         detail = request.query_params.get("detail") in ("1", "true", "yes")
         if fmt == "focus" and detail:
-            rows = selectors.focus_rows_for_user(user=user, query=query)
+            rows = focus_selectors.focus_rows_for_user(user=user, query=query)
             return csv_response(
                 iter_csv_lines(rows, FOCUS_COLUMNS), export_name(query, "focus-detail")
             )
         if fmt == "focus":
             granularity = request.query_params.get("granularity") or "daily"
-            if granularity not in selectors.FOCUS_GRANULARITIES:
+            if granularity not in focus_selectors.FOCUS_GRANULARITIES:
                 raise ValidationError("must be daily or hourly", field="granularity")
-            rows = selectors.focus_csv_for_user(user=user, query=query, granularity=granularity)
+            rows = focus_selectors.focus_csv_for_user(user=user, query=query, granularity=granularity)
             return csv_response(rows, export_name(query, f"focus-{granularity}"))
         if fmt == "csv" and detail:
             rows = selectors.cost_detail_rows(user=user, query=query)

@@ -14,7 +14,7 @@ from decimal import Decimal
 
 import pytest
 
-from billing import selectors
+from billing import focus_selectors
 from billing.focus import FOCUS_COLUMNS, FocusAccount, iter_csv_lines
 from billing.focus_records import CACHE_LIMIT, PoolFacts, focus_csv_from_records
 from billing.models import CostRecord
@@ -39,11 +39,11 @@ def parse(text: str) -> list[dict[str, str]]:
 
 
 def fast(user, query=ALL, granularity="hourly") -> list[dict[str, str]]:
-    return parse("".join(selectors.focus_csv_for_user(user=user, query=query, granularity=granularity)))
+    return parse("".join(focus_selectors.focus_csv_for_user(user=user, query=query, granularity=granularity)))
 
 
 def node_level(user, query=ALL) -> list[dict[str, str]]:
-    rows = selectors.focus_rows_for_user(user=user, query=query)
+    rows = focus_selectors.focus_rows_for_user(user=user, query=query)
     return parse("".join(iter_csv_lines(rows, FOCUS_COLUMNS)))
 
 
@@ -179,7 +179,7 @@ def test_a_lead_gets_their_teams_pools_and_a_range_its_hours(actors, teams):
     one_day = CostQuery(start=T0.date(), end=T0.date())
     assert fast(actors["finance"], one_day) == fast(actors["finance"])
     next_day = CostQuery(start=T0.date() + timedelta(days=1), end=T0.date() + timedelta(days=1))
-    text = "".join(selectors.focus_csv_for_user(user=actors["finance"], query=next_day, granularity="hourly"))
+    text = "".join(focus_selectors.focus_csv_for_user(user=actors["finance"], query=next_day, granularity="hourly"))
     assert text.count("\r\n") == 1  # the header: no hour metered that day, no purchase starts
 
 
