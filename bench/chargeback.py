@@ -8,7 +8,11 @@ worst case for the queries), then time
 2. the grouped CSV export (the same rows through `billing.focus.iter_csv_lines`);
 3. the detailed CSV export of every cost record (`selectors.cost_detail_rows`: a server-side
    cursor, one reused line buffer), written to /dev/null, sampling the process's RSS as it goes
-   to show that memory stays flat however many rows stream through.
+   to show that memory stays flat however many rows stream through;
+4. the FOCUS 1.2 export of the month (`focus_selectors.focus_csv_for_user`, daily rows summed in the
+   database from the cost records: what `?format=focus` streams), written to a temporary file
+   while sampling RSS, then read back to check that its usage rows' EffectiveCost adds up to
+   the cost records' total (the check is not timed).
 
 Rows are generated inside PostgreSQL with `INSERT ... SELECT FROM generate_series` (no Python
 loop), into their own database, which is reused when it already holds the requested rows.
@@ -18,18 +22,23 @@ GPU each, on eight-GPU nodes) in its own database: the hourly metering cost itse
 
 Usage: python bench/chargeback.py [--pods 10000] [--hours 720] [--pools 50] [--repeat 3]
                                   [--database postgres://postgres@127.0.0.1:5432/ebcloud_bench_chargeback]
-                                  [--skip-detail] [--meter [--meter-database URL]]
+                                  [--skip-detail] [--focus-granularity daily|hourly]
+                                  [--meter [--meter-database URL]]
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import os
 import resource
 import statistics
 import sys
+import tempfile
 import time
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -257,6 +266,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--database", default=os.environ.get("BENCH_DATABASE_URL", DEFAULT_DB))
     parser.add_argument("--skip-detail", action="store_true", help="Skip the detailed CSV export")
+    parser.add_argument("--focus-granularity", choices=("daily", "hourly"), default="daily")
     parser.add_argument(
         "--meter", action="store_true", help="Only time meter_hour on a live fleet of --pods pods"
     )
@@ -276,6 +286,7 @@ def main(argv: list[str] | None = None) -> None:
     setup_django(args.database)
 
     from django.contrib.auth import get_user_model
+    from django.db.models import Sum
 
     from billing import selectors
     from billing.focus import iter_csv_lines
@@ -319,6 +330,8 @@ def main(argv: list[str] | None = None) -> None:
                 samples.append((count, rss_mib()))
     detail_s = max(time.perf_counter() - started, 1e-9)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    focus = focus_export(user, query, args.focus_granularity)
+    records_total = selectors.costs_for_user(user=user, query=query).aggregate(t=Sum("amount"))["t"]
 
     print(
         f"chargeback benchmark: {args.pods:,} pods x {args.hours} h, {args.pools} pools, PostgreSQL ({args.database.rsplit('/', 1)[1]}), {date.today()}"
@@ -342,6 +355,47 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{'  RSS before / peak (MiB)':<44} {f'{rss_before:.0f} / {peak:.0f}':>28}")
     for n, mib in samples[:: max(1, len(samples) // 6)]:
         print(f"{f'  RSS after {n:,} rows (MiB)':<44} {mib:>28.0f}")
+    label = f"FOCUS export of the month ({args.focus_granularity})"
+    print(f"{label:<44} {f'{focus.seconds:.1f}s, {focus.rows:,} rows':>28}")
+    print(f"{'  rows/s, MiB written':<44} {f'{focus.rows / focus.seconds:,.0f}, {focus.bytes / 2**20:,.0f}':>28}")
+    print(f"{'  RSS before / peak while streaming (MiB)':<44} {f'{focus.rss_before:.0f} / {focus.rss_peak:.0f}':>28}")
+    print(f"{'  usage EffectiveCost, cost records total':<44} {f'{focus.usage_total}, {records_total}':>28}")
+    print(f"{'  equal':<44} {str(focus.usage_total == records_total):>28}")
+
+
+@dataclass
+class FocusRun:
+    seconds: float
+    rows: int
+    bytes: int
+    rss_before: float
+    rss_peak: float
+    usage_total: Decimal
+
+
+def focus_export(user, query, granularity: str) -> FocusRun:
+    """Stream the FOCUS export to a temporary file (timed, RSS sampled every 100 chunks), then
+    sum its usage rows' EffectiveCost (not timed)."""
+    from billing import focus_selectors
+
+    rss_before, rss_peak, rows, size = rss_mib(), rss_mib(), 0, 0
+    with tempfile.TemporaryFile("w+", newline="") as sink:
+        started = time.perf_counter()
+        chunks = focus_selectors.focus_csv_for_user(user=user, query=query, granularity=granularity)
+        for i, chunk in enumerate(chunks):
+            sink.write(chunk)
+            rows += chunk.count("\n")
+            size += len(chunk)
+            if i % 100 == 0:
+                rss_peak = max(rss_peak, rss_mib())
+        seconds = max(time.perf_counter() - started, 1e-9)
+        rss_peak = max(rss_peak, rss_mib())
+        sink.seek(0)
+        total = sum(
+            (Decimal(r["EffectiveCost"]) for r in csv.DictReader(sink) if r["ChargeCategory"] == "Usage"),
+            Decimal(0),
+        )
+    return FocusRun(seconds, rows - 1, size, rss_before, rss_peak, total)
 
 
 if __name__ == "__main__":

@@ -3,9 +3,10 @@
     /api/v1/costs/?by=team,project,gpu-class&from=2026-12-01&to=2026-12-31&format=csv
 
 `format`: `json` (default) the grouped rows with totals; `csv` the same rows (the page's CSV
-button); `csv` with `detail=1` every cost record; `focus` the FOCUS 1.2 dataset. CSV and FOCUS
-are `StreamingHttpResponse`s written line by line, so memory stays constant however long the
-range. Finance and admins get every team; leads and members their teams' costs.
+button); `csv` with `detail=1` every cost record; `focus` the FOCUS 1.2 dataset from the cost
+records (`billing.focus_records`; `granularity=daily` by default, or `hourly`: a row per cost
+record), and with `detail=1` per node and workload, the allocation recomputed hour by hour. CSV and FOCUS are `StreamingHttpResponse`s written in
+lines or chunks of lines, so memory stays constant however long the range. Finance and admins get every team; leads and members their teams' costs.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from billing import selectors
+from billing import focus_selectors, selectors
 from billing.focus import FOCUS_COLUMNS, iter_csv_lines
 from pools.core.errors import ValidationError
 
@@ -76,7 +77,15 @@ class CostsView(APIView):
                 "format", str, enum=list(FORMATS), description="json (default), csv or focus"
             ),
             OpenApiParameter(
-                "detail", bool, description="With format=csv: every cost record instead of groups"
+                "detail", bool, description="With format=csv: every cost record instead of groups; with "
+                "format=focus: a row per node and workload instead of per cost record"
+            ),
+            OpenApiParameter(
+                "granularity",
+                str,
+                enum=list(focus_selectors.FOCUS_GRANULARITIES),
+                description="With format=focus: a usage row per cost record summed per day "
+                "(default) or per hour",
             ),
             OpenApiParameter("team", str),
             OpenApiParameter("pool", str),
@@ -101,10 +110,19 @@ class CostsView(APIView):
             raise ValidationError(f"must be one of {', '.join(FORMATS)}", field="format")
         query = parse_query(request.query_params)
         user = request.user
+        detail = request.query_params.get("detail") in ("1", "true", "yes")
+        if fmt == "focus" and detail:
+            rows = focus_selectors.focus_rows_for_user(user=user, query=query)
+            return csv_response(
+                iter_csv_lines(rows, FOCUS_COLUMNS), export_name(query, "focus-detail")
+            )
         if fmt == "focus":
-            rows = selectors.focus_rows_for_user(user=user, query=query)
-            return csv_response(iter_csv_lines(rows, FOCUS_COLUMNS), export_name(query, "focus"))
-        if fmt == "csv" and request.query_params.get("detail") in ("1", "true", "yes"):
+            granularity = request.query_params.get("granularity") or "daily"
+            if granularity not in focus_selectors.FOCUS_GRANULARITIES:
+                raise ValidationError("must be daily or hourly", field="granularity")
+            rows = focus_selectors.focus_csv_for_user(user=user, query=query, granularity=granularity)
+            return csv_response(rows, export_name(query, f"focus-{granularity}"))
+        if fmt == "csv" and detail:
             rows = selectors.cost_detail_rows(user=user, query=query)
             return csv_response(
                 iter_csv_lines(rows, selectors.DETAIL_COLUMNS), export_name(query, "detail")

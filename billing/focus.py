@@ -29,7 +29,7 @@ import io
 import json
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -126,6 +126,10 @@ class Lease:
     # What this commitment was paid, when known exactly (a node's share of its order's debit,
     # for the hours it holds it: `billing.lease_ledger`); its purchase rows add up to it.
     payment: Decimal | None = None
+    # The commitment discount this lease is part of; empty: the lease is its own. The export
+    # from cost records (`billing.focus_records`) sees pools, not nodes, so a pool's monthly
+    # leases are one commitment there, each lease month still its own purchase.
+    commitment: str = ""
 
 
 # --------------------------------------------------------------------------- rows
@@ -310,6 +314,15 @@ def iter_csv_lines(
     grouped CSV, the detail CSV, FOCUS) goes through here, so every text cell is neutralised
     against formula injection (`format_value`).
     """
+    line = csv_line_writer()
+    yield line(neutralise(str(c)) for c in columns)
+    for row in rows:
+        yield line(format_value(row.get(c)) for c in columns)
+
+
+def csv_line_writer() -> Callable[[Iterable[str]], str]:
+    """A function that writes formatted cells as one CSV line (with ``\r\n``), reusing one
+    small buffer: the one CSV dialect every export writes."""
     buffer = io.StringIO()
     writer = csv.writer(buffer)
 
@@ -319,9 +332,7 @@ def iter_csv_lines(
         writer.writerow(values)
         return buffer.getvalue()
 
-    yield line(neutralise(str(c)) for c in columns)
-    for row in rows:
-        yield line(format_value(row.get(c)) for c in columns)
+    return line
 
 
 # --------------------------------------------------------------------------- internals
@@ -408,7 +419,7 @@ def _gpu_usage(
 
 
 def _fee_usage(alloc: AllocationRow) -> FocusRow:
-    category, subcategory, resource_type = _FEE_SERVICE[alloc.component]
+    resource_type = _FEE_SERVICE[alloc.component][2]
     who = "idle pool" if alloc.cost_kind == IDLE else _pods(alloc)
     return dict(
         BilledCost=alloc.amount,
@@ -421,16 +432,24 @@ def _fee_usage(alloc: AllocationRow) -> FocusRow:
         PricingUnit="Hours",
         ConsumedQuantity=Decimal(1),
         ConsumedUnit="Hours",
+        ChargeDescription=f"{resource_type} of pool {alloc.pool}, share of {who}",
+        **fee_service_columns(alloc.pool, alloc.component),
+    )
+
+
+def fee_service_columns(pool: str, component: str) -> FocusRow:
+    """What a pool fee row is: its service, resource and SKU (storage, network or registry)."""
+    category, subcategory, resource_type = _FEE_SERVICE[component]
+    return dict(
         PricingCategory="Standard",
         ServiceCategory=category,
         ServiceSubcategory=subcategory,
-        ResourceId=f"{alloc.pool}/{alloc.component}",
-        ResourceName=f"{alloc.pool} {alloc.component}",
+        ResourceId=f"{pool}/{component}",
+        ResourceName=f"{pool} {component}",
         ResourceType=resource_type,
-        SkuId=f"pool-fee/{alloc.component}",
-        SkuPriceId=f"pool-fee/{alloc.component}",
+        SkuId=f"pool-fee/{component}",
+        SkuPriceId=f"pool-fee/{component}",
         SkuMeter=resource_type,
-        ChargeDescription=f"{resource_type} of pool {alloc.pool}, share of {who}",
     )
 
 
@@ -448,9 +467,16 @@ def _compute_service(gpu_class: str, billing_kind: str, gpu_count: int) -> Focus
 
 
 def _commitment(lease: Lease) -> FocusRow:
+    if lease.commitment:
+        return commitment_columns(lease.commitment, lease.commitment)
+    return commitment_columns(lease.commitment_id, lease.name or lease.commitment_id)
+
+
+def commitment_columns(commitment_id: str, name: str) -> FocusRow:
+    """The columns naming the commitment discount a purchase buys or a usage row draws down."""
     return dict(
-        CommitmentDiscountId=lease.commitment_id,
-        CommitmentDiscountName=lease.name or lease.commitment_id,
+        CommitmentDiscountId=commitment_id,
+        CommitmentDiscountName=name,
         CommitmentDiscountType=COMMITMENT_TYPE,
         CommitmentDiscountCategory="Usage",
         CommitmentDiscountUnit=GPU_HOURS,

@@ -33,14 +33,10 @@ from billing.allocation import (
     group_columns,
 )
 from billing.costing import cost_records_for
-from billing.focus import FocusAccount, iter_focus_rows
-from billing.focus_commitments import ledger_commitments, node_commitment
-from billing.hours import HOUR, floor_hour
+from billing.hours import floor_hour
 from billing.lease_costs import add_months
-from billing.models import Budget, BudgetAlert, CostDay, CostRecord, UsageRecord
-from pools import roles
+from billing.models import Budget, BudgetAlert, CostDay, CostRecord
 from pools.core.errors import FieldError, ValidationError
-from pools.models import Node
 from pools.selectors.pools import teams_visible_to
 
 LABEL_KEY = re.compile(
@@ -257,7 +253,8 @@ def budgets_for_user(*, user) -> QuerySet[Budget]:
     return Budget.objects.for_user(user).select_related("pool", "team")
 
 
-# --------------------------------------------------------------------------- detail and FOCUS
+# --------------------------------------------------------------------------- detail
+# (the FOCUS export: billing.focus_selectors)
 
 DETAIL_COLUMNS = (
     "hour", "pool", "team", "namespace", "gpu_class", "billing", "cost", "component",
@@ -292,69 +289,6 @@ def cost_detail_rows(
     )
     for values in rows.iterator(chunk_size=chunk_size):
         yield dict(zip(DETAIL_COLUMNS, values, strict=True))
-
-
-def focus_rows_for_user(*, user, query: CostQuery, account=None) -> Iterator[dict[str, object]]:
-    """FOCUS 1.2 rows for the range, hour by hour from the stored usage records.
-
-    The allocation is recomputed by the same pure core from the same records metering used,
-    so FOCUS totals equal the stored cost records. Leads get the pools their teams own.
-    """
-    account = account or FocusAccount(
-        billing_account_id="ebcloud", billing_account_name="EBCloud GPU node pools"
-    )
-    records = UsageRecord.objects.select_related("pool", "team")
-    if not user.is_authenticated:
-        return
-    if not roles.sees_all_teams(user):
-        records = records.filter(pool__team__in=roles.team_ids(user))
-    start = datetime.combine(query.start, time(), tzinfo=UTC) if query.start else None
-    end = datetime.combine(query.end + timedelta(days=1), time(), tzinfo=UTC) if query.end else None
-    if start:
-        records = records.filter(hour__gte=start)
-    if end:
-        records = records.filter(hour__lt=end)
-    if query.pool:
-        records = records.filter(pool__name=query.pool)
-    if query.team:
-        records = records.filter(pool__team__slug=query.team)
-    leases = _leases(records)
-    hours = records.order_by("hour").values_list("hour", flat=True).distinct()
-
-    def batches():
-        for hour in hours.iterator():
-            yield metering.allocation_inputs(records.filter(hour=hour))
-
-    for row in iter_focus_rows(batches(), account, leases):
-        if row["ChargeCategory"] == "Purchase":
-            period = row["ChargePeriodStart"]
-            if (start and period < start) or (end and period >= end):
-                continue
-        yield row
-
-
-def _leases(records) -> list:
-    names = (
-        records.filter(kind="node", billing_kind__in=("monthly", "preemptible"))
-        .values_list("node_name", flat=True)
-        .order_by()
-        .distinct()
-    )
-    leases = []
-    nodes = Node.objects.filter(name__in=list(names)).select_related(
-        "pool__team", "pool__gpu_model", "pool__zone", "order"
-    )
-    held = ledger_commitments(nodes)
-    for node in nodes.order_by("name"):
-        if node.pk in held:
-            leases.extend(held[node.pk])
-            continue
-        if node.lease_start is None or node.lease_end is None or node.billing != "monthly":
-            continue
-        start = floor_hour(node.lease_start)
-        hours = -(-(node.lease_end - start) // HOUR)
-        leases.append(node_commitment(node, f"lease/{node.name}/{start:%Y%m%dT%H}", start, start + hours * HOUR))
-    return leases
 
 
 # --------------------------------------------------------------------------- budgets

@@ -57,7 +57,17 @@ def cost() -> None:
     "--format", "fmt", type=click.Choice(["csv", "focus"]), default="csv", show_default=True
 )
 @click.option(
-    "--detail", is_flag=True, help="Every hourly cost record instead of grouped totals (csv only)"
+    "--detail",
+    is_flag=True,
+    help="csv: every hourly cost record instead of grouped totals; "
+    "focus: a row per node and workload (slow for a large fleet)",
+)
+@click.option(
+    "--granularity",
+    type=click.Choice(["daily", "hourly"]),
+    default="daily",
+    show_default=True,
+    help="focus: a usage row per cost line and day, or per hour",
 )
 @click.option(
     "-o",
@@ -67,7 +77,13 @@ def cost() -> None:
     help="Write to FILE instead of stdout",
 )
 def cost_export(
-    by: str, start: str | None, end: str | None, fmt: str, detail: bool, path: str | None
+    by: str,
+    start: str | None,
+    end: str | None,
+    fmt: str,
+    detail: bool,
+    granularity: str,
+    path: str | None,
 ) -> None:
     """Export costs as CSV (grouped by label keys) or as a FOCUS 1.2 dataset."""
     params = {"by": by, "format": fmt}
@@ -77,6 +93,8 @@ def cost_export(
         params["to"] = end
     if detail:
         params["detail"] = "1"
+    if fmt == "focus" and not detail:
+        params["granularity"] = granularity
     with Client(config.load()) as client:
         rows = _stream(client, params, path)
     if path:

@@ -110,6 +110,12 @@ def test_focus_export_streams_focus_columns(api, costs):
     rows = csv_rows(response)
     assert tuple(rows[0]) == FOCUS_COLUMNS
     assert {r["ChargeCategory"] for r in rows} == {"Purchase", "Usage"}
+    days = {r["ChargePeriodStart"][:10] for r in rows if r["ChargeCategory"] == "Usage"}
+    assert all(r["ChargePeriodStart"].endswith("T00:00:00Z") for r in rows)  # daily by default
+    hourly = csv_rows(api("finance").get(f"/api/v1/costs/?{RANGE}&format=focus&granularity=hourly"))
+    assert {r["ChargePeriodStart"][:10] for r in hourly if r["ChargeCategory"] == "Usage"} == days
+    detail = csv_rows(api("finance").get(f"/api/v1/costs/?{RANGE}&format=focus&detail=1"))
+    assert "GPU Node" in {r["ResourceType"] for r in detail}  # per node and workload
 
 
 @pytest.mark.parametrize(
@@ -120,6 +126,7 @@ def test_focus_export_streams_focus_columns(api, costs):
         ("format=xml", "format"),
         ("from=2026-12-05&to=2026-12-01", "to"),
         ("sort=nope", "sort"),
+        ("format=focus&granularity=weekly", "granularity"),
     ],
 )
 def test_bad_parameters_are_400_with_the_parameter_as_field(api, costs, query, field):

@@ -8,7 +8,7 @@ from decimal import Decimal
 
 import pytest
 
-from billing import selectors
+from billing import focus_selectors, selectors
 from billing.allocation import allocate_hour, group_rows
 from billing.focus import MANDATORY_COLUMNS
 from billing.metering import allocation_inputs
@@ -127,7 +127,7 @@ def test_focus_export_has_the_mandatory_columns_and_amortises_each_commitment_ex
     pod(teams["algorithm"], n, "llm", gpus=3, labels={"project": "llm"})
     node(p, "od-0", billing="on_demand", created=T0 - HOUR)
     meter(hours=3)
-    rows = list(selectors.focus_rows_for_user(user=actors["finance"], query=CostQuery()))
+    rows = list(focus_selectors.focus_rows_for_user(user=actors["finance"], query=CostQuery()))
     for row in rows:
         assert set(MANDATORY_COLUMNS) <= set(row)
         # ChargeClass is null except for corrections, as FOCUS allows.
@@ -152,12 +152,12 @@ def test_focus_export_of_a_lead_covers_only_their_teams_pools(actors, teams):
     scenario(actors, teams, hours=1)
     pools = {
         json.loads(r["Tags"]).get("ebcloud.io/pool")
-        for r in selectors.focus_rows_for_user(user=actors["other_lead"], query=CostQuery())
+        for r in focus_selectors.focus_rows_for_user(user=actors["other_lead"], query=CostQuery())
     }
     assert pools == {"spot-pool"}
     spot = [
         r
-        for r in selectors.focus_rows_for_user(user=actors["other_lead"], query=CostQuery())
+        for r in focus_selectors.focus_rows_for_user(user=actors["other_lead"], query=CostQuery())
         if r["ResourceId"] == "spot-0"
     ]
     assert {r["PricingCategory"] for r in spot} == {"Dynamic"}

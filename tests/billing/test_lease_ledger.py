@@ -15,7 +15,7 @@ from django.test import Client
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from billing import metering, selectors, services
+from billing import focus_selectors, metering, services
 from billing.hours import HOUR, ceil_hour, floor_hour
 from billing.lease_costs import add_months, period_hour_cost, split_amount
 from billing.models import LeasePeriod, LeaseTerm, NodePrice
@@ -270,7 +270,7 @@ def test_a_reclaimed_preemptible_node_s_unused_prepaid_hours_are_unused_commitme
         services.meter_hour(hour=hour)
         hour += HOUR
     query = CostQuery(start=date(2026, 12, 1), end=date(2027, 1, 1), pool="spot")  # the lease ends Jan 1
-    rows = list(selectors.focus_rows_for_user(user=actors["finance"], query=query))
+    rows = list(focus_selectors.focus_rows_for_user(user=actors["finance"], query=query))  # the node-level (detail) export
     share = order.amount / 2
     purchases = [r for r in rows if r["ChargeCategory"] == "Purchase" and r["ResourceId"].endswith(reclaimed.name)]
     assert sum(r["BilledCost"] for r in purchases) == share
