@@ -213,8 +213,14 @@ def pool_fragmentation(request, name: str):
 @login_required
 @require_GET
 def cluster_fragmentation(request):
+    """Admins and finance: the whole cluster's report. Everyone else (the menu links here for
+    every role): their team's pools, each linking to its own report (another team's nodes are
+    not theirs to see)."""
     if not roles.sees_all_teams(request.user):
-        raise PermissionDenied("the cluster-wide report is for platform admins and finance")
+        if request.GET.get("format") == "csv":
+            raise PermissionDenied("the cluster-wide report is for platform admins and finance; each pool's report has its own CSV")
+        pools = selectors.pools_visible(user=request.user).select_related("team", "gpu_model")
+        return htmx_render(request, "pools/fragmentation_pools.html", {"pools": pools})
     return _cluster_page(request)
 
 

@@ -80,10 +80,22 @@ def test_a_member_deletes_a_pod_from_its_page(browser, actors):
     assert response.status_code == 302 and not Pod.objects.exists()
 
 
-def test_the_nav_links_pods_for_everyone_and_fragmentation_for_admins_and_finance(browser, actors):
-    assert 'href="/pods/"' in browser("member").get("/pods/").content.decode()
-    assert 'href="/fragmentation/"' not in browser("member").get("/pods/").content.decode()
-    assert 'href="/fragmentation/"' in browser("finance").get("/pods/").content.decode()
+def test_the_nav_links_pods_and_fragmentation_for_everyone(browser, actors):
+    for role in ("member", "lead", "finance"):
+        page = browser(role).get("/pods/").content.decode()
+        assert 'href="/pods/"' in page and 'href="/fragmentation/"' in page, role
+
+
+def test_a_lead_reaches_the_pools_fragmentation_report_from_the_nav_and_the_pool_page(browser, fragmented, actors):
+    """Issue 21 item 7: the menu's Fragmentation lists the lead's own pools, each linking to its
+    report; another team's lead sees none of them; the pool page links its report too."""
+    chooser = browser("lead").get("/fragmentation/").content.decode()
+    assert 'href="/pools/train-pool-a/fragmentation/"' in chooser
+    assert "train-pool-a" not in browser("other_lead").get("/fragmentation/").content.decode()
+    assert 'href="/pools/train-pool-a/fragmentation/"' in browser("lead").get("/pools/train-pool-a/").content.decode()
+    assert browser("other_lead").get("/pools/train-pool-a/fragmentation/").status_code == 404
+    csv = browser("lead").get("/fragmentation/?format=csv")
+    assert csv.status_code == 403 and "each pool&#x27;s report has its own CSV" in csv.content.decode()
 
 
 # --- authorization per role ------------------------------------------------------------------
@@ -105,7 +117,7 @@ def test_pod_pages_by_role(browser, actors, role):
 
 POOL_REPORT = {"lead": 200, "member": 200, "finance": 200, "admin": 200, "other_lead": 404}
 POOL_APPLY = {"lead": 302, "admin": 302, "member": 403, "finance": 403, "other_lead": 404}
-CLUSTER_REPORT = {"lead": 403, "member": 403, "other_lead": 403, "finance": 200, "admin": 200}
+CLUSTER_REPORT = {"lead": 200, "member": 200, "other_lead": 200, "finance": 200, "admin": 200}  # team roles: their pools
 CLUSTER_APPLY = {"lead": 403, "member": 403, "other_lead": 403, "finance": 403, "admin": 302}
 
 
@@ -144,7 +156,7 @@ def test_the_pool_report_shows_underused_nodes_the_plan_and_plotly_from_static(b
     assert "<code>train-pool-a-0</code> <code>train-pool-a-1</code>" in page
     assert "1344 GPU-hours saved per week" in page
     assert "Free after the plan: <strong>1 node(s)</strong>, 0 already running no pods and 1 freed by moving 1 pod(s)." in page
-    assert '<script src="/static/vendor/plotly.min.js"></script>' in page
+    assert '<script src="/static/js/charts.js" data-plotly="/static/vendor/plotly.min.js" defer></script>' in page
     assert 'id="fragmentation-charts"' in page and "cdn" not in page.lower()
     assert "Apply: evict and re-place" in page
 
