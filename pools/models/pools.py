@@ -206,6 +206,12 @@ class GpuNodePool(models.Model):
         burst = self.document.get("spec", {}).get("burst")
         return isinstance(burst, dict) and burst.get("enabled") is True
 
+    @property
+    def changing(self) -> bool:
+        """Whether the pool is in a phase it leaves by itself (nodes being bought, joining,
+        repaired or released): its pages poll while this holds, and stop once it settles."""
+        return self.phase in (self.Phase.PENDING, self.Phase.PROVISIONING, self.Phase.SCALING, self.Phase.DEGRADED, self.Phase.DELETING)
+
 
 class PoolOrder(models.Model):
     """A request to buy or change monthly capacity; admins decide (design §3)."""
