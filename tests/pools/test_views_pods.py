@@ -11,6 +11,8 @@ from pools.controllers.scheduler import scheduler_pass
 from pools.core.documents import dump_yaml
 from pools.models import PoolEvent
 from pools.models.pods import Pod
+from pools.services import pools as pool_services
+from tests.conftest import make_document
 from tests.pools.pod_helpers import T0, TRAIN_POD, pod_document, pool_with_nodes, submit
 
 
@@ -246,3 +248,10 @@ def test_the_node_table_downloads_as_csv(browser, fragmented):
     assert lines[0] == "node,pool,gpus,allocated_pct,free_milli_gpu,fragmented_milli_gpu,underused"
     assert lines[1].startswith("train-pool-a-0,train-pool-a,8,25.0,6000,") and lines[1].endswith(",yes")
     assert browser("other_lead").get("/pools/train-pool-a/fragmentation/?format=csv").status_code == 404
+
+
+def test_a_pool_without_nodes_says_in_words_that_there_is_nothing_to_chart(browser, actors):
+    """Issue 21 item 8: no empty axes."""
+    pool_services.pool_create(user=actors["lead"], document=make_document("empty-pool"))
+    page = browser("lead").get("/pools/empty-pool/fragmentation/").content.decode()
+    assert "No live nodes yet, so nothing to chart" in page and 'id="chart-allocation"' not in page
