@@ -49,7 +49,7 @@ def steps(x: list[Any], y: list[Any]) -> tuple[list[Any], list[Any]]:
 
 def window_label(span: timedelta) -> str:
     """The window a chart really covers, in words: "last 10 minutes", "last 3 hours"."""
-    minutes = max(1, math.ceil(span.total_seconds() / 60))
+    minutes = max(1, round(span.total_seconds() / 60))
     if minutes < 120:
         return f"last {minutes} minute{'s' if minutes != 1 else ''}"
     return f"last {round(minutes / 60)} hours"

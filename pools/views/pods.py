@@ -171,14 +171,16 @@ def _csv(view) -> HttpResponse:
 def _fragmentation_page(request, *, pools, scope: str, can_apply: bool, apply_url: str, status: int = 200):
     if request.GET.get("format") == "csv":
         return _csv(fragmentation_service.fragmentation_for(pools=pools, scope=scope))
-    view = fragmentation_service.fragmentation_for(pools=pools, scope=scope, with_plan=True)
+    if request.htmx and request.GET.get("part") == "plan":  # the plan, which the page loads after it shows
+        view = fragmentation_service.fragmentation_for(pools=pools, scope=scope, with_plan=True)
+        return htmx_render(request, "pools/fragmentation.html#plan", {"plan": view.plan, "can_apply": can_apply, "apply_url": apply_url}, status=status)
+    view = fragmentation_service.fragmentation_for(pools=pools, scope=scope)
     trend = fragmentation_service.fragmentation_trend(user=request.user, pool=pools[0] if pools else None)
     context = {
         "trend": trend,
         "scope": scope,
         "pool": pools[0] if pools else None,
         "report": view.report,
-        "plan": view.plan,
         "charts": _charts(view.report, trend),
         "can_apply": can_apply,
         "apply_url": apply_url,

@@ -156,11 +156,16 @@ def test_anonymous_posts_change_nothing(browser, fragmented, url):
 def test_the_pool_report_shows_underused_nodes_the_plan_and_plotly_from_static(browser, fragmented):
     page = browser("lead").get("/pools/train-pool-a/fragmentation/").content.decode()
     assert "<code>train-pool-a-0</code> <code>train-pool-a-1</code>" in page
-    assert "1344 GPU-hours saved per week" in page
-    assert "Free after the plan: <strong>1 node(s)</strong>, 0 already running no pods and 1 freed by moving 1 pod(s)." in page
     assert '<script src="/static/js/charts.js" data-plotly="/static/vendor/plotly.min.js" defer></script>' in page
     assert 'id="fragmentation-charts"' in page and "cdn" not in page.lower()
-    assert "Apply: evict and re-place" in page
+    # The plan follows the page (issue 21 item 8: solving it must not hold the page up).
+    assert 'hx-get="/pools/train-pool-a/fragmentation/?part=plan" hx-trigger="load"' in page and "GPU-hours saved" not in page
+    plan = browser("lead").get("/pools/train-pool-a/fragmentation/?part=plan", headers={"HX-Request": "true"}).content.decode()
+    assert "<html" not in plan and 'id="repack-plan"' in plan
+    assert "1344 GPU-hours saved per week" in plan
+    assert "Free after the plan: <strong>1 node(s)</strong>, 0 already running no pods and 1 freed by moving 1 pod(s)." in plan
+    assert "Apply: evict and re-place" in plan
+    assert "Apply: evict" not in browser("member").get("/pools/train-pool-a/fragmentation/?part=plan", headers={"HX-Request": "true"}).content.decode()
 
 
 def test_plotly_is_found_in_the_installed_package_not_copied(settings):
