@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from monitoring.models import PoolSample
 from pools.controllers.scheduler import scheduler_pass
+from tests.billing.billing_helpers import scenario
 from tests.pools.pod_helpers import T0, pool_with_nodes, submit
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
@@ -51,6 +52,16 @@ def test_the_first_chart_pages_are_shown_in_under_a_second_and_a_half_and_still_
     lead.page.wait_for_selector("#chart-water .main-svg")
     # Ten minutes of samples, the first one 10 to 11 minutes old by now: never "24 hours".
     assert re.fullmatch(r"GPU water level, last 1[01] minutes", lead.page.text_content("#chart-water .gtitle"))
+
+
+def test_finances_first_chart_page_is_shown_in_under_a_second_and_a_half(browse, actors, teams):
+    scenario(actors, teams, hours=3)
+    finance = browse("finance")
+    finance.goto("/costs/?from=2026-12-01&to=2026-12-31")
+    loaded = finance.page.evaluate(DCL)
+    print("DOMContentLoaded (ms): /costs/", round(loaded))
+    finance.page.wait_for_selector("#cost-chart .main-svg")
+    assert loaded < DOM_CONTENT_LOADED_MS
 
 
 def _land_on_error(actor, path: str, status: int) -> None:
