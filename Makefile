@@ -8,6 +8,17 @@ PORT ?= 8000
 # The demo runs the simulated cloud fast (each provisioning step takes seconds, not minutes);
 # the tests keep the realistic durations.
 run: export EBCLOUD_SIM_FAST ?= true
+# The demo runs as production does, over plain HTTP on this machine: DEBUG off (the site's own
+# error pages, never Django's debug pages listing the URL patterns; static files hashed and
+# gzipped, served by WhiteNoise), a signing key kept in var/demo-secret-key, no redirect to
+# https and no Secure-only cookies (there is no TLS on 127.0.0.1), e-mail printed to the console.
+run: export DEBUG ?= false
+run: export SECRET_KEY ?= $(shell cat var/demo-secret-key 2>/dev/null)
+run: export ALLOWED_HOSTS ?= 127.0.0.1,localhost,$(HOST)
+run: export SECURE_SSL_REDIRECT ?= false
+run: export SESSION_COOKIE_SECURE ?= false
+run: export CSRF_COOKIE_SECURE ?= false
+run: export EMAIL_BACKEND ?= django.core.mail.backends.console.EmailBackend
 
 .PHONY: run test install install-test k8s-binaries lint format clean
 
@@ -24,6 +35,16 @@ $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
 	touch $@
 
 install: $(VENV)/.installed
+
+var/demo-secret-key:
+	mkdir -p var
+	umask 077; $(PYTHON) -c 'import secrets; print(secrets.token_urlsafe(50))' > $@
+
+# Static files under content-hashed names with .gz copies (CompressedManifestStaticFilesStorage),
+# collected again only when a static file or the installed packages (plotly, htmx) change.
+STATIC_SOURCES := $(shell find static pools/static billing/static monitoring/static -type f 2>/dev/null)
+var/static/staticfiles.json: $(STATIC_SOURCES) $(VENV)/.installed
+	$(PY) manage.py collectstatic --noinput -v0
 
 # axe-core (npm, exact version in package-lock.json) for the browser tests' accessibility checks.
 node_modules/axe-core/axe.min.js: package.json package-lock.json
@@ -43,7 +64,7 @@ install-test: $(VENV)/.installed-test node_modules/axe-core/axe.min.js k8s-binar
 # group under `manage.py demo` (pools/demo/supervisor.py). Ctrl-C, or the exit of any of them,
 # stops them all. EBCLOUD_DEMO_SPEED sets how fast the replayed trace runs;
 # EBCLOUD_LOG_DEMO_REQUESTS=true logs the agents' and static files' requests too.
-run: install
+run: install var/demo-secret-key var/static/staticfiles.json
 	$(PY) manage.py demo --host $(HOST) --port $(PORT)
 
 test: install-test

@@ -53,7 +53,7 @@ EBCLOUD_CONTENT_SECURITY_POLICY = env_str("EBCLOUD_CONTENT_SECURITY_POLICY", "; 
     "default-src 'self'", "script-src 'self'", " ".join(["style-src 'self'", *PLOTLY_STYLE_HASHES]), "img-src 'self' data: blob:",
     "font-src 'self'", "connect-src 'self'", "object-src 'none'", "base-uri 'self'", "form-action 'self'", "frame-ancestors 'none'",
 ]))
-CSRF_FAILURE_VIEW = "pools.api.errors.csrf_failure"  # the API's JSON shape under /api/, Django's page elsewhere
+CSRF_FAILURE_VIEW = "pools.api.errors.csrf_failure"  # the API's JSON shape under /api/, the site's own page elsewhere
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -163,7 +163,11 @@ STATICFILES_FINDERS = [
 ]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+    # Each file under a name with its content's hash (cached for a year by browsers and proxies,
+    # a new version gets a new name) plus a .gz copy that WhiteNoise serves to browsers that
+    # accept it; `collectstatic` writes both (make run does). With DEBUG on, `{% static %}` gives
+    # the plain names and needs no collectstatic; tests keep the plain storage (no manifest).
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage" if TESTING else "whitenoise.storage.CompressedManifestStaticFilesStorage"},
 }
 
 
@@ -187,7 +191,9 @@ LOGGING = {
     "loggers": {
         "ebcloud": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
         "django.server": {"handlers": ["django.server"], "level": "INFO", "propagate": False},
-        "django.request": {"filters": ["one_line_client_errors"]},
+        # A request that failed on the server (500) prints its traceback, DEBUG on or off (off,
+        # Django's own logging would only mail it to ADMINS); a refused one (4xx) is one line.
+        "django.request": {"handlers": ["console"], "level": "WARNING", "propagate": False, "filters": ["one_line_client_errors"]},
     },
 }
 

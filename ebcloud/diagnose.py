@@ -34,8 +34,7 @@ def diagnosis_text(diagnosis: dict) -> str:
         *output.table_lines(HEADERS, [[LABELS.get(c.get("status"), c.get("status")), c.get("id"), c.get("title")] for c in checks]),
     ]
     for c in checks:
-        requirements = ", ".join(c.get("requirements") or [])
-        lines += ["", f"{c.get('id')}: {c.get('title')} [{LABELS.get(c.get('status'), c.get('status'))}]" + (f" ({requirements})" if requirements else "")]
+        lines += ["", f"{c.get('id')}: {c.get('title')} [{LABELS.get(c.get('status'), c.get('status'))}]"]
         lines.append(f"  Found:         {c.get('found') or output.NONE}")
         if c.get("status") == "ok":
             continue

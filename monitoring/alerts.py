@@ -36,7 +36,7 @@ class Rule:
 HIGH_ALLOCATION = Rule("HighGpuAllocation", timedelta(minutes=10),
                        "allocated GPUs above 90% of capacity for 10 minutes: add nodes, or raise nodeCount.max")
 LOW_UTILIZATION = Rule("LowGpuUtilization", timedelta(hours=24),
-                       "mean GPU utilisation below 30% for 24 hours (T4): look for IO-bound data loading or an "
+                       "mean GPU utilisation below 30% for 24 hours: look for IO-bound data loading or an "
                        "oversized GPU spec; pack work with the fragmentation report and shrink the pool")
 SLACK = timedelta(minutes=2)  # a rollup may run a little late
 

@@ -17,6 +17,7 @@ from pools.core.spec import (
     KIND,
     LEASE_TYPES,
     SCHEDULING_POLICIES,
+    SCHEDULING_POLICY_HELP,
     TAINT_EFFECTS,
 )
 from pools.models import GpuModel, GpuNodePool, NodeType, PoolOrder, Zone
@@ -84,7 +85,11 @@ class PoolForm(ScalingFields):
     )
     burst_max_nodes = forms.IntegerField(label="Most burst nodes", min_value=0, required=False)
     budget_monthly = forms.DecimalField(label="Monthly budget (CNY)", min_value=0, decimal_places=2, required=False)
-    scheduling_policy = forms.ChoiceField(label="Scheduling policy", choices=[(p, p) for p in SCHEDULING_POLICIES], initial=DEFAULT_SCHEDULING_POLICY)
+    scheduling_policy = forms.ChoiceField(
+        label="Scheduling policy", initial=DEFAULT_SCHEDULING_POLICY,
+        choices=[(p, f"{p}: {SCHEDULING_POLICY_HELP[p]}") for p in SCHEDULING_POLICIES],
+        help_text="How the scheduler picks a node (and GPUs) for each pod on this pool",
+    )  # fmt: skip
 
     shared_with = forms.CharField(
         label="Share with teams", required=False, max_length=1000,

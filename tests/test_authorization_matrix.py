@@ -142,7 +142,7 @@ MATRIX: tuple[Row, ...] = (
         writes=(Write("post", S(403, 404, 403, 403, 302, LOGIN), {"action": "revoke"}),)),
     Row("pools:fragmentation-apply", POST_ONLY_WEB, POOL, owned=True,
         writes=(Write("post", S(302, 404, 403, 403, 302, LOGIN), {"max_nodes": "1"}),)),
-    Row("fragmentation", S(403, 403, 403, 200, 200, LOGIN)),
+    Row("fragmentation", EVERYONE_WEB),  # team roles: their pools, each linking to its report
     Row("fragmentation-apply", POST_ONLY_WEB, writes=(Write("post", S(403, 403, 403, 403, 302, LOGIN), {"max_nodes": "1"}),)),
     # --- web: orders ----------------------------------------------------------------------
     Row("orders", EVERYONE_WEB),

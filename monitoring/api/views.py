@@ -123,7 +123,7 @@ def _content_length(request) -> int:
 class ReportsView(_AgentView):
     """Heartbeat plus a batch of reports; replays are acknowledged without being stored twice.
 
-    Every node posts here every 15 s (~670 requests/s at 10,000 nodes, issue 6 §8), so a
+    Every node posts here every 15 s (~670 requests/s at 10,000 nodes), so a
     well-formed request skips DRF's request and response machinery (a quarter of the
     request's instructions in Django, docs/benchmarks.md): `dispatch` authenticates, parses
     and answers it directly, with the same service calls and the same answers. Anything else

@@ -4,7 +4,7 @@ Domain errors map to their HTTP status here and nowhere else: ValidationError 40
 403, missing (or another team's) object 404, ConflictError 409, a body over the request limit 413.
 Every error answer under /api/ has that shape, in JSON whatever the client's Accept header says,
 including those Django gives before or around DRF: its 400/403/404/500 handlers and its CSRF
-failure view below, and `ApiErrorsMiddleware` for anything else (a library's HTML page, Django's
+failure view below (elsewhere: the site's own pages, pools/views/errors.py), and `ApiErrorsMiddleware` for anything else (a library's HTML page, Django's
 DEBUG pages).
 """
 
@@ -17,7 +17,6 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, RequestDataTooBig, SuspiciousOperation
 from django.http import Http404, JsonResponse
-from django.views import csrf, defaults
 from rest_framework import exceptions, status
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
@@ -25,6 +24,7 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 from pools.api.parsers import too_large_message
 from pools.core.errors import ConflictError, ValidationError
+from pools.views import errors as pages
 
 API_PREFIX = "/api/"
 
@@ -103,7 +103,7 @@ def api_error(status_code: int, message: str, field: str = "") -> JsonResponse:
 
 def bad_request(request, exception=None):
     if not is_api(request):
-        return defaults.bad_request(request, exception)
+        return pages.bad_request_page(request, exception)
     if isinstance(exception, RequestDataTooBig):
         return api_error(413, too_large_message())
     return api_error(400, "malformed request")
@@ -111,27 +111,27 @@ def bad_request(request, exception=None):
 
 def permission_denied(request, exception=None):
     if not is_api(request):
-        return defaults.permission_denied(request, exception)
+        return pages.permission_denied_page(request, exception)
     return api_error(403, str(exception or "") or "permission denied")
 
 
 def not_found(request, exception=None):
-    """Django's 404 handler: JSON in the API's shape under /api/, the HTML page elsewhere."""
+    """Django's 404 handler: JSON in the API's shape under /api/, the site's page elsewhere."""
     if is_api(request):
         return api_error(404, f"no such endpoint: {request.path}")
-    return defaults.page_not_found(request, exception)
+    return pages.not_found_page(request, exception)
 
 
 def server_error(request):
     if not is_api(request):
-        return defaults.server_error(request)
+        return pages.server_error_page(request)
     return api_error(500, "internal server error")
 
 
 def csrf_failure(request, reason=""):
     """CSRF_FAILURE_VIEW (DRF's session authentication answers its own CSRF 403 in this shape)."""
     if not is_api(request):
-        return csrf.csrf_failure(request, reason)
+        return pages.csrf_failure_page(request, reason)
     return api_error(403, f"CSRF verification failed: {reason}" if reason else "CSRF verification failed")
 
 

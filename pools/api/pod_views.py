@@ -89,7 +89,7 @@ class PodMetadataSerializer(serializers.Serializer):
 
 
 class PodSerializer(serializers.Serializer):
-    """A Kubernetes-like Pod (seed O3); validated by the server with field paths."""
+    """A Kubernetes-like Pod; validated by the server with field paths."""
 
     apiVersion = serializers.ChoiceField(choices=["v1"])
     kind = serializers.ChoiceField(choices=["Pod"])
@@ -162,7 +162,7 @@ class ApplySerializer(serializers.Serializer):
 
 
 class PoolFragmentationView(APIView):
-    """The pool's fragmentation report (seed C3) and, with `?plan=1`, its repack plan."""
+    """The pool's fragmentation report and, with `?plan=1`, its repack plan."""
 
     serializer_class = FragmentationSerializer
 

@@ -75,7 +75,7 @@ class PoolStatusSerializer(serializers.Serializer):
 
 
 class PoolSerializer(serializers.Serializer):
-    """A GpuNodePool document (seed O2). `spec` is validated by the server with field paths."""
+    """A GpuNodePool document. `spec` is validated by the server with field paths."""
 
     apiVersion = serializers.ChoiceField(choices=["ebcloud.io/v1"])
     kind = serializers.ChoiceField(choices=["GpuNodePool"])
@@ -144,15 +144,15 @@ CHECK_STATUSES = ["ok", "warning", "failing", "unknown"]
 
 
 class DiagnoseCheckSerializer(serializers.Serializer):
-    """One row of the self-check table (seed T5): pools.core.diagnose.checks.Check."""
+    """One row of the self-check table: what was checked, its status, what was found, the likely cause and the first action."""
 
     id = serializers.CharField(help_text="Stable check id, e.g. scale-up, pods-pending")
-    title = serializers.CharField(help_text="The symptom, as the article's table names it")
+    title = serializers.CharField(help_text="The symptom the check looks for, in a few words")
     status = serializers.ChoiceField(choices=CHECK_STATUSES, help_text="unknown: no data to judge")
     found = serializers.CharField(help_text="What the check saw, with numbers and names")
     cause = serializers.CharField(allow_blank=True, help_text="The likely cause (empty when ok)")
     action = serializers.CharField(allow_blank=True, help_text="The first action: a command or a page")
-    requirements = serializers.ListField(child=serializers.CharField(), help_text="Requirement numbers (seed README)")
+    requirements = serializers.ListField(child=serializers.CharField(), help_text="Identifiers of the design requirements the check covers, for the product's maintainers (the page and the CLI leave them out)")
     details = serializers.ListField(child=serializers.CharField(), help_text="One line per pod, node or event found")
 
 

@@ -83,7 +83,7 @@ POOL_FILTERS = [
     destroy=extend_schema(responses={202: PoolSerializer, 204: None, **_errors(401, 403, 404, 409)}),
 )
 class PoolViewSet(viewsets.ViewSet):
-    """GPU node pools, in the seed's GpuNodePool shape (JSON or YAML)."""
+    """GPU node pools, as GpuNodePool documents (JSON or YAML)."""
 
     lookup_field = "name"
     lookup_value_regex = "[^/]+"
@@ -141,7 +141,7 @@ class PoolViewSet(viewsets.ViewSet):
         return Response(pool_representation(self._get(request, pool.name)))
 
     @extend_schema(
-        description="The article's self-check table (seed T5) run live against the pool: each check's status, what it found, the likely cause and the first action.",
+        description="The self-check table run live against the pool: each check's status, what it found, the likely cause and the first action.",
         responses={200: DiagnosisSerializer, **_errors(401, 404)},
     )
     @action(detail=True, methods=["get"])

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
 BILLING_KINDS = ("monthly", "on_demand", "preemptible")
 LAYOUT = {"margin": {"l": 50, "r": 50, "t": 40, "b": 40}, "height": 300, "legend": {"orientation": "h"}}
+# The narrowest time axis drawn: a new pool's first minutes (or a single sample) would otherwise
+# get an axis of a few milliseconds, ticked "19:19:59.9995".
+MIN_AXIS_SPAN = timedelta(minutes=10)
 
 
 class Sample(NamedTuple):
@@ -44,12 +47,38 @@ def steps(x: list[Any], y: list[Any]) -> tuple[list[Any], list[Any]]:
     return [x[i] for i in keep], [y[i] for i in keep]
 
 
-def pool_figures(samples: Iterable[Sample]) -> dict[str, dict[str, Any]]:
-    """Three figures: nodes by billing kind with min/max, the GPU water level, and the metrics
-    the autoscaler reads (GPU-memory utilisation and queued pods). Empty when there is no sample."""
+def window_label(span: timedelta) -> str:
+    """The window a chart really covers, in words: "last 10 minutes", "last 3 hours"."""
+    minutes = max(1, round(span.total_seconds() / 60))
+    if minutes < 120:
+        return f"last {minutes} minute{'s' if minutes != 1 else ''}"
+    return f"last {round(minutes / 60)} hours"
+
+
+def samples_window(samples: Iterable[Sample], *, now: datetime) -> str:
+    """What a day's chart of these samples covers: from the first sample (a new pool has a few
+    minutes, not a day) to now; empty without samples."""
+    first = min((s.minute for s in samples), default=None)
+    return "" if first is None else window_label(now - first)
+
+
+def _time_axis(rows: list[Sample], now: datetime | None) -> dict[str, Any]:
+    """A date axis over the samples up to now, at least MIN_AXIS_SPAN wide (minutes as ticks)."""
+    end = max(now or rows[-1].minute, rows[-1].minute)
+    start = min(rows[0].minute, end - MIN_AXIS_SPAN)
+    return {"type": "date", "range": [start.isoformat(), end.isoformat()], "hoverformat": "%Y-%m-%d %H:%M"}
+
+
+def pool_figures(samples: Iterable[Sample], *, now: datetime | None = None) -> dict[str, dict[str, Any]]:
+    """Up to three figures: nodes by billing kind with min/max, the GPU water level, and the
+    metrics the autoscaler reads (GPU-memory utilisation and queued pods; left out while no
+    agent has reported either). Each title says the window the samples cover up to `now`
+    (default: the last sample). Empty when there is no sample."""
     rows = sorted(samples, key=lambda s: s.minute)
     if not rows:
         return {}
+    window = window_label(max(now or rows[-1].minute, rows[-1].minute) - rows[0].minute)
+    layout = {**LAYOUT, "xaxis": _time_axis(rows, now)}
     x = [s.minute.isoformat() for s in rows]
     nodes = []
     for kind in BILLING_KINDS:
@@ -69,14 +98,19 @@ def pool_figures(samples: Iterable[Sample]) -> dict[str, dict[str, Any]]:
         _line("GPU memory used %", x, [s.gpu_memory_used_pct for s in rows]),
         _line("queued pods", x, [s.pending_pods for s in rows], yaxis="y2"),
     ]
+    figures = {
+        "nodes": {"data": nodes, "layout": {**layout, "title": {"text": f"Nodes by billing kind, {window}"}, "yaxis": {"title": {"text": "nodes"}, "rangemode": "tozero"}}},
+        "water": {"data": water, "layout": {**layout, "title": {"text": f"GPU water level, {window}"}, "yaxis": {"title": {"text": "GPUs"}, "rangemode": "tozero"}}},
+    }
+    if all(s.gpu_memory_used_pct is None and s.pending_pods is None for s in rows):
+        return figures  # no axes without a line on them: the page says so in words
     return {
-        "nodes": {"data": nodes, "layout": {**LAYOUT, "title": {"text": "Nodes by billing kind"}, "yaxis": {"title": {"text": "nodes"}, "rangemode": "tozero"}}},
-        "water": {"data": water, "layout": {**LAYOUT, "title": {"text": "GPU water level"}, "yaxis": {"title": {"text": "GPUs"}, "rangemode": "tozero"}}},
+        **figures,
         "metrics": {
             "data": metrics,
             "layout": {
-                **LAYOUT,
-                "title": {"text": "Autoscaler metrics"},
+                **layout,
+                "title": {"text": f"Autoscaler metrics, {window}"},
                 "yaxis": {"title": {"text": "% GPU memory"}, "range": [0, 100]},
                 "yaxis2": {"title": {"text": "queued pods"}, "overlaying": "y", "side": "right", "rangemode": "tozero", "tickformat": ",d",
                            # whole pods: a step of at least 1, else plotly labels 0.2, 0.4 ... as "0, 0, 1"

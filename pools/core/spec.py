@@ -41,6 +41,15 @@ LEASE_TYPES = ("monthly", "quarterly", "yearly")
 SCHEDULING_POLICIES = ("binpack", "spread", "bestfit", "fgd", "fgd-cpu")
 # FGD with CPU-aware ties: the least unallocated GPU on Alibaba's trace (docs/benchmarks.md)
 DEFAULT_SCHEDULING_POLICY = "fgd-cpu"
+# What each policy does, in one line of plain words: shown beside its name wherever a user picks
+# one (the pool form). pools/core/scheduling/policies.py has the scores themselves.
+SCHEDULING_POLICY_HELP = {
+    "binpack": "fill the fullest node that fits first, keeping other nodes whole for big jobs",
+    "spread": "put each pod on the emptiest node, for headroom and fewer pods lost with one node",
+    "bestfit": "pick the node left with the least spare CPU and GPU after placing the pod",
+    "fgd": "fragmentation-aware: pick the node and GPU that leave free GPUs most usable for the pod sizes seen here",
+    "fgd-cpu": "like fgd, and among equal choices pick the node that leaves the fewest GPUs stuck without CPU (the default)",
+}
 RESOURCE_METRICS = ("gpu-memory",)
 POD_METRICS = ("queued_pods",)
 DEFAULT_SYSTEM_IMAGE = "ubuntu-22.04-cuda-12.2"

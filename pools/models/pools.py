@@ -212,6 +212,12 @@ class GpuNodePool(models.Model):
         stored (validated) document without parsing it against the catalog."""
         return spec_autoscales(self.document.get("spec", {}))
 
+    @property
+    def changing(self) -> bool:
+        """Whether the pool is in a phase it leaves by itself (nodes being bought, joining,
+        repaired or released): its pages poll while this holds, and stop once it settles."""
+        return self.phase in (self.Phase.PENDING, self.Phase.PROVISIONING, self.Phase.SCALING, self.Phase.DEGRADED, self.Phase.DELETING)
+
 
 class PoolOrder(models.Model):
     """A request to buy or change monthly capacity; admins decide (design §3)."""

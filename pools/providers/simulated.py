@@ -127,13 +127,9 @@ class SimulatedCloud:
 
     def quote(self, *, node_type: str, gpu_model: str, lease_type: str, nodes: int, at: datetime, preemptible: bool = False) -> Quote:
         return quote_for(
-            node_type_id=self._named(NodeType, node_type).pk,
-            gpu_model_id=self._named(GpuModel, gpu_model).pk,
-            lease_type=lease_type,
-            nodes=nodes,
-            at=at,
-            preemptible=preemptible,
-        )
+            node_type_id=self._named(NodeType, node_type).pk, gpu_model_id=self._named(GpuModel, gpu_model).pk,
+            lease_type=lease_type, nodes=nodes, at=at, preemptible=preemptible,
+        )  # fmt: skip
 
     def quota(self, *, region: str, gpu_model: str) -> QuotaStatus:
         model = self._named(GpuModel, gpu_model)

@@ -171,14 +171,16 @@ def _csv(view) -> HttpResponse:
 def _fragmentation_page(request, *, pools, scope: str, can_apply: bool, apply_url: str, status: int = 200):
     if request.GET.get("format") == "csv":
         return _csv(fragmentation_service.fragmentation_for(pools=pools, scope=scope))
-    view = fragmentation_service.fragmentation_for(pools=pools, scope=scope, with_plan=True)
+    if request.htmx and request.GET.get("part") == "plan":  # the plan, which the page loads after it shows
+        view = fragmentation_service.fragmentation_for(pools=pools, scope=scope, with_plan=True)
+        return htmx_render(request, "pools/fragmentation.html#plan", {"plan": view.plan, "can_apply": can_apply, "apply_url": apply_url}, status=status)
+    view = fragmentation_service.fragmentation_for(pools=pools, scope=scope)
     trend = fragmentation_service.fragmentation_trend(user=request.user, pool=pools[0] if pools else None)
     context = {
         "trend": trend,
         "scope": scope,
         "pool": pools[0] if pools else None,
         "report": view.report,
-        "plan": view.plan,
         "charts": _charts(view.report, trend),
         "can_apply": can_apply,
         "apply_url": apply_url,
@@ -213,8 +215,14 @@ def pool_fragmentation(request, name: str):
 @login_required
 @require_GET
 def cluster_fragmentation(request):
+    """Admins and finance: the whole cluster's report. Everyone else (the menu links here for
+    every role): their team's pools, each linking to its own report (another team's nodes are
+    not theirs to see)."""
     if not roles.sees_all_teams(request.user):
-        raise PermissionDenied("the cluster-wide report is for platform admins and finance")
+        if request.GET.get("format") == "csv":
+            raise PermissionDenied("the cluster-wide report is for platform admins and finance; each pool's report has its own CSV")
+        pools = selectors.pools_visible(user=request.user).select_related("team", "gpu_model")
+        return htmx_render(request, "pools/fragmentation_pools.html", {"pools": pools})
     return _cluster_page(request)
 
 

@@ -23,19 +23,18 @@ from billing.advisor_service import pool_advice
 from billing.selectors import pool_budget_status
 from pools import roles
 from pools.controllers.lifecycle import pool_capacity_times
-from pools.core.charts import pool_figures
+from pools.core.charts import pool_figures, samples_window
 from pools.core.documents import dump_yaml, load_yaml
 from pools.core.errors import ConflictError, ValidationError
 from pools.core.spec import TAINT_EFFECTS
 from pools.forms import PoolFilterForm, PoolForm, PoolImportForm
-from pools.models import GpuNodePool, PoolEvent
+from pools.models import PoolEvent
 from pools.selectors import pools as selectors
 from pools.services import pools as services
 from pools.views.base import htmx_render
 
 CHART_WINDOW = timedelta(hours=24)
 POOLS_PER_PAGE = 50  # the pool list pages at 1,000 pools (issue 9: p95 < 150 ms)
-CHANGING_PHASES = (GpuNodePool.Phase.PENDING, GpuNodePool.Phase.PROVISIONING, GpuNodePool.Phase.SCALING, GpuNodePool.Phase.DELETING)
 
 
 @login_required
@@ -86,14 +85,15 @@ def pool_detail(request, name: str):
         "events": selectors.pool_events(pool=pool, limit=50, warnings_only=warnings_only),
         "can_manage": roles.can_manage_team_pools(request.user, pool.team_id),
         "can_decide": roles.is_admin(request.user),  # orders are decided in the queue, linked from here
-        "polling": pool.phase in CHANGING_PHASES,
+        "polling": pool.changing,
         "yaml": dump_yaml(pool.document),
         "capacity": pool_capacity_times(pool=pool),
         "scaling": pool.scaling_activities.order_by("-at", "-id")[:20],
         "budget": pool_budget_status(pool=pool, now=timezone.now()),
         "advice": pool_advice(pool=pool, now=timezone.now()),
     }
-    return htmx_render(request, "pools/pool_detail.html", context, partial="timeline")
+    part = "status" if request.GET.get("part") == "status" else "timeline"  # the two parts that poll while the pool changes
+    return htmx_render(request, "pools/pool_detail.html", context, partial=part)
 
 
 @login_required
@@ -101,8 +101,10 @@ def pool_detail(request, name: str):
 def pool_charts(request, name: str):
     """The pool page's charts (a fragment it loads after it shows): a day of per-minute samples."""
     pool = selectors.pool_get(user=request.user, name=name)
-    charts = pool_figures(selectors.pool_samples(pool=pool, since=timezone.now() - CHART_WINDOW))
-    return htmx_render(request, "pools/pool_detail.html#charts", {"pool": pool, "charts": charts})
+    now = timezone.now()
+    samples = selectors.pool_samples(pool=pool, since=now - CHART_WINDOW)
+    context = {"pool": pool, "charts": pool_figures(samples, now=now), "window": samples_window(samples, now=now), "polling": pool.changing}
+    return htmx_render(request, "pools/pool_detail.html#charts", context)
 
 
 @login_required

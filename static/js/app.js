@@ -14,3 +14,23 @@
     if (field && field.form) field.form.submit();
   });
 })();
+
+// Plotly (4.8 MB) is fetched only by pages that draw a chart, and only once the page is shown:
+// a chart script calls ebcloudWithPlotly(src, draw) with the file's URL (from its own
+// data-plotly attribute); the first call adds the script (an added script never holds up
+// DOMContentLoaded), later calls wait for it, and `draw` runs as soon as Plotly is there.
+(function () {
+  var waiting = null;
+  window.ebcloudWithPlotly = function (src, draw) {
+    if (typeof window.Plotly !== "undefined") { draw(); return; }
+    if (!src) return;
+    if (waiting === null) {
+      waiting = [];
+      var script = document.createElement("script");
+      script.src = src;
+      script.addEventListener("load", function () { var queued = waiting; waiting = []; queued.forEach(function (f) { f(); }); });
+      document.head.appendChild(script);
+    }
+    waiting.push(draw);
+  };
+})();

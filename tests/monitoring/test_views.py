@@ -6,6 +6,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from pools.models import Node
 from pools.services import pools as pool_services
 from pools.services.events import WARNING, event_record
 from tests.conftest import make_document
@@ -49,3 +50,17 @@ def test_the_overview_query_count_does_not_grow_with_pools_or_events(client, act
     with CaptureQueriesContext(connection) as many:
         client.get("/monitoring/")
     assert len(few) == len(many)
+
+
+def test_the_overview_refreshes_itself_while_pools_have_nodes_and_stops_when_nothing_changes(client, actors, pools, make_node):
+    """Issue 21 item 8: the capacity page's live part polls (htmx) while agents report or a
+    pool changes phase; the fragment it gets is that part alone."""
+    mine, _ = pools
+    type(mine).objects.update(phase="Ready")
+    Node.objects.all().delete()  # make_node's own pool was bought with nodes
+    client.force_login(actors["lead"])
+    assert 'hx-trigger="every 15s"' not in client.get("/monitoring/").content.decode()
+    make_node("algo-0", target=mine)
+    assert 'id="overview-live" hx-get="/monitoring/" hx-trigger="every 15s"' in client.get("/monitoring/").content.decode()
+    fragment = client.get("/monitoring/", headers={"HX-Request": "true"}).content.decode()
+    assert 'id="overview-live"' in fragment and "algo-burst" in fragment and "<html" not in fragment

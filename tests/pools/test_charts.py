@@ -62,3 +62,72 @@ def test_the_pool_page_embeds_the_figures_and_plotly_from_static(client, actors,
     assert 'id="pool-charts"' in html and 'id="chart-nodes"' in html and "<html" not in html
     embedded = html.split('id="pool-charts" type="application/json">')[1].split("</script>")[0]
     assert json.loads(embedded)["water"]["data"][1]["y"] == [4.0]
+
+
+# --- issue 21 item 8: the real window, a readable time axis, empty charts in words, polling ---
+
+
+def test_the_window_is_said_in_minutes_then_hours():
+    from pools.core.charts import window_label
+
+    assert window_label(timedelta(seconds=20)) == "last 1 minute"
+    assert window_label(timedelta(minutes=10)) == "last 10 minutes"
+    assert window_label(timedelta(minutes=119)) == "last 119 minutes"
+    assert window_label(timedelta(hours=3, minutes=10)) == "last 3 hours"
+    assert window_label(timedelta(hours=24)) == "last 24 hours"
+
+
+def test_a_new_pools_charts_say_their_real_window_on_an_axis_of_minutes():
+    """Ten minutes of samples are "the last 10 minutes", not a day; one sample still gets an
+    axis ten minutes wide (plotly would otherwise tick it in fractions of a second)."""
+    one = [Sample(minute=T, min_nodes=2, max_nodes=6, capacity_gpus=16, allocated_gpus=4.0)]
+    figures = pool_figures(one, now=T + timedelta(minutes=10))
+    assert figures["nodes"]["layout"]["title"]["text"] == "Nodes by billing kind, last 10 minutes"
+    assert figures["water"]["layout"]["title"]["text"] == "GPU water level, last 10 minutes"
+    start, end = (datetime.fromisoformat(v) for v in figures["water"]["layout"]["xaxis"]["range"])
+    assert figures["water"]["layout"]["xaxis"]["type"] == "date" and end - start >= timedelta(minutes=10)
+    alone = pool_figures(one)
+    start, end = (datetime.fromisoformat(v) for v in alone["nodes"]["layout"]["xaxis"]["range"])
+    assert end - start == timedelta(minutes=10) and "last 1 minute" in alone["nodes"]["layout"]["title"]["text"]
+
+
+def test_no_metrics_no_empty_axes():
+    quiet = [Sample(minute=T, min_nodes=2, max_nodes=6, capacity_gpus=16)]
+    assert set(pool_figures(quiet)) == {"nodes", "water"}
+    reported = [quiet[0]._replace(pending_pods=0)]
+    assert "metrics" in pool_figures(reported)
+
+
+def _pool_with_sample(actors, phase):
+    pool = services.pool_create(user=actors["lead"], document=make_document("charted", nodeCount={"min": 0, "max": 4}))
+    type(pool).objects.filter(pk=pool.pk).update(phase=phase)
+    PoolSample.objects.create(pool=pool, minute=T - timedelta(minutes=10), capacity_gpus=8, min_nodes=0, max_nodes=4, node_counts={})
+    return pool
+
+
+def test_the_chart_panel_states_its_window_says_what_is_missing_and_polls_while_the_pool_changes(client, actors, time_machine):
+    time_machine.move_to(T, tick=False)
+    pool = _pool_with_sample(actors, "Provisioning")
+    client.force_login(actors["member"])
+    assert "Capacity over the last 24 hours" not in client.get("/pools/charted/").content.decode()
+    html = client.get("/pools/charted/charts/", headers={"HX-Request": "true"}).content.decode()
+    assert "Per-minute samples of the last 10 minutes" in html
+    assert "No GPU memory or queued-pod figures yet" in html and 'id="chart-metrics"' not in html
+    assert 'id="pool-chart-panel" hx-get="/pools/charted/charts/" hx-trigger="every 30s"' in html
+    type(pool).objects.filter(pk=pool.pk).update(phase="Ready")
+    settled = client.get("/pools/charted/charts/", headers={"HX-Request": "true"}).content.decode()
+    assert 'id="pool-chart-panel" >' in settled and "hx-trigger" not in settled
+
+
+def test_the_pool_status_polls_while_the_pool_changes_and_stops_when_it_settles(client, actors, time_machine):
+    time_machine.move_to(T, tick=False)
+    pool = _pool_with_sample(actors, "Provisioning")
+    client.force_login(actors["member"])
+    page = client.get("/pools/charted/").content.decode()
+    assert 'hx-get="/pools/charted/?part=status" hx-trigger="every 10s"' in page
+    part = client.get("/pools/charted/?part=status", headers={"HX-Request": "true"}).content.decode()
+    assert 'id="pool-status"' in part and "<html" not in part and 'id="timeline"' not in part
+    assert '<span id="pool-phase" class="phase phase-Provisioning" hx-swap-oob="true">Provisioning</span>' in part
+    type(pool).objects.filter(pk=pool.pk).update(phase="Ready")
+    settled = client.get("/pools/charted/?part=status", headers={"HX-Request": "true"}).content.decode()
+    assert 'hx-swap-oob="true">Ready</span>' in settled and 'hx-trigger="every 10s"' not in settled

@@ -10,6 +10,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from pools.core.documents import dump_yaml, load_yaml
+from pools.core.spec import SCHEDULING_POLICIES, SCHEDULING_POLICY_HELP
 from pools.models import GpuNodePool, PoolOrder
 from pools.services import pools as services
 from pools.templatetags.pools_extras import age
@@ -330,3 +331,14 @@ def test_web_posts_need_a_csrf_token(actors, algorithm_pool):
     before = db_state()
     assert browser.post("/pools/train-pool-a/delete/").status_code == 403
     assert db_state() == before
+
+
+def test_every_scheduling_policy_in_the_pool_form_says_what_it_does(browser):
+    """Issue 21 item 9: "fgd" alone means nothing to a lead; each option carries one line."""
+    assert set(SCHEDULING_POLICY_HELP) == set(SCHEDULING_POLICIES)
+    page = browser("lead").get("/pools/new/").content.decode()
+    for policy in SCHEDULING_POLICIES:
+        explanation = SCHEDULING_POLICY_HELP[policy]
+        assert 10 < len(explanation) < 140 and "\n" not in explanation
+        assert f'<option value="{policy}"' in page and f"{policy}: {explanation}" in page.replace("&#x27;", "'"), policy
+    assert "How the scheduler picks a node" in page

@@ -11,6 +11,8 @@ from pools.controllers.scheduler import scheduler_pass
 from pools.core.documents import dump_yaml
 from pools.models import PoolEvent
 from pools.models.pods import Pod
+from pools.services import pools as pool_services
+from tests.conftest import make_document
 from tests.pools.pod_helpers import T0, TRAIN_POD, pod_document, pool_with_nodes, submit
 
 
@@ -80,10 +82,22 @@ def test_a_member_deletes_a_pod_from_its_page(browser, actors):
     assert response.status_code == 302 and not Pod.objects.exists()
 
 
-def test_the_nav_links_pods_for_everyone_and_fragmentation_for_admins_and_finance(browser, actors):
-    assert 'href="/pods/"' in browser("member").get("/pods/").content.decode()
-    assert 'href="/fragmentation/"' not in browser("member").get("/pods/").content.decode()
-    assert 'href="/fragmentation/"' in browser("finance").get("/pods/").content.decode()
+def test_the_nav_links_pods_and_fragmentation_for_everyone(browser, actors):
+    for role in ("member", "lead", "finance"):
+        page = browser(role).get("/pods/").content.decode()
+        assert 'href="/pods/"' in page and 'href="/fragmentation/"' in page, role
+
+
+def test_a_lead_reaches_the_pools_fragmentation_report_from_the_nav_and_the_pool_page(browser, fragmented, actors):
+    """Issue 21 item 7: the menu's Fragmentation lists the lead's own pools, each linking to its
+    report; another team's lead sees none of them; the pool page links its report too."""
+    chooser = browser("lead").get("/fragmentation/").content.decode()
+    assert 'href="/pools/train-pool-a/fragmentation/"' in chooser
+    assert "train-pool-a" not in browser("other_lead").get("/fragmentation/").content.decode()
+    assert 'href="/pools/train-pool-a/fragmentation/"' in browser("lead").get("/pools/train-pool-a/").content.decode()
+    assert browser("other_lead").get("/pools/train-pool-a/fragmentation/").status_code == 404
+    csv = browser("lead").get("/fragmentation/?format=csv")
+    assert csv.status_code == 403 and "each pool&#x27;s report has its own CSV" in csv.content.decode()
 
 
 # --- authorization per role ------------------------------------------------------------------
@@ -105,7 +119,7 @@ def test_pod_pages_by_role(browser, actors, role):
 
 POOL_REPORT = {"lead": 200, "member": 200, "finance": 200, "admin": 200, "other_lead": 404}
 POOL_APPLY = {"lead": 302, "admin": 302, "member": 403, "finance": 403, "other_lead": 404}
-CLUSTER_REPORT = {"lead": 403, "member": 403, "other_lead": 403, "finance": 200, "admin": 200}
+CLUSTER_REPORT = {"lead": 200, "member": 200, "other_lead": 200, "finance": 200, "admin": 200}  # team roles: their pools
 CLUSTER_APPLY = {"lead": 403, "member": 403, "other_lead": 403, "finance": 403, "admin": 302}
 
 
@@ -142,11 +156,16 @@ def test_anonymous_posts_change_nothing(browser, fragmented, url):
 def test_the_pool_report_shows_underused_nodes_the_plan_and_plotly_from_static(browser, fragmented):
     page = browser("lead").get("/pools/train-pool-a/fragmentation/").content.decode()
     assert "<code>train-pool-a-0</code> <code>train-pool-a-1</code>" in page
-    assert "1344 GPU-hours saved per week" in page
-    assert "Free after the plan: <strong>1 node(s)</strong>, 0 already running no pods and 1 freed by moving 1 pod(s)." in page
-    assert '<script src="/static/vendor/plotly.min.js"></script>' in page
+    assert '<script src="/static/js/charts.js" data-plotly="/static/vendor/plotly.min.js" defer></script>' in page
     assert 'id="fragmentation-charts"' in page and "cdn" not in page.lower()
-    assert "Apply: evict and re-place" in page
+    # The plan follows the page (issue 21 item 8: solving it must not hold the page up).
+    assert 'hx-get="/pools/train-pool-a/fragmentation/?part=plan" hx-trigger="load"' in page and "GPU-hours saved" not in page
+    plan = browser("lead").get("/pools/train-pool-a/fragmentation/?part=plan", headers={"HX-Request": "true"}).content.decode()
+    assert "<html" not in plan and 'id="repack-plan"' in plan
+    assert "1344 GPU-hours saved per week" in plan
+    assert "Free after the plan: <strong>1 node(s)</strong>, 0 already running no pods and 1 freed by moving 1 pod(s)." in plan
+    assert "Apply: evict and re-place" in plan
+    assert "Apply: evict" not in browser("member").get("/pools/train-pool-a/fragmentation/?part=plan", headers={"HX-Request": "true"}).content.decode()
 
 
 def test_plotly_is_found_in_the_installed_package_not_copied(settings):
@@ -234,3 +253,10 @@ def test_the_node_table_downloads_as_csv(browser, fragmented):
     assert lines[0] == "node,pool,gpus,allocated_pct,free_milli_gpu,fragmented_milli_gpu,underused"
     assert lines[1].startswith("train-pool-a-0,train-pool-a,8,25.0,6000,") and lines[1].endswith(",yes")
     assert browser("other_lead").get("/pools/train-pool-a/fragmentation/?format=csv").status_code == 404
+
+
+def test_a_pool_without_nodes_says_in_words_that_there_is_nothing_to_chart(browser, actors):
+    """Issue 21 item 8: no empty axes."""
+    pool_services.pool_create(user=actors["lead"], document=make_document("empty-pool"))
+    page = browser("lead").get("/pools/empty-pool/fragmentation/").content.decode()
+    assert "No live nodes yet, so nothing to chart" in page and 'id="chart-allocation"' not in page

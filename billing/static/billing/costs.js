@@ -1,11 +1,16 @@
 // Draws the stacked cost-over-time chart from the JSON the page embeds (no inline script).
+// Plotly is fetched after the page is shown (ebcloudWithPlotly, static/js/app.js) from the URL
+// in this script's data-plotly attribute.
 (function () {
+  var plotlySrc = document.currentScript && document.currentScript.getAttribute("data-plotly");
   function draw() {
     var data = document.getElementById("cost-chart-data");
     var target = document.getElementById("cost-chart");
-    if (!data || !target || !window.Plotly) return;
-    var figure = JSON.parse(data.textContent);
-    window.Plotly.react(target, figure.data, figure.layout, {displaylogo: false, responsive: true});
+    if (!data || !target) return;
+    window.ebcloudWithPlotly(plotlySrc, function () {
+      var figure = JSON.parse(data.textContent);
+      window.Plotly.react(target, figure.data, figure.layout, {displaylogo: false, responsive: true});
+    });
   }
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", draw);
   else draw();

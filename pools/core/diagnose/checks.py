@@ -222,7 +222,7 @@ def _pending_advice(s: PoolSnapshot, category: str, pod: PendingPod) -> tuple[st
                    f"Run {why}; add the label under spec.nodeLabels of the pool, or fix the pod's affinity.{hint}"),
         GPU_MODEL: (f"{pod.key} does not allow {s.gpu_model} (its gpuSpec lists other models).",
                     f"Run {why}; widen the pod's gpuSpec or use a pool of an allowed model.{hint}"),
-        SKEW: ("A Ready node of the pool has the GPUs free, yet the pod stays Pending: the scheduler may not see the pool's nodes (T2: a scheduler plugin whose version or configuration lags hides new nodes).",
+        SKEW: ("A Ready node of the pool has the GPUs free, yet the pod stays Pending: the scheduler may not see the pool's nodes (a scheduler plugin whose version or configuration lags hides new nodes).",
                f"Run {why}: if it counts fewer nodes than the pool has Ready, check the scheduler plugin's version and configuration."),
         AT_MAX: (f"No capacity: the pool is at nodeCount.max ({s.max_nodes}) and its nodes are full.",
                  f"Run {why}; raise nodeCount.max (`ebcloud node-pool scale {s.name} --max N`), let lower-priority pods be preempted, or repack (`ebcloud node-pool fragmentation {s.name} --plan`)."),
@@ -248,7 +248,7 @@ def check_pending(s: PoolSnapshot, now: datetime) -> Check:
              f"oldest {oldest.key} for {age(now - oldest.submitted_at)}. By cause: {by_cause}.")  # fmt: skip
     details = tuple(f"{p.key}: Pending {age(now - p.submitted_at)}, {_gpus(p.gpus)} GPU(s), {categories[p.key]} — {p.explanation or p.reason or 'not evaluated yet'}" for p in pods[:MAX_DETAILS])
     if not long and not stuck:
-        return Check("pods-pending", title, OK, found + " Under 15 minutes is a normal scale-up (5-10 min, O4).", requirements=reqs, details=details)
+        return Check("pods-pending", title, OK, found + " Under 15 minutes is a normal scale-up (5-10 min).", requirements=reqs, details=details)
     focus = long or stuck
     category = next(c for c in PENDING_ORDER if any(categories[p.key] == c for p in focus))
     pod = next(p for p in focus if categories[p.key] == category)
@@ -324,7 +324,7 @@ def check_utilisation(s: PoolSnapshot, now: datetime) -> Check:
     packing = f" — {_plural(f.underused_nodes, 'node')} under 50% allocated, repacking frees {f.freeable_nodes}" if f else ""
     if u.allocated_pct is not None and u.allocated_pct >= BUSY_ALLOCATION_PCT:
         cause = f"IO-bound data loading: {u.allocated_pct:.0f}% of the GPUs are held by pods but busy only {u.mean_util_pct:.0f}% of the time, so the jobs wait on data."
-        action = "Look at the data-loading share in the training logs: above a third of step time, fix the data pipeline and prefetching (warm the dataset on local NVMe, D4)."
+        action = "Look at the data-loading share in the training logs: above a third of step time, fix the data pipeline and prefetching (warm the dataset on local NVMe)."
     else:
         held = f"only {u.allocated_pct:.0f}% of the GPUs are allocated" if u.allocated_pct is not None else "GPUs sit idle"
         cause = f"Oversized GPU spec or scattered small jobs: {held}; small jobs hold big cards, or the data loading keeps them waiting."
@@ -353,11 +353,11 @@ def check_cross_zone(s: PoolSnapshot, now: datetime) -> Check:
     share = network / c.recent_total
     rising = network > 0 and c.previous_days > 0 and network >= before * RISING
     gb = f", {c.cross_zone_gb:.0f} GB crossed zones" if c.cross_zone_gb is not None else ""
-    found = (f"{_bill_line(c)}. Cross-zone network {network:.2f} {c.currency} = {_pct(network, c.recent_total)} of it (the article's estimate: 5%){gb}; "
+    found = (f"{_bill_line(c)}. Cross-zone network {network:.2f} {c.currency} = {_pct(network, c.recent_total)} of it (typically about 5%){gb}; "
              f"previous daily average {before:.2f}.")  # fmt: skip
     if share <= NETWORK_SHARE and not rising:
         return Check("bill-cross-zone", title, OK, found, requirements=reqs)
-    cause = f"Cross-zone traffic: the pool's nodes in {s.zone} read data or write checkpoints in another zone, and traffic between zones is billed per GB (D4)."
+    cause = f"Cross-zone traffic: the pool's nodes in {s.zone} read data or write checkpoints in another zone, and traffic between zones is billed per GB."
     action = (f"Export the cost detail by labels (`{COST_EXPORT}`, or the Costs page filtered to pool {s.name}) and check it against the traffic bill; "
               f"then keep the data in {s.zone} (object store in the same zone, a local NVMe warm cache) or move the pool next to its data.")  # fmt: skip
     status = FAILING if share > NETWORK_SHARE and rising else WARNING
@@ -445,8 +445,8 @@ def check_whole_node_burst(s: PoolSnapshot, now: datetime) -> Check:
         up = spec.scale_up.tolerance if spec.scale_up.tolerance is not None else DEFAULT_TOLERANCE
         found = (f"spec.scaling.default.combine is All: a scale-up needs every metric to ask for more at once, and queued_pods asks only when {threshold} or more pods are queued "
                  f"and the average GPU memory is above {memory.target * (1 + up):.1f}%. {whole_pods}")  # fmt: skip
-        cause = "The article's rule (GPU memory > 85% AND more than 10 queued pods) counts pods, not GPUs: whole-node jobs never make a queue of 10."
-        action = ("Set spec.scaling.default.combine: Any (HPA's rule: the highest recommendation wins). In our 30-day replay of the article's example this "
+        cause = "A rule such as GPU memory > 85% AND more than 10 queued pods counts pods, not GPUs: whole-node jobs never make a queue of 10."
+        action = ("Set spec.scaling.default.combine: Any (HPA's rule: the highest recommendation wins). In our 30-day replay of a training fleet with that rule this "
                   "took the peak job's p95 wait from 58 h to 5 min (docs/benchmarks.md, autoscaler replay).")  # fmt: skip
     else:
         found = f"The queue alone decides bursts, and queued_pods asks for a node only when {threshold} or more pods are queued. {whole_pods}"
