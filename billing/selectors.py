@@ -33,6 +33,7 @@ from billing.allocation import (
     group_columns,
 )
 from billing.costing import cost_records_for
+from billing.forecast import month_forecast
 from billing.hours import floor_hour
 from billing.lease_costs import add_months
 from billing.models import Budget, BudgetAlert, CostDay, CostRecord
@@ -293,8 +294,6 @@ def cost_detail_rows(
 
 # --------------------------------------------------------------------------- budgets
 
-FORECAST_MIN_DATA = timedelta(days=3)
-
 
 @dataclass(frozen=True)
 class BudgetStatus:
@@ -374,14 +373,7 @@ def budget_statuses_of(budgets, *, now: datetime) -> list[BudgetStatus]:
         key = ("pool_id", budget.pool_id) if budget.pool_id else ("team_id", budget.team_id)
         row = sums.get((*key, budget.currency))
         spent = Decimal(row["spent"] if row else 0).quantize(CENT)
-        forecast = None
-        if row is not None:
-            elapsed = min(row["last"] + timedelta(hours=1), end) - row["first"]
-            if elapsed >= FORECAST_MIN_DATA:
-                rate = spent / Decimal(elapsed / timedelta(hours=1))
-                forecast = (rate * Decimal((end - row["first"]) / timedelta(hours=1))).quantize(
-                    CENT
-                )
+        forecast = None if row is None else month_forecast(spent=spent, first=row["first"], last=row["last"], end=end)
         out.append(BudgetStatus(budget=budget, period=start.date(), spent=spent, forecast=forecast))
     return out
 
