@@ -78,7 +78,7 @@ def test_the_trends_say_so_in_words_when_nothing_was_measured(client, actors, po
     time_machine.move_to(NOW, tick=False)
     client.force_login(actors["lead"])
     body = client.get("/monitoring/trends/", headers={"HX-Request": "true"}).content.decode()
-    assert "no samples in this window" in body and "no agent reports in this window" in body and "<svg" not in body
+    assert "no capacity measured in this window" in body and "no agent reports in this window" in body and "<svg" not in body
 
 
 def test_the_trends_take_the_same_queries_for_more_pools(client, actors, pools, time_machine):
