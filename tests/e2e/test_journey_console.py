@@ -48,6 +48,7 @@ def test_a_lead_reads_each_pools_cost_this_month_and_forecast_in_the_pool_list(b
     assert row.locator("[data-forecast]").inner_text() == f"{expected.forecast} CNY"
     assert "spot-pool" not in lead.page.inner_text("#pool-table")  # another team's pool and cost
     assert "three days of costs" in lead.page.inner_text("#pool-table .help")
+    lead.shot("lead-09-pool-costs")
     # The columns stay when htmx redraws the table for a filter.
     lead.swap(lambda: lead.page.locator("#id_q").press_sequentially("train"))
     assert "q=train" in lead.page.url
@@ -87,7 +88,7 @@ def test_a_lead_reads_the_utilisation_trend_of_each_pool_on_the_capacity_page(br
     assert quiet.locator("[data-trend=allocated]").inner_text() == "no capacity measured in this window"
     assert quiet.locator("[data-trend=utilisation]").inner_text() == "no agent reports in this window"
     assert lead.page.locator("#trends-panel tr[data-pool='infer-pool']").count() == 0  # another team's
-    lead.shot("lead-07-capacity-trends", element="section:has(#trends-panel)")
+    lead.shot("lead-10-capacity-trends", element="section:has(#trends-panel)")
 
 
 def test_the_approver_weighs_quota_balance_and_budget_beside_each_order(browse, actors, teams, time_machine):
@@ -113,7 +114,7 @@ def test_the_approver_weighs_quota_balance_and_budget_beside_each_order(browse, 
     assert row.locator("[data-budget]").inner_text() == "pool: 72.00 of 1000.00 CNY (7.2%)\nteam: no budget"
     other = admin.page.locator(f"#order-{infer_order.pk}")
     assert other.locator("[data-budget]").inner_text() == "pool: no budget\nteam: 0.00 of 500.00 CNY (0.0%)"
-    admin.shot("admin-02-orders-context", full_page=True)
+    admin.shot("admin-08-orders-quota-balance-budget", full_page=True)
 
     admin.follow(f"#order-{train_order.pk} button:has-text('Approve')")
     assert "approved" in admin.page.inner_text("main .messages")
