@@ -2,9 +2,9 @@
 region and GPU model, whether the account's balance covers its quote, and this month's use of
 the pool's and the team's budgets.
 
-Reads only: quota room from `pools.selectors.quotas`, budget use from the budgets' own
-selector (`billing.selectors.budget_statuses_of`, the same spend and forecast as the budget
-bars), the balance from the account that orders are paid from. A constant number of queries
+Reads only: quota room from `pools.selectors.quotas`, budget use as the budget bars show it
+(`billing.month_spend.budget_statuses_read`: the same spend and forecast, from the daily
+rollup), the balance from the account that orders are paid from. A constant number of queries
 for a whole page of orders.
 """
 
@@ -18,7 +18,8 @@ from django.conf import settings
 from django.db.models import Q
 
 from billing.models import Account, Budget
-from billing.selectors import BudgetStatus, budget_statuses_of
+from billing.month_spend import budget_statuses_read
+from billing.selectors import BudgetStatus
 from pools.models import PoolOrder
 from pools.selectors.quotas import OrderQuota, order_quotas
 
@@ -79,11 +80,11 @@ def order_funds(order: PoolOrder, account: Account | None) -> OrderFunds:
 
 def order_budgets(*, orders: list[PoolOrder], now: datetime) -> tuple[dict[int, BudgetStatus], dict[int, BudgetStatus]]:
     """This month's status of the orders' pool budgets (by pool id) and team budgets (by team
-    id); a pool or team without a budget is absent. Three queries."""
+    id); a pool or team without a budget is absent. Five queries at most."""
     pool_ids = {o.pool_id for o in orders}
     team_ids = {o.pool.team_id for o in orders}
     budgets = Budget.objects.filter(Q(pool_id__in=pool_ids) | Q(pool__isnull=True, team_id__in=team_ids)).select_related("pool", "team")
-    statuses = budget_statuses_of(budgets, now=now)
+    statuses = budget_statuses_read(budgets, now=now)
     by_pool = {s.budget.pool_id: s for s in statuses if s.budget.pool_id}
     by_team = {s.budget.team_id: s for s in statuses if not s.budget.pool_id}
     return by_pool, by_team

@@ -20,7 +20,7 @@ from django.utils.html import escape
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from billing.advisor_service import pool_advice
-from billing.pool_spend import pool_spend_attach
+from billing.month_spend import pool_spend_attach
 from billing.selectors import pool_budget_status
 from pools import roles
 from pools.controllers.lifecycle import pool_capacity_times

@@ -10,11 +10,11 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from billing import budgets
-from billing.models import Account, CostRecord
+from billing.models import Account
 from billing.order_context import order_contexts
 from pools.selectors.pools import orders_for_user
 from pools.services import pools as pool_services
-from tests.billing.billing_helpers import HOUR, T0
+from tests.billing.billing_helpers import HOUR, T0, charge
 from tests.conftest import make_document
 
 pytestmark = pytest.mark.django_db
@@ -29,10 +29,7 @@ def queue(actors, teams):
     infer = pool_services.pool_create(user=actors["other_lead"], document=make_document("infer", nodeCount={"min": 1, "max": 2}), now=T0)
     budgets.budgets_sync()
     budgets.budget_team_set(user=actors["admin"], team=teams["inference"], monthly_amount=Decimal("500"))
-    CostRecord.objects.bulk_create(
-        CostRecord(hour=T0 + i * HOUR, pool=train, team=train.team, billing_kind="monthly", cost_kind="idle", amount=Decimal("1.00"))
-        for i in range(72)
-    )
+    charge(train, "1.00", hours=72)
     return train.orders.get(), infer.orders.get()
 
 

@@ -17,13 +17,13 @@ from django.db.models import Sum
 
 from billing import budgets
 from billing.models import Account, CostRecord
-from billing.pool_spend import pool_month_spend
+from billing.month_spend import month_spend
 from monitoring.models import NodeAgentState
 from monitoring.services import pool_samples_rollup
 from pools.controllers.lifecycle import pool_reconcile
 from pools.controllers.scheduler import scheduler_pass
 from pools.services import pools as pool_services
-from tests.billing.billing_helpers import HOUR, T0, scenario
+from tests.billing.billing_helpers import HOUR, T0, charge, scenario
 from tests.conftest import make_document
 from tests.pools.pod_helpers import pool_with_nodes, submit
 
@@ -36,7 +36,7 @@ def test_a_lead_reads_each_pools_cost_this_month_and_forecast_in_the_pool_list(b
     time_machine.move_to(NOW, tick=True)
     train, spot = scenario(actors, teams, hours=73)  # the hourly metering of 2026-12-01 00:00 to 12-04 00:00
     charged = Decimal(CostRecord.objects.filter(pool=train).aggregate(total=Sum("amount"))["total"]).quantize(Decimal("0.01"))
-    [expected] = pool_month_spend(pool_ids=[train.pk], now=NOW)[train.pk]
+    [expected] = month_spend(scope="pool_id", ids=[train.pk], now=NOW)[train.pk]
     assert expected.spent == charged and expected.forecast == (charged / 73 * 744).quantize(Decimal("0.01"))
 
     lead = browse("lead")
@@ -56,7 +56,7 @@ def test_a_lead_reads_each_pools_cost_this_month_and_forecast_in_the_pool_list(b
 
     finance = browse("finance")
     finance.follow("nav a:has-text('Pools')")
-    [spot_spend] = pool_month_spend(pool_ids=[spot.pk], now=NOW)[spot.pk]
+    [spot_spend] = month_spend(scope="pool_id", ids=[spot.pk], now=NOW)[spot.pk]
     spot_row = finance.page.locator("#pool-table tbody tr", has_text="spot-pool")
     assert spot_row.locator("[data-spent]").inner_text() == f"{spot_spend.spent} CNY"
 
@@ -97,10 +97,7 @@ def test_the_approver_weighs_quota_balance_and_budget_beside_each_order(browse, 
     infer = pool_services.pool_create(user=actors["other_lead"], document=make_document("infer", nodeCount={"min": 1, "max": 2}))
     budgets.budgets_sync()  # the budgets task makes the pool budget from spec.budget
     budgets.budget_team_set(user=actors["admin"], team=teams["inference"], monthly_amount=Decimal("500"))
-    CostRecord.objects.bulk_create(
-        CostRecord(hour=T0 + i * HOUR, pool=train, team=train.team, billing_kind="monthly", cost_kind="idle", amount=Decimal("1.00"))
-        for i in range(72)
-    )
+    charge(train, "1.00", hours=72)  # three days of the pool's costs, as metering records and rolls them up
     train_order, infer_order = train.orders.get(), infer.orders.get()
     # Enough for either order, not for both.
     Account.objects.filter(name="default").update(balance=train_order.amount + infer_order.amount - Decimal("1.00"))

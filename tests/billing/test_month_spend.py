@@ -10,23 +10,15 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from billing import budgets, selectors
-from billing.models import Budget, CostRecord
-from billing.pool_spend import PoolSpend, pool_month_spend
-from billing.services import cost_day_add
-from tests.billing.billing_helpers import HOUR, T0, pool
+from billing.models import Budget
+from billing.month_spend import MonthSpend, budget_statuses_read, month_spend
+from tests.billing.billing_helpers import HOUR, T0, charge, pool
 
 pytestmark = pytest.mark.django_db
 
 
 def spend(p, per_hour: str, *, hours: int, start=T0, currency="CNY"):
-    """Hourly cost records of the pool and, as metering adds them, their days' rollup."""
-    records = CostRecord.objects.bulk_create(
-        CostRecord(hour=start + i * HOUR, pool=p, team=p.team, billing_kind="monthly", cost_kind="idle",
-                   amount=Decimal(per_hour), currency=currency)
-        for i in range(hours)
-    )  # fmt: skip
-    for record in records:
-        cost_day_add(day=record.hour.date(), costs=[record])
+    charge(p, per_hour, hours=hours, start=start, currency=currency)
 
 
 @pytest.fixture
@@ -45,29 +37,42 @@ def pools(actors):
 
 def test_each_pool_has_its_month_so_far_and_a_forecast_after_three_days(pools):
     train, young, quiet = pools
-    spent = pool_month_spend(pool_ids=[p.pk for p in pools], now=T0 + 72 * HOUR)
-    assert spent[train.pk] == [PoolSpend(spent=Decimal("72.00"), forecast=Decimal("744.00"), currency="CNY")]
-    assert spent[young.pk] == [PoolSpend(spent=Decimal("5.00"), forecast=None, currency="CNY")]
+    spent = month_spend(scope="pool_id", ids=[p.pk for p in pools], now=T0 + 72 * HOUR)
+    assert spent[train.pk] == [MonthSpend(spent=Decimal("72.00"), forecast=Decimal("744.00"), currency="CNY")]
+    assert spent[young.pk] == [MonthSpend(spent=Decimal("5.00"), forecast=None, currency="CNY")]
     assert quiet.pk not in spent  # November's cost is last month's
+
+
+def test_budget_statuses_read_from_the_rollup_are_the_budgets_own(actors, teams, pools):
+    train, young, _ = pools
+    budgets.budgets_sync()
+    budgets.budget_team_set(user=actors["admin"], team=teams["algorithm"], monthly_amount=Decimal("2000"))
+    charge(train, "3.00", hours=5, start=T0 + 10 * HOUR, team=teams["inference"])  # inference used algorithm's pool
+    every = list(Budget.objects.select_related("pool", "team"))
+    now = T0 + 72 * HOUR
+    fast = [(s.budget.pk, s.period, s.spent, s.forecast) for s in budget_statuses_read(every, now=now)]
+    assert fast == [(s.budget.pk, s.period, s.spent, s.forecast) for s in selectors.budget_statuses_of(every, now=now)]
+    spent = {"pool" if s.budget.pool_id else "team": s.spent for s in budget_statuses_read(every, now=now)}
+    assert spent == {"pool": Decimal("87.00"), "team": Decimal("77.00")}  # the pool's every user; the team's every pool
 
 
 def test_a_page_of_pools_takes_two_queries(pools, django_assert_num_queries):
     with django_assert_num_queries(2):
-        pool_month_spend(pool_ids=[p.pk for p in pools], now=T0 + 72 * HOUR)
+        month_spend(scope="pool_id", ids=[p.pk for p in pools], now=T0 + 72 * HOUR)
 
 
 def test_the_pool_list_and_the_budget_bar_tell_the_same_forecast(pools):
     train, _, _ = pools
     budgets.budgets_sync()
     status = selectors.budget_status(budget=Budget.objects.get(pool=train), now=T0 + 72 * HOUR)
-    [listed] = pool_month_spend(pool_ids=[train.pk], now=T0 + 72 * HOUR)[train.pk]
+    [listed] = month_spend(scope="pool_id", ids=[train.pk], now=T0 + 72 * HOUR)[train.pk]
     assert (listed.spent, listed.forecast) == (status.spent, status.forecast)
 
 
 def test_a_pool_charged_in_two_currencies_shows_each(pools):
     train, _, _ = pools
     spend(train, "0.10", hours=1, start=T0 + 3 * HOUR, currency="USD")
-    assert [s.currency for s in pool_month_spend(pool_ids=[train.pk], now=T0 + 72 * HOUR)[train.pk]] == ["CNY", "USD"]
+    assert [s.currency for s in month_spend(scope="pool_id", ids=[train.pk], now=T0 + 72 * HOUR)[train.pk]] == ["CNY", "USD"]
 
 
 def test_the_pool_list_shows_cost_this_month_and_forecast_in_the_same_queries_for_more_pools(client, actors, pools, time_machine):
