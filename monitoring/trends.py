@@ -10,10 +10,9 @@ the pools shown, and hourly slots, so a day is 24 points per line, not 1,440.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
-from django.db.models import Avg, Q, Sum
-from django.db.models.functions import TruncHour
+from django.db.models import Avg, Case, IntegerField, Q, Sum, Value, When
 
 from monitoring.models import PoolSample
 from pools.core.charts import window_label
@@ -39,13 +38,25 @@ def trend_window(hours: int = TREND_HOURS) -> str:
     return window_label(hours * HOUR)
 
 
+def hour_slot(start: datetime, hours: int, first: int = 0):
+    """The sample's hourly slot (0 = the hour from `start`) as comparisons the database
+    evaluates itself, nested as a binary search (five per sample for a day). Truncating each
+    timestamp instead goes through a Python function on SQLite: a day of 55 pools' samples took
+    ~340 ms that way, ~120 ms with a flat list of comparisons."""
+    if hours == 1:
+        return Value(first)
+    half = hours // 2
+    return Case(When(minute__lt=start + (first + half) * HOUR, then=hour_slot(start, half, first)),
+                default=hour_slot(start, hours - half, first + half), output_field=IntegerField())  # fmt: skip
+
+
 def pool_trends(*, pool_ids, now: datetime, hours: int = TREND_HOURS) -> dict[int, PoolTrend]:
     """Per pool id (every one asked for, measured or not), the hourly trends of the last
     `hours` hours up to `now`. One query."""
     start = trend_start(now, hours)
     rows = (
         PoolSample.objects.filter(pool_id__in=list(pool_ids), minute__gte=start, minute__lte=now)
-        .annotate(slot=TruncHour("minute", tzinfo=UTC))
+        .annotate(slot=hour_slot(start, hours))
         .values("pool_id", "slot")
         .annotate(
             allocated=Sum("allocated_gpus"),
@@ -57,9 +68,7 @@ def pool_trends(*, pool_ids, now: datetime, hours: int = TREND_HOURS) -> dict[in
     allocated: dict[int, list[float | None]] = {pk: [None] * hours for pk in pool_ids}
     util: dict[int, list[float | None]] = {pk: [None] * hours for pk in pool_ids}
     for row in rows:
-        i = int((row["slot"] - start) / HOUR)
-        if not 0 <= i < hours:
-            continue
+        i = row["slot"]
         if row["capacity"]:
             allocated[row["pool_id"]][i] = 100.0 * row["allocated"] / row["capacity"]
         if row["util"] is not None:
