@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
 from ebcloud import config as ebcloud_config
@@ -243,3 +244,14 @@ def test_every_example_file_applies_to_the_demo_and_the_article_pod_binds(demo):
     demo.run(f"ebcloud login --server {DEMO_URL} --username member-algorithm")
     demo.run(POD_SUBMIT)
     assert assert_article_pod_bound().labels["pool"] == "train"
+
+
+@live
+def test_the_articles_pool_file_imports_on_the_demo_page(demo, client):
+    """The issue's first stumble: Pools -> Import YAML with examples/create-train-pool.yaml
+    answered 400 on the demo, whose own pool already had the name. Now the page creates it."""
+    client.force_login(get_user_model().objects.get(username="lead-algorithm"))
+    with (ROOT / "examples" / "create-train-pool.yaml").open("rb") as upload:
+        response = client.post("/pools/import/", {"upload": upload})
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert GpuNodePool.objects.active().get(name="train-pool-a").team.slug == "algorithm"
