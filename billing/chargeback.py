@@ -40,10 +40,11 @@ from billing.models import CostRecord, MeterRun
 from billing.selectors import CostQuery, days_for_user
 from pools import roles
 
-# The current hour and the complete hours before it that metering may not have written yet
-# (it runs a few minutes past the top of each hour). Older unmetered hours mean metering is
-# behind; they are not projected (each projected hour is a full collection).
-ACCRUING_HOURS = 3
+# The current hour and the one just completed, which metering writes a few minutes past the
+# top of the hour (`billing.hours.METER_RUN_OFFSET`). Older unmetered hours mean metering is
+# behind (its catch-up writes them); they are not projected: each projected hour is a full
+# collection of the fleet on every page view.
+ACCRUING_HOURS = 2
 
 
 def accruing_hours(*, query: CostQuery, now: datetime) -> list[datetime]:
