@@ -171,3 +171,25 @@ def test_focus_export_of_a_lead_covers_only_their_teams_pools(actors, teams):
         if r["ResourceId"] == "spot-0"
     ]
     assert {r["PricingCategory"] for r in spot} == {"Dynamic"}
+
+
+def test_a_pod_on_a_pool_lent_to_its_team_is_charged_to_its_own_team(actors, teams):
+    """Issue 21 §4 (C4, G3): the host's `team` and `project` labels are not inherited by a
+    guest; its cost is charged to its team, in the charged-team column and the team label."""
+    host = pool(actors["lead"], sharedWith=["inference"])
+    assert host.shared_with == ("inference",)
+    n = node(host, "n-0")
+    pod(teams["inference"], n, "serve", namespace="inference", gpus=2)
+    pod(teams["algorithm"], n, "llm", gpus=2, labels={"project": "llm"})
+    meter(hours=1)
+    guest = UsageRecord.objects.get(kind="pod", namespace="inference")
+    assert guest.team.slug == "inference" and guest.labels["team"] == "inference"
+    assert "project" not in guest.labels and guest.labels["gpu-class"] == "a100"
+    groups = [g.as_dict() for g in chargeback.chargeback(user=actors["finance"], query=CostQuery())]
+    inference = [g for g in groups if g["namespace"] == "inference"]
+    assert inference and all(g["charged_team"] == g["team"] == "inference" for g in inference)
+    assert {g["kind"] for g in inference} == {"unallocated"}  # it carries no project label
+    assert {g["charged_team"] for g in groups if g["kind"] == "idle"} == {"algorithm"}
+    # The lead of the guest team sees its own cost, none of the host's.
+    lead = chargeback.chargeback(user=actors["other_lead"], query=CostQuery())
+    assert {g.as_dict()["charged_team"] for g in lead} == {"inference"}
