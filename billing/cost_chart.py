@@ -57,8 +57,9 @@ def cost_figure(
     if first is not None and last is not None:
         last = max(last, first + timedelta(days=MIN_DAYS - 1))
         xaxis["range"] = [_at(first, -12), _at(last, 12)]
-        if (last - first).days <= 31:
+        if (last - first).days <= 31:  # ticks from the first day on, every day or every other
             xaxis["dtick"] = DAY_MS if (last - first).days <= 14 else 2 * DAY_MS
+            xaxis["tick0"] = first.isoformat()
     layout = {
         "barmode": "stack",
         "margin": {"t": 10, "r": 10, "b": 10, "l": 10},
