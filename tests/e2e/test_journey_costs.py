@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import io
+from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
@@ -25,7 +26,10 @@ def page_rows(actor) -> tuple[list[str], list[list[str]]]:
     return [h.rstrip(" ▲▼") for h in header], rows
 
 
-def test_finance_downloads_the_chargeback_csv_and_its_totals_match_the_page(browse, actors, teams):
+def test_finance_downloads_the_chargeback_csv_and_its_totals_match_the_page(browse, actors, teams, time_machine):
+    # The server's clock after the month: every hour of it metered, none still accruing (the
+    # figures and the screenshot do not depend on today's date).
+    time_machine.move_to(datetime(2027, 1, 15, 9, 0, tzinfo=UTC), tick=True)
     # Three metered hours of December 2026: train-pool-a (algorithm), spot-pool (inference).
     scenario(actors, teams, hours=3)
     finance = browse("finance")
