@@ -9,7 +9,8 @@ from billing import budgets, services
 
 
 def meter_pending() -> dict[str, int]:
-    """Hourly: meter every complete hour not metered yet, then check budgets."""
+    """Hourly, two minutes past the top of the hour (migration 0008): meter every complete hour
+    not metered yet, then check budgets."""
     now = timezone.now()
     # Stay well inside the worker's task timeout; the next run continues a long catch-up.
     budget_s = settings.Q_CLUSTER.get("timeout", 60) * 0.6
