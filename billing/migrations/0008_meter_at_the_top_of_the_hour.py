@@ -32,7 +32,7 @@ def align(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("billing", "0006_lease_periods_preemptible_prices"),
+        ("billing", "0007_budget_alerts_delivered_as_notifications"),
         ("django_q", "0019_alter_task_options_alter_ormq_key_alter_ormq_lock_and_more"),
     ]
 
