@@ -208,7 +208,7 @@ def test_the_page_and_the_api_use_a_constant_number_of_queries(
     with CaptureQueriesContext(connection) as endpoint:
         body(finance.get(f"/api/v1/costs/?{RANGE}&format=csv"))
     assert CostRecord.objects.count() > 10
-    assert len(page) <= page_queries, [q["sql"] for q in page]
+    assert len(page) <= page_queries + 1, [q["sql"] for q in page]  # + the open alerts beside the navigation
     assert len(endpoint) <= csv_queries, [q["sql"] for q in endpoint]
 
 
