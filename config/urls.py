@@ -10,6 +10,7 @@ from pools.urls import pod_urls, pool_urls
 from pools.views import orders
 from pools.views import pods as pods_views
 from pools.views.audit import audit_list
+from pools.views.repairs import repair_list
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="pools:list", permanent=False), name="home"),
@@ -18,6 +19,7 @@ urlpatterns = [
     path("pools/", include((pool_urls, "pools"))),
     path("orders/", orders.order_list, name="orders"),
     path("audit/", audit_list, name="audit"),
+    path("repairs/", repair_list, name="repairs"),
     path("pods/", include((pod_urls, "pods"))),
     path("fragmentation/", pods_views.cluster_fragmentation, name="fragmentation"),
     path("fragmentation/apply/", pods_views.cluster_fragmentation_apply, name="fragmentation-apply"),

@@ -33,6 +33,7 @@ from pools.claims import claim_acquire, claim_release
 from pools.controllers.context import ReconcilePass
 from pools.controllers.exits import drain_start
 from pools.controllers.repair_cordon import cluster_cordon, repair_uncordon, wait_cordon
+from pools.core import lifecycle as rules
 from pools.core.repair import (
     NONE,
     REPLACE,
@@ -57,7 +58,7 @@ from pools.services.repair import (
 )
 
 logger = logging.getLogger("ebcloud.repair")
-REPAIR_RELEASE = "Repair"  # release_reason of a node replaced by auto-repair (not a retirement: the slot is refilled)
+REPAIR_RELEASE = rules.REPAIRED  # release_reason of a node replaced by auto-repair (not a retirement: the slot is refilled)
 WATCHED_PHASES = (Node.Phase.READY, Node.Phase.CORDONED, Node.Phase.UNKNOWN, Node.Phase.REPAIRING)
 OUTCOME = {AgentCommand.Status.SUCCEEDED: True, AgentCommand.Status.FAILED: False, AgentCommand.Status.PENDING: None}
 # Gates that make a faulty node wait (it is cordoned meanwhile: pools/controllers/repair_cordon.py).

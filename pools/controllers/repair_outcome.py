@@ -11,7 +11,7 @@ node's timeline says the repair is done (`RepairSucceeded`), as a reset or a reb
 from __future__ import annotations
 
 from pools.controllers.context import ReconcilePass
-from pools.controllers.repair import REPAIR_RELEASE
+from pools.core.lifecycle import REPAIRED as REPAIR_RELEASE
 from pools.models import Node
 
 

@@ -32,6 +32,7 @@ from pools.models import PoolEvent
 from pools.selectors import pools as selectors
 from pools.services import pools as services
 from pools.views.base import htmx_render
+from pools.views.repairs import repairs_context
 
 CHART_WINDOW = timedelta(hours=24)
 POOLS_PER_PAGE = 50  # the pool list pages at 1,000 pools (issue 9: p95 < 150 ms)
@@ -92,7 +93,9 @@ def pool_detail(request, name: str):
         "budget": pool_budget_status(pool=pool, now=timezone.now()),
         "advice": pool_advice(pool=pool, now=timezone.now()),
     }
-    part = "status" if request.GET.get("part") == "status" else "timeline"  # the two parts that poll while the pool changes
+    context.update(repairs_context(user=request.user, pool=pool, poll_url=reverse("pools:detail", args=[pool.name]) + "?part=repairs"))
+    # The parts that poll: status and timeline while the pool changes, repairs while one moves.
+    part = {"status": "status", "repairs": "repairs"}.get(request.GET.get("part", ""), "timeline")
     return htmx_render(request, "pools/pool_detail.html", context, partial=part)
 
 
