@@ -503,6 +503,7 @@ def _failed(p: ReconcilePass, node: Node, *, reason: str, summary: str, machine:
                 type=WARNING,
             )
             credential_revoke_for_node(node, reason="NodeTerminated", now=p.now)  # if its agent had joined
+            repair_outcome.replacement_failed(p, node, summary)
         return
     delay = rules.backoff(attempts, base_seconds=settings.EBCLOUD_BACKOFF_BASE_SECONDS, cap_seconds=settings.EBCLOUD_BACKOFF_CAP_SECONDS)
     with transaction.atomic():

@@ -9,11 +9,13 @@ from datetime import timedelta
 import pytest
 
 from monitoring.models import AgentCommand
+from pools.controllers.lifecycle import node_names_next
 from pools.controllers.repair import pool_repair
 from pools.models import Node, PoolEvent
 from pools.models.cloud import SimClusterNode
+from pools.providers import simulated
 from tests.conftest import make_document
-from tests.pools.lifecycle_helpers import T0, approved_pool, run_until
+from tests.pools.lifecycle_helpers import T0, approved_pool, reconcile, run_until
 from tests.pools.pod_helpers import pool_with_nodes
 from tests.pools.repair_helpers import ack, xid
 
@@ -115,3 +117,26 @@ def test_a_replaced_node_names_its_successor_and_the_repair_completes_when_it_is
     assert old.successor.order_id == old.order_id and old.successor.lease_end == old.lease_end
     done = PoolEvent.objects.get(node=old, reason="RepairSucceeded")
     assert old.successor.name in done.message and done.type == "Normal"
+
+
+def test_a_replacement_that_cannot_be_provisioned_is_a_failed_repair_and_the_next_one_is_linked(actors, settings):
+    settings.EBCLOUD_PROVISION_MAX_ATTEMPTS = 2
+    pool = approved_pool(actors, make_document(nodeCount={"min": 2, "max": 2}))
+    ready = run_until(pool, T0)
+    old = first(pool)
+    doomed = node_names_next(pool, 1)[0]  # the first replacement's name
+    simulated.failure_inject(step="driver_install", times=None, token_prefix=doomed)
+    xid(old, 79, at=ready)
+    assert pool_repair(pool_id=pool.pk, now=ready + PASS) == 1
+    now = ready + 2 * PASS
+    while not Node.objects.filter(name=doomed, phase="Terminated").exists():
+        reconcile(pool, now)
+        now += timedelta(seconds=15)
+        assert now < ready + timedelta(hours=2)
+    failed = PoolEvent.objects.get(node=old, reason="RepairFailed")
+    assert failed.type == "Warning" and doomed in failed.message and "another node is ordered" in failed.message
+    run_until(pool, now, limit=timedelta(hours=3))
+    old.refresh_from_db()
+    assert old.successor.name != doomed and old.successor.phase == "Ready"
+    assert Node.objects.get(name=doomed).successor == old.successor  # the chain ends at the node that serves
+    assert old.successor.name in PoolEvent.objects.get(node=old, reason="RepairSucceeded").message
