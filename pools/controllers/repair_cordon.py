@@ -23,14 +23,15 @@ from pools.services.events import WARNING, event_record
 logger = logging.getLogger("ebcloud.repair")
 
 
-def _cluster_call(action, name: str) -> str:
-    """Run the cluster's cordon/uncordon; a failure is told in the event, and the control
-    plane's own cordon (scheduler, extender, autoscaler) holds meanwhile."""
+def _cluster_call(cluster: ClusterBackend, name: str, *, cordon: bool) -> str:
+    """Run the cluster's cordon/uncordon; a failure is told in the event (the control plane's
+    own view, which its scheduler, extender and autoscaler read, is already right)."""
     try:
-        action(name=name)
+        (cluster.cordon if cordon else cluster.uncordon)(name=name)
     except Exception as exc:  # an unreachable API server must not stop the repair pass
         logger.warning("cordon change of %s in the cluster failed", name, exc_info=True)
-        return f" (the cluster's Node could not be updated yet: {str(exc)[:200]}; the next repair pass tries again)"
+        how = "cordon" if cordon else "uncordon"
+        return f" (the cluster's Node could not be updated: {str(exc)[:200]}; run kubectl {how} {name} to match)"
     return ""
 
 
@@ -43,7 +44,7 @@ def wait_cordon(*, pool: GpuNodePool, node: Node, cluster: ClusterBackend, waiti
     if not Node.objects.filter(pk=node.pk, phase=Node.Phase.READY).update(phase=Node.Phase.CORDONED, unschedulable=True):
         return False
     node.phase, node.unschedulable = Node.Phase.CORDONED, True
-    note = _cluster_call(cluster.cordon, node.name)
+    note = _cluster_call(cluster, node.name, cordon=True)
     event_record(pool=pool, node=node, reason="NodeCordoned", type=WARNING, now=now,
                  message=f"Node {node.name} cordoned while its GPU fault waits for repair ({waiting_for}): "
                          f"no new pods are placed on it; running pods stay until the repair moves them{note}")  # fmt: skip
@@ -57,7 +58,7 @@ def repair_uncordon(*, pool: GpuNodePool, node: Node, cluster: ClusterBackend, w
     if not Node.objects.filter(pk=node.pk, phase=Node.Phase.CORDONED).update(phase=Node.Phase.READY, unschedulable=False):
         return False
     node.phase, node.unschedulable = Node.Phase.READY, False
-    note = _cluster_call(cluster.uncordon, node.name)
+    note = _cluster_call(cluster, node.name, cordon=False)
     event_record(pool=pool, node=node, reason="NodeUncordoned", now=now,
                  message=f"Node {node.name} takes new pods again: {why}{note}")  # fmt: skip
     return True
@@ -66,4 +67,4 @@ def repair_uncordon(*, pool: GpuNodePool, node: Node, cluster: ClusterBackend, w
 def cluster_cordon(*, node: Node, cluster: ClusterBackend, on: bool) -> str:
     """Set or lift the cluster's cordon of a node whose reset or reboot starts or held (our row
     says so already); returns what to add to the event when the cluster could not be updated."""
-    return _cluster_call(cluster.cordon if on else cluster.uncordon, node.name)
+    return _cluster_call(cluster, node.name, cordon=on)

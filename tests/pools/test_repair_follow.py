@@ -140,3 +140,30 @@ def test_a_replacement_that_cannot_be_provisioned_is_a_failed_repair_and_the_nex
     assert old.successor.name != doomed and old.successor.phase == "Ready"
     assert Node.objects.get(name=doomed).successor == old.successor  # the chain ends at the node that serves
     assert old.successor.name in PoolEvent.objects.get(node=old, reason="RepairSucceeded").message
+
+
+
+UNREACHABLE_KUBECONFIG = """
+apiVersion: v1
+kind: Config
+clusters: [{name: gone, cluster: {server: "http://127.0.0.1:9"}}]
+users: [{name: nobody, user: {token: none}}]
+contexts: [{name: gone, context: {cluster: gone, user: nobody}}]
+current-context: gone
+"""
+
+
+def test_an_unreachable_api_server_is_told_in_the_event_and_the_node_is_cordoned_here(pool, settings, tmp_path):
+    """The real Kubernetes client against an API server that does not answer: the control
+    plane's own cordon holds (its scheduler and autoscaler read it) and the event says what to
+    do in the cluster; the repair pass goes on."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(UNREACHABLE_KUBECONFIG)
+    settings.EBCLOUD_CLUSTER_BACKEND, settings.EBCLOUD_KUBECONFIG = "kubernetes", str(kubeconfig)
+    node = first(pool)
+    xid(node, 48, at=T0)
+    assert pool_repair(pool_id=pool.pk, now=T0 + PASS) == 0
+    node.refresh_from_db()
+    assert (node.phase, node.unschedulable) == ("Cordoned", True)
+    message = PoolEvent.objects.get(node=node, reason="NodeCordoned").message
+    assert "could not be updated" in message and f"run kubectl cordon {node.name} to match" in message
