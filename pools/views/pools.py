@@ -75,6 +75,9 @@ def pool_list(request):
 @require_GET
 def pool_detail(request, name: str):
     pool = selectors.pool_get(user=request.user, name=name)
+    repairs = repairs_context(user=request.user, pool=pool, poll_url=reverse("pools:detail", args=[pool.name]) + "?part=repairs")
+    if request.htmx and request.GET.get("part") == "repairs":  # the repair section's poll: only what it shows
+        return htmx_render(request, "pools/pool_detail.html", {"pool": pool, **repairs}, partial="repairs")
     warnings_only = request.GET.get("type") == PoolEvent.Type.WARNING  # anything else: every event
     context = {
         "pool": pool,
@@ -93,9 +96,9 @@ def pool_detail(request, name: str):
         "budget": pool_budget_status(pool=pool, now=timezone.now()),
         "advice": pool_advice(pool=pool, now=timezone.now()),
     }
-    context.update(repairs_context(user=request.user, pool=pool, poll_url=reverse("pools:detail", args=[pool.name]) + "?part=repairs"))
-    # The parts that poll: status and timeline while the pool changes, repairs while one moves.
-    part = {"status": "status", "repairs": "repairs"}.get(request.GET.get("part", ""), "timeline")
+    context.update(repairs)
+    # The parts that poll: status and timeline while the pool changes (repairs, above, while one moves).
+    part = "status" if request.GET.get("part") == "status" else "timeline"
     return htmx_render(request, "pools/pool_detail.html", context, partial=part)
 
 
