@@ -157,6 +157,7 @@ MATRIX: tuple[Row, ...] = (
     Row("notifications", EVERYONE_WEB),
     Row("notification-acknowledge", POST_ONLY_WEB, lambda w: {"pk": w.notification.pk}, owned=True,
         writes=(Write("post", S(302, 404, 403, 403, 302, LOGIN), {}),)),
+    Row("repairs", S(404, 404, 404, 404, 200, LOGIN)),  # the fleet's repairs: platform admins only
     # --- web: pods ------------------------------------------------------------------------
     Row("pods:list", EVERYONE_WEB),
     Row("pods:create", S(200, 200, 200, 403, 200, LOGIN), writes=(Write("post", S(400, 400, 400, 403, 400, LOGIN), INCOMPLETE),)),
@@ -178,6 +179,7 @@ MATRIX: tuple[Row, ...] = (
     )),
     Row("api:pool-events", TEAM_READ_API, POOL, api=True, owned=True),
     Row("api:pool-diagnose", TEAM_READ_API, POOL, api=True, owned=True),
+    Row("api:pool-nodes", TEAM_READ_API, POOL, api=True, owned=True),
     Row("api:pool-scale", POST_ONLY_API, POOL, api=True, owned=True,
         writes=(Write("post", S(200, 404, 403, 403, 200, 401), {"max": 7}),)),
     Row("api:pool-fragmentation", TEAM_READ_API, POOL, api=True, owned=True),
