@@ -312,7 +312,8 @@ class Budget(models.Model):
 
 
 class BudgetAlert(models.Model):
-    """A threshold crossed in a period; the unique constraint makes it fire at most once."""
+    """A threshold crossed in a period; the unique constraint makes it fire at most once. Who
+    was told and how is its `pools.Notification` (key `budget-alert:<id>`)."""
 
     class Basis(models.TextChoices):
         ACTUAL = "actual", "Actual"
@@ -328,8 +329,6 @@ class BudgetAlert(models.Model):
     budget_amount = models.DecimalField(max_digits=14, decimal_places=2)
     currency = models.CharField(max_length=3, default="CNY")
     created_at = models.DateTimeField(default=timezone.now)
-    emailed_at = models.DateTimeField(null=True, blank=True)
-    webhook_status = models.CharField(max_length=60, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]

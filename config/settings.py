@@ -315,9 +315,11 @@ EBCLOUD_METRICS_TOKEN = env_str("EBCLOUD_METRICS_TOKEN", "")
 # the user `kube-scheduler` in its configuration's urlPrefix; empty: nobody may call it.
 EBCLOUD_SCHEDULER_EXTENDER_TOKEN = env_str("EBCLOUD_SCHEDULER_EXTENDER_TOKEN", "")
 
-# Billing (issue 7; billing/): where budget alerts go besides the team's leads.
-EBCLOUD_BUDGET_ALERT_EMAILS = env_list("EBCLOUD_BUDGET_ALERT_EMAILS", [])
-EBCLOUD_BUDGET_WEBHOOK_URL = env_str("EBCLOUD_BUDGET_WEBHOOK_URL", "")
+# Alerts (budgets and capacity; pools/services/notifications.py): where they go besides the
+# in-app list and the mail to the team's leads. The EBCLOUD_BUDGET_* names of earlier releases
+# are still read when the new ones are unset.
+EBCLOUD_ALERT_EMAILS = env_list("EBCLOUD_ALERT_EMAILS", env_list("EBCLOUD_BUDGET_ALERT_EMAILS", []))
+EBCLOUD_ALERT_WEBHOOK_URL = env_str("EBCLOUD_ALERT_WEBHOOK_URL", env_str("EBCLOUD_BUDGET_WEBHOOK_URL", ""))
 
 # The living demo (`make run`, `manage.py demo_fleet`): where its agents report, how fast the
 # replayed trace runs, how often the control loops tick, when the first GPU fault comes.

@@ -10,6 +10,8 @@ from pools.urls import pod_urls, pool_urls
 from pools.views import orders
 from pools.views import pods as pods_views
 from pools.views.audit import audit_list
+from pools.views.notifications import notification_acknowledge, notification_list
+from pools.views.repairs import repair_list
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="pools:list", permanent=False), name="home"),
@@ -18,6 +20,9 @@ urlpatterns = [
     path("pools/", include((pool_urls, "pools"))),
     path("orders/", orders.order_list, name="orders"),
     path("audit/", audit_list, name="audit"),
+    path("notifications/", notification_list, name="notifications"),
+    path("notifications/<int:pk>/acknowledge/", notification_acknowledge, name="notification-acknowledge"),
+    path("repairs/", repair_list, name="repairs"),
     path("pods/", include((pod_urls, "pods"))),
     path("fragmentation/", pods_views.cluster_fragmentation, name="fragmentation"),
     path("fragmentation/apply/", pods_views.cluster_fragmentation_apply, name="fragmentation-apply"),

@@ -91,11 +91,22 @@ class ControlPlaneFaults:
         return [{"gpu": f.get("gpu"), "xid": int(f["xid"]), "at": f.get("at") or _now()} for f in response.json().get("faults", [])]
 
 
+# Xids that NVIDIA's Xid catalog ties to an uncorrectable (double-bit) ECC error: 48 "DBE (Double
+# Bit Error) ECC Error", 94 contained and 95 uncontained memory errors, 140 "ECC unrecovered
+# error". A real GPU counts each in its volatile DBE counter, which a GPU reset or a reboot
+# (a driver reload) sets back to zero.
+UNCORRECTABLE_ECC_XIDS = frozenset({48, 94, 95, 140})
+
+
 class SimulatedSource:
     """A deterministic stand-in for a node's GPUs. Its Xids come from `fault_feed` (normally
     `ControlPlaneFaults`: faults injected into the simulated cloud) and, for offline runs and
     unit tests, from `faults`, which maps a sample number (1-based) to Xids to raise then, as
-    [(gpu, xid), ...]; `inject_xid` raises one at the next sample."""
+    [(gpu, xid), ...]; `inject_xid` raises one at the next sample.
+
+    Its ECC counters agree with its Xids, as a real GPU's do (issue 21: a node page showed an
+    Xid 48 next to 0 double-bit errors): each uncorrectable-ECC Xid adds one to its GPU's volatile
+    DBE counter in the same report, and a reset of that GPU or a reboot clears it."""
 
     name = "simulated"
 
@@ -109,17 +120,32 @@ class SimulatedSource:
         self.samples = 0
         self._pending: list[dict] = []
         self.executed: list[dict] = []
+        self.dbe = [0] * gpus  # volatile double-bit ECC errors per GPU since the last reset
 
     def versions(self) -> tuple[str, str]:
         return self.driver, self.cuda
 
     def inject_xid(self, gpu: int, xid: int) -> None:
-        self._pending.append({"gpu": gpu, "xid": xid, "at": _now()})
+        self._raise({"gpu": gpu, "xid": xid, "at": _now()})
+
+    def _raise(self, fault: dict) -> None:
+        self._pending.append(fault)
+        gpu = fault.get("gpu")
+        if fault.get("xid") in UNCORRECTABLE_ECC_XIDS and isinstance(gpu, int) and 0 <= gpu < self.gpus:
+            self.dbe[gpu] += 1
+
+    def _pull(self) -> None:
+        """Take the faults the feed has now, so that the report that carries an Xid also
+        carries the ECC count it implies."""
+        if self.fault_feed is not None:
+            for fault in self.fault_feed():
+                self._raise(fault)
 
     def sample(self) -> list[dict]:
         self.samples += 1
         for gpu, xid in self.faults.pop(self.samples, []):
             self.inject_xid(gpu, xid)
+        self._pull()
         out = []
         for i in range(self.gpus):
             util = self.rng.randint(20, 100)
@@ -129,18 +155,22 @@ class SimulatedSource:
                 "DCGM_FI_DEV_FB_USED": used, "DCGM_FI_DEV_FB_FREE": self.memory_mib - used,
                 "DCGM_FI_DEV_FB_TOTAL": self.memory_mib, "DCGM_FI_DEV_GPU_UTIL": util,
                 "DCGM_FI_DEV_GPU_TEMP": 40 + util // 3, "DCGM_FI_DEV_POWER_USAGE": round(80 + util * 3.2, 1),
-                "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": 0, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": 0,
+                "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": 0, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": self.dbe[i],
             })
         return out
 
     def xids(self) -> list[dict]:
-        if self.fault_feed is not None:
-            self._pending.extend(self.fault_feed())
+        self._pull()
         out, self._pending = self._pending, []
         return out
 
     def execute(self, command: dict) -> tuple[bool, str]:
         self.executed.append(command)
+        gpu = command.get("gpu")
+        if command.get("action") == "reboot" or (command.get("action") == "reset_gpu" and gpu is None):
+            self.dbe = [0] * self.gpus
+        elif command.get("action") == "reset_gpu" and isinstance(gpu, int) and 0 <= gpu < self.gpus:
+            self.dbe[gpu] = 0
         return True, f"simulated {command.get('action')}"
 
 

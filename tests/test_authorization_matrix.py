@@ -32,6 +32,7 @@ from django.conf import settings as django_settings
 from django.db import transaction
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
+from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
@@ -39,6 +40,7 @@ from monitoring import services as monitoring_services
 from pools.demo.seed import load_catalog
 from pools.models import Membership, Team
 from pools.services import pools as services
+from pools.services.notifications import notification_raise
 from tests.conftest import _user, make_document
 from tests.monitoring.conftest import report
 from tests.pools.pod_helpers import pool_with_nodes, submit
@@ -88,6 +90,7 @@ class World:
     order: Any  # a Pending order of team A
     pod: Any  # a Pending pod of team A
     node: Any  # a Ready node of `pool`
+    notification: Any  # an open alert of team A
 
 
 POOL = lambda w: {"name": w.pool.name}  # noqa: E731
@@ -150,6 +153,11 @@ MATRIX: tuple[Row, ...] = (
         writes=(Write("post", S(403, 404, 403, 403, 302, LOGIN), {}),)),
     # --- web: the audit log, platform admins only (a 404 for everyone else) -----------------
     Row("audit", S(404, 404, 404, 404, 200, LOGIN)),
+    # --- web: alerts; a team's leads and platform admins acknowledge them ---------------------
+    Row("notifications", EVERYONE_WEB),
+    Row("notification-acknowledge", POST_ONLY_WEB, lambda w: {"pk": w.notification.pk}, owned=True,
+        writes=(Write("post", S(302, 404, 403, 403, 302, LOGIN), {}),)),
+    Row("repairs", S(404, 404, 404, 404, 200, LOGIN)),  # the fleet's repairs: platform admins only
     # --- web: pods ------------------------------------------------------------------------
     Row("pods:list", EVERYONE_WEB),
     Row("pods:create", S(200, 200, 200, 403, 200, LOGIN), writes=(Write("post", S(400, 400, 400, 403, 400, LOGIN), INCOMPLETE),)),
@@ -172,6 +180,7 @@ MATRIX: tuple[Row, ...] = (
     )),
     Row("api:pool-events", TEAM_READ_API, POOL, api=True, owned=True),
     Row("api:pool-diagnose", TEAM_READ_API, POOL, api=True, owned=True),
+    Row("api:pool-nodes", TEAM_READ_API, POOL, api=True, owned=True),
     Row("api:pool-scale", POST_ONLY_API, POOL, api=True, owned=True,
         writes=(Write("post", S(200, 404, 403, 403, 200, 401), {"max": 7}),)),
     Row("api:pool-fragmentation", TEAM_READ_API, POOL, api=True, owned=True),
@@ -281,6 +290,8 @@ def world(django_db_setup, django_db_blocker):
             order=ordered.orders.get(),
             pod=submit(users["member"], "train-job"),
             node=node,
+            notification=notification_raise(team=team_a, pool=pool, kind="HighGpuAllocation", message="full",
+                                            key="matrix", now=timezone.now()),
         )
         transaction.set_rollback(True)
 

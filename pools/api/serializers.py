@@ -11,7 +11,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from pools.models import GpuNodePool, PoolEvent, PoolOrder
+from pools.models import GpuNodePool, Node, PoolEvent, PoolOrder
 
 
 def _iso(value) -> str | None:
@@ -128,6 +128,23 @@ class EventSerializer(serializers.ModelSerializer):
     class Meta:
         model = PoolEvent
         fields = ["id", "type", "reason", "message", "count", "node", "firstTimestamp", "lastTimestamp", "actor"]
+        read_only_fields = fields
+
+
+class NodeSerializer(serializers.ModelSerializer):
+    """A node of the pool. `successor` names the node that took its place (and its share of the
+    lease) after it was replaced; `replaces` names the nodes it replaced: one slot, paid once."""
+
+    zone = serializers.CharField(source="zone.name")
+    gpus = serializers.IntegerField(source="gpu_count")
+    leaseEnd = serializers.DateTimeField(source="lease_end", allow_null=True)
+    releaseReason = serializers.CharField(source="release_reason", help_text="Why it is leaving: Repair, Reclaimed, LeaseExpired, ScaledIn, ...")
+    successor = serializers.CharField(source="successor.name", default=None, allow_null=True)
+    replaces = serializers.SlugRelatedField(source="predecessors", slug_field="name", many=True, read_only=True)
+
+    class Meta:
+        model = Node
+        fields = ["name", "phase", "billing", "zone", "gpus", "unschedulable", "leaseEnd", "releaseReason", "successor", "replaces"]
         read_only_fields = fields
 
 

@@ -22,6 +22,7 @@ from pools.api.serializers import (
     DiagnosisSerializer,
     ErrorSerializer,
     EventSerializer,
+    NodeSerializer,
     OrderRejectSerializer,
     OrderSerializer,
     PoolScaleSerializer,
@@ -32,6 +33,7 @@ from pools.core.errors import ValidationError
 from pools.models import GpuNodePool, PoolOrder
 from pools.selectors import diagnose as diagnose_service
 from pools.selectors import pools as selectors
+from pools.selectors import repairs
 from pools.services import pools as services
 
 ERRORS = {
@@ -126,6 +128,15 @@ class PoolViewSet(viewsets.ViewSet):
     def events(self, request, name=None):
         pool = self._get(request, name)
         return Response(EventSerializer(selectors.pool_events(pool=pool), many=True).data)
+
+    @extend_schema(
+        description="The pool's nodes, newest first (at most 500), each with the node that replaced it (`successor`) and the nodes it replaced (`replaces`).",
+        responses={200: NodeSerializer(many=True), **_errors(401, 404)},
+    )
+    @action(detail=True, methods=["get"])
+    def nodes(self, request, name=None):
+        pool = self._get(request, name)
+        return Response(NodeSerializer(repairs.pool_nodes_linked(pool=pool), many=True).data)
 
     @extend_schema(request=PoolScaleSerializer, responses={200: PoolSerializer, **_errors(400, 401, 403, 404, 409)})
     @action(detail=True, methods=["post"])

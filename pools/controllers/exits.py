@@ -91,6 +91,8 @@ def release(p: ReconcilePass, node: Node) -> None:
     billed = ""
     if node.lease_end and node.lease_end > p.now and node.billing != Node.Billing.ON_DEMAND:
         billed = f"; its {node.billing} lease stays billed until {_at(node.lease_end)}"
+        if node.release_reason and node.release_reason not in rules.RETIRING_REASONS:  # the slot is refilled
+            billed = f"; its replacement takes over its share of the {node.billing} lease (paid until {_at(node.lease_end)}): the team pays once for the slot, not twice"
     with transaction.atomic():
         done = Node.objects.filter(pk=node.pk).exclude(phase=Node.Phase.TERMINATED).update(
             phase=Node.Phase.TERMINATED, terminated_at=p.now, unschedulable=True, step="", step_due_at=None

@@ -36,7 +36,7 @@ from django.utils import timezone
 from billing import lease_ledger
 from monitoring.services import credential_revoke_for_node
 from pools.claims import WORKER_ID, Claims, claim_acquire, claim_release, claims_seen
-from pools.controllers import exits, node_sync
+from pools.controllers import exits, node_sync, repair_outcome
 from pools.controllers.context import ReconcilePass
 from pools.controllers.state import snapshots_load, statuses_write
 from pools.core import lifecycle as rules
@@ -333,6 +333,7 @@ def _node_create(p: ReconcilePass, order: PoolOrder, billing: str) -> Node:
             created_at=p.now,
         )
         lease_ledger.holder_add(node, order, vacated=vacated, now=p.now)
+        repair_outcome.successor_link(vacated=vacated, successor=node)
     return node
 
 
@@ -464,6 +465,7 @@ def _register(p: ReconcilePass, node: Node, *, prewarmed: bool) -> bool:
             shown = ", ".join(f"{t['key']}={t['value']}:{t['effect']}" for t in taints)
             p.event("NodeTainted", f"Taints applied to {node.name}: {shown} (only pods that tolerate them are scheduled here; expected, not a fault)", node=node)
         p.event("NodeReady", f"Node {node.name} is Ready, {rules.format_duration(took)} after it was requested", node=node)
+        repair_outcome.replacement_ready(p, node)
         if took > SLOW_CAPACITY and not PoolEvent.objects.filter(node=node, reason="SlowCapacity").exists():
             cause = rules.slow_capacity_cause(last_error="", prewarmed=prewarmed, image=p.spec.system_image)
             p.event("SlowCapacity", f"Node {node.name} took {rules.format_duration(took)} to become Ready (over 15m0s); likely cause: {cause}", node=node, type=WARNING)
@@ -501,6 +503,7 @@ def _failed(p: ReconcilePass, node: Node, *, reason: str, summary: str, machine:
                 type=WARNING,
             )
             credential_revoke_for_node(node, reason="NodeTerminated", now=p.now)  # if its agent had joined
+            repair_outcome.replacement_failed(p, node, summary)
         return
     delay = rules.backoff(attempts, base_seconds=settings.EBCLOUD_BACKOFF_BASE_SECONDS, cap_seconds=settings.EBCLOUD_BACKOFF_CAP_SECONDS)
     with transaction.atomic():

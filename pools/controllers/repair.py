@@ -10,7 +10,7 @@ Per pool, each pass:
    than 20% of the pool is unhealthy;
 3. with `autoRepair: true` starts it: a GPU reset or a reboot is a node-local action, sent to
    the agent as a command in its report response (D1), with the node in `Repairing`
-   (unschedulable: the scheduler re-places its pods); a replacement drains the node and
+   (cordoned: the scheduler re-places its pods); a replacement drains the node and
    releases it through the cloud provider, and the lifecycle controller orders its successor
    into the same lease slot. With `autoRepair: false` it only alerts. With
    `autoRepairPolicy: {requireApproval: true}` it raises a request instead and starts the
@@ -32,6 +32,8 @@ from monitoring.services import agent_command_enqueue
 from pools.claims import claim_acquire, claim_release
 from pools.controllers.context import ReconcilePass
 from pools.controllers.exits import drain_start
+from pools.controllers.repair_cordon import cluster_cordon, repair_uncordon, wait_cordon
+from pools.core import lifecycle as rules
 from pools.core.repair import (
     NONE,
     REPLACE,
@@ -56,9 +58,13 @@ from pools.services.repair import (
 )
 
 logger = logging.getLogger("ebcloud.repair")
-REPAIR_RELEASE = "Repair"  # release_reason of a node replaced by auto-repair (not a retirement: the slot is refilled)
+REPAIR_RELEASE = rules.REPAIRED  # release_reason of a node replaced by auto-repair (not a retirement: the slot is refilled)
 WATCHED_PHASES = (Node.Phase.READY, Node.Phase.CORDONED, Node.Phase.UNKNOWN, Node.Phase.REPAIRING)
 OUTCOME = {AgentCommand.Status.SUCCEEDED: True, AgentCommand.Status.FAILED: False, AgentCommand.Status.PENDING: None}
+# Gates that make a faulty node wait (it is cordoned meanwhile: pools/controllers/repair_cordon.py).
+# A pause is not one of them: more than a fifth of the pool failing at once points at a driver,
+# an image or the network, and cordoning them all would take the pool's capacity for nothing.
+WAITING_FOR = {"WaitingForFaultToPersist": "the fault must persist before a repair", "RepairInProgress": "the pool repairs one node at a time"}
 
 
 def repair_all(*, now: datetime | None = None) -> int:
@@ -87,6 +93,7 @@ def _repair(pool: GpuNodePool, now: datetime) -> int:
     spec = parse_document(pool.document, catalog_current())
     policy = RepairPolicy()
     nodes = list(pool.nodes.filter(phase__in=WATCHED_PHASES, release_reason=""))
+    cluster = get_cluster_backend()
     since = now - policy.window
     xids: dict[int, list[XidEvent]] = {}
     for row in GpuErrorEvent.objects.filter(node__in=nodes, at__gt=since, at__lte=now).order_by("at"):
@@ -99,7 +106,7 @@ def _repair(pool: GpuNodePool, now: datetime) -> int:
         )
         last_command[command.node_id] = command
     for node in [n for n in nodes if n.phase == Node.Phase.REPAIRING]:
-        _finish(pool, node, last_command.get(node.pk), now)
+        _finish(pool, node, last_command.get(node.pk), cluster, now)
     decisions = {n.pk: next_action([*xids.get(n.pk, []), *attempts.get(n.pk, [])], now, policy) for n in nodes}
     health = [
         NodeHealth(
@@ -120,12 +127,18 @@ def _repair(pool: GpuNodePool, now: datetime) -> int:
         approvals_close(pool=pool, keep=set(), now=now, note="the pool no longer asks for approval (autoRepair / autoRepairPolicy changed)")
     for node in nodes:
         decision = decisions[node.pk]
-        if decision.action == NONE or node.phase == Node.Phase.REPAIRING:
+        if node.phase == Node.Phase.REPAIRING:
+            continue
+        if decision.action == NONE:
+            if node.phase == Node.Phase.CORDONED:
+                repair_uncordon(pool=pool, node=node, cluster=cluster, now=now, why=f"no GPU fault waits for repair ({decision.message or decision.reason})")
             continue
         gate = repair_allowed(health, node=node.name, now=now)
         if not gate.allowed:
             if gate.event_type == "Warning" or gate.reason != "RepairInProgress":
                 event_record(pool=pool, node=node, reason=gate.reason, message=gate.message, type=gate.event_type, now=now)
+            if gate.reason in WAITING_FOR and spec.auto_repair:
+                wait_cordon(pool=pool, node=node, cluster=cluster, waiting_for=WAITING_FOR[gate.reason], now=now)
             continue
         if not spec.auto_repair:
             event_record(pool=pool, node=node, reason="RepairNeeded", type=WARNING, now=now,
@@ -133,9 +146,10 @@ def _repair(pool: GpuNodePool, now: datetime) -> int:
             continue
         last_fault = xids[node.pk][-1].at if node.pk in xids else None
         if gated and not approval_gate(pool=pool, node=node, decision=decision, latest=approvals.get(node.pk), last_fault_at=last_fault, now=now):
+            wait_cordon(pool=pool, node=node, cluster=cluster, waiting_for="a platform admin's approval", now=now)
             continue
         try:
-            _start(pool, spec, node, decision, now)
+            _start(pool, spec, node, decision, cluster, now)
         except Exception:
             if gated:  # the approval stays usable: the next pass retries the start
                 approval_unclaim(node=node, now=now)
@@ -145,33 +159,36 @@ def _repair(pool: GpuNodePool, now: datetime) -> int:
     return started
 
 
-def _start(pool: GpuNodePool, spec, node: Node, decision, now: datetime) -> None:
+def _start(pool: GpuNodePool, spec, node: Node, decision, cluster, now: datetime) -> None:
     what = f"{decision.action} of {node.name}" + (f" GPU {decision.gpu_index}" if decision.gpu_index is not None else "")
     before, detail = node_state(node), {"repair": decision.action, "gpu": decision.gpu_index, "reason": decision.reason}  # audit: actor None = the system
     if decision.action == REPLACE:
-        p = ReconcilePass(pool=pool, spec=spec, now=now, cloud=get_cloud_provider(), cluster=get_cluster_backend())
+        p = ReconcilePass(pool=pool, spec=spec, now=now, cloud=get_cloud_provider(), cluster=cluster)
         drain_start(p, node, reason=REPAIR_RELEASE, event_reason="RepairStarted", type=WARNING,
                     message=f"Repair started: {what} — {decision.message or decision.reason}; the node is drained, released and replaced")  # fmt: skip
         audit_node_change(actor=None, action="repair.started", node=node, before=before, **detail)
         return
     # One transaction: a worker killed between these writes must not leave a node Repairing
     # with no command for its agent (no pass would ever finish or retry it) or without its event.
+    was_cordoned = node.phase == Node.Phase.CORDONED  # cordoned in the cluster while it waited
     with transaction.atomic():
         Node.objects.filter(pk=node.pk).update(phase=Node.Phase.REPAIRING, unschedulable=True)
         agent_command_enqueue(node=node, action=decision.action, gpu_index=decision.gpu_index, reason=decision.reason, now=now)
+        note = "" if was_cordoned else cluster_cordon(node=node, cluster=cluster, on=True)
         event_record(pool=pool, node=node, reason="RepairStarted", type=WARNING, now=now,
-                     message=f"Repair started: {what} — {decision.message or decision.reason}; the node is cordoned and its pods move")  # fmt: skip
+                     message=f"Repair started: {what} — {decision.message or decision.reason}; the node is cordoned and its pods move{note}")  # fmt: skip
         audit_node_change(actor=None, action="repair.started", node=node, before=before, **detail)
 
 
-def _finish(pool: GpuNodePool, node: Node, command: AgentCommand | None, now: datetime) -> None:
+def _finish(pool: GpuNodePool, node: Node, command: AgentCommand | None, cluster, now: datetime) -> None:
     if command is None or command.status == AgentCommand.Status.PENDING:
         return
     before = node_state(node)
     if command.status == AgentCommand.Status.SUCCEEDED:
         Node.objects.filter(pk=node.pk, phase=Node.Phase.REPAIRING).update(phase=Node.Phase.READY, unschedulable=False)
         node.phase = Node.Phase.READY
-        event_record(pool=pool, node=node, reason="RepairSucceeded", now=now, message=f"{command.get_action_display()} of {node.name} succeeded: the node takes pods again")
+        note = cluster_cordon(node=node, cluster=cluster, on=False)
+        event_record(pool=pool, node=node, reason="RepairSucceeded", now=now, message=f"{command.get_action_display()} of {node.name} succeeded: the node takes pods again{note}")
         audit_node_change(actor=None, action="repair.succeeded", node=node, before=before, repair=command.action, gpu=command.gpu_index)
     else:
         event_record(pool=pool, node=node, reason="RepairFailed", type=WARNING, now=now,

@@ -52,6 +52,7 @@ SCALED_IN = "ScaledIn"
 POOL_DELETED = "PoolDeleted"
 RECLAIMED = "Reclaimed"
 PROVISIONING_FAILED = "ProvisioningFailed"
+REPAIRED = "Repair"  # replaced by auto-repair: the successor takes the slot
 RETIRING_REASONS = (LEASE_EXPIRED, SCALED_IN, POOL_DELETED)
 
 READY_PHASES = ("Ready",)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 # Node phases where the node is registered in the cluster (the lifecycle keeps its labels there).
 REGISTERED_PHASES = ("Ready", "Cordoned", "Draining", "Repairing", "Unknown")
 # Phases where we cordoned the node in the cluster (`spec.unschedulable`) and it must stay so:
-# a drain. (A repair cordons only the control plane's own view; its node is not patched.)
+# a drain. (A repair cordons and uncordons its node itself: pools/controllers/repair_cordon.py.)
 CORDONED_PHASES = ("Draining",)
 
 

@@ -6,6 +6,7 @@
   fragmentation samples.
 - `cluster`: namespaces' teams and the pod mirror's cursor (a real cluster).
 - `repair`: repair requests awaiting an admin's approval.
+- `notifications`: what a team must be told (budget and capacity alerts), delivered once.
 - `cloud`: the simulated cloud's state and the controllers' per-pool claims.
 """
 
@@ -19,6 +20,7 @@ from pools.models.cloud import (
     SimStock,
 )
 from pools.models.cluster import NamespaceTeam, WatchCursor
+from pools.models.notifications import Notification
 from pools.models.pods import FragmentationSample, Pod, PriorityClass
 from pools.models.pools import (
     AuditEntry,
@@ -47,6 +49,7 @@ __all__ = [
     "Membership",
     "NamespaceTeam",
     "Node",
+    "Notification",
     "NodeType",
     "Pod",
     "PoolChildQuerySet",

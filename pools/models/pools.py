@@ -308,6 +308,10 @@ class Node(models.Model):
     drain_deadline = models.DateTimeField(null=True, blank=True)
     lease_notified_at = models.DateTimeField(null=True, blank=True)
     terminated_at = models.DateTimeField(null=True, blank=True)
+    successor = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="predecessors",
+        help_text="The node that took this node's place (and its share of the lease) after it was replaced",
+    )  # fmt: skip
 
     objects = PoolChildQuerySet.as_manager()
 

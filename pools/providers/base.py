@@ -198,6 +198,9 @@ class ClusterBackend(Protocol):
 
     def cordon(self, *, name: str) -> None: ...
 
+    def uncordon(self, *, name: str) -> None:
+        """Lift `spec.unschedulable` (a repair that cordoned the node is over)."""
+
     def evict_pod(self, *, namespace: str, name: str, reason: str) -> bool:
         """True when evicted; False when a disruption budget refused."""
         ...

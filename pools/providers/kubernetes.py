@@ -153,6 +153,10 @@ class KubernetesCluster:
     def cordon(self, *, name: str) -> None:
         self.core.patch_node(name, {"spec": {"unschedulable": True}})
 
+    def uncordon(self, *, name: str) -> None:
+        """Like `kubectl uncordon`: a merge patch that removes `spec.unschedulable`."""
+        self.core.patch_node(name, {"spec": {"unschedulable": None}})
+
     def evict_pod(self, *, namespace: str, name: str, reason: str) -> bool:
         """True when the pod is evicted (or already gone); False when a disruption budget
         refuses now (429), so the drain waits and asks again."""

@@ -382,6 +382,9 @@ class SimulatedCluster:
     def cordon(self, *, name: str) -> None:
         SimClusterNode.objects.filter(name=name).update(unschedulable=True)
 
+    def uncordon(self, *, name: str) -> None:
+        SimClusterNode.objects.filter(name=name).update(unschedulable=False)
+
     def evict_pod(self, *, namespace: str, name: str, reason: str) -> bool:
         """Evict like the Eviction API: the pod leaves its node and is Pending again (its owner
         would recreate it), unless an injected disruption budget (`evict` failure) refuses."""

@@ -27,7 +27,8 @@ HISTORY_LIMIT = 100
 REPAIR_REASONS = (
     "RepairStarted", "RepairSucceeded", "RepairFailed", "RepairNeeded", "RepairPaused", "RepairPendingApproval",
     "RepairApproved", "RepairRejected", "RepairApprovalCancelled", "GpuFaultInjected", "AgentCommandSucceeded",
-    "AgentCommandFailed", "CudaDriverMismatch", "CudaDriverMismatchResolved",
+    "AgentCommandFailed", "CudaDriverMismatch", "CudaDriverMismatchResolved", "WaitingForFaultToPersist", "NodeCordoned",
+    "NodeUncordoned", "NodeReleased",
 )  # fmt: skip
 OUTCOME = {AgentCommand.Status.SUCCEEDED: True, AgentCommand.Status.FAILED: False, AgentCommand.Status.PENDING: None}
 

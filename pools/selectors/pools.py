@@ -135,7 +135,7 @@ def pool_get(*, user, name: str) -> GpuNodePool:
 
 
 def pool_nodes(*, pool: GpuNodePool) -> QuerySet[Node]:
-    return pool.nodes.select_related("zone").order_by("name")
+    return pool.nodes.select_related("zone", "successor").order_by("name")
 
 
 def pool_events(*, pool: GpuNodePool, limit: int = 100, warnings_only: bool = False) -> QuerySet[PoolEvent]:

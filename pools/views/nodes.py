@@ -26,6 +26,7 @@ from pools.models import Node
 from pools.models.repair import RepairApproval
 from pools.providers.faults import gpu_fault_inject, simulated_cloud
 from pools.selectors.nodes import node_get, node_page
+from pools.selectors.repairs import node_lineage
 from pools.services.repair import repair_approve, repair_reject
 from pools.views.base import htmx_render
 
@@ -93,6 +94,7 @@ def node_detail(request, name: str, node: str):
         "join_token": join_token,
         "can_inject": is_admin and target.phase not in GONE and bool(target.provider_id) and simulated_cloud() is not None,
         **node_page(user=request.user, node=target),
+        "lineage": node_lineage(node=target),
     }
     response = htmx_render(request, "pools/node_detail.html", context, status=status)
     if join_token:

@@ -33,6 +33,7 @@ from pools.models import PoolEvent
 from pools.selectors import pools as selectors
 from pools.services import pools as services
 from pools.views.base import htmx_render
+from pools.views.repairs import repairs_context
 
 CHART_WINDOW = timedelta(hours=24)
 POOLS_PER_PAGE = 50  # the pool list pages at 1,000 pools (issue 9: p95 < 150 ms)
@@ -75,6 +76,9 @@ def pool_list(request):
 @require_GET
 def pool_detail(request, name: str):
     pool = selectors.pool_get(user=request.user, name=name)
+    repairs = repairs_context(user=request.user, pool=pool, poll_url=reverse("pools:detail", args=[pool.name]) + "?part=repairs")
+    if request.htmx and request.GET.get("part") == "repairs":  # the repair section's poll: only what it shows
+        return htmx_render(request, "pools/pool_detail.html", {"pool": pool, **repairs}, partial="repairs")
     warnings_only = request.GET.get("type") == PoolEvent.Type.WARNING  # anything else: every event
     context = {
         "pool": pool,
@@ -93,7 +97,9 @@ def pool_detail(request, name: str):
         "budget": pool_budget_status(pool=pool, now=timezone.now()),
         "advice": pool_advice(pool=pool, now=timezone.now()),
     }
-    part = "status" if request.GET.get("part") == "status" else "timeline"  # the two parts that poll while the pool changes
+    context.update(repairs)
+    # The parts that poll: status and timeline while the pool changes (repairs, above, while one moves).
+    part = "status" if request.GET.get("part") == "status" else "timeline"
     return htmx_render(request, "pools/pool_detail.html", context, partial=part)
 
 

@@ -16,7 +16,8 @@ from django.test import Client
 
 from billing import budgets, selectors
 from billing.models import Budget, BudgetAlert, CostRecord
-from pools.models import PoolEvent
+from pools.models import Notification, PoolEvent
+from pools.services import notifications as notify
 from tests.billing.billing_helpers import HOUR, T0, pool
 
 pytestmark = pytest.mark.django_db
@@ -24,9 +25,9 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture(autouse=True)
 def notifications(settings, monkeypatch):
-    settings.EBCLOUD_BUDGET_ALERT_EMAILS = ["finops@example.com"]
-    settings.EBCLOUD_BUDGET_WEBHOOK_URL = ""
-    monkeypatch.setattr(budgets, "WEBHOOK_BACKOFF_S", 0)
+    settings.EBCLOUD_ALERT_EMAILS = ["finops@example.com"]
+    settings.EBCLOUD_ALERT_WEBHOOK_URL = ""
+    monkeypatch.setattr(notify, "WEBHOOK_BACKOFF_S", 0)
 
 
 @pytest.fixture
@@ -97,7 +98,9 @@ def test_the_80_percent_threshold_fires_once_with_mail_and_an_event(evaluate, ac
     event = PoolEvent.objects.get(reason="BudgetThresholdReached")
     assert event.type == "Warning" and event.pool == p
     assert evaluate(T0 + 3 * HOUR) == []
-    assert len(mail.outbox) == 1 and BudgetAlert.objects.get().emailed_at is not None
+    told = Notification.objects.get()
+    assert len(mail.outbox) == 1 and told.delivered_at is not None and told.emailed_to == 2
+    assert (told.kind, told.pool, told.severity) == ("BudgetThresholdReached", p, "Warning")
 
 
 def test_100_percent_fires_separately_and_a_new_month_starts_over(actors):
@@ -136,14 +139,14 @@ def test_custom_thresholds_from_the_spec(actors):
 
 
 def test_the_webhook_gets_json_and_is_retried(evaluate, actors, settings, monkeypatch):
-    settings.EBCLOUD_BUDGET_WEBHOOK_URL = "http://hooks.example/budget"
+    settings.EBCLOUD_ALERT_WEBHOOK_URL = "http://hooks.example/budget"
     calls = []
 
     def handler(request):
         calls.append(json.loads(request.content))
         return httpx.Response(503 if len(calls) == 1 else 200)
 
-    monkeypatch.setattr(budgets, "WEBHOOK_TRANSPORT", httpx.MockTransport(handler))
+    monkeypatch.setattr(notify, "WEBHOOK_TRANSPORT", httpx.MockTransport(handler))
     p = budget_pool(actors, thresholds=[80])
     spend(p, "850")
     evaluate(T0 + HOUR)
@@ -153,22 +156,22 @@ def test_the_webhook_gets_json_and_is_retried(evaluate, actors, settings, monkey
         "kind": "BudgetThresholdReached", "pool": p.name, "team": "algorithm", "threshold": 80,
         "basis": "actual", "amount": "850.00", "budget": "1000.00", "currency": "CNY",
     }  # fmt: skip
-    assert BudgetAlert.objects.get().webhook_status == "delivered 200 (attempt 2)"
+    assert Notification.objects.get().webhook_status == "delivered 200 (attempt 2)"
 
 
 def test_the_webhook_gives_up_after_its_attempts_and_the_alert_stays_fired(
     evaluate, actors, settings, monkeypatch
 ):
-    settings.EBCLOUD_BUDGET_WEBHOOK_URL = "http://hooks.example/budget"
+    settings.EBCLOUD_ALERT_WEBHOOK_URL = "http://hooks.example/budget"
 
     def handler(request):
         raise httpx.ConnectError("refused", request=request)
 
-    monkeypatch.setattr(budgets, "WEBHOOK_TRANSPORT", httpx.MockTransport(handler))
+    monkeypatch.setattr(notify, "WEBHOOK_TRANSPORT", httpx.MockTransport(handler))
     p = budget_pool(actors, thresholds=[80])
     spend(p, "850")
     evaluate(T0 + HOUR)
-    assert BudgetAlert.objects.get().webhook_status == "failed: ConnectError after 3 attempts"
+    assert Notification.objects.get().webhook_status == "failed: ConnectError after 3 attempts"
     assert evaluate(T0 + 2 * HOUR) == []
 
 

@@ -3,7 +3,7 @@ pending hours, then evaluate budgets; seed C3), one `kill -9`ed while firing an 
 
 A `BudgetAlert` is unique per (budget, period, threshold, basis): the row is the claim. Whether
 the worker dies before its alert commits or after, each crossed threshold ends with one alert,
-one `BudgetThresholdReached` event and one e-mail.
+one `BudgetThresholdReached` event, one notification and one e-mail.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from datetime import timedelta
 import pytest
 
 from billing.models import BudgetAlert
-from pools.models import PoolEvent
+from pools.models import Notification, PoolEvent
 from tests.billing.billing_helpers import HOUR, T0, node, pool
 from tests.chaos.workers import CHAOS, chaos_round, worker_env
 
@@ -24,7 +24,7 @@ TASK = ["task", "billing.tasks.meter_pending"]
 NOW = T0 + 4 * HOUR + timedelta(minutes=5)
 KILLS = {
     "alert-inserted-uncommitted": {"target": "billing.budgets:event_record", "when": "after", "match": {"reason": "BudgetThresholdReached"}},
-    "alert-committed-not-yet-notified": {"target": "billing.budgets:alert_notify", "when": "before"},
+    "alert-committed-not-yet-notified": {"target": "pools.services.notifications:notification_deliver", "when": "before"},
 }
 
 
@@ -51,7 +51,8 @@ def test_a_worker_killed_while_firing_a_budget_alert_fires_and_mails_each_once(b
     assert sorted(events.values_list("message", "count")) == sorted((m, 1) for m in _messages())
     mails = _subjects(chaos.normal.stdout) + _subjects(restarted.stdout)
     assert sorted(mails) == sorted(" ".join(f"[EBCloud] {m[:120]}".split()) for m in _messages()), "one e-mail per alert"
-    assert not BudgetAlert.objects.filter(emailed_at__isnull=True).exists()
+    assert not Notification.objects.filter(delivered_at__isnull=True).exists()
+    assert Notification.objects.count() == len(alerts)
 
 
 def _subjects(stdout: str) -> list[str]:

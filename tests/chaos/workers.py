@@ -62,8 +62,8 @@ def worker_env(**extra: str) -> dict[str, str]:
         EBCLOUD_TESTING="false",
         CHAOS_STEP_SECONDS="0",  # a node is Ready in one pass; no failure is injected
         EMAIL_BACKEND="django.core.mail.backends.console.EmailBackend",
-        EBCLOUD_BUDGET_ALERT_EMAILS="finops@example.com",
-        EBCLOUD_BUDGET_WEBHOOK_URL="",
+        EBCLOUD_ALERT_EMAILS="finops@example.com",
+        EBCLOUD_ALERT_WEBHOOK_URL="",
     )
     env.update(extra)
     return env

@@ -34,10 +34,10 @@ from tests.e2e.background import bring_up
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True, reset_sequences=True)]
 
 
-def pool_ready_since_a_while(actors):
+def pool_ready_since_a_while(actors, *, approval=True):
     """train-pool-a, ordered, approved and brought up to two Ready nodes 15 minutes ago."""
     start = timezone.now() - timedelta(minutes=15)
-    document = make_document(autoRepairPolicy={"requireApproval": True})
+    document = make_document(autoRepairPolicy={"requireApproval": True}) if approval else make_document()
     pool = services.pool_create(user=actors["lead"], document=document, now=start)
     services.order_approve(user=actors["admin"], order=pool.orders.get(), now=start)
     bring_up([pool], start=start)
@@ -126,6 +126,12 @@ def test_an_admin_follows_a_node_through_an_approved_replacement(
     admin.shot("admin-04-node-replaced")
     admin.shot("admin-05-repair-history", element="section:has(h2:has-text('Repair history'))")
 
+    # The fleet's repair page (issue 21) shows the replacement in progress, and polls meanwhile.
+    admin.follow("nav a:has-text('Repairs')")
+    assert node.name in admin.page.inner_text("#repairs") and "replace" in admin.page.inner_text("#repairs")
+    assert admin.page.get_attribute("#repairs", "hx-trigger") == "every 5s"
+    admin.follow(f"#repairs a:has-text('{node.name}')")  # back to the node
+
     # The lifecycle controller orders the successor into the same lease slot.
     successor = successor_ready(pool, first_nodes, settings)
     admin.follow(f"main a:has-text('pool {pool.name}')")
@@ -135,3 +141,68 @@ def test_an_admin_follows_a_node_through_an_approved_replacement(
     admin.follow(f"main a:has-text('{successor.name}')")
     assert phase(admin) == "Ready" and "No faults or repairs." in history(admin)  # a fresh machine
     admin.shot("admin-07-successor-ready")
+
+    # The successor names the node it replaced and back; the replaced node says who pays.
+    assert "no new order and no second charge" in admin.page.inner_text("#who-pays")
+    admin.follow(f"main dd a:has-text('{node.name}')")
+    assert "RepairSucceeded" in history(admin) and successor.name in history(admin)
+    assert "the team pays for one node in this slot, not for both" in admin.page.inner_text("#who-pays")
+    admin.shot("admin-08-replaced-node-links-successor", element="section:has(h2:has-text('Node'))")
+    admin.follow(f"main dd a:has-text('{successor.name}')")
+    assert phase(admin) == "Ready"
+
+    # Nothing moves any more: the repair page says so, shows the outcome and stops polling.
+    admin.follow("nav a:has-text('Repairs')")
+    section = admin.page.inner_text("#repairs")
+    assert "No repair in progress." in section and "RepairSucceeded" in section
+    assert admin.page.get_attribute("#repairs", "hx-trigger") is None
+    admin.shot("admin-09-fleet-repairs")
+
+
+def test_a_faulty_node_is_cordoned_while_it_waits_and_the_pool_page_follows_its_reset(
+    browse, actors, live_server, tmp_path
+):
+    """Issue 21's Xid 48: the node page counts its double-bit ECC error, the node takes no new
+    pods while the fault must persist, and the pool page's repair section updates by itself
+    (htmx polling) until the GPU reset held, then stops polling."""
+    pool = pool_ready_since_a_while(actors, approval=False)
+    node = pool.nodes.filter(phase="Ready").order_by("name").first()
+    admin = browse("admin")
+    admin.goto(f"/pools/{pool.name}/nodes/{node.name}/")
+    admin.follow("main button:has-text('New join token')")
+    token = re.search(r"--join-token (\S+)", admin.page.inner_text("section:has(h2:has-text('Join token')) pre")).group(1)
+    agent = start_agent(token, node, live_server.url, tmp_path)
+    try:
+        report_once(agent)
+        admin.reload()
+        admin.page.fill("#fault-gpu", "2")
+        admin.page.fill("#fault-xid", "48")
+        admin.follow("main button:has-text('Raise Xid')")
+        report_once(agent)
+        admin.reload()
+        gpu2 = admin.page.inner_text("section:has(h2:has-text('GPUs')) tbody tr:nth-child(3)")
+        assert "0 / 1" in gpu2  # ECC SBE / DBE: the Xid 48's double-bit error, in the same report
+
+        fault = GpuErrorEvent.objects.get(node=node).at
+        assert pool_repair(pool_id=pool.pk, now=fault + timedelta(minutes=1)) == 0  # must persist 10 minutes
+        admin.goto(f"/pools/{pool.name}/")
+        section = admin.page.inner_text("#repairs")
+        assert node.name in section and "cordoned, waiting for its repair to start" in section
+        assert admin.page.get_attribute("#repairs", "hx-trigger") == "every 5s"
+        admin.shot("admin-10-pool-repair-waiting", element="section:has(h2:has-text('Repairs'))")
+
+        # The fault persisted: the reset runs on the node and holds, while the page stays open.
+        assert pool_repair(pool_id=pool.pk, now=fault + timedelta(minutes=11)) == 1
+        report_once(agent)  # the agent runs the reset
+        report_once(agent)  # and acknowledges it
+        pool_repair(pool_id=pool.pk, now=fault + timedelta(minutes=12))
+        admin.page.wait_for_selector("#repairs:has-text('No repair in progress.')", timeout=20_000)
+        assert "RepairSucceeded" in admin.page.inner_text("#repairs")
+        assert admin.page.get_attribute("#repairs", "hx-trigger") is None  # settled: polling stopped
+        admin.follow(f"#repairs a:has-text('{node.name}')")
+        assert phase(admin) == "Ready"
+        assert "NodeCordoned" in history(admin) and "RepairSucceeded" in history(admin)
+        gpu2 = admin.page.inner_text("section:has(h2:has-text('GPUs')) tbody tr:nth-child(3)")
+        assert "0 / 0" in gpu2  # the reset cleared the volatile count
+    finally:
+        agent.close()

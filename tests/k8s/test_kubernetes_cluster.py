@@ -94,6 +94,9 @@ def test_cordon_marks_the_node_unschedulable_and_keeps_our_labels(cluster, node)
     cluster.cordon(name=node)
     labels, taints, unschedulable = state_of(cluster, node)
     assert unschedulable and labels["pool"] == "train" and taints[0]["key"] == "pool"
+    cluster.uncordon(name=node)  # a repair that cordoned the node is over (issue 21)
+    labels, taints, unschedulable = state_of(cluster, node)
+    assert not unschedulable and labels["pool"] == "train" and taints[0]["key"] == "pool"
 
 
 def test_eviction_goes_through_the_eviction_api_and_a_disruption_budget_makes_it_wait(cluster, kubelet, core, kube, node, namespace):

@@ -20,7 +20,7 @@ from monitoring import services
 from monitoring.agent import Agent
 from monitoring.agent_buffer import DiskBuffer
 from monitoring.agent_sources import ControlPlaneFaults, SimulatedSource
-from monitoring.models import AgentCommand, GpuErrorEvent
+from monitoring.models import AgentCommand, GpuErrorEvent, NodeReport
 from pools.controllers.lifecycle import pool_reconcile
 from pools.controllers.repair import pool_repair
 from pools.core.errors import ConflictError, ValidationError
@@ -206,6 +206,8 @@ def test_an_injected_xid_48_waits_for_approval_then_the_agent_resets_the_gpu(act
     gpu_fault_inject(user=actors["admin"], node=node, gpu=5, xid=48)
     report_once(agent)
     fault_at = GpuErrorEvent.objects.get(node=node).at
+    # The report that carries the Xid 48 counts its double-bit ECC error on GPU 5 (issue 21).
+    assert [g["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"] for g in last_gpus(node)] == [0, 0, 0, 0, 0, 1, 0, 0]
 
     now = max(ready, fault_at) + timedelta(minutes=11)  # a reset-class fault must persist 10 minutes
     assert pool_repair(pool_id=pool.pk, now=now) == 0
@@ -227,4 +229,22 @@ def test_an_injected_xid_48_waits_for_approval_then_the_agent_resets_the_gpu(act
     node.refresh_from_db()
     assert (node.phase, node.unschedulable) == ("Ready", False)
     assert pool.events.filter(node=node, reason="RepairSucceeded").exists()
+    assert all(g["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"] == 0 for g in last_gpus(node))  # the reset cleared the volatile count
     agent.close()
+
+
+def last_gpus(node: Node) -> list[dict]:
+    return NodeReport.objects.filter(node=node).order_by("-seq").first().gpus
+
+
+def test_the_simulated_gpus_count_an_ecc_error_for_each_uncorrectable_ecc_xid():
+    """Xid 48, 94, 95 and 140 are uncorrectable ECC errors in NVIDIA's catalog; 13 and 79 are not.
+    A reset of the GPU or a reboot clears the volatile counter."""
+    source = SimulatedSource(gpus=3, faults={1: [(0, 48), (0, 95), (1, 13), (2, 79)], 3: [(1, 140)]})
+    dbe = lambda: [g["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"] for g in source.sample()]  # noqa: E731
+    assert dbe() == [2, 0, 0] and len(source.xids()) == 4
+    source.execute({"action": "reset_gpu", "gpu": 0})
+    assert dbe() == [0, 0, 0]
+    assert dbe() == [0, 1, 0]
+    source.execute({"action": "reboot"})
+    assert dbe() == [0, 0, 0]

@@ -87,7 +87,8 @@ def test_a_gated_pool_raises_a_request_instead_of_repairing(pool):
     event = pool.events.get(reason="RepairPendingApproval")
     assert event.type == "Warning" and "reset_gpu GPU 3" in event.message
     node.refresh_from_db()
-    assert node.phase == "Ready" and not AgentCommand.objects.exists()
+    # Nothing is repaired yet, but the faulty node takes no new pods while it waits (issue 21).
+    assert (node.phase, node.unschedulable) == ("Cordoned", True) and not AgentCommand.objects.exists()
     assert pool_repair(pool_id=pool.pk, now=T0 + timedelta(minutes=12)) == 0  # asked once, not every pass
     assert RepairApproval.objects.count() == 1 and pool.events.get(reason="RepairPendingApproval").count == 1
 
@@ -160,7 +161,7 @@ def test_a_worse_fault_supersedes_the_pending_request(pool):
     rows = list(RepairApproval.objects.order_by("pk").values_list("action", "status"))
     assert rows == [("reset_gpu", "Cancelled"), ("replace", "Pending")]
     node.refresh_from_db()
-    assert node.phase == "Ready" and node.release_reason == ""  # not replaced without approval
+    assert node.phase == "Cordoned" and node.release_reason == ""  # not replaced without approval; cordoned while it waits
 
 
 def test_turning_approval_off_cancels_open_requests_and_repairs(actors, pool):

@@ -1,0 +1,70 @@
+"""A node with an unrepaired GPU fault takes no new pods while it waits for its repair (issue 21:
+an Xid 48 left its node Ready and taking pods for the ten minutes the fault had to persist, and
+the autoscaler then scaled it in unrepaired).
+
+NVIDIA's catalog puts a reset-class Xid (46, 48, 62, 64, 74, 95, ...) in a bucket whose immediate
+action is a GPU reset: until then the GPU is in a bad state and new work on it fails. So while
+the repair pass waits (for the fault to persist, for the pool's one repair at a time, for an
+admin's approval) the node is cordoned, as `kubectl cordon` does: `spec.unschedulable` on the
+cluster's Node, `unschedulable` and phase `Cordoned` on our row (the scheduler, the extender and
+the autoscaler's scale-in read those). Running pods stay: a cordon evicts nothing, and the
+repair itself moves them. When no fault is left open (an application Xid, the fault aged out
+of the ladder's window, a reset or reboot that held) the node is uncordoned.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from pools.models import GpuNodePool, Node
+from pools.providers.base import ClusterBackend
+from pools.services.events import WARNING, event_record
+
+logger = logging.getLogger("ebcloud.repair")
+
+
+def _cluster_call(cluster: ClusterBackend, name: str, *, cordon: bool) -> str:
+    """Run the cluster's cordon/uncordon; a failure is told in the event (the control plane's
+    own view, which its scheduler, extender and autoscaler read, is already right)."""
+    try:
+        (cluster.cordon if cordon else cluster.uncordon)(name=name)
+    except Exception as exc:  # an unreachable API server must not stop the repair pass
+        logger.warning("cordon change of %s in the cluster failed", name, exc_info=True)
+        how = "cordon" if cordon else "uncordon"
+        return f" (the cluster's Node could not be updated: {str(exc)[:200]}; run kubectl {how} {name} to match)"
+    return ""
+
+
+def wait_cordon(*, pool: GpuNodePool, node: Node, cluster: ClusterBackend, waiting_for: str, now) -> bool:
+    """Cordon a Ready node whose repair has to wait; True when this call cordoned it. One
+    conditional UPDATE (Ready -> Cordoned), so overlapping passes cordon once and write one
+    `NodeCordoned` event."""
+    if node.phase != Node.Phase.READY:
+        return False
+    if not Node.objects.filter(pk=node.pk, phase=Node.Phase.READY).update(phase=Node.Phase.CORDONED, unschedulable=True):
+        return False
+    node.phase, node.unschedulable = Node.Phase.CORDONED, True
+    note = _cluster_call(cluster, node.name, cordon=True)
+    event_record(pool=pool, node=node, reason="NodeCordoned", type=WARNING, now=now,
+                 message=f"Node {node.name} cordoned while its GPU fault waits for repair ({waiting_for}): "
+                         f"no new pods are placed on it; running pods stay until the repair moves them{note}")  # fmt: skip
+    return True
+
+
+def repair_uncordon(*, pool: GpuNodePool, node: Node, cluster: ClusterBackend, why: str, now) -> bool:
+    """Make a node cordoned for a repair schedulable again; True when this call did it."""
+    if node.phase != Node.Phase.CORDONED:
+        return False
+    if not Node.objects.filter(pk=node.pk, phase=Node.Phase.CORDONED).update(phase=Node.Phase.READY, unschedulable=False):
+        return False
+    node.phase, node.unschedulable = Node.Phase.READY, False
+    note = _cluster_call(cluster, node.name, cordon=False)
+    event_record(pool=pool, node=node, reason="NodeUncordoned", now=now,
+                 message=f"Node {node.name} takes new pods again: {why}{note}")  # fmt: skip
+    return True
+
+
+def cluster_cordon(*, node: Node, cluster: ClusterBackend, on: bool) -> str:
+    """Set or lift the cluster's cordon of a node whose reset or reboot starts or held (our row
+    says so already); returns what to add to the event when the cluster could not be updated."""
+    return _cluster_call(cluster, node.name, cordon=on)
