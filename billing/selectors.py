@@ -22,6 +22,7 @@ from billing.allocation import (
     DEFAULT_GROUP_LABELS,
     group_columns,
 )
+from billing.forecast import month_forecast
 from billing.lease_costs import add_months
 from billing.models import Budget, BudgetAlert, CostDay, CostRecord
 from pools.core.errors import FieldError, ValidationError
@@ -177,8 +178,6 @@ def cost_detail_rows(
 
 # --------------------------------------------------------------------------- budgets
 
-FORECAST_MIN_DATA = timedelta(days=3)
-
 
 @dataclass(frozen=True)
 class BudgetStatus:
@@ -258,14 +257,7 @@ def budget_statuses_of(budgets, *, now: datetime) -> list[BudgetStatus]:
         key = ("pool_id", budget.pool_id) if budget.pool_id else ("team_id", budget.team_id)
         row = sums.get((*key, budget.currency))
         spent = Decimal(row["spent"] if row else 0).quantize(CENT)
-        forecast = None
-        if row is not None:
-            elapsed = min(row["last"] + timedelta(hours=1), end) - row["first"]
-            if elapsed >= FORECAST_MIN_DATA:
-                rate = spent / Decimal(elapsed / timedelta(hours=1))
-                forecast = (rate * Decimal((end - row["first"]) / timedelta(hours=1))).quantize(
-                    CENT
-                )
+        forecast = None if row is None else month_forecast(spent=spent, first=row["first"], last=row["last"], end=end)
         out.append(BudgetStatus(budget=budget, period=start.date(), spent=spent, forecast=forecast))
     return out
 

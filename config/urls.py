@@ -35,6 +35,7 @@ urlpatterns = [
     path("api/scheduler/v1/", include("pools.api.extender_urls")),
     path("metrics", metrics_view, name="metrics"),
     path("monitoring/", monitoring_views.overview, name="monitoring-overview"),
+    path("monitoring/trends/", monitoring_views.utilisation_trends, name="monitoring-trends"),
     path("", include("billing.urls")),
     path("admin/", admin.site.urls),
 ]

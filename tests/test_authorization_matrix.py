@@ -165,6 +165,7 @@ MATRIX: tuple[Row, ...] = (
     Row("pods:delete", POST_ONLY_WEB, POD, owned=True, writes=(Write("post", S(302, 404, 302, 403, 302, LOGIN), {}),)),
     # --- web: monitoring and billing ------------------------------------------------------
     Row("monitoring-overview", EVERYONE_WEB),
+    Row("monitoring-trends", EVERYONE_WEB),  # each sees the trends of the pools they may see
     Row("billing:costs", EVERYONE_WEB),
     Row("billing:budgets", EVERYONE_WEB),
     # --- REST API /api/v1/ ----------------------------------------------------------------

@@ -6,8 +6,10 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponseRedirect
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
+from billing.order_context import order_contexts
 from pools import roles
 from pools.core.errors import ConflictError, ValidationError
 from pools.models import PoolOrder
@@ -26,12 +28,18 @@ def _orders_page(request, status: str, *, http_status: int = 200):
     if status not in dict(PoolOrder.Status.choices):
         status = ""
     orders = list(selectors.orders_for_user(user=request.user, status=status)[:200])
+    can_decide = roles.is_admin(request.user)
     context = {
         "orders": orders,
         "status": status,
         "statuses": PoolOrder.Status.choices,
-        "can_decide": roles.is_admin(request.user),
+        "can_decide": can_decide,
     }
+    if can_decide:  # the approver's view: quota room, balance and budget use beside each order
+        contexts, context["queue_funds"] = order_contexts(orders=orders, now=timezone.now())
+        context["rows"] = [(order, contexts[order.pk]) for order in orders]
+    else:
+        context["rows"] = [(order, None) for order in orders]
     return htmx_render(request, "pools/order_list.html", context, status=http_status)
 
 

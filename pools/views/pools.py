@@ -20,6 +20,7 @@ from django.utils.html import escape
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from billing.advisor_service import pool_advice
+from billing.month_spend import pool_spend_attach
 from billing.selectors import pool_budget_status
 from pools import roles
 from pools.controllers.lifecycle import pool_capacity_times
@@ -52,7 +53,7 @@ def pool_list(request):
         sort=request.GET.get("sort", "name"),
     )
     page = Paginator(selectors.pools_visible(user=request.user, filters=filters), POOLS_PER_PAGE).get_page(request.GET.get("page"))
-    pools = selectors.node_counts_attach(list(page.object_list))
+    pools = pool_spend_attach(selectors.node_counts_attach(list(page.object_list)), now=timezone.now())
     query = request.GET.copy()
     query.pop("sort", None)
     query.pop("page", None)  # a new sort starts at the first page

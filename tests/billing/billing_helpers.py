@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 
 from billing import services
 from billing.demo import load_prices
 from billing.lease_costs import add_months
+from billing.models import CostRecord
 from pools.models import Node, Pod
 from pools.services import pools as pool_services
 from tests.conftest import make_document
@@ -111,3 +113,17 @@ def scenario(actors, teams, hours=3):
     )
     meter(hours=hours)
     return a, b
+
+
+def charge(pool, per_hour, *, hours: int, start=T0, currency="CNY", team=None):
+    """`hours` hourly idle cost records of `per_hour` for the pool (charged to its team or
+    `team`), and their days' rollup as metering adds it (`cost_day_add`): what the pool list,
+    the order queue and chargeback read without metering real nodes."""
+    records = CostRecord.objects.bulk_create(
+        CostRecord(hour=start + i * HOUR, pool=pool, team=team or pool.team, billing_kind="monthly", cost_kind="idle",
+                   amount=Decimal(per_hour), currency=currency)
+        for i in range(hours)
+    )  # fmt: skip
+    for record in records:
+        services.cost_day_add(day=record.hour.date(), costs=[record])
+    return records

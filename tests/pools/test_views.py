@@ -275,7 +275,8 @@ def test_the_pool_list_page_does_not_grow_queries_with_pools(browser, actors):
     create_pools(actors, 10, offset=2)
     with CaptureQueriesContext(connection) as many:
         assert len(client.get("/pools/").context["pools"]) == 12
-    assert len(many) == len(few) <= 12
+    # 13: the page's cost this month and forecast take two (the sums, the first and last hour).
+    assert len(many) == len(few) <= 13
 
 
 def test_the_order_queue_does_not_grow_queries_with_orders(browser, actors):
