@@ -8,7 +8,7 @@ from datetime import datetime
 
 from django.db.models import Count, F, Sum
 
-from monitoring.models import NodeAgentState
+from monitoring.models import AlertEpisode, AlertSilence, NodeAgentState
 from pools.core.errors import ValidationError
 from pools.core.spec import parse_document
 from pools.models import GpuNodePool, Node, NodeType, PoolEvent
@@ -161,3 +161,13 @@ def pending_pods_by_pool(pools) -> dict[int, list[Pod]]:
         fits = {id(core) for core in fitting_pods([core for _, core in team], template_node(pool, spec))}
         out[pool.pk] = [row for row, core in team if id(core) in fits]
     return out
+
+
+def silences_active(*, pool: GpuNodePool, now: datetime) -> list[AlertSilence]:
+    """The pool's silences still in force, the soonest to end first."""
+    return list(AlertSilence.objects.filter(pool=pool, until__gt=now).select_related("created_by").order_by("until", "pk"))
+
+
+def episodes_recent(*, pool: GpuNodePool, limit: int = 20) -> list[AlertEpisode]:
+    """The pool's latest alert episodes, newest first."""
+    return list(AlertEpisode.objects.filter(pool=pool).order_by("-started_at", "-pk")[:limit])

@@ -140,6 +140,9 @@ MATRIX: tuple[Row, ...] = (
         writes=(Write("post", S(302, 404, 403, 403, 302, LOGIN), {}),)),
     Row("pools:fragmentation", TEAM_READ_WEB, POOL, owned=True),
     Row("pools:diagnose", TEAM_READ_WEB, POOL, owned=True),
+    # The pool's alert rules and silences: the team reads them; its leads and admins silence.
+    Row("pools:alerts", TEAM_READ_WEB, POOL, owned=True,
+        writes=(Write("post", S(400, 404, 403, 403, 400, LOGIN), INCOMPLETE),)),
     # Team members read their pools' nodes; only platform admins act on them (POST `action`).
     Row("pools:node-detail", TEAM_READ_WEB, lambda w: {"name": w.pool.name, "node": w.node.name}, owned=True,
         writes=(Write("post", S(403, 404, 403, 403, 302, LOGIN), {"action": "revoke"}),)),
