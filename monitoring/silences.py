@@ -18,7 +18,7 @@ from pools.models import GpuNodePool
 from pools.services.events import NORMAL, event_record
 
 MAX_SILENCE = timedelta(days=90)
-MAX_REASON = 300
+MAX_REASON = 300  # AlertSilence.reason
 
 
 def may_silence(user, pool: GpuNodePool) -> bool:

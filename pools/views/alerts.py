@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from django import forms
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -21,18 +20,11 @@ from monitoring import selectors as monitoring_selectors
 from monitoring import silences
 from monitoring.alerts import alert_rules_of
 from monitoring.models import AlertSilence
+from pools.alerts_form import SilenceForm
 from pools.core.alerting import RULES, RULES_BY_REASON, describe
 from pools.core.errors import ValidationError
 from pools.selectors import pools as selectors
 from pools.views.base import htmx_render
-
-
-class SilenceForm(forms.Form):
-    rule = forms.ChoiceField(label="Alert", choices=[(info.reason, info.title) for info in RULES])
-    until = forms.DateTimeField(label="Silence until (UTC)", input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M"],
-                                widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"))  # fmt: skip
-    reason = forms.CharField(label="Why", max_length=silences.MAX_REASON,
-                             help_text="e.g. planned maintenance of the storage; the team reads it on this page")  # fmt: skip
 
 
 @login_required
