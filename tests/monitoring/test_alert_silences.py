@@ -77,3 +77,28 @@ def test_an_admin_ends_a_silence_and_the_rule_is_told_again(watched, browser, ac
     assert silence.until <= timezone.now()
     assert PoolEvent.objects.filter(pool=watched, reason="AlertSilenceEnded").exists()
     assert browser("admin").post("/pools/watched-pool/alerts/", {"end": "nope"}).status_code == 404
+
+
+def test_the_api_silences_lists_and_ends_like_the_page(watched, api):
+    lead = api("lead")
+    url = "/api/v1/pools/watched-pool/alert-silences/"
+    until_at = (timezone.now() + timedelta(hours=2)).replace(microsecond=0)
+    created = lead.post(url, {"rule": "PodsPendingTooLong", "until": until_at.isoformat(), "reason": "image mirror down"}, format="json")
+    assert created.status_code == 201, created.content
+    body = created.json()
+    assert (body["rule"], body["reason"], body["createdBy"]) == ("PodsPendingTooLong", "image mirror down", "lead")
+    assert [s["id"] for s in api("member").get(url).json()] == [body["id"]]
+    assert api("member").delete(f"{url}{body['id']}/").status_code == 403
+    assert lead.delete(f"{url}{body['id']}/").status_code == 204
+    assert lead.get(url).json() == []
+    assert PoolEvent.objects.filter(pool=watched, reason__in=["AlertSilenced", "AlertSilenceEnded"]).count() == 2
+
+
+def test_the_api_names_the_bad_field(watched, api):
+    url = "/api/v1/pools/watched-pool/alert-silences/"
+    past = (timezone.now() - timedelta(hours=1)).isoformat()
+    response = api("lead").post(url, {"rule": "NodesNotReady", "until": past, "reason": "x"}, format="json")
+    assert response.status_code == 400 and response.json()["errors"] == [{"field": "until", "message": "must be in the future"}]
+    unknown = api("lead").post(url, {"rule": "Sometimes", "until": past, "reason": "x"}, format="json")
+    assert unknown.status_code == 400 and unknown.json()["errors"][0]["field"] == "rule"
+    assert api("other_lead").post(url, {"rule": "NodesNotReady", "until": past, "reason": "x"}, format="json").status_code == 404
