@@ -1,86 +1,201 @@
-"""Watermark alert rules over the per-minute PoolSamples (issue 6 §6; seed T4, the comparison
-table's "capacity water-level alerts").
+"""Capacity (water-level) alerts: each pool's `spec.alerts` rules, evaluated every minute
+(issue 6 §6, issue 20; seed T4, O4, the comparison table's "capacity water-level alerts").
 
-Defaults, as the issue gives them:
-- `HighGpuAllocation`: allocated GPUs above 90% of capacity for 10 minutes (needs allocated
-  GPUs in the samples: skipped while pods are not tracked per pool).
-- `LowGpuUtilization`: mean GPU utilisation below 30% for 24 hours -> the article's T4 hint
-  (IO-bound data loading or an oversized GPU spec; pack with the fragmentation report).
+The rules and their defaults are in pools/core/alerting.py. How each is read:
+- `HighGpuAllocation`, `LowGpuUtilization`, `NodesNotReady`: over the per-minute PoolSamples.
+  A rule holds when every sample in its window satisfies it and the samples reach back to the
+  window's start, so it fires when the condition has lasted the pool's `for`, not before.
+- `PodsPendingTooLong`: over the Pending pods each pool would take (the autoscaler's
+  `queued_pods`): one that has waited longer than the pool's `olderThan`.
 
-A rule holds when every sample in its window satisfies it and the samples cover the window. Each
-rule is evaluated with one aggregate query for all pools, and fires at most once per window per
-pool (a Warning PoolEvent), so a condition that lasts does not bury the timeline.
+Each rule is one aggregate query for all pools (windows that differ per pool are OR-ed into the
+one statement), so the statements do not grow with the number of pools.
+
+A rule that holds opens an *episode* (AlertEpisode), which lasts while later evaluations still
+find it holding (a gap of EPISODE_GAP ends it). The episode's first minute is in the
+notification's key: one lasting condition writes one Warning PoolEvent and tells the team once
+(pools.services.notifications), however many workers evaluate it. While a lead's AlertSilence
+covers the rule the event is still written but nobody is told; when the silence ends and the
+episode still lasts, the team is told then.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Count, F, FloatField, Max, Min
+from django.db.models import F, FloatField, Max, Min, Q
 from django.db.models.functions import Cast
 from django.utils import timezone
 
-from monitoring.models import PoolSample
+from monitoring.models import AlertEpisode, AlertSilence, PoolSample
+from monitoring.selectors import pending_pods_by_pool
+from pools.core.alerting import DEFAULT_ALERTS, RULES_BY_REASON, AlertRules, parse_alerts
+from pools.core.durations import format_duration
+from pools.core.fields import Checker
 from pools.models import GpuNodePool, PoolEvent
 from pools.services.events import WARNING, event_record
+from pools.services.notifications import notification_raise
+
+HIGH, LOW, PENDING, NOT_READY = "HighGpuAllocation", "LowGpuUtilization", "PodsPendingTooLong", "NodesNotReady"
+LOOKBACK = timedelta(minutes=1)  # a window's first sample is stamped with the start of its minute
+EPISODE_GAP = timedelta(minutes=5)  # not seen holding for this long: the episode is over
 
 
 @dataclass(frozen=True)
-class Rule:
+class Firing:
+    pool_id: int
     reason: str
-    window: timedelta
-    message: str
+    detail: str
 
 
-HIGH_ALLOCATION = Rule("HighGpuAllocation", timedelta(minutes=10),
-                       "allocated GPUs above 90% of capacity for 10 minutes: add nodes, or raise nodeCount.max")
-LOW_UTILIZATION = Rule("LowGpuUtilization", timedelta(hours=24),
-                       "mean GPU utilisation below 30% for 24 hours: look for IO-bound data loading or an "
-                       "oversized GPU spec; pack work with the fragmentation report and shrink the pool")
-SLACK = timedelta(minutes=2)  # a rollup may run a little late
-
-
-def covers(first_minute: datetime, now: datetime, window: timedelta) -> bool:
-    return first_minute <= now - window + SLACK
+def alert_rules_of(pools: Iterable[GpuNodePool]) -> dict[int, AlertRules]:
+    """Each pool's rules from its stored (already validated) document."""
+    out = {}
+    for pool in pools:
+        spec = pool.document.get("spec") if isinstance(pool.document, dict) else None
+        check = Checker()
+        rules = parse_alerts(check, spec.get("alerts", {}) if isinstance(spec, dict) else {})
+        out[pool.pk] = DEFAULT_ALERTS if check.errors else rules
+    return out
 
 
 def alerts_evaluate(*, now: datetime | None = None) -> list[PoolEvent]:
-    """Fire the rules that hold now; returns the events written."""
+    """Open an episode for every rule that holds now and was not holding; returns the events
+    written (one per new episode)."""
     now = now or timezone.now()
-    fired: list[PoolEvent] = []
-    candidates: list[tuple[int, Rule, str]] = []
-    low = (
-        PoolSample.objects.filter(minute__gt=now - LOW_UTILIZATION.window - SLACK, gpu_util_avg__isnull=False)
-        .values("pool_id").annotate(first=Min("minute"), worst=Max("gpu_util_avg")).order_by()
-    )
-    for row in low:
-        if row["worst"] < 30 and covers(row["first"], now, LOW_UTILIZATION.window):
-            candidates.append((row["pool_id"], LOW_UTILIZATION, f"highest sample {row['worst']:.0f}%"))
-    high = (
-        PoolSample.objects.filter(minute__gt=now - HIGH_ALLOCATION.window - SLACK, allocated_gpus__isnull=False, capacity_gpus__gt=0)
-        .annotate(ratio=Cast(F("allocated_gpus"), FloatField()) / Cast(F("capacity_gpus"), FloatField()))
-        .values("pool_id").annotate(first=Min("minute"), n=Count("id"), lowest=Min("ratio")).order_by()
-    )
-    for row in high:
-        if row["lowest"] > 0.9 and covers(row["first"], now, HIGH_ALLOCATION.window):
-            candidates.append((row["pool_id"], HIGH_ALLOCATION, f"lowest sample {row['lowest']:.0%}"))
-    if not candidates:
-        return fired
-    recent = set(
-        PoolEvent.objects.filter(pool_id__in={c[0] for c in candidates}, reason__in={c[1].reason for c in candidates},
-                                 node__isnull=True, last_timestamp__gte=now - LOW_UTILIZATION.window)
-        .values_list("pool_id", "reason", "last_timestamp")
-        .order_by()
-    )
-    last = {}
-    for pool_id, reason, at in recent:
-        last[(pool_id, reason)] = max(at, last.get((pool_id, reason), at))
-    pools = GpuNodePool.objects.in_bulk({c[0] for c in candidates})
-    for pool_id, rule, detail in candidates:
-        seen = last.get((pool_id, rule.reason))
-        if seen is not None and seen >= now - rule.window:
-            continue  # already told within this window
-        fired.append(event_record(pool=pools[pool_id], type=WARNING, reason=rule.reason, now=now,
-                                  message=f"{rule.message} ({detail})"))
-    return fired
+    pools = {p.pk: p for p in GpuNodePool.objects.active().select_related("team", "gpu_model", "zone")}
+    rules = alert_rules_of(pools.values())
+    firings = [*sampled_firings(rules, now), *pending_firings(pools, rules, now)]
+    if not firings:
+        return []
+    return episodes_record(firings, pools, rules, now)
+
+
+def window_filter(rules: dict[int, AlertRules], reason: str, now: datetime) -> Q | None:
+    """Each pool's window as one filter: pools that share a window share a clause."""
+    by_window: dict[int, list[int]] = defaultdict(list)
+    for pool_id, pool_rules in rules.items():
+        rule = pool_rules.rule(reason)
+        if rule.enabled:
+            by_window[rule.window_s].append(pool_id)
+    if not by_window:
+        return None
+    clauses = Q()
+    for window_s, pool_ids in sorted(by_window.items()):
+        clauses |= Q(pool_id__in=pool_ids, minute__gt=now - timedelta(seconds=window_s) - LOOKBACK)
+    return clauses
+
+
+def covers(first_minute: datetime, now: datetime, window_s: int) -> bool:
+    return first_minute <= now - timedelta(seconds=window_s)
+
+
+def sampled_firings(rules: dict[int, AlertRules], now: datetime) -> list[Firing]:
+    out: list[Firing] = []
+    if (where := window_filter(rules, LOW, now)) is not None:
+        rows = (PoolSample.objects.filter(where, gpu_util_avg__isnull=False).values("pool_id")
+                .annotate(first=Min("minute"), worst=Max("gpu_util_avg")).order_by())  # fmt: skip
+        for row in rows:
+            rule = rules[row["pool_id"]].utilization_low
+            if row["worst"] < rule.threshold and covers(row["first"], now, rule.window_s):
+                out.append(Firing(row["pool_id"], LOW, f"highest sample {row['worst']:.0f}%"))
+    if (where := window_filter(rules, HIGH, now)) is not None:
+        rows = (PoolSample.objects.filter(where, allocated_gpus__isnull=False, capacity_gpus__gt=0)
+                .annotate(ratio=Cast(F("allocated_gpus"), FloatField()) / Cast(F("capacity_gpus"), FloatField()))
+                .values("pool_id").annotate(first=Min("minute"), lowest=Min("ratio")).order_by())  # fmt: skip
+        for row in rows:
+            rule = rules[row["pool_id"]].allocation_high
+            if row["lowest"] > rule.threshold / 100 and covers(row["first"], now, rule.window_s):
+                out.append(Firing(row["pool_id"], HIGH, f"lowest sample {row['lowest']:.0%}"))
+    if (where := window_filter(rules, NOT_READY, now)) is not None:
+        rows = (PoolSample.objects.filter(where, not_ready_nodes__isnull=False).values("pool_id")
+                .annotate(first=Min("minute"), fewest=Min("not_ready_nodes")).order_by())  # fmt: skip
+        for row in rows:
+            rule = rules[row["pool_id"]].nodes_not_ready
+            if row["fewest"] >= rule.threshold and covers(row["first"], now, rule.window_s):
+                out.append(Firing(row["pool_id"], NOT_READY, f"at least {row['fewest']} throughout"))
+    return out
+
+
+def pending_firings(pools: dict[int, GpuNodePool], rules: dict[int, AlertRules], now: datetime) -> list[Firing]:
+    watched = [pools[pk] for pk, r in rules.items() if r.pending_pods.enabled]
+    out = []
+    for pool_id, waiting in pending_pods_by_pool(watched).items():
+        older_than = timedelta(seconds=rules[pool_id].pending_pods.window_s)
+        late = [pod for pod in waiting if pod.submitted_at <= now - older_than]
+        if late:
+            oldest = late[0]
+            waited = format_duration(int((now - oldest.submitted_at).total_seconds()) // 60 * 60)
+            out.append(Firing(pool_id, PENDING, f"{len(late)} waiting; the oldest, {oldest.namespace}/{oldest.name}, for {waited}"))
+    return out
+
+
+def rule_message(reason: str, rules: AlertRules) -> str:
+    """What the rule means and what to do, in plain words with the pool's own numbers."""
+    rule = rules.rule(reason)
+    span = format_duration(rule.window_s)
+    if reason == HIGH:
+        return f"allocated GPUs above {rule.threshold}% of capacity for {span}: add nodes, or raise nodeCount.max"
+    if reason == LOW:
+        return (f"mean GPU utilisation below {rule.threshold}% for {span}: look for IO-bound data loading or an "
+                "oversized GPU spec; pack work with the fragmentation report and shrink the pool")  # fmt: skip
+    if reason == PENDING:
+        return (f"pods that fit the pool have waited more than {span} (a new node usually takes 5 to 10 minutes): "
+                "check the pool's events for stock, quota or payment, and prewarm the system image")  # fmt: skip
+    nodes = "a node" if rule.threshold == 1 else f"{rule.threshold} or more nodes"
+    return f"{nodes} not ready for {span} (heartbeat lost or under repair): check the nodes' events and the node agent"
+
+
+def episodes_record(firings: list[Firing], pools: dict[int, GpuNodePool], rules: dict[int, AlertRules], now: datetime) -> list[PoolEvent]:
+    """Continue the open episodes, open new ones (event + notification), and tell the team about
+    open episodes whose silence has ended. Statements per evaluation: a fixed few, plus a few
+    per new episode and per notification sent."""
+    pool_ids = {f.pool_id for f in firings}
+    reasons = {f.reason for f in firings}
+    open_episodes = {
+        (e.pool_id, e.rule): e
+        for e in AlertEpisode.objects.filter(pool_id__in=pool_ids, rule__in=reasons, last_seen_at__gte=now - EPISODE_GAP).order_by("started_at")
+    }
+    silenced = set(AlertSilence.objects.filter(pool_id__in=pool_ids, rule__in=reasons, until__gt=now).values_list("pool_id", "rule"))
+    continuing = [open_episodes[(f.pool_id, f.reason)] for f in firings if (f.pool_id, f.reason) in open_episodes]
+    if continuing:
+        AlertEpisode.objects.filter(pk__in=[e.pk for e in continuing]).update(last_seen_at=now)
+    told_late = []
+    for episode in continuing:
+        if episode.notified_at is None and (episode.pool_id, episode.rule) not in silenced:
+            episode_tell(episode, pools[episode.pool_id], rules[episode.pool_id], now, detail="still holding after a silence ended")
+            told_late.append(episode.pk)
+    if told_late:
+        AlertEpisode.objects.filter(pk__in=told_late).update(notified_at=now)
+    events = []
+    for firing in firings:
+        if (firing.pool_id, firing.reason) in open_episodes:
+            continue
+        pool = pools[firing.pool_id]
+        tell = (firing.pool_id, firing.reason) not in silenced
+        episode, created = AlertEpisode.objects.get_or_create(
+            pool=pool, rule=firing.reason, started_at=now.replace(second=0, microsecond=0),
+            defaults={"last_seen_at": now, "notified_at": now if tell else None},
+        )  # fmt: skip
+        if not created:  # another worker opened it this minute
+            continue
+        message = f"{rule_message(firing.reason, rules[pool.pk])} ({firing.detail})"
+        events.append(event_record(pool=pool, type=WARNING, reason=firing.reason, now=now, message=message))
+        if tell:
+            episode_tell(episode, pool, rules[pool.pk], now, detail=firing.detail)
+    return events
+
+
+def episode_tell(episode: AlertEpisode, pool: GpuNodePool, rules: AlertRules, now: datetime, *, detail: str) -> None:
+    info = RULES_BY_REASON[episode.rule]
+    rule = rules.rule(episode.rule)
+    notification_raise(
+        team=pool.team, pool=pool, kind=episode.rule, now=now,
+        key=f"capacity:{episode.rule}:{pool.pk}:{episode.started_at:%Y%m%dT%H%M}",
+        message=f"Pool {pool.name}: {rule_message(episode.rule, rules)} ({detail})",
+        payload={"rule": info.field, "threshold": rule.threshold, "window": format_duration(rule.window_s),
+                 "since": episode.started_at.isoformat()},
+    )  # fmt: skip

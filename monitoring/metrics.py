@@ -11,7 +11,8 @@ scrape (a Prometheus or exporter on the same host), whatever DEBUG says. Everyth
 Per pool: capacity, nodeCount.min/max, nodes by phase and billing kind (monthly baseline,
 on-demand burst, preemptible) and the controller's desired nodes per billing kind, GPUs
 allocated to Running pods, pending pods that would fit the pool (`queued_pods`, as the
-autoscaler counts them), GPU memory and utilisation; per node the heartbeat age; per budget
+autoscaler counts them) and how long the oldest has waited, nodes not ready, GPU memory and
+utilisation (deploy/prometheus-rules.yaml alerts on these like the pools' default alert rules); per node the heartbeat age; per budget
 (a pool's `spec.budget` or a team budget) this month's spend, its limit and their ratio. The
 query count does not grow with pools, nodes, pods or budgets.
 """
@@ -19,7 +20,6 @@ query count does not grow with pools, nodes, pods or budgets.
 from __future__ import annotations
 
 import hmac
-from collections import defaultdict
 
 from django.conf import settings
 from django.db.models import Q
@@ -32,38 +32,9 @@ from prometheus_client.core import GaugeMetricFamily
 from billing.models import Budget
 from billing.selectors import budget_statuses_of
 from monitoring import selectors
-from pools.core.errors import ValidationError
-from pools.core.spec import parse_document
-from pools.models import NodeType
-from pools.models.pods import Pod
-from pools.selectors.pools import catalog_current
-from pools.selectors.queue import queued_pods, template_node
 
 LOOPBACK = {"127.0.0.1", "::1"}
 BUDGET_LABELS = ["scope", "pool", "team", "currency"]
-
-
-def pending_pods_by_pool(pools) -> dict[int, int]:
-    """`queued_pods` per pool: Pending pods of the pool's team that would fit an empty node of
-    the pool (the autoscaler's and the rollup's metric), for all pools in a fixed number of
-    queries (catalog, node types, Pending pods) instead of a few per pool."""
-    pools = list(pools)
-    if not pools:
-        return {}
-    catalog = catalog_current()
-    node_types = NodeType.objects.in_bulk({p.node_type_id for p in pools})
-    pending: dict[int, list[Pod]] = defaultdict(list)
-    for pod in Pod.objects.filter(phase=Pod.Phase.PENDING, team_id__in={p.team_id for p in pools}).order_by("submitted_at", "pk"):
-        pending[pod.team_id].append(pod)
-    out = {}
-    for pool in pools:
-        pool.node_type = node_types[pool.node_type_id]
-        try:
-            spec = parse_document(pool.document, catalog)
-        except ValidationError:  # a document the catalog no longer accepts: no template node
-            continue
-        out[pool.pk] = len(queued_pods(pending[pool.team_id], template_node(pool, spec)))
-    return out
 
 
 class PoolCollector:
@@ -78,10 +49,12 @@ class PoolCollector:
         util = GaugeMetricFamily("ebcloud_pool_gpu_utilization_percent", "Mean GPU utilisation of the pool's reporting nodes", labels=["pool"])
         allocated = GaugeMetricFamily("ebcloud_pool_allocated_gpus", "GPUs requested by the pool's Running pods (a GPU share counts milli/1000)", labels=pool_labels)
         pending = GaugeMetricFamily("ebcloud_pool_pending_pods", "Pending pods of the pool's team that would fit one of its nodes (queued_pods)", labels=pool_labels)
+        oldest = GaugeMetricFamily("ebcloud_pool_oldest_pending_pod_age_seconds", "Seconds the oldest Pending pod that fits the pool has waited (0 when none waits)", labels=pool_labels)
+        not_ready = GaugeMetricFamily("ebcloud_pool_not_ready_nodes", "Joined nodes of the pool that are not ready: heartbeat lost (Unknown) or Repairing", labels=pool_labels)
         desired = GaugeMetricFamily("ebcloud_pool_desired_nodes", "Nodes the controller wants per billing kind (monthly baseline, on-demand burst, preemptible)", labels=["pool", "billing"])
         stats = selectors.pool_stats()
         gpus_allocated = selectors.allocated_gpus(pool_ids=[s.pool.pk for s in stats])
-        queued = pending_pods_by_pool(s.pool for s in stats)
+        queued = selectors.pending_pods_by_pool(s.pool for s in stats)
         for s in stats:
             p = s.pool
             values = [p.name, p.team.slug, p.gpu_model.name, p.zone.name]
@@ -90,7 +63,10 @@ class PoolCollector:
             max_nodes.add_metric(values, p.max_nodes)
             allocated.add_metric(values, gpus_allocated.get(p.pk, 0.0))
             if p.pk in queued:
-                pending.add_metric(values, queued[p.pk])
+                waiting = queued[p.pk]
+                pending.add_metric(values, len(waiting))
+                oldest.add_metric(values, max(0.0, (now - waiting[0].submitted_at).total_seconds()) if waiting else 0.0)
+            not_ready.add_metric(values, s.not_ready_nodes)
             for (phase, billing), n in sorted(s.nodes.items()):
                 nodes.add_metric([p.name, phase, billing], n)
             for billing, counts in sorted((p.node_counts or {}).items()):
@@ -103,7 +79,7 @@ class PoolCollector:
         heartbeat = GaugeMetricFamily("ebcloud_node_heartbeat_age_seconds", "Seconds since the node agent's last heartbeat", labels=["pool", "node"])
         for pool, node, age in selectors.heartbeat_ages(now=now):
             heartbeat.add_metric([pool, node], age)
-        yield from (capacity, min_nodes, max_nodes, nodes, desired, allocated, pending, memory, util, heartbeat)
+        yield from (capacity, min_nodes, max_nodes, nodes, not_ready, desired, allocated, pending, oldest, memory, util, heartbeat)
         yield from budget_metrics(now)
 
 

@@ -12,6 +12,9 @@
 - `AgentCommand`: a node-local action (GPU reset, reboot, cordon acknowledgement) handed to the
   agent in a report response and acknowledged by it (D1: the agent executes local operations).
 - `PoolSample`: the per-minute rollup behind the pool's capacity water-level charts.
+- `AlertEpisode`: one lasting firing of a pool's capacity alert rule (monitoring/alerts.py), so a
+  condition that lasts is told once, and told when a silence ends while it still holds.
+- `AlertSilence`: a lead's "don't tell us about this rule of this pool until ...".
 """
 
 from __future__ import annotations
@@ -174,6 +177,7 @@ class PoolSample(models.Model):
     gpu_memory_used_pct = models.FloatField(null=True, blank=True)
     gpu_util_avg = models.FloatField(null=True, blank=True)
     pending_pods = models.PositiveIntegerField(null=True, blank=True, help_text="Pending pods that would fit the pool (queued_pods)")
+    not_ready_nodes = models.PositiveIntegerField(null=True, blank=True, help_text="Joined nodes not ready: heartbeat lost (Unknown) or Repairing")
     nodes_by_phase = models.JSONField(default=dict)
     node_counts = models.JSONField(default=dict, blank=True, help_text="Desired/current/ready nodes per billing kind")
     min_nodes = models.PositiveIntegerField()
@@ -187,3 +191,52 @@ class PoolSample(models.Model):
 
     def __str__(self) -> str:
         return f"{self.pool_id} at {self.minute:%Y-%m-%d %H:%M}"
+
+
+ALERT_RULE_CHOICES = [
+    ("HighGpuAllocation", "GPU allocation high"),
+    ("LowGpuUtilization", "GPU utilisation low"),
+    ("PodsPendingTooLong", "Pods waiting too long"),
+    ("NodesNotReady", "Nodes not ready"),
+]  # pools.core.alerting.RULES, as database choices
+
+
+class AlertEpisode(models.Model):
+    """A rule holding for a pool, from the evaluation that first saw it to the last that did.
+    The episode's start is part of its notification key, so one lasting condition tells once."""
+
+    pool = models.ForeignKey(GpuNodePool, on_delete=models.CASCADE, related_name="alert_episodes")
+    rule = models.CharField(max_length=30, choices=ALERT_RULE_CHOICES)
+    started_at = models.DateTimeField()
+    last_seen_at = models.DateTimeField(help_text="The latest evaluation that found the rule holding")
+    notified_at = models.DateTimeField(null=True, blank=True, help_text="When the team was told (empty while silenced)")
+
+    objects = PoolChildQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-started_at"]
+        constraints = [models.UniqueConstraint(fields=["pool", "rule", "started_at"], name="alertepisode_unique_start")]
+        indexes = [models.Index(fields=["last_seen_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.rule} on {self.pool_id} since {self.started_at:%Y-%m-%d %H:%M}"
+
+
+class AlertSilence(models.Model):
+    """While `until` is ahead, the rule still records its events on the pool but tells nobody."""
+
+    pool = models.ForeignKey(GpuNodePool, on_delete=models.CASCADE, related_name="alert_silences")
+    rule = models.CharField(max_length=30, choices=ALERT_RULE_CHOICES)
+    until = models.DateTimeField()
+    reason = models.CharField(max_length=300)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = PoolChildQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-until", "-id"]
+        indexes = [models.Index(fields=["until"])]
+
+    def __str__(self) -> str:
+        return f"{self.rule} on {self.pool_id} silenced until {self.until:%Y-%m-%d %H:%M}"

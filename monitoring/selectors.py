@@ -8,14 +8,23 @@ from datetime import datetime
 
 from django.db.models import Count, F, Sum
 
-from monitoring.models import NodeAgentState
-from pools.models import GpuNodePool, Node, PoolEvent
+from monitoring.models import AlertEpisode, AlertSilence, NodeAgentState
+from pools.core.errors import ValidationError
+from pools.core.spec import parse_document
+from pools.models import GpuNodePool, Node, NodeType, PoolEvent
 from pools.models.pods import Pod
+from pools.selectors.cluster import core_pod_of
+from pools.selectors.pools import catalog_current
+from pools.selectors.queue import fitting_pods, template_node
 
 # Nodes that have joined and hold GPUs the pool can count on (not being bought, not gone).
 CAPACITY_PHASES = (
     Node.Phase.READY, Node.Phase.CORDONED, Node.Phase.DRAINING, Node.Phase.REPAIRING, Node.Phase.UNKNOWN,
 )
+
+# Joined nodes that cannot run work and nobody chose that: the agent's heartbeat is lost
+# (Kubernetes' NotReady/Unknown) or auto-repair is rebuilding it. Cordoned and Draining are chosen.
+NOT_READY_PHASES = (Node.Phase.UNKNOWN, Node.Phase.REPAIRING)
 
 
 @dataclass
@@ -34,6 +43,10 @@ class PoolStats:
         for (phase, _), n in self.nodes.items():
             out[phase] += n
         return dict(out)
+
+    @property
+    def not_ready_nodes(self) -> int:
+        return sum(n for (phase, _), n in self.nodes.items() if phase in NOT_READY_PHASES)
 
     @property
     def gpu_memory_used_pct(self) -> float | None:
@@ -121,3 +134,40 @@ def overview_for_user(*, user, limit: int = 50) -> dict:
         .select_related("pool", "node").order_by("-last_timestamp", "-id")[:limit]
     )
     return {"stats": stats, "events": list(events)}
+
+
+def pending_pods_by_pool(pools) -> dict[int, list[Pod]]:
+    """The Pending pods each pool would take: its team's pods that fit an empty node of the pool
+    (the autoscaler's `queued_pods`), oldest first, for all pools in a fixed number of queries
+    (catalog, node types, Pending pods) instead of a few per pool. A pool whose document the
+    catalog no longer accepts has no template node and is left out."""
+    pools = list(pools)
+    if not pools:
+        return {}
+    catalog = catalog_current()
+    node_types = NodeType.objects.in_bulk({p.node_type_id for p in pools})
+    pending: dict[int, list[tuple[Pod, object]]] = defaultdict(list)
+    rows = Pod.objects.filter(phase=Pod.Phase.PENDING, team_id__in={p.team_id for p in pools}).order_by("submitted_at", "pk")
+    for pod in rows:
+        pending[pod.team_id].append((pod, core_pod_of(pod)))
+    out = {}
+    for pool in pools:
+        pool.node_type = node_types[pool.node_type_id]
+        try:
+            spec = parse_document(pool.document, catalog)
+        except ValidationError:
+            continue
+        team = pending[pool.team_id]
+        fits = {id(core) for core in fitting_pods([core for _, core in team], template_node(pool, spec))}
+        out[pool.pk] = [row for row, core in team if id(core) in fits]
+    return out
+
+
+def silences_active(*, pool: GpuNodePool, now: datetime) -> list[AlertSilence]:
+    """The pool's silences still in force, the soonest to end first."""
+    return list(AlertSilence.objects.filter(pool=pool, until__gt=now).select_related("created_by").order_by("until", "pk"))
+
+
+def episodes_recent(*, pool: GpuNodePool, limit: int = 20) -> list[AlertEpisode]:
+    """The pool's latest alert episodes, newest first."""
+    return list(AlertEpisode.objects.filter(pool=pool).order_by("-started_at", "-pk")[:limit])

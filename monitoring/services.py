@@ -344,7 +344,8 @@ def pool_samples_rollup(*, now: datetime | None = None) -> int:
         PoolSample(pool=s.pool, minute=minute, capacity_gpus=s.capacity_gpus, gpu_memory_used_pct=s.gpu_memory_used_pct,
                    gpu_util_avg=s.gpu_util_avg, nodes_by_phase=s.nodes_by_phase, min_nodes=s.pool.min_nodes,
                    max_nodes=s.pool.max_nodes, allocated_gpus=allocated.get(s.pool.pk, 0.0),
-                   pending_pods=pool_queue_length(s.pool), node_counts=s.pool.node_counts)
+                   pending_pods=pool_queue_length(s.pool), node_counts=s.pool.node_counts,
+                   not_ready_nodes=s.not_ready_nodes)
         for s in stats
     ]
     PoolSample.objects.bulk_create(rows, ignore_conflicts=True)

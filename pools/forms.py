@@ -10,6 +10,14 @@ from typing import Any
 
 from django import forms
 
+from pools.alerts_form import (
+    ALERT_FIELD_FOR_PATH,
+    ALERT_FIELD_NAMES,
+    ALERTS_SHOWN,
+    AlertFields,
+    alerts_block,
+    alerts_initial,
+)
 from pools.core.errors import ValidationError
 from pools.core.spec import (
     API_VERSION,
@@ -55,11 +63,12 @@ FIELD_FOR_PATH = {
     "spec.sharedWith": "shared_with",
     "team": "team",
     **SCALING_FIELD_FOR_PATH,
+    **ALERT_FIELD_FOR_PATH,
 }
 ROW_PREFIXES = (("metadata.labels", "label"), ("spec.nodeLabels", "nodelabel"), ("spec.nodeTaints", "taint"))
 
 
-class PoolForm(ScalingFields):
+class PoolForm(ScalingFields, AlertFields):
     team = forms.ChoiceField(required=False, help_text="The team that owns and pays for the pool")
     name = forms.CharField(max_length=63, help_text="DNS-1123 name, e.g. train-pool-a")
     gpu_model = forms.ChoiceField(label="GPU model")
@@ -118,14 +127,20 @@ class PoolForm(ScalingFields):
             self.initial.setdefault(name, value)
         for name in SCALING_FIELD_NAMES:
             self.fields[name].disabled = self.scaling_locked
+        for name, value in alerts_initial(editing.document.get("spec", {}).get("alerts") if editing is not None else None).items():
+            self.initial.setdefault(name, value)
 
     @property
     def main_fields(self) -> list:
-        return [f for f in self.visible_fields() if f.name not in SCALING_FIELD_NAMES]
+        return [f for f in self.visible_fields() if f.name not in SCALING_FIELD_NAMES and f.name not in ALERT_FIELD_NAMES]
 
     @property
     def scaling_fields(self) -> list:
         return [f for f in self.visible_fields() if f.name in SCALING_FIELD_NAMES]
+
+    @property
+    def alert_fields(self) -> list:
+        return [f for f in self.visible_fields() if f.name in ALERT_FIELD_NAMES]
 
     # -- rows (labels, node labels, taints) are repeated inputs: label_key, label_value, ...
 
@@ -183,6 +198,8 @@ class PoolForm(ScalingFields):
             spec.pop("budget", None)
         _set_or_drop(spec, "schedulingPolicy", data["scheduling_policy"] if data["scheduling_policy"] != DEFAULT_SCHEDULING_POLICY else None)
         _set_or_drop(spec, "sharedWith", [team.strip() for team in data.get("shared_with", "").split(",") if team.strip()])
+        if self.data.get(ALERTS_SHOWN):  # a post without the section (a script) keeps the stored block
+            _set_or_drop(spec, "alerts", alerts_block(data, spec.get("alerts") if isinstance(spec.get("alerts"), dict) else None))
         return document
 
     def add_spec_errors(self, error: ValidationError) -> None:

@@ -3,7 +3,7 @@ namespace (`pools:`, `pods:`)."""
 
 from django.urls import path
 
-from pools.views import diagnose, nodes, pods, pools
+from pools.views import alerts, diagnose, nodes, pods, pools
 
 pool_urls = [
     path("", pools.pool_list, name="list"),
@@ -20,6 +20,7 @@ pool_urls = [
     path("<str:name>/fragmentation/", pods.pool_fragmentation, name="fragmentation"),
     path("<str:name>/fragmentation/apply/", pods.pool_fragmentation_apply, name="fragmentation-apply"),
     path("<str:name>/diagnose/", diagnose.pool_diagnose, name="diagnose"),
+    path("<str:name>/alerts/", alerts.pool_alerts, name="alerts"),
 ]
 
 pod_urls = [

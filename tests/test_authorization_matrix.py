@@ -140,6 +140,9 @@ MATRIX: tuple[Row, ...] = (
         writes=(Write("post", S(302, 404, 403, 403, 302, LOGIN), {}),)),
     Row("pools:fragmentation", TEAM_READ_WEB, POOL, owned=True),
     Row("pools:diagnose", TEAM_READ_WEB, POOL, owned=True),
+    # The pool's alert rules and silences: the team reads them; its leads and admins silence.
+    Row("pools:alerts", TEAM_READ_WEB, POOL, owned=True,
+        writes=(Write("post", S(400, 404, 403, 403, 400, LOGIN), INCOMPLETE),)),
     # Team members read their pools' nodes; only platform admins act on them (POST `action`).
     Row("pools:node-detail", TEAM_READ_WEB, lambda w: {"name": w.pool.name, "node": w.node.name}, owned=True,
         writes=(Write("post", S(403, 404, 403, 403, 302, LOGIN), {"action": "revoke"}),)),
@@ -184,6 +187,11 @@ MATRIX: tuple[Row, ...] = (
     Row("api:pool-scale", POST_ONLY_API, POOL, api=True, owned=True,
         writes=(Write("post", S(200, 404, 403, 403, 200, 401), {"max": 7}),)),
     Row("api:pool-fragmentation", TEAM_READ_API, POOL, api=True, owned=True),
+    Row("api:pool-alert-silences", TEAM_READ_API, POOL, api=True, owned=True,
+        writes=(Write("post", S(400, 404, 403, 403, 400, 401), {}),)),
+    # DELETE only (ends a silence): a GET is refused like on a POST-only URL.
+    Row("api:pool-alert-silence", POST_ONLY_API, lambda w: {"name": w.pool.name, "pk": 999999}, api=True, owned=True,
+        writes=(Write("delete", S(404, 404, 403, 403, 404, 401)),)),
     Row("api:pool-fragmentation-apply", POST_ONLY_API, POOL, api=True, owned=True,
         writes=(Write("post", S(200, 404, 403, 403, 200, 401), {"maxNodes": 1}),)),
     Row("api:fragmentation", S(403, 403, 403, 200, 200, 401), api=True),

@@ -1,6 +1,7 @@
 from django.urls import path, re_path
 from rest_framework.routers import SimpleRouter
 
+from pools.api.alert_views import PoolAlertSilenceDetailView, PoolAlertSilenceListView
 from pools.api.auth import TokenView
 from pools.api.pod_views import (
     ClusterFragmentationApplyView,
@@ -25,5 +26,7 @@ urlpatterns = [
     re_path(r"^fragmentation/apply/?$", ClusterFragmentationApplyView.as_view(), name="fragmentation-apply"),
     re_path(r"^pools/(?P<name>[^/]+)/fragmentation/?$", PoolFragmentationView.as_view(), name="pool-fragmentation"),
     re_path(r"^pools/(?P<name>[^/]+)/fragmentation/apply/?$", PoolFragmentationApplyView.as_view(), name="pool-fragmentation-apply"),
+    re_path(r"^pools/(?P<name>[^/]+)/alert-silences/?$", PoolAlertSilenceListView.as_view(), name="pool-alert-silences"),
+    re_path(r"^pools/(?P<name>[^/]+)/alert-silences/(?P<pk>[0-9]+)/?$", PoolAlertSilenceDetailView.as_view(), name="pool-alert-silence"),
     *router.urls,
 ]

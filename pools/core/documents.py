@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from pools.core.alerting import DEFAULT_ALERTS, alerts_document
 from pools.core.autoscaling import ScalingRules, ScalingSpec
 from pools.core.durations import format_duration
 from pools.core.errors import ValidationError
@@ -94,6 +95,8 @@ def to_document(spec: PoolSpec) -> dict[str, Any]:
         }
     if spec.scheduling_policy != DEFAULT_SCHEDULING_POLICY:
         body["schedulingPolicy"] = spec.scheduling_policy
+    if spec.alerts != DEFAULT_ALERTS:
+        body["alerts"] = alerts_document(spec.alerts)
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": body}
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from pools.core.alerting import DEFAULT_ALERTS, AlertRules, parse_alerts
 from pools.core.autoscaling import (
     DEFAULT_SCALING_SPEC,
     MetricTarget,
@@ -122,6 +123,7 @@ class PoolSpec:
     scheduling_policy: str = DEFAULT_SCHEDULING_POLICY
     shared_with: tuple[str, ...] = ()  # teams (slugs) whose pods may also run on the pool's nodes
     zones: tuple[str, ...] = ()  # where nodes may be ordered, preferred first; () means (region,)
+    alerts: AlertRules = DEFAULT_ALERTS  # spec.alerts: capacity alert thresholds (pools.core.alerting)
 
     def __post_init__(self) -> None:
         if not self.zones:  # a spec built with only `region` (the form, tests) has that one zone
@@ -153,7 +155,7 @@ _METADATA = ("name", "labels")
 _SPEC = (
     "nodeType", "gpuModel", "nodeCount", "region", "leaseType", "systemImage", "autoRepair",
     "autoRepairPolicy", "autoRenew", "preemptible", "nodeLabels", "nodeTaints", "scaling", "burst", "budget",
-    "schedulingPolicy", "sharedWith", "zones",
+    "schedulingPolicy", "sharedWith", "zones", "alerts",
 )  # fmt: skip
 _SPEC_REQUIRED = ("nodeType", "gpuModel", "nodeCount")  # and `region` or `zones` (_parse_zones)
 
@@ -193,6 +195,7 @@ def parse_document(document: Any, catalog: Catalog) -> PoolSpec:
     budget = _parse_budget(check, spec["budget"]) if "budget" in spec else None
     policy = check.choice(spec.get("schedulingPolicy", DEFAULT_SCHEDULING_POLICY), "spec.schedulingPolicy", SCHEDULING_POLICIES, "scheduling policy")
     shared_with = _parse_shared_with(check, spec.get("sharedWith", []), catalog.teams)
+    alerts = parse_alerts(check, spec.get("alerts", {}))
 
     if check.errors:
         raise ValidationError(check.errors)
@@ -218,6 +221,7 @@ def parse_document(document: Any, catalog: Catalog) -> PoolSpec:
         budget=budget,
         scheduling_policy=policy,
         shared_with=shared_with,
+        alerts=alerts,
     )
 
 

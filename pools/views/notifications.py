@@ -13,6 +13,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
+from pools.core.alerting import RULES_BY_REASON
 from pools.models import Notification
 from pools.selectors import notifications as selectors
 from pools.services import notifications as services
@@ -32,6 +33,7 @@ def notification_list(request):
         "show": show,
         "acknowledgeable": {n.pk for n in page.object_list if services.may_acknowledge(request.user, n)},
         "webhook": bool(settings.EBCLOUD_ALERT_WEBHOOK_URL),
+        "capacity_kinds": RULES_BY_REASON,  # these link to the pool's alert page (rules, silences)
     }
     return htmx_render(request, "pools/notification_list.html", context)
 

@@ -1,0 +1,75 @@
+"""REST API for a pool's capacity alert silences, the same operations as the pool's Alerts page:
+list the silences in force, silence a rule until a time, end a silence. Another team's pool is a
+404; the team's members and finance read, its leads and platform admins write (403 otherwise)."""
+
+from __future__ import annotations
+
+from django.core.exceptions import PermissionDenied
+from django.http import Http404
+from django.utils import timezone
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import serializers, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from monitoring import selectors as monitoring_selectors
+from monitoring import silences
+from monitoring.models import AlertSilence
+from pools.api.pod_views import UNSUPPORTED
+from pools.api.views import _errors
+from pools.core.alerting import RULES
+from pools.selectors import pools as selectors
+
+RULE_CHOICES = [info.reason for info in RULES]
+
+
+class AlertSilenceSerializer(serializers.Serializer):
+    id = serializers.IntegerField(read_only=True)
+    rule = serializers.ChoiceField(choices=RULE_CHOICES, help_text="The alert rule silenced, as its events name it")
+    until = serializers.DateTimeField(help_text="Until when nobody is told (UTC); at most 90 days ahead")
+    reason = serializers.CharField(max_length=silences.MAX_REASON, help_text="Why, for the team")
+    createdBy = serializers.CharField(source="created_by.username", read_only=True, default=None)
+    createdAt = serializers.DateTimeField(source="created_at", read_only=True)
+
+
+def _pool(request, name: str):
+    return selectors.pool_get(user=request.user, name=name)
+
+
+class PoolAlertSilenceListView(APIView):
+    serializer_class = AlertSilenceSerializer
+
+    @extend_schema(responses={200: AlertSilenceSerializer(many=True), **_errors(401, 404)}, operation_id="pools_alert_silences_list",
+                   description="The pool's alert silences still in force, the soonest to end first.")  # fmt: skip
+    def get(self, request, name: str):
+        pool = _pool(request, name)
+        return Response(AlertSilenceSerializer(monitoring_selectors.silences_active(pool=pool, now=timezone.now()), many=True).data)
+
+    @extend_schema(request=AlertSilenceSerializer, responses={201: AlertSilenceSerializer, **_errors(400, 401, 403, 404), **UNSUPPORTED},
+                   operation_id="pools_alert_silences_create",
+                   description="Silence one alert rule of the pool until a time: its events are still recorded, nobody is told.")  # fmt: skip
+    def post(self, request, name: str):
+        pool = _pool(request, name)
+        if not silences.may_silence(request.user, pool):
+            raise PermissionDenied("only the team's leads and platform admins silence its pools' alerts")
+        body = AlertSilenceSerializer(data=request.data if isinstance(request.data, dict) else {})
+        body.is_valid(raise_exception=True)
+        silence = silences.alert_silence_create(user=request.user, pool=pool, now=timezone.now(), **body.validated_data)
+        return Response(AlertSilenceSerializer(silence).data, status=status.HTTP_201_CREATED)
+
+
+class PoolAlertSilenceDetailView(APIView):
+    serializer_class = AlertSilenceSerializer
+
+    @extend_schema(responses={204: OpenApiResponse(description="Ended (or had already ended)"), **_errors(401, 403, 404)},
+                   operation_id="pools_alert_silences_end", description="End the silence now: the rule is told again.")  # fmt: skip
+    def delete(self, request, name: str, pk: int):
+        pool = _pool(request, name)
+        if not silences.may_silence(request.user, pool):
+            raise PermissionDenied("only the team's leads and platform admins silence its pools' alerts")
+        try:
+            silence = AlertSilence.objects.select_related("pool").get(pk=pk, pool=pool)
+        except AlertSilence.DoesNotExist:
+            raise Http404("no such silence on this pool") from None
+        silences.alert_silence_end(user=request.user, silence=silence, now=timezone.now())
+        return Response(status=status.HTTP_204_NO_CONTENT)
