@@ -59,6 +59,7 @@ def budget_pool_set(*, user, pool: GpuNodePool, monthly_amount: Decimal | None, 
         raise PermissionDenied("only finance and platform admins set budgets")
     _check_amount(monthly_amount, "monthly")
     now = now or timezone.now()
+    pool = GpuNodePool.objects.get(pk=pool.pk)  # its spec as it is now: the budget follows it
     budget = Budget.objects.select_for_update().filter(pool=pool).first()
     before = _state(budget)
     if budget is None:
