@@ -14,8 +14,8 @@ from billing import budgets
 from billing.budget_admin import budget_pool_set
 from billing.models import Budget, BudgetAlert, NodePrice
 from pools.models import AuditEntry, GpuNodePool, Notification, PoolEvent
-from pools.services import pools as pool_services
 from pools.services import notifications as notify
+from pools.services import pools as pool_services
 from tests.billing.billing_helpers import HOUR, T0, pool
 from tests.billing.test_budgets import spend
 from tests.conftest import make_document
