@@ -23,6 +23,7 @@ from pools.services.audit import audit_record, snapshot
 from pools.services.events import event_record
 
 CURRENCY_LENGTH = 3
+CENT = Decimal("0.01")
 
 
 def may_set_budgets(user) -> bool:
@@ -37,7 +38,7 @@ def _check_amount(amount: Decimal | None, field: str) -> None:
         raise ValidationError("must be a positive amount", field=field)
     if amount > MAX_MONTHLY_BUDGET:
         raise ValidationError(f"must be at most {MAX_MONTHLY_BUDGET}", field=field)
-    if amount != amount.quantize(Decimal("0.01")):
+    if amount != amount.quantize(CENT):
         raise ValidationError("must have at most 2 decimals", field=field)
 
 
@@ -66,7 +67,7 @@ def budget_pool_set(*, user, pool: GpuNodePool, monthly_amount: Decimal | None, 
         if monthly_amount is None:
             return budget_sync_pool(pool=pool, now=now)
         budget = Budget(pool=pool, team_id=pool.team_id, monthly_amount=monthly_amount, created_at=now)
-    budget.override_amount = monthly_amount
+    budget.override_amount = None if monthly_amount is None else monthly_amount.quantize(CENT)
     budget.save()
     budget = budget_sync_pool(pool=pool, now=now, budget=budget)
     if budget is not None:
@@ -97,7 +98,7 @@ def budget_team_set(
     before = _state(budget)
     if budget is None:
         budget = Budget(team=team, pool=None, created_at=now)
-    budget.monthly_amount = monthly_amount
+    budget.monthly_amount = monthly_amount.quantize(CENT)
     budget.currency = currency
     budget.thresholds = values
     budget.source = Budget.Source.FINANCE
