@@ -3,7 +3,7 @@
 writes far fewer, as it sums an hour's rows per pool, team, namespace and label set: this is a
 worst case for the queries), then time
 
-1. the grouped chargeback query (`billing.selectors.chargeback`, by team,project,gpu-class and
+1. the grouped chargeback query (`billing.chargeback.chargeback`, by team,project,gpu-class and
    namespace over the month: what the /costs/ page, the CSV button and the API run);
 2. the grouped CSV export (the same rows through `billing.focus.iter_csv_lines`);
 3. the detailed CSV export of every cost record (`selectors.cost_detail_rows`: a server-side
@@ -116,7 +116,7 @@ def generate(*, pods: int, hours: int, pools: int) -> tuple[int, float]:
             "DROP INDEX IF EXISTS billing_cos_hour_bc3e4c_idx, billing_cos_team_id_86904a_idx, billing_cos_pool_id_0d591a_idx"
         )
         # Usage rows, one per pod p: it runs all month in pool p % pools, team p % 10; one pod
-        # in 20 has no project label (-> __unallocated__); gpu-class from the pool.
+        # in 20 has no project label (-> kind unallocated); gpu-class from the pool.
         cursor.execute(
             """
             INSERT INTO billing_costrecord (hour, pool_id, team_id, namespace, labels, gpu_class,
@@ -288,7 +288,7 @@ def main(argv: list[str] | None = None) -> None:
     from django.contrib.auth import get_user_model
     from django.db.models import Sum
 
-    from billing import selectors
+    from billing import chargeback, selectors
     from billing.focus import iter_csv_lines
 
     rows, gen_s = generate(pods=args.pods, hours=args.hours, pools=args.pools)
@@ -300,13 +300,13 @@ def main(argv: list[str] | None = None) -> None:
         start=first,
         end=first + timedelta(days=args.hours // 24 - 1),
     )
-    q_min, q_med, groups = timed(lambda: selectors.chargeback(user=user, query=query), args.repeat)
-    total = selectors.summarize(groups).total
+    q_min, q_med, groups = timed(lambda: chargeback.chargeback(user=user, query=query), args.repeat)
+    total = chargeback.summarize(groups).total
 
     def grouped_csv():
         size = 0
         for line in iter_csv_lines(
-            selectors.group_dicts(selectors.chargeback(user=user, query=query)), query.columns
+            chargeback.group_dicts(chargeback.chargeback(user=user, query=query)), query.columns
         ):
             size += len(line)
         return size

@@ -51,8 +51,13 @@ FEE = "fee"
 GPU = "gpu"
 FEE_KINDS = ("storage", "network", "registry")
 
-UNALLOCATED_LABEL = "__unallocated__"
-IDLE_LABEL = "__idle__"
+# Chargeback columns (issue 21): who is charged, what kind of cost, metered or still accruing.
+CHARGED_TEAM = "charged_team"
+ALLOCATED = "allocated"
+UNALLOCATED = "unallocated"
+GROUP_KINDS = (ALLOCATED, UNALLOCATED, IDLE)
+METERED = "metered"
+ACCRUING = "accruing"
 DEFAULT_GROUP_LABELS = ("team", "project", "gpu-class")
 
 _HOUR = timedelta(hours=1)
@@ -92,7 +97,8 @@ class PodHour:
 
     ``gpu_hours`` is by request, not by measured utilisation (what the pod reserved is what
     nobody else could use): see :func:`gpu_hours`. ``labels`` is the pod's effective label
-    snapshot for that hour (see :func:`effective_labels`).
+    snapshot for that hour (see :func:`effective_labels`). ``team`` is the team charged for
+    it, the one its namespace belongs to (empty: its ``team`` label).
     """
 
     hour: datetime
@@ -102,6 +108,7 @@ class PodHour:
     gpu_hours: Decimal
     labels: Mapping[str, str] = field(default_factory=dict)
     pods: int = 1
+    team: str = ""
 
 
 @dataclass(frozen=True)
@@ -151,17 +158,30 @@ class AllocationRow:
 
 @dataclass(frozen=True)
 class GroupTotal:
-    """A grouped total. ``key`` holds ``(column, value)`` pairs, label columns verbatim."""
+    """A grouped total. ``key`` holds ``(column, value)`` pairs: the charged team, the label
+    columns verbatim (empty where the label is missing), namespace and billing kind.
+
+    ``kind`` is ``allocated`` (used by workloads carrying every asked label), ``unallocated``
+    (used by workloads missing one of them) or ``idle`` (paid for, used by nobody): a column
+    of its own, so no label column ever holds a marker such as ``__idle__`` (issue 21 §4).
+    ``status`` is ``metered`` or ``accruing`` (hours the hourly run has not written yet).
+    """
 
     key: tuple[tuple[str, str], ...]
-    idle: bool
+    kind: str
     amount: Decimal
     currency: str
+    status: str = METERED
+
+    @property
+    def idle(self) -> bool:
+        return self.kind == IDLE
 
     def as_dict(self) -> dict[str, str]:
-        """Flatten for CSV / JSON: label columns, namespace, billing, cost, amount, currency."""
+        """Flatten for CSV / JSON in :func:`group_columns` order."""
         out = dict(self.key)
-        out["cost"] = IDLE if self.idle else "allocated"
+        out["kind"] = self.kind
+        out["status"] = self.status
         out["amount"] = str(self.amount)
         out["currency"] = self.currency
         return out
@@ -349,13 +369,57 @@ def allocate_hour(
 def group_columns(
     by_labels: Sequence[str] = DEFAULT_GROUP_LABELS, include_namespace: bool = True
 ) -> tuple[str, ...]:
-    """CSV header matching :meth:`GroupTotal.as_dict` for these grouping options."""
-    cols = list(by_labels)
+    """CSV header matching :meth:`GroupTotal.as_dict`: the same columns whatever the rows hold
+    (C4, issue 21 §4): the charged team first, then the label keys, namespace, billing kind,
+    the kind of cost, metered or accruing, amount and currency."""
+    cols = [CHARGED_TEAM, *by_labels]
     if include_namespace:
         cols.append("namespace")
     if "billing" not in by_labels:
         cols.append("billing")
-    return (*cols, "cost", "amount", "currency")
+    return (*cols, "kind", "status", "amount", "currency")
+
+
+def group_key(
+    *,
+    charged_team: str,
+    labels: Mapping[str, object],
+    namespace: str,
+    billing_kind: str,
+    cost_kind: str,
+    by_labels: Sequence[str],
+    include_namespace: bool = True,
+) -> tuple[tuple[tuple[str, str], ...], str]:
+    """The chargeback group of one row and its kind: the one rule shared by :func:`group_rows`,
+    the database grouping and the accruing hours, so all three give the same columns.
+
+    - ``charged_team`` is who pays: a workload's own team (also on a pool lent to it), the
+      pool's owner for idle capacity and fees nobody used.
+    - A label missing from a workload leaves its cell empty and makes the row ``unallocated``;
+      idle rows keep the pool's and node's label values (``gpu-class``), their namespace is
+      empty. A ``billing`` label, if asked for, defaults to the billing kind.
+    """
+    missing = False
+    key: list[tuple[str, str]] = [(CHARGED_TEAM, charged_team)]
+    for name in by_labels:
+        value = labels.get(name) or (billing_kind if name == "billing" else "")
+        missing = missing or not value
+        key.append((name, str(value)))
+    idle = cost_kind == IDLE
+    if include_namespace:
+        key.append(("namespace", "" if idle else namespace))
+    if "billing" not in by_labels:
+        key.append(("billing", billing_kind))
+    return tuple(key), IDLE if idle else UNALLOCATED if missing else ALLOCATED
+
+
+def check_group_labels(by_labels: Sequence[str]) -> None:
+    """Label keys must be distinct, non-empty and not a fixed column's name."""
+    labels = list(by_labels)
+    if len(set(labels)) != len(labels) or any(not k for k in labels):
+        raise ValueError("by_labels must be distinct, non-empty label keys")
+    if CHARGED_TEAM in labels:
+        raise ValueError(f"{CHARGED_TEAM} is always a column; it is not a label key")
 
 
 def group_rows(
@@ -363,31 +427,22 @@ def group_rows(
     by_labels: Sequence[str] = DEFAULT_GROUP_LABELS,
     include_namespace: bool = True,
 ) -> list[GroupTotal]:
-    """Total allocation rows by label values (keys verbatim), namespace and billing kind.
+    """Total allocation rows per :func:`group_key` (charged team = the row's ``team``).
 
-    - Usage/fee rows missing a label are grouped under ``__unallocated__``: visible, not lost.
-    - Idle rows form their own groups (namespace ``__idle__``); their ``team`` is the pool's
-      owner, other labels come from the pool/node labels (``__idle__`` when absent).
-    - Every group carries a ``billing`` column (monthly / on_demand / preemptible), so
-      preemptible pools show up as their own cost line (C4); a ``billing`` label, if asked
-      for, defaults to that kind.
     Totals are exact Decimal sums, so the grand total equals the input total.
     """
-    labels = list(by_labels)
-    if len(set(labels)) != len(labels) or any(not k for k in labels):
-        raise ValueError("by_labels must be distinct, non-empty label keys")
+    check_group_labels(by_labels)
     totals: dict[tuple, Decimal] = defaultdict(Decimal)
     for row in rows:
-        idle = row.cost_kind == IDLE
-        key: list[tuple[str, str]] = [(k, _group_value(row, k, idle)) for k in labels]
-        if include_namespace:
-            key.append(("namespace", IDLE_LABEL if idle else row.namespace or UNALLOCATED_LABEL))
-        if "billing" not in labels:
-            key.append(("billing", row.billing_kind))
-        totals[(tuple(key), idle, row.currency)] += row.amount
+        key, kind = group_key(
+            charged_team=row.team, labels=row.labels, namespace=row.namespace,
+            billing_kind=row.billing_kind, cost_kind=row.cost_kind, by_labels=by_labels,
+            include_namespace=include_namespace,
+        )  # fmt: skip
+        totals[(key, kind, row.currency)] += row.amount
     return [
-        GroupTotal(key=key, idle=idle, amount=amount, currency=cur)
-        for (key, idle, cur), amount in sorted(totals.items(), key=lambda kv: kv[0])
+        GroupTotal(key=key, kind=kind, amount=amount, currency=cur)
+        for (key, kind, cur), amount in sorted(totals.items(), key=lambda kv: kv[0])
     ]
 
 
@@ -397,17 +452,6 @@ def total(rows: Iterable[AllocationRow | GroupTotal]) -> Decimal:
 
 
 # --------------------------------------------------------------------------- internals
-
-
-def _group_value(row: AllocationRow, key: str, idle: bool) -> str:
-    if idle and key == "team":
-        return row.team
-    value = row.labels.get(key)
-    if value:
-        return value
-    if key == "billing":
-        return row.billing_kind
-    return IDLE_LABEL if idle else UNALLOCATED_LABEL
 
 
 def _node_row(
@@ -424,7 +468,7 @@ def _node_row(
     if pod is None:
         team, namespace, name, labels, pods = node.team, "", "", node.labels, 0
     else:
-        team, namespace, name, pods = pod.labels.get("team", ""), pod.namespace, pod.name, pod.pods
+        team, namespace, name, pods = pod.team or pod.labels.get("team", ""), pod.namespace, pod.name, pod.pods
         labels = pod.labels
     return AllocationRow(
         node.hour, node.pool, team, namespace, name, node.node, labels, node.gpu_class,

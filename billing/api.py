@@ -3,7 +3,9 @@
     /api/v1/costs/?by=team,project,gpu-class&from=2026-12-01&to=2026-12-31&format=csv
 
 `format`: `json` (default) the grouped rows with totals; `csv` the same rows (the page's CSV
-button); `csv` with `detail=1` every cost record; `focus` the FOCUS 1.2 dataset from the cost
+button), with the same columns (`billing.allocation.group_columns`: charged team, label keys,
+namespace, billing, kind, status, amount, currency) and the hours not metered yet as `accruing`
+rows (`billing.chargeback`); `csv` with `detail=1` every cost record; `focus` the FOCUS 1.2 dataset from the cost
 records (`billing.focus_records`; `granularity=daily` by default, or `hourly`: a row per cost
 record), and with `detail=1` per node and workload, the allocation recomputed hour by hour. CSV and FOCUS are `StreamingHttpResponse`s written in
 lines or chunks of lines, so memory stays constant however long the range. Finance and admins get every team; leads and members their teams' costs.
@@ -14,13 +16,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from django.http import StreamingHttpResponse
+from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from billing import focus_selectors, selectors
+from billing import chargeback, focus_selectors, selectors
 from billing.focus import FOCUS_COLUMNS, iter_csv_lines
 from pools.core.errors import ValidationError
 
@@ -39,8 +42,8 @@ def month_to_date(now: datetime | None = None):
     return today.replace(day=1), today
 
 
-def parse_query(params) -> selectors.CostQuery:
-    start, end = month_to_date()
+def parse_query(params, *, now: datetime | None = None) -> selectors.CostQuery:
+    start, end = month_to_date(now)
     return selectors.cost_query_parse(params, default_start=start, default_end=end)
 
 
@@ -108,7 +111,8 @@ class CostsView(APIView):
         fmt = request.query_params.get("format", "json")
         if fmt not in FORMATS:
             raise ValidationError(f"must be one of {', '.join(FORMATS)}", field="format")
-        query = parse_query(request.query_params)
+        now = timezone.now()
+        query = parse_query(request.query_params, now=now)
         user = request.user
         detail = request.query_params.get("detail") in ("1", "true", "yes")
         if fmt == "focus" and detail:
@@ -127,22 +131,24 @@ class CostsView(APIView):
             return csv_response(
                 iter_csv_lines(rows, selectors.DETAIL_COLUMNS), export_name(query, "detail")
             )
-        groups = selectors.chargeback(user=user, query=query)
+        accruing = chargeback.accruing_costs(user=user, query=query, now=now)
+        groups = chargeback.chargeback(user=user, query=query, accruing=accruing)
         if fmt == "csv":
-            lines = iter_csv_lines(selectors.group_dicts(groups), query.columns)
+            lines = iter_csv_lines(chargeback.group_dicts(groups), query.columns)
             return csv_response(
                 lines, export_name(query, "by-" + "-".join(query.by or ("namespace",)))
             )
-        summary = selectors.summarize(groups)
+        summary = chargeback.summarize(groups)
         return Response(
             {
                 "from": query.start,
                 "to": query.end,
                 "by": list(query.by),
                 "columns": list(query.columns),
-                "rows": list(selectors.group_dicts(groups)),
+                "rows": list(chargeback.group_dicts(groups)),
                 "total": str(summary.total),
                 "idle": str(summary.idle),
+                "accruing": str(summary.accruing),
                 "idleShare": str(summary.idle_share),
                 "currency": summary.currency,
             }

@@ -32,3 +32,15 @@ def hour_overlap(start: datetime | None, stop: datetime, hour: datetime) -> Deci
     if seconds <= 0:
         return Decimal(0)
     return (Decimal(str(seconds)) / 3600).quantize(QUANTITY, ROUND_HALF_UP)
+
+
+# Metering runs this long after the top of each hour: the agents' last samples of the hour
+# just ended (sent every minute, buffered through short outages) are in by then.
+METER_RUN_OFFSET = timedelta(minutes=2)
+
+
+def next_meter_run(now: datetime) -> datetime:
+    """The first metering run after `now`: the next top of the hour plus `METER_RUN_OFFSET`
+    (the hourly schedule then keeps that minute: django-q2 adds whole hours to it)."""
+    run = floor_hour(now) + METER_RUN_OFFSET
+    return run if run > now else run + HOUR

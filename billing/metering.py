@@ -12,7 +12,9 @@
   while they exist and are not Terminated (`created_at` .. `terminated_at`).
 - pod GPU-hours by request (whole GPUs count 1 each, a shared GPU its milli/1000), pro rata
   to the part of the hour the pod ran, with a snapshot of its effective labels (pool labels,
-  then node labels, then pod labels: the pod wins) and its namespace.
+  then node labels, then pod labels: the pod wins) and its namespace. A pod of another team
+  on a pool lent to it is charged to its own team and does not inherit the owner's `team`
+  and `project` labels (`guest_labels`).
 - pool fees: registry per pool-month (amortised over the calendar month's hours), storage per
   GB-month (same), cross-zone network per GB, from `PoolResourceSample`s.
 
@@ -243,6 +245,8 @@ def _pod_records(billed: dict[int, tuple[BilledNode, UsageRecord]], hour: dateti
         inherited = node_record.labels  # pool labels, then node labels
         pool = node.pool
         team_id = team_id or pool.team_id  # a real cluster's namespace mapped to no team: the pool's owner pays
+        if team_id != pool.team_id:  # a guest on a pool lent to its team (`spec.sharedWith`)
+            inherited = guest_labels(inherited, teams[team_id].slug)
         records.append(
             make({"pool": pool, "team": teams[team_id]}, {
                 "id": None, "hour": hour, "kind": POD, "resource": f"{namespace}/{first}",
@@ -255,6 +259,21 @@ def _pod_records(billed: dict[int, tuple[BilledNode, UsageRecord]], hour: dateti
             })
         )  # fmt: skip
     return records
+
+
+# The labels that say whose money a pool is (C4's two levels): a guest does not inherit them.
+OWNER_LABELS = ("team", "project")
+
+
+def guest_labels(inherited: dict, team_slug: str) -> dict:
+    """What a pod of another team inherits from the pool lent to it (issue 21 §4): the pool's
+    and node's labels without the owner's `team` and `project`, and `team` set to its own
+    team, so chargeback by the `team` label bills it to its team, not to the host's. Its own
+    labels still win over these. One dict per (inherited labels, team), shared like theirs."""
+    return cached(
+        ("guest-labels", id(inherited), team_slug),
+        lambda: {**{k: v for k, v in inherited.items() if k not in OWNER_LABELS}, "team": team_slug},
+    )
 
 
 _GPU_HOURS: dict[tuple[int, int, Decimal], Decimal] = {}
@@ -403,6 +422,7 @@ def allocation_inputs(
                     gpu_hours=Decimal(r.quantity),
                     labels=r.labels,
                     pods=r.pod_count or 1,
+                    team=r.team.slug,
                 )  # fmt: skip
             )
         else:

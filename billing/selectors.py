@@ -1,50 +1,35 @@
-"""Billing reads: chargeback grouped by label keys, cost over time, budgets (design §6, C4).
+"""Billing reads: the cost query, cost records and daily rollups in range, detail rows,
+budgets (design §6, C4); the grouped chargeback is `billing.chargeback`.
 
-Every selector starts from `CostRecord.objects.for_user(user)`: finance and admins see every
-team's costs, leads and members only the costs charged to their teams. The grouping rules are
-`billing.allocation.group_rows`' rules, applied to sums the database computed: label keys are
-verbatim (`gpu-class`), usage without a label is `__unallocated__`, idle is its own rows
-(namespace `__idle__`, team = the pool's owner), and every row carries its billing kind, so a
-preemptible pool is its own cost line. The page, the CSV and the API all use `chargeback`, so
-their totals are equal to the cent.
+Every selector starts from `CostRecord.objects.for_user(user)` (or `CostDay`'s): finance and
+admins see every team's costs, leads and members only the costs charged to their teams.
 """
 
 from __future__ import annotations
 
 import re
-from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 
 from django.db.models import Max, Min, QuerySet, Sum, TextField
-from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 
-from billing import metering
 from billing.allocation import (
     CENT,
+    CHARGED_TEAM,
     DEFAULT_GROUP_LABELS,
-    IDLE,
-    IDLE_LABEL,
-    UNALLOCATED_LABEL,
-    GroupTotal,
     group_columns,
 )
-from billing.costing import cost_records_for
-from billing.hours import floor_hour
 from billing.lease_costs import add_months
 from billing.models import Budget, BudgetAlert, CostDay, CostRecord
 from pools.core.errors import FieldError, ValidationError
-from pools.selectors.pools import teams_visible_to
 
 LABEL_KEY = re.compile(
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
 MAX_GROUP_KEYS = 8
-ALLOCATED = "allocated"
-SORTABLE = ("amount", "cost")
 
 
 @dataclass(frozen=True)
@@ -82,6 +67,8 @@ def cost_query_parse(
     for key in by:
         if len(key) > 317 or not LABEL_KEY.match(key):
             errors.append(("by", f"{key!r} is not a label key"))
+        elif key == CHARGED_TEAM:
+            errors.append(("by", f"{key} is always a column; group by team for the team label"))
     start = _date(params.get("from"), "from", errors) or default_start
     end = _date(params.get("to"), "to", errors) or default_end
     if start and end and end < start:
@@ -144,109 +131,6 @@ def days_for_user(*, user, query: CostQuery) -> QuerySet[CostDay]:
     if query.end:
         days = days.filter(day__lte=query.end)
     return _scoped(days, query)
-
-
-def chargeback(*, user, query: CostQuery) -> list[GroupTotal]:
-    """Grouped totals, sorted as asked; sums are done by the database, grouping rules here.
-
-    Read from the daily rollup (`CostDay`), whose sums are the cost records' sums exactly."""
-    costs = days_for_user(user=user, query=query)
-    names = {key: f"label_{i}" for i, key in enumerate(query.by)}
-    fields = [*names.values(), "cost_kind", "billing_kind", "currency"]
-    if query.include_namespace:
-        fields.append("namespace")
-    if "team" in query.by:
-        fields.append("team__slug")
-    rows = (
-        costs.annotate(**{name: KeyTextTransform(key, "labels") for key, name in names.items()})
-        .values(*fields)
-        .annotate(total=Sum("amount"))
-        .order_by()
-    )
-    totals: dict[tuple, Decimal] = defaultdict(Decimal)
-    for row in rows:
-        idle = row["cost_kind"] == IDLE
-        key: list[tuple[str, str]] = [(k, _value(row, k, names[k], idle)) for k in query.by]
-        if query.include_namespace:
-            key.append(("namespace", IDLE_LABEL if idle else row["namespace"] or UNALLOCATED_LABEL))
-        if "billing" not in query.by:
-            key.append(("billing", row["billing_kind"]))
-        totals[(tuple(key), idle, row["currency"])] += row["total"]
-    groups = [
-        GroupTotal(key=k, idle=idle, amount=Decimal(amount).quantize(CENT), currency=cur)
-        for (k, idle, cur), amount in totals.items()
-    ]
-    return _sorted(groups, query.sort)
-
-
-def _value(row: dict, key: str, name: str, idle: bool) -> str:
-    if idle and key == "team":
-        return row["team__slug"]
-    value = row[name]
-    if value:
-        return str(value)
-    if key == "billing":
-        return row["billing_kind"]
-    return IDLE_LABEL if idle else UNALLOCATED_LABEL
-
-
-def _sorted(groups: list[GroupTotal], sort: str) -> list[GroupTotal]:
-    column = sort.lstrip("-")
-    reverse = sort.startswith("-")
-
-    def sort_key(group: GroupTotal):
-        if column == "amount":
-            return (group.amount, group.key)
-        if column == "cost":
-            return (group.idle, group.key)
-        return (dict(group.key).get(column, ""), group.key)
-
-    return sorted(groups, key=sort_key, reverse=reverse)
-
-
-@dataclass(frozen=True)
-class Summary:
-    total: Decimal
-    idle: Decimal
-    currency: str
-
-    @property
-    def idle_share(self) -> Decimal:
-        if not self.total:
-            return Decimal(0)
-        return (self.idle / self.total * 100).quantize(Decimal("0.1"))
-
-
-def summarize(groups: list[GroupTotal]) -> Summary:
-    total = sum((g.amount for g in groups), Decimal(0))
-    idle = sum((g.amount for g in groups if g.idle), Decimal(0))
-    currencies = sorted({g.currency for g in groups})
-    return Summary(total=total, idle=idle, currency="/".join(currencies) or "CNY")
-
-
-def cost_series(*, user, query: CostQuery) -> dict[str, list[tuple[date, Decimal]]]:
-    """Daily totals stacked by the first grouping key (idle as its own series), for the chart."""
-    costs = days_for_user(user=user, query=query)
-    key = query.by[0] if query.by else "team"
-    rows = (
-        costs.annotate(series=KeyTextTransform(key, "labels"))
-        .values("day", "series", "cost_kind", "team__slug")
-        .annotate(total=Sum("amount"))
-        .order_by("day")
-    )
-    series: dict[str, dict[date, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
-    for row in rows:
-        if row["cost_kind"] == IDLE:
-            name = f"{IDLE_LABEL} ({row['team__slug']})" if key == "team" else IDLE_LABEL
-        else:
-            name = row["series"] or UNALLOCATED_LABEL
-        series[name][row["day"]] += Decimal(row["total"]).quantize(CENT)
-    return {name: sorted(days.items()) for name, days in sorted(series.items())}
-
-
-def group_dicts(groups: list[GroupTotal]) -> Iterator[dict[str, str]]:
-    for group in groups:
-        yield group.as_dict()
 
 
 def budgets_for_user(*, user) -> QuerySet[Budget]:
@@ -403,31 +287,3 @@ def budget_alerts_for_user(*, user, limit: int = 50):
         .select_related("budget__pool", "budget__team")
         .order_by("-created_at", "-id")[:limit]
     )
-
-
-@dataclass(frozen=True)
-class HourProjection:
-    """The hour in progress, priced as metering will price it if nothing changes before its
-    end: what is accruing now, before the hourly run writes it (the costs page's live line)."""
-
-    hour: datetime
-    by_team: list[tuple[str, Decimal]]
-    total: Decimal
-    currency: str
-
-
-def current_hour_projection(*, user, now: datetime) -> HourProjection | None:
-    """Same collection and allocation as `billing.services.meter_hour`, nothing saved; the
-    teams the user may see. None when nothing is running."""
-
-    hour = floor_hour(now)
-    rows = cost_records_for(metering.usage_collect(hour=hour).records)
-    visible = set(teams_visible_to(user=user).values_list("pk", flat=True))
-    totals: dict[str, Decimal] = {}
-    for row in rows:
-        if row.team_id in visible:
-            totals[row.team.name] = totals.get(row.team.name, Decimal("0")) + row.amount
-    if not totals:
-        return None
-    return HourProjection(hour=hour, by_team=sorted(totals.items()), total=sum(totals.values(), Decimal("0")),
-                          currency=rows[0].currency)

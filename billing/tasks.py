@@ -10,8 +10,8 @@ from pools.services.notifications import notifications_redeliver
 
 
 def meter_pending() -> dict[str, int]:
-    """Hourly: meter every complete hour not metered yet, then check budgets and send the alerts
-    a dead worker left unsent."""
+    """Hourly, two minutes past the top of the hour (migration 0008): meter every complete hour
+    not metered yet, then check budgets and send the alerts a dead worker left unsent."""
     now = timezone.now()
     # Stay well inside the worker's task timeout; the next run continues a long catch-up.
     budget_s = settings.Q_CLUSTER.get("timeout", 60) * 0.6

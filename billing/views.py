@@ -15,10 +15,11 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from billing import api, selectors
+from billing import api, chargeback, selectors
 from billing.allocation import DEFAULT_GROUP_LABELS
 from billing.budget_admin import may_set_budgets
 from billing.budget_selectors import PRECEDENCE
+from billing.cost_chart import cost_figure
 from pools.core.errors import ValidationError
 from pools.selectors.pools import teams_visible_to
 from pools.views.base import htmx_render
@@ -30,14 +31,16 @@ QUERY_KEYS = ("by", "from", "to", "team", "pool", "billing", "sort")
 @require_GET
 def cost_list(request):
     errors = []
+    now = timezone.now()
     try:
-        query = api.parse_query(request.GET)
+        query = api.parse_query(request.GET, now=now)
     except ValidationError as exc:
         errors = exc.errors
-        query = api.parse_query({})
-    groups = selectors.chargeback(user=request.user, query=query)
-    summary = selectors.summarize(groups)
-    series = selectors.cost_series(user=request.user, query=query)
+        query = api.parse_query({}, now=now)
+    accruing = chargeback.accruing_costs(user=request.user, query=query, now=now)
+    groups = chargeback.chargeback(user=request.user, query=query, accruing=accruing)
+    summary = chargeback.summarize(groups)
+    series = chargeback.cost_series(user=request.user, query=query, accruing=accruing)
     state = {
         "by": ",".join(query.by),
         "from": query.start.isoformat() if query.start else "",
@@ -60,33 +63,14 @@ def cost_list(request):
         + "?"
         + urlencode({**base, "sort": query.sort, "format": "csv"}),
         "focus_url": reverse("billing:api-costs") + "?" + urlencode({**base, "format": "focus"}),
-        "chart": _figure(series),
+        "chart": cost_figure(series, key=(query.by or ("team",))[0], currency=summary.currency, start=query.start, end=query.end),
         "teams": teams_visible_to(user=request.user),
         "default_by": ",".join(DEFAULT_GROUP_LABELS),
-        "budgets": selectors.budget_statuses(user=request.user, now=timezone.now()),
-        "accruing": None if request.htmx else selectors.current_hour_projection(user=request.user, now=timezone.now()),
+        "budgets": selectors.budget_statuses(user=request.user, now=now),
+        "accruing": chargeback.accruing_by_team(groups),
+        "accruing_since": min((r.hour for r in accruing), default=None),
     }
     return htmx_render(request, "billing/cost_list.html", context, partial="cost-table")
-
-
-def _figure(series) -> dict:
-    traces = [
-        {
-            "type": "bar",
-            "name": name,
-            "x": [day.isoformat() for day, _ in points],
-            "y": [str(amount) for _, amount in points],
-        }
-        for name, points in series.items()
-    ]
-    layout = {
-        "barmode": "stack",
-        "margin": {"t": 10, "r": 10, "b": 40, "l": 60},
-        "yaxis": {"title": {"text": "Cost"}},
-        "legend": {"orientation": "h"},
-        "height": 320,
-    }
-    return {"data": traces, "layout": layout}
 
 
 @login_required

@@ -12,7 +12,7 @@ def team_budgets_set_by_finance(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('billing', '0007_budget_alerts_delivered_as_notifications'),
+        ('billing', '0008_meter_at_the_top_of_the_hour'),
     ]
 
     operations = [

@@ -1,37 +1,109 @@
-"""The costs page's "accruing now" line: the hour in progress, priced by the metering core
-(issue 8 §1: costs accrue on the dashboard before the hourly run writes them)."""
+"""Costs from the first minute (issue 21 §3; seed G3, C4): the hours metering has not written
+yet are in the table, the CSV and the JSON as `accruing` rows, priced by the metering core, and
+the metered rows replace them; metering runs at the top of each hour."""
 
 from __future__ import annotations
 
+import csv
+import io
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from unittest import mock
 
-from billing import selectors, services
+import pytest
+from django.test import Client
+from django_q.models import Schedule
+
+from billing import chargeback, services
+from billing.hours import METER_RUN_OFFSET, next_meter_run
 from billing.models import CostRecord
+from billing.selectors import CostQuery
 from tests.billing.billing_helpers import HOUR, T0, node, pod, pool
 
+pytestmark = pytest.mark.django_db
 
-def test_the_projection_of_an_hour_is_what_metering_then_writes_split_by_visible_team(actors, teams):
+TEN = T0 + 10 * HOUR  # the pool's first node comes at 10:20
+RANGE = "from=2026-12-01&to=2026-12-31"
+
+
+def first_node(actors, teams):
     p = pool(actors["lead"])
-    n = node(p, "a100-1")
-    pod(teams["algorithm"], n, "train-0", started=T0)
-    projection = selectors.current_hour_projection(user=actors["finance"], now=T0 + HOUR / 2)
-    assert projection.hour == T0
-    services.meter_hour(hour=T0)
-    metered = {}
-    for record in CostRecord.objects.filter(hour=T0).select_related("team"):
-        metered[record.team.name] = metered.get(record.team.name, Decimal("0")) + record.amount
-    assert dict(projection.by_team) == metered
-    assert projection.total == sum(metered.values())
-    # A lead of another team sees nothing of it; nothing running, nothing accruing.
-    assert selectors.current_hour_projection(user=actors["other_lead"], now=T0 + HOUR / 2) is None
+    n = node(p, "od-0", billing="on_demand", created=TEN + timedelta(minutes=20))
+    pod(teams["algorithm"], n, "train-0", gpus=2, labels={"project": "llm"}, started=TEN + timedelta(minutes=20))
+    return p
 
 
-def test_the_costs_page_shows_what_is_accruing(client, actors, teams):
-    p = pool(actors["lead"])
-    node(p, "a100-1")
-    projection = selectors.current_hour_projection(user=actors["lead"], now=T0 + HOUR / 4)
-    client.force_login(actors["lead"])
-    with mock.patch("billing.views.timezone.now", return_value=T0 + HOUR / 4):
-        html = client.get("/costs/").content.decode()
-    assert f"Accruing now: {projection.total} {projection.currency} this hour" in html
+def csv_of(client, query=RANGE) -> list[dict]:
+    response = client.get(f"/api/v1/costs/?{query}&format=csv")
+    assert response.status_code == 200
+    return list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode())))
+
+
+def as_finance(actors) -> Client:
+    client = Client()
+    client.force_login(actors["finance"])
+    return client
+
+
+def test_the_first_minutes_of_a_pool_are_shown_and_exported_as_accruing(actors, teams, time_machine):
+    first_node(actors, teams)
+    time_machine.move_to(TEN + timedelta(minutes=21), tick=False)
+    client = as_finance(actors)
+    html = client.get(f"/costs/?{RANGE}").content.decode()
+    assert "No costs in this range." not in html and 'id="cost-chart"' in html
+    assert "Accruing now:" in html and '<tr class="allocated accruing">' in html
+    rows = csv_of(client)
+    assert rows and {r["status"] for r in rows} == {"accruing"}
+    assert {r["charged_team"] for r in rows} == {"algorithm"}
+    assert {r["kind"] for r in rows} == {"allocated", "idle"}
+    data = client.get(f"/api/v1/costs/?{RANGE}").json()
+    assert Decimal(data["accruing"]) == Decimal(data["total"]) == sum(Decimal(r["amount"]) for r in rows) > 0
+    assert not CostRecord.objects.exists()  # shown, not written
+
+
+def test_metered_figures_replace_the_accruing_ones(actors, teams, time_machine):
+    """The accruing hour is what metering then writes (same core); once metered it is a
+    metered row, and the hour in progress is the accruing one."""
+    first_node(actors, teams)
+    query = CostQuery(start=T0.date(), end=T0.date())
+    before = chargeback.accruing_costs(user=actors["finance"], query=query, now=TEN + timedelta(minutes=50))
+    assert {r.hour for r in before} == {TEN}
+    # 11:01: metering has not run yet (it runs at 11:02); 10:00 and 11:00 both accrue.
+    waiting = chargeback.accruing_costs(user=actors["finance"], query=query, now=TEN + HOUR + timedelta(minutes=1))
+    assert {r.hour for r in waiting} == {TEN, TEN + HOUR}
+    services.meter_hour(hour=TEN)
+    metered = sum(CostRecord.objects.filter(hour=TEN).values_list("amount", flat=True))
+    assert metered == sum(r.amount for r in before)
+    now = TEN + HOUR + timedelta(minutes=5)
+    after = chargeback.accruing_costs(user=actors["finance"], query=query, now=now)
+    assert {r.hour for r in after} == {TEN + HOUR}
+    groups = chargeback.chargeback(user=actors["finance"], query=query, accruing=after)
+    by_status = {s: sum(g.amount for g in groups if g.status == s) for s in ("metered", "accruing")}
+    assert by_status == {"metered": metered, "accruing": sum(r.amount for r in after)}
+    assert chargeback.summarize(groups).accruing == by_status["accruing"]
+
+
+def test_accruing_rows_follow_the_users_teams_and_the_filters(actors, teams):
+    first_node(actors, teams)
+    now = TEN + timedelta(minutes=30)
+    query = CostQuery(start=T0.date(), end=T0.date())
+    assert chargeback.accruing_costs(user=actors["lead"], query=query, now=now)
+    assert chargeback.accruing_costs(user=actors["other_lead"], query=query, now=now) == []
+    assert chargeback.accruing_costs(user=actors["finance"], query=CostQuery(start=T0.date(), end=T0.date(), team="inference"), now=now) == []
+    assert chargeback.accruing_costs(user=actors["finance"], query=CostQuery(start=T0.date(), end=T0.date(), billing="monthly"), now=now) == []
+    # A range that ends before the hour holds nothing accruing.
+    yesterday = (T0 - HOUR).date()
+    assert chargeback.accruing_costs(user=actors["finance"], query=CostQuery(start=yesterday, end=yesterday), now=now) == []
+
+
+def test_metering_runs_at_the_top_of_each_hour():
+    """The schedule's next run is the next :00 plus the small offset for late samples, and
+    django-q2 keeps that minute (it adds whole hours)."""
+    schedule = Schedule.objects.get(name="billing.meter_pending")
+    assert schedule.schedule_type == Schedule.HOURLY and schedule.func == "billing.tasks.meter_pending"
+    run = schedule.next_run.astimezone(UTC)
+    assert (run.minute, run.second, run.microsecond) == (METER_RUN_OFFSET.seconds // 60, 0, 0)
+    assert schedule.calculate_next_run(run).minute == run.minute
+    at = datetime(2026, 12, 1, 10, 20, 7, tzinfo=UTC)
+    assert next_meter_run(at) == datetime(2026, 12, 1, 11, 2, tzinfo=UTC)
+    assert next_meter_run(datetime(2026, 12, 1, 10, 1, tzinfo=UTC)) == datetime(2026, 12, 1, 10, 2, tzinfo=UTC)
+    assert next_meter_run(datetime(2026, 12, 1, 10, 2, tzinfo=UTC)) == datetime(2026, 12, 1, 11, 2, tzinfo=UTC)

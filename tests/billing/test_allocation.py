@@ -9,8 +9,6 @@ from hypothesis import strategies as st
 
 from billing.allocation import (
     CENT,
-    IDLE_LABEL,
-    UNALLOCATED_LABEL,
     FeeHour,
     NodeHour,
     PodHour,
@@ -182,7 +180,8 @@ def test_streaming_allocation_matches_batch_allocation():
 # --------------------------------------------------------------------------- grouping
 
 
-def test_grouping_keeps_label_keys_verbatim_and_separates_idle_and_unlabelled():
+def test_grouping_keeps_label_keys_verbatim_and_gives_idle_and_unlabelled_a_kind_not_a_label():
+    """C4, issue 21 §4: the columns are the same whatever the rows; no marker in a label cell."""
     labelled = {"team": "ml", "project": "llm", "gpu-class": "a100"}
     rows = allocate(
         [node(labels=POOL_LABELS)],
@@ -190,11 +189,33 @@ def test_grouping_keeps_label_keys_verbatim_and_separates_idle_and_unlabelled():
     )
     groups = [g.as_dict() for g in group_rows(rows, ["team", "project", "gpu-class"])]
     assert all("gpu-class" in g and "gpu_class" not in g for g in groups)
+    assert all(list(g) == list(group_columns()) for g in groups)
+    assert not [v for g in groups for v in g.values() if v.startswith("__")]
     by_ns = {g["namespace"]: g for g in groups}
-    assert by_ns["research"]["amount"] == "13.44"
-    assert by_ns["scratch"]["team"] == UNALLOCATED_LABEL
-    assert by_ns[IDLE_LABEL]["team"] == "ml" and by_ns[IDLE_LABEL]["cost"] == "idle"
-    assert list(by_ns["research"]) == list(group_columns())
+    assert by_ns["research"]["amount"] == "13.44" and by_ns["research"]["kind"] == "allocated"
+    assert by_ns["scratch"]["team"] == "" and by_ns["scratch"]["kind"] == "unallocated"
+    idle = by_ns[""]
+    assert idle["kind"] == "idle" and idle["charged_team"] == "ml" and idle["project"] == "llm"
+    assert {g["status"] for g in groups} == {"metered"}
+
+
+def test_the_charged_team_is_the_pods_own_team_whatever_its_labels():
+    """A pod of a team the pool is lent to is charged to its team (issue 21 §4)."""
+    guest = PodHour(H0, "inference", "serve", "n1", D(2), {"team": "ml", "project": "llm"}, team="inference")
+    rows = allocate([node(labels=POOL_LABELS)], [guest])
+    groups = {g.as_dict()["charged_team"]: g.as_dict() for g in group_rows(rows, ["project"])}
+    assert groups["inference"]["kind"] == "allocated" and groups["inference"]["amount"] == "6.72"
+    assert groups["ml"]["kind"] == "idle" and groups["ml"]["amount"] == "20.16"
+
+
+def test_the_kind_is_its_own_column_for_any_grouping_keys():
+    rows = allocate([node(labels=POOL_LABELS)], [pod("a", 4, labels={"team": "ml", "gpu-class": "a100"})])
+    for by in (["team"], ["project"], ["gpu-class", "team"], []):
+        groups = [g.as_dict() for g in group_rows(rows, by)]
+        assert {g["kind"] for g in groups} <= {"allocated", "unallocated", "idle"}
+        assert all(list(g) == list(group_columns(by)) for g in groups)
+        kinds = {g["kind"] for g in groups}
+        assert "idle" in kinds and ("unallocated" in kinds) == ("project" in by)
 
 
 def test_preemptible_pools_carry_their_own_billing_column():
@@ -215,9 +236,11 @@ def test_idle_rows_stay_apart_even_without_namespaces():
     assert sorted((g.idle, g.amount) for g in groups) == [(False, D("13.44")), (True, D("13.44"))]
 
 
-def test_grouping_rejects_duplicate_labels():
+def test_grouping_rejects_duplicate_labels_and_the_charged_team_column_as_a_label():
     with pytest.raises(ValueError):
         group_rows([], ["team", "team"])
+    with pytest.raises(ValueError):
+        group_rows([], ["charged_team"])
 
 
 # --------------------------------------------------------------------------- properties

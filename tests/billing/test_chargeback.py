@@ -8,7 +8,7 @@ from decimal import Decimal
 
 import pytest
 
-from billing import focus_selectors, selectors
+from billing import chargeback, focus_selectors, selectors
 from billing.allocation import allocate_hour, group_rows
 from billing.focus import MANDATORY_COLUMNS
 from billing.metering import allocation_inputs
@@ -35,30 +35,35 @@ def test_database_grouping_matches_the_pure_cores_group_rows(actors, teams):
         rows.extend(allocate_hour(nodes, pods, fees))
     for by in (("team", "project", "gpu-class"), ("project",), ("team", "billing")):
         expected = group_rows(rows, by)
-        got = selectors.chargeback(user=actors["finance"], query=CostQuery(by=by))
+        got = chargeback.chargeback(user=actors["finance"], query=CostQuery(by=by))
         assert as_dicts(got) == as_dicts(expected), by
 
 
-def test_label_keys_are_verbatim_unlabelled_is_unallocated_and_idle_has_its_own_rows(actors, teams):
+def test_label_keys_are_verbatim_and_unallocated_and_idle_are_a_kind_with_the_charged_team(actors, teams):
+    """C4, issue 21 §4: fixed columns, empty cells for missing labels, never a marker."""
     scenario(actors, teams)
-    groups = [g.as_dict() for g in selectors.chargeback(user=actors["finance"], query=CostQuery())]
+    groups = [g.as_dict() for g in chargeback.chargeback(user=actors["finance"], query=CostQuery())]
     assert all("gpu-class" in g and "gpu_class" not in g for g in groups)
-    notebook = [
-        g for g in groups if g["namespace"] == "algorithm" and g["project"] == "__unallocated__"
-    ]
-    assert notebook and notebook[0]["cost"] == "allocated"
-    idle = [g for g in groups if g["cost"] == "idle"]
-    assert {g["namespace"] for g in idle} == {"__idle__"}
-    assert {g["team"] for g in idle} == {"algorithm", "inference"}
+    assert all(list(g) == list(CostQuery().columns) for g in groups)
+    assert CostQuery().columns == (
+        "charged_team", "team", "project", "gpu-class", "namespace", "billing", "kind", "status", "amount", "currency",
+    )  # fmt: skip
+    assert not [v for g in groups for v in g.values() if v.startswith("__")]
+    notebook = [g for g in groups if g["namespace"] == "algorithm" and g["project"] == ""]
+    assert notebook and {g["kind"] for g in notebook} == {"unallocated"}
+    idle = [g for g in groups if g["kind"] == "idle"]
+    assert {g["namespace"] for g in idle} == {""}
+    assert {g["charged_team"] for g in idle} == {"algorithm", "inference"}
     spot = [g for g in groups if g["billing"] == "preemptible"]
-    assert spot and {g["team"] for g in spot} == {"inference"}
-    assert not [g for g in groups if g["billing"] == "preemptible" and g["team"] == "algorithm"]
+    assert spot and {g["charged_team"] for g in spot} == {"inference"}
+    assert not [g for g in groups if g["billing"] == "preemptible" and g["charged_team"] == "algorithm"]
+    assert {g["status"] for g in groups} == {"metered"}
 
 
 def test_the_grand_total_is_every_cost_record_to_the_cent(actors, teams):
     scenario(actors, teams)
-    groups = selectors.chargeback(user=actors["finance"], query=CostQuery())
-    summary = selectors.summarize(groups)
+    groups = chargeback.chargeback(user=actors["finance"], query=CostQuery())
+    summary = chargeback.summarize(groups)
     assert summary.total == sum(CostRecord.objects.values_list("amount", flat=True))
     assert summary.total == sum(
         UsageRecord.objects.exclude(kind="pod").values_list("amount", flat=True)
@@ -70,37 +75,39 @@ def test_leads_see_costs_charged_to_their_teams_and_finance_sees_all(actors, tea
     scenario(actors, teams)
 
     def teams_of(user):
-        groups = selectors.chargeback(user=actors[user], query=CostQuery(by=("team",)))
-        return {g.as_dict()["team"] for g in groups}
+        groups = chargeback.chargeback(user=actors[user], query=CostQuery(by=("team",)))
+        return {g.as_dict()["charged_team"] for g in groups}
 
     assert teams_of("finance") == teams_of("admin") == {"algorithm", "inference"}
     assert teams_of("lead") == teams_of("member") == {"algorithm"}
     assert teams_of("other_lead") == {"inference"}
     anonymous = type("Anon", (), {"is_authenticated": False})()
-    assert selectors.chargeback(user=anonymous, query=CostQuery()) == []
+    assert chargeback.chargeback(user=anonymous, query=CostQuery()) == []
 
 
 def test_a_date_range_includes_whole_days(actors, teams):
     p = pool(actors["lead"])
     node(p, "n-0")
     meter(T0 + timedelta(hours=23), hours=2)  # the last hour of Dec 1 and the first of Dec 2
-    one_day = selectors.chargeback(user=actors["finance"], query=CostQuery(start=DAY, end=DAY))
-    two_days = selectors.chargeback(
+    one_day = chargeback.chargeback(user=actors["finance"], query=CostQuery(start=DAY, end=DAY))
+    two_days = chargeback.chargeback(
         user=actors["finance"], query=CostQuery(start=DAY, end=DAY + timedelta(days=1))
     )
-    assert selectors.summarize(one_day).total == sum(
+    assert chargeback.summarize(one_day).total == sum(
         CostRecord.objects.filter(hour=T0 + timedelta(hours=23)).values_list("amount", flat=True)
     )
-    assert selectors.summarize(two_days).total == sum(
+    assert chargeback.summarize(two_days).total == sum(
         CostRecord.objects.values_list("amount", flat=True)
     )
 
 
 def test_the_cost_series_is_daily_and_stacks_idle_separately(actors, teams):
     scenario(actors, teams)
-    series = selectors.cost_series(user=actors["finance"], query=CostQuery())
-    assert set(series) == {"algorithm", "inference", "__idle__ (algorithm)", "__idle__ (inference)"}
-    total = sum(amount for points in series.values() for _, amount in points)
+    series = chargeback.cost_series(user=actors["finance"], query=CostQuery())
+    assert set(series) == {
+        ("allocated", "algorithm"), ("allocated", "inference"), ("idle", "algorithm"), ("idle", "inference"),
+    }  # fmt: skip
+    total = sum(amount for points in series.values() for amount in points.values())
     assert total == sum(CostRecord.objects.values_list("amount", flat=True))
 
 
@@ -111,6 +118,9 @@ def test_query_parsing_rejects_bad_keys_and_ranges():
         )
     fields = {e.field for e in info.value.errors}
     assert fields == {"by", "to", "billing"}
+    with pytest.raises(Exception) as info:
+        selectors.cost_query_parse({"by": "charged_team"})
+    assert [e.field for e in info.value.errors] == ["by"]
     query = selectors.cost_query_parse({"by": "team,namespace,gpu-class", "sort": "gpu-class"})
     assert (
         query.by == ("team", "gpu-class") and query.include_namespace and query.sort == "gpu-class"
@@ -161,3 +171,25 @@ def test_focus_export_of_a_lead_covers_only_their_teams_pools(actors, teams):
         if r["ResourceId"] == "spot-0"
     ]
     assert {r["PricingCategory"] for r in spot} == {"Dynamic"}
+
+
+def test_a_pod_on_a_pool_lent_to_its_team_is_charged_to_its_own_team(actors, teams):
+    """Issue 21 §4 (C4, G3): the host's `team` and `project` labels are not inherited by a
+    guest; its cost is charged to its team, in the charged-team column and the team label."""
+    host = pool(actors["lead"], sharedWith=["inference"])
+    assert host.shared_with == ("inference",)
+    n = node(host, "n-0")
+    pod(teams["inference"], n, "serve", namespace="inference", gpus=2)
+    pod(teams["algorithm"], n, "llm", gpus=2, labels={"project": "llm"})
+    meter(hours=1)
+    guest = UsageRecord.objects.get(kind="pod", namespace="inference")
+    assert guest.team.slug == "inference" and guest.labels["team"] == "inference"
+    assert "project" not in guest.labels and guest.labels["gpu-class"] == "a100"
+    groups = [g.as_dict() for g in chargeback.chargeback(user=actors["finance"], query=CostQuery())]
+    inference = [g for g in groups if g["namespace"] == "inference"]
+    assert inference and all(g["charged_team"] == g["team"] == "inference" for g in inference)
+    assert {g["kind"] for g in inference} == {"unallocated"}  # it carries no project label
+    assert {g["charged_team"] for g in groups if g["kind"] == "idle"} == {"algorithm"}
+    # The lead of the guest team sees its own cost, none of the host's.
+    lead = chargeback.chargeback(user=actors["other_lead"], query=CostQuery())
+    assert {g.as_dict()["charged_team"] for g in lead} == {"inference"}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import io
+from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
@@ -25,7 +26,10 @@ def page_rows(actor) -> tuple[list[str], list[list[str]]]:
     return [h.rstrip(" ▲▼") for h in header], rows
 
 
-def test_finance_downloads_the_chargeback_csv_and_its_totals_match_the_page(browse, actors, teams):
+def test_finance_downloads_the_chargeback_csv_and_its_totals_match_the_page(browse, actors, teams, time_machine):
+    # The server's clock after the month: every hour of it metered, none still accruing (the
+    # figures and the screenshot do not depend on today's date).
+    time_machine.move_to(datetime(2027, 1, 15, 9, 0, tzinfo=UTC), tick=True)
     # Three metered hours of December 2026: train-pool-a (algorithm), spot-pool (inference).
     scenario(actors, teams, hours=3)
     finance = browse("finance")
@@ -42,16 +46,17 @@ def test_finance_downloads_the_chargeback_csv_and_its_totals_match_the_page(brow
     header, rows = page_rows(finance)
     total = Decimal(finance.page.inner_text("#cost-table [data-total]"))
     assert total > 0 and len(rows) >= 5, rows
+    # Fixed columns whatever the rows: who is charged, the labels, the kind of cost, metered or
+    # accruing (issue 21 §4); no marker such as __idle__ in a label cell.
     assert header == [
-        "team",
-        "project",
-        "gpu-class",
-        "namespace",
-        "billing",
-        "cost",
-        "amount",
-        "currency",
-    ]
+        "charged_team", "team", "project", "gpu-class", "namespace", "billing", "kind", "status", "amount", "currency",
+    ]  # fmt: skip
+    assert not [cell for row in rows for cell in row if cell.startswith("__")]
+    # The chart names its currency, dates its axis and words its legend.
+    assert finance.page.locator("#cost-chart .ytitle").text_content() == "Cost (CNY)"
+    assert "Dec 1" in finance.page.locator("#cost-chart .xtick").all_text_contents()
+    legend = finance.page.locator("#cost-chart .legendtext").all_text_contents()
+    assert "Idle capacity of algorithm" in legend and not [n for n in legend if "__" in n]
     finance.page.evaluate("() => document.activeElement.blur()")
     finance.shot("finance-01-costs")
 

@@ -77,7 +77,7 @@ def test_the_demo_data_is_what_the_readme_promises(settings, tmp_path):
     settings.VAR_DIR = tmp_path
     SeedDemo().handle(no_pools=False)
     orders = dict(PoolOrder.objects.values_list("pool__name", "status"))
-    assert orders == {"train-pool-a": PoolOrder.Status.APPROVED, "infer-pool-l40s": PoolOrder.Status.APPROVED,
+    assert orders == {"train-pool-demo": PoolOrder.Status.APPROVED, "infer-pool-l40s": PoolOrder.Status.APPROVED,
                       "batch-spot-t4": PoolOrder.Status.PENDING}
     batch = parse_document(GpuNodePool.objects.get(name="batch-spot-t4").document, catalog_current())
     assert batch.autoscaling.combine == "Any" and [(m.name, m.target) for m in batch.autoscaling.metrics] == [("gpu-memory", 80.0), ("queued_pods", 1.0)]

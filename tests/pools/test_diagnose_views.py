@@ -177,7 +177,7 @@ def test_the_queries_do_not_grow_with_nodes_pods_errors_or_costs(browser, actors
     )
     assert before == _queries(pool) <= 12
     client = browser("lead")
-    with django_assert_max_num_queries(before + 6):  # + session, user, groups, memberships, the pool
+    with django_assert_max_num_queries(before + 7):  # + session, user, groups, memberships, the pool, open alerts
         assert client.get(f"/pools/{pool.name}/diagnose/").status_code == 200
 
 

@@ -32,7 +32,7 @@ from pools.simulation.workloads import TRACE_FILE, diurnal_workload, trace_workl
 logger = logging.getLogger("ebcloud.demo")
 # GPUs asked for at once, as a share of each pool's baseline: the inference pool is asked for
 # 2.5x its two nodes, so it bursts (ScaledUp) and settles at about five nodes.
-DEMO_LOADS = {"train-pool-a": 0.9, "infer-pool-l40s": 2.5, "batch-spot-t4": 0.8}
+DEMO_LOADS = {"train-pool-demo": 0.9, "infer-pool-l40s": 2.5, "batch-spot-t4": 0.8}
 SHARED_GPU_POOLS = {"infer-pool-l40s"}
 # Xid 79 (fell off the bus) is replaced at once; the reset class needs the fault to persist
 # (pools/core/repair.py), which a demo shows later.

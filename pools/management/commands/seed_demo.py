@@ -18,7 +18,7 @@ from pools.services import pools as services
 
 EXAMPLES = Path(settings.BASE_DIR) / "examples"
 DEMO_POOLS = (  # (file, lead who creates it, approve its order?)
-    ("create-train-pool.yaml", "lead-algorithm", True),
+    ("demo-train-pool.yaml", "lead-algorithm", True),  # the article's pool, labelled for its pod
     ("inference-pool.yaml", "lead-inference", True),
     ("batch-preemptible-pool.yaml", "lead-algorithm", False),  # left for an admin to approve
 )
