@@ -40,9 +40,12 @@ def pool_default_budget(*, pool: GpuNodePool, at: datetime) -> DefaultBudget | N
     )
 
 
-def budget_sync_pool(*, pool: GpuNodePool, now: datetime | None = None, budget: Budget | None = None) -> Budget | None:
+def budget_sync_pool(
+    *, pool: GpuNodePool, now: datetime | None = None, budget: Budget | None = None, defaults: dict | None = None
+) -> Budget | None:
     """Make the pool's Budget what its sources decide now; None (and no row) when the pool is
-    deleted or nothing decides one. `budget` is the pool's row when the caller has it."""
+    deleted or nothing decides one. `budget` is the pool's row when the caller has it;
+    `defaults` memoises default budgets across the pools of one sync (a fleet has few shapes)."""
     now = now or timezone.now()
     if budget is None:
         budget = Budget.objects.filter(pool=pool).first()
@@ -52,7 +55,13 @@ def budget_sync_pool(*, pool: GpuNodePool, now: datetime | None = None, budget: 
         return None
     spec = (pool.document or {}).get("spec", {}).get("budget") or {}
     spec_amount = Decimal(str(spec["monthly"])) if "monthly" in spec else None
-    default = pool_default_budget(pool=pool, at=now)
+    shape = (pool.node_type_id, pool.gpu_model_id, pool.lease_type, pool.preemptible, pool.min_nodes, pool.max_nodes)
+    if defaults is None:
+        default = pool_default_budget(pool=pool, at=now)
+    else:
+        if shape not in defaults:
+            defaults[shape] = pool_default_budget(pool=pool, at=now)
+        default = defaults[shape]
     chosen = budget_choose(
         finance=budget.override_amount if budget else None,
         spec=spec_amount,
@@ -88,8 +97,9 @@ def budgets_sync(*, now: datetime | None = None) -> int:
     now = now or timezone.now()
     rows = {b.pool_id: b for b in Budget.objects.filter(pool__isnull=False)}
     kept = 0
+    defaults: dict = {}
     for pool in GpuNodePool.objects.active():
-        if budget_sync_pool(pool=pool, now=now, budget=rows.pop(pool.pk, None)) is not None:
+        if budget_sync_pool(pool=pool, now=now, budget=rows.pop(pool.pk, None), defaults=defaults) is not None:
             kept += 1
     Budget.objects.filter(pk__in=[b.pk for b in rows.values()]).delete()
     return kept

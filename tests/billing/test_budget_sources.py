@@ -9,6 +9,8 @@ from decimal import Decimal
 
 import pytest
 from django.core import mail
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from billing import budgets
 from billing.budget_admin import budget_pool_set
@@ -217,3 +219,12 @@ def test_leads_and_members_cannot_edit_team_budgets(browser, actors, teams, role
     assert client.post("/costs/budgets/teams/algorithm/delete/").status_code == 403
     assert Budget.objects.get(pool=None).monthly_amount == Decimal("100")
     assert not BudgetAlert.objects.exists() and GpuNodePool.objects.count() == 0
+
+
+def test_syncing_the_fleet_s_budgets_prices_each_pool_shape_once_and_writes_nothing_unchanged(actors):
+    for i in range(4):
+        pool(actors["lead"], name=f"pool-{i}")
+    with CaptureQueriesContext(connection) as queries:
+        assert budgets.budgets_sync(now=T0 + HOUR) == 4
+    # the budgets, the pools, and one price, price and lease term lookup for their one shape
+    assert len(queries) <= 5, [q["sql"] for q in queries]
