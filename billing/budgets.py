@@ -1,58 +1,27 @@
-"""Budget writes: every pool's budget kept in line with its spec, team budgets set by admins and
-finance, alerts fired exactly once per (budget, period, threshold, basis) and handed to the
-notifications (in-app list, mail to the team's leads, the configured webhook; design §6)."""
+"""Budget writes: alerts fired exactly once per (budget, period, threshold, basis) and handed to the
+notifications (in-app list, mail to the team's leads, the configured webhook; design §6).
+
+Every live pool's budget is kept in line by `billing.budget_sync` (default, spec or finance's);
+team and pool budgets finance sets are `billing.budget_admin`'s. Both names are importable from
+here too, as before.
+"""
 
 from __future__ import annotations
 
 from datetime import datetime
 from decimal import Decimal
 
-from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
 
 from billing import selectors
+from billing.budget_admin import budget_team_set
+from billing.budget_sync import budgets_sync
 from billing.models import Budget, BudgetAlert
-from pools import roles
-from pools.core.errors import ValidationError
-from pools.models import GpuNodePool, Notification, Team
+from pools.models import Notification
 from pools.services.events import WARNING, event_record
 from pools.services.notifications import notification_raise
 
-
-def budgets_sync() -> int:
-    """Make every live pool's Budget match its `spec.budget` (added, changed or removed)."""
-    seen = []
-    for pool in GpuNodePool.objects.active().select_related("team"):
-        spec = (pool.document or {}).get("spec", {}).get("budget")
-        if not spec or "monthly" not in spec:
-            continue
-        Budget.objects.update_or_create(
-            pool=pool,
-            defaults={
-                "team": pool.team,
-                "monthly_amount": Decimal(str(spec["monthly"])),
-                "currency": spec.get("currency", "CNY"),
-                "thresholds": sorted({int(t) for t in spec.get("thresholds", [80, 100])}),
-            },
-        )
-        seen.append(pool.pk)
-    Budget.objects.filter(pool__isnull=False).exclude(pool_id__in=seen).delete()
-    return len(seen)
-
-
-def budget_team_set(
-    *, user, team: Team, monthly_amount: Decimal, currency: str = "CNY", thresholds=(80, 100)
-):
-    """A team-wide monthly budget (platform admins only)."""
-    if not roles.is_admin(user):
-        raise PermissionDenied("only platform admins set team budgets")
-    if monthly_amount <= 0:
-        raise ValidationError("must be positive", field="monthly")
-    budget, _ = Budget.objects.update_or_create(
-        team=team, pool=None,
-        defaults={"monthly_amount": monthly_amount, "currency": currency, "thresholds": sorted(set(thresholds))},
-    )  # fmt: skip
-    return budget
+__all__ = ["alert_message", "alert_payload", "budget_team_set", "budgets_evaluate", "budgets_sync"]
 
 
 def budgets_evaluate(*, now: datetime) -> list:
@@ -61,7 +30,7 @@ def budgets_evaluate(*, now: datetime) -> list:
     The alert row is the claim: `BudgetAlert` is unique per (budget, period, threshold, basis),
     so whichever worker inserts it first notifies, and every other one finds it taken.
     """
-    budgets_sync()
+    budgets_sync(now=now)
     fired = []
     statuses = selectors.budget_statuses_of(Budget.objects.select_related("pool", "team"), now=now)
     for status in statuses:

@@ -276,7 +276,17 @@ def _default_thresholds() -> list[int]:
 
 
 class Budget(models.Model):
-    """A monthly budget of a pool (from `spec.budget`) or of a team (seed T6, O1)."""
+    """A monthly budget of a pool or of a team (seed T6, O1).
+
+    Every live pool has one (`billing.budget_sync`): finance's `override_amount` if set, else
+    `spec.budget.monthly`, else the default computed from the price book
+    (`billing.budget_default`); `source` says which, so pages can say where it comes from. A
+    team budget is set by finance or an admin (`source` finance)."""
+
+    class Source(models.TextChoices):
+        DEFAULT = "default", "Default (subscription fee plus on-demand headroom)"
+        SPEC = "spec", "Set in the pool's spec"
+        FINANCE = "finance", "Set by finance"
 
     pool = models.OneToOneField(
         "pools.GpuNodePool", null=True, blank=True, on_delete=models.CASCADE, related_name="budget"
@@ -292,7 +302,18 @@ class Budget(models.Model):
     thresholds = models.JSONField(
         default=_default_thresholds, help_text="Percentages, e.g. [80, 100]"
     )
+    source = models.CharField(max_length=8, choices=Source.choices, default=Source.SPEC)
+    override_amount = models.DecimalField(
+        max_digits=14, decimal_places=2, null=True, blank=True,
+        help_text="A pool's budget as finance set it; it wins over the spec and the default",
+    )  # fmt: skip
+    default_amount = models.DecimalField(
+        max_digits=14, decimal_places=2, null=True, blank=True,
+        help_text="A pool's default budget from the price book (shown even when overridden)",
+    )  # fmt: skip
+    default_note = models.CharField(max_length=300, blank=True, help_text="How the default was computed")
     created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
 
     objects = CostQuerySet.as_manager()
 

@@ -17,6 +17,8 @@ from django.views.decorators.http import require_GET
 
 from billing import api, chargeback, selectors
 from billing.allocation import DEFAULT_GROUP_LABELS
+from billing.budget_admin import may_set_budgets
+from billing.budget_selectors import PRECEDENCE
 from billing.cost_chart import cost_figure
 from pools.core.errors import ValidationError
 from pools.selectors.pools import teams_visible_to
@@ -77,5 +79,10 @@ def budget_list(request):
     """Every budget the user may see with this month's spend and forecast, and recent alerts."""
     statuses = selectors.budget_statuses(user=request.user, now=timezone.now())
     statuses.sort(key=lambda s: s.percent, reverse=True)
-    context = {"budgets": statuses, "alerts": selectors.budget_alerts_for_user(user=request.user)}
+    context = {
+        "budgets": statuses,
+        "alerts": selectors.budget_alerts_for_user(user=request.user),
+        "can_set": may_set_budgets(request.user),
+        "precedence": PRECEDENCE,
+    }
     return render(request, "billing/budget_list.html", context)

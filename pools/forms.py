@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import re
+from decimal import Decimal
 from typing import Any
 
 from django import forms
@@ -93,7 +94,10 @@ class PoolForm(ScalingFields, AlertFields):
         help_text="When pods queue: by the pool's scaling block (which turns this on), else GPU memory above 85% and more than 10 queued pods",
     )
     burst_max_nodes = forms.IntegerField(label="Most burst nodes", min_value=0, required=False)
-    budget_monthly = forms.DecimalField(label="Monthly budget (CNY)", min_value=0, decimal_places=2, required=False)
+    budget_monthly = forms.DecimalField(
+        label="Monthly budget (CNY)", min_value=Decimal("0.01"), max_digits=14, decimal_places=2, required=False,
+        help_text="Leave empty for the default: the monthly nodes' fee plus room for the on-demand nodes above them",
+    )  # fmt: skip
     scheduling_policy = forms.ChoiceField(
         label="Scheduling policy", initial=DEFAULT_SCHEDULING_POLICY,
         choices=[(p, f"{p}: {SCHEDULING_POLICY_HELP[p]}") for p in SCHEDULING_POLICIES],
@@ -105,9 +109,11 @@ class PoolForm(ScalingFields, AlertFields):
         help_text="Other teams whose pods may also run on this pool's nodes, comma-separated (e.g. inference); your team still pays for it",
     )  # fmt: skip
 
-    def __init__(self, *args, teams=None, editing: GpuNodePool | None = None, **kwargs):
+    def __init__(self, *args, teams=None, editing: GpuNodePool | None = None, budget_hint: str = "", **kwargs):
         super().__init__(*args, **kwargs)
         self.editing = editing
+        if budget_hint:  # what an empty budget means for this pool (billing.budget_selectors)
+            self.fields["budget_monthly"].help_text = budget_hint
         self.fields["gpu_model"].choices = [(m, m) for m in GpuModel.objects.order_by("name").values_list("name", flat=True)]
         self.fields["node_type"].choices = [(t, t) for t in NodeType.objects.order_by("gpu_count").values_list("name", flat=True)]
         self.fields["region"].choices = [(z.name, f"{z.name} ({z.region})") for z in Zone.objects.order_by("name")]

@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -36,6 +37,7 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from billing.budget_admin import budget_team_set
 from monitoring import services as monitoring_services
 from pools.demo.seed import load_catalog
 from pools.models import Membership, Team
@@ -96,6 +98,7 @@ class World:
 POOL = lambda w: {"name": w.pool.name}  # noqa: E731
 POD = lambda w: {"namespace": w.pod.namespace, "name": w.pod.name}  # noqa: E731
 ORDER = lambda w: {"pk": w.order.pk}  # noqa: E731
+TEAM_A = lambda w: {"slug": "algorithm"}  # noqa: E731  (team A has a team budget)
 
 # Common shapes. Web: a page of a team-A object; API: the same through the REST API.
 EVERYONE_WEB = S(200, 200, 200, 200, 200, LOGIN)
@@ -171,6 +174,14 @@ MATRIX: tuple[Row, ...] = (
     Row("monitoring-trends", EVERYONE_WEB),  # each sees the trends of the pools they may see
     Row("billing:costs", EVERYONE_WEB),
     Row("billing:budgets", EVERYONE_WEB),
+    # Budgets are set by finance and platform admins; another team's pool is not found.
+    Row("billing:budget-pool", S(403, 404, 403, 200, 200, LOGIN), POOL, owned=True,
+        writes=(Write("post", S(403, 404, 403, 400, 400, LOGIN), {"monthly": "-1"}),)),
+    Row("billing:budget-team-create", S(403, 403, 403, 200, 200, LOGIN),
+        writes=(Write("post", S(403, 403, 403, 400, 400, LOGIN), INCOMPLETE),)),
+    Row("billing:budget-team", S(403, 403, 403, 200, 200, LOGIN), TEAM_A,
+        writes=(Write("post", S(403, 403, 403, 400, 400, LOGIN), INCOMPLETE),)),
+    Row("billing:budget-team-delete", POST_ONLY_WEB, TEAM_A, writes=(Write("post", S(403, 403, 403, 302, 302, LOGIN), {}),)),
     # --- REST API /api/v1/ ----------------------------------------------------------------
     #                                      lead  other member finance admin anon
     Row("api:token", S(405, 405, 405, 405, 405, 405), api=True,
@@ -285,6 +296,7 @@ def world(django_db_setup, django_db_blocker):
             "admin": _user("admin", group="platform-admin"),
         }
         pool = pool_with_nodes(users["lead"], name="train-pool-a", nodes=2)
+        budget_team_set(user=users["finance"], team=team_a, monthly_amount=Decimal("1000"))
         ordered = services.pool_create(user=users["lead"], document=make_document("train-pool-b"))
         node = pool.nodes.order_by("name").first()
         _, join_token = monitoring_services.join_token_create(user=users["admin"], node=node)

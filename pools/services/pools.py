@@ -16,6 +16,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from billing.budget_sync import budget_sync_pool
 from pools import roles
 from pools.core.documents import merge_patch, split_server_fields
 from pools.core.errors import ConflictError, FieldError, QuotaExceeded, ValidationError, free_text
@@ -63,6 +64,7 @@ def pool_create(*, user, document: Any, team_slug: str = "", now: datetime | Non
             else:
                 _set_status(pool, phase=GpuNodePool.Phase.READY, pending_reason="")
             audit_record(actor=user, action="pool.create", obj=pool, after=document)
+            budget_sync_pool(pool=pool, now=now)
     except IntegrityError as exc:  # a concurrent create with the same name won the race
         raise ConflictError(f"a pool named {spec.name!r} already exists") from exc
     return pool
@@ -107,6 +109,7 @@ def pool_update(*, user, pool: GpuNodePool, document: Any, now: datetime | None 
             locked.save()
             event_record(pool=locked, reason="SpecUpdated", message=_describe_change(old, spec), actor=user, now=now)
             audit_record(actor=user, action="pool.update", obj=locked, before=before, after=document)
+            budget_sync_pool(pool=locked, now=now)
         if quote is not None:
             kind = PoolOrder.Kind.CREATE if ordered == 0 and not locked.orders.exists() else PoolOrder.Kind.GROW
             _order_request(pool=locked, kind=kind, nodes=grow, spec=spec, refs=refs, quote=quote, user=user, now=now)

@@ -20,8 +20,9 @@ from django.utils.html import escape
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from billing.advisor_service import pool_advice
+from billing.budget_admin import may_set_budgets
+from billing.budget_selectors import pool_budget, pool_form_budget_hint
 from billing.month_spend import pool_spend_attach
-from billing.selectors import pool_budget_status
 from pools import roles
 from pools.controllers.lifecycle import pool_capacity_times
 from pools.core.charts import pool_figures, samples_window
@@ -94,7 +95,8 @@ def pool_detail(request, name: str):
         "yaml": dump_yaml(pool.document),
         "capacity": pool_capacity_times(pool=pool),
         "scaling": pool.scaling_activities.order_by("-at", "-id")[:20],
-        "budget": pool_budget_status(pool=pool, now=timezone.now()),
+        "pool_budget": pool_budget(pool=pool, now=timezone.now()),
+        "can_set_budget": may_set_budgets(request.user),
         "advice": pool_advice(pool=pool, now=timezone.now()),
     }
     context.update(repairs)
@@ -122,7 +124,10 @@ def pool_create(request):
         raise PermissionDenied("only team leads and platform admins can create pools")
     # A Pending pod's hint links here with what to order (?team=&gpu_model=&node_type=).
     prefill = {key: request.GET[key] for key in ("team", "gpu_model", "node_type") if request.GET.get(key)}
-    form = PoolForm(request.POST or None, teams=teams, initial={"min_nodes": 2, "max_nodes": 6, "auto_repair": True, **prefill})
+    form = PoolForm(
+        request.POST or None, teams=teams, initial={"min_nodes": 2, "max_nodes": 6, "auto_repair": True, **prefill},
+        budget_hint=pool_form_budget_hint(pool=None, now=timezone.now()),
+    )
     if request.method == "POST":
         form.read_rows()
         if form.is_valid():
@@ -147,7 +152,7 @@ def pool_edit(request, name: str):
     if not roles.can_manage_team_pools(request.user, pool.team_id):
         raise PermissionDenied("only the team's leads and platform admins can change this pool")
     initial, rows = PoolForm.initial_from(pool)
-    form = PoolForm(request.POST or None, editing=pool, initial=initial)
+    form = PoolForm(request.POST or None, editing=pool, initial=initial, budget_hint=pool_form_budget_hint(pool=pool, now=timezone.now()))
     if request.method == "POST":
         form.read_rows()
         if form.is_valid():

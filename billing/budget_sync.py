@@ -1,0 +1,105 @@
+"""Every live pool's Budget row kept in line with what decides it: finance's override, the
+pool's `spec.budget`, and the default from the price book (`billing.budget_default`).
+
+Run for one pool when it is created or changed (`pools.services.pools`), and for every pool
+before budgets are evaluated (`billing.budgets.budgets_evaluate`), so a price change reaches
+the defaults within one evaluation. A row is written only when something changed.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+
+from django.utils import timezone
+
+from billing import pricing
+from billing.budget_default import DEFAULT_THRESHOLDS, DefaultBudget, budget_choose, default_budget
+from billing.models import Budget
+from pools.core.errors import ValidationError
+from pools.models import GpuNodePool
+
+
+def pool_default_budget(*, pool: GpuNodePool, at: datetime) -> DefaultBudget | None:
+    """The pool's default budget at the prices in force at `at` (None: the price book has no
+    price for its node type, GPU model or lease term)."""
+    try:
+        price = pricing.price_in_force(node_type_id=pool.node_type_id, gpu_model_id=pool.gpu_model_id, at=at)
+        quote = pricing.quote_for(
+            node_type_id=pool.node_type_id, gpu_model_id=pool.gpu_model_id, lease_type=pool.lease_type,
+            nodes=pool.min_nodes, at=at, preemptible=pool.preemptible,
+        )  # fmt: skip
+    except ValidationError:
+        return None
+    return default_budget(
+        min_nodes=pool.min_nodes,
+        max_nodes=pool.max_nodes,
+        node_monthly_price=quote.node_monthly_price,
+        hourly_price=price.hourly_price,
+        currency=price.currency,
+    )
+
+
+def budget_sync_pool(
+    *, pool: GpuNodePool, now: datetime | None = None, budget: Budget | None = None, defaults: dict | None = None
+) -> Budget | None:
+    """Make the pool's Budget what its sources decide now; None (and no row) when the pool is
+    deleted or nothing decides one. `budget` is the pool's row when the caller has it;
+    `defaults` memoises default budgets across the pools of one sync (a fleet has few shapes)."""
+    now = now or timezone.now()
+    if budget is None:
+        budget = Budget.objects.filter(pool=pool).first()
+    if pool.deleted_at is not None:
+        if budget is not None:
+            budget.delete()
+        return None
+    spec = (pool.document or {}).get("spec", {}).get("budget") or {}
+    spec_amount = Decimal(str(spec["monthly"])) if "monthly" in spec else None
+    shape = (pool.node_type_id, pool.gpu_model_id, pool.lease_type, pool.preemptible, pool.min_nodes, pool.max_nodes)
+    if defaults is None:
+        default = pool_default_budget(pool=pool, at=now)
+    else:
+        if shape not in defaults:
+            defaults[shape] = pool_default_budget(pool=pool, at=now)
+        default = defaults[shape]
+    chosen = budget_choose(
+        finance=budget.override_amount if budget else None,
+        spec=spec_amount,
+        spec_currency=spec.get("currency", "CNY") if spec_amount is not None else None,
+        default=default,
+    )
+    if chosen is None:
+        if budget is not None:
+            budget.delete()
+        return None
+    values = {
+        "team_id": pool.team_id,
+        "monthly_amount": chosen.amount,
+        "currency": chosen.currency,
+        "source": chosen.source,
+        "thresholds": sorted({int(t) for t in spec.get("thresholds", DEFAULT_THRESHOLDS)}),
+        "default_amount": default.amount if default else None,
+        "default_note": default.explanation if default else "",
+    }
+    if budget is None:
+        return Budget.objects.create(pool=pool, created_at=now, updated_at=now, **values)
+    changed = {k: v for k, v in values.items() if getattr(budget, k) != v}
+    if changed:
+        for key, value in changed.items():
+            setattr(budget, key, value)
+        budget.updated_at = now
+        budget.save(update_fields=[*changed, "updated_at"])
+    return budget
+
+
+def budgets_sync(*, now: datetime | None = None) -> int:
+    """Every live pool's budget in line (added, changed or removed); the number of pool budgets."""
+    now = now or timezone.now()
+    rows = {b.pool_id: b for b in Budget.objects.filter(pool__isnull=False)}
+    kept = 0
+    defaults: dict = {}
+    for pool in GpuNodePool.objects.active():
+        if budget_sync_pool(pool=pool, now=now, budget=rows.pop(pool.pk, None), defaults=defaults) is not None:
+            kept += 1
+    Budget.objects.filter(pk__in=[b.pk for b in rows.values()]).delete()
+    return kept
