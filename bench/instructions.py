@@ -94,12 +94,27 @@ def unavailable() -> str | None:
     return None
 
 
-def count(workloads: list[tuple[str, dict]], *, timeout: float = 1800, env: dict[str, str] | None = None) -> list[Count]:
+def prepare_natively(workloads: list[tuple[str, dict]], *, timeout: float = 1800, env: dict[str, str] | None = None) -> None:
+    """Run the workloads' `prepare_<function>` steps in a native child (no valgrind)."""
+    native = [sys.executable, "-m", "bench.instructions", "--prepare", json.dumps(workloads)]
+    child_env = {**os.environ, "PYTHONHASHSEED": "0", **(env or {})}
+    prepared = subprocess.run(native, cwd=ROOT, env=child_env, capture_output=True, text=True, timeout=timeout, check=False)
+    if prepared.returncode != 0:
+        tail = "\n".join((prepared.stdout + prepared.stderr).splitlines()[-30:])
+        raise RuntimeError(f"preparing the workloads failed (exit {prepared.returncode}):\n{tail}")
+
+
+def count(
+    workloads: list[tuple[str, dict]], *, timeout: float = 1800, env: dict[str, str] | None = None, prepared: bool = False
+) -> list[Count]:
     """Count each workload (`"module:function"`, keyword arguments) in one child under callgrind,
-    in order. Raises RuntimeError with the child's last lines when it fails."""
+    in order, after preparing them natively (unless `prepared`). Raises RuntimeError with the
+    child's last lines when it fails."""
     reason = unavailable()
     if reason:
         raise RuntimeError(reason)
+    if not prepared:
+        prepare_natively(workloads, timeout=timeout, env=env)
     with tempfile.TemporaryDirectory(prefix="ebcloud-callgrind-") as work:
         out, results = Path(work) / "callgrind.out", Path(work) / "results.json"
         command = [
@@ -108,11 +123,6 @@ def count(workloads: list[tuple[str, dict]], *, timeout: float = 1800, env: dict
             f"--callgrind-out-file={out}", sys.executable, "-m", "bench.instructions", "--child", str(results), json.dumps(workloads),
         ]  # fmt: skip
         child_env = {**os.environ, "PYTHONHASHSEED": "0", **(env or {})}
-        native = [sys.executable, "-m", "bench.instructions", "--prepare", json.dumps(workloads)]
-        prepared = subprocess.run(native, cwd=ROOT, env=child_env, capture_output=True, text=True, timeout=timeout, check=False)
-        if prepared.returncode != 0:
-            tail = "\n".join((prepared.stdout + prepared.stderr).splitlines()[-30:])
-            raise RuntimeError(f"preparing the workloads failed (exit {prepared.returncode}):\n{tail}")
         done = subprocess.run(command, cwd=ROOT, env=child_env, capture_output=True, text=True, timeout=timeout, check=False)
         if done.returncode != 0 or not results.exists():
             tail = "\n".join((done.stdout + done.stderr).splitlines()[-30:])
@@ -120,6 +130,19 @@ def count(workloads: list[tuple[str, dict]], *, timeout: float = 1800, env: dict
         ran = json.loads(results.read_text())
         totals = [_total(Path(f"{out}.{i}")) for i in range(1, len(ran) + 1)]
     return [Count(r["name"], r["unit"], r["units"], total, r["statements"]) for r, total in zip(ran, totals, strict=True)]
+
+
+def additions(*, n: int) -> Workload:
+    """The speed probe's loop (`total += i`, `n` times): its instructions per addition turn the
+    probe's milliseconds into this machine's instructions per second, and so a target in
+    seconds on a VM of a given probe speed into instructions."""
+
+    def run() -> None:
+        total = 0
+        for i in range(n):
+            total += i
+
+    return Workload(f"{n:,} additions", "addition", run, lambda: n)
 
 
 def _total(part: Path) -> int:

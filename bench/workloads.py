@@ -23,7 +23,7 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
-from bench.instructions import Count, Workload, count, marginal
+from bench.instructions import Count, Workload, count, marginal, prepare_natively
 
 ROOT = Path(__file__).resolve().parents[1]
 AGENT_POOL = "bench-ingest"
@@ -210,16 +210,23 @@ def meter(*, database: str, pools: int) -> Workload:
 # The counts the benchmarks print and the suite guards
 
 
-def counts(work: Path, plan: dict[str, tuple[str, dict]], *, template: Path | None = None) -> dict[str, Count]:
-    """Count the named workloads of `plan` in one child, each on its own copy of a migrated
-    SQLite file (`template`, made in `work` when not given)."""
+def prepared(work: Path, plan: dict[str, tuple[str, dict]], *, template: Path | None = None) -> dict[str, tuple[str, dict]]:
+    """The workloads of `plan`, each given its own copy of a migrated SQLite file (`template`,
+    made in `work` when not given) and prepared there natively (fleets built, agents made)."""
     template = template or sqlite_migrated(work / "migrated.sqlite3")
-    specs = []
-    for i, (target, kwargs) in enumerate(plan.values()):
+    specs = {}
+    for i, (name, (target, kwargs)) in enumerate(plan.items()):
         copy = work / f"workload-{i}.sqlite3"
         shutil.copyfile(template, copy)
-        specs.append((target, {**kwargs, "database": str(copy)}))
-    return dict(zip(plan, count(specs, env=child_environment(template)), strict=True))
+        specs[name] = (target, {**kwargs, "database": str(copy)})
+    prepare_natively(list(specs.values()), env=child_environment(template))
+    return specs
+
+
+def counts(specs: dict[str, tuple[str, dict]]) -> dict[str, Count]:
+    """Count prepared workloads (`prepared`) in one child."""
+    database = Path(next(iter(specs.values()))[1]["database"])
+    return dict(zip(specs, count(list(specs.values()), env=child_environment(database), prepared=True), strict=True))
 
 
 def plan_of(*, small: int, large: int, reports: int) -> dict[str, tuple[str, dict]]:
@@ -252,7 +259,7 @@ def report_lines(*, small: int = 5, large: int = 10, reports: int = 20) -> list[
     if reason:
         return [f"instructions: {reason}"]
     with tempfile.TemporaryDirectory(prefix="ebcloud-workloads-") as work:
-        found = counts(Path(work), plan_of(small=small, large=large, reports=reports))
+        found = counts(prepared(Path(work), plan_of(small=small, large=large, reports=reports)))
     units = per_unit(found)
     tick_s, tick_l, meter_l = found["tick small"], found["tick large"], found["meter large"]
     return [
