@@ -24,7 +24,7 @@ that is called first with the same arguments in a native child (no valgrind): bu
 under valgrind would take longer than counting its pass.
 
 Usage (the counts of bench/workloads.py, the regression guards' units):
-    python bench/instructions.py [--pools 5,10] [--reports 20]
+    python bench/instructions.py [--pools 2,4] [--reports 20]
 """
 
 from __future__ import annotations
@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--child", nargs=2, metavar=("RESULTS", "WORKLOADS"), help=argparse.SUPPRESS)
     parser.add_argument("--prepare", metavar="WORKLOADS", help=argparse.SUPPRESS)
-    parser.add_argument("--pools", default="5,10", help="Two fleet sizes for the per-pool and per-node-hour counts")
+    parser.add_argument("--pools", default="2,4", help="Two fleet sizes for the per-pool and per-node-hour counts")
     parser.add_argument("--reports", type=int, default=20, help="Reports in the counted ingest run")
     args = parser.parse_args(argv)
     if args.prepare:

@@ -145,15 +145,20 @@ def ingest(*, database: str, reports: int) -> Workload:
 # One pool in the per-minute pass; one metered node-hour
 
 
-def small_shape(pools: int):
-    """The control-plane bench's per-pool shape, scaled down (as tests/bench/test_control_plane.py)."""
+def fleet_shape(pools: int, shape: str):
+    """`bench`: bench/control_plane.py's pool (20 nodes, 200 pods running, 10 pending), without
+    its draining pools, so that a pool's count is comparable with that bench's 1,000 pools;
+    `small`: the same shape scaled down (5 nodes, 16 pods; tests/bench/test_control_plane.py's),
+    for the suite's guards, where every second of callgrind counts."""
     from bench.control_plane_fleet import Shape
 
+    if shape == "bench":
+        return Shape(pools=pools, teams=2, draining=0)
     return Shape(pools=pools, teams=2, monthly_ready=3, provisioning=1, burst_ready=1, pods_per_node=4,
                  pending_per_pool=2, draining=0, events_per_pool=2, sample_minutes=3)  # fmt: skip
 
 
-def _fleet(*, database: str, pools: int) -> None:
+def _fleet(*, database: str, pools: int, shape: str = "bench") -> None:
     """Build the fleet (natively, before the counted child starts)."""
     _django(database)
     from django.db import transaction
@@ -161,13 +166,13 @@ def _fleet(*, database: str, pools: int) -> None:
     from bench.control_plane_fleet import build
 
     with transaction.atomic():
-        build(small_shape(pools))
+        build(fleet_shape(pools, shape))
 
 
 prepare_tick = prepare_meter = _fleet
 
 
-def tick(*, database: str, pools: int) -> Workload:
+def tick(*, database: str, pools: int, shape: str = "bench") -> Workload:
     """Reconcile + autoscale every pool of a steady fleet: the first pass (warm-up) at the fleet's
     `NOW`, the counted one 30 s later, as a worker that keeps running sees it (the fleet's
     provisioning nodes have nothing due then: bench/control_plane.py's "again 30 s later")."""
@@ -185,7 +190,7 @@ def tick(*, database: str, pools: int) -> Workload:
     return Workload(f"reconcile + autoscale, {pools} pools", "pool", run, lambda: pools)
 
 
-def meter(*, database: str, pools: int) -> Workload:
+def meter(*, database: str, pools: int, shape: str = "bench") -> Workload:
     """Meter one hour of the fleet (the warm-up meters the hour before)."""
     _django(database)
     from bench.control_plane_fleet import NOW
@@ -211,11 +216,15 @@ def meter(*, database: str, pools: int) -> Workload:
 
 
 def prepared(work: Path, plan: dict[str, tuple[str, dict]], *, template: Path | None = None) -> dict[str, tuple[str, dict]]:
-    """The workloads of `plan`, each given its own copy of a migrated SQLite file (`template`,
-    made in `work` when not given) and prepared there natively (fleets built, agents made)."""
+    """The workloads of `plan`, this module's each given its own copy of a migrated SQLite file
+    (`template`, made in `work` when not given) and prepared there natively (fleets built,
+    agents made); others (the probe's loop) as they are."""
     template = template or sqlite_migrated(work / "migrated.sqlite3")
     specs = {}
     for i, (name, (target, kwargs)) in enumerate(plan.items()):
+        if not target.startswith(f"{__name__}:"):
+            specs[name] = (target, kwargs)
+            continue
         copy = work / f"workload-{i}.sqlite3"
         shutil.copyfile(template, copy)
         specs[name] = (target, {**kwargs, "database": str(copy)})
@@ -225,32 +234,37 @@ def prepared(work: Path, plan: dict[str, tuple[str, dict]], *, template: Path | 
 
 def counts(specs: dict[str, tuple[str, dict]]) -> dict[str, Count]:
     """Count prepared workloads (`prepared`) in one child."""
-    database = Path(next(iter(specs.values()))[1]["database"])
-    return dict(zip(specs, count(list(specs.values()), env=child_environment(database), prepared=True), strict=True))
+    databases = [Path(kwargs["database"]) for _, kwargs in specs.values() if "database" in kwargs]
+    env = child_environment(databases[0]) if databases else None
+    return dict(zip(specs, count(list(specs.values()), env=env, prepared=True), strict=True))
 
 
-def plan_of(*, small: int, large: int, reports: int) -> dict[str, tuple[str, dict]]:
-    """The benchmarks' units: ingest, and the tick and metering at two fleet sizes."""
-    return {
-        "ingest": ("bench.workloads:ingest", {"reports": reports}),
-        "tick small": ("bench.workloads:tick", {"pools": small}),
-        "tick large": ("bench.workloads:tick", {"pools": large}),
-        "meter small": ("bench.workloads:meter", {"pools": small}),
-        "meter large": ("bench.workloads:meter", {"pools": large}),
-    }
+UNITS = ("report", "pool", "node-hour")
+PROBE_ADDS = 5_000_000  # the speed probe's loop in bench/control_plane.py (machine_speed)
+SLOW_PROBE_S = 0.2  # the slow VMs: the probe's loop takes >= 200 ms there
 
 
-def per_unit(found: dict[str, Count]) -> dict[str, float]:
-    """Instructions per report, per pool per pass and per metered node-hour."""
-    return {
-        "report": found["ingest"].per_unit,
-        "pool per pass": marginal(found["tick small"], found["tick large"]),
-        "metered node-hour": marginal(found["meter small"], found["meter large"]),
-    }
+def plan_of(*, units=UNITS, small: int, large: int, reports: int) -> dict[str, tuple[str, dict]]:
+    """The benchmarks' units: ingest, the tick and metering at two fleet sizes, and the speed
+    probe's loop (to turn instructions into seconds on a VM of known probe speed)."""
+    plan = {"probe": ("bench.instructions:additions", {"n": 200_000})}
+    if "report" in units:
+        plan["ingest"] = ("bench.workloads:ingest", {"reports": reports})
+    for unit, function in (("pool", "tick"), ("node-hour", "meter")):
+        if unit in units:
+            plan[f"{function} small"] = (f"bench.workloads:{function}", {"pools": small})
+            plan[f"{function} large"] = (f"bench.workloads:{function}", {"pools": large})
+    return plan
 
 
-def report_lines(*, small: int = 5, large: int = 10, reports: int = 20) -> list[str]:
-    """The lines the benchmarks print under their tables."""
+def seconds_at_slow_probe(instructions: float, probe: Count) -> float:
+    """Seconds `instructions` take on a VM whose speed probe (5 M additions) takes 200 ms."""
+    return instructions / (probe.per_unit * PROBE_ADDS / SLOW_PROBE_S)
+
+
+def report_lines(*, units=UNITS, small: int = 2, large: int = 4, reports: int = 20) -> list[str]:
+    """The lines the benchmarks print under their tables: instructions per unit of work, and
+    what they would take in seconds on a slow VM (probe loop 200 ms), CPU in this process only."""
     import tempfile
 
     from bench.instructions import unavailable
@@ -259,15 +273,33 @@ def report_lines(*, small: int = 5, large: int = 10, reports: int = 20) -> list[
     if reason:
         return [f"instructions: {reason}"]
     with tempfile.TemporaryDirectory(prefix="ebcloud-workloads-") as work:
-        found = counts(prepared(Path(work), plan_of(small=small, large=large, reports=reports)))
-    units = per_unit(found)
-    tick_s, tick_l, meter_l = found["tick small"], found["tick large"], found["meter large"]
-    return [
-        "instructions (callgrind, in process on SQLite, machine-independent):",
-        f"  per agent report: {units['report'] / 1e6:.2f} M ({found['ingest'].statements / found['ingest'].units:g} statements per report)",
-        f"  per pool per reconcile + autoscale pass: {units['pool per pass'] / 1e6:.2f} M "
-        f"({small} → {large} pools: {tick_s.instructions / 1e6:.1f} → {tick_l.instructions / 1e6:.1f} M, "
-        f"{tick_s.statements} → {tick_l.statements} statements)",
-        f"  per metered node-hour: {units['metered node-hour'] / 1e6:.3f} M "
-        f"({meter_l.units} node-hours at {large} pools: {meter_l.instructions / 1e6:.1f} M, {meter_l.statements} statements)",
+        found = counts(prepared(Path(work), plan_of(units=units, small=small, large=large, reports=reports)))
+    probe = found["probe"]
+    lines = [
+        "instructions per unit of work (callgrind, in process on SQLite: the same on any machine); "
+        f"the speed probe's loop is {probe.per_unit:.0f} per addition, {probe.per_unit * PROBE_ADDS / 1e6:,.0f} M for its 5 M, "
+        f"so a VM whose probe takes {SLOW_PROBE_S * 1000:.0f} ms runs {probe.per_unit * PROBE_ADDS / SLOW_PROBE_S / 1e9:.2f} G a second of this work:",
     ]
+    if "ingest" in found:
+        ingest = found["ingest"]
+        lines.append(
+            f"  per agent report: {ingest.per_unit / 1e6:.2f} M ({seconds_at_slow_probe(ingest.per_unit, probe) * 1000:.1f} ms "
+            f"at the slow probe speed; {ingest.statements / ingest.units:g} statements per report)"
+        )
+    if "tick small" in found:
+        tick_s, tick_l = found["tick small"], found["tick large"]
+        per_pool = marginal(tick_s, tick_l)
+        lines.append(
+            f"  per pool (20 nodes, 210 pods) per reconcile + autoscale pass: {per_pool / 1e6:.2f} M ({seconds_at_slow_probe(per_pool, probe) * 1000:.1f} ms "
+            f"at the slow probe speed; {small} → {large} pools: {tick_s.instructions / 1e6:.1f} → {tick_l.instructions / 1e6:.1f} M, "
+            f"{tick_s.statements} → {tick_l.statements} statements)"
+        )
+    if "meter small" in found:
+        meter_s, meter_l = found["meter small"], found["meter large"]
+        per_hour = marginal(meter_s, meter_l)
+        lines.append(
+            f"  per metered node-hour: {per_hour / 1e6:.3f} M ({seconds_at_slow_probe(per_hour, probe) * 1000:.2f} ms at the slow "
+            f"probe speed; {meter_s.units} → {meter_l.units} node-hours: {meter_s.instructions / 1e6:.1f} → "
+            f"{meter_l.instructions / 1e6:.1f} M, {meter_s.statements} → {meter_l.statements} statements)"
+        )
+    return lines
