@@ -252,7 +252,7 @@ def setup_django(url: str) -> None:
 
 def run_size(url: str, shape, *, requests: int, regenerate: bool, profile_dir: Path | None, repeat: int = 1) -> SizeResult:
     from bench.control_plane_fleet import NOW
-    from billing.metering import last_complete_hour
+    from billing.hours import last_complete_hour
 
     result = SizeResult(shape=shape, build_s=prepare(url, shape, regenerate=regenerate))
     tag = f"p{shape.pools}-"
