@@ -46,7 +46,7 @@ def sqlite_migrated(path: Path) -> Path:
     return path
 
 
-def _django(database: str) -> None:
+def django_ready(database: str) -> None:
     """Set Django up on the first call; point the default connection at `database` (a copy of
     the migrated file) on every call, so each workload of one child starts from a clean fleet."""
     import django
@@ -116,14 +116,14 @@ def _post(application, credential: str, body: bytes) -> str:
 
 def prepare_ingest(*, database: str, reports: int) -> None:
     """The pool, nodes and credentials (kept beside the database for the counted child)."""
-    _django(database)
+    django_ready(database)
     Path(f"{database}.credentials").write_text("\n".join(_agents(reports)))
 
 
 def ingest(*, database: str, reports: int) -> Workload:
     """`reports` steady-state reports (8 GPUs, the agent's body shape from bench/agent_ingest.py),
     one from each of `reports` nodes, each node's next sequence number."""
-    _django(database)
+    django_ready(database)
     from bench.agent_ingest import report_body
     from config.wsgi import application
 
@@ -160,7 +160,7 @@ def fleet_shape(pools: int, shape: str):
 
 def _fleet(*, database: str, pools: int, shape: str = "bench") -> None:
     """Build the fleet (natively, before the counted child starts)."""
-    _django(database)
+    django_ready(database)
     from django.db import transaction
 
     from bench.control_plane_fleet import build
@@ -176,7 +176,7 @@ def tick(*, database: str, pools: int, shape: str = "bench") -> Workload:
     """Reconcile + autoscale every pool of a steady fleet: the first pass (warm-up) at the fleet's
     `NOW`, the counted one 30 s later, as a worker that keeps running sees it (the fleet's
     provisioning nodes have nothing due then: bench/control_plane.py's "again 30 s later")."""
-    _django(database)
+    django_ready(database)
     from bench.control_plane_fleet import NOW
     from pools.controllers import autoscaler, lifecycle
 
@@ -192,7 +192,7 @@ def tick(*, database: str, pools: int, shape: str = "bench") -> Workload:
 
 def meter(*, database: str, pools: int, shape: str = "bench") -> Workload:
     """Meter one hour of the fleet (the warm-up meters the hour before)."""
-    _django(database)
+    django_ready(database)
     from bench.control_plane_fleet import NOW
     from billing import services
     from billing.hours import last_complete_hour
@@ -216,13 +216,13 @@ def meter(*, database: str, pools: int, shape: str = "bench") -> Workload:
 
 
 def prepared(work: Path, plan: dict[str, tuple[str, dict]], *, template: Path | None = None) -> dict[str, tuple[str, dict]]:
-    """The workloads of `plan`, this module's each given its own copy of a migrated SQLite file
-    (`template`, made in `work` when not given) and prepared there natively (fleets built,
-    agents made); others (the probe's loop) as they are."""
+    """The workloads of `plan`, each that names a `database` (None) given its own copy of a
+    migrated SQLite file (`template`, made in `work` when not given) and all prepared natively
+    (fleets built, agents made); the others (the probe's loop) as they are."""
     template = template or sqlite_migrated(work / "migrated.sqlite3")
     specs = {}
     for i, (name, (target, kwargs)) in enumerate(plan.items()):
-        if not target.startswith(f"{__name__}:"):
+        if "database" not in kwargs:
             specs[name] = (target, kwargs)
             continue
         copy = work / f"workload-{i}.sqlite3"
@@ -249,11 +249,11 @@ def plan_of(*, units=UNITS, small: int, large: int, reports: int) -> dict[str, t
     probe's loop (to turn instructions into seconds on a VM of known probe speed)."""
     plan = {"probe": ("bench.instructions:additions", {"n": 200_000})}
     if "report" in units:
-        plan["ingest"] = ("bench.workloads:ingest", {"reports": reports})
+        plan["ingest"] = ("bench.workloads:ingest", {"reports": reports, "database": None})
     for unit, function in (("pool", "tick"), ("node-hour", "meter")):
         if unit in units:
-            plan[f"{function} small"] = (f"bench.workloads:{function}", {"pools": small})
-            plan[f"{function} large"] = (f"bench.workloads:{function}", {"pools": large})
+            plan[f"{function} small"] = (f"bench.workloads:{function}", {"pools": small, "database": None})
+            plan[f"{function} large"] = (f"bench.workloads:{function}", {"pools": large, "database": None})
     return plan
 
 
