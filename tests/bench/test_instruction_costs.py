@@ -56,11 +56,11 @@ def test_a_report_costs_the_same_statements_whoever_sends_it_and_however_many_do
 
 # Every counted workload of this module, prepared once (natively: fleets built, agents made).
 PLAN = {
-    "ingest": ("bench.workloads:ingest", {"reports": 5}),
-    "tick small": ("bench.workloads:tick", {"pools": 3, "shape": "small"}),
-    "tick large": ("bench.workloads:tick", {"pools": 6, "shape": "small"}),
-    "meter small": ("bench.workloads:meter", {"pools": 3, "shape": "small"}),
-    "meter large": ("bench.workloads:meter", {"pools": 6, "shape": "small"}),
+    "ingest": ("bench.workloads:ingest", {"reports": 5, "database": None}),
+    "tick small": ("bench.workloads:tick", {"pools": 3, "shape": "small", "database": None}),
+    "tick large": ("bench.workloads:tick", {"pools": 6, "shape": "small", "database": None}),
+    "meter small": ("bench.workloads:meter", {"pools": 3, "shape": "small", "database": None}),
+    "meter large": ("bench.workloads:meter", {"pools": 6, "shape": "small", "database": None}),
 }
 
 
