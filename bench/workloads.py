@@ -69,7 +69,7 @@ def django_ready(database: str) -> None:
 # One agent report
 
 
-def _agents(nodes: int) -> list[str]:
+def agents_make(nodes: int) -> list[str]:
     """`nodes` Ready nodes in one pool with agent credentials (made directly: the join is not
     what is counted); their credentials."""
     from django.contrib.auth import get_user_model
@@ -97,7 +97,7 @@ def _agents(nodes: int) -> list[str]:
     return secrets
 
 
-def _post(application, credential: str, body: bytes) -> str:
+def report_post(application, credential: str, body: bytes) -> str:
     """One POST through the WSGI application, as gunicorn hands it a request."""
     environ = {
         "REQUEST_METHOD": "POST", "PATH_INFO": REPORTS_PATH, "QUERY_STRING": "", "SERVER_NAME": "127.0.0.1",
@@ -117,7 +117,7 @@ def _post(application, credential: str, body: bytes) -> str:
 def prepare_ingest(*, database: str, reports: int) -> None:
     """The pool, nodes and credentials (kept beside the database for the counted child)."""
     django_ready(database)
-    Path(f"{database}.credentials").write_text("\n".join(_agents(reports)))
+    Path(f"{database}.credentials").write_text("\n".join(agents_make(reports)))
 
 
 def ingest(*, database: str, reports: int) -> Workload:
@@ -134,7 +134,7 @@ def ingest(*, database: str, reports: int) -> Workload:
 
     def run() -> None:
         for credential, body in zip(credentials, next(batches), strict=True):
-            status = _post(application, credential, body)
+            status = report_post(application, credential, body)
             if not status.startswith("200"):
                 raise RuntimeError(f"a report was answered {status}")
 

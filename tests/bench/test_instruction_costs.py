@@ -12,6 +12,8 @@ measures nothing, or a real improvement) asks for the baseline to be lowered.
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -40,18 +42,18 @@ def test_a_report_costs_the_same_statements_whoever_sends_it_and_however_many_do
     from bench.agent_ingest import report_body
     from config.wsgi import application
 
-    credentials = workloads._agents(10)
-    bodies = {seq: report_body(seq, __import__("random").Random(seq)) for seq in (1, 2)}
+    credentials = workloads.agents_make(10)
+    bodies = {seq: report_body(seq, random.Random(seq)) for seq in (1, 2)}
     for credential in credentials:
-        assert workloads._post(application, credential, bodies[1]).startswith("200")
+        assert workloads.report_post(application, credential, bodies[1]).startswith("200")
     with CaptureQueriesContext(connection) as one:
-        assert workloads._post(application, credentials[0], bodies[2]).startswith("200")
+        assert workloads.report_post(application, credentials[0], bodies[2]).startswith("200")
     with CaptureQueriesContext(connection) as ten:
         for credential in credentials[1:]:
-            assert workloads._post(application, credential, bodies[2]).startswith("200")
+            assert workloads.report_post(application, credential, bodies[2]).startswith("200")
     per_report = len(one)
     assert len(ten) == 9 * per_report, [q["sql"][:80] for q in ten.captured_queries[: per_report + 2]]
-    assert per_report <= 6  # the read of the credential with its node and state, the writes, the transaction
+    assert 1 <= per_report <= 6  # the read of the credential with its node and state, the writes, the transaction
 
 
 # Every counted workload of this module, prepared once (natively: fleets built, agents made).
