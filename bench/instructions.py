@@ -4,15 +4,19 @@ between sessions and even between two runs minutes apart; the number of machine 
 one report, one pool's pass or one metered node-hour takes does not.
 
 How a count is taken: the unit of work runs in a child interpreter under `valgrind
---tool=callgrind`. While the child starts, imports Django and prepares its data, callgrind's
-instrumentation is off (valgrind then runs it about 10x slower instead of 50x); the child runs
+--tool=callgrind`. While the child starts, imports Django and opens its data (prepared before
+by a native child), callgrind's instrumentation is off (valgrind then runs it about 10x slower
+instead of 50x); the child runs
 the workload once uncounted (imports, compiled statements and caches warm, as in a worker that
 has been up a while), switches instrumentation on with `callgrind_control -i on`, and runs it
 again as one call through a ctypes callback. Callgrind collects only inside ctypes' C function
 that calls a Python callable from C (`--toggle-collect=_CallPythonObject`) and dumps the count
 when it returns, so the number is that call's own instructions: not the interpreter's start, the
-setup, or the warm-up. The same code on the same Python gives the same count to within a few
-hundred instructions in millions, on any machine (PYTHONHASHSEED is fixed in the child).
+setup, or the warm-up. The same code on the same interpreter build gives the same count on any
+machine, however fast or loaded, to within a few percent (PYTHONHASHSEED is fixed in the child;
+what moves it is where the cyclic garbage collector happens to run, and random credentials or
+UUIDs in some workloads): compare counts to ~10%, guard them with a factor of two. A different
+interpreter build (PGO, another CPython version) counts differently, the probe's loop with it.
 
 What it does not count: the other processes. With PostgreSQL the database server's work is
 outside (the workloads here use SQLite in process, so the database's work is in the count).
