@@ -53,12 +53,16 @@ TOGGLE = "_CallPythonObject"  # ctypes (Modules/_ctypes/callbacks.c): C calling 
 
 @dataclass
 class Workload:
-    """What the child runs: `run` twice (warm-up, counted), then `units` once, uncounted."""
+    """What the child runs: `run` twice (warm-up, counted), then `units` once, uncounted;
+    `reset`, when given, before each run, uncounted (e.g. empty the read model a relist fills);
+    `close`, when given, at the end whatever happened (e.g. stop the API server it started)."""
 
     name: str
     unit: str
     run: Callable[[], object]
     units: Callable[[], int]
+    reset: Callable[[], object] | None = None
+    close: Callable[[], object] | None = None
 
 
 @dataclass(frozen=True)
@@ -199,28 +203,39 @@ def prepare(workloads: list[tuple[str, dict]]) -> None:
             step(**kwargs)
 
 
+def _counted_run(workload: Workload, call) -> dict:
+    reset = workload.reset or (lambda: None)
+    reset()
+    workload.run()  # warm-up, not counted
+    reset()
+    failures: list[BaseException] = []
+
+    def counted() -> None:
+        try:
+            workload.run()
+        except BaseException as exc:  # noqa: BLE001 - a ctypes callback swallows exceptions: carry it out
+            failures.append(exc)
+
+    wrapper, statements = _statements_counter()
+    with wrapper:
+        _instrument("on")
+        call(counted)()
+        _instrument("off")
+    if failures:
+        raise failures[0]
+    return {"name": workload.name, "unit": workload.unit, "units": workload.units(), "statements": statements()}
+
+
 def child(results: Path, workloads: list[tuple[str, dict]]) -> None:
     call = ctypes.CFUNCTYPE(None)
     ran = []
     for target, kwargs in workloads:
         workload: Workload = _resolve(target)(**kwargs)
-        workload.run()  # warm-up, not counted
-        failures: list[BaseException] = []
-
-        def counted(workload=workload, failures=failures) -> None:
-            try:
-                workload.run()
-            except BaseException as exc:  # noqa: BLE001 - a ctypes callback swallows exceptions: carry it out
-                failures.append(exc)
-
-        wrapper, statements = _statements_counter()
-        with wrapper:
-            _instrument("on")
-            call(counted)()
-            _instrument("off")
-        if failures:
-            raise failures[0]
-        ran.append({"name": workload.name, "unit": workload.unit, "units": workload.units(), "statements": statements()})
+        try:
+            ran.append(_counted_run(workload, call))
+        finally:
+            if workload.close is not None:
+                workload.close()
     results.write_text(json.dumps(ran))
 
 
