@@ -31,10 +31,13 @@ REPORTS_PATH = "/api/agent/v1/reports/"
 
 
 def child_environment(database: Path) -> dict[str, str]:
-    """Production-like settings for a counted run: DEBUG off (no query log), SQLite `database`."""
+    """Production-like settings for a counted run: DEBUG off (no query log), SQLite `database`,
+    the simulated cluster whatever the calling bench exported (a workload that drives a real API
+    server sets its own kubeconfig once it has started one)."""
     return {
         "DATABASE_URL": f"sqlite:///{database}", "DJANGO_SETTINGS_MODULE": "config.settings", "DEBUG": "false",
         "SECRET_KEY": "bench-only", "SECURE_SSL_REDIRECT": "false", "ALLOWED_HOSTS": "127.0.0.1",
+        "EBCLOUD_CLUSTER": "simulated", "EBCLOUD_KUBECONFIG": "",
     }  # fmt: skip
 
 
