@@ -19,6 +19,7 @@ against gunicorn + PostgreSQL, each sending one report every 15 s.
 
 Usage: .venv/bin/python bench/agent_ingest.py --workers 2 --threads 4 (the defaults; the
 docs/benchmarks.md table), [--nodes 500,2000,10000] [--duration 60] [--database-url postgres://...]
+       [--no-instructions] (skip the callgrind count of instructions per report)
 """
 
 from __future__ import annotations
@@ -265,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=4, help="threads per gunicorn worker")
     parser.add_argument("--connections", type=int, default=32, help="keep-alive connections of the load generator")
     parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--instructions", action=argparse.BooleanOptionalAction, default=True,
+                        help="Also count instructions per unit of work with callgrind (bench/instructions.py; about 2 minutes)")
     args = parser.parse_args(argv)
     counts = [int(c) for c in args.nodes.split(",")]
     if not args.database_url.startswith("postgres"):
@@ -306,6 +309,13 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         print(f"{r['nodes']:>7} {r['offered']:>10.1f} {r['rate']:>10.1f} {r['p50']:>8.1f} {r['p99']:>8.1f} {r['max']:>8.1f} {r['errors']:>7}"
               f" {r['app_ms']:>7.2f} {r['db_ms']:>7.2f} {r['client_ms']:>9.2f} {r['other']:>8.0f} {r['load']:>5.1f}")
+    # Django and bench/ on the path are set up by database_prepare
+    from bench.control_plane import machine_speed
+    from bench.workloads import report_lines
+
+    print(machine_speed())
+    if args.instructions:  # beside the seconds, what does not move with the machine (issue 23)
+        print("\n".join(report_lines(units=("report",))))
     return 0
 
 

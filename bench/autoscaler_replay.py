@@ -21,7 +21,7 @@ whichever binds; packing ignored). Then the article's worked example (O1) and th
 incident (30-minute vs 1-minute scale-down window). Prices: 20,000 a month (amortised over
 730 h) or 100 an hour per node; on-demand billed per second from the scale-up request.
 
-Usage: python bench/autoscaler_replay.py [--days 30] [--workloads trace,diurnal,article]
+Usage: python bench/autoscaler_replay.py [--days 30] [--workloads trace,diurnal,article] [--no-instructions]
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # allow `python bench/autoscaler_replay.py` from the root
     sys.path.insert(0, str(ROOT))
 
+from bench.pod_mirror import speed_probe  # noqa: E402
 from billing.advisor import plan_baseline, recommend_baseline  # noqa: E402
 from pools.core.autoscaling import DEFAULT_SCALING_SPEC, ScalingSpec  # noqa: E402
 from pools.simulation.model import (  # noqa: E402
@@ -238,6 +239,32 @@ def t6_section(prices: PriceModel) -> None:
         )
 
 
+def replay_day(*, seed: int = 0):
+    """bench/instructions.py's workload: one simulated day of the diurnal workload on the
+    article's strategy (its baseline, burst to the peak, an autoscaler decision every 30 s):
+    instructions per simulated day, the unit this bench's 30-day replays are made of."""
+    from bench.instructions import Workload
+
+    prices, template = PriceModel(), PoolConfig(0, 1)
+    workload = diurnal_workload(seed=seed, days=1)
+    peak = peak_nodes(workload, template, DAY)
+    baseline = min(plan_baseline(peak_gpus(workload, DAY), template.gpus_per_node).baseline_nodes, peak)
+
+    def run() -> None:
+        replay(workload, PoolConfig(baseline, peak), duration_seconds=DAY, prices=prices)
+
+    return Workload(f"the diurnal workload's day ({len(workload)} pods), article strategy", "simulated day", run, lambda: 1)
+
+
+def instruction_lines() -> list[str]:
+    from bench.instructions import count, unavailable
+
+    if unavailable():
+        return [f"instructions: {unavailable()}"]
+    (day,) = count([("bench.autoscaler_replay:replay_day", {})])
+    return [f"instructions (callgrind, the same on any machine): {day.per_unit / 1e6:.1f} M per simulated day of {day.name}"]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--days", type=int, default=30)
@@ -246,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--trace-sample", type=float, default=1.0)
     parser.add_argument("--billing", choices=("second", "hour"), default="second")
+    parser.add_argument("--instructions", action=argparse.BooleanOptionalAction, default=True,
+                        help="also count instructions per simulated day with callgrind (bench/instructions.py)")
     args = parser.parse_args(argv)
     prices = PriceModel(on_demand_billing=args.billing)
     names = [n.strip() for n in args.workloads.split(",") if n.strip()]
@@ -268,7 +297,9 @@ def main(argv: list[str] | None = None) -> int:
     if "article" in names:
         article_example(rows, prices, args.days)
     t6_section(prices)
-    print(f"\n# {time.perf_counter() - started:.1f} s")
+    print(f"\n# {time.perf_counter() - started:.1f} s; speed probe: 5 M additions in {speed_probe():.0f} ms")
+    if args.instructions:
+        print("# " + "\n# ".join(instruction_lines()))
     return 0
 
 

@@ -23,7 +23,7 @@ GPU each, on eight-GPU nodes) in its own database: the hourly metering cost itse
 Usage: python bench/chargeback.py [--pods 10000] [--hours 720] [--pools 50] [--repeat 3]
                                   [--database postgres://postgres@127.0.0.1:5432/ebcloud_bench_chargeback]
                                   [--skip-detail] [--focus-granularity daily|hourly]
-                                  [--meter [--meter-database URL]]
+                                  [--meter [--meter-database URL] [--no-instructions]]
 """
 
 from __future__ import annotations
@@ -271,6 +271,8 @@ def main(argv: list[str] | None = None) -> None:
         "--meter", action="store_true", help="Only time meter_hour on a live fleet of --pods pods"
     )
     parser.add_argument("--meter-database", default=DEFAULT_DB + "_meter")
+    parser.add_argument("--instructions", action=argparse.BooleanOptionalAction, default=True,
+                        help="Also count instructions per unit of work with callgrind (bench/instructions.py; about 2 minutes)")
     args = parser.parse_args(argv)
     if args.meter:
         setup_django(args.meter_database)
@@ -282,6 +284,12 @@ def main(argv: list[str] | None = None) -> None:
         for i, (seconds, usage, costs) in enumerate(runs[:-1]):
             print(f"{i:<10} {seconds:>8.1f} {usage:>11,} {costs:>10,}")
         print(f"{'rerun':<10} {runs[-1][0]:>8.2f} {'(claimed: nothing written)':>22}")
+        from bench.control_plane import machine_speed
+        from bench.workloads import report_lines
+
+        print(machine_speed())
+        if args.instructions:  # beside the seconds, what does not move with the machine (issue 23)
+            print("\n".join(report_lines(units=("node-hour",))))
         return
     setup_django(args.database)
 

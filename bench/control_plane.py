@@ -17,6 +17,7 @@ the same state. Targets: < 5 s per pass, pool list and pool page p95 < 150 ms. A
 Usage: python bench/control_plane.py [--sizes 100,1000] [--requests 30] [--repeat 3] [--regenerate] [--draining 20]
                                      [--database postgres://postgres@127.0.0.1:5432/ebcloud_bench_control_plane]
                                      [--profile DIR]   (a cProfile dump per step and size)
+                                     [--no-instructions]   (skip the callgrind counts per pool and per node-hour)
 """
 
 from __future__ import annotations
@@ -251,7 +252,7 @@ def setup_django(url: str) -> None:
 
 def run_size(url: str, shape, *, requests: int, regenerate: bool, profile_dir: Path | None, repeat: int = 1) -> SizeResult:
     from bench.control_plane_fleet import NOW
-    from billing.metering import last_complete_hour
+    from billing.hours import last_complete_hour
 
     result = SizeResult(shape=shape, build_s=prepare(url, shape, regenerate=regenerate))
     tag = f"p{shape.pools}-"
@@ -346,6 +347,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--regenerate", action="store_true", help="Rebuild the fleets even if their templates exist")
     parser.add_argument("--profile", type=Path, default=None, help="Write a cProfile dump per step into this folder")
     parser.add_argument("--repeat", type=int, default=1, help="Passes per size, each from a fresh copy; the table shows medians")
+    parser.add_argument("--instructions", action=argparse.BooleanOptionalAction, default=True,
+                        help="Also count instructions per unit of work with callgrind (bench/instructions.py; about 2 minutes)")
     args = parser.parse_args(argv)
     setup_django(args.database)
     from bench.control_plane_fleet import Shape
@@ -356,6 +359,10 @@ def main(argv: list[str] | None = None) -> None:
         shape = Shape(pools=size, teams=min(args.teams, size), draining=min(args.draining, size))
         results.append(run_size(args.database, shape, requests=args.requests, regenerate=args.regenerate, profile_dir=args.profile, repeat=max(args.repeat, 1)))
     report(results, requests=args.requests, speeds=(before, machine_speed()))
+    if args.instructions:  # beside the seconds, what does not move with the machine (issue 23)
+        from bench.workloads import report_lines  # bench/ is importable once setup_django ran
+
+        print("\n" + "\n".join(report_lines(units=("pool", "node-hour"))))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ included. Besides the wall time, the CPU time of the request's thread: on a shar
 wall time includes waiting for a core, the CPU time is what the request costs on an idle one
 (the database is SQLite in this process, so its work is in it; PostgreSQL's is not).
 
-Usage: python bench/extender.py [--rounds 200] [--database postgres://...]
+Usage: python bench/extender.py [--rounds 200] [--database postgres://...] [--no-instructions]
        (default database: a new SQLite file in var/)
 """
 
@@ -58,6 +58,60 @@ def benchmark_pod(index: int) -> dict:
     }  # fmt: skip
 
 
+def fleet_shape(pods_per_node: int):
+    from bench.control_plane_fleet import Shape
+
+    return Shape(pools=50, teams=1, monthly_ready=18, provisioning=0, burst_ready=2, pods_per_node=pods_per_node,
+                 draining=0, events_per_pool=0, sample_minutes=0)  # fmt: skip
+
+
+def prepare_rounds(*, database: str, rounds: int, pods_per_node: int = 8) -> None:
+    """The bench's fleet in `database` (natively, before bench/instructions.py's counted child)."""
+    from bench.workloads import django_ready
+
+    django_ready(database)
+    from bench.control_plane_fleet import NOW, build
+    from pools.services.pod_mirror import cursor_save
+
+    build(fleet_shape(pods_per_node), prefix="bench")
+    cursor_save("1", now=NOW)
+
+
+def rounds(*, database: str, rounds: int, pods_per_node: int = 8):
+    """bench/instructions.py's workload: `rounds` steady rounds of filter (all 1,000 nodes) and
+    prioritize (those it passed) through Django's whole stack: instructions per round."""
+    import itertools
+
+    from bench.instructions import Workload
+    from bench.workloads import django_ready
+
+    django_ready(database)
+    from django.conf import settings
+    from django.test import Client
+
+    from pools.models import Node
+
+    settings.EBCLOUD_SCHEDULER_EXTENDER_TOKEN = SECRET
+    settings.EBCLOUD_CLUSTER_BACKEND = "kubernetes"
+    settings.ALLOWED_HOSTS = ["testserver"]
+    names = list(Node.objects.filter(phase=Node.Phase.READY).order_by("name").values_list("name", flat=True))
+    client = Client(HTTP_AUTHORIZATION="Basic " + base64.b64encode(f"kube-scheduler:{SECRET}".encode()).decode())
+    indexes = itertools.count()
+
+    def run() -> None:
+        for _ in range(rounds):
+            pod = benchmark_pod(next(indexes))
+            body = {"Pod": pod, "Nodes": None, "NodeNames": names}
+            for verb in ("filter", "prioritize"):
+                response = client.post(f"/api/scheduler/v1/{verb}", body, content_type="application/json")
+                if response.status_code != 200:
+                    raise RuntimeError(f"{verb}: {response.status_code}")
+                if verb == "filter":
+                    body = {"Pod": pod, "Nodes": None, "NodeNames": response.json()["NodeNames"]}
+
+    return Workload(f"filter + prioritize at {len(names):,} nodes", "round", run, lambda: rounds)
+
+
 def resident_mib() -> float:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
@@ -73,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--pods-per-node", type=int, default=8)
     parser.add_argument("--database", default="")
+    parser.add_argument("--instructions", action=argparse.BooleanOptionalAction, default=True,
+                        help="also count instructions per round with callgrind (bench/instructions.py)")
     args = parser.parse_args(argv)
     database = args.database or f"sqlite:///{tempfile.mkdtemp(dir=ROOT / 'var', prefix='bench-extender-')}/db.sqlite3"
     os.environ.setdefault("DATABASE_CONN_MAX_AGE", "60")  # docs/operator.md's production value
@@ -83,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     from django.test import Client
     from django.test.utils import CaptureQueriesContext
 
-    from bench.control_plane_fleet import NOW, Shape, build
+    from bench.control_plane_fleet import NOW, build
     from pools.models import Node
     from pools.models.pods import Pod
     from pools.services.pod_mirror import cursor_save
@@ -91,8 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     settings.EBCLOUD_SCHEDULER_EXTENDER_TOKEN = SECRET
     settings.EBCLOUD_CLUSTER_BACKEND = "kubernetes"  # the extender serves a real cluster's scheduler
     settings.ALLOWED_HOSTS = ["testserver"]
-    shape = Shape(pools=50, teams=1, monthly_ready=18, provisioning=0, burst_ready=2, pods_per_node=args.pods_per_node,
-                  draining=0, events_per_pool=0, sample_minutes=0)  # fmt: skip
+    shape = fleet_shape(args.pods_per_node)
     started = time.perf_counter()
     fleet = build(shape, prefix="bench")
     built = time.perf_counter() - started
@@ -151,7 +206,25 @@ def main(argv: list[str] | None = None) -> int:
     for scenario, verb, sent, samples, used, statements in rows:
         print(f"| {scenario} | {verb} | {sent:,} | {statistics.median(samples):.1f} | {percentile(samples, 0.99):.1f} | {max(samples):.1f} "
               f"| {statistics.median(used):.1f} | {percentile(used, 0.99):.1f} | {statements} |")  # fmt: skip
+    if args.instructions:
+        print("\n".join(instruction_lines(pods_per_node=args.pods_per_node)))
     return 0
+
+
+def instruction_lines(*, pods_per_node: int, rounds: int = 3) -> list[str]:
+    """Instructions per steady round (filter + prioritize), counted in process on SQLite."""
+    import tempfile
+
+    from bench.instructions import unavailable
+    from bench.workloads import counts, prepared
+
+    if unavailable():
+        return [f"instructions: {unavailable()}"]
+    with tempfile.TemporaryDirectory(prefix="ebcloud-extender-") as work:
+        plan = {"rounds": ("bench.extender:rounds", {"rounds": rounds, "pods_per_node": pods_per_node, "database": None})}
+        found = counts(prepared(Path(work), plan))["rounds"]
+    return [f"instructions (callgrind, in process on SQLite, the same on any machine): {found.per_unit / 1e6:.1f} M per steady round "
+            f"of {found.name} ({found.statements / found.units:g} statements per round)"]
 
 
 if __name__ == "__main__":

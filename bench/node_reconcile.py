@@ -16,7 +16,7 @@ The database is SQLite in a temporary folder (migrated here); the fleet is
 bench/control_plane_fleet.py's shape without pods: `--pools` pools of 20 Ready nodes each
 (18 monthly, 2 on demand).
 
-Usage: python bench/node_reconcile.py [--pools 50] [--drifted 10] [--threads 8] [--repeat 3]
+Usage: python bench/node_reconcile.py [--pools 50] [--drifted 10] [--threads 8] [--repeat 3] [--no-instructions]
 """
 
 from __future__ import annotations
@@ -169,6 +169,82 @@ def drift(kubeconfig: Path, count: int, label: str) -> list[str]:
     return names
 
 
+def fleet_shape(pools: int):
+    from bench.control_plane_fleet import Shape
+
+    return Shape(pools=pools, teams=min(5, pools), monthly_ready=18, provisioning=0, burst_ready=2, pods_per_node=0,
+                 pending_per_pool=0, draining=0, events_per_pool=0, sample_minutes=0)  # fmt: skip
+
+
+def prepare_relabel(*, database: str, pools: int) -> None:
+    """The fleet's rows in `database` (natively, before bench/instructions.py's counted child)."""
+    from bench.workloads import django_ready
+
+    django_ready(database)
+    from django.db import transaction
+
+    from bench.control_plane_fleet import build
+
+    with transaction.atomic():
+        build(fleet_shape(pools))
+
+
+def relabel(*, database: str, pools: int):
+    """bench/instructions.py's workload: the pass after a spec edit of every pool, which applies
+    the new label to every Node of a real kube-apiserver (started here with the fake kubelet's
+    Nodes, outside the count): instructions per Node relabelled, on this side."""
+    import itertools
+
+    from bench.instructions import Workload
+    from bench.workloads import django_ready
+
+    django_ready(database)
+    from django.conf import settings
+
+    from bench.control_plane_fleet import NOW
+    from pools.controllers import lifecycle
+    from tests.k8s.control_plane import ControlPlane
+
+    plane = ControlPlane().start(scheduler=False)
+    try:
+        settings.EBCLOUD_CLUSTER_BACKEND, settings.EBCLOUD_KUBECONFIG = "kubernetes", str(plane.kubeconfig)
+        nodes, _ = register(plane.kubeconfig, threads=4)
+    except BaseException:
+        plane.stop()
+        raise
+    values, passes, edits = itertools.count(), itertools.count(1), []
+
+    def reset() -> None:
+        edits.append(f"r{next(values)}")
+        edit_every_pool("rack", edits[-1])
+
+    def run() -> None:
+        lifecycle.reconcile_all(now=NOW + timedelta(seconds=30 * next(passes)))
+
+    def relabelled() -> int:
+        """The Nodes that carry the last edit's label, as the API server has them."""
+        carrying, total = cluster_check(plane.kubeconfig, "rack", edits[-1])
+        if carrying != total or total != nodes:
+            raise RuntimeError(f"{carrying} of {total} Nodes relabelled, {nodes} registered")
+        return carrying
+
+    return Workload(f"pass after a spec edit of {pools} pools", "Node relabelled", run, relabelled, reset=reset, close=plane.stop)
+
+
+def instruction_lines(*, pools: int = 2) -> list[str]:
+    import tempfile
+
+    from bench.instructions import unavailable
+    from bench.workloads import counts, prepared
+
+    if unavailable():
+        return [f"instructions: {unavailable()}"]
+    with tempfile.TemporaryDirectory(prefix="ebcloud-nodes-") as work:
+        found = counts(prepared(Path(work), {"relabel": ("bench.node_reconcile:relabel", {"pools": pools, "database": None})}))["relabel"]
+    return [f"instructions (callgrind, this process only, SQLite; the API server's work is outside): "
+            f"{found.per_unit / 1e6:.2f} M per Node relabelled in a {found.name} ({found.statements / found.units:.2f} statements per Node)"]
+
+
 def run(args) -> None:
     sys.path.insert(0, str(ROOT))
     from tests.k8s.control_plane import ControlPlane, binaries_dir, missing_binaries
@@ -182,11 +258,10 @@ def run(args) -> None:
         from django.db import transaction
 
         from bench.control_plane import machine_speed
-        from bench.control_plane_fleet import NOW, Shape, build
+        from bench.control_plane_fleet import NOW, build
 
         before = machine_speed()
-        shape = Shape(pools=args.pools, teams=min(5, args.pools), monthly_ready=18, provisioning=0, burst_ready=2, pods_per_node=0,
-                      pending_per_pool=0, draining=0, events_per_pool=0, sample_minutes=0)  # fmt: skip
+        shape = fleet_shape(args.pools)
         started = time.perf_counter()
         with transaction.atomic():
             fleet = build(shape)
@@ -242,7 +317,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--drifted", type=int, default=10, help="Nodes whose label someone else removes")
     parser.add_argument("--threads", type=int, default=8, help="Threads registering the Nodes")
     parser.add_argument("--repeat", type=int, default=3, help="Quiet passes; the table shows the median")
-    run(parser.parse_args(argv))
+    parser.add_argument("--instructions", action=argparse.BooleanOptionalAction, default=True,
+                        help="also count instructions per Node relabelled with callgrind (bench/instructions.py)")
+    args = parser.parse_args(argv)
+    run(args)
+    if args.instructions:  # after the run: its API server is stopped, the count starts its own
+        print("\n" + "\n".join(instruction_lines()))
 
 
 if __name__ == "__main__":

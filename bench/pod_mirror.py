@@ -10,7 +10,7 @@ mirror that resumes its watch from before the first create (a mirror that was do
 is applied as fast as the mirror can), and a fresh mirror lists them all (a relist: a first
 start, or the answer to 410 Gone).
 
-Usage: python bench/pod_mirror.py [--pods 5000] [--threads 8] [--database postgres://...]
+Usage: python bench/pod_mirror.py [--pods 5000] [--threads 8] [--database postgres://...] [--no-instructions]
        (default database: a new SQLite file in var/)
 """
 
@@ -72,11 +72,73 @@ def watching(mirror, statements: Statements, stop: threading.Event) -> threading
     return thread
 
 
+BENCH_POD = {
+    "apiVersion": "v1", "kind": "Pod",
+    "metadata": {"namespace": "bench", "labels": {"project": "bench"}},
+    "spec": {"nodeName": "bench-node", "automountServiceAccountToken": False, "containers": [
+        {"name": "main", "image": "registry.invalid/x:1", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+}  # fmt: skip
+
+
+def relist(*, database: str, pods: int):
+    """bench/instructions.py's workload: a fresh mirror lists `pods` pods from a real
+    kube-apiserver (started here, outside the count: valgrind does not follow its processes)
+    and stores them in an empty read model: instructions per mirrored pod on this side."""
+    from bench.instructions import Workload
+    from bench.workloads import django_ready
+
+    django_ready(database)
+    from kubernetes import client, config
+
+    from pools.controllers.pod_mirror import PodMirror
+    from pools.models import Pod, WatchCursor
+    from pools.providers.kubernetes_pods import ClusterPods
+    from tests.k8s.control_plane import ControlPlane
+
+    plane = ControlPlane().start(scheduler=False)
+    try:
+        api = config.new_client_from_config(config_file=str(plane.kubeconfig))
+        core = client.CoreV1Api(api)
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="bench")))
+        core.create_namespaced_service_account("bench", client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="default")))
+        for i in range(pods):
+            core.create_namespaced_pod("bench", {**BENCH_POD, "metadata": {**BENCH_POD["metadata"], "name": f"pod-{i:06d}"}})
+    except BaseException:
+        plane.stop()
+        raise
+
+    def reset() -> None:
+        WatchCursor.objects.all().delete()
+        Pod.objects.filter(namespace="bench").delete()
+
+    def run() -> None:
+        PodMirror(ClusterPods(api)).relist()
+
+    return Workload(f"relist of {pods} pods", "pod mirrored", run, lambda: Pod.objects.filter(namespace="bench").count(),
+                    reset=reset, close=plane.stop)  # fmt: skip
+
+
+def instruction_lines(*, pods: int = 200) -> list[str]:
+    import tempfile
+
+    from bench.instructions import unavailable
+    from bench.workloads import counts, prepared
+
+    if unavailable():
+        return [f"instructions: {unavailable()}"]
+    with tempfile.TemporaryDirectory(prefix="ebcloud-mirror-") as work:
+        found = counts(prepared(Path(work), {"relist": ("bench.pod_mirror:relist", {"pods": pods, "database": None})}))["relist"]
+    return [f"instructions (callgrind, this process only, SQLite; the API server's work is outside): "
+            f"{found.per_unit / 1e6:.2f} M per pod in a {found.name} ({found.statements / found.units:.2f} statements per pod)"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pods", type=int, default=5000)
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--database", default="")
+    parser.add_argument("--instructions", action=argparse.BooleanOptionalAction, default=True,
+                        help="also count instructions per relisted pod with callgrind (bench/instructions.py)")
     args = parser.parse_args()
     database = args.database or f"sqlite:///{tempfile.mkdtemp(dir=ROOT / 'var', prefix='bench-mirror-')}/db.sqlite3"
     django_setup(database)
@@ -100,12 +162,7 @@ def main() -> None:
         before = mirror.relist()
         statements, stop = Statements(), threading.Event()
         watcher = watching(mirror, statements, stop)
-        body = {
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"namespace": "bench", "labels": {"project": "bench"}},
-            "spec": {"nodeName": "bench-node", "automountServiceAccountToken": False, "containers": [
-                {"name": "main", "image": "registry.invalid/x:1", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
-        }  # fmt: skip
+        body = BENCH_POD
 
         def create(i: int) -> None:
             client.CoreV1Api(api).create_namespaced_pod("bench", {**body, "metadata": {**body["metadata"], "name": f"pod-{i:06d}"}})
@@ -155,6 +212,8 @@ def main() -> None:
     how = "relisted: 410 Gone" if replayer.stats.relists else "watch replay"
     print(f"| backlog ({how}) -> read model | {pods} | {replayed:.2f} | {pods / replayed:.0f} | - | {replay_statements.count / pods:.2f} |")
     print(f"| relist -> read model | {pods} | {listed:.2f} | {pods / listed:.0f} | - | {relist_statements.count / pods:.2f} |")
+    if args.instructions:
+        print("\n" + "\n".join(instruction_lines()))
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ differ from the paper's; the medians over ten seeds are what is compared.
 
 Usage: python bench/scheduler_trace.py --variant default --policies bestfit,fgd --seeds 42-51
        python bench/scheduler_trace.py --pods my_pods.csv --nodes my_nodes.csv --policies fgd-cpu
+       (each run also counts instructions per pod placed under callgrind: --no-instructions skips it)
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # allow `python bench/scheduler_trace.py` from the project root
     sys.path.insert(0, str(ROOT))
 
+from bench.pod_mirror import speed_probe  # noqa: E402
 from pools.core.scheduling.cluster import ClusterScheduler  # noqa: E402
 from pools.core.scheduling.fragmentation import workload_from_pods  # noqa: E402
 from pools.core.scheduling.nodes import NodeState, Pod  # noqa: E402
@@ -226,6 +228,44 @@ def run_once(
     )
 
 
+def placements(*, policy: str, pods: int, variant: str = "default", seed: int = 42, data: str = str(DEFAULT_DATA)):
+    """bench/instructions.py's workload: the first `pods` pods of `seed`'s arrival order placed
+    online on the trace's 1,213 nodes (fresh copies each run) with `policy`: instructions per
+    pod placed, the unit this bench's seconds per seed are made of."""
+    from bench.instructions import Workload
+
+    nodes, all_pods = load_nodes(Path(data) / NODE_FILE), load_pods(pod_file(Path(data), variant))
+    workload = workload_from_pods(all_pods)
+    capacity = sum(n.gpu_count for n in nodes) * 1000
+    schedulers = []
+    for _ in range(2):  # the warm-up's and the counted run's, each on fresh nodes
+        fresh, rng = [n.clone() for n in nodes], random.Random(seed)
+        order = arrival_order(all_pods, capacity, rng)[:pods]
+        rename_nodes(fresh, rng)
+        schedulers.append((ClusterScheduler(fresh, policy, workload=workload, seed=seed), order))
+    runs = iter(schedulers)
+
+    def run() -> None:
+        scheduler, order = next(runs)
+        for pod in order:
+            scheduler.place(pod, explain_failure=False)
+
+    return Workload(f"{policy}, {pods} pods on {len(nodes):,} nodes", "pod placed", run, lambda: pods)
+
+
+def instruction_lines(policies: list[str], *, variant: str, data: Path, pods: int = 100) -> list[str]:
+    """Instructions per pod placed for each policy (callgrind), or why they were not counted."""
+    from bench.instructions import count, unavailable
+
+    if unavailable():
+        return [f"instructions: {unavailable()}"]
+    specs = [("bench.scheduler_trace:placements", {"policy": p, "pods": pods, "variant": variant, "data": str(data)}) for p in policies]
+    return [
+        f"instructions per pod placed (callgrind, the first {pods} pods of seed 42, the same on any machine):",
+        *(f"  {c.name}: {c.per_unit / 1e6:.2f} M" for c in count(specs)),
+    ]
+
+
 def repack_floor(nodes: list[NodeState], failed: list[Pod]) -> float:
     """Unallocated GPU % (of capacity) below which no repack can go at this point: every
     running pod stays placed (anywhere), any of the ``failed`` ones may be added; the LP with
@@ -319,6 +359,8 @@ def main(argv: list[str] | None = None) -> int:
         help="an openb-format node list instead of the shared trace's (sn,cpu_milli,memory_mib,gpu,model)",
     )
     parser.add_argument("--floor", action="store_true", help="also print the offline floor (an LP bound; needs scipy)")
+    parser.add_argument("--instructions", action=argparse.BooleanOptionalAction, default=True,
+                        help="also count instructions per pod placed with callgrind (bench/instructions.py)")
     args = parser.parse_args(argv)
     node_path = args.nodes or args.data / NODE_FILE
     pod_path = args.pods or pod_file(args.data, args.variant)
@@ -379,6 +421,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"| {(time.perf_counter() - started) / len(seeds):.2f} |",
                 flush=True,
             )
+    print(f"speed probe: 5 M additions in {speed_probe():.0f} ms")
+    if args.instructions and same_trace:
+        print("\n".join(instruction_lines(policies, variant=args.variant, data=args.data)))
     return 0
 
 

@@ -54,14 +54,14 @@ def test_a_short_trace_replay_serves_or_reports_every_pod_and_prices_it_exactly(
 
 @needs_trace
 def test_the_bench_prints_every_strategy_for_the_trace(capsys):
-    assert main(["--workloads", "trace", "--days", "2", "--trace-sample", "0.05"]) == 0
+    assert main(["--workloads", "trace", "--days", "2", "--trace-sample", "0.05", "--no-instructions"]) == 0
     out = capsys.readouterr().out
     for strategy in ("all-monthly", "all-on-demand", "article", "advisor", "article+Any"):
         assert f"| trace | {strategy} |" in out
 
 
 def test_the_bench_reproduces_the_article_example_and_the_t6_incident(capsys):
-    assert main(["--workloads", "article", "--days", "3", "--data", "/nonexistent"]) == 0
+    assert main(["--workloads", "article", "--days", "3", "--data", "/nonexistent", "--no-instructions"]) == 0
     out = capsys.readouterr().out
     assert "## The article's worked example (O1)" in out
     assert "| 30m (article) | 4 | 4 | 0s | 0s | 0/32 |" in out

@@ -181,7 +181,7 @@ def test_any_openb_export_replays_with_pods_and_nodes_files(tmp_path, capsys):
     from bench.scheduler_trace import main
 
     node_file, pod_file = write_openb(tmp_path)
-    assert main(["--pods", str(pod_file), "--nodes", str(node_file), "--policies", "bestfit,fgd", "--seeds", "1-2"]) == 0
+    assert main(["--pods", str(pod_file), "--nodes", str(node_file), "--policies", "bestfit,fgd", "--seeds", "1-2", "--no-instructions"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("# pods.csv: 6 nodes, 18 GPUs, 40 pods, seeds 1-2")
     rows = [line for line in out.splitlines() if line.startswith(("| bestfit", "| fgd"))]
