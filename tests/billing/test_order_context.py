@@ -55,7 +55,8 @@ def test_budget_use_of_the_pool_and_the_team_or_none(actors, queue):
     pool_budget = by_order[train.pk].pool_budget
     assert (pool_budget.spent, pool_budget.budget.monthly_amount, pool_budget.percent) == (Decimal("72.00"), Decimal("1000"), Decimal("7.2"))
     assert by_order[train.pk].team_budget is None
-    assert by_order[infer.pk].pool_budget is None
+    default = by_order[infer.pk].pool_budget  # a pool without spec.budget has the default budget
+    assert (default.budget.source, default.budget.monthly_amount, default.spent) == ("default", Decimal("38250.00"), Decimal("0.00"))
     assert by_order[infer.pk].team_budget.budget.monthly_amount == Decimal("500") and by_order[infer.pk].team_budget.spent == Decimal("0.00")
 
 
@@ -77,7 +78,7 @@ def test_the_queue_shows_quota_balance_and_budget_beside_each_order_to_the_appro
     assert "24 of 48 GPUs left in cn-east-2 · A100_80G after this order" in body  # both orders hold 16 + 8 of 48
     assert "short by 0.01 CNY" in body and "covers this order" in body
     assert "pool: <span>72.00 of 1000.00 CNY (7.2%)</span><br>team: no budget" in body
-    assert "pool: no budget<br>team: <span>0.00 of 500.00 CNY (0.0%)</span>" in body
+    assert "pool: <span>0.00 of 38250.00 CNY (0.0%)</span><br>team: <span>0.00 of 500.00 CNY (0.0%)</span>" in body
     assert "more than the balance" in body
 
 

@@ -110,7 +110,7 @@ def test_the_approver_weighs_quota_balance_and_budget_beside_each_order(browse, 
     assert "covers this order" in row.locator("[data-balance]").inner_text()
     assert row.locator("[data-budget]").inner_text() == "pool: 72.00 of 1000.00 CNY (7.2%)\nteam: no budget"
     other = admin.page.locator(f"#order-{infer_order.pk}")
-    assert other.locator("[data-budget]").inner_text() == "pool: no budget\nteam: 0.00 of 500.00 CNY (0.0%)"
+    assert other.locator("[data-budget]").inner_text() == "pool: 0.00 of 38250.00 CNY (0.0%)\nteam: 0.00 of 500.00 CNY (0.0%)"  # the default
     admin.shot("admin-08-orders-quota-balance-budget", full_page=True)
 
     admin.follow(f"#order-{train_order.pk} button:has-text('Approve')")
