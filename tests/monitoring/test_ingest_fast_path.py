@@ -296,3 +296,21 @@ def test_the_https_redirect_still_applies_on_the_lean_path(node, actors, setting
     assert answers[0][0].startswith("301") and answers[0][1]["Location"] == f"https://testserver{REPORTS}"
     served = _call(lean, body, credential=secret, HTTP_X_FORWARDED_PROTO="https")
     assert served[0] == "200 OK" and served[1]["Strict-Transport-Security"] == "max-age=3600"
+
+
+def test_the_lean_handler_sends_the_request_signals_that_manage_database_connections(node, actors):
+    """request_started and request_finished go out as from Django's handler, so
+    close_old_connections (and CONN_MAX_AGE, CONN_HEALTH_CHECKS) applies to the reports path."""
+    sent = []
+
+    def receiver(sender, **kwargs):
+        sent.append(sender)
+
+    for signal in REQUEST_SIGNALS:
+        signal.connect(receiver)
+    try:
+        status = _call(wsgi.application, ONE, credential=joined(node, actors["admin"]))[0]
+    finally:
+        for signal in REQUEST_SIGNALS:
+            signal.disconnect(receiver)
+    assert status == "200 OK" and sent == [LeanHandler, LeanHandler]
