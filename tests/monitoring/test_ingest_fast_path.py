@@ -9,19 +9,24 @@ the service gets behave like ORM-loaded ones.
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 
 import pytest
-from django.db import connection
+from django.core.handlers.wsgi import WSGIHandler
+from django.db import close_old_connections, connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
+from config import wsgi
+from config.lean_handler import AGENT_REPORT_MIDDLEWARE, LeanHandler
 from monitoring import ingest_sql, services
 from monitoring.api.views import ReportsView
 from monitoring.models import NodeAgentState, NodeReport
 from monitoring.report_parse import batch_parse
-from pools.core.errors import ValidationError
-from tests.monitoring.conftest import joined, report
+from pools.core.errors import ConflictError, ValidationError
+from tests.monitoring.conftest import REQUEST_SIGNALS, joined, report
 
 REPORTS = "/api/agent/v1/reports/"
 DRF_POST = ReportsView.post
@@ -162,3 +167,150 @@ def test_gpus_skip_the_field_by_field_check_only_when_every_field_is_a_known_num
         assert [e.field for e in caught.value.errors] == [field]
     named = batch_parse({"reports": [{"seq": 1, "at": 0, "gpus": [{**sane, "name": None, "uuid": "GPU-1"}]}]}, max_batch=10)
     assert named.reports[0].gpus == [{**sane, "name": "", "uuid": "GPU-1"}]
+
+
+# --- The lean handler (config/lean_handler.py): the reports path without the site's middleware ---
+
+
+def _call(app, body: bytes | str, *, credential: str | None = None, content_type: str = "application/json",
+          path: str = REPORTS, **extra) -> tuple[str, dict, bytes, type]:
+    """One request through a WSGI application, as gunicorn hands it one, in this test's
+    transaction (request signals kept away from the connection, as in tests/monitoring/conftest.py):
+    the status line, the headers, the body and the handler class that answered."""
+    body = body.encode() if isinstance(body, str) else body
+    environ = {
+        "REQUEST_METHOD": "POST", "PATH_INFO": path, "QUERY_STRING": "", "SERVER_NAME": "testserver",
+        "SERVER_PORT": "80", "HTTP_HOST": "testserver", "SERVER_PROTOCOL": "HTTP/1.1", "wsgi.url_scheme": "http",
+        "wsgi.input": io.BytesIO(body), "wsgi.errors": sys.stderr, "CONTENT_TYPE": content_type,
+        "CONTENT_LENGTH": str(len(body)), "REMOTE_ADDR": "127.0.0.1",
+        **({"HTTP_AUTHORIZATION": f"Bearer {credential}"} if credential else {}), **extra,
+    }  # fmt: skip
+    started = []
+    for signal in REQUEST_SIGNALS:
+        signal.disconnect(close_old_connections)
+    try:
+        response = app(environ, lambda status, headers, exc_info=None: started.append((status, dict(headers))))
+        try:
+            content = b"".join(response)
+        finally:
+            response.close()
+    finally:
+        for signal in REQUEST_SIGNALS:
+            signal.connect(close_old_connections)
+    return started[0][0], started[0][1], content, response._handler_class
+
+
+# Headers only the full chain adds, none of which an agent reads: the page policy, the
+# clickjacking guard, and the Vary of the session and htmx layers.
+FULL_ONLY = {"Content-Security-Policy", "X-Frame-Options", "Vary"}
+ONE = json.dumps({"reports": [report(1)]})
+
+
+def _same_answer(lean: tuple, full: tuple) -> None:
+    assert lean[3] is LeanHandler and full[3] is WSGIHandler
+    assert lean[0] == full[0] and lean[2] == full[2]
+    assert {k: v for k, v in lean[1].items() if k not in FULL_ONLY} == {k: v for k, v in full[1].items() if k not in FULL_ONLY}
+
+
+def test_the_site_sends_the_reports_path_and_only_it_to_the_lean_handler(node, actors):
+    secret = joined(node, actors["admin"])
+    body = json.dumps({"reports": [report(1)]})
+    assert _call(wsgi.application, body, credential=secret)[3] is LeanHandler
+    for other in ("/api/agent/v1/reports", "/api/agent/v1/reports//", "/api/agent/v1/credential/rotate/"):
+        assert _call(wsgi.application, body, credential=secret, path=other)[3] is WSGIHandler
+
+
+def test_the_lean_and_the_full_handler_store_the_same_and_answer_the_same(node, make_node, actors):
+    """Two nodes send the same batches, one through each handler: byte-identical answers
+    (replays, duplicates, gaps, a driver change) and the same stored reports."""
+    other = make_node("train-pool-a-m-1")
+    lean_secret, full_secret = joined(node, actors["admin"]), joined(other, actors["admin"])
+    batches = [
+        {"reports": [report(1), report(2)]},
+        {"reports": [report(1), report(2), report(3)]},
+        {"reports": [report(5), report(5), report(6)]},
+        {"reports": [report(9, driver="470.57.02")], "oldestSeq": 9},
+    ]
+    for body in batches:
+        lean = _call(wsgi.agent_reports_application, json.dumps(body), credential=lean_secret)
+        full = _call(wsgi.full_application, json.dumps(body), credential=full_secret)
+        _same_answer(lean, full)
+        assert lean[0] == "200 OK" and int(lean[1]["Content-Length"]) == len(lean[2])
+    assert _stored(node) == _stored(other)
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "credential", "status"),
+    [
+        ('{"reports": [{"seq": 0, "at": "yesterday"}]}', "application/json", "own", "400 Bad Request"),
+        ('{"reports": [', "application/json", "own", "400 Bad Request"),
+        ('{"reports": [{"seq": 1, "at": NaN}]}', "application/json", "own", "400 Bad Request"),
+        ('{"reports": []}', "application/json", "own", "400 Bad Request"),
+        (ONE, "application/json", None, "401 Unauthorized"),
+        (ONE, "application/json", "ebca_not-a-credential", "401 Unauthorized"),
+        (json.dumps({"node": "train-pool-a-m-1", "reports": [report(1)]}), "application/json", "own", "403 Forbidden"),
+        ("reports=1", "text/plain", "own", "415 Unsupported Media Type"),
+    ],
+)
+def test_every_error_is_answered_alike_by_both_handlers(node, make_node, actors, body, content_type, credential, status):
+    make_node("train-pool-a-m-1")
+    secret = joined(node, actors["admin"]) if credential == "own" else credential
+    lean = _call(wsgi.agent_reports_application, body, credential=secret, content_type=content_type)
+    full = _call(wsgi.full_application, body, credential=secret, content_type=content_type)
+    _same_answer(lean, full)
+    assert lean[0] == status and json.loads(lean[2])["errors"]
+
+
+def test_a_body_over_the_limit_a_bad_host_and_a_conflict_are_answered_alike(node, actors, settings, monkeypatch):
+    """413 before the body is read, 400 for a Host not in ALLOWED_HOSTS, and a 409 raised by the
+    service (a conflict injected there: no report path reaches one today) in the API's shape."""
+    secret = joined(node, actors["admin"])
+    too_big = "x" * (settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1)
+    cases = [
+        ({"body": too_big}, "413 Request Entity Too Large"),
+        ({"body": ONE, "HTTP_HOST": "evil.example"}, "400 Bad Request"),
+    ]
+    for kwargs, status in cases:
+        answers = [_call(app, credential=secret, **kwargs) for app in (wsgi.agent_reports_application, wsgi.full_application)]
+        _same_answer(*answers)
+        assert answers[0][0] == status and json.loads(answers[0][2])["errors"]
+
+    def conflict(**_):
+        raise ConflictError("this node was replaced meanwhile")
+
+    monkeypatch.setattr(services, "reports_ingest", conflict)
+    answers = [_call(app, ONE, credential=secret) for app in (wsgi.agent_reports_application, wsgi.full_application)]
+    _same_answer(*answers)
+    assert answers[0][0] == "409 Conflict" and json.loads(answers[0][2])["errors"][0]["message"] == "this node was replaced meanwhile"
+
+
+def test_the_https_redirect_still_applies_on_the_lean_path(node, actors, settings):
+    """With SECURE_SSL_REDIRECT on, a plain-HTTP report is redirected as by the full chain; one
+    behind a TLS-terminating proxy (X-Forwarded-Proto: https) is served, with HSTS."""
+    settings.SECURE_SSL_REDIRECT, settings.SECURE_HSTS_SECONDS = True, 3600
+    lean, full = LeanHandler(AGENT_REPORT_MIDDLEWARE), WSGIHandler()  # SecurityMiddleware reads the settings when built
+    secret = joined(node, actors["admin"])
+    body = json.dumps({"reports": [report(1)]})
+    answers = [_call(app, body, credential=secret) for app in (lean, full)]
+    _same_answer(*answers)
+    assert answers[0][0].startswith("301") and answers[0][1]["Location"] == f"https://testserver{REPORTS}"
+    served = _call(lean, body, credential=secret, HTTP_X_FORWARDED_PROTO="https")
+    assert served[0] == "200 OK" and served[1]["Strict-Transport-Security"] == "max-age=3600"
+
+
+def test_the_lean_handler_sends_the_request_signals_that_manage_database_connections(node, actors):
+    """request_started and request_finished go out as from Django's handler, so
+    close_old_connections (and CONN_MAX_AGE, CONN_HEALTH_CHECKS) applies to the reports path."""
+    sent = []
+
+    def receiver(sender, **kwargs):
+        sent.append(sender)
+
+    for signal in REQUEST_SIGNALS:
+        signal.connect(receiver)
+    try:
+        status = _call(wsgi.application, ONE, credential=joined(node, actors["admin"]))[0]
+    finally:
+        for signal in REQUEST_SIGNALS:
+            signal.disconnect(receiver)
+    assert status == "200 OK" and sent == [LeanHandler, LeanHandler]
