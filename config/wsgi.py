@@ -18,7 +18,8 @@ AGENT_REPORTS_PATH = "/api/agent/v1/reports/"
 agent_reports_application = LeanHandler(AGENT_REPORT_MIDDLEWARE)
 
 
-def application(environ, start_response):
-    if environ.get("PATH_INFO") == AGENT_REPORTS_PATH:
-        return agent_reports_application(environ, start_response)
-    return full_application(environ, start_response)
+def application(request_environ, start_response):
+    """The WSGI entry point (the request's CGI variables, not the process's environment)."""
+    if request_environ.get("PATH_INFO") == AGENT_REPORTS_PATH:
+        return agent_reports_application(request_environ, start_response)
+    return full_application(request_environ, start_response)

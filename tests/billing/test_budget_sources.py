@@ -140,10 +140,11 @@ def test_the_pool_form_sets_the_spec_budget_with_the_default_as_its_hint(browser
     assert (budget_of(p).source, budget_of(p).monthly_amount) == ("default", HELPER_DEFAULT)
 
 
-def test_the_pool_page_shows_the_budget_its_source_spend_forecast_and_alerts(browser, actors):
+def test_the_pool_page_shows_the_budget_its_source_spend_forecast_and_alerts(browser, actors, time_machine):
     p = pool(actors["lead"])
     spend(p, "90000", hours=80, start=T0)
     budgets.budgets_evaluate(now=T0 + 80 * HOUR)
+    time_machine.move_to(T0 + 80 * HOUR, tick=False)  # the page shows this month's spend
     html = browser("lead").get(f"/pools/{p.name}/").content.decode()
     for text in ("109500.00 CNY", "Default (subscription fee plus on-demand headroom)", "Spent this month",
                  "90000.00 CNY (82.2% used)", "Forecast", "80% of the budget on spend"):  # fmt: skip
