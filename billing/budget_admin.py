@@ -61,7 +61,7 @@ def budget_pool_set(*, user, pool: GpuNodePool, monthly_amount: Decimal | None, 
     _check_amount(monthly_amount, "monthly")
     now = now or timezone.now()
     pool = GpuNodePool.objects.get(pk=pool.pk)  # its spec as it is now: the budget follows it
-    budget = Budget.objects.select_for_update().filter(pool=pool).first()
+    budget = Budget.objects.select_for_update().filter(pool=pool).order_by("pk").first()  # no join to the ordering's tables: PostgreSQL locks no outer join
     before = _state(budget)
     if budget is None:
         if monthly_amount is None:
@@ -94,7 +94,7 @@ def budget_team_set(
         raise ValidationError("must be an ISO 4217 code such as CNY or USD", field="currency")
     values = _check_thresholds(thresholds)
     now = now or timezone.now()
-    budget = Budget.objects.select_for_update().filter(team=team, pool=None).first()
+    budget = Budget.objects.select_for_update().filter(team=team, pool=None).order_by("pk").first()
     before = _state(budget)
     if budget is None:
         budget = Budget(team=team, pool=None, created_at=now)
