@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 from collections import defaultdict
 from datetime import UTC, date, datetime, timedelta
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 
 import pytest
 from django.core.exceptions import ValidationError as ModelValidationError
@@ -77,7 +77,7 @@ def test_a_quote_is_nodes_times_the_node_price_to_the_cent(unit, nodes, months, 
     """Each node's share of the debit is then the same whole number of cents."""
     quote = Quote(unit_monthly_price=unit, nodes=nodes, months=months, discount=discount, currency="CNY")
     assert quote.amount == quote.node_monthly_price * nodes * months
-    assert quote.node_monthly_price == (unit * (1 - discount)).quantize(CENT)
+    assert quote.node_monthly_price == (unit * (1 - discount)).quantize(CENT, ROUND_HALF_UP)  # half a cent rounds up, as on an invoice
 
 
 # --------------------------------------------------------------------------- the price book
