@@ -17,7 +17,8 @@ import json
 from collections import defaultdict
 
 from django.db import connection, models
-from django.db.models import Count, Q
+from django.db.models import Count, Q, TextField
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from pools.claims import ClaimsSeen
@@ -33,12 +34,25 @@ def snapshots_load(pools: list[GpuNodePool]) -> dict[int, rules.PoolSnapshot]:
     nodes: dict[int, list[rules.NodeRow]] = defaultdict(list)
     fields = (
         "pool_id", "pk", "name", "phase", "billing", "release_reason", "last_error", "provider_id", "created_at",
-        "step_due_at", "lease_end", "lease_notified_at", "last_heartbeat", "labels", "taints",
+        "step_due_at", "lease_end", "lease_notified_at", "last_heartbeat", "labels_text", "taints_text",
     )  # fmt: skip
-    for row in Node.objects.filter(pool_id__in=ids).exclude(phase=Node.Phase.TERMINATED).order_by("name").values_list(*fields):
+    # A pool's nodes share their labels and taints: each distinct text is decoded once (20,000
+    # nodes are ~40,000 JSON texts, a few thousand distinct), and the rows share the values.
+    label_sets: dict[str | None, object] = {None: None}
+    taint_lists: dict[str | None, tuple] = {None: ()}
+    rows = Node.objects.filter(pool_id__in=ids).exclude(phase=Node.Phase.TERMINATED).order_by("name")
+    texts = {"labels_text": Cast("labels", TextField()), "taints_text": Cast("taints", TextField())}
+    for row in rows.annotate(**texts).values_list(*fields):
         pool_id, pk, name, phase, billing, rr, error, provider_id, created, due, lease_end, notified, heartbeat, labels, taints = row
+        if labels not in label_sets:
+            label_sets[labels] = json.loads(labels)
+        if taints not in taint_lists:
+            taint_lists[taints] = tuple(json.loads(taints) or ())
         nodes[pool_id].append(
-            rules.NodeRow(pk, name, phase, billing, rr, error, provider_id, created, due, lease_end, notified is not None, heartbeat, labels, tuple(taints or ()))
+            rules.NodeRow(
+                pk, name, phase, billing, rr, error, provider_id, created, due, lease_end, notified is not None, heartbeat,
+                label_sets[labels], taint_lists[taints],
+            )  # fmt: skip
         )
     tallies = {
         row["order_id"]: (row["holding"], row["retired"])

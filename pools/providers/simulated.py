@@ -391,13 +391,13 @@ class SimulatedCluster:
         return (namespace, name) in self.evict_pods(pods=[(namespace, name)], reason=reason)
 
     def evict_pods(self, *, pods: Sequence[tuple[str, str]], reason: str) -> set[tuple[str, str]]:
-        """`evict_pod` for each (namespace, name) in order, in a fixed number of queries (a
-        drain evicts a node's pods together; issue 9): the same refusals, the same result.
-        Returns the pods evicted. Optional on the protocol: callers fall back to `evict_pod`."""
+        """`evict_pod` for each (namespace, name) in order, in one UPDATE of live pods (their
+        unique index covers only those; issue 9): the same refusals, the same result. Returns
+        the pods evicted. Optional on the protocol: callers fall back to `evict_pod`."""
         candidates = _failures(EVICT)
         evicted = [(namespace, name) for namespace, name in pods if _consume(candidates, f"{namespace}/{name}") is None]
         if evicted:
-            Pod.objects.filter(phase=Pod.Phase.RUNNING).filter(reduce(or_, (Q(namespace=ns, name=n) for ns, n in evicted))).update(
+            Pod.objects.live().filter(phase=Pod.Phase.RUNNING).filter(reduce(or_, (Q(namespace=ns, name=n) for ns, n in evicted))).update(
                 phase=Pod.Phase.PENDING, node=None, gpu_indices=[], reason="Evicted", started_at=None,
                 explanation=f"Evicted from its node: {reason}; waiting to be scheduled again",
             )  # fmt: skip

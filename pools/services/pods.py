@@ -88,7 +88,7 @@ def pod_create(*, user, document: Any, team_slug: str = "", now: datetime | None
     refused = admission_error(team=team.slug, node_selector=spec.node_selector, affinity_terms=affinity_terms(spec.affinity), pools=pools_access())
     if refused:
         raise ValidationError(refused, field="spec.affinity" if spec.affinity else "spec.nodeSelector")
-    if Pod.objects.filter(namespace=spec.namespace, name=spec.name).exists():
+    if Pod.objects.live().filter(namespace=spec.namespace, name=spec.name).exists():
         raise ConflictError(f"pod {spec.namespace}/{spec.name} already exists")
     try:
         with transaction.atomic():
