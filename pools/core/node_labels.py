@@ -19,6 +19,7 @@ manager owns only what it applied).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -43,6 +44,12 @@ class ClusterNodeState:
 
 def taint_tuple(taint: Mapping[str, str]) -> tuple[str, str, str]:
     return (taint["key"], taint.get("value") or "", taint["effect"])
+
+
+def labels_taints_decoded(labels_text: str | None, taints_text: str | None) -> tuple[dict, tuple]:
+    """A Node's labels and taint tuples from their stored JSON texts (None: none)."""
+    labels, taints = (json.loads(text) if text else None for text in (labels_text, taints_text))
+    return dict(labels or {}), tuple(taint_tuple(t) for t in taints or ())
 
 
 def taint_dict(key: str, value: str, effect: str) -> dict[str, str]:

@@ -9,16 +9,14 @@ and reclaim notices for preemptible machines (D2). Settings (config/settings.py)
   4 minutes (3 with a prewarmed image); `EBCLOUD_SIM_FAST=true` makes every step 2 seconds.
 - `EBCLOUD_SIM_PREWARMED_IMAGES`: images with driver and CUDA baked in; no driver step (D4).
 - `EBCLOUD_SIM_FAILURE_RATES`: step -> probability of failing (`order`: out of stock, `pay`:
-  declined, or a provisioning step); deterministic per machine, step and attempt (per order and
-  moment for `order` and `pay`), so a rerun sees the same outcome.
-- `EBCLOUD_SIM_STOCK_GPUS` (default per zone and model) and `EBCLOUD_SIM_STOCK` overrides.
-- `EBCLOUD_SIM_ACCOUNT`: the billing.Account orders are paid from.
+  declined, or a provisioning step), drawn by machine, step and attempt (`order` and `pay`: by
+  order and moment): a rerun sees the same outcome.
+- `EBCLOUD_SIM_STOCK_GPUS` and `EBCLOUD_SIM_STOCK`: stock; `EBCLOUD_SIM_ACCOUNT`: who pays.
 - `EBCLOUD_SIM_RECLAIM_RATE_PER_HOUR`: chance per hour that a running preemptible machine gets
   a reclaim notice (`EBCLOUD_SIM_RECLAIM_NOTICE_SECONDS` ahead); `reclaim_inject` does it now.
-- `EBCLOUD_SIM_XID_RATE`: chance per GPU-hour that a running machine's GPU raises an Xid
-  (default 0: tests stay deterministic), drawn from `SIM_XID_MIX` by a hash of
-  `EBCLOUD_SIM_XID_SEED`, node, GPU and hour; `inject_gpu_fault` raises one now. The node's
-  agent fetches its machine's faults over HTTP (`gpu_faults_take`) and reports them as Xids.
+- `EBCLOUD_SIM_XID_RATE`: chance per GPU-hour that a machine's GPU raises an Xid (default 0),
+  drawn from `SIM_XID_MIX` by a hash of `EBCLOUD_SIM_XID_SEED`, node, GPU and hour; the agent
+  fetches its machine's faults (`gpu_faults_take`) and reports them; `inject_gpu_fault` now.
 """
 
 from __future__ import annotations
@@ -33,7 +31,8 @@ from operator import or_
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import F, Q
+from django.db.models import F, Q, TextField
+from django.db.models.functions import Cast
 
 from billing.models import Account, PriceBookEntry
 from billing.node_prices import price_entry_in_force
@@ -49,7 +48,7 @@ from pools.core.lifecycle import (
     ORDER,
     PAY,
 )
-from pools.core.node_labels import taint_tuple
+from pools.core.node_labels import labels_taints_decoded
 from pools.models import GpuModel, Node, NodeType, Quota, Zone
 from pools.models.cloud import (
     SimClusterNode,
@@ -367,17 +366,18 @@ class SimulatedCluster:
             row.save(update_fields=["labels", "taints", "managed"])
 
     def nodes_state(self, *, names: Sequence[str]) -> dict[str, NodeState]:
-        """One query: by name for a few nodes, the whole (simulated) cluster for many (a list
-        of every Node, as `kubectl get nodes` reads it; no bound on the query's parameters)."""
+        """One query: by name for a few nodes, every Node for many (as `kubectl get nodes`: no
+        bound on the query's parameters); equal labels and taints decoded once (issue 23)."""
         wanted = set(names)
         if not wanted:
             return {}
         rows = SimClusterNode.objects.all() if len(wanted) > 500 else SimClusterNode.objects.filter(name__in=sorted(wanted))
-        return {
-            name: NodeState(labels=dict(labels or {}), taints=tuple(taint_tuple(t) for t in taints or ()), unschedulable=unschedulable)
-            for name, labels, taints, unschedulable in rows.values_list("name", "labels", "taints", "unschedulable")
-            if name in wanted
-        }
+        texts, decoded, states = {"labels_text": Cast("labels", TextField()), "taints_text": Cast("taints", TextField())}, {}, {}
+        for name, *pair, unschedulable in rows.annotate(**texts).values_list("name", *texts, "unschedulable"):
+            if name in wanted:
+                labels, taints = decoded.get(tuple(pair)) or decoded.setdefault(tuple(pair), labels_taints_decoded(*pair))
+                states[name] = NodeState(labels=labels, taints=taints, unschedulable=unschedulable)
+        return states
 
     def cordon(self, *, name: str) -> None:
         SimClusterNode.objects.filter(name=name).update(unschedulable=True)
