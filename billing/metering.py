@@ -33,8 +33,8 @@ from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
 
-from django.db.models import Case, Count, Exists, F, Min, OuterRef, Q, TextField, When
-from django.db.models.functions import Cast
+from django.db.models import Case, Count, Exists, F, Min, OuterRef, Q, QuerySet, TextField, When
+from django.db.models.functions import Cast, Mod
 
 from billing.allocation import FeeHour, NodeHour, PodHour, effective_labels, gpu_hours
 from billing.bulk_insert import Unsaved
@@ -63,6 +63,33 @@ FEE_KINDS = (UsageRecord.Kind.STORAGE, UsageRecord.Kind.NETWORK, UsageRecord.Kin
 _new_usage = Unsaved(UsageRecord)
 
 
+@dataclass(frozen=True)
+class Part:
+    """The pools one metering worker takes: those whose id is `index` modulo `count` (issue 23:
+    an hour of 1,000 pools split over workers). An hour's allocation never crosses pools, so its
+    parts add up to the whole hour, row for row."""
+
+    index: int = 0
+    count: int = 1
+
+    def __post_init__(self):
+        if not 0 <= self.index < self.count:
+            raise ValueError(f"part {self.index} of {self.count}: the index must be at least 0 and below the count")
+
+    def of(self, rows: QuerySet, pool_field: str = "pool_id") -> QuerySet:
+        """`rows` of this part's pools (all of them when the hour is one part)."""
+        if self.count == 1:
+            return rows
+        return rows.alias(meter_part=Mod(pool_field, self.count)).filter(meter_part=self.index)
+
+    @classmethod
+    def all_of(cls, count: int) -> list[Part]:
+        return [cls(index, count) for index in range(count)]
+
+
+WHOLE = Part()
+
+
 @dataclass
 class Collected:
     records: list[UsageRecord] = field(default_factory=list)
@@ -72,23 +99,23 @@ class Collected:
 # --------------------------------------------------------------------------- collection
 
 
-def usage_collect(*, hour: datetime) -> Collected:
-    """Unsaved usage records of every resource alive in [hour, hour + 1h)."""
+def usage_collect(*, hour: datetime, part: Part = WHOLE) -> Collected:
+    """Unsaved usage records of every resource (of the `part`'s pools) alive in [hour, hour + 1h)."""
     hour = _check_hour(hour)
     token = price_memo.set({})
     try:
-        return _collect(hour)
+        return _collect(hour, part)
     finally:
         price_memo.reset(token)
 
 
-def _collect(hour: datetime) -> Collected:
+def _collect(hour: datetime, part: Part) -> Collected:
     """A fixed number of queries whatever the size of the fleet (issue 9): nodes with their
     orders' prices, their pools, pods grouped by workload, teams, then the pools' resource
     samples together."""
     out = Collected()
-    billed = _node_records(hour, out)
-    out.records.extend(_pod_records(billed, hour))
+    billed = _node_records(hour, out, part)
+    out.records.extend(_pod_records(billed, hour, part))
     billed_pools = {node.pool_id: node.pool for node, _ in billed.values()}
     samples = resource_samples([billed_pools[pk] for pk in sorted(billed_pools)], hour)
     for pool_id in sorted(billed_pools):
@@ -103,18 +130,19 @@ def node_usage_collect(*, hour: datetime) -> Collected:
     token = price_memo.set({})
     try:
         out = Collected()
-        _node_records(hour, out)
+        _node_records(hour, out, WHOLE)
         return out
     finally:
         price_memo.reset(token)
 
 
-def _node_records(hour: datetime, out: Collected) -> dict[int, tuple[BilledNode, UsageRecord]]:
-    """Every node billed in the hour, priced, appended to `out`; by node id with its record.
-    Nodes are read as values (`BilledNode`), not model instances: an hour of a 1,000-pool
-    fleet bills ~20,000 of them; with the lease periods they hold in the hour."""
+def _node_records(hour: datetime, out: Collected, part: Part) -> dict[int, tuple[BilledNode, UsageRecord]]:
+    """Every node (of the part's pools) billed in the hour, priced, appended to `out`; by node
+    id with its record. Nodes are read as values (`BilledNode`), not model instances: an hour
+    of a 1,000-pool fleet bills ~20,000 of them; with the lease periods they hold in the hour."""
     rows = (
-        Node.objects.filter(Q(lease_start__lt=hour + HOUR) | Q(created_at__lt=hour + HOUR))
+        part.of(Node.objects.all())
+        .filter(Q(lease_start__lt=hour + HOUR) | Q(created_at__lt=hour + HOUR))
         # Gone before the hour and no lease running into it: nothing to bill (keeps history out).
         .exclude(Q(terminated_at__lte=hour) & (Q(lease_end__isnull=True) | Q(lease_end__lte=hour)))
         .annotate(labels_text=Cast("labels", TextField()), on_ledger=Exists(LeasePeriod.objects.filter(node=OuterRef("pk"))))
@@ -179,7 +207,7 @@ def _node_record(node: Node | BilledNode, hour: datetime) -> UsageRecord | None:
     })  # fmt: skip
 
 
-def _pod_records(billed: dict[int, tuple[BilledNode, UsageRecord]], hour: datetime) -> list[UsageRecord]:
+def _pod_records(billed: dict[int, tuple[BilledNode, UsageRecord]], hour: datetime, part: Part) -> list[UsageRecord]:
     """One record per workload on a node: the pods of one namespace, team and label set on one
     node (a Deployment's or a Job's replicas), with their GPU-hours summed and counted.
 
@@ -194,7 +222,8 @@ def _pod_records(billed: dict[int, tuple[BilledNode, UsageRecord]], hour: dateti
         return []
     end = hour + HOUR
     ran = (
-        Pod.objects.filter(node__isnull=False, started_at__lt=end)
+        part.of(Pod.objects.all(), "node__pool_id")
+        .filter(node__isnull=False, started_at__lt=end)
         .filter(Q(finished_at__isnull=True) | Q(finished_at__gt=hour))
         .exclude(phase=Pod.Phase.PENDING)
         # Ended at an unknown time: nothing to bill it for.

@@ -120,10 +120,14 @@ class CostQuerySet(models.QuerySet):
 
 
 class MeterRun(models.Model):
-    """The claim of one metered hour: inserted in the transaction that writes the hour's rows,
-    so a second worker (or a rerun) finds the hour taken and writes nothing (no double count)."""
+    """The claim of one metered hour, or of one part of it: inserted in the transaction that
+    writes the part's rows, so a second worker (or a rerun) finds it taken and writes nothing
+    (no double count). An hour metered in `parts` parts (split by pool over workers: part `i`
+    takes the pools whose id is `i` modulo `parts`) is complete when all its parts are in."""
 
-    hour = models.DateTimeField(unique=True)
+    hour = models.DateTimeField()
+    part = models.PositiveSmallIntegerField(default=0)
+    parts = models.PositiveSmallIntegerField(default=1)
     started_at = models.DateTimeField(default=timezone.now)
     node_records = models.PositiveIntegerField(default=0)
     pod_records = models.PositiveIntegerField(default=0)
@@ -131,10 +135,15 @@ class MeterRun(models.Model):
     total = models.DecimalField(max_digits=16, decimal_places=2, default=0)
 
     class Meta:
-        ordering = ["-hour"]
+        ordering = ["-hour", "part"]
+        constraints = [
+            models.UniqueConstraint(fields=["hour", "part"], name="meterrun_hour_part"),
+            models.CheckConstraint(condition=models.Q(part__lt=models.F("parts")), name="meterrun_part_of_parts"),
+        ]
 
     def __str__(self) -> str:
-        return f"metered {self.hour:%Y-%m-%d %H:00}"
+        part = f" (part {self.part + 1} of {self.parts})" if self.parts > 1 else ""
+        return f"metered {self.hour:%Y-%m-%d %H:00}{part}"
 
 
 class UsageRecord(models.Model):

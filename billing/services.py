@@ -25,6 +25,7 @@ from billing import metering
 from billing.bulk_insert import Unsaved, bulk_insert, inserting
 from billing.costing import cost_records_for, label_group_key
 from billing.hours import HOUR, last_complete_hour
+from billing.metering import WHOLE, Part
 from billing.models import CostDay, CostDayLock, CostRecord, MeterRun, UsageRecord
 
 log = logging.getLogger("ebcloud.billing")
@@ -40,23 +41,31 @@ class MeterResult:
     cost_records: int = 0
     total: Decimal = Decimal(0)
     skipped: list[str] = field(default_factory=list)
+    complete: bool = False  # this call metered the hour's last part: the hour is whole now
+    part: Part = WHOLE
 
 
-def meter_hour(*, hour: datetime) -> MeterResult:
-    """Meter one complete hour: usage records, then their allocation as cost records.
+def meter_hour(*, hour: datetime, part: Part = WHOLE) -> MeterResult:
+    """Meter one complete hour, or one part of it (its pools whose id is `part.index` modulo
+    `part.count`): usage records, then their allocation as cost records.
 
-    Idempotent: a second call for the same hour (from any worker) writes nothing.
+    Idempotent: a second call for the same hour and part (from any worker) writes nothing. An
+    hour is split the same way by every worker: a part of another split of a started hour is
+    refused (`ValueError`), since its pools would be metered twice or not at all.
     """
     hour = metering._check_hour(hour)
-    if MeterRun.objects.filter(hour=hour).exists():
-        return MeterResult(hour=hour, metered=False)
+    taken = dict(MeterRun.objects.filter(hour=hour).values_list("part", "parts"))
+    if any(parts != part.count for parts in taken.values()):
+        raise ValueError(f"{hour:%Y-%m-%dT%H:00Z} is being metered in {max(taken.values())} parts, not {part.count}")
+    if part.index in taken:
+        return MeterResult(hour=hour, metered=False, part=part)
     try:
         with _gc_paused(), transaction.atomic():
-            run = MeterRun.objects.create(hour=hour)
-            return _meter_claimed(run)
+            run = MeterRun.objects.create(hour=hour, part=part.index, parts=part.count)
+            return _meter_claimed(run, part)
     except IntegrityError:
-        if MeterRun.objects.filter(hour=hour).exists():
-            return MeterResult(hour=hour, metered=False)
+        if MeterRun.objects.filter(hour=hour, part=part.index).exists():
+            return MeterResult(hour=hour, metered=False, part=part)
         raise
 
 
@@ -78,13 +87,16 @@ def _gc_paused():
             gc.enable()
 
 
-def _meter_claimed(run: MeterRun) -> MeterResult:
-    collected = metering.usage_collect(hour=run.hour)
+def _meter_claimed(run: MeterRun, part: Part) -> MeterResult:
+    collected = metering.usage_collect(hour=run.hour, part=part)
     records = collected.records
     with inserting(UsageRecord, records):  # COPY on PostgreSQL, which stores them while the hour is allocated
         costs = cost_records_for(records)
     bulk_insert(CostRecord, costs)
-    cost_day_add(day=run.hour.date(), costs=costs)
+    cost_day_add(day=run.hour.date(), costs=costs, part=part)
+    # The day's lock (taken just now, held to the commit) orders the parts of an hour: each
+    # reads the parts committed before it, so exactly one, the last, sees them all.
+    complete = MeterRun.objects.filter(hour=run.hour).count() == part.count
     total = sum((c.amount for c in costs), Decimal(0))
     run.node_records = sum(1 for r in records if r.kind == UsageRecord.Kind.NODE)
     run.pod_records = sum(1 for r in records if r.kind == UsageRecord.Kind.POD)
@@ -98,6 +110,8 @@ def _meter_claimed(run: MeterRun) -> MeterResult:
         cost_records=len(costs),
         total=total,
         skipped=collected.skipped,
+        complete=complete,
+        part=part,
     )
 
 
@@ -106,9 +120,9 @@ def _meter_claimed(run: MeterRun) -> MeterResult:
 _new_cost_day = Unsaved(CostDay)
 
 
-def cost_day_add(*, day, costs: list[CostRecord]) -> int:
-    """Add one hour's (unsaved or saved) cost records to that day's `CostDay` rollup; returns
-    the day's row count.
+def cost_day_add(*, day, costs: list[CostRecord], part: Part = WHOLE) -> int:
+    """Add one hour's (unsaved or saved) cost records of the `part`'s pools to that day's
+    `CostDay` rollup; returns the day's row count (of those pools).
 
     The day's rows plus this hour's groups, summed exactly in Decimal, are what
     `cost_day_rebuild` would compute from all the day's records, without re-reading them (at
@@ -133,7 +147,7 @@ def cost_day_add(*, day, costs: list[CostRecord]) -> int:
     with transaction.atomic():
         CostDayLock.objects.get_or_create(day=day)
         CostDayLock.objects.select_for_update().get(day=day)
-        existing = CostDay.objects.filter(day=day)
+        existing = part.of(CostDay.objects.filter(day=day))
         if groups:
             fields = ("pool_id", "team_id", "namespace", "labels", "billing_kind", "cost_kind", "currency", "amount", "gpu_hours")
             for pool_id, team_id, namespace, labels, billing_kind, cost_kind, currency, amount, hours in existing.values_list(*fields).order_by("pk"):
@@ -196,9 +210,11 @@ def cost_day_rebuild(*, day) -> int:
 
 
 def meter_pending(
-    *, now: datetime, max_hours: int = MAX_CATCH_UP_HOURS, time_budget_s: float | None = None
+    *, now: datetime, max_hours: int = MAX_CATCH_UP_HOURS, time_budget_s: float | None = None, parts: int = 1
 ) -> list[MeterResult]:
-    """Meter every complete hour not metered yet, oldest first, at most `max_hours` back.
+    """Meter every complete hour not metered yet, oldest first, at most `max_hours` back, each
+    in `parts` parts one after the other (the workers' split, so that this process and they
+    agree on which pools each part holds).
 
     What the hourly schedule runs: a missed tick (worker down) is caught up on the next one.
     With `time_budget_s` it stops starting new hours after that long (each hour commits on
@@ -206,23 +222,35 @@ def meter_pending(
     task timeout.
     """
     started = time.monotonic()
+    results = []
+    for hour, missing in parts_pending(now=now, max_hours=max_hours, parts=parts):
+        if time_budget_s is not None and results and time.monotonic() - started > time_budget_s:
+            break
+        results += [meter_hour(hour=hour, part=part) for part in missing]
+    return results
+
+
+def parts_pending(*, now: datetime, max_hours: int = MAX_CATCH_UP_HOURS, parts: int = 1) -> list[tuple[datetime, list[Part]]]:
+    """The complete hours not wholly metered, oldest first, at most `max_hours` back, each with
+    its parts not metered yet (in `parts` parts; an hour started with another split keeps it)."""
     last = last_complete_hour(now)
     newest = MeterRun.objects.order_by("-hour").values_list("hour", flat=True).first()
     first = last - timedelta(hours=max_hours - 1)
+    taken: dict[datetime, tuple[int, set[int]]] = {}
+    for hour, index, count in MeterRun.objects.filter(hour__gte=first, hour__lte=last).values_list("hour", "part", "parts"):
+        taken.setdefault(hour, (count, set()))[1].add(index)
     # From the oldest metered hour in the window, every hour without a run: a catch-up killed
     # mid-way while another worker metered a later hour (`meter --once`) leaves a hole below
     # the newest run, which "start after the newest" would skip for ever.
-    done = set(MeterRun.objects.filter(hour__gte=first, hour__lte=last).values_list("hour", flat=True))
-    if done:
-        first = min(done)
+    if taken:
+        first = min(taken)
     elif newest is not None:
         first = max(first, newest + HOUR)
-    results = []
+    pending = []
     hour = first
     while hour <= last:
-        if time_budget_s is not None and results and time.monotonic() - started > time_budget_s:
-            break
-        if hour not in done:
-            results.append(meter_hour(hour=hour))
+        count, done = taken.get(hour, (parts, set()))
+        if len(done) < count:
+            pending.append((hour, [Part(index, count) for index in range(count) if index not in done]))
         hour += HOUR
-    return results
+    return pending

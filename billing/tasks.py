@@ -2,20 +2,44 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.conf import settings
 from django.utils import timezone
+from django_q.tasks import async_task
 
 from billing import budgets, services
+from billing.metering import Part
 from pools.services.notifications import notifications_redeliver
 
 
 def meter_pending() -> dict[str, int]:
     """Hourly, two minutes past the top of the hour (migration 0008): meter every complete hour
-    not metered yet, then check budgets and send the alerts a dead worker left unsent."""
+    not metered yet, then check budgets and send the alerts a dead worker left unsent.
+
+    With `EBCLOUD_METER_PARTS` above 1 each pending part of an hour becomes a task of its own
+    (`meter_part`), so the workers meter an hour together; budgets are checked by the task that
+    completes the hour."""
     now = timezone.now()
+    parts = settings.EBCLOUD_METER_PARTS
+    if parts > 1:
+        pending = services.parts_pending(now=now, parts=parts)
+        for hour, missing in pending:
+            for part in missing:
+                async_task("billing.tasks.meter_part", hour.isoformat(), part.index, part.count)
+        notifications_redeliver(now=now)
+        return {"hours": len(pending), "parts": sum(len(missing) for _, missing in pending)}
     # Stay well inside the worker's task timeout; the next run continues a long catch-up.
     budget_s = settings.Q_CLUSTER.get("timeout", 60) * 0.6
     results = services.meter_pending(now=now, time_budget_s=budget_s)
     alerts = budgets.budgets_evaluate(now=now)
     notifications_redeliver(now=now)
     return {"hours": sum(1 for r in results if r.metered), "alerts": len(alerts)}
+
+
+def meter_part(hour: str, index: int, count: int) -> dict[str, int]:
+    """One part of an hour's metering (`meter_pending`'s fan-out); idempotent. The part that
+    completes the hour checks the budgets, against the whole hour's costs."""
+    result = services.meter_hour(hour=datetime.fromisoformat(hour), part=Part(index, count))
+    alerts = budgets.budgets_evaluate(now=timezone.now()) if result.complete else []
+    return {"metered": int(result.metered), "complete": int(result.complete), "alerts": len(alerts)}

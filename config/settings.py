@@ -315,6 +315,10 @@ EBCLOUD_METRICS_TOKEN = env_str("EBCLOUD_METRICS_TOKEN", "")
 # the user `kube-scheduler` in its configuration's urlPrefix; empty: nobody may call it.
 EBCLOUD_SCHEDULER_EXTENDER_TOKEN = env_str("EBCLOUD_SCHEDULER_EXTENDER_TOKEN", "")
 
+# Metering splits each hour by pool into this many parts, one task each, so that several workers
+# meter an hour together (set it to the number of worker processes of all qclusters).
+EBCLOUD_METER_PARTS = env_int("EBCLOUD_METER_PARTS", 1, minimum=1, maximum=64)
+
 # Alerts (budgets and capacity; pools/services/notifications.py): where they go besides the
 # in-app list and the mail to the team's leads. The EBCLOUD_BUDGET_* names of earlier releases
 # are still read when the new ones are unset.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
@@ -26,6 +27,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, once: bool = False, hour: str | None = None, **options):
         now = timezone.now()
+        parts = metering.Part.all_of(settings.EBCLOUD_METER_PARTS)  # the workers' split, in turn
         if hour:
             try:
                 moment = datetime.fromisoformat(hour)
@@ -34,15 +36,20 @@ class Command(BaseCommand):
             if moment.tzinfo is None:
                 moment = moment.replace(tzinfo=UTC)
             try:
-                results = [services.meter_hour(hour=metering._check_hour(moment))]
+                results = [services.meter_hour(hour=metering._check_hour(moment), part=part) for part in parts]
             except ValueError as exc:
                 raise CommandError(f"--hour: {exc}") from exc
         elif once:
-            results = [services.meter_hour(hour=last_complete_hour(now))]
+            try:
+                results = [services.meter_hour(hour=last_complete_hour(now), part=part) for part in parts]
+            except ValueError as exc:
+                raise CommandError(str(exc)) from exc
         else:
-            results = services.meter_pending(now=now)
+            results = services.meter_pending(now=now, parts=settings.EBCLOUD_METER_PARTS)
         for result in results:
             label = result.hour.strftime("%Y-%m-%dT%H:00Z")
+            if result.part.count > 1:
+                label += f" part {result.part.index + 1} of {result.part.count}"
             if not result.metered:
                 self.stdout.write(f"{label} already metered")
                 continue

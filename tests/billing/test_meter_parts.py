@@ -1,0 +1,150 @@
+"""Metering an hour split by pool over workers (issue 23 item 3): the parts add up to the hour
+metered whole, row for row; the part that completes the hour is the one that checks budgets;
+a part is claimed once; a split cannot change in the middle of an hour."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import connection, transaction
+
+from billing import services
+from billing.metering import Part
+from billing.models import CostDay, CostRecord, MeterRun, UsageRecord
+from tests.billing.billing_helpers import HOUR, T0, node, pod, pool
+
+pytestmark = pytest.mark.django_db
+
+
+def fleet(actors, teams, **first_spec):
+    """Five pools of two teams (ids spread over every remainder of 2 and 3), nodes of two
+    billing kinds, workloads with labels, another team's pod on a pool (charged to its team)."""
+    pools = [pool(actors["lead"], name=f"train-pool-{i}", labels={"project": f"p{i}"}, **(first_spec if i == 0 else {})) for i in range(3)]
+    pools += [pool(actors["other_lead"], name=f"infer-pool-{i}", labels={"team": "inference"}) for i in range(2)]
+    for i, p in enumerate(pools):
+        monthly = node(p, f"{p.name}-n0")
+        burst = node(p, f"{p.name}-od", billing="on_demand", created=T0 - HOUR)
+        team = teams["algorithm"] if p.team == teams["algorithm"] else teams["inference"]
+        namespace = "algorithm" if team == teams["algorithm"] else "inference"
+        pod(team, monthly, f"{p.name}-train", namespace=namespace, gpus=2, labels={"app": "train"})
+        pod(team, burst, f"{p.name}-half", namespace=namespace, gpus=1, milli=500, started=T0 + timedelta(minutes=10 * i))
+    guest_on = pools[3]
+    pod(teams["algorithm"], node(guest_on, "guest-node"), "guest", gpus=4, labels={"project": "llm"})
+    return pools
+
+
+def ledger() -> tuple[Counter, Counter, Counter]:
+    """Usage, cost and day rows as multisets of their values (ids differ between runs)."""
+    usage = Counter(
+        UsageRecord.objects.values_list("hour", "kind", "resource", "pool_id", "team_id", "namespace", "pod_count", "quantity", "amount")
+    )
+    costs = Counter(
+        (*row[:-2], json.dumps(row[-2], sort_keys=True), row[-1])
+        for row in CostRecord.objects.values_list("hour", "pool_id", "team_id", "namespace", "cost_kind", "component", "labels", "amount")
+    )
+    days = Counter(
+        (*row[:-2], json.dumps(row[-2], sort_keys=True), Decimal(row[-1]))
+        for row in CostDay.objects.values_list("day", "pool_id", "team_id", "namespace", "cost_kind", "labels", "amount")
+    )
+    return usage, costs, days
+
+
+def test_an_hour_metered_in_parts_writes_what_it_writes_metered_whole(actors, teams):
+    fleet(actors, teams)
+    with transaction.atomic():
+        whole = [services.meter_hour(hour=T0 + i * HOUR) for i in range(2)]
+        expected = ledger()
+        transaction.set_rollback(True)
+    assert all(r.metered and r.complete for r in whole) and len(expected[0]) > 20
+    for count in (2, 3):
+        with transaction.atomic():
+            results = [services.meter_hour(hour=T0 + i * HOUR, part=part) for i in range(2) for part in reversed(Part.all_of(count))]
+            assert ledger() == expected
+            assert [r.complete for r in results] == [False] * (count - 1) + [True] + [False] * (count - 1) + [True]
+            assert sum(r.total for r in results) == sum(r.total for r in whole)
+            assert MeterRun.objects.count() == 2 * count
+            transaction.set_rollback(True)
+
+
+def test_a_part_is_metered_once_and_the_split_of_a_started_hour_stays(actors, teams):
+    fleet(actors, teams)
+    assert services.meter_hour(hour=T0, part=Part(1, 2)).metered
+    rerun = services.meter_hour(hour=T0, part=Part(1, 2))
+    assert not rerun.metered and not rerun.complete
+    before = ledger()
+    with pytest.raises(ValueError, match="being metered in 2 parts, not 3"):
+        services.meter_hour(hour=T0, part=Part(0, 3))
+    with pytest.raises(ValueError, match="being metered in 2 parts, not 1"):
+        services.meter_hour(hour=T0)
+    assert ledger() == before
+    with pytest.raises(ValueError, match="below the count"):
+        Part(2, 2)
+    # What is left of the hour, in its own split, whatever the caller's split is now.
+    assert services.parts_pending(now=T0 + HOUR + timedelta(minutes=2), max_hours=1, parts=3) == [(T0, [Part(0, 2)])]
+    [last] = services.meter_pending(now=T0 + HOUR + timedelta(minutes=2), max_hours=1, parts=3)
+    assert last.metered and last.complete and last.part == Part(0, 2)
+    assert services.parts_pending(now=T0 + HOUR + timedelta(minutes=2), max_hours=1, parts=3) == []
+
+
+def test_the_command_meters_the_workers_split_and_refuses_another_in_one_line(actors, teams, settings, capsys):
+    fleet(actors, teams)
+    settings.EBCLOUD_METER_PARTS = 2
+    call_command("meter", hour="2026-12-01T00:00")
+    out = capsys.readouterr().out
+    assert "2026-12-01T00:00Z part 1 of 2 metered" in out and "part 2 of 2 metered" in out
+    settings.EBCLOUD_METER_PARTS = 3
+    with pytest.raises(CommandError, match="^--hour: 2026-12-01T00:00Z is being metered in 2 parts, not 3$"):
+        call_command("meter", hour="2026-12-01T00:00")
+
+
+def test_the_hourly_task_fans_out_parts_and_the_last_one_checks_budgets(actors, teams, settings, monkeypatch):
+    """With `EBCLOUD_METER_PARTS` the hourly task queues one task per part (run inline in
+    tests); budgets are checked once each hour is whole, against the whole hour's costs."""
+    from billing import budgets, tasks
+
+    fleet(actors, teams, budget={"monthly": "50"})
+    settings.EBCLOUD_METER_PARTS = 2
+    monkeypatch.setattr(tasks.timezone, "now", lambda: T0 + timedelta(hours=2, minutes=2))
+    checked = []
+    real = budgets.budgets_evaluate
+
+    def evaluate(*, now):
+        checked.append(sorted(set(MeterRun.objects.values_list("hour", "part"))))
+        return real(now=now)
+
+    monkeypatch.setattr(budgets, "budgets_evaluate", evaluate)
+    result = tasks.meter_pending()
+    assert result == {"hours": services.MAX_CATCH_UP_HOURS, "parts": 2 * services.MAX_CATCH_UP_HOURS}
+    assert len(checked) == services.MAX_CATCH_UP_HOURS  # once per hour, after its second part
+    assert all(len(runs) % 2 == 0 for runs in checked)
+    assert tasks.meter_pending() == {"hours": 0, "parts": 0}
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="concurrent parts need PostgreSQL (SQLite serialises writers)")
+def test_two_workers_metering_two_parts_at_once_complete_the_hour_once(actors, teams):
+    fleet(actors, teams)
+    barrier = threading.Barrier(2)
+    results = []
+
+    def worker(part):
+        try:
+            barrier.wait()
+            results.append(services.meter_hour(hour=T0, part=part))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=worker, args=(part,)) for part in Part.all_of(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(r.complete for r in results) == [False, True]
+    days = sum(CostDay.objects.values_list("amount", flat=True), Decimal(0))
+    assert days == sum(CostRecord.objects.values_list("amount", flat=True), Decimal(0)) == sum(r.total for r in results) > 0
