@@ -17,6 +17,7 @@ the same state. Targets: < 5 s per pass, pool list and pool page p95 < 150 ms. A
 Usage: python bench/control_plane.py [--sizes 100,1000] [--requests 30] [--repeat 3] [--regenerate] [--draining 20]
                                      [--database postgres://postgres@127.0.0.1:5432/ebcloud_bench_control_plane]
                                      [--profile DIR]   (a cProfile dump per step and size)
+                                     [--workers N]   (N queue workers: the two loops at once, metering in N parts at once)
                                      [--no-instructions]   (skip the callgrind counts per pool and per node-hour)
 """
 
@@ -132,6 +133,65 @@ def measure_pass(*, now, hour=None, profile_dir: Path | None = None, tag: str = 
     return steps
 
 
+def at_once(jobs: list[tuple[str, object]]) -> tuple[float, list[Step]]:
+    """Run each (name, fn) in its own process, all at once, as that many workers of the queue
+    would: processes forked with no open connection (each opens its own), started together at a
+    barrier. Returns the wall time from the barrier until the last one ended, and each one's
+    own step (its seconds and statements; its note is what `fn` returned)."""
+    from django.db import connections
+
+    connections.close_all()
+    context = multiprocessing.get_context("fork")
+    barrier, results = context.Barrier(len(jobs) + 1), context.Queue()
+
+    def child(index: int, name: str, fn) -> None:
+        barrier.wait()
+        step, note = counted(name, fn)
+        step.note = str(note)
+        results.put((index, step))
+        connections.close_all()
+
+    processes = [context.Process(target=child, args=(i, name, fn)) for i, (name, fn) in enumerate(jobs)]
+    for process in processes:
+        process.start()
+    barrier.wait()
+    started = time.perf_counter()
+    steps = dict(results.get() for _ in jobs)
+    for process in processes:
+        process.join()
+    wall = time.perf_counter() - started
+    if any(process.exitcode for process in processes):
+        raise RuntimeError(f"a worker failed: exit codes {[p.exitcode for p in processes]}")
+    return wall, [steps[i] for i in range(len(jobs))]
+
+
+def measure_pass_workers(*, now, hour, workers: int) -> list[Step]:
+    """The pass as `workers` (≥ 2) queue workers run it: the two per-minute loops, separate
+    schedules, at once in two processes; then the hour's metering split by pool into `workers`
+    parts at once (`billing.tasks.meter_part`, budgets checked by the part that completes it)."""
+    from billing import tasks
+    from pools.controllers import autoscaler as autoscaler_service
+    from pools.controllers import lifecycle
+
+    def reconcile() -> str:
+        results = lifecycle.reconcile_all(now=now)
+        return f"{sum(1 for r in results if r.claimed)} pools claimed"
+
+    def autoscale() -> str:
+        return ", ".join(f"{n} {reason}" for reason, n in Counter(r.reason for r in autoscaler_service.autoscale_all(now=now)).most_common(2))
+
+    wall, loops = at_once([("reconcile", reconcile), ("autoscale", autoscale)])
+    steps = [*loops, Step("reconcile + autoscale", wall, sum(s.queries for s in loops), "the per-minute loops, at once in two worker processes")]
+    if hour is None:
+        return steps
+    wall, parts = at_once([(f"meter part {i + 1}", lambda i=i: tasks.meter_part(hour.isoformat(), i, workers)) for i in range(workers)])
+    slowest = max(parts, key=lambda s: s.seconds)
+    note = f"{workers} parts at once, one worker process each; parts took {', '.join(f'{p.seconds:.2f}' for p in parts)} s; the last: {slowest.note}"
+    steps.append(Step("meter", wall, sum(s.queries for s in parts), note))
+    steps.append(Step("pass total", steps[2].seconds + wall, steps[2].queries + steps[3].queries, "loops at once, then the hour's parts at once"))
+    return steps
+
+
 def median_steps(runs: list[list[Step]]) -> list[Step]:
     """Each step's median time over repeated runs (the machine is shared: one run can be slow),
     with the fastest and slowest in its note; statements are the same in every run."""
@@ -235,6 +295,10 @@ def prepare(url: str, shape, *, regenerate: bool) -> float:
         _copy(admin, source=template, target=name)
     _use(name)
     call_command("migrate", verbosity=0, interactive=False)  # a template older than the code
+    from bench.control_plane_fleet import NOW
+    from billing.budget_sync import budgets_sync
+
+    budgets_sync(now=NOW)  # a running fleet has every pool's budget; a template older than budgets gets them here
     return seconds
 
 
@@ -250,7 +314,7 @@ def setup_django(url: str) -> None:
     django.setup()
 
 
-def run_size(url: str, shape, *, requests: int, regenerate: bool, profile_dir: Path | None, repeat: int = 1) -> SizeResult:
+def run_size(url: str, shape, *, requests: int, regenerate: bool, profile_dir: Path | None, repeat: int = 1, workers: int = 1) -> SizeResult:
     from bench.control_plane_fleet import NOW
     from billing.hours import last_complete_hour
 
@@ -260,6 +324,10 @@ def run_size(url: str, shape, *, requests: int, regenerate: bool, profile_dir: P
     for run in range(repeat):
         if run:
             prepare(url, shape, regenerate=False)  # the same state again: a fresh copy of the template
+        if workers > 1:
+            firsts.append(measure_pass_workers(now=NOW, hour=last_complete_hour(NOW), workers=workers))
+            seconds.append(measure_pass_workers(now=NOW + timedelta(seconds=30), hour=None, workers=workers))
+            continue
         firsts.append(measure_pass(now=NOW, hour=last_complete_hour(NOW), profile_dir=profile_dir, tag=tag))
         seconds.append(measure_pass(now=NOW + timedelta(seconds=30), profile_dir=profile_dir, tag=tag + "again-"))
     result.steps, result.second = median_steps(firsts), median_steps(seconds)
@@ -347,6 +415,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--regenerate", action="store_true", help="Rebuild the fleets even if their templates exist")
     parser.add_argument("--profile", type=Path, default=None, help="Write a cProfile dump per step into this folder")
     parser.add_argument("--repeat", type=int, default=1, help="Passes per size, each from a fresh copy; the table shows medians")
+    parser.add_argument("--workers", type=int, default=1, help="Queue workers: with 2 or more the two loops run at once and an hour is metered in that many parts at once")
     parser.add_argument("--instructions", action=argparse.BooleanOptionalAction, default=True,
                         help="Also count instructions per unit of work with callgrind (bench/instructions.py; about 2 minutes)")
     args = parser.parse_args(argv)
@@ -357,7 +426,10 @@ def main(argv: list[str] | None = None) -> None:
     results = []
     for size in (int(s) for s in args.sizes.split(",") if s.strip()):
         shape = Shape(pools=size, teams=min(args.teams, size), draining=min(args.draining, size))
-        results.append(run_size(args.database, shape, requests=args.requests, regenerate=args.regenerate, profile_dir=args.profile, repeat=max(args.repeat, 1)))
+        results.append(run_size(
+            args.database, shape, requests=args.requests, regenerate=args.regenerate, profile_dir=args.profile,
+            repeat=max(args.repeat, 1), workers=args.workers,
+        ))  # fmt: skip
     report(results, requests=args.requests, speeds=(before, machine_speed()))
     if args.instructions:  # beside the seconds, what does not move with the machine (issue 23)
         from bench.workloads import report_lines  # bench/ is importable once setup_django ran

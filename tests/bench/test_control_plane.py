@@ -10,7 +10,7 @@ import re
 from dataclasses import replace
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 
 from bench.control_plane import measure_pass
 from bench.control_plane_fleet import NOW, Shape, build
@@ -79,3 +79,23 @@ def test_the_report_says_how_fast_the_machine_was(capsys):
     assert re.fullmatch(r"machine speed: 0.1 M-add Python loop \d+ ms, `SELECT 1` round trip \d+ µs \(\d+ CPUs\)", speed), speed
     report([], requests=5, speeds=(speed, speed))
     assert capsys.readouterr().out.splitlines()[1:] == [f"before the runs, {speed}", f"after the runs, {speed}"]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="worker processes share the database: PostgreSQL (the bench's)")
+def test_the_pass_as_two_queue_workers_run_it_meters_the_hour_whole_in_parts():
+    """`--workers 2` (issue 23 item 3): the two loops at once in two processes, then the hour's
+    metering in two parts at once; the parts add up to the hour, as one worker would meter it."""
+    from bench.control_plane import measure_pass_workers
+    from billing.models import MeterRun
+
+    build(SMALL)
+    hour = last_complete_hour(NOW)
+    steps = {s.name: s for s in measure_pass_workers(now=NOW, hour=hour, workers=2)}
+    assert list(steps) == ["reconcile", "autoscale", "reconcile + autoscale", "meter", "pass total"]
+    assert steps["reconcile + autoscale"].queries == steps["reconcile"].queries + steps["autoscale"].queries
+    assert sorted(MeterRun.objects.filter(hour=hour).values_list("part", "parts")) == [(0, 2), (1, 2)]
+    pods = SMALL.monthly_ready + SMALL.burst_ready
+    counted = sum(UsageRecord.objects.filter(kind="pod").values_list("pod_count", flat=True))
+    assert counted == SMALL.pools * pods * SMALL.pods_per_node
+    assert "'complete': 1" in steps["meter"].note
