@@ -186,10 +186,11 @@ def run_once(
     ``"repack"`` applies a node-freeing repack plan (no disruption budget) and offers the pods
     that failed so far again, in arrival order; ``"room"`` applies
     :func:`pools.core.scheduling.repack.make_room_plan` to those pods (moving a few running pods
-    so they fit); ``"floor"`` moves nothing and records in ``step_floor`` the unallocated GPU %
-    that no repack at that point can go below (:func:`repack_floor`). The replay then
-    continues; every record of the 100% window is taken after that step, and a plain run
-    averages over the same window.
+    so they fit); ``"floor"`` moves nothing and records in ``step_floor`` the 100% value
+    (the window's average) that no repack at that point can go below, whatever it moves and
+    wherever the later arrivals go (:func:`repack_floor`). The replay then continues; every
+    record of the 100% window is taken after that step, and a plain run averages over the same
+    window.
     """
     start, cpu_start = time.perf_counter(), time.process_time()
     fresh = [n.clone() for n in nodes]
@@ -202,20 +203,25 @@ def run_once(
     arrived = allocated = 0
     threshold = step_threshold(capacity)
     records, failures, step_floor = [], [], None
+    floor_state = None  # at_full="floor": (the nodes and the failed pods at the step, the pods since)
     for pod in order:
         arrived += pod.gpu_request_milli
         if scheduler.place(pod, explain_failure=False).node is None:
             failures.append(pod)
         else:
             allocated += pod.gpu_request_milli
+        if floor_state is not None and round(100.0 * arrived / capacity) == 100:
+            floor_state[2].append((100.0 * arrived / capacity, pod))
         if at_full == "floor" and arrived >= threshold:
-            step_floor, at_full = repack_floor(scheduler.nodes, failures), ""
+            floor_state, at_full = ([n.clone() for n in scheduler.nodes], list(failures), [(100.0 * arrived / capacity, None)]), ""
         if at_full and arrived >= threshold:
             placed = apply_at_full(at_full, scheduler, workload, failures)
             allocated += sum(p.gpu_request_milli for p in placed)
             failures = [p for p in failures if p not in placed]
             at_full = ""
         records.append((100.0 * arrived / capacity, 100.0 * allocated / capacity))
+    if floor_state is not None:
+        step_floor = repack_floor(*floor_state)
     return RunResult(
         policy,
         seed,
@@ -266,14 +272,29 @@ def instruction_lines(policies: list[str], *, variant: str, data: Path, pods: in
     ]
 
 
-def repack_floor(nodes: list[NodeState], failed: list[Pod]) -> float:
-    """Unallocated GPU % (of capacity) below which no repack can go at this point: every
-    running pod stays placed (anywhere), any of the ``failed`` ones may be added; the LP with
-    per-GPU packing cuts of bench/offline_floor.py bounds what fits."""
-    from bench.offline_floor import offline_floor
+FLOOR_CHECKPOINTS = 4  # configuration LPs per window besides the step's own
+
+
+def repack_floor(nodes: list[NodeState], failed: list[Pod], window: list[tuple[float, Pod | None]]) -> float:
+    """The 100% value (unallocated GPU %, the mean over the window's records) that no repack at
+    the step can go below: every pod running on ``nodes`` at the step stays placed (anywhere it
+    may run), any of the ``failed`` ones and of the later arrivals may be added, wherever they
+    fit. ``window`` lists each record from the step on as (arrived %, the pod that arrived
+    then; None for the step's own record).
+
+    A record's allocation is at most its arrived % and at most what the configuration LP of
+    bench/offline_floor.py (:func:`~bench.offline_floor.pattern_floor`) lets fit of the pods
+    known by then; since more pods can only raise that, each record takes the LP of the next
+    of a few evenly spaced checkpoints (the last record is one), which keeps it a bound."""
+    from bench.offline_floor import pattern_floor
 
     running = [b.pod for n in nodes for b in n.bound.values()]
-    return offline_floor(nodes, failed, required=running)
+    later = [pod for _, pod in window if pod is not None]
+    last = len(window) - 1
+    checkpoints = sorted({0, *(round(i * last / FLOOR_CHECKPOINTS) for i in range(1, FLOOR_CHECKPOINTS + 1))})
+    fits = {i: 100.0 - pattern_floor(nodes, failed + later[:i], required=running) for i in checkpoints}
+    allocated = [min(pct, fits[min(c for c in checkpoints if c >= i)]) for i, (pct, _) in enumerate(window)]
+    return 100.0 - statistics.fmean(allocated)
 
 
 def apply_at_full(mode: str, scheduler: ClusterScheduler, workload, failed: list[Pod]) -> set[Pod]:
@@ -301,12 +322,18 @@ def apply_at_full(mode: str, scheduler: ClusterScheduler, workload, failed: list
     return placed
 
 
-def floor_once(nodes, pods, seed: int, *, gpu_cuts: bool = True) -> tuple[float, float]:
-    """The offline floor (bench/offline_floor.py) of one seed's workload at 100% and 130%
-    arrived: the same shuffled, tuned arrivals as `run_once`, all known in advance;
-    ``gpu_cuts=False`` is the plain aggregate LP."""
-    from bench.offline_floor import offline_floor
+FLOORS = ("aggregate", "cuts", "patterns")  # bench/offline_floor.py's bounds, loosest first
 
+
+def floor_once(nodes, pods, seed: int, *, bound: str = "cuts") -> tuple[float, float]:
+    """The offline floor (bench/offline_floor.py) of one seed's workload at 100% and 130%
+    arrived: the same shuffled, tuned arrivals as `run_once`, all known in advance. ``bound``:
+    ``aggregate`` is the plain aggregate LP, ``cuts`` adds the per-GPU u_ε rows, ``patterns``
+    is the configuration LP (column generation over per-GPU share patterns), the tightest."""
+    from bench.offline_floor import offline_floor, pattern_floor
+
+    if bound not in FLOORS:
+        raise ValueError(f"unknown floor {bound!r}")
     capacity = sum(n.gpu_count for n in nodes) * 1000
     order = arrival_order(pods, capacity, random.Random(seed))
     arrived, full = 0, len(order)
@@ -315,6 +342,9 @@ def floor_once(nodes, pods, seed: int, *, gpu_cuts: bool = True) -> tuple[float,
         if arrived >= capacity:
             full = index + 1
             break
+    if bound == "patterns":
+        return pattern_floor(nodes, order[:full]), pattern_floor(nodes, order)
+    gpu_cuts = bound == "cuts"
     return offline_floor(nodes, order[:full], gpu_cuts=gpu_cuts), offline_floor(nodes, order, gpu_cuts=gpu_cuts)
 
 
@@ -358,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="an openb-format node list instead of the shared trace's (sn,cpu_milli,memory_mib,gpu,model)",
     )
-    parser.add_argument("--floor", action="store_true", help="also print the offline floor (an LP bound; needs scipy)")
+    parser.add_argument("--floor", action="store_true", help="also print the offline floors (LP bounds, loosest first; needs scipy)")
     parser.add_argument("--instructions", action=argparse.BooleanOptionalAction, default=True,
                         help="also count instructions per pod placed with callgrind (bench/instructions.py)")
     args = parser.parse_args(argv)
@@ -412,9 +442,11 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
     if args.floor:
-        for label, gpu_cuts in (("LP", False), ("LP + per-GPU packing cuts", True)):
+        labels = {"aggregate": "LP", "cuts": "LP + per-GPU packing cuts", "patterns": "configuration LP, per-GPU share patterns"}
+        for bound in FLOORS:
+            label = labels[bound]
             started = time.perf_counter()
-            floors = [floor_once(nodes, pods, seed, gpu_cuts=gpu_cuts) for seed in seeds]
+            floors = [floor_once(nodes, pods, seed, bound=bound) for seed in seeds]
             print(
                 f"| offline floor ({label}, all pods known) | {statistics.median(f[0] for f in floors):.2f} | - "
                 f"| {statistics.median(f[1] for f in floors):.2f} | - | - "
