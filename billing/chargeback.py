@@ -6,7 +6,8 @@ would read "No costs in this range" and a header-only CSV for the first hour (is
 The hours metering has not written yet (the current one, and a complete one waiting for the
 next run) are priced by the same collection and allocation as `billing.services.meter_hour`,
 nothing saved, and come out as rows with `status` `accruing`; once metered, the hour's
-`metered` rows replace them (an hour with a `MeterRun` is never projected).
+`metered` rows replace them (an hour with a `MeterRun` is never projected; of an hour
+metered in parts, only the parts not metered yet are).
 
 Every group goes through `billing.allocation.group_key`, so the page, the CSV and the API's
 JSON have the same columns whatever the grouping keys: the charged team, the label keys, the
@@ -36,7 +37,7 @@ from billing.allocation import (
 )
 from billing.costing import cost_records_for
 from billing.hours import HOUR, floor_hour
-from billing.models import CostRecord, MeterRun
+from billing.models import CostRecord
 from billing.selectors import CostQuery, days_for_user
 from pools import roles
 
@@ -47,8 +48,9 @@ from pools import roles
 ACCRUING_HOURS = 2
 
 
-def accruing_hours(*, query: CostQuery, now: datetime) -> list[datetime]:
-    """The hours up to `now`'s that have no `MeterRun`, within the query's days."""
+def accruing_hours(*, query: CostQuery, now: datetime) -> list[tuple[datetime, list[metering.Part]]]:
+    """The hours up to `now`'s not wholly metered, within the query's days, each with its parts
+    not metered yet (an hour metered in parts by several workers is whole when all are in)."""
     current = floor_hour(now)
     hours = [current - i * HOUR for i in reversed(range(ACCRUING_HOURS))]
     if query.start:
@@ -58,8 +60,7 @@ def accruing_hours(*, query: CostQuery, now: datetime) -> list[datetime]:
         hours = [h for h in hours if h < end]
     if not hours:
         return []
-    metered = set(MeterRun.objects.filter(hour__in=hours).values_list("hour", flat=True))
-    return [h for h in hours if h not in metered]
+    return metering.parts_unmetered(hours)
 
 
 def accruing_costs(*, user, query: CostQuery, now: datetime) -> list[CostRecord]:
@@ -70,17 +71,22 @@ def accruing_costs(*, user, query: CostQuery, now: datetime) -> list[CostRecord]
     if not all_teams and not visible:
         return []
     out = []
-    for hour in accruing_hours(query=query, now=now):
-        for record in cost_records_for(metering.usage_collect(hour=hour).records):
-            if visible is not None and record.team_id not in visible:
-                continue
-            if query.team and record.team.slug != query.team:
-                continue
-            if query.pool and record.pool.name != query.pool:
-                continue
-            if query.billing and record.billing_kind != query.billing:
-                continue
-            out.append(record)
+    projected = (
+        record
+        for hour, parts in accruing_hours(query=query, now=now)
+        for part in parts
+        for record in cost_records_for(metering.usage_collect(hour=hour, part=part).records)
+    )
+    for record in projected:
+        if visible is not None and record.team_id not in visible:
+            continue
+        if query.team and record.team.slug != query.team:
+            continue
+        if query.pool and record.pool.name != query.pool:
+            continue
+        if query.billing and record.billing_kind != query.billing:
+            continue
+        out.append(record)
     return out
 
 

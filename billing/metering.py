@@ -40,7 +40,7 @@ from billing.allocation import FeeHour, NodeHour, PodHour, effective_labels, gpu
 from billing.bulk_insert import Unsaved
 from billing.hours import HOUR, QUANTITY, floor_hour, hour_overlap
 from billing.lease_costs import add_months, monthly_hour_cost, quantize_money
-from billing.models import LeasePeriod, PoolResourceSample, PriceBookEntry, UsageRecord
+from billing.models import LeasePeriod, MeterRun, PoolResourceSample, PriceBookEntry, UsageRecord
 from billing.node_prices import (
     NODE_COLUMNS,
     BilledNode,
@@ -88,6 +88,20 @@ class Part:
 
 
 WHOLE = Part()
+
+
+def parts_unmetered(hours: list[datetime], *, parts: int = 1) -> list[tuple[datetime, list[Part]]]:
+    """Of these hours, those not wholly metered, each with its parts not metered yet: in its own
+    split if it was started, else in `parts` parts."""
+    taken: dict[datetime, tuple[int, set[int]]] = {}
+    for hour, index, count in MeterRun.objects.filter(hour__in=hours).values_list("hour", "part", "parts"):
+        taken.setdefault(hour, (count, set()))[1].add(index)
+    unmetered = []
+    for hour in hours:
+        count, done = taken.get(hour, (parts, set()))
+        if len(done) < count:
+            unmetered.append((hour, [Part(index, count) for index in range(count) if index not in done]))
+    return unmetered
 
 
 @dataclass

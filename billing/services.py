@@ -236,21 +236,13 @@ def parts_pending(*, now: datetime, max_hours: int = MAX_CATCH_UP_HOURS, parts: 
     last = last_complete_hour(now)
     newest = MeterRun.objects.order_by("-hour").values_list("hour", flat=True).first()
     first = last - timedelta(hours=max_hours - 1)
-    taken: dict[datetime, tuple[int, set[int]]] = {}
-    for hour, index, count in MeterRun.objects.filter(hour__gte=first, hour__lte=last).values_list("hour", "part", "parts"):
-        taken.setdefault(hour, (count, set()))[1].add(index)
+    started = MeterRun.objects.filter(hour__gte=first, hour__lte=last).order_by("hour").values_list("hour", flat=True).first()
     # From the oldest metered hour in the window, every hour without a run: a catch-up killed
     # mid-way while another worker metered a later hour (`meter --once`) leaves a hole below
     # the newest run, which "start after the newest" would skip for ever.
-    if taken:
-        first = min(taken)
+    if started is not None:
+        first = started
     elif newest is not None:
         first = max(first, newest + HOUR)
-    pending = []
-    hour = first
-    while hour <= last:
-        count, done = taken.get(hour, (parts, set()))
-        if len(done) < count:
-            pending.append((hour, [Part(index, count) for index in range(count) if index not in done]))
-        hour += HOUR
-    return pending
+    hours = [first + i * HOUR for i in range(max(0, int((last - first) / HOUR) + 1))]
+    return metering.parts_unmetered(hours, parts=parts)

@@ -148,3 +148,22 @@ def test_two_workers_metering_two_parts_at_once_complete_the_hour_once(actors, t
     assert sorted(r.complete for r in results) == [False, True]
     days = sum(CostDay.objects.values_list("amount", flat=True), Decimal(0))
     assert days == sum(CostRecord.objects.values_list("amount", flat=True), Decimal(0)) == sum(r.total for r in results) > 0
+
+
+def test_chargeback_projects_only_the_parts_of_an_hour_not_metered_yet(actors, teams):
+    """Between two parts of an hour, finance sees the metered part's rows and the other part's
+    projected ones: the hour counted once, not twice and not half."""
+    from billing import chargeback
+    from billing.selectors import CostQuery
+
+    fleet(actors, teams)
+    query, now = CostQuery(start=T0.date(), end=T0.date()), T0 + timedelta(minutes=70)
+    with transaction.atomic():
+        whole = sum((r.amount for r in chargeback.accruing_costs(user=actors["finance"], query=query, now=now) if r.hour == T0), Decimal(0))
+        transaction.set_rollback(True)
+    first = services.meter_hour(hour=T0, part=Part(1, 2))
+    projected = [r for r in chargeback.accruing_costs(user=actors["finance"], query=query, now=now) if r.hour == T0]
+    assert projected and {r.pool_id % 2 for r in projected} == {0}
+    assert first.total + sum((r.amount for r in projected), Decimal(0)) == whole > 0
+    services.meter_hour(hour=T0, part=Part(0, 2))
+    assert not [r for r in chargeback.accruing_costs(user=actors["finance"], query=query, now=now) if r.hour == T0]
