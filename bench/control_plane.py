@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
 import multiprocessing
 import os
 import statistics
@@ -133,60 +134,105 @@ def measure_pass(*, now, hour=None, profile_dir: Path | None = None, tag: str = 
     return steps
 
 
-def at_once(jobs: list[tuple[str, object]]) -> tuple[float, list[Step]]:
-    """Run each (name, fn) in its own process, all at once, as that many workers of the queue
-    would: processes forked with no open connection (each opens its own), started together at a
-    barrier. Returns the wall time from the barrier until the last one ended, and each one's
-    own step (its seconds and statements; its note is what `fn` returned)."""
-    from django.db import connections
+class QueueWorkers:
+    """`count` queue workers: spawned interpreters with Django set up, kept for every pass of a
+    size as a running qcluster keeps its workers (their caches warm after the first task).
+    `at_once` hands each a job and times them from a common barrier."""
 
-    connections.close_all()
-    context = multiprocessing.get_context("fork")
-    barrier, results = context.Barrier(len(jobs) + 1), context.Queue()
+    def __init__(self, count: int):
+        from django.db import connection
 
-    def child(index: int, name: str, fn) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.barrier, self.results = context.Barrier(count + 1), context.Queue()
+        self.inboxes = [context.Queue() for _ in range(count)]
+        database = {key: connection.settings_dict[key] for key in ("NAME", "USER", "PASSWORD", "HOST", "PORT")}
+        self.processes = [
+            context.Process(target=_worker, args=(inbox, database, self.barrier, self.results), daemon=True) for inbox in self.inboxes
+        ]
+        for process in self.processes:
+            process.start()
+
+    def at_once(self, jobs: list[tuple[str, str, dict]]) -> tuple[float, list[Step]]:
+        """Run each (name, job, kwargs) — `job` a function of this module — on its own worker,
+        all at once (idle workers pass the barrier too). Returns the wall time from the barrier
+        until the last one ended, and each one's own step (seconds, statements; its note is
+        what the job returned)."""
+        for i, inbox in enumerate(self.inboxes):
+            inbox.put((i, *jobs[i]) if i < len(jobs) else None)
+        self.barrier.wait()
+        started = time.perf_counter()
+        steps = dict(self.results.get() for _ in jobs)
+        wall = time.perf_counter() - started
+        failed = [s.note for s in steps.values() if s.note.startswith("failed: ")]
+        if failed:
+            raise RuntimeError(f"a worker failed: {failed[0]}")
+        return wall, [steps[i] for i in range(len(jobs))]
+
+    def close(self) -> None:
+        for inbox in self.inboxes:
+            inbox.put("stop")
+        for process in self.processes:
+            process.join(timeout=30)
+
+
+def _worker(inbox, database: dict, barrier, results) -> None:
+    """A `QueueWorkers` child: ready (Django set up, code imported), then each job it is given,
+    connecting before the barrier (each pass's database is a fresh copy)."""
+    setup_django("postgres://{USER}@{HOST}:{PORT}/{NAME}".format(**database))
+    from django.db import connection
+
+    connection.settings_dict.update(database)
+    import billing.tasks  # noqa: F401 (imported before any job, as in a running worker)
+    import pools.controllers.autoscaler  # noqa: F401
+    import pools.controllers.lifecycle  # noqa: F401
+
+    while (task := inbox.get()) != "stop":
+        connection.close()
+        connection.ensure_connection()
         barrier.wait()
-        step, note = counted(name, fn)
-        step.note = str(note)
+        if task is None:
+            continue
+        index, name, job, kwargs = task
+        try:
+            step, note = counted(name, functools.partial(globals()[job], **kwargs))
+            step.note = str(note)
+        except Exception as exc:  # the parent waits for every result: say what failed instead
+            step = Step(name, 0.0, 0, f"failed: {type(exc).__name__}: {exc}")
         results.put((index, step))
-        connections.close_all()
-
-    processes = [context.Process(target=child, args=(i, name, fn)) for i, (name, fn) in enumerate(jobs)]
-    for process in processes:
-        process.start()
-    barrier.wait()
-    started = time.perf_counter()
-    steps = dict(results.get() for _ in jobs)
-    for process in processes:
-        process.join()
-    wall = time.perf_counter() - started
-    if any(process.exitcode for process in processes):
-        raise RuntimeError(f"a worker failed: exit codes {[p.exitcode for p in processes]}")
-    return wall, [steps[i] for i in range(len(jobs))]
+    connection.close()
 
 
-def measure_pass_workers(*, now, hour, workers: int) -> list[Step]:
-    """The pass as `workers` (≥ 2) queue workers run it: the two per-minute loops, separate
-    schedules, at once in two processes; then the hour's metering split by pool into `workers`
-    parts at once (`billing.tasks.meter_part`, budgets checked by the part that completes it)."""
-    from billing import tasks
-    from pools.controllers import autoscaler as autoscaler_service
+def job_reconcile(*, now) -> str:
     from pools.controllers import lifecycle
 
-    def reconcile() -> str:
-        results = lifecycle.reconcile_all(now=now)
-        return f"{sum(1 for r in results if r.claimed)} pools claimed"
+    return f"{sum(1 for r in lifecycle.reconcile_all(now=now) if r.claimed)} pools claimed"
 
-    def autoscale() -> str:
-        return ", ".join(f"{n} {reason}" for reason, n in Counter(r.reason for r in autoscaler_service.autoscale_all(now=now)).most_common(2))
 
-    wall, loops = at_once([("reconcile", reconcile), ("autoscale", autoscale)])
+def job_autoscale(*, now) -> str:
+    from pools.controllers import autoscaler
+
+    return ", ".join(f"{n} {reason}" for reason, n in Counter(r.reason for r in autoscaler.autoscale_all(now=now)).most_common(2))
+
+
+def job_meter_part(*, hour: str, index: int, count: int) -> str:
+    from billing import tasks
+
+    return str(tasks.meter_part(hour, index, count))
+
+
+def measure_pass_workers(*, now, hour, workers: QueueWorkers) -> list[Step]:
+    """The pass as `workers` (at least 2) run it: the two per-minute loops, separate schedules,
+    at once on two workers; then the hour's metering split by pool into one part per worker,
+    at once (`billing.tasks.meter_part`, budgets checked by the part that completes it)."""
+    count = len(workers.inboxes)
+    wall, loops = workers.at_once([("reconcile", "job_reconcile", {"now": now}), ("autoscale", "job_autoscale", {"now": now})])
     steps = [*loops, Step("reconcile + autoscale", wall, sum(s.queries for s in loops), "the per-minute loops, at once in two worker processes")]
     if hour is None:
         return steps
-    wall, parts = at_once([(f"meter part {i + 1}", lambda i=i: tasks.meter_part(hour.isoformat(), i, workers)) for i in range(workers)])
+    jobs = [(f"meter part {i + 1}", "job_meter_part", {"hour": hour.isoformat(), "index": i, "count": count}) for i in range(count)]
+    wall, parts = workers.at_once(jobs)
     slowest = max(parts, key=lambda s: s.seconds)
-    note = f"{workers} parts at once, one worker process each; parts took {', '.join(f'{p.seconds:.2f}' for p in parts)} s; the last: {slowest.note}"
+    note = f"{count} parts at once, one worker process each; parts took {', '.join(f'{p.seconds:.2f}' for p in parts)} s; the last: {slowest.note}"
     steps.append(Step("meter", wall, sum(s.queries for s in parts), note))
     steps.append(Step("pass total", steps[2].seconds + wall, steps[2].queries + steps[3].queries, "loops at once, then the hour's parts at once"))
     return steps
@@ -321,15 +367,20 @@ def run_size(url: str, shape, *, requests: int, regenerate: bool, profile_dir: P
     result = SizeResult(shape=shape, build_s=prepare(url, shape, regenerate=regenerate))
     tag = f"p{shape.pools}-"
     firsts, seconds = [], []
+    queue = QueueWorkers(workers) if workers > 1 else None
+    if queue is not None:  # a running worker has done this before: the timed passes meet warm ones
+        measure_pass_workers(now=NOW, hour=last_complete_hour(NOW), workers=queue)
     for run in range(repeat):
-        if run:
+        if run or queue is not None:
             prepare(url, shape, regenerate=False)  # the same state again: a fresh copy of the template
-        if workers > 1:
-            firsts.append(measure_pass_workers(now=NOW, hour=last_complete_hour(NOW), workers=workers))
-            seconds.append(measure_pass_workers(now=NOW + timedelta(seconds=30), hour=None, workers=workers))
+        if queue is not None:
+            firsts.append(measure_pass_workers(now=NOW, hour=last_complete_hour(NOW), workers=queue))
+            seconds.append(measure_pass_workers(now=NOW + timedelta(seconds=30), hour=None, workers=queue))
             continue
         firsts.append(measure_pass(now=NOW, hour=last_complete_hour(NOW), profile_dir=profile_dir, tag=tag))
         seconds.append(measure_pass(now=NOW + timedelta(seconds=30), profile_dir=profile_dir, tag=tag + "again-"))
+    if queue is not None:
+        queue.close()
     result.steps, result.second = median_steps(firsts), median_steps(seconds)
     # Pages are served by web workers, not by the process that just ran the loops (whose heap
     # and caches slow every later request): time them in a fresh interpreter on the same data.

@@ -93,6 +93,7 @@ def _meter_claimed(run: MeterRun, part: Part) -> MeterResult:
     with inserting(UsageRecord, records):  # COPY on PostgreSQL, which stores them while the hour is allocated
         costs = cost_records_for(records)
     bulk_insert(CostRecord, costs)
+    _foreign_keys_check_now()
     cost_day_add(day=run.hour.date(), costs=costs, part=part)
     # The day's lock (taken just now, held to the commit) orders the parts of an hour: each
     # reads the parts committed before it, so exactly one, the last, sees them all.
@@ -113,6 +114,17 @@ def _meter_claimed(run: MeterRun, part: Part) -> MeterResult:
         complete=complete,
         part=part,
     )
+
+
+def _foreign_keys_check_now() -> None:
+    """Check the foreign keys of the rows written so far now, not at the commit: the commit
+    comes after the day's lock (`cost_day_add`), which the other parts of the hour wait for,
+    and checking an hour's usage and cost rows is most of it (PostgreSQL applies `SET
+    CONSTRAINTS ALL IMMEDIATE` to the pending checks at once; the rest of the transaction
+    checks as it goes). SQLite checks at the commit, where writers are serialised anyway."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
 
 
 # Unsaved `CostRecord`s and `CostDay`s without `Model.__init__` (an hour of a 1,000-pool fleet

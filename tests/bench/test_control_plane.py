@@ -86,12 +86,16 @@ def test_the_report_says_how_fast_the_machine_was(capsys):
 def test_the_pass_as_two_queue_workers_run_it_meters_the_hour_whole_in_parts():
     """`--workers 2` (issue 23 item 3): the two loops at once in two processes, then the hour's
     metering in two parts at once; the parts add up to the hour, as one worker would meter it."""
-    from bench.control_plane import measure_pass_workers
+    from bench.control_plane import QueueWorkers, measure_pass_workers
     from billing.models import MeterRun
 
     build(SMALL)
     hour = last_complete_hour(NOW)
-    steps = {s.name: s for s in measure_pass_workers(now=NOW, hour=hour, workers=2)}
+    workers = QueueWorkers(2)
+    try:
+        steps = {s.name: s for s in measure_pass_workers(now=NOW, hour=hour, workers=workers)}
+    finally:
+        workers.close()
     assert list(steps) == ["reconcile", "autoscale", "reconcile + autoscale", "meter", "pass total"]
     assert steps["reconcile + autoscale"].queries == steps["reconcile"].queries + steps["autoscale"].queries
     assert sorted(MeterRun.objects.filter(hour=hour).values_list("part", "parts")) == [(0, 2), (1, 2)]
