@@ -68,16 +68,7 @@ def offline_floor(
     below, placing any of ``pods`` and all of ``required``."""
     if linprog is None:
         raise RuntimeError("the offline floor needs scipy (pip install scipy)")
-    types = Counter((n.cpu_milli, n.memory_mib, n.gpu_count, n.gpu_model) for n in nodes)
-    shapes = Counter(_shape(p) for p in [*pods, *required])
-    must = Counter(_shape(p) for p in required)
-    type_list, shape_list = list(types), list(shapes)
-    variables = [
-        (s, t)
-        for s, (cpu, mem, gpus, request, models) in enumerate(shape_list)
-        for t, (tcpu, tmem, tgpus, model) in enumerate(type_list)
-        if gpus <= tgpus and cpu <= tcpu and mem <= tmem and (not models or model in models)
-    ]
+    types, shapes, must, type_list, shape_list, variables = _fits(nodes, pods, required)
     if not variables:  # no pod fits any node type
         return 100.0 if not must else _infeasible()
     objective = [-shape_list[s][3] for s, _ in variables]  # maximise placed GPU milli
@@ -118,6 +109,22 @@ def _node_type(node: NodeState) -> tuple:
     return (node.cpu_milli, node.memory_mib, node.gpu_count, node.gpu_model)
 
 
+def _fits(nodes: Sequence[NodeState], pods: Sequence[Pod], required: Sequence[Pod]) -> tuple:
+    """Both LPs' inputs: node types and pod shapes with their counts (and the required pods'),
+    in a fixed order, and every (shape, type) pair where the shape fits the type."""
+    types = Counter(_node_type(n) for n in nodes)
+    shapes = Counter(_shape(p) for p in [*pods, *required])
+    must = Counter(_shape(p) for p in required)
+    type_list, shape_list = list(types), list(shapes)
+    fits = [
+        (s, t)
+        for s, (cpu, mem, gpus, request, models) in enumerate(shape_list)
+        for t, (tcpu, tmem, tgpus, model) in enumerate(type_list)
+        if gpus <= tgpus and cpu <= tcpu and mem <= tmem and (not models or model in models)
+    ]
+    return types, shapes, must, type_list, shape_list, fits
+
+
 def _best_pattern(values: dict[int, float]) -> tuple[float, tuple[int, ...]]:
     """The multiset of share sizes (repeats allowed) of largest total value that fits in one
     GPU: an unbounded knapsack over 0-1000 milli; ``values`` maps size to value (> 0)."""
@@ -156,16 +163,7 @@ def pattern_floor(nodes: Sequence[NodeState], pods: Sequence[Pod], *, required: 
         raise RuntimeError("the floor needs scipy (pip install scipy)")
     from scipy.sparse import coo_array
 
-    types = Counter(_node_type(n) for n in nodes)
-    shapes = Counter(_shape(p) for p in [*pods, *required])
-    must = Counter(_shape(p) for p in required)
-    type_list, shape_list = list(types), list(shapes)
-    columns = [
-        (s, t)
-        for s, (cpu, mem, gpus, request, models) in enumerate(shape_list)
-        for t, (tcpu, tmem, tgpus, model) in enumerate(type_list)
-        if gpus <= tgpus and cpu <= tcpu and mem <= tmem and (not models or model in models)
-    ]
+    types, shapes, must, type_list, shape_list, columns = _fits(nodes, pods, required)
     if not columns:
         return 100.0 if not must else _infeasible()
     sizes = sorted({shape[3] for shape in shape_list if shape[2] == 1 and shape[3] < MILLI})
