@@ -1,14 +1,17 @@
 """Agent ingest benchmark (issue 6 §8; seed D1): N simulated node agents over HTTP on loopback
-against gunicorn + PostgreSQL, each sending one report every 15 s.
+against the web server of docs/operator.md (granian) + PostgreSQL, each sending one report every
+15 s.
 
 1. Creates (or reuses) a PostgreSQL database, migrates it, and makes the nodes and their agent
    credentials directly in the database (the join handshake is not what is measured), then
    VACUUM ANALYZEs those tables as autovacuum would.
-2. Starts gunicorn on 127.0.0.1 with that DATABASE_URL (gthread workers, persistent database
-   connections) and waits until it answers.
-3. For each node count runs for `--duration` seconds: every node sends one report (8 GPUs, DCGM
-   fields, the agent's real body shape) every `--interval` seconds, the nodes' phases spread
-   evenly over the interval. A small asyncio HTTP/1.1 client with keep-alive connections keeps
+2. Starts the web server on 127.0.0.1 with that DATABASE_URL (granian's workers of blocking
+   threads as docs/operator.md runs them, or `--server gunicorn` for gthread workers; persistent
+   database connections) and waits until it answers.
+3. Sends every node's first report, untimed (it records the node's driver, as each node does
+   once in its life). Then for each node count runs for `--duration` seconds: every node sends
+   one report (8 GPUs, DCGM fields, the agent's real body shape) every `--interval` seconds,
+   the nodes' phases spread evenly over the interval. A small asyncio HTTP/1.1 client with keep-alive connections keeps
    the load generator cheap, so the machine's CPUs go to the server.
 4. Prints a table: offered and sustained reports/s, p50/p99/max latency, errors, CPU ms per
    report of the server, the database and the load generator, and the share of the machine
@@ -17,9 +20,10 @@ against gunicorn + PostgreSQL, each sending one report every 15 s.
    falls behind shows up in the numbers instead of silently slowing the load (no coordinated
    omission).
 
-Usage: .venv/bin/python bench/agent_ingest.py --workers 2 --threads 4 (the defaults; the
-docs/benchmarks.md table), [--nodes 500,2000,10000] [--duration 60] [--database-url postgres://...]
-       [--no-instructions] (skip the callgrind count of instructions per report)
+Usage: .venv/bin/python bench/agent_ingest.py --workers 2 --threads 2 (the defaults, docs/operator.md's
+command; the docs/benchmarks.md table), [--server gunicorn] [--nodes 500,2000,10000] [--duration 60]
+       [--database-url postgres://...] [--no-instructions] (skip the callgrind count of instructions per report)
+On a slow VM emulated: bench/slow_machine.py --probe-ms 200 -- .venv/bin/python bench/agent_ingest.py ...
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DB = "postgres://postgres@127.0.0.1:5432/ebcloud_bench"
 POOL = "bench-ingest"
+WARM_UP_RATE = 600  # reports/s of the untimed first round
 
 
 def database_prepare(url: str, nodes: int) -> list[str]:
@@ -92,11 +97,18 @@ def database_prepare(url: str, nodes: int) -> list[str]:
     return secrets
 
 
-def gunicorn_start(url: str, port: int, workers: int, threads: int) -> subprocess.Popen:
+def server_start(url: str, port: int, workers: int, threads: int, server: str = "granian") -> subprocess.Popen:
+    """The WSGI server on 127.0.0.1:`port`, `workers` processes of `threads` request threads each:
+    granian with docs/operator.md's flags, or gunicorn's gthread workers (the server before)."""
     env = {**os.environ, "DATABASE_URL": url, "DEBUG": "false", "SECRET_KEY": "bench-only-secret-key-not-for-production",
            "ALLOWED_HOSTS": "127.0.0.1", "SECURE_SSL_REDIRECT": "false", "DATABASE_CONN_MAX_AGE": "600", "LOG_LEVEL": "ERROR"}
-    command = [sys.executable, "-m", "gunicorn", "config.wsgi", "-b", f"127.0.0.1:{port}", "-w", str(workers),
-               "-k", "gthread", "--threads", str(threads), "--keep-alive", "75", "--backlog", "2048", "--log-level", "warning"]
+    if server == "granian":
+        command = [sys.executable, "-m", "granian", "--interface", "wsgi", "config.wsgi:application", "--host", "127.0.0.1",
+                   "--port", str(port), "--workers", str(workers), "--blocking-threads", str(threads), "--backlog", "2048",
+                   "--log-level", "warning"]
+    else:
+        command = [sys.executable, "-m", "gunicorn", "config.wsgi", "-b", f"127.0.0.1:{port}", "-w", str(workers), "-k", "gthread",
+                   "--threads", str(threads), "--keep-alive", "75", "--backlog", "2048", "--log-level", "warning"]
     process = subprocess.Popen(command, cwd=ROOT, env=env)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -109,7 +121,7 @@ def gunicorn_start(url: str, port: int, workers: int, threads: int) -> subproces
                 return process
         time.sleep(0.3)
     process.kill()
-    raise SystemExit("gunicorn did not start")
+    raise SystemExit(f"{server} did not start")
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -120,15 +132,16 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def server_pids(gunicorn_pid: int, url: str) -> tuple[list[int], list[int]]:
-    """(gunicorn's master and workers, the PostgreSQL backends serving the bench database)."""
+def server_pids(server_pid: int, url: str) -> tuple[list[int], list[int]]:
+    """(the web server's main process and its workers, the PostgreSQL backends serving the bench
+    database)."""
     import psycopg
 
-    pids = [gunicorn_pid]
+    pids = [server_pid]
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == gunicorn_pid:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == server_pid:
                     pids.append(int(entry.name))
             except (OSError, IndexError, ValueError):
                 continue
@@ -158,6 +171,25 @@ def report_body(seq: int, rng: random.Random) -> bytes:
                      "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": 0, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": 0})
     report = {"seq": seq, "at": datetime.now(UTC).isoformat(), "driverVersion": "535.104.05", "cudaVersion": "12.2", "gpus": gpus, "xids": []}
     return json.dumps({"reports": [report], "oldestSeq": seq}, separators=(",", ":")).encode()
+
+
+def body_maker(rng: random.Random, variants: int = 256):
+    """report_body's bodies at a tenth of its cost, for the load loop: the GPUs of `variants`
+    reports are made and encoded once, and each body splices one of them between its own
+    sequence number and time. The bytes have report_body's shape exactly (the same keys, order
+    and separators); the load generator runs on the same two cores as the server, so what it
+    spends per report is taken from the server."""
+    fragments = []
+    for _ in range(variants):
+        report = json.loads(report_body(0, rng))["reports"][0]
+        fragments.append(json.dumps(report["gpus"], separators=(",", ":")))
+
+    def make(seq: int) -> bytes:
+        at = datetime.now(UTC).isoformat()
+        return (f'{{"reports":[{{"seq":{seq},"at":"{at}","driverVersion":"535.104.05","cudaVersion":"12.2",'
+                f'"gpus":{fragments[seq % variants]},"xids":[]}}],"oldestSeq":{seq}}}').encode()
+
+    return make
 
 
 class Connection:
@@ -199,7 +231,7 @@ class Connection:
 
 
 async def run_load(*, port: int, credentials: list[str], seqs: list[int], duration: float, interval: float, connections: int) -> dict:
-    rng = random.Random(len(credentials))
+    body = body_maker(random.Random(len(credentials)))
     n = len(credentials)
     offsets = [interval * i / n for i in range(n)]
     queue: asyncio.Queue = asyncio.Queue()
@@ -233,7 +265,7 @@ async def run_load(*, port: int, credentials: list[str], seqs: list[int], durati
             due, i = job
             seqs[i] += 1
             try:
-                status = await conn.post("/api/agent/v1/reports/", credentials[i], report_body(seqs[i], rng))
+                status = await conn.post("/api/agent/v1/reports/", credentials[i], body(seqs[i]))
             except OSError:
                 status = 0
             if status != 200:
@@ -262,10 +294,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", default="500,2000,10000", help="comma-separated node counts")
     parser.add_argument("--duration", type=float, default=60.0, help="seconds per node count")
     parser.add_argument("--interval", type=float, default=15.0, help="seconds between one node's reports")
-    parser.add_argument("--workers", type=int, default=2, help="gunicorn worker processes")
-    parser.add_argument("--threads", type=int, default=4, help="threads per gunicorn worker")
+    parser.add_argument("--workers", type=int, default=2, help="web server worker processes")
+    parser.add_argument("--threads", type=int, default=2, help="request threads per worker (granian's blocking threads)")
     parser.add_argument("--connections", type=int, default=32, help="keep-alive connections of the load generator")
     parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--server", choices=("granian", "gunicorn"), default="granian",
+                        help="the WSGI server: granian (docs/operator.md) or gunicorn's gthread workers (before)")
     parser.add_argument("--instructions", action=argparse.BooleanOptionalAction, default=True,
                         help="Also count instructions per unit of work with callgrind (bench/instructions.py; about 2 minutes)")
     args = parser.parse_args(argv)
@@ -275,10 +309,16 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"preparing {max(counts)} nodes in {args.database_url} ...", flush=True)
     credentials = database_prepare(args.database_url, max(counts))
-    server = gunicorn_start(args.database_url, args.port, args.workers, args.threads)
+    server = server_start(args.database_url, args.port, args.workers, args.threads, args.server)
     seqs = [0] * len(credentials)
     rows = []
     try:
+        # Each node's first report, untimed: it records the node's driver and CUDA versions (a
+        # condition and an event), which a fleet that has been running does not do again.
+        warm_up = len(credentials) / WARM_UP_RATE
+        print(f"warming up: one report from each of {len(credentials)} nodes in {warm_up:.0f} s (not timed) ...", flush=True)
+        asyncio.run(run_load(port=args.port, credentials=credentials, seqs=seqs, duration=warm_up, interval=warm_up,
+                             connections=args.connections))
         for count in counts:
             print(f"running {count} nodes for {args.duration:.0f} s ...", flush=True)
             before = cpu_snapshot(server_pids(server.pid, args.database_url))
@@ -299,9 +339,9 @@ def main(argv: list[str] | None = None) -> int:
         server.terminate()
         server.wait(timeout=30)
     print()
-    print(f"agent ingest: gunicorn gthread {args.workers}x{args.threads} + PostgreSQL on loopback, {os.cpu_count()} CPUs, "
+    print(f"agent ingest: {args.server} {args.workers}x{args.threads} + PostgreSQL on loopback, {os.cpu_count()} CPUs, "
           f"one report (8 GPUs) per node every {args.interval:.0f} s, {args.duration:.0f} s per row")
-    print("CPU ms per report: app = gunicorn processes, db = PostgreSQL backends of the bench database, client = this"
+    print("CPU ms per report: app = the web server's processes, db = PostgreSQL backends of the bench database, client = this"
           " load generator (2 idle cores serve about 2000 / (app + db + client) reports/s); other = CPU the rest of the"
           " machine used meanwhile, % of all cores (other work shares them); load = the 1-minute load average")
     print(f"{'nodes':>7} {'offered/s':>10} {'reports/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'errors':>7}"
