@@ -68,7 +68,7 @@ NOT_RUN = {  # command as the document shows it (continuations joined) -> why th
     ".venv/bin/python manage.py collectstatic --noinput": PRODUCTION,
     'pg_dump --format=custom --file=ebcloud-$(date -u +%Y%m%dT%H%M%SZ).dump "$DATABASE_URL"': PRODUCTION,
     "pg_restore --no-owner --role=ebcloud --dbname=ebcloud ebcloud-....dump": PRODUCTION,
-    ".venv/bin/gunicorn config.wsgi:application --bind 127.0.0.1:8000 --workers 5 --timeout 120 --access-logfile -": PRODUCTION,
+    ".venv/bin/granian --interface wsgi config.wsgi:application --host 127.0.0.1 --port 8000 --workers 2 --blocking-threads 2 --backlog 2048 --access-log": PRODUCTION,
     ".venv/bin/python manage.py qcluster": PRODUCTION,
     'curl -H "Authorization: Token $ADMIN_TOKEN" -H "Content-Type: application/json" -d \'{"node": "train-pool-a-m-0", "ttlSeconds": 3600}\' https://pools.example.com/api/agent/v1/join-tokens/': PRODUCTION,
     "python -m monitoring.agent --server https://pools.example.com --join-token abc123.0123456789abcdef --node train-pool-a-m-0 --buffer-dir /var/lib/ebcloud-agent --count 1": PRODUCTION,
