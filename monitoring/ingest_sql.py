@@ -6,7 +6,13 @@ than the database takes to run them, so the four statements of a steady-state re
 (authenticate, insert, update the agent state, update the heartbeat) are written out here once.
 Semantics are the ORM's: the tests run the same service on both databases.
 
-On PostgreSQL the two statements are also *prepared* (server-side binding, psycopg's
+On PostgreSQL the steady state's next report (the common case: one report, the next sequence
+number) is stored by the authentication's own statement, so a report is one round trip, one
+statement and one commit (credential_load_storing_next); any other batch is authenticated, then
+written in one statement (reports_write). Each round trip wakes two processes on a 2-core
+machine, and a slow VM pays for every wake-up (issue 23 item 2, docs/benchmarks.md).
+
+These statements are also *prepared* (server-side binding, psycopg's
 `prepare=True`), so each is planned once per database connection instead of once per report:
 planning the three-table authentication join took longer than running it, and PostgreSQL's CPU
 per report fell from 0.80 to 0.43 ms (docs/benchmarks.md). Django leaves prepared statements
@@ -120,20 +126,80 @@ def credential_load(key_hash: str) -> AgentCredential | None:
     with _cursor(db) as cursor:
         cursor.execute(_AUTH_SQL, [key_hash])
         row = cursor.fetchone()
-    if row is None:
-        return None
+    return None if row is None else _credential(db, row)
+
+
+def _credential(db, row) -> AgentCredential:
+    """The credential, its node and the node's agent state from one row of _AUTH_SQL's shape."""
     cred_id, node_id, name, phase, pool_id, state_node, *state = row
     credential_node, node_state, state_node_field = _relations()
     node = _instance(Node, db.alias, {"id": node_id, "name": name, "phase": phase, "pool_id": pool_id})
     credential = _instance(AgentCredential, db.alias, {"id": cred_id, "node_id": node_id})
     credential_node.set_cached_value(credential, node)
     if state_node is not None:
-        values = dict(zip(_STATE_COLUMNS, state, strict=True))
+        values = dict(zip(_STATE_COLUMNS, state[:len(_STATE_COLUMNS)], strict=True))
         values["conditions"] = _json(values["conditions"])
         agent_state = _instance(NodeAgentState, db.alias, {"node_id": node_id, **values})
         node_state.set_cached_value(node, agent_state)
         state_node_field.set_cached_value(agent_state, node)
     return credential
+
+
+@functools.cache
+def _next_report_sql() -> str:
+    """_AUTH_SQL, and in the same statement the steady state's next report stored: where the
+    node's state has no gap (acked_seq = max_seq = the report's seq - 1), the same driver and
+    CUDA versions and the node is not terminated (and is the one the batch names, if it names
+    one), the report is inserted, the agent state moved on and the heartbeat touched, as
+    reports_write would. Elsewhere nothing is written and the row alone comes back, for the
+    general path. The last column says whether the report was stored; the state UPDATE
+    re-checks the sequence numbers under its row lock, so of two requests racing with one
+    report only one stores it."""
+    def cast(model, column: str) -> str:  # INSERT ... SELECT gives its parameters no column types
+        field = model._meta.get_field(column)
+        return "text" if field.get_internal_type() == "CharField" else field.db_type(connections[DEFAULT_DB_ALIAS])
+
+    report_columns = ["seq", "at", "received_at", "driver_version", "cuda_version", "gpus"]
+    state_sets = ["acked_seq", "max_seq", "fb_used_mib", "fb_total_mib", "gpu_util_avg", "last_report_at"]
+    return f"""
+WITH auth (credential_id, node_id, name, phase, pool_id, state_node, {", ".join(_STATE_COLUMNS)}) AS ({_AUTH_SQL}),
+go AS (SELECT a.node_id FROM auth a WHERE a.state_node IS NOT NULL AND a.phase <> %s AND a.acked_seq = %s
+       AND a.max_seq = %s AND a.driver_version = %s AND a.cuda_version = %s AND a.name = COALESCE(%s::text, a.name)),
+stored AS (INSERT INTO {_REPORT} (node_id, {", ".join(report_columns)})
+           SELECT go.node_id, {", ".join(f"%s::{cast(NodeReport, c)}" for c in report_columns)} FROM go
+           ON CONFLICT (node_id, seq) DO NOTHING),
+beat AS (UPDATE {_NODE} SET last_heartbeat = %s FROM go
+         WHERE {_NODE}.id = go.node_id AND ({_NODE}.last_heartbeat IS NULL OR {_NODE}.last_heartbeat < %s)),
+moved AS (UPDATE {_STATE} SET {", ".join(f"{c} = %s" for c in state_sets)} FROM go
+          WHERE {_STATE}.node_id = go.node_id AND {_STATE}.acked_seq = %s AND {_STATE}.max_seq = %s
+          RETURNING 1)
+SELECT auth.*, EXISTS (SELECT 1 FROM moved) FROM auth
+"""
+
+
+def credential_load_storing_next(key_hash: str, *, report, node_name: str | None, values: dict[str, Any], now: datetime,
+                                 terminated: str) -> tuple[AgentCredential | None, bool]:
+    """credential_load, and on PostgreSQL outside a transaction the steady state's next report
+    (`report`, its state `values`: fb_used_mib, fb_total_mib, gpu_util_avg) stored in the same
+    statement: one round trip per report instead of two (_next_report_sql). Returns the
+    credential as it was before (None if not active) and whether the report was stored;
+    elsewhere it only loads the credential and stores nothing."""
+    db = _db()
+    if db.vendor != "postgresql" or not db.get_autocommit():
+        return credential_load(key_hash), False
+    ops = db.ops
+    previous, at, received = report.seq - 1, ops.adapt_datetimefield_value(report.at), ops.adapt_datetimefield_value(now)
+    params = [key_hash, terminated, previous, previous, report.driver_version, report.cuda_version, node_name,
+              report.seq, at, received, report.driver_version, report.cuda_version, ops.adapt_json_value(report.gpus, None),
+              received, received,
+              report.seq, report.seq, values["fb_used_mib"], values["fb_total_mib"], values["gpu_util_avg"], at,
+              previous, previous]
+    with _cursor(db) as cursor:
+        cursor.execute(_next_report_sql(), params)
+        row = cursor.fetchone()
+    if row is None:
+        return None, False
+    return _credential(db, row), row[-1]
 
 
 def _insert_sql(ops, *, node_id: int, reports: list, now: datetime) -> tuple[str, list]:

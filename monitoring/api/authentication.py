@@ -25,15 +25,15 @@ class AgentPrincipal:
         return f"agent of {self.node.name}"
 
 
-def bearer_credential(request) -> AgentCredential | None:
-    """The active credential named by a well-formed `Authorization: Bearer <credential>`
-    header, or None for anything else (no header, another scheme, a bad or revoked
-    credential). Never raises: the agent API's fast path (api_views.ReportsView) calls this
-    and leaves every failure to DRF and the class below, which say what was wrong."""
+def bearer_secret(request) -> str | None:
+    """The credential of a well-formed `Authorization: Bearer <credential>` header, or None for
+    anything else (no header, another scheme, a malformed value). Never raises: the agent API's
+    fast path (api_views.ReportsView) calls this and leaves every failure to DRF and the class
+    below, which say what was wrong."""
     scheme, _, raw = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
     if scheme.lower() != "bearer" or not raw or " " in raw or not raw.isascii():
         return None
-    return services.credential_authenticate(raw)
+    return raw
 
 
 class AgentCredentialAuthentication(authentication.BaseAuthentication):

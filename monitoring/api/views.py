@@ -16,7 +16,7 @@ from rest_framework.utils import json as drf_json
 from rest_framework.views import APIView
 
 from monitoring import services
-from monitoring.api.authentication import AgentCredentialAuthentication, IsAgent, bearer_credential
+from monitoring.api.authentication import AgentCredentialAuthentication, IsAgent, bearer_secret
 from monitoring.report_parse import batch_parse
 from pools.api.errors import error_response, exception_handler
 from pools.api.machine_views import MachineView
@@ -101,15 +101,40 @@ class CredentialRotateView(_AgentView):
 _COMPACT = {"separators": (",", ":")}  # as DRF's JSONRenderer
 
 
-def _reports_acked(credential, data) -> dict:
-    try:
-        batch = batch_parse(data, max_batch=settings.EBCLOUD_AGENT_MAX_BATCH)
-    except DomainValidationError as exc:  # a Warning event on the node, then the 400
-        services.report_batch_refused(credential=credential, errors=exc.errors)
-        raise
-    result = services.reports_ingest(credential=credential, batch=batch)
+def _reports_acked(credential, data, batch=None) -> dict:
+    """The answer to a batch from an authenticated agent; `batch`: `data` already parsed."""
+    if batch is None:
+        try:
+            batch = batch_parse(data, max_batch=settings.EBCLOUD_AGENT_MAX_BATCH)
+        except DomainValidationError as exc:  # a Warning event on the node, then the 400
+            services.report_batch_refused(credential=credential, errors=exc.errors)
+            raise
+    return _acked(services.reports_ingest(credential=credential, batch=batch))
+
+
+def _acked(result: services.IngestResult) -> dict:
     return {"ackedSeq": result.acked_seq, "stored": result.stored, "duplicates": result.duplicates,
             "rejected": result.rejected, "commands": result.commands}
+
+
+def _body(request):
+    """The JSON body as DRF's JSONParser reads it (UTF-8, no NaN or Infinity; too deep:
+    BodyJSONParser's 400), or None where DRF would answer an error."""
+    try:
+        if json_too_deep(request.body, settings.EBCLOUD_MAX_DOCUMENT_DEPTH):
+            return None
+        return drf_json.loads(request.body.decode("utf-8"))
+    except ValueError:
+        return None
+
+
+def _batch(data):
+    """The parsed batch, or None where it is refused (reports_ingest's path refuses it, with
+    the node's event, once the agent is authenticated)."""
+    try:
+        return batch_parse(data, max_batch=settings.EBCLOUD_AGENT_MAX_BATCH)
+    except DomainValidationError:
+        return None
 
 
 def _content_length(request) -> int:
@@ -125,11 +150,12 @@ class ReportsView(_AgentView):
 
     Every node posts here every 15 s (~670 requests/s at 10,000 nodes), so a
     well-formed request skips DRF's request and response machinery (a quarter of the
-    request's instructions in Django, docs/benchmarks.md): `dispatch` authenticates, parses
-    and answers it directly, with the same service calls and the same answers. Anything else
-    goes to DRF (`post`), so every error a client can cause is answered as by the rest of the
-    API; errors raised once the service has started (a body naming another node) are
-    answered here, in the same shape, so that nothing runs twice."""
+    request's instructions in Django, docs/benchmarks.md): `dispatch` parses, authenticates
+    and answers it directly, with the same answers (on PostgreSQL the steady state's next
+    report is stored by the authentication's statement). Anything else goes to DRF (`post`),
+    so every error a client can cause is answered as by the rest of the API; errors raised
+    once the service has started (a body naming another node) are answered here, in the same
+    shape, so that nothing runs twice."""
 
     @extend_schema(request=OpenApiTypes.OBJECT, responses={200: inline_serializer("ReportsAcked", {
         "ackedSeq": serializers.IntegerField(), "stored": serializers.IntegerField(),
@@ -144,22 +170,23 @@ class ReportsView(_AgentView):
         return Response(_reports_acked(request.auth, data))
 
     def dispatch(self, request, *args, **kwargs):
-        credential = data = None
+        secret = data = None
         if (request.method == "POST" and request.content_type == "application/json"
                 and request.content_params.get("charset", "utf-8").lower() in ("utf-8", "utf8")
                 and _content_length(request) <= settings.DATA_UPLOAD_MAX_MEMORY_SIZE):
-            credential = bearer_credential(request)  # None: DRF says what is wrong (401)
-        if credential is not None:
-            try:  # as DRF's JSONParser: UTF-8, no NaN or Infinity; too deep: BodyJSONParser's 400
-                if json_too_deep(request.body, settings.EBCLOUD_MAX_DOCUMENT_DEPTH):
-                    raise ValueError("nested too deep")
-                data = drf_json.loads(request.body.decode("utf-8"))
-            except ValueError:  # DRF answers its 400
-                credential = None
+            secret = bearer_secret(request)  # None: DRF says what is wrong (401)
+        if secret is not None:
+            data = _body(request)  # None: DRF answers its 400
+        credential = result = batch = None
+        if data is not None:
+            # the steady state's next report is stored by the authentication's own statement
+            batch = _batch(data)
+            credential, result = services.credential_authenticate_storing_next(secret, batch)
         if credential is None:
             return super().dispatch(request, *args, **kwargs)
         try:
-            return JsonResponse(_reports_acked(credential, data), json_dumps_params=_COMPACT)
+            return JsonResponse(_acked(result) if result is not None else _reports_acked(credential, data, batch),
+                                json_dumps_params=_COMPACT)
         except (DomainValidationError, PermissionDenied, ConflictError) as exc:  # in the API's error shape
             error = exception_handler(exc, {"view": self})
             return JsonResponse(error.data, status=error.status_code, json_dumps_params=_COMPACT)

@@ -12,10 +12,11 @@ from __future__ import annotations
 import io
 import json
 import sys
+import threading
 
 import pytest
 from django.core.handlers.wsgi import WSGIHandler
-from django.db import close_old_connections, connection
+from django.db import close_old_connections, connection, connections
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
@@ -123,19 +124,62 @@ def test_the_authenticated_node_loads_what_the_row_did_not_carry(node, actors, d
 @pytest.mark.django_db(transaction=True)
 def test_the_hot_statements_are_prepared_on_postgresql_and_logged_with_their_values(agent, node):
     """Prepared once per connection, so PostgreSQL plans the authentication join once (it took
-    longer to plan than to run); the query log still shows each statement with its values."""
+    longer to plan than to run); the query log still shows each statement with its values.
+    The steady state's next report is stored by the authentication's own statement (issue 23
+    item 2: one round trip per report); anything else is authenticated, then written."""
     if connection.vendor != "postgresql":
         pytest.skip("prepared statements are PostgreSQL's")
     client = agent()
     _post(client, {"reports": [report(1)]})
     with CaptureQueriesContext(connection) as captured:
-        _post(client, {"reports": [report(2)]})
-    assert [q["sql"].split()[0] for q in captured.captured_queries] == ["SELECT", "WITH"]
-    assert "ON CONFLICT (node_id, seq)" in captured.captured_queries[1]["sql"] and ", 2, " in captured.captured_queries[1]["sql"]
+        assert _post(client, {"reports": [report(2)]}).json()["ackedSeq"] == 2
+    assert [q["sql"].split()[:2] for q in captured.captured_queries] == [["WITH", "auth"]]
+    assert "ON CONFLICT (node_id, seq)" in captured.captured_queries[0]["sql"] and "2::bigint" in captured.captured_queries[0]["sql"]
+    with CaptureQueriesContext(connection) as captured:  # two reports: authenticated, then written
+        assert _post(client, {"reports": [report(3), report(4)]}).json()["ackedSeq"] == 4
+    assert [q["sql"].split()[:2] for q in captured.captured_queries] == [["SELECT", "c.id,"], ["WITH", "w0"]]
+    with CaptureQueriesContext(connection) as captured:  # one report after a gap: the first statement stores nothing
+        assert _post(client, {"reports": [report(6)]}).json()["ackedSeq"] == 4
+    assert [q["sql"].split()[:2] for q in captured.captured_queries] == [["WITH", "auth"], ["WITH", "w0"]]
+    assert [s for s, *_ in _stored(node)] == [1, 2, 3, 4, 6]
     with connection.cursor() as cursor:
         cursor.execute("SELECT statement FROM pg_prepared_statements")
-        prepared = [row[0] for row in cursor.fetchall()]
-    assert any("FROM monitoring_agentcredential" in s for s in prepared) and any(s.startswith("WITH w0 AS (INSERT") for s in prepared)
+        prepared = [row[0].strip() for row in cursor.fetchall()]
+    assert any(s.startswith("SELECT c.id") for s in prepared) and any(s.startswith("WITH w0 AS (INSERT") for s in prepared)
+    assert any(s.startswith("WITH auth") for s in prepared)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_requests_racing_with_the_next_report_store_it_once(agent, node):
+    """The one-statement path re-checks the sequence numbers under the agent state's row lock:
+    of two requests with the same next report (a retry racing the original), one stores it and
+    the other finds it stored, and both acknowledge it."""
+    if connection.vendor != "postgresql":
+        pytest.skip("concurrent writers need PostgreSQL (SQLite serialises them)")
+    client = agent()
+    _post(client, {"reports": [report(1)]})
+    credential = client._credentials["HTTP_AUTHORIZATION"].split()[1]
+    barrier, answers = threading.Barrier(2), []
+
+    def send():
+        barrier.wait()
+        try:
+            answers.append(services.credential_authenticate_storing_next(credential, batch_parse({"reports": [report(2)]}, max_batch=10)))
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=send) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    stored = [result for _, result in answers if result is not None]
+    assert len(stored) <= 1 and [s for s, *_ in _stored(node)] == [1, 2]
+    for credential_seen, result in answers:
+        if result is None:  # the loser goes on by the general path and acknowledges it too
+            result = services.reports_ingest(credential=credential_seen, batch=batch_parse({"reports": [report(2)]}, max_batch=10))
+        assert result.acked_seq == 2
+    assert NodeAgentState.objects.get(node=node).acked_seq == 2
 
 
 def test_prepared_statements_can_be_turned_off(agent, node, settings, monkeypatch):
