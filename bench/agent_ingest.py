@@ -11,8 +11,8 @@ against the web server of docs/operator.md (granian) + PostgreSQL, each sending 
 3. Sends every node's first report, untimed (it records the node's driver, as each node does
    once in its life). Then for each node count runs for `--duration` seconds: every node sends
    one report (8 GPUs, DCGM fields, the agent's real body shape) every `--interval` seconds,
-   the nodes' phases spread evenly over the interval. A small asyncio HTTP/1.1 client with keep-alive connections keeps
-   the load generator cheap, so the machine's CPUs go to the server.
+   the nodes' phases spread evenly over the interval. A small asyncio HTTP/1.1 client with
+   keep-alive connections keeps the load generator cheap, so the machine's CPUs go to the server.
 4. Prints a table: offered and sustained reports/s, p50/p99/max latency, errors, CPU ms per
    report of the server, the database and the load generator, and the share of the machine
    that other work used meanwhile (on a shared machine that decides the p99). Latency is

@@ -130,7 +130,8 @@ def credential_load(key_hash: str) -> AgentCredential | None:
 
 
 def _credential(db, row) -> AgentCredential:
-    """The credential, its node and the node's agent state from one row of _AUTH_SQL's shape."""
+    """The credential, its node and the node's agent state from a row that begins with
+    _AUTH_SQL's columns (_next_report_sql's adds one after them)."""
     cred_id, node_id, name, phase, pool_id, state_node, *state = row
     credential_node, node_state, state_node_field = _relations()
     node = _instance(Node, db.alias, {"id": node_id, "name": name, "phase": phase, "pool_id": pool_id})

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -29,6 +28,7 @@ from rest_framework.authtoken.models import Token
 
 from monitoring.models import NodeReport
 from pools.demo.supervisor import live_processes
+from tests.k8s.control_plane import free_ports
 from tests.monitoring.conftest import joined, report
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,12 +40,6 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),  # the server's processes read what the test commits
     pytest.mark.skipif(connection.vendor != "postgresql", reason="the server's processes need the test database too"),
 ]
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _database_url() -> str:
@@ -61,7 +55,7 @@ def _workers(main_pid: int) -> set[int]:
 @pytest.fixture
 def server(tmp_path):
     """granian with the operator guide's flags on a free port, against the test database."""
-    port = _free_port()
+    (port,) = free_ports(1)
     env = {**os.environ, "DATABASE_URL": _database_url(), "DATABASE_CONN_MAX_AGE": "60", "DEBUG": "false",
            "SECRET_KEY": "web-server-test-key-" + "x" * 40, "ALLOWED_HOSTS": "127.0.0.1", "SECURE_SSL_REDIRECT": "false",
            # as this suite's settings: static files unhashed (no collectstatic for the page)
