@@ -94,12 +94,25 @@ def budget_sync_pool(
 
 def budgets_sync(*, now: datetime | None = None) -> int:
     """Every live pool's budget in line (added, changed or removed); the number of pool budgets."""
+    return len(pool_budgets_synced(now=now))
+
+
+# What a pool's budget depends on is in its document and its columns, not in its status: its
+# conditions, scaling history and node counts are left in the database (1,000 pools' JSON).
+POOL_STATUS_FIELDS = ("conditions", "scaling_history", "node_counts")
+
+
+def pool_budgets_synced(*, now: datetime | None = None) -> list[Budget]:
+    """`budgets_sync`, returning the live pools' budgets with their pool and team set, so that
+    evaluating them (`billing.budgets.budgets_evaluate`) reads no pool a second time."""
     now = now or timezone.now()
     rows = {b.pool_id: b for b in Budget.objects.filter(pool__isnull=False)}
-    kept = 0
+    kept = []
     defaults: dict = {}
-    for pool in GpuNodePool.objects.active():
-        if budget_sync_pool(pool=pool, now=now, budget=rows.pop(pool.pk, None), defaults=defaults) is not None:
-            kept += 1
+    for pool in GpuNodePool.objects.active().select_related("team").defer(*POOL_STATUS_FIELDS):
+        budget = budget_sync_pool(pool=pool, now=now, budget=rows.pop(pool.pk, None), defaults=defaults)
+        if budget is not None:
+            budget.pool, budget.team = pool, pool.team
+            kept.append(budget)
     Budget.objects.filter(pk__in=[b.pk for b in rows.values()]).delete()
     return kept

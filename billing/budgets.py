@@ -15,7 +15,7 @@ from django.db import IntegrityError, transaction
 
 from billing import selectors
 from billing.budget_admin import budget_team_set
-from billing.budget_sync import budgets_sync
+from billing.budget_sync import budgets_sync, pool_budgets_synced
 from billing.models import Budget, BudgetAlert
 from pools.models import Notification
 from pools.services.events import WARNING, event_record
@@ -30,9 +30,9 @@ def budgets_evaluate(*, now: datetime) -> list:
     The alert row is the claim: `BudgetAlert` is unique per (budget, period, threshold, basis),
     so whichever worker inserts it first notifies, and every other one finds it taken.
     """
-    budgets_sync(now=now)
+    budgets = [*pool_budgets_synced(now=now), *Budget.objects.filter(pool__isnull=True).select_related("team")]
     fired = []
-    statuses = selectors.budget_statuses_of(Budget.objects.select_related("pool", "team"), now=now)
+    statuses = selectors.budget_statuses_of(budgets, now=now)
     for status in statuses:
         budget = status.budget
         for threshold in sorted(budget.thresholds or [80, 100]):
