@@ -1,7 +1,8 @@
 """The WSGI application: Django's handler, except for the agents' reports.
 
 `/api/agent/v1/reports/` takes one request per node every 15 s (about 670 a second at 10,000
-nodes), so it is served by a handler with only the middleware it needs (config/lean_handler.py);
+nodes), so it is served by a handler with only the middleware it needs, which answers a steady
+report before entering it (config/lean_handler.py);
 every other path, and any other spelling of that one, goes through the full chain.
 """
 
@@ -12,10 +13,10 @@ from django.core.wsgi import get_wsgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 full_application = get_wsgi_application()  # sets Django up before the lean handler is built
 
-from config.lean_handler import AGENT_REPORT_MIDDLEWARE, LeanHandler  # noqa: E402  (needs the settings above)
+from config.lean_handler import AgentReportsHandler  # noqa: E402  (needs the settings above)
 
 AGENT_REPORTS_PATH = "/api/agent/v1/reports/"
-agent_reports_application = LeanHandler(AGENT_REPORT_MIDDLEWARE)
+agent_reports_application = AgentReportsHandler()
 
 
 def application(request_environ, start_response):

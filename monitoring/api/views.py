@@ -150,8 +150,8 @@ class ReportsView(_AgentView):
 
     Every node posts here every 15 s (~670 requests/s at 10,000 nodes), so a
     well-formed request skips DRF's request and response machinery (a quarter of the
-    request's instructions in Django, docs/benchmarks.md): `dispatch` parses, authenticates
-    and answers it directly, with the same answers (on PostgreSQL the steady state's next
+    request's instructions in Django, docs/benchmarks.md): `reports_answered_fast` parses,
+    authenticates and answers it directly, with the same answers (on PostgreSQL the steady state's next
     report is stored by the authentication's statement). Anything else goes to DRF (`post`),
     so every error a client can cause is answered as by the rest of the API; errors raised
     once the service has started (a body naming another node) are answered here, in the same
@@ -170,23 +170,34 @@ class ReportsView(_AgentView):
         return Response(_reports_acked(request.auth, data))
 
     def dispatch(self, request, *args, **kwargs):
-        secret = data = None
-        if (request.method == "POST" and request.content_type == "application/json"
-                and request.content_params.get("charset", "utf-8").lower() in ("utf-8", "utf8")
-                and _content_length(request) <= settings.DATA_UPLOAD_MAX_MEMORY_SIZE):
-            secret = bearer_secret(request)  # None: DRF says what is wrong (401)
-        if secret is not None:
-            data = _body(request)  # None: DRF answers its 400
-        credential = result = batch = None
-        if data is not None:
-            # the steady state's next report is stored by the authentication's own statement
-            batch = _batch(data)
-            credential, result = services.credential_authenticate_storing_next(secret, batch)
-        if credential is None:
-            return super().dispatch(request, *args, **kwargs)
-        try:
-            return JsonResponse(_acked(result) if result is not None else _reports_acked(credential, data, batch),
-                                json_dumps_params=_COMPACT)
-        except (DomainValidationError, PermissionDenied, ConflictError) as exc:  # in the API's error shape
-            error = exception_handler(exc, {"view": self})
-            return JsonResponse(error.data, status=error.status_code, json_dumps_params=_COMPACT)
+        return reports_answered_fast(request) or super().dispatch(request, *args, **kwargs)
+
+
+def reports_answered_fast(request) -> JsonResponse | None:
+    """ReportsView's answer to a well-formed report from an active credential, without DRF; None
+    for anything else, which DRF then answers (`ReportsView.post`). Called by the view, and
+    before it by the agents' WSGI handler (config/lean_handler.py), which skips Django's chain
+    for these answers; a request it was tried on is not tried again."""
+    if getattr(request, "reports_fast_tried", False):
+        return None
+    request.reports_fast_tried = True
+    secret = data = None
+    if (request.method == "POST" and request.content_type == "application/json"
+            and request.content_params.get("charset", "utf-8").lower() in ("utf-8", "utf8")
+            and _content_length(request) <= settings.DATA_UPLOAD_MAX_MEMORY_SIZE):
+        secret = bearer_secret(request)  # None: DRF says what is wrong (401)
+    if secret is not None:
+        data = _body(request)  # None: DRF answers its 400
+    if data is None:
+        return None
+    # the steady state's next report is stored by the authentication's own statement
+    batch = _batch(data)
+    credential, result = services.credential_authenticate_storing_next(secret, batch)
+    if credential is None:
+        return None
+    try:
+        return JsonResponse(_acked(result) if result is not None else _reports_acked(credential, data, batch),
+                            json_dumps_params=_COMPACT)
+    except (DomainValidationError, PermissionDenied, ConflictError) as exc:  # in the API's error shape
+        error = exception_handler(exc, {})
+        return JsonResponse(error.data, status=error.status_code, json_dumps_params=_COMPACT)

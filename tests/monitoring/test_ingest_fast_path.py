@@ -21,7 +21,7 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from config import wsgi
-from config.lean_handler import AGENT_REPORT_MIDDLEWARE, LeanHandler
+from config.lean_handler import AgentReportsHandler
 from monitoring import ingest_sql, services
 from monitoring.api.views import ReportsView
 from monitoring.models import NodeAgentState, NodeReport
@@ -251,7 +251,7 @@ ONE = json.dumps({"reports": [report(1)]})
 
 
 def _same_answer(lean: tuple, full: tuple) -> None:
-    assert lean[3] is LeanHandler and full[3] is WSGIHandler
+    assert lean[3] is AgentReportsHandler and full[3] is WSGIHandler
     assert lean[0] == full[0] and lean[2] == full[2]
     assert {k: v for k, v in lean[1].items() if k not in FULL_ONLY} == {k: v for k, v in full[1].items() if k not in FULL_ONLY}
 
@@ -259,7 +259,7 @@ def _same_answer(lean: tuple, full: tuple) -> None:
 def test_the_site_sends_the_reports_path_and_only_it_to_the_lean_handler(node, actors):
     secret = joined(node, actors["admin"])
     body = json.dumps({"reports": [report(1)]})
-    assert _call(wsgi.application, body, credential=secret)[3] is LeanHandler
+    assert _call(wsgi.application, body, credential=secret)[3] is AgentReportsHandler
     for other in ("/api/agent/v1/reports", "/api/agent/v1/reports//", "/api/agent/v1/credential/rotate/"):
         assert _call(wsgi.application, body, credential=secret, path=other)[3] is WSGIHandler
 
@@ -332,7 +332,7 @@ def test_the_https_redirect_still_applies_on_the_lean_path(node, actors, setting
     """With SECURE_SSL_REDIRECT on, a plain-HTTP report is redirected as by the full chain; one
     behind a TLS-terminating proxy (X-Forwarded-Proto: https) is served, with HSTS."""
     settings.SECURE_SSL_REDIRECT, settings.SECURE_HSTS_SECONDS = True, 3600
-    lean, full = LeanHandler(AGENT_REPORT_MIDDLEWARE), WSGIHandler()  # SecurityMiddleware reads the settings when built
+    lean, full = AgentReportsHandler(), WSGIHandler()  # SecurityMiddleware reads the settings when built
     secret = joined(node, actors["admin"])
     body = json.dumps({"reports": [report(1)]})
     answers = [_call(app, body, credential=secret) for app in (lean, full)]
@@ -357,4 +357,4 @@ def test_the_lean_handler_sends_the_request_signals_that_manage_database_connect
     finally:
         for signal in REQUEST_SIGNALS:
             signal.disconnect(receiver)
-    assert status == "200 OK" and sent == [LeanHandler, LeanHandler]
+    assert status == "200 OK" and sent == [AgentReportsHandler, AgentReportsHandler]
