@@ -1,7 +1,7 @@
 """Instructions per agent report through each WSGI handler (issue 23 item 2): Django's full
-handler with the site's middleware, the lean handler `config.wsgi` serves the reports path
-with (config/lean_handler.py), and Django's handler with no middleware at all (the floor any
-middleware list can reach).
+handler with the site's middleware, the agents' handler `config.wsgi` serves the reports path
+with (config/lean_handler.py: 3 middleware, a steady report answered before them), and
+Django's handler with no middleware at all (the floor of a middleware list alone).
 
 The unit is bench/workloads.py's steady-state report (8 GPUs, the agent's body, each node's next
 sequence number), counted by callgrind in a child (bench/instructions.py). By default on SQLite
@@ -31,7 +31,7 @@ from bench import workloads  # noqa: E402  (after the path above, when run as a 
 from bench.instructions import Workload, count, unavailable  # noqa: E402
 
 HANDLERS = ("full", "lean", "none")
-NAMES = {"full": "full chain (13 middleware)", "lean": "lean (3 middleware)", "none": "no middleware"}
+NAMES = {"full": "full chain (13 middleware)", "lean": "agents' handler (3 middleware)", "none": "no middleware"}
 
 
 def _application(handler: str):
