@@ -358,3 +358,22 @@ def test_the_lean_handler_sends_the_request_signals_that_manage_database_connect
         for signal in REQUEST_SIGNALS:
             signal.disconnect(receiver)
     assert status == "200 OK" and sent == [AgentReportsHandler, AgentReportsHandler]
+
+
+def test_an_error_inside_the_steady_answer_is_answered_like_the_full_chain(node, actors, monkeypatch, caplog):
+    """The agents' handler answers a steady report before the chain; an exception raised there
+    (the database gone) becomes the API's 500, logged, as Django's handler makes it, and the
+    chain does not run the report a second time."""
+    secret = joined(node, actors["admin"])
+    calls = []
+
+    def broken(*args, **kwargs):
+        calls.append(1)
+        raise RuntimeError("the database went away")
+
+    monkeypatch.setattr(services, "credential_authenticate_storing_next", broken)
+    answers = [_call(app, ONE, credential=secret) for app in (wsgi.agent_reports_application, wsgi.full_application)]
+    _same_answer(*answers)
+    assert answers[0][0] == "500 Internal Server Error" and json.loads(answers[0][2])["errors"][0]["message"] == "internal server error"
+    assert calls == [1, 1]  # once per handler
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"].count(f"Internal Server Error: {REPORTS}") == 2
