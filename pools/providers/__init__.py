@@ -32,7 +32,7 @@ def real_cluster() -> bool:
 def get_cluster_backend() -> ClusterBackend:
     name = settings.EBCLOUD_CLUSTER_BACKEND
     if name == "simulated":
-        from pools.providers.simulated import SimulatedCluster
+        from pools.providers.simulated_cluster import SimulatedCluster
 
         return SimulatedCluster()
     if name == "kubernetes":

@@ -1,4 +1,5 @@
-"""The simulated cloud and cluster: the embedded default, behaving like a real cloud (issue 3 §1).
+"""The simulated cloud: the embedded default, behaving like a real cloud (issue 3 §1); its
+cluster is pools/providers/simulated_cluster.py.
 
 State lives in the database (pools/models/cloud.py): finite stock per zone and GPU model, the
 account balance (billing.Account) that payments debit, machines that walk provisioning steps
@@ -26,13 +27,10 @@ import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
-from functools import reduce
-from operator import or_
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import F, Q, TextField
-from django.db.models.functions import Cast
+from django.db.models import F, Q
 
 from billing.models import Account, PriceBookEntry
 from billing.node_prices import price_entry_in_force
@@ -48,10 +46,8 @@ from pools.core.lifecycle import (
     ORDER,
     PAY,
 )
-from pools.core.node_labels import labels_taints_decoded
 from pools.models import GpuModel, Node, NodeType, Quota, Zone
 from pools.models.cloud import (
-    SimClusterNode,
     SimFailure,
     SimGpuFault,
     SimMachine,
@@ -66,11 +62,9 @@ from pools.providers.base import (
     InsufficientBalance,
     Machine,
     MachineRequest,
-    NodeState,
     OutOfStock,
     Payment,
     PaymentDeclined,
-    PodInfo,
     QuotaStatus,
     ReclaimNotice,
     ResourceUsage,
@@ -338,84 +332,6 @@ class SimulatedCloud:
         return [f for f in due if SimGpuFault.objects.filter(pk=f.pk, delivered_at__isnull=True).update(delivered_at=now)]
 
 
-class SimulatedCluster:
-    """`ClusterBackend` over the database: registered nodes and the pods bound to them."""
-
-    def register_node(self, *, name: str, now: datetime) -> None:
-        SimClusterNode.objects.get_or_create(name=name, defaults={"registered_at": now})
-
-    def node_apply(self, *, name: str, labels: Mapping[str, str], taints: Sequence[Mapping[str, str]]) -> None:
-        """Like server-side apply with a field manager (pools/providers/kubernetes.py): the node
-        keeps labels and taints others set; ours are those in `managed`, from the last apply,
-        so a label or taint we stop applying is removed. A (key, effect) we apply replaces
-        another's taint with the same key and effect, as one Node cannot hold both."""
-        with transaction.atomic():
-            row = SimClusterNode.objects.select_for_update().filter(name=name).first()
-            if row is None:
-                return
-            managed = row.managed or {}
-            ours_before = set(managed.get("labels", ()))
-            kept = {k: v for k, v in (row.labels or {}).items() if k not in ours_before}
-            wanted = [{"key": t["key"], "value": t.get("value") or "", "effect": t["effect"]} for t in taints]
-            keys = {(t["key"], t["effect"]) for t in wanted}
-            taints_before = {tuple(k) for k in managed.get("taints", ())}
-            others = [t for t in row.taints or () if (t["key"], t["effect"]) not in taints_before and (t["key"], t["effect"]) not in keys]
-            row.labels = {**kept, **labels}
-            row.taints = others + wanted
-            row.managed = {"labels": sorted(labels), "taints": sorted([k, e] for k, e in keys)}
-            row.save(update_fields=["labels", "taints", "managed"])
-
-    def nodes_state(self, *, names: Sequence[str]) -> dict[str, NodeState]:
-        """One query: by name for a few nodes, every Node for many (as `kubectl get nodes`: no
-        bound on the query's parameters); equal labels and taints decoded once (issue 23)."""
-        wanted = set(names)
-        if not wanted:
-            return {}
-        rows = SimClusterNode.objects.all() if len(wanted) > 500 else SimClusterNode.objects.filter(name__in=sorted(wanted))
-        texts, decoded, states = {"labels_text": Cast("labels", TextField()), "taints_text": Cast("taints", TextField())}, {}, {}
-        for name, *pair, unschedulable in rows.annotate(**texts).values_list("name", *texts, "unschedulable"):
-            if name in wanted:
-                labels, taints = decoded.get(tuple(pair)) or decoded.setdefault(tuple(pair), labels_taints_decoded(*pair))
-                states[name] = NodeState(labels=labels, taints=taints, unschedulable=unschedulable)
-        return states
-
-    def cordon(self, *, name: str) -> None:
-        SimClusterNode.objects.filter(name=name).update(unschedulable=True)
-
-    def uncordon(self, *, name: str) -> None:
-        SimClusterNode.objects.filter(name=name).update(unschedulable=False)
-
-    def evict_pod(self, *, namespace: str, name: str, reason: str) -> bool:
-        """Evict like the Eviction API: the pod leaves its node and is Pending again (its owner
-        would recreate it), unless an injected disruption budget (`evict` failure) refuses."""
-        return (namespace, name) in self.evict_pods(pods=[(namespace, name)], reason=reason)
-
-    def evict_pods(self, *, pods: Sequence[tuple[str, str]], reason: str) -> set[tuple[str, str]]:
-        """`evict_pod` for each (namespace, name) in order, in one UPDATE of live pods (their
-        unique index covers only those; issue 9): the same refusals, the same result. Returns
-        the pods evicted. Optional on the protocol: callers fall back to `evict_pod`."""
-        candidates = _failures(EVICT)
-        evicted = [(namespace, name) for namespace, name in pods if _consume(candidates, f"{namespace}/{name}") is None]
-        if evicted:
-            Pod.objects.live().filter(phase=Pod.Phase.RUNNING).filter(reduce(or_, (Q(namespace=ns, name=n) for ns, n in evicted))).update(
-                phase=Pod.Phase.PENDING, node=None, gpu_indices=[], reason="Evicted", started_at=None,
-                explanation=f"Evicted from its node: {reason}; waiting to be scheduled again",
-            )  # fmt: skip
-        return set(evicted)
-
-    def list_pods(self, *, node_name: str) -> list[PodInfo]:
-        pods = Pod.objects.filter(node__name=node_name, phase=Pod.Phase.RUNNING).order_by("namespace", "name")
-        return [PodInfo(namespace=p.namespace, name=p.name, priority=p.priority, phase=p.phase, checkpointable=p.checkpointable) for p in pods]
-
-    def remove_node(self, *, name: str) -> None:
-        """Pods still on a removed node lose it and wait to be scheduled again (`NodeLost`)."""
-        Pod.objects.filter(node__name=name, phase=Pod.Phase.RUNNING).update(
-            phase=Pod.Phase.PENDING, node=None, gpu_indices=[], reason="NodeLost", started_at=None,
-            explanation=f"Node {name} left the cluster; waiting to be scheduled again",
-        )  # fmt: skip
-        SimClusterNode.objects.filter(name=name).delete()
-
-
 def _kubelet_join(machine: SimMachine, now: datetime) -> None:
     """The machine's kubelet registers its Node in the real cluster (the fake kubelet plays it)."""
     from pools.providers.fake_kubelet import FakeKubelet  # the Kubernetes client, only in that mode
@@ -480,11 +396,12 @@ def _stock_row(zone: Zone, model: GpuModel) -> SimStock:
 
 def _take_failure(step: str, *, zone: str = "", image: str = "", token: str = "") -> SimFailure | None:
     """Consume one matching injected failure (a conditional UPDATE, so each fires once)."""
-    return _consume(_failures(step, zone=zone, image=image), token)
+    return failure_consume(failures_armed(step, zone=zone, image=image), token)
 
 
-def _failures(step: str, *, zone: str = "", image: str = "") -> list[SimFailure]:
-    """The injected failures of a step still able to fire there, oldest first."""
+def failures_armed(step: str, *, zone: str = "", image: str = "") -> list[SimFailure]:
+    """The injected failures of a step still able to fire there, oldest first (the simulated
+    cluster's evictions read the `evict` step's)."""
     return list(
         SimFailure.objects.filter(step=step)
         .filter(Q(zone="") | Q(zone=zone))
@@ -494,7 +411,7 @@ def _failures(step: str, *, zone: str = "", image: str = "") -> list[SimFailure]
     )
 
 
-def _consume(candidates: list[SimFailure], token: str) -> SimFailure | None:
+def failure_consume(candidates: list[SimFailure], token: str) -> SimFailure | None:
     """The first of `candidates` matching `token`, consumed: a counted one by a conditional
     UPDATE (so it fires once whatever other workers do), and in `candidates` too, so the same
     list serves the next token."""

@@ -18,7 +18,7 @@ from django.db import transaction
 from pools.controllers import lifecycle
 from pools.models import GpuNodePool, Node, PoolEvent, PoolOrder
 from pools.models.cloud import SimMachine
-from pools.providers import simulated
+from pools.providers import simulated, simulated_cluster
 from pools.services import pools as services
 from tests.conftest import make_document
 from tests.pools.lifecycle_helpers import T0, approved_pool
@@ -173,7 +173,7 @@ def test_the_batched_pass_runs_only_the_steps_a_pool_calls_for(actors, monkeypat
     node = Node.objects.filter(pool=pool).order_by("name").first()
     simulated.pod_run(node_name=node.name, name="holdout", eviction_blocked=True, now=now)
     Node.objects.filter(pk=node.pk).update(release_reason=lifecycle_rules.SCALED_IN, phase="Draining", drain_deadline=now + timedelta(hours=1))
-    simulated.SimulatedCluster().cordon(name=node.name)  # as a drain's start does (else the pass cordons it: NodeDrift)
+    simulated_cluster.SimulatedCluster().cordon(name=node.name)  # as a drain's start does (else the pass cordons it: NodeDrift)
     batched(now + 2 * TICK)
     assert ran == ["Draining"]  # its pod refuses eviction: the drain waits, and nothing else has work
     ran.clear()

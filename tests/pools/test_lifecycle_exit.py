@@ -11,7 +11,7 @@ import pytest
 from pools.models import GpuNodePool, Node, PoolEvent, PoolOrder
 from pools.models.cloud import SimClusterNode, SimMachine
 from pools.models.pods import Pod
-from pools.providers import simulated
+from pools.providers import simulated, simulated_cluster
 from pools.services import pools as services
 from tests.conftest import make_document
 from tests.pools.lifecycle_helpers import (
@@ -100,7 +100,7 @@ def test_lowering_max_drains_surplus_burst_nodes_before_monthly_ones(actors, rea
     burst = Node.objects.create(
         pool=ready_pool, name="burst-1", billing="on_demand", phase="Ready", zone=ready_pool.zone, gpu_count=8, ready_at=T0
     )
-    simulated.SimulatedCluster().register_node(name=burst.name, now=T0)
+    simulated_cluster.SimulatedCluster().register_node(name=burst.name, now=T0)
     services.pool_resize(user=actors["lead"], pool=ready_pool, max_nodes=2, now=T0 + timedelta(hours=1))
     reconcile(ready_pool, T0 + timedelta(hours=1))
     burst.refresh_from_db()

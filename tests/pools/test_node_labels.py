@@ -13,7 +13,7 @@ from pools.controllers.scheduler import scheduler_pass
 from pools.core.node_labels import ClusterNodeState, node_fix
 from pools.models import GpuNodePool, Node, Pod, PoolEvent, PoolOrder
 from pools.models.cloud import SimClusterNode
-from pools.providers import simulated
+from pools.providers import simulated, simulated_cluster
 from pools.providers.base import ProviderError
 from pools.services import pods as pod_services
 from tests.pools.lifecycle_helpers import T0, TICK, approved_pool, live_nodes, run_until
@@ -108,21 +108,21 @@ def test_a_drained_node_uncordoned_by_someone_else_is_cordoned_again(actors, rea
 def test_a_spec_that_could_not_reach_a_node_stays_unobserved_and_is_retried(actors, ready_pool, monkeypatch):
     pool, now = ready_pool
     failing = live_nodes(pool)[0].name
-    apply = simulated.SimulatedCluster.node_apply
+    apply = simulated_cluster.SimulatedCluster.node_apply
 
     def flaky(self, *, name, labels, taints):
         if name == failing:
             raise ProviderError("the API server refused the patch")
         return apply(self, name=name, labels=labels, taints=taints)
 
-    monkeypatch.setattr(simulated.SimulatedCluster, "node_apply", flaky)
+    monkeypatch.setattr(simulated_cluster.SimulatedCluster, "node_apply", flaky)
     edit_spec(actors, pool, now, nodeLabels={"gpu-class": "a100", "pool": "train"})
     lifecycle.reconcile_all(now=now + TICK)
     pool = GpuNodePool.objects.get(pk=pool.pk)
     assert pool.observed_generation == pool.generation - 1
     node = Node.objects.get(name=failing)
     assert "pool" not in node.labels and events(node, "NodeUpdateFailed")
-    monkeypatch.setattr(simulated.SimulatedCluster, "node_apply", apply)
+    monkeypatch.setattr(simulated_cluster.SimulatedCluster, "node_apply", apply)
     lifecycle.reconcile_all(now=now + 2 * TICK)
     assert Node.objects.get(name=failing).labels["pool"] == "train"
     assert GpuNodePool.objects.get(pk=pool.pk).observed_generation == pool.generation

@@ -30,7 +30,8 @@ from pools.providers.base import (
     OutOfStock,
     PaymentDeclined,
 )
-from pools.providers.simulated import SimulatedCloud, SimulatedCluster
+from pools.providers.simulated import SimulatedCloud
+from pools.providers.simulated_cluster import SimulatedCluster
 from pools.services import pools as services
 from tests.pools.lifecycle_helpers import T0
 

@@ -1,0 +1,102 @@
+"""The simulated cluster: the embedded default `ClusterBackend`, over the database (issue 3 §1).
+
+Nodes registered by the simulated cloud's kubelet step (pools/providers/simulated.py) and the
+pods bound to them, with what a Kubernetes API server does to them: labels and taints applied
+like server-side apply, cordons, evictions refused by an injected disruption budget (the
+`evict` failure of the simulated cloud's failure injection), and pods that lose a removed node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from functools import reduce
+from operator import or_
+
+from django.db import transaction
+from django.db.models import Q, TextField
+from django.db.models.functions import Cast
+
+from pools.core.node_labels import labels_taints_decoded
+from pools.models.cloud import SimClusterNode
+from pools.models.pods import Pod
+from pools.providers.base import NodeState, PodInfo
+from pools.providers.simulated import EVICT, failure_consume, failures_armed
+
+
+class SimulatedCluster:
+    """`ClusterBackend` over the database: registered nodes and the pods bound to them."""
+
+    def register_node(self, *, name: str, now: datetime) -> None:
+        SimClusterNode.objects.get_or_create(name=name, defaults={"registered_at": now})
+
+    def node_apply(self, *, name: str, labels: Mapping[str, str], taints: Sequence[Mapping[str, str]]) -> None:
+        """Like server-side apply with a field manager (pools/providers/kubernetes.py): the node
+        keeps labels and taints others set; ours are those in `managed`, from the last apply,
+        so a label or taint we stop applying is removed. A (key, effect) we apply replaces
+        another's taint with the same key and effect, as one Node cannot hold both."""
+        with transaction.atomic():
+            row = SimClusterNode.objects.select_for_update().filter(name=name).first()
+            if row is None:
+                return
+            managed = row.managed or {}
+            ours_before = set(managed.get("labels", ()))
+            kept = {k: v for k, v in (row.labels or {}).items() if k not in ours_before}
+            wanted = [{"key": t["key"], "value": t.get("value") or "", "effect": t["effect"]} for t in taints]
+            keys = {(t["key"], t["effect"]) for t in wanted}
+            taints_before = {tuple(k) for k in managed.get("taints", ())}
+            others = [t for t in row.taints or () if (t["key"], t["effect"]) not in taints_before and (t["key"], t["effect"]) not in keys]
+            row.labels = {**kept, **labels}
+            row.taints = others + wanted
+            row.managed = {"labels": sorted(labels), "taints": sorted([k, e] for k, e in keys)}
+            row.save(update_fields=["labels", "taints", "managed"])
+
+    def nodes_state(self, *, names: Sequence[str]) -> dict[str, NodeState]:
+        """One query: by name for a few nodes, every Node for many (as `kubectl get nodes`: no
+        bound on the query's parameters); equal labels and taints decoded once (issue 23)."""
+        wanted = set(names)
+        if not wanted:
+            return {}
+        rows = SimClusterNode.objects.all() if len(wanted) > 500 else SimClusterNode.objects.filter(name__in=sorted(wanted))
+        texts, decoded, states = {"labels_text": Cast("labels", TextField()), "taints_text": Cast("taints", TextField())}, {}, {}
+        for name, *pair, unschedulable in rows.annotate(**texts).values_list("name", *texts, "unschedulable"):
+            if name in wanted:
+                labels, taints = decoded.get(tuple(pair)) or decoded.setdefault(tuple(pair), labels_taints_decoded(*pair))
+                states[name] = NodeState(labels=labels, taints=taints, unschedulable=unschedulable)
+        return states
+
+    def cordon(self, *, name: str) -> None:
+        SimClusterNode.objects.filter(name=name).update(unschedulable=True)
+
+    def uncordon(self, *, name: str) -> None:
+        SimClusterNode.objects.filter(name=name).update(unschedulable=False)
+
+    def evict_pod(self, *, namespace: str, name: str, reason: str) -> bool:
+        """Evict like the Eviction API: the pod leaves its node and is Pending again (its owner
+        would recreate it), unless an injected disruption budget (`evict` failure) refuses."""
+        return (namespace, name) in self.evict_pods(pods=[(namespace, name)], reason=reason)
+
+    def evict_pods(self, *, pods: Sequence[tuple[str, str]], reason: str) -> set[tuple[str, str]]:
+        """`evict_pod` for each (namespace, name) in order, in one UPDATE of live pods (their
+        unique index covers only those; issue 9): the same refusals, the same result. Returns
+        the pods evicted. Optional on the protocol: callers fall back to `evict_pod`."""
+        candidates = failures_armed(EVICT)
+        evicted = [(namespace, name) for namespace, name in pods if failure_consume(candidates, f"{namespace}/{name}") is None]
+        if evicted:
+            Pod.objects.live().filter(phase=Pod.Phase.RUNNING).filter(reduce(or_, (Q(namespace=ns, name=n) for ns, n in evicted))).update(
+                phase=Pod.Phase.PENDING, node=None, gpu_indices=[], reason="Evicted", started_at=None,
+                explanation=f"Evicted from its node: {reason}; waiting to be scheduled again",
+            )  # fmt: skip
+        return set(evicted)
+
+    def list_pods(self, *, node_name: str) -> list[PodInfo]:
+        pods = Pod.objects.filter(node__name=node_name, phase=Pod.Phase.RUNNING).order_by("namespace", "name")
+        return [PodInfo(namespace=p.namespace, name=p.name, priority=p.priority, phase=p.phase, checkpointable=p.checkpointable) for p in pods]
+
+    def remove_node(self, *, name: str) -> None:
+        """Pods still on a removed node lose it and wait to be scheduled again (`NodeLost`)."""
+        Pod.objects.filter(node__name=name, phase=Pod.Phase.RUNNING).update(
+            phase=Pod.Phase.PENDING, node=None, gpu_indices=[], reason="NodeLost", started_at=None,
+            explanation=f"Node {name} left the cluster; waiting to be scheduled again",
+        )  # fmt: skip
+        SimClusterNode.objects.filter(name=name).delete()
