@@ -17,7 +17,7 @@ the same state. Targets: < 5 s per pass, pool list and pool page p95 < 150 ms. A
 Usage: python bench/control_plane.py [--sizes 100,1000] [--requests 30] [--repeat 3] [--regenerate] [--draining 20]
                                      [--database postgres://postgres@127.0.0.1:5432/ebcloud_bench_control_plane]
                                      [--profile DIR]   (a cProfile dump per step and size)
-                                     [--workers N]   (N queue workers: the two loops at once, metering in N parts at once)
+                                     [--workers N]   (N queue workers: the two loops at once, each in N parts, then metering in N parts at once)
                                      [--no-instructions]   (skip the callgrind counts per pool and per node-hour)
 """
 
@@ -137,28 +137,33 @@ def measure_pass(*, now, hour=None, profile_dir: Path | None = None, tag: str = 
 class QueueWorkers:
     """`count` queue workers: spawned interpreters with Django set up, kept for every pass of a
     size as a running qcluster keeps its workers (their caches warm after the first task).
-    `at_once` hands each a job and times them from a common barrier."""
+    They take jobs from one shared first-in-first-out queue, as django-q2's workers take tasks
+    from its broker: `at_once` puts the jobs and times them from a common barrier."""
 
     def __init__(self, count: int):
         from django.db import connection
 
         context = multiprocessing.get_context("spawn")
-        self.barrier, self.results = context.Barrier(count + 1), context.Queue()
+        self.barrier, self.results, self.jobs = context.Barrier(count + 1), context.Queue(), context.Queue()
         self.inboxes = [context.Queue() for _ in range(count)]
         database = {key: connection.settings_dict[key] for key in ("NAME", "USER", "PASSWORD", "HOST", "PORT")}
         self.processes = [
-            context.Process(target=_worker, args=(inbox, database, self.barrier, self.results), daemon=True) for inbox in self.inboxes
+            context.Process(target=_worker, args=(inbox, self.jobs, database, self.barrier, self.results), daemon=True)
+            for inbox in self.inboxes
         ]
         for process in self.processes:
             process.start()
 
     def at_once(self, jobs: list[tuple[str, str, dict]]) -> tuple[float, list[Step]]:
-        """Run each (name, job, kwargs) — `job` a function of this module — on its own worker,
-        all at once (idle workers pass the barrier too). Returns the wall time from the barrier
-        until the last one ended, and each one's own step (seconds, statements; its note is
-        what the job returned)."""
-        for i, inbox in enumerate(self.inboxes):
-            inbox.put((i, *jobs[i]) if i < len(jobs) else None)
+        """Queue each (name, job, kwargs) — `job` a function of this module — in order; every
+        worker takes the next one as soon as it is free. Returns the wall time from the
+        barrier until the last one ended, and each one's own step (seconds, statements; its
+        note is what the job returned)."""
+        for i, job in enumerate(jobs):
+            self.jobs.put((i, *job))
+        for inbox in self.inboxes:
+            self.jobs.put(None)  # one end of the round per worker, behind every job
+            inbox.put("round")
         self.barrier.wait()
         started = time.perf_counter()
         steps = dict(self.results.get() for _ in jobs)
@@ -175,9 +180,10 @@ class QueueWorkers:
             process.join(timeout=30)
 
 
-def _worker(inbox, database: dict, barrier, results) -> None:
-    """A `QueueWorkers` child: ready (Django set up, code imported), then each job it is given,
-    connecting before the barrier (each pass's database is a fresh copy)."""
+def _worker(inbox, jobs, database: dict, barrier, results) -> None:
+    """A `QueueWorkers` child: ready (Django set up, code imported), then for each round
+    connected before the barrier (each pass's database is a fresh copy), the shared queue's
+    jobs until the round's end."""
     setup_django("postgres://{USER}@{HOST}:{PORT}/{NAME}".format(**database))
     from django.db import connection
 
@@ -186,32 +192,34 @@ def _worker(inbox, database: dict, barrier, results) -> None:
     import pools.controllers.autoscaler  # noqa: F401
     import pools.controllers.lifecycle  # noqa: F401
 
-    while (task := inbox.get()) != "stop":
+    while inbox.get() != "stop":
         connection.close()
         connection.ensure_connection()
         barrier.wait()
-        if task is None:
-            continue
-        index, name, job, kwargs = task
-        try:
-            step, note = counted(name, functools.partial(globals()[job], **kwargs))
-            step.note = str(note)
-        except Exception as exc:  # the parent waits for every result: say what failed instead
-            step = Step(name, 0.0, 0, f"failed: {type(exc).__name__}: {exc}")
-        results.put((index, step))
+        while (task := jobs.get()) is not None:
+            index, name, job, kwargs = task
+            try:
+                step, note = counted(name, functools.partial(globals()[job], **kwargs))
+                step.note = str(note)
+            except Exception as exc:  # the parent waits for every result: say what failed instead
+                step = Step(name, 0.0, 0, f"failed: {type(exc).__name__}: {exc}")
+            results.put((index, step))
     connection.close()
 
 
-def job_reconcile(*, now) -> str:
+def job_reconcile(*, now, index: int = 0, count: int = 1) -> str:
+    from pools.claims import Part
     from pools.controllers import lifecycle
 
-    return f"{sum(1 for r in lifecycle.reconcile_all(now=now) if r.claimed)} pools claimed"
+    return f"{sum(1 for r in lifecycle.reconcile_all(now=now, part=Part(index, count)) if r.claimed)} pools claimed"
 
 
-def job_autoscale(*, now) -> str:
+def job_autoscale(*, now, index: int = 0, count: int = 1) -> str:
+    from pools.claims import Part
     from pools.controllers import autoscaler
 
-    return ", ".join(f"{n} {reason}" for reason, n in Counter(r.reason for r in autoscaler.autoscale_all(now=now)).most_common(2))
+    results = autoscaler.autoscale_all(now=now, part=Part(index, count))
+    return ", ".join(f"{n} {reason}" for reason, n in Counter(r.reason for r in results).most_common(2))
 
 
 def job_meter_part(*, hour: str, index: int, count: int) -> str:
@@ -220,13 +228,29 @@ def job_meter_part(*, hour: str, index: int, count: int) -> str:
     return str(tasks.meter_part(hour, index, count))
 
 
+def tick_jobs(*, now, count: int) -> list[tuple[str, str, dict]]:
+    """The per-minute loops split in `count` parts (`EBCLOUD_TICK_PARTS` = the workers), in the
+    order the workers meet them: the two scheduled tasks, each running its first part and
+    queueing the others (`pools.tasks.reconcile_all`, `autoscale_all`), then those parts."""
+    jobs = []
+    for index in range(count):
+        for loop in ("reconcile", "autoscale"):
+            jobs.append((f"{loop} part {index + 1}" if count > 1 else loop, f"job_{loop}", {"now": now, "index": index, "count": count}))
+    return jobs
+
+
 def measure_pass_workers(*, now, hour, workers: QueueWorkers) -> list[Step]:
     """The pass as `workers` (at least 2) run it: the two per-minute loops, separate schedules,
-    at once on two workers; then the hour's metering split by pool into one part per worker,
-    at once (`billing.tasks.meter_part`, budgets checked by the part that completes it)."""
+    at once, each split by pool into one part per worker; then the hour's metering split the
+    same way, at once (`billing.tasks.meter_part`, budgets checked by the part that completes it)."""
     count = len(workers.inboxes)
-    wall, loops = workers.at_once([("reconcile", "job_reconcile", {"now": now}), ("autoscale", "job_autoscale", {"now": now})])
-    steps = [*loops, Step("reconcile + autoscale", wall, sum(s.queries for s in loops), "the per-minute loops, at once in two worker processes")]
+    wall, loops = workers.at_once(tick_jobs(now=now, count=count))
+    for loop in ("reconcile", "autoscale"):
+        parts = [s for s in loops if s.name.startswith(loop)]
+        steps_note = f"{count} parts, took {', '.join(f'{p.seconds:.2f}' for p in parts)} s: {'; '.join(p.note for p in parts)}"
+        loops.append(Step(loop, sum(p.seconds for p in parts), sum(p.queries for p in parts), steps_note))
+    loops = loops[-2:]
+    steps = [*loops, Step("reconcile + autoscale", wall, sum(s.queries for s in loops), f"the per-minute loops, at once, each in {count} parts over {count} worker processes")]
     if hour is None:
         return steps
     jobs = [(f"meter part {i + 1}", "job_meter_part", {"hour": hour.isoformat(), "index": i, "count": count}) for i in range(count)]

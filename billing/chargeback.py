@@ -40,6 +40,7 @@ from billing.hours import HOUR, floor_hour
 from billing.models import CostRecord
 from billing.selectors import CostQuery, days_for_user
 from pools import roles
+from pools.claims import Part
 
 # The current hour and the one just completed, which metering writes a few minutes past the
 # top of the hour (`billing.hours.METER_RUN_OFFSET`). Older unmetered hours mean metering is
@@ -48,7 +49,7 @@ from pools import roles
 ACCRUING_HOURS = 2
 
 
-def accruing_hours(*, query: CostQuery, now: datetime) -> list[tuple[datetime, list[metering.Part]]]:
+def accruing_hours(*, query: CostQuery, now: datetime) -> list[tuple[datetime, list[Part]]]:
     """The hours up to `now`'s not wholly metered, within the query's days, each with its parts
     not metered yet (an hour metered in parts by several workers is whole when all are in)."""
     current = floor_hour(now)

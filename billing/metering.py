@@ -33,8 +33,8 @@ from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
 
-from django.db.models import Case, Count, Exists, F, Min, OuterRef, Q, QuerySet, TextField, When
-from django.db.models.functions import Cast, Mod
+from django.db.models import Case, Count, Exists, F, Min, OuterRef, Q, TextField, When
+from django.db.models.functions import Cast
 
 from billing.allocation import FeeHour, NodeHour, PodHour, effective_labels, gpu_hours
 from billing.bulk_insert import Unsaved
@@ -50,6 +50,7 @@ from billing.node_prices import (
     price_entry_in_force,
     price_memo,
 )
+from pools.claims import WHOLE, Part
 from pools.core.errors import ValidationError
 from pools.models import GpuNodePool, Node, Pod, Team
 from pools.providers import get_cloud_provider
@@ -61,33 +62,6 @@ FEE_KINDS = (UsageRecord.Kind.STORAGE, UsageRecord.Kind.NETWORK, UsageRecord.Kin
 
 # Unsaved `UsageRecord`s without `Model.__init__`: an hour of a 200,000-pod fleet is ~210,000.
 _new_usage = Unsaved(UsageRecord)
-
-
-@dataclass(frozen=True)
-class Part:
-    """The pools one metering worker takes: those whose id is `index` modulo `count` (issue 23:
-    an hour of 1,000 pools split over workers). An hour's allocation never crosses pools, so its
-    parts add up to the whole hour, row for row."""
-
-    index: int = 0
-    count: int = 1
-
-    def __post_init__(self):
-        if not 0 <= self.index < self.count:
-            raise ValueError(f"part {self.index} of {self.count}: the index must be at least 0 and below the count")
-
-    def of(self, rows: QuerySet, pool_field: str = "pool_id") -> QuerySet:
-        """`rows` of this part's pools (all of them when the hour is one part)."""
-        if self.count == 1:
-            return rows
-        return rows.alias(meter_part=Mod(pool_field, self.count)).filter(meter_part=self.index)
-
-    @classmethod
-    def all_of(cls, count: int) -> list[Part]:
-        return [cls(index, count) for index in range(count)]
-
-
-WHOLE = Part()
 
 
 def parts_unmetered(hours: list[datetime], *, parts: int = 1) -> list[tuple[datetime, list[Part]]]:

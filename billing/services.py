@@ -25,8 +25,8 @@ from billing import metering
 from billing.bulk_insert import Unsaved, bulk_insert, inserting
 from billing.costing import cost_records_for, label_group_key
 from billing.hours import HOUR, last_complete_hour
-from billing.metering import WHOLE, Part
 from billing.models import CostDay, CostDayLock, CostRecord, MeterRun, UsageRecord
+from pools.claims import WHOLE, Part
 
 log = logging.getLogger("ebcloud.billing")
 

@@ -9,7 +9,7 @@ from django.utils import timezone
 from django_q.tasks import async_task
 
 from billing import budgets, services
-from billing.metering import Part
+from pools.claims import Part
 from pools.services.notifications import notifications_redeliver
 
 

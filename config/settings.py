@@ -318,6 +318,9 @@ EBCLOUD_SCHEDULER_EXTENDER_TOKEN = env_str("EBCLOUD_SCHEDULER_EXTENDER_TOKEN", "
 # Metering splits each hour by pool into this many parts, one task each, so that several workers
 # meter an hour together (set it to the number of worker processes of all qclusters).
 EBCLOUD_METER_PARTS = env_int("EBCLOUD_METER_PARTS", 1, minimum=1, maximum=64)
+# The per-minute passes (the lifecycle controller, the autoscaler) split the same way, by pool,
+# into this many tasks, so that several workers share a tick (same advice).
+EBCLOUD_TICK_PARTS = env_int("EBCLOUD_TICK_PARTS", 1, minimum=1, maximum=64)
 
 # Alerts (budgets and capacity; pools/services/notifications.py): where they go besides the
 # in-app list and the mail to the team's leads. The EBCLOUD_BUDGET_* names of earlier releases

@@ -3,7 +3,11 @@ time, claimed by a conditional UPDATE on `PoolClaim.version` (check the row coun
 number of workers on any number of hosts can run the loops. Claims expire after
 `EBCLOUD_RECONCILE_CLAIM_SECONDS` (wall clock), so a worker killed mid-pass does not hold a pool
 for ever. One pool at a time (`claim_acquire` / `claim_release`) or many at once (`Claims`,
-with `claims_seen` for the passes that write only to unclaimed pools)."""
+with `claims_seen` for the passes that write only to unclaimed pools).
+
+A pass over every pool can also be split by pool id over workers (`Part`, issue 23): an hour's
+metering, a tick of the lifecycle controller or of the autoscaler. Every worker splits the same
+way, so the parts of one pass never share a pool and together are every pool, each once."""
 
 from __future__ import annotations
 
@@ -15,7 +19,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import F, Q
+from django.db.models import BigIntegerField, F, Q, QuerySet
+from django.db.models.functions import Mod
 from django.utils import timezone
 
 from pools.models import PoolClaim
@@ -112,3 +117,30 @@ def claim_acquire(*, pool_id: int, owner: str = WORKER_ID) -> int | None:
 
 def claim_release(*, pool_id: int, version: int) -> None:
     PoolClaim.objects.filter(pk=pool_id, version=version).update(owner="", claimed_until=None)
+
+
+@dataclass(frozen=True, order=True)
+class Part:
+    """The pools whose id is `index` modulo `count` (`Part()`: all of them)."""
+
+    index: int = 0
+    count: int = 1
+
+    def __post_init__(self):
+        if not 0 <= self.index < self.count:
+            raise ValueError(f"part {self.index} of {self.count}: the index must be at least 0 and below the count")
+
+    def of(self, rows: QuerySet, pool_field: str = "pool_id") -> QuerySet:
+        """`rows` of this part's pools (all of them when the pass is one part)."""
+        if self.count == 1:
+            return rows
+        # An integer modulo (Django's Mod is numeric by default: `mod(id, 2)::numeric = 1.0`).
+        part = Mod(pool_field, self.count, output_field=BigIntegerField())
+        return rows.alias(pool_part=part).filter(pool_part=self.index)
+
+    @classmethod
+    def all_of(cls, count: int) -> list[Part]:
+        return [cls(index, count) for index in range(count)]
+
+
+WHOLE = Part()

@@ -29,7 +29,16 @@ from django.db.models import Count, OuterRef, Subquery
 from django.utils import timezone
 
 from monitoring.selectors import gpu_memory_used_pct
-from pools.claims import WORKER_ID, Claims, ClaimsSeen, claim_acquire, claim_release, claims_seen
+from pools.claims import (
+    WHOLE,
+    WORKER_ID,
+    Claims,
+    ClaimsSeen,
+    Part,
+    claim_acquire,
+    claim_release,
+    claims_seen,
+)
 from pools.controllers.context import ReconcilePass
 from pools.controllers.exits import drain_start
 from pools.controllers.lifecycle import node_names_next
@@ -69,7 +78,7 @@ class AutoscaleResult:
     reason: str = ""
 
 
-def autoscale_all(*, now: datetime | None = None) -> list[AutoscaleResult]:
+def autoscale_all(*, now: datetime | None = None, part: Part = WHOLE) -> list[AutoscaleResult]:
     """One pass over every live pool that autoscales (the task and `manage.py autoscale --once`).
 
     Batched (issue 9): the inputs of every pool's decision — node counts, Pending pods, GPU
@@ -78,10 +87,12 @@ def autoscale_all(*, now: datetime | None = None) -> list[AutoscaleResult]:
     costs no statement of its own: the stored histories are written with one UPDATE. Pools
     that scale or record a blocked or limited decision are claimed together (the lifecycle's
     claim, so reconcile and autoscale never act on one pool at once) and decided again on
-    fresh rows by the per-pool pass before they act.
+    fresh rows by the per-pool pass before they act. With `part`, only that part's pools
+    (`pools.claims.Part`), as the lifecycle controller splits its pass.
     """
     now = now or timezone.now()
-    pools = list(GpuNodePool.objects.active().exclude(phase=GpuNodePool.Phase.DELETING).select_related(*POOL_RELATED).order_by("pk"))
+    live = part.of(GpuNodePool.objects.active().exclude(phase=GpuNodePool.Phase.DELETING), "pk")
+    pools = list(live.select_related(*POOL_RELATED).order_by("pk"))
     seen = claims_seen(p.pk for p in pools)
     busy = seen.busy
     view = fleet_view([p for p in pools if p.pk not in busy])

@@ -35,7 +35,7 @@ from django.utils import timezone
 
 from billing import lease_ledger
 from monitoring.services import credential_revoke_for_node
-from pools.claims import WORKER_ID, Claims, claim_acquire, claim_release, claims_seen
+from pools.claims import WHOLE, WORKER_ID, Claims, Part, claim_acquire, claim_release, claims_seen
 from pools.controllers import exits, node_sync, repair_outcome
 from pools.controllers.context import ReconcilePass
 from pools.controllers.state import snapshots_load, statuses_write
@@ -70,7 +70,7 @@ class ReconcileResult:
     error: str = ""
 
 
-def reconcile_all(*, now: datetime | None = None, cloud: CloudProvider | None = None, cluster: ClusterBackend | None = None) -> list[ReconcileResult]:
+def reconcile_all(*, now: datetime | None = None, cloud: CloudProvider | None = None, cluster: ClusterBackend | None = None, part: Part = WHOLE) -> list[ReconcileResult]:
     """One pass over every live pool (the scheduled task and `manage.py reconcile --once`).
 
     Batched (issue 9): the rows of every live pool are loaded with a fixed number of queries
@@ -79,11 +79,11 @@ def reconcile_all(*, now: datetime | None = None, cloud: CloudProvider | None = 
     is written with one UPDATE where it changed. Pools with work are claimed together with one
     conditional UPDATE and go through the per-pool pass (`_reconcile`) with the steps their
     rows call for, so the statements of a pass grow with what happens, not with the number of
-    pools. A pool another worker holds is skipped, as before.
+    pools. A pool another worker holds is skipped, as before. `part`: the share of one worker.
     """
     moment = now or timezone.now()
     cloud, cluster = cloud or get_cloud_provider(), cluster or get_cluster_backend()
-    pools = list(GpuNodePool.objects.filter(deleted_at__isnull=True).select_related("team", "gpu_model", "node_type", "zone").order_by("pk"))
+    pools = list(part.of(GpuNodePool.objects.filter(deleted_at__isnull=True), "pk").select_related("team", "gpu_model", "node_type", "zone").order_by("pk"))
     seen = claims_seen(p.pk for p in pools)
     busy = seen.busy
     snapshots = snapshots_load([p for p in pools if p.pk not in busy])
@@ -159,10 +159,10 @@ def pool_reconcile(*, pool_id: int, now: datetime | None = None, cloud: CloudPro
         claim_release(pool_id=pool_id, version=version)
 
 
-def next_wakeup(*, after: datetime) -> datetime | None:
-    """The earliest moment a live node needs the controller again (a step ends, a backoff or a
-    drain deadline passes), so the worker can wake then instead of at the next tick."""
-    live = Node.objects.exclude(phase=Node.Phase.TERMINATED).filter(pool__deleted_at__isnull=True)
+def next_wakeup(*, after: datetime, part: Part = WHOLE) -> datetime | None:
+    """The earliest moment a live node (of the part's pools) needs the controller again (a step ends,
+    a backoff or a drain deadline passes), so the worker can wake then instead of at the next tick."""
+    live = part.of(Node.objects.exclude(phase=Node.Phase.TERMINATED).filter(pool__deleted_at__isnull=True))
     moments = [
         live.filter(release_reason="", step_due_at__gt=after).aggregate(m=Min("step_due_at"))["m"],
         live.exclude(release_reason="").filter(drain_deadline__gt=after).aggregate(m=Min("drain_deadline"))["m"],

@@ -84,8 +84,9 @@ def test_the_report_says_how_fast_the_machine_was(capsys):
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="worker processes share the database: PostgreSQL (the bench's)")
 def test_the_pass_as_two_queue_workers_run_it_meters_the_hour_whole_in_parts():
-    """`--workers 2` (issue 23 item 3): the two loops at once in two processes, then the hour's
-    metering in two parts at once; the parts add up to the hour, as one worker would meter it."""
+    """`--workers 2` (issue 23 item 3): the two loops at once, each split in two parts that the
+    two processes take from one queue, then the hour's metering in two parts at once; every
+    pool is reconciled once, and the parts add up to the hour, as one worker would meter it."""
     from bench.control_plane import QueueWorkers, measure_pass_workers
     from billing.models import MeterRun
 
@@ -98,6 +99,8 @@ def test_the_pass_as_two_queue_workers_run_it_meters_the_hour_whole_in_parts():
         workers.close()
     assert list(steps) == ["reconcile", "autoscale", "reconcile + autoscale", "meter", "pass total"]
     assert steps["reconcile + autoscale"].queries == steps["reconcile"].queries + steps["autoscale"].queries
+    claimed = [int(note.split()[0]) for note in steps["reconcile"].note.split(": ", 1)[1].split("; ")]
+    assert len(claimed) == 2 and sum(claimed) == SMALL.pools
     assert sorted(MeterRun.objects.filter(hour=hour).values_list("part", "parts")) == [(0, 2), (1, 2)]
     pods = SMALL.monthly_ready + SMALL.burst_ready
     counted = sum(UsageRecord.objects.filter(kind="pod").values_list("pod_count", flat=True))

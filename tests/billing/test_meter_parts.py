@@ -15,8 +15,8 @@ from django.core.management import CommandError, call_command
 from django.db import connection, transaction
 
 from billing import services
-from billing.metering import Part
 from billing.models import CostDay, CostRecord, MeterRun, UsageRecord
+from pools.claims import Part
 from tests.billing.billing_helpers import HOUR, T0, node, pod, pool
 
 pytestmark = pytest.mark.django_db

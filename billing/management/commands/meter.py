@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from billing import metering, services
 from billing.hours import last_complete_hour
+from pools.claims import Part
 
 
 class Command(BaseCommand):
@@ -27,7 +28,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, once: bool = False, hour: str | None = None, **options):
         now = timezone.now()
-        parts = metering.Part.all_of(settings.EBCLOUD_METER_PARTS)  # the workers' split, in turn
+        parts = Part.all_of(settings.EBCLOUD_METER_PARTS)  # the workers' split, in turn
         if hour:
             try:
                 moment = datetime.fromisoformat(hour)
