@@ -500,11 +500,21 @@ def steps_needed(
 
 
 def _drifted(nodes: Sequence[NodeRow], observed: Mapping[str, ClusterNodeState] | None) -> bool:
-    """Some node lost in the cluster what we applied (None: the cluster was not read)."""
-    return observed is not None and any(
-        n.name in observed and drifted(applied_labels=n.labels or {}, applied_taints=n.taints, cordoned=n.phase in CORDONED_PHASES, observed=observed[n.name])
-        for n in nodes
-    )
+    """Some node lost in the cluster what we applied (None: the cluster was not read). Nodes and
+    the cluster's states share the values decoded from equal texts: each distinct pair is
+    compared once, not once per node (a pass reads 20,000 nodes, issue 23)."""
+    compared: set[tuple] = set()
+    for n in nodes if observed is not None else ():
+        if (state := observed.get(n.name)) is None:
+            continue
+        cordoned = n.phase in CORDONED_PHASES
+        key = (id(n.labels), id(n.taints), cordoned, id(state.labels), id(state.taints), state.unschedulable, state.gpu_shares_advertised)
+        if key in compared:
+            continue
+        if drifted(applied_labels=n.labels or {}, applied_taints=n.taints, cordoned=cordoned, observed=state):
+            return True
+        compared.add(key)
+    return False
 
 
 def status_of(s: PoolSnapshot, *, stalls: Sequence[str] = (), now: datetime) -> PoolStatus:

@@ -157,3 +157,28 @@ def test_steps_needed_names_each_step_of_the_pass_that_has_work_in_order():
     silent = [ready[0], rules.NodeRow(2, "n2", "Ready", "monthly", last_heartbeat=now - timedelta(minutes=6))]
     assert needed(silent, [paid]) == ("Heartbeat",)
     assert rules.work_needed(rules.PoolSnapshot(pk=1, phase="Deleting", min_nodes=0, max_nodes=0), now=now, lease_notice=timedelta(days=3), heartbeat_grace=timedelta(minutes=5)) == "Deleting"
+
+
+def test_drift_is_found_on_any_node_when_nodes_share_what_was_applied():
+    """Issue 23: the drift check compares each distinct pair of (applied, observed) values
+    once; a node whose cluster state differs is still found, wherever it is in the pool."""
+    from pools.core.node_labels import ClusterNodeState
+
+    now = datetime(2026, 3, 1, tzinfo=UTC)
+    labels, taints = {"pool": "a", "gpu-class": "a100"}, ({"key": "pool", "value": "a", "effect": "NoSchedule"},)
+    seen = ClusterNodeState(labels={**labels, "kubernetes.io/hostname": "x"}, taints=(("pool", "a", "NoSchedule"),))
+    nodes = [rules.NodeRow(i, f"n{i}", "Ready", "monthly", last_heartbeat=now, labels=labels, taints=taints) for i in range(6)]
+    snapshot = rules.PoolSnapshot(pk=1, phase="Ready", min_nodes=6, max_nodes=6, nodes=tuple(nodes), generation=1, observed_generation=1)
+
+    def needed(observed):
+        return rules.steps_needed(snapshot, now=now, lease_notice=timedelta(days=3), heartbeat_grace=timedelta(minutes=5), observed=observed)
+
+    assert "NodeDrift" not in needed({n.name: seen for n in nodes})
+    for lost in (0, 5):
+        observed = {n.name: seen for n in nodes}
+        observed[f"n{lost}"] = ClusterNodeState(labels={"gpu-class": "a100"}, taints=seen.taints)  # its pool label removed
+        assert "NodeDrift" in needed(observed)
+    # The same applied values and the same state, but a drained node's cordon was lifted.
+    draining = rules.NodeRow(6, "n6", "Draining", "monthly", release_reason="ScaledIn", labels=labels, taints=taints)
+    snapshot = rules.PoolSnapshot(pk=1, phase="Ready", min_nodes=6, max_nodes=7, nodes=(*nodes, draining), generation=1, observed_generation=1)
+    assert "NodeDrift" in needed({n.name: seen for n in snapshot.nodes})
