@@ -11,7 +11,8 @@ from decimal import Decimal
 from billing.budget_default import DefaultBudget
 from billing.budget_sync import pool_default_budget
 from billing.models import Budget, BudgetAlert
-from billing.selectors import BudgetStatus, budget_status, period_bounds
+from billing.month_spend import BudgetStatus, period_bounds
+from billing.selectors import budget_status
 from pools.models import GpuNodePool
 
 PRECEDENCE = "A budget finance sets wins over the one in the pool's spec, which wins over the default."

@@ -13,10 +13,10 @@ from decimal import Decimal
 
 from django.db import IntegrityError, transaction
 
-from billing import selectors
 from billing.budget_admin import budget_team_set
 from billing.budget_sync import budgets_sync, pool_budgets_synced
 from billing.models import Budget, BudgetAlert
+from billing.month_spend import budget_statuses_of
 from pools.models import Notification
 from pools.services.events import WARNING, event_record
 from pools.services.notifications import notification_raise
@@ -32,7 +32,7 @@ def budgets_evaluate(*, now: datetime) -> list:
     """
     budgets = [*pool_budgets_synced(now=now), *Budget.objects.filter(pool__isnull=True).select_related("team")]
     fired = []
-    statuses = selectors.budget_statuses_of(budgets, now=now)
+    statuses = budget_statuses_of(budgets, now=now)
     for status in statuses:
         budget = status.budget
         for threshold in sorted(budget.thresholds or [80, 100]):

@@ -2,31 +2,66 @@
 shows them: the pool list (cost this month and forecast beside each pool) and the order queue
 (the pool's and the team's budget use beside each order) (issue 21).
 
-The numbers are the budgets' numbers: a pool's spend is everything it was charged this month,
-to whichever team, and a team's is what the team was charged (`billing.selectors.budget_costs`);
-the forecast is the budgets' run-rate rule (`billing.forecast`). Only the reading differs, and
-not the result: the sums come from the daily rollup (`CostDay`, the records' sums exactly; a
-month is whole days), and the first and last metered hour of each pool or team, which the
-forecast needs, from one index lookup each on (pool, hour) or (team, hour). Two queries per
-scope, and no month of cost records read: summing those took ~370 ms for 50 pools on SQLite,
-the rollup ~15-25 ms.
+The same numbers are the budgets' (`BudgetStatus`: the budget bars, the hourly budget check,
+`/metrics`): a pool's spend is everything it was charged this month, to whichever team, and a
+team's is what the team was charged; the forecast is the run-rate rule of `billing.forecast`.
+The sums come from the daily rollup (`CostDay`, the cost records' sums exactly; a month is
+whole days), and the first and last metered hour of each pool or team, which the forecast
+needs, from one index lookup each on (pool, hour) or (team, hour). Two queries per scope, and
+no month of cost records read: summing those took ~370 ms for 50 pools on SQLite, the rollup
+~15-25 ms; at 1,000 pools ten days of records (1.7 M) took 0.34 s on PostgreSQL, in the budget
+check of every metered hour (issue 23).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, date, datetime
 from decimal import Decimal
 
 from django.db.models import OuterRef, Subquery, Sum
 
 from billing.forecast import CENT, month_forecast
-from billing.models import CostDay, CostRecord
-from billing.selectors import BudgetStatus, period_bounds
+from billing.lease_costs import add_months
+from billing.models import Budget, CostDay, CostRecord
 from pools.models import GpuNodePool, Team
 
 SCOPES = {"pool_id": GpuNodePool, "team_id": Team}
+
+
+def period_bounds(now: datetime) -> tuple[datetime, datetime]:
+    """The calendar month (UTC) that `now` is in: a budget's period."""
+    start = now.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    return start, add_months(start, 1)
+
+
+@dataclass(frozen=True)
+class BudgetStatus:
+    budget: Budget
+    period: date
+    spent: Decimal
+    forecast: Decimal | None
+
+    @property
+    def percent(self) -> Decimal:
+        return _percent(self.spent, self.budget.monthly_amount)
+
+    @property
+    def forecast_percent(self) -> Decimal | None:
+        return None if self.forecast is None else _percent(self.forecast, self.budget.monthly_amount)
+
+    @property
+    def bar_percent(self) -> Decimal:
+        return min(self.percent, Decimal(100))
+
+    @property
+    def level(self) -> str:
+        return "over" if self.percent >= 100 else "warn" if self.percent >= min(self.budget.thresholds or [80]) else "ok"
+
+
+def _percent(amount: Decimal, of: Decimal) -> Decimal:
+    return (Decimal(amount) / Decimal(of) * 100).quantize(Decimal("0.1")) if of else Decimal(0)
 
 
 @dataclass(frozen=True)
@@ -80,9 +115,10 @@ def pool_spend_attach(pools: list, *, now: datetime) -> list:
     return pools
 
 
-def budget_statuses_read(budgets, *, now: datetime) -> list[BudgetStatus]:
-    """`billing.selectors.budget_statuses_of`'s statuses (the same spend and forecast) read
-    from the rollup: four queries for any number of pool and team budgets."""
+def budget_statuses_of(budgets, *, now: datetime) -> list[BudgetStatus]:
+    """Each budget's month: spent so far in its currency and the forecast. Four queries for any
+    number of pool and team budgets (a pool budget covers everything its pool costs, a team
+    budget what its team is charged)."""
     budgets = list(budgets)
     start, _ = period_bounds(now)
     by_pool = month_spend(scope="pool_id", ids={b.pool_id for b in budgets if b.pool_id}, now=now)
@@ -94,4 +130,3 @@ def budget_statuses_read(budgets, *, now: datetime) -> list[BudgetStatus]:
         out.append(BudgetStatus(budget=budget, period=start.date(), spent=spend.spent if spend else Decimal("0.00"),
                                 forecast=spend.forecast if spend else None))  # fmt: skip
     return out
-

@@ -3,8 +3,7 @@ region and GPU model, whether the account's balance covers its quote, and this m
 the pool's and the team's budgets.
 
 Reads only: quota room from `pools.selectors.quotas`, budget use as the budget bars show it
-(`billing.month_spend.budget_statuses_read`: the same spend and forecast, from the daily
-rollup), the balance from the account that orders are paid from. A constant number of queries
+(`billing.month_spend.budget_statuses_of`, from the daily rollup), the balance from the account that orders are paid from. A constant number of queries
 for a whole page of orders.
 """
 
@@ -18,8 +17,7 @@ from django.conf import settings
 from django.db.models import Q
 
 from billing.models import Account, Budget
-from billing.month_spend import budget_statuses_read
-from billing.selectors import BudgetStatus
+from billing.month_spend import BudgetStatus, budget_statuses_of
 from pools.models import PoolOrder
 from pools.selectors.quotas import OrderQuota, order_quotas
 
@@ -84,7 +82,7 @@ def order_budgets(*, orders: list[PoolOrder], now: datetime) -> tuple[dict[int, 
     pool_ids = {o.pool_id for o in orders}
     team_ids = {o.pool.team_id for o in orders}
     budgets = Budget.objects.filter(Q(pool_id__in=pool_ids) | Q(pool__isnull=True, team_id__in=team_ids)).select_related("pool", "team")
-    statuses = budget_statuses_read(budgets, now=now)
+    statuses = budget_statuses_of(budgets, now=now)
     by_pool = {s.budget.pool_id: s for s in statuses if s.budget.pool_id}
     by_team = {s.budget.team_id: s for s in statuses if not s.budget.pool_id}
     return by_pool, by_team

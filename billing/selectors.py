@@ -11,20 +11,17 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
-from decimal import Decimal
 
-from django.db.models import Max, Min, QuerySet, Sum, TextField
+from django.db.models import QuerySet, TextField
 from django.db.models.functions import Cast
 
 from billing.allocation import (
-    CENT,
     CHARGED_TEAM,
     DEFAULT_GROUP_LABELS,
     group_columns,
 )
-from billing.forecast import month_forecast
-from billing.lease_costs import add_months
 from billing.models import Budget, BudgetAlert, CostDay, CostRecord
+from billing.month_spend import BudgetStatus, budget_statuses_of
 from pools.core.errors import FieldError, ValidationError
 
 LABEL_KEY = re.compile(
@@ -179,87 +176,9 @@ def cost_detail_rows(
 # --------------------------------------------------------------------------- budgets
 
 
-@dataclass(frozen=True)
-class BudgetStatus:
-    budget: Budget
-    period: date
-    spent: Decimal
-    forecast: Decimal | None
-
-    @property
-    def percent(self) -> Decimal:
-        return _percent(self.spent, self.budget.monthly_amount)
-
-    @property
-    def forecast_percent(self) -> Decimal | None:
-        return (
-            None if self.forecast is None else _percent(self.forecast, self.budget.monthly_amount)
-        )
-
-    @property
-    def bar_percent(self) -> Decimal:
-        return min(self.percent, Decimal(100))
-
-    @property
-    def level(self) -> str:
-        return (
-            "over"
-            if self.percent >= 100
-            else "warn"
-            if self.percent >= min(self.budget.thresholds or [80])
-            else "ok"
-        )
-
-
-def _percent(amount: Decimal, of: Decimal) -> Decimal:
-    return (Decimal(amount) / Decimal(of) * 100).quantize(Decimal("0.1")) if of else Decimal(0)
-
-
-def period_bounds(now: datetime) -> tuple[datetime, datetime]:
-    start = now.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-    return start, add_months(start, 1)
-
-
-def budget_costs(budget: Budget) -> QuerySet[CostRecord]:
-    """A pool budget covers everything its pool costs; a team budget what its team is charged."""
-    if budget.pool_id:
-        return CostRecord.objects.filter(pool_id=budget.pool_id)
-    return CostRecord.objects.filter(team_id=budget.team_id)
-
-
 def budget_status(*, budget: Budget, now: datetime) -> BudgetStatus:
     """Spend this month and, after 3 days of data, a linear run-rate forecast for the month."""
     return budget_statuses_of([budget], now=now)[0]
-
-
-def budget_statuses_of(budgets, *, now: datetime) -> list[BudgetStatus]:
-    """Statuses of many budgets in two queries (one for pool budgets, one for team budgets)."""
-    budgets = list(budgets)
-    start, end = period_bounds(now)
-    month = CostRecord.objects.filter(hour__gte=start, hour__lt=end)
-    sums: dict[tuple[str, int, str], dict] = {}
-    for scope, ids in (
-        ("pool_id", {b.pool_id for b in budgets if b.pool_id}),
-        ("team_id", {b.team_id for b in budgets if not b.pool_id}),
-    ):
-        if not ids:
-            continue
-        rows = (
-            month.filter(**{f"{scope}__in": ids})
-            .values(scope, "currency")
-            .annotate(spent=Sum("amount"), first=Min("hour"), last=Max("hour"))
-            .order_by()
-        )
-        for row in rows:
-            sums[(scope, row[scope], row["currency"])] = row
-    out = []
-    for budget in budgets:
-        key = ("pool_id", budget.pool_id) if budget.pool_id else ("team_id", budget.team_id)
-        row = sums.get((*key, budget.currency))
-        spent = Decimal(row["spent"] if row else 0).quantize(CENT)
-        forecast = None if row is None else month_forecast(spent=spent, first=row["first"], last=row["last"], end=end)
-        out.append(BudgetStatus(budget=budget, period=start.date(), spent=spent, forecast=forecast))
-    return out
 
 
 def budget_statuses(*, user, now: datetime) -> list[BudgetStatus]:

@@ -30,7 +30,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import GaugeMetricFamily
 
 from billing.models import Budget
-from billing.selectors import budget_statuses_of
+from billing.month_spend import budget_statuses_of
 from monitoring import selectors
 
 LOOPBACK = {"127.0.0.1", "::1"}

@@ -190,7 +190,7 @@ def test_the_costs_page_shows_parameter_errors_instead_of_failing(actors, costs)
 
 @pytest.mark.parametrize(
     ("now", "page_queries", "csv_queries"),
-    [(datetime(2026, 12, 1, 12, 30, tzinfo=UTC), 31, 26), (datetime(2027, 1, 15, 9, 0, tzinfo=UTC), 8, 3)],
+    [(datetime(2026, 12, 1, 12, 30, tzinfo=UTC), 32, 26), (datetime(2027, 1, 15, 9, 0, tzinfo=UTC), 9, 3)],
     ids=["inside-the-range-with-two-accruing-hours", "after-the-range"],
 )
 def test_the_page_and_the_api_use_a_constant_number_of_queries(
@@ -199,8 +199,8 @@ def test_the_page_and_the_api_use_a_constant_number_of_queries(
     """The clock is frozen: inside the range the page and the CSV also project the two hours
     not metered yet (11:00 and 12:00, about 11 queries each whatever the fleet's size:
     `billing.metering.usage_collect`) and the page the month's budgets (every pool has one:
-    one query sums their month's spend, whatever their number); the bound held only until the
-    real clock reached the test's range."""
+    two queries read their month's spend from the daily rollup, whatever their number); the
+    bound held only until the real clock reached the test's range."""
     time_machine.move_to(now, tick=False)
     client = web(actors, "finance")
     with CaptureQueriesContext(connection) as page:

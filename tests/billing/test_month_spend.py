@@ -1,5 +1,6 @@
-"""Cost this month and forecast per pool in the pool list (issue 21 item 11): the budgets' own
-spend and run-rate rule, for a page of pools in two queries."""
+"""Cost this month and forecast per pool in the pool list (issue 21 item 11) and every budget's
+month (the bars, the hourly check, /metrics: issue 23): read from the daily rollup, equal to the
+cost records' own sums and run-rate rule, in two queries per scope."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from billing import budgets, selectors
-from billing.models import Budget
-from billing.month_spend import MonthSpend, budget_statuses_read, month_spend
+from billing.forecast import month_forecast
+from billing.models import Budget, CostRecord
+from billing.month_spend import MonthSpend, budget_statuses_of, month_spend, period_bounds
 from tests.billing.billing_helpers import HOUR, T0, charge, pool
 
 pytestmark = pytest.mark.django_db
@@ -43,17 +45,37 @@ def test_each_pool_has_its_month_so_far_and_a_forecast_after_three_days(pools):
     assert quiet.pk not in spent  # November's cost is last month's
 
 
-def test_budget_statuses_read_from_the_rollup_are_the_budgets_own(actors, teams, pools):
+def from_records(budget, now):
+    """A budget's spend and forecast summed from its month's cost records themselves (what the
+    rollup must equal): a pool budget covers its pool, a team budget its team's charges."""
+    start, end = period_bounds(now)
+    scope = {"pool_id": budget.pool_id} if budget.pool_id else {"team_id": budget.team_id}
+    hours = list(CostRecord.objects.filter(**scope, hour__gte=start, hour__lt=end, currency=budget.currency).values_list("hour", "amount"))
+    spent = sum((amount for _, amount in hours), Decimal("0.00"))
+    forecast = month_forecast(spent=spent, first=min(h for h, _ in hours), last=max(h for h, _ in hours), end=end) if hours else None
+    return spent, forecast
+
+
+def test_budget_statuses_from_the_rollup_are_the_records_own_sums(actors, teams, pools):
     train, young, _ = pools
     budgets.budgets_sync()
     budgets.budget_team_set(user=actors["admin"], team=teams["algorithm"], monthly_amount=Decimal("2000"))
     charge(train, "3.00", hours=5, start=T0 + 10 * HOUR, team=teams["inference"])  # inference used algorithm's pool
     every = list(Budget.objects.select_related("pool", "team"))
     now = T0 + 72 * HOUR
-    fast = [(s.budget.pk, s.period, s.spent, s.forecast) for s in budget_statuses_read(every, now=now)]
-    assert fast == [(s.budget.pk, s.period, s.spent, s.forecast) for s in selectors.budget_statuses_of(every, now=now)]
-    spent = {"pool" if s.budget.pool_id else "team": s.spent for s in budget_statuses_read(every, now=now) if s.budget.pool_id in (None, train.pk)}
+    statuses = budget_statuses_of(every, now=now)
+    assert [(s.spent, s.forecast) for s in statuses] == [from_records(b, now) for b in every]
+    spent = {"pool" if s.budget.pool_id else "team": s.spent for s in statuses if s.budget.pool_id in (None, train.pk)}
     assert spent == {"pool": Decimal("87.00"), "team": Decimal("77.00")}  # the pool's every user; the team's every pool
+
+
+def test_budget_statuses_take_four_queries_whatever_the_number_of_budgets(actors, teams, pools, django_assert_num_queries):
+    budgets.budgets_sync()
+    budgets.budget_team_set(user=actors["admin"], team=teams["algorithm"], monthly_amount=Decimal("2000"))
+    every = list(Budget.objects.select_related("pool", "team"))
+    assert len(every) > 2
+    with django_assert_num_queries(4):
+        budget_statuses_of(every, now=T0 + 72 * HOUR)
 
 
 def test_a_page_of_pools_takes_two_queries(pools, django_assert_num_queries):
