@@ -28,17 +28,22 @@ def budgets_evaluate(*, now: datetime) -> list:
     """Fire each crossed threshold once per period, on actual spend and on the forecast.
 
     The alert row is the claim: `BudgetAlert` is unique per (budget, period, threshold, basis),
-    so whichever worker inserts it first notifies, and every other one finds it taken.
+    so whichever worker inserts it first notifies, and every other one finds it taken. The
+    alerts already fired this period are read first, in one query, so a threshold crossed hours
+    ago costs no statement each hour (at 1,000 pools past their 80% forecast, a second of
+    failed inserts every hour: issue 23).
     """
     budgets = [*pool_budgets_synced(now=now), *Budget.objects.filter(pool__isnull=True).select_related("team")]
     fired = []
     statuses = budget_statuses_of(budgets, now=now)
+    periods = {status.period for status in statuses}
+    taken = set(BudgetAlert.objects.filter(period__in=periods).values_list("budget_id", "period", "threshold", "basis")) if periods else set()
     for status in statuses:
         budget = status.budget
         for threshold in sorted(budget.thresholds or [80, 100]):
             limit = budget.monthly_amount * threshold / 100
             for basis, amount in (("actual", status.spent), ("forecast", status.forecast)):
-                if amount is not None and amount >= limit:
+                if amount is not None and amount >= limit and (budget.pk, status.period, threshold, basis) not in taken:
                     alert = _alert_fire(
                         budget=budget,
                         period=status.period,

@@ -301,3 +301,25 @@ def test_evaluating_budgets_reads_the_pools_once_whatever_their_number(actors, e
     assert len(many) == len(few)
     assert sum('"pools_gpunodepool"."document"' in sql for sql in many) == 1  # the pools' rows, read once
     assert Budget.objects.filter(pool__isnull=False).count() == 4
+
+
+def test_thresholds_crossed_before_cost_no_statement_in_a_later_hour(actors, evaluate):
+    """Issue 23 item 3: every hour's check meets the thresholds crossed earlier in the month; it
+    reads this period's alerts once instead of trying each claim again, so its statements do
+    not grow with the budgets past a threshold, and nothing fires twice."""
+    from django.test.utils import CaptureQueriesContext
+
+    def statements(now):
+        with CaptureQueriesContext(connection) as captured:
+            fired = evaluate(now)
+        return fired, len(captured)
+
+    spend(budget_pool(actors), "850")
+    assert [a.threshold for a in statements(T0 + HOUR)[0]] == [80]
+    few = statements(T0 + 2 * HOUR)
+    for name in ("train-pool-b", "train-pool-c", "train-pool-d"):
+        spend(pool(actors["lead"], name=name, budget={"monthly": "1000"}), "850")
+    assert len(statements(T0 + 3 * HOUR)[0]) == 3  # the new pools' 80% fire once
+    many = statements(T0 + 4 * HOUR)
+    assert few[0] == many[0] == [] and many[1] == few[1]
+    assert alerts() == [(80, "actual")] * 4
