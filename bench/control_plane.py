@@ -10,7 +10,7 @@ the loops load every pool's state in a fixed number of queries, decide in pure f
 write in bulk; only pools where something happens cost statements of their own).
 
 Each size gets its own database, built once (COPY) and kept as a template
-(`<database>_p<pools>_tpl`); every run starts from a fresh copy of it, so a pass always meets
+(`<database>_p<pools>_v<version>_tpl`); every run starts from a fresh copy of it, so a pass always meets
 the same state. Targets: < 5 s per pass, pool list and pool page p95 < 150 ms. A second pass
 30 s later (reconcile + autoscale) shows the loops as a running worker sees them.
 
@@ -38,6 +38,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DB = "postgres://postgres@127.0.0.1:5432/ebcloud_bench_control_plane"
+# Bumped when the fleet a template holds changes (2: ten days of metered costs before the hour).
+FLEET_VERSION = 2
 
 
 @dataclass
@@ -219,7 +221,7 @@ def job_autoscale(*, now, index: int = 0, count: int = 1) -> str:
     from pools.controllers import autoscaler
 
     results = autoscaler.autoscale_all(now=now, part=Part(index, count))
-    return ", ".join(f"{n} {reason}" for reason, n in Counter(r.reason for r in results).most_common(2))
+    return ", ".join(f"{n} {reason}" for reason, n in Counter(r.reason or "held by another loop" for r in results).most_common(2))
 
 
 def job_meter_part(*, hour: str, index: int, count: int) -> str:
@@ -339,11 +341,11 @@ def prepare(url: str, shape, *, regenerate: bool) -> float:
     from django.core.management import call_command
     from django.db import connection, transaction
 
-    from bench.control_plane_fleet import build
+    from bench.control_plane_fleet import NOW, build, costs_history
 
     base = url.rsplit("/", 1)[1]
     name, blank = f"{base}_p{shape.pools}" + (f"_d{shape.draining}" if shape.draining != 20 else ""), f"{base}_blank"
-    template = f"{name}_tpl"
+    template = f"{name}_v{FLEET_VERSION}_tpl"
     seconds = 0.0
     with _admin(url) as admin:
         if not _exists(admin, blank):
@@ -357,6 +359,7 @@ def prepare(url: str, shape, *, regenerate: bool) -> float:
             started = time.perf_counter()
             with transaction.atomic():
                 build(shape)
+                costs_history(now=NOW)
             with connection.cursor() as cursor:
                 cursor.execute("ANALYZE")
             seconds = time.perf_counter() - started
@@ -365,7 +368,6 @@ def prepare(url: str, shape, *, regenerate: bool) -> float:
         _copy(admin, source=template, target=name)
     _use(name)
     call_command("migrate", verbosity=0, interactive=False)  # a template older than the code
-    from bench.control_plane_fleet import NOW
     from billing.budget_sync import budgets_sync
 
     budgets_sync(now=NOW)  # a running fleet has every pool's budget; a template older than budgets gets them here

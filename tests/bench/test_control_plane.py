@@ -11,11 +11,12 @@ from dataclasses import replace
 
 import pytest
 from django.db import connection, transaction
+from django.db.models import Sum
 
 from bench.control_plane import measure_pass
-from bench.control_plane_fleet import NOW, Shape, build
-from billing.hours import last_complete_hour
-from billing.models import CostRecord, UsageRecord
+from bench.control_plane_fleet import NOW, Shape, build, costs_history
+from billing.hours import HOUR, last_complete_hour
+from billing.models import CostDay, CostRecord, MeterRun, UsageRecord
 from pools.models import GpuNodePool, Node, Pod, PoolEvent
 
 # The bench's per-pool shape, scaled down so that 20 pools build and meter in seconds.
@@ -88,10 +89,13 @@ def test_the_pass_as_two_queue_workers_run_it_meters_the_hour_whole_in_parts():
     two processes take from one queue, then the hour's metering in two parts at once; every
     pool is reconciled once, and the parts add up to the hour, as one worker would meter it."""
     from bench.control_plane import QueueWorkers, measure_pass_workers
-    from billing.models import MeterRun
 
     build(SMALL)
     hour = last_complete_hour(NOW)
+    written = costs_history(now=NOW, days=2)  # the metered hours before, back to two days ago
+    assert written == CostRecord.objects.count() == 47 * CostRecord.objects.filter(hour=hour - HOUR).count()
+    assert MeterRun.objects.filter(hour__lt=hour).count() == 47 and CostDay.objects.filter(day=(hour - 47 * HOUR).date()).exists()
+    assert CostDay.objects.aggregate(s=Sum("amount"))["s"] == CostRecord.objects.aggregate(s=Sum("amount"))["s"] > 0  # the rollup is the records' sum
     workers = QueueWorkers(2)
     try:
         steps = {s.name: s for s in measure_pass_workers(now=NOW, hour=hour, workers=workers)}
@@ -103,6 +107,6 @@ def test_the_pass_as_two_queue_workers_run_it_meters_the_hour_whole_in_parts():
     assert len(claimed) == 2 and sum(claimed) == SMALL.pools
     assert sorted(MeterRun.objects.filter(hour=hour).values_list("part", "parts")) == [(0, 2), (1, 2)]
     pods = SMALL.monthly_ready + SMALL.burst_ready
-    counted = sum(UsageRecord.objects.filter(kind="pod").values_list("pod_count", flat=True))
+    counted = sum(UsageRecord.objects.filter(kind="pod", hour=hour).values_list("pod_count", flat=True))
     assert counted == SMALL.pools * pods * SMALL.pods_per_node
     assert "'complete': 1" in steps["meter"].note
