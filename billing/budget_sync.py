@@ -16,6 +16,7 @@ from django.utils import timezone
 from billing import pricing
 from billing.budget_default import DEFAULT_THRESHOLDS, DefaultBudget, budget_choose, default_budget
 from billing.models import Budget
+from pools.claims import WHOLE, Part
 from pools.core.errors import ValidationError
 from pools.models import GpuNodePool
 
@@ -102,14 +103,15 @@ def budgets_sync(*, now: datetime | None = None) -> int:
 POOL_STATUS_FIELDS = ("conditions", "scaling_history", "node_counts")
 
 
-def pool_budgets_synced(*, now: datetime | None = None) -> list[Budget]:
-    """`budgets_sync`, returning the live pools' budgets with their pool and team set, so that
-    evaluating them (`billing.budgets.budgets_evaluate`) reads no pool a second time."""
+def pool_budgets_synced(*, now: datetime | None = None, part: Part = WHOLE) -> list[Budget]:
+    """`budgets_sync` (of the `part`'s pools), returning the live pools' budgets with their pool
+    and team set, so that evaluating them (`billing.budgets.budgets_evaluate`) reads no pool a
+    second time."""
     now = now or timezone.now()
-    rows = {b.pool_id: b for b in Budget.objects.filter(pool__isnull=False)}
+    rows = {b.pool_id: b for b in part.of(Budget.objects.filter(pool__isnull=False))}
     kept = []
     defaults: dict = {}
-    for pool in GpuNodePool.objects.active().select_related("team").defer(*POOL_STATUS_FIELDS):
+    for pool in part.of(GpuNodePool.objects.active(), "pk").select_related("team").defer(*POOL_STATUS_FIELDS):
         budget = budget_sync_pool(pool=pool, now=now, budget=rows.pop(pool.pk, None), defaults=defaults)
         if budget is not None:
             budget.pool, budget.team = pool, pool.team

@@ -17,6 +17,7 @@ from billing.budget_admin import budget_team_set
 from billing.budget_sync import budgets_sync, pool_budgets_synced
 from billing.models import Budget, BudgetAlert
 from billing.month_spend import budget_statuses_of
+from pools.claims import WHOLE, Part
 from pools.models import Notification
 from pools.services.events import WARNING, event_record
 from pools.services.notifications import notification_raise
@@ -24,8 +25,13 @@ from pools.services.notifications import notification_raise
 __all__ = ["alert_message", "alert_payload", "budget_team_set", "budgets_evaluate", "budgets_sync"]
 
 
-def budgets_evaluate(*, now: datetime) -> list:
-    """Fire each crossed threshold once per period, on actual spend and on the forecast.
+def budgets_evaluate(*, now: datetime, part: Part = WHOLE, teams: bool = True) -> list:
+    """Fire each crossed threshold once per period, on actual spend and on the forecast: of the
+    budgets of the `part`'s pools, and of the teams' budgets unless `teams` is False.
+
+    A pool's costs are all in its own part of an hour, so its budget can be checked as soon as
+    that part is metered; a team is charged on many pools, so team budgets wait for the whole
+    hour (`billing.tasks.meter_part`: each part checks its pools, the last one the teams too).
 
     The alert row is the claim: `BudgetAlert` is unique per (budget, period, threshold, basis),
     so whichever worker inserts it first notifies, and every other one finds it taken. The
@@ -33,7 +39,9 @@ def budgets_evaluate(*, now: datetime) -> list:
     ago costs no statement each hour (at 1,000 pools past their 80% forecast, a second of
     failed inserts every hour: issue 23).
     """
-    budgets = [*pool_budgets_synced(now=now), *Budget.objects.filter(pool__isnull=True).select_related("team")]
+    budgets = pool_budgets_synced(now=now, part=part)
+    if teams:
+        budgets += Budget.objects.filter(pool__isnull=True).select_related("team")
     fired = []
     statuses = budget_statuses_of(budgets, now=now)
     periods = {status.period for status in statuses}

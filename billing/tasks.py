@@ -18,8 +18,8 @@ def meter_pending() -> dict[str, int]:
     not metered yet, then check budgets and send the alerts a dead worker left unsent.
 
     With `EBCLOUD_METER_PARTS` above 1 each pending part of an hour becomes a task of its own
-    (`meter_part`), so the workers meter an hour together; budgets are checked by the task that
-    completes the hour."""
+    (`meter_part`), so the workers meter an hour together; each part checks its pools' budgets,
+    and the task that completes the hour the teams'."""
     now = timezone.now()
     parts = settings.EBCLOUD_METER_PARTS
     if parts > 1:
@@ -38,8 +38,10 @@ def meter_pending() -> dict[str, int]:
 
 
 def meter_part(hour: str, index: int, count: int) -> dict[str, int]:
-    """One part of an hour's metering (`meter_pending`'s fan-out); idempotent. The part that
-    completes the hour checks the budgets, against the whole hour's costs."""
-    result = services.meter_hour(hour=datetime.fromisoformat(hour), part=Part(index, count))
-    alerts = budgets.budgets_evaluate(now=timezone.now()) if result.complete else []
+    """One part of an hour's metering (`meter_pending`'s fan-out); idempotent. The part checks
+    its pools' budgets (their hour is whole), and the part that completes the hour the teams'
+    too, against the whole hour's costs: the parts share the check as they share the hour."""
+    part = Part(index, count)
+    result = services.meter_hour(hour=datetime.fromisoformat(hour), part=part)
+    alerts = budgets.budgets_evaluate(now=timezone.now(), part=part, teams=result.complete) if result.metered else []
     return {"metered": int(result.metered), "complete": int(result.complete), "alerts": len(alerts)}

@@ -323,3 +323,19 @@ def test_thresholds_crossed_before_cost_no_statement_in_a_later_hour(actors, eva
     many = statements(T0 + 4 * HOUR)
     assert few[0] == many[0] == [] and many[1] == few[1]
     assert alerts() == [(80, "actual")] * 4
+
+
+def test_a_part_checks_only_its_pools_budgets_and_the_teams_only_when_asked(actors, teams):
+    """Issue 23 item 3: each part of an hour checks its own pools' budgets as soon as it is
+    metered; the teams' wait for the whole hour (`teams=True` from the part that completes it)."""
+    from pools.claims import Part
+
+    pools_ = [budget_pool(actors)] + [pool(actors["lead"], name=name, budget={"monthly": "1000"}) for name in ("train-pool-b", "train-pool-c")]
+    for p in pools_:
+        spend(p, "850")
+    budgets.budget_team_set(user=actors["admin"], team=teams["algorithm"], monthly_amount=Decimal("1000"))
+    part = Part(pools_[0].pk % 2, 2)
+    fired = budgets.budgets_evaluate(now=T0 + HOUR, part=part, teams=False)
+    assert {a.budget.pool.name for a in fired} == {p.name for p in pools_ if p.pk % 2 == part.index}
+    rest = budgets.budgets_evaluate(now=T0 + HOUR, part=Part(1 - part.index, 2), teams=True)
+    assert {a.budget.pool.name if a.budget.pool_id else "team" for a in rest} == {p.name for p in pools_ if p.pk % 2 != part.index} | {"team"}

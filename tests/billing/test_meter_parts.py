@@ -15,7 +15,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection, transaction
 
 from billing import services
-from billing.models import CostDay, CostRecord, MeterRun, UsageRecord
+from billing.models import BudgetAlert, CostDay, CostRecord, MeterRun, UsageRecord
 from pools.claims import Part
 from tests.billing.billing_helpers import HOUR, T0, node, pod, pool
 
@@ -103,26 +103,36 @@ def test_the_command_meters_the_workers_split_and_refuses_another_in_one_line(ac
         call_command("meter", hour="2026-12-01T00:00")
 
 
-def test_the_hourly_task_fans_out_parts_and_the_last_one_checks_budgets(actors, teams, settings, monkeypatch):
+def test_the_hourly_task_fans_out_parts_and_each_checks_its_pools_budgets(actors, teams, settings, monkeypatch):
     """With `EBCLOUD_METER_PARTS` the hourly task queues one task per part (run inline in
-    tests); budgets are checked once each hour is whole, against the whole hour's costs."""
+    tests). Each part checks its own pools' budgets once its part of the hour is in (a pool's
+    costs are all in its part); team budgets are checked once each hour is whole."""
     from billing import budgets, tasks
 
     fleet(actors, teams, budget={"monthly": "50"})
+    budgets.budget_team_set(user=actors["admin"], team=teams["algorithm"], monthly_amount=Decimal("20"))
     settings.EBCLOUD_METER_PARTS = 2
     monkeypatch.setattr(tasks.timezone, "now", lambda: T0 + timedelta(hours=2, minutes=2))
     checked = []
     real = budgets.budgets_evaluate
 
-    def evaluate(*, now):
-        checked.append(sorted(set(MeterRun.objects.values_list("hour", "part"))))
-        return real(now=now)
+    def evaluate(*, now, part, teams):
+        runs = set(MeterRun.objects.values_list("hour", "part"))
+        checked.append((part, teams, runs))
+        return real(now=now, part=part, teams=teams)
 
     monkeypatch.setattr(budgets, "budgets_evaluate", evaluate)
     result = tasks.meter_pending()
     assert result == {"hours": services.MAX_CATCH_UP_HOURS, "parts": 2 * services.MAX_CATCH_UP_HOURS}
-    assert len(checked) == services.MAX_CATCH_UP_HOURS  # once per hour, after its second part
-    assert all(len(runs) % 2 == 0 for runs in checked)
+    assert len(checked) == 2 * services.MAX_CATCH_UP_HOURS  # once per part
+    for part, teams_too, runs in checked:
+        hours = {hour for hour, _ in runs}
+        assert all((hour, part.index) in runs for hour in hours)  # its own part is in for every hour started
+        assert teams_too == all((hour, other) in runs for hour in hours for other in range(2))  # the last part, the teams'
+    assert sum(teams_too for _, teams_too, _ in checked) == services.MAX_CATCH_UP_HOURS
+    # The small budgets fired: the first pool's in its part, the team's with the whole hour.
+    fired = set(BudgetAlert.objects.values_list("budget__pool__name", "budget__team__slug"))
+    assert fired == {("train-pool-0", "algorithm"), (None, "algorithm")}
     assert tasks.meter_pending() == {"hours": 0, "parts": 0}
 
 
