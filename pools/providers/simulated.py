@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -276,12 +277,12 @@ class SimulatedCloud:
         end = hour + timedelta(hours=1)
         alive = SimMachine.objects.filter(provider_id__in=list(group), created_at__lt=end).exclude(released_at__lte=hour)
         disk = Decimal(str(settings.EBCLOUD_SIM_DISK_GB))
-        traffic = settings.EBCLOUD_SIM_CROSS_ZONE_GB_PER_HOUR
+        traffic = {zone: Decimal(str(gb)) for zone, gb in settings.EBCLOUD_SIM_CROSS_ZONE_GB_PER_HOUR.items()}
+        alive_in = Counter((group[provider_id], zone) for provider_id, zone in alive.values_list("provider_id", "zone__name"))  # machines per key and zone
         totals = {key: [Decimal(0), Decimal(0)] for key in machines}
-        for provider_id, zone in alive.values_list("provider_id", "zone__name"):
-            total = totals[group[provider_id]]
-            total[0] += disk
-            total[1] += Decimal(str(traffic.get(zone, 0)))
+        for (key, zone), count in alive_in.items():
+            totals[key][0] += disk * count
+            totals[key][1] += traffic.get(zone, Decimal(0)) * count
         return {key: ResourceUsage(storage_gb=storage, cross_zone_gb=cross) for key, (storage, cross) in totals.items()}
 
     def release(self, *, provider_id: str, now: datetime) -> None:
