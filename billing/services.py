@@ -139,12 +139,14 @@ def cost_day_add(*, day, costs: list[CostRecord], part: Part = WHOLE) -> int:
     The day's rows plus this hour's groups, summed exactly in Decimal, are what
     `cost_day_rebuild` would compute from all the day's records, without re-reading them (at
     1,000 pools that is ~450,000 records an hour, up to 24 times as many late in the day:
-    issue 9). Runs in the caller's transaction, the one that claims the hour (`MeterRun`): a
-    failed or rolled-back hour takes its addition with it, and a metered hour is never metered
-    again, so an hour is added once. It holds the day's lock row like the rebuild, so two
-    workers metering two hours of one day add one after the other, the later reading the
-    earlier's committed rows. Groups are keyed as the database groups `labels` in the rebuild
-    (jsonb: the same pairs in any order; elsewhere the stored JSON text).
+    issue 9). A group the day has already is updated in place (its amount and GPU-hours only:
+    no index or foreign key to write, issue 23), a new one inserted. Runs in the caller's
+    transaction, the one that claims the hour (`MeterRun`): a failed or rolled-back hour takes
+    its addition with it, and a metered hour is never metered again, so an hour is added once.
+    It holds the day's lock row like the rebuild, so two workers metering two hours of one day
+    add one after the other, the later reading the earlier's committed rows. Groups are keyed
+    as the database groups `labels` in the rebuild (jsonb: the same pairs in any order;
+    elsewhere the stored JSON text).
     """
     same_pairs = connection.vendor == "postgresql"
     groups: dict[tuple, list] = {}
@@ -160,26 +162,46 @@ def cost_day_add(*, day, costs: list[CostRecord], part: Part = WHOLE) -> int:
         CostDayLock.objects.get_or_create(day=day)
         CostDayLock.objects.select_for_update().get(day=day)
         existing = part.of(CostDay.objects.filter(day=day))
-        if groups:
-            fields = ("pool_id", "team_id", "namespace", "labels", "billing_kind", "cost_kind", "currency", "amount", "gpu_hours")
-            for pool_id, team_id, namespace, labels, billing_kind, cost_kind, currency, amount, hours in existing.values_list(*fields).order_by("pk"):
-                key = (pool_id, team_id, namespace, label_group_key(labels, same_pairs), billing_kind, cost_kind, currency)
-                group = groups.get(key)
-                if group is None:
-                    groups[key] = [amount, hours, labels]
-                else:  # exact Decimal sums: the order of the additions does not matter
-                    group[0] += amount
-                    group[1] += hours
-            existing.delete()
-            bulk_insert(CostDay, [
-                _new_cost_day(
-                    day=day, pool_id=pool_id, team_id=team_id, namespace=namespace, labels=labels,
-                    billing_kind=billing_kind, cost_kind=cost_kind, currency=currency, amount=amount,
-                    gpu_hours=hours or 0,
-                )
-                for (pool_id, team_id, namespace, _, billing_kind, cost_kind, currency), (amount, hours, labels) in groups.items()
-            ])  # fmt: skip
-        return existing.count() if not groups else len(groups)
+        if not groups:
+            return existing.count()
+        fields = ("pk", "pool_id", "team_id", "namespace", "labels", "billing_kind", "cost_kind", "currency", "amount", "gpu_hours")
+        updates, rows = [], 0
+        for pk, pool_id, team_id, namespace, labels, billing_kind, cost_kind, currency, amount, hours in existing.values_list(*fields).order_by("pk"):
+            rows += 1
+            group = groups.pop((pool_id, team_id, namespace, label_group_key(labels, same_pairs), billing_kind, cost_kind, currency), None)
+            if group is not None:  # exact Decimal sums: the order of the additions does not matter
+                updates.append((pk, amount + group[0], (hours or 0) + group[1]))
+        _cost_days_update(updates)
+        bulk_insert(CostDay, [
+            _new_cost_day(
+                day=day, pool_id=pool_id, team_id=team_id, namespace=namespace, labels=labels,
+                billing_kind=billing_kind, cost_kind=cost_kind, currency=currency, amount=amount,
+                gpu_hours=hours or 0,
+            )
+            for (pool_id, team_id, namespace, _, billing_kind, cost_kind, currency), (amount, hours, labels) in groups.items()
+        ])  # fmt: skip
+        return rows + len(groups)
+
+
+def _cost_days_update(updates: list[tuple[int, Decimal, Decimal]]) -> None:
+    """Set (pk, amount, GPU-hours) on existing `CostDay` rows in one statement."""
+    if not updates:
+        return
+    table = CostDay._meta.db_table
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            pks, amounts, hours = zip(*updates, strict=True)
+            cursor.execute(
+                f"UPDATE {table} AS d SET amount = u.amount, gpu_hours = u.hours "
+                "FROM unnest(%s::bigint[], %s::numeric[], %s::numeric[]) AS u(id, amount, hours) WHERE d.id = u.id",
+                [list(pks), list(amounts), list(hours)],
+            )
+        else:
+            amount, gpu_hours = CostDay._meta.get_field("amount"), CostDay._meta.get_field("gpu_hours")
+            cursor.executemany(
+                f"UPDATE {table} SET amount = %s, gpu_hours = %s WHERE id = %s",
+                [(amount.get_db_prep_save(a, connection), gpu_hours.get_db_prep_save(h, connection), pk) for pk, a, h in updates],
+            )
 
 
 def cost_day_rebuild(*, day) -> int:
