@@ -18,6 +18,7 @@ Usage: python bench/control_plane.py [--sizes 100,1000] [--requests 30] [--repea
                                      [--database postgres://postgres@127.0.0.1:5432/ebcloud_bench_control_plane]
                                      [--profile DIR]   (a cProfile dump per step and size)
                                      [--workers N]   (N queue workers: the two loops at once, each in N parts, then metering in N parts at once)
+                                     [--tick-parts P]   (with --workers: the loops in P parts instead; 1: each loop whole)
                                      [--no-instructions]   (skip the callgrind counts per pool and per node-hour)
 """
 
@@ -241,18 +242,20 @@ def tick_jobs(*, now, count: int) -> list[tuple[str, str, dict]]:
     return jobs
 
 
-def measure_pass_workers(*, now, hour, workers: QueueWorkers) -> list[Step]:
+def measure_pass_workers(*, now, hour, workers: QueueWorkers, tick_parts: int | None = None) -> list[Step]:
     """The pass as `workers` (at least 2) run it: the two per-minute loops, separate schedules,
-    at once, each split by pool into one part per worker; then the hour's metering split the
-    same way, at once (`billing.tasks.meter_part`, budgets checked by the part that completes it)."""
+    at once, each split by pool into `tick_parts` parts (default: one per worker); then the
+    hour's metering split into one part per worker, at once (`billing.tasks.meter_part`: each
+    part checks its pools' budgets, the one that completes the hour the teams')."""
     count = len(workers.inboxes)
-    wall, loops = workers.at_once(tick_jobs(now=now, count=count))
+    ticks = tick_parts or count
+    wall, loops = workers.at_once(tick_jobs(now=now, count=ticks))
     for loop in ("reconcile", "autoscale"):
         parts = [s for s in loops if s.name.startswith(loop)]
-        steps_note = f"{count} parts, took {', '.join(f'{p.seconds:.2f}' for p in parts)} s: {'; '.join(p.note for p in parts)}"
+        steps_note = f"{ticks} part{'s' if ticks > 1 else ''}, took {', '.join(f'{p.seconds:.2f}' for p in parts)} s: {'; '.join(p.note for p in parts)}"
         loops.append(Step(loop, sum(p.seconds for p in parts), sum(p.queries for p in parts), steps_note))
     loops = loops[-2:]
-    steps = [*loops, Step("reconcile + autoscale", wall, sum(s.queries for s in loops), f"the per-minute loops, at once, each in {count} parts over {count} worker processes")]
+    steps = [*loops, Step("reconcile + autoscale", wall, sum(s.queries for s in loops), f"the per-minute loops, at once, {f'each in {ticks} parts' if ticks > 1 else 'each whole'} over {count} worker processes")]
     if hour is None:
         return steps
     jobs = [(f"meter part {i + 1}", "job_meter_part", {"hour": hour.isoformat(), "index": i, "count": count}) for i in range(count)]
@@ -386,7 +389,9 @@ def setup_django(url: str) -> None:
     django.setup()
 
 
-def run_size(url: str, shape, *, requests: int, regenerate: bool, profile_dir: Path | None, repeat: int = 1, workers: int = 1) -> SizeResult:
+def run_size(
+    url: str, shape, *, requests: int, regenerate: bool, profile_dir: Path | None, repeat: int = 1, workers: int = 1, tick_parts: int | None = None
+) -> SizeResult:
     from bench.control_plane_fleet import NOW
     from billing.hours import last_complete_hour
 
@@ -395,13 +400,13 @@ def run_size(url: str, shape, *, requests: int, regenerate: bool, profile_dir: P
     firsts, seconds = [], []
     queue = QueueWorkers(workers) if workers > 1 else None
     if queue is not None:  # a running worker has done this before: the timed passes meet warm ones
-        measure_pass_workers(now=NOW, hour=last_complete_hour(NOW), workers=queue)
+        measure_pass_workers(now=NOW, hour=last_complete_hour(NOW), workers=queue, tick_parts=tick_parts)
     for run in range(repeat):
         if run or queue is not None:
             prepare(url, shape, regenerate=False)  # the same state again: a fresh copy of the template
         if queue is not None:
-            firsts.append(measure_pass_workers(now=NOW, hour=last_complete_hour(NOW), workers=queue))
-            seconds.append(measure_pass_workers(now=NOW + timedelta(seconds=30), hour=None, workers=queue))
+            firsts.append(measure_pass_workers(now=NOW, hour=last_complete_hour(NOW), workers=queue, tick_parts=tick_parts))
+            seconds.append(measure_pass_workers(now=NOW + timedelta(seconds=30), hour=None, workers=queue, tick_parts=tick_parts))
             continue
         firsts.append(measure_pass(now=NOW, hour=last_complete_hour(NOW), profile_dir=profile_dir, tag=tag))
         seconds.append(measure_pass(now=NOW + timedelta(seconds=30), profile_dir=profile_dir, tag=tag + "again-"))
@@ -493,6 +498,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--profile", type=Path, default=None, help="Write a cProfile dump per step into this folder")
     parser.add_argument("--repeat", type=int, default=1, help="Passes per size, each from a fresh copy; the table shows medians")
     parser.add_argument("--workers", type=int, default=1, help="Queue workers: with 2 or more the two loops run at once and an hour is metered in that many parts at once")
+    parser.add_argument("--tick-parts", type=int, default=None, help="Parts each per-minute loop is split into (EBCLOUD_TICK_PARTS; default: one per worker)")
     parser.add_argument("--instructions", action=argparse.BooleanOptionalAction, default=True,
                         help="Also count instructions per unit of work with callgrind (bench/instructions.py; about 2 minutes)")
     args = parser.parse_args(argv)
@@ -505,7 +511,7 @@ def main(argv: list[str] | None = None) -> None:
         shape = Shape(pools=size, teams=min(args.teams, size), draining=min(args.draining, size))
         results.append(run_size(
             args.database, shape, requests=args.requests, regenerate=args.regenerate, profile_dir=args.profile,
-            repeat=max(args.repeat, 1), workers=args.workers,
+            repeat=max(args.repeat, 1), workers=args.workers, tick_parts=args.tick_parts,
         ))  # fmt: skip
     report(results, requests=args.requests, speeds=(before, machine_speed()))
     if args.instructions:  # beside the seconds, what does not move with the machine (issue 23)
