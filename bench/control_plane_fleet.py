@@ -320,14 +320,16 @@ def costs_history(*, now: datetime = NOW, days: int = 10) -> int:
     created (`days` ago) has them: the hour before is metered for real, and its cost records,
     day rollups and claims are repeated back to then (PostgreSQL, `generate_series`). What an
     hour's budget check reads grows with the month (issue 23): without this history it meets an
-    empty month. The thresholds those hours crossed have fired. Usage records are left out (an hour's ~41,000, some 10 M for ten days, which
-    nothing measured reads). Returns the cost records written."""
+    empty month. The thresholds those hours crossed have fired. Usage records are left out (an
+    hour's ~41,000, some 10 M for ten days, which nothing measured reads). Returns the cost
+    records written."""
     from billing import budgets, services
     from billing.hours import HOUR, last_complete_hour
     from billing.models import CostRecord, MeterRun
 
     measured = last_complete_hour(now)
     first, last = measured - timedelta(days=days) + HOUR, measured - HOUR
+    back = int((last - first) / HOUR)  # the hours repeated before `last`
     run = services.meter_hour(hour=last)
     fields = [f.column for f in CostRecord._meta.concrete_fields if not f.primary_key and f.column != "hour"]
     columns = ", ".join(fields)
@@ -339,7 +341,7 @@ def costs_history(*, now: datetime = NOW, days: int = 10) -> int:
             FROM {CostRecord._meta.db_table} r, generate_series(1, %(back)s) AS k
             WHERE r.hour = %(last)s
             """,
-            {"back": int((last - first) / HOUR), "last": last},
+            {"back": back, "last": last},
         )
         written = cursor.rowcount + run.cost_records
     day = first.date()
@@ -352,6 +354,6 @@ def costs_history(*, now: datetime = NOW, days: int = 10) -> int:
     MeterRun.objects.bulk_create(
         MeterRun(hour=first + k * HOUR, started_at=first + (k + 1) * HOUR, node_records=metered.node_records, pod_records=metered.pod_records,
                  cost_records=metered.cost_records, total=metered.total)
-        for k in range(int((last - first) / HOUR))
+        for k in range(back)
     )  # fmt: skip
     return written

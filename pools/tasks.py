@@ -34,9 +34,13 @@ def schedule_once(*, name: str, func: str, next_run, args: tuple = ()) -> None:
         Schedule.objects.filter(pk=rows[0].pk).update(**fields)
 
 
-def tick_parts() -> list[Part]:
-    """The split of a per-minute pass over the workers (`EBCLOUD_TICK_PARTS`), by pool."""
-    return Part.all_of(settings.EBCLOUD_TICK_PARTS)
+def tick_parts_queued(task: str) -> Part:
+    """Split a per-minute pass over the workers (`EBCLOUD_TICK_PARTS`, by pool): queue
+    `task(index, count)` for every part but the first, which is returned for the caller to run."""
+    first, *others = Part.all_of(settings.EBCLOUD_TICK_PARTS)
+    for part in others:
+        async_task(task, part.index, part.count)
+    return first
 
 
 def reconcile_all() -> dict[str, int]:
@@ -47,9 +51,7 @@ def reconcile_all() -> dict[str, int]:
     With `EBCLOUD_TICK_PARTS` above 1 the other parts of the pass are queued as tasks of their
     own (`reconcile_part`) and this one reconciles the first, so the workers share the tick
     (issue 23); parts never share a pool."""
-    first, *others = tick_parts()
-    for part in others:
-        async_task("pools.tasks.reconcile_part", part.index, part.count)
+    first = tick_parts_queued("pools.tasks.reconcile_part")
     return reconcile_part(first.index, first.count)
 
 
@@ -76,9 +78,7 @@ def autoscale_all() -> dict[str, int]:
     every minute (django-q2's finest interval) and each run books a one-off run 30 s later.
     Split like `reconcile_all` with `EBCLOUD_TICK_PARTS` (the others queued as `autoscale_part`)."""
     now = timezone.now()
-    first, *others = tick_parts()
-    for part in others:
-        async_task("pools.tasks.autoscale_part", part.index, part.count)
+    first = tick_parts_queued("pools.tasks.autoscale_part")
     result = autoscale_part(first.index, first.count)
     schedule_once(name=AUTOSCALE_SOON, func="pools.tasks.autoscale_all", next_run=now + AUTOSCALE_PERIOD)
     return result
