@@ -62,6 +62,7 @@ def inserting(model: type[models.Model], objects: Sequence[models.Model], *, wit
     columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
     table = connection.ops.quote_name(model._meta.db_table)
     with ExitStack() as writing:  # open until the block ends: the COPY, or the rows' savepoint
+        writing.enter_context(connection.wrap_database_errors)  # the driver's errors as Django's, as for any query
         write_rows = _copy_rows if connection.vendor == "postgresql" else _insert_rows
         write_rows(writing, table, columns, fields, objects)
         with connection.execute_wrapper(_busy):
