@@ -312,20 +312,7 @@ def allocate_hour(
       the pool they fall to idle, i.e. to the owner. Nothing disappears.
     - Zero-amount rows are omitted.
     """
-    nodes: dict[str, NodeHour] = {}
-    for node in node_hours:
-        _check_node(node, quantum)
-        if node.node in nodes:
-            raise ValueError(f"node {node.node} appears twice in one hour")
-        nodes[node.node] = node
-    on_node: dict[str, list[PodHour]] = defaultdict(list)
-    for pod in pod_hours:
-        if pod.node not in nodes:
-            raise ValueError(f"pod {pod.namespace}/{pod.name} is on unknown node {pod.node}")
-        if pod.gpu_hours < 0:
-            raise ValueError(f"pod {pod.namespace}/{pod.name} has negative GPU-hours")
-        on_node[pod.node].append(pod)
-
+    nodes, on_node = nodes_checked(node_hours, pod_hours, quantum)
     rows: list[AllocationRow] = []
     # Nodes of one shape (cost, requests) split alike: a fleet has few shapes (issue 9).
     splits: dict[tuple, list[Decimal]] = {}
@@ -341,10 +328,46 @@ def allocate_hour(
             amounts = splits[shape] = split_money(node.cost, weights, quantum)
         for pod, amount in zip(pods, amounts, strict=False):
             if amount:
-                rows.append(_node_row(node, pod, USAGE, GPU, amount, currency, pod.gpu_hours))
+                rows.append(node_row(node, pod, USAGE, GPU, amount, currency, pod.gpu_hours))
         if amounts[-1]:
-            rows.append(_node_row(node, None, IDLE, GPU, amounts[-1], currency, idle_gpu_hours))
+            rows.append(node_row(node, None, IDLE, GPU, amounts[-1], currency, idle_gpu_hours))
 
+    for fee, members, amounts in fee_splits(nodes, on_node, fees, quantum):
+        if not members:
+            rows.append(fee_idle_row(fee, nodes.values(), currency))
+            continue
+        for (node, pod), amount in zip(members, amounts, strict=True):
+            if amount:
+                rows.append(node_row(node, pod, FEE, fee.kind, amount, currency))
+    return rows
+
+
+def nodes_checked(
+    node_hours: Sequence[NodeHour], pod_hours: Sequence[PodHour], quantum: Decimal
+) -> tuple[dict[str, NodeHour], defaultdict[str, list[PodHour]]]:
+    """An hour's nodes by name and its pods by node, in input order; a node twice, a pod on a
+    node not given or negative GPU-hours is an error."""
+    nodes: dict[str, NodeHour] = {}
+    for node in node_hours:
+        _check_node(node, quantum)
+        if node.node in nodes:
+            raise ValueError(f"node {node.node} appears twice in one hour")
+        nodes[node.node] = node
+    on_node: defaultdict[str, list[PodHour]] = defaultdict(list)
+    for pod in pod_hours:
+        if pod.node not in nodes:
+            raise ValueError(f"pod {pod.namespace}/{pod.name} is on unknown node {pod.node}")
+        if pod.gpu_hours < 0:
+            raise ValueError(f"pod {pod.namespace}/{pod.name} has negative GPU-hours")
+        on_node[pod.node].append(pod)
+    return nodes, on_node
+
+
+def fee_splits(
+    nodes: Mapping[str, NodeHour], on_node: Mapping[str, list[PodHour]], fees: Sequence[FeeHour], quantum: Decimal
+) -> Iterator[tuple[FeeHour, list[tuple[NodeHour, PodHour]], list[Decimal]]]:
+    """Each non-zero fee with the (node, pod) pairs of its pool that used GPUs, in node order,
+    and its split over them by GPU-hours; no pairs (and no amounts): the owner absorbs it."""
     pool_pods: dict[str, list[tuple[NodeHour, PodHour]]] = defaultdict(list)
     for node in nodes.values():
         for pod in on_node[node.node]:
@@ -352,15 +375,10 @@ def allocate_hour(
     for fee in fees:
         _check_fee(fee, quantum)
         members = [(n, p) for n, p in pool_pods[fee.pool] if p.gpu_hours > 0]
-        if not members:
-            if fee.amount:
-                rows.append(_fee_idle_row(fee, nodes.values(), currency))
-            continue
-        amounts = split_money(fee.amount, [p.gpu_hours for _, p in members], quantum)
-        for (node, pod), amount in zip(members, amounts, strict=True):
-            if amount:
-                rows.append(_node_row(node, pod, FEE, fee.kind, amount, currency))
-    return rows
+        if members:
+            yield fee, members, split_money(fee.amount, [p.gpu_hours for _, p in members], quantum)
+        elif fee.amount:
+            yield fee, [], []
 
 
 # --------------------------------------------------------------------------- aggregation
@@ -454,7 +472,7 @@ def total(rows: Iterable[AllocationRow | GroupTotal]) -> Decimal:
 # --------------------------------------------------------------------------- internals
 
 
-def _node_row(
+def node_row(
     node: NodeHour,
     pod: PodHour | None,
     kind: str,
@@ -468,7 +486,7 @@ def _node_row(
     if pod is None:
         team, namespace, name, labels, pods = node.team, "", "", node.labels, 0
     else:
-        team, namespace, name, pods = pod.team or pod.labels.get("team", ""), pod.namespace, pod.name, pod.pods
+        team, namespace, name, pods = pod_team(pod), pod.namespace, pod.name, pod.pods
         labels = pod.labels
     return AllocationRow(
         node.hour, node.pool, team, namespace, name, node.node, labels, node.gpu_class,
@@ -476,7 +494,12 @@ def _node_row(
     )  # fmt: skip
 
 
-def _fee_idle_row(fee: FeeHour, nodes: Iterable[NodeHour], cur: str) -> AllocationRow:
+def pod_team(pod: PodHour) -> str:
+    """Who is charged for a pod: its own team, else its `team` label."""
+    return pod.team or pod.labels.get("team", "")
+
+
+def fee_idle_row(fee: FeeHour, nodes: Iterable[NodeHour], cur: str) -> AllocationRow:
     """A fee nobody used: the owner absorbs it, under the pool's own billing kind."""
     pool_nodes = [n for n in nodes if n.pool == fee.pool]
     kinds = {n.billing_kind for n in pool_nodes}
@@ -486,7 +509,7 @@ def _fee_idle_row(fee: FeeHour, nodes: Iterable[NodeHour], cur: str) -> Allocati
     )
     gpu_class = classes.pop() if len(classes) == 1 else ""
     return AllocationRow(
-        fee.hour, fee.pool, fee.team, "", "", "", dict(fee.labels), gpu_class, billing, IDLE,
+        fee.hour, fee.pool, fee.team, "", "", "", fee.labels, gpu_class, billing, IDLE,
         fee.kind, fee.amount, cur,
     )  # fmt: skip
 

@@ -10,7 +10,7 @@ import json
 from django.db import connection
 
 from billing import metering
-from billing.allocation import allocate_hour
+from billing.allocation_totals import allocate_hour_totals
 from billing.bulk_insert import Unsaved
 from billing.models import CostRecord, UsageRecord
 from pools.models import GpuNodePool, Team
@@ -21,9 +21,10 @@ _new_cost = Unsaved(CostRecord)
 def cost_records_for(records: list[UsageRecord]) -> list[CostRecord]:
     """Allocate one hour's usage records with the pure core and sum its rows into unsaved cost
     records, one per (pool, charged team, namespace, labels, GPU class, billing kind, cost kind,
-    component): every node's split is still computed node by node and workload by workload,
-    then added exactly, so Σ amounts = Σ node costs + Σ fees of the records (the core's
-    invariant) and every chargeback group gets the same cents as from per-node rows.
+    component): every node's split is the core's, node by node and workload by workload
+    (`allocation_totals`: nodes alike split once), added exactly, so Σ amounts = Σ node costs +
+    Σ fees of the records (the core's invariant) and every chargeback group gets the same cents
+    as from per-node rows.
     """
     if not records:
         return []
@@ -31,33 +32,26 @@ def cost_records_for(records: list[UsageRecord]) -> list[CostRecord]:
     currencies = {r.currency for r in records}
     if len(currencies) != 1:
         raise ValueError(f"one hour's usage mixes currencies {sorted(currencies)}")
-    currency = currencies.pop()
     pools: dict[str, GpuNodePool] = {}
-    owners: dict[str, Team] = {}
-    pod_teams: dict[tuple[str, str], Team] = {}
+    teams: dict[str, Team] = {}
     for r in records:
-        pool = r.pool
-        pools[pool.name] = pool
-        if r.kind == UsageRecord.Kind.POD:
-            pod_teams[(r.namespace, r.pod_name)] = r.team
-        else:
-            owners[pool.name] = r.team
+        pools[r.pool.name] = r.pool
+        teams[r.team.slug] = r.team
     same_pairs = connection.vendor == "postgresql"
-    label_keys: dict[int, object] = {}  # rows share their inputs' label dicts: one key each
+    label_keys: dict[int, object] = {}  # totals share their inputs' label dicts: one key each
     groups: dict[tuple, list] = {}
-    for row in allocate_hour(nodes, pods, fees, currency=currency):
+    for total in allocate_hour_totals(nodes, pods, fees, currency=currencies.pop()):
+        row = total.first
         labels_key = label_keys.get(id(row.labels))
         if labels_key is None:
             labels_key = label_keys[id(row.labels)] = label_group_key(row.labels, same_pairs)
-        pool = pools[row.pool]
-        team = pod_teams[(row.namespace, row.pod)] if row.pod else owners.get(row.pool, pool.team)
-        key = (row.pool, team.slug, row.namespace, labels_key, row.gpu_class, row.billing_kind, row.cost_kind, row.component)
+        key = (row.pool, row.team, row.namespace, labels_key, row.gpu_class, row.billing_kind, row.cost_kind, row.component)
         group = groups.get(key)
         if group is None:
-            groups[key] = [row.amount, row.gpu_hours, pool, team, row]
+            groups[key] = [total.amount, total.gpu_hours, pools[row.pool], teams[row.team], row]
         else:
-            group[0] += row.amount
-            group[1] += row.gpu_hours
+            group[0] += total.amount
+            group[1] += total.gpu_hours
     make = _new_cost.with_values
     return [
         make({"pool": pool, "team": team}, {
