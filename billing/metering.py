@@ -379,7 +379,7 @@ def _fee_records(pool, hour: datetime, *, sample: PoolResourceSample | None) -> 
         storage = price_entry_in_force(kind=PriceBookEntry.Kind.STORAGE_GB_MONTH, at=hour)
         if storage is not None:
             monthly = quantize_money(Fraction(storage.amount) * Fraction(sample.storage_gb))
-            amount = monthly_hour_cost(monthly, month_start, month_end, hour)
+            amount = cached(("storage", monthly, hour), lambda: monthly_hour_cost(monthly, month_start, month_end, hour))  # pools of one size share it
             add(UsageRecord.Kind.STORAGE, storage, Decimal(sample.storage_gb), amount)
     if sample is not None and sample.cross_zone_gb > 0:
         network = price_entry_in_force(kind=PriceBookEntry.Kind.NETWORK_CROSS_ZONE_GB, at=hour)
