@@ -18,7 +18,7 @@ from rest_framework.views import APIView
 from monitoring import services
 from monitoring.api.authentication import AgentCredentialAuthentication, IsAgent, bearer_secret
 from monitoring.report_parse import batch_parse
-from pools.api.errors import error_response, exception_handler
+from pools.api.errors import declared_length, error_response, exception_handler
 from pools.api.machine_views import MachineView
 from pools.api.parsers import BodyJSONParser
 from pools.api.serializers import ErrorSerializer
@@ -137,14 +137,6 @@ def _batch(data):
         return None
 
 
-def _content_length(request) -> int:
-    """The declared body size; a malformed header counts as too big, so DRF's path answers."""
-    try:
-        return int(request.META.get("CONTENT_LENGTH") or 0)
-    except ValueError:
-        return settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1
-
-
 class ReportsView(_AgentView):
     """Heartbeat plus a batch of reports; replays are acknowledged without being stored twice.
 
@@ -184,7 +176,7 @@ def reports_answered_fast(request) -> JsonResponse | None:
     secret = data = None
     if (request.method == "POST" and request.content_type == "application/json"
             and request.content_params.get("charset", "utf-8").lower() in ("utf-8", "utf8")
-            and _content_length(request) <= settings.DATA_UPLOAD_MAX_MEMORY_SIZE):
+            and declared_length(request) in range(settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1)):  # malformed: DRF answers
         secret = bearer_secret(request)  # None: DRF says what is wrong (401)
     if secret is not None:
         data = _body(request)  # None: DRF answers its 400

@@ -147,7 +147,7 @@ class ApiErrorsMiddleware:
     def __call__(self, request):
         if not is_api(request):
             return self.get_response(request)
-        if _declared_length(request) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
+        if (declared_length(request) or 0) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
             return api_error(413, too_large_message())
         response = self.get_response(request)
         if response.status_code >= 400 and not response.streaming and not _in_shape(response):
@@ -163,11 +163,13 @@ def _phrase(status_code: int) -> str:
         return "error"
 
 
-def _declared_length(request) -> int:
+def declared_length(request) -> int | None:
+    """The body size the request declares (0: none declared); None when the header is not a
+    number, which each caller reads its own way (Django reads no body then)."""
     try:
         return int(request.META.get("CONTENT_LENGTH") or 0)
     except ValueError:
-        return 0  # Django reads no body without a valid length
+        return None
 
 
 def _in_shape(response) -> bool:
