@@ -469,7 +469,7 @@ def total(rows: Iterable[AllocationRow | GroupTotal]) -> Decimal:
     return sum((r.amount for r in rows), Decimal(0))
 
 
-# --------------------------------------------------------------------------- internals
+# --------------------------------------------------------------------------- rows and checks
 
 
 def node_row(

@@ -163,7 +163,8 @@ class UsageRecord(models.Model):
     kind = models.CharField(max_length=10, choices=Kind.choices)
     resource = models.CharField(max_length=320, help_text="node name, namespace/pod, or pool name")
     # References checked per statement, not per row: migration 0011's triggers (an hour of a
-    # 1,000-pool fleet writes ~41,000 rows); the (pool, hour) index serves lookups by pool.
+    # 1,000-pool fleet writes ~41,000 rows; read its note before altering this table); the
+    # (pool, hour) index serves lookups by pool.
     pool = models.ForeignKey("pools.GpuNodePool", on_delete=models.PROTECT, related_name="+", db_constraint=False, db_index=False)
     team = models.ForeignKey("pools.Team", on_delete=models.PROTECT, related_name="+", db_constraint=False)
     node_name = models.CharField(max_length=100, blank=True)
