@@ -49,7 +49,12 @@ def row_group(row: AllocationRow) -> tuple:
     """What a total sums over: pool, charged team, namespace, the label mapping (by identity:
     inputs share one mapping per label set, and a caller merges equal ones it wants merged),
     GPU class, billing kind, kind of cost and component."""
-    return (row.pool, row.team, row.namespace, id(row.labels), row.gpu_class, row.billing_kind, row.cost_kind, row.component)
+    return _group(row.pool, row.team, row.namespace, row.labels, row.gpu_class, row.billing_kind, row.cost_kind, row.component)
+
+
+def _group(pool, team, namespace, labels, gpu_class, billing_kind, cost_kind, component) -> tuple:
+    """`row_group` from a row's columns, for a row not built yet."""
+    return (pool, team, namespace, id(labels), gpu_class, billing_kind, cost_kind, component)
 
 
 def allocate_hour_totals(
@@ -94,7 +99,7 @@ def allocate_hour_totals(
             if not amount:
                 continue
             # `row_group` of the row `allocate_hour` gives; the row is built for a new group only.
-            group = (node.pool, pod_team(pod), pod.namespace, id(pod.labels), node.gpu_class, node.billing_kind, FEE, fee.kind)
+            group = _group(node.pool, pod_team(pod), pod.namespace, pod.labels, node.gpu_class, node.billing_kind, FEE, fee.kind)
             total = totals.get(group)
             if total is None:
                 totals[group] = RowTotal(node_row(node, pod, FEE, fee.kind, amount, currency), amount, Decimal(0))
