@@ -129,8 +129,17 @@ def node_price(node: Node | BilledNode, hour: datetime) -> tuple[Decimal, Decima
     costs its held periods' shares of the hour and nothing outside them, so its hours add up
     to what was debited for it; other nodes (and `Node` instances, which carry no periods) are
     priced from their columns."""
-    if isinstance(node, BilledNode) and node.on_ledger:
-        return _ledger_price(node, hour)
+    if isinstance(node, BilledNode):
+        if node.on_ledger:
+            return _ledger_price(node, hour)
+        # Nodes of a pool ordered and started together cost the same: each such set priced once.
+        alike = (node.pool_id, node.billing, node.phase, node.lease_start, node.lease_end, node.created_at, node.terminated_at, node.order)  # fmt: skip
+        return cached(("node-price", hour, *alike), lambda: _column_price(node, hour))
+    return _column_price(node, hour)
+
+
+def _column_price(node: Node | BilledNode, hour: datetime) -> tuple[Decimal, Decimal, Decimal | None, str] | None:
+    """`node_price` from the node's columns and its pool (every attribute the key above names)."""
     pool = node.pool
     if node.billing == Node.Billing.MONTHLY:
         if node.lease_start is None or node.lease_end is None:

@@ -18,7 +18,7 @@ from billing.demo import load_prices
 from billing.lease_costs import monthly_hour_cost
 from billing.models import CostRecord, MeterRun, PoolResourceSample, PriceBookEntry, UsageRecord
 from pools.controllers.scheduler import scheduler_pass
-from pools.models import Pod
+from pools.models import Node, Pod
 from tests.billing.billing_helpers import HOUR, T0, meter, node, pod, pool
 from tests.conftest import make_document
 from tests.pools.pod_helpers import TRAIN_POD
@@ -97,6 +97,26 @@ def test_on_demand_nodes_are_billed_pro_rata_until_terminated(actors):
     meter()
     amounts = dict(UsageRecord.objects.filter(kind="node").values_list("resource", "amount"))
     assert amounts == {"od-0": Decimal("50.00"), "od-1": Decimal("25.00")}
+
+
+def test_nodes_priced_once_per_shape_still_differ_in_every_column_that_prices_them(actors):
+    """Within an hour nodes alike in every column a price reads share one computation; each
+    column that differs still gives the node its own price (the memo's key names them all)."""
+    p = pool(actors["lead"])
+    for i in range(3):
+        node(p, f"alike-{i}", billing="on_demand", created=T0 - HOUR)
+    node(p, "later", billing="on_demand", created=T0 + timedelta(minutes=45))
+    node(p, "leaving", billing="on_demand", created=T0 - HOUR, terminated=T0 + timedelta(minutes=30))
+    node(p, "gone", billing="on_demand", created=T0 - HOUR, terminated=T0 - timedelta(minutes=1), phase="Terminated")
+    node(p, "leased", billing="monthly", start=T0)
+    node(p, "leased-later", billing="monthly", start=T0 + HOUR)  # its lease starts after the hour
+    meter()
+    amounts = dict(UsageRecord.objects.filter(kind="node").values_list("resource", "amount"))
+    leased = node_prices.node_price(Node.objects.get(name="leased"), T0)  # a model instance: priced without the memo
+    assert amounts == {
+        "alike-0": Decimal("100.00"), "alike-1": Decimal("100.00"), "alike-2": Decimal("100.00"),
+        "later": Decimal("25.00"), "leaving": Decimal("50.00"), "leased": leased[1],
+    }  # fmt: skip
 
 
 def test_preemptible_nodes_get_the_price_books_discount(actors):
