@@ -214,9 +214,11 @@ class CostRecord(models.Model):
         FEE = "fee", "Fee"
 
     hour = models.DateTimeField()
-    pool = models.ForeignKey("pools.GpuNodePool", on_delete=models.PROTECT, related_name="+")
+    # No single-column indexes: the (pool, hour) and (team, hour) indexes below lead with them
+    # and serve every lookup by pool or team (an hour writes ~7,000 rows into each index kept).
+    pool = models.ForeignKey("pools.GpuNodePool", on_delete=models.PROTECT, related_name="+", db_index=False)
     team = models.ForeignKey(
-        "pools.Team", on_delete=models.PROTECT, related_name="+", help_text="Who is charged"
+        "pools.Team", on_delete=models.PROTECT, related_name="+", help_text="Who is charged", db_index=False
     )
     namespace = models.CharField(max_length=63, blank=True)
     labels = models.JSONField(default=dict, blank=True)
