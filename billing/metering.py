@@ -267,7 +267,7 @@ def _pod_records(billed: dict[int, tuple[BilledNode, UsageRecord]], hour: dateti
             inherited = guest_labels(inherited, teams[team_id].slug)
         records.append(
             make({"pool": pool, "team": teams[team_id]}, {
-                "id": None, "hour": hour, "kind": POD, "resource": f"{namespace}/{first}",
+                "id": None, "hour": hour, "kind": POD, "resource": f"{namespace}/{first}@{node.name}",
                 "pool_id": pool.pk, "team_id": team_id, "node_name": node.name,
                 "namespace": namespace, "pod_name": first, "pod_count": pods, "billing_kind": node.billing,
                 "gpu_class": node_record.gpu_class, "region": node_record.region,
@@ -276,7 +276,25 @@ def _pod_records(billed: dict[int, tuple[BilledNode, UsageRecord]], hour: dateti
                 "labels": merged(inherited, text, labels),
             })
         )  # fmt: skip
+    _resources_distinct(records)
     return records
+
+
+def _resources_distinct(records: list[UsageRecord]) -> None:
+    """Give workloads on one node that share a first pod's name (a pod recreated under its name,
+    a StatefulSet's, with other labels or for another team) an ordinal each, in a fixed order, so
+    the hour keeps one record per resource (the ledger's key). Across nodes the node's name in
+    the resource keeps them apart, whichever part of the hour meters each."""
+    if len({r.resource for r in records}) == len(records):
+        return
+    clashes: dict[str, list[UsageRecord]] = {}
+    for r in records:
+        clashes.setdefault(r.resource, []).append(r)
+    for resource, clashing in clashes.items():
+        if len(clashing) > 1:
+            clashing.sort(key=lambda r: (r.team_id, json.dumps(r.labels, sort_keys=True)))
+            for i, r in enumerate(clashing, 1):
+                r.resource = f"{resource}#{i}"
 
 
 # The labels that say whose money a pool is (C4's two levels): a guest does not inherit them.

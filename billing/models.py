@@ -161,7 +161,9 @@ class UsageRecord(models.Model):
 
     hour = models.DateTimeField()
     kind = models.CharField(max_length=10, choices=Kind.choices)
-    resource = models.CharField(max_length=320, help_text="node name, namespace/pod, or pool name")
+    # A workload's name holds its node's: a pod recreated under its own name (a StatefulSet's) on
+    # another node in the same hour is a second record (namespace 63 + pod 253 + node 100 + "#n").
+    resource = models.CharField(max_length=430, help_text="node name, namespace/pod@node, or pool name")
     # References checked per statement, not per row: migration 0011's triggers (an hour of a
     # 1,000-pool fleet writes ~41,000 rows; read its note before altering this table); the
     # (pool, hour) index serves lookups by pool.

@@ -17,6 +17,7 @@ from billing import metering, node_prices, services
 from billing.demo import load_prices
 from billing.lease_costs import monthly_hour_cost
 from billing.models import CostRecord, MeterRun, PoolResourceSample, PriceBookEntry, UsageRecord
+from pools.claims import Part
 from pools.controllers.scheduler import scheduler_pass
 from pools.models import Node, Pod
 from tests.billing.billing_helpers import HOUR, T0, meter, node, pod, pool
@@ -203,14 +204,62 @@ def test_a_workloads_replicas_on_a_node_are_one_record_with_their_pods_summed(ac
         for r in UsageRecord.objects.filter(kind="pod")
     }
     assert rows == {
-        "algorithm/web-a": ("n-0", 3, Decimal("2.75"), teams["algorithm"].pk),
-        "algorithm/web-d": ("n-1", 1, Decimal("1"), teams["algorithm"].pk),
-        "algorithm/batch-a": ("n-0", 1, Decimal("1"), teams["algorithm"].pk),
-        "algorithm/web-e": ("n-0", 1, Decimal("1"), teams["inference"].pk),
+        "algorithm/web-a@n-0": ("n-0", 3, Decimal("2.75"), teams["algorithm"].pk),
+        "algorithm/web-d@n-1": ("n-1", 1, Decimal("1"), teams["algorithm"].pk),
+        "algorithm/batch-a@n-0": ("n-0", 1, Decimal("1"), teams["algorithm"].pk),
+        "algorithm/web-e@n-0": ("n-0", 1, Decimal("1"), teams["inference"].pk),
     }
     assert total(CostRecord.objects.all()) == node_and_fee_total(T0)
     inference = CostRecord.objects.filter(team=teams["inference"])
     assert set(inference.values_list("cost_kind", flat=True)) == {"usage", "fee"}
+
+
+def test_a_pod_recreated_under_its_name_on_another_node_within_the_hour_is_billed_on_both(actors, teams):
+    """A StatefulSet's pod keeps its name when it is recreated, often on another node (its first
+    node was drained or failed). Both runs are billed in that hour, each on its node, and the
+    hour is metered (the two workload records once had the same resource name and the hour
+    failed on the ledger's uniqueness, every retry alike)."""
+    p = pool(actors["lead"])
+    n0, n1 = node(p, "n-0"), node(p, "n-1")
+    first = pod(teams["algorithm"], n0, "db-0", started=T0 - HOUR, finished=T0 + timedelta(minutes=20), phase="Succeeded")
+    Pod.objects.filter(pk=first.pk).update(deleted_at=T0 + timedelta(minutes=20))
+    pod(teams["algorithm"], n1, "db-0", started=T0 + timedelta(minutes=30))
+    [result] = meter()
+    assert result.metered and not result.skipped
+    records = {r.node_name: r for r in UsageRecord.objects.filter(kind="pod")}
+    assert {name: (r.pod_name, r.quantity, r.resource) for name, r in records.items()} == {
+        "n-0": ("db-0", Decimal("0.333333"), "algorithm/db-0@n-0"), "n-1": ("db-0", Decimal("0.500000"), "algorithm/db-0@n-1"),
+    }  # fmt: skip
+
+
+def test_a_pod_recreated_under_its_name_on_the_same_node_with_other_labels_gets_an_ordinal(actors, teams):
+    """A StatefulSet's rolling update recreates a pod under its name with a new revision label,
+    often on the same node: two workloads there named by the same pod, each its own record."""
+    p = pool(actors["lead"])
+    n0 = node(p, "n-0")
+    old = pod(teams["algorithm"], n0, "db-0", labels={"rev": "1"}, started=T0 - HOUR, finished=T0 + timedelta(minutes=15), phase="Succeeded")
+    Pod.objects.filter(pk=old.pk).update(deleted_at=T0 + timedelta(minutes=15))
+    pod(teams["algorithm"], n0, "db-0", labels={"rev": "2"}, started=T0 + timedelta(minutes=15))
+    [result] = meter()
+    assert result.metered
+    records = UsageRecord.objects.filter(kind="pod").order_by("resource")
+    assert [(r.resource, r.labels["rev"], r.quantity) for r in records] == [
+        ("algorithm/db-0@n-0#1", "1", Decimal("0.250000")), ("algorithm/db-0@n-0#2", "2", Decimal("0.750000")),
+    ]  # fmt: skip
+
+
+def test_a_pod_recreated_under_its_name_in_another_part_of_the_hour_is_billed_in_each(actors, teams):
+    """The two runs are on nodes of two pools metered by different parts (workers) of the hour."""
+    p0, p1 = pool(actors["lead"]), pool(actors["lead"], name="train-pool-b")
+    assert p0.pk % 2 != p1.pk % 2
+    first = pod(teams["algorithm"], node(p0, "n-0"), "db-0", started=T0 - HOUR, finished=T0 + timedelta(minutes=30), phase="Succeeded")
+    Pod.objects.filter(pk=first.pk).update(deleted_at=T0 + timedelta(minutes=30))
+    pod(teams["algorithm"], node(p1, "n-1"), "db-0", started=T0 + timedelta(minutes=30))
+    results = [services.meter_hour(hour=T0, part=Part(i, 2)) for i in range(2)]
+    assert all(r.metered for r in results) and results[-1].complete
+    assert sorted(UsageRecord.objects.filter(kind="pod").values_list("resource", "quantity")) == [
+        ("algorithm/db-0@n-0", Decimal("0.500000")), ("algorithm/db-0@n-1", Decimal("0.500000")),
+    ]  # fmt: skip
 
 
 def test_stored_costs_equal_node_costs_plus_fees_exactly(actors, teams):

@@ -69,7 +69,7 @@ def _assert_metered_once(hours) -> None:
     for hour, run in runs.items():
         usage = UsageRecord.objects.filter(hour=hour)
         assert sorted(usage.filter(kind="node").values_list("resource", flat=True)) == ["n-0", "od-0"], hour
-        assert sorted(usage.filter(kind="pod").values_list("resource", flat=True)) == ["algorithm/etl", "algorithm/llm"], hour
+        assert sorted(usage.filter(kind="pod").values_list("resource", flat=True)) == ["algorithm/etl@od-0", "algorithm/llm@n-0"], hour
         assert not usage.values("kind", "resource").annotate(n=Count("id")).filter(n__gt=1).exists()
         costs = CostRecord.objects.filter(hour=hour)
         assert costs.count() == run.cost_records > 0, hour
