@@ -21,7 +21,7 @@ from contextlib import ExitStack, contextmanager
 from datetime import datetime
 from operator import attrgetter
 
-from django.db import connection, models, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, models, transaction
 from django.db.models.base import ModelState
 
 # Field types whose Python value psycopg writes as the database expects, as is.
@@ -86,7 +86,8 @@ def _copy_rows(writing: ExitStack, table: str, columns: str, fields: list, objec
 
 def _insert_rows(writing: ExitStack, table: str, columns: str, fields: list, objects: Sequence[models.Model]) -> None:
     """Elsewhere: one `executemany` in a savepoint that stays open on `writing`."""
-    rows = [[f.get_db_prep_save(f.pre_save(obj, True), connection=connection) for f in fields] for obj in objects]
+    db = connections[DEFAULT_DB_ALIAS]  # the connection itself: `connection` is a per-context proxy, resolved on every use
+    rows = [[f.get_db_prep_save(f.pre_save(obj, True), connection=db) for f in fields] for obj in objects]
     writing.enter_context(transaction.atomic())
     cursor = writing.enter_context(connection.cursor())
     cursor.executemany(f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * len(fields))})", rows)
