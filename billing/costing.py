@@ -32,7 +32,7 @@ def cost_records_for(records: list[UsageRecord]) -> list[CostRecord]:
     currencies = {r.currency for r in records}
     if len(currencies) != 1:
         raise ValueError(f"one hour's usage mixes currencies {sorted(currencies)}")
-    pools: dict[str, GpuNodePool] = {p.name: p for p in metering.related_by_id(records, "pool").values()}
+    pools: dict[str, GpuNodePool] = {metering.ledger_pool_name(p): p for p in metering.related_by_id(records, "pool").values()}
     teams: dict[str, Team] = {t.slug: t for t in metering.related_by_id(records, "team").values()}
     same_pairs = connection.vendor == "postgresql"
     label_keys: dict[int, object] = {}  # totals share their inputs' label dicts: one key each

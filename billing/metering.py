@@ -374,7 +374,7 @@ def _fee_records(pool, hour: datetime, *, sample: PoolResourceSample | None) -> 
     month_end = add_months(month_start, 1)
     base = dict(
         hour=hour,
-        resource=pool.name,
+        resource=ledger_pool_name(pool),
         pool=pool,
         team=pool.team,
         region=pool.zone.name,
@@ -408,6 +408,13 @@ def _fee_records(pool, hour: datetime, *, sample: PoolResourceSample | None) -> 
     return records
 
 
+def ledger_pool_name(pool: GpuNodePool) -> str:
+    """The pool as an hour's ledger names it: its name, or for a deleted pool its name and id. A
+    deleted pool's monthly nodes are billed to their leases' end while a new pool may have taken
+    its name: the two must stay two pools in that hour's fees and allocation."""
+    return pool.name if pool.deleted_at is None else f"{pool.name}#{pool.pk}"
+
+
 def _check_hour(hour: datetime) -> datetime:
     if hour.tzinfo is None:
         raise ValueError("hour must be timezone-aware")
@@ -433,7 +440,8 @@ def allocation_inputs(
     fees: list[FeeHour] = []
     records = sorted(records, key=lambda r: (r.kind, r.resource))
     # Each pool's name and team's slug read once, not through the relations on every record.
-    pool_names, team_slugs = related_by_id(records, "pool", "name"), related_by_id(records, "team", "slug")
+    pool_names = {pk: ledger_pool_name(pool) for pk, pool in related_by_id(records, "pool").items()}
+    team_slugs = related_by_id(records, "team", "slug")
     for r in records:
         if r.kind == UsageRecord.Kind.NODE:
             nodes.append(

@@ -19,7 +19,7 @@ from billing.lease_costs import monthly_hour_cost
 from billing.models import CostRecord, MeterRun, PoolResourceSample, PriceBookEntry, UsageRecord
 from pools.claims import Part
 from pools.controllers.scheduler import scheduler_pass
-from pools.models import Node, Pod
+from pools.models import GpuNodePool, Node, Pod
 from tests.billing.billing_helpers import HOUR, T0, meter, node, pod, pool
 from tests.conftest import make_document
 from tests.pools.pod_helpers import TRAIN_POD
@@ -260,6 +260,24 @@ def test_a_pod_recreated_under_its_name_in_another_part_of_the_hour_is_billed_in
     assert sorted(UsageRecord.objects.filter(kind="pod").values_list("resource", "quantity")) == [
         ("algorithm/db-0@n-0", Decimal("0.500000")), ("algorithm/db-0@n-1", Decimal("0.500000")),
     ]  # fmt: skip
+
+
+def test_a_pool_deleted_while_its_leases_run_and_one_created_under_its_name_are_two_pools(actors):
+    """A deleted pool's monthly nodes are billed to their leases' end; meanwhile its team may
+    create a pool under the same name. Each hour is metered (their fees once clashed on the
+    ledger's key and failed the hour at every retry until the old leases ended), and each
+    pool's costs are charged to that pool, not merged by name."""
+    old = pool(actors["lead"])
+    node(old, "old-0", start=T0 - 10 * HOUR, terminated=T0 - HOUR, phase="Terminated")
+    GpuNodePool.objects.filter(pk=old.pk).update(deleted_at=T0 - HOUR)
+    new = pool(actors["lead"])
+    node(new, "new-0", billing="on_demand", created=T0 - HOUR)
+    assert all(r.metered for r in meter(hours=2))
+    fees = UsageRecord.objects.filter(kind="registry", hour=T0)
+    assert sorted(fees.values_list("resource", "pool_id")) == [("train-pool-a", new.pk), (f"train-pool-a#{old.pk}", old.pk)]
+    for p in (old, new):
+        charged = total(CostRecord.objects.filter(pool=p))
+        assert charged == total(UsageRecord.objects.filter(pool=p).exclude(kind="pod")) > 0
 
 
 def test_stored_costs_equal_node_costs_plus_fees_exactly(actors, teams):
