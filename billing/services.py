@@ -43,6 +43,7 @@ class MeterResult:
     skipped: list[str] = field(default_factory=list)
     complete: bool = False  # this call metered the hour's last part: the hour is whole now
     part: Part = WHOLE
+    error: str = ""  # `meter_pending`: why this part failed (nothing of it was written)
 
 
 def meter_hour(*, hour: datetime, part: Part = WHOLE) -> MeterResult:
@@ -254,13 +255,22 @@ def meter_pending(
     With `time_budget_s` it stops starting new hours after that long (each hour commits on
     its own), so a long catch-up spreads over several runs instead of outliving the worker's
     task timeout.
+
+    A part that fails (its data, a bug, the database) is logged and reported (`error`), and
+    the later hours are metered all the same: one bad hour must not stop the ledger. Nothing
+    of the failed part was written, so it is pending again and tried on every run.
     """
     started = time.monotonic()
     results = []
     for hour, missing in parts_pending(now=now, max_hours=max_hours, parts=parts):
         if time_budget_s is not None and results and time.monotonic() - started > time_budget_s:
             break
-        results += [meter_hour(hour=hour, part=part) for part in missing]
+        for part in missing:
+            try:
+                results.append(meter_hour(hour=hour, part=part))
+            except Exception as exc:  # noqa: BLE001 (any failure: the later hours go on)
+                log.exception("metering %s part %d of %d failed; the later hours go on", hour.isoformat(), part.index + 1, part.count)
+                results.append(MeterResult(hour=hour, metered=False, part=part, error=f"{type(exc).__name__}: {exc}"))
     return results
 
 

@@ -34,7 +34,8 @@ def meter_pending() -> dict[str, int]:
     results = services.meter_pending(now=now, time_budget_s=budget_s)
     alerts = budgets.budgets_evaluate(now=now)
     notifications_redeliver(now=now)
-    return {"hours": sum(1 for r in results if r.metered), "alerts": len(alerts)}
+    failed = [f"{r.hour:%Y-%m-%dT%H:00Z}: {r.error}" for r in results if r.error]
+    return {"hours": sum(1 for r in results if r.metered), "alerts": len(alerts), **({"failed": failed} if failed else {})}
 
 
 def meter_part(hour: str, index: int, count: int) -> dict[str, int]:

@@ -7,8 +7,9 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.db import connection
+from django.utils import timezone
 from django_q.models import Schedule
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -347,6 +348,39 @@ def test_meter_pending_catches_up_missed_hours_once(actors):
     assert [r.hour for r in results] == [T0 + i * HOUR for i in range(1, 5)]
     assert services.meter_pending(now=now) == []
     assert MeterRun.objects.count() == 5
+
+
+def test_an_hour_that_fails_does_not_stop_the_later_hours_and_is_retried(actors, monkeypatch, capsys):
+    """The catch-up meters every hour it can: a failing hour is reported (the task's result,
+    the command's exit status and one line), nothing of it is written, the later hours are
+    metered all the same, and the failed hour is metered on the run after the fault is gone."""
+    from billing import tasks
+
+    p = pool(actors["lead"])
+    node(p, "n-0")
+    now = T0 + timedelta(hours=3, minutes=10)
+    services.meter_hour(hour=T0 - HOUR)  # metered up to here: the catch-up starts at T0
+    collect = metering.usage_collect
+
+    def fails_at_t0(*, hour, part):
+        if hour == T0:
+            raise ValueError("a record the ledger refuses")
+        return collect(hour=hour, part=part)
+
+    monkeypatch.setattr(metering, "usage_collect", fails_at_t0)
+    monkeypatch.setattr(timezone, "now", lambda: now)  # the command's and the task's clock
+    results = services.meter_pending(now=now)
+    assert [(r.hour, r.metered, r.error) for r in results] == [
+        (T0, False, "ValueError: a record the ledger refuses"), (T0 + HOUR, True, ""), (T0 + 2 * HOUR, True, ""),
+    ]  # fmt: skip
+    assert not UsageRecord.objects.filter(hour=T0).exists()
+    with pytest.raises(CommandError, match=r"^1 hour part\(s\) failed and stay pending"):
+        call_command("meter")
+    assert "2026-12-01T00:00Z failed: ValueError: a record the ledger refuses" in capsys.readouterr().err
+    assert tasks.meter_pending()["failed"] == ["2026-12-01T00:00Z: ValueError: a record the ledger refuses"]
+    monkeypatch.setattr(metering, "usage_collect", collect)
+    assert [r.hour for r in services.meter_pending(now=now) if r.metered] == [T0]
+    assert MeterRun.objects.count() == 4
 
 
 def test_the_meter_command_meters_one_hour(actors, capsys):

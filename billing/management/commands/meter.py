@@ -51,6 +51,9 @@ class Command(BaseCommand):
             label = result.hour.strftime("%Y-%m-%dT%H:00Z")
             if result.part.count > 1:
                 label += f" part {result.part.index + 1} of {result.part.count}"
+            if result.error:
+                self.stderr.write(f"{label} failed: {result.error}")
+                continue
             if not result.metered:
                 self.stdout.write(f"{label} already metered")
                 continue
@@ -60,3 +63,6 @@ class Command(BaseCommand):
             )
             for line in result.skipped:
                 self.stderr.write(f"{label} skipped {line}")
+        failed = sum(1 for result in results if result.error)
+        if failed:
+            raise CommandError(f"{failed} hour part(s) failed and stay pending; the later hours were metered")
