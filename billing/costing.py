@@ -6,10 +6,13 @@ metering (`billing.services`) stores what this returns, and the current hour's p
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from decimal import Decimal
 
 from django.db import connection
 
 from billing import metering
+from billing.allocation import FeeHour, NodeHour
 from billing.allocation_totals import allocate_hour_totals
 from billing.bulk_insert import Unsaved
 from billing.models import CostRecord, UsageRecord
@@ -21,28 +24,26 @@ _new_cost = Unsaved(CostRecord)
 def cost_records_for(records: list[UsageRecord]) -> list[CostRecord]:
     """Allocate one hour's usage records with the pure core and sum its rows into unsaved cost
     records, one per (pool, charged team, namespace, labels, GPU class, billing kind, cost kind,
-    component): every node's split is the core's, node by node and workload by workload
+    component, currency): every node's split is the core's, node by node and workload by workload
     (`allocation_totals`: nodes alike split once), added exactly, so Σ amounts = Σ node costs +
-    Σ fees of the records (the core's invariant) and every chargeback group gets the same cents
-    as from per-node rows.
+    Σ fees of the records in each currency (the core's invariant) and every chargeback group gets
+    the same cents as from per-node rows.
     """
     if not records:
         return []
     nodes, pods, fees = metering.allocation_inputs(records)
-    currencies = {r.currency for r in records}
-    if len(currencies) != 1:
-        raise ValueError(f"one hour's usage mixes currencies {sorted(currencies)}")
     pools: dict[str, GpuNodePool] = {metering.ledger_pool_name(p): p for p in metering.related_by_id(records, "pool").values()}
     teams: dict[str, Team] = {t.slug: t for t in metering.related_by_id(records, "team").values()}
     same_pairs = connection.vendor == "postgresql"
     label_keys: dict[int, object] = {}  # totals share their inputs' label dicts: one key each
     groups: dict[tuple, list] = {}
-    for total in allocate_hour_totals(nodes, pods, fees, currency=currencies.pop()):
+    totals = (t for currency, n, f in _by_currency(records, nodes, fees) for t in allocate_hour_totals(n, pods, f, currency=currency))
+    for total in totals:
         row = total.first
         labels_key = label_keys.get(id(row.labels))
         if labels_key is None:
             labels_key = label_keys[id(row.labels)] = label_group_key(row.labels, same_pairs)
-        key = (row.pool, row.team, row.namespace, labels_key, row.gpu_class, row.billing_kind, row.cost_kind, row.component)
+        key = (row.pool, row.team, row.namespace, labels_key, row.gpu_class, row.billing_kind, row.cost_kind, row.component, row.currency)
         group = groups.get(key)
         if group is None:
             groups[key] = [total.amount, total.gpu_hours, pools[row.pool], teams[row.team], row]
@@ -59,6 +60,27 @@ def cost_records_for(records: list[UsageRecord]) -> list[CostRecord]:
         })
         for amount, hours, pool, team, row in groups.values()
     ]  # fmt: skip
+
+
+def _by_currency(records: list[UsageRecord], nodes: list[NodeHour], fees: list[FeeHour]) -> list[tuple[str, list[NodeHour], list[FeeHour]]]:
+    """The hour's allocation inputs per currency charged, never converted: for each currency its
+    fees, and every node with its cost where it is in that currency and 0 elsewhere, so that a
+    fee priced in one currency is still split over all its pool's pods (by GPU-hours) while a
+    node priced in another is split in its own."""
+    currencies = sorted({r.currency for r in records})
+    if len(currencies) == 1:
+        return [(currencies[0], nodes, fees)]
+    node_currency = {r.node_name: r.currency for r in records if r.kind == UsageRecord.Kind.NODE}
+    pools = {pk: metering.ledger_pool_name(pool) for pk, pool in metering.related_by_id(records, "pool").items()}
+    fee_currency = {(pools[r.pool_id], r.kind): r.currency for r in records if r.kind not in (UsageRecord.Kind.NODE, UsageRecord.Kind.POD)}
+    return [
+        (
+            currency,
+            [n if node_currency[n.node] == currency else replace(n, cost=Decimal(0), list_price=None) for n in nodes],
+            [f for f in fees if fee_currency[(f.pool, f.kind)] == currency],
+        )
+        for currency in currencies
+    ]
 
 
 def label_group_key(labels, same_pairs: bool):

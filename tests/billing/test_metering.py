@@ -17,7 +17,14 @@ from hypothesis import strategies as st
 from billing import metering, node_prices, services
 from billing.demo import load_prices
 from billing.lease_costs import monthly_hour_cost
-from billing.models import CostRecord, MeterRun, PoolResourceSample, PriceBookEntry, UsageRecord
+from billing.models import (
+    CostRecord,
+    MeterRun,
+    NodePrice,
+    PoolResourceSample,
+    PriceBookEntry,
+    UsageRecord,
+)
 from pools.claims import Part
 from pools.controllers.scheduler import scheduler_pass
 from pools.models import GpuNodePool, Node, Pod
@@ -279,6 +286,24 @@ def test_a_pool_deleted_while_its_leases_run_and_one_created_under_its_name_are_
     for p in (old, new):
         charged = total(CostRecord.objects.filter(pool=p))
         assert charged == total(UsageRecord.objects.filter(pool=p).exclude(kind="pod")) > 0
+
+
+def test_an_hour_charged_in_two_currencies_is_allocated_in_each_never_converted(actors, teams):
+    """A node type priced in one currency and the pool fees in another: the hour is metered
+    (it once failed at every retry), each currency's costs add up to its usage, and the fees
+    are still split over the pool's pods by GPU-hours."""
+    p = pool(actors["lead"])
+    NodePrice.objects.update(currency="USD")
+    pod(teams["algorithm"], node(p, "od-0", billing="on_demand", created=T0 - HOUR), "train", gpus=4)
+    PoolResourceSample.objects.create(pool=p, hour=T0, storage_gb=Decimal("100"), cross_zone_gb=Decimal("0"))
+    [result] = meter()
+    assert result.metered
+    usage, costs = UsageRecord.objects.filter(hour=T0), CostRecord.objects.filter(hour=T0)
+    assert set(usage.values_list("kind", "currency")) == {("node", "USD"), ("pod", "USD"), ("registry", "CNY"), ("storage", "CNY")}
+    for currency in ("USD", "CNY"):
+        assert total(costs.filter(currency=currency)) == total(usage.filter(currency=currency).exclude(kind="pod")) > 0
+    assert set(costs.filter(currency="USD").values_list("cost_kind", flat=True)) == {"usage", "idle"}
+    assert set(costs.filter(currency="CNY").values_list("cost_kind", flat=True)) == {"fee"}  # all on the pod: the only one
 
 
 def test_stored_costs_equal_node_costs_plus_fees_exactly(actors, teams):
