@@ -37,7 +37,9 @@ def cost_records_for(records: list[UsageRecord]) -> list[CostRecord]:
     same_pairs = connection.vendor == "postgresql"
     label_keys: dict[int, object] = {}  # totals share their inputs' label dicts: one key each
     groups: dict[tuple, list] = {}
-    totals = (t for currency, n, f in _by_currency(records, nodes, fees) for t in allocate_hour_totals(n, pods, f, currency=currency))
+    pool_names = {pool.pk: name for name, pool in pools.items()}
+    inputs = _by_currency(records, nodes, fees, pool_names)
+    totals = (t for currency, n, f in inputs for t in allocate_hour_totals(n, pods, f, currency=currency))
     for total in totals:
         row = total.first
         labels_key = label_keys.get(id(row.labels))
@@ -62,7 +64,9 @@ def cost_records_for(records: list[UsageRecord]) -> list[CostRecord]:
     ]  # fmt: skip
 
 
-def _by_currency(records: list[UsageRecord], nodes: list[NodeHour], fees: list[FeeHour]) -> list[tuple[str, list[NodeHour], list[FeeHour]]]:
+def _by_currency(
+    records: list[UsageRecord], nodes: list[NodeHour], fees: list[FeeHour], pool_names: dict[int, str]
+) -> list[tuple[str, list[NodeHour], list[FeeHour]]]:
     """The hour's allocation inputs per currency charged, never converted: for each currency its
     fees, and every node with its cost where it is in that currency and 0 elsewhere, so that a
     fee priced in one currency is still split over all its pool's pods (by GPU-hours) while a
@@ -71,8 +75,7 @@ def _by_currency(records: list[UsageRecord], nodes: list[NodeHour], fees: list[F
     if len(currencies) == 1:
         return [(currencies[0], nodes, fees)]
     node_currency = {r.node_name: r.currency for r in records if r.kind == UsageRecord.Kind.NODE}
-    pools = {pk: metering.ledger_pool_name(pool) for pk, pool in metering.related_by_id(records, "pool").items()}
-    fee_currency = {(pools[r.pool_id], r.kind): r.currency for r in records if r.kind not in (UsageRecord.Kind.NODE, UsageRecord.Kind.POD)}
+    fee_currency = {(pool_names[r.pool_id], r.kind): r.currency for r in records if r.kind not in (UsageRecord.Kind.NODE, UsageRecord.Kind.POD)}
     return [
         (
             currency,

@@ -268,7 +268,7 @@ def meter_pending(
         for part in missing:
             try:
                 results.append(meter_hour(hour=hour, part=part))
-            except Exception as exc:  # noqa: BLE001 (any failure: the later hours go on)
+            except Exception as exc:  # any failure: the later hours go on
                 log.exception("metering %s part %d of %d failed; the later hours go on", hour.isoformat(), part.index + 1, part.count)
                 results.append(MeterResult(hour=hour, metered=False, part=part, error=f"{type(exc).__name__}: {exc}"))
     return results
