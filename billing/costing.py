@@ -12,13 +12,16 @@ from decimal import Decimal
 from django.db import connection
 
 from billing import metering
-from billing.allocation import FeeHour, NodeHour
+from billing.allocation import FeeHour, NodeHour, PodHour
 from billing.allocation_totals import allocate_hour_totals
 from billing.bulk_insert import Unsaved
 from billing.models import CostRecord, UsageRecord
 from pools.models import GpuNodePool, Team
 
 _new_cost = Unsaved(CostRecord)
+
+# (currency, nodes, pods, fees): what the allocation core takes for one hour in one currency.
+HourInputs = tuple[str, list[NodeHour], list[PodHour], list[FeeHour]]
 
 
 def cost_records_for(records: list[UsageRecord]) -> list[CostRecord]:
@@ -31,15 +34,13 @@ def cost_records_for(records: list[UsageRecord]) -> list[CostRecord]:
     """
     if not records:
         return []
-    nodes, pods, fees = metering.allocation_inputs(records)
     pools: dict[str, GpuNodePool] = {metering.ledger_pool_name(p): p for p in metering.related_by_id(records, "pool").values()}
     teams: dict[str, Team] = {t.slug: t for t in metering.related_by_id(records, "team").values()}
     same_pairs = connection.vendor == "postgresql"
     label_keys: dict[int, object] = {}  # totals share their inputs' label dicts: one key each
     groups: dict[tuple, list] = {}
-    pool_names = {pool.pk: name for name, pool in pools.items()}
-    inputs = _by_currency(records, nodes, fees, pool_names)
-    totals = (t for currency, n, f in inputs for t in allocate_hour_totals(n, pods, f, currency=currency))
+    inputs = inputs_by_currency(records)
+    totals = (t for currency, n, p, f in inputs for t in allocate_hour_totals(n, p, f, currency=currency))
     for total in totals:
         row = total.first
         labels_key = label_keys.get(id(row.labels))
@@ -64,22 +65,23 @@ def cost_records_for(records: list[UsageRecord]) -> list[CostRecord]:
     ]  # fmt: skip
 
 
-def _by_currency(
-    records: list[UsageRecord], nodes: list[NodeHour], fees: list[FeeHour], pool_names: dict[int, str]
-) -> list[tuple[str, list[NodeHour], list[FeeHour]]]:
-    """The hour's allocation inputs per currency charged, never converted: for each currency its
-    fees, and every node with its cost where it is in that currency and 0 elsewhere, so that a
-    fee priced in one currency is still split over all its pool's pods (by GPU-hours) while a
-    node priced in another is split in its own."""
+def inputs_by_currency(records: list[UsageRecord]) -> list[HourInputs]:
+    """One hour's allocation inputs (`metering.allocation_inputs`) per currency charged, never
+    converted: for each currency its fees, and every node with its cost where it is in that
+    currency and 0 elsewhere, so that a fee priced in one currency is still split over all its
+    pool's pods (by GPU-hours) while a node priced in another is split in its own. Metering and
+    the node-level FOCUS export allocate the same way."""
+    nodes, pods, fees = metering.allocation_inputs(records)
     currencies = sorted({r.currency for r in records})
     if len(currencies) == 1:
-        return [(currencies[0], nodes, fees)]
+        return [(currencies[0], nodes, pods, fees)]
     node_currency = {r.node_name: r.currency for r in records if r.kind == UsageRecord.Kind.NODE}
-    fee_currency = {(pool_names[r.pool_id], r.kind): r.currency for r in records if r.kind not in (UsageRecord.Kind.NODE, UsageRecord.Kind.POD)}
+    fee_currency = {(metering.ledger_pool_name(r.pool), r.kind): r.currency for r in records if r.kind not in (UsageRecord.Kind.NODE, UsageRecord.Kind.POD)}
     return [
         (
             currency,
             [n if node_currency[n.node] == currency else replace(n, cost=Decimal(0), list_price=None) for n in nodes],
+            pods,
             [f for f in fees if fee_currency[(f.pool, f.kind)] == currency],
         )
         for currency in currencies

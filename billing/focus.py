@@ -130,6 +130,9 @@ class Lease:
     # from cost records (`billing.focus_records`) sees pools, not nodes, so a pool's monthly
     # leases are one commitment there, each lease month still its own purchase.
     commitment: str = ""
+    # What the lease was priced and paid in (the order's, the ledger period's or the price
+    # book's currency): its purchase rows bill in it.
+    currency: str = DEFAULT_CURRENCY
 
 
 # --------------------------------------------------------------------------- rows
@@ -140,9 +143,9 @@ def purchase_rows(
     account: FocusAccount,
     *,
     quantum: Decimal = CENT,
-    currency: str = DEFAULT_CURRENCY,
 ) -> list[FocusRow]:
-    """One Purchase row per lease month; the last may be a pro-rata part-month.
+    """One Purchase row per lease month, in the lease's currency; the last may be a pro-rata
+    part-month.
 
     Payments are cumulative roundings of ``price × months elapsed``, so they add up to the
     lease payment that :func:`billing.lease_costs.monthly_hour_cost` amortises.
@@ -157,7 +160,7 @@ def purchase_rows(
         amount, paid = upto - paid, upto
         months = lease_months(period_start, period_end)
         hours = (period_end - period_start) // timedelta(hours=1)
-        row = _base(account, currency, period_start, period_end, lease.team, lease.region)
+        row = _base(account, lease.currency, period_start, period_end, lease.team, lease.region)
         row.update(
             BilledCost=amount,
             EffectiveCost=_zero(quantum),
@@ -231,21 +234,20 @@ def usage_rows(
 
 
 def iter_focus_rows(
-    batches: Iterable[tuple[Sequence[NodeHour], Sequence[PodHour], Sequence[FeeHour]]],
+    batches: Iterable[tuple[str, Sequence[NodeHour], Sequence[PodHour], Sequence[FeeHour]]],
     account: FocusAccount,
     leases: Sequence[Lease] = (),
     *,
     quantum: Decimal = CENT,
-    currency: str = DEFAULT_CURRENCY,
 ) -> Iterator[FocusRow]:
     """All FOCUS rows: the leases' purchases, then usage hour batch by hour batch.
 
-    ``batches`` yields ``(node_hours, pod_hours, fees)`` for one hour at a time, so a month
-    of a large fleet streams through without being held in memory.
+    ``batches`` yields ``(currency, node_hours, pod_hours, fees)`` for one hour in one currency
+    at a time, so a month of a large fleet streams through without being held in memory.
     """
     for lease in leases:
-        yield from purchase_rows(lease, account, quantum=quantum, currency=currency)
-    for nodes, pods, fees in batches:
+        yield from purchase_rows(lease, account, quantum=quantum)
+    for currency, nodes, pods, fees in batches:
         alloc = allocate_hour(nodes, pods, fees, quantum=quantum, currency=currency)
         yield from usage_rows(alloc, nodes, account, leases, fees=fees, quantum=quantum)
 
@@ -260,13 +262,13 @@ def focus_rows(
     quantum: Decimal = CENT,
     currency: str = DEFAULT_CURRENCY,
 ) -> list[FocusRow]:
-    """Convenience: group flat inputs by hour and return all rows as a list."""
+    """Convenience: group flat inputs of one currency by hour and return all rows as a list."""
     by_hour: dict[datetime, tuple[list, list, list]] = defaultdict(lambda: ([], [], []))
     for slot, items in enumerate((node_hours, pod_hours, fees)):
         for item in items:
             by_hour[item.hour][slot].append(item)
-    batches = (by_hour[h] for h in sorted(by_hour))
-    return list(iter_focus_rows(batches, account, leases, quantum=quantum, currency=currency))
+    batches = ((currency, *by_hour[h]) for h in sorted(by_hour))
+    return list(iter_focus_rows(batches, account, leases, quantum=quantum))
 
 
 # --------------------------------------------------------------------------- CSV

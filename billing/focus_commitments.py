@@ -29,13 +29,16 @@ def _node_commitments(node, periods: list[LeasePeriod]) -> list[Lease]:
         if first >= stop:
             continue
         commitment_id = f"lease/order-{period.order_id}/slot-{period.slot}/{start:%Y%m%dT%H}/{node.name}"
-        leases.append(node_commitment(node, commitment_id, first, stop, payment=spread_sum(period.amount, start, end, first, stop)))
+        paid = spread_sum(period.amount, start, end, first, stop)
+        leases.append(node_commitment(node, commitment_id, first, stop, payment=paid, currency=period.currency))
     return leases
 
 
-def node_commitment(node, commitment_id: str, start, end, *, payment=None) -> Lease:
+def node_commitment(node, commitment_id: str, start, end, *, payment=None, currency=None) -> Lease:
     """A node's lease as a FOCUS commitment over [start, end) (the node's pool, team, GPU model
-    and zone loaded); `payment`: what it was paid exactly, when known."""
+    and zone loaded); `payment`: what it was paid exactly, when known, and `currency` what in
+    (else the currency of its monthly price)."""
+    monthly = node_prices.monthly_price(node)
     return Lease(
         commitment_id=commitment_id,
         node=node.name,
@@ -43,10 +46,11 @@ def node_commitment(node, commitment_id: str, start, end, *, payment=None) -> Le
         team=node.pool.team.slug,
         start=start,
         end=end,
-        monthly_price=node_prices.monthly_price(node).price,
+        monthly_price=monthly.price,
         gpu_count=node.gpu_count,
         gpu_class=node.pool.gpu_model.name,
         region=node.pool.zone.name,
         labels=node.pool.labels,
         payment=payment,
+        currency=currency or monthly.currency,
     )

@@ -16,8 +16,8 @@ from django.db import connection
 from django.db.models import Count, Max, Min, QuerySet, Sum, TextField, Value
 from django.db.models.functions import Cast, Coalesce
 
-from billing import metering
 from billing.allocation import CENT
+from billing.costing import inputs_by_currency
 from billing.focus import FocusAccount, iter_focus_rows
 from billing.focus_commitments import ledger_commitments, node_commitment
 from billing.focus_records import (
@@ -94,7 +94,7 @@ def focus_rows_for_user(*, user, query: CostQuery, account=None) -> Iterator[dic
 
     def batches():
         for hour in hours.iterator():
-            yield metering.allocation_inputs(records.filter(hour=hour))
+            yield from inputs_by_currency(list(records.filter(hour=hour)))
 
     for row in iter_focus_rows(batches(), account or FOCUS_ACCOUNT, leases):
         if row["ChargeCategory"] == "Purchase":

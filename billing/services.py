@@ -45,6 +45,12 @@ class MeterResult:
     part: Part = WHOLE
     error: str = ""  # `meter_pending`: why this part failed (nothing of it was written)
 
+    @property
+    def label(self) -> str:
+        """The hour (and part) as the `meter` command and the task's results name it."""
+        label = f"{self.hour:%Y-%m-%dT%H:00Z}"
+        return label if self.part.count == 1 else f"{label} part {self.part.index + 1} of {self.part.count}"
+
 
 def meter_hour(*, hour: datetime, part: Part = WHOLE) -> MeterResult:
     """Meter one complete hour, or one part of it (its pools whose id is `part.index` modulo

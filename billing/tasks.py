@@ -13,7 +13,7 @@ from pools.claims import Part
 from pools.services.notifications import notifications_redeliver
 
 
-def meter_pending() -> dict[str, int]:
+def meter_pending() -> dict[str, int | list[str]]:
     """Hourly, two minutes past the top of the hour (migration 0008): meter every complete hour
     not metered yet, then check budgets and send the alerts a dead worker left unsent.
 
@@ -34,7 +34,7 @@ def meter_pending() -> dict[str, int]:
     results = services.meter_pending(now=now, time_budget_s=budget_s)
     alerts = budgets.budgets_evaluate(now=now)
     notifications_redeliver(now=now)
-    failed = [f"{r.hour:%Y-%m-%dT%H:00Z}: {r.error}" for r in results if r.error]
+    failed = [f"{r.label}: {r.error}" for r in results if r.error]
     return {"hours": sum(1 for r in results if r.metered), "alerts": len(alerts), **({"failed": failed} if failed else {})}
 
 

@@ -218,7 +218,7 @@ def test_the_csv_writer_streams_from_an_endless_source():
     def endless_hours():
         for i in itertools.count():
             hour = H0 + timedelta(hours=i)
-            yield [NodeHour(hour, "od", "burst", "ml", "on_demand", 8, D("100.00"))], [], []
+            yield "CNY", [NodeHour(hour, "od", "burst", "ml", "on_demand", 8, D("100.00"))], [], []
 
     lines = iter_csv_lines(iter_focus_rows(endless_hours(), ACCOUNT))
     first = list(itertools.islice(lines, 4))

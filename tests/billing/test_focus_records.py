@@ -17,7 +17,7 @@ import pytest
 from billing import focus_selectors
 from billing.focus import FOCUS_COLUMNS, FocusAccount, iter_csv_lines
 from billing.focus_records import CACHE_LIMIT, PoolFacts, focus_csv_from_records
-from billing.models import CostRecord
+from billing.models import CostRecord, NodePrice, PoolResourceSample
 from billing.selectors import CostQuery
 from tests.billing.billing_helpers import HOUR, T0, meter, node, pod, pool, scenario
 
@@ -228,3 +228,26 @@ def test_memory_stays_flat_however_many_records_stream_through():
     # three times as many records need no more memory.
     small, large = peak(CACHE_LIMIT + 10_000), peak(3 * (CACHE_LIMIT + 10_000))
     assert large < small * 1.2 and large < 64 * 2**20, (small, large)
+
+
+def test_both_exports_bill_each_row_in_the_currency_it_was_charged_in(actors, teams):
+    """Nodes priced in USD, fees in CNY: every purchase and GPU row says USD and every fee row
+    CNY, in the export from cost records and in the node-level one (which once said CNY for all)."""
+    p = pool(actors["lead"])
+    NodePrice.objects.update(currency="USD")
+    n = node(p, "n-0")
+    n.lease_end = T0 + 2 * HOUR
+    n.save()
+    pod(teams["algorithm"], n, "llm", gpus=3)
+    pod(teams["algorithm"], node(p, "od-0", billing="on_demand", created=T0 - HOUR), "eval", gpus=2)
+    PoolResourceSample.objects.create(pool=p, hour=T0, storage_gb=Decimal("100"), cross_zone_gb=Decimal("0"))
+    meter(hours=2)
+    new, old = fast(actors["finance"]), node_level(actors["finance"])
+    assert summed(new) == summed(old)
+    for rows in (new, old):
+        assert {r["ChargeCategory"] for r in rows} == {"Purchase", "Usage"}
+        for r in rows:
+            assert r["BillingCurrency"] == ("USD" if r["ServiceCategory"] == "Compute" else "CNY"), r
+        for currency in ("USD", "CNY"):
+            charged = CostRecord.objects.filter(currency=currency).values_list("amount", flat=True)
+            assert total(rows, "EffectiveCost", ChargeCategory="Usage", BillingCurrency=currency) == sum(charged) > 0

@@ -48,9 +48,7 @@ class Command(BaseCommand):
         else:
             results = services.meter_pending(now=now, parts=settings.EBCLOUD_METER_PARTS)
         for result in results:
-            label = result.hour.strftime("%Y-%m-%dT%H:00Z")
-            if result.part.count > 1:
-                label += f" part {result.part.index + 1} of {result.part.count}"
+            label = result.label
             if result.error:
                 self.stderr.write(f"{label} failed: {result.error}")
                 continue
