@@ -391,6 +391,17 @@ def setup_django(url: str) -> None:
     import django
 
     django.setup()
+    _static_collected()
+
+
+def _static_collected() -> None:
+    """Collect the static files once (hashed names, as `make run` does): pages render as in
+    production, and with DEBUG off they need the manifest (a fresh clone has none)."""
+    from django.conf import settings
+    from django.core.management import call_command
+
+    if not (Path(settings.STATIC_ROOT) / "staticfiles.json").exists():
+        call_command("collectstatic", interactive=False, verbosity=0)
 
 
 def run_size(
