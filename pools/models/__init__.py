@@ -8,8 +8,10 @@
 - `repair`: repair requests awaiting an admin's approval.
 - `notifications`: what a team must be told (budget and capacity alerts), delivered once.
 - `cloud`: the simulated cloud's state and the controllers' per-pool claims.
+- `lookups`: `__any_of`, a list as one array parameter on PostgreSQL.
 """
 
+from pools.models import lookups  # noqa: F401 (registers `__any_of`)
 from pools.models.cloud import (
     PoolClaim,
     SimClusterNode,

@@ -275,7 +275,7 @@ class SimulatedCloud:
         one `resource_usage` call per pool for providers without it."""
         group = {provider_id: key for key, ids in machines.items() for provider_id in ids}
         end = hour + timedelta(hours=1)
-        alive = SimMachine.objects.filter(provider_id__in=list(group), created_at__lt=end).exclude(released_at__lte=hour)
+        alive = SimMachine.objects.filter(provider_id__any_of=list(group), created_at__lt=end).exclude(released_at__lte=hour)
         disk = Decimal(str(settings.EBCLOUD_SIM_DISK_GB))
         traffic = {zone: Decimal(str(gb)) for zone, gb in settings.EBCLOUD_SIM_CROSS_ZONE_GB_PER_HOUR.items()}
         alive_in = Counter((group[provider_id], zone) for provider_id, zone in alive.values_list("provider_id", "zone__name"))  # machines per key and zone
