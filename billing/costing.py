@@ -34,12 +34,13 @@ def cost_records_for(records: list[UsageRecord]) -> list[CostRecord]:
     """
     if not records:
         return []
-    pools: dict[str, GpuNodePool] = {metering.ledger_pool_name(p): p for p in metering.related_by_id(records, "pool").values()}
-    teams: dict[str, Team] = {t.slug: t for t in metering.related_by_id(records, "team").values()}
+    pools_by_id, teams_by_id = metering.related_by_id(records, "pool"), metering.related_by_id(records, "team")
+    pools: dict[str, GpuNodePool] = {metering.ledger_pool_name(p): p for p in pools_by_id.values()}
+    teams: dict[str, Team] = {t.slug: t for t in teams_by_id.values()}
     same_pairs = connection.vendor == "postgresql"
     label_keys: dict[int, object] = {}  # totals share their inputs' label dicts: one key each
     groups: dict[tuple, list] = {}
-    inputs = inputs_by_currency(records)
+    inputs = inputs_by_currency(records, pools=pools_by_id, teams=teams_by_id)
     totals = (t for currency, n, p, f in inputs for t in allocate_hour_totals(n, p, f, currency=currency))
     for total in totals:
         row = total.first
@@ -65,13 +66,16 @@ def cost_records_for(records: list[UsageRecord]) -> list[CostRecord]:
     ]  # fmt: skip
 
 
-def inputs_by_currency(records: list[UsageRecord]) -> list[HourInputs]:
+def inputs_by_currency(
+    records: list[UsageRecord], *, pools: dict[int, GpuNodePool] | None = None, teams: dict[int, Team] | None = None
+) -> list[HourInputs]:
     """One hour's allocation inputs (`metering.allocation_inputs`) per currency charged, never
     converted: for each currency its fees, and every node with its cost where it is in that
     currency and 0 elsewhere, so that a fee priced in one currency is still split over all its
     pool's pods (by GPU-hours) while a node priced in another is split in its own. Metering and
-    the node-level FOCUS export allocate the same way."""
-    nodes, pods, fees = metering.allocation_inputs(records)
+    the node-level FOCUS export allocate the same way. `pools` and `teams`: the records' by id,
+    when the caller has them."""
+    nodes, pods, fees = metering.allocation_inputs(records, pools=pools, teams=teams)
     currencies = sorted({r.currency for r in records})
     if len(currencies) == 1:
         return [(currencies[0], nodes, pods, fees)]

@@ -106,7 +106,11 @@ def _collect(hour: datetime, part: Part) -> Collected:
     billed = _node_records(hour, out, part)
     out.records.extend(_pod_records(billed, hour, part))
     billed_pools = {node.pool_id: node.pool for node, _ in billed.values()}
-    samples = resource_samples([billed_pools[pk] for pk in sorted(billed_pools)], hour)
+    machines: dict[int, list[str]] = {}
+    for node, _ in billed.values():
+        if node.provider_id:
+            machines.setdefault(node.pool_id, []).append(node.provider_id)
+    samples = resource_samples([billed_pools[pk] for pk in sorted(billed_pools)], hour, machines=machines)
     for pool_id in sorted(billed_pools):
         out.records.extend(_fee_records(billed_pools[pool_id], hour, sample=samples.get(pool_id)))
     return out
@@ -341,18 +345,23 @@ def resource_sample(pool, hour: datetime) -> PoolResourceSample | None:
     return resource_samples([pool], hour).get(pool.pk)
 
 
-def resource_samples(pools: list, hour: datetime) -> dict[int, PoolResourceSample]:
+def resource_samples(pools: list, hour: datetime, *, machines: dict[int, list[str]] | None = None) -> dict[int, PoolResourceSample]:
     """`resource_sample` for many pools in a fixed number of queries: the stored samples, then
-    one provider read for the pools that have none (kept, so the hour is read once)."""
+    one provider read for the pools that have none (kept, so the hour is read once). The
+    provider is asked about `machines` (pool id -> provider ids: metering's, the machines of the
+    nodes it bills in the hour), else about every machine the pool's nodes ever had."""
     ids = [p.pk for p in pools]
     samples = {s.pool_id: s for s in PoolResourceSample.objects.filter(pool_id__in=ids, hour=hour)}
     missing = [pk for pk in ids if pk not in samples]
     if not missing:
         return samples
 
-    machines: dict[int, list[str]] = {}
-    for pool_id, provider_id in Node.objects.filter(pool_id__in=missing).exclude(provider_id="").values_list("pool_id", "provider_id"):
-        machines.setdefault(pool_id, []).append(provider_id)
+    if machines is None:
+        machines = {}
+        for pool_id, provider_id in Node.objects.filter(pool_id__in=missing).exclude(provider_id="").values_list("pool_id", "provider_id"):
+            machines.setdefault(pool_id, []).append(provider_id)
+    else:
+        machines = {pk: machines[pk] for pk in missing if pk in machines}
     if not machines:
         return samples
     cloud = get_cloud_provider()
@@ -427,21 +436,22 @@ def _check_hour(hour: datetime) -> datetime:
 
 
 def allocation_inputs(
-    records: Iterable[UsageRecord],
+    records: Iterable[UsageRecord], *, pools: dict[int, GpuNodePool] | None = None, teams: dict[int, Team] | None = None
 ) -> tuple[list[NodeHour], list[PodHour], list[FeeHour]]:
     """One hour's records as the allocation core's inputs, in a fixed order.
 
-    Records need `pool` and `team` loaded (select_related) or cached; team is the slug. The
-    inputs hold the records' label dicts themselves (neither side changes them), so records
-    that share labels give rows that share them: metering groups rows by label set.
+    Records need `pool` and `team` loaded (select_related) or cached, or the caller passes
+    them by id (`related_by_id`); team is the slug. The inputs hold the records' label dicts
+    themselves (neither side changes them), so records that share labels give rows that share
+    them: metering groups rows by label set.
     """
     nodes: list[NodeHour] = []
     pods: list[PodHour] = []
     fees: list[FeeHour] = []
     records = sorted(records, key=lambda r: (r.kind, r.resource))
     # Each pool's name and team's slug read once, not through the relations on every record.
-    pool_names = {pk: ledger_pool_name(pool) for pk, pool in related_by_id(records, "pool").items()}
-    team_slugs = related_by_id(records, "team", "slug")
+    pool_names = {pk: ledger_pool_name(pool) for pk, pool in (pools or related_by_id(records, "pool")).items()}
+    team_slugs = {pk: team.slug for pk, team in (teams or related_by_id(records, "team")).items()}
     for r in records:
         if r.kind == UsageRecord.Kind.NODE:
             nodes.append(

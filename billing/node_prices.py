@@ -66,6 +66,7 @@ def lease_term_in_force(*, lease_type: str, at: datetime):
 NODE_COLUMNS = (
     "pk", "pool_id", "name", "billing", "phase", "gpu_count", "labels_text", "lease_start", "lease_end", "created_at",
     "terminated_at", "order_id", "order__unit_monthly_price", "order__discount", "order__currency", "on_ledger",
+    "provider_id",
 )  # fmt: skip
 
 
@@ -96,6 +97,7 @@ class BilledNode:
     terminated_at: datetime | None
     order: OrderPrice | None
     on_ledger: bool = False
+    provider_id: str = ""  # its machine at the cloud provider ("" before it has one)
     pool: GpuNodePool | None = None
     periods: tuple[HeldPeriod, ...] = ()
 
@@ -104,12 +106,12 @@ class BilledNode:
         """A node from a `NODE_COLUMNS` row; within one metered hour, nodes with the same labels
         or the same order share the decoded labels and the order's price (both only read)."""
         (pk, pool_id, name, billing, phase, gpu_count, text, lease_start, lease_end, created_at, terminated_at,
-         order_id, unit_monthly_price, discount, currency, on_ledger) = row  # fmt: skip
+         order_id, unit_monthly_price, discount, currency, on_ledger, provider_id) = row  # fmt: skip
         labels = cached(("node-labels", text), lambda: json.loads(text) if text else {})
         order = None
         if order_id is not None:
             order = cached(("order", order_id), lambda: OrderPrice(unit_monthly_price, discount, currency))
-        return cls(pk, pool_id, name, billing, phase, gpu_count, labels, lease_start, lease_end, created_at, terminated_at, order, on_ledger)  # fmt: skip
+        return cls(pk, pool_id, name, billing, phase, gpu_count, labels, lease_start, lease_end, created_at, terminated_at, order, on_ledger, provider_id)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

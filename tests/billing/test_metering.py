@@ -603,3 +603,22 @@ def test_storage_and_cross_zone_traffic_come_from_the_simulated_cloud(actors, se
     services.meter_hour(hour=hour)
     kinds = dict(UsageRecord.objects.filter(hour=hour, pool=p, kind__in=["storage", "network"]).values_list("kind", "quantity"))
     assert kinds == {"storage": Decimal(1000), "network": Decimal("7.0")}
+
+
+def test_metering_asks_the_cloud_about_the_machines_it_bills_in_the_hour(actors, settings):
+    """With no sample stored, metering asks the provider about the machines of the nodes it
+    bills in the hour (`resource_samples(machines=...)`: it has them, no query for every
+    machine the pool ever had) and keeps what it was told."""
+    from tests.pools.lifecycle_helpers import approved_pool, run_until
+
+    settings.EBCLOUD_SIM_CROSS_ZONE_GB_PER_HOUR = {"cn-east-2a": 3.5}
+    load_prices()
+    p = approved_pool(actors, make_document("metered"))
+    ready = run_until(p, T0)
+    hour = (ready + HOUR).replace(minute=0, second=0, microsecond=0)
+    assert not PoolResourceSample.objects.filter(pool=p, hour=hour).exists()
+    services.meter_hour(hour=hour)
+    kinds = dict(UsageRecord.objects.filter(hour=hour, pool=p, kind__in=["storage", "network"]).values_list("kind", "quantity"))
+    assert kinds == {"storage": Decimal(1000), "network": Decimal("7.0")}  # the 2 machines billed
+    sample = PoolResourceSample.objects.get(pool=p, hour=hour)
+    assert (sample.storage_gb, sample.cross_zone_gb) == (Decimal(1000), Decimal("7.0"))
