@@ -276,7 +276,8 @@ class CostDay(models.Model):
 
 class CostDayLock(models.Model):
     """One row per day, locked while an hour is added to that day's rollup or the day is
-    rebuilt (two hours of one day metered by two workers add one after the other)."""
+    rebuilt (two hours of one day metered by two workers add one after the other). SQLite's
+    only: PostgreSQL takes advisory locks instead (`billing.services._day_locked`)."""
 
     day = models.DateField(primary_key=True)
 

@@ -102,15 +102,13 @@ def _meter_claimed(run: MeterRun, part: Part) -> MeterResult:
     bulk_insert(CostRecord, costs)
     _foreign_keys_check_now()
     cost_day_add(day=run.hour.date(), costs=costs, part=part)
-    # The day's lock (taken just now, held to the commit) orders the parts of an hour: each
-    # reads the parts committed before it, so exactly one, the last, sees them all.
-    complete = MeterRun.objects.filter(hour=run.hour).count() == part.count
     total = sum((c.amount for c in costs), Decimal(0))
     run.node_records = sum(1 for r in records if r.kind == UsageRecord.Kind.NODE)
     run.pod_records = sum(1 for r in records if r.kind == UsageRecord.Kind.POD)
     run.cost_records = len(costs)
     run.total = total
     run.save(update_fields=["node_records", "pod_records", "cost_records", "total"])
+    complete = _hour_complete(run.hour, part)
     return MeterResult(
         hour=run.hour,
         metered=True,
@@ -121,6 +119,44 @@ def _meter_claimed(run: MeterRun, part: Part) -> MeterResult:
         complete=complete,
         part=part,
     )
+
+
+# Transaction-scoped advisory locks (PostgreSQL's two-key form; the scheduler's one-key lock is
+# another key space): a day's rollup (shared by the parts adding to it, exclusive for a rebuild),
+# one part's pools in a day's rollup, and the count of an hour's parts.
+ROLLUP_DAY_LOCK = 0x0C057DA0
+ROLLUP_PART_LOCK = 0x0C057DA1
+HOUR_PARTS_LOCK = 0x0C057DA2
+
+
+def _hour_complete(hour: datetime, part: Part) -> bool:
+    """Whether the hour's parts are all metered with this one, counted under the hour's lock
+    (held to the commit): each part reads the parts committed before it, so exactly one, the
+    last, sees them all. The lock is taken last, so a part waits for another's commit only,
+    not for its rollup. SQLite has one writer: the transactions are one after the other."""
+    if part.count > 1 and connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [HOUR_PARTS_LOCK, int(hour.timestamp()) // 3600])
+    return MeterRun.objects.filter(hour=hour).count() == part.count
+
+
+def _day_locked(day, part: Part | None = None) -> None:
+    """Lock the day's rollup until the commit: for adding the `part`'s pools to it, shared by
+    the other parts of the split (their pools' rows are others) and exclusive for the same part
+    (its other hours of the day read and write the same rows); with no `part`, the whole day
+    (a rebuild), exclusive against every adder. On PostgreSQL advisory locks, so that no row has
+    to exist first (creating one would make the day's first parts wait for each other's
+    commit); on SQLite, which has one writer, the day's lock row."""
+    if connection.vendor != "postgresql":
+        CostDayLock.objects.get_or_create(day=day)
+        CostDayLock.objects.select_for_update().get(day=day)
+        return
+    with connection.cursor() as cursor:
+        if part is None:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [ROLLUP_DAY_LOCK, day.toordinal()])
+            return
+        cursor.execute("SELECT pg_advisory_xact_lock_shared(%s, %s)", [ROLLUP_DAY_LOCK, day.toordinal()])
+        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [ROLLUP_PART_LOCK, day.toordinal() * 1000 + part.index % 1000])
 
 
 def _foreign_keys_check_now() -> None:
@@ -150,8 +186,11 @@ def cost_day_add(*, day, costs: list[CostRecord], part: Part = WHOLE) -> int:
     no index or foreign key to write, issue 23), a new one inserted. Runs in the caller's
     transaction, the one that claims the hour (`MeterRun`): a failed or rolled-back hour takes
     its addition with it, and a metered hour is never metered again, so an hour is added once.
-    It holds the day's lock row like the rebuild, so two workers metering two hours of one day
-    add one after the other, the later reading the earlier's committed rows. Groups are keyed
+    It locks the day (`_day_locked`) so that two workers metering two hours of one
+    day for the same pools add one after the other, the later reading the earlier's committed
+    rows, while the other parts of an hour add theirs at the same time; on PostgreSQL the
+    existing rows get the hour's sums added in the database, so even pools of two splits
+    (a changed `EBCLOUD_METER_PARTS`) adding at once lose nothing. Groups are keyed
     as the database groups `labels` in the rebuild (jsonb: the same pairs in any order;
     elsewhere the stored JSON text).
     """
@@ -166,8 +205,7 @@ def cost_day_add(*, day, costs: list[CostRecord], part: Part = WHOLE) -> int:
             group[0] += c.amount
             group[1] += c.gpu_hours
     with transaction.atomic():
-        CostDayLock.objects.get_or_create(day=day)
-        CostDayLock.objects.select_for_update().get(day=day)
+        _day_locked(day, part)
         existing = part.of(CostDay.objects.filter(day=day))
         if not groups:
             return existing.count()
@@ -177,7 +215,7 @@ def cost_day_add(*, day, costs: list[CostRecord], part: Part = WHOLE) -> int:
             rows += 1
             group = groups.pop((pool_id, team_id, namespace, label_group_key(labels, same_pairs), billing_kind, cost_kind, currency), None)
             if group is not None:  # exact Decimal sums: the order of the additions does not matter
-                updates.append((pk, amount + group[0], (hours or 0) + group[1]))
+                updates.append((pk, amount, hours or 0, group[0], group[1]))
         _cost_days_update(updates)
         bulk_insert(CostDay, [
             _new_cost_day(
@@ -190,16 +228,18 @@ def cost_day_add(*, day, costs: list[CostRecord], part: Part = WHOLE) -> int:
         return rows + len(groups)
 
 
-def _cost_days_update(updates: list[tuple[int, Decimal, Decimal]]) -> None:
-    """Set (pk, amount, GPU-hours) on existing `CostDay` rows in one statement."""
+def _cost_days_update(updates: list[tuple[int, Decimal, Decimal, Decimal, Decimal]]) -> None:
+    """Add (pk, amount read, GPU-hours read, amount added, GPU-hours added) to existing `CostDay`
+    rows in one statement: in the database on PostgreSQL (exact numeric), what was read plus
+    what is added elsewhere (SQLite has one writer, and its arithmetic on decimals is float)."""
     if not updates:
         return
     table = CostDay._meta.db_table
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            pks, amounts, hours = zip(*updates, strict=True)
+            pks, _, _, amounts, hours = zip(*updates, strict=True)
             cursor.execute(
-                f"UPDATE {table} AS d SET amount = u.amount, gpu_hours = u.hours "
+                f"UPDATE {table} AS d SET amount = d.amount + u.amount, gpu_hours = d.gpu_hours + u.hours "
                 "FROM unnest(%s::bigint[], %s::numeric[], %s::numeric[]) AS u(id, amount, hours) WHERE d.id = u.id",
                 [list(pks), list(amounts), list(hours)],
             )
@@ -207,7 +247,7 @@ def _cost_days_update(updates: list[tuple[int, Decimal, Decimal]]) -> None:
             amount, gpu_hours = CostDay._meta.get_field("amount"), CostDay._meta.get_field("gpu_hours")
             cursor.executemany(
                 f"UPDATE {table} SET amount = %s, gpu_hours = %s WHERE id = %s",
-                [(amount.get_db_prep_save(a, connection), gpu_hours.get_db_prep_save(h, connection), pk) for pk, a, h in updates],
+                [(amount.get_db_prep_save(a + da, connection), gpu_hours.get_db_prep_save(h + dh, connection), pk) for pk, a, h, da, dh in updates],
             )
 
 
@@ -215,12 +255,11 @@ def cost_day_rebuild(*, day) -> int:
     """Recompute one day's `CostDay` rollup from its cost records; returns its row count.
     Metering adds each hour with `cost_day_add`; this is the repair (a day's records changed).
 
-    Runs in the caller's transaction, holding the day's lock row, so two workers metering two
+    Runs in the caller's transaction, holding the day's lock (`_day_locked`), so two workers metering two
     hours of the same day rebuild it one after the other and the later sees both hours.
     """
     with transaction.atomic():
-        CostDayLock.objects.get_or_create(day=day)
-        CostDayLock.objects.select_for_update().get(day=day)
+        _day_locked(day)
         start = datetime.combine(day, datetime.min.time(), tzinfo=UTC)
         groups = (
             CostRecord.objects.filter(hour__gte=start, hour__lt=start + timedelta(days=1))

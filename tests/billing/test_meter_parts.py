@@ -12,7 +12,7 @@ from decimal import Decimal
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
 
 from billing import services
 from billing.models import BudgetAlert, CostDay, CostRecord, MeterRun, UsageRecord
@@ -177,3 +177,40 @@ def test_chargeback_projects_only_the_parts_of_an_hour_not_metered_yet(actors, t
     assert first.total + sum((r.amount for r in projected), Decimal(0)) == whole > 0
     services.meter_hour(hour=T0, part=Part(0, 2))
     assert not [r for r in chargeback.accruing_costs(user=actors["finance"], query=query, now=now) if r.hour == T0]
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="row and advisory locks are PostgreSQL's; SQLite has one writer")
+@pytest.mark.django_db(transaction=True)
+def test_the_other_parts_add_to_the_day_while_a_part_holds_its_pools_rows():
+    """A part adding its hour to the day's rollup holds its own pools' rows of the day to its
+    commit (that part's next hour of the day waits, and so does a rebuild), not the day: the
+    other parts of the hour add theirs at the same time and wait for its commit only to count
+    the hour's parts (issue 23: the second part waited for the first's whole rollup)."""
+    day = T0.date()
+    held, release = threading.Event(), threading.Event()
+
+    def first_part():
+        try:
+            with transaction.atomic():
+                services.cost_day_add(day=day, costs=[], part=Part(0, 2))
+                held.set()
+                release.wait(10)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=first_part)
+    thread.start()
+    try:
+        assert held.wait(10)
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '300ms'")
+            with transaction.atomic():
+                assert services.cost_day_add(day=day, costs=[], part=Part(1, 2)) == 0  # not kept waiting
+            for blocked in (lambda: services.cost_day_add(day=day, costs=[], part=Part(0, 2)), lambda: services.cost_day_rebuild(day=day)):
+                with pytest.raises(OperationalError, match="lock timeout"), transaction.atomic():
+                    blocked()
+            cursor.execute("RESET lock_timeout")
+    finally:
+        release.set()
+        thread.join()
+    assert services.cost_day_rebuild(day=day) == 0  # free once the first part has committed
