@@ -161,8 +161,8 @@ def _day_locked(day, part: Part | None = None) -> None:
 
 def _foreign_keys_check_now() -> None:
     """Check the foreign keys of the rows written so far now, not at the commit: the commit
-    comes after the day's lock (`cost_day_add`), which the other parts of the hour wait for,
-    and checking an hour's usage and cost rows is most of it (PostgreSQL applies `SET
+    comes after the count of the hour's parts (`_hour_complete`), whose lock the other parts of
+    the hour wait for, and checking an hour's cost rows is most of it (PostgreSQL applies `SET
     CONSTRAINTS ALL IMMEDIATE` to the pending checks at once; the rest of the transaction
     checks as it goes). SQLite checks at the commit, where writers are serialised anyway."""
     if connection.vendor == "postgresql":
