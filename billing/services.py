@@ -162,9 +162,10 @@ def _day_locked(day, part: Part | None = None) -> None:
 def _foreign_keys_check_now() -> None:
     """Check the foreign keys of the rows written so far now, not at the commit: the commit
     comes after the count of the hour's parts (`_hour_complete`), whose lock the other parts of
-    the hour wait for, and checking an hour's cost rows is most of it (PostgreSQL applies `SET
-    CONSTRAINTS ALL IMMEDIATE` to the pending checks at once; the rest of the transaction
-    checks as it goes). SQLite checks at the commit, where writers are serialised anyway."""
+    the hour wait for (PostgreSQL applies `SET CONSTRAINTS ALL IMMEDIATE` to the pending checks
+    at once; the rest of the transaction checks as it goes). The ledgers' own references are
+    checked per statement (migrations 0011 and 0014); what is left are the pools' resource
+    samples. SQLite checks at the commit, where writers are serialised anyway."""
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")

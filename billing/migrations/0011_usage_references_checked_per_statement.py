@@ -13,7 +13,7 @@ speed. The triggers below keep the foreign keys' guarantee on PostgreSQL, set-ba
 SQLite, the embedded demo's database, checks each written row in a trigger; its deletes are
 guarded by PROTECT alone (Django's test flush deletes table by table, in no dependency order).
 A later migration that alters `billing_usagerecord` on SQLite remakes the table, which drops its
-triggers: it must create them again (`tests/billing/test_usage_references.py` fails without).
+triggers: it must create them again (`tests/billing/test_ledger_references.py` fails without).
 """
 
 import django.db.models.deletion
