@@ -29,8 +29,10 @@ import cProfile
 import functools
 import multiprocessing
 import os
+import queue
 import statistics
 import sys
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -137,6 +139,11 @@ def measure_pass(*, now, hour=None, profile_dir: Path | None = None, tag: str = 
     return steps
 
 
+# How long a round may wait for a worker (to start, to reach the round, to finish a job) before
+# the bench fails instead of hanging: minutes more than any job takes at 1,000 pools.
+WORKER_TIMEOUT_S = 600
+
+
 class QueueWorkers:
     """`count` queue workers: spawned interpreters with Django set up, kept for every pass of a
     size as a running qcluster keeps its workers (their caches warm after the first task).
@@ -167,9 +174,13 @@ class QueueWorkers:
         for inbox in self.inboxes:
             self.jobs.put(None)  # one end of the round per worker, behind every job
             inbox.put("round")
-        self.barrier.wait()
-        started = time.perf_counter()
-        steps = dict(self.results.get() for _ in jobs)
+        try:
+            self.barrier.wait(timeout=WORKER_TIMEOUT_S)
+            started = time.perf_counter()
+            steps = dict(self.results.get(timeout=WORKER_TIMEOUT_S) for _ in jobs)
+        except (threading.BrokenBarrierError, queue.Empty) as exc:  # a worker died: fail, never hang
+            codes = [p.exitcode for p in self.processes]
+            raise RuntimeError(f"a queue worker did not finish the round in {WORKER_TIMEOUT_S} s (exit codes {codes})") from exc
         wall = time.perf_counter() - started
         failed = [s.note for s in steps.values() if s.note.startswith("failed: ")]
         if failed:
@@ -391,12 +402,12 @@ def setup_django(url: str) -> None:
     import django
 
     django.setup()
-    _static_collected()
 
 
 def _static_collected() -> None:
-    """Collect the static files once (hashed names, as `make run` does): pages render as in
-    production, and with DEBUG off they need the manifest (a fresh clone has none)."""
+    """Collect the static files once (hashed names, as `make run` does), before any worker or
+    page process starts: pages render as in production, and with DEBUG off they need the
+    manifest (a fresh clone has none). Never in the workers: two collecting at once is a race."""
     from django.conf import settings
     from django.core.management import call_command
 
@@ -518,6 +529,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="Also count instructions per unit of work with callgrind (bench/instructions.py; about 2 minutes)")
     args = parser.parse_args(argv)
     setup_django(args.database)
+    _static_collected()
     from bench.control_plane_fleet import Shape
 
     before = machine_speed()
