@@ -98,11 +98,6 @@ def budgets_sync(*, now: datetime | None = None) -> int:
     return len(pool_budgets_synced(now=now))
 
 
-# What a pool's budget depends on is in its document and its columns, not in its status: its
-# conditions, scaling history and node counts are left in the database (1,000 pools' JSON).
-POOL_STATUS_FIELDS = ("conditions", "scaling_history", "node_counts")
-
-
 def pool_budgets_synced(*, now: datetime | None = None, part: Part = WHOLE) -> list[Budget]:
     """`budgets_sync` (of the `part`'s pools), returning the live pools' budgets with their pool
     and team set, so that evaluating them (`billing.budgets.budgets_evaluate`) reads no pool a
@@ -111,7 +106,7 @@ def pool_budgets_synced(*, now: datetime | None = None, part: Part = WHOLE) -> l
     rows = {b.pool_id: b for b in part.of(Budget.objects.filter(pool__isnull=False))}
     kept = []
     defaults: dict = {}
-    for pool in part.of(GpuNodePool.objects.active(), "pk").select_related("team").defer(*POOL_STATUS_FIELDS):
+    for pool in part.of(GpuNodePool.objects.active(), "pk").select_related("team").without_status():
         budget = budget_sync_pool(pool=pool, now=now, budget=rows.pop(pool.pk, None), defaults=defaults)
         if budget is not None:
             budget.pool, budget.team = pool, pool.team

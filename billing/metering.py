@@ -149,7 +149,7 @@ def _node_records(hour: datetime, out: Collected, part: Part) -> dict[int, tuple
             node.periods = held.get(node.pk, ())
     pools = {
         p.pk: p
-        for p in GpuNodePool.objects.filter(pk__in={n.pool_id for n in nodes}).select_related("team", "gpu_model", "node_type", "zone")
+        for p in GpuNodePool.objects.filter(pk__in={n.pool_id for n in nodes}).select_related("team", "gpu_model", "node_type", "zone").without_status()
     }
     billed: dict[int, tuple[BilledNode, UsageRecord]] = {}
     for node in nodes:
@@ -349,7 +349,8 @@ def resource_samples(pools: list, hour: datetime, *, machines: dict[int, list[st
     """`resource_sample` for many pools in a fixed number of queries: the stored samples, then
     one provider read for the pools that have none (kept, so the hour is read once). The
     provider is asked about `machines` (pool id -> provider ids: metering's, the machines of the
-    nodes it bills in the hour), else about every machine the pool's nodes ever had."""
+    nodes it bills in the hour), else about the machines of the pools' nodes alive in the hour
+    (not the pools' whole history, which only grows)."""
     ids = [p.pk for p in pools]
     samples = {s.pool_id: s for s in PoolResourceSample.objects.filter(pool_id__in=ids, hour=hour)}
     missing = [pk for pk in ids if pk not in samples]
@@ -358,7 +359,8 @@ def resource_samples(pools: list, hour: datetime, *, machines: dict[int, list[st
 
     if machines is None:
         machines = {}
-        for pool_id, provider_id in Node.objects.filter(pool_id__in=missing).exclude(provider_id="").values_list("pool_id", "provider_id"):
+        alive = Node.objects.filter(pool_id__in=missing, created_at__lt=hour + HOUR).exclude(terminated_at__lte=hour)
+        for pool_id, provider_id in alive.exclude(provider_id="").values_list("pool_id", "provider_id"):
             machines.setdefault(pool_id, []).append(provider_id)
     else:
         machines = {pk: machines[pk] for pk in missing if pk in machines}

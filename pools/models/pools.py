@@ -126,6 +126,12 @@ class PoolQuerySet(TeamScopedQuerySet):
     def active(self):
         return self.filter(deleted_at__isnull=True)
 
+    def without_status(self):
+        """The pools without their status columns (conditions, scaling history, node counts):
+        what a pool costs is in its document and its other columns, and billing reads hundreds
+        of pools an hour, so it leaves that JSON in the database."""
+        return self.defer("conditions", "scaling_history", "node_counts")
+
 
 class GpuNodePool(models.Model):
     """A declared group of identical GPU nodes; `document` is the user's GpuNodePool as given."""

@@ -605,6 +605,31 @@ def test_storage_and_cross_zone_traffic_come_from_the_simulated_cloud(actors, se
     assert kinds == {"storage": Decimal(1000), "network": Decimal("7.0")}
 
 
+def test_a_pool_sample_asks_the_cloud_about_the_machines_alive_in_the_hour(actors, settings, monkeypatch):
+    """Without metering's machines, a pool's sample asks the provider about its nodes alive in
+    the hour, not about every machine the pool ever had (its history only grows)."""
+    from pools.providers.simulated import SimulatedCloud
+    from tests.pools.lifecycle_helpers import approved_pool, run_until
+
+    settings.EBCLOUD_SIM_CROSS_ZONE_GB_PER_HOUR = {"cn-east-2a": 3.5}
+    load_prices()
+    p = approved_pool(actors, make_document("metered"))
+    ready = run_until(p, T0)
+    hour = (ready + 2 * HOUR).replace(minute=0, second=0, microsecond=0)
+    gone, kept = Node.objects.filter(pool=p).order_by("name")
+    Node.objects.filter(pk=gone.pk).update(terminated_at=hour - timedelta(minutes=1))
+    asked = []
+    usage_many = SimulatedCloud.resource_usage_many
+
+    def recorded(self, *, machines, hour):
+        asked.append({pk: sorted(ids) for pk, ids in machines.items()})
+        return usage_many(self, machines=machines, hour=hour)
+
+    monkeypatch.setattr(SimulatedCloud, "resource_usage_many", recorded)
+    metering.resource_sample(p, hour)
+    assert asked == [{p.pk: [kept.provider_id]}]
+
+
 def test_metering_asks_the_cloud_about_the_machines_it_bills_in_the_hour(actors, settings):
     """With no sample stored, metering asks the provider about the machines of the nodes it
     bills in the hour (`resource_samples(machines=...)`: it has them, no query for every
