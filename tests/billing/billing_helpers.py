@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+
+from django.db import connection
 
 from billing import services
 from billing.demo import load_prices
@@ -127,3 +130,18 @@ def charge(pool, per_hour, *, hours: int, start=T0, currency="CNY", team=None):
     for record in records:
         services.cost_day_add(day=record.hour.date(), costs=[record])
     return records
+
+
+def in_thread(target) -> threading.Thread:
+    """`target` started in a thread of its own, which closes its database connection when done
+    (a thread has its own connection: a second transaction alongside the test's)."""
+
+    def run():
+        try:
+            target()
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread

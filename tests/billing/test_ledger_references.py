@@ -15,7 +15,7 @@ from django.db.models import ProtectedError
 from billing.bulk_insert import bulk_insert
 from billing.models import CostRecord, UsageRecord
 from pools.models import Team
-from tests.billing.billing_helpers import T0, scenario
+from tests.billing.billing_helpers import T0, in_thread, scenario
 
 pytestmark = pytest.mark.django_db
 postgresql_only = pytest.mark.skipif(connection.vendor != "postgresql", reason="the guards against other clients are PostgreSQL's")
@@ -82,18 +82,6 @@ def test_nor_by_any_other_client_nor_renumbered(actors, teams, ledger):
     assert not Team.objects.filter(slug="payer").exists()
 
 
-def _in_thread(target) -> threading.Thread:
-    def run():
-        try:
-            target()
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread
-
-
 @postgresql_only
 @pytest.mark.django_db(transaction=True)
 @ledgers
@@ -110,7 +98,7 @@ def test_what_an_uncommitted_writer_names_cannot_be_deleted_under_it(actors, tea
             release.wait(10)
             transaction.set_rollback(True)
 
-    thread = _in_thread(writer)
+    thread = in_thread(writer)
     assert written.wait(10)
     with connection.cursor() as cursor:
         with pytest.raises(OperationalError, match="lock timeout"), transaction.atomic():
@@ -141,7 +129,7 @@ def test_a_writer_naming_what_was_deleted_meanwhile_is_refused(actors, teams, le
 
     with transaction.atomic():
         Team.objects.filter(pk=payer.pk).delete()  # holds the row until the commit
-        thread = _in_thread(writer)
+        thread = in_thread(writer)
         assert started.wait(10)
         with connection.cursor() as cursor:  # the writer is waiting on the deleted row's lock
             for _ in range(100):

@@ -17,7 +17,7 @@ from django.db import OperationalError, connection, transaction
 from billing import services
 from billing.models import BudgetAlert, CostDay, CostRecord, MeterRun, UsageRecord
 from pools.claims import Part
-from tests.billing.billing_helpers import HOUR, T0, node, pod, pool
+from tests.billing.billing_helpers import HOUR, T0, in_thread, node, pod, pool
 
 pytestmark = pytest.mark.django_db
 
@@ -190,16 +190,12 @@ def test_the_other_parts_add_to_the_day_while_a_part_holds_its_pools_rows():
     held, release = threading.Event(), threading.Event()
 
     def first_part():
-        try:
-            with transaction.atomic():
-                services.cost_day_add(day=day, costs=[], part=Part(0, 2))
-                held.set()
-                release.wait(10)
-        finally:
-            connection.close()
+        with transaction.atomic():
+            services.cost_day_add(day=day, costs=[], part=Part(0, 2))
+            held.set()
+            release.wait(10)
 
-    thread = threading.Thread(target=first_part)
-    thread.start()
+    thread = in_thread(first_part)
     try:
         assert held.wait(10)
         with connection.cursor() as cursor:
