@@ -10,10 +10,8 @@ with the rows, so the hour is metered again on the next run.
 
 from __future__ import annotations
 
-import gc
 import logging
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -26,7 +24,7 @@ from billing.bulk_insert import Unsaved, bulk_insert, inserting
 from billing.costing import cost_records_for, label_group_key
 from billing.hours import HOUR, last_complete_hour
 from billing.models import CostDay, CostDayLock, CostRecord, MeterRun, UsageRecord
-from pools.claims import WHOLE, Part
+from pools.claims import WHOLE, Part, collector_paused
 
 log = logging.getLogger("ebcloud.billing")
 
@@ -67,31 +65,13 @@ def meter_hour(*, hour: datetime, part: Part = WHOLE) -> MeterResult:
     if part.index in taken:
         return MeterResult(hour=hour, metered=False, part=part)
     try:
-        with _gc_paused(), transaction.atomic():
+        with collector_paused(), transaction.atomic():
             run = MeterRun.objects.create(hour=hour, part=part.index, parts=part.count)
             return _meter_claimed(run, part)
     except IntegrityError:
         if MeterRun.objects.filter(hour=hour, part=part.index).exists():
             return MeterResult(hour=hour, metered=False, part=part)
         raise
-
-
-@contextmanager
-def _gc_paused():
-    """Hold off Python's cyclic garbage collector while an hour is metered (issue 9).
-
-    An hour of a 200,000-pod fleet allocates ~10^6 long-lived objects (records, their dicts,
-    allocation rows) and none of them form cycles, yet every 700 allocations the collector
-    runs and, as the survivors pile up, rescans them: a third of metering's CPU time. It is
-    switched back on (if it was on) when the hour is done, whatever happens.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _meter_claimed(run: MeterRun, part: Part) -> MeterResult:

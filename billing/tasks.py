@@ -9,7 +9,7 @@ from django.utils import timezone
 from django_q.tasks import async_task
 
 from billing import budgets, services
-from pools.claims import Part
+from pools.claims import Part, collector_paused
 from pools.services.notifications import notifications_redeliver
 
 
@@ -43,6 +43,7 @@ def meter_part(hour: str, index: int, count: int) -> dict[str, int]:
     its pools' budgets (their hour is whole), and the part that completes the hour the teams'
     too, against the whole hour's costs: the parts share the check as they share the hour."""
     part = Part(index, count)
-    result = services.meter_hour(hour=datetime.fromisoformat(hour), part=part)
-    alerts = budgets.budgets_evaluate(now=timezone.now(), part=part, teams=result.complete) if result.metered else []
+    with collector_paused():
+        result = services.meter_hour(hour=datetime.fromisoformat(hour), part=part)
+        alerts = budgets.budgets_evaluate(now=timezone.now(), part=part, teams=result.complete) if result.metered else []
     return {"metered": int(result.metered), "complete": int(result.complete), "alerts": len(alerts)}

@@ -38,6 +38,7 @@ from pools.claims import (
     claim_acquire,
     claim_release,
     claims_seen,
+    collector_paused,
 )
 from pools.controllers.context import ReconcilePass
 from pools.controllers.exits import drain_start
@@ -78,6 +79,7 @@ class AutoscaleResult:
     reason: str = ""
 
 
+@collector_paused()
 def autoscale_all(*, now: datetime | None = None, part: Part = WHOLE) -> list[AutoscaleResult]:
     """One pass over every live pool that autoscales (the task and `manage.py autoscale --once`).
 

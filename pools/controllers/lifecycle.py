@@ -35,7 +35,16 @@ from django.utils import timezone
 
 from billing import lease_ledger
 from monitoring.services import credential_revoke_for_node
-from pools.claims import WHOLE, WORKER_ID, Claims, Part, claim_acquire, claim_release, claims_seen
+from pools.claims import (
+    WHOLE,
+    WORKER_ID,
+    Claims,
+    Part,
+    claim_acquire,
+    claim_release,
+    claims_seen,
+    collector_paused,
+)
 from pools.controllers import exits, node_sync, repair_outcome
 from pools.controllers.context import ReconcilePass
 from pools.controllers.state import snapshots_load, statuses_write
@@ -70,6 +79,7 @@ class ReconcileResult:
     error: str = ""
 
 
+@collector_paused()
 def reconcile_all(*, now: datetime | None = None, cloud: CloudProvider | None = None, cluster: ClusterBackend | None = None, part: Part = WHOLE) -> list[ReconcileResult]:
     """One pass over every live pool (the scheduled task and `manage.py reconcile --once`).
 
