@@ -216,7 +216,9 @@ def _pod_records(billed: dict[int, tuple[BilledNode, UsageRecord]], hour: dateti
     end = hour + HOUR
     ran = (
         part.of(Pod.objects.all(), "node__pool_id")
-        .filter(node__isnull=False, started_at__lt=end)
+        # No GPU requested, no GPU-hours (`pod_gpu_hours`): a real cluster's DaemonSets (device
+        # plugin, exporters, CNI) put several such pods on every node; they are not grouped.
+        .filter(node__isnull=False, started_at__lt=end, gpu_count__gt=0)
         .filter(Q(finished_at__isnull=True) | Q(finished_at__gt=hour))
         .exclude(phase=Pod.Phase.PENDING)
         # Ended at an unknown time: nothing to bill it for.

@@ -222,6 +222,26 @@ def test_a_workloads_replicas_on_a_node_are_one_record_with_their_pods_summed(ac
     assert set(inference.values_list("cost_kind", flat=True)) == {"usage", "fee"}
 
 
+def test_pods_without_gpus_are_left_out_of_the_workloads_and_their_costs(actors, teams):
+    """A real cluster runs DaemonSet pods that request no GPU on every node (the device plugin,
+    exporters, the CNI): they have no GPU-hours, so no usage record and no share of a cost,
+    and a CPU-only pod of a GPU workload (same namespace and labels, a name that sorts first)
+    neither counts among its pods nor names it."""
+    p = pool(actors["lead"])
+    n0 = node(p, "n-0")
+    web = {"app": "web"}
+    pod(teams["algorithm"], n0, "web-b", gpus=1, labels=web)
+    pod(teams["algorithm"], n0, "web-c", gpus=1, labels=web)
+    pod(teams["algorithm"], n0, "web-a", gpus=0, labels=web)
+    for daemon in ("nvidia-device-plugin", "dcgm-exporter", "node-exporter"):
+        pod(teams["algorithm"], n0, f"{daemon}-n-0", namespace="kube-system", gpus=0, labels={"app": daemon})
+    meter()
+    rows = {r.resource: (r.pod_count, r.gpu_count, r.quantity) for r in UsageRecord.objects.filter(kind="pod")}
+    assert rows == {"algorithm/web-b@n-0": (2, 2, Decimal("2"))}
+    assert not CostRecord.objects.filter(namespace="kube-system").exists()
+    assert total(CostRecord.objects.all()) == node_and_fee_total(T0)
+
+
 def test_a_pod_recreated_under_its_name_on_another_node_within_the_hour_is_billed_on_both(actors, teams):
     """A StatefulSet's pod keeps its name when it is recreated, often on another node (its first
     node was drained or failed). Both runs are billed in that hour, each on its node, and the
