@@ -1,0 +1,197 @@
+"""Provisioning a pool's nodes, one step per pass (seed G1, O2, O4, T1; design §5): the machine
+ordered in the pool's zones in turn (`OrderPlaced`, `ZoneFallback`), then boot, image pull, driver
+and kubelet install, registration with its labels and taints (`NodeRegistered`, `NodeLabeled`,
+`NodeTainted`, `NodeReady`); a failed step is a Warning event retried with exponential backoff, a
+machine failing too often is released and replaced. The lifecycle controller's `StepDue` and
+`SlowCapacity` steps (pools/controllers/lifecycle.py)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from django.conf import settings
+from django.db import transaction
+
+from monitoring.services import credential_revoke_for_node
+from pools.controllers import node_sync, repair_outcome
+from pools.controllers.context import ReconcilePass
+from pools.core import lifecycle as rules
+from pools.models import Node, PoolEvent, Zone
+from pools.providers.base import FAILED, RUNNING, MachineRequest, OutOfStock, ProviderError
+from pools.services.events import WARNING
+
+
+def nodes_advance(p: ReconcilePass) -> None:
+    """The pass's `StepDue` step: each node being provisioned one step further where its step is due."""
+    for node in p.live_nodes().filter(release_reason="", phase__in=rules.PROVISIONING_PHASES):
+        _advance(p, node)
+
+
+def _advance(p: ReconcilePass, node: Node) -> None:
+    if node.step_due_at is not None and p.now < node.step_due_at:
+        return  # the step is still running, or we are backing off
+    if node.phase == Node.Phase.ORDERING and not _place(p, node):
+        return
+    prewarmed = p.cloud.image_prewarmed(image=p.spec.system_image)
+    while node.step:
+        result = p.cloud.provision_step(provider_id=node.provider_id, step=node.step, now=p.now)
+        if result.status == RUNNING:
+            Node.objects.filter(pk=node.pk).update(step_due_at=result.due_at)
+            return
+        if result.status == FAILED:
+            _failed(p, node, reason=result.reason, summary=f"{result.reason}: {result.message}", machine=True)
+            return
+        if not _step_done(p, node, prewarmed=prewarmed):
+            return  # the node waits (backing off) before the step is tried again
+
+
+def _place(p: ReconcilePass, node: Node) -> bool:
+    """Order the node's machine in the pool's zones in turn, preferred first (`spec.zones`,
+    seed T1): OutOfStock in one zone orders in the next; OutOfStock in all of them is one
+    failure naming every zone tried. One client token (the node's name) for every zone, so a
+    machine ordered by a pass killed before its write is found again, not bought twice."""
+    request = MachineRequest(
+        client_token=node.name,
+        zone=node.zone.name,
+        gpu_model=p.spec.gpu_model,
+        node_type=p.spec.node_type,
+        billing=node.billing,
+        image=p.spec.system_image,
+    )
+    tried: list[str] = []
+    alternatives: dict[str, int] = {}
+    for zone in p.spec.zones:
+        try:
+            machine = p.cloud.place_order(request=replace(request, zone=zone), now=p.now)
+            break
+        except OutOfStock as exc:
+            tried.append(exc.zone)
+            alternatives = exc.alternatives
+        except ProviderError as exc:
+            _failed(p, node, reason=exc.reason, summary=f"{exc.reason}: {exc.message}", machine=False)
+            return False
+    else:
+        _failed(p, node, reason="OutOfStock", summary=rules.out_of_stock_reason(tried=tried, alternatives=alternatives), machine=False)
+        return False
+    if machine.zone != node.zone.name:
+        _zone_fallback(p, node, machine.zone)
+    first = rules.steps_for(prewarmed=p.cloud.image_prewarmed(image=p.spec.system_image))[0]
+    with transaction.atomic():
+        Node.objects.filter(pk=node.pk).update(
+            provider_id=machine.provider_id, phase=Node.Phase.PROVISIONING, step=first, step_due_at=None, attempts=0, last_error=""
+        )
+        p.event(
+            "OrderPlaced",
+            f"Machine ordered for node {node.name}: {p.spec.node_type} {p.spec.gpu_model} ({node.billing}) in {machine.zone}, cloud id {machine.provider_id}",
+            node=node,
+        )
+    node.provider_id, node.phase, node.step, node.step_due_at, node.attempts, node.last_error = machine.provider_id, Node.Phase.PROVISIONING, first, None, 0, ""
+    return True
+
+
+def _zone_fallback(p: ReconcilePass, node: Node, zone: str) -> None:
+    """The node's machine is in a fallback zone: the node says so (its zone label follows), and
+    an event names both zones and the price of the traffic now crossing them (D4, C1)."""
+    zones = p.spec.zones
+    skipped = list(zones[: zones.index(zone)]) if zone in zones else [node.zone.name]
+    price = p.cloud.cross_zone_price(at=p.now)
+    message = rules.zone_fallback_message(
+        node=node.name, ordered_in=zone, out_of_stock=skipped, preferred=zones[0],
+        price_per_gb=price.per_gb if price else None, currency=price.currency if price else "",
+    )  # fmt: skip
+    with transaction.atomic():
+        node.zone = Zone.objects.get(name=zone)
+        Node.objects.filter(pk=node.pk).update(zone=node.zone)
+        p.event("ZoneFallback", message, node=node, type=WARNING)
+
+
+def _step_done(p: ReconcilePass, node: Node, *, prewarmed: bool) -> bool:
+    """Record the machine's finished step and move to the next; False when the node could not
+    move on (the cluster has not registered it yet) and waits."""
+    step, image = node.step, p.spec.system_image
+    if step == rules.KUBELET_JOIN:
+        return _register(p, node, prewarmed=prewarmed)
+    events = []
+    if step == rules.BOOT:
+        events.append(("NodeInitializing", f"Machine {node.provider_id} booted; initialising system image {image}"))
+    elif step == rules.IMAGE_PULL:
+        events.append(("ImagePulled", f"System image {image} pulled"))
+        if prewarmed:
+            events.append(("DriverInstalled", f"NVIDIA driver and CUDA are preinstalled in the prewarmed image {image}: install skipped"))
+    elif step == rules.DRIVER_INSTALL:
+        events.append(("DriverInstalled", f"NVIDIA driver and CUDA installed on {node.name}"))
+    elif step == rules.KUBELET_INSTALL:
+        events.append(("KubeletInstalled", f"kubelet and the container runtime installed on {node.name}"))
+    following = rules.next_step(step, prewarmed=prewarmed)
+    phase = rules.STEP_PHASE[following]
+    with transaction.atomic():
+        Node.objects.filter(pk=node.pk).update(step=following, phase=phase, step_due_at=None, attempts=0, last_error="")
+        for reason, message in events:
+            p.event(reason, message, node=node)
+    node.step, node.phase, node.attempts, node.last_error = following, phase, 0, ""
+    return True
+
+
+def _register(p: ReconcilePass, node: Node, *, prewarmed: bool) -> bool:
+    labels, taints = node_sync.wanted_labels(p, node), node_sync.wanted_taints(p)
+    try:
+        p.cluster.register_node(name=node.name, now=p.now)
+        p.cluster.node_apply(name=node.name, labels=labels, taints=taints)
+    except ProviderError as exc:  # a real cluster: the kubelet has not registered the Node yet
+        _failed(p, node, reason=exc.reason, summary=exc.message, machine=True)
+        return False
+    took = p.now - node.created_at
+    with transaction.atomic():
+        Node.objects.filter(pk=node.pk).update(
+            phase=Node.Phase.READY, step="", step_due_at=None, attempts=0, last_error="", labels=labels, taints=taints, ready_at=p.now
+        )
+        p.event("NodeRegistered", f"Node {node.name} joined the cluster", node=node)
+        p.event("NodeLabeled", f"Labels applied to {node.name}: " + ", ".join(f"{k}={v}" for k, v in labels.items()), node=node)
+        if taints:
+            shown = ", ".join(f"{t['key']}={t['value']}:{t['effect']}" for t in taints)
+            p.event("NodeTainted", f"Taints applied to {node.name}: {shown} (only pods that tolerate them are scheduled here; expected, not a fault)", node=node)
+        p.event("NodeReady", f"Node {node.name} is Ready, {rules.format_duration(took)} after it was requested", node=node)
+        repair_outcome.replacement_ready(p, node)
+        if took > rules.SLOW_CAPACITY and not PoolEvent.objects.filter(node=node, reason="SlowCapacity").exists():
+            cause = rules.slow_capacity_cause(last_error="", prewarmed=prewarmed, image=p.spec.system_image)
+            p.event("SlowCapacity", f"Node {node.name} took {rules.format_duration(took)} to become Ready (over 15m0s); likely cause: {cause}", node=node, type=WARNING)
+    node.phase = Node.Phase.READY
+    node.step = ""
+    return True
+
+
+def slow_capacity_check(p: ReconcilePass) -> None:
+    """A node not Ready 15 minutes after it was requested raises one Warning with the likely cause (O4)."""
+    late = p.live_nodes().filter(release_reason="", phase__in=rules.PROVISIONING_PHASES, created_at__lt=p.now - rules.SLOW_CAPACITY)
+    for node in late.exclude(events__reason="SlowCapacity"):
+        cause = rules.slow_capacity_cause(
+            last_error=node.last_error, prewarmed=p.cloud.image_prewarmed(image=p.spec.system_image), image=p.spec.system_image
+        )
+        took = rules.format_duration(p.now - node.created_at)
+        p.event("SlowCapacity", f"Node {node.name} is not Ready {took} after it was requested (over 15m0s); likely cause: {cause}", node=node, type=WARNING)
+
+
+def _failed(p: ReconcilePass, node: Node, *, reason: str, summary: str, machine: bool) -> None:
+    """A Warning event, then retry with backoff; a machine failing too often is replaced."""
+    attempts = node.attempts + 1
+    p.stall(summary)
+    if machine and attempts >= settings.EBCLOUD_PROVISION_MAX_ATTEMPTS:
+        p.cloud.release(provider_id=node.provider_id, now=p.now)
+        with transaction.atomic():
+            Node.objects.filter(pk=node.pk).update(
+                phase=Node.Phase.TERMINATED, release_reason=rules.PROVISIONING_FAILED, terminated_at=p.now,
+                last_error=summary, attempts=attempts, step="", step_due_at=None,
+            )  # fmt: skip
+            p.event(
+                "ProvisioningFailed",
+                f"{summary}; gave up on machine {node.provider_id} of node {node.name} after {attempts} attempts: releasing it, a new node replaces it",
+                node=node,
+                type=WARNING,
+            )
+            credential_revoke_for_node(node, reason="NodeTerminated", now=p.now)  # if its agent had joined
+            repair_outcome.replacement_failed(p, node, summary)
+        return
+    delay = rules.backoff(attempts, base_seconds=settings.EBCLOUD_BACKOFF_BASE_SECONDS, cap_seconds=settings.EBCLOUD_BACKOFF_CAP_SECONDS)
+    with transaction.atomic():
+        Node.objects.filter(pk=node.pk).update(attempts=attempts, last_error=summary[:500], step_due_at=p.now + delay)
+        p.event(reason, f"Node {node.name}: {summary}; retrying in {rules.format_duration(delay)}", node=node, type=WARNING)
