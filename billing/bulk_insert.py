@@ -137,10 +137,17 @@ def _converter(field: models.Field):
         return None
     if isinstance(field, models.DateTimeField):
 
+        texts: dict[datetime, str] = {}  # this call's rows share their moments (an hour's rows, its hour)
+
         def moment(value):
             if isinstance(value, datetime) and value.tzinfo is not None:
-                return value  # aware: as is (a naive one goes through Django, which warns)
-            return field.get_db_prep_save(value, connection=connection)
+                # Aware: its ISO text, formatted once per distinct value; the driver would format
+                # it again for every row (~1 µs, half of writing an hour's usage row).
+                text = texts.get(value)
+                if text is None:
+                    text = texts[value] = value.isoformat()
+                return text
+            return field.get_db_prep_save(value, connection=connection)  # naive: through Django, which warns
 
         return moment
     return lambda value: field.get_db_prep_save(value, connection=connection)

@@ -112,6 +112,25 @@ def test_unsaved_instances_store_what_model_init_stores(actors, teams):
     assert stored["fast"] == stored["fast-2"] == stored["slow"]
 
 
+def test_moments_written_once_per_value_store_the_instants_given(actors, teams):
+    """COPY formats each distinct aware moment once (an hour's rows share their hour): rows in
+    other zones, with microseconds, or sharing one moment store the instants `bulk_create`
+    stores."""
+    from zoneinfo import ZoneInfo
+
+    p = pool(actors["lead"])
+    make = Unsaved(UsageRecord)
+    common = dict(kind="registry", pool=p, team=p.team, quantity=Decimal(1), amount=Decimal("1.25"))
+    moments = [
+        T0, T0, T0.astimezone(ZoneInfo("Asia/Shanghai")) + timedelta(hours=1),
+        T0.astimezone(ZoneInfo("America/St_Johns")) + timedelta(hours=2, microseconds=7),
+    ]
+    bulk_insert(UsageRecord, [make(hour=at, resource=f"fast-{i}", **common) for i, at in enumerate(moments)])
+    UsageRecord.objects.bulk_create([UsageRecord(hour=at, resource=f"slow-{i}", **common) for i, at in enumerate(moments)])
+    stored = dict(UsageRecord.objects.values_list("resource", "hour"))
+    assert [stored[f"fast-{i}"] for i in range(4)] == [stored[f"slow-{i}"] for i in range(4)] == moments
+
+
 def test_rows_inserted_while_a_block_runs_are_stored_when_it_ends_or_not_at_all(actors, teams):
     """`inserting` (issue 9: metering allocates the hour while PostgreSQL stores its usage rows)
     stores the rows when its block ends; an error in the block leaves none of them, and a query
