@@ -341,31 +341,15 @@ def pod_gpu_hours(*, gpu_count: int, gpu_milli: int, hours: Decimal | int = 1) -
     return value.quantize(QUANTITY, ROUND_HALF_UP)
 
 
-def resource_sample(pool, hour: datetime) -> PoolResourceSample | None:
-    """The pool's storage and cross-zone traffic in the hour: a sample someone reported (an
-    agent, an import), else what the cloud provider says of the pool's machines (C1, D4)."""
-    return resource_samples([pool], hour).get(pool.pk)
-
-
-def resource_samples(pools: list, hour: datetime, *, machines: dict[int, list[str]] | None = None) -> dict[int, PoolResourceSample]:
-    """`resource_sample` for many pools in a fixed number of queries: the stored samples, then
-    one provider read for the pools that have none (kept, so the hour is read once). The
-    provider is asked about `machines` (pool id -> provider ids: metering's, the machines of the
-    nodes it bills in the hour), else about the machines of the pools' nodes alive in the hour
-    (not the pools' whole history, which only grows)."""
+def resource_samples(pools: list, hour: datetime, *, machines: dict[int, list[str]]) -> dict[int, PoolResourceSample]:
+    """Each pool's storage and cross-zone traffic in the hour, in a fixed number of queries: a
+    sample someone reported (an agent, an import), else what the cloud provider says of the
+    pool's `machines` (pool id -> provider ids: metering's, the machines of the nodes it bills
+    in the hour, not the pool's whole history, which only grows), read once for all the pools
+    without one and kept, so the hour is read once (C1, D4)."""
     ids = [p.pk for p in pools]
     samples = {s.pool_id: s for s in PoolResourceSample.objects.filter(pool_id__in=ids, hour=hour)}
-    missing = [pk for pk in ids if pk not in samples]
-    if not missing:
-        return samples
-
-    if machines is None:
-        machines = {}
-        alive = Node.objects.filter(pool_id__in=missing, created_at__lt=hour + HOUR).exclude(terminated_at__lte=hour)
-        for pool_id, provider_id in alive.exclude(provider_id="").values_list("pool_id", "provider_id"):
-            machines.setdefault(pool_id, []).append(provider_id)
-    else:
-        machines = {pk: machines[pk] for pk in missing if pk in machines}
+    machines = {pk: machines[pk] for pk in ids if pk not in samples and pk in machines}
     if not machines:
         return samples
     cloud = get_cloud_provider()

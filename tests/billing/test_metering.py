@@ -617,17 +617,19 @@ def test_storage_and_cross_zone_traffic_come_from_the_simulated_cloud(actors, se
     p = approved_pool(actors, make_document("metered"))
     ready = run_until(p, T0)
     hour = (ready + HOUR).replace(minute=0, second=0, microsecond=0)
-    sample = metering.resource_sample(p, hour)
+    machines = {p.pk: list(Node.objects.filter(pool=p).values_list("provider_id", flat=True))}
+    sample = metering.resource_samples([p], hour, machines=machines)[p.pk]
     assert (sample.storage_gb, sample.cross_zone_gb) == (Decimal(1000), Decimal("7.0"))  # 2 machines
-    assert metering.resource_sample(p, hour).pk == sample.pk  # read once, then kept
+    assert metering.resource_samples([p], hour, machines=machines)[p.pk].pk == sample.pk  # read once, then kept
     services.meter_hour(hour=hour)
     kinds = dict(UsageRecord.objects.filter(hour=hour, pool=p, kind__in=["storage", "network"]).values_list("kind", "quantity"))
     assert kinds == {"storage": Decimal(1000), "network": Decimal("7.0")}
 
 
-def test_a_pool_sample_asks_the_cloud_about_the_machines_alive_in_the_hour(actors, settings, monkeypatch):
-    """Without metering's machines, a pool's sample asks the provider about its nodes alive in
-    the hour, not about every machine the pool ever had (its history only grows)."""
+def test_metering_asks_the_cloud_about_no_machine_it_does_not_bill(actors, settings, monkeypatch):
+    """Metering asks the provider about the machines of the nodes it bills in the hour, not
+    about every machine the pool ever had (its history only grows): a node gone before the
+    hour, its lease ended, is not asked about."""
     from pools.providers.simulated import SimulatedCloud
     from tests.pools.lifecycle_helpers import approved_pool, run_until
 
@@ -637,7 +639,7 @@ def test_a_pool_sample_asks_the_cloud_about_the_machines_alive_in_the_hour(actor
     ready = run_until(p, T0)
     hour = (ready + 2 * HOUR).replace(minute=0, second=0, microsecond=0)
     gone, kept = Node.objects.filter(pool=p).order_by("name")
-    Node.objects.filter(pk=gone.pk).update(terminated_at=hour - timedelta(minutes=1))
+    Node.objects.filter(pk=gone.pk).update(terminated_at=hour - timedelta(minutes=1), lease_end=hour - timedelta(minutes=1))
     asked = []
     usage_many = SimulatedCloud.resource_usage_many
 
@@ -646,7 +648,7 @@ def test_a_pool_sample_asks_the_cloud_about_the_machines_alive_in_the_hour(actor
         return usage_many(self, machines=machines, hour=hour)
 
     monkeypatch.setattr(SimulatedCloud, "resource_usage_many", recorded)
-    metering.resource_sample(p, hour)
+    services.meter_hour(hour=hour)
     assert asked == [{p.pk: [kept.provider_id]}]
 
 
