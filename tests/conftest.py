@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 from datetime import timedelta
 from pathlib import Path
 
@@ -132,3 +133,11 @@ def make_document(name: str = "train-pool-a", **spec_overrides) -> dict:
     document["metadata"]["name"] = name
     document["spec"].update(spec_overrides)
     return document
+
+
+def assets_off_site(page: str) -> list[str]:
+    """The page's script, stylesheet, image and plotly URLs that another host serves: a page
+    must load nothing from a CDN. Reads the URLs themselves, not the page's text (a CSRF token
+    may spell "cdn")."""
+    urls = re.findall(r'\b(?:src|data-plotly)="([^"]*)"', page) + re.findall(r'<link\b[^>]*\bhref="([^"]*)"', page)
+    return [url for url in urls if re.match(r"(?:[a-z][a-z0-9+.-]*:)?//", url, re.IGNORECASE)]

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import re
 from datetime import UTC, datetime, timedelta
 
 from monitoring.models import PoolSample
 from pools.core.charts import Sample, pool_figures
 from pools.services import pools as services
-from tests.conftest import make_document
+from tests.conftest import assets_off_site, make_document
 
 T = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)  # the clock is frozen there where a page reads it
 
@@ -59,8 +58,7 @@ def test_the_pool_page_embeds_the_figures_and_plotly_from_static(client, actors,
     # The page shows at once and loads its charts after (issue 9: the day of samples is its heaviest read).
     assert 'hx-get="/pools/charted/charts/"' in page and 'hx-trigger="load"' in page
     assert "/static/vendor/plotly.min.js" in page
-    # Every script and asset from this server, none from a CDN (a CSRF token may spell "cdn").
-    assert all(url.startswith("/static/") for url in re.findall(r'(?:src|data-plotly)="([^"]+)"', page))
+    assert assets_off_site(page) == []
     html = client.get("/pools/charted/charts/", headers={"HX-Request": "true"}).content.decode()
     assert 'id="pool-charts"' in html and 'id="chart-nodes"' in html and "<html" not in html
     embedded = html.split('id="pool-charts" type="application/json">')[1].split("</script>")[0]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-
 import pytest
 from django.contrib.staticfiles import finders
 from django.db import connection
@@ -14,7 +12,7 @@ from pools.core.documents import dump_yaml
 from pools.models import PoolEvent
 from pools.models.pods import Pod
 from pools.services import pools as pool_services
-from tests.conftest import make_document
+from tests.conftest import assets_off_site, make_document
 from tests.pools.pod_helpers import T0, TRAIN_POD, pod_document, pool_with_nodes, submit
 
 
@@ -160,8 +158,7 @@ def test_the_pool_report_shows_underused_nodes_the_plan_and_plotly_from_static(b
     assert "<code>train-pool-a-0</code> <code>train-pool-a-1</code>" in page
     assert '<script src="/static/js/charts.js" data-plotly="/static/vendor/plotly.min.js" defer></script>' in page
     assert 'id="fragmentation-charts"' in page
-    # Every script and asset from this server, none from a CDN (a CSRF token may spell "cdn").
-    assert all(url.startswith("/static/") for url in re.findall(r'(?:src|data-plotly)="([^"]+)"', page))
+    assert assets_off_site(page) == []
     # The plan follows the page (issue 21 item 8: solving it must not hold the page up).
     assert 'hx-get="/pools/train-pool-a/fragmentation/?part=plan" hx-trigger="load"' in page and "GPU-hours saved" not in page
     plan = browser("lead").get("/pools/train-pool-a/fragmentation/?part=plan", headers={"HX-Request": "true"}).content.decode()
