@@ -14,10 +14,11 @@ per pool by a conditional UPDATE on `PoolClaim.version`, so any number of worker
 pass over every pool (`reconcile_all`) reads all pools' rows at once and runs the per-pool pass
 only where something is to be done, and there only the steps that have work (issue 9;
 pools/controllers/state.py, `lifecycle_rules.steps_needed`).
+
 The provisioning steps are in pools/controllers/provisioning.py; leases, reclaims, shrinking,
-deletion and heartbeats in pools/controllers/exits.py; the
-nodes' labels, taints and drain cordons are kept level-triggered by pools/controllers/node_sync.py
-(the `NodeDrift` step, fed by one read of the cluster's nodes per pass).
+deletion and heartbeats in pools/controllers/exits.py. The nodes' labels, taints and drain
+cordons are kept level-triggered by pools/controllers/node_sync.py (the `NodeDrift` step, fed by
+one read of the cluster's nodes per pass).
 """
 
 from __future__ import annotations
