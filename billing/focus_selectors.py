@@ -88,7 +88,7 @@ def focus_rows_for_user(*, user, query: CostQuery, account=None) -> Iterator[dic
     if not user.is_authenticated:
         return
     scope = FocusScope.of(user, query)
-    records = scope.filter(UsageRecord.objects.select_related("pool", "team"))
+    records = scope.filter(UsageRecord.objects.select_related("pool", "team", "label_set"))
     leases = _leases(records)
     hours = records.order_by("hour").values_list("hour", flat=True).distinct()
 

@@ -18,6 +18,9 @@
 - pool fees: registry per pool-month (amortised over the calendar month's hours), storage per
   GB-month (same), cross-zone network per GB, from `PoolResourceSample`s.
 
+Records name their labels' sets (`billing.label_sets`), unsaved in `Collected.label_sets`:
+`billing.services.meter_hour` stores the new ones before the hour's transaction.
+
 `allocation_inputs(records)` turns stored records back into the pure core's `NodeHour`,
 `PodHour` and `FeeHour`, in a fixed order, so allocation (metering) and the FOCUS export
 compute the same split from the same rows.
@@ -40,6 +43,7 @@ from django.db.models.functions import Cast
 from billing.allocation import FeeHour, NodeHour, PodHour, effective_labels, gpu_hours
 from billing.bulk_insert import Unsaved
 from billing.hours import HOUR, QUANTITY, floor_hour, hour_overlap
+from billing.label_sets import LabelSets
 from billing.lease_costs import add_months, monthly_hour_cost, quantize_money
 from billing.models import LeasePeriod, MeterRun, PoolResourceSample, PriceBookEntry, UsageRecord
 from billing.node_prices import (
@@ -83,6 +87,7 @@ def parts_unmetered(hours: list[datetime], *, parts: int = 1) -> list[tuple[date
 class Collected:
     records: list[UsageRecord] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    label_sets: LabelSets = field(default_factory=LabelSets)  # the records', not stored yet (`label_sets_store`)
 
 
 # --------------------------------------------------------------------------- collection
@@ -104,7 +109,7 @@ def _collect(hour: datetime, part: Part) -> Collected:
     samples together."""
     out = Collected()
     billed = _node_records(hour, out, part)
-    out.records.extend(_pod_records(billed, hour, part))
+    out.records.extend(_pod_records(billed, hour, part, out.label_sets))
     billed_pools = {node.pool_id: node.pool for node, _ in billed.values()}
     machines: dict[int, list[str]] = {}
     for node, _ in billed.values():
@@ -112,7 +117,7 @@ def _collect(hour: datetime, part: Part) -> Collected:
             machines.setdefault(node.pool_id, []).append(node.provider_id)
     samples = resource_samples([billed_pools[pk] for pk in sorted(billed_pools)], hour, machines=machines)
     for pool_id in sorted(billed_pools):
-        out.records.extend(_fee_records(billed_pools[pool_id], hour, sample=samples.get(pool_id)))
+        out.records.extend(_fee_records(billed_pools[pool_id], hour, sample=samples.get(pool_id), label_sets=out.label_sets))
     return out
 
 
@@ -155,7 +160,7 @@ def _node_records(hour: datetime, out: Collected, part: Part) -> dict[int, tuple
     for node in nodes:
         node.pool = pools[node.pool_id]  # one pool object per pool, shared by its nodes
         try:
-            record = _node_record(node, hour)
+            record = _node_record(node, hour, out.label_sets)
         except ValidationError as exc:
             out.skipped.append(f"node {node.name}: {exc}")
             log.warning("metering %s: node %s not billed: %s", hour.isoformat(), node.name, exc)
@@ -180,7 +185,7 @@ def held_periods(hour: datetime) -> dict[int, tuple[HeldPeriod, ...]]:
     return {node_id: tuple(periods) for node_id, periods in held.items()}
 
 
-def _node_record(node: Node | BilledNode, hour: datetime) -> UsageRecord | None:
+def _node_record(node: Node | BilledNode, hour: datetime, label_sets: LabelSets) -> UsageRecord | None:
     """A node's hour, priced, or None when it is not billed this hour (no lease running into
     it, not alive in it). Built with `Unsaved.with_values`: an hour of a 1,000-pool fleet bills
     ~20,000 nodes."""
@@ -189,18 +194,20 @@ def _node_record(node: Node | BilledNode, hour: datetime) -> UsageRecord | None:
         return None
     quantity, cost, list_cost, currency = priced
     pool = node.pool
-    return _new_usage.with_values({"pool": pool, "team": pool.team}, {
+    # Nodes of a pool with the same labels share one dict (only read), so one set: see `allocation_inputs`.
+    label_set = label_sets.of(cached(("labels", pool.pk, id(node.labels)), lambda: effective_labels(pool.labels, node.labels, None)))
+    return _new_usage.with_values({"pool": pool, "team": pool.team, "label_set": label_set}, {
         "id": None, "hour": hour, "kind": UsageRecord.Kind.NODE, "resource": node.name, "pool_id": pool.pk,
         "team_id": pool.team_id, "node_name": node.name, "namespace": "", "pod_name": "", "pod_count": 0,
         "billing_kind": node.billing, "gpu_class": pool.gpu_model.name, "region": pool.zone.name,
         "gpu_count": node.gpu_count, "quantity": quantity, "amount": cost, "list_amount": list_cost,
-        "currency": currency,
-        # Nodes of a pool with the same labels share one dict (only read): see `allocation_inputs`.
-        "labels": cached(("labels", pool.pk, id(node.labels)), lambda: effective_labels(pool.labels, node.labels, None)),
+        "currency": currency, "label_set_id": label_set.pk,
     })  # fmt: skip
 
 
-def _pod_records(billed: dict[int, tuple[BilledNode, UsageRecord]], hour: datetime, part: Part) -> list[UsageRecord]:
+def _pod_records(
+    billed: dict[int, tuple[BilledNode, UsageRecord]], hour: datetime, part: Part, label_sets: LabelSets
+) -> list[UsageRecord]:
     """One record per workload on a node: the pods of one namespace, team and label set on one
     node (a Deployment's or a Job's replicas), with their GPU-hours summed and counted.
 
@@ -271,15 +278,15 @@ def _pod_records(billed: dict[int, tuple[BilledNode, UsageRecord]], hour: dateti
         team_id = team_id or pool.team_id  # a real cluster's namespace mapped to no team: the pool's owner pays
         if team_id != pool.team_id:  # a guest on a pool lent to its team (`spec.sharedWith`)
             inherited = guest_labels(inherited, teams[team_id].slug)
+        label_set = label_sets.of(merged(inherited, text, labels))
         records.append(
-            make({"pool": pool, "team": teams[team_id]}, {
+            make({"pool": pool, "team": teams[team_id], "label_set": label_set}, {
                 "id": None, "hour": hour, "kind": POD, "resource": f"{namespace}/{first}@{node.name}",
                 "pool_id": pool.pk, "team_id": team_id, "node_name": node.name,
                 "namespace": namespace, "pod_name": first, "pod_count": pods, "billing_kind": node.billing,
                 "gpu_class": node_record.gpu_class, "region": node_record.region,
                 "gpu_count": min(gpu_count, 32767), "quantity": quantity, "amount": 0, "list_amount": None,
-                "currency": node_record.currency,
-                "labels": merged(inherited, text, labels),
+                "currency": node_record.currency, "label_set_id": label_set.pk,
             })
         )  # fmt: skip
     _resources_distinct(records)
@@ -366,7 +373,7 @@ def resource_samples(pools: list, hour: datetime, *, machines: dict[int, list[st
     return samples
 
 
-def _fee_records(pool, hour: datetime, *, sample: PoolResourceSample | None) -> list[UsageRecord]:
+def _fee_records(pool, hour: datetime, *, sample: PoolResourceSample | None, label_sets: LabelSets) -> list[UsageRecord]:
     month_start = hour.replace(day=1, hour=0)
     month_end = add_months(month_start, 1)
     base = dict(
@@ -375,7 +382,7 @@ def _fee_records(pool, hour: datetime, *, sample: PoolResourceSample | None) -> 
         pool=pool,
         team=pool.team,
         region=pool.zone.name,
-        labels=pool.labels,
+        label_set=label_sets.of(pool.labels),
     )
     records = []
 

@@ -23,6 +23,7 @@ from billing import metering
 from billing.bulk_insert import Unsaved, bulk_insert, inserting
 from billing.costing import cost_records_for, label_group_key
 from billing.hours import HOUR, last_complete_hour
+from billing.label_sets import label_sets_store
 from billing.models import CostDay, CostDayLock, CostRecord, MeterRun, UsageRecord
 from pools.claims import WHOLE, Part, collector_paused
 
@@ -64,18 +65,23 @@ def meter_hour(*, hour: datetime, part: Part = WHOLE) -> MeterResult:
         raise ValueError(f"{hour:%Y-%m-%dT%H:00Z} is being metered in {max(taken.values())} parts, not {part.count}")
     if part.index in taken:
         return MeterResult(hour=hour, metered=False, part=part)
-    try:
-        with collector_paused(), transaction.atomic():
-            run = MeterRun.objects.create(hour=hour, part=part.index, parts=part.count)
-            return _meter_claimed(run, part)
-    except IntegrityError:
-        if MeterRun.objects.filter(hour=hour, part=part.index).exists():
-            return MeterResult(hour=hour, metered=False, part=part)
-        raise
+    with collector_paused():
+        # Collected before the claim, so the hour's new label sets are committed before its
+        # transaction (`label_sets_store`). A worker that then loses the claim has written only
+        # what any hour may name or read again: label sets, and the cloud's resource samples.
+        collected = metering.usage_collect(hour=hour, part=part)
+        label_sets_store(collected.label_sets)
+        try:
+            with transaction.atomic():
+                run = MeterRun.objects.create(hour=hour, part=part.index, parts=part.count)
+                return _meter_claimed(run, part, collected)
+        except IntegrityError:
+            if MeterRun.objects.filter(hour=hour, part=part.index).exists():
+                return MeterResult(hour=hour, metered=False, part=part)
+            raise
 
 
-def _meter_claimed(run: MeterRun, part: Part) -> MeterResult:
-    collected = metering.usage_collect(hour=run.hour, part=part)
+def _meter_claimed(run: MeterRun, part: Part, collected: metering.Collected) -> MeterResult:
     records = collected.records
     with inserting(UsageRecord, records):  # COPY on PostgreSQL, which stores them while the hour is allocated
         costs = cost_records_for(records)

@@ -10,14 +10,21 @@ from django.db import connection
 
 from billing import services
 from billing.demo import load_prices
+from billing.label_sets import label_set_id
 from billing.lease_costs import add_months
-from billing.models import CostRecord
+from billing.models import CostRecord, LabelSet
 from pools.models import Node, Pod
 from pools.services import pools as pool_services
 from tests.conftest import make_document
 
 T0 = datetime(2026, 12, 1, 0, 0, tzinfo=UTC)  # a 31-day month: 744 hours
 HOUR = timedelta(hours=1)
+
+
+def label_set(labels: dict | None = None) -> LabelSet:
+    """The stored set of these labels (none by default), for usage records made by hand."""
+    labels = labels or {}
+    return LabelSet.objects.get_or_create(id=label_set_id(labels), defaults={"labels": labels})[0]
 
 
 def pool(user, name="train-pool-a", labels=None, **spec):

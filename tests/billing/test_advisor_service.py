@@ -8,6 +8,7 @@ from decimal import Decimal
 from billing.advisor_service import hourly_node_demand, pool_advice
 from billing.models import CostRecord, UsageRecord
 from pools.services import pools as services
+from tests.billing.billing_helpers import label_set
 from tests.conftest import make_document
 
 NOW = datetime(2026, 11, 30, 12, 30, tzinfo=UTC)
@@ -21,7 +22,9 @@ def metered_pool(actors, *, budget=None):
     while hour < NOW.replace(minute=0):
         # Two 8-GPU nodes busy around the clock, a third 4 hours a day (the article's shape).
         gpus = 24 if 10 <= hour.hour < 14 else 16
-        UsageRecord.objects.create(hour=hour, kind="pod", resource=f"a/job-{hour:%j%H}", pool=pool, team=pool.team, quantity=Decimal(gpus))
+        UsageRecord.objects.create(
+            hour=hour, kind="pod", resource=f"a/job-{hour:%j%H}", pool=pool, team=pool.team, quantity=Decimal(gpus), label_set=label_set()
+        )
         hour += timedelta(hours=1)
     return pool
 

@@ -15,14 +15,14 @@ from django.db.models import ProtectedError
 from billing.bulk_insert import bulk_insert
 from billing.models import CostRecord, UsageRecord
 from pools.models import Team
-from tests.billing.billing_helpers import T0, in_thread, scenario
+from tests.billing.billing_helpers import T0, in_thread, label_set, scenario
 
 pytestmark = pytest.mark.django_db
 postgresql_only = pytest.mark.skipif(connection.vendor != "postgresql", reason="the guards against other clients are PostgreSQL's")
 
 
 def usage_row(pool, team, name: str) -> UsageRecord:
-    return UsageRecord(hour=T0, kind=UsageRecord.Kind.NODE, resource=name, pool=pool, team=team, quantity=1, amount=1)
+    return UsageRecord(hour=T0, kind=UsageRecord.Kind.NODE, resource=name, pool=pool, team=team, quantity=1, amount=1, label_set=label_set())
 
 
 def cost_row(pool, team, name: str) -> CostRecord:

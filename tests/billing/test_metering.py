@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from billing import metering, node_prices, services
 from billing.demo import load_prices
+from billing.label_sets import LabelSets
 from billing.lease_costs import monthly_hour_cost
 from billing.models import (
     CostRecord,
@@ -81,14 +82,15 @@ def test_a_monthly_node_is_billed_its_amortised_lease_hour_even_when_idle(actors
 def test_a_whole_lease_of_hours_adds_up_to_the_lease_payment(actors):
     p = pool(actors["lead"])
     node(p, "n-0")
+    sets = LabelSets()
     records = [
-        metering._node_record(node_obj, T0 + i * HOUR)
+        metering._node_record(node_obj, T0 + i * HOUR, sets)
         for i in range(744)
         for node_obj in [p.nodes.get()]
     ]
     assert sum(r.amount for r in records) == Decimal("20000.00")
-    assert metering._node_record(p.nodes.get(), T0 + 744 * HOUR) is None
-    assert metering._node_record(p.nodes.get(), T0 - HOUR) is None
+    assert metering._node_record(p.nodes.get(), T0 + 744 * HOUR, sets) is None
+    assert metering._node_record(p.nodes.get(), T0 - HOUR, sets) is None
 
 
 def test_on_demand_nodes_are_billed_pro_rata_until_terminated(actors):

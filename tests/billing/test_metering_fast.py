@@ -13,7 +13,7 @@ import pytest
 from billing import costing, services
 from billing.bulk_insert import Unsaved, bulk_insert, json_text
 from billing.models import CostDay, CostRecord, MeterRun, UsageRecord
-from tests.billing.billing_helpers import T0, meter, node, pod, pool, scenario
+from tests.billing.billing_helpers import T0, label_set, meter, node, pod, pool, scenario
 
 pytestmark = pytest.mark.django_db
 
@@ -100,14 +100,17 @@ def test_unsaved_instances_store_what_model_init_stores(actors, teams):
     and COPY / executemany write the same rows as `bulk_create`."""
     p = pool(actors["lead"])
     make = Unsaved(UsageRecord)
-    common = dict(kind="registry", pool=p, team=p.team, quantity=Decimal(1), amount=Decimal("1.25"))
+    labels = label_set({"team": "a"})
+    common = dict(kind="registry", pool=p, team=p.team, quantity=Decimal(1), amount=Decimal("1.25"), label_set=labels)
     fast = [make(hour=T0, resource="fast", **common), make(hour=T0, resource="fast-2", **common)]
     slow = UsageRecord(hour=T0 + timedelta(hours=1), resource="slow", **common)
-    assert fast[0].labels == {} and fast[0].labels is not fast[1].labels
-    assert fast[0].team is p.team and fast[0].list_amount is None and fast[0].currency == "CNY"
+    assert fast[0].team is p.team and fast[0].label_set is labels and fast[0].labels == {"team": "a"}
+    assert fast[0].list_amount is None and fast[0].currency == "CNY"
+    costs = Unsaved(CostRecord)
+    assert costs().labels == {} and costs().labels is not costs().labels
     bulk_insert(UsageRecord, fast)
     UsageRecord.objects.bulk_create([slow])
-    columns = ["kind", "pool_id", "team_id", "node_name", "quantity", "amount", "list_amount", "currency", "labels", "gpu_count"]
+    columns = ["kind", "pool_id", "team_id", "node_name", "quantity", "amount", "list_amount", "currency", "label_set_id", "gpu_count"]
     stored = {r["resource"]: {c: r[c] for c in columns} for r in UsageRecord.objects.values("resource", *columns)}
     assert stored["fast"] == stored["fast-2"] == stored["slow"]
 
@@ -120,7 +123,7 @@ def test_moments_written_once_per_value_store_the_instants_given(actors, teams):
 
     p = pool(actors["lead"])
     make = Unsaved(UsageRecord)
-    common = dict(kind="registry", pool=p, team=p.team, quantity=Decimal(1), amount=Decimal("1.25"))
+    common = dict(kind="registry", pool=p, team=p.team, quantity=Decimal(1), amount=Decimal("1.25"), label_set=label_set())
     moments = [
         T0, T0, T0.astimezone(ZoneInfo("Asia/Shanghai")) + timedelta(hours=1),
         T0.astimezone(ZoneInfo("America/St_Johns")) + timedelta(hours=2, microseconds=7),
@@ -141,7 +144,7 @@ def test_rows_inserted_while_a_block_runs_are_stored_when_it_ends_or_not_at_all(
 
     p = pool(actors["lead"])
     make = Unsaved(UsageRecord)
-    common = dict(hour=T0, kind="registry", pool=p, team=p.team, quantity=Decimal(1), amount=Decimal("1.25"))
+    common = dict(hour=T0, kind="registry", pool=p, team=p.team, quantity=Decimal(1), amount=Decimal("1.25"), label_set=label_set())
     with inserting(UsageRecord, [make(resource="kept", **common), make(resource="kept-2", **common)]) as count:
         worked = sum(range(1000))  # the block's own work, while the rows are stored
     assert count == 2 and worked == 499500

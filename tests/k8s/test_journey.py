@@ -254,7 +254,7 @@ def test_the_articles_journey_on_both_clusters(cluster, actors, train_document):
     # The hour is metered from the pods the control plane saw.
     meter_hour(hour=T0.replace(minute=0))
     pods = UsageRecord.objects.filter(kind=UsageRecord.Kind.POD, namespace="algorithm")
-    assert pods.filter(pod_name="bert-train-0").exists() or pods.filter(labels__project="nlp").exists()
+    assert pods.filter(pod_name="bert-train-0").exists() or pods.filter(label_set__labels__project="nlp").exists()
     assert sum((r.quantity for r in pods), Decimal(0)) > 0
     connection.close()
 
