@@ -59,7 +59,7 @@ def label_sets_store(sets: Iterable[LabelSet]) -> int:
     ids = sorted(by_id)
     stored: set[uuid.UUID] = set()
     for start in range(0, len(ids), _READ_CHUNK):
-        stored.update(LabelSet.objects.filter(pk__in=ids[start : start + _READ_CHUNK]).values_list("pk", flat=True))
+        stored.update(LabelSet.objects.filter(pk__any_of=ids[start : start + _READ_CHUNK]).values_list("pk", flat=True))
     new = [by_id[pk] for pk in ids if pk not in stored]
     LabelSet.objects.bulk_create(new, ignore_conflicts=True)
     return len(new)

@@ -201,7 +201,7 @@ def _node_record(node: Node | BilledNode, hour: datetime, label_sets: LabelSets)
         "team_id": pool.team_id, "node_name": node.name, "namespace": "", "pod_name": "", "pod_count": 0,
         "billing_kind": node.billing, "gpu_class": pool.gpu_model.name, "region": pool.zone.name,
         "gpu_count": node.gpu_count, "quantity": quantity, "amount": cost, "list_amount": list_cost,
-        "currency": currency, "label_set_id": label_set.pk,
+        "currency": currency, "label_set_id": label_set.pk, "labels": label_set.labels,
     })  # fmt: skip
 
 
@@ -286,7 +286,7 @@ def _pod_records(
                 "namespace": namespace, "pod_name": first, "pod_count": pods, "billing_kind": node.billing,
                 "gpu_class": node_record.gpu_class, "region": node_record.region,
                 "gpu_count": min(gpu_count, 32767), "quantity": quantity, "amount": 0, "list_amount": None,
-                "currency": node_record.currency, "label_set_id": label_set.pk,
+                "currency": node_record.currency, "label_set_id": label_set.pk, "labels": label_set.labels,
             })
         )  # fmt: skip
     _resources_distinct(records)
@@ -376,13 +376,15 @@ def resource_samples(pools: list, hour: datetime, *, machines: dict[int, list[st
 def _fee_records(pool, hour: datetime, *, sample: PoolResourceSample | None, label_sets: LabelSets) -> list[UsageRecord]:
     month_start = hour.replace(day=1, hour=0)
     month_end = add_months(month_start, 1)
+    label_set = label_sets.of(pool.labels)
     base = dict(
         hour=hour,
         resource=ledger_pool_name(pool),
         pool=pool,
         team=pool.team,
         region=pool.zone.name,
-        label_set=label_sets.of(pool.labels),
+        label_set=label_set,
+        labels=label_set.labels,
     )
     records = []
 

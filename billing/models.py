@@ -9,6 +9,7 @@ from __future__ import annotations
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
+from django.utils.functional import cached_property
 
 from pools import roles
 
@@ -216,9 +217,11 @@ class UsageRecord(models.Model):
     def __str__(self) -> str:
         return f"{self.hour:%Y-%m-%d %H:00} {self.kind} {self.resource}: {self.quantity}"
 
-    @property
+    @cached_property
     def labels(self) -> dict:
-        """The record's effective labels (select `label_set` with many records)."""
+        """The record's effective labels (select `label_set` with many records). Metering gives
+        its records theirs as it builds them: read ~40,000 times an hour, not through the
+        relation each time."""
         return self.label_set.labels
 
 

@@ -76,9 +76,10 @@ def test_a_failed_hour_adds_nothing_to_the_day(actors, teams, monkeypatch):
     assert rollup() == rebuilt() != before
 
 
-def test_metered_records_are_complete_model_instances(actors, teams):
-    """Records built without `Model.__init__` carry every column and their pool and team
-    (read from the cache, no query): selectors and tests use them like any instance."""
+def test_metered_records_are_complete_model_instances(actors, teams, django_assert_num_queries):
+    """Records built without `Model.__init__` carry every column, their pool, team and label
+    set, and their labels (read from the cache, no query): selectors and tests use them like
+    any instance."""
     p = pool(actors["lead"])
     pod(teams["algorithm"], node(p, "n-0"), "a", gpus=2, labels={"project": "x"})
     from billing import metering
@@ -91,6 +92,8 @@ def test_metered_records_are_complete_model_instances(actors, teams):
             assert names <= set(obj.__dict__), model
             assert obj.pk is None and obj._state.adding
             assert obj.pool.pk == obj.pool_id == p.pk and obj.team.pk == obj.team_id
+    with django_assert_num_queries(0):
+        assert all(r.labels is r.label_set.labels and r.label_set.pk == r.label_set_id for r in records)
     pod_record = next(r for r in records if r.kind == "pod")
     assert pod_record.labels["project"] == "x" and pod_record.quantity == Decimal(2)
 
