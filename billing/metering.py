@@ -40,7 +40,7 @@ from operator import attrgetter
 from django.db.models import Case, Count, Exists, F, Min, OuterRef, Q, TextField, When
 from django.db.models.functions import Cast
 
-from billing.allocation import FeeHour, NodeHour, PodHour, effective_labels, gpu_hours
+from billing.allocation import FeeHour, NodeHour, PodHour, effective_labels, frozen_new, gpu_hours
 from billing.bulk_insert import Unsaved
 from billing.hours import HOUR, QUANTITY, floor_hour, hour_overlap
 from billing.label_sets import LabelSets
@@ -449,47 +449,25 @@ def allocation_inputs(
     # Each pool's name and team's slug read once, not through the relations on every record.
     pool_names = {pk: ledger_pool_name(pool) for pk, pool in (pools or related_by_id(records, "pool")).items()}
     team_slugs = {pk: team.slug for pk, team in (teams or related_by_id(records, "team")).items()}
-    for r in records:
+    for r in records:  # every field given (`frozen_new`): the classes' defaults are not used
         if r.kind == UsageRecord.Kind.NODE:
-            nodes.append(
-                NodeHour(
-                    hour=r.hour,
-                    node=r.node_name,
-                    pool=pool_names[r.pool_id],
-                    team=team_slugs[r.team_id],
-                    billing_kind=r.billing_kind,
-                    gpu_count=r.gpu_count,
-                    cost=Decimal(r.amount),
-                    gpu_class=r.gpu_class,
-                    region=r.region,
-                    labels=r.labels,
-                    list_price=None if r.list_amount is None else Decimal(r.list_amount),
-                )  # fmt: skip
-            )
+            nodes.append(frozen_new(NodeHour, {
+                "hour": r.hour, "node": r.node_name, "pool": pool_names[r.pool_id], "team": team_slugs[r.team_id],
+                "billing_kind": r.billing_kind, "gpu_count": r.gpu_count, "cost": Decimal(r.amount),
+                "gpu_class": r.gpu_class, "region": r.region, "labels": r.labels,
+                "list_price": None if r.list_amount is None else Decimal(r.list_amount),
+            }))  # fmt: skip
         elif r.kind == UsageRecord.Kind.POD:
-            pods.append(
-                PodHour(
-                    hour=r.hour,
-                    namespace=r.namespace,
-                    name=r.pod_name,
-                    node=r.node_name,
-                    gpu_hours=Decimal(r.quantity),
-                    labels=r.labels,
-                    pods=r.pod_count or 1,
-                    team=team_slugs[r.team_id],
-                )  # fmt: skip
-            )
+            pods.append(frozen_new(PodHour, {
+                "hour": r.hour, "namespace": r.namespace, "name": r.pod_name, "node": r.node_name,
+                "gpu_hours": Decimal(r.quantity), "labels": r.labels, "pods": r.pod_count or 1,
+                "team": team_slugs[r.team_id],
+            }))  # fmt: skip
         else:
-            fees.append(
-                FeeHour(
-                    hour=r.hour,
-                    pool=pool_names[r.pool_id],
-                    team=team_slugs[r.team_id],
-                    kind=r.kind,
-                    amount=Decimal(r.amount),
-                    labels=r.labels,
-                )  # fmt: skip
-            )
+            fees.append(frozen_new(FeeHour, {
+                "hour": r.hour, "pool": pool_names[r.pool_id], "team": team_slugs[r.team_id], "kind": r.kind,
+                "amount": Decimal(r.amount), "labels": r.labels, "billing_kind": "",
+            }))  # fmt: skip
     return nodes, pods, fees
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from datetime import timedelta
@@ -10,7 +11,8 @@ from decimal import Decimal
 
 import pytest
 
-from billing import costing, services
+from billing import costing, metering, services
+from billing.allocation import FeeHour, NodeHour, PodHour
 from billing.bulk_insert import Unsaved, bulk_insert, json_text
 from billing.models import CostDay, CostRecord, MeterRun, UsageRecord
 from tests.billing.billing_helpers import T0, label_set, meter, node, pod, pool, scenario
@@ -96,6 +98,22 @@ def test_metered_records_are_complete_model_instances(actors, teams, django_asse
         assert all(r.labels is r.label_set.labels and r.label_set.pk == r.label_set_id for r in records)
     pod_record = next(r for r in records if r.kind == "pod")
     assert pod_record.labels["project"] == "x" and pod_record.quantity == Decimal(2)
+
+
+def test_allocation_inputs_are_the_classes_own(actors, teams):
+    """`allocation_inputs` builds its inputs without their classes' `__init__` (`frozen_new`):
+    each has every field of its class, equals what the constructor builds from them, and is
+    as frozen."""
+    p = pool(actors["lead"])
+    pod(teams["algorithm"], node(p, "n-0"), "a", gpus=2, labels={"project": "x"})
+    nodes, pods, fees = metering.allocation_inputs(metering.usage_collect(hour=T0).records)
+    assert nodes and pods and fees
+    for inputs, cls in ((nodes, NodeHour), (pods, PodHour), (fees, FeeHour)):
+        for made in inputs:
+            values = vars(made)
+            assert values.keys() == {f.name for f in dataclasses.fields(cls)} and made == cls(**values)
+            with pytest.raises(dataclasses.FrozenInstanceError):
+                made.labels = {}
 
 
 def test_unsaved_instances_store_what_model_init_stores(actors, teams):
