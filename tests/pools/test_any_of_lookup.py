@@ -39,3 +39,19 @@ def test_ten_thousand_values_are_one_parameter_on_postgresql(teams):
         assert "= ANY(%s)" in sql and params == (values,)
     else:
         assert " IN (" in sql and len(params) == len(values)
+
+
+def test_values_of_another_type_are_prepared_as_in_prepares_them(teams):
+    """Values of the type the field holds go as they are; any other (an id's digits, a bool, a
+    number for a text field, a UUID's text) is prepared as `__in` prepares it, in both forms."""
+    from billing.label_sets import label_set_id
+    from billing.models import LabelSet
+
+    pks = [t.pk for t in teams]
+    for wanted in ([str(pks[1])], [pks[0], str(pks[2])], [True], [pks[3]]):
+        assert set(Team.objects.filter(pk__any_of=wanted)) == set(Team.objects.filter(pk__in=wanted)), wanted
+    Team.objects.filter(pk=pks[0]).update(slug="7")
+    assert list(Team.objects.filter(slug__any_of=[7]).values_list("pk", flat=True)) == [pks[0]]
+    stored = LabelSet.objects.create(id=label_set_id({"team": "a"}), labels={"team": "a"})
+    for wanted in ([stored.pk], [str(stored.pk)], [stored.pk.hex]):
+        assert list(LabelSet.objects.filter(pk__any_of=wanted)) == [stored], wanted
