@@ -10,6 +10,7 @@ with the rows, so the hour is metered again on the next run.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -17,7 +18,8 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Sum
+from django.db.models import Sum, TextField
+from django.db.models.functions import Cast
 
 from billing import metering
 from billing.bulk_insert import Unsaved, bulk_insert, inserting
@@ -196,11 +198,16 @@ def cost_day_add(*, day, costs: list[CostRecord], part: Part = WHOLE) -> int:
         existing = part.of(CostDay.objects.filter(day=day))
         if not groups:
             return existing.count()
-        fields = ("pk", "pool_id", "team_id", "namespace", "labels", "billing_kind", "cost_kind", "currency", "amount", "gpu_hours")
+        fields = ("pk", "pool_id", "team_id", "namespace", "labels_text", "billing_kind", "cost_kind", "currency", "amount", "gpu_hours")
+        existing = existing.annotate(labels_text=Cast("labels", TextField())).values_list(*fields).order_by("pk")
+        labels_keys: dict[str, object] = {}  # the day's rows share their label sets: each text decoded once
         updates, rows = [], 0
-        for pk, pool_id, team_id, namespace, labels, billing_kind, cost_kind, currency, amount, hours in existing.values_list(*fields).order_by("pk"):
+        for pk, pool_id, team_id, namespace, text, billing_kind, cost_kind, currency, amount, hours in existing:
             rows += 1
-            group = groups.pop((pool_id, team_id, namespace, label_group_key(labels, same_pairs), billing_kind, cost_kind, currency), None)
+            labels_key = labels_keys.get(text)
+            if labels_key is None:
+                labels_key = labels_keys[text] = label_group_key(json.loads(text), same_pairs)
+            group = groups.pop((pool_id, team_id, namespace, labels_key, billing_kind, cost_kind, currency), None)
             if group is not None:  # exact Decimal sums: the order of the additions does not matter
                 updates.append((pk, amount, hours or 0, group[0], group[1]))
         _cost_days_update(updates)
