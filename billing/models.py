@@ -279,7 +279,8 @@ class CostDay(models.Model):
 
     day = models.DateField()
     pool = models.ForeignKey("pools.GpuNodePool", on_delete=models.PROTECT, related_name="+")
-    team = models.ForeignKey("pools.Team", on_delete=models.PROTECT, related_name="+")
+    # No index of its own: the (team, day) index leads with it.
+    team = models.ForeignKey("pools.Team", on_delete=models.PROTECT, related_name="+", db_index=False)
     namespace = models.CharField(max_length=63, blank=True)
     labels = models.JSONField(default=dict, blank=True)
     billing_kind = models.CharField(max_length=12)
