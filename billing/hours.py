@@ -8,6 +8,8 @@ from decimal import ROUND_HALF_UP, Decimal
 
 HOUR = timedelta(hours=1)
 QUANTITY = Decimal("0.000001")
+# The whole hour as a fraction of itself: one object, so memo keys holding it hash it once.
+WHOLE_HOUR = Decimal(1)
 
 
 def floor_hour(moment: datetime) -> datetime:

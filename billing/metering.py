@@ -42,7 +42,7 @@ from django.db.models.functions import Cast
 
 from billing.allocation import FeeHour, NodeHour, PodHour, effective_labels, frozen_new, gpu_hours
 from billing.bulk_insert import Unsaved
-from billing.hours import HOUR, QUANTITY, floor_hour, hour_overlap
+from billing.hours import HOUR, QUANTITY, WHOLE_HOUR, floor_hour, hour_overlap
 from billing.label_sets import LabelSets
 from billing.lease_costs import add_months, monthly_hour_cost, quantize_money
 from billing.models import LeasePeriod, MeterRun, PoolResourceSample, PriceBookEntry, UsageRecord
@@ -246,7 +246,7 @@ def _pod_records(
         if node_id not in billed:
             continue  # its node is not billed this hour (no price, no lease): neither is it
         whole = since is None and until is None
-        fraction = Decimal(1) if whole else hour_overlap(since or hour, until or end, hour)
+        fraction = WHOLE_HOUR if whole else hour_overlap(since or hour, until or end, hour)
         quantity = _gpu_hourscached(gpu_count, gpu_milli, fraction) * pods
         if quantity <= 0:
             continue
