@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
+from functools import cached_property
 
 CENT = Decimal("0.01")
 # An average month: 365 days × 24 hours / 12. Fixed, so a default budget does not change
@@ -32,7 +33,8 @@ DEFAULT_THRESHOLDS = (80, 100)
 
 @dataclass(frozen=True)
 class DefaultBudget:
-    """The default monthly budget of a pool and how it was reached (shown as the form's hint)."""
+    """The default monthly budget of a pool and how it was reached (shown as the form's hint).
+    Its figures are computed once: the budget sync reads them for every pool of a shape."""
 
     baseline_nodes: int
     node_monthly_price: Decimal
@@ -41,23 +43,23 @@ class DefaultBudget:
     share: Decimal
     currency: str
 
-    @property
+    @cached_property
     def subscription(self) -> Decimal:
         return (self.node_monthly_price * self.baseline_nodes).quantize(CENT, ROUND_HALF_UP)
 
-    @property
+    @cached_property
     def headroom_hours(self) -> Decimal:
         return MONTH_HOURS * self.share
 
-    @property
+    @cached_property
     def headroom(self) -> Decimal:
         return (self.hourly_price * self.headroom_nodes * self.headroom_hours).quantize(CENT, ROUND_HALF_UP)
 
-    @property
+    @cached_property
     def amount(self) -> Decimal:
         return self.subscription + self.headroom
 
-    @property
+    @cached_property
     def explanation(self) -> str:
         """The computation in plain words, e.g. for the hint under the pool form's budget field."""
         return (
