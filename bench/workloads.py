@@ -209,7 +209,8 @@ def meter(*, database: str, pools: int, shape: str = "bench") -> Workload:
             raise RuntimeError("the hour was already metered")
 
     def node_hours() -> int:
-        return UsageRecord.objects.filter(hour=last, kind=UsageRecord.Kind.NODE).count()
+        records = UsageRecord.objects.filter(hour=last, kind=UsageRecord.Kind.NODE).only("node_name", "node_names")
+        return sum(len(r.nodes_billed) for r in records)
 
     return Workload(f"metering one hour, {pools} pools", "node-hour", run, node_hours)
 

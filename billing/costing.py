@@ -79,7 +79,7 @@ def inputs_by_currency(
     currencies = sorted({r.currency for r in records})
     if len(currencies) == 1:
         return [(currencies[0], nodes, pods, fees)]
-    node_currency = {r.node_name: r.currency for r in records if r.kind == UsageRecord.Kind.NODE}
+    node_currency = {name: r.currency for r in records if r.kind == UsageRecord.Kind.NODE for name in r.nodes_billed}
     pool_names = {pk: metering.ledger_pool_name(pool) for pk, pool in (pools or metering.related_by_id(records, "pool")).items()}
     fee_currency = {(pool_names[r.pool_id], r.kind): r.currency for r in records if r.kind not in (UsageRecord.Kind.NODE, UsageRecord.Kind.POD)}
     return [

@@ -228,8 +228,9 @@ def _leases(records, *, pooled: bool = False) -> list:
     preemptible: `billing.focus_commitments`); ``pooled``: each monthly lease is part of its
     pool's commitment (the export from cost records, which sees pools, not nodes)."""
     kinds = ("monthly",) if pooled else ("monthly", "preemptible")
-    names = records.filter(kind="node", billing_kind__in=kinds).values_list("node_name", flat=True).order_by().distinct()
-    nodes = Node.objects.filter(name__in=list(names)).select_related("pool__team", "pool__gpu_model", "pool__zone", "order")
+    billed = records.filter(kind="node", billing_kind__in=kinds).values_list("node_name", "node_names").order_by().distinct()
+    names = {name for first, alike in billed for name in (alike.split() if alike else [first])}
+    nodes = Node.objects.filter(name__in=sorted(names)).select_related("pool__team", "pool__gpu_model", "pool__zone", "order")
     held = {} if pooled else ledger_commitments(nodes)
     leases = []
     for node in nodes.order_by("name"):

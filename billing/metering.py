@@ -3,7 +3,9 @@
 `usage_collect(hour=...)` reads nodes, pods and pool samples and returns unsaved
 `UsageRecord`s:
 
-- node-hours per node by billing kind. A node on the lease ledger (ordered on a lease term,
+- node-hours per node by billing kind, a pool's alike nodes (same billing, GPUs, labels and
+  price in the hour) in one record that names them all (`UsageRecord.nodes_billed`), as a
+  workload's replicas on a node are one pod record. A node on the lease ledger (ordered on a lease term,
   monthly or preemptible: `billing.lease_ledger`) is billed its share of each paid lease period
   it holds, spread over the period's hours, so its hours add up to what was debited for it. An
   older monthly node is billed every hour of its lease
@@ -64,6 +66,7 @@ log = logging.getLogger("ebcloud.billing")
 
 MILLI = 1000
 FEE_KINDS = (UsageRecord.Kind.STORAGE, UsageRecord.Kind.NETWORK, UsageRecord.Kind.REGISTRY)
+MAX_GPUS_IN_RECORD = 32767  # `UsageRecord.gpu_count`'s column
 
 # Unsaved `UsageRecord`s without `Model.__init__`: an hour of a 200,000-pod fleet is ~210,000.
 _new_usage = Unsaved(UsageRecord)
@@ -156,18 +159,28 @@ def _node_records(hour: datetime, out: Collected, part: Part) -> dict[int, tuple
         p.pk: p
         for p in GpuNodePool.objects.filter(pk__in={n.pool_id for n in nodes}).select_related("team", "gpu_model", "node_type", "zone").without_status()
     }
-    billed: dict[int, tuple[BilledNode, UsageRecord]] = {}
+    # Alike nodes of a pool (same billing, GPUs, labels and price in the hour) are one record,
+    # in the order of their first by name; labels by identity: `from_row` shares equal ones.
+    alike: dict[tuple, list[BilledNode]] = {}
     for node in nodes:
         node.pool = pools[node.pool_id]  # one pool object per pool, shared by its nodes
         try:
-            record = _node_record(node, hour, out.label_sets)
+            priced = node_price(node, hour)
         except ValidationError as exc:
             out.skipped.append(f"node {node.name}: {exc}")
             log.warning("metering %s: node %s not billed: %s", hour.isoformat(), node.name, exc)
             continue
-        if record is not None:
-            billed[node.pk] = (node, record)
+        if priced is not None:
+            alike.setdefault((node.pool_id, node.billing, node.gpu_count, id(node.labels), *priced), []).append(node)
+    billed: dict[int, tuple[BilledNode, UsageRecord]] = {}
+    for (*_, quantity, cost, list_cost, currency), group in alike.items():
+        per_record = MAX_GPUS_IN_RECORD // max(group[0].gpu_count, 1)  # the GPUs summed fit their column
+        for start in range(0, len(group), per_record):
+            together = group[start : start + per_record]
+            record = _nodes_record(together, hour, (quantity, cost, list_cost, currency), out.label_sets)
             out.records.append(record)
+            for node in together:
+                billed[node.pk] = (node, record)
     return billed
 
 
@@ -186,21 +199,27 @@ def held_periods(hour: datetime) -> dict[int, tuple[HeldPeriod, ...]]:
 
 
 def _node_record(node: Node | BilledNode, hour: datetime, label_sets: LabelSets) -> UsageRecord | None:
-    """A node's hour, priced, or None when it is not billed this hour (no lease running into
-    it, not alive in it). Built with `Unsaved.with_values`: an hour of a 1,000-pool fleet bills
-    ~20,000 nodes."""
+    """One node's hour, priced, or None when it is not billed this hour (no lease running into
+    it, not alive in it)."""
     priced = node_price(node, hour)
-    if priced is None:
-        return None
+    return None if priced is None else _nodes_record([node], hour, priced, label_sets)
+
+
+def _nodes_record(nodes: list, hour: datetime, priced: tuple, label_sets: LabelSets) -> UsageRecord:
+    """The hour of alike nodes of one pool (`_node_records`), each priced `priced`, as one
+    record: their node-hours, cost, list cost and GPUs summed, named by the first, all of them
+    in `node_names` when more than one. Built with `Unsaved.with_values`."""
     quantity, cost, list_cost, currency = priced
-    pool = node.pool
+    first, count = nodes[0], len(nodes)
+    pool = first.pool
     # Nodes of a pool with the same labels share one dict (only read), so one set: see `allocation_inputs`.
-    label_set = label_sets.of(cached(("labels", pool.pk, id(node.labels)), lambda: effective_labels(pool.labels, node.labels, None)))
+    label_set = label_sets.of(cached(("labels", pool.pk, id(first.labels)), lambda: effective_labels(pool.labels, first.labels, None)))
     return _new_usage.with_values({"pool": pool, "team": pool.team, "label_set": label_set}, {
-        "id": None, "hour": hour, "kind": UsageRecord.Kind.NODE, "resource": node.name, "pool_id": pool.pk,
-        "team_id": pool.team_id, "node_name": node.name, "namespace": "", "pod_name": "", "pod_count": 0,
-        "billing_kind": node.billing, "gpu_class": pool.gpu_model.name, "region": pool.zone.name,
-        "gpu_count": node.gpu_count, "quantity": quantity, "amount": cost, "list_amount": list_cost,
+        "id": None, "hour": hour, "kind": UsageRecord.Kind.NODE, "resource": first.name, "pool_id": pool.pk,
+        "team_id": pool.team_id, "node_name": first.name, "node_names": " ".join(n.name for n in nodes) if count > 1 else "",
+        "namespace": "", "pod_name": "", "pod_count": 0, "billing_kind": first.billing, "gpu_class": pool.gpu_model.name,
+        "region": pool.zone.name, "gpu_count": first.gpu_count * count, "quantity": quantity * count,
+        "amount": cost * count, "list_amount": None if list_cost is None else list_cost * count,
         "currency": currency, "label_set_id": label_set.pk, "labels": label_set.labels,
     })  # fmt: skip
 
@@ -283,9 +302,9 @@ def _pod_records(
             make({"pool": pool, "team": teams[team_id], "label_set": label_set}, {
                 "id": None, "hour": hour, "kind": POD, "resource": f"{namespace}/{first}@{node.name}",
                 "pool_id": pool.pk, "team_id": team_id, "node_name": node.name,
-                "namespace": namespace, "pod_name": first, "pod_count": pods, "billing_kind": node.billing,
+                "node_names": "", "namespace": namespace, "pod_name": first, "pod_count": pods, "billing_kind": node.billing,
                 "gpu_class": node_record.gpu_class, "region": node_record.region,
-                "gpu_count": min(gpu_count, 32767), "quantity": quantity, "amount": 0, "list_amount": None,
+                "gpu_count": min(gpu_count, MAX_GPUS_IN_RECORD), "quantity": quantity, "amount": 0, "list_amount": None,
                 "currency": node_record.currency, "label_set_id": label_set.pk, "labels": label_set.labels,
             })
         )  # fmt: skip
@@ -449,14 +468,21 @@ def allocation_inputs(
     # Each pool's name and team's slug read once, not through the relations on every record.
     pool_names = {pk: ledger_pool_name(pool) for pk, pool in (pools or related_by_id(records, "pool")).items()}
     team_slugs = {pk: team.slug for pk, team in (teams or related_by_id(records, "team")).items()}
+    alike = False
     for r in records:  # every field given (`frozen_new`): the classes' defaults are not used
         if r.kind == UsageRecord.Kind.NODE:
-            nodes.append(frozen_new(NodeHour, {
-                "hour": r.hour, "node": r.node_name, "pool": pool_names[r.pool_id], "team": team_slugs[r.team_id],
-                "billing_kind": r.billing_kind, "gpu_count": r.gpu_count, "cost": Decimal(r.amount),
-                "gpu_class": r.gpu_class, "region": r.region, "labels": r.labels,
-                "list_price": None if r.list_amount is None else Decimal(r.list_amount),
-            }))  # fmt: skip
+            names = r.nodes_billed  # each node of the record is its own input, priced alike
+            count = len(names)
+            alike = alike or count > 1
+            cost, listed = Decimal(r.amount), None if r.list_amount is None else Decimal(r.list_amount)
+            if count > 1:  # sums of equal amounts: divided exactly
+                cost, listed = cost / count, None if listed is None else listed / count
+            for name in names:
+                nodes.append(frozen_new(NodeHour, {
+                    "hour": r.hour, "node": name, "pool": pool_names[r.pool_id], "team": team_slugs[r.team_id],
+                    "billing_kind": r.billing_kind, "gpu_count": r.gpu_count // count, "cost": cost,
+                    "gpu_class": r.gpu_class, "region": r.region, "labels": r.labels, "list_price": listed,
+                }))  # fmt: skip
         elif r.kind == UsageRecord.Kind.POD:
             pods.append(frozen_new(PodHour, {
                 "hour": r.hour, "namespace": r.namespace, "name": r.pod_name, "node": r.node_name,
@@ -468,6 +494,8 @@ def allocation_inputs(
                 "hour": r.hour, "pool": pool_names[r.pool_id], "team": team_slugs[r.team_id], "kind": r.kind,
                 "amount": Decimal(r.amount), "labels": r.labels, "billing_kind": "",
             }))  # fmt: skip
+    if alike:  # by name, as records of one node each would give them
+        nodes.sort(key=attrgetter("node"))
     return nodes, pods, fees
 
 

@@ -162,10 +162,11 @@ class LabelSet(models.Model):
 
 
 class UsageRecord(models.Model):
-    """What one resource used in one hour (design §3): a node-hour with its cost, the GPU-hours
-    by request of a workload's pods on one node (same namespace, team and labels: replicas are
-    one record, `pod_count` of them), or a pool fee. Labels are the effective labels at
-    metering time, in a shared `LabelSet` (`labels` reads them)."""
+    """What one resource used in one hour (design §3): the node-hours of a pool's alike nodes
+    with their cost (same billing, price, GPUs and labels: one record, `nodes_billed` names them),
+    the GPU-hours by request of a workload's pods on one node (same namespace, team and labels:
+    replicas are one record, `pod_count` of them), or a pool fee. Labels are the effective labels
+    at metering time, in a shared `LabelSet` (`labels` reads them)."""
 
     class Kind(models.TextChoices):
         NODE = "node", "Node-hours"
@@ -185,6 +186,9 @@ class UsageRecord(models.Model):
     pool = models.ForeignKey("pools.GpuNodePool", on_delete=models.PROTECT, related_name="+", db_constraint=False, db_index=False)
     team = models.ForeignKey("pools.Team", on_delete=models.PROTECT, related_name="+", db_constraint=False)
     node_name = models.CharField(max_length=100, blank=True)
+    # Alike nodes are one record (issue 23: a 1,000-pool fleet bills ~20,000 nodes an hour, ~20 a
+    # pool, mostly alike): their quantity, amounts and GPUs summed, their names here in name order.
+    node_names = models.TextField(blank=True, default="", help_text="a node record's nodes when more than one, space-separated")
     namespace = models.CharField(max_length=63, blank=True)
     pod_name = models.CharField(
         max_length=253, blank=True, help_text="a pod record's first pod (by name) of its workload"
@@ -216,6 +220,11 @@ class UsageRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.hour:%Y-%m-%d %H:00} {self.kind} {self.resource}: {self.quantity}"
+
+    @property
+    def nodes_billed(self) -> list[str]:
+        """The names of the nodes a node record bills: its alike nodes, or its one node."""
+        return self.node_names.split() if self.node_names else [self.node_name]
 
     @cached_property
     def labels(self) -> dict:

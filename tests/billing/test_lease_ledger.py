@@ -143,7 +143,8 @@ def _node_charges(pool, last_hour) -> dict[str, Decimal]:
     hour = floor_hour(pool.orders.order_by("created_at").first().created_at)
     while hour <= last_hour:
         for record in metering.node_usage_collect(hour=hour).records:
-            charges[record.node_name] += record.amount
+            for name in record.nodes_billed:  # alike nodes, one record: each its equal share
+                charges[name] += record.amount / len(record.nodes_billed)
         hour += HOUR
     return charges
 
