@@ -171,7 +171,9 @@ def _node_records(hour: datetime, out: Collected, part: Part) -> dict[int, tuple
             log.warning("metering %s: node %s not billed: %s", hour.isoformat(), node.name, exc)
             continue
         if priced is not None:
-            alike.setdefault((node.pool_id, node.billing, node.gpu_count, id(node.labels), *priced), []).append(node)
+            # A name `node_names` could not hold apart (never one this product gives) stays alone.
+            alone = node.pk if len(node.name.split()) != 1 else None
+            alike.setdefault((node.pool_id, node.billing, node.gpu_count, id(node.labels), alone, *priced), []).append(node)
     billed: dict[int, tuple[BilledNode, UsageRecord]] = {}
     for (*_, quantity, cost, list_cost, currency), group in alike.items():
         per_record = MAX_GPUS_IN_RECORD // max(group[0].gpu_count, 1)  # the GPUs summed fit their column

@@ -102,3 +102,13 @@ def test_the_detail_export_reads_the_leases_of_every_node_of_a_record(actors, te
     assert record.nodes_billed == ["m-0", "m-1", "m-2"]
     purchases = [r for r in focus_selectors.focus_rows_for_user(user=actors["finance"], query=CostQuery()) if r["ChargeCategory"] == "Purchase"]
     assert sorted(r["ResourceId"] for r in purchases) == [f"lease/m-{i}/20261201T00" for i in range(3)]
+
+
+def test_a_name_with_spaces_is_billed_in_a_record_of_its_own(actors, teams):
+    """The names of a record's nodes are kept apart by spaces: a node named with one (not a name
+    this product gives, but a database may hold one) is never in a record with others."""
+    a = pool(actors["lead"])
+    for name in ("od-0", "od 1", "od-2"):
+        node(a, name, billing="on_demand", created=T0 - HOUR)
+    meter()
+    assert sorted(r.nodes_billed for r in UsageRecord.objects.filter(kind="node")) == [["od 1"], ["od-0", "od-2"]]
