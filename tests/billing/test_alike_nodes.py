@@ -112,3 +112,36 @@ def test_a_name_with_spaces_is_billed_in_a_record_of_its_own(actors, teams):
         node(a, name, billing="on_demand", created=T0 - HOUR)
     meter()
     assert sorted(r.nodes_billed for r in UsageRecord.objects.filter(kind="node")) == [["od 1"], ["od-0", "od-2"]]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_going_back_before_the_migration_gives_a_record_per_node(actors, teams):
+    """Migration 0017 reversed writes each record of several nodes as one per node, the amounts
+    split as metering split them, with the reference checks in place at both ends."""
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    from tests.billing.test_label_sets import usage_triggers
+
+    fleet(actors, teams)
+    meter()
+    totals = {f: sum(UsageRecord.objects.values_list(f, flat=True)) for f in ("quantity", "amount", "gpu_count")}
+    triggers = usage_triggers()
+    executor = MigrationExecutor(connection)
+    try:
+        executor.migrate([("billing", "0016_cost_day_team_index_redundant")])
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT resource, node_name, quantity, amount, gpu_count FROM billing_usagerecord WHERE kind = 'node'")
+            # (SQLite gives its decimals as floats: their shortest text is the stored value)
+            rows = {resource: (node_name, Decimal(str(quantity)), Decimal(str(amount)), gpus) for resource, node_name, quantity, amount, gpus in cursor.fetchall()}
+            cursor.execute("SELECT quantity, amount, gpu_count FROM billing_usagerecord")
+            back = {f: sum(Decimal(str(value)) for value in values) for f, values in zip(totals, zip(*cursor.fetchall(), strict=True), strict=True)}
+        assert rows["od-2"] == ("od-2", Decimal(1), Decimal("100.00"), 8)
+        assert set(rows) == {"od-0", "od-1", "od-2", "od-3", "od-tagged", "od-late", "m-0", "m-1", "m-2", "spot-0", "spot-1"}
+        assert back == totals
+        assert usage_triggers() == triggers
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.migrate(executor.loader.graph.leaf_nodes())
+    assert usage_triggers() == triggers
+    assert UsageRecord.objects.filter(kind="node").count() == 11
