@@ -72,21 +72,15 @@ def setup_django(url: str) -> None:
     call_command("migrate", verbosity=0, interactive=False)
 
 
-def generate(*, pods: int, hours: int, pools: int) -> tuple[int, float]:
-    """Teams, pools and the cost rows; returns (rows, seconds). Reuses a database that has them."""
+def owners(pools: int) -> tuple[list[int], list[int]]:
+    """The finance user, the teams and the pools the cost rows name: (pool ids, team ids)."""
     from django.contrib.auth import get_user_model
     from django.contrib.auth.models import Group
-    from django.db import connection
 
-    from billing.models import CostRecord
     from pools import roles
     from pools.demo.seed import load_catalog
     from pools.models import GpuModel, GpuNodePool, NodeType, Team, Zone
 
-    expected = pods * hours + pools * hours
-    existing = CostRecord.objects.count()
-    if existing == expected:
-        return existing, 0.0
     load_catalog()
     user = get_user_model().objects.get_or_create(username="bench-finance")[0]
     user.groups.add(Group.objects.get_or_create(name=roles.FINANCE)[0])
@@ -108,7 +102,20 @@ def generate(*, pods: int, hours: int, pools: int) -> tuple[int, float]:
                           lease_type="monthly", preemptible=i % 10 == 9),
         )  # fmt: skip
         pool_ids.append(pool.pk)
-    team_ids = [t.pk for t in teams]
+    return pool_ids, [t.pk for t in teams]
+
+
+def generate(*, pods: int, hours: int, pools: int) -> tuple[int, float]:
+    """Teams, pools and the cost rows; returns (rows, seconds). Reuses a database that has them."""
+    from django.db import connection
+
+    from billing.models import CostRecord
+
+    expected = pods * hours + pools * hours
+    existing = CostRecord.objects.count()
+    if existing == expected:
+        return existing, 0.0
+    pool_ids, team_ids = owners(pools)
     started = time.perf_counter()
     with connection.cursor() as cursor:
         cursor.execute("TRUNCATE billing_costrecord")
@@ -187,6 +194,108 @@ def rollup(*, hours: int) -> tuple[int, float]:
     for day in days:
         services.cost_day_rebuild(day=day)
     return CostDay.objects.count(), time.perf_counter() - started
+
+
+def month_query(hours: int):
+    """The reports' query: the month by team, project and GPU class (namespace included)."""
+    from billing import selectors
+
+    first = START.date()
+    return selectors.CostQuery(by=("team", "project", "gpu-class"), start=first, end=first + timedelta(days=hours // 24 - 1))
+
+
+# ---------------------------------------------------------------------------------------------
+# Instructions per unit of work (issue 23 item 1): the same reports over a small month, in
+# process on SQLite (the database's work in the count), counted by bench/instructions.py.
+
+COUNTED_UNITS = {"grouped": "rollup row", "detail": "cost record", "focus": "cost record"}
+
+
+def rows_made(*, pods: int, hours: int, pools: int) -> None:
+    """`generate`'s rows made in Python, for any database (its SQL is PostgreSQL's)."""
+    from billing.models import CostRecord
+
+    pool_ids, team_ids = owners(pools)
+    classes = ("a100", "h100", "l40s")
+    rows = []
+    for h in range(hours):
+        hour = START + timedelta(hours=h)
+        for p in range(pods):
+            team = f"team-{p % TEAMS}"
+            labels = {"team": team, "gpu-class": "a100"} if p % 20 == 0 else {"team": team, "project": f"project-{p % 37}", "gpu-class": classes[p % 3]}
+            rows.append(CostRecord(hour=hour, pool_id=pool_ids[p % pools], team_id=team_ids[p % TEAMS], namespace=f"ns-{p % 40}", labels=labels,
+                                   gpu_class="A100_80G", billing_kind="preemptible" if p % pools % 10 == 9 else "monthly", cost_kind="usage",
+                                   component="gpu", gpu_hours=1 + p % 4, amount=Decimal("3.36") * (1 + p % 4), currency="CNY"))  # fmt: skip
+        for k in range(pools):
+            rows.append(CostRecord(hour=hour, pool_id=pool_ids[k], team_id=team_ids[k % TEAMS], namespace="", labels={"team": f"team-{k % TEAMS}", "gpu-class": "a100"},
+                                   gpu_class="A100_80G", billing_kind="preemptible" if k % 10 == 9 else "monthly", cost_kind="idle", component="gpu",
+                                   gpu_hours=4, amount=Decimal("13.44"), currency="CNY"))  # fmt: skip
+    CostRecord.objects.bulk_create(rows, batch_size=5000)
+
+
+def prepare_reports(*, database: str, pods: int, hours: int, pools: int, export: str) -> None:
+    """The month's cost records and daily rollup in `database` (natively, before the count)."""
+    from bench.workloads import django_ready
+
+    django_ready(database)
+    from django.db import transaction
+
+    with transaction.atomic():
+        rows_made(pods=pods, hours=hours, pools=pools)
+        rollup(hours=hours)
+
+
+def reports(*, database: str, pods: int, hours: int, pools: int, export: str):
+    """bench/instructions.py's workload: one of the bench's reports over the month, read whole:
+    the grouped CSV (per rollup row), the detail CSV or the daily FOCUS export (per cost record)."""
+    from collections import deque
+
+    from bench.instructions import Workload
+    from bench.workloads import django_ready
+
+    django_ready(database)
+    from django.contrib.auth import get_user_model
+
+    from billing import chargeback, focus_selectors, selectors
+    from billing.focus import iter_csv_lines
+    from billing.models import CostDay, CostRecord
+
+    user = get_user_model().objects.get(username="bench-finance")
+    query = month_query(hours)
+    lines = {
+        "grouped": lambda: iter_csv_lines(chargeback.group_dicts(chargeback.chargeback(user=user, query=query)), query.columns),
+        "detail": lambda: iter_csv_lines(selectors.cost_detail_rows(user=user, query=query, chunk_size=5000), selectors.DETAIL_COLUMNS),
+        "focus": lambda: focus_selectors.focus_csv_for_user(user=user, query=query, granularity="daily"),
+    }[export]
+    table = CostDay if export == "grouped" else CostRecord
+    return Workload(f"the {export} report of {hours // 24} days", COUNTED_UNITS[export], lambda: deque(lines(), maxlen=0), table.objects.count)
+
+
+def instruction_lines(*, pods: int = 300, pools: int = 10, days: tuple[int, int] = (2, 4)) -> list[str]:
+    """Instructions per unit of each report: the difference between a month of `days[0]` and
+    one of `days[1]` days (the same pods), so the reports' fixed costs are not spread over it."""
+    import tempfile
+
+    from bench.instructions import marginal, unavailable
+    from bench.workloads import counts, prepared
+
+    if unavailable():
+        return [f"instructions: {unavailable()}"]
+    plan = {
+        (export, d): ("bench.chargeback:reports", {"pods": pods, "hours": 24 * d, "pools": pools, "export": export, "database": None})
+        for export in COUNTED_UNITS
+        for d in days
+    }
+    with tempfile.TemporaryDirectory(prefix="ebcloud-chargeback-") as work:
+        found = counts(prepared(Path(work), {f"{export} {d}": spec for (export, d), spec in plan.items()}))
+    lines = [f"instructions per unit of work (callgrind, in process on SQLite, the same on any machine; {pods} pods, {pools} pools, {days[0]} → {days[1]} days):"]
+    for export, unit in COUNTED_UNITS.items():
+        small, large = found[f"{export} {days[0]}"], found[f"{export} {days[1]}"]
+        lines.append(
+            f"  {export} report: {marginal(small, large) / 1e3:,.1f} k per {unit} ({small.units:,} → {large.units:,} {unit}s: "
+            f"{small.instructions / 1e6:.1f} → {large.instructions / 1e6:.1f} M, {small.statements} → {large.statements} statements)"
+        )
+    return lines
 
 
 def meter_fleet(*, pods: int, hours: int = 3) -> list[tuple[float, int, int]]:
@@ -302,12 +411,7 @@ def main(argv: list[str] | None = None) -> None:
     rows, gen_s = generate(pods=args.pods, hours=args.hours, pools=args.pools)
     rollup_rows, rollup_s = rollup(hours=args.hours)
     user = get_user_model().objects.get(username="bench-finance")
-    first = START.date()
-    query = selectors.CostQuery(
-        by=("team", "project", "gpu-class"),
-        start=first,
-        end=first + timedelta(days=args.hours // 24 - 1),
-    )
+    query = month_query(args.hours)
     q_min, q_med, groups = timed(lambda: chargeback.chargeback(user=user, query=query), args.repeat)
     total = chargeback.summarize(groups).total
 
@@ -369,6 +473,11 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{'  RSS before / peak while streaming (MiB)':<44} {f'{focus.rss_before:.0f} / {focus.rss_peak:.0f}':>28}")
     print(f"{'  usage EffectiveCost, cost records total':<44} {f'{focus.usage_total}, {records_total}':>28}")
     print(f"{'  equal':<44} {str(focus.usage_total == records_total):>28}")
+    from bench.control_plane import machine_speed
+
+    print(machine_speed())
+    if args.instructions:  # beside the seconds, what does not move with the machine (issue 23)
+        print("\n".join(instruction_lines()))
 
 
 @dataclass

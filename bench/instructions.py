@@ -27,8 +27,9 @@ uncounted, how many units the counted run did. Where the module also has `prepar
 that is called first with the same arguments in a native child (no valgrind): building a fleet
 under valgrind would take longer than counting its pass.
 
-Usage (the counts of bench/workloads.py, the regression guards' units):
-    python bench/instructions.py [--pools 2,4] [--reports 20]
+Usage (the counts of bench/workloads.py, the regression guards' units; `--demo`: a first start
+of the demo's data, bench/make_run_cpu.sh's unit):
+    python bench/instructions.py [--pools 2,4] [--reports 20] [--demo]
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ class Workload:
     units: Callable[[], int]
     reset: Callable[[], object] | None = None
     close: Callable[[], object] | None = None
+    warm: bool = True  # False: counted cold, with no warm-up run (a unit that is a process's first work)
 
 
 @dataclass(frozen=True)
@@ -205,8 +207,9 @@ def prepare(workloads: list[tuple[str, dict]]) -> None:
 
 def _counted_run(workload: Workload, call) -> dict:
     reset = workload.reset or (lambda: None)
-    reset()
-    workload.run()  # warm-up, not counted
+    if workload.warm:
+        reset()
+        workload.run()  # warm-up, not counted
     reset()
     failures: list[BaseException] = []
 
@@ -247,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prepare", metavar="WORKLOADS", help=argparse.SUPPRESS)
     parser.add_argument("--pools", default="2,4", help="Two fleet sizes for the per-pool and per-node-hour counts")
     parser.add_argument("--reports", type=int, default=20, help="Reports in the counted ingest run")
+    parser.add_argument("--demo", action="store_true", help="Count only a first start of the demo's data instead (bench/make_run_cpu.sh; ~5 minutes)")
     args = parser.parse_args(argv)
     if args.prepare:
         prepare(json.loads(args.prepare))
@@ -259,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
 
     small, large = (int(p) for p in args.pools.split(","))
     started = time.perf_counter()
-    for line in workloads.report_lines(small=small, large=large, reports=args.reports):
+    lines = workloads.demo_lines() if args.demo else workloads.report_lines(small=small, large=large, reports=args.reports)
+    for line in lines:
         print(line)
     print(f"(counted in {time.perf_counter() - started:.0f} s under callgrind)")
     return 0

@@ -15,3 +15,6 @@ call_command('check'); call_command('migrate', interactive=False, verbosity=0); 
 awk '{printf "now (one process: check, migrate, seed_demo): CPU %.1f s, wall %.1f s\n", $1+$2, $3}' $b/t
 echo "load $(cut -d' ' -f1 /proc/loadavg)"
 rm -rf $a $b
+# Beside the seconds, what does not move with the machine (issue 23): instructions of a first start's
+# preparation, counted by callgrind (~5 minutes; NO_INSTRUCTIONS=1 skips it).
+[ "${NO_INSTRUCTIONS:-}" = 1 ] || .venv/bin/python bench/instructions.py --demo

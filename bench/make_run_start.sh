@@ -24,3 +24,6 @@ serve() {  # $1: label; runs manage.py demo on $new until it serves, then Ctrl-C
 }
 serve "now, first start"
 serve "now, later start"
+# Beside the seconds, what does not move with the machine (issue 23): instructions of a first start's
+# preparation, counted by callgrind (~5 minutes; NO_INSTRUCTIONS=1 skips it).
+[ "${NO_INSTRUCTIONS:-}" = 1 ] || .venv/bin/python bench/instructions.py --demo

@@ -216,6 +216,60 @@ def meter(*, database: str, pools: int, shape: str = "bench") -> Workload:
 
 
 # ---------------------------------------------------------------------------------------------
+# One first start of the demo's data (bench/make_run_cpu.sh)
+
+
+def demo_start(*, database: str) -> Workload:
+    """What `manage.py demo` does before it serves on a fresh database, in one process: the
+    system checks, the migrations and the demo's data. Counted cold (`warm=False`): it is a new
+    process's first work, and a warm-up would find the database made."""
+    django_ready(database)
+    from django.core.management import call_command
+
+    def run() -> None:
+        with open(os.devnull, "w") as quiet:
+            call_command("check", stdout=quiet)
+            call_command("migrate", interactive=False, verbosity=0)
+            call_command("seed_demo", stdout=quiet)
+
+    return Workload("the demo's checks, migrations and data on a fresh SQLite file", "start", run, lambda: 1, warm=False)
+
+
+def password_hashes(*, database: str) -> Workload:
+    """The demo's passwords hashed as `seed_demo` hashes them (Django's PBKDF2), one after the
+    other: `seed_demo` hashes them side by side in threads, which a count of the calling thread
+    leaves out."""
+    django_ready(database)
+    from django.contrib.auth.hashers import make_password
+
+    from pools.demo.seed import USERS
+
+    def run() -> None:
+        for name in USERS:
+            make_password(f"bench-{name}")
+
+    return Workload("the demo's passwords hashed", "hash", run, lambda: len(USERS))
+
+
+def demo_lines() -> list[str]:
+    """The line bench/make_run_cpu.sh prints under its CPU times."""
+    import tempfile
+
+    from bench.instructions import unavailable
+
+    reason = unavailable()
+    if reason:
+        return [f"instructions: {reason}"]
+    with tempfile.TemporaryDirectory(prefix="ebcloud-demo-") as work:
+        database = str(Path(work) / "demo.sqlite3")
+        start, hashed = count([(f"bench.workloads:{unit}", {"database": database}) for unit in ("demo_start", "password_hashes")],
+                              env=child_environment(Path(database)))  # fmt: skip
+    return [f"instructions (callgrind, the same on any machine): {(start.instructions + hashed.instructions) / 1e9:.1f} G per first "
+            f"start of the demo's data: checks, migrations and data {start.instructions / 1e9:.1f} G ({start.statements:,} SQL "
+            f"statements), and {hashed.units} passwords hashed in threads, {hashed.per_unit / 1e9:.2f} G each (counted one after the other)"]
+
+
+# ---------------------------------------------------------------------------------------------
 # The counts the benchmarks print and the suite guards
 
 

@@ -15,3 +15,18 @@ def failing_on_the_second_run() -> Workload:
             raise ValueError("the counted run broke")
 
     return Workload("failing", "run", run, lambda: 1)
+
+
+def cold(*, additions: int) -> Workload:
+    """Counted with no warm-up (`warm=False`): a second run would break."""
+    runs = []
+
+    def run() -> None:
+        runs.append(1)
+        if len(runs) == 2:
+            raise ValueError("a cold workload was run twice")
+        total = 0
+        for i in range(additions):
+            total += i
+
+    return Workload("cold", "addition", run, lambda: additions, warm=False)

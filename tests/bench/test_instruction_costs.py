@@ -118,3 +118,11 @@ def test_a_workload_that_fails_in_the_counted_run_fails_the_count():
     child carries it out, so a broken workload is an error, not a small count."""
     with pytest.raises(RuntimeError, match="the counted run broke"):
         instructions.count([("tests.bench.instruction_workloads:failing_on_the_second_run", {})])
+
+
+@needs_valgrind
+def test_a_cold_workload_is_counted_on_its_first_run():
+    """A unit that is a process's first work (the demo's first start) is counted without the
+    warm-up run, which would leave it nothing to do; the count is still the run's own."""
+    [cold] = instructions.count([("tests.bench.instruction_workloads:cold", {"additions": 20_000})])
+    assert cold.units == 20_000 and 20 < cold.per_unit < 1000
