@@ -28,7 +28,7 @@ that is called first with the same arguments in a native child (no valgrind): bu
 under valgrind would take longer than counting its pass.
 
 Usage (the counts of bench/workloads.py, the regression guards' units; `--demo`: a first start
-of the demo's data, bench/make_run_cpu.sh's unit):
+of the demo's data, the unit of bench/make_run_*.sh):
     python bench/instructions.py [--pools 2,4] [--reports 20] [--demo]
 """
 
@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prepare", metavar="WORKLOADS", help=argparse.SUPPRESS)
     parser.add_argument("--pools", default="2,4", help="Two fleet sizes for the per-pool and per-node-hour counts")
     parser.add_argument("--reports", type=int, default=20, help="Reports in the counted ingest run")
-    parser.add_argument("--demo", action="store_true", help="Count only a first start of the demo's data instead (bench/make_run_cpu.sh; ~5 minutes)")
+    parser.add_argument("--demo", action="store_true", help="Count only a first start of the demo's data instead (bench/make_run_*.sh; ~5 minutes)")
     args = parser.parse_args(argv)
     if args.prepare:
         prepare(json.loads(args.prepare))

@@ -216,7 +216,7 @@ def meter(*, database: str, pools: int, shape: str = "bench") -> Workload:
 
 
 # ---------------------------------------------------------------------------------------------
-# One first start of the demo's data (bench/make_run_cpu.sh)
+# One first start of the demo's data (bench/make_run_*.sh)
 
 
 def demo_start(*, database: str) -> Workload:
@@ -252,7 +252,7 @@ def password_hashes(*, database: str) -> Workload:
 
 
 def demo_lines() -> list[str]:
-    """The line bench/make_run_cpu.sh prints under its CPU times."""
+    """The line the `make run` scripts (bench/make_run_*.sh) print under their times."""
     import tempfile
 
     from bench.instructions import unavailable

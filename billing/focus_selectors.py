@@ -229,7 +229,7 @@ def _leases(records, *, pooled: bool = False) -> list:
     pool's commitment (the export from cost records, which sees pools, not nodes)."""
     kinds = ("monthly",) if pooled else ("monthly", "preemptible")
     billed = records.filter(kind="node", billing_kind__in=kinds).values_list("node_name", "node_names").order_by().distinct()
-    names = {name for first, alike in billed for name in (alike.split() if alike else [first])}
+    names = {name for columns in billed for name in UsageRecord.names_billed(*columns)}
     nodes = Node.objects.filter(name__in=sorted(names)).select_related("pool__team", "pool__gpu_model", "pool__zone", "order")
     held = {} if pooled else ledger_commitments(nodes)
     leases = []

@@ -224,7 +224,12 @@ class UsageRecord(models.Model):
     @property
     def nodes_billed(self) -> list[str]:
         """The names of the nodes a node record bills: its alike nodes, or its one node."""
-        return self.node_names.split() if self.node_names else [self.node_name]
+        return self.names_billed(self.node_name, self.node_names)
+
+    @staticmethod
+    def names_billed(node_name: str, node_names: str) -> list[str]:
+        """`nodes_billed` from the two columns (for rows read as values)."""
+        return node_names.split() if node_names else [node_name]
 
     @cached_property
     def labels(self) -> dict:
