@@ -20,10 +20,14 @@ loop), into their own database, which is reused when it already holds the reques
 With `--meter` it instead times `billing.services.meter_hour` on a live fleet (--pods pods, one
 GPU each, on eight-GPU nodes) in its own database: the hourly metering cost itself.
 
+Either way it then prints the speed probe and the instructions per unit of work (issue 23): per
+metered node-hour, or per rollup row and per cost record of each report over a small month made
+by `rows_made` on SQLite (`--no-instructions` skips them).
+
 Usage: python bench/chargeback.py [--pods 10000] [--hours 720] [--pools 50] [--repeat 3]
                                   [--database postgres://postgres@127.0.0.1:5432/ebcloud_bench_chargeback]
                                   [--skip-detail] [--focus-granularity daily|hourly]
-                                  [--meter [--meter-database URL] [--no-instructions]]
+                                  [--meter [--meter-database URL]] [--no-instructions]
 """
 
 from __future__ import annotations
