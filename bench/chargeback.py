@@ -286,12 +286,12 @@ def instruction_lines(*, pods: int = 300, pools: int = 10, days: tuple[int, int]
     if unavailable():
         return [f"instructions: {unavailable()}"]
     plan = {
-        (export, d): ("bench.chargeback:reports", {"pods": pods, "hours": 24 * d, "pools": pools, "export": export, "database": None})
+        f"{export} {d}": ("bench.chargeback:reports", {"pods": pods, "hours": 24 * d, "pools": pools, "export": export, "database": None})
         for export in COUNTED_UNITS
         for d in days
     }
     with tempfile.TemporaryDirectory(prefix="ebcloud-chargeback-") as work:
-        found = counts(prepared(Path(work), {f"{export} {d}": spec for (export, d), spec in plan.items()}))
+        found = counts(prepared(Path(work), plan))
     lines = [f"instructions per unit of work (callgrind, in process on SQLite, the same on any machine; {pods} pods, {pools} pools, {days[0]} → {days[1]} days):"]
     for export, unit in COUNTED_UNITS.items():
         small, large = found[f"{export} {days[0]}"], found[f"{export} {days[1]}"]

@@ -173,13 +173,13 @@ def _node_records(hour: datetime, out: Collected, part: Part) -> dict[int, tuple
         if priced is not None:
             # A name `node_names` could not hold apart (never one this product gives) stays alone.
             alone = node.pk if len(node.name.split()) != 1 else None
-            alike.setdefault((node.pool_id, node.billing, node.gpu_count, id(node.labels), alone, *priced), []).append(node)
+            alike.setdefault((node.pool_id, node.billing, node.gpu_count, id(node.labels), alone, priced), []).append(node)
     billed: dict[int, tuple[BilledNode, UsageRecord]] = {}
-    for (*_, quantity, cost, list_cost, currency), group in alike.items():
+    for (*_, priced), group in alike.items():
         per_record = MAX_GPUS_IN_RECORD // max(group[0].gpu_count, 1)  # the GPUs summed fit their column
         for start in range(0, len(group), per_record):
             together = group[start : start + per_record]
-            record = _nodes_record(together, hour, (quantity, cost, list_cost, currency), out.label_sets)
+            record = _nodes_record(together, hour, priced, out.label_sets)
             out.records.append(record)
             for node in together:
                 billed[node.pk] = (node, record)
@@ -470,12 +470,10 @@ def allocation_inputs(
     # Each pool's name and team's slug read once, not through the relations on every record.
     pool_names = {pk: ledger_pool_name(pool) for pk, pool in (pools or related_by_id(records, "pool")).items()}
     team_slugs = {pk: team.slug for pk, team in (teams or related_by_id(records, "team")).items()}
-    alike = False
     for r in records:  # every field given (`frozen_new`): the classes' defaults are not used
         if r.kind == UsageRecord.Kind.NODE:
             names = r.nodes_billed  # each node of the record is its own input, priced alike
             count = len(names)
-            alike = alike or count > 1
             cost, listed = Decimal(r.amount), None if r.list_amount is None else Decimal(r.list_amount)
             if count > 1:  # sums of equal amounts: divided exactly
                 cost, listed = cost / count, None if listed is None else listed / count
@@ -496,8 +494,7 @@ def allocation_inputs(
                 "hour": r.hour, "pool": pool_names[r.pool_id], "team": team_slugs[r.team_id], "kind": r.kind,
                 "amount": Decimal(r.amount), "labels": r.labels, "billing_kind": "",
             }))  # fmt: skip
-    if alike:  # by name, as records of one node each would give them
-        nodes.sort(key=attrgetter("node"))
+    nodes.sort(key=attrgetter("node"))  # by name, as records of one node each give them
     return nodes, pods, fees
 
 
