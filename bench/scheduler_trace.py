@@ -51,6 +51,7 @@ from pools.core.scheduling.repack import (  # noqa: E402
     make_room_plan,  # noqa: E402
     repack_plan,  # noqa: E402
 )
+from pools.core.scheduling.repack_shares import repack_shares  # noqa: E402
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "alibaba-gpu-v2023"
 NODE_FILE = "openb_node_list_gpu_node.csv"
@@ -184,7 +185,10 @@ def run_once(
     ``at_full`` acts once, when the arrived request first enters the 100% window (99.5% of
     capacity, :func:`step_threshold`):
     ``"repack"`` applies a node-freeing repack plan (no disruption budget) and offers the pods
-    that failed so far again, in arrival order; ``"room"`` applies
+    that failed so far again, in arrival order; ``"shares"`` applies the repack plan's other
+    part, :func:`pools.core.scheduling.repack_shares.repack_shares` (the GPU shares packed into
+    the fewest GPUs), and offers those pods again, largest first (whole GPUs came free);
+    ``"room"`` applies
     :func:`pools.core.scheduling.repack.make_room_plan` to those pods (moving a few running pods
     so they fit); ``"floor"`` moves nothing and records in ``step_floor`` the 100% value
     (the window's average) that no repack at that point can go below, whatever it moves and
@@ -301,9 +305,12 @@ def apply_at_full(mode: str, scheduler: ClusterScheduler, workload, failed: list
     """Plan on copies, replay the moves on the live scheduler, return the pods now placed."""
     if mode == "repack":
         plan = repack_plan(
-            scheduler.nodes, workload=workload, max_drained_nodes=len(scheduler.nodes)
+            scheduler.nodes, workload=workload, max_drained_nodes=len(scheduler.nodes), pack_shares=False
         )
         moves, placements = plan.moves, {}
+    elif mode == "shares":
+        repack_shares(scheduler)
+        moves, placements = [], {}
     elif mode == "room":
         room = make_room_plan(failed, scheduler.nodes, workload=workload)
         moves, placements = room.moves, room.placements
@@ -313,11 +320,13 @@ def apply_at_full(mode: str, scheduler: ClusterScheduler, workload, failed: list
         binding = scheduler.unbind(move.pod, move.from_node)
         scheduler.bind(binding.pod, move.to_node, move.gpu_indices)
     placed = set()
+    if mode == "shares":  # the GPUs it freed go to the pods that need whole GPUs first
+        failed = sorted(failed, key=lambda p: (-p.gpu_request_milli, -p.cpu_milli))
     for pod in failed:
         if pod.name in placements:
             scheduler.bind(pod, *placements[pod.name])
             placed.add(pod)
-        elif mode == "repack" and scheduler.place(pod, explain_failure=False).node is not None:
+        elif mode in ("repack", "shares") and scheduler.place(pod, explain_failure=False).node is not None:
             placed.add(pod)
     return placed
 
@@ -374,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--at-full",
         default="",
-        help="comma list of steps to also run at 100%% arrived: repack, room (<policy>+<step>); "
+        help="comma list of steps to also run at 100%% arrived: repack, shares, room (<policy>+<step>); "
         "floor prints, instead of a replay, the unallocated %% no repack there could go below (needs scipy)",
     )
     parser.add_argument(

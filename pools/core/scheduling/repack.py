@@ -19,6 +19,11 @@ How it decides, and why:
   ``max_priority`` (e.g. the priority of the pending pod the room is for) are never moved, so
   their nodes are not drained.
 * The disruption budget ``max_drained_nodes`` caps the nodes drained by one plan (one wave).
+* The plan's second part packs the GPU shares into the fewest GPUs
+  (:mod:`pools.core.scheduling.repack_shares`): on a packing as good as FGD's no node drains,
+  but recombining shares frees whole GPUs for the pods that need them. It is planned on the
+  nodes as they are and applied on its own (it touches many nodes, so no node-count budget
+  describes it).
 * Where the size allows, an integer program (:mod:`pools.core.scheduling.repack_milp`) chooses
   the nodes and every pod's place at once, under the same rules; it replaces the greedy plan
   when it frees more GPUs, or as many with fewer moves (greedy drains can block each other).
@@ -30,7 +35,7 @@ never moving a pod of higher priority than the one it makes room for.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pools.core.scheduling.cluster import ClusterScheduler
 from pools.core.scheduling.fragmentation import FragmentationModel, Workload, workload_from_pods
@@ -44,7 +49,8 @@ from pools.core.scheduling.nodes import (
     static_filter_reason,
 )
 from pools.core.scheduling.policies import BestFitPolicy
-from pools.core.scheduling.repack_milp import optimal_drain
+from pools.core.scheduling.repack_milp import TIME_LIMIT_S, optimal_drain
+from pools.core.scheduling.repack_shares import repack_shares
 
 HOURS_PER_WEEK = 168
 
@@ -66,6 +72,8 @@ class RepackPlan:
     fragmentation_after_milli: float
     skipped: dict[str, str] = field(default_factory=dict)
     empty_nodes: tuple[str, ...] = ()  # GPU nodes that run no pod already: free without a move
+    share_moves: tuple[Move, ...] = ()  # then, GPU shares packed into fewer GPUs (repack_shares)
+    share_gpus_freed: int = 0  # whole GPUs those moves free, for pods that need whole GPUs
 
     @property
     def free_nodes(self) -> tuple[str, ...]:
@@ -117,6 +125,7 @@ def repack_plan(
     max_priority: int | None = None,
     only_checkpointable: bool = False,
     optimise: bool = True,
+    pack_shares: bool = True,
 ) -> RepackPlan:
     """Plan moves that empty up to ``max_drained_nodes`` nodes (see the module docstring).
 
@@ -132,15 +141,25 @@ def repack_plan(
     if workload is None:
         workload = workload_from_pods([b.pod for n in nodes for b in n.bound.values()])
     model = FragmentationModel(workload)
-    greedy = _greedy_plan(nodes, model, max_drained_nodes, max_priority, only_checkpointable)
-    if not optimise:
-        return greedy
-    optimal = _optimal_plan(nodes, model, max_drained_nodes, max_priority, only_checkpointable)
-    if optimal is None:
-        return greedy
-    gpu_of = {n.name: n.gpu_count for n in nodes}
-    better = (-_freed_gpus(optimal, gpu_of), len(optimal.moves)) < (-_freed_gpus(greedy, gpu_of), len(greedy.moves))
-    return optimal if better else greedy
+    plan = _greedy_plan(nodes, model, max_drained_nodes, max_priority, only_checkpointable)
+    optimal = _optimal_plan(nodes, model, max_drained_nodes, max_priority, only_checkpointable) if optimise else None
+    if optimal is not None:
+        gpu_of = {n.name: n.gpu_count for n in nodes}
+        if (-_freed_gpus(optimal, gpu_of), len(optimal.moves)) < (-_freed_gpus(plan, gpu_of), len(plan.moves)):
+            plan = optimal
+    if not pack_shares:
+        return plan
+    return _with_shares(nodes, plan, model, lambda pod: _blocker([pod], max_priority, only_checkpointable) is None)
+
+
+def _with_shares(nodes, plan: RepackPlan, model: FragmentationModel, movable) -> RepackPlan:
+    """The plan with its second part, planned on the nodes as they are (it is applied on its
+    own): the shares packed into the fewest GPUs, no share landing on a node that runs none."""
+    sims = sorted((n.clone() for n in nodes), key=lambda n: n.name)
+    for node in sims:
+        node.unschedulable = node.unschedulable or not node.bound
+    shares = repack_shares(ClusterScheduler(sims, _RepackScore(model)), movable, time_limit_s=TIME_LIMIT_S)
+    return replace(plan, share_moves=tuple(Move(*move) for move in shares.moves), share_gpus_freed=shares.gpus_freed)
 
 
 def _greedy_plan(nodes, model: FragmentationModel, max_drained_nodes, max_priority, only_checkpointable) -> RepackPlan:
