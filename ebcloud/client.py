@@ -170,11 +170,11 @@ class Client:
             "GET", _pool_path(name) + "fragmentation/", params=params, subject=_pool(name)
         )
 
-    def pool_fragmentation_apply(self, name: str, *, max_nodes: int = 1) -> dict:
+    def pool_fragmentation_apply(self, name: str, *, max_nodes: int = 1, shares: bool = False) -> dict:
         return self._request(
             "POST",
             _pool_path(name) + "fragmentation/apply/",
-            json={"maxNodes": max_nodes},
+            json={"maxNodes": max_nodes, "shares": shares},
             subject=_pool(name),
         )
 

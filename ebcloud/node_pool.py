@@ -228,14 +228,21 @@ def pool_delete(name: str) -> None:
     show_default=True,
     help="Disruption budget: nodes drained at once",
 )
+@click.option(
+    "--shares",
+    is_flag=True,
+    help="With --apply: apply the plan's other part, which packs GPU shares into fewer GPUs",
+)
 @click.option("-o", "--output", "fmt", type=click.Choice(["yaml", "json"]), help="yaml or json")
 def pool_fragmentation(
-    name: str, plan: bool, apply_: bool, max_nodes: int, fmt: str | None
+    name: str, plan: bool, apply_: bool, max_nodes: int, shares: bool, fmt: str | None
 ) -> None:
     """A pool's fragmentation report: allocation per node, free GPU fragments, repack plan."""
+    if shares and not apply_:
+        raise click.UsageError("--shares goes with --apply")
     with api() as client:
         if apply_:
-            report = client.pool_fragmentation_apply(name, max_nodes=max_nodes)
+            report = client.pool_fragmentation_apply(name, max_nodes=max_nodes, shares=shares)
         else:
             report = client.pool_fragmentation(name, plan=plan)
     if fmt:

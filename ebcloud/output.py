@@ -470,6 +470,13 @@ def fragmentation_text(report: dict) -> str:
         )
         empty = plan.get("emptyNodes") or []
         lines.append(f"Nodes already running no pods: {', '.join(empty) or 'none'}")
+        if plan.get("shareGpusFreed"):
+            lines.append(
+                f"Packing GPU shares: moving {len(plan.get('shareMoves') or [])} pod(s) frees "
+                f"{plan['shareGpusFreed']} whole GPU(s) (apply with --apply --shares)"
+            )
+        else:
+            lines.append("Packing GPU shares: no moves free a whole GPU.")
     if report.get("applied"):
         lines.append(
             f"Applied: moved {len(report['applied'])} pod(s): {', '.join(report['applied'])}"

@@ -153,12 +153,13 @@ class FragmentationSerializer(serializers.Serializer):
     fragmentedShareOfFree = serializers.FloatField()
     underusedNodes = serializers.ListField(child=serializers.CharField())
     freeFragmentHistogram = serializers.DictField(child=serializers.IntegerField())
-    plan = serializers.DictField(required=False, help_text="With ?plan=1: moves, freedNodes, gpuHoursSavedPerWeek")
+    plan = serializers.DictField(required=False, help_text="With ?plan=1: moves, freedNodes, gpuHoursSavedPerWeek; shareMoves, shareGpusFreed")
     applied = serializers.ListField(child=serializers.CharField(), required=False, help_text="Pods moved by an apply")
 
 
 class ApplySerializer(serializers.Serializer):
     maxNodes = serializers.IntegerField(required=False, min_value=1, max_value=100, help_text="Disruption budget: nodes drained at once (default 1)")
+    shares = serializers.BooleanField(required=False, default=False, help_text="Apply the plan's second part instead: pack the GPU shares into fewer GPUs (shareMoves), freeing whole GPUs")
 
 
 class PoolFragmentationView(APIView):
@@ -179,7 +180,8 @@ class PoolFragmentationView(APIView):
 
 
 class PoolFragmentationApplyView(APIView):
-    """Apply the repack plan: evict and re-place pods, at most `maxNodes` nodes at a time."""
+    """Apply the repack plan: evict and re-place pods, at most `maxNodes` nodes at a time; with
+    `shares`, its moves that pack GPU shares into fewer GPUs."""
 
     serializer_class = FragmentationSerializer
 
@@ -192,7 +194,7 @@ class PoolFragmentationApplyView(APIView):
         body = ApplySerializer(data=request.data if isinstance(request.data, dict) else {})
         body.is_valid(raise_exception=True)
         pool = selectors.pool_get(user=request.user, name=name)
-        applied = fragmentation_service.repack_apply(user=request.user, pool=pool, max_nodes=body.validated_data.get("maxNodes", 1))
+        applied = fragmentation_service.repack_apply(user=request.user, pool=pool, max_nodes=body.validated_data.get("maxNodes", 1), shares=body.validated_data["shares"])
         return Response(fragmentation_service.report_document(applied))
 
 
@@ -227,6 +229,6 @@ class ClusterFragmentationApplyView(APIView):
     def post(self, request):
         body = ApplySerializer(data=request.data if isinstance(request.data, dict) else {})
         body.is_valid(raise_exception=True)
-        applied = fragmentation_service.repack_apply(user=request.user, pool=None, max_nodes=body.validated_data.get("maxNodes", 1))
+        applied = fragmentation_service.repack_apply(user=request.user, pool=None, max_nodes=body.validated_data.get("maxNodes", 1), shares=body.validated_data["shares"])
         return Response(fragmentation_service.report_document(applied))
 

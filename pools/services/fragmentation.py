@@ -27,7 +27,7 @@ from pools.core.scheduling.fragmentation import (
     workload_from_pods,
 )
 from pools.core.scheduling.nodes import MILLI
-from pools.core.scheduling.repack import RepackPlan, repack_plan
+from pools.core.scheduling.repack import Move, RepackPlan, repack_plan
 from pools.models import GpuNodePool
 from pools.models.pods import FragmentationSample, Pod
 from pools.providers import real_cluster
@@ -67,8 +67,10 @@ def fragmentation_for(*, pools: list[GpuNodePool] | None, scope: str, with_plan:
     return FragmentationView(scope, report, plan)
 
 
-def repack_apply(*, user, pool: GpuNodePool | None, max_nodes: int = 1, now: datetime | None = None) -> FragmentationView:
-    """Apply the repack plan of one pool (its leads, admins) or of the cluster (admins only)."""
+def repack_apply(*, user, pool: GpuNodePool | None, max_nodes: int = 1, shares: bool = False, now: datetime | None = None) -> FragmentationView:
+    """Apply the repack plan of one pool (its leads, admins) or of the cluster (admins only):
+    its drains, at most `max_nodes` nodes; or, with `shares`, its second part, which packs the
+    GPU shares into fewer GPUs (all its moves at once: they free whole GPUs, not nodes)."""
     now = now or timezone.now()
     if pool is None and not roles.is_admin(user):
         raise PermissionDenied("only platform admins can repack the whole cluster")
@@ -81,11 +83,12 @@ def repack_apply(*, user, pool: GpuNodePool | None, max_nodes: int = 1, now: dat
     with transaction.atomic():
         scheduler_lock()
         nodes, pods, states, workload = _load([pool] if pool is not None else None)
-        plan = repack_plan(list(states.values()), workload=workload, max_drained_nodes=max_nodes)
+        plan = repack_plan(list(states.values()), workload=workload, max_drained_nodes=0 if shares else max_nodes, pack_shares=shares)
         by_name = {n.name: n for n in nodes}
         by_key = {p.key: p for p in pods}
         moved = []
-        for move in plan.moves:
+        why = "to pack GPU shares into fewer GPUs" if shares else "to free node {}"
+        for move in plan.share_moves if shares else plan.moves:
             pod, source, target = by_key[move.pod], by_name[move.from_node], by_name[move.to_node]
             changed = Pod.objects.filter(pk=pod.pk, phase=Pod.Phase.RUNNING, node=source).update(
                 node=target, gpu_indices=list(move.gpu_indices), reason="Repacked"
@@ -93,9 +96,9 @@ def repack_apply(*, user, pool: GpuNodePool | None, max_nodes: int = 1, now: dat
             if not changed:
                 continue
             moved.append(move.pod)
-            event_record(pool=source.pool, node=source, reason="Evicted", message=f"Pod {move.pod} evicted by the repack to free node {source.name}", actor=user, now=now)
+            event_record(pool=source.pool, node=source, reason="Evicted", message=f"Pod {move.pod} evicted by the repack {why.format(source.name)}", actor=user, now=now)
             event_record(pool=target.pool, node=target, reason="Repacked", message=f"Pod {move.pod} re-placed from {source.name} to {target.name} (GPU {', '.join(map(str, move.gpu_indices)) or 'none'})", actor=user, now=now)
-        for name in plan.freed_nodes:
+        for name in () if shares else plan.freed_nodes:
             node = by_name[name]
             event_record(pool=node.pool, node=node, reason="NodeFreed", message=f"Node {name} runs no pods after the repack: give it new work or scale in ({node.gpu_count * 168} GPU-hours a week)", actor=user, now=now)
     scope = pool.name if pool is not None else "cluster"
@@ -134,15 +137,21 @@ def report_document(view: FragmentationView) -> dict:
     return document
 
 
+def _move_document(move: Move) -> dict:
+    return {"pod": move.pod, "from": move.from_node, "to": move.to_node, "gpuIndices": list(move.gpu_indices)}
+
+
 def plan_document(plan: RepackPlan) -> dict:
     return {
-        "moves": [{"pod": m.pod, "from": m.from_node, "to": m.to_node, "gpuIndices": list(m.gpu_indices)} for m in plan.moves],
+        "moves": [_move_document(m) for m in plan.moves],
         "freedNodes": list(plan.freed_nodes),
         "emptyNodes": list(plan.empty_nodes),
         "gpuHoursSavedPerWeek": plan.gpu_hours_saved_per_week,
         "fragmentationBeforeGpus": round(plan.fragmentation_before_milli / MILLI, 3),
         "fragmentationAfterGpus": round(plan.fragmentation_after_milli / MILLI, 3),
         "skipped": dict(plan.skipped),
+        "shareMoves": [_move_document(m) for m in plan.share_moves],
+        "shareGpusFreed": plan.share_gpus_freed,
     }
 
 
@@ -157,7 +166,7 @@ def fragmentation_record(*, now: datetime | None = None) -> list[FragmentationSa
     samples = []
     for name, members in [*((n, by_pool[n]) for n in sorted(pools)), ("", list(states.values()))]:
         report = fragmentation_report(members, workload)
-        plan = repack_plan(members, workload=workload, max_drained_nodes=len(members) or 1)
+        plan = repack_plan(members, workload=workload, max_drained_nodes=len(members) or 1, pack_shares=False)
         samples.append(
             FragmentationSample(
                 pool=pools.get(name),

@@ -234,12 +234,16 @@ def _apply(request, *, pool, back: str, page):
             max_nodes = int(request.POST.get("max_nodes", "1"))
         except ValueError:
             raise ValidationError("must be a whole number", field="maxNodes") from None
-        applied = fragmentation_service.repack_apply(user=request.user, pool=pool, max_nodes=max_nodes)
+        shares = request.POST.get("part") == "shares"
+        applied = fragmentation_service.repack_apply(user=request.user, pool=pool, max_nodes=max_nodes, shares=shares)
     except ValidationError as exc:
         messages.error(request, f"Repack not applied: {exc}")
         return page(status=400)
-    freed = ", ".join(applied.plan.freed_nodes) or "none"
-    messages.success(request, f"Repack applied: {len(applied.moved)} pod(s) moved; freed nodes: {freed}.")
+    if shares:
+        messages.success(request, f"GPU shares repacked: {len(applied.moved)} pod(s) moved; {applied.plan.share_gpus_freed} whole GPU(s) freed.")
+    else:
+        freed = ", ".join(applied.plan.freed_nodes) or "none"
+        messages.success(request, f"Repack applied: {len(applied.moved)} pod(s) moved; freed nodes: {freed}.")
     return HttpResponseRedirect(back)
 
 

@@ -10,7 +10,7 @@ from pools.controllers.scheduler import scheduler_pass
 from pools.models import PoolEvent
 from pools.models.pods import Pod
 from tests.ebcloud.cli_helpers import live, one_error_line
-from tests.pools.pod_helpers import T0, TRAIN_POD, pool_with_nodes, submit
+from tests.pools.pod_helpers import T0, TRAIN_POD, pool_with_nodes, pool_with_share_layout, submit
 
 TRAIN_POD_FILE = str(TRAIN_POD)
 
@@ -106,6 +106,21 @@ def test_node_pool_fragmentation_shows_the_report_the_plan_and_applies_it(ebclou
     assert applied.exit_code == 0, applied.stderr
     assert "Applied: moved 1 pod(s)" in applied.stdout
     assert PoolEvent.objects.filter(pool=fragmented, reason="Repacked").count() == 1
+
+
+@live
+def test_node_pool_fragmentation_applies_the_gpu_share_part(ebcloud, login_as, actors):
+    pool = pool_with_share_layout(actors)
+    login_as("lead")
+    plan = ebcloud("node-pool", "fragmentation", "train-pool-a", "--plan")
+    assert "Packing GPU shares: moving" in plan.stdout and "frees 1 whole GPU(s)" in plan.stdout
+    assert ebcloud("node-pool", "fragmentation", "train-pool-a", "--shares").exit_code == 2  # only with --apply
+    applied = ebcloud("node-pool", "fragmentation", "train-pool-a", "--apply", "--shares")
+    assert applied.exit_code == 0, applied.stderr
+    assert "Applied: moved" in applied.stdout
+    assert PoolEvent.objects.filter(pool=pool, reason="Repacked").exists()
+    scheduler_pass(now=T0)
+    assert Pod.objects.get(name="waiting").phase == Pod.Phase.RUNNING
 
 
 @live

@@ -6,9 +6,11 @@ from __future__ import annotations
 import copy
 from datetime import UTC, datetime
 
+from pools.controllers.scheduler import scheduler_pass
 from pools.core.documents import load_yaml
 from pools.core.spec import effective_node_labels, parse_document
 from pools.models import Node, PriorityClass
+from pools.models.pods import Pod
 from pools.selectors.pools import catalog_current
 from pools.services import pods as pod_services
 from pools.services import pools as services
@@ -82,3 +84,27 @@ def pod_document(name, *, namespace="algorithm", gpus=1, cpu="4", memory="32Gi",
 
 def submit(user, name, **kwargs):
     return pod_services.pod_create(user=user, document=pod_document(name, **kwargs), now=T0)
+
+
+# GPU -> the shares on it. No share fits into another GPU's free milli (400 and 100 free), so
+# no single move frees a GPU, and a lone node cannot drain; 500+300+200 and 700+300 fill two.
+SHARE_LAYOUT = {0: [("a", 500)], 1: [("b1", 300), ("b2", 300)], 2: [("c1", 700), ("c2", 200)]}
+
+
+def pool_with_share_layout(actors):
+    """One 8-GPU node: five whole GPUs busy, the shares of SHARE_LAYOUT on GPUs 0-2 (placed
+    by a scheduler pass, then laid out so), and a pod waiting for a whole GPU."""
+    pool = pool_with_nodes(actors["lead"], nodes=1, node_labels={"pool": "train"})
+    submit(actors["member"], "whole", gpus=5, cpu="1")
+    for on in SHARE_LAYOUT.values():
+        for name, milli in on:
+            submit(actors["member"], name, milli=milli, cpu="1", memory="1Gi")
+    scheduler_pass(now=T0)
+    for gpu, on in SHARE_LAYOUT.items():
+        Pod.objects.filter(name__in=[name for name, _ in on]).update(gpu_indices=[gpu])
+    Pod.objects.filter(name="whole").update(gpu_indices=[3, 4, 5, 6, 7])
+    assert Pod.objects.filter(phase=Pod.Phase.RUNNING).count() == 6
+    submit(actors["member"], "waiting", gpus=1, cpu="1")
+    scheduler_pass(now=T0)
+    assert Pod.objects.get(name="waiting").phase == Pod.Phase.PENDING
+    return pool

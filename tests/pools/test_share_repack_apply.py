@@ -1,0 +1,74 @@
+"""The repack plan's second part on the database, the API and the page: GPU shares packed into
+fewer GPUs so that a whole GPU comes free (issue 22 item 2; seeds C3 repack, P3)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pools.controllers.scheduler import scheduler_pass
+from pools.models import PoolEvent
+from pools.models.pods import Pod
+from tests.pools.pod_helpers import SHARE_LAYOUT as LAYOUT
+from tests.pools.pod_helpers import T0, pool_with_share_layout
+
+URL = "/api/v1/pools/train-pool-a/fragmentation/"
+
+
+@pytest.fixture
+def shared(actors):
+    return pool_with_share_layout(actors)
+
+
+def gpus_of(name):
+    return Pod.objects.get(name=name).gpu_indices
+
+
+def test_the_plan_lists_the_share_moves_and_the_gpus_they_free(api, shared):
+    plan = api("member").get(f"{URL}?plan=1").json()["plan"]
+    assert plan["freedNodes"] == [] and plan["moves"] == []
+    assert plan["shareGpusFreed"] == 1
+    moved = {m["pod"] for m in plan["shareMoves"]}
+    assert moved and moved <= {f"algorithm/{n}" for on in LAYOUT.values() for n, _ in on}
+    assert all(m["from"] == m["to"] == "train-pool-a-0" for m in plan["shareMoves"])
+
+
+def test_a_lead_applies_the_share_moves_and_the_waiting_pod_gets_the_freed_gpu(api, shared):
+    response = api("lead").post(f"{URL}apply/", {"shares": True}, format="json")
+    assert response.status_code == 200, response.content
+    applied = response.json()["applied"]
+    assert applied and len(applied) == PoolEvent.objects.filter(pool=shared, reason="Repacked").count()
+    evicted = PoolEvent.objects.filter(pool=shared, reason="Evicted").values_list("message", flat=True)
+    assert all("to pack GPU shares into fewer GPUs" in m for m in evicted) and len(evicted) == len(applied)
+    used = {}
+    for on in LAYOUT.values():
+        for name, milli in on:
+            (gpu,) = gpus_of(name)
+            used[gpu] = used.get(gpu, 0) + milli
+    assert sorted(used.values()) == [1000, 1000]  # the shares now fill two GPUs exactly
+    scheduler_pass(now=T0)
+    waiting = Pod.objects.get(name="waiting")
+    assert waiting.phase == Pod.Phase.RUNNING and set(waiting.gpu_indices) <= {0, 1, 2} - set(used)
+
+
+def test_a_member_may_not_apply_and_a_non_boolean_is_400_with_nothing_moved(api, shared):
+    before = {p.name: p.gpu_indices for p in Pod.objects.all()}
+    assert api("member").post(f"{URL}apply/", {"shares": True}, format="json").status_code == 403
+    response = api("lead").post(f"{URL}apply/", {"shares": "sometimes"}, format="json")
+    assert response.status_code == 400
+    assert response.json()["errors"] == [{"field": "shares", "message": "Must be a valid boolean."}]
+    assert {p.name: p.gpu_indices for p in Pod.objects.all()} == before
+
+
+def test_the_page_shows_the_share_part_and_applies_it(browser, shared):
+    plan = browser("lead").get("/pools/train-pool-a/fragmentation/?part=plan", headers={"HX-Request": "true"}).content.decode()
+    assert "Packing GPU shares" in plan and "<strong>1 whole GPU(s) freed</strong>" in plan
+    assert "Apply: pack GPU shares" in plan and "No moves free a running node" in plan
+    member = browser("member").get("/pools/train-pool-a/fragmentation/?part=plan", headers={"HX-Request": "true"}).content.decode()
+    assert "Packing GPU shares" in member and "Apply: pack GPU shares" not in member
+    lead = browser("lead")
+    response = lead.post("/pools/train-pool-a/fragmentation/apply/", {"part": "shares"})
+    assert response.status_code == 302
+    page = lead.get(response["Location"]).content.decode()
+    assert "GPU shares repacked:" in page and "1 whole GPU(s) freed." in page
+    again = lead.get("/pools/train-pool-a/fragmentation/?part=plan", headers={"HX-Request": "true"}).content.decode()
+    assert "No moves of GPU shares free a whole GPU." in again
