@@ -9,7 +9,7 @@ import pytest
 
 from pools.controllers.scheduler import scheduler_pass
 from tests.e2e.axe import assert_accessible
-from tests.pools.pod_helpers import T0, pool_with_nodes, submit
+from tests.pools.pod_helpers import T0, pool_with_nodes, pool_with_share_layout, submit
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
 
@@ -61,3 +61,20 @@ def test_the_pool_page_draws_its_capacity_charts(live_server, actors, page):
         page.wait_for_selector(f"#chart-{chart} .main-svg", timeout=15000)
     assert_accessible(page)
     page.screenshot(path=str(Path(__file__).resolve().parents[2] / "var" / "pool-page.png"), full_page=True)
+
+
+def test_a_lead_packs_the_gpu_shares_from_the_page(live_server, actors, page):
+    pool_with_share_layout(actors)
+    page.goto(f"{live_server.url}/login/")
+    page.fill("input[name=username]", "lead")
+    page.fill("input[name=password]", "pw-lead")
+    page.click("button[type=submit]")
+    page.goto(f"{live_server.url}/pools/train-pool-a/fragmentation/")
+    page.wait_for_selector("text=1 whole GPU(s) freed", timeout=15000)
+    page.click("summary")  # the moves, folded under the summary
+    assert page.locator("#repack-plan details table tbody tr").count() >= 1
+    assert_accessible(page)
+    page.click("text=Apply: pack GPU shares")
+    page.wait_for_selector("text=GPU shares repacked:", timeout=15000)
+    page.wait_for_selector("text=No moves of GPU shares free a whole GPU.", timeout=15000)
+    assert_accessible(page)
