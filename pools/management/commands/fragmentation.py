@@ -24,5 +24,6 @@ class Command(BaseCommand):
             f"{r.allocated_gpu_milli / 1000:g}/{r.total_gpu_milli / 1000:g} GPUs allocated, {r.unallocated_pct:.1f}% unallocated; "
             f"nodes allocated < 50%: {', '.join(r.underused_nodes) or 'none'}; "
             f"repack frees {', '.join(plan.freed_nodes) or 'no node'} ({plan.gpu_hours_saved_per_week} GPU-hours a week) "
-            f"by moving {len(plan.moves)} pod(s); running no pods already: {', '.join(plan.empty_nodes) or 'none'}"
+            f"by moving {len(plan.moves)} pod(s); running no pods already: {', '.join(plan.empty_nodes) or 'none'}; "
+            f"packing GPU shares frees {plan.share_gpus_freed} whole GPU(s) by moving {len(plan.share_moves)} pod(s)"
         )
