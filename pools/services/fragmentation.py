@@ -98,7 +98,7 @@ def repack_apply(*, user, pool: GpuNodePool | None, max_nodes: int = 1, shares: 
             moved.append(move.pod)
             event_record(pool=source.pool, node=source, reason="Evicted", message=f"Pod {move.pod} evicted by the repack {why.format(source.name)}", actor=user, now=now)
             event_record(pool=target.pool, node=target, reason="Repacked", message=f"Pod {move.pod} re-placed from {source.name} to {target.name} (GPU {', '.join(map(str, move.gpu_indices)) or 'none'})", actor=user, now=now)
-        for name in () if shares else plan.freed_nodes:
+        for name in plan.freed_nodes:  # none when packing shares (no drains planned)
             node = by_name[name]
             event_record(pool=node.pool, node=node, reason="NodeFreed", message=f"Node {name} runs no pods after the repack: give it new work or scale in ({node.gpu_count * 168} GPU-hours a week)", actor=user, now=now)
     scope = pool.name if pool is not None else "cluster"
