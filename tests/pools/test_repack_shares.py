@@ -167,3 +167,22 @@ def test_every_share_keeps_a_place_and_the_freed_gpus_never_exceed_the_optimum(s
     assert {m[0] for m in result.moves} == {p for p in after if after[p] != before[p]}
     if all(cores == 96 for _, cores in shapes):
         assert result.gpus_freed == best
+
+
+def test_hundreds_of_distinct_share_sizes_stay_within_the_time_limit_and_keep_every_share():
+    """Every share a size of its own (as users asking any milli would give): the pricing runs
+    a round per pattern, so it stops at the time limit, and what it found still holds."""
+    import random
+
+    rng = random.Random(7)
+    nodes = [node(f"n{i:02d}", gpus=8, cpu=96_000) for i in range(30)]
+    scheduler = ClusterScheduler(nodes, "fgd-cpu")
+    for k in range(900):
+        scheduler.place(share(f"p{k}", rng.randint(1, 999)), explain_failure=False)
+    before = placements(scheduler.nodes)
+    assert len({b.pod.gpu_milli for n in nodes for b in n.bound.values()}) > 400
+    used_before = sum(1 for n in nodes for f in n.gpu_free if f < MILLI)
+    result = repack_shares(scheduler, time_limit_s=0.5)
+    assert sorted(placements(scheduler.nodes)) == sorted(before)
+    assert_consistent(scheduler.nodes)
+    assert result.gpus_freed == used_before - sum(1 for n in nodes for f in n.gpu_free if f < MILLI)

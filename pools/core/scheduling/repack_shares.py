@@ -4,16 +4,18 @@ for the pods that need them (issue 22 item 2; seeds C3, P3).
 Why a planner of its own: on a packing as good as FGD's, no GPU can be emptied by moving its
 shares into other GPUs' free space (seed 42 of the Alibaba trace at 100% arrived: every GPU
 holding shares holds one of 320 milli or more, and all but a few dozen have under 250 free),
-and no node drains. What can still be won lies in the *combinations*: 500 | 300+300 | 700+200 need three
-GPUs as they are, 500+300+200 | 700+300 fill two. Which combinations free the most GPUs is a
-cutting-stock problem over all the shares, so it is solved as one:
+and no node drains. What can still be won lies in the *combinations*: 500 | 300+300 |
+700+200 need three GPUs as they are, 500+300+200 | 700+300 fill two. Which combinations free
+the most GPUs is a cutting-stock problem over all the shares, so it is solved as one:
 
 1. The *open* GPUs are those that hold movable shares only; their shares, counted by size, are
    the demand. GPUs whose shares accept any GPU model form one group across the cluster; a GPU
    with a share bound to a model list is repacked among its own model's GPUs.
 2. An integer program (HiGHS) picks how many GPUs run each *pattern* (a multiset of share
    sizes summing to at most 1000 milli): the fewest GPUs, then, with that many, as many GPUs
-   as possible kept exactly as they are (their pods do not move).
+   as possible kept exactly as they are (their pods do not move). The patterns are generated
+   by pricing (a knapsack on the LP's duals) from the GPUs' current contents, so any number
+   of share sizes will do; with hundreds, the time limit ends the pricing early.
 3. The patterns go onto the open GPUs of the nodes with the least spare CPU, each onto the GPU
    whose content it overlaps most; the GPUs left over, on the nodes with the most spare CPU
    and memory, come free, where a whole-GPU pod also gets the CPU it needs.
@@ -30,6 +32,7 @@ applied by unbinding every moved pod before binding any (the database has no ord
 
 from __future__ import annotations
 
+import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -37,9 +40,8 @@ from dataclasses import dataclass
 from pools.core.scheduling.cluster import ClusterScheduler
 from pools.core.scheduling.nodes import MILLI, Binding, NodeState, Pod, filter_node
 
-MAX_PATTERNS = 60_000  # patterns per group (the trace's 20 share sizes make 5,384); beyond, no repack
 REASSIGN_ROUNDS = 4  # fills tried, each moving the patterns a fill starved to roomier GPUs
-TIME_LIMIT_S = 10.0  # per program; the trace's 1,948 open GPUs take 1-2 s each
+TIME_LIMIT_S = 10.0  # for the pricing and for each program; the trace's 1,948 open GPUs take 0.5 s in all
 
 
 @dataclass(frozen=True)
@@ -50,37 +52,70 @@ class ShareRepack:
     gpus_freed: int
 
 
-def _patterns(sizes: Sequence[int], demand: Sequence[int]) -> list[tuple[int, ...]] | None:
-    """Every non-empty multiset of ``sizes`` (as counts) fitting one GPU, no count above its
-    demand; None past MAX_PATTERNS."""
-    found: list[tuple[int, ...]] = []
+def _best_pattern(sizes: Sequence[int], values, bounds: Sequence[int]) -> tuple[float, tuple[int, ...]]:
+    """The pattern of largest total value (a bounded knapsack over 0-1000 milli: at most
+    ``bounds[i]`` shares of ``sizes[i]``, each worth ``values[i]``), with its value."""
+    import numpy as np
 
-    def grow(i: int, room: int, counts: list[int]) -> bool:
-        if i == len(sizes):
-            if any(counts):
-                found.append(tuple(counts))
-            return len(found) <= MAX_PATTERNS
-        for k in range(min(room // sizes[i], demand[i]), -1, -1):
-            if not grow(i + 1, room - k * sizes[i], [*counts, k]):
-                return False
-        return True
+    items = []  # (size index, how many, milli, value): each bound split in powers of two
+    for i, (size, value, bound) in enumerate(zip(sizes, values, bounds, strict=True)):
+        step = 1
+        while bound > 0:
+            count = min(step, bound)
+            items.append((i, count, size * count, value * count))
+            bound, step = bound - count, step * 2
+    best, taken = np.zeros(MILLI + 1), []
+    for _, _, milli, value in items:
+        with_it = np.full(MILLI + 1, -np.inf)
+        with_it[milli:] = best[: MILLI + 1 - milli] + value
+        better = with_it > best + 1e-12
+        taken.append(better)
+        best = np.where(better, with_it, best)
+    room = int(np.argmax(best))
+    value, counts = float(best[room]), [0] * len(sizes)
+    for (i, count, milli, _), took in zip(reversed(items), reversed(taken), strict=True):
+        if took[room]:
+            counts[i] += count
+            room -= milli
+    return value, tuple(counts)
 
-    return found if grow(0, MILLI, []) else None
+
+def _patterns(sizes: Sequence[int], demand: Sequence[int], current: list[tuple[int, ...]], seconds: float) -> list[tuple[int, ...]]:
+    """The patterns worth considering: the GPUs' current contents, then, by column generation,
+    each pattern a knapsack on the covering LP's duals finds worth more than one GPU, until none
+    is (the LP over these patterns is then the LP over all of them) or ``seconds`` run out.
+    The trace's 20 share sizes take 3 rounds and 75 patterns, where enumerating every pattern
+    gives 5,384; hundreds of distinct sizes take a round per pattern, hence the time limit."""
+    import numpy as np
+    from scipy.optimize import linprog
+
+    patterns = list(dict.fromkeys(current))
+    bounds = [min(d, MILLI // size) for size, d in zip(sizes, demand, strict=True)]
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        lp = linprog(np.ones(len(patterns)), A_ub=-np.array(patterns, dtype=float).T, b_ub=-np.array(demand, dtype=float), method="highs")
+        if lp.status != 0:
+            break
+        value, pattern = _best_pattern(sizes, -lp.ineqlin.marginals, bounds)
+        if value <= 1 + 1e-9 or pattern in patterns:
+            break
+        patterns.append(pattern)
+    return patterns
 
 
 def _solve(sizes, demand, keepable: Counter, time_limit_s: float) -> dict[tuple[int, ...], tuple[int, int]] | None:
-    """pattern -> (GPUs that run it, of which kept as they are), or None (too big, no answer).
+    """pattern -> (GPUs that run it, of which kept as they are), or None (no answer in time).
 
-    Two integer programs: the fewest GPUs (x[p]: GPUs that run pattern p), then, with that
-    many, the most GPUs kept as they are (k[q] <= x[q] and <= the GPUs that hold exactly q
-    now). One program weighing both proves its optimum far more slowly."""
+    Two integer programs over :func:`_patterns`: the fewest GPUs (x[p]: GPUs that run pattern
+    p, every share placed), then, with that many, the most GPUs kept as they are (k[q] <= x[q]
+    and <= the GPUs that hold exactly q now). One program weighing both proves its optimum far
+    more slowly. Solving over the generated patterns only (price and branch) may in principle
+    miss the optimum by a GPU; the LP says how far it can be."""
     import numpy as np
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import csr_matrix, hstack
 
-    patterns = _patterns(sizes, demand)
-    if not patterns:
-        return None
+    patterns = _patterns(sizes, demand, list(keepable), time_limit_s)
     n = len(patterns)
     shares = csr_matrix(np.array(patterns, dtype=float).T)
     options = {"time_limit": time_limit_s}
@@ -159,10 +194,14 @@ def _repack_group(scheduler: ClusterScheduler, by_name: dict[str, NodeState], op
     """One group's repack on the scheduler's nodes; None (nothing changed) if it frees nothing."""
     demand_by_size = Counter(b.pod.gpu_milli for on in open_gpus.values() for b in on)
     sizes = sorted(demand_by_size, reverse=True)
-    keepable = Counter(
-        tuple(Counter(b.pod.gpu_milli for b in on).get(s, 0) for s in sizes) for on in open_gpus.values()
-    )
-    plan = _solve(sizes, [demand_by_size[s] for s in sizes], keepable, time_limit_s)
+    index = {size: i for i, size in enumerate(sizes)}
+    as_counts = {}  # each open GPU's content as the programs count it: shares per size
+    for key, on in open_gpus.items():
+        counts = [0] * len(sizes)
+        for binding in on:
+            counts[index[binding.pod.gpu_milli]] += 1
+        as_counts[key] = tuple(counts)
+    plan = _solve(sizes, [demand_by_size[s] for s in sizes], Counter(as_counts.values()), time_limit_s)
     if plan is None or sum(run for run, _ in plan.values()) >= len(open_gpus):
         return None
 
@@ -176,25 +215,26 @@ def _repack_group(scheduler: ClusterScheduler, by_name: dict[str, NodeState], op
         )
         for key in open_gpus
     }
-    as_counts = {key: tuple(Counter(b.pod.gpu_milli for b in on).get(s, 0) for s in sizes) for key, on in open_gpus.items()}
     order = sorted(open_gpus, key=lambda key: (spares[key], key))
-    hosts: dict[tuple[str, int], tuple[int, ...]] = {}
-    to_place: list[tuple[int, ...]] = []
+    holding = defaultdict(list)  # content -> the open GPUs that hold exactly it, least spare first
+    for key in order:
+        holding[as_counts[key]].append(key)
+    hosts: dict[tuple[str, int], dict[int, int]] = {}  # host GPU -> its pattern, shares per size
+    to_place: list[dict[int, int]] = []
     for pattern, (run, kept) in plan.items():
-        keeping = [key for key in order if as_counts[key] == pattern and key not in hosts][:kept]
-        hosts.update((key, pattern) for key in keeping)
-        to_place += [pattern] * (run - len(keeping))
-    free_order = [key for key in order if key not in hosts]
-    for key in free_order[: len(to_place)]:
-        have = as_counts[key]
-        best = max(range(len(to_place)), key=lambda i: sum(min(a, b) * s for a, b, s in zip(have, to_place[i], sizes, strict=True)))
+        slots = {sizes[i]: count for i, count in enumerate(pattern) if count}
+        hosts.update((key, slots) for key in holding[pattern][:kept])
+        to_place += [slots] * (run - min(kept, len(holding[pattern])))
+    for key in [key for key in order if key not in hosts][: len(to_place)]:
+        have = Counter(b.pod.gpu_milli for b in open_gpus[key])
+        best = max(range(len(to_place)), key=lambda i: sum(min(c, to_place[i].get(size, 0)) * size for size, c in have.items()))
         hosts[key] = to_place.pop(best)
     pods = {b.pod.name: b.pod for on in open_gpus.values() for b in on}
     origin = {b.pod.name: (key[0], b.gpu_indices) for key, on in open_gpus.items() for b in on}
     for name, (node, _) in origin.items():
         scheduler.unbind(name, node)
     for round_ in range(REASSIGN_ROUNDS):
-        placed, unfilled = _fill(scheduler, by_name, pods, origin, hosts, sizes)
+        placed, unfilled = _fill(scheduler, by_name, pods, origin, hosts)
         if len(placed) == len(pods) or round_ == REASSIGN_ROUNDS - 1:
             break
         idle = sorted((k for k in open_gpus if k not in hosts), key=lambda k: (-by_name[k[0]].cpu_free, -by_name[k[0]].memory_free, k))
@@ -205,7 +245,7 @@ def _repack_group(scheduler: ClusterScheduler, by_name: dict[str, NodeState], op
     return _settle_rest(scheduler, by_name, pods, origin, placed, open_gpus)
 
 
-def _fill(scheduler: ClusterScheduler, by_name, pods: dict[str, Pod], origin, hosts, sizes):
+def _fill(scheduler: ClusterScheduler, by_name, pods: dict[str, Pod], origin, hosts):
     """Bind the (unbound) shares into the slots of their sizes in the host GPUs' patterns;
     returns where each went and the hosts left with an empty slot, starved of CPU or memory.
 
@@ -214,7 +254,7 @@ def _fill(scheduler: ClusterScheduler, by_name, pods: dict[str, Pod], origin, ho
     the most CPU and memory left, so that no node runs out while others idle."""
     slots: dict[int, list[tuple[str, int]]] = defaultdict(list)
     for key, pattern in hosts.items():
-        for size, count in zip(sizes, pattern, strict=True):
+        for size, count in pattern.items():
             slots[size] += [key] * count
     placed: dict[str, tuple[str, tuple[int, ...]]] = {}
 
