@@ -32,6 +32,7 @@ applied by unbinding every moved pod before binding any (the database has no ord
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
@@ -40,6 +41,8 @@ from dataclasses import dataclass
 from pools.core.scheduling.cluster import ClusterScheduler
 from pools.core.scheduling.nodes import MILLI, Binding, NodeState, Pod, filter_node
 
+ENUMERATE_UP_TO = 20_000  # patterns: the trace's 20 share sizes make 5,384
+ENUMERATE_SIZES = 60  # distinct share sizes beyond which patterns are never enumerated
 REASSIGN_ROUNDS = 4  # fills tried, each moving the patterns a fill starved to roomier GPUs
 TIME_LIMIT_S = 10.0  # for the pricing and for each program; the trace's 1,948 open GPUs take 0.5 s in all
 
@@ -52,9 +55,10 @@ class ShareRepack:
     gpus_freed: int
 
 
-def _best_pattern(sizes: Sequence[int], values, bounds: Sequence[int]) -> tuple[float, tuple[int, ...]]:
+def best_pattern(sizes: Sequence[int], values, bounds: Sequence[int]) -> tuple[float, tuple[int, ...]]:
     """The pattern of largest total value (a bounded knapsack over 0-1000 milli: at most
-    ``bounds[i]`` shares of ``sizes[i]``, each worth ``values[i]``), with its value."""
+    ``bounds[i]`` shares of ``sizes[i]``, each worth ``values[i]``), with its value; the
+    pricing step of column generation here and in bench/offline_floor.py's bound."""
     import numpy as np
 
     items = []  # (size index, how many, milli, value): each bound split in powers of two
@@ -80,27 +84,46 @@ def _best_pattern(sizes: Sequence[int], values, bounds: Sequence[int]) -> tuple[
     return value, tuple(counts)
 
 
-def _patterns(sizes: Sequence[int], demand: Sequence[int], current: list[tuple[int, ...]], seconds: float) -> list[tuple[int, ...]]:
+def _patterns(sizes: Sequence[int], demand: Sequence[int], current: list[tuple[int, ...]], seconds: float) -> tuple[list[tuple[int, ...]], float]:
     """The patterns worth considering: the GPUs' current contents, then, by column generation,
     each pattern a knapsack on the covering LP's duals finds worth more than one GPU, until none
     is (the LP over these patterns is then the LP over all of them) or ``seconds`` run out.
     The trace's 20 share sizes take 3 rounds and 75 patterns, where enumerating every pattern
-    gives 5,384; hundreds of distinct sizes take a round per pattern, hence the time limit."""
+    gives 5,384; hundreds of distinct sizes take a round per pattern, hence the time limit.
+    Also returns the LP's value once it converged (a lower bound on the GPUs), else 0."""
     import numpy as np
     from scipy.optimize import linprog
 
     patterns = list(dict.fromkeys(current))
     bounds = [min(d, MILLI // size) for size, d in zip(sizes, demand, strict=True)]
-    deadline = time.monotonic() + seconds
+    deadline, lower = time.monotonic() + seconds, 0.0
     while time.monotonic() < deadline:
         lp = linprog(np.ones(len(patterns)), A_ub=-np.array(patterns, dtype=float).T, b_ub=-np.array(demand, dtype=float), method="highs")
         if lp.status != 0:
             break
-        value, pattern = _best_pattern(sizes, -lp.ineqlin.marginals, bounds)
+        value, pattern = best_pattern(sizes, -lp.ineqlin.marginals, bounds)
         if value <= 1 + 1e-9 or pattern in patterns:
+            lower = lp.fun  # converged: no GPU count below this LP's can hold every share
             break
         patterns.append(pattern)
-    return patterns
+    return patterns, lower
+
+
+def _every_pattern(sizes: Sequence[int], demand: Sequence[int]) -> list[tuple[int, ...]] | None:
+    """Every non-empty multiset of ``sizes`` (as counts, none above its demand) that fits one
+    GPU; None past ENUMERATE_UP_TO."""
+    found: list[tuple[int, ...]] = []
+
+    def grow(i: int, room: int, counts: list[int]) -> bool:
+        if i == len(sizes):
+            if any(counts):
+                found.append(tuple(counts))
+            return len(found) <= ENUMERATE_UP_TO
+        return all(grow(i + 1, room - k * sizes[i], [*counts, k]) for k in range(min(room // sizes[i], demand[i]), -1, -1))
+
+    if len(sizes) > ENUMERATE_SIZES:  # past the recursion's depth; such sets exceed the limit anyway
+        return None
+    return found if grow(0, MILLI, []) else None
 
 
 def _solve(sizes, demand, keepable: Counter, time_limit_s: float) -> dict[tuple[int, ...], tuple[int, int]] | None:
@@ -109,22 +132,32 @@ def _solve(sizes, demand, keepable: Counter, time_limit_s: float) -> dict[tuple[
     Two integer programs over :func:`_patterns`: the fewest GPUs (x[p]: GPUs that run pattern
     p, every share placed), then, with that many, the most GPUs kept as they are (k[q] <= x[q]
     and <= the GPUs that hold exactly q now). One program weighing both proves its optimum far
-    more slowly. Solving over the generated patterns only (price and branch) may in principle
-    miss the optimum by a GPU; the LP says how far it can be."""
+    more slowly. Over the generated patterns only (price and branch) the first program can
+    miss the optimum by a GPU; where it lands above the LP's bound, it runs again over every
+    pattern if they are few enough (ENUMERATE_UP_TO)."""
     import numpy as np
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import csr_matrix, hstack
 
-    patterns = _patterns(sizes, demand, list(keepable), time_limit_s)
-    n = len(patterns)
-    shares = csr_matrix(np.array(patterns, dtype=float).T)
     options = {"time_limit": time_limit_s}
-    fewest = milp(
-        c=np.ones(n), constraints=[LinearConstraint(shares, lb=demand, ub=demand)],
-        integrality=np.ones(n), bounds=Bounds(0, np.inf), options=options,
-    )
+
+    def fewest_gpus(patterns):
+        shares = csr_matrix(np.array(patterns, dtype=float).T)
+        return shares, milp(
+            c=np.ones(len(patterns)), constraints=[LinearConstraint(shares, lb=demand, ub=demand)],
+            integrality=np.ones(len(patterns)), bounds=Bounds(0, np.inf), options=options,
+        )
+
+    patterns, lower = _patterns(sizes, demand, list(keepable), time_limit_s)
+    shares, fewest = fewest_gpus(patterns)
+    if fewest.x is not None and fewest.fun > math.ceil(lower - 1e-6) + 0.5:  # a gap the patterns leave
+        every = _every_pattern(sizes, demand)
+        if every is not None:
+            patterns = list(dict.fromkeys(patterns + every))
+            shares, fewest = fewest_gpus(patterns)
     if fewest.x is None:
         return None
+    n = len(patterns)
     gpus = round(fewest.fun)
     kept = [i for i, p in enumerate(patterns) if keepable.get(p)]
     k = len(kept)
@@ -231,6 +264,7 @@ def _repack_group(scheduler: ClusterScheduler, by_name: dict[str, NodeState], op
         hosts[key] = to_place.pop(best)
     pods = {b.pod.name: b.pod for on in open_gpus.values() for b in on}
     origin = {b.pod.name: (key[0], b.gpu_indices) for key, on in open_gpus.items() for b in on}
+    in_use = _gpus_in_use(scheduler.nodes)
     for name, (node, _) in origin.items():
         scheduler.unbind(name, node)
     for round_ in range(REASSIGN_ROUNDS):
@@ -242,7 +276,7 @@ def _repack_group(scheduler: ClusterScheduler, by_name: dict[str, NodeState], op
             scheduler.unbind(name, node)
         for starved, roomy in zip(unfilled, idle, strict=False):  # as many as there are roomy GPUs
             hosts[roomy] = hosts.pop(starved)
-    return _settle_rest(scheduler, by_name, pods, origin, placed, open_gpus)
+    return _settle_rest(scheduler, pods, origin, placed, in_use)
 
 
 def _fill(scheduler: ClusterScheduler, by_name, pods: dict[str, Pod], origin, hosts):
@@ -280,9 +314,14 @@ def _fill(scheduler: ClusterScheduler, by_name, pods: dict[str, Pod], origin, ho
     return placed, sorted({k for keys in slots.values() for k in keys})
 
 
-def _settle_rest(scheduler: ClusterScheduler, by_name, pods, origin, placed, open_gpus):
+def _gpus_in_use(nodes: Sequence[NodeState]) -> int:
+    return sum(1 for node in nodes for free in node.gpu_free if free < MILLI)
+
+
+def _settle_rest(scheduler: ClusterScheduler, pods, origin, placed, in_use: int):
     """Place the shares no slot took (a partly used GPU first, so freed GPUs stay whole);
-    undo the whole repack if one finds no place, or if in the end no GPU comes free."""
+    undo the whole repack if one finds no place, or if in the end no fewer GPUs are in use
+    than ``in_use`` before it."""
     for name, pod in sorted(pods.items()):
         if name not in placed:
             where = _sliver(scheduler.nodes, pod)
@@ -295,8 +334,9 @@ def _settle_rest(scheduler: ClusterScheduler, by_name, pods, origin, placed, ope
             else:
                 scheduler.bind(pod, *where)
             placed[name] = where
-    freed = sum(1 for key in open_gpus if by_name[key[0]].gpu_free[key[1]] == MILLI)
-    if not freed:  # the shares no slot took filled the GPUs the patterns freed: not worth a move
+    # Counted over every GPU: a share no slot took may have gone onto a GPU idle before.
+    freed = in_use - _gpus_in_use(scheduler.nodes)
+    if freed <= 0:  # the shares no slot took filled the GPUs the patterns freed: not worth a move
         _undo(scheduler, origin, placed, pods)
         return None
     moves = [(pod, origin[pod][0], to, gpus) for pod, (to, gpus) in sorted(placed.items()) if (to, gpus) != origin[pod]]
