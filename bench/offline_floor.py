@@ -34,6 +34,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 
 from pools.core.scheduling.nodes import MILLI, NodeState, Pod
+from pools.core.scheduling.repack_shares import best_pattern
 
 try:  # scipy is a dependency (the repack plan solves with HiGHS); report its absence clearly
     from scipy.optimize import linprog
@@ -127,25 +128,11 @@ def _fits(nodes: Sequence[NodeState], pods: Sequence[Pod], required: Sequence[Po
 
 def _best_pattern(values: dict[int, float]) -> tuple[float, tuple[int, ...]]:
     """The multiset of share sizes (repeats allowed) of largest total value that fits in one
-    GPU: an unbounded knapsack over 0-1000 milli; ``values`` maps size to value (> 0)."""
-    best = [0.0] * (MILLI + 1)
-    last = [0] * (MILLI + 1)  # the size added last at that capacity, 0: one milli left empty
-    items = sorted(values.items())
-    for capacity in range(1, MILLI + 1):
-        best[capacity] = best[capacity - 1]
-        for size, value in items:
-            if size > capacity:
-                break
-            if best[capacity - size] + value > best[capacity]:
-                best[capacity], last[capacity] = best[capacity - size] + value, size
-    pattern, capacity = [], MILLI
-    while capacity > 0:
-        if last[capacity]:
-            pattern.append(last[capacity])
-            capacity -= last[capacity]
-        else:
-            capacity -= 1
-    return best[MILLI], tuple(sorted(pattern))
+    GPU, as sorted sizes; ``values`` maps size to value (> 0). The product's knapsack, with
+    each size bounded only by what fits in one GPU."""
+    sizes = sorted(values)
+    worth, counts = best_pattern(sizes, [values[v] for v in sizes], [MILLI // v for v in sizes])
+    return worth, tuple(sorted(v for v, k in zip(sizes, counts, strict=True) for _ in range(k)))
 
 
 def pattern_floor(nodes: Sequence[NodeState], pods: Sequence[Pod], *, required: Sequence[Pod] = ()) -> float:

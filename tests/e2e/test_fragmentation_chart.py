@@ -20,6 +20,13 @@ def page(chromium):
     return chromium.new_page()
 
 
+def log_in_as_lead(page, base_url: str) -> None:
+    page.goto(f"{base_url}/login/")
+    page.fill("input[name=username]", "lead")
+    page.fill("input[name=password]", "pw-lead")
+    page.click("button[type=submit]")
+
+
 def test_the_fragmentation_charts_are_drawn_by_plotly_from_static(live_server, actors, page):
     pool_with_nodes(actors["lead"], node_labels={"pool": "train"}, schedulingPolicy="spread")
     for i in range(2):
@@ -27,10 +34,7 @@ def test_the_fragmentation_charts_are_drawn_by_plotly_from_static(live_server, a
     scheduler_pass(now=T0)
     requests = []
     page.on("request", lambda request: requests.append(request.url))
-    page.goto(f"{live_server.url}/login/")
-    page.fill("input[name=username]", "lead")
-    page.fill("input[name=password]", "pw-lead")
-    page.click("button[type=submit]")
+    log_in_as_lead(page, live_server.url)
     page.goto(f"{live_server.url}/pools/train-pool-a/fragmentation/")
     page.wait_for_selector("#chart-allocation .main-svg", timeout=15000)
     assert page.locator("#chart-fragments .main-svg").count() >= 1
@@ -52,10 +56,7 @@ def test_the_pool_page_draws_its_capacity_charts(live_server, actors, page):
         PoolSample.objects.create(pool=pool, minute=now - timedelta(minutes=5 - minute), capacity_gpus=16, allocated_gpus=4 * minute,
                                   pending_pods=minute, gpu_memory_used_pct=20.0 * minute, min_nodes=0, max_nodes=6,
                                   node_counts={"monthly": {"desired": 2, "current": 2, "ready": 2}})  # fmt: skip
-    page.goto(f"{live_server.url}/login/")
-    page.fill("input[name=username]", "lead")
-    page.fill("input[name=password]", "pw-lead")
-    page.click("button[type=submit]")
+    log_in_as_lead(page, live_server.url)
     page.goto(f"{live_server.url}/pools/{pool.name}/")
     for chart in ("nodes", "water", "metrics"):
         page.wait_for_selector(f"#chart-{chart} .main-svg", timeout=15000)
@@ -65,10 +66,7 @@ def test_the_pool_page_draws_its_capacity_charts(live_server, actors, page):
 
 def test_a_lead_packs_the_gpu_shares_from_the_page(live_server, actors, page):
     pool_with_share_layout(actors)
-    page.goto(f"{live_server.url}/login/")
-    page.fill("input[name=username]", "lead")
-    page.fill("input[name=password]", "pw-lead")
-    page.click("button[type=submit]")
+    log_in_as_lead(page, live_server.url)
     page.goto(f"{live_server.url}/pools/train-pool-a/fragmentation/")
     page.wait_for_selector("text=1 whole GPU(s) freed", timeout=15000)
     page.click("summary")  # the moves, folded under the summary
