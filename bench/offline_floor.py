@@ -34,7 +34,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 
 from pools.core.scheduling.nodes import MILLI, NodeState, Pod
-from pools.core.scheduling.repack_shares import best_pattern
+from pools.core.scheduling.share_patterns import best_pattern
 
 try:  # scipy is a dependency (the repack plan solves with HiGHS); report its absence clearly
     from scipy.optimize import linprog

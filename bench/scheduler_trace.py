@@ -187,7 +187,8 @@ def run_once(
     ``"repack"`` applies a node-freeing repack plan (no disruption budget) and offers the pods
     that failed so far again, in arrival order; ``"shares"`` applies the repack plan's other
     part, :func:`pools.core.scheduling.repack_shares.repack_shares` (the GPU shares packed into
-    the fewest GPUs), and offers those pods again, largest first (whole GPUs came free);
+    the fewest GPUs, with the failed pods as the ones waiting, so failed shares may be packed in
+    and bound with them), and offers the rest again, largest first (whole GPUs came free);
     ``"room"`` applies
     :func:`pools.core.scheduling.repack.make_room_plan` to those pods (moving a few running pods
     so they fit); ``"floor"`` moves nothing and records in ``step_floor`` the 100% value
@@ -308,8 +309,8 @@ def apply_at_full(mode: str, scheduler: ClusterScheduler, workload, failed: list
             scheduler.nodes, workload=workload, max_drained_nodes=len(scheduler.nodes), pack_shares=False
         )
         moves, placements = plan.moves, {}
-    elif mode == "shares":
-        repack_shares(scheduler)
+    elif mode == "shares":  # the failed pods wait: the shares among them join the packing
+        bound = {name for name, *_ in repack_shares(scheduler, waiting=failed).placed}
         moves, placements = [], {}
     elif mode == "room":
         room = make_room_plan(failed, scheduler.nodes, workload=workload)
@@ -321,7 +322,8 @@ def apply_at_full(mode: str, scheduler: ClusterScheduler, workload, failed: list
         scheduler.bind(binding.pod, move.to_node, move.gpu_indices)
     placed = set()
     if mode == "shares":  # the GPUs it freed go to the pods that need whole GPUs first
-        failed = sorted(failed, key=lambda p: (-p.gpu_request_milli, -p.cpu_milli))
+        placed = {pod for pod in failed if pod.name in bound}
+        failed = sorted(set(failed) - placed, key=lambda p: (-p.gpu_request_milli, -p.cpu_milli, p.name))
     for pod in failed:
         if pod.name in placements:
             scheduler.bind(pod, *placements[pod.name])

@@ -53,6 +53,21 @@ def assert_consistent(nodes) -> None:
         assert [MILLI - used[i] for i in range(n.gpu_count)] == n.gpu_free
 
 
+def random_cluster(shapes, sizes, rng, *, cpu: int) -> list[NodeState]:
+    """Nodes of (GPUs, cores) ``shapes``, a share of each of ``sizes`` (``cpu`` milli each)
+    placed first-fit in random order."""
+    nodes = [node(f"n{i}", gpus=g, cpu=cores * 1000) for i, (g, cores) in enumerate(shapes)]
+    slots = [(n, i) for n in nodes for i in range(n.gpu_count)]
+    for k, milli in enumerate(sizes):
+        rng.shuffle(slots)
+        pod = share(f"p{k}", milli, cpu=cpu)
+        for n, i in slots:
+            if n.gpu_free[i] >= milli and n.cpu_free >= pod.cpu_milli:
+                n.bind(pod, (i,))
+                break
+    return nodes
+
+
 def min_gpus(sizes) -> int:
     """The exact bin-packing optimum (branch and bound), for small cases."""
     items, best = sorted(sizes, reverse=True), [len(sizes)]
@@ -144,15 +159,7 @@ def test_every_share_keeps_a_place_and_the_freed_gpus_never_exceed_the_optimum(s
     """Random clusters, shares placed first-fit in random order: after the repack every share
     runs exactly once, every node's books add up, and the GPUs freed are at most the exact
     optimum's; with CPU to spare everywhere, exactly the optimum's."""
-    nodes = [node(f"n{i}", gpus=g, cpu=cores * 1000) for i, (g, cores) in enumerate(shapes)]
-    slots = [(n, i) for n in nodes for i in range(n.gpu_count)]
-    for k, milli in enumerate(sizes):
-        rng.shuffle(slots)
-        pod = share(f"p{k}", milli, cpu=1000)
-        for n, i in slots:
-            if n.gpu_free[i] >= milli and n.cpu_free >= pod.cpu_milli:
-                n.bind(pod, (i,))
-                break
+    nodes = random_cluster(shapes, sizes, rng, cpu=1000)
     before = placements(nodes)
     used_before = sum(1 for n in nodes for f in n.gpu_free if f < MILLI)
     best = used_before - min_gpus([b.pod.gpu_milli for n in nodes for b in n.bound.values()])
@@ -186,3 +193,61 @@ def test_hundreds_of_distinct_share_sizes_stay_within_the_time_limit_and_keep_ev
     assert sorted(placements(scheduler.nodes)) == sorted(before)
     assert_consistent(scheduler.nodes)
     assert result.gpus_freed == used_before - sum(1 for n in nodes for f in n.gpu_free if f < MILLI)
+
+
+# 500+100 | 500+100: two GPUs, the fewest that hold them, so packing alone frees nothing; a
+# waiting 800 fits nowhere as they are, yet 500+500 | 100+100+800 holds all five.
+ROOM_FOR_A_WAITING_SHARE = {"a": [[500, 100], [500, 100]]}
+
+
+def test_a_waiting_share_is_packed_in_with_the_running_ones():
+    nodes = bound([node("a", gpus=2)], ROOM_FOR_A_WAITING_SHARE)
+    waiting = share("infer", 800)
+    assert ClusterScheduler([n.clone() for n in nodes], "fgd-cpu").place(waiting, explain_failure=False).node is None
+    assert repack_shares(ClusterScheduler([n.clone() for n in nodes], "fgd-cpu")).moves == ()
+    scheduler = ClusterScheduler([n.clone() for n in nodes], "fgd-cpu")
+    result = repack_shares(scheduler, waiting=[waiting])
+    assert [name for name, *_ in result.placed] == ["infer"]
+    after = placements(scheduler.nodes)
+    assert sorted(after) == sorted([*placements(nodes), "infer"])  # every running share still runs
+    on_its_gpu = sorted(b.pod.gpu_milli for b in scheduler.nodes[0].bound.values() if b.gpu_indices == after["infer"][1])
+    assert on_its_gpu == [100, 100, 800]
+    assert result.gpus_freed == 0 and len(result.moves) == 2  # a 500 and a 100 swap GPUs
+    assert_consistent(scheduler.nodes)
+
+
+def test_a_gpu_freed_for_a_waiting_whole_gpu_pod_is_worth_more_than_a_waiting_share():
+    """500 | 500 pack into one GPU: the other is a whole GPU for the waiting whole-GPU pod,
+    worth more than the waiting 500 it could hold instead."""
+    layout = {"a": [[500], [500]]}
+    nodes = bound([node("a", gpus=2)], layout)
+    scheduler = ClusterScheduler([n.clone() for n in nodes], "fgd-cpu")
+    result = repack_shares(scheduler, waiting=[share("infer", 500), whole("train")])
+    assert (result.placed, result.gpus_freed) == ((), 1)
+    assert scheduler.place(whole("train"), explain_failure=False).node == "a"
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 3), st.sampled_from([4, 16, 96])), min_size=1, max_size=4),
+    st.lists(st.sampled_from([110, 230, 320, 470, 500, 650, 810]), min_size=1, max_size=14),
+    st.lists(st.sampled_from([230, 320, 470, 650, 810]), min_size=1, max_size=5),
+    st.randoms(use_true_random=False),
+)
+def test_waiting_shares_never_cost_a_running_share_its_place(shapes, sizes, waiting_sizes, rng):
+    """Random clusters with shares waiting: every running share still runs once, a waiting
+    share is bound only where it fits, the books add up, and what the repack reports (moves,
+    bound, GPUs freed) is what happened to the nodes."""
+    nodes = random_cluster(shapes, sizes, rng, cpu=2000)
+    waiting = [share(f"w{k}", milli, cpu=2000) for k, milli in enumerate(waiting_sizes)]
+    before = placements(nodes)
+    used_before = sum(1 for n in nodes for f in n.gpu_free if f < MILLI)
+    scheduler = ClusterScheduler([n.clone() for n in nodes], "fgd-cpu")
+    result = repack_shares(scheduler, waiting=waiting)
+    after = placements(scheduler.nodes)
+    assert sorted(after) == sorted([*before, *(name for name, *_ in result.placed)])
+    assert all(after[name] == (to, gpus) for name, to, gpus in result.placed)
+    assert {m[0] for m in result.moves} == {p for p in before if after[p] != before[p]}
+    assert_consistent(scheduler.nodes)
+    assert result.gpus_freed == used_before - sum(1 for n in scheduler.nodes for f in n.gpu_free if f < MILLI)
+    assert result.placed or result.gpus_freed > 0 or not result.moves

@@ -25,6 +25,11 @@ the most GPUs is a cutting-stock problem over all the shares, so it is solved as
    GPU left over on a roomier node, and the fill runs again. A share no slot takes goes onto
    the fullest partly used GPU that takes it, else wherever the scheduler puts it; if one
    finds no place at all, or no GPU comes free in the end, the group is put back as it was.
+5. Shares that wait for a place (none fits as the GPUs are) may join: a second integer program
+   chooses which, packing them in with the running ones where that holds the most GPU, each
+   GPU left empty counting as a whole one while whole-GPU pods wait. It counts no CPU, so the
+   repack is filled both ways, without and with them, and the better outcome stays; a running
+   share left without a slot takes one a waiting share was given (running shares come first).
 
 Moves are evictions and rebinds. Patterns swap shares between GPUs, so the plan's moves are
 applied by unbinding every moved pod before binding any (the database has no order to keep).
@@ -32,181 +37,62 @@ applied by unbinding every moved pod before binding any (the database has no ord
 
 from __future__ import annotations
 
-import math
-import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pools.core.scheduling.cluster import ClusterScheduler
 from pools.core.scheduling.nodes import MILLI, Binding, NodeState, Pod, filter_node
+from pools.core.scheduling.share_patterns import admit, solve
 
-ENUMERATE_UP_TO = 20_000  # patterns: the trace's 20 share sizes make 5,384
-ENUMERATE_SIZES = 60  # distinct share sizes beyond which patterns are never enumerated
 REASSIGN_ROUNDS = 4  # fills tried, each moving the patterns a fill starved to roomier GPUs
+ADMIT_SPARE = 0.005  # of the open GPUs, kept out of the admission's budget: roomier GPUs for the patterns a fill starves of CPU
 TIME_LIMIT_S = 10.0  # for the pricing and for each program; the trace's 1,948 open GPUs take 0.5 s in all
 
 
 @dataclass(frozen=True)
 class ShareRepack:
-    """Where every moved share goes, and how many GPUs the repack frees."""
+    """Where every moved share goes, which waiting shares it bound, and how many GPUs it frees."""
 
     moves: tuple[tuple[str, str, str, tuple[int, ...]], ...]  # (pod, from node, to node, GPUs)
-    gpus_freed: int
-
-
-def best_pattern(sizes: Sequence[int], values, bounds: Sequence[int]) -> tuple[float, tuple[int, ...]]:
-    """The pattern of largest total value (a bounded knapsack over 0-1000 milli: at most
-    ``bounds[i]`` shares of ``sizes[i]``, each worth ``values[i]``), with its value; the
-    pricing step of column generation here and in bench/offline_floor.py's bound."""
-    import numpy as np
-
-    items = []  # (size index, how many, milli, value): each bound split in powers of two
-    for i, (size, value, bound) in enumerate(zip(sizes, values, bounds, strict=True)):
-        step = 1
-        while bound > 0:
-            count = min(step, bound)
-            items.append((i, count, size * count, value * count))
-            bound, step = bound - count, step * 2
-    best, taken = np.zeros(MILLI + 1), []
-    for _, _, milli, value in items:
-        with_it = np.full(MILLI + 1, -np.inf)
-        with_it[milli:] = best[: MILLI + 1 - milli] + value
-        better = with_it > best + 1e-12
-        taken.append(better)
-        best = np.where(better, with_it, best)
-    room = int(np.argmax(best))
-    value, counts = float(best[room]), [0] * len(sizes)
-    for (i, count, milli, _), took in zip(reversed(items), reversed(taken), strict=True):
-        if took[room]:
-            counts[i] += count
-            room -= milli
-    return value, tuple(counts)
-
-
-def _patterns(sizes: Sequence[int], demand: Sequence[int], current: list[tuple[int, ...]], seconds: float) -> tuple[list[tuple[int, ...]], float]:
-    """The patterns worth considering: the GPUs' current contents, then, by column generation,
-    each pattern a knapsack on the covering LP's duals finds worth more than one GPU, until none
-    is (the LP over these patterns is then the LP over all of them) or ``seconds`` run out.
-    The trace's 20 share sizes take 3 rounds and 75 patterns, where enumerating every pattern
-    gives 5,384; hundreds of distinct sizes take a round per pattern, hence the time limit.
-    Also returns the LP's value once it converged (a lower bound on the GPUs), else 0."""
-    import numpy as np
-    from scipy.optimize import linprog
-
-    patterns = list(dict.fromkeys(current))
-    bounds = [min(d, MILLI // size) for size, d in zip(sizes, demand, strict=True)]
-    deadline, lower = time.monotonic() + seconds, 0.0
-    while time.monotonic() < deadline:
-        lp = linprog(np.ones(len(patterns)), A_ub=-np.array(patterns, dtype=float).T, b_ub=-np.array(demand, dtype=float), method="highs")
-        if lp.status != 0:
-            break
-        value, pattern = best_pattern(sizes, -lp.ineqlin.marginals, bounds)
-        if value <= 1 + 1e-9 or pattern in patterns:
-            lower = lp.fun  # converged: no GPU count below this LP's can hold every share
-            break
-        patterns.append(pattern)
-    return patterns, lower
-
-
-def _every_pattern(sizes: Sequence[int], demand: Sequence[int]) -> list[tuple[int, ...]] | None:
-    """Every non-empty multiset of ``sizes`` (as counts, none above its demand) that fits one
-    GPU; None past ENUMERATE_UP_TO."""
-    found: list[tuple[int, ...]] = []
-
-    def grow(i: int, room: int, counts: list[int]) -> bool:
-        if i == len(sizes):
-            if any(counts):
-                found.append(tuple(counts))
-            return len(found) <= ENUMERATE_UP_TO
-        return all(grow(i + 1, room - k * sizes[i], [*counts, k]) for k in range(min(room // sizes[i], demand[i]), -1, -1))
-
-    if len(sizes) > ENUMERATE_SIZES:  # past the recursion's depth; such sets exceed the limit anyway
-        return None
-    return found if grow(0, MILLI, []) else None
-
-
-def _solve(sizes, demand, keepable: Counter, time_limit_s: float) -> dict[tuple[int, ...], tuple[int, int]] | None:
-    """pattern -> (GPUs that run it, of which kept as they are), or None (no answer in time).
-
-    Two integer programs over :func:`_patterns`: the fewest GPUs (x[p]: GPUs that run pattern
-    p, every share placed), then, with that many, the most GPUs kept as they are (k[q] <= x[q]
-    and <= the GPUs that hold exactly q now). One program weighing both proves its optimum far
-    more slowly. Over the generated patterns only (price and branch) the first program can
-    miss the optimum by a GPU; where it lands above the LP's bound, it runs again over every
-    pattern if they are few enough (ENUMERATE_UP_TO)."""
-    import numpy as np
-    from scipy.optimize import Bounds, LinearConstraint, milp
-    from scipy.sparse import csr_matrix, hstack
-
-    options = {"time_limit": time_limit_s}
-
-    def fewest_gpus(patterns):
-        shares = csr_matrix(np.array(patterns, dtype=float).T)
-        return shares, milp(
-            c=np.ones(len(patterns)), constraints=[LinearConstraint(shares, lb=demand, ub=demand)],
-            integrality=np.ones(len(patterns)), bounds=Bounds(0, np.inf), options=options,
-        )
-
-    patterns, lower = _patterns(sizes, demand, list(keepable), time_limit_s)
-    shares, fewest = fewest_gpus(patterns)
-    if fewest.x is not None and fewest.fun > math.ceil(lower - 1e-6) + 0.5:  # a gap the patterns leave
-        every = _every_pattern(sizes, demand)
-        if every is not None:
-            patterns = list(dict.fromkeys(patterns + every))
-            shares, fewest = fewest_gpus(patterns)
-    if fewest.x is None:
-        return None
-    n = len(patterns)
-    gpus = round(fewest.fun)
-    kept = [i for i, p in enumerate(patterns) if keepable.get(p)]
-    k = len(kept)
-    link = csr_matrix(
-        (np.concatenate([-np.ones(k), np.ones(k)]), (np.tile(np.arange(k), 2), np.concatenate([kept, n + np.arange(k)]))),
-        shape=(k, n + k),
-    )
-    most_kept = milp(
-        c=np.concatenate([np.zeros(n), -np.ones(k)]),
-        constraints=[
-            LinearConstraint(hstack([shares, csr_matrix((len(sizes), k))]), lb=demand, ub=demand),
-            LinearConstraint(csr_matrix(np.concatenate([np.ones(n), np.zeros(k)])), lb=gpus, ub=gpus),
-            LinearConstraint(link, lb=-np.inf, ub=0),
-        ],
-        integrality=np.ones(n + k),
-        bounds=Bounds(np.zeros(n + k), np.concatenate([np.full(n, np.inf), [keepable[patterns[i]] for i in kept]])),
-        options=options,
-    )
-    if most_kept.x is None:
-        counts, keeps = np.rint(fewest.x).astype(int), {}
-    else:
-        counts = np.rint(most_kept.x).astype(int)
-        keeps = dict(zip(kept, counts[n:], strict=True))
-    return {p: (int(counts[i]), int(keeps.get(i, 0))) for i, p in enumerate(patterns) if counts[i]}
+    gpus_freed: int  # net: fewer GPUs in use than before, after the waiting shares it bound
+    placed: tuple[tuple[str, str, tuple[int, ...]], ...] = ()  # waiting shares bound: (pod, node, GPUs)
 
 
 def repack_shares(
     scheduler: ClusterScheduler,
     movable: Callable[[Pod], bool] = lambda pod: True,
     *,
+    waiting: Sequence[Pod] = (),
     time_limit_s: float = TIME_LIMIT_S,
 ) -> ShareRepack:
     """Repack the shares on ``scheduler``'s nodes in place (they are the caller's copies).
 
     A GPU whose shares all accept any model joins one cluster-wide group; a GPU with a share
-    bound to a model list is repacked with the other GPUs of its own model."""
+    bound to a model list is repacked with the other GPUs of its own model. ``waiting``: the
+    pods that wait for a place, in the order they wait (the scheduler's queue). Waiting shares
+    join the packing where the room others leave takes them (:func:`share_patterns.admit`)
+    and are bound like the rest; waiting whole-GPU pods make each GPU it frees worth a whole
+    GPU."""
     open_gpus = _open_gpus([n for n in scheduler.nodes if n.gpu_count and n.ready], movable)
     by_name = {n.name: n for n in scheduler.nodes}
     groups: dict[str, dict] = defaultdict(dict)
     for key, on in open_gpus.items():
         pinned = any(b.pod.gpu_models for b in on)
         groups[by_name[key[0]].gpu_model if pinned else ""][key] = on
-    moves, freed = [], 0
+    moves, placed, freed, started = [], [], 0, set()
+    queue = [pod for pod in waiting if pod.is_sharing]
     for group in sorted(groups):
-        done = _repack_group(scheduler, by_name, groups[group], time_limit_s)
+        mine = [pod for pod in queue if (pod.gpu_models and group in pod.gpu_models) or (not pod.gpu_models and not group)]
+        whole = sum(pod.gpu_count for pod in waiting if not pod.is_sharing and (not group or not pod.gpu_models or group in pod.gpu_models))
+        done = _repack_group(scheduler, by_name, groups[group], mine, whole, [p for p in waiting if p.name not in started], time_limit_s)
         if done is not None:
             moves += done[0]
-            freed += done[1]
-    return ShareRepack(tuple(moves), freed)
+            placed += done[1]
+            freed += done[2]
+            started |= {name for name, *_ in done[1]}
+            queue = [pod for pod in queue if pod.name not in started]
+    return ShareRepack(tuple(moves), freed, tuple(placed))
 
 
 def _open_gpus(nodes: list[NodeState], movable) -> dict[tuple[str, int], list[Binding]]:
@@ -223,10 +109,18 @@ def _open_gpus(nodes: list[NodeState], movable) -> dict[tuple[str, int], list[Bi
     return {key: on for key, on in residents.items() if key not in blocked}
 
 
-def _repack_group(scheduler: ClusterScheduler, by_name: dict[str, NodeState], open_gpus, time_limit_s: float):
-    """One group's repack on the scheduler's nodes; None (nothing changed) if it frees nothing."""
-    demand_by_size = Counter(b.pod.gpu_milli for on in open_gpus.values() for b in on)
-    sizes = sorted(demand_by_size, reverse=True)
+def _repack_group(scheduler: ClusterScheduler, by_name: dict[str, NodeState], open_gpus, waiting: list[Pod], whole_gpus: int, queue: list[Pod], time_limit_s: float):
+    """One group's repack on the scheduler's nodes: (moves, waiting shares bound, GPUs freed),
+    or None (nothing changed) if it neither frees a GPU nor binds a waiting share.
+
+    With waiting shares it is tried twice, packing only the running shares and admitting
+    waiting ones too (:func:`share_patterns.admit`), and the outcome after which more GPU runs
+    stays: what it bound, and what the scheduler then places of the rest of ``queue`` (every
+    pod that waits) in the GPUs it freed (:func:`_then_placed`). The program counts no CPU, so
+    its fill may bind fewer than it admitted; and a GPU it gives a waiting share may have held
+    more."""
+    running = Counter(b.pod.gpu_milli for on in open_gpus.values() for b in on)
+    sizes = sorted(running | Counter(pod.gpu_milli for pod in waiting), reverse=True)
     index = {size: i for i, size in enumerate(sizes)}
     as_counts = {}  # each open GPU's content as the programs count it: shares per size
     for key, on in open_gpus.items():
@@ -234,10 +128,85 @@ def _repack_group(scheduler: ClusterScheduler, by_name: dict[str, NodeState], op
         for binding in on:
             counts[index[binding.pod.gpu_milli]] += 1
         as_counts[key] = tuple(counts)
-    plan = _solve(sizes, [demand_by_size[s] for s in sizes], Counter(as_counts.values()), time_limit_s)
-    if plan is None or sum(run for run, _ in plan.values()) >= len(open_gpus):
-        return None
+    demand = [running[s] for s in sizes]
+    packed = _pack(scheduler, by_name, open_gpus, sizes, as_counts, demand, [], time_limit_s)
+    if not waiting:
+        return packed
+    budget = len(open_gpus) - int(ADMIT_SPARE * len(open_gpus))
+    per_size = admit(sizes, demand, [sum(p.gpu_milli == s for p in waiting) for s in sizes], whole_gpus, budget, list(as_counts.values()), time_limit_s)
+    if not any(per_size):
+        return packed
+    admitted = [pod for size, count in zip(sizes, per_size, strict=True) for pod in [p for p in waiting if p.gpu_milli == size][:count]]
+    pods, origin = _residents(open_gpus, admitted)
 
+    def worth(outcome) -> tuple:  # GPU milli running after it, then GPUs freed, then fewer moves
+        moves, bound, freed = outcome or ((), (), 0)
+        started = {name for name, *_ in bound}
+        return (sum(pods[name].gpu_milli for name in started) + _then_placed(scheduler, [p for p in queue if p.name not in started]), freed, -len(moves))
+
+    plain = worth(packed)
+    if packed is not None:
+        _revert(scheduler, pods, origin, packed)
+    both = _pack(scheduler, by_name, open_gpus, sizes, as_counts, [d + k for d, k in zip(demand, per_size, strict=True)], admitted, time_limit_s)
+    if worth(both) > plain:
+        return both
+    if both is not None:
+        _revert(scheduler, pods, origin, both)
+    if packed is not None:
+        _redo(scheduler, pods, packed)
+    return packed
+
+
+def _residents(open_gpus, admitted: list[Pod]) -> tuple[dict[str, Pod], dict[str, tuple[str, tuple[int, ...]]]]:
+    """The shares a repack binds, by name (the open GPUs' and the admitted waiting ones), and
+    where each running one runs now."""
+    pods = {b.pod.name: b.pod for on in open_gpus.values() for b in on} | {pod.name: pod for pod in admitted}
+    return pods, {b.pod.name: (key[0], b.gpu_indices) for key, on in open_gpus.items() for b in on}
+
+
+def _then_placed(scheduler: ClusterScheduler, queue: list[Pod]) -> int:
+    """The GPU milli of ``queue`` the scheduler places now, largest first (whole GPUs first);
+    every pod it placed is unbound again."""
+    placed = []
+    for pod in sorted(queue, key=lambda p: (-p.gpu_request_milli, -p.cpu_milli, p.name)):
+        decision = scheduler.place(pod, explain_failure=False)
+        if decision.node is not None:
+            placed.append((pod, decision.node))
+    for pod, node in placed:
+        scheduler.unbind(pod.name, node)
+    return sum(pod.gpu_request_milli for pod, _ in placed)
+
+
+def _revert(scheduler: ClusterScheduler, pods: dict[str, Pod], origin, outcome) -> None:
+    """Undo a repack's outcome: moved shares back where they ran, bound waiting ones unbound."""
+    moves, bound, _ = outcome
+    for name, _, to, _ in moves:
+        scheduler.unbind(name, to)
+    for name, node, _ in bound:
+        scheduler.unbind(name, node)
+    for name, *_ in moves:
+        scheduler.bind(pods[name], *origin[name])
+
+
+def _redo(scheduler: ClusterScheduler, pods: dict[str, Pod], outcome) -> None:
+    """Apply a reverted outcome again (every moved share unbound before any is bound: patterns
+    swap shares between GPUs)."""
+    moves, bound, _ = outcome
+    for name, source, *_ in moves:
+        scheduler.unbind(name, source)
+    for name, _, to, gpus in moves:
+        scheduler.bind(pods[name], to, gpus)
+    for name, node, gpus in bound:
+        scheduler.bind(pods[name], node, gpus)
+
+
+def _pack(scheduler: ClusterScheduler, by_name, open_gpus, sizes, as_counts, demand, admitted: list[Pod], time_limit_s: float):
+    """Pack the open GPUs' shares and the ``admitted`` waiting ones (``demand`` per size in
+    all) into the fewest GPUs and bind them; (moves, waiting shares bound, GPUs freed), or
+    None with nothing changed."""
+    plan = solve(sizes, demand, Counter(as_counts.values()), time_limit_s)
+    if plan is None or (not admitted and sum(run for run, _ in plan.values()) >= len(open_gpus)):
+        return None
     leaving: dict[str, list[Pod]] = defaultdict(list)  # per node, the shares the repack unbinds
     for (name, _), on in open_gpus.items():
         leaving[name] += [b.pod for b in on]
@@ -262,8 +231,7 @@ def _repack_group(scheduler: ClusterScheduler, by_name: dict[str, NodeState], op
         have = Counter(b.pod.gpu_milli for b in open_gpus[key])
         best = max(range(len(to_place)), key=lambda i: sum(min(c, to_place[i].get(size, 0)) * size for size, c in have.items()))
         hosts[key] = to_place.pop(best)
-    pods = {b.pod.name: b.pod for on in open_gpus.values() for b in on}
-    origin = {b.pod.name: (key[0], b.gpu_indices) for key, on in open_gpus.items() for b in on}
+    pods, origin = _residents(open_gpus, admitted)
     in_use = _gpus_in_use(scheduler.nodes)
     for name, (node, _) in origin.items():
         scheduler.unbind(name, node)
@@ -299,12 +267,12 @@ def _fill(scheduler: ClusterScheduler, by_name, pods: dict[str, Pod], origin, ho
 
     for same in (lambda key, home: key == home, lambda key, home: key[0] == home[0]):
         for name, pod in sorted(pods.items()):
-            home = (origin[name][0], origin[name][1][0])
-            if name not in placed:
+            if name not in placed and name in origin:
+                home = (origin[name][0], origin[name][1][0])
                 key = next((k for k in slots[pod.gpu_milli] if same(k, home)), None)
                 if key is not None:
                     settle(pod, key)
-    for pod in sorted((p for n, p in pods.items() if n not in placed), key=lambda p: (-p.cpu_milli, -p.memory_mib, p.name)):
+    for pod in sorted((p for n, p in pods.items() if n not in placed), key=lambda p: (p.name not in origin, -p.cpu_milli, -p.memory_mib, p.name)):
         fits = [
             k for k in set(slots[pod.gpu_milli])
             if filter_node(pod, by_name[k[0]]) is None and by_name[k[0]].gpu_free[k[1]] >= pod.gpu_milli
@@ -319,12 +287,14 @@ def _gpus_in_use(nodes: Sequence[NodeState]) -> int:
 
 
 def _settle_rest(scheduler: ClusterScheduler, pods, origin, placed, in_use: int):
-    """Place the shares no slot took (a partly used GPU first, so freed GPUs stay whole);
-    undo the whole repack if one finds no place, or if in the end no fewer GPUs are in use
-    than ``in_use`` before it."""
-    for name, pod in sorted(pods.items()):
+    """Place the running shares no slot took (a partly used GPU first, so freed GPUs stay
+    whole; waiting ones no slot took wait on); undo the whole repack if one finds no place, or
+    if in the end it neither binds a waiting share nor leaves fewer GPUs in use than
+    ``in_use`` before it."""
+    for name in sorted(origin):
         if name not in placed:
-            where = _sliver(scheduler.nodes, pod)
+            pod = pods[name]
+            where = _sliver(scheduler.nodes, pod) or _bump(scheduler, pods, origin, placed, pod)
             if where is None:
                 decision = scheduler.place(pod, explain_failure=False)
                 if decision.node is None:
@@ -336,11 +306,27 @@ def _settle_rest(scheduler: ClusterScheduler, pods, origin, placed, in_use: int)
             placed[name] = where
     # Counted over every GPU: a share no slot took may have gone onto a GPU idle before.
     freed = in_use - _gpus_in_use(scheduler.nodes)
-    if freed <= 0:  # the shares no slot took filled the GPUs the patterns freed: not worth a move
+    bound = [(name, *where) for name, where in sorted(placed.items()) if name not in origin]
+    if freed <= 0 and not bound:  # the shares no slot took filled the GPUs the patterns freed
         _undo(scheduler, origin, placed, pods)
         return None
-    moves = [(pod, origin[pod][0], to, gpus) for pod, (to, gpus) in sorted(placed.items()) if (to, gpus) != origin[pod]]
-    return moves, freed
+    moves = [(pod, origin[pod][0], to, gpus) for pod, (to, gpus) in sorted(placed.items()) if pod in origin and (to, gpus) != origin[pod]]
+    return moves, bound, freed
+
+
+def _bump(scheduler: ClusterScheduler, pods, origin, placed, pod: Pod) -> tuple[str, tuple[int, ...]] | None:
+    """A place for running ``pod`` that a waiting share bound by this repack gives up (it waits
+    again): the smallest such share whose GPU and node then take ``pod``. Running shares come
+    first; the programs count no CPU, so a waiting share may take the CPU a running one needs."""
+    by_name = {node.name: node for node in scheduler.nodes}
+    for name in sorted((n for n in placed if n not in origin), key=lambda n: (pods[n].gpu_milli, pods[n].cpu_milli, n)):
+        node, gpus = placed[name]
+        scheduler.unbind(name, node)
+        if by_name[node].gpu_free[gpus[0]] >= pod.gpu_milli and filter_node(pod, by_name[node]) is None:
+            del placed[name]
+            return node, gpus
+        scheduler.bind(pods[name], node, gpus)
+    return None
 
 
 def _sliver(nodes: Sequence[NodeState], pod: Pod) -> tuple[str, tuple[int, ...]] | None:
@@ -355,7 +341,7 @@ def _sliver(nodes: Sequence[NodeState], pod: Pod) -> tuple[str, tuple[int, ...]]
 
 
 def _undo(scheduler: ClusterScheduler, origin, placed, pods: dict[str, Pod]) -> None:
-    """Put every share back where it ran before the repack."""
+    """Put every share back where it ran before the repack (waiting ones wait again)."""
     for name, (node, _) in placed.items():
         scheduler.unbind(name, node)
     for name, (node, gpus) in origin.items():
