@@ -470,15 +470,21 @@ def fragmentation_text(report: dict) -> str:
         )
         empty = plan.get("emptyNodes") or []
         lines.append(f"Nodes already running no pods: {', '.join(empty) or 'none'}")
-        if plan.get("shareGpusFreed"):
+        freed_gpus, room = max(plan.get("shareGpusFreed") or 0, 0), plan.get("sharePlacements") or []
+        if freed_gpus or room:
+            gains = [f"frees {freed_gpus} whole GPU(s)"] if freed_gpus else []
+            if room:
+                gains.append(f"starts {len(room)} waiting pod(s): {', '.join(p['pod'] for p in room)}")
             lines.append(
-                f"Packing GPU shares: moving {len(plan.get('shareMoves') or [])} pod(s) frees "
-                f"{plan['shareGpusFreed']} whole GPU(s) (apply with --apply --shares)"
+                f"Packing GPU shares: moving {len(plan.get('shareMoves') or [])} pod(s) {' and '.join(gains)} "
+                "(apply with --apply --shares)"
             )
         else:
-            lines.append("Packing GPU shares: no moves free a whole GPU.")
+            lines.append("Packing GPU shares: no moves free a whole GPU or start a waiting pod.")
     if report.get("applied"):
         lines.append(
             f"Applied: moved {len(report['applied'])} pod(s): {', '.join(report['applied'])}"
         )
+    if report.get("started"):
+        lines.append(f"Started: {len(report['started'])} waiting pod(s): {', '.join(report['started'])}")
     return "\n".join(lines)

@@ -153,8 +153,9 @@ class FragmentationSerializer(serializers.Serializer):
     fragmentedShareOfFree = serializers.FloatField()
     underusedNodes = serializers.ListField(child=serializers.CharField())
     freeFragmentHistogram = serializers.DictField(child=serializers.IntegerField())
-    plan = serializers.DictField(required=False, help_text="With ?plan=1: moves, freedNodes, gpuHoursSavedPerWeek; shareMoves, shareGpusFreed")
+    plan = serializers.DictField(required=False, help_text="With ?plan=1: moves, freedNodes, gpuHoursSavedPerWeek; shareMoves, shareGpusFreed, sharePlacements")
     applied = serializers.ListField(child=serializers.CharField(), required=False, help_text="Pods moved by an apply")
+    started = serializers.ListField(child=serializers.CharField(), required=False, help_text="Waiting pods an apply of the share packing started")
 
 
 class ApplySerializer(serializers.Serializer):

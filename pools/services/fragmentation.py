@@ -26,12 +26,12 @@ from pools.core.scheduling.fragmentation import (
     fragmentation_report,
     workload_from_pods,
 )
-from pools.core.scheduling.nodes import MILLI
+from pools.core.scheduling.nodes import MILLI, static_filter_reason
 from pools.core.scheduling.repack import Move, RepackPlan, repack_plan
 from pools.models import GpuNodePool
 from pools.models.pods import FragmentationSample, Pod
 from pools.providers import real_cluster
-from pools.selectors.cluster import cluster_state, live_nodes
+from pools.selectors.cluster import cluster_state, core_pods_of, live_nodes
 from pools.services.events import event_record
 
 DEFAULT_WORKLOAD = Workload(((PodShape(0, 1, MILLI), 1),), observed=0)  # whole GPUs when no pod ran yet
@@ -44,6 +44,7 @@ class FragmentationView:
     report: FragmentationReport
     plan: RepackPlan | None
     moved: tuple[str, ...] = ()
+    started: tuple[str, ...] = ()  # waiting pods the share packing bound
 
 
 def _load(pools: list[GpuNodePool] | None):
@@ -55,6 +56,27 @@ def _load(pools: list[GpuNodePool] | None):
     return nodes, pods, states, workload
 
 
+def _waiting(states) -> list:
+    """The Pending GPU pods the share packing may make room for, in the scheduler's queue
+    order: those of the highest priority among the ones that pass some node's static filters
+    here (team, taints, affinity, model), so that room is never made for a pod while one of
+    higher priority waits. Checked once per pod shape (a workload's replicas share one)."""
+    nodes = [state for state in states.values() if state.gpu_count and state.ready]
+    queue = Pod.objects.live().filter(phase=Pod.Phase.PENDING, gpu_count__gt=0).order_by("-priority", "submitted_at", "id")
+    fits: dict[tuple, bool] = {}
+    waiting = []
+    for _, _, pod in core_pods_of(queue):
+        if isinstance(pod, Exception):
+            continue
+        if waiting and pod.priority < waiting[0].priority:  # the queue is by priority: none below waits first
+            break
+        if pod.shape_key not in fits:
+            fits[pod.shape_key] = any(static_filter_reason(pod, node) is None for node in nodes)
+        if fits[pod.shape_key]:
+            waiting.append(pod)
+    return waiting
+
+
 def fragmentation_for(*, pools: list[GpuNodePool] | None, scope: str, with_plan: bool = False, max_nodes: int | None = None) -> FragmentationView:
     """The report for these pools (None: the whole cluster), with the repack plan if asked: by
     default the whole plan (every node it can free); applying it plans again for `max_nodes`
@@ -63,7 +85,7 @@ def fragmentation_for(*, pools: list[GpuNodePool] | None, scope: str, with_plan:
     nodes = list(states.values())
     report = fragmentation_report(nodes, workload)
     budget = max_nodes if max_nodes is not None else max(1, len(nodes))
-    plan = repack_plan(nodes, workload=workload, max_drained_nodes=budget) if with_plan else None
+    plan = repack_plan(nodes, workload=workload, max_drained_nodes=budget, waiting=_waiting(states)) if with_plan else None
     return FragmentationView(scope, report, plan)
 
 
@@ -83,10 +105,13 @@ def repack_apply(*, user, pool: GpuNodePool | None, max_nodes: int = 1, shares: 
     with transaction.atomic():
         scheduler_lock()
         nodes, pods, states, workload = _load([pool] if pool is not None else None)
-        plan = repack_plan(list(states.values()), workload=workload, max_drained_nodes=0 if shares else max_nodes, pack_shares=shares)
+        plan = repack_plan(
+            list(states.values()), workload=workload, max_drained_nodes=0 if shares else max_nodes, pack_shares=shares,
+            waiting=_waiting(states) if shares else (),
+        )  # fmt: skip
         by_name = {n.name: n for n in nodes}
         by_key = {p.key: p for p in pods}
-        moved = []
+        moved, started = [], ()
         why = "to pack GPU shares into fewer GPUs" if shares else "to free node {}"
         for move in plan.share_moves if shares else plan.moves:
             pod, source, target = by_key[move.pod], by_name[move.from_node], by_name[move.to_node]
@@ -98,12 +123,32 @@ def repack_apply(*, user, pool: GpuNodePool | None, max_nodes: int = 1, shares: 
             moved.append(move.pod)
             event_record(pool=source.pool, node=source, reason="Evicted", message=f"Pod {move.pod} evicted by the repack {why.format(source.name)}", actor=user, now=now)
             event_record(pool=target.pool, node=target, reason="Repacked", message=f"Pod {move.pod} re-placed from {source.name} to {target.name} (GPU {', '.join(map(str, move.gpu_indices)) or 'none'})", actor=user, now=now)
+        if shares and len(moved) == len(plan.share_moves):  # the room they were planned into is there
+            started = _bind_waiting(plan.share_placements, by_name, user=user, now=now)
         for name in plan.freed_nodes:  # none when packing shares (no drains planned)
             node = by_name[name]
             event_record(pool=node.pool, node=node, reason="NodeFreed", message=f"Node {name} runs no pods after the repack: give it new work or scale in ({node.gpu_count * 168} GPU-hours a week)", actor=user, now=now)
     scope = pool.name if pool is not None else "cluster"
     view = fragmentation_for(pools=[pool] if pool is not None else None, scope=scope)
-    return FragmentationView(scope, view.report, plan, tuple(moved))
+    return FragmentationView(scope, view.report, plan, tuple(moved), started)
+
+
+def _bind_waiting(placements, by_name, *, user, now: datetime) -> tuple[str, ...]:
+    """Bind the waiting shares the share packing made room for, as the scheduler pass binds
+    (a conditional UPDATE on the pod still Pending, a `Scheduled` event); returns their keys."""
+    started = []
+    for placement in placements:
+        namespace, name = placement.pod.split("/", 1)
+        node = by_name[placement.node]
+        changed = Pod.objects.live().filter(namespace=namespace, name=name, phase=Pod.Phase.PENDING).update(
+            phase=Pod.Phase.RUNNING, node=node, gpu_indices=list(placement.gpu_indices), started_at=now,
+            reason="Scheduled", explanation="", hints=[],
+        )  # fmt: skip
+        if changed:
+            started.append(placement.pod)
+            gpus = ", ".join(map(str, placement.gpu_indices))
+            event_record(pool=node.pool, node=node, reason="Scheduled", message=f"Successfully assigned {placement.pod} to {node.name} on GPU(s) {gpus}, in the room packing GPU shares made", actor=user, now=now)
+    return tuple(started)
 
 
 def report_document(view: FragmentationView) -> dict:
@@ -134,6 +179,8 @@ def report_document(view: FragmentationView) -> dict:
         document["plan"] = plan_document(view.plan)
     if view.moved:
         document["applied"] = list(view.moved)
+    if view.started:
+        document["started"] = list(view.started)
     return document
 
 
@@ -152,6 +199,7 @@ def plan_document(plan: RepackPlan) -> dict:
         "skipped": dict(plan.skipped),
         "shareMoves": [_move_document(m) for m in plan.share_moves],
         "shareGpusFreed": plan.share_gpus_freed,
+        "sharePlacements": [{"pod": p.pod, "node": p.node, "gpuIndices": list(p.gpu_indices)} for p in plan.share_placements],
     }
 
 

@@ -124,6 +124,18 @@ def test_node_pool_fragmentation_applies_the_gpu_share_part(ebcloud, login_as, a
 
 
 @live
+def test_node_pool_fragmentation_starts_a_waiting_share_the_packing_makes_room_for(ebcloud, login_as, actors):
+    pool_with_share_layout(actors, {0: [("a1", 500), ("a2", 100)], 1: [("b1", 500), ("b2", 100)]}, milli=800, cpu="1", memory="1Gi")
+    login_as("lead")
+    plan = ebcloud("node-pool", "fragmentation", "train-pool-a", "--plan")
+    assert "Packing GPU shares: moving 2 pod(s) starts 1 waiting pod(s): algorithm/waiting" in plan.stdout
+    applied = ebcloud("node-pool", "fragmentation", "train-pool-a", "--apply", "--shares")
+    assert applied.exit_code == 0, applied.stderr
+    assert "Started: 1 waiting pod(s): algorithm/waiting" in applied.stdout
+    assert Pod.objects.get(name="waiting").phase == Pod.Phase.RUNNING
+
+
+@live
 def test_a_member_cannot_apply_a_repack(ebcloud, login_as, fragmented):
     login_as("member")
     assert "only leads of team algorithm" in one_error_line(ebcloud("node-pool", "fragmentation", "train-pool-a", "--apply"))

@@ -91,20 +91,21 @@ def submit(user, name, **kwargs):
 SHARE_LAYOUT = {0: [("a", 500)], 1: [("b1", 300), ("b2", 300)], 2: [("c1", 700), ("c2", 200)]}
 
 
-def pool_with_share_layout(actors):
-    """One 8-GPU node: five whole GPUs busy, the shares of SHARE_LAYOUT on GPUs 0-2 (placed
-    by a scheduler pass, then laid out so), and a pod waiting for a whole GPU."""
+def pool_with_share_layout(actors, layout=SHARE_LAYOUT, **waiting):
+    """One 8-GPU node: a whole-GPU pod on the GPUs past ``layout``'s, the shares of ``layout``
+    (GPU -> [(name, milli)]) on the first GPUs (placed by a scheduler pass, then laid out so),
+    and a pod "waiting" (by default for a whole GPU; ``waiting``: `submit`'s arguments)."""
     pool = pool_with_nodes(actors["lead"], nodes=1, node_labels={"pool": "train"})
-    submit(actors["member"], "whole", gpus=5, cpu="1")
-    for on in SHARE_LAYOUT.values():
+    submit(actors["member"], "whole", gpus=8 - len(layout), cpu="1")
+    for on in layout.values():
         for name, milli in on:
             submit(actors["member"], name, milli=milli, cpu="1", memory="1Gi")
     scheduler_pass(now=T0)
-    for gpu, on in SHARE_LAYOUT.items():
+    for gpu, on in layout.items():
         Pod.objects.filter(name__in=[name for name, _ in on]).update(gpu_indices=[gpu])
-    Pod.objects.filter(name="whole").update(gpu_indices=[3, 4, 5, 6, 7])
-    assert Pod.objects.filter(phase=Pod.Phase.RUNNING).count() == 6
-    submit(actors["member"], "waiting", gpus=1, cpu="1")
+    Pod.objects.filter(name="whole").update(gpu_indices=list(range(len(layout), 8)))
+    assert Pod.objects.filter(phase=Pod.Phase.RUNNING).count() == 1 + sum(map(len, layout.values()))
+    submit(actors["member"], "waiting", **({"gpus": 1, "cpu": "1"} | waiting))
     scheduler_pass(now=T0)
     assert Pod.objects.get(name="waiting").phase == Pod.Phase.PENDING
     return pool

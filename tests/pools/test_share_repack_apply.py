@@ -9,7 +9,7 @@ from pools.controllers.scheduler import scheduler_pass
 from pools.models import PoolEvent
 from pools.models.pods import Pod
 from tests.pools.pod_helpers import SHARE_LAYOUT as LAYOUT
-from tests.pools.pod_helpers import T0, pool_with_share_layout
+from tests.pools.pod_helpers import T0, pool_with_share_layout, submit
 
 URL = "/api/v1/pools/train-pool-a/fragmentation/"
 
@@ -50,6 +50,41 @@ def test_a_lead_applies_the_share_moves_and_the_waiting_pod_gets_the_freed_gpu(a
     assert waiting.phase == Pod.Phase.RUNNING and set(waiting.gpu_indices) <= {0, 1, 2} - set(used)
 
 
+# 500+100 | 500+100 fill no fewer GPUs, and a waiting 800 fits neither; 500+500 | 100+100+800 holds all.
+ROOM_LAYOUT = {0: [("a1", 500), ("a2", 100)], 1: [("b1", 500), ("b2", 100)]}
+
+
+def test_the_share_packing_makes_room_for_a_waiting_share_and_starts_it(api, actors, browser):
+    pool = pool_with_share_layout(actors, ROOM_LAYOUT, gpus=1, milli=800, cpu="1", memory="1Gi")
+    plan = api("member").get(f"{URL}?plan=1").json()["plan"]
+    assert plan["sharePlacements"] == [{"pod": "algorithm/waiting", "node": "train-pool-a-0", "gpuIndices": [plan["sharePlacements"][0]["gpuIndices"][0]]}]
+    assert plan["shareGpusFreed"] == 0 and len(plan["shareMoves"]) == 2
+    page = browser("lead").get("/pools/train-pool-a/fragmentation/?part=plan", headers={"HX-Request": "true"}).content.decode()
+    assert "make room for <strong>1 waiting pod(s)</strong>" in page and "algorithm/waiting on train-pool-a-0" in page
+    response = api("lead").post(f"{URL}apply/", {"shares": True}, format="json")
+    assert response.status_code == 200, response.content
+    assert response.json()["started"] == ["algorithm/waiting"] and len(response.json()["applied"]) == 2
+    waiting = Pod.objects.get(name="waiting")
+    assert (waiting.phase, waiting.reason, waiting.node.name) == (Pod.Phase.RUNNING, "Scheduled", "train-pool-a-0")
+    used = {}
+    for pod in Pod.objects.filter(phase=Pod.Phase.RUNNING, gpu_milli__lt=1000):
+        (gpu,) = pod.gpu_indices
+        used[gpu] = used.get(gpu, 0) + pod.gpu_milli
+    assert sorted(used.values()) == [1000, 1000]  # 500+500 and 100+100+800
+    scheduled = PoolEvent.objects.filter(pool=pool, reason="Scheduled", message__contains="in the room packing GPU shares made")
+    assert scheduled.count() == 1 and "algorithm/waiting" in scheduled.get().message
+    assert scheduler_pass(now=T0).scheduled == []  # nothing left to place, nothing placed twice
+
+
+def test_room_is_made_only_for_the_highest_priority_that_waits(api, actors):
+    """A higher-priority pod that no packing can place (two whole GPUs) still outranks the
+    waiting share: no room is made for the share ahead of it."""
+    pool_with_share_layout(actors, ROOM_LAYOUT, gpus=1, milli=800, cpu="1", memory="1Gi")
+    submit(actors["member"], "urgent", gpus=2, cpu="1", priority=1000)
+    plan = api("member").get(f"{URL}?plan=1").json()["plan"]
+    assert plan["sharePlacements"] == [] and plan["shareMoves"] == []
+
+
 def test_a_member_may_not_apply_and_a_non_boolean_is_400_with_nothing_moved(api, shared):
     before = {p.name: p.gpu_indices for p in Pod.objects.all()}
     assert api("member").post(f"{URL}apply/", {"shares": True}, format="json").status_code == 403
@@ -71,4 +106,4 @@ def test_the_page_shows_the_share_part_and_applies_it(browser, shared):
     page = lead.get(response["Location"]).content.decode()
     assert "GPU shares repacked:" in page and "1 whole GPU(s) freed." in page
     again = lead.get("/pools/train-pool-a/fragmentation/?part=plan", headers={"HX-Request": "true"}).content.decode()
-    assert "No moves of GPU shares free a whole GPU." in again
+    assert "No moves of GPU shares free a whole GPU or make room for a waiting pod." in again

@@ -206,7 +206,7 @@ def test_the_weekly_trend_is_recorded_and_drawn(browser, actors, fragmented):
     out = StringIO()
     call_command("fragmentation", "--record", stdout=out)
     assert out.getvalue().startswith("recorded 2 sample(s)") and "repack frees train-pool-a-" in out.getvalue()
-    assert "packing GPU shares frees 0 whole GPU(s) by moving 0 pod(s)" in out.getvalue()  # whole-GPU pods only
+    assert "packing GPU shares frees 0 whole GPU(s) and starts 0 waiting pod(s) by moving 0 pod(s)" in out.getvalue()  # whole-GPU pods only
     pool_sample = FragmentationSample.objects.filter(pool=fragmented).first()
     assert (pool_sample.total_gpus, pool_sample.allocated_gpus, pool_sample.underused_nodes, pool_sample.freeable_nodes) == (16, 4, 2, 1)
     assert 'id="chart-trend"' in browser("lead").get("/pools/train-pool-a/fragmentation/").content.decode()

@@ -64,6 +64,13 @@ class Move:
 
 
 @dataclass(frozen=True)
+class Placement:
+    pod: str
+    node: str
+    gpu_indices: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class RepackPlan:
     moves: tuple[Move, ...]
     freed_nodes: tuple[str, ...]
@@ -74,6 +81,7 @@ class RepackPlan:
     empty_nodes: tuple[str, ...] = ()  # GPU nodes that run no pod already: free without a move
     share_moves: tuple[Move, ...] = ()  # then, GPU shares packed into fewer GPUs (repack_shares)
     share_gpus_freed: int = 0  # whole GPUs those moves free, for pods that need whole GPUs
+    share_placements: tuple[Placement, ...] = ()  # waiting shares the packing makes room for, bound with it
 
     @property
     def free_nodes(self) -> tuple[str, ...]:
@@ -126,6 +134,7 @@ def repack_plan(
     only_checkpointable: bool = False,
     optimise: bool = True,
     pack_shares: bool = True,
+    waiting: Sequence[Pod] = (),
 ) -> RepackPlan:
     """Plan moves that empty up to ``max_drained_nodes`` nodes (see the module docstring).
 
@@ -136,7 +145,8 @@ def repack_plan(
     ``gpu_hours_saved_per_week`` is freed nodes x their GPUs x 168: the GPU-hours a week that
     no longer need to be paid for once those nodes are released (or that pending pods get).
     ``empty_nodes`` are the ready GPU nodes that run no pod already: part of what the plan
-    leaves free, though no move is needed for them.
+    leaves free, though no move is needed for them. ``waiting``: the pods waiting for a place,
+    in the order they wait; the shares among them join the share packing where room allows.
     """
     if workload is None:
         workload = workload_from_pods([b.pod for n in nodes for b in n.bound.values()])
@@ -149,17 +159,21 @@ def repack_plan(
             plan = optimal
     if not pack_shares:
         return plan
-    return _with_shares(nodes, plan, model, lambda pod: _blocker([pod], max_priority, only_checkpointable) is None)
+    return _with_shares(nodes, plan, model, lambda pod: _blocker([pod], max_priority, only_checkpointable) is None, waiting)
 
 
-def _with_shares(nodes, plan: RepackPlan, model: FragmentationModel, movable) -> RepackPlan:
+def _with_shares(nodes, plan: RepackPlan, model: FragmentationModel, movable, waiting: Sequence[Pod]) -> RepackPlan:
     """The plan with its second part, planned on the nodes as they are (it is applied on its
-    own): the shares packed into the fewest GPUs, no share landing on a node that runs none."""
+    own): the shares (and the waiting shares that fit with them) packed into the fewest GPUs,
+    no share landing on a node that runs none."""
     sims = sorted((n.clone() for n in nodes), key=lambda n: n.name)
     for node in sims:
         node.unschedulable = node.unschedulable or not node.bound
-    shares = repack_shares(ClusterScheduler(sims, _RepackScore(model)), movable, time_limit_s=TIME_LIMIT_S)
-    return replace(plan, share_moves=tuple(Move(*move) for move in shares.moves), share_gpus_freed=shares.gpus_freed)
+    shares = repack_shares(ClusterScheduler(sims, _RepackScore(model)), movable, waiting=waiting, time_limit_s=TIME_LIMIT_S)
+    return replace(
+        plan, share_moves=tuple(Move(*move) for move in shares.moves), share_gpus_freed=shares.gpus_freed,
+        share_placements=tuple(Placement(*placed) for placed in shares.placed),
+    )  # fmt: skip
 
 
 def _greedy_plan(nodes, model: FragmentationModel, max_drained_nodes, max_priority, only_checkpointable) -> RepackPlan:
