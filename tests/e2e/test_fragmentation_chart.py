@@ -76,3 +76,17 @@ def test_a_lead_packs_the_gpu_shares_from_the_page(live_server, actors, page):
     page.wait_for_selector("text=GPU shares repacked:", timeout=15000)
     page.wait_for_selector("text=No moves of GPU shares free a whole GPU or make room for a waiting pod.", timeout=15000)
     assert_accessible(page)
+
+
+def test_a_lead_starts_a_waiting_share_by_packing_the_gpu_shares(live_server, actors, page):
+    """500+100 | 500+100 and an 800 waiting: the page says it makes room, and applying it starts
+    the pod, as the flash message and the pod's page then say."""
+    pool_with_share_layout(actors, {0: [("a1", 500), ("a2", 100)], 1: [("b1", 500), ("b2", 100)]}, milli=800, cpu="1", memory="1Gi")
+    log_in_as_lead(page, live_server.url)
+    page.goto(f"{live_server.url}/pools/train-pool-a/fragmentation/")
+    page.wait_for_selector("text=make room for", timeout=15000)
+    assert "algorithm/waiting on train-pool-a-0" in page.locator("#repack-plan").inner_text()
+    assert_accessible(page)
+    page.click("text=Apply: pack GPU shares")
+    page.wait_for_selector("text=waiting pod(s) started: algorithm/waiting", timeout=15000)
+    assert_accessible(page)
