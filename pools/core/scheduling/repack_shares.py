@@ -81,9 +81,9 @@ def repack_shares(
         pinned = any(b.pod.gpu_models for b in on)
         groups[by_name[key[0]].gpu_model if pinned else ""][key] = on
     moves, placed, freed, started = [], [], 0, set()
-    queue = [pod for pod in waiting if pod.is_sharing]
+    shares_waiting = [pod for pod in waiting if pod.is_sharing]
     for group in sorted(groups):
-        mine = [pod for pod in queue if (pod.gpu_models and group in pod.gpu_models) or (not pod.gpu_models and not group)]
+        mine = [pod for pod in shares_waiting if (pod.gpu_models and group in pod.gpu_models) or (not pod.gpu_models and not group)]
         whole = sum(pod.gpu_count for pod in waiting if not pod.is_sharing and (not group or not pod.gpu_models or group in pod.gpu_models))
         done = _repack_group(scheduler, by_name, groups[group], mine, whole, [p for p in waiting if p.name not in started], time_limit_s)
         if done is not None:
@@ -91,7 +91,7 @@ def repack_shares(
             placed += done[1]
             freed += done[2]
             started |= {name for name, *_ in done[1]}
-            queue = [pod for pod in queue if pod.name not in started]
+            shares_waiting = [pod for pod in shares_waiting if pod.name not in started]
     return ShareRepack(tuple(moves), freed, tuple(placed))
 
 
