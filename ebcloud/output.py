@@ -470,7 +470,7 @@ def fragmentation_text(report: dict) -> str:
         )
         empty = plan.get("emptyNodes") or []
         lines.append(f"Nodes already running no pods: {', '.join(empty) or 'none'}")
-        freed_gpus, room = max(plan.get("shareGpusFreed") or 0, 0), plan.get("sharePlacements") or []
+        freed_gpus, room = plan.get("shareGpusFreed") or 0, plan.get("sharePlacements") or []
         if freed_gpus or room:
             gains = [f"frees {freed_gpus} whole GPU(s)"] if freed_gpus else []
             if room:

@@ -241,7 +241,7 @@ def _apply(request, *, pool, back: str, page):
         return page(status=400)
     if shares:
         started = f"; waiting pod(s) started: {', '.join(applied.started)}" if applied.started else ""
-        messages.success(request, f"GPU shares repacked: {len(applied.moved)} pod(s) moved; {max(applied.plan.share_gpus_freed, 0)} whole GPU(s) freed{started}.")
+        messages.success(request, f"GPU shares repacked: {len(applied.moved)} pod(s) moved; {applied.plan.share_gpus_freed} whole GPU(s) freed{started}.")
     else:
         freed = ", ".join(applied.plan.freed_nodes) or "none"
         messages.success(request, f"Repack applied: {len(applied.moved)} pod(s) moved; freed nodes: {freed}.")

@@ -80,7 +80,7 @@ class RepackPlan:
     skipped: dict[str, str] = field(default_factory=dict)
     empty_nodes: tuple[str, ...] = ()  # GPU nodes that run no pod already: free without a move
     share_moves: tuple[Move, ...] = ()  # then, GPU shares packed into fewer GPUs (repack_shares)
-    share_gpus_freed: int = 0  # whole GPUs those moves free, for pods that need whole GPUs
+    share_gpus_freed: int = 0  # whole GPUs those moves free, for pods that need whole GPUs (none when waiting shares took more)
     share_placements: tuple[Placement, ...] = ()  # waiting shares the packing makes room for, bound with it
 
     @property
@@ -171,7 +171,7 @@ def _with_shares(nodes, plan: RepackPlan, model: FragmentationModel, movable, wa
         node.unschedulable = node.unschedulable or not node.bound
     shares = repack_shares(ClusterScheduler(sims, _RepackScore(model)), movable, waiting=waiting, time_limit_s=TIME_LIMIT_S)
     return replace(
-        plan, share_moves=tuple(Move(*move) for move in shares.moves), share_gpus_freed=shares.gpus_freed,
+        plan, share_moves=tuple(Move(*move) for move in shares.moves), share_gpus_freed=max(shares.gpus_freed, 0),
         share_placements=tuple(Placement(*placed) for placed in shares.placed),
     )  # fmt: skip
 

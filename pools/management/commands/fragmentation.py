@@ -25,6 +25,6 @@ class Command(BaseCommand):
             f"nodes allocated < 50%: {', '.join(r.underused_nodes) or 'none'}; "
             f"repack frees {', '.join(plan.freed_nodes) or 'no node'} ({plan.gpu_hours_saved_per_week} GPU-hours a week) "
             f"by moving {len(plan.moves)} pod(s); running no pods already: {', '.join(plan.empty_nodes) or 'none'}; "
-            f"packing GPU shares frees {max(plan.share_gpus_freed, 0)} whole GPU(s) and starts {len(plan.share_placements)} waiting pod(s) "
+            f"packing GPU shares frees {plan.share_gpus_freed} whole GPU(s) and starts {len(plan.share_placements)} waiting pod(s) "
             f"by moving {len(plan.share_moves)} pod(s)"
         )
