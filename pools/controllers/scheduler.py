@@ -34,13 +34,10 @@ from datetime import datetime, timedelta
 import urllib3
 from django.db import connection, transaction
 from django.db.models import (
-    BigIntegerField,
-    Case,
     CharField,
     JSONField,
     TextField,
     Value,
-    When,
 )
 from django.utils import timezone
 from kubernetes.client.exceptions import ApiException
@@ -66,6 +63,7 @@ from pools.selectors.cluster import (
     core_pod_of,
     live_nodes,
 )
+from pools.services.pods import by_pk, pods_bind
 
 logger = logging.getLogger("ebcloud.scheduler")
 
@@ -134,10 +132,6 @@ class _Events:
     def save(self) -> None:
         if self.rows:
             PoolEvent.objects.bulk_create([event for _, event in self.rows])
-
-
-def _case(mapping: dict[int, object], output_field):
-    return Case(*(When(pk=pk, then=Value(v, output_field=output_field)) for pk, v in mapping.items()), output_field=output_field)
 
 
 def scheduler_pass(*, now: datetime | None = None) -> PassResult:
@@ -229,19 +223,13 @@ def scheduler_pass(*, now: datetime | None = None) -> PassResult:
         if requeue:
             Pod.objects.filter(pk__in=requeue, phase=Pod.Phase.RUNNING).update(
                 phase=Pod.Phase.PENDING, node=None, gpu_indices=Value([], output_field=JSONField()), started_at=None,
-                reason=_case({k: v[0] for k, v in requeue.items()}, CharField()),
-                explanation=_case({k: v[1] for k, v in requeue.items()}, TextField()),
+                reason=by_pk({k: v[0] for k, v in requeue.items()}, CharField()),
+                explanation=by_pk({k: v[1] for k, v in requeue.items()}, TextField()),
                 hints=Value([], output_field=JSONField()),
             )  # fmt: skip
         if binds:
-            bound = Pod.objects.filter(pk__in=binds, phase=Pod.Phase.PENDING).update(
-                phase=Pod.Phase.RUNNING, started_at=now, reason="Scheduled", explanation="",
-                node_id=_case({k: v[0] for k, v in binds.items()}, BigIntegerField()),
-                gpu_indices=_case({k: list(v[1]) for k, v in binds.items()}, JSONField()),
-                hints=Value([], output_field=JSONField()),
-            )  # fmt: skip
-            if bound != len(binds):  # a pod deleted meanwhile: drop the events of binds that did not happen
-                kept = set(Pod.objects.filter(pk__in=binds, phase=Pod.Phase.RUNNING, started_at=now).values_list("pk", flat=True))
+            kept = pods_bind(binds=binds, now=now)
+            if len(kept) != len(binds):  # a pod deleted meanwhile: drop the events of binds that did not happen
                 lost_keys = {p.key for p in pending if p.pk in binds and p.pk not in kept}
                 events.drop(lost_keys)
                 result.scheduled = [k for k in result.scheduled if k not in lost_keys]

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import reduce
+from operator import or_
 
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from pools import roles
@@ -33,6 +36,7 @@ from pools.models.pods import FragmentationSample, Pod
 from pools.providers import real_cluster
 from pools.selectors.cluster import cluster_state, core_pods_of, live_nodes
 from pools.services.events import event_record
+from pools.services.pods import pods_bind
 
 DEFAULT_WORKLOAD = Workload(((PodShape(0, 1, MILLI), 1),), observed=0)  # whole GPUs when no pod ran yet
 MAX_DISRUPTION_NODES = 100
@@ -135,17 +139,19 @@ def repack_apply(*, user, pool: GpuNodePool | None, max_nodes: int = 1, shares: 
 
 def _bind_waiting(placements, by_name, *, user, now: datetime) -> tuple[str, ...]:
     """Bind the waiting shares the share packing made room for, as the scheduler pass binds
-    (a conditional UPDATE on the pod still Pending, a `Scheduled` event); returns their keys."""
+    (each only if still Pending), with a `Scheduled` event each; returns their keys."""
+    if not placements:
+        return ()
+    where = {p.pod: p for p in placements}
+    named = reduce(or_, (Q(namespace=namespace, name=name) for namespace, name in (key.split("/", 1) for key in where)))
+    rows = Pod.objects.live().filter(named, phase=Pod.Phase.PENDING)
+    pk_of = {row.key: row.pk for row in rows.only("pk", "namespace", "name")}
+    bound = pods_bind(binds={pk: (by_name[where[key].node].pk, where[key].gpu_indices) for key, pk in pk_of.items()}, now=now)
     started = []
     for placement in placements:
-        namespace, name = placement.pod.split("/", 1)
-        node = by_name[placement.node]
-        changed = Pod.objects.live().filter(namespace=namespace, name=name, phase=Pod.Phase.PENDING).update(
-            phase=Pod.Phase.RUNNING, node=node, gpu_indices=list(placement.gpu_indices), started_at=now,
-            reason="Scheduled", explanation="", hints=[],
-        )  # fmt: skip
-        if changed:
+        if pk_of.get(placement.pod) in bound:
             started.append(placement.pod)
+            node = by_name[placement.node]
             gpus = ", ".join(map(str, placement.gpu_indices))
             event_record(pool=node.pool, node=node, reason="Scheduled", message=f"Successfully assigned {placement.pod} to {node.name} on GPU(s) {gpus}, in the room packing GPU shares made", actor=user, now=now)
     return tuple(started)

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
-from django.db.models import QuerySet
+from django.db.models import BigIntegerField, Case, JSONField, QuerySet, Value, When
 from django.http import Http404
 from django.utils import timezone
 
@@ -152,3 +152,25 @@ def _refuse_on_real_cluster(done: str) -> None:
     are submitted and deleted with kubectl or the team's own tools, never behind its back."""
     if real_cluster():
         raise ConflictError(f"pods of this cluster are {done} with kubectl (kubectl apply -f pod.yaml, kubectl delete pod NAME -n NAMESPACE); this product shows them as the cluster reports them")
+
+
+def by_pk(mapping: dict[int, object], output_field) -> Case:
+    """One column's value per row, for an UPDATE of many rows at once."""
+    return Case(*(When(pk=pk, then=Value(v, output_field=output_field)) for pk, v in mapping.items()), output_field=output_field)
+
+
+def pods_bind(*, binds: dict[int, tuple[int, tuple[int, ...]]], now: datetime) -> set[int]:
+    """Bind Pending pods, pk -> (node pk, GPU indices), in one UPDATE, each only if it is still
+    Pending (one deleted or bound meanwhile is left alone), as the scheduler's bind does.
+    Returns the pks it bound."""
+    if not binds:
+        return set()
+    bound = Pod.objects.filter(pk__in=binds, phase=Pod.Phase.PENDING).update(
+        phase=Pod.Phase.RUNNING, started_at=now, reason="Scheduled", explanation="",
+        node_id=by_pk({k: v[0] for k, v in binds.items()}, BigIntegerField()),
+        gpu_indices=by_pk({k: list(v[1]) for k, v in binds.items()}, JSONField()),
+        hints=Value([], output_field=JSONField()),
+    )  # fmt: skip
+    if bound == len(binds):
+        return set(binds)
+    return set(Pod.objects.filter(pk__in=binds, phase=Pod.Phase.RUNNING, started_at=now).values_list("pk", flat=True))

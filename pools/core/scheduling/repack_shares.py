@@ -144,16 +144,19 @@ def _repack_group(scheduler: ClusterScheduler, by_name: dict[str, NodeState], op
         started = {name for name, *_ in bound}
         return (sum(pods[name].gpu_milli for name in started) + _then_placed(scheduler, [p for p in queue if p.name not in started]), freed, -len(moves))
 
+    def undone(outcome) -> None:
+        if outcome is not None:
+            before, after = _places(outcome, origin)
+            _rebind(scheduler, pods, after, before)
+
     plain = worth(packed)
-    if packed is not None:
-        _revert(scheduler, pods, origin, packed)
+    undone(packed)
     both = _pack(scheduler, by_name, open_gpus, sizes, as_counts, [d + k for d, k in zip(demand, per_size, strict=True)], admitted, time_limit_s)
     if worth(both) > plain:
         return both
-    if both is not None:
-        _revert(scheduler, pods, origin, both)
-    if packed is not None:
-        _redo(scheduler, pods, packed)
+    undone(both)
+    if packed is not None:  # done again
+        _rebind(scheduler, pods, *_places(packed, origin))
     return packed
 
 
@@ -177,27 +180,24 @@ def _then_placed(scheduler: ClusterScheduler, queue: list[Pod]) -> int:
     return sum(pod.gpu_request_milli for pod, _ in placed)
 
 
-def _revert(scheduler: ClusterScheduler, pods: dict[str, Pod], origin, outcome) -> None:
-    """Undo a repack's outcome: moved shares back where they ran, bound waiting ones unbound."""
+def _places(outcome, origin) -> tuple[dict, dict]:
+    """Where a repack's outcome found the shares it moved or bound, and where it put them."""
     moves, bound, _ = outcome
-    for name, _, to, _ in moves:
-        scheduler.unbind(name, to)
-    for name, node, _ in bound:
-        scheduler.unbind(name, node)
-    for name, *_ in moves:
-        scheduler.bind(pods[name], *origin[name])
+    before = {name: origin[name] for name, *_ in moves}
+    return before, {name: (to, gpus) for name, _, to, gpus in moves} | {name: (node, gpus) for name, node, gpus in bound}
 
 
-def _redo(scheduler: ClusterScheduler, pods: dict[str, Pod], outcome) -> None:
-    """Apply a reverted outcome again (every moved share unbound before any is bound: patterns
-    swap shares between GPUs)."""
-    moves, bound, _ = outcome
-    for name, source, *_ in moves:
-        scheduler.unbind(name, source)
-    for name, _, to, gpus in moves:
-        scheduler.bind(pods[name], to, gpus)
-    for name, node, gpus in bound:
-        scheduler.bind(pods[name], node, gpus)
+def _rebind(scheduler: ClusterScheduler, pods: dict[str, Pod], before: dict, after: dict) -> None:
+    """Move shares from their places in ``before`` to those in ``after`` (name -> (node,
+    GPUs)): one only in ``before`` is unbound (it waits again), one only in ``after`` bound.
+    Every share leaving its place is unbound before any is bound: patterns swap shares
+    between GPUs."""
+    for name, (node, _) in before.items():
+        if after.get(name) != before[name]:
+            scheduler.unbind(name, node)
+    for name, where in after.items():
+        if before.get(name) != where:
+            scheduler.bind(pods[name], *where)
 
 
 def _pack(scheduler: ClusterScheduler, by_name, open_gpus, sizes, as_counts, demand, admitted: list[Pod], time_limit_s: float):
@@ -298,7 +298,7 @@ def _settle_rest(scheduler: ClusterScheduler, pods, origin, placed, in_use: int)
             if where is None:
                 decision = scheduler.place(pod, explain_failure=False)
                 if decision.node is None:
-                    _undo(scheduler, origin, placed, pods)
+                    _rebind(scheduler, pods, placed, origin)
                     return None
                 where = (decision.node, decision.gpu_indices)
             else:
@@ -308,7 +308,7 @@ def _settle_rest(scheduler: ClusterScheduler, pods, origin, placed, in_use: int)
     freed = in_use - _gpus_in_use(scheduler.nodes)
     bound = [(name, *where) for name, where in sorted(placed.items()) if name not in origin]
     if freed <= 0 and not bound:  # the shares no slot took filled the GPUs the patterns freed
-        _undo(scheduler, origin, placed, pods)
+        _rebind(scheduler, pods, placed, origin)
         return None
     moves = [(pod, origin[pod][0], to, gpus) for pod, (to, gpus) in sorted(placed.items()) if pod in origin and (to, gpus) != origin[pod]]
     return moves, bound, freed
@@ -338,11 +338,3 @@ def _sliver(nodes: Sequence[NodeState], pod: Pod) -> tuple[str, tuple[int, ...]]
             if pod.gpu_milli <= free < MILLI and (best is None or free < best[0]) and filter_node(pod, node) is None:
                 best = (free, node.name, i)
     return None if best is None else (best[1], (best[2],))
-
-
-def _undo(scheduler: ClusterScheduler, origin, placed, pods: dict[str, Pod]) -> None:
-    """Put every share back where it ran before the repack (waiting ones wait again)."""
-    for name, (node, _) in placed.items():
-        scheduler.unbind(name, node)
-    for name, (node, gpus) in origin.items():
-        scheduler.bind(pods[name], node, gpus)
