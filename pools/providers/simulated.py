@@ -412,12 +412,17 @@ def failures_armed(step: str, *, zone: str = "", image: str = "") -> list[SimFai
     )
 
 
+def failure_matches(failure: SimFailure, token: str) -> bool:
+    """Whether ``failure`` fires on the step of ``token`` (no prefix: on every one)."""
+    return not failure.token_prefix or token.startswith(failure.token_prefix)
+
+
 def failure_consume(candidates: list[SimFailure], token: str) -> SimFailure | None:
     """The first of `candidates` matching `token`, consumed: a counted one by a conditional
     UPDATE (so it fires once whatever other workers do), and in `candidates` too, so the same
     list serves the next token."""
     for failure in candidates:
-        if failure.token_prefix and not token.startswith(failure.token_prefix):
+        if not failure_matches(failure, token):
             continue
         if failure.remaining is None:
             return failure

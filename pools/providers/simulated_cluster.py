@@ -21,7 +21,7 @@ from pools.core.node_labels import labels_taints_decoded
 from pools.models.cloud import SimClusterNode
 from pools.models.pods import Pod
 from pools.providers.base import NodeState, PodInfo
-from pools.providers.simulated import EVICT, failure_consume, failures_armed
+from pools.providers.simulated import EVICT, failure_consume, failure_matches, failures_armed
 
 
 class SimulatedCluster:
@@ -88,6 +88,12 @@ class SimulatedCluster:
                 explanation=f"Evicted from its node: {reason}; waiting to be scheduled again",
             )  # fmt: skip
         return set(evicted)
+
+    def eviction_refused(self, *, pods: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+        """The pods (namespace, name) whose eviction an injected disruption budget (`evict`
+        failure) would refuse now; asking evicts nothing and uses up no refusal."""
+        armed = failures_armed(EVICT)
+        return {(namespace, name) for namespace, name in pods if any(failure_matches(f, f"{namespace}/{name}") for f in armed)} if armed else set()
 
     def list_pods(self, *, node_name: str) -> list[PodInfo]:
         pods = Pod.objects.filter(node__name=node_name, phase=Pod.Phase.RUNNING).order_by("namespace", "name")

@@ -4,7 +4,8 @@ Loads a pool's (or every pool's) live nodes with their Running pods, runs the pu
 `fragmentation_report` and `repack_plan`, and applies a plan: each move is an eviction and a
 re-placement (conditional UPDATE on the pod still Running where the plan found it) with an
 event, at most `max_nodes` nodes drained per application (the disruption budget). Moves only
-go into free capacity and never displace anyone, so priority is respected.
+go into free capacity and never displace anyone, so priority is respected; a pod whose
+eviction a disruption budget refuses now is not moved (the cluster backend says which).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from pools.core.scheduling.nodes import MILLI, static_filter_reason
 from pools.core.scheduling.repack import Move, RepackPlan, repack_plan
 from pools.models import GpuNodePool
 from pools.models.pods import FragmentationSample, Pod
-from pools.providers import real_cluster
+from pools.providers import get_cluster_backend, real_cluster
 from pools.selectors.cluster import cluster_state, core_pods_of, live_nodes
 from pools.services.events import event_record
 from pools.services.pods import pods_bind
@@ -58,6 +59,16 @@ def _load(pools: list[GpuNodePool] | None):
     bound = [b.pod for s in states.values() for b in s.bound.values()]
     workload = workload_from_pods(bound) if bound else DEFAULT_WORKLOAD
     return nodes, pods, states, workload
+
+
+def _protected(pods: list[Pod]) -> frozenset[str]:
+    """The pods whose eviction a disruption budget refuses now: the repack leaves them be. A
+    real cluster is not asked: its repack is a drain through the Eviction API, which asks
+    the PodDisruptionBudgets itself."""
+    if real_cluster() or not pods:
+        return frozenset()
+    refused = get_cluster_backend().eviction_refused(pods=[(p.namespace, p.name) for p in pods])
+    return frozenset(f"{namespace}/{name}" for namespace, name in refused)
 
 
 def _waiting(states) -> list:
@@ -85,11 +96,11 @@ def fragmentation_for(*, pools: list[GpuNodePool] | None, scope: str, with_plan:
     """The report for these pools (None: the whole cluster), with the repack plan if asked: by
     default the whole plan (every node it can free); applying it plans again for `max_nodes`
     nodes at a time, so each wave is the best drain of that size at that moment."""
-    _, _, states, workload = _load(pools)
+    _, pods, states, workload = _load(pools)
     nodes = list(states.values())
     report = fragmentation_report(nodes, workload)
     budget = max_nodes if max_nodes is not None else max(1, len(nodes))
-    plan = repack_plan(nodes, workload=workload, max_drained_nodes=budget, waiting=_waiting(states)) if with_plan else None
+    plan = repack_plan(nodes, workload=workload, max_drained_nodes=budget, waiting=_waiting(states), protected=_protected(pods)) if with_plan else None
     return FragmentationView(scope, report, plan)
 
 
@@ -111,7 +122,7 @@ def repack_apply(*, user, pool: GpuNodePool | None, max_nodes: int = 1, shares: 
         nodes, pods, states, workload = _load([pool] if pool is not None else None)
         plan = repack_plan(
             list(states.values()), workload=workload, max_drained_nodes=0 if shares else max_nodes, pack_shares=shares,
-            waiting=_waiting(states) if shares else (),
+            waiting=_waiting(states) if shares else (), protected=_protected(pods),
         )  # fmt: skip
         by_name = {n.name: n for n in nodes}
         by_key = {p.key: p for p in pods}
@@ -212,7 +223,8 @@ def plan_document(plan: RepackPlan) -> dict:
 def fragmentation_record(*, now: datetime | None = None) -> list[FragmentationSample]:
     """Store one trend point per live pool with nodes, and one for the whole cluster."""
     now = now or timezone.now()
-    _, _, states, workload = _load(None)
+    _, pods, states, workload = _load(None)
+    protected = _protected(pods)
     by_pool: dict[str, list] = {}
     for state in states.values():
         by_pool.setdefault(state.pool, []).append(state)
@@ -220,7 +232,7 @@ def fragmentation_record(*, now: datetime | None = None) -> list[FragmentationSa
     samples = []
     for name, members in [*((n, by_pool[n]) for n in sorted(pools)), ("", list(states.values()))]:
         report = fragmentation_report(members, workload)
-        plan = repack_plan(members, workload=workload, max_drained_nodes=len(members) or 1, pack_shares=False)
+        plan = repack_plan(members, workload=workload, max_drained_nodes=len(members) or 1, pack_shares=False, protected=protected)
         samples.append(
             FragmentationSample(
                 pool=pools.get(name),

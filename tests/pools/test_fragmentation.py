@@ -217,6 +217,18 @@ def test_the_repack_plan_never_moves_pods_above_the_priority_it_makes_room_for()
     assert "b" in plan.skipped
 
 
+def test_the_repack_plan_moves_no_pod_a_disruption_budget_protects():
+    """Issue 22 item 2 (PDB-like limits on moves): a move is an eviction, so a pod whose
+    eviction a disruption budget refuses stays, and so does its node. The optimiser would
+    drain a (its one pod onto b's idle GPUs); protected, the plan drains b instead, and says
+    why a stays."""
+    plan = repack_plan(half_full_pair(), workload=Workload(((WHOLE, 1), (SHARE, 1))), max_drained_nodes=2, protected=frozenset({"ns/a1"}))
+    assert plan.freed_nodes == ("b",) and "ns/a1" not in {m.pod for m in plan.moves}
+    assert plan.skipped["a"] == "a disruption budget keeps pod ns/a1 in place"
+    both = repack_plan(half_full_pair(), workload=Workload(((WHOLE, 1), (SHARE, 1))), protected=frozenset({"ns/a1", "ns/b2"}))
+    assert both.moves == () and both.freed_nodes == () and both.share_moves == ()
+
+
 def test_the_repack_plan_never_moves_a_pod_where_a_filter_fails():
     a, b = node("a", gpus=4, taints=(Taint("pool", "train"),)), node("b", gpus=4)
     a.bind(pod("ns/a1", gpus=1, tolerations=()), (0,))  # bound before the taint mattered

@@ -8,8 +8,9 @@ import pytest
 from pools.controllers.scheduler import scheduler_pass
 from pools.models import PoolEvent
 from pools.models.pods import Pod
+from pools.providers.simulated import EVICT, failure_inject
 from tests.pools.pod_helpers import SHARE_LAYOUT as LAYOUT
-from tests.pools.pod_helpers import T0, pool_with_share_layout, submit
+from tests.pools.pod_helpers import T0, pool_with_nodes, pool_with_share_layout, submit
 
 URL = "/api/v1/pools/train-pool-a/fragmentation/"
 
@@ -107,3 +108,43 @@ def test_the_page_shows_the_share_part_and_applies_it(browser, shared):
     assert "GPU shares repacked:" in page and "1 whole GPU(s) freed." in page
     again = lead.get("/pools/train-pool-a/fragmentation/?part=plan", headers={"HX-Request": "true"}).content.decode()
     assert "No moves of GPU shares free a whole GPU or make room for a waiting pod." in again
+
+
+# 500 | 500 | 300 | 300 pack into 500+500 | 300+300, two GPUs freed; with d's eviction refused, one.
+PAIRS_LAYOUT = {0: [("a", 500)], 1: [("b", 500)], 2: [("c", 300)], 3: [("d", 300)]}
+
+
+@pytest.mark.parametrize("times", [None, 1])
+def test_a_share_whose_eviction_a_disruption_budget_refuses_is_not_moved(api, actors, times):
+    """Issue 22 item 2 (PDB-like limits on moves): the plan asks the cluster which evictions a
+    disruption budget refuses, without using up a refusal, and packs around those pods."""
+    pool_with_share_layout(actors, PAIRS_LAYOUT)
+    assert api("member").get(f"{URL}?plan=1").json()["plan"]["shareGpusFreed"] == 2
+    budget = failure_inject(step=EVICT, times=times, token_prefix="algorithm/d", message="disruption budget")
+    plan = api("member").get(f"{URL}?plan=1").json()["plan"]
+    assert plan["shareGpusFreed"] == 1 and "algorithm/d" not in {m["pod"] for m in plan["shareMoves"]}
+    response = api("lead").post(f"{URL}apply/", {"shares": True}, format="json")
+    assert response.status_code == 200, response.content
+    assert "algorithm/d" not in response.json()["applied"] and gpus_of("d") == [3]
+    assert gpus_of("a") == gpus_of("b")  # the two 500s now share a GPU
+    budget.refresh_from_db()
+    assert budget.remaining == times  # asking used up no refusal
+
+
+def test_the_drain_plan_says_a_disruption_budget_keeps_a_node(api, actors):
+    pool = pool_with_nodes(actors["lead"], nodes=2, node_labels={"pool": "train"})
+    for name in ("p0", "p1"):
+        submit(actors["member"], name, gpus=1, cpu="1")
+    scheduler_pass(now=T0)
+    Pod.objects.filter(name="p1").update(node=pool.nodes.get(name="train-pool-a-1"), gpu_indices=[0])
+    on = {"p0": "train-pool-a-0", "p1": "train-pool-a-1"}  # either node drains onto the other
+    assert {p.name: p.node.name for p in Pod.objects.filter(phase=Pod.Phase.RUNNING)} == on
+    assert len(api("member").get(f"{URL}?plan=1").json()["plan"]["freedNodes"]) == 1
+    failure_inject(step=EVICT, times=None, token_prefix="algorithm/p", message="disruption budget")
+    plan = api("member").get(f"{URL}?plan=1").json()["plan"]
+    assert plan["moves"] == [] and plan["freedNodes"] == []
+    assert set(plan["skipped"].values()) == {f"a disruption budget keeps pod algorithm/{name} in place" for name in on}
+    response = api("lead").post(f"{URL}apply/", {"maxNodes": 1}, format="json")
+    assert response.status_code == 200 and "applied" not in response.json()
+    assert {p.name: p.node.name for p in Pod.objects.filter(phase=Pod.Phase.RUNNING)} == on
+    assert not pool.events.filter(reason="Evicted").exists()

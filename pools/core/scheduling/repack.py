@@ -19,6 +19,8 @@ How it decides, and why:
   ``max_priority`` (e.g. the priority of the pending pod the room is for) are never moved, so
   their nodes are not drained.
 * The disruption budget ``max_drained_nodes`` caps the nodes drained by one plan (one wave).
+  A move is an eviction, so a pod whose eviction a PodDisruptionBudget refuses now
+  (``protected``) stays where it runs: its node is not drained, its GPU's shares not repacked.
 * The plan's second part packs the GPU shares into the fewest GPUs
   (:mod:`pools.core.scheduling.repack_shares`): on a packing as good as FGD's no node drains,
   but recombining shares frees whole GPUs for the pods that need them. It is planned on the
@@ -109,16 +111,13 @@ def _drain_order(node: NodeState) -> tuple:
     return (gpu, cpu, node.name)
 
 
-def _blocker(pods, max_priority: int | None, only_checkpointable: bool) -> Pod | None:
-    return next(
-        (
-            p
-            for p in pods
-            if (max_priority is not None and p.priority > max_priority)
-            or (only_checkpointable and not p.checkpointable)
-        ),
-        None,
-    )
+def _pinned(pod: Pod, max_priority: int | None, only_checkpointable: bool, protected: frozenset[str]) -> str | None:
+    """Why ``pod`` may not move, or None."""
+    if pod.name in protected:
+        return f"a disruption budget keeps pod {pod.name} in place"
+    if (max_priority is not None and pod.priority > max_priority) or (only_checkpointable and not pod.checkpointable):
+        return f"pod {pod.name} may not be moved"
+    return None
 
 
 def _freed_gpus(plan: RepackPlan, gpu_of: dict[str, int]) -> int:
@@ -135,6 +134,7 @@ def repack_plan(
     optimise: bool = True,
     pack_shares: bool = True,
     waiting: Sequence[Pod] = (),
+    protected: frozenset[str] = frozenset(),
 ) -> RepackPlan:
     """Plan moves that empty up to ``max_drained_nodes`` nodes (see the module docstring).
 
@@ -147,19 +147,25 @@ def repack_plan(
     ``empty_nodes`` are the ready GPU nodes that run no pod already: part of what the plan
     leaves free, though no move is needed for them. ``waiting``: the pods waiting for a place,
     in the order they wait; the shares among them join the share packing where room allows.
+    ``protected``: the pods whose eviction a disruption budget refuses now (a move is an
+    eviction): they stay where they run, and so does every node they run on.
     """
     if workload is None:
         workload = workload_from_pods([b.pod for n in nodes for b in n.bound.values()])
     model = FragmentationModel(workload)
-    plan = _greedy_plan(nodes, model, max_drained_nodes, max_priority, only_checkpointable)
-    optimal = _optimal_plan(nodes, model, max_drained_nodes, max_priority, only_checkpointable) if optimise else None
+
+    def why_pinned(pod: Pod) -> str | None:
+        return _pinned(pod, max_priority, only_checkpointable, protected)
+
+    plan = _greedy_plan(nodes, model, max_drained_nodes, why_pinned)
+    optimal = _optimal_plan(nodes, model, max_drained_nodes, why_pinned) if optimise else None
     if optimal is not None:
         gpu_of = {n.name: n.gpu_count for n in nodes}
         if (-_freed_gpus(optimal, gpu_of), len(optimal.moves)) < (-_freed_gpus(plan, gpu_of), len(plan.moves)):
             plan = optimal
     if not pack_shares:
         return plan
-    return _with_shares(nodes, plan, model, lambda pod: _blocker([pod], max_priority, only_checkpointable) is None, waiting)
+    return _with_shares(nodes, plan, model, lambda pod: why_pinned(pod) is None, waiting)
 
 
 def _with_shares(nodes, plan: RepackPlan, model: FragmentationModel, movable, waiting: Sequence[Pod]) -> RepackPlan:
@@ -176,7 +182,7 @@ def _with_shares(nodes, plan: RepackPlan, model: FragmentationModel, movable, wa
     )  # fmt: skip
 
 
-def _greedy_plan(nodes, model: FragmentationModel, max_drained_nodes, max_priority, only_checkpointable) -> RepackPlan:
+def _greedy_plan(nodes, model: FragmentationModel, max_drained_nodes, why_pinned) -> RepackPlan:
     sims = sorted((n.clone() for n in nodes), key=lambda n: n.name)
     before = sum(model.node_fragmentation(n) for n in sims)
     closed = {n.name: n.unschedulable for n in sims}  # to restore after planning
@@ -195,9 +201,9 @@ def _greedy_plan(nodes, model: FragmentationModel, max_drained_nodes, max_priori
             (b.pod for b in node.bound.values()),
             key=lambda p: (-p.gpu_request_milli, -p.cpu_milli, p.name),
         )
-        blocker = _blocker(pods, max_priority, only_checkpointable)
-        if blocker is not None:
-            skipped[node.name] = f"pod {blocker.name} may not be moved"
+        pinned = next(filter(None, map(why_pinned, pods)), None)
+        if pinned is not None:
+            skipped[node.name] = pinned
             continue
         node.unschedulable = True
         scheduler.touch(node.name)
@@ -236,18 +242,18 @@ def _plan(nodes, model, before: float, after_nodes, moves, freed, skipped) -> Re
     )
 
 
-def _optimal_plan(nodes, model: FragmentationModel, max_drained_nodes, max_priority, only_checkpointable) -> RepackPlan | None:
+def _optimal_plan(nodes, model: FragmentationModel, max_drained_nodes, why_pinned) -> RepackPlan | None:
     """The integer program's drain, replayed with real binds on copies (so it surely fits),
     in drain order; None where the program is too big or finds nothing in time."""
     sims = sorted((n.clone() for n in nodes), key=lambda n: n.name)
     skipped: dict[str, str] = {}
     candidates = []
     for node in sorted((n for n in sims if n.bound and n.ready and n.gpu_count), key=_drain_order):
-        blocker = _blocker([b.pod for b in node.bound.values()], max_priority, only_checkpointable)
-        if blocker is None:
+        pinned = next(filter(None, (why_pinned(b.pod) for b in node.bound.values())), None)
+        if pinned is None:
             candidates.append(node)
         else:
-            skipped[node.name] = f"pod {blocker.name} may not be moved"
+            skipped[node.name] = pinned
     drain = optimal_drain(sims, candidates, max_drained_nodes=max_drained_nodes)
     if drain is None:
         return None
