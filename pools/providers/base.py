@@ -205,11 +205,10 @@ class ClusterBackend(Protocol):
         """True when evicted; False when a disruption budget refused."""
         ...
 
-    # The simulated cluster, whose pods the product moves itself, also has
-    # `eviction_refused(*, pods: Sequence[tuple[str, str]]) -> set[tuple[str, str]]`: the
-    # pods whose eviction a disruption budget would refuse now, asked without evicting, so the
-    # repack plans no move the budget refuses. A real cluster's pods move only by draining,
-    # through the Eviction API, which asks the budgets itself (so it is not part of this protocol).
+    def eviction_refused(self, *, pods: Mapping[tuple[str, str], Mapping[str, str]]) -> set[tuple[str, str]]:
+        """The Running pods, (namespace, name) -> labels, whose eviction a disruption budget
+        would refuse now, asked without evicting: a repack plans no move a budget refuses."""
+        ...
 
     def list_pods(self, *, node_name: str) -> list[PodInfo]: ...
 

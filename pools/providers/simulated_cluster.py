@@ -89,9 +89,9 @@ class SimulatedCluster:
             )  # fmt: skip
         return set(evicted)
 
-    def eviction_refused(self, *, pods: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
-        """The pods (namespace, name) whose eviction an injected disruption budget (`evict`
-        failure) would refuse now; asking evicts nothing and uses up no refusal."""
+    def eviction_refused(self, *, pods: Mapping[tuple[str, str], Mapping[str, str]]) -> set[tuple[str, str]]:
+        """The pods, (namespace, name) -> labels, whose eviction an injected disruption budget
+        (`evict` failure) would refuse now; asking evicts nothing and uses up no refusal."""
         armed = failures_armed(EVICT)
         return {(namespace, name) for namespace, name in pods if any(failure_matches(f, f"{namespace}/{name}") for f in armed)} if armed else set()
 

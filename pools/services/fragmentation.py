@@ -10,15 +10,19 @@ eviction a disruption budget refuses now is not moved (the cluster backend says 
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import reduce
 from operator import or_
 
+import urllib3
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
 
 from pools import roles
 from pools.controllers.scheduler import scheduler_lock
@@ -38,6 +42,8 @@ from pools.providers import get_cluster_backend, real_cluster
 from pools.selectors.cluster import cluster_state, core_pods_of, live_nodes
 from pools.services.events import event_record
 from pools.services.pods import pods_bind
+
+logger = logging.getLogger("ebcloud.fragmentation")
 
 DEFAULT_WORKLOAD = Workload(((PodShape(0, 1, MILLI), 1),), observed=0)  # whole GPUs when no pod ran yet
 MAX_DISRUPTION_NODES = 100
@@ -62,12 +68,16 @@ def _load(pools: list[GpuNodePool] | None):
 
 
 def _protected(pods: list[Pod]) -> frozenset[str]:
-    """The pods whose eviction a disruption budget refuses now: the repack leaves them be. A
-    real cluster is not asked: its repack is a drain through the Eviction API, which asks
-    the PodDisruptionBudgets itself."""
-    if real_cluster() or not pods:
+    """The pods whose eviction a disruption budget refuses now: the repack leaves them be. If
+    a real cluster cannot be asked, the plan knows none: its drains still go through the
+    Eviction API, which refuses them itself."""
+    if not pods:
         return frozenset()
-    refused = get_cluster_backend().eviction_refused(pods=[(p.namespace, p.name) for p in pods])
+    try:
+        refused = get_cluster_backend().eviction_refused(pods={(p.namespace, p.name): p.labels for p in pods})
+    except (ApiException, ConfigException, urllib3.exceptions.HTTPError) as exc:
+        logger.warning("the cluster's disruption budgets could not be read: %s", exc)
+        return frozenset()
     return frozenset(f"{namespace}/{name}" for namespace, name in refused)
 
 

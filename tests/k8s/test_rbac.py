@@ -17,6 +17,7 @@ from pools.controllers.pod_mirror import PodMirror
 from pools.core.isolation import POLICY_NAME
 from pools.models import GpuNodePool, Node, Pod
 from pools.providers.fake_kubelet import FakeKubelet
+from pools.providers.kubernetes import KubernetesCluster
 from pools.providers.kubernetes_pods import ClusterPods
 from pools.services import pools as pool_services
 from tests.conftest import ROOT
@@ -61,6 +62,8 @@ def test_the_clusterrole_grants_what_the_control_plane_does_and_no_more(as_contr
     mirror = PodMirror(ClusterPods(as_controller), clock=lambda: now)
     mirror.relist()
     assert Pod.objects.live().filter(namespace=namespace, name="worker").exists()
+    # The repack plan reads the disruption budgets (one list).
+    assert KubernetesCluster(as_controller).eviction_refused(pods={(namespace, "worker"): {}}) == set()
 
     # The team-isolation policy and its binding are applied (created, then kept).
     try:

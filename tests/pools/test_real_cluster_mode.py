@@ -52,3 +52,21 @@ def test_the_api_answers_409_with_the_reason(api, real_cluster):
     response = api("member").post("/api/v1/pods/", pod_document("new"), format="json")
     assert response.status_code == 409
     assert "kubectl" in response.json()["errors"][0]["message"]
+
+
+def test_the_repack_plan_still_answers_when_the_disruption_budgets_cannot_be_read(api, actors, settings, tmp_path, caplog):
+    """The plan asks the API server which evictions the PodDisruptionBudgets refuse; with the
+    server away it plans without them (a drain's evictions still ask) and says so in the log."""
+    pool_with_nodes(actors["lead"], node_labels={"pool": "train"})
+    submit(actors["member"], "running", gpus=1, cpu="1")
+    scheduler_pass(now=T0)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: away\n"
+        "clusters: [{name: away, cluster: {server: 'http://127.0.0.1:9'}}]\n"
+        "contexts: [{name: away, context: {cluster: away, user: away}}]\nusers: [{name: away, user: {}}]\n"
+    )
+    settings.EBCLOUD_CLUSTER_BACKEND, settings.EBCLOUD_KUBECONFIG = "kubernetes", str(kubeconfig)
+    response = api("member").get("/api/v1/pools/train-pool-a/fragmentation/?plan=1")
+    assert response.status_code == 200 and "plan" in response.json()
+    assert "disruption budgets could not be read" in caplog.text
