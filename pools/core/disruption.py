@@ -1,6 +1,6 @@
-"""Would the Eviction API refuse to evict this pod now? Its answer, decided from the
-PodDisruptionBudgets as kube-apiserver decides it (policy/v1; issue 22 item 2: the repack's
-moves are evictions, so a plan must not count on a move a budget refuses).
+"""How many of which pods the Eviction API lets go now, decided from the PodDisruptionBudgets
+as kube-apiserver decides (policy/v1; issue 22 item 2: the repack's moves are evictions, so a
+plan must not count on a move a budget refuses).
 
 For a Running pod, kube-apiserver's eviction subresource takes the budgets of the pod's
 namespace whose selector matches the pod's labels (a null selector matches nothing, an empty
@@ -10,15 +10,24 @@ one everything), and refuses when:
 - it allows no disruption now (`status.disruptionsAllowed` <= 0), or too many evictions are
   still unconfirmed (`status.disruptedPods`).
 
-Each pod is judged alone, as the API judges one eviction; moving two pods of a budget that
-allows one is refused at the second eviction, which a drain then waits for.
+A budget that allows N disruptions lets N of its pods be evicted now, one by one, each
+eviction counting down; so a plan moves at most N of them (:class:`DisruptionBudget`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 MAX_DISRUPTED_PODS = 2000  # kube-apiserver's MaxDisruptedPodSize
+
+
+@dataclass(frozen=True)
+class DisruptionBudget:
+    """The pods ("namespace/name") one budget guards, and how many of them may be evicted now."""
+
+    pods: frozenset[str]
+    allowed: int
 
 
 def selector_matches(selector: Mapping | None, labels: Mapping[str, str]) -> bool:
@@ -47,24 +56,32 @@ def selector_matches(selector: Mapping | None, labels: Mapping[str, str]) -> boo
     return True
 
 
-def _refuses(budget: Mapping) -> bool:
+def _allowed(budget: Mapping) -> int:
+    """How many evictions the budget allows now: none while it is not processed yet or too
+    many evictions are unconfirmed."""
     status = budget.get("status") or {}
-    return (
-        (status.get("observedGeneration") or 0) < (budget.get("metadata", {}).get("generation") or 0)
-        or (status.get("disruptionsAllowed") or 0) <= 0
-        or len(status.get("disruptedPods") or {}) > MAX_DISRUPTED_PODS
-    )
+    if (status.get("observedGeneration") or 0) < (budget.get("metadata", {}).get("generation") or 0):
+        return 0
+    if len(status.get("disruptedPods") or {}) > MAX_DISRUPTED_PODS:
+        return 0
+    return max(0, status.get("disruptionsAllowed") or 0)
 
 
-def evictions_refused(budgets: Sequence[Mapping], pods: Mapping[tuple[str, str], Mapping[str, str]]) -> set[tuple[str, str]]:
-    """The pods, (namespace, name) -> labels, whose eviction the budgets (PodDisruptionBudget
-    documents, as the API returns them) refuse now."""
-    by_namespace: dict[str, list[Mapping]] = {}
-    for budget in budgets:
-        by_namespace.setdefault(budget.get("metadata", {}).get("namespace", ""), []).append(budget)
-    refused = set()
-    for (namespace, name), labels in pods.items():
-        matching = [b for b in by_namespace.get(namespace, ()) if selector_matches((b.get("spec") or {}).get("selector"), labels)]
-        if len(matching) > 1 or (matching and _refuses(matching[0])):
-            refused.add((namespace, name))
-    return refused
+def disruption_budgets(budgets: Sequence[Mapping], pods: Mapping[str, Mapping[str, str]]) -> list[DisruptionBudget]:
+    """The budgets (PodDisruptionBudget documents, as the API returns them) over these pods,
+    "namespace/name" -> labels: each with the pods it alone guards; a pod two budgets match
+    may not be evicted at all, so it gets a budget of its own that allows none."""
+    guarded: dict[int, set[str]] = {}
+    alone: list[DisruptionBudget] = []
+    for key, labels in pods.items():
+        namespace = key.split("/", 1)[0]
+        matching = [
+            i for i, b in enumerate(budgets)
+            if b.get("metadata", {}).get("namespace") == namespace and selector_matches((b.get("spec") or {}).get("selector"), labels)
+        ]  # fmt: skip
+        if len(matching) > 1:
+            alone.append(DisruptionBudget(frozenset({key}), 0))
+        elif matching:
+            guarded.setdefault(matching[0], set()).add(key)
+    return [DisruptionBudget(frozenset(keys), _allowed(budgets[i])) for i, keys in sorted(guarded.items())] + alone
+

@@ -18,6 +18,7 @@ from decimal import Decimal
 from typing import Protocol, runtime_checkable
 
 from billing.pricing import Quote
+from pools.core.disruption import DisruptionBudget
 from pools.core.node_labels import ClusterNodeState
 
 NodeState = ClusterNodeState  # what `ClusterBackend.nodes_state` returns per node
@@ -205,9 +206,10 @@ class ClusterBackend(Protocol):
         """True when evicted; False when a disruption budget refused."""
         ...
 
-    def eviction_refused(self, *, pods: Mapping[tuple[str, str], Mapping[str, str]]) -> set[tuple[str, str]]:
-        """The Running pods, (namespace, name) -> labels, whose eviction a disruption budget
-        would refuse now, asked without evicting: a repack plans no move a budget refuses."""
+    def disruption_budgets(self, *, pods: Mapping[str, Mapping[str, str]]) -> list[DisruptionBudget]:
+        """The disruption budgets over these Running pods ("namespace/name" -> labels): which
+        of them each guards and how many it lets be evicted now, asked without evicting, so
+        that a repack plans no more moves than the budgets allow."""
         ...
 
     def list_pods(self, *, node_name: str) -> list[PodInfo]: ...

@@ -17,8 +17,8 @@ What Kubernetes defines is done its way:
 - the state of every node is read with one list (`nodes_state`), once per lifecycle pass, to
   find labels, taints or cordons changed by others and put ours back;
 - eviction goes through the Eviction API (policy/v1): a PodDisruptionBudget's refusal (429) is
-  "not now", reported to the caller, never forced; a plan asks beforehand which evictions the
-  budgets refuse (`eviction_refused`, decided from the budgets as the API decides);
+  "not now", reported to the caller, never forced; a plan asks beforehand how many of which pods
+  the budgets let go (`disruption_budgets`, read as the API reads them);
 - the pods a drain must move are those `kubectl drain` evicts: DaemonSet pods and mirror (static)
   pods stay, finished pods are skipped.
 """
@@ -34,7 +34,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.utils.quantity import parse_quantity
 
-from pools.core.disruption import evictions_refused
+from pools.core.disruption import DisruptionBudget, disruption_budgets
 from pools.core.podspec import GPU_RESOURCE, GPU_SHARE_RESOURCE
 from pools.core.scheduling.nodes import MILLI
 from pools.providers.base import NodeState, PodInfo, ProviderError
@@ -173,12 +173,12 @@ class KubernetesCluster:
             raise
         return True
 
-    def eviction_refused(self, *, pods: Mapping[tuple[str, str], Mapping[str, str]]) -> set[tuple[str, str]]:
-        """The Running pods, (namespace, name) -> labels, whose eviction the cluster's
-        PodDisruptionBudgets refuse now, decided as the Eviction API decides
-        (`pools.core.disruption`) from one list of the budgets; nothing is evicted."""
+    def disruption_budgets(self, *, pods: Mapping[str, Mapping[str, str]]) -> list[DisruptionBudget]:
+        """The PodDisruptionBudgets over these Running pods ("namespace/name" -> labels), each
+        with the pods it guards and the evictions it allows now, read as the Eviction API
+        reads them (`pools.core.disruption`) from one list; nothing is evicted."""
         listed = client.PolicyV1Api(self.core.api_client).list_pod_disruption_budget_for_all_namespaces(_preload_content=False)
-        return evictions_refused(json.loads(listed.data).get("items") or (), pods)
+        return disruption_budgets(json.loads(listed.data).get("items") or (), pods)
 
     def list_pods(self, *, node_name: str) -> list[PodInfo]:
         pods = self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node_name}").items

@@ -17,6 +17,7 @@ from django.db import transaction
 from django.db.models import Q, TextField
 from django.db.models.functions import Cast
 
+from pools.core.disruption import DisruptionBudget
 from pools.core.node_labels import labels_taints_decoded
 from pools.models.cloud import SimClusterNode
 from pools.models.pods import Pod
@@ -89,11 +90,12 @@ class SimulatedCluster:
             )  # fmt: skip
         return set(evicted)
 
-    def eviction_refused(self, *, pods: Mapping[tuple[str, str], Mapping[str, str]]) -> set[tuple[str, str]]:
-        """The pods, (namespace, name) -> labels, whose eviction an injected disruption budget
-        (`evict` failure) would refuse now; asking evicts nothing and uses up no refusal."""
+    def disruption_budgets(self, *, pods: Mapping[str, Mapping[str, str]]) -> list[DisruptionBudget]:
+        """Of these pods ("namespace/name" -> labels), those whose eviction an injected
+        disruption budget (`evict` failure) would refuse now, each under a budget that lets
+        none go; asking evicts nothing and uses up no refusal."""
         armed = failures_armed(EVICT)
-        return {(namespace, name) for namespace, name in pods if any(failure_matches(f, f"{namespace}/{name}") for f in armed)} if armed else set()
+        return [DisruptionBudget(frozenset({key}), 0) for key in pods if any(failure_matches(f, key) for f in armed)] if armed else []
 
     def list_pods(self, *, node_name: str) -> list[PodInfo]:
         pods = Pod.objects.filter(node__name=node_name, phase=Pod.Phase.RUNNING).order_by("namespace", "name")

@@ -26,6 +26,7 @@ from kubernetes.config.config_exception import ConfigException
 
 from pools import roles
 from pools.controllers.scheduler import scheduler_lock
+from pools.core.disruption import DisruptionBudget
 from pools.core.errors import ConflictError, ValidationError
 from pools.core.scheduling.fragmentation import (
     FragmentationReport,
@@ -67,18 +68,17 @@ def _load(pools: list[GpuNodePool] | None):
     return nodes, pods, states, workload
 
 
-def _protected(pods: list[Pod]) -> frozenset[str]:
-    """The pods whose eviction a disruption budget refuses now: the repack leaves them be. If
-    a real cluster cannot be asked, the plan knows none: its drains still go through the
-    Eviction API, which refuses them itself."""
+def _budgets(pods: list[Pod]) -> list[DisruptionBudget]:
+    """The disruption budgets over the running pods: the repack moves no more of a budget's
+    pods than it lets go now. If a real cluster cannot be asked, the plan knows none: its
+    drains still go through the Eviction API, which refuses what they refuse."""
     if not pods:
-        return frozenset()
+        return []
     try:
-        refused = get_cluster_backend().eviction_refused(pods={(p.namespace, p.name): p.labels for p in pods})
+        return get_cluster_backend().disruption_budgets(pods={p.key: p.labels for p in pods})
     except (ApiException, ConfigException, urllib3.exceptions.HTTPError) as exc:
         logger.warning("the cluster's disruption budgets could not be read: %s", exc)
-        return frozenset()
-    return frozenset(f"{namespace}/{name}" for namespace, name in refused)
+        return []
 
 
 def _waiting(states) -> list:
@@ -110,7 +110,7 @@ def fragmentation_for(*, pools: list[GpuNodePool] | None, scope: str, with_plan:
     nodes = list(states.values())
     report = fragmentation_report(nodes, workload)
     budget = max_nodes if max_nodes is not None else max(1, len(nodes))
-    plan = repack_plan(nodes, workload=workload, max_drained_nodes=budget, waiting=_waiting(states), protected=_protected(pods)) if with_plan else None
+    plan = repack_plan(nodes, workload=workload, max_drained_nodes=budget, waiting=_waiting(states), budgets=_budgets(pods)) if with_plan else None
     return FragmentationView(scope, report, plan)
 
 
@@ -132,7 +132,7 @@ def repack_apply(*, user, pool: GpuNodePool | None, max_nodes: int = 1, shares: 
         nodes, pods, states, workload = _load([pool] if pool is not None else None)
         plan = repack_plan(
             list(states.values()), workload=workload, max_drained_nodes=0 if shares else max_nodes, pack_shares=shares,
-            waiting=_waiting(states) if shares else (), protected=_protected(pods),
+            waiting=_waiting(states) if shares else (), budgets=_budgets(pods),
         )  # fmt: skip
         by_name = {n.name: n for n in nodes}
         by_key = {p.key: p for p in pods}
@@ -234,7 +234,7 @@ def fragmentation_record(*, now: datetime | None = None) -> list[FragmentationSa
     """Store one trend point per live pool with nodes, and one for the whole cluster."""
     now = now or timezone.now()
     _, pods, states, workload = _load(None)
-    protected = _protected(pods)
+    budgets = _budgets(pods)
     by_pool: dict[str, list] = {}
     for state in states.values():
         by_pool.setdefault(state.pool, []).append(state)
@@ -242,7 +242,7 @@ def fragmentation_record(*, now: datetime | None = None) -> list[FragmentationSa
     samples = []
     for name, members in [*((n, by_pool[n]) for n in sorted(pools)), ("", list(states.values()))]:
         report = fragmentation_report(members, workload)
-        plan = repack_plan(members, workload=workload, max_drained_nodes=len(members) or 1, pack_shares=False, protected=protected)
+        plan = repack_plan(members, workload=workload, max_drained_nodes=len(members) or 1, pack_shares=False, budgets=budgets)
         samples.append(
             FragmentationSample(
                 pool=pools.get(name),

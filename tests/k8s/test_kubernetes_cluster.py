@@ -10,6 +10,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from pools.core.disruption import DisruptionBudget
 from pools.providers.fake_kubelet import FakeKubelet
 from pools.providers.kubernetes import KubernetesCluster, NodeNotRegistered
 from tests.k8s.helpers import pod, wait_for
@@ -109,8 +110,8 @@ def test_eviction_goes_through_the_eviction_api_and_a_disruption_budget_makes_it
         spec=client.V1PodDisruptionBudgetSpec(min_available=1, selector=client.V1LabelSelector(match_labels={"app": "trainer"})),
     )
     created = policy.create_namespaced_pod_disruption_budget(namespace, budget)
-    pods = {(namespace, "guarded"): {"app": "trainer"}, (namespace, "free"): {"app": "notebook"}}
-    assert cluster.eviction_refused(pods=pods) == {(namespace, "guarded")}  # the plan's answer, asked first
+    pods = {f"{namespace}/guarded": {"app": "trainer"}, f"{namespace}/free": {"app": "notebook"}}
+    assert cluster.disruption_budgets(pods=pods) == [DisruptionBudget(frozenset({f"{namespace}/guarded"}), 0)]  # the plan's answer, asked first
 
     assert cluster.evict_pod(namespace=namespace, name="guarded", reason="drain") is False  # 429: not now
     assert cluster.evict_pod(namespace=namespace, name="free", reason="drain") is True
@@ -122,7 +123,7 @@ def test_eviction_goes_through_the_eviction_api_and_a_disruption_budget_makes_it
         "observedGeneration": created.metadata.generation, "disruptionsAllowed": 1, "currentHealthy": 2,
         "desiredHealthy": 1, "expectedPods": 2,
     }})  # fmt: skip
-    assert cluster.eviction_refused(pods=pods) == set()
+    assert cluster.disruption_budgets(pods=pods) == [DisruptionBudget(frozenset({f"{namespace}/guarded"}), 1)]
     assert cluster.evict_pod(namespace=namespace, name="guarded", reason="drain") is True
     assert cluster.evict_pod(namespace=namespace, name="never-existed", reason="drain") is True  # gone is evicted
 

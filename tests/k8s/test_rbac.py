@@ -63,7 +63,7 @@ def test_the_clusterrole_grants_what_the_control_plane_does_and_no_more(as_contr
     mirror.relist()
     assert Pod.objects.live().filter(namespace=namespace, name="worker").exists()
     # The repack plan reads the disruption budgets (one list).
-    assert KubernetesCluster(as_controller).eviction_refused(pods={(namespace, "worker"): {}}) == set()
+    assert KubernetesCluster(as_controller).disruption_budgets(pods={f"{namespace}/worker": {}}) == []
 
     # The team-isolation policy and its binding are applied (created, then kept).
     try:

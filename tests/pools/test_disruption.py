@@ -1,12 +1,18 @@
-"""Which evictions the PodDisruptionBudgets refuse, decided as kube-apiserver's eviction
-subresource decides (issue 22 item 2: the repack's moves are evictions). The agreement with a
-real API server is checked in tests/k8s/test_kubernetes_cluster.py."""
+"""How many of which pods the PodDisruptionBudgets let be evicted now, decided as
+kube-apiserver's eviction subresource decides (issue 22 item 2: the repack's moves are
+evictions). The agreement with a real API server is checked in
+tests/k8s/test_kubernetes_cluster.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from pools.core.disruption import MAX_DISRUPTED_PODS, evictions_refused, selector_matches
+from pools.core.disruption import (
+    MAX_DISRUPTED_PODS,
+    DisruptionBudget,
+    disruption_budgets,
+    selector_matches,
+)
 
 TRAINER = {"app": "trainer", "tier": "gpu"}
 
@@ -39,29 +45,31 @@ def budget(name="trainer", namespace="ml", selector=None, *, generation=1, obser
     }
 
 
-POD = {("ml", "p0"): TRAINER}
+POD = {"ml/p0": TRAINER}
 
 
 @pytest.mark.parametrize(
-    ("budgets", "refused"),
+    ("budgets", "allowed"),
     [
-        ([], False),
-        ([budget()], False),  # one disruption allowed: this eviction goes
-        ([budget(allowed=0)], True),  # 429: it would violate the budget
-        ([budget(allowed=-1)], True),  # 403: a negative count
-        ([budget(generation=2, observed=1)], True),  # 429: not processed yet
-        ([{"metadata": {"name": "new", "namespace": "ml", "generation": 1}, "spec": {"selector": {}}}], True),  # no status yet
-        ([budget(disrupted=MAX_DISRUPTED_PODS + 1)], True),  # too many evictions unconfirmed
-        ([budget(disrupted=MAX_DISRUPTED_PODS)], False),
-        ([budget(), budget("second", selector={})], True),  # two budgets match: the API does not support it
-        ([budget(namespace="other", allowed=0)], False),  # another namespace's budget
-        ([budget(selector={"matchLabels": {"app": "web"}}, allowed=0)], False),  # selects other pods
+        ([], None),  # no budget: nothing limits its eviction
+        ([budget()], 1),
+        ([budget(allowed=3)], 3),
+        ([budget(allowed=0)], 0),  # 429: it would violate the budget
+        ([budget(allowed=-1)], 0),  # 403: a negative count
+        ([budget(generation=2, observed=1)], 0),  # 429: not processed yet
+        ([{"metadata": {"name": "new", "namespace": "ml", "generation": 1}, "spec": {"selector": {}}}], 0),  # no status yet
+        ([budget(disrupted=MAX_DISRUPTED_PODS + 1)], 0),  # too many evictions unconfirmed
+        ([budget(disrupted=MAX_DISRUPTED_PODS)], 1),
+        ([budget(), budget("second", selector={})], 0),  # two budgets match: the API does not support it
+        ([budget(namespace="other", allowed=0)], None),  # another namespace's budget
+        ([budget(selector={"matchLabels": {"app": "web"}}, allowed=0)], None),  # selects other pods
     ],
 )
-def test_an_eviction_is_refused_where_the_eviction_api_refuses_it(budgets, refused):
-    assert evictions_refused(budgets, POD) == ({("ml", "p0")} if refused else set())
+def test_a_pods_budget_allows_what_the_eviction_api_allows(budgets, allowed):
+    expected = [] if allowed is None else [DisruptionBudget(frozenset({"ml/p0"}), allowed)]
+    assert disruption_budgets(budgets, POD) == expected
 
 
-def test_each_pod_is_judged_against_its_own_namespace_and_labels():
-    pods = {("ml", "p0"): TRAINER, ("ml", "web"): {"app": "web"}, ("other", "p0"): TRAINER}
-    assert evictions_refused([budget(allowed=0)], pods) == {("ml", "p0")}
+def test_a_budget_guards_every_pod_it_alone_selects_in_its_namespace():
+    pods = {"ml/p0": TRAINER, "ml/p1": TRAINER, "ml/web": {"app": "web"}, "other/p0": TRAINER}
+    assert disruption_budgets([budget(allowed=1)], pods) == [DisruptionBudget(frozenset({"ml/p0", "ml/p1"}), 1)]

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pools.core.disruption import DisruptionBudget
 from pools.core.scheduling.fragmentation import (
     FragmentationModel,
     PodShape,
@@ -20,6 +21,7 @@ from pools.core.scheduling.fragmentation import (
 )
 from pools.core.scheduling.nodes import NodeState, Pod, Taint, best_fit_gpus, filter_node
 from pools.core.scheduling.repack import make_room_plan, repack_plan
+from pools.core.scheduling.repack_milp import optimal_drain
 
 SHARE = PodShape(cpu_milli=1000, gpu_count=1, gpu_milli=500)
 WHOLE = PodShape(cpu_milli=1000, gpu_count=1, gpu_milli=1000)
@@ -219,14 +221,47 @@ def test_the_repack_plan_never_moves_pods_above_the_priority_it_makes_room_for()
 
 def test_the_repack_plan_moves_no_pod_a_disruption_budget_protects():
     """Issue 22 item 2 (PDB-like limits on moves): a move is an eviction, so a pod whose
-    eviction a disruption budget refuses stays, and so does its node. The optimiser would
-    drain a (its one pod onto b's idle GPUs); protected, the plan drains b instead, and says
-    why a stays."""
-    plan = repack_plan(half_full_pair(), workload=Workload(((WHOLE, 1), (SHARE, 1))), max_drained_nodes=2, protected=frozenset({"ns/a1"}))
+    disruption budget lets none go stays, and so does its node. The optimiser would drain a
+    (its one pod onto b's idle GPUs); protected, the plan drains b instead, and says why a
+    stays."""
+    workload = Workload(((WHOLE, 1), (SHARE, 1)))
+    plan = repack_plan(half_full_pair(), workload=workload, max_drained_nodes=2, budgets=[DisruptionBudget(frozenset({"ns/a1"}), 0)])
     assert plan.freed_nodes == ("b",) and "ns/a1" not in {m.pod for m in plan.moves}
     assert plan.skipped["a"] == "a disruption budget keeps pod ns/a1 in place"
-    both = repack_plan(half_full_pair(), workload=Workload(((WHOLE, 1), (SHARE, 1))), protected=frozenset({"ns/a1", "ns/b2"}))
-    assert both.moves == () and both.freed_nodes == () and both.share_moves == ()
+    both = repack_plan(half_full_pair(), workload=workload, budgets=[DisruptionBudget(frozenset({"ns/a1", "ns/b2"}), 0)])
+    assert both.moves == () and both.freed_nodes == ()
+
+
+def test_the_repack_plan_moves_no_more_of_a_budgets_pods_than_it_lets_go():
+    """Four nodes with one pod each: four drains, unless a budget over three of the pods lets
+    one go (the greedy plan and the integer program alike)."""
+    nodes = [node(f"n{i}", gpus=4) for i in range(4)]
+    for i, n in enumerate(nodes):
+        n.bind(pod(f"ns/p{i}", gpus=1), (0,))
+    guarded = DisruptionBudget(frozenset({"ns/p0", "ns/p1", "ns/p2"}), 1)
+    assert len(repack_plan(nodes, max_drained_nodes=3).moves) == 3
+    greedy = repack_plan(nodes, max_drained_nodes=3, budgets=[guarded], optimise=False)
+    assert len({m.pod for m in greedy.moves} & guarded.pods) == 1 and len(greedy.freed_nodes) == 2
+    assert "a disruption budget lets no more of its pods move now (ns/p" in " ".join(greedy.skipped.values())
+    limits = [({n.name: len(guarded.pods & n.bound.keys()) for n in nodes}, guarded.allowed)]
+    drain = optimal_drain(nodes, nodes, max_drained_nodes=3, limits=limits)
+    assert len(drain.nodes) == 2 and len(set(drain.targets) & guarded.pods) == 1
+
+
+def test_the_share_packing_moves_no_more_of_a_budgets_shares_than_it_lets_go():
+    """500 | 500 | 300 | 300 pack into two GPUs: a budget over the four shares that lets as
+    many go as that packing moves allows it; one that lets fewer go keeps them all where they
+    are (a share that stays keeps its GPU out of the packing, and every GPU holds one)."""
+    n = node("n", gpus=4)
+    for i, milli in enumerate((500, 500, 300, 300)):
+        n.bind(pod(f"ns/s{i}", gpus=1, milli=milli), (i,))
+    free = repack_plan([n], pack_shares=True)
+    assert free.share_gpus_freed == 2
+    shares = frozenset(f"ns/s{i}" for i in range(4))
+    enough = repack_plan([n], pack_shares=True, budgets=[DisruptionBudget(shares, len(free.share_moves))])
+    assert enough.share_moves == free.share_moves and enough.share_gpus_freed == 2
+    short = repack_plan([n], pack_shares=True, budgets=[DisruptionBudget(shares, len(free.share_moves) - 1)])
+    assert short.share_moves == () and short.share_gpus_freed == 0
 
 
 def test_the_repack_plan_never_moves_a_pod_where_a_filter_fails():

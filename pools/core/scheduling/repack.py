@@ -19,8 +19,9 @@ How it decides, and why:
   ``max_priority`` (e.g. the priority of the pending pod the room is for) are never moved, so
   their nodes are not drained.
 * The disruption budget ``max_drained_nodes`` caps the nodes drained by one plan (one wave).
-  A move is an eviction, so a pod whose eviction a PodDisruptionBudget refuses now
-  (``protected``) stays where it runs: its node is not drained, its GPU's shares not repacked.
+  A move is an eviction, so the plan spends the PodDisruptionBudgets (``budgets``): a pod
+  whose budget allows no eviction now stays where it runs (its node is not drained, its GPU's
+  shares not repacked), and of a budget that allows N, at most N pods move.
 * The plan's second part packs the GPU shares into the fewest GPUs
   (:mod:`pools.core.scheduling.repack_shares`): on a packing as good as FGD's no node drains,
   but recombining shares frees whole GPUs for the pods that need them. It is planned on the
@@ -36,9 +37,11 @@ never moving a pod of higher priority than the one it makes room for.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from pools.core.disruption import DisruptionBudget
 from pools.core.scheduling.cluster import ClusterScheduler
 from pools.core.scheduling.fragmentation import FragmentationModel, Workload, workload_from_pods
 from pools.core.scheduling.nodes import (
@@ -111,9 +114,9 @@ def _drain_order(node: NodeState) -> tuple:
     return (gpu, cpu, node.name)
 
 
-def _pinned(pod: Pod, max_priority: int | None, only_checkpointable: bool, protected: frozenset[str]) -> str | None:
+def _pinned(pod: Pod, max_priority: int | None, only_checkpointable: bool, refused: frozenset[str]) -> str | None:
     """Why ``pod`` may not move, or None."""
-    if pod.name in protected:
+    if pod.name in refused:
         return f"a disruption budget keeps pod {pod.name} in place"
     if (max_priority is not None and pod.priority > max_priority) or (only_checkpointable and not pod.checkpointable):
         return f"pod {pod.name} may not be moved"
@@ -134,7 +137,7 @@ def repack_plan(
     optimise: bool = True,
     pack_shares: bool = True,
     waiting: Sequence[Pod] = (),
-    protected: frozenset[str] = frozenset(),
+    budgets: Sequence[DisruptionBudget] = (),
 ) -> RepackPlan:
     """Plan moves that empty up to ``max_drained_nodes`` nodes (see the module docstring).
 
@@ -147,42 +150,64 @@ def repack_plan(
     ``empty_nodes`` are the ready GPU nodes that run no pod already: part of what the plan
     leaves free, though no move is needed for them. ``waiting``: the pods waiting for a place,
     in the order they wait; the shares among them join the share packing where room allows.
-    ``protected``: the pods whose eviction a disruption budget refuses now (a move is an
-    eviction): they stay where they run, and so does every node they run on.
-    """
+    ``budgets``: the disruption budgets over the running pods (a move is an eviction): a pod
+    whose budget allows none stays where it runs, and so does its node; of a budget that
+    allows N, at most N pods move (counted per part: each is applied on its own)."""
+    refused = frozenset(key for budget in budgets if budget.allowed <= 0 for key in budget.pods)
     if workload is None:
         workload = workload_from_pods([b.pod for n in nodes for b in n.bound.values()])
     model = FragmentationModel(workload)
 
     def why_pinned(pod: Pod) -> str | None:
-        return _pinned(pod, max_priority, only_checkpointable, protected)
+        return _pinned(pod, max_priority, only_checkpointable, refused)
 
-    plan = _greedy_plan(nodes, model, max_drained_nodes, why_pinned)
-    optimal = _optimal_plan(nodes, model, max_drained_nodes, why_pinned) if optimise else None
+    plan = _greedy_plan(nodes, model, max_drained_nodes, why_pinned, budgets)
+    optimal = _optimal_plan(nodes, model, max_drained_nodes, why_pinned, budgets) if optimise else None
     if optimal is not None:
         gpu_of = {n.name: n.gpu_count for n in nodes}
         if (-_freed_gpus(optimal, gpu_of), len(optimal.moves)) < (-_freed_gpus(plan, gpu_of), len(plan.moves)):
             plan = optimal
     if not pack_shares:
         return plan
-    return _with_shares(nodes, plan, model, lambda pod: why_pinned(pod) is None, waiting)
+    return _with_shares(nodes, plan, model, lambda pod: why_pinned(pod) is None, waiting, budgets)
 
 
-def _with_shares(nodes, plan: RepackPlan, model: FragmentationModel, movable, waiting: Sequence[Pod]) -> RepackPlan:
+def _with_shares(nodes, plan: RepackPlan, model: FragmentationModel, movable, waiting: Sequence[Pod], budgets) -> RepackPlan:
     """The plan with its second part, planned on the nodes as they are (it is applied on its
     own): the shares (and the waiting shares that fit with them) packed into the fewest GPUs,
-    no share landing on a node that runs none."""
-    sims = sorted((n.clone() for n in nodes), key=lambda n: n.name)
-    for node in sims:
-        node.unschedulable = node.unschedulable or not node.bound
-    shares = repack_shares(ClusterScheduler(sims, _RepackScore(model)), movable, waiting=waiting, time_limit_s=TIME_LIMIT_S)
+    no share landing on a node that runs none. Where it moves more of a disruption budget's
+    pods than the budget allows, that budget's pods stay and it is planned again."""
+    kept: set[str] = set()
+    while True:
+        sims = sorted((n.clone() for n in nodes), key=lambda n: n.name)
+        for node in sims:
+            node.unschedulable = node.unschedulable or not node.bound
+        scheduler = ClusterScheduler(sims, _RepackScore(model))
+        shares = repack_shares(scheduler, lambda pod, kept=frozenset(kept): movable(pod) and pod.name not in kept, waiting=waiting, time_limit_s=TIME_LIMIT_S)
+        excess = _past_budget([name for name, *_ in shares.moves], budgets)
+        if excess is None:
+            break
+        kept |= next(b.pods for b in budgets if excess in b.pods)
     return replace(
         plan, share_moves=tuple(Move(*move) for move in shares.moves), share_gpus_freed=max(shares.gpus_freed, 0),
         share_placements=tuple(Placement(*placed) for placed in shares.placed),
     )  # fmt: skip
 
 
-def _greedy_plan(nodes, model: FragmentationModel, max_drained_nodes, why_pinned) -> RepackPlan:
+def _past_budget(moved: Sequence[str], budgets: Sequence[DisruptionBudget]) -> str | None:
+    """The first of the ``moved`` pods that its disruption budget no longer lets go (each
+    budget lets ``allowed`` of its pods go), or None."""
+    spent = Counter()
+    for name in moved:
+        for i, budget in enumerate(budgets):
+            if name in budget.pods:
+                spent[i] += 1
+                if spent[i] > budget.allowed:
+                    return name
+    return None
+
+
+def _greedy_plan(nodes, model: FragmentationModel, max_drained_nodes, why_pinned, budgets) -> RepackPlan:
     sims = sorted((n.clone() for n in nodes), key=lambda n: n.name)
     before = sum(model.node_fragmentation(n) for n in sims)
     closed = {n.name: n.unschedulable for n in sims}  # to restore after planning
@@ -202,8 +227,9 @@ def _greedy_plan(nodes, model: FragmentationModel, max_drained_nodes, why_pinned
             key=lambda p: (-p.gpu_request_milli, -p.cpu_milli, p.name),
         )
         pinned = next(filter(None, map(why_pinned, pods)), None)
-        if pinned is not None:
-            skipped[node.name] = pinned
+        excess = _past_budget([m.pod for m in moves] + [p.name for p in pods], budgets) if budgets else None
+        if pinned is not None or excess is not None:
+            skipped[node.name] = pinned or f"a disruption budget lets no more of its pods move now ({excess})"
             continue
         node.unschedulable = True
         scheduler.touch(node.name)
@@ -242,7 +268,7 @@ def _plan(nodes, model, before: float, after_nodes, moves, freed, skipped) -> Re
     )
 
 
-def _optimal_plan(nodes, model: FragmentationModel, max_drained_nodes, why_pinned) -> RepackPlan | None:
+def _optimal_plan(nodes, model: FragmentationModel, max_drained_nodes, why_pinned, budgets) -> RepackPlan | None:
     """The integer program's drain, replayed with real binds on copies (so it surely fits),
     in drain order; None where the program is too big or finds nothing in time."""
     sims = sorted((n.clone() for n in nodes), key=lambda n: n.name)
@@ -254,7 +280,8 @@ def _optimal_plan(nodes, model: FragmentationModel, max_drained_nodes, why_pinne
             candidates.append(node)
         else:
             skipped[node.name] = pinned
-    drain = optimal_drain(sims, candidates, max_drained_nodes=max_drained_nodes)
+    limits = [({n.name: len(budget.pods & n.bound.keys()) for n in candidates}, budget.allowed) for budget in budgets if budget.allowed > 0]
+    drain = optimal_drain(sims, candidates, max_drained_nodes=max_drained_nodes, limits=limits)
     if drain is None:
         return None
     before = sum(model.node_fragmentation(n) for n in sims)

@@ -16,6 +16,7 @@ by HiGHS (``scipy.optimize.milp``):
          whole GPUs of m:  sum_g u[m, g] = incoming whole GPUs
          x[p, m] + z[m] <= 1                              no move onto a drained node
          sum_n z[n] <= the disruption budget
+         sum_n z[n] * (b's pods on n) <= what b allows   per PodDisruptionBudget b
 
 A pod only considers targets that run pods already (moving onto an empty node frees nothing)
 and pass every scheduler filter for it; the plan is then replayed with real binds on copies,
@@ -26,7 +27,7 @@ whenever the greedy plan frees as much. scipy is imported here only.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pools.core.scheduling.nodes import MILLI, NodeState, Pod, filter_node
@@ -78,11 +79,13 @@ def optimal_drain(
     candidates: Sequence[NodeState],
     *,
     max_drained_nodes: int,
+    limits: Sequence[tuple[Mapping[str, int], int]] = (),
     max_columns: int = MAX_COLUMNS,
     time_limit_s: float = TIME_LIMIT_S,
 ) -> Drain | None:
     """The drain that frees the most GPUs (then moves the fewest pods) among ``candidates``,
-    or None when the program would exceed ``max_columns`` or HiGHS finds no plan in time."""
+    or None when the program would exceed ``max_columns`` or HiGHS finds no plan in time.
+    ``limits``: per disruption budget, its pods on each candidate node and how many it lets go."""
     try:
         import numpy as np
         from scipy.optimize import Bounds, LinearConstraint, milp
@@ -134,6 +137,8 @@ def optimal_drain(
             for c, _, _ in incoming:
                 program.row([(c, 1.0), (drain[target.name], 1.0)], -np.inf, 1.0)
     program.row([(c, 1.0) for c in drain.values()], -np.inf, float(max_drained_nodes))
+    for on, allowed in limits:
+        program.row([(drain[name], float(count)) for name, count in on.items() if count and name in drain], -np.inf, float(allowed))
     count = len(program.objective)
     matrix = coo_array((program.vals, (program.rows, program.cols)), shape=(len(program.low), count))
     result = milp(
