@@ -37,7 +37,7 @@ applied by unbinding every moved pod before binding any (the database has no ord
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -227,10 +227,14 @@ def _pack(scheduler: ClusterScheduler, by_name, open_gpus, sizes, as_counts, dem
         slots = {sizes[i]: count for i, count in enumerate(pattern) if count}
         hosts.update((key, slots) for key in holding[pattern][:kept])
         to_place += [slots] * (run - min(kept, len(holding[pattern])))
+    waiting_at: dict[tuple, deque[int]] = defaultdict(deque)  # each pattern to place -> its places in to_place
+    for i, slots in enumerate(to_place):
+        waiting_at[tuple(sorted(slots.items()))].append(i)
     for key in [key for key in order if key not in hosts][: len(to_place)]:
         have = Counter(b.pod.gpu_milli for b in open_gpus[key])
-        best = max(range(len(to_place)), key=lambda i: sum(min(c, to_place[i].get(size, 0)) * size for size, c in have.items()))
-        hosts[key] = to_place.pop(best)
+        # The pattern it overlaps most (in milli), the first in to_place on a tie.
+        best = max((p for p, at in waiting_at.items() if at), key=lambda p: (sum(min(c, dict(p).get(size, 0)) * size for size, c in have.items()), -waiting_at[p][0]))
+        hosts[key] = to_place[waiting_at[best].popleft()]
     pods, origin = _residents(open_gpus, admitted)
     in_use = _gpus_in_use(scheduler.nodes)
     for name, (node, _) in origin.items():
@@ -254,32 +258,38 @@ def _fill(scheduler: ClusterScheduler, by_name, pods: dict[str, Pod], origin, ho
     Three rounds: shares already on the slot's GPU stay, then those already on its node
     (neither needs CPU it did not have), then the rest, most CPU first, each onto the node with
     the most CPU and memory left, so that no node runs out while others idle."""
-    slots: dict[int, list[tuple[str, int]]] = defaultdict(list)
-    for key, pattern in hosts.items():
+    slots: dict[int, Counter] = defaultdict(Counter)  # size -> host GPU -> its free slots of that size
+    on_node: dict[tuple[int, str], Counter] = defaultdict(Counter)  # the same, per (size, node)
+    for key, pattern in hosts.items():  # both in hosts' order: the first host with a free slot is taken
         for size, count in pattern.items():
-            slots[size] += [key] * count
+            slots[size][key] += count
+            on_node[size, key[0]][key] += count
     placed: dict[str, tuple[str, tuple[int, ...]]] = {}
 
     def settle(pod: Pod, key: tuple[str, int]) -> None:
         scheduler.bind(pod, key[0], (key[1],))
         placed[pod.name] = (key[0], (key[1],))
-        slots[pod.gpu_milli].remove(key)
+        slots[pod.gpu_milli][key] -= 1
+        on_node[pod.gpu_milli, key[0]][key] -= 1
 
-    for same in (lambda key, home: key == home, lambda key, home: key[0] == home[0]):
+    for same_gpu in (True, False):
         for name, pod in sorted(pods.items()):
             if name not in placed and name in origin:
                 home = (origin[name][0], origin[name][1][0])
-                key = next((k for k in slots[pod.gpu_milli] if same(k, home)), None)
+                if same_gpu:
+                    key = home if slots[pod.gpu_milli][home] > 0 else None
+                else:
+                    key = next((k for k, free in on_node[pod.gpu_milli, home[0]].items() if free > 0), None)
                 if key is not None:
                     settle(pod, key)
     for pod in sorted((p for n, p in pods.items() if n not in placed), key=lambda p: (p.name not in origin, -p.cpu_milli, -p.memory_mib, p.name)):
         fits = [
-            k for k in set(slots[pod.gpu_milli])
-            if filter_node(pod, by_name[k[0]]) is None and by_name[k[0]].gpu_free[k[1]] >= pod.gpu_milli
+            k for k, free in slots[pod.gpu_milli].items()
+            if free > 0 and filter_node(pod, by_name[k[0]]) is None and by_name[k[0]].gpu_free[k[1]] >= pod.gpu_milli
         ]
         if fits:
             settle(pod, max(fits, key=lambda k: (by_name[k[0]].cpu_free, by_name[k[0]].memory_free, k)))
-    return placed, sorted({k for keys in slots.values() for k in keys})
+    return placed, sorted({k for free in slots.values() for k, n in free.items() if n > 0})
 
 
 def _gpus_in_use(nodes: Sequence[NodeState]) -> int:
