@@ -470,6 +470,8 @@ def fragmentation_text(report: dict) -> str:
         )
         empty = plan.get("emptyNodes") or []
         lines.append(f"Nodes already running no pods: {', '.join(empty) or 'none'}")
+        if skipped := plan.get("skipped") or {}:
+            lines.append(f"Running nodes that stay ({len(skipped)}): {'; '.join(f'{node}: {why}' for node, why in skipped.items())}")
         freed_gpus, room = plan.get("shareGpusFreed") or 0, plan.get("sharePlacements") or []
         if freed_gpus or room:
             gains = [f"frees {freed_gpus} whole GPU(s)"] if freed_gpus else []

@@ -9,6 +9,7 @@ import pytest
 from pools.controllers.scheduler import scheduler_pass
 from pools.models import PoolEvent
 from pools.models.pods import Pod
+from pools.providers.simulated import EVICT, failure_inject
 from tests.ebcloud.cli_helpers import live, one_error_line
 from tests.pools.pod_helpers import T0, TRAIN_POD, pool_with_nodes, pool_with_share_layout, submit
 
@@ -133,6 +134,16 @@ def test_node_pool_fragmentation_starts_a_waiting_share_the_packing_makes_room_f
     assert applied.exit_code == 0, applied.stderr
     assert "Started: 1 waiting pod(s): algorithm/waiting" in applied.stdout
     assert Pod.objects.get(name="waiting").phase == Pod.Phase.RUNNING
+
+
+@live
+def test_node_pool_fragmentation_says_why_running_nodes_stay(ebcloud, login_as, fragmented):
+    failure_inject(step=EVICT, times=None, token_prefix="algorithm/f", message="disruption budget")
+    login_as("lead")
+    plan = ebcloud("node-pool", "fragmentation", "train-pool-a", "--plan")
+    assert plan.exit_code == 0, plan.stderr
+    assert "Repack plan: no moves free a running node." in plan.stdout and "Running nodes that stay (2): " in plan.stdout
+    assert "a disruption budget keeps pod algorithm/f0 in place" in plan.stdout and "algorithm/f1 in place" in plan.stdout
 
 
 @live

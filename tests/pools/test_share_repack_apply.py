@@ -131,7 +131,7 @@ def test_a_share_whose_eviction_a_disruption_budget_refuses_is_not_moved(api, ac
     assert budget.remaining == times  # asking used up no refusal
 
 
-def test_the_drain_plan_says_a_disruption_budget_keeps_a_node(api, actors):
+def test_the_drain_plan_says_a_disruption_budget_keeps_a_node(api, browser, actors):
     pool = pool_with_nodes(actors["lead"], nodes=2, node_labels={"pool": "train"})
     for name in ("p0", "p1"):
         submit(actors["member"], name, gpus=1, cpu="1")
@@ -144,6 +144,9 @@ def test_the_drain_plan_says_a_disruption_budget_keeps_a_node(api, actors):
     plan = api("member").get(f"{URL}?plan=1").json()["plan"]
     assert plan["moves"] == [] and plan["freedNodes"] == []
     assert set(plan["skipped"].values()) == {f"a disruption budget keeps pod algorithm/{name} in place" for name in on}
+    page = browser("lead").get("/pools/train-pool-a/fragmentation/?part=plan", headers={"HX-Request": "true"}).content.decode()
+    assert "No moves free a running node." in page and "Why 2 running node(s) stay as they are" in page
+    assert "<li>train-pool-a-1: a disruption budget keeps pod algorithm/p1 in place</li>" in page
     response = api("lead").post(f"{URL}apply/", {"maxNodes": 1}, format="json")
     assert response.status_code == 200 and "applied" not in response.json()
     assert {p.name: p.node.name for p in Pod.objects.filter(phase=Pod.Phase.RUNNING)} == on
