@@ -9,6 +9,7 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pools.core.disruption import DisruptionBudget
 from pools.core.scheduling.cluster import ClusterScheduler
 from pools.core.scheduling.nodes import MILLI, NodeState, Pod
 from pools.core.scheduling.repack import make_room_plan, repack_plan
@@ -251,3 +252,29 @@ def test_waiting_shares_never_cost_a_running_share_its_place(shapes, sizes, wait
     assert_consistent(scheduler.nodes)
     assert result.gpus_freed == used_before - sum(1 for n in scheduler.nodes for f in n.gpu_free if f < MILLI)
     assert result.placed or result.gpus_freed > 0 or not result.moves
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 3), st.sampled_from([4, 16, 96])), min_size=1, max_size=4),
+    st.lists(st.sampled_from([110, 230, 320, 470, 500, 650, 810]), min_size=1, max_size=14),
+    st.lists(st.tuples(st.sets(st.integers(0, 13), max_size=6), st.integers(0, 2)), max_size=3),
+    st.randoms(use_true_random=False),
+)
+def test_no_plan_moves_more_of_a_disruption_budgets_pods_than_it_lets_go(shapes, sizes, budgets, rng):
+    """Issue 22 item 2 (PDB-like limits on moves): random clusters and budgets over random
+    pods (no pod under two): the drains and the share packing each move at most ``allowed`` of
+    a budget's pods, and a pod whose budget lets none go never moves."""
+    nodes = random_cluster(shapes, sizes, rng, cpu=1000)
+    taken: set[str] = set()
+    guarded = []
+    for members, allowed in budgets:
+        pods = frozenset(f"p{k}" for k in members if k < len(sizes)) - taken
+        taken |= pods
+        guarded.append(DisruptionBudget(pods, allowed))
+    plan = repack_plan(nodes, max_drained_nodes=len(nodes), budgets=guarded)
+    for moves in (plan.moves, plan.share_moves):
+        moved = Counter(m.pod for m in moves)
+        assert all(count == 1 for count in moved.values())
+        for budget in guarded:
+            assert sum(moved[name] for name in budget.pods) <= budget.allowed, (budget, moves)
