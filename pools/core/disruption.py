@@ -71,14 +71,14 @@ def disruption_budgets(budgets: Sequence[Mapping], pods: Mapping[str, Mapping[st
     """The budgets (PodDisruptionBudget documents, as the API returns them) over these pods,
     "namespace/name" -> labels: each with the pods it alone guards; a pod two budgets match
     may not be evicted at all, so it gets a budget of its own that allows none."""
+    in_namespace: dict[str, list[int]] = {}
+    for i, budget in enumerate(budgets):
+        in_namespace.setdefault(budget.get("metadata", {}).get("namespace", ""), []).append(i)
     guarded: dict[int, set[str]] = {}
     alone: list[DisruptionBudget] = []
     for key, labels in pods.items():
-        namespace = key.split("/", 1)[0]
-        matching = [
-            i for i, b in enumerate(budgets)
-            if b.get("metadata", {}).get("namespace") == namespace and selector_matches((b.get("spec") or {}).get("selector"), labels)
-        ]  # fmt: skip
+        candidates = in_namespace.get(key.split("/", 1)[0], ())
+        matching = [i for i in candidates if selector_matches((budgets[i].get("spec") or {}).get("selector"), labels)]
         if len(matching) > 1:
             alone.append(DisruptionBudget(frozenset({key}), 0))
         elif matching:
