@@ -176,7 +176,8 @@ def _with_shares(nodes, plan: RepackPlan, model: FragmentationModel, movable, wa
     """The plan with its second part, planned on the nodes as they are (it is applied on its
     own): the shares (and the waiting shares that fit with them) packed into the fewest GPUs,
     no share landing on a node that runs none. Where it moves more of a disruption budget's
-    pods than the budget allows, that budget's pods stay and it is planned again."""
+    pods than the budget allows, the budget's other pods stay (only the first it may move
+    still may) and it is planned again, until no budget is overspent."""
     kept: set[str] = set()
     while True:
         sims = sorted((n.clone() for n in nodes), key=lambda n: n.name)
@@ -184,10 +185,12 @@ def _with_shares(nodes, plan: RepackPlan, model: FragmentationModel, movable, wa
             node.unschedulable = node.unschedulable or not node.bound
         scheduler = ClusterScheduler(sims, _RepackScore(model))
         shares = repack_shares(scheduler, lambda pod, kept=frozenset(kept): movable(pod) and pod.name not in kept, waiting=waiting, time_limit_s=TIME_LIMIT_S)
-        excess = _past_budget([name for name, *_ in shares.moves], budgets)
+        moved = [name for name, *_ in shares.moves]
+        excess = _past_budget(moved, budgets)
         if excess is None:
             break
-        kept |= next(b.pods for b in budgets if excess in b.pods)
+        budget = next(b for b in budgets if excess in b.pods)
+        kept |= budget.pods - set([name for name in moved if name in budget.pods][: budget.allowed])
     return replace(
         plan, share_moves=tuple(Move(*move) for move in shares.moves), share_gpus_freed=max(shares.gpus_freed, 0),
         share_placements=tuple(Placement(*placed) for placed in shares.placed),
