@@ -31,7 +31,6 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-import urllib3
 from django.db import connection, transaction
 from django.db.models import (
     CharField,
@@ -40,8 +39,6 @@ from django.db.models import (
     Value,
 )
 from django.utils import timezone
-from kubernetes.client.exceptions import ApiException
-from kubernetes.config.config_exception import ConfigException
 
 from pools.controllers.cluster_sync import admission_policy_sync, priority_classes_sync
 from pools.controllers.pending_hints import OrderCatalog, pending_hints, pending_hints_write
@@ -58,6 +55,7 @@ from pools.core.scheduling.preempt import preempt
 from pools.models import Node, PoolEvent
 from pools.models.pods import Pod
 from pools.providers import real_cluster
+from pools.providers.kubernetes import CLUSTER_UNREACHABLE
 from pools.selectors.cluster import (
     cluster_state,
     core_pod_of,
@@ -141,7 +139,7 @@ def scheduler_pass(*, now: datetime | None = None) -> PassResult:
         for sync in (admission_policy_sync, priority_classes_sync):
             try:
                 sync()
-            except (ApiException, ConfigException, urllib3.exceptions.HTTPError) as exc:  # the API server is away or unset: the next pass retries
+            except CLUSTER_UNREACHABLE as exc:  # the API server is away or unset: the next pass retries
                 logger.warning("%s: the cluster could not be read or written: %s", sync.__name__, exc)
         return PassResult(unschedulable=pending_hints_write(now=now))
     result = PassResult()

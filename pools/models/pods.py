@@ -10,6 +10,9 @@ the pure core's `scheduling.Pod`.
 
 from __future__ import annotations
 
+from functools import reduce
+from operator import or_
+
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
@@ -80,6 +83,10 @@ class PodQuerySet(TeamScopedQuerySet):
     def live(self):
         """Pods that exist in the cluster (a deleted pod's row stays for metering only)."""
         return self.filter(deleted_at__isnull=True)
+
+    def named(self, keys):
+        """The pods of these (namespace, name) pairs (none for none), in one query."""
+        return self.filter(reduce(or_, (models.Q(namespace=namespace, name=name) for namespace, name in keys), models.Q(pk__in=[])))
 
 
 class Pod(models.Model):

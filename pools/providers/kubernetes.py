@@ -29,6 +29,7 @@ import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
+import urllib3
 from django.conf import settings
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -43,6 +44,10 @@ FIELD_MANAGER = "ebcloud.io/node-pools"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 MANAGED_TAINTS_ANNOTATION = "ebcloud.io/managed-taints"  # (key, effect) of the taints we applied last
 CHECKPOINTABLE_ANNOTATION = "ebcloud.io/checkpointable"
+
+
+# What the client raises when the API server cannot be reached, refuses, or is not configured.
+CLUSTER_UNREACHABLE = (ApiException, config.ConfigException, urllib3.exceptions.HTTPError)
 
 
 class NodeNotRegistered(ProviderError):

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from functools import reduce
-from operator import or_
 
 from django.db import transaction
-from django.db.models import Q, TextField
+from django.db.models import TextField
 from django.db.models.functions import Cast
 
 from pools.core.disruption import DisruptionBudget
@@ -84,7 +82,7 @@ class SimulatedCluster:
         candidates = failures_armed(EVICT)
         evicted = [(namespace, name) for namespace, name in pods if failure_consume(candidates, f"{namespace}/{name}") is None]
         if evicted:
-            Pod.objects.live().filter(phase=Pod.Phase.RUNNING).filter(reduce(or_, (Q(namespace=ns, name=n) for ns, n in evicted))).update(
+            Pod.objects.live().filter(phase=Pod.Phase.RUNNING).named(evicted).update(
                 phase=Pod.Phase.PENDING, node=None, gpu_indices=[], reason="Evicted", started_at=None,
                 explanation=f"Evicted from its node: {reason}; waiting to be scheduled again",
             )  # fmt: skip

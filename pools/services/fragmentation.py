@@ -13,16 +13,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from functools import reduce
-from operator import or_
 
-import urllib3
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
-from kubernetes.client.exceptions import ApiException
-from kubernetes.config.config_exception import ConfigException
 
 from pools import roles
 from pools.controllers.scheduler import scheduler_lock
@@ -40,6 +34,7 @@ from pools.core.scheduling.repack import Move, RepackPlan, repack_plan
 from pools.models import GpuNodePool
 from pools.models.pods import FragmentationSample, Pod
 from pools.providers import get_cluster_backend, real_cluster
+from pools.providers.kubernetes import CLUSTER_UNREACHABLE
 from pools.selectors.cluster import cluster_state, core_pods_of, live_nodes
 from pools.services.events import event_record
 from pools.services.pods import pods_bind
@@ -76,7 +71,7 @@ def _budgets(pods: list[Pod]) -> list[DisruptionBudget]:
         return []
     try:
         return get_cluster_backend().disruption_budgets(pods={p.key: p.labels for p in pods})
-    except (ApiException, ConfigException, urllib3.exceptions.HTTPError) as exc:
+    except CLUSTER_UNREACHABLE as exc:
         logger.warning("the cluster's disruption budgets could not be read: %s", exc)
         return []
 
@@ -161,11 +156,8 @@ def repack_apply(*, user, pool: GpuNodePool | None, max_nodes: int = 1, shares: 
 def _bind_waiting(placements, by_name, *, user, now: datetime) -> tuple[str, ...]:
     """Bind the waiting shares the share packing made room for, as the scheduler pass binds
     (each only if still Pending), with a `Scheduled` event each; returns their keys."""
-    if not placements:
-        return ()
     where = {p.pod: p for p in placements}
-    named = reduce(or_, (Q(namespace=namespace, name=name) for namespace, name in (key.split("/", 1) for key in where)))
-    rows = Pod.objects.live().filter(named, phase=Pod.Phase.PENDING)
+    rows = Pod.objects.live().filter(phase=Pod.Phase.PENDING).named(key.split("/", 1) for key in where)
     pk_of = {row.key: row.pk for row in rows.only("pk", "namespace", "name")}
     bound = pods_bind(binds={pk: (by_name[where[key].node].pk, where[key].gpu_indices) for key, pk in pk_of.items()}, now=now)
     started = []

@@ -190,7 +190,7 @@ def _with_shares(nodes, plan: RepackPlan, model: FragmentationModel, movable, wa
         if excess is None:
             break
         budget = next(b for b in budgets if excess in b.pods)
-        kept |= budget.pods - set([name for name in moved if name in budget.pods][: budget.allowed])
+        kept |= budget.pods.difference([name for name in moved if name in budget.pods][: budget.allowed])
     return replace(
         plan, share_moves=tuple(Move(*move) for move in shares.moves), share_gpus_freed=max(shares.gpus_freed, 0),
         share_placements=tuple(Placement(*placed) for placed in shares.placed),
