@@ -9,7 +9,7 @@ Tables like kubectl for people, `-o yaml|json` for machines; on failure one line
 (`error: spec.nodeCount.min: ...`) and exit code 1. Usage mistakes exit 2, as click does.
 
 This module only builds the root group and adds one module's command or group per verb:
-`login`, `node_pool` (with `diagnose`), `order`, `pod` and `cost`. Their shared helpers are in
+`login`, `node_pool` (with `diagnose`), `order`, `pod`, `pdb` and `cost`. Their shared helpers are in
 `ebcloud.common`; none of them imports this module.
 """
 
@@ -23,6 +23,7 @@ from ebcloud.cost import cost
 from ebcloud.login import login
 from ebcloud.node_pool import node_pool
 from ebcloud.order import order
+from ebcloud.pdb import pdb
 from ebcloud.pod import pod
 
 
@@ -36,6 +37,7 @@ cli.add_command(login)
 cli.add_command(node_pool)
 cli.add_command(order)
 cli.add_command(pod)
+cli.add_command(pdb)
 cli.add_command(cost)
 
 

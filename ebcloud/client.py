@@ -162,6 +162,29 @@ class Client:
     def pod_delete(self, ref: str) -> None:
         self._request("DELETE", _pod_path(ref), subject=_pod(ref))
 
+    # --- disruption budgets ----------------------------------------------------------------
+
+    def budgets(self, **filters: str) -> list[dict]:
+        params = {key: value for key, value in filters.items() if value}
+        return _items(self._request("GET", "/poddisruptionbudgets/", params=params))
+
+    def budget(self, ref: str) -> dict:
+        return self._request("GET", _budget_path(ref), subject=_budget(ref))
+
+    def budget_create(self, body: bytes, *, team: str = "") -> dict:
+        params = {"team": team} if team else None
+        return self._request(
+            "POST", "/poddisruptionbudgets/", content=body, params=params, headers=YAML
+        )
+
+    def budget_replace(self, ref: str, body: bytes) -> dict:
+        return self._request(
+            "PUT", _budget_path(ref), content=body, headers=YAML, subject=_budget(ref)
+        )
+
+    def budget_delete(self, ref: str) -> None:
+        self._request("DELETE", _budget_path(ref), subject=_budget(ref))
+
     # --- fragmentation ---------------------------------------------------------------------
 
     def pool_fragmentation(self, name: str, *, plan: bool = False) -> dict:
@@ -249,6 +272,15 @@ def _pod(ref: str) -> str:
 def _pod_path(ref: str) -> str:
     namespace, _, name = ref.partition("/")
     return f"/pods/{quote(namespace, safe='')}/{quote(name, safe='')}/"
+
+
+def _budget(ref: str) -> str:
+    return f'poddisruptionbudget "{ref}"'
+
+
+def _budget_path(ref: str) -> str:
+    namespace, _, name = ref.partition("/")
+    return f"/poddisruptionbudgets/{quote(namespace, safe='')}/{quote(name, safe='')}/"
 
 
 def _json(response: httpx.Response) -> Any:

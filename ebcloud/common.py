@@ -1,7 +1,7 @@
 """What every `ebcloud` command module shares: the root group's error handling, the API client,
 the `-o` formats and how objects are printed, and reading a `-f FILE` body.
 
-The command modules (`login`, `node_pool`, `order`, `pod`, `diagnose`, `cost`) import from here,
+The command modules (`login`, `node_pool`, `order`, `pod`, `pdb`, `diagnose`, `cost`) import from here,
 never from `ebcloud.cli`, which only assembles them: so there is no import cycle.
 """
 
@@ -62,6 +62,28 @@ def show(data: Any, fmt: str | None, table: Any) -> None:
         nothing_found()
     else:
         output.echo(table(data if isinstance(data, list) else [data], wide=fmt == "wide"))
+
+
+def file_option(what: str):
+    """`-f FILE`: the document to send, YAML or JSON (- for stdin)."""
+    return click.option(
+        "-f",
+        "--filename",
+        "file",
+        type=click.File("rb"),
+        required=True,
+        help=f"{what} YAML or JSON; - for stdin",
+    )
+
+
+def namespaced_name(ctx: click.Context | None, param: click.Parameter | None, ref: str) -> str:
+    """A NAMESPACE/NAME argument (pods, disruption budgets), checked before any request."""
+    namespace, slash, name = ref.partition("/")
+    if not slash or not namespace or not name or "/" in name:
+        raise click.BadParameter(
+            "expected NAMESPACE/NAME, e.g. algorithm/bert-train-0", param_hint="NAMESPACE/NAME"
+        )
+    return ref
 
 
 def read_body(file: IO[bytes]) -> bytes:

@@ -20,7 +20,16 @@ import yaml
 
 from ebcloud import output
 from ebcloud.client import Client
-from ebcloud.common import LIST_FORMATS, OBJECT_FORMATS, api, emit, nothing_found, read_body, show
+from ebcloud.common import (
+    LIST_FORMATS,
+    OBJECT_FORMATS,
+    api,
+    emit,
+    file_option,
+    nothing_found,
+    read_body,
+    show,
+)
 from ebcloud.describe import describe_pool
 from ebcloud.diagnose import pool_diagnose
 
@@ -45,14 +54,7 @@ def _state(pool: dict) -> str:
 
 
 @node_pool.command("create")
-@click.option(
-    "-f",
-    "--filename",
-    "file",
-    type=click.File("rb"),
-    required=True,
-    help="Pool YAML or JSON; - for stdin",
-)
+@file_option("Pool")
 @click.option(
     "--team", metavar="SLUG", default="", help="The owning team, for leads of several teams"
 )
@@ -65,14 +67,7 @@ def pool_create(file: IO[bytes], team: str) -> None:
 
 
 @node_pool.command("apply")
-@click.option(
-    "-f",
-    "--filename",
-    "file",
-    type=click.File("rb"),
-    required=True,
-    help="Pool YAML or JSON; - for stdin",
-)
+@file_option("Pool")
 @click.option("--team", metavar="SLUG", default="", help="The owning team when the pool is created")
 def pool_apply(file: IO[bytes], team: str) -> None:
     """Create the pool, or replace its spec when it exists."""

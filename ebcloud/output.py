@@ -380,6 +380,25 @@ def pod_table(pods: list[dict], *, wide: bool = False, now: datetime | None = No
     )
 
 
+BUDGET_HEADERS = ["NAMESPACE", "NAME", "MIN AVAILABLE", "MAX UNAVAILABLE", "ALLOWED", "AGE"]
+
+
+def budget_table(budgets: list[dict], *, wide: bool = False, now: datetime | None = None) -> str:
+    """`kubectl get pdb`'s columns; wide adds the team and why (the DisruptionAllowed message)."""
+    rows = []
+    for budget in budgets:
+        metadata, spec = budget.get("metadata") or {}, budget.get("spec") or {}
+        status = budget.get("status") or {}
+        row = [metadata.get("namespace"), metadata.get("name"), spec.get("minAvailable", "N/A"),
+               spec.get("maxUnavailable", "N/A"), status.get("disruptionsAllowed"),
+               age(metadata.get("creationTimestamp"), now)]  # fmt: skip
+        if wide:
+            conditions = status.get("conditions") or [{}]
+            row += [metadata.get("team"), conditions[0].get("message")]
+        rows.append(row)
+    return table([*BUDGET_HEADERS, "TEAM", "MESSAGE"] if wide else BUDGET_HEADERS, rows)
+
+
 def pod_why(pod: dict) -> str:
     """`ebcloud pod why`: the phase, the kube-scheduler message and each hint."""
     metadata, status = pod.get("metadata") or {}, pod.get("status") or {}

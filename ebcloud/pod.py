@@ -14,16 +14,15 @@ from typing import IO
 import click
 
 from ebcloud import output
-from ebcloud.common import LIST_FORMATS, OBJECT_FORMATS, api, read_body, show
-
-
-def _ref(ctx: click.Context | None, param: click.Parameter | None, ref: str) -> str:
-    namespace, slash, name = ref.partition("/")
-    if not slash or not namespace or not name or "/" in name:
-        raise click.BadParameter(
-            "expected NAMESPACE/NAME, e.g. algorithm/bert-train-0", param_hint="NAMESPACE/NAME"
-        )
-    return ref
+from ebcloud.common import (
+    LIST_FORMATS,
+    OBJECT_FORMATS,
+    api,
+    file_option,
+    namespaced_name,
+    read_body,
+    show,
+)
 
 
 @click.group("pod")
@@ -32,14 +31,7 @@ def pod() -> None:
 
 
 @pod.command("create")
-@click.option(
-    "-f",
-    "--filename",
-    "file",
-    type=click.File("rb"),
-    required=True,
-    help="Pod YAML or JSON; - for stdin",
-)
+@file_option("Pod")
 @click.option(
     "--team", metavar="SLUG", default="", help="The owning team, for members of several teams"
 )
@@ -66,7 +58,7 @@ def pod_list(fmt: str | None, namespace: str, phase: str) -> None:
 
 
 @pod.command("get")
-@click.argument("ref", metavar="NAMESPACE/NAME", callback=_ref)
+@click.argument("ref", metavar="NAMESPACE/NAME", callback=namespaced_name)
 @click.option("-o", "--output", "fmt", type=OBJECT_FORMATS, help="wide, yaml or json")
 def pod_get(ref: str, fmt: str | None) -> None:
     """Show one pod."""
@@ -76,7 +68,7 @@ def pod_get(ref: str, fmt: str | None) -> None:
 
 
 @pod.command("why")
-@click.argument("ref", metavar="NAMESPACE/NAME", callback=_ref)
+@click.argument("ref", metavar="NAMESPACE/NAME", callback=namespaced_name)
 def pod_why(ref: str) -> None:
     """Why a pod is Pending: the scheduler's message and what to change."""
     with api() as client:
@@ -85,7 +77,7 @@ def pod_why(ref: str) -> None:
 
 
 @pod.command("delete")
-@click.argument("ref", metavar="NAMESPACE/NAME", callback=_ref)
+@click.argument("ref", metavar="NAMESPACE/NAME", callback=namespaced_name)
 def pod_delete(ref: str) -> None:
     """Delete a pod (its GPUs are free at once)."""
     with api() as client:

@@ -42,6 +42,7 @@ from monitoring import services as monitoring_services
 from pools.demo.seed import load_catalog
 from pools.models import Membership, Team
 from pools.services import pools as services
+from pools.services.budgets import budget_create
 from pools.services.notifications import notification_raise
 from tests.conftest import _user, make_document
 from tests.monitoring.conftest import report
@@ -91,12 +92,14 @@ class World:
     pool: Any  # team A's pool with two Ready nodes
     order: Any  # a Pending order of team A
     pod: Any  # a Pending pod of team A
+    budget: Any  # a PodDisruptionBudget of team A
     node: Any  # a Ready node of `pool`
     notification: Any  # an open alert of team A
 
 
 POOL = lambda w: {"name": w.pool.name}  # noqa: E731
 POD = lambda w: {"namespace": w.pod.namespace, "name": w.pod.name}  # noqa: E731
+BUDGET = lambda w: {"namespace": w.budget.namespace, "name": w.budget.name}  # noqa: E731
 ORDER = lambda w: {"pk": w.order.pk}  # noqa: E731
 TEAM_A = lambda w: {"slug": "algorithm"}  # noqa: E731  (team A has a team budget)
 
@@ -214,6 +217,9 @@ MATRIX: tuple[Row, ...] = (
         writes=(Write("post", S(403, 404, 403, 403, 200, 401), {"reason": "over budget"}),)),
     Row("api:pod-list", EVERYONE_API, api=True, writes=(Write("post", S(400, 400, 400, 403, 400, 401), {}),)),
     Row("api:pod-detail", TEAM_READ_API, POD, api=True, owned=True, writes=(Write("delete", S(204, 404, 204, 403, 204, 401)),)),
+    Row("api:pdb-list", EVERYONE_API, api=True, writes=(Write("post", S(400, 400, 400, 403, 400, 401), {}),)),
+    Row("api:pdb-detail", TEAM_READ_API, BUDGET, api=True, owned=True, writes=(
+        Write("put", S(400, 404, 400, 403, 400, 401), {}), Write("delete", S(204, 404, 204, 403, 204, 401)))),
     Row("billing:api-costs", EVERYONE_API, api=True),
     # The OpenAPI schema and its docs page are public: they describe the API, they hold no data.
     Row("schema", S(200, 200, 200, 200, 200, 200), api=True),
@@ -309,6 +315,8 @@ def world(django_db_setup, django_db_blocker):
             pool=pool,
             order=ordered.orders.get(),
             pod=submit(users["member"], "train-job"),
+            budget=budget_create(user=users["member"], document={"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                                                                 "metadata": {"name": "trainers"}, "spec": {"minAvailable": 1}}),
             node=node,
             notification=notification_raise(team=team_a, pool=pool, kind="HighGpuAllocation", message="full",
                                             key="matrix", now=timezone.now()),

@@ -3,6 +3,7 @@ from rest_framework.routers import SimpleRouter
 
 from pools.api.alert_views import PoolAlertSilenceDetailView, PoolAlertSilenceListView
 from pools.api.auth import TokenView
+from pools.api.budget_views import BudgetDetailView, BudgetListView
 from pools.api.pod_views import (
     ClusterFragmentationApplyView,
     ClusterFragmentationView,
@@ -22,6 +23,8 @@ urlpatterns = [
     path("auth/token/", TokenView.as_view(), name="token"),
     re_path(r"^pods/?$", PodListView.as_view(), name="pod-list"),
     re_path(r"^pods/(?P<namespace>[^/]+)/(?P<name>[^/]+)/?$", PodDetailView.as_view(), name="pod-detail"),
+    re_path(r"^poddisruptionbudgets/?$", BudgetListView.as_view(), name="pdb-list"),
+    re_path(r"^poddisruptionbudgets/(?P<namespace>[^/]+)/(?P<name>[^/]+)/?$", BudgetDetailView.as_view(), name="pdb-detail"),
     re_path(r"^fragmentation/?$", ClusterFragmentationView.as_view(), name="fragmentation"),
     re_path(r"^fragmentation/apply/?$", ClusterFragmentationApplyView.as_view(), name="fragmentation-apply"),
     re_path(r"^pools/(?P<name>[^/]+)/fragmentation/?$", PoolFragmentationView.as_view(), name="pool-fragmentation"),

@@ -12,12 +12,16 @@ one everything), and refuses when:
 
 A budget that allows N disruptions lets N of its pods be evicted now, one by one, each
 eviction counting down; so a plan moves at most N of them (:class:`DisruptionBudget`).
+
+How many it allows is the disruption controller's arithmetic (`budget_status`), which the
+simulated cluster runs on every read, so its budgets are never stale.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from math import ceil
 
 MAX_DISRUPTED_PODS = 2000  # kube-apiserver's MaxDisruptedPodSize
 
@@ -85,3 +89,50 @@ def disruption_budgets(budgets: Sequence[Mapping], pods: Mapping[str, Mapping[st
             guarded.setdefault(matching[0], set()).add(key)
     return [DisruptionBudget(frozenset(keys), _allowed(budgets[i])) for i, keys in sorted(guarded.items())] + alone
 
+
+
+@dataclass(frozen=True)
+class BudgetPod:
+    """A pod a budget selects, as the disruption controller counts it: `healthy` when Running
+    and Ready; `wanted` when its owner still wants it (it counts one replica in the expected
+    scale; a Succeeded or Failed pod's owner is done with it)."""
+
+    healthy: bool
+    wanted: bool
+
+
+def _scaled(value: int | str, total: int) -> int:
+    """intstr.GetScaledValueFromIntOrPercent(value, total, roundUp=true)."""
+    return value if isinstance(value, int) else ceil(int(value[:-1]) * total / 100)
+
+
+def budget_status(*, min_available: int | str | None, max_unavailable: int | str | None, pods: Sequence[BudgetPod]) -> dict:
+    """A budget's `status` as kube-controller-manager's disruption controller computes it
+    (`getExpectedPodCount`, `countHealthyPods`, `updatePdbStatus`): an integer minAvailable
+    counts every selected pod as expected, a percentage or maxUnavailable the owners' scale;
+    a budget that expects no pod, or sets neither bound, allows nothing, so that pods appearing
+    before the next count are safe."""
+    current = sum(1 for pod in pods if pod.healthy)
+    wanted = sum(1 for pod in pods if pod.wanted)
+    if max_unavailable is not None:
+        expected, desired = wanted, max(0, wanted - _scaled(max_unavailable, wanted))
+    elif isinstance(min_available, int):
+        expected, desired = len(pods), min_available
+    elif min_available is not None:
+        expected, desired = wanted, _scaled(min_available, wanted)
+    else:
+        expected = desired = 0
+    allowed = current - desired if expected > 0 and current > desired else 0
+    if allowed:
+        condition = ("True", "SufficientPods", f"{current} healthy, at least {desired} must stay: {allowed} may be evicted now")
+    elif min_available is None and max_unavailable is None:
+        condition = ("False", "InsufficientPods", "it sets neither minAvailable nor maxUnavailable, so it allows no eviction")
+    elif expected <= 0:
+        condition = ("False", "InsufficientPods", "the budget selects no pod it expects, so it allows no eviction")
+    else:
+        condition = ("False", "InsufficientPods", f"{current} healthy, at least {desired} must stay: no pod may be evicted now")
+    status, reason, message = condition
+    return {
+        "expectedPods": expected, "desiredHealthy": desired, "currentHealthy": current, "disruptionsAllowed": allowed,
+        "disruptedPods": {}, "conditions": [{"type": "DisruptionAllowed", "status": status, "reason": reason, "message": message}],
+    }  # fmt: skip

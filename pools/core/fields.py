@@ -39,6 +39,27 @@ class Checker:
                 self.error(f"{path}.{key}" if path else key, "required field is missing")
         return value
 
+    def document(self, value: Any, *, api_version: str, kind: str, known: tuple[str, ...], required: tuple[str, ...],
+                 metadata: tuple[str, ...]) -> tuple[dict, dict]:  # fmt: skip
+        """The top of a Kubernetes-style document, apiVersion and kind checked, and its metadata
+        (with a name)."""
+        top = self.mapping(value, "", known, required)
+        if "apiVersion" in top and top["apiVersion"] != api_version:
+            self.error("apiVersion", f"must be {api_version}")
+        if "kind" in top and top["kind"] != kind:
+            self.error("kind", f"must be {kind}")
+        return top, self.mapping(top.get("metadata", {}), "metadata", metadata, ("name",))
+
+    def namespaced_name(self, metadata: dict, *, default_namespace: str, what: str) -> tuple[Any, Any]:
+        """A namespaced object's name (a DNS-1123 subdomain) and namespace (a DNS-1123 label)."""
+        name = metadata.get("name")
+        if "name" in metadata and not (isinstance(name, str) and len(name) <= 253 and DNS1123_SUBDOMAIN.match(name)):
+            self.error("metadata.name", f"invalid {what} name {name!r}: a DNS-1123 subdomain of at most 253 characters")
+        namespace = metadata.get("namespace", default_namespace)
+        if not (isinstance(namespace, str) and len(namespace) <= 63 and DNS1123_LABEL.match(namespace)):
+            self.error("metadata.namespace", f"invalid namespace {namespace!r}: a DNS-1123 label such as algorithm")
+        return name, namespace
+
     def integer(self, value: Any, path: str, *, minimum: int | None = None, maximum: int | None = None) -> int | None:
         if isinstance(value, bool) or not isinstance(value, int):
             self.error(path, "must be an integer")

@@ -49,7 +49,7 @@ from typing import Any
 
 from pools.core.durations import parse_duration
 from pools.core.errors import ValidationError, control_characters
-from pools.core.fields import DNS1123_LABEL, DNS1123_SUBDOMAIN, Checker, label_key_error
+from pools.core.fields import DNS1123_SUBDOMAIN, Checker, label_key_error
 from pools.core.priority import (
     INT32_MAX,
     INT32_MIN,
@@ -124,18 +124,8 @@ def admit(spec: PodSpec, classes: Mapping[str, PriorityClass]) -> PodSpec:
 def parse_pod(document: Any, *, default_namespace: str = "") -> PodSpec:
     """Validate a Pod document; raise ValidationError naming every bad field."""
     check = Checker()
-    top = check.mapping(document, "", _TOP, _TOP)
-    if "apiVersion" in top and top["apiVersion"] != API_VERSION:
-        check.error("apiVersion", f"must be {API_VERSION}")
-    if "kind" in top and top["kind"] != KIND:
-        check.error("kind", f"must be {KIND}")
-    metadata = check.mapping(top.get("metadata", {}), "metadata", _METADATA, ("name",))
-    name = metadata.get("name")
-    if "name" in metadata and not (isinstance(name, str) and len(name) <= 253 and DNS1123_SUBDOMAIN.match(name)):
-        check.error("metadata.name", f"invalid pod name {name!r}: a DNS-1123 subdomain of at most 253 characters")
-    namespace = metadata.get("namespace", default_namespace)
-    if not (isinstance(namespace, str) and len(namespace) <= 63 and DNS1123_LABEL.match(namespace)):
-        check.error("metadata.namespace", f"invalid namespace {namespace!r}: a DNS-1123 label such as algorithm")
+    top, metadata = check.document(document, api_version=API_VERSION, kind=KIND, known=_TOP, required=_TOP, metadata=_METADATA)
+    name, namespace = check.namespaced_name(metadata, default_namespace=default_namespace, what="pod")
     labels = check.labels(metadata.get("labels", {}), "metadata.labels")
     annotations = _annotations(check, metadata.get("annotations", {}))
 

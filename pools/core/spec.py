@@ -163,12 +163,7 @@ _SPEC_REQUIRED = ("nodeType", "gpuModel", "nodeCount")  # and `region` or `zones
 def parse_document(document: Any, catalog: Catalog) -> PoolSpec:
     """Validate a GpuNodePool document; raise ValidationError naming every bad field."""
     check = Checker()
-    top = check.mapping(document, "", _TOP, _TOP)
-    if "apiVersion" in top and top["apiVersion"] != API_VERSION:
-        check.error("apiVersion", f"must be {API_VERSION}")
-    if "kind" in top and top["kind"] != KIND:
-        check.error("kind", f"must be {KIND}")
-    metadata = check.mapping(top.get("metadata", {}), "metadata", _METADATA, ("name",))
+    top, metadata = check.document(document, api_version=API_VERSION, kind=KIND, known=_TOP, required=_TOP, metadata=_METADATA)
     name = metadata.get("name")
     if "name" in metadata and (problem := name_error(name)):
         check.error("metadata.name", problem)

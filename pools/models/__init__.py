@@ -23,7 +23,7 @@ from pools.models.cloud import (
 )
 from pools.models.cluster import NamespaceTeam, WatchCursor
 from pools.models.notifications import Notification
-from pools.models.pods import FragmentationSample, Pod, PriorityClass
+from pools.models.pods import FragmentationSample, Pod, PodDisruptionBudget, PriorityClass
 from pools.models.pools import (
     AuditEntry,
     GpuModel,
@@ -54,6 +54,7 @@ __all__ = [
     "Notification",
     "NodeType",
     "Pod",
+    "PodDisruptionBudget",
     "PoolChildQuerySet",
     "PoolClaim",
     "PoolEvent",

@@ -150,6 +150,36 @@ class Pod(models.Model):
         return f"{self.namespace}/{self.name}"
 
 
+class PodDisruptionBudget(models.Model):
+    """A PodDisruptionBudget (policy/v1) of the simulated cluster: how many of the pods its
+    selector picks in its namespace may be evicted at once (the repack's moves and a drain's
+    evictions). Its status is not stored: the selector `pools.selectors.budgets` counts it from
+    the pods on every read, as the disruption controller would, so it is never stale.
+    `generation` counts spec changes, like metadata.generation."""
+
+    namespace = models.CharField(max_length=63)
+    name = models.CharField(max_length=253)
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="disruption_budgets")
+    labels = models.JSONField(default=dict, blank=True)
+    document = models.JSONField(default=dict, help_text="The document as accepted: metadata (name, namespace, labels, annotations) and spec")
+    generation = models.PositiveIntegerField(default=1)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = TeamScopedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["namespace", "name"]
+        constraints = [models.UniqueConstraint(fields=["namespace", "name"], name="pdb_unique_namespace_name")]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def spec(self) -> dict:
+        return self.document.get("spec") or {}
+
+
 class FragmentationSampleQuerySet(TeamScopedQuerySet):
     team_path = "pool__team"
 

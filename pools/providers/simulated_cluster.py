@@ -2,8 +2,9 @@
 
 Nodes registered by the simulated cloud's kubelet step (pools/providers/simulated.py) and the
 pods bound to them, with what a Kubernetes API server does to them: labels and taints applied
-like server-side apply, cordons, evictions refused by an injected disruption budget (the
-`evict` failure of the simulated cloud's failure injection), and pods that lose a removed node.
+like server-side apply, cordons, evictions as the Eviction API decides them (the teams'
+PodDisruptionBudgets, each eviction spending one disruption, and the refusals injected as the
+simulated cloud's `evict` failure), and pods that lose a removed node.
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ from django.db import transaction
 from django.db.models import TextField
 from django.db.models.functions import Cast
 
-from pools.core.disruption import DisruptionBudget
+from pools.core.disruption import DisruptionBudget, disruption_budgets
 from pools.core.node_labels import labels_taints_decoded
 from pools.models.cloud import SimClusterNode
-from pools.models.pods import Pod
+from pools.models.pods import Pod, PodDisruptionBudget
 from pools.providers.base import NodeState, PodInfo
 from pools.providers.simulated import EVICT, failure_consume, failure_matches, failures_armed
+from pools.selectors.budgets import budget_documents
 
 
 class SimulatedCluster:
@@ -72,28 +74,51 @@ class SimulatedCluster:
 
     def evict_pod(self, *, namespace: str, name: str, reason: str) -> bool:
         """Evict like the Eviction API: the pod leaves its node and is Pending again (its owner
-        would recreate it), unless an injected disruption budget (`evict` failure) refuses."""
+        would recreate it), unless its disruption budget refuses."""
         return (namespace, name) in self.evict_pods(pods=[(namespace, name)], reason=reason)
 
     def evict_pods(self, *, pods: Sequence[tuple[str, str]], reason: str) -> set[tuple[str, str]]:
         """`evict_pod` for each (namespace, name) in order, in one UPDATE of live pods (their
-        unique index covers only those; issue 9): the same refusals, the same result. Returns
-        the pods evicted. Optional on the protocol: callers fall back to `evict_pod`."""
-        candidates = failures_armed(EVICT)
-        evicted = [(namespace, name) for namespace, name in pods if failure_consume(candidates, f"{namespace}/{name}") is None]
-        if evicted:
-            Pod.objects.live().filter(phase=Pod.Phase.RUNNING).named(evicted).update(
-                phase=Pod.Phase.PENDING, node=None, gpu_indices=[], reason="Evicted", started_at=None,
-                explanation=f"Evicted from its node: {reason}; waiting to be scheduled again",
-            )  # fmt: skip
+        unique index covers only those; issue 9): each eviction of a Running pod spends one of
+        its budget's disruptions, and one its budget no longer allows (or an injected refusal)
+        is refused. The budgets are locked meanwhile, so two workers cannot spend the same
+        disruption. Returns the pods evicted. Optional on the protocol: callers fall back to
+        `evict_pod`."""
+        with transaction.atomic():
+            labels = {f"{ns}/{name}": row_labels or {} for ns, name, row_labels in Pod.objects.live().filter(phase=Pod.Phase.RUNNING).named(pods).values_list("namespace", "name", "labels")}
+            budgets = self._team_budgets(labels, lock=True)
+            left = [budget.allowed for budget in budgets]
+            spends = {key: [i for i, budget in enumerate(budgets) if key in budget.pods] for key in labels}
+            candidates, evicted = failures_armed(EVICT), []
+            for namespace, name in pods:
+                key = f"{namespace}/{name}"
+                if any(left[i] <= 0 for i in spends.get(key, ())) or failure_consume(candidates, key) is not None:
+                    continue
+                for i in spends.get(key, ()):
+                    left[i] -= 1
+                evicted.append((namespace, name))
+            if evicted:
+                Pod.objects.live().filter(phase=Pod.Phase.RUNNING).named(evicted).update(
+                    phase=Pod.Phase.PENDING, node=None, gpu_indices=[], reason="Evicted", started_at=None,
+                    explanation=f"Evicted from its node: {reason}; waiting to be scheduled again",
+                )  # fmt: skip
         return set(evicted)
 
     def disruption_budgets(self, *, pods: Mapping[str, Mapping[str, str]]) -> list[DisruptionBudget]:
-        """Of these pods ("namespace/name" -> labels), those whose eviction an injected
-        disruption budget (`evict` failure) would refuse now, each under a budget that lets
-        none go; asking evicts nothing and uses up no refusal."""
+        """The budgets over these pods ("namespace/name" -> labels) as the Eviction API would
+        spend them now: the teams' PodDisruptionBudgets, and each pod an injected refusal
+        (`evict` failure) would refuse under a budget of its own that lets none go. Asking
+        evicts nothing and uses up no refusal."""
         armed = failures_armed(EVICT)
-        return [DisruptionBudget(frozenset({key}), 0) for key in pods if any(failure_matches(f, key) for f in armed)] if armed else []
+        refused = [DisruptionBudget(frozenset({key}), 0) for key in pods if any(failure_matches(f, key) for f in armed)] if armed else []
+        return self._team_budgets(pods, lock=False) + refused
+
+    @staticmethod
+    def _team_budgets(pods: Mapping[str, Mapping[str, str]], *, lock: bool) -> list[DisruptionBudget]:
+        namespaces = {key.split("/", 1)[0] for key in pods}
+        rows = PodDisruptionBudget.objects.filter(namespace__in=namespaces).select_related("team").order_by("pk")
+        rows = list(rows.select_for_update(of=("self",)) if lock else rows)
+        return disruption_budgets(budget_documents(rows), pods) if rows else []
 
     def list_pods(self, *, node_name: str) -> list[PodInfo]:
         pods = Pod.objects.filter(node__name=node_name, phase=Pod.Phase.RUNNING).order_by("namespace", "name")

@@ -23,12 +23,12 @@ from pools.core.errors import ConflictError, ValidationError
 from pools.core.isolation import admission_error
 from pools.core.podspec import admit, affinity_terms, parse_pod, with_defaults
 from pools.core.priority import Admitted, admitted_spec
-from pools.models import NamespaceTeam, Team
+from pools.models import Team
 from pools.models.pods import Pod, priority_classes_for
 from pools.providers import real_cluster
-from pools.selectors.namespaces import namespace_owner
 from pools.selectors.pools import pools_access
 from pools.services.events import event_record
+from pools.services.namespaces import namespace_claim, namespace_require
 from pools.services.pools import team_choose
 
 
@@ -84,7 +84,7 @@ def pod_create(*, user, document: Any, team_slug: str = "", now: datetime | None
     spec = admit(spec, priority_classes_for(spec.priority_class_name))
     admitted = Admitted(spec.priority, spec.preemption_policy, spec.priority_class_name)
     document = {**document, "spec": admitted_spec(document["spec"], admitted)}
-    _require_namespace(user=user, namespace=spec.namespace, team=team)
+    namespace_require(user=user, namespace=spec.namespace, team=team, kind="pod")
     refused = admission_error(team=team.slug, node_selector=spec.node_selector, affinity_terms=affinity_terms(spec.affinity), pools=pools_access())
     if refused:
         raise ValidationError(refused, field="spec.affinity" if spec.affinity else "spec.nodeSelector")
@@ -92,9 +92,7 @@ def pod_create(*, user, document: Any, team_slug: str = "", now: datetime | None
         raise ConflictError(f"pod {spec.namespace}/{spec.name} already exists")
     try:
         with transaction.atomic():
-            claim, _ = NamespaceTeam.objects.get_or_create(namespace=spec.namespace, defaults={"team": team})
-            if claim.team_id != team.pk:  # another team's first pod claimed it a moment ago
-                raise ConflictError(f"namespace {spec.namespace} was just taken by another team; choose another namespace")
+            namespace_claim(namespace=spec.namespace, team=team)
             return Pod.objects.create(
                 namespace=spec.namespace,
                 name=spec.name,
@@ -119,20 +117,6 @@ def pod_create(*, user, document: Any, team_slug: str = "", now: datetime | None
             )
     except IntegrityError as exc:
         raise ConflictError(f"pod {spec.namespace}/{spec.name} already exists") from exc
-
-
-def _require_namespace(*, user, namespace: str, team: Team) -> None:
-    """Namespaces belong to teams: another team's namespace does not exist for you (404, as for
-    every cross-team object); an admin submitting for one team into another's is told which.
-    A namespace nobody has yet becomes the submitting team's with its first pod."""
-    owner = namespace_owner(namespace)
-    if owner is None or owner.pk == team.pk:
-        return
-    if roles.is_admin(user):
-        raise ValidationError(f"namespace {namespace!r} belongs to team {owner.slug!r}; submit the pod for that team (team={owner.slug})", field="metadata.namespace")
-    if owner.pk in roles.team_ids(user):
-        raise ValidationError(f"namespace {namespace!r} belongs to your team {owner.slug!r}; submit the pod for that team (team={owner.slug})", field="metadata.namespace")
-    raise Http404(f"namespace {namespace} not found")
 
 
 def pod_delete(*, user, pod: Pod, now: datetime | None = None) -> None:

@@ -57,7 +57,7 @@ def priority_class(value: int, *, policy: str = "PreemptLowerPriority") -> str:
 
 def pod_document(name, *, namespace="algorithm", gpus=1, cpu="4", memory="32Gi", priority=0, milli=None,
                  checkpointable=False, duration=None, pool_affinity="train", tolerate="train", models=None,
-                 preemption_policy="PreemptLowerPriority"):  # fmt: skip
+                 preemption_policy="PreemptLowerPriority", labels=None):  # fmt: skip
     """A pod document; a priority other than 0 names a PriorityClass of that value (`priority_class`);
     `milli` asks for a share of one GPU instead of one whole GPU (with `gpus` other than 1, for
     both, which the API refuses)."""
@@ -79,7 +79,8 @@ def pod_document(name, *, namespace="algorithm", gpus=1, cpu="4", memory="32Gi",
             {"matchExpressions": [{"key": "pool", "operator": "In", "values": [pool_affinity]}]}]}}}  # fmt: skip
     if tolerate:
         spec["tolerations"] = [{"key": "pool", "operator": "Equal", "value": tolerate, "effect": "NoSchedule"}]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace, "annotations": annotations}, "spec": spec}
+    metadata = {"name": name, "namespace": namespace, "annotations": annotations, **({"labels": labels} if labels else {})}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
 def submit(user, name, **kwargs):

@@ -9,7 +9,9 @@ import pytest
 
 from pools.core.disruption import (
     MAX_DISRUPTED_PODS,
+    BudgetPod,
     DisruptionBudget,
+    budget_status,
     disruption_budgets,
     selector_matches,
 )
@@ -73,3 +75,45 @@ def test_a_pods_budget_allows_what_the_eviction_api_allows(budgets, allowed):
 def test_a_budget_guards_every_pod_it_alone_selects_in_its_namespace():
     pods = {"ml/p0": TRAINER, "ml/p1": TRAINER, "ml/web": {"app": "web"}, "other/p0": TRAINER}
     assert disruption_budgets([budget(allowed=1)], pods) == [DisruptionBudget(frozenset({"ml/p0", "ml/p1"}), 1)]
+
+
+def pods(healthy: int, pending: int = 0, finished: int = 0) -> list[BudgetPod]:
+    return [BudgetPod(True, True)] * healthy + [BudgetPod(False, True)] * pending + [BudgetPod(False, False)] * finished
+
+
+@pytest.mark.parametrize(
+    ("min_available", "max_unavailable", "selected", "expected"),
+    [
+        # (expectedPods, desiredHealthy, currentHealthy, disruptionsAllowed)
+        (2, None, pods(3), (3, 2, 3, 1)),
+        (2, None, pods(2, pending=1), (3, 2, 2, 0)),  # an integer minAvailable: every selected pod is expected
+        (2, None, pods(3, finished=1), (4, 2, 3, 1)),
+        (5, None, pods(3), (3, 5, 3, 0)),  # more than there are: never negative
+        (0, None, pods(3), (3, 0, 3, 3)),
+        (None, 1, pods(3), (3, 2, 3, 1)),
+        (None, 1, pods(3, finished=2), (3, 2, 3, 1)),  # the owners' scale: finished pods are not wanted
+        (None, 1, pods(2, pending=1), (3, 2, 2, 0)),  # one already down spends the one allowed
+        (None, 5, pods(3), (3, 0, 3, 3)),
+        (None, "34%", pods(3), (3, 1, 3, 2)),  # 34% of 3 = 1.02, rounded up to 2 unavailable
+        ("50%", None, pods(3), (3, 2, 3, 1)),  # 1.5 rounded up: 2 must stay
+        ("100%", None, pods(4), (4, 4, 4, 0)),
+        ("0%", None, pods(4), (4, 0, 4, 4)),
+        (None, "0%", pods(4), (4, 4, 4, 0)),
+        (1, None, [], (0, 1, 0, 0)),
+        (None, 1, [], (0, 0, 0, 0)),  # a budget that expects no pod allows nothing
+        (None, None, pods(3), (0, 0, 3, 0)),  # neither bound: nothing may go
+    ],
+)
+def test_a_budgets_status_is_the_disruption_controllers_arithmetic(min_available, max_unavailable, selected, expected):
+    status = budget_status(min_available=min_available, max_unavailable=max_unavailable, pods=selected)
+    assert (status["expectedPods"], status["desiredHealthy"], status["currentHealthy"], status["disruptionsAllowed"]) == expected
+    condition = status["conditions"][0]
+    assert condition["type"] == "DisruptionAllowed"
+    assert (condition["status"], condition["reason"]) == (("True", "SufficientPods") if expected[3] else ("False", "InsufficientPods"))
+    assert condition["message"]
+
+
+def test_a_budgets_status_reads_back_as_what_the_eviction_api_allows():
+    status = budget_status(min_available=1, max_unavailable=None, pods=pods(3))
+    document = {"metadata": {"namespace": "algorithm", "generation": 2}, "spec": {"selector": {}}, "status": {"observedGeneration": 2, **status}}
+    assert disruption_budgets([document], {"algorithm/a": {}, "algorithm/b": {}}) == [DisruptionBudget(frozenset({"algorithm/a", "algorithm/b"}), 2)]

@@ -230,7 +230,7 @@ EXAMPLE_POOLS = {  # file -> the lead who applies it (a pool belongs to its lead
 @live
 def test_every_example_file_applies_to_the_demo_and_the_article_pod_binds(demo):
     examples = {str(p.relative_to(ROOT / "examples")) for p in (ROOT / "examples").rglob("*.yaml")}
-    assert examples == {*EXAMPLE_POOLS, "priorityclasses.yaml", "pods/train-pod.yaml"}, "a new example needs a step here"
+    assert examples == {*EXAMPLE_POOLS, "priorityclasses.yaml", "pods/train-pod.yaml", "pods/nlp-pdb.yaml"}, "a new example needs a step here"
     outputs = {}
     for name, lead in EXAMPLE_POOLS.items():
         demo.run(f"ebcloud login --server {DEMO_URL} --username {lead}")
@@ -244,6 +244,8 @@ def test_every_example_file_applies_to_the_demo_and_the_article_pod_binds(demo):
     demo.run(f"ebcloud login --server {DEMO_URL} --username member-algorithm")
     demo.run(POD_SUBMIT)
     assert assert_article_pod_bound().labels["pool"] == "train"
+    created = demo.run("ebcloud pdb create -f examples/pods/nlp-pdb.yaml").stdout  # it guards the article's pod
+    assert created.strip() == "poddisruptionbudget/algorithm/nlp-trainers created (1 disruption allowed now)"
 
 
 @live
