@@ -30,6 +30,12 @@ def budget_get(*, user, namespace: str, name: str) -> PodDisruptionBudget:
     return budget
 
 
+def budgets_guarding(pod: Pod) -> list[dict]:
+    """The budgets whose selector picks this pod (two or more: it cannot be evicted at all)."""
+    budgets = PodDisruptionBudget.objects.filter(namespace=pod.namespace).select_related("team")
+    return budget_documents([b for b in budgets if selector_matches(b.spec.get("selector"), pod.labels or {})])
+
+
 def budget_documents(budgets: Sequence[PodDisruptionBudget]) -> list[dict]:
     """The budgets as policy/v1 documents with their status, in one query of their namespaces'
     live pods."""

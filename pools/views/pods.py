@@ -22,6 +22,7 @@ from pools.core.documents import dump_yaml, load_yaml
 from pools.core.errors import ConflictError, ValidationError
 from pools.models.pods import Pod
 from pools.selectors import pools as selectors
+from pools.selectors.budgets import budgets_guarding
 from pools.services import fragmentation as fragmentation_service
 from pools.services import pods as pod_services
 from pools.views.base import htmx_render
@@ -114,6 +115,7 @@ def pod_detail(request, namespace: str, name: str):
         "yaml": dump_yaml(pod.document),
         "can_delete": roles.is_admin(request.user) or pod.team_id in roles.team_ids(request.user),
         "polling": pod.phase == Pod.Phase.PENDING,
+        "budgets": budgets_guarding(pod),
     }
     return htmx_render(request, "pools/pod_detail.html", context, partial="pod-status")
 

@@ -139,3 +139,12 @@ def test_the_repack_plan_and_its_apply_spend_no_more_than_the_budget_allows(api,
     applied = api("lead").post(f"{plan_url}apply/", {"maxNodes": 2}, format="json").json()["applied"]
     assert len(applied) == 1
     assert len({p.node_id for p in Pod.objects.filter(phase=Pod.Phase.RUNNING)}) == 1
+
+
+def test_the_pod_page_names_the_budget_that_guards_the_pod(api, browser, trainers):
+    page = browser("member").get("/pods/algorithm/t0/").content.decode()
+    assert "none: a drain or a repack may move it at any time" in page
+    assert api("member").post(URL, budget(), format="json").status_code == 201
+    page = browser("member").get("/pods/algorithm/t0/").content.decode()
+    assert "trainers: 3 healthy, at least 2 must stay: 1 may be evicted now" in page
+    assert "none: a drain" in browser("member").get("/pods/algorithm/notebook/").content.decode()
