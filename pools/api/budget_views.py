@@ -56,12 +56,11 @@ class BudgetListView(APIView):
 
     @extend_schema(
         parameters=[OpenApiParameter("namespace", str, description="Only this namespace")],
-        responses={200: BudgetSerializer(many=True), **_errors(400, 401)},
+        responses={200: BudgetSerializer(many=True), **_errors(400, 401, 503)},
         operation_id="poddisruptionbudgets_list",
     )
     def get(self, request):
-        budgets = selectors.budgets_for_user(user=request.user, namespace=query_param(request, "namespace"))
-        return Response(selectors.budget_documents(list(budgets)))
+        return Response(selectors.budget_list(user=request.user, namespace=query_param(request, "namespace")))
 
     @extend_schema(
         parameters=[OpenApiParameter("team", str, description="Team slug, for members of several teams")],
@@ -79,17 +78,16 @@ class BudgetDetailView(APIView):
 
     serializer_class = BudgetSerializer
 
-    @extend_schema(responses={200: BudgetSerializer, **_errors(401, 404)}, operation_id="poddisruptionbudgets_retrieve")
+    @extend_schema(responses={200: BudgetSerializer, **_errors(401, 404, 503)}, operation_id="poddisruptionbudgets_retrieve")
     def get(self, request, namespace: str, name: str):
-        return Response(selectors.budget_documents([selectors.budget_get(user=request.user, namespace=namespace, name=name)])[0])
+        return Response(selectors.budget_one(user=request.user, namespace=namespace, name=name))
 
     @extend_schema(request=BODY, responses={200: BudgetSerializer, **_errors(400, 401, 403, 404, 409), **UNSUPPORTED}, operation_id="poddisruptionbudgets_update")
     def put(self, request, namespace: str, name: str):
-        budget = selectors.budget_get(user=request.user, namespace=namespace, name=name)
-        budget = services.budget_replace(user=request.user, budget=budget, document=request.data)
+        budget = services.budget_replace(user=request.user, namespace=namespace, name=name, document=request.data)
         return Response(selectors.budget_documents([budget])[0])
 
     @extend_schema(responses={204: None, **_errors(401, 403, 404, 409)}, operation_id="poddisruptionbudgets_destroy")
     def delete(self, request, namespace: str, name: str):
-        services.budget_delete(user=request.user, budget=selectors.budget_get(user=request.user, namespace=namespace, name=name))
+        services.budget_delete(user=request.user, namespace=namespace, name=name)
         return Response(status=status.HTTP_204_NO_CONTENT)

@@ -1,7 +1,8 @@
 """One error shape for the whole API: `{"errors": [{"field": "spec.nodeCount.min", "message": ...}]}`.
 
 Domain errors map to their HTTP status here and nowhere else: ValidationError 400, PermissionDenied
-403, missing (or another team's) object 404, ConflictError 409, a body over the request limit 413.
+403, missing (or another team's) object 404, ConflictError 409, a body over the request limit 413,
+Unavailable (a real cluster's API server away) 503.
 Every error answer under /api/ has that shape, in JSON whatever the client's Accept header says,
 including those Django gives before or around DRF: its 400/403/404/500 handlers and its CSRF
 failure view below (elsewhere: the site's own pages, pools/views/errors.py), and `ApiErrorsMiddleware` for anything else (a library's HTML page, Django's
@@ -23,7 +24,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from pools.api.parsers import too_large_message
-from pools.core.errors import ConflictError, ValidationError
+from pools.core.errors import ConflictError, Unavailable, ValidationError
 from pools.views import errors as pages
 
 API_PREFIX = "/api/"
@@ -79,6 +80,8 @@ def _domain_response(exc) -> Response | None:
         )
     if isinstance(exc, ConflictError):
         return error_response(status.HTTP_409_CONFLICT, str(exc))
+    if isinstance(exc, Unavailable):
+        return error_response(status.HTTP_503_SERVICE_UNAVAILABLE, str(exc))
     if isinstance(exc, Http404):
         return error_response(status.HTTP_404_NOT_FOUND, str(exc) or "not found")
     if isinstance(exc, PermissionDenied):

@@ -42,6 +42,7 @@ ERRORS = {
     403: OpenApiResponse(ErrorSerializer, description="Authenticated but not allowed"),
     404: OpenApiResponse(ErrorSerializer, description="Not found (or another team's)"),
     409: OpenApiResponse(ErrorSerializer, description="Conflicts with the object's state"),
+    503: OpenApiResponse(ErrorSerializer, description="A real cluster's API server cannot be reached now; try again"),
 }
 
 

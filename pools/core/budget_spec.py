@@ -49,8 +49,9 @@ class BudgetSpec:
     unhealthy_pod_eviction_policy: str  # "" when unset: kube-apiserver then acts as IfHealthyBudget
 
     def spec_document(self) -> dict[str, Any]:
-        """`spec` as stored and returned: the fields given, nothing invented."""
-        spec: dict[str, Any] = {"selector": self.selector}
+        """`spec` as stored and returned: the fields given, nothing invented (a null selector is
+        left out, as kube-apiserver leaves it out)."""
+        spec: dict[str, Any] = {} if self.selector is None else {"selector": self.selector}
         if self.min_available is not None:
             spec["minAvailable"] = self.min_available
         if self.max_unavailable is not None:

@@ -71,5 +71,9 @@ class ConflictError(Exception):
     """The request is valid but the object's state forbids it: HTTP 409."""
 
 
+class Unavailable(Exception):
+    """What the answer needs cannot be reached now (a real cluster's API server): HTTP 503."""
+
+
 class QuotaExceeded(ValidationError):
     """A quota refusal, naming region, model, requested, in use and limit (seed T1)."""

@@ -11,7 +11,7 @@ killed between the call and its own write can simply call again (at-least-once, 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -210,6 +210,11 @@ class ClusterBackend(Protocol):
         """The disruption budgets over these Running pods ("namespace/name" -> labels): which
         of them each guards and how many it lets be evicted now, asked without evicting, so
         that a repack plans no more moves than the budgets allow."""
+        ...
+
+    def budget_documents(self, *, namespaces: Collection[str] | None) -> list[dict]:
+        """The PodDisruptionBudgets in these namespaces (None: all) as policy/v1 documents with
+        their status, for the API and the pages to show."""
         ...
 
     def list_pods(self, *, node_name: str) -> list[PodInfo]: ...

@@ -26,7 +26,7 @@ What Kubernetes defines is done its way:
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 
 import urllib3
@@ -182,8 +182,18 @@ class KubernetesCluster:
         """The PodDisruptionBudgets over these Running pods ("namespace/name" -> labels), each
         with the pods it guards and the evictions it allows now, read as the Eviction API
         reads them (`pools.core.disruption`) from one list; nothing is evicted."""
+        return disruption_budgets(self.budget_documents(namespaces=None), pods)
+
+    def budget_documents(self, *, namespaces: Collection[str] | None) -> list[dict]:
+        """The cluster's PodDisruptionBudgets in these namespaces (None: all), as documents with
+        the status its disruption controller wrote, from one list."""
         listed = client.PolicyV1Api(self.core.api_client).list_pod_disruption_budget_for_all_namespaces(_preload_content=False)
-        return disruption_budgets(json.loads(listed.data).get("items") or (), pods)
+        documents = []
+        for item in json.loads(listed.data).get("items") or ():
+            metadata = {k: v for k, v in (item.get("metadata") or {}).items() if k != "managedFields"}
+            if namespaces is None or metadata.get("namespace") in namespaces:
+                documents.append({**item, "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": metadata})
+        return documents
 
     def list_pods(self, *, node_name: str) -> list[PodInfo]:
         pods = self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node_name}").items

@@ -9,7 +9,7 @@ simulated cloud's `evict` failure), and pods that lose a removed node.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 
 from django.db import transaction
@@ -85,7 +85,8 @@ class SimulatedCluster:
         disruption. Returns the pods evicted. Optional on the protocol: callers fall back to
         `evict_pod`."""
         with transaction.atomic():
-            labels = {f"{ns}/{name}": row_labels or {} for ns, name, row_labels in Pod.objects.live().filter(phase=Pod.Phase.RUNNING).named(pods).values_list("namespace", "name", "labels")}
+            running = Pod.objects.live().filter(phase=Pod.Phase.RUNNING).named(pods).values_list("namespace", "name", "labels")
+            labels = {f"{namespace}/{name}": row_labels or {} for namespace, name, row_labels in running}
             budgets = self._team_budgets(labels, lock=True)
             left = [budget.allowed for budget in budgets]
             spends = {key: [i for i, budget in enumerate(budgets) if key in budget.pods] for key in labels}
@@ -112,6 +113,10 @@ class SimulatedCluster:
         armed = failures_armed(EVICT)
         refused = [DisruptionBudget(frozenset({key}), 0) for key in pods if any(failure_matches(f, key) for f in armed)] if armed else []
         return self._team_budgets(pods, lock=False) + refused
+
+    def budget_documents(self, *, namespaces: Collection[str] | None) -> list[dict]:
+        rows = PodDisruptionBudget.objects.select_related("team")
+        return budget_documents(list(rows if namespaces is None else rows.filter(namespace__in=namespaces)))
 
     @staticmethod
     def _team_budgets(pods: Mapping[str, Mapping[str, str]], *, lock: bool) -> list[DisruptionBudget]:

@@ -1,6 +1,9 @@
-"""PodDisruptionBudgets of the simulated cluster as the API returns them, each with the status the
-disruption controller would write now, counted from the pods its selector picks (issue 22
-item 2). Another team's budget does not exist for you (404), as for every team object."""
+"""PodDisruptionBudgets as the API and the pages show them: policy/v1 documents with a status
+(issue 22 item 2). The simulated cluster's come from the database, each with the status the
+disruption controller would write now, counted from the pods its selector picks; a real
+cluster's are read from its API server, with the status its own controller wrote. Either way
+a budget belongs to the team of its namespace, and another team's does not exist for you (404).
+"""
 
 from __future__ import annotations
 
@@ -9,9 +12,14 @@ from collections.abc import Sequence
 from django.db.models import QuerySet
 from django.http import Http404
 
+from pools import roles
 from pools.core.budget_spec import API_VERSION, KIND
 from pools.core.disruption import BudgetPod, budget_status, selector_matches
+from pools.core.errors import Unavailable
 from pools.models.pods import Pod, PodDisruptionBudget
+from pools.providers import get_cluster_backend, real_cluster
+from pools.providers.kubernetes import CLUSTER_UNREACHABLE
+from pools.selectors.namespaces import namespace_owner
 
 # A simulated pod is one replica of its own owner (evicted, it is Pending again: recreated):
 # its owner wants it until it Succeeded or Failed.
@@ -19,6 +27,7 @@ _WANTED = (Pod.Phase.PENDING, Pod.Phase.RUNNING)
 
 
 def budgets_for_user(*, user, namespace: str = "") -> QuerySet[PodDisruptionBudget]:
+    """The simulated cluster's budget rows the user may see (the ones the services write)."""
     budgets = PodDisruptionBudget.objects.for_user(user).select_related("team")
     return budgets.filter(namespace=namespace) if namespace else budgets
 
@@ -30,20 +39,52 @@ def budget_get(*, user, namespace: str, name: str) -> PodDisruptionBudget:
     return budget
 
 
+def budget_list(*, user, namespace: str = "") -> list[dict]:
+    """The budgets the user may see, as documents with their status."""
+    if not real_cluster():
+        return budget_documents(list(budgets_for_user(user=user, namespace=namespace)))
+    owners: dict[str, object] = {}
+    visible = []
+    for document in _cluster_documents(namespaces=[namespace] if namespace else None):
+        space = document["metadata"].get("namespace", "")
+        owner = owners[space] if space in owners else owners.setdefault(space, namespace_owner(space))
+        if roles.is_admin(user) or (owner is not None and (roles.is_finance(user) or owner.pk in roles.team_ids(user))):
+            document["metadata"]["team"] = owner.slug if owner is not None else ""
+            visible.append(document)
+    return visible
+
+
+def budget_one(*, user, namespace: str, name: str) -> dict:
+    for document in budget_list(user=user, namespace=namespace):
+        if document["metadata"].get("name") == name:
+            return document
+    raise Http404(f"poddisruptionbudget {namespace}/{name} not found")
+
+
 def budgets_guarding(pod: Pod) -> list[dict]:
     """The budgets whose selector picks this pod (two or more: it cannot be evicted at all)."""
-    budgets = PodDisruptionBudget.objects.filter(namespace=pod.namespace).select_related("team")
-    return budget_documents([b for b in budgets if selector_matches(b.spec.get("selector"), pod.labels or {})])
+    if real_cluster():
+        documents = _cluster_documents(namespaces=[pod.namespace])
+    else:
+        documents = budget_documents(list(PodDisruptionBudget.objects.filter(namespace=pod.namespace).select_related("team")))
+    return [d for d in documents if selector_matches((d.get("spec") or {}).get("selector"), pod.labels or {})]
 
 
 def budget_documents(budgets: Sequence[PodDisruptionBudget]) -> list[dict]:
-    """The budgets as policy/v1 documents with their status, in one query of their namespaces'
-    live pods."""
+    """The simulated cluster's budgets as policy/v1 documents with their status, in one query
+    of their namespaces' live pods."""
     pods: dict[str, list[tuple[dict, str]]] = {}
     namespaces = {budget.namespace for budget in budgets}
     for namespace, labels, phase in Pod.objects.live().filter(namespace__in=namespaces).values_list("namespace", "labels", "phase"):
         pods.setdefault(namespace, []).append((labels or {}, phase))
     return [_document(budget, pods.get(budget.namespace, ())) for budget in budgets]
+
+
+def _cluster_documents(*, namespaces: list[str] | None) -> list[dict]:
+    try:
+        return get_cluster_backend().budget_documents(namespaces=namespaces)
+    except CLUSTER_UNREACHABLE as exc:
+        raise Unavailable("the cluster's API server cannot be reached now, so its disruption budgets cannot be read; try again in a minute") from exc
 
 
 def _document(budget: PodDisruptionBudget, pods) -> dict:

@@ -19,6 +19,7 @@ from pools.core.documents import split_server_fields
 from pools.core.errors import ConflictError, ValidationError
 from pools.models.pods import PodDisruptionBudget
 from pools.providers import real_cluster
+from pools.selectors.budgets import budget_get
 from pools.services.audit import audit_record
 from pools.services.namespaces import namespace_claim, namespace_require
 from pools.services.pods import teams_submitting_for
@@ -49,10 +50,11 @@ def budget_create(*, user, document: Any, team_slug: str = "") -> PodDisruptionB
         raise ConflictError(f"poddisruptionbudget {spec.namespace}/{spec.name} already exists") from exc
 
 
-def budget_replace(*, user, budget: PodDisruptionBudget, document: Any) -> PodDisruptionBudget:
+def budget_replace(*, user, namespace: str, name: str, document: Any) -> PodDisruptionBudget:
     """PUT: the whole document again (as `kubectl replace`); a changed spec is a new generation."""
-    _require_writer(user, budget)
     _refuse_on_real_cluster()
+    budget = budget_get(user=user, namespace=namespace, name=name)
+    _require_writer(user, budget)
     document, _ = split_server_fields(document)
     spec = parse_budget(document, default_namespace=budget.namespace)
     if (spec.namespace, spec.name) != (budget.namespace, budget.name):
@@ -69,9 +71,10 @@ def budget_replace(*, user, budget: PodDisruptionBudget, document: Any) -> PodDi
     return locked
 
 
-def budget_delete(*, user, budget: PodDisruptionBudget) -> None:
-    _require_writer(user, budget)
+def budget_delete(*, user, namespace: str, name: str) -> None:
     _refuse_on_real_cluster()
+    budget = budget_get(user=user, namespace=namespace, name=name)
+    _require_writer(user, budget)
     with transaction.atomic():
         audit_record(actor=user, action="poddisruptionbudget.delete", obj=budget, before=budget.document)
         budget.delete()

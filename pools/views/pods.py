@@ -19,7 +19,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from pools import roles
 from pools.core.documents import dump_yaml, load_yaml
-from pools.core.errors import ConflictError, ValidationError
+from pools.core.errors import ConflictError, Unavailable, ValidationError
 from pools.models.pods import Pod
 from pools.selectors import pools as selectors
 from pools.selectors.budgets import budgets_guarding
@@ -115,9 +115,24 @@ def pod_detail(request, namespace: str, name: str):
         "yaml": dump_yaml(pod.document),
         "can_delete": roles.is_admin(request.user) or pod.team_id in roles.team_ids(request.user),
         "polling": pod.phase == Pod.Phase.PENDING,
-        "budgets": budgets_guarding(pod),
+        **_budgets(pod),
     }
     return htmx_render(request, "pools/pod_detail.html", context, partial="pod-status")
+
+
+def _budgets(pod: Pod) -> dict:
+    """The budgets guarding the pod, each with how many of its pods may go now (the message of
+    its DisruptionAllowed condition where it has one), or why they cannot be shown now."""
+    try:
+        documents = budgets_guarding(pod)
+    except Unavailable as exc:
+        return {"budgets": [], "budgets_unavailable": str(exc)}
+    budgets = []
+    for document in documents:
+        status = document.get("status") or {}
+        message = ((status.get("conditions") or [{}])[0]).get("message") or f"{status.get('disruptionsAllowed', 0)} of its pods may be evicted now"
+        budgets.append((document["metadata"]["name"], message))
+    return {"budgets": budgets}
 
 
 @login_required

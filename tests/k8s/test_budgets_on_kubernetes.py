@@ -1,6 +1,7 @@
-"""The simulated cluster's PodDisruptionBudgets are validated as a real kube-apiserver validates
-policy/v1 (issue 22 item 2): each document of tests/pools/test_budget_spec.py is sent to the API
-server (dry run) and to `parse_budget`; both accept it or both refuse it, on the same fields."""
+"""PodDisruptionBudgets and a real kube-apiserver (issue 22 item 2): the simulated cluster's are
+validated as it validates policy/v1 (each document of tests/pools/test_budget_spec.py is sent to
+the API server, dry run, and to `parse_budget`: both accept it or both refuse it, on the same
+fields); on a real cluster the product shows the cluster's own, to their namespace's team."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from kubernetes.client.exceptions import ApiException
 
 from pools.core.budget_spec import parse_budget
 from pools.core.errors import ValidationError
+from pools.models import NamespaceTeam
+from pools.models.pods import Pod
 from tests.pools.test_budget_spec import CASES, budget
 
 
@@ -40,3 +43,28 @@ def test_we_refuse_a_budget_when_kube_apiserver_does_and_name_its_fields(kube, n
     assert (theirs is None) == (ours is None), (theirs, ours)
     for field in theirs or ():  # theirs may stop at the map (spec.selector.matchLabels); ours names the key
         assert any(mine == field or mine.startswith(field + ".") for mine in ours), (field, ours)
+
+
+@pytest.mark.django_db
+def test_a_real_clusters_budgets_are_shown_to_their_namespaces_team_only(api, browser, actors, teams, kube, namespace, on_kubernetes):
+    """On a real cluster the budgets are the cluster's own: the API lists them (with the status
+    its disruption controller wrote) to the team whose namespace holds them, refuses to write
+    them (409: kubectl's job), and the pod page names the one guarding a pod."""
+    NamespaceTeam.objects.create(namespace=namespace, team=teams["algorithm"])
+    policy = client.PolicyV1Api(kube)
+    policy.create_namespaced_pod_disruption_budget(namespace, budget(minAvailable=1, selector={"matchLabels": {"app": "trainer"}}))
+    policy.patch_namespaced_pod_disruption_budget_status("trainers", namespace, {"status": {  # as kube-controller-manager would
+        "observedGeneration": 1, "disruptionsAllowed": 1, "currentHealthy": 2, "desiredHealthy": 1, "expectedPods": 2}})  # fmt: skip
+    listed = api("lead").get(f"/api/v1/poddisruptionbudgets/?namespace={namespace}").json()
+    assert [(b["metadata"]["name"], b["metadata"]["team"], b["status"]["disruptionsAllowed"]) for b in listed] == [("trainers", "algorithm", 1)]
+    assert "managedFields" not in listed[0]["metadata"] and listed[0]["spec"]["minAvailable"] == 1
+    assert api("lead").get(f"/api/v1/poddisruptionbudgets/{namespace}/trainers/").json()["status"]["currentHealthy"] == 2
+    assert api("other_lead").get(f"/api/v1/poddisruptionbudgets/?namespace={namespace}").json() == []
+    assert api("other_lead").get(f"/api/v1/poddisruptionbudgets/{namespace}/trainers/").status_code == 404
+    assert api("finance").get(f"/api/v1/poddisruptionbudgets/{namespace}/trainers/").status_code == 200
+    for method, url in (("post", "/api/v1/poddisruptionbudgets/"), ("put", f"/api/v1/poddisruptionbudgets/{namespace}/trainers/"),
+                        ("delete", f"/api/v1/poddisruptionbudgets/{namespace}/trainers/")):  # fmt: skip
+        response = getattr(api("lead"), method)(url, budget(), format="json")
+        assert response.status_code == 409 and "kubectl" in response.json()["errors"][0]["message"]
+    Pod.objects.create(namespace=namespace, name="t0", team=teams["algorithm"], labels={"app": "trainer"}, uid="u-t0")  # as mirrored
+    assert "trainers: 1 of its pods may be evicted now" in browser("lead").get(f"/pods/{namespace}/t0/").content.decode()

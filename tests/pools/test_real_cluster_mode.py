@@ -54,19 +54,35 @@ def test_the_api_answers_409_with_the_reason(api, real_cluster):
     assert "kubectl" in response.json()["errors"][0]["message"]
 
 
-def test_the_repack_plan_still_answers_when_the_disruption_budgets_cannot_be_read(api, actors, settings, tmp_path, caplog):
-    """The plan asks the API server which evictions the PodDisruptionBudgets refuse; with the
-    server away it plans without them (a drain's evictions still ask) and says so in the log."""
-    pool_with_nodes(actors["lead"], node_labels={"pool": "train"})
-    submit(actors["member"], "running", gpus=1, cpu="1")
-    scheduler_pass(now=T0)
+@pytest.fixture
+def cluster_away(settings, tmp_path):
+    """A real cluster whose API server does not answer."""
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(
         "apiVersion: v1\nkind: Config\ncurrent-context: away\n"
         "clusters: [{name: away, cluster: {server: 'http://127.0.0.1:9'}}]\n"
         "contexts: [{name: away, context: {cluster: away, user: away}}]\nusers: [{name: away, user: {}}]\n"
     )
-    settings.EBCLOUD_CLUSTER_BACKEND, settings.EBCLOUD_KUBECONFIG = "kubernetes", str(kubeconfig)
+    return {"EBCLOUD_CLUSTER_BACKEND": "kubernetes", "EBCLOUD_KUBECONFIG": str(kubeconfig)}
+
+
+def test_the_repack_plan_still_answers_when_the_disruption_budgets_cannot_be_read(api, actors, settings, cluster_away, caplog):
+    """The plan asks the API server which evictions the PodDisruptionBudgets refuse; with the
+    server away it plans without them (a drain's evictions still ask) and says so in the log."""
+    pool_with_nodes(actors["lead"], node_labels={"pool": "train"})
+    submit(actors["member"], "running", gpus=1, cpu="1")
+    scheduler_pass(now=T0)
+    settings.EBCLOUD_CLUSTER_BACKEND, settings.EBCLOUD_KUBECONFIG = cluster_away.values()
     response = api("member").get("/api/v1/pools/train-pool-a/fragmentation/?plan=1")
     assert response.status_code == 200 and "plan" in response.json()
     assert "disruption budgets could not be read" in caplog.text
+
+
+def test_with_the_api_server_away_budgets_are_a_503_and_the_pod_page_says_why(api, browser, actors, settings, cluster_away):
+    submit(actors["member"], "waiting", gpus=1, cpu="1")
+    settings.EBCLOUD_CLUSTER_BACKEND, settings.EBCLOUD_KUBECONFIG = cluster_away.values()
+    for url in ("/api/v1/poddisruptionbudgets/", "/api/v1/poddisruptionbudgets/algorithm/trainers/"):
+        response = api("lead").get(url)
+        assert response.status_code == 503 and "cannot be reached" in response.json()["errors"][0]["message"]
+    page = browser("lead").get("/pods/algorithm/waiting/")
+    assert page.status_code == 200 and "disruption budgets cannot be read" in page.content.decode()
