@@ -13,6 +13,7 @@ from pools.models.cloud import SimClusterNode, SimMachine
 from pools.models.pods import Pod
 from pools.providers import simulated, simulated_cluster
 from pools.services import pools as services
+from pools.services.budgets import budget_create
 from tests.conftest import make_document
 from tests.pools.lifecycle_helpers import (
     T0,
@@ -249,3 +250,23 @@ def test_after_an_expired_lease_the_baseline_can_be_ordered_again(actors, ready_
     assert "BaselineNotOrdered" in ready_pool.pending_reason
     services.pool_update(user=actors["lead"], pool=ready_pool, document=ready_pool.document, now=LEASE_END)
     assert ready_pool.orders.filter(status="Pending", node_count=2).exists()
+
+
+def test_a_drain_spends_the_teams_disruption_budget_one_pod_at_a_time(actors, ready_pool):
+    """A PodDisruptionBudget allowing one disruption lets the drain evict one of its two pods;
+    the other waits (its evicted sibling is not running again), until the drain's deadline."""
+    node = live_nodes(ready_pool)[0]
+    for name in ("trainer-0", "trainer-1"):
+        simulated.pod_run(node_name=node.name, name=name, namespace="algorithm")
+    Pod.objects.filter(name__startswith="trainer-").update(labels={"app": "trainer"})
+    budget = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "trainers"},
+              "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "trainer"}}}}  # fmt: skip
+    budget_create(user=actors["member"], document=budget)
+    later = T0 + timedelta(days=2)
+    services.pool_delete(user=actors["lead"], pool=ready_pool, now=later)
+    assert reconcile(ready_pool, later).phase == "Deleting"
+    assert "Evicted 1 pod(s)" in PoolEvent.objects.get(reason="NodeDraining").message
+    assert sorted(Pod.objects.values_list("name", "phase")) == [("trainer-0", "Pending"), ("trainer-1", "Running")]
+    assert "algorithm/trainer-1" in PoolEvent.objects.get(reason="DrainWaiting").message
+    assert reconcile(ready_pool, later + timedelta(minutes=10)).phase == "Deleted"
+    assert "algorithm/trainer-1" in PoolEvent.objects.get(reason="DrainTimeout").message
