@@ -19,7 +19,7 @@ simulated cluster runs on every read, so its budgets are never stale.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from math import ceil
 
@@ -89,6 +89,26 @@ def disruption_budgets(budgets: Sequence[Mapping], pods: Mapping[str, Mapping[st
             guarded.setdefault(matching[0], set()).add(key)
     return [DisruptionBudget(frozenset(keys), _allowed(budgets[i])) for i, keys in sorted(guarded.items())] + alone
 
+
+
+def evictions(pods: Iterable[str], budgets: Sequence[DisruptionBudget], *, refused: Callable[[str], bool] = lambda pod: False) -> list[str]:
+    """The pods the Eviction API lets go when asked one by one in this order: each spends one
+    disruption of every budget guarding it; one whose budget has none left stays, and so does
+    one `refused` refuses (asked only when the budgets allow it)."""
+    guarding: dict[str, list[int]] = {}
+    for i, budget in enumerate(budgets):
+        for pod in budget.pods:
+            guarding.setdefault(pod, []).append(i)
+    left = [budget.allowed for budget in budgets]
+    evicted = []
+    for pod in pods:
+        mine = guarding.get(pod, ())
+        if any(left[i] <= 0 for i in mine) or refused(pod):
+            continue
+        for i in mine:
+            left[i] -= 1
+        evicted.append(pod)
+    return evicted
 
 
 @dataclass(frozen=True)

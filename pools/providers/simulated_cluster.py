@@ -16,7 +16,7 @@ from django.db import transaction
 from django.db.models import TextField
 from django.db.models.functions import Cast
 
-from pools.core.disruption import DisruptionBudget, disruption_budgets
+from pools.core.disruption import DisruptionBudget, disruption_budgets, evictions
 from pools.core.node_labels import labels_taints_decoded
 from pools.models.cloud import SimClusterNode
 from pools.models.pods import Pod, PodDisruptionBudget
@@ -88,16 +88,9 @@ class SimulatedCluster:
             running = Pod.objects.live().filter(phase=Pod.Phase.RUNNING).named(pods).values_list("namespace", "name", "labels")
             labels = {f"{namespace}/{name}": row_labels or {} for namespace, name, row_labels in running}
             budgets = self._team_budgets(labels, lock=True)
-            left = [budget.allowed for budget in budgets]
-            spends = {key: [i for i, budget in enumerate(budgets) if key in budget.pods] for key in labels}
-            candidates, evicted = failures_armed(EVICT), []
-            for namespace, name in pods:
-                key = f"{namespace}/{name}"
-                if any(left[i] <= 0 for i in spends.get(key, ())) or failure_consume(candidates, key) is not None:
-                    continue
-                for i in spends.get(key, ()):
-                    left[i] -= 1
-                evicted.append((namespace, name))
+            candidates = failures_armed(EVICT)
+            allowed = set(evictions([f"{namespace}/{name}" for namespace, name in pods], budgets, refused=lambda key: failure_consume(candidates, key) is not None))
+            evicted = [(namespace, name) for namespace, name in pods if f"{namespace}/{name}" in allowed]
             if evicted:
                 Pod.objects.live().filter(phase=Pod.Phase.RUNNING).named(evicted).update(
                     phase=Pod.Phase.PENDING, node=None, gpu_indices=[], reason="Evicted", started_at=None,

@@ -13,6 +13,7 @@ from pools.core.disruption import (
     DisruptionBudget,
     budget_status,
     disruption_budgets,
+    evictions,
     selector_matches,
 )
 
@@ -117,3 +118,12 @@ def test_a_budgets_status_reads_back_as_what_the_eviction_api_allows():
     status = budget_status(min_available=1, max_unavailable=None, pods=pods(3))
     document = {"metadata": {"namespace": "algorithm", "generation": 2}, "spec": {"selector": {}}, "status": {"observedGeneration": 2, **status}}
     assert disruption_budgets([document], {"algorithm/a": {}, "algorithm/b": {}}) == [DisruptionBudget(frozenset({"algorithm/a", "algorithm/b"}), 2)]
+
+
+def test_evictions_asked_in_order_spend_each_guarding_budget_and_skip_the_refused():
+    budgets = [DisruptionBudget(frozenset({"ns/a", "ns/b", "ns/c"}), 1), DisruptionBudget(frozenset({"ns/c", "ns/d"}), 2)]
+    assert evictions(["ns/a", "ns/b", "ns/d", "ns/c", "ns/free"], budgets) == ["ns/a", "ns/d", "ns/free"]
+    asked = []
+    refused = lambda pod: asked.append(pod) or pod == "ns/a"  # noqa: E731
+    assert evictions(["ns/a", "ns/b", "ns/c"], budgets, refused=refused) == ["ns/b"]  # the refused one spent nothing
+    assert asked == ["ns/a", "ns/b"]  # asked only where the budgets allow

@@ -37,11 +37,10 @@ never moving a pod of higher priority than the one it makes room for.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from pools.core.disruption import DisruptionBudget
+from pools.core.disruption import DisruptionBudget, evictions
 from pools.core.scheduling.cluster import ClusterScheduler
 from pools.core.scheduling.fragmentation import FragmentationModel, Workload, workload_from_pods
 from pools.core.scheduling.nodes import (
@@ -200,14 +199,8 @@ def _with_shares(nodes, plan: RepackPlan, model: FragmentationModel, movable, wa
 def _past_budget(moved: Sequence[str], budgets: Sequence[DisruptionBudget]) -> str | None:
     """The first of the ``moved`` pods that its disruption budget no longer lets go (each
     budget lets ``allowed`` of its pods go), or None."""
-    spent = Counter()
-    for name in moved:
-        for i, budget in enumerate(budgets):
-            if name in budget.pods:
-                spent[i] += 1
-                if spent[i] > budget.allowed:
-                    return name
-    return None
+    evicted = set(evictions(moved, budgets))
+    return next((name for name in moved if name not in evicted), None)
 
 
 def _greedy_plan(nodes, model: FragmentationModel, max_drained_nodes, why_pinned, budgets) -> RepackPlan:
