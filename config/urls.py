@@ -6,7 +6,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 
 from monitoring import views as monitoring_views
 from monitoring.metrics import metrics_view
-from pools.urls import pod_urls, pool_urls
+from pools.urls import disruption_budget_urls, pod_urls, pool_urls
 from pools.views import orders
 from pools.views import pods as pods_views
 from pools.views.audit import audit_list
@@ -24,6 +24,7 @@ urlpatterns = [
     path("notifications/<int:pk>/acknowledge/", notification_acknowledge, name="notification-acknowledge"),
     path("repairs/", repair_list, name="repairs"),
     path("pods/", include((pod_urls, "pods"))),
+    path("disruption-budgets/", include((disruption_budget_urls, "disruption"))),
     path("fragmentation/", pods_views.cluster_fragmentation, name="fragmentation"),
     path("fragmentation/apply/", pods_views.cluster_fragmentation_apply, name="fragmentation-apply"),
     re_path(r"^orders/(?P<order_id>\d+)/(?P<decision>approve|reject)/$", orders.order_decide, name="order-decide"),

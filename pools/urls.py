@@ -1,9 +1,9 @@
-"""The web pages of pools (under /pools/) and of pods (under /pods/), each list in its own URL
-namespace (`pools:`, `pods:`)."""
+"""The web pages of pools (under /pools/), of pods (under /pods/) and of disruption budgets (under
+/disruption-budgets/), each list in its own URL namespace (`pools:`, `pods:`, `disruption:`)."""
 
 from django.urls import path
 
-from pools.views import alerts, diagnose, nodes, pods, pools
+from pools.views import alerts, diagnose, disruption_budgets, nodes, pods, pools
 
 pool_urls = [
     path("", pools.pool_list, name="list"),
@@ -28,4 +28,10 @@ pod_urls = [
     path("new/", pods.pod_create, name="create"),
     path("<str:namespace>/<str:name>/", pods.pod_detail, name="detail"),
     path("<str:namespace>/<str:name>/delete/", pods.pod_delete, name="delete"),
+]
+
+disruption_budget_urls = [
+    path("", disruption_budgets.budget_list, name="list"),
+    path("new/", disruption_budgets.budget_create, name="create"),
+    path("<str:namespace>/<str:name>/delete/", disruption_budgets.budget_delete, name="delete"),
 ]

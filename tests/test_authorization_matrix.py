@@ -42,7 +42,7 @@ from monitoring import services as monitoring_services
 from pools.demo.seed import load_catalog
 from pools.models import Membership, Team
 from pools.services import pools as services
-from pools.services.budgets import budget_create
+from pools.services.disruption_budgets import budget_create
 from pools.services.notifications import notification_raise
 from tests.conftest import _user, make_document
 from tests.monitoring.conftest import report
@@ -172,6 +172,9 @@ MATRIX: tuple[Row, ...] = (
     Row("pods:create", S(200, 200, 200, 403, 200, LOGIN), writes=(Write("post", S(400, 400, 400, 403, 400, LOGIN), INCOMPLETE),)),
     Row("pods:detail", TEAM_READ_WEB, POD, owned=True),
     Row("pods:delete", POST_ONLY_WEB, POD, owned=True, writes=(Write("post", S(302, 404, 302, 403, 302, LOGIN), {}),)),
+    Row("disruption:list", EVERYONE_WEB),
+    Row("disruption:create", S(200, 200, 200, 403, 200, LOGIN), writes=(Write("post", S(400, 400, 400, 403, 400, LOGIN), INCOMPLETE),)),
+    Row("disruption:delete", POST_ONLY_WEB, BUDGET, owned=True, writes=(Write("post", S(302, 404, 302, 403, 302, LOGIN), {}),)),
     # --- web: monitoring and billing ------------------------------------------------------
     Row("monitoring-overview", EVERYONE_WEB),
     Row("monitoring-trends", EVERYONE_WEB),  # each sees the trends of the pools they may see

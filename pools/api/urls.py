@@ -3,7 +3,7 @@ from rest_framework.routers import SimpleRouter
 
 from pools.api.alert_views import PoolAlertSilenceDetailView, PoolAlertSilenceListView
 from pools.api.auth import TokenView
-from pools.api.budget_views import BudgetDetailView, BudgetListView
+from pools.api.disruption_budget_views import BudgetDetailView, BudgetListView
 from pools.api.pod_views import (
     ClusterFragmentationApplyView,
     ClusterFragmentationView,

@@ -153,7 +153,7 @@ class Pod(models.Model):
 class PodDisruptionBudget(models.Model):
     """A PodDisruptionBudget (policy/v1) of the simulated cluster: how many of the pods its
     selector picks in its namespace may be evicted at once (the repack's moves and a drain's
-    evictions). Its status is not stored: the selector `pools.selectors.budgets` counts it from
+    evictions). Its status is not stored: the selector `pools.selectors.disruption_budgets` counts it from
     the pods on every read, as the disruption controller would, so it is never stale.
     `generation` counts spec changes, like metadata.generation."""
 

@@ -22,7 +22,7 @@ from pools.models.cloud import SimClusterNode
 from pools.models.pods import Pod, PodDisruptionBudget
 from pools.providers.base import NodeState, PodInfo
 from pools.providers.simulated import EVICT, failure_consume, failure_matches, failures_armed
-from pools.selectors.budgets import budget_documents
+from pools.selectors.disruption_status import budget_documents
 
 
 class SimulatedCluster:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import csv
 
 from django import forms
-from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -18,14 +17,14 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from pools import roles
-from pools.core.documents import dump_yaml, load_yaml
-from pools.core.errors import ConflictError, Unavailable, ValidationError
+from pools.core.documents import dump_yaml
+from pools.core.errors import Unavailable, ValidationError
 from pools.models.pods import Pod
 from pools.selectors import pools as selectors
-from pools.selectors.budgets import budgets_guarding
+from pools.selectors.disruption_budgets import budgets_guarding
 from pools.services import fragmentation as fragmentation_service
 from pools.services import pods as pod_services
-from pools.views.base import htmx_render
+from pools.views.base import document_form_page, htmx_render
 
 EXAMPLE_POD = """apiVersion: v1
 kind: Pod
@@ -90,20 +89,11 @@ def pod_create(request):
     if not teams:
         raise PermissionDenied("only team members and platform admins can submit pods")
     form = PodForm(request.POST or None, teams=teams, initial={"document": EXAMPLE_POD})
-    spec_errors = []
-    if request.method == "POST" and form.is_valid():
-        try:
-            document = load_yaml(form.cleaned_data["document"], max_bytes=settings.EBCLOUD_MAX_SPEC_BYTES, max_depth=settings.EBCLOUD_MAX_DOCUMENT_DEPTH)
-            pod = pod_services.pod_create(user=request.user, document=document, team_slug=form.cleaned_data.get("team", ""))
-        except ValidationError as exc:
-            spec_errors = exc.errors
-        except ConflictError as exc:
-            form.add_error(None, str(exc))
-        else:
-            messages.success(request, f"Pod {pod.key} submitted; the scheduler binds it on its next pass.")
-            return HttpResponseRedirect(reverse("pods:detail", args=[pod.namespace, pod.name]))
-    status = 400 if request.method == "POST" and (spec_errors or form.errors) else 200
-    return htmx_render(request, "pools/pod_form.html", {"form": form, "spec_errors": spec_errors}, status=status)
+    return document_form_page(
+        request, form, template="pools/pod_form.html",
+        create=lambda document, team: pod_services.pod_create(user=request.user, document=document, team_slug=team),
+        done=lambda pod: (reverse("pods:detail", args=[pod.namespace, pod.name]), f"Pod {pod.key} submitted; the scheduler binds it on its next pass."),
+    )  # fmt: skip
 
 
 @login_required

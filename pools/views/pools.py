@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -26,14 +25,14 @@ from billing.month_spend import pool_spend_attach
 from pools import roles
 from pools.controllers.lifecycle import pool_capacity_times
 from pools.core.charts import pool_figures, samples_window
-from pools.core.documents import dump_yaml, load_yaml
+from pools.core.documents import dump_yaml
 from pools.core.errors import ConflictError, ValidationError
 from pools.core.spec import TAINT_EFFECTS
 from pools.forms import PoolFilterForm, PoolForm, PoolImportForm
 from pools.models import PoolEvent
 from pools.selectors import pools as selectors
 from pools.services import pools as services
-from pools.views.base import htmx_render
+from pools.views.base import document_form_page, htmx_render
 from pools.views.repairs import repairs_context
 
 CHART_WINDOW = timedelta(hours=24)
@@ -209,20 +208,11 @@ def pool_import(request):
     if not teams:
         raise PermissionDenied("only team leads and platform admins can create pools")
     form = PoolImportForm(request.POST or None, request.FILES or None, teams=teams)
-    spec_errors = []
-    if request.method == "POST" and form.is_valid():
-        try:
-            document = load_yaml(form.cleaned_data["text"], max_bytes=settings.EBCLOUD_MAX_SPEC_BYTES, max_depth=settings.EBCLOUD_MAX_DOCUMENT_DEPTH)
-            pool = services.pool_create(user=request.user, document=document, team_slug=form.cleaned_data.get("team", ""))
-        except ValidationError as exc:
-            spec_errors = exc.errors
-        except ConflictError as exc:
-            form.add_error(None, str(exc))
-        else:
-            messages.success(request, f"Pool {pool.name} imported.")
-            return HttpResponseRedirect(reverse("pools:detail", args=[pool.name]))
-    status = 400 if request.method == "POST" and (spec_errors or form.errors) else 200
-    return htmx_render(request, "pools/pool_import.html", {"form": form, "spec_errors": spec_errors}, status=status)
+    return document_form_page(
+        request, form, template="pools/pool_import.html", text_field="text",
+        create=lambda document, team: services.pool_create(user=request.user, document=document, team_slug=team),
+        done=lambda pool: (reverse("pools:detail", args=[pool.name]), f"Pool {pool.name} imported."),
+    )  # fmt: skip
 
 
 @login_required

@@ -87,6 +87,16 @@ def submit(user, name, **kwargs):
     return pod_services.pod_create(user=user, document=pod_document(name, **kwargs), now=T0)
 
 
+def labelled_pods_running(actors, names, labels):
+    """train-pool-a with two Ready nodes, and a Running one-GPU pod of team algorithm per name,
+    carrying these labels (for disruption budgets to select)."""
+    pool = pool_with_nodes(actors["lead"], node_labels={"pool": "train"})
+    for name in names:
+        submit(actors["member"], name, gpus=1, cpu="1", labels=labels)
+    scheduler_pass(now=T0)
+    return pool
+
+
 # GPU -> the shares on it. No share fits into another GPU's free milli (400 and 100 free), so
 # no single move frees a GPU, and a lone node cannot drain; 500+300+200 and 700+300 fill two.
 SHARE_LAYOUT = {0: [("a", 500)], 1: [("b1", 300), ("b2", 300)], 2: [("c1", 700), ("c2", 200)]}

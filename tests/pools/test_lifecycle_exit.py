@@ -13,7 +13,7 @@ from pools.models.cloud import SimClusterNode, SimMachine
 from pools.models.pods import Pod
 from pools.providers import simulated, simulated_cluster
 from pools.services import pools as services
-from pools.services.budgets import budget_create
+from pools.services.disruption_budgets import budget_create
 from tests.conftest import make_document
 from tests.pools.lifecycle_helpers import (
     T0,

@@ -14,12 +14,12 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from pools import roles
-from pools.core.budget_spec import BudgetSpec, parse_budget
+from pools.core.disruption_spec import BudgetSpec, parse_budget
 from pools.core.documents import split_server_fields
 from pools.core.errors import ConflictError, ValidationError
 from pools.models.pods import PodDisruptionBudget
 from pools.providers import real_cluster
-from pools.selectors.budgets import budget_get
+from pools.selectors.disruption_budgets import budget_get
 from pools.services.audit import audit_record
 from pools.services.namespaces import namespace_claim, namespace_require
 from pools.services.pods import teams_submitting_for

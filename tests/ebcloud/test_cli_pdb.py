@@ -5,19 +5,15 @@ from __future__ import annotations
 
 import json
 
-from pools.controllers.scheduler import scheduler_pass
 from tests.ebcloud.cli_helpers import live, one_error_line
-from tests.pools.pod_helpers import T0, pool_with_nodes, submit
+from tests.pools.pod_helpers import labelled_pods_running
 
 EXAMPLE = "examples/pods/nlp-pdb.yaml"
 
 
 @live
 def test_a_lead_creates_lists_replaces_and_deletes_the_example_budget(ebcloud, login_as, actors, tmp_path):
-    pool_with_nodes(actors["lead"], node_labels={"pool": "train"})
-    for name in ("nlp-0", "nlp-1"):
-        submit(actors["member"], name, gpus=1, cpu="1", labels={"project": "nlp"})
-    scheduler_pass(now=T0)
+    labelled_pods_running(actors, ("nlp-0", "nlp-1"), {"project": "nlp"})
     login_as("lead")
     result = ebcloud("pdb", "create", "-f", EXAMPLE)
     assert result.exit_code == 0, result.stderr

@@ -1,6 +1,6 @@
 """REST API for PodDisruptionBudgets (`/api/v1/poddisruptionbudgets/`), policy/v1 documents with
-the status the disruption controller computes. Thin views over `pools.services.budgets` and
-`pools.selectors.budgets`; another team's budget is a 404. Errors use the pool views' shape."""
+the status the disruption controller computes. Thin views over `pools.services.disruption_budgets` and
+`pools.selectors.disruption_budgets`; another team's budget is a 404. Errors use the pool views' shape."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from rest_framework.views import APIView
 
 from pools.api.pod_views import UNSUPPORTED
 from pools.api.views import _errors, query_param
-from pools.selectors import budgets as selectors
-from pools.services import budgets as services
+from pools.selectors import disruption_budgets as selectors
+from pools.services import disruption_budgets as services
 
 
 class BudgetMetadataSerializer(serializers.Serializer):

@@ -12,7 +12,7 @@ from django.db import connection, connections
 from pools.controllers.scheduler import scheduler_pass
 from pools.models.pods import Pod
 from pools.providers import get_cluster_backend
-from pools.services.budgets import budget_create
+from pools.services.disruption_budgets import budget_create
 from tests.pools.pod_helpers import T0, pool_with_nodes, submit
 
 pytestmark = [

@@ -7,23 +7,17 @@ a budget belongs to the team of its namespace, and another team's does not exist
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from django.db.models import QuerySet
 from django.http import Http404
 
 from pools import roles
-from pools.core.budget_spec import API_VERSION, KIND
-from pools.core.disruption import BudgetPod, budget_status, selector_matches
+from pools.core.disruption import selector_matches
 from pools.core.errors import Unavailable
 from pools.models.pods import Pod, PodDisruptionBudget
 from pools.providers import get_cluster_backend, real_cluster
 from pools.providers.kubernetes import CLUSTER_UNREACHABLE
+from pools.selectors.disruption_status import budget_documents
 from pools.selectors.namespaces import namespace_owner
-
-# A simulated pod is one replica of its own owner (evicted, it is Pending again: recreated):
-# its owner wants it until it Succeeded or Failed.
-_WANTED = (Pod.Phase.PENDING, Pod.Phase.RUNNING)
 
 
 def budgets_for_user(*, user, namespace: str = "") -> QuerySet[PodDisruptionBudget]:
@@ -70,29 +64,8 @@ def budgets_guarding(pod: Pod) -> list[dict]:
     return [d for d in documents if selector_matches((d.get("spec") or {}).get("selector"), pod.labels or {})]
 
 
-def budget_documents(budgets: Sequence[PodDisruptionBudget]) -> list[dict]:
-    """The simulated cluster's budgets as policy/v1 documents with their status, in one query
-    of their namespaces' live pods."""
-    pods: dict[str, list[tuple[dict, str]]] = {}
-    namespaces = {budget.namespace for budget in budgets}
-    for namespace, labels, phase in Pod.objects.live().filter(namespace__in=namespaces).values_list("namespace", "labels", "phase"):
-        pods.setdefault(namespace, []).append((labels or {}, phase))
-    return [_document(budget, pods.get(budget.namespace, ())) for budget in budgets]
-
-
 def _cluster_documents(*, namespaces: list[str] | None) -> list[dict]:
     try:
         return get_cluster_backend().budget_documents(namespaces=namespaces)
     except CLUSTER_UNREACHABLE as exc:
         raise Unavailable("the cluster's API server cannot be reached now, so its disruption budgets cannot be read; try again in a minute") from exc
-
-
-def _document(budget: PodDisruptionBudget, pods) -> dict:
-    spec = budget.spec
-    selected = [BudgetPod(healthy=phase == Pod.Phase.RUNNING, wanted=phase in _WANTED) for labels, phase in pods if selector_matches(spec.get("selector"), labels)]
-    status = budget_status(min_available=spec.get("minAvailable"), max_unavailable=spec.get("maxUnavailable"), pods=selected)
-    metadata = {
-        **(budget.document.get("metadata") or {}), "name": budget.name, "namespace": budget.namespace,
-        "team": budget.team.slug, "generation": budget.generation, "creationTimestamp": budget.created_at.isoformat().replace("+00:00", "Z"),
-    }  # fmt: skip
-    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": spec, "status": {"observedGeneration": budget.generation, **status}}

@@ -1,5 +1,5 @@
 """PodDisruptionBudgets and a real kube-apiserver (issue 22 item 2): the simulated cluster's are
-validated as it validates policy/v1 (each document of tests/pools/test_budget_spec.py is sent to
+validated as it validates policy/v1 (each document of tests/pools/test_disruption_spec.py is sent to
 the API server, dry run, and to `parse_budget`: both accept it or both refuse it, on the same
 fields); on a real cluster the product shows the cluster's own, to their namespace's team."""
 
@@ -12,11 +12,11 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from pools.core.budget_spec import parse_budget
+from pools.core.disruption_spec import parse_budget
 from pools.core.errors import ValidationError
 from pools.models import NamespaceTeam
 from pools.models.pods import Pod
-from tests.pools.test_budget_spec import CASES, budget
+from tests.pools.test_disruption_spec import CASES, budget
 
 
 def refused_by_kubernetes(kube, namespace: str, document: dict) -> set[str] | None:

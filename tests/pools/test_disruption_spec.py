@@ -1,12 +1,12 @@
 """A PodDisruptionBudget document validated as kube-apiserver validates policy/v1 (issue 22 item 2);
-the agreement with a real API server is checked in tests/k8s/test_budgets_on_kubernetes.py,
+the agreement with a real API server is checked in tests/k8s/test_disruption_budgets_on_kubernetes.py,
 over the same documents (`CASES`)."""
 
 from __future__ import annotations
 
 import pytest
 
-from pools.core.budget_spec import parse_budget
+from pools.core.disruption_spec import parse_budget
 from pools.core.errors import ValidationError
 
 
