@@ -85,9 +85,10 @@ class SimulatedCluster:
         disruption. Returns the pods evicted. Optional on the protocol: callers fall back to
         `evict_pod`."""
         with transaction.atomic():
-            running = Pod.objects.live().filter(phase=Pod.Phase.RUNNING).named(pods).values_list("namespace", "name", "labels")
-            labels = {f"{namespace}/{name}": row_labels or {} for namespace, name, row_labels in running}
-            budgets = self._team_budgets(labels, lock=True)
+            budgets = []
+            if rows := self._budget_rows({namespace for namespace, _ in pods}, lock=True):
+                running = Pod.objects.live().filter(phase=Pod.Phase.RUNNING).named(pods).values_list("namespace", "name", "labels")
+                budgets = disruption_budgets(budget_documents(rows), {f"{namespace}/{name}": labels or {} for namespace, name, labels in running})
             candidates = failures_armed(EVICT)
             allowed = set(evictions([f"{namespace}/{name}" for namespace, name in pods], budgets, refused=lambda key: failure_consume(candidates, key) is not None))
             evicted = [(namespace, name) for namespace, name in pods if f"{namespace}/{name}" in allowed]
@@ -105,18 +106,19 @@ class SimulatedCluster:
         evicts nothing and uses up no refusal."""
         armed = failures_armed(EVICT)
         refused = [DisruptionBudget(frozenset({key}), 0) for key in pods if any(failure_matches(f, key) for f in armed)] if armed else []
-        return self._team_budgets(pods, lock=False) + refused
+        rows = self._budget_rows({key.split("/", 1)[0] for key in pods}, lock=False)
+        return (disruption_budgets(budget_documents(rows), pods) if rows else []) + refused
 
     def budget_documents(self, *, namespaces: Collection[str] | None) -> list[dict]:
         rows = PodDisruptionBudget.objects.select_related("team")
         return budget_documents(list(rows if namespaces is None else rows.filter(namespace__in=namespaces)))
 
     @staticmethod
-    def _team_budgets(pods: Mapping[str, Mapping[str, str]], *, lock: bool) -> list[DisruptionBudget]:
-        namespaces = {key.split("/", 1)[0] for key in pods}
+    def _budget_rows(namespaces: Collection[str], *, lock: bool) -> list[PodDisruptionBudget]:
+        """The teams' budgets in these namespaces, locked (until the transaction ends) when they
+        are to be spent."""
         rows = PodDisruptionBudget.objects.filter(namespace__in=namespaces).select_related("team").order_by("pk")
-        rows = list(rows.select_for_update(of=("self",)) if lock else rows)
-        return disruption_budgets(budget_documents(rows), pods) if rows else []
+        return list(rows.select_for_update(of=("self",)) if lock else rows)
 
     def list_pods(self, *, node_name: str) -> list[PodInfo]:
         pods = Pod.objects.filter(node__name=node_name, phase=Pod.Phase.RUNNING).order_by("namespace", "name")
