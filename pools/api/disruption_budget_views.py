@@ -1,6 +1,7 @@
-"""REST API for PodDisruptionBudgets (`/api/v1/poddisruptionbudgets/`), policy/v1 documents with
-the status the disruption controller computes. Thin views over `pools.services.disruption_budgets` and
-`pools.selectors.disruption_budgets`; another team's budget is a 404. Errors use the pool views' shape."""
+"""REST API for PodDisruptionBudgets (`/api/v1/poddisruptionbudgets/`): policy/v1 documents with
+the status the disruption controller computes. Thin views over `pools.services.disruption_budgets`
+and `pools.selectors.disruption_budgets`; another team's budget is a 404. Errors use the pool
+views' shape."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from rest_framework.views import APIView
 from pools.api.pod_views import UNSUPPORTED
 from pools.api.views import _errors, query_param
 from pools.selectors import disruption_budgets as selectors
+from pools.selectors.disruption_status import budget_documents
 from pools.services import disruption_budgets as services
 
 
@@ -50,7 +52,8 @@ BODY = {"application/json": BudgetSerializer, "application/yaml": OpenApiTypes.S
 
 
 class BudgetListView(APIView):
-    """Disruption budgets of the simulated cluster: create (JSON or YAML) and list."""
+    """Disruption budgets: list them (a real cluster's as it reports them); create one in the
+    simulated cluster (JSON or YAML)."""
 
     serializer_class = BudgetSerializer
 
@@ -70,7 +73,7 @@ class BudgetListView(APIView):
     )
     def post(self, request):
         budget = services.budget_create(user=request.user, document=request.data, team_slug=query_param(request, "team"))
-        return Response(selectors.budget_documents([budget])[0], status=status.HTTP_201_CREATED)
+        return Response(budget_documents([budget])[0], status=status.HTTP_201_CREATED)
 
 
 class BudgetDetailView(APIView):
@@ -85,7 +88,7 @@ class BudgetDetailView(APIView):
     @extend_schema(request=BODY, responses={200: BudgetSerializer, **_errors(400, 401, 403, 404, 409), **UNSUPPORTED}, operation_id="poddisruptionbudgets_update")
     def put(self, request, namespace: str, name: str):
         budget = services.budget_replace(user=request.user, namespace=namespace, name=name, document=request.data)
-        return Response(selectors.budget_documents([budget])[0])
+        return Response(budget_documents([budget])[0])
 
     @extend_schema(responses={204: None, **_errors(401, 403, 404, 409)}, operation_id="poddisruptionbudgets_destroy")
     def delete(self, request, namespace: str, name: str):

@@ -37,11 +37,11 @@ def budget_list(*, user, namespace: str = "") -> list[dict]:
     """The budgets the user may see, as documents with their status."""
     if not real_cluster():
         return budget_documents(list(budgets_for_user(user=user, namespace=namespace)))
-    owners: dict[str, object] = {}
+    documents = _cluster_documents(namespaces=[namespace] if namespace else None)
+    owners = {space: namespace_owner(space) for space in {d["metadata"].get("namespace", "") for d in documents}}
     visible = []
-    for document in _cluster_documents(namespaces=[namespace] if namespace else None):
-        space = document["metadata"].get("namespace", "")
-        owner = owners[space] if space in owners else owners.setdefault(space, namespace_owner(space))
+    for document in documents:
+        owner = owners[document["metadata"].get("namespace", "")]
         if roles.is_admin(user) or (owner is not None and (roles.is_finance(user) or owner.pk in roles.team_ids(user))):
             document["metadata"]["team"] = owner.slug if owner is not None else ""
             visible.append(document)

@@ -1,7 +1,7 @@
 """Web pages for disruption budgets: the list (how many of each budget's pods may be evicted
-now), adding one by YAML paste, deleting one. Thin shells over `pools.services.disruption_budgets` and
-`pools.selectors.disruption_budgets` (design §6); on a real cluster the list shows the cluster's own and
-the writes are kubectl's."""
+now), adding one by YAML paste, deleting one. Thin shells over the services and selectors of
+`disruption_budgets` (design §6); on a real cluster the list shows the cluster's own and the
+writes are kubectl's."""
 
 from __future__ import annotations
 
