@@ -20,7 +20,7 @@ simulated cluster runs on every read, so its budgets are never stale.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from math import ceil
 
 MAX_DISRUPTED_PODS = 2000  # kube-apiserver's MaxDisruptedPodSize
@@ -28,10 +28,12 @@ MAX_DISRUPTED_PODS = 2000  # kube-apiserver's MaxDisruptedPodSize
 
 @dataclass(frozen=True)
 class DisruptionBudget:
-    """The pods ("namespace/name") one budget guards, and how many of them may be evicted now."""
+    """The pods ("namespace/name") one budget guards, and how many of them may be evicted now;
+    `named` says which budget, in the words a plan's message uses."""
 
     pods: frozenset[str]
     allowed: int
+    named: str = field(default="a disruption budget", compare=False)
 
 
 def selector_matches(selector: Mapping | None, labels: Mapping[str, str]) -> bool:
@@ -78,16 +80,18 @@ def disruption_budgets(budgets: Sequence[Mapping], pods: Mapping[str, Mapping[st
     in_namespace: dict[str, list[int]] = {}
     for i, budget in enumerate(budgets):
         in_namespace.setdefault(budget.get("metadata", {}).get("namespace", ""), []).append(i)
+    names = [f"{(b.get('metadata') or {}).get('namespace')}/{(b.get('metadata') or {}).get('name')}" for b in budgets]
     guarded: dict[int, set[str]] = {}
     alone: list[DisruptionBudget] = []
     for key, labels in pods.items():
         candidates = in_namespace.get(key.split("/", 1)[0], ())
         matching = [i for i in candidates if selector_matches((budgets[i].get("spec") or {}).get("selector"), labels)]
         if len(matching) > 1:
-            alone.append(DisruptionBudget(frozenset({key}), 0))
+            alone.append(DisruptionBudget(frozenset({key}), 0, f"more than one disruption budget ({', '.join(names[i] for i in matching)})"))
         elif matching:
             guarded.setdefault(matching[0], set()).add(key)
-    return [DisruptionBudget(frozenset(keys), _allowed(budgets[i])) for i, keys in sorted(guarded.items())] + alone
+    named = [DisruptionBudget(frozenset(keys), _allowed(budgets[i]), f"the disruption budget {names[i]}") for i, keys in sorted(guarded.items())]
+    return named + alone
 
 
 

@@ -131,7 +131,7 @@ def test_the_repack_plan_and_its_apply_spend_no_more_than_the_budget_allows(api,
     assert api("member").post(URL, budget(), format="json").status_code == 201
     plan = api("member").get(f"{plan_url}?plan=1").json()["plan"]
     assert plan["moves"] == [] and plan["freedNodes"] == []
-    assert set(plan["skipped"].values()) == {f"a disruption budget keeps pod algorithm/{name} in place" for name in ("p0", "p1")}
+    assert set(plan["skipped"].values()) == {f"the disruption budget algorithm/trainers keeps pod algorithm/{name} in place" for name in ("p0", "p1")}
     assert api("lead").post(f"{plan_url}apply/", {"maxNodes": 2}, format="json").json().get("applied") is None
     assert api("member").put(f"{URL}algorithm/trainers/", budget(maxUnavailable=1, selector={"matchLabels": {"app": "trainer"}}), format="json").status_code == 200
     plan = api("member").get(f"{plan_url}?plan=1").json()["plan"]

@@ -78,6 +78,15 @@ def test_a_budget_guards_every_pod_it_alone_selects_in_its_namespace():
     assert disruption_budgets([budget(allowed=1)], pods) == [DisruptionBudget(frozenset({"ml/p0", "ml/p1"}), 1)]
 
 
+def test_each_budget_is_named_for_the_plans_messages():
+    """A plan says which budget keeps a pod in place: by namespace/name, or all of them where
+    several select the pod (the Eviction API then refuses it)."""
+    [one] = disruption_budgets([budget(allowed=0)], POD)
+    assert one.named == "the disruption budget ml/trainer"
+    [both] = disruption_budgets([budget(allowed=1), budget("everything", selector={})], POD)
+    assert both.named == "more than one disruption budget (ml/trainer, ml/everything)" and both.allowed == 0
+
+
 def pods(healthy: int, pending: int = 0, finished: int = 0) -> list[BudgetPod]:
     return [BudgetPod(True, True)] * healthy + [BudgetPod(False, True)] * pending + [BudgetPod(False, False)] * finished
 

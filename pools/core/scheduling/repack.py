@@ -37,7 +37,7 @@ never moving a pod of higher priority than the one it makes room for.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from pools.core.disruption import DisruptionBudget, evictions
@@ -113,10 +113,10 @@ def _drain_order(node: NodeState) -> tuple:
     return (gpu, cpu, node.name)
 
 
-def _pinned(pod: Pod, max_priority: int | None, only_checkpointable: bool, refused: frozenset[str]) -> str | None:
-    """Why ``pod`` may not move, or None."""
+def _pinned(pod: Pod, max_priority: int | None, only_checkpointable: bool, refused: Mapping[str, str]) -> str | None:
+    """Why ``pod`` may not move, or None (``refused``: pod -> the budget that allows it no move)."""
     if pod.name in refused:
-        return f"a disruption budget keeps pod {pod.name} in place"
+        return f"{refused[pod.name]} keeps pod {pod.name} in place"
     if (max_priority is not None and pod.priority > max_priority) or (only_checkpointable and not pod.checkpointable):
         return f"pod {pod.name} may not be moved"
     return None
@@ -152,7 +152,7 @@ def repack_plan(
     ``budgets``: the disruption budgets over the running pods (a move is an eviction): a pod
     whose budget allows none stays where it runs, and so does its node; of a budget that
     allows N, at most N pods move (counted per part: each is applied on its own)."""
-    refused = frozenset(key for budget in budgets if budget.allowed <= 0 for key in budget.pods)
+    refused = {key: budget.named for budget in budgets if budget.allowed <= 0 for key in budget.pods}
     if workload is None:
         workload = workload_from_pods([b.pod for n in nodes for b in n.bound.values()])
     model = FragmentationModel(workload)
@@ -188,12 +188,16 @@ def _with_shares(nodes, plan: RepackPlan, model: FragmentationModel, movable, wa
         excess = _past_budget(moved, budgets)
         if excess is None:
             break
-        budget = next(b for b in budgets if excess in b.pods)
+        budget = _budget_of(excess, budgets)
         kept |= budget.pods.difference([name for name in moved if name in budget.pods][: budget.allowed])
     return replace(
         plan, share_moves=tuple(Move(*move) for move in shares.moves), share_gpus_freed=max(shares.gpus_freed, 0),
         share_placements=tuple(Placement(*placed) for placed in shares.placed),
     )  # fmt: skip
+
+
+def _budget_of(pod: str, budgets: Sequence[DisruptionBudget]) -> DisruptionBudget:
+    return next(budget for budget in budgets if pod in budget.pods)
 
 
 def _past_budget(moved: Sequence[str], budgets: Sequence[DisruptionBudget]) -> str | None:
@@ -225,7 +229,7 @@ def _greedy_plan(nodes, model: FragmentationModel, max_drained_nodes, why_pinned
         pinned = next(filter(None, map(why_pinned, pods)), None)
         excess = _past_budget([m.pod for m in moves] + [p.name for p in pods], budgets) if budgets else None
         if pinned is not None or excess is not None:
-            skipped[node.name] = pinned or f"a disruption budget lets no more of its pods move now ({excess})"
+            skipped[node.name] = pinned or f"{_budget_of(excess, budgets).named} lets no more of its pods move now ({excess})"
             continue
         node.unschedulable = True
         scheduler.touch(node.name)
