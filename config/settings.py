@@ -80,6 +80,7 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "config.csp.ContentSecurityPolicyMiddleware",
     "pools.api.errors.ApiErrorsMiddleware",  # /api/: 413 for a body over the limit, errors in the API's shape
+    "config.request_paths.ControlCharacterPathMiddleware",  # a path with NUL or another control character: 404
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

@@ -261,7 +261,8 @@ SCALES = {
 
 # --- names in URLs, reasons, ids, numbers in forms, filters -------------------------------------
 
-HOSTILE_NAMES = {"script": SCRIPT, "sql": SQL, "unicode": "pöol-ä", "overlong": OVERLONG, "dots": "..", "percent": "%00"}
+HOSTILE_NAMES = {"script": SCRIPT, "sql": SQL, "unicode": "pöol-ä", "overlong": OVERLONG, "dots": "..", "percent": "%00",
+                 "nul": "a\x00b", "newline": "a\nb"}  # fmt: skip
 # Control characters a terminal obeys: an OSC that retitles the window, a C1 CSI, a bell, a clear.
 TERMINAL_ESCAPES = {"osc-title": "\x1b]0;PWNED\x07", "c1-csi": "no\x9b31mcapacity", "bell": "ring\x07", "clear": "\x1b[2Jgone", "del": "a\x7fb"}
 REASONS = {"overlong": "x" * 501, "blank": "   ", "nul": "late\x00", "list": ["a"], "object": {"a": 1},

@@ -12,6 +12,7 @@ web (session + CSRF)
   POST /pools/<name>/edit/                                               here
   POST /pools/import/ (YAML paste and upload)                            here, tests/pools/test_security.py
   POST /pools/<name>/delete/, /pods/<ns>/<name>/delete/                  here (hostile names: 404)
+  POST /disruption-budgets/new/ (PodDisruptionBudget YAML), .../delete/  here, tests/pools/test_views_disruption_budgets.py
   POST /orders/<id>/approve|reject/                                      here
   POST /pods/new/ (Pod YAML)                                             here
   POST /pools/<name>/fragmentation/apply/, /fragmentation/apply/         here
@@ -28,6 +29,8 @@ REST API /api/v1/
   PUT and PATCH /pools/<name>/ (JSON, YAML), POST /pools/<name>/scale/, DELETE /pools/<name>/   here
   POST /orders/<id>/approve|reject/                                      here
   POST /pods/ (JSON, YAML), DELETE /pods/<ns>/<name>/                    here
+  POST /poddisruptionbudgets/, PUT and DELETE /poddisruptionbudgets/<ns>/<name>/   here (names),
+                                                                         tests/pools/test_api_disruption_budgets.py
   POST /pools/<name>/fragmentation/apply/, /fragmentation/apply/         here
   POST /auth/token/                                                      tests/test_bad_input_agent.py
   GET /costs/, /pools/, /pods/, /orders/ filters                         here, tests/pools/test_security.py
@@ -321,14 +324,20 @@ def test_bad_scale_requests_are_a_400_naming_the_field(api, world, case):
 
 @pytest.mark.parametrize("case", sorted(HOSTILE_NAMES))
 def test_deleting_by_a_hostile_name_is_a_404_everywhere(api, browser, world, case):
+    """A NUL in the path too (PostgreSQL cannot compare such text): a 404, never a 500."""
     name = quote(HOSTILE_NAMES[case], safe="")
     rest, client = api("lead"), browser("lead")
     before = db_state()
     response = rest.delete(f"/api/v1/pools/{name}/")
     assert response.status_code == 404 and api_fields(response) == [""]
-    assert rest.delete(f"/api/v1/pods/algorithm/{name}/").status_code == 404
-    for url in (f"/pools/{name}/delete/", f"/pods/algorithm/{name}/delete/", f"/pods/{name}/good-pod/delete/"):
+    for url in (f"/api/v1/pods/algorithm/{name}/", f"/api/v1/poddisruptionbudgets/algorithm/{name}/", f"/api/v1/poddisruptionbudgets/{name}/x/"):
+        assert rest.delete(url).status_code == 404, url
+        assert rest.get(url).status_code == 404, url
+    for url in (f"/pools/{name}/delete/", f"/pods/algorithm/{name}/delete/", f"/pods/{name}/good-pod/delete/", f"/disruption-budgets/algorithm/{name}/delete/"):
         page = client.post(url)
+        assert page.status_code == 404 and escaped(page), url
+    for url in (f"/pools/{name}/", f"/pods/algorithm/{name}/", f"/pools/train-pool-a/nodes/{name}/"):
+        page = client.get(url)
         assert page.status_code == 404 and escaped(page), url
     assert db_state() == before
 
