@@ -147,6 +147,7 @@ def test_the_drain_plan_says_a_disruption_budget_keeps_a_node(api, browser, acto
     page = browser("lead").get("/pools/train-pool-a/fragmentation/?part=plan", headers={"HX-Request": "true"}).content.decode()
     assert "No moves free a running node." in page and "Why 2 running node(s) stay as they are" in page
     assert "<li>train-pool-a-1: a disruption budget keeps pod algorithm/p1 in place</li>" in page
+    assert 'The <a href="/disruption-budgets/">disruption budgets</a> say how many of their pods may move now.' in page
     response = api("lead").post(f"{URL}apply/", {"maxNodes": 1}, format="json")
     assert response.status_code == 200 and "applied" not in response.json()
     assert {p.name: p.node.name for p in Pod.objects.filter(phase=Pod.Phase.RUNNING)} == on
