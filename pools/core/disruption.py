@@ -19,7 +19,7 @@ simulated cluster runs on every read, so its budgets are never stale.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from math import ceil
 
@@ -73,10 +73,23 @@ def _allowed(budget: Mapping) -> int:
     return max(0, status.get("disruptionsAllowed") or 0)
 
 
-def disruption_budgets(budgets: Sequence[Mapping], pods: Mapping[str, Mapping[str, str]]) -> list[DisruptionBudget]:
+def _lets_unready_go(budget: Mapping) -> bool:
+    """Whether the budget lets a Running pod that is not Ready be evicted without spending a
+    disruption: always under `unhealthyPodEvictionPolicy: AlwaysAllow`; under IfHealthyBudget
+    (the default) while the budget is healthy (currentHealthy >= desiredHealthy > 0), processed
+    or not, as a real kube-apiserver answers (tests/k8s/test_disruption_budgets_on_kubernetes.py)."""
+    if (budget.get("spec") or {}).get("unhealthyPodEvictionPolicy") == "AlwaysAllow":
+        return True
+    status = budget.get("status") or {}
+    desired = status.get("desiredHealthy") or 0
+    return desired > 0 and (status.get("currentHealthy") or 0) >= desired
+
+
+def disruption_budgets(budgets: Sequence[Mapping], pods: Mapping[str, Mapping[str, str]], *, unready: Collection[str] = ()) -> list[DisruptionBudget]:
     """The budgets (PodDisruptionBudget documents, as the API returns them) over these pods,
     "namespace/name" -> labels: each with the pods it alone guards; a pod two budgets match
-    may not be evicted at all, so it gets a budget of its own that allows none."""
+    may not be evicted at all, so it gets a budget of its own that allows none. A pod in
+    `unready` (Running, not Ready) that its budget lets go without spending is guarded by none."""
     in_namespace: dict[str, list[int]] = {}
     for i, budget in enumerate(budgets):
         in_namespace.setdefault(budget.get("metadata", {}).get("namespace", ""), []).append(i)
@@ -88,11 +101,10 @@ def disruption_budgets(budgets: Sequence[Mapping], pods: Mapping[str, Mapping[st
         matching = [i for i in candidates if selector_matches((budgets[i].get("spec") or {}).get("selector"), labels)]
         if len(matching) > 1:
             alone.append(DisruptionBudget(frozenset({key}), 0, f"more than one disruption budget ({', '.join(names[i] for i in matching)})"))
-        elif matching:
+        elif matching and not (key in unready and _lets_unready_go(budgets[matching[0]])):
             guarded.setdefault(matching[0], set()).add(key)
     named = [DisruptionBudget(frozenset(keys), _allowed(budgets[i]), f"the disruption budget {names[i]}") for i, keys in sorted(guarded.items())]
     return named + alone
-
 
 
 def evictions(pods: Iterable[str], budgets: Sequence[DisruptionBudget], *, refused: Callable[[str], bool] = lambda pod: False) -> list[str]:

@@ -181,8 +181,22 @@ class KubernetesCluster:
     def disruption_budgets(self, *, pods: Mapping[str, Mapping[str, str]]) -> list[DisruptionBudget]:
         """The PodDisruptionBudgets over these Running pods ("namespace/name" -> labels), each
         with the pods it guards and the evictions it allows now, read as the Eviction API
-        reads them (`pools.core.disruption`) from one list; nothing is evicted."""
-        return disruption_budgets(self.budget_documents(namespaces=None), pods)
+        reads them (`pools.core.disruption`): one list of the budgets, and one of the pods of
+        each namespace that has one, for which of them are not Ready; nothing is evicted."""
+        documents = self.budget_documents(namespaces=None)
+        namespaces = {d["metadata"].get("namespace") for d in documents} & {key.split("/", 1)[0] for key in pods}
+        unready = {key for namespace in sorted(namespaces) for key in self._unready_pods(namespace) if key in pods}
+        return disruption_budgets(documents, pods, unready=unready)
+
+    def _unready_pods(self, namespace: str) -> set[str]:
+        """The Running pods of the namespace whose Ready condition is not True."""
+        listed = self.core.list_namespaced_pod(namespace, field_selector="status.phase=Running", _preload_content=False)
+        unready = set()
+        for item in json.loads(listed.data).get("items") or ():
+            conditions = {c.get("type"): c.get("status") for c in (item.get("status") or {}).get("conditions") or ()}
+            if conditions.get("Ready") != "True":
+                unready.add(f"{namespace}/{item['metadata']['name']}")
+        return unready
 
     def budget_documents(self, *, namespaces: Collection[str] | None) -> list[dict]:
         """The cluster's PodDisruptionBudgets in these namespaces (None: all), as documents with

@@ -159,3 +159,39 @@ def test_kube_scheduler_binds_the_articles_pod_once_the_pool_label_reaches_the_e
     cluster.node_apply(name=node, labels={"ebcloud.io/pool": "train-pool-a", "pool": "train"}, taints=[TRAIN_TAINT])
     bound = wait_for(lambda: core.read_namespaced_pod("train", namespace).spec.node_name, timeout=60, what="the bind")
     assert bound == node
+
+
+def _evicts(core, namespace: str, name: str) -> bool:
+    """What the Eviction API answers now, asked as a dry run (nothing is evicted)."""
+    dry_run = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=namespace), delete_options=client.V1DeleteOptions(dry_run=["All"]))
+    try:
+        core.create_namespaced_pod_eviction(name, namespace, dry_run)
+    except ApiException as exc:
+        assert exc.status == 429, exc.body
+        return False
+    return True
+
+
+def test_the_plan_frees_an_unready_pod_exactly_when_the_eviction_api_does(cluster, kubelet, core, kube, node, namespace):
+    """A Running pod that is not Ready goes without spending a disruption, under the budget's
+    unhealthyPodEvictionPolicy: for each policy and status, the plan's budgets leave it free
+    exactly when the Eviction API (dry run) lets it go."""
+    for name in ("ready", "sick"):
+        core.create_namespaced_pod(namespace, pod(namespace, name, node=node, labels={"app": "trainer"}))
+    kubelet.sync_pods(node_name=node, now=NOW)
+    conditions = [{"type": "Ready", "status": "False", "reason": "ContainersNotReady"}]
+    core.patch_namespaced_pod_status("sick", namespace, {"status": {"conditions": conditions}})
+    pods = {f"{namespace}/ready": {"app": "trainer"}, f"{namespace}/sick": {"app": "trainer"}}
+    policy, seen = client.PolicyV1Api(kube), []
+    for unhealthy in ("IfHealthyBudget", "AlwaysAllow"):
+        spec = {"minAvailable": 1, "selector": {"matchLabels": {"app": "trainer"}}, "unhealthyPodEvictionPolicy": unhealthy}
+        policy.create_namespaced_pod_disruption_budget(namespace, {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "trainer"}, "spec": spec})
+        for current, desired in ((1, 1), (0, 1), (1, 0)):
+            policy.patch_namespaced_pod_disruption_budget_status("trainer", namespace, {"status": {
+                "observedGeneration": 1, "currentHealthy": current, "desiredHealthy": desired, "disruptionsAllowed": 0, "expectedPods": 2}})  # fmt: skip
+            free = all(f"{namespace}/sick" not in budget.pods for budget in cluster.disruption_budgets(pods=pods))
+            assert free == _evicts(core, namespace, "sick"), (unhealthy, current, desired)
+            assert not _evicts(core, namespace, "ready")  # a Ready pod spends a disruption: none allowed
+            seen.append(free)
+        policy.delete_namespaced_pod_disruption_budget("trainer", namespace)
+    assert seen == [True, False, False, True, True, True]

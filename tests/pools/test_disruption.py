@@ -136,3 +136,26 @@ def test_evictions_asked_in_order_spend_each_guarding_budget_and_skip_the_refuse
     refused = lambda pod: asked.append(pod) or pod == "ns/a"  # noqa: E731
     assert evictions(["ns/a", "ns/b", "ns/c"], budgets, refused=refused) == ["ns/b"]  # the refused one spent nothing
     assert asked == ["ns/a", "ns/b"]  # asked only where the budgets allow
+
+
+@pytest.mark.parametrize(
+    ("policy", "current", "desired", "free"),
+    [
+        (None, 2, 2, True),  # healthy: an unready pod goes without spending
+        (None, 1, 2, False),
+        (None, 2, 0, False),  # a budget that wants none healthy is not "healthy" here
+        ("IfHealthyBudget", 3, 2, True),
+        ("AlwaysAllow", 1, 2, True),  # unready pods go whatever the budget says
+        ("AlwaysAllow", 2, 0, True),
+    ],
+)
+def test_an_unready_pod_goes_without_spending_as_the_policy_says(policy, current, desired, free):
+    """The rules a real kube-apiserver follows (the agreement is in tests/k8s/test_kubernetes_cluster.py)."""
+    document = budget(allowed=0)
+    document["status"] |= {"currentHealthy": current, "desiredHealthy": desired}
+    if policy:
+        document["spec"]["unhealthyPodEvictionPolicy"] = policy
+    pods = {"ml/p0": TRAINER, "ml/sick": TRAINER}
+    [guard] = disruption_budgets([document], pods, unready={"ml/sick"})
+    assert guard.pods == ({"ml/p0"} if free else {"ml/p0", "ml/sick"}) and guard.allowed == 0
+    assert disruption_budgets([document], pods)[0].pods == {"ml/p0", "ml/sick"}  # Ready: always guarded
