@@ -47,6 +47,11 @@ def lead_team_ids(user) -> frozenset[int]:
     return team_ids(user, role="lead")
 
 
+def writes_for_team(user, team_id: int | None) -> bool:
+    """Change a team's pods and disruption budgets: its members (any role), and platform admins."""
+    return is_admin(user) or team_id in team_ids(user)
+
+
 def can_manage_team_pools(user, team_id: int) -> bool:
     """Create, change and delete pools of a team: its leads, and platform admins."""
     return is_admin(user) or team_id in lead_team_ids(user)

@@ -110,15 +110,15 @@ class SimulatedCluster:
         return (disruption_budgets(budget_documents(rows), pods) if rows else []) + refused
 
     def budget_documents(self, *, namespaces: Collection[str] | None) -> list[dict]:
-        rows = PodDisruptionBudget.objects.select_related("team")
-        return budget_documents(list(rows if namespaces is None else rows.filter(namespace__in=namespaces)))
+        return budget_documents(self._budget_rows(namespaces, lock=False))
 
     @staticmethod
-    def _budget_rows(namespaces: Collection[str], *, lock: bool) -> list[PodDisruptionBudget]:
-        """The teams' budgets in these namespaces, locked (until the transaction ends) when they
-        are to be spent."""
-        rows = PodDisruptionBudget.objects.filter(namespace__in=namespaces).select_related("team").order_by("pk")
-        return list(rows.select_for_update(of=("self",)) if lock else rows)
+    def _budget_rows(namespaces: Collection[str] | None, *, lock: bool) -> list[PodDisruptionBudget]:
+        """The teams' budgets in these namespaces (None: all), locked (until the transaction
+        ends) when they are to be spent."""
+        rows = PodDisruptionBudget.objects.select_related("team")
+        rows = rows if namespaces is None else rows.filter(namespace__in=namespaces)
+        return list(rows.order_by("pk").select_for_update(of=("self",)) if lock else rows)  # locked in one order: no deadlock
 
     def list_pods(self, *, node_name: str) -> list[PodInfo]:
         pods = Pod.objects.filter(node__name=node_name, phase=Pod.Phase.RUNNING).order_by("namespace", "name")

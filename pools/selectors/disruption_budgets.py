@@ -37,7 +37,7 @@ def budget_list(*, user, namespace: str = "") -> list[dict]:
     """The budgets the user may see, as documents with their status."""
     if not real_cluster():
         return budget_documents(list(budgets_for_user(user=user, namespace=namespace)))
-    documents = _cluster_documents(namespaces=[namespace] if namespace else None)
+    documents = _backend_documents(namespaces=[namespace] if namespace else None)
     owners = {space: namespace_owner(space) for space in {d["metadata"].get("namespace", "") for d in documents}}
     visible = []
     for document in documents:
@@ -55,16 +55,20 @@ def budget_one(*, user, namespace: str, name: str) -> dict:
     raise Http404(f"poddisruptionbudget {namespace}/{name} not found")
 
 
-def budgets_guarding(pod: Pod) -> list[dict]:
-    """The budgets whose selector picks this pod (two or more: it cannot be evicted at all)."""
-    if real_cluster():
-        documents = _cluster_documents(namespaces=[pod.namespace])
-    else:
-        documents = budget_documents(list(PodDisruptionBudget.objects.filter(namespace=pod.namespace).select_related("team")))
-    return [d for d in documents if selector_matches((d.get("spec") or {}).get("selector"), pod.labels or {})]
+def budgets_guarding(pod: Pod) -> list[tuple[str, str]]:
+    """The budgets whose selector picks this pod (two or more: it cannot be evicted at all),
+    each as (name, how many of its pods may go now: its DisruptionAllowed condition's message
+    where it has one)."""
+    guarding = []
+    for document in _backend_documents(namespaces=[pod.namespace]):
+        if selector_matches((document.get("spec") or {}).get("selector"), pod.labels or {}):
+            status = document.get("status") or {}
+            message = ((status.get("conditions") or [{}])[0]).get("message") or f"{status.get('disruptionsAllowed', 0)} of its pods may be evicted now"
+            guarding.append((document["metadata"]["name"], message))
+    return guarding
 
 
-def _cluster_documents(*, namespaces: list[str] | None) -> list[dict]:
+def _backend_documents(*, namespaces: list[str] | None) -> list[dict]:
     try:
         return get_cluster_backend().budget_documents(namespaces=namespaces)
     except CLUSTER_UNREACHABLE as exc:

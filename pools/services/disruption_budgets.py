@@ -90,7 +90,7 @@ def _stored(spec: BudgetSpec, document: dict) -> dict:
 
 
 def _require_writer(user, budget: PodDisruptionBudget) -> None:
-    if not (roles.is_admin(user) or budget.team_id in roles.team_ids(user)):
+    if not roles.writes_for_team(user, budget.team_id):
         raise PermissionDenied(f"only members of team {budget.team.slug} and platform admins can change this disruption budget")
 
 

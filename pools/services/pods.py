@@ -121,7 +121,7 @@ def pod_create(*, user, document: Any, team_slug: str = "", now: datetime | None
 
 def pod_delete(*, user, pod: Pod, now: datetime | None = None) -> None:
     """Delete a pod (its GPUs are free at once); an event on its node's pool if it ran."""
-    if not (roles.is_admin(user) or pod.team_id in roles.team_ids(user)):
+    if not roles.writes_for_team(user, pod.team_id):
         raise PermissionDenied(f"only members of team {pod.team.slug if pod.team else '(none)'} and platform admins can delete this pod")
     _refuse_on_real_cluster("deleted")
     with transaction.atomic():

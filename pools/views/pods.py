@@ -111,18 +111,11 @@ def pod_detail(request, namespace: str, name: str):
 
 
 def _budgets(pod: Pod) -> dict:
-    """The budgets guarding the pod, each with how many of its pods may go now (the message of
-    its DisruptionAllowed condition where it has one), or why they cannot be shown now."""
+    """The budgets guarding the pod, or why they cannot be shown now (a real cluster away)."""
     try:
-        documents = budgets_guarding(pod)
+        return {"budgets": budgets_guarding(pod)}
     except Unavailable as exc:
         return {"budgets": [], "budgets_unavailable": str(exc)}
-    budgets = []
-    for document in documents:
-        status = document.get("status") or {}
-        message = ((status.get("conditions") or [{}])[0]).get("message") or f"{status.get('disruptionsAllowed', 0)} of its pods may be evicted now"
-        budgets.append((document["metadata"]["name"], message))
-    return {"budgets": budgets}
 
 
 @login_required
