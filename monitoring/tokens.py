@@ -15,7 +15,7 @@ import secrets
 import string
 
 _ALPHABET = string.ascii_lowercase + string.digits
-JOIN_TOKEN_RE = re.compile(r"^([a-z0-9]{6})\.([a-z0-9]{16})$")
+JOIN_TOKEN_RE = re.compile(r"^([a-z0-9]{6})\.([a-z0-9]{16})\Z")
 CREDENTIAL_PREFIX = "ebca_"
 
 

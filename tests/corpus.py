@@ -150,7 +150,7 @@ def pod_document(name: str = "bad-pod", *, namespace: str = "algorithm", gpus=1,
     """A small valid Pod document (seed O3) to spoil one field at a time."""
     metadata = {"name": name, "namespace": namespace, **extra.pop("metadata", {})}
     resources = {"requests": {"cpu": cpu, "memory": memory, "nvidia.com/gpu": gpus}, "limits": {"nvidia.com/gpu": gpus}}
-    spec = {"containers": [{"name": "main", "resources": resources}]}
+    spec = {"containers": [{"name": "main", "image": "registry.local/train:1", "resources": resources}]}
     spec.update(extra)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
@@ -195,6 +195,16 @@ POD_CASES = {
     "huge-gpu-limit": (_pod_requests({}, {"nvidia.com/gpu": 10**30}), f"{LIMITS}.nvidia.com/gpu"),
     "float-gpu-limit": (_pod_requests({}, {"nvidia.com/gpu": 0.5}), f"{LIMITS}.nvidia.com/gpu"),
     "null-spec": ({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}, "spec": None}, "spec"),
+    "cpu-beyond-int32-milli": (pod_document(cpu="2200000"), REQUESTS),
+    "cpu-2-to-the-70": (pod_document(cpu=str(2**70)), REQUESTS),
+    "memory-beyond-int32-mib": (pod_document(memory="9999999999Ti"), REQUESTS),
+    "duration-beyond-ten-years": (pod_document(metadata={"annotations": {"ebcloud.io/duration": "99999999999999h"}}), "metadata.annotations"),
+    "toleration-effect-object": (pod_document(tolerations=[{"key": "a", "operator": "Exists", "effect": {}}]), "spec.tolerations[0].effect"),
+    "toleration-nul-key": (pod_document(tolerations=[{"key": "a\x00", "operator": "Exists"}]), "spec.tolerations[0].key"),
+    "toleration-nul-seconds": (pod_document(tolerations=[{"key": "a", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": "a\x00"}]), "spec.tolerations[0].tolerationSeconds"),
+    "preferred-nul": (pod_document(affinity={"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1, "preference": "a\x00b"}]}}),
+                      "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].preference"),
+    "name-with-trailing-newline": (pod_document("probe\n"), "metadata.name"),
 }
 POD_CORPUS = {case: document for case, (document, _) in POD_CASES.items()}
 POD_FIELDS = {case: field for case, (_, field) in POD_CASES.items()}
@@ -234,6 +244,9 @@ FORM_CORPUS = {
     "negative-burst": ({"burst_enabled": "on", "burst_max_nodes": "-1"}, "burst_max_nodes"),
     "huge-burst": ({"burst_enabled": "on", "burst_max_nodes": "1000000000000"}, "burst_max_nodes"),
     "script-team": ({"team": SCRIPT}, "team"),
+    # a scaling policy's value is an int32 in HPA (2**70 was stored)
+    "huge-scale-up-value": ({"scaling_custom": "on", "scale_up_type": "Pods", "scale_up_value": str(2**70), "scale_up_period": "60"}, "scale_up_value"),
+    "beyond-int32-scale-down-value": ({"scaling_custom": "on", "scale_down_type": "Percent", "scale_down_value": str(2**31), "scale_down_period": "60"}, "scale_down_value"),
 }
 PATCHES = {
     "negative-min": ({"spec": {"nodeCount": {"min": -1}}}, "spec.nodeCount.min"),
@@ -244,6 +257,8 @@ PATCHES = {
     "sql-taint": ({"spec": {"nodeTaints": [{"key": "pool", "value": SQL, "effect": "NoSchedule"}]}}, "spec.nodeTaints"),
     "negative-budget": ({"spec": {"budget": {"monthly": "-5"}}}, "spec.budget.monthly"),
     "huge-budget": ({"spec": {"budget": {"monthly": "1e40"}}}, "spec.budget.monthly"),
+    "huge-policy-value": ({"spec": {"scaling": {"scaleUp": {"policies": [{"type": "Pods", "value": 2**70, "periodSeconds": 60}]}}}},
+                          "spec.scaling.scaleUp.policies[0].value"),
     "renamed": ({"metadata": {"name": "other"}}, "metadata.name"),
     "not-a-mapping": ([1, 2], ""),
     "scalar": ("lots", ""),
@@ -305,7 +320,35 @@ COST_PARAMS = {
     "bad-sort": ({"sort": "amount; DROP"}, "sort"),
     "nul-team": ({"team": "a\x00b"}, "team"),
     "nul-pool": ({"pool": "a\x00b"}, "pool"),
+    # the calendar's ends: `to` + 1 day and the chart's half-day margins overflowed (a 500)
+    "last-day-of-the-calendar": ({"to": "9999-12-31"}, "to"),
+    "first-day-of-the-calendar": ({"from": "0001-01-01"}, "from"),
+    "calendar-ends-csv": ({"format": "csv", "from": "0001-01-01", "to": "9999-12-31"}, "to"),
+    "last-day-csv": ({"format": "csv", "to": "9999-12-31"}, "to"),
+    "last-day-focus": ({"format": "focus", "to": "9999-12-31"}, "to"),
+    "before-the-product": ({"from": "1999-12-31"}, "from"),
     "bad-format": ({"format": SCRIPT}, "format"),
+}
+# finance's team budget form (POST /costs/budgets/teams/new/): case -> (fields changed, the field
+# its error shows beside). '²' is a digit to str.isdigit() but not to int() (it was a 500); a
+# currency the team is never charged in would show 0.00 spent forever and never alert.
+TEAM_BUDGET_FORM = {"team": "algorithm", "monthly": "1000", "currency": "CNY", "thresholds": "80, 100"}
+TEAM_BUDGETS = {
+    "superscript-threshold": ({"thresholds": "²"}, "thresholds"),
+    "superscript-digits": ({"thresholds": "⁵0"}, "thresholds"),
+    "arabic-indic-digit": ({"thresholds": "80, ٣"}, "thresholds"),
+    "negative-threshold": ({"thresholds": "-5"}, "thresholds"),
+    "zero-threshold": ({"thresholds": "0"}, "thresholds"),
+    "huge-threshold": ({"thresholds": "9" * 90}, "thresholds"),
+    "script-threshold": ({"thresholds": SCRIPT}, "thresholds"),
+    "nul-threshold": ({"thresholds": "8\x000"}, "thresholds"),
+    "not-charged-currency": ({"currency": "USD"}, "currency"),
+    "made-up-currency": ({"currency": "XXX"}, "currency"),
+    "non-ascii-currency": ({"currency": "ÄÖÜ"}, "currency"),
+    "script-currency": ({"currency": SCRIPT}, "currency"),
+    "negative-monthly": ({"monthly": "-1"}, "monthly"),
+    "huge-monthly": ({"monthly": "1e40"}, "monthly"),
+    "script-team": ({"team": SCRIPT}, "team"),
 }
 
 # --- nesting and numbers a parser chokes on (every JSON and YAML entry point) -----------------

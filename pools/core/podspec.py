@@ -41,15 +41,16 @@ at once, like `pools.core.spec`. Pure: no Django.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 from pools.core.durations import parse_duration
 from pools.core.errors import ValidationError, control_characters
-from pools.core.fields import DNS1123_SUBDOMAIN, Checker, label_key_error
+from pools.core.fields import DNS1123_LABEL, DNS1123_SUBDOMAIN, Checker, label_key_error
+from pools.core.pod_placement_spec import affinity as node_affinity
+from pools.core.pod_placement_spec import affinity_terms, tolerations
 from pools.core.priority import (
     INT32_MAX,
     INT32_MIN,
@@ -58,13 +59,8 @@ from pools.core.priority import (
     PriorityClass,
     admit_priority,
 )
-from pools.core.scheduling.nodes import (
-    MILLI,
-    NODE_SELECTOR_OPERATORS,
-    TAINT_EFFECTS,
-    NodeSelectorRequirement,
-    Toleration,
-)
+from pools.core.quantities import mib, milli, non_negative
+from pools.core.scheduling.nodes import MILLI, Toleration
 from pools.core.scheduling.nodes import Pod as CorePod
 
 API_VERSION = "v1"
@@ -76,19 +72,18 @@ GPU_RESOURCE = "nvidia.com/gpu"
 GPU_SHARE_RESOURCE = "ebcloud.io/gpu-milli"  # a share of one GPU, in thousandths
 EXTENDED_RESOURCES = (GPU_RESOURCE, GPU_SHARE_RESOURCE)
 
-_CPU = re.compile(r"^([0-9]+(\.[0-9]+)?)(m?)$")
-_MEMORY = re.compile(r"^([0-9]+(\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P)?$")
-_MEMORY_UNITS = {
-    None: 1, "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15,
-    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50,
-}  # fmt: skip
+EPHEMERAL_STORAGE = "ephemeral-storage"  # accepted as Kubernetes does; the product's nodes do not count disk
+# The most a pod may ask for, in the units the product stores (its columns are 32-bit, the GPU
+# count 16-bit): far beyond any node, so a pod asking for more is refused, not stored wrongly.
+MAX_REQUEST = {"cpu": INT32_MAX, "memory": INT32_MAX, GPU_RESOURCE: 2**15 - 1}
+MAX_DURATION_SECONDS = 10 * 365 * 86400  # the simulated run time: ten years at most
+MAX_ANNOTATIONS_BYTES = 256 * 1024  # kube-apiserver's TotalAnnotationSizeLimitB
+RESTART_POLICIES = ("Always", "OnFailure", "Never")
 
 _TOP = ("apiVersion", "kind", "metadata", "spec")
 _METADATA = ("name", "namespace", "labels", "annotations")
 _SPEC = ("containers", "priority", "priorityClassName", "preemptionPolicy", "tolerations", "nodeSelector", "affinity", "restartPolicy")
 _CONTAINER = ("name", "image", "command", "args", "env", "resources", "workingDir", "ports")
-_TOLERATION = ("key", "operator", "value", "effect", "tolerationSeconds")
-_EXPRESSION = ("key", "operator", "values")
 
 
 @dataclass(frozen=True)
@@ -140,9 +135,11 @@ def parse_pod(document: Any, *, default_namespace: str = "") -> PodSpec:
     if "preemptionPolicy" in spec:
         policy = check.choice(spec["preemptionPolicy"], "spec.preemptionPolicy", PREEMPTION_POLICIES, "preemption policy")
     cpu, memory, gpus, shares = _containers(check, spec.get("containers", []))
-    tolerations = _tolerations(check, spec.get("tolerations", []))
+    if "restartPolicy" in spec and spec["restartPolicy"] not in RESTART_POLICIES:
+        check.error("spec.restartPolicy", f"must be one of {', '.join(RESTART_POLICIES)}")
+    placement = tolerations(check, spec.get("tolerations", []))
     node_selector = check.labels(spec.get("nodeSelector", {}), "spec.nodeSelector")
-    affinity = _affinity(check, spec.get("affinity", {}))
+    affinity = node_affinity(check, spec.get("affinity", {}))
 
     gpus, gpu_milli = gpu_request(gpus, shares)
     if GPU_SHARE_RESOURCE in annotations:  # where shares were asked for before they were a resource
@@ -161,6 +158,9 @@ def parse_pod(document: Any, *, default_namespace: str = "") -> PodSpec:
             duration = parse_duration(annotations[ANNOTATION_DURATION])
         except ValueError as exc:
             check.error(f"metadata.annotations.{ANNOTATION_DURATION}", str(exc))
+        else:
+            if duration > MAX_DURATION_SECONDS:
+                check.error(f"metadata.annotations.{ANNOTATION_DURATION}", f"must be at most {MAX_DURATION_SECONDS // 3600}h (ten years)")
     if check.errors:
         raise ValidationError(check.errors)
     return PodSpec(
@@ -173,7 +173,7 @@ def parse_pod(document: Any, *, default_namespace: str = "") -> PodSpec:
         gpu_count=gpus,
         gpu_milli=gpu_milli,
         gpu_models=models,
-        tolerations=tolerations,
+        tolerations=placement,
         node_selector=node_selector,
         affinity=affinity,
         duration_seconds=duration,
@@ -188,8 +188,11 @@ def _annotations(check: Checker, value: Any) -> dict[str, str]:
         check.error("metadata.annotations", "must be a mapping of strings")
         return {}
     result = {}
+    size = sum(len(k.encode()) + len(v.encode()) for k, v in value.items() if isinstance(k, str) and isinstance(v, str))
+    if size > MAX_ANNOTATIONS_BYTES:
+        check.error("metadata.annotations", f"may not be more than {MAX_ANNOTATIONS_BYTES} bytes in all (keys and values)")
     for key, val in value.items():
-        if problem := label_key_error(key):
+        if problem := label_key_error(key.lower() if isinstance(key, str) else key):  # kube lower-cases annotation keys to check them
             check.error(f"metadata.annotations.{key}", problem.replace("label key", "annotation key"))
         elif not isinstance(val, str):
             check.error(f"metadata.annotations.{key}", "annotation values must be strings (quote numbers and booleans)")
@@ -218,66 +221,48 @@ def _free_text(check: Checker, value: Any, path: str) -> None:
             stack.extend((child, f"{where}[{i}]") for i, child in enumerate(item))
 
 
-def cpu_milli(value: Any) -> int:
-    """A Kubernetes CPU quantity (`2`, `0.5`, `500m`) in milli-CPU, rounded up."""
-    if isinstance(value, bool):
-        raise ValueError("must be a CPU quantity such as 4, 0.5 or 500m")
-    text = str(value).strip() if isinstance(value, int | float | str) else ""
-    match = _CPU.match(text)
-    if not match:
-        raise ValueError("must be a CPU quantity such as 4, 0.5 or 500m")
-    number = Decimal(match.group(1))
-    return math.ceil(number if match.group(3) else number * 1000)
-
-
-def memory_mib(value: Any) -> int:
-    """A Kubernetes memory quantity (`64Gi`, `512Mi`, `1G`, bytes) in MiB, rounded up."""
-    if isinstance(value, bool):
-        raise ValueError("must be a memory quantity such as 64Gi or 512Mi")
-    text = str(value).strip() if isinstance(value, int | float | str) else ""
-    match = _MEMORY.match(text)
-    if not match:
-        raise ValueError("must be a memory quantity such as 64Gi or 512Mi")
-    try:
-        size = Decimal(match.group(1)) * _MEMORY_UNITS[match.group(3)]
-    except InvalidOperation as exc:  # pragma: no cover - the pattern admits only numbers
-        raise ValueError("must be a memory quantity such as 64Gi or 512Mi") from exc
-    return math.ceil(size / 2**20)
-
-
-def _quantities(check: Checker, value: Any, path: str) -> dict[str, tuple[int, Any]]:
-    """A container's `requests` or `limits`: {resource: (amount, as written)}, amounts in
-    milli-CPU, MiB, whole GPUs and thousandths of one GPU."""
+def _quantities(check: Checker, value: Any, path: str) -> dict[str, tuple[Decimal, int, Any]]:
+    """A container's `requests` or `limits`: {resource: (exact quantity, amount, as written)}, amounts in
+    milli-CPU (rounded up), MiB (rounded up), whole GPUs and thousandths of one GPU. The
+    extended resources are integers, as kube-apiserver requires (`2000m` is 2, `1.5` is not)."""
     if not isinstance(value, dict):
         check.error(path, "must be a mapping")
         return {}
-    result: dict[str, tuple[int, Any]] = {}
+    result: dict[str, tuple[Decimal, int, Any]] = {}
     for key, quantity in value.items():
         where = f"{path}.{key}"
+        if key not in ("cpu", "memory", EPHEMERAL_STORAGE, *EXTENDED_RESOURCES):
+            check.error(where, f"unknown resource; expected cpu, memory, {EPHEMERAL_STORAGE}, {GPU_RESOURCE} or {GPU_SHARE_RESOURCE}")
+            continue
         try:
-            if key == "cpu":
-                result[key] = (cpu_milli(quantity), quantity)
-            elif key == "memory":
-                result[key] = (memory_mib(quantity), quantity)
-            elif key in EXTENDED_RESOURCES:
-                number = int(quantity) if isinstance(quantity, str) and quantity.isdigit() else quantity
-                count = check.integer(number, where, minimum=0, maximum=64 if key == GPU_RESOURCE else MILLI)
-                if count is not None:
-                    result[key] = (count, quantity)
-            else:
-                check.error(where, f"unknown resource; expected cpu, memory, {GPU_RESOURCE} or {GPU_SHARE_RESOURCE}")
+            exact = non_negative(quantity)
         except ValueError as exc:
             check.error(where, str(exc))
+            continue
+        if key in EXTENDED_RESOURCES and exact != exact.to_integral_value():
+            check.error(where, "must be an integer")
+            continue
+        amount = int(exact) if key in EXTENDED_RESOURCES else milli(exact) if key == "cpu" else mib(exact) if key == "memory" else 0
+        if amount > _LIMITS[key][0]:
+            check.error(where, f"must be at most {_LIMITS[key][1]}")
+            continue
+        result[key] = (exact, amount, quantity)
     return result
+
+
+_LIMITS = {  # resource: (the most its amount may be, said in the document's units)
+    "cpu": (MAX_REQUEST["cpu"], f"{MAX_REQUEST['cpu']}m"), "memory": (MAX_REQUEST["memory"], f"{MAX_REQUEST['memory']}Mi"),
+    EPHEMERAL_STORAGE: (0, ""), GPU_RESOURCE: (MAX_REQUEST[GPU_RESOURCE], str(MAX_REQUEST[GPU_RESOURCE])), GPU_SHARE_RESOURCE: (MILLI, str(MILLI)),
+}  # fmt: skip
 
 
 def _effective_requests(check: Checker, requests: dict, limits: dict, path: str) -> dict[str, int]:
     """Kubernetes' rules for one container (kube-apiserver's validateResourceRequirements and
     the Pod defaulting): a limit without a request sets the request; a request may not exceed
-    its limit; an extended resource (nvidia.com/gpu, ebcloud.io/gpu-milli) needs a limit, and
-    its request must equal it."""
-    result = {key: amount for key, (amount, _) in limits.items()}
-    for key, (amount, _) in requests.items():
+    its limit (compared exactly, not after rounding); an extended resource (nvidia.com/gpu,
+    ebcloud.io/gpu-milli) needs a limit, and its request must equal it."""
+    result = {key: amount for key, (_, amount, _) in limits.items()}
+    for key, (exact, amount, _) in requests.items():
         where = f"{path}.requests.{key}"
         if key not in limits:
             if key in EXTENDED_RESOURCES:
@@ -285,13 +270,59 @@ def _effective_requests(check: Checker, requests: dict, limits: dict, path: str)
                             f"(set limits: {{{key}: N}}; the request defaults to it)")
             result[key] = amount
             continue
-        limit, limit_written = limits[key]
-        if key in EXTENDED_RESOURCES and amount != limit:
-            check.error(where, f"must be equal to {key} limit of {limit_written}")
-        elif amount > limit:
-            check.error(where, f"must be less than or equal to {key} limit of {limit_written}")
+        limit, _, written = limits[key]
+        if key in EXTENDED_RESOURCES and exact != limit:
+            check.error(where, f"must be equal to {key} limit of {written}")
+        elif exact > limit:
+            check.error(where, f"must be less than or equal to {key} limit of {written}")
         result[key] = amount
     return result
+
+
+def _container(check: Checker, item: Any, path: str, names: set[str]) -> dict:
+    """One container's own fields as kube-apiserver validates them: a unique DNS-1123 label as
+    its name, an image without surrounding blanks, lists of strings for the command and
+    arguments, named environment variables and numbered ports."""
+    container = check.mapping(item, path, _CONTAINER, ("name", "image"))
+    name = container.get("name")
+    if "name" in container:
+        if not (isinstance(name, str) and len(name) <= 63 and DNS1123_LABEL.match(name)):
+            check.error(f"{path}.name", f"invalid container name {str(name)[:80]!r}: a DNS-1123 label such as main")
+        elif name in names:
+            check.error(f"{path}.name", f"duplicate container name {name!r}")
+        names.add(name if isinstance(name, str) else "")
+    image = container.get("image")
+    if "image" in container and not (isinstance(image, str) and image.strip()):
+        check.error(f"{path}.image", "must be a non-empty string")
+    elif isinstance(image, str) and image != image.strip():
+        check.error(f"{path}.image", "must not have leading or trailing whitespace")
+    for key in ("command", "args"):
+        if key in container and not (isinstance(container[key], list) and all(isinstance(v, str) for v in container[key])):
+            check.error(f"{path}.{key}", "must be a list of strings")
+    if "workingDir" in container and not isinstance(container["workingDir"], str):
+        check.error(f"{path}.workingDir", "must be a string")
+    for index, variable in enumerate(_listed(check, container.get("env", []), f"{path}.env")):
+        entry = check.mapping(variable, f"{path}.env[{index}]", ("name", "value", "valueFrom"), ("name",))
+        text = entry.get("name")
+        if "name" in entry and not (isinstance(text, str) and text and text.isascii() and text.isprintable() and "=" not in text):
+            check.error(f"{path}.env[{index}].name", "must be printable ASCII characters other than '='")
+        if not isinstance(entry.get("value", ""), str):
+            check.error(f"{path}.env[{index}].value", "must be a string (quote numbers and booleans)")
+    for index, port in enumerate(_listed(check, container.get("ports", []), f"{path}.ports")):
+        entry = check.mapping(port, f"{path}.ports[{index}]", ("name", "containerPort", "hostPort", "hostIP", "protocol"), ("containerPort",))
+        for key in ("containerPort", "hostPort"):
+            if key in entry:
+                check.integer(entry[key], f"{path}.ports[{index}].{key}", minimum=1, maximum=65535)
+        if entry.get("protocol", "TCP") not in ("TCP", "UDP", "SCTP"):
+            check.error(f"{path}.ports[{index}].protocol", "must be TCP, UDP or SCTP")
+    return container
+
+
+def _listed(check: Checker, value: Any, path: str) -> list:
+    if not isinstance(value, list):
+        check.error(path, "must be a list")
+        return []
+    return value
 
 
 def _containers(check: Checker, value: Any) -> tuple[int, int, int, int]:
@@ -300,10 +331,11 @@ def _containers(check: Checker, value: Any) -> tuple[int, int, int, int]:
         check.error("spec.containers", "must be a non-empty list of containers")
         return 0, 0, 0, 0
     cpu = memory = gpus = shares = 0
-    share_paths = []
+    share_paths: list[str] = []
+    names: set[str] = set()
     for index, item in enumerate(value):
         path = f"spec.containers[{index}]"
-        container = check.mapping(item, path, _CONTAINER)
+        container = _container(check, item, path, names)
         resources = check.mapping(container.get("resources", {}), f"{path}.resources", ("requests", "limits"))
         requests = _quantities(check, resources.get("requests", {}), f"{path}.resources.requests")
         limits = _quantities(check, resources.get("limits", {}), f"{path}.resources.limits")
@@ -314,6 +346,9 @@ def _containers(check: Checker, value: Any) -> tuple[int, int, int, int]:
         if effective.get(GPU_SHARE_RESOURCE):
             shares += effective[GPU_SHARE_RESOURCE]
             share_paths.append(f"{path}.resources.limits.{GPU_SHARE_RESOURCE}")
+    for resource, total in (("cpu", cpu), ("memory", memory), (GPU_RESOURCE, gpus)):
+        if total > MAX_REQUEST[resource]:
+            check.error("spec.containers", f"the containers ask for more {resource} in all than a pod may ({_LIMITS[resource][1]})")
     if shares and gpus:
         check.error(share_paths[0], f"a pod asks for whole GPUs ({GPU_RESOURCE}) or for a share of one GPU ({GPU_SHARE_RESOURCE}), not both")
     elif shares > MILLI:
@@ -348,111 +383,6 @@ def with_defaults(document: dict) -> dict:
         requests.update({key: value for key, value in limits.items() if key not in requests})
         containers.append({**container, "resources": {**resources, "requests": requests}})
     return {**document, "spec": {**spec, "containers": containers}}
-
-
-def _tolerations(check: Checker, value: Any) -> tuple[dict, ...]:
-    if not isinstance(value, list):
-        check.error("spec.tolerations", "must be a list of {key, operator, value, effect}")
-        return ()
-    result = []
-    for index, item in enumerate(value):
-        path = f"spec.tolerations[{index}]"
-        entry = check.mapping(item, path, _TOLERATION)
-        key, operator = entry.get("key", ""), entry.get("operator", "Equal")
-        val, effect = entry.get("value", ""), entry.get("effect", "")
-        bad = False
-        if operator not in ("Equal", "Exists"):
-            check.error(f"{path}.operator", f"must be Equal or Exists, got {operator!r}")
-            bad = True
-        if effect and effect not in TAINT_EFFECTS:
-            check.error(f"{path}.effect", f"must be empty or one of {', '.join(TAINT_EFFECTS)}, got {effect!r}")
-            bad = True
-        if not isinstance(key, str) or not isinstance(val, str):
-            check.error(path, "key and value must be strings")
-            bad = True
-        elif operator == "Exists" and val:
-            check.error(f"{path}.value", "must be empty when operator is Exists")
-            bad = True
-        elif not key and operator != "Exists":
-            check.error(f"{path}.operator", "must be Exists when key is empty (tolerate every taint)")
-            bad = True
-        if not bad:
-            result.append({"key": key, "operator": operator, "value": val, "effect": effect})
-    return tuple(result)
-
-
-def _affinity(check: Checker, value: Any) -> dict:
-    """Only required node affinity decides placement; preferred terms are accepted and kept."""
-    affinity = check.mapping(value, "spec.affinity", ("nodeAffinity",))
-    if "nodeAffinity" not in affinity:
-        return {}
-    base = "spec.affinity.nodeAffinity"
-    required_key = "requiredDuringSchedulingIgnoredDuringExecution"
-    node_affinity = check.mapping(affinity["nodeAffinity"], base, (required_key, "preferredDuringSchedulingIgnoredDuringExecution"))
-    if required_key not in node_affinity:
-        return {"nodeAffinity": dict(node_affinity)}
-    path = f"{base}.{required_key}"
-    required = check.mapping(node_affinity[required_key], path, ("nodeSelectorTerms",), ("nodeSelectorTerms",))
-    terms = required.get("nodeSelectorTerms", [])
-    if not isinstance(terms, list) or not terms:
-        check.error(f"{path}.nodeSelectorTerms", "must be a non-empty list of terms")
-        return {}
-    clean_terms = []
-    for t_index, term in enumerate(terms):
-        t_path = f"{path}.nodeSelectorTerms[{t_index}]"
-        entry = check.mapping(term, t_path, ("matchExpressions",), ("matchExpressions",))
-        expressions = entry.get("matchExpressions", [])
-        if not isinstance(expressions, list):
-            check.error(f"{t_path}.matchExpressions", "must be a list of {key, operator, values}")
-            continue
-        clean = []
-        for e_index, expression in enumerate(expressions):
-            e_path = f"{t_path}.matchExpressions[{e_index}]"
-            req = _requirement(check, expression, e_path)
-            if req is not None:
-                clean.append(req)
-        clean_terms.append({"matchExpressions": clean})
-    result = {"nodeAffinity": {**node_affinity, required_key: {"nodeSelectorTerms": clean_terms}}}
-    return result
-
-
-def _requirement(check: Checker, value: Any, path: str) -> dict | None:
-    entry = check.mapping(value, path, _EXPRESSION, ("key", "operator"))
-    key, operator, values = entry.get("key"), entry.get("operator"), entry.get("values", [])
-    if "key" in entry and (problem := label_key_error(key)):
-        check.error(f"{path}.key", problem)
-        return None
-    if "operator" in entry and operator not in NODE_SELECTOR_OPERATORS:
-        check.error(f"{path}.operator", f"must be one of {', '.join(NODE_SELECTOR_OPERATORS)}, got {operator!r}")
-        return None
-    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
-        check.error(f"{path}.values", "must be a list of strings (quote numbers)")
-        return None
-    if operator in ("In", "NotIn") and not values:
-        check.error(f"{path}.values", f"must not be empty for {operator}")
-        return None
-    if operator in ("Exists", "DoesNotExist") and values:
-        check.error(f"{path}.values", f"must be empty for {operator}")
-        return None
-    if operator in ("Gt", "Lt") and (len(values) != 1 or not values[0].lstrip("-").isdigit()):
-        check.error(f"{path}.values", f"{operator} needs exactly one integer value")
-        return None
-    if key is None or operator is None:
-        return None
-    return {"key": key, "operator": operator, "values": list(values)}
-
-
-def affinity_terms(affinity: Mapping[str, Any]) -> tuple[tuple[NodeSelectorRequirement, ...], ...]:
-    """The required node-affinity terms of a stored (validated) affinity."""
-    node_affinity = (affinity or {}).get("nodeAffinity") or {}
-    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
-    return tuple(
-        tuple(
-            NodeSelectorRequirement(e["key"], e["operator"], tuple(e.get("values") or ()))
-            for e in term.get("matchExpressions") or ()
-        )
-        for term in required.get("nodeSelectorTerms") or ()
-    )
 
 
 def core_pod(

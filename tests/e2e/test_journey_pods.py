@@ -37,7 +37,7 @@ def test_a_lead_reads_why_a_pod_is_pending_and_what_to_change(browse, actors):
     explanation = lead.page.inner_text("#pod-status .explanation")
     assert (
         explanation
-        == "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector."
+        == "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
     )
     hints = lead.page.locator("#pod-status .hints li").all_inner_texts()
     assert any(

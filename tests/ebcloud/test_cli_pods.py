@@ -40,7 +40,7 @@ def test_pod_why_prints_the_message_and_the_hints(ebcloud, login_as, actors):
     assert result.exit_code == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == "pod/algorithm/bert-train-0 is Pending"
-    assert "Message: 0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector." in lines
+    assert "Message: 0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling." in lines
     assert "Hints:" in lines and "nodeLabels: {pool: train}" in result.stdout
 
 

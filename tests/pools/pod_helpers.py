@@ -71,7 +71,7 @@ def pod_document(name, *, namespace="algorithm", gpus=1, cpu="4", memory="32Gi",
     limits = {"nvidia.com/gpu": gpus} if milli is None or gpus != 1 else {}
     if milli is not None:
         limits["ebcloud.io/gpu-milli"] = milli
-    spec = {"containers": [{"name": "main", "resources": {"requests": {"cpu": cpu, "memory": memory}, "limits": limits}}]}
+    spec = {"containers": [{"name": "main", "image": "registry.local/train:1", "resources": {"requests": {"cpu": cpu, "memory": memory}, "limits": limits}}]}
     if priority or preemption_policy != "PreemptLowerPriority":
         spec["priorityClassName"] = priority_class(priority, policy=preemption_policy)
     if pool_affinity:

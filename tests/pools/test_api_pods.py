@@ -47,7 +47,7 @@ def test_a_pending_pod_says_why_in_status_message_and_hints(api, actors):
     scheduler_pass(now=T0)
     status = api("lead").get("/api/v1/pods/algorithm/bert-train-0/").json()["status"]
     assert status["phase"] == "Pending" and status["reason"] == "Unschedulable"
-    assert status["message"] == "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector."
+    assert status["message"] == "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
     assert any("nodeLabels: {pool: train}" in h for h in status["hints"])
     assert status["conditions"][0] == {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": status["message"]}
 

@@ -138,8 +138,8 @@ def test_a_pod_pending_40_minutes_without_the_toleration_fails_with_the_fix():
     """T2: taint not tolerated; first action: `ebcloud pod why` (kubectl describe pod)."""
     hint = 'pool train-pool-a (2 nodes): untolerated taint pool=train:NoSchedule. To run there, add to the pod spec:\ntolerations: ...'
     elsewhere = "pool spot-a (1 node): untolerated taint ebcloud.io/preemptible=true:NoSchedule. To run there, add ..."
-    waiting = pod("algorithm/bert-train-0", age=40 * M, blocker=d.TAINT, reason="node(s) had untolerated taint {pool: train}",
-                  explanation="0/2 nodes are available: 2 node(s) had untolerated taint {pool: train}.", hints=(elsewhere, hint))  # fmt: skip
+    waiting = pod("algorithm/bert-train-0", age=40 * M, blocker=d.TAINT, reason="node(s) had untolerated taint(s)",
+                  explanation="0/2 nodes are available: 2 node(s) had untolerated taint(s). preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.", hints=(elsewhere, hint))  # fmt: skip
     c = check(healthy(pending_pods=(waiting,)), "pods-pending")
     assert c.status == "failing"
     assert "oldest algorithm/bert-train-0 for 40m0s" in c.found and "By cause: 1 taint." in c.found

@@ -67,7 +67,7 @@ def test_the_page_shows_each_live_failure_with_its_cause_and_first_action(browse
     pending = row(page, "pods-pending")
     assert 'data-status="failing"' in pending and "algorithm/bert-train-0" in pending
     assert "Affinity label missing on nodes" in pending and "ebcloud pod why algorithm/bert-train-0" in pending
-    assert "0/2 nodes are available: 2 node(s) didn&#x27;t match Pod&#x27;s node affinity/selector." in pending
+    assert "0/2 nodes are available: 2 node(s) didn&#x27;t match Pod&#x27;s node affinity/selector. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling." in pending
     gpu = row(page, "gpu-errors")
     assert 'data-status="failing"' in gpu and "Xid 79 ×1 on train-pool-a-0 (fatal: GPU has fallen off the bus)" in gpu
     assert "autoRepair is on" in gpu

@@ -102,7 +102,7 @@ def test_every_failing_check_of_a_pool_is_in_one_hint_not_only_the_first():
                      labels={"pool": "infer"}, taints=(Taint("pool", "train", "NoSchedule"),))  # fmt: skip
     pending = Pod(name="team/p", cpu_milli=1_000, memory_mib=1_024, gpu_count=1, gpu_models=("H100",), node_selector={"pool": "train"})
     explanation = explain(pending, [node])
-    assert explanation.message == "0/1 nodes are available: 1 node(s) had untolerated taint {pool: train}."
+    assert explanation.message == "0/1 nodes are available: 1 node(s) had untolerated taint(s). preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
     (hint,) = explanation.hints
     assert hint.startswith("pool train-a (1 node): 3 checks fail: untolerated taint pool=train:NoSchedule; "
                            "the pod's nodeSelector needs pool=train but its nodes have pool=infer; "

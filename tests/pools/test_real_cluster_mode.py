@@ -15,7 +15,7 @@ from tests.pools.pod_helpers import T0, pod_document, pool_with_nodes, submit
 
 pytestmark = pytest.mark.django_db
 
-VERDICT = "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector."
+VERDICT = "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
 
 
 @pytest.fixture

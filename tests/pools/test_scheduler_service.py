@@ -43,7 +43,7 @@ def test_a_pod_missing_the_toleration_stays_pending_with_the_kube_message_and_a_
     pod.refresh_from_db()
     assert result.unschedulable == ["algorithm/no-toleration"]
     assert (pod.phase, pod.reason, pod.node) == ("Pending", "Unschedulable", None)
-    assert pod.explanation == "0/2 nodes are available: 2 node(s) had untolerated taint {pool: train}."
+    assert pod.explanation == "0/2 nodes are available: 2 node(s) had untolerated taint(s). preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
     assert any("tolerations:" in h and 'value: "train"' in h for h in pod.hints)
     assert not PoolEvent.objects.filter(reason="Scheduled").exists()
 
@@ -53,7 +53,7 @@ def test_a_missing_node_label_names_the_pool_and_the_node_labels_to_add(actors):
     pod = submit(actors["member"], "lost")
     scheduler_pass(now=T0)
     pod.refresh_from_db()
-    assert pod.explanation == "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector."
+    assert pod.explanation == "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
     assert any("pool train-pool-a (2 nodes)" in h and "nodeLabels: {pool: train}" in h for h in pod.hints)
 
 
@@ -61,7 +61,8 @@ def test_sixteen_gpus_never_fit_eight_gpu_nodes(actors, train_pool):
     pod = submit(actors["member"], "huge", gpus=16)
     scheduler_pass(now=T0)
     pod.refresh_from_db()
-    assert pod.explanation == "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+    assert pod.explanation == ("0/2 nodes are available: 2 Insufficient nvidia.com/gpu. "
+                               "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.")  # fmt: skip
     assert any("16 GPUs but the largest node has 8" in h for h in pod.hints)
 
 
@@ -235,7 +236,8 @@ def test_a_busy_pool_at_its_max_says_so_and_a_growable_one_says_it_can_grow(acto
     waiting = submit(actors["member"], "waiting", gpus=4, priority=10)
     scheduler_pass(now=T0)
     waiting.refresh_from_db()
-    assert waiting.explanation == "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+    assert waiting.explanation == ("0/2 nodes are available: 2 Insufficient nvidia.com/gpu. "  # the pods there are of its own priority
+                                   "preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod.")  # fmt: skip
     assert any(h.startswith("pool train-pool-a is at its nodeCount.max (2 nodes)") for h in waiting.hints)
     from pools.models import GpuNodePool
 

@@ -118,7 +118,7 @@ def test_the_explanation_counts_only_the_teams_own_nodes(actors, train_pool):
     pod = submit(actors["other_lead"], "lost", namespace="inference", pool_affinity="batch", tolerate="train")
     scheduler_pass(now=T0)
     pod.refresh_from_db()
-    assert pod.explanation == "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."
+    assert pod.explanation == "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
     assert any("pool infer-a (3 nodes)" in h for h in pod.hints) and not any("train-pool-a" in h for h in pod.hints)
 
 

@@ -46,7 +46,7 @@ def test_the_pod_page_shows_the_explanation_and_the_hints(browser, actors):
     submit(actors["member"], "lost")
     scheduler_pass(now=T0)
     page = browser("lead").get("/pods/algorithm/lost/").content.decode()
-    assert "0/2 nodes are available: 2 node(s) didn&#x27;t match Pod&#x27;s node affinity/selector." in page
+    assert "0/2 nodes are available: 2 node(s) didn&#x27;t match Pod&#x27;s node affinity/selector. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling." in page
     assert "nodeLabels: {pool: train}" in page and 'hx-trigger="every 5s"' in page
 
 

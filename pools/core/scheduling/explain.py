@@ -1,10 +1,11 @@
 """Why a pod is Pending, in kube-scheduler's words, and what to change (seed T2).
 
 The message is the one ``kubectl describe pod`` shows (over the nodes the pod's team may use), e.g.
-``0/12 nodes are available: 2 Insufficient nvidia.com/gpu, 4 node(s) had untolerated taint
-{pool: train}, 6 node(s) didn't match Pod's node affinity/selector.`` Each node is counted
-under the first filter it fails, so the counts add up to the node count, and the entries are
-sorted the way kube-scheduler sorts them (as "<count> <reason>" strings). The hints are ours:
+``0/12 nodes are available: 2 Insufficient nvidia.com/gpu, 4 node(s) had untolerated taint(s),
+6 node(s) didn't match Pod's node affinity/selector. preemption: 0/12 nodes are available:
+2 No preemption victims found for incoming pod, 10 Preemption is not helpful for scheduling.``
+(kube-scheduler 1.37's wording, :func:`explain`), the entries sorted the way kube-scheduler
+sorts them (as "<count> <reason>" strings). The hints are ours:
 per pool, every check that keeps the pod off it and the one change that answers them all
 (pools/core/scheduling/pod_fixes.py), the request that can never fit, or the resource taken.
 """
@@ -22,10 +23,12 @@ from pools.core.scheduling.nodes import (
     REASON_MEMORY,
     NodeState,
     Pod,
-    filter_node,
+    insufficient_resources,
     may_use,
+    static_filter_reason,
 )
 from pools.core.scheduling.pod_fixes import fix_text, pool_fixes
+from pools.core.scheduling.preempt import victims_on
 
 NO_POOL = "(no pool)"
 
@@ -44,36 +47,66 @@ class Explanation:
     hints: tuple[str, ...] = ()
 
 
-def kube_message(node_count: int, available: int, reasons: dict[str, int]) -> str:
-    """kube-scheduler's FitError text: entries "<count> <reason>" sorted as strings."""
+NOT_HELPFUL = "Preemption is not helpful for scheduling"
+NO_VICTIMS = "No preemption victims found for incoming pod"
+
+
+def kube_message(node_count: int, available: int, reasons: dict[str, int], preemption: str = "") -> str:
+    """kube-scheduler's FitError text: entries "<count> <reason>" sorted as strings, then what
+    its preemption (the PostFilter) found, when it ran and failed."""
     if node_count == 0:
         return "no nodes available to schedule pods"
     entries = sorted(f"{count} {reason}" for reason, count in reasons.items())
     head = f"{available}/{node_count} nodes are available"
-    return f"{head}: {', '.join(entries)}." if entries else f"{head}."
+    message = f"{head}: {', '.join(entries)}." if entries else f"{head}."
+    return f"{message} preemption: {preemption}" if preemption else message
 
 
 def explain(pod: Pod, nodes: Sequence[NodeState]) -> Explanation:
     """Run every filter on every node the pod's team may use and explain the outcome for
     ``pod``. Other teams' nodes are neither counted nor named: a lead's "0/N nodes" and the
-    hints speak of the team's own pools only, and never suggest another team's pool as a fix."""
+    hints speak of the team's own pools only, and never suggest another team's pool as a fix.
+
+    As kube-scheduler 1.37 counts: a node is counted under the first filter plugin it fails,
+    and under every resource NodeResourcesFit finds short (so the counts may add up to more
+    than the nodes); where no node fits and no preemption could help, the message ends with
+    its preemption's verdict per node."""
     nodes = [node for node in nodes if may_use(pod, node)]
     node_reasons: dict[str, str] = {}
+    reasons: Counter[str] = Counter()
+    verdicts: Counter[str] = Counter()  # per node, why preempting there cannot help (None: it can)
     for node in nodes:
-        reason = filter_node(pod, node)
-        if reason is not None:
-            node_reasons[node.name] = reason
-    reasons = dict(Counter(node_reasons.values()))
+        if (reason := static_filter_reason(pod, node)) is not None:
+            node_reasons[node.name], verdicts[NOT_HELPFUL] = reason, verdicts[NOT_HELPFUL] + 1
+            reasons[reason] += 1
+        elif short := insufficient_resources(pod, node):
+            node_reasons[node.name] = short[0][0]
+            reasons.update(reason for reason, _ in short)
+            verdict = NOT_HELPFUL if any(unresolvable for _, unresolvable in short) else None if victims_on(pod, node) else NO_VICTIMS
+            verdicts[verdict] += 1
     available = len(nodes) - len(node_reasons)
     return Explanation(
         pod=pod.name,
         node_count=len(nodes),
         available=available,
-        reasons=reasons,
+        reasons=dict(reasons),
         node_reasons=node_reasons,
-        message=kube_message(len(nodes), available, reasons),
+        message=kube_message(len(nodes), available, dict(reasons), _preemption(pod, len(nodes), available, verdicts)),
         hints=tuple(_hints(pod, nodes, node_reasons)) if node_reasons else (),
     )
+
+
+def _preemption(pod: Pod, node_count: int, available: int, verdicts: Counter) -> str:
+    """What kube-scheduler's DefaultPreemption says when it runs (no node fits) and fails: the
+    pod may not preempt, or no node has victims whose eviction would make room. Empty where it
+    would find victims (the scheduler then preempts) or did not run."""
+    if available or not node_count:
+        return ""
+    if not pod.may_preempt:
+        return "not eligible due to preemptionPolicy=Never."
+    if verdicts[None]:
+        return ""
+    return kube_message(node_count, 0, {reason: count for reason, count in verdicts.items() if reason})
 
 
 def _plural(n: int, word: str) -> str:

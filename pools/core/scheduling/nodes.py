@@ -16,6 +16,7 @@ in :mod:`pools.core.scheduling.explain` and preemption in :mod:`pools.core.sched
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -79,19 +80,25 @@ class Toleration:
 
 @dataclass(frozen=True)
 class NodeSelectorRequirement:
-    """One expression of a required node-affinity term."""
+    """One requirement of a node-affinity term: on the node's labels (matchExpressions) or,
+    with ``field``, on its name (matchFields ``metadata.name``, operators In and NotIn)."""
 
     key: str
     operator: str
     values: tuple[str, ...] = ()
+    field: bool = False
 
     def __post_init__(self) -> None:
         if self.operator not in NODE_SELECTOR_OPERATORS:
             raise ValueError(f"operator must be one of {NODE_SELECTOR_OPERATORS}")
         object.__setattr__(self, "values", tuple(self.values))
 
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        """Kubernetes label-selector semantics; Gt/Lt compare integers and fail closed."""
+    def matches(self, labels: Mapping[str, str], node_name: str | None = None) -> bool:
+        """Kubernetes label-selector semantics. Gt/Lt compare integers as Go's ParseInt reads
+        them (ASCII digits, an optional sign, within int64) and fail closed. A field requirement
+        asked without a node name (a pool's labels, not one node) does not narrow anything."""
+        if self.field:
+            return node_name is None or (node_name in self.values) == (self.operator == "In")
         op, present = self.operator, self.key in labels
         if op == "In":
             return present and labels[self.key] in self.values
@@ -103,19 +110,29 @@ class NodeSelectorRequirement:
             return not present
         if not present or len(self.values) != 1:
             return False
-        try:
-            have, want = int(labels[self.key]), int(self.values[0])
-        except ValueError:
+        have, want = go_int64(labels[self.key]), go_int64(self.values[0])
+        if have is None or want is None:
             return False
         return have > want if op == "Gt" else have < want
 
 
-def matches_affinity(terms: Sequence[Sequence[NodeSelectorRequirement]], labels) -> bool:
-    """Required node affinity: terms are ORed, expressions inside a term ANDed. No terms at
+_GO_INT = re.compile(r"[+-]?[0-9]+\Z")
+
+
+def go_int64(text: str) -> int | None:
+    """strconv.ParseInt(text, 10, 64), or None where it fails."""
+    if not _GO_INT.match(text) or len(text) > 20:
+        return None
+    value = int(text)
+    return value if -(2**63) <= value < 2**63 else None
+
+
+def matches_affinity(terms: Sequence[Sequence[NodeSelectorRequirement]], labels, node_name: str | None = None) -> bool:
+    """Required node affinity: terms are ORed, requirements inside a term ANDed. No terms at
     all means no affinity was set (matches); an empty term matches nothing, as in Kubernetes."""
     if not terms:
         return True
-    return any(term and all(req.matches(labels) for req in term) for term in terms)
+    return any(term and all(req.matches(labels, node_name) for req in term) for term in terms)
 
 
 def first_untolerated_taint(
@@ -128,8 +145,7 @@ def first_untolerated_taint(
     return None
 
 
-def taint_reason(taint: Taint) -> str:
-    return f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}"
+REASON_TAINT = "node(s) had untolerated taint(s)"  # kube-scheduler 1.37's TaintToleration; the hints name the taint
 
 
 @dataclass(frozen=True)
@@ -371,11 +387,11 @@ def static_filter_reason(pod: Pod, node: NodeState) -> str | None:
     if node.taints or not node.ready:
         taint = first_untolerated_taint(effective_taints(node), tolerations)
         if taint is not None:
-            return taint_reason(taint)
+            return REASON_TAINT
     labels = node.labels
     if pod.node_selector and any(labels.get(k) != v for k, v in pod.node_selector.items()):
         return REASON_AFFINITY
-    if pod.affinity_terms and not matches_affinity(pod.affinity_terms, labels):
+    if pod.affinity_terms and not matches_affinity(pod.affinity_terms, labels, node.name):
         return REASON_AFFINITY
     if pod.gpu_count and pod.gpu_models and node.gpu_model not in pod.gpu_models:
         return REASON_GPU_MODEL
@@ -399,19 +415,37 @@ def best_fit_gpus(pod: Pod, gpu_free: Sequence[int]) -> tuple[int, ...] | None:
 
 
 def resource_filter_reason(pod: Pod, node: NodeState) -> str | None:
-    """NodeResourcesFit: cpu, then memory, then GPUs (count or a share of one GPU)."""
+    """NodeResourcesFit: cpu, then memory, then GPUs (count or a share of one GPU); the first
+    that is short (`insufficient_resources` lists them all)."""
     if node.cpu_used + pod.cpu_milli > node.cpu_milli:
         return REASON_CPU
     if node.memory_used + pod.memory_mib > node.memory_mib:
         return REASON_MEMORY
-    if pod.gpu_count:  # same answer as best_fit_gpus(...) is None, without the Python loop
-        free = node.gpu_free
-        if pod.gpu_milli < MILLI:
-            if not free or max(free) < pod.gpu_milli:
-                return REASON_GPU
-        elif free.count(MILLI) < pod.gpu_count:
-            return REASON_GPU
-    return None
+    return REASON_GPU if _gpus_short(pod, node) else None
+
+
+def _gpus_short(pod: Pod, node: NodeState) -> bool:
+    """Same answer as best_fit_gpus(...) is None, without the Python loop."""
+    if not pod.gpu_count:
+        return False
+    free = node.gpu_free
+    if pod.gpu_milli < MILLI:
+        return not free or max(free) < pod.gpu_milli
+    return free.count(MILLI) < pod.gpu_count
+
+
+def insufficient_resources(pod: Pod, node: NodeState) -> list[tuple[str, bool]]:
+    """Every resource NodeResourcesFit finds short on the node, in its order, each with whether
+    it is *unresolvable* there (the pod asks for more than the node has at all), which is what
+    tells the scheduler's preemption that evicting pods cannot help."""
+    short = []
+    if node.cpu_used + pod.cpu_milli > node.cpu_milli:
+        short.append((REASON_CPU, pod.cpu_milli > node.cpu_milli))
+    if node.memory_used + pod.memory_mib > node.memory_mib:
+        short.append((REASON_MEMORY, pod.memory_mib > node.memory_mib))
+    if _gpus_short(pod, node):
+        short.append((REASON_GPU, pod.gpu_count > node.gpu_count))
+    return short
 
 
 def filter_node(pod: Pod, node: NodeState) -> str | None:

@@ -45,7 +45,7 @@ class PreemptionPlan:
         return tuple(v.name for v in self.victims)
 
 
-def _victims_on(pod: Pod, node: NodeState) -> tuple[list[Pod], tuple[int, ...]] | None:
+def victims_on(pod: Pod, node: NodeState) -> tuple[list[Pod], tuple[int, ...]] | None:
     if static_filter_reason(pod, node) is not None:
         return None
     candidates = [b for b in node.bound.values() if b.pod.priority < pod.priority]
@@ -78,7 +78,7 @@ def preempt(pod: Pod, nodes: Sequence[NodeState]) -> PreemptionPlan | None:
         return None
     best = None
     for node in nodes:
-        found = _victims_on(pod, node)
+        found = victims_on(pod, node)
         if found is None:
             continue
         victims, gpus = found
