@@ -36,6 +36,7 @@ from pools.core.node_labels import (
     taint_dict,
 )
 from pools.core.podspec import GPU_SHARE_RESOURCE
+from pools.core.scheduling.taint_eviction import carried_time_added
 from pools.core.spec import effective_node_labels
 from pools.models import Node
 from pools.providers.base import ClusterBackend, ProviderError
@@ -104,15 +105,17 @@ def nodes_sync(p: ReconcilePass) -> None:
 def _record(p: ReconcilePass, done: list, taints: list[dict[str, str]]) -> None:
     """The rows of the nodes changed (one UPDATE per distinct label set: a pool's nodes differ
     only by zone and billing kind) and their events, in one transaction."""
-    groups: dict[str, tuple[dict, list[int]]] = defaultdict(lambda: ({}, []))
+    groups: dict[str, tuple[dict, list, list[int]]] = defaultdict(lambda: ({}, [], []))
     for node, labels, fix in done:
         if fix.rows_changed:
-            key = repr(sorted(labels.items()))
+            kept = carried_time_added(node.taints or (), taints)  # a NoExecute taint that stays keeps its clock
+            key = repr((sorted(labels.items()), kept))
             groups[key][0].update(labels)
-            groups[key][1].append(node.pk)
+            groups[key][1][:] = kept
+            groups[key][2].append(node.pk)
     with transaction.atomic():
-        for labels, pks in groups.values():
-            Node.objects.filter(pk__in=pks).update(labels=labels, taints=taints)
+        for labels, kept, pks in groups.values():
+            Node.objects.filter(pk__in=pks).update(labels=labels, taints=kept)
         for node, _, fix in done:
             if fix.labels:
                 p.event("NodeLabeled", f"Labels of {node.name} {fix.labels}", node=node)

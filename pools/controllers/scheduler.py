@@ -6,8 +6,12 @@ One pass, in one transaction, in a constant number of queries whatever the numbe
    and never oversubscribe a node; load the live nodes and the Pending and Running pods;
 2. finish Running pods whose duration has elapsed (`Succeeded`, event `Completed`);
 3. requeue Running pods whose node is gone (Pending, event `NodeLost`) or draining (event
-   `Evicted`, as `kubectl drain` evicts); pods on `Unknown` nodes keep running (seed D1: a
-   missing heartbeat never evicts);
+   `Evicted`, as `kubectl drain` evicts), and those a NoExecute taint of their node evicts
+   (event `TaintManagerEviction`, as Kubernetes' taint manager deletes them: at once when no
+   toleration tolerates the taint, else once the shortest `tolerationSeconds` ran out since the
+   taint's `timeAdded`; `pools.core.scheduling.taint_eviction`, and no PodDisruptionBudget
+   applies). Pods on `Unknown` nodes keep running (seed D1: a missing heartbeat never evicts,
+   and no NoExecute not-ready taint is implied);
 4. place Pending pods, highest priority first (then oldest): every feasible node is scored by its
    own pool's `schedulingPolicy`; the best wins (ties: smallest node name). A pod that fits
    nowhere may preempt strictly lower-priority pods on one node (`pools.core.scheduling.preempt`):
@@ -16,7 +20,8 @@ One pass, in one transaction, in a constant number of queries whatever the numbe
    explanation and the hints on its row (reason `Unschedulable`);
 5. write: binds by a conditional UPDATE on `phase = Pending` (a pod is never bound twice),
    requeues and completions by conditional UPDATEs on `phase = Running`, explanations by one
-   bulk update, events by one bulk insert.
+   bulk update, events by one bulk insert. After the transaction, NoExecute taints that have
+   no `timeAdded` yet get this pass's time on their Node rows (`_date_noexecute_taints`).
 
 On a real cluster (`EBCLOUD_CLUSTER=kubernetes`) kube-scheduler binds and the kubelets run and
 finish the pods: the pass keeps the team-isolation policy and the PriorityClasses in step
@@ -26,6 +31,7 @@ finish the pods: the pass keeps the team-isolation policy and the PriorityClasse
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -52,6 +58,17 @@ from pools.core.scheduling.nodes import (
 from pools.core.scheduling.nodes import Pod as CorePod
 from pools.core.scheduling.policies import policy_for
 from pools.core.scheduling.preempt import preempt
+from pools.core.scheduling.taint_eviction import (
+    EVICTION_REASON,
+    Eviction,
+    eviction_explanation,
+    eviction_message,
+    has_noexecute,
+    noexecute_eviction,
+    timed_taints,
+    timed_tolerations,
+    with_time_added,
+)
 from pools.models import Node, PoolEvent
 from pools.models.pods import Pod
 from pools.providers import real_cluster
@@ -158,6 +175,8 @@ def scheduler_pass(*, now: datetime | None = None) -> PassResult:
         done_ids = {p.pk for p in done}
         draining = [p for p in running if p.pk not in done_ids and p.node_id in by_id and by_id[p.node_id].phase == Node.Phase.DRAINING]
         gone_ids = done_ids | {p.pk for p in draining}
+        tainted = _taint_evictions([p for p in running if p.pk not in gone_ids and p.node_id in by_id], by_id, now)
+        gone_ids |= {p.pk for p, _ in tainted}
         states = cluster_state(nodes, [p for p in running if p.pk not in gone_ids])
         for pod in done:
             events.add(by_id[pod.node_id], "Completed", f"Pod {pod.key} succeeded after {_fmt(pod.duration_seconds)}; released {_resources(pod)}")
@@ -174,6 +193,11 @@ def scheduler_pass(*, now: datetime | None = None) -> PassResult:
             why = f" ({node.release_reason})" if node.release_reason else ""
             requeue[pod.pk] = ("Evicted", f"Evicted: node {node.name} is draining{why}; the pod is Pending again.")
             events.add(node, "Evicted", f"Pod {pod.key} evicted: node {node.name} is draining{why}", PoolEvent.Type.WARNING)
+            result.requeued.append(pod.key)
+        for pod, eviction in tainted:  # the taint manager deletes the pod; its owner would create it again
+            node = by_id[pod.node_id]
+            requeue[pod.pk] = (EVICTION_REASON, eviction_explanation(node.name, eviction))
+            events.add(node, EVICTION_REASON, eviction_message(pod.key, node.name, eviction), PoolEvent.Type.WARNING)
             result.requeued.append(pod.key)
 
         pending = [p for p in pods if p.phase == Pod.Phase.PENDING]
@@ -234,7 +258,38 @@ def scheduler_pass(*, now: datetime | None = None) -> PassResult:
         if explanations:
             Pod.objects.bulk_update(explanations, ["explanation", "hints", "reason"])
         events.save()
+    _date_noexecute_taints(nodes, now)
     return result
+
+
+def _taint_evictions(pods: list[Pod], by_id: dict[int, Node], now: datetime) -> list[tuple[Pod, Eviction]]:
+    """The Running pods (on live nodes) that a NoExecute taint of their node evicts now."""
+    taints: dict[int, tuple] = {}
+    due = []
+    for pod in pods:
+        node = by_id[pod.node_id]
+        if not node.taints or not has_noexecute(node.taints):
+            continue
+        if node.pk not in taints:
+            taints[node.pk] = timed_taints(node.taints)
+        eviction = noexecute_eviction(taints[node.pk], timed_tolerations(pod.tolerations or ()), now=now, bound_at=pod.started_at)
+        if eviction is not None and eviction.due(now):
+            due.append((pod, eviction))
+    return due
+
+
+def _date_noexecute_taints(nodes: list[Node], now: datetime) -> None:
+    """Set `timeAdded` to `now` on the NoExecute taints of these nodes that lack it (see
+    `pools.core.scheduling.taint_eviction`): one UPDATE per distinct taint list (a pool's nodes
+    share theirs), each only where the row still holds the list this pass read, so a taint list
+    written meanwhile (node_sync) is never overwritten; its new taints are dated next pass.
+    Outside the pass's transaction: no Node row stays locked with the binders' lock held."""
+    groups: dict[str, tuple[list, list, list[int]]] = {}
+    for node in nodes:
+        if node.taints and (dated := with_time_added(node.taints, now)) is not None:
+            groups.setdefault(json.dumps(node.taints), (node.taints, dated, []))[2].append(node.pk)
+    for before, dated, pks in groups.values():
+        Node.objects.filter(pk__in=pks, taints=before).update(taints=dated)
 
 
 def _elapsed(pod: Pod, now: datetime) -> bool:
