@@ -71,10 +71,10 @@ class CostsView(APIView):
             OpenApiParameter(
                 "from",
                 OpenApiTypes.DATE,
-                description="First day (UTC), default the 1st of this month",
+                description="First day (UTC, 2000-01-01 to 2999-12-31), default the 1st of this month",
             ),
             OpenApiParameter(
-                "to", OpenApiTypes.DATE, description="Last day (UTC, inclusive), default today"
+                "to", OpenApiTypes.DATE, description="Last day (UTC, inclusive, 2000-01-01 to 2999-12-31), default today"
             ),
             OpenApiParameter(
                 "format", str, enum=list(FORMATS), description="json (default), csv or focus"

@@ -6,7 +6,7 @@ AuditEntry, like the other admin writes, with the budget before and after.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.core.exceptions import PermissionDenied
@@ -14,7 +14,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from billing.budget_sync import budget_sync_pool
-from billing.models import Budget
+from billing.models import Budget, CostDay, NodePrice, PriceBookEntry
+from billing.month_spend import period_bounds
 from pools import roles
 from pools.core.errors import ValidationError
 from pools.core.spec import MAX_MONTHLY_BUDGET
@@ -51,6 +52,30 @@ def _check_thresholds(thresholds) -> list[int]:
 
 def _state(budget: Budget | None) -> dict | None:
     return None if budget is None else snapshot(budget, exclude=("created_at", "updated_at", "default_note"))
+
+
+def _in_force(rows, key, now: datetime) -> dict:
+    """key -> the currency of the versioned price row in force at `now` for that key."""
+    latest: dict = {}
+    for row in rows.filter(effective_from__lte=now).order_by("-effective_from"):
+        latest.setdefault(key(row), row.currency)
+    return latest
+
+
+def team_charge_currencies(*, team: Team, now: datetime) -> set[str]:
+    """The currencies `team` is charged in: those of its costs since last month began and of
+    the prices in force for its live pools (their nodes' and the per-pool fees'); for a team
+    with neither yet, the price book's. A team budget counts only the spend in its own
+    currency, so one in any other would show nothing spent and never alert. Empty only when
+    the price book is."""
+    since = (period_bounds(now)[0] - timedelta(days=1)).replace(day=1).date()
+    found = set(CostDay.objects.filter(team=team, day__gte=since).values_list("currency", flat=True).distinct())
+    shapes = set(GpuNodePool.objects.filter(team=team, deleted_at=None).values_list("node_type_id", "gpu_model_id"))
+    fees = set(_in_force(PriceBookEntry.objects.all(), lambda entry: entry.kind, now).values())
+    nodes = _in_force(NodePrice.objects.all(), lambda price: (price.node_type_id, price.gpu_model_id), now)
+    if shapes:
+        found |= fees | {currency for shape, currency in nodes.items() if shape in shapes}
+    return found or fees | set(nodes.values())
 
 
 @transaction.atomic
@@ -90,10 +115,17 @@ def budget_team_set(
     if monthly_amount is None:
         raise ValidationError("is required", field="monthly")
     _check_amount(monthly_amount, "monthly")
-    if len(currency) != CURRENCY_LENGTH or not currency.isalpha() or not currency.isupper():
+    if len(currency) != CURRENCY_LENGTH or not (currency.isascii() and currency.isalpha() and currency.isupper()):
         raise ValidationError("must be an ISO 4217 code such as CNY or USD", field="currency")
     values = _check_thresholds(thresholds)
     now = now or timezone.now()
+    charged = team_charge_currencies(team=team, now=now)
+    if charged and currency not in charged:
+        raise ValidationError(
+            f"must be {' or '.join(sorted(charged))}: team {team.name} is charged in "
+            f"{'that currency' if len(charged) == 1 else 'those currencies'}, and a budget in "
+            f"another would count none of its spend", field="currency",
+        )  # fmt: skip
     budget = Budget.objects.select_for_update().filter(team=team, pool=None).order_by("pk").first()
     before = _state(budget)
     if budget is None:

@@ -25,7 +25,8 @@ class TeamBudgetForm(forms.Form):
         label="Monthly budget", min_value=Decimal("0.01"), max_value=MAX_MONTHLY_BUDGET, max_digits=14, decimal_places=2,
         help_text="Everything the team is charged in a month, over all its pools",
     )  # fmt: skip
-    currency = forms.CharField(label="Currency", max_length=3, initial="CNY", help_text="ISO 4217 code, e.g. CNY")
+    currency = forms.CharField(label="Currency", max_length=3, initial="CNY",
+                               help_text="The one the team is charged in (the price book's), e.g. CNY")  # fmt: skip
     thresholds = forms.CharField(
         label="Alert at (% of the budget)", initial="80, 100", max_length=100,
         help_text="Comma-separated percentages; each alerts once a month on spend and once on the forecast",
@@ -43,7 +44,7 @@ class TeamBudgetForm(forms.Form):
             part = part.strip().rstrip("%").strip()
             if not part:
                 continue
-            if not part.isdigit():
+            if not (part.isascii() and part.isdigit()):  # '²' is a digit to isdigit(), not to int()
                 raise forms.ValidationError(f"{part!r} is not a whole percentage")
             values.append(int(part))
         if not values:

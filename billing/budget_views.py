@@ -1,8 +1,9 @@
 """Finance's budget pages (issue 21 item 11): set a pool's budget over its spec and default, and
 create, change or remove a team's budget. Thin: forms shape, `billing.budget_admin` decides.
 
-A pool of another team is a 404 (looked up through `for_user`); anyone but finance and admins
-who finds it is refused (403), as is anyone but them on the team budget pages."""
+A pool or a team budget of another team is a 404 (a lead or member never learns what another
+team has); anyone but finance and admins who may see it is refused (403), as is anyone but them
+on the page that creates a team budget."""
 
 from __future__ import annotations
 
@@ -86,7 +87,12 @@ def budget_team_create(request):
     return _team_budget_page(request, editing=None)
 
 
-def _team_budget(slug: str) -> Budget:
+def _team_budget(user, slug: str) -> Budget:
+    """The team's budget for finance and admins; another team's is a 404 before the 403 (as a
+    pool of another team is), so a lead or member learns nothing of the teams they are not in."""
+    if not teams_visible_to(user=user).filter(slug=slug).exists():
+        raise Http404(f"no team {slug!r}")
+    _require_finance(user)
     budget = Budget.objects.filter(team__slug=slug, pool=None).select_related("team").first()
     if budget is None:
         raise Http404(f"team {slug!r} has no budget")
@@ -96,15 +102,13 @@ def _team_budget(slug: str) -> Budget:
 @login_required
 @require_http_methods(["GET", "POST"])
 def budget_team_edit(request, slug: str):
-    _require_finance(request.user)
-    return _team_budget_page(request, editing=_team_budget(slug))
+    return _team_budget_page(request, editing=_team_budget(request.user, slug))
 
 
 @login_required
 @require_POST
 def budget_team_delete(request, slug: str):
-    _require_finance(request.user)
-    budget = _team_budget(slug)
+    budget = _team_budget(request.user, slug)
     team: Team = budget.team
     budget_admin.budget_team_delete(user=request.user, budget=budget)
     messages.success(request, f"Team {team.name}'s budget removed.")

@@ -28,6 +28,11 @@ LABEL_KEY = re.compile(
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
 MAX_GROUP_KEYS = 8
+# The days a cost query may name. Python's dates end at 9999-12-31, and every range is read as
+# half-open hours (`to` + 1 day) and drawn with half a day of margin, so the calendar's first
+# and last days overflowed (a 500); no cost is older than the product or centuries ahead.
+FIRST_DAY = date(2000, 1, 1)
+LAST_DAY = date(2999, 12, 31)
 
 
 @dataclass(frozen=True)
@@ -93,10 +98,14 @@ def _date(value: str | None, field: str, errors: list) -> date | None:
     if not value:
         return None
     try:
-        return date.fromisoformat(value)
+        day = date.fromisoformat(value)
     except ValueError:
         errors.append((field, "must be a date such as 2026-12-01"))
         return None
+    if not FIRST_DAY <= day <= LAST_DAY:
+        errors.append((field, f"must be between {FIRST_DAY} and {LAST_DAY}: no costs are kept outside those years"))
+        return None
+    return day
 
 
 def _scoped(rows: QuerySet, query: CostQuery) -> QuerySet:

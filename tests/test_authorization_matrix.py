@@ -180,14 +180,15 @@ MATRIX: tuple[Row, ...] = (
     Row("monitoring-trends", EVERYONE_WEB),  # each sees the trends of the pools they may see
     Row("billing:costs", EVERYONE_WEB),
     Row("billing:budgets", EVERYONE_WEB),
-    # Budgets are set by finance and platform admins; another team's pool is not found.
+    # Budgets are set by finance and platform admins; another team's pool or team budget is not found.
     Row("billing:budget-pool", S(403, 404, 403, 200, 200, LOGIN), POOL, owned=True,
         writes=(Write("post", S(403, 404, 403, 400, 400, LOGIN), {"monthly": "-1"}),)),
     Row("billing:budget-team-create", S(403, 403, 403, 200, 200, LOGIN),
         writes=(Write("post", S(403, 403, 403, 400, 400, LOGIN), INCOMPLETE),)),
-    Row("billing:budget-team", S(403, 403, 403, 200, 200, LOGIN), TEAM_A,
-        writes=(Write("post", S(403, 403, 403, 400, 400, LOGIN), INCOMPLETE),)),
-    Row("billing:budget-team-delete", POST_ONLY_WEB, TEAM_A, writes=(Write("post", S(403, 403, 403, 302, 302, LOGIN), {}),)),
+    Row("billing:budget-team", S(403, 404, 403, 200, 200, LOGIN), TEAM_A, owned=True,
+        writes=(Write("post", S(403, 404, 403, 400, 400, LOGIN), INCOMPLETE),)),
+    Row("billing:budget-team-delete", POST_ONLY_WEB, TEAM_A, owned=True,
+        writes=(Write("post", S(403, 404, 403, 302, 302, LOGIN), {}),)),
     # --- REST API /api/v1/ ----------------------------------------------------------------
     #                                      lead  other member finance admin anon
     Row("api:token", S(405, 405, 405, 405, 405, 405), api=True,

@@ -4,7 +4,8 @@ paths (issue 22 item 2: the repack's moves are evictions, and the budgets say ho
 
 The rules are those of `ValidatePodDisruptionBudgetSpec` and `ValidateLabelSelector`:
 - `spec.minAvailable` and `spec.maxUnavailable` are each an integer >= 0 or a percent string
-  ("50%", at most 100%); not both; neither is allowed (such a budget allows no eviction);
+  ("50%", at most 100%); not both; neither is allowed (such a budget allows no eviction); the
+  integer is an IntOrString's, an int32, so kube-apiserver refuses a larger one;
 - `spec.selector` is a LabelSelector (null selects nothing, {} every pod of the namespace);
 - `spec.unhealthyPodEvictionPolicy` is IfHealthyBudget or AlwaysAllow.
 Pure: no Django.
@@ -22,12 +23,13 @@ from pools.core.fields import (
     label_key_error,
     label_value_error,
 )
+from pools.core.priority import INT32_MAX
 
 API_VERSION = "policy/v1"
 KIND = "PodDisruptionBudget"
 EVICTION_POLICIES = ("IfHealthyBudget", "AlwaysAllow")
 SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
-PERCENT = re.compile(r"^[0-9]+%$")
+PERCENT = re.compile(r"^[0-9]+%\Z")
 
 _TOP = ("apiVersion", "kind", "metadata", "spec")
 _METADATA = ("name", "namespace", "labels", "annotations")
@@ -92,6 +94,9 @@ def _int_or_percent(check: Checker, value: Any, path: str) -> IntOrPercent | Non
     if isinstance(value, int) and not isinstance(value, bool):
         if value < 0:
             check.error(path, "must be greater than or equal to 0")
+            return None
+        if value > INT32_MAX:
+            check.error(path, f"must be at most {INT32_MAX} (a 32-bit integer)")
             return None
         return value
     if not isinstance(value, str):

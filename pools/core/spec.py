@@ -34,6 +34,7 @@ from pools.core.autoscaling import (
 )
 from pools.core.errors import ValidationError
 from pools.core.fields import Checker, label_key_error, label_value_error, name_error
+from pools.core.priority import INT32_MAX
 from pools.core.scheduling.nodes import TAINT_EFFECTS, Taint
 
 API_VERSION = "ebcloud.io/v1"
@@ -66,9 +67,12 @@ POOL_SCALING_DEFAULTS = replace(
     scale_down=replace(DEFAULT_SCALING_SPEC.scale_down, tolerance=POOL_TOLERANCE),
 )
 
-_IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@-]*$")
-_CURRENCY = re.compile(r"^[A-Z]{3}$")
+_IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@-]*\Z")
+_CURRENCY = re.compile(r"^[A-Z]{3}\Z")
 MAX_MONTHLY_BUDGET = Decimal("999999999999.99")  # billing.Budget.monthly_amount: 14 digits, 2 decimals
+# A scaling policy's `value` (nodes or percent a period) is an int32 in Kubernetes' HPA behavior,
+# whose rules these follow: a larger one was stored, and the autoscaler's limits are int32 too.
+MAX_POLICY_VALUE = INT32_MAX
 
 
 @dataclass(frozen=True)
@@ -186,7 +190,7 @@ def parse_document(document: Any, catalog: Catalog) -> PoolSpec:
     node_labels = check.labels(spec.get("nodeLabels", {}), "spec.nodeLabels")
     taints = _parse_taints(check, spec.get("nodeTaints", []))
     scaling = _parse_scaling(check, spec["scaling"]) if "scaling" in spec else None
-    burst = _parse_burst(check, spec.get("burst", {}), max_nodes, min_nodes)
+    burst = _parse_burst(check, spec.get("burst", {}), max_nodes, min_nodes, catalog.max_nodes)
     budget = _parse_budget(check, spec["budget"]) if "budget" in spec else None
     policy = check.choice(spec.get("schedulingPolicy", DEFAULT_SCHEDULING_POLICY), "spec.schedulingPolicy", SCHEDULING_POLICIES, "scheduling policy")
     shared_with = _parse_shared_with(check, spec.get("sharedWith", []), catalog.teams)
@@ -278,7 +282,7 @@ def _parse_node_count(check: Checker, spec: dict, catalog: Catalog) -> tuple[int
     if "nodeCount" not in spec:
         return None, None
     count = check.mapping(spec["nodeCount"], "spec.nodeCount", ("min", "max"), ("min", "max"))
-    low = check.integer(count["min"], "spec.nodeCount.min", minimum=0) if "min" in count else None
+    low = check.integer(count["min"], "spec.nodeCount.min", minimum=0, maximum=catalog.max_nodes) if "min" in count else None
     high = (
         check.integer(count["max"], "spec.nodeCount.max", minimum=1, maximum=catalog.max_nodes)
         if "max" in count
@@ -328,10 +332,11 @@ def _parse_taints(check: Checker, value: Any) -> tuple[Taint, ...]:
     return tuple(taints)
 
 
-def _parse_burst(check: Checker, value: Any, max_nodes: int | None, min_nodes: int | None) -> Burst:
+def _parse_burst(check: Checker, value: Any, max_nodes: int | None, min_nodes: int | None, ceiling: int) -> Burst:
+    """`ceiling` (the catalog's node ceiling) bounds the limit when nodeCount is itself invalid."""
     entry = check.mapping(value, "spec.burst", ("enabled", "maxNodes"))
     enabled = check.boolean(entry["enabled"], "spec.burst.enabled") if "enabled" in entry else None
-    limit = check.integer(entry.get("maxNodes", 0), "spec.burst.maxNodes", minimum=0)
+    limit = check.integer(entry.get("maxNodes", 0), "spec.burst.maxNodes", minimum=0, maximum=ceiling)
     if limit and max_nodes is not None and min_nodes is not None and limit > max_nodes - min_nodes:
         check.error(
             "spec.burst.maxNodes",
@@ -435,7 +440,7 @@ def _parse_rules(check: Checker, value: Any, path: str, default: ScalingRules) -
             item_path = f"{path}.policies[{index}]"
             policy = check.mapping(item, item_path, ("type", "value", "periodSeconds"), ("type", "value", "periodSeconds"))
             kind = check.choice(policy.get("type"), f"{item_path}.type", ("Pods", "Percent"), "policy type") if "type" in policy else None
-            amount = check.integer(policy.get("value"), f"{item_path}.value", minimum=1) if "value" in policy else None
+            amount = check.integer(policy.get("value"), f"{item_path}.value", minimum=1, maximum=MAX_POLICY_VALUE) if "value" in policy else None
             period = check.integer(policy.get("periodSeconds"), f"{item_path}.periodSeconds", minimum=1, maximum=1800) if "periodSeconds" in policy else None
             if kind and amount and period:
                 parsed.append(ScalingPolicy(type=kind, value=amount, period_seconds=period))

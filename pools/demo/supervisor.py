@@ -38,7 +38,7 @@ def live_processes() -> dict[int, tuple[int, int]]:
     """pid -> (parent pid, process group) of every process that is not a zombie, from /proc."""
     table = {}
     for entry in PROC.iterdir():
-        if not entry.name.isdigit():
+        if not (entry.name.isascii() and entry.name.isdigit()):  # '²' is a digit to isdigit() only
             continue
         try:
             stat = (entry / "stat").read_text()

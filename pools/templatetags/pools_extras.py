@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import datetime, timedelta
 
@@ -38,6 +39,19 @@ def isotime(value: str | None) -> str:
     if moment is None:
         return "—"
     return format_html('<time datetime="{}">{}</time>', moment.isoformat(), timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S"))
+
+
+@register.filter
+def metric_value(value) -> str:
+    """A scaling decision's metric as people read it: "no report" where the node agents sent
+    none (stored as null, which showed as Python's `None`), a number without a pointless `.0`
+    (12.0 -> 12) and at most two decimals (85.333 -> 85.33)."""
+    if value is None:
+        return "no report"
+    if not isinstance(value, float) or not math.isfinite(value):  # an int, or anything else, as it is
+        return str(value)
+    text = f"{value:.2f}".rstrip("0").rstrip(".")
+    return "0" if text == "-0" else text
 
 
 _SITE_PATH = re.compile(r"(?<![\w/])(/[a-z][\w/-]*/\?[\w=&%.+-]+)")

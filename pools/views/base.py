@@ -10,10 +10,11 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
-from django.http import HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.utils.cache import patch_vary_headers
 
+from config.request_paths import CONTROL
 from pools.core.documents import load_yaml
 from pools.core.errors import ConflictError, ValidationError
 
@@ -24,6 +25,16 @@ def htmx_render(request, template: str, context: dict, *, partial: str | None = 
     response = render(request, name, context, status=status)
     patch_vary_headers(response, ("HX-Request",))
     return response
+
+
+def query_name(request, key: str) -> str:
+    """The name of an object in the query string (`?pool=NAME`), "" when absent. A name with a
+    control character names nothing: a 404 before the lookup, as in a path
+    (`config.request_paths`), since PostgreSQL refuses even to compare text holding NUL."""
+    name = request.GET.get(key, "")
+    if CONTROL.search(name):
+        raise Http404(f"no object has a {key} name with control characters")
+    return name
 
 
 def document_form_page(request, form, *, template: str, create: Callable[[dict, str], Any], done: Callable[[Any], tuple[str, str]],

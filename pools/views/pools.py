@@ -32,7 +32,7 @@ from pools.forms import PoolFilterForm, PoolForm, PoolImportForm
 from pools.models import PoolEvent
 from pools.selectors import pools as selectors
 from pools.services import pools as services
-from pools.views.base import document_form_page, htmx_render
+from pools.views.base import document_form_page, htmx_render, query_name
 from pools.views.repairs import repairs_context
 
 CHART_WINDOW = timedelta(hours=24)
@@ -183,7 +183,7 @@ def form_row(request):
 @require_POST
 def pool_preview(request):
     """The YAML the pool form would send (htmx, as the form changes): `?pool=NAME` when editing."""
-    name = request.GET.get("pool")
+    name = query_name(request, "pool")
     if name:
         pool = selectors.pool_get(user=request.user, name=name)
         if not roles.can_manage_team_pools(request.user, pool.team_id):

@@ -120,6 +120,12 @@ def test_focus_export_streams_focus_columns(api, costs):
         ("from=2026-12-05&to=2026-12-01", "to"),
         ("sort=nope", "sort"),
         ("format=focus&granularity=weekly", "granularity"),
+        # the calendar's ends overflowed `to` + 1 day and the chart's margins: a 500
+        ("to=9999-12-31", "to"),
+        ("from=0001-01-01", "from"),
+        ("format=csv&to=9999-12-31", "to"),
+        ("format=focus&to=9999-12-31", "to"),
+        ("format=csv&from=0001-01-01&to=9999-12-31", "from"),
     ],
 )
 def test_bad_parameters_are_400_with_the_parameter_as_field(api, costs, query, field):
@@ -186,6 +192,23 @@ def test_the_costs_page_is_filtered_by_role_and_needs_a_login(actors, costs):
 def test_the_costs_page_shows_parameter_errors_instead_of_failing(actors, costs):
     response = web(actors, "lead").get("/costs/?from=nonsense")
     assert response.status_code == 200 and "must be a date" in response.content.decode()
+
+
+@pytest.mark.parametrize("query", ["to=9999-12-31", "from=0001-01-01", "from=0001-01-01&to=9999-12-31"])
+def test_the_costs_page_refuses_the_calendar_s_ends_beside_the_field(actors, costs, query):
+    response = web(actors, "finance").get(f"/costs/?{query}")
+    assert response.status_code == 200
+    errors = {e.field: e.message for e in response.context["errors"]}
+    assert set(errors) == {part.split("=")[0] for part in query.split("&")}
+    assert all(m == "must be between 2000-01-01 and 2999-12-31: no costs are kept outside those years" for m in errors.values())
+
+
+def test_the_first_and_last_days_allowed_are_answered(api, actors, costs):
+    wide = "from=2000-01-01&to=2999-12-31"
+    assert web(actors, "finance").get(f"/costs/?{wide}").context["errors"] == []
+    for fmt in ("json", "csv", "focus"):
+        response = api("finance").get(f"/api/v1/costs/?{wide}&format={fmt}")
+        assert response.status_code == 200 and response.getvalue(), fmt  # streamed exports: read to the end
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ from django.test.utils import CaptureQueriesContext
 from billing import budgets
 from billing.budget_admin import budget_pool_set
 from billing.models import Budget, BudgetAlert, NodePrice
+from pools.core.errors import ValidationError
 from pools.models import AuditEntry, GpuNodePool, Notification, PoolEvent
 from pools.services import notifications as notify
 from pools.services import pools as pool_services
@@ -210,16 +211,57 @@ def test_finance_creates_changes_and_removes_a_team_budget(browser, actors, team
     assert actions == ["budget.team.delete", "budget.team.set", "budget.team.set"]
 
 
-@pytest.mark.parametrize("role", ["lead", "member", "other_lead"])
-def test_leads_and_members_cannot_edit_team_budgets(browser, actors, teams, role):
+@pytest.mark.parametrize(("role", "own_team"), [("lead", 403), ("member", 403), ("other_lead", 404)])
+def test_leads_and_members_cannot_edit_team_budgets(browser, actors, teams, role, own_team):
+    """Their own team's budget page is refused (403); another team's is not found (404), as
+    another team's pool is."""
     budgets.budget_team_set(user=actors["admin"], team=teams["algorithm"], monthly_amount=Decimal("100"))
     client = browser(role)
     assert client.get("/costs/budgets/teams/new/").status_code == 403
     assert client.post("/costs/budgets/teams/new/", {"team": "algorithm", "monthly": "5", "currency": "CNY", "thresholds": "80"}).status_code == 403
-    assert client.post("/costs/budgets/teams/algorithm/", {"monthly": "5", "currency": "CNY", "thresholds": "80"}).status_code == 403
-    assert client.post("/costs/budgets/teams/algorithm/delete/").status_code == 403
+    assert client.get("/costs/budgets/teams/algorithm/").status_code == own_team
+    assert client.post("/costs/budgets/teams/algorithm/", {"monthly": "5", "currency": "CNY", "thresholds": "80"}).status_code == own_team
+    assert client.post("/costs/budgets/teams/algorithm/delete/").status_code == own_team
     assert Budget.objects.get(pool=None).monthly_amount == Decimal("100")
     assert not BudgetAlert.objects.exists() and GpuNodePool.objects.count() == 0
+
+
+@pytest.mark.parametrize("role", ["lead", "member"])
+def test_another_team_s_budget_is_not_found_by_a_lead_or_member(browser, actors, teams, role):
+    budgets.budget_team_set(user=actors["admin"], team=teams["inference"], monthly_amount=Decimal("100"))
+    client = browser(role)
+    for url in ("/costs/budgets/teams/inference/", "/costs/budgets/teams/no-such-team/"):
+        assert client.get(url).status_code == 404, url
+        assert client.post(url, {"monthly": "5", "currency": "CNY", "thresholds": "80"}).status_code == 404, url
+        assert client.post(url + "delete/").status_code == 404, url
+    assert Budget.objects.get(pool=None).monthly_amount == Decimal("100")
+
+
+@pytest.mark.parametrize("thresholds", ["²", "⁵0", "80, ٣"])
+def test_digits_that_are_not_ascii_are_not_a_whole_percentage(browser, teams, thresholds):
+    """'²' is a digit to str.isdigit() but int() refuses it: that was a 500."""
+    response = browser("finance").post("/costs/budgets/teams/new/", {"team": "algorithm", "monthly": "1000", "currency": "CNY", "thresholds": thresholds})
+    bad = thresholds.split(", ")[-1]
+    assert response.status_code == 400 and response.context["form"].errors["thresholds"] == [f"{bad!r} is not a whole percentage"]
+    assert not Budget.objects.filter(pool=None).exists()
+
+
+@pytest.mark.parametrize("currency", ["USD", "XXX"])
+def test_a_team_budget_is_in_the_currency_the_team_is_charged_in(browser, actors, teams, currency):
+    """A budget in another currency counts none of the team's spend: 0.00 forever, no alert."""
+    pool(actors["lead"])
+    client = browser("finance")
+    response = client.post("/costs/budgets/teams/new/", {"team": "algorithm", "monthly": "1000", "currency": currency, "thresholds": "80"})
+    assert response.status_code == 400
+    assert response.context["form"].errors["currency"] == [
+        "must be CNY: team Algorithm is charged in that currency, and a budget in another would count none of its spend"
+    ]
+    assert not Budget.objects.filter(pool=None).exists()
+    NodePrice.objects.update(currency="USD")  # the price book changes currency: the next budget follows
+    assert budgets.budget_team_set(user=actors["finance"], team=teams["algorithm"], monthly_amount=Decimal("5"), currency="USD").currency == "USD"
+    with pytest.raises(ValidationError) as caught:
+        budgets.budget_team_set(user=actors["finance"], team=teams["inference"], monthly_amount=Decimal("5"), currency="XXX")
+    assert [e.field for e in caught.value.errors] == ["currency"]  # a team with no pool yet: the price book's
 
 
 def test_syncing_the_fleet_s_budgets_prices_each_pool_shape_once_and_writes_nothing_unchanged(actors):

@@ -18,14 +18,24 @@ from pools.models import NamespaceTeam
 from pools.models.pods import Pod
 from tests.pools.test_disruption_spec import CASES, budget
 
+# A 400: the document does not even decode, e.g. an int beyond an IntOrString's int32 ("json: cannot
+# unmarshal number 2147483648 into Go struct field PodDisruptionBudgetSpec.spec.maxUnavailable of type int32").
+UNDECODABLE = re.compile(r"Go struct field \w+\.(\S+) of type")
+
 
 def refused_by_kubernetes(kube, namespace: str, document: dict) -> set[str] | None:
-    """The fields kube-apiserver names when it refuses the document; None when it accepts it."""
+    """The fields kube-apiserver names when it refuses the document (invalid, 422, or not
+    decodable, 400: both are refusals); None when it accepts it."""
     try:
         client.PolicyV1Api(kube).create_namespaced_pod_disruption_budget(namespace, document, dry_run="All")
     except ApiException as exc:
+        body = json.loads(exc.body)
+        if exc.status == 400:
+            field = UNDECODABLE.search(body["message"])
+            assert field, exc.body
+            return {field.group(1)}
         assert exc.status == 422, exc.body
-        return {re.sub(r"\[([^\]0-9][^\]]*)\]", r".\1", cause["field"]) for cause in json.loads(exc.body)["details"]["causes"]}
+        return {re.sub(r"\[([^\]0-9][^\]]*)\]", r".\1", cause["field"]) for cause in body["details"]["causes"]}
     return None
 
 

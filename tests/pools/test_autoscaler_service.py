@@ -158,6 +158,16 @@ def test_the_pool_page_shows_the_scaling_history(client, actors, pool):
     assert "Scaling history" in html and "2 → 3" in html and "ScaledUp" in html
 
 
+def test_the_scaling_history_shows_a_missing_metric_in_words_and_numbers_without_a_pointless_point(client, actors, pool):
+    """A metric no node agent reported is stored as null: it showed as Python's `None`."""
+    ScalingActivity.objects.create(pool=pool, at=T0, from_nodes=2, to_nodes=2, reason="ScaleUpLimited", message="m", blocked=True,
+                                   metrics={"gpu-memory": None, "queued_pods": 12.0, "load": 85.333, "zero": -0.0001})  # fmt: skip
+    client.force_login(actors["member"])
+    html = client.get(f"/pools/{pool.name}/").content.decode()
+    assert "gpu-memory=no report queued_pods=12 load=85.33 zero=0 " in html
+    assert "=None" not in html and "=12.0" not in html
+
+
 def test_the_task_books_its_next_run_thirty_seconds_later(db):
     from django_q.models import Schedule
 

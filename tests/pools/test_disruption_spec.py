@@ -26,6 +26,10 @@ CASES = [
     ({"maxUnavailable": 1, "selector": {"matchExpressions": [{"key": "tier", "operator": "Exists"}]}, "unhealthyPodEvictionPolicy": "AlwaysAllow"}, set()),
     ({"minAvailable": 1, "maxUnavailable": 1, "selector": TRAINERS}, {"spec"}),
     ({"minAvailable": -1, "selector": TRAINERS}, {"spec.minAvailable"}),
+    ({"maxUnavailable": 2**31 - 1, "selector": TRAINERS}, set()),  # the IntOrString's int is an int32
+    ({"maxUnavailable": 2**31, "selector": TRAINERS}, {"spec.maxUnavailable"}),
+    ({"maxUnavailable": 2**70, "selector": TRAINERS}, {"spec.maxUnavailable"}),
+    ({"minAvailable": 2**70, "selector": TRAINERS}, {"spec.minAvailable"}),
     ({"maxUnavailable": "101%", "selector": TRAINERS}, {"spec.maxUnavailable"}),
     ({"maxUnavailable": "five", "selector": TRAINERS}, {"spec.maxUnavailable"}),
     ({"minAvailable": "3", "selector": TRAINERS}, {"spec.minAvailable"}),  # a string must be a percent

@@ -65,3 +65,20 @@ def test_the_preview_is_the_yaml_the_form_sends(browser):
     edited = client.post("/pools/new/preview/?pool=train-pool-a", {**FORM, "name": "train-pool-a", "max_nodes": "9"}).content.decode()
     assert "max: 9" in edited
     assert browser("other_lead").post("/pools/new/preview/?pool=train-pool-a", FORM).status_code == 404  # another team's pool
+    # a NUL in the query string's name: PostgreSQL refuses even to compare such text (a 500)
+    for name in ("%00", "train-pool-a%00", "a%0Ab"):
+        assert client.post(f"/pools/new/preview/?pool={name}", FORM).status_code == 404, name
+
+
+@pytest.mark.usefixtures("algorithm_pool")
+@pytest.mark.parametrize(("fields", "where"), [
+    ({"scale_up_type": "Pods", "scale_up_value": "1180591620717411303424", "scale_up_period": "60"}, "scale_up_value"),
+    ({"scale_down_type": "Percent", "scale_down_value": "2147483648", "scale_down_period": "60"}, "scale_down_value"),
+])  # fmt: skip
+def test_a_policy_value_beyond_an_int32_is_refused_beside_its_field(browser, fields, where):
+    """HPA's policy value is an int32: a larger one was stored."""
+    before = db_state()
+    form = {**FORM, "name": "train-pool-a", "scaling_custom": "on", "memory_target": "85", **fields}
+    response = browser("lead").post("/pools/train-pool-a/edit/", form)
+    assert response.status_code == 400 and "2147483647" in response.context["form"].errors[where][0]
+    assert db_state() == before

@@ -110,6 +110,11 @@ def test_to_document_of_the_article_parses_back_to_the_same_spec():
         (lambda d: d["spec"].update(scaling={"scaleDown": {"stabilizationWindow": "2h"}}), "spec.scaling.scaleDown.stabilizationWindow", "1h"),
         (lambda d: d["spec"].update(scaling={"scaleUp": {"policies": [{"type": "Pods", "value": 1, "periodSeconds": 1801}]}}), "spec.scaling.scaleUp.policies[0].periodSeconds", "at most 1800"),
         (lambda d: d["spec"].update(scaling={"default": {"metrics": [{"type": "Pods", "pods": "queued_pods", "targt": 3}]}}), "spec.scaling.default.metrics[0].targt", "unknown field"),
+        # HPA's policy value is an int32: 2**31 was stored, and 2**70 made the autoscaler's float overflow
+        (lambda d: d["spec"].update(scaling={"scaleUp": {"policies": [{"type": "Pods", "value": 2**31, "periodSeconds": 60}]}}), "spec.scaling.scaleUp.policies[0].value", "at most 2147483647"),
+        (lambda d: d["spec"].update(scaling={"scaleDown": {"policies": [{"type": "Percent", "value": 2**70, "periodSeconds": 60}]}}), "spec.scaling.scaleDown.policies[0].value", "at most 2147483647"),
+        (lambda d: d["spec"]["nodeCount"].update(min=2**70, max=2**70), "spec.nodeCount.min", "at most 100"),
+        (lambda d: d["spec"].update(nodeCount={"min": 2, "max": "6"}, burst={"enabled": True, "maxNodes": 2**70}), "spec.burst.maxNodes", "at most 100"),
         (lambda d: d["spec"].update(budget={"monthly": "-5"}), "spec.budget.monthly", "positive"),
         (lambda d: d["spec"].update(burst={"enabled": True, "maxNodes": 5}), "spec.burst.maxNodes", "must not exceed"),
     ],
@@ -287,3 +292,13 @@ def test_the_tolerance_is_the_articles_unless_the_spec_sets_one():
         with pytest.raises(ValidationError) as caught:
             parse_document(base, CATALOG)
         assert [e.field for e in caught.value.errors] == ["spec.scaling.scaleUp.tolerance"]
+
+
+@pytest.mark.parametrize("text", ["٣٠s", "3٠m", "１h", "1_0s"])
+def test_durations_are_written_in_ascii_digits(text):
+    """`\\d` took other scripts' digits: a stabilizationWindow of `٣٠s` was thirty seconds."""
+    with pytest.raises(ValueError):
+        parse_duration(text)
+    document = article()
+    document["spec"]["scaling"] = {"scaleDown": {"stabilizationWindow": text}}
+    assert "not a duration" in errors_of(document)["spec.scaling.scaleDown.stabilizationWindow"]
