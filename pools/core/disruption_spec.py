@@ -69,9 +69,7 @@ def parse_budget(document: Any, *, default_namespace: str = "") -> BudgetSpec:
     top, metadata = check.document(document, api_version=API_VERSION, kind=KIND, known=_TOP, required=_TOP[:3], metadata=_METADATA)
     name, namespace = check.namespaced_name(metadata, default_namespace=default_namespace, what="disruption budget")
     labels = check.labels(metadata.get("labels", {}), "metadata.labels")
-    annotations = metadata.get("annotations", {})
-    if not (isinstance(annotations, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in annotations.items())):
-        check.error("metadata.annotations", "must be a mapping of strings")
+    check.annotations(metadata.get("annotations", {}), "metadata.annotations")
 
     spec = check.mapping(top.get("spec", {}), "spec", _SPEC)
     min_available = _int_or_percent(check, spec.get("minAvailable"), "spec.minAvailable")
@@ -105,7 +103,7 @@ def _int_or_percent(check: Checker, value: Any, path: str) -> IntOrPercent | Non
     if not PERCENT.match(value):
         check.error(path, f'invalid value {value!r}: a percent is a whole number followed by "%", such as "1%" or "93%"')
         return None
-    if int(value[:-1]) > 100:
+    if len(value[:-1].lstrip("0")) > 3 or int(value[:-1]) > 100:  # no int() of thousands of digits
         check.error(path, "must not be greater than 100%")
         return None
     return value

@@ -9,13 +9,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from pools.core.durations import parse_duration
-from pools.core.errors import FieldError
+from pools.core.errors import FieldError, control_characters
 
 # Kubernetes' own syntax rules (apimachinery validation), so whatever we put on nodes the
 # cluster will accept. `\Z`, not `$`: Python's `$` also matches before a final newline, which
 # Go's regexps (and so the API server) refuse.
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
+MAX_ANNOTATIONS_BYTES = 256 * 1024  # kube-apiserver's TotalAnnotationSizeLimitB
 QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]\Z")
 
 
@@ -109,6 +110,27 @@ class Checker:
                 self.error(f"{path}.{key}", value_error)
                 continue
             result[key] = val
+        return result
+
+    def annotations(self, value: Any, path: str) -> dict[str, str]:
+        """metadata.annotations as kube-apiserver's ValidateAnnotations takes them: keys are
+        label keys once lower-cased, at most 256 KiB of keys and values in all; values are
+        strings, free text without control characters (newline and tab aside)."""
+        if not isinstance(value, dict):
+            self.error(path, "must be a mapping of strings")
+            return {}
+        result = {}
+        if sum(len(k.encode()) + len(v.encode()) for k, v in value.items() if isinstance(k, str) and isinstance(v, str)) > MAX_ANNOTATIONS_BYTES:
+            self.error(path, f"may not be more than {MAX_ANNOTATIONS_BYTES} bytes in all (keys and values)")
+        for key, val in value.items():
+            if problem := label_key_error(key.lower() if isinstance(key, str) else key):
+                self.error(f"{path}.{key}", problem.replace("label key", "annotation key"))
+            elif not isinstance(val, str):
+                self.error(f"{path}.{key}", "annotation values must be strings (quote numbers and booleans)")
+            elif problem := control_characters(val, allowed="\n\t"):
+                self.error(f"{path}.{key}", problem)
+            else:
+                result[key] = val
         return result
 
     def duration(self, value: Any, path: str) -> int | None:

@@ -48,7 +48,7 @@ from typing import Any
 
 from pools.core.durations import parse_duration
 from pools.core.errors import ValidationError, control_characters
-from pools.core.fields import DNS1123_LABEL, DNS1123_SUBDOMAIN, Checker, label_key_error
+from pools.core.fields import DNS1123_LABEL, DNS1123_SUBDOMAIN, Checker
 from pools.core.pod_placement_spec import affinity as node_affinity
 from pools.core.pod_placement_spec import affinity_terms, tolerations
 from pools.core.priority import (
@@ -77,7 +77,6 @@ EPHEMERAL_STORAGE = "ephemeral-storage"  # accepted as Kubernetes does; the prod
 # count 16-bit): far beyond any node, so a pod asking for more is refused, not stored wrongly.
 MAX_REQUEST = {"cpu": INT32_MAX, "memory": INT32_MAX, GPU_RESOURCE: 2**15 - 1}
 MAX_DURATION_SECONDS = 10 * 365 * 86400  # the simulated run time: ten years at most
-MAX_ANNOTATIONS_BYTES = 256 * 1024  # kube-apiserver's TotalAnnotationSizeLimitB
 RESTART_POLICIES = ("Always", "OnFailure", "Never")
 
 _TOP = ("apiVersion", "kind", "metadata", "spec")
@@ -122,7 +121,7 @@ def parse_pod(document: Any, *, default_namespace: str = "") -> PodSpec:
     top, metadata = check.document(document, api_version=API_VERSION, kind=KIND, known=_TOP, required=_TOP, metadata=_METADATA)
     name, namespace = check.namespaced_name(metadata, default_namespace=default_namespace, what="pod")
     labels = check.labels(metadata.get("labels", {}), "metadata.labels")
-    annotations = _annotations(check, metadata.get("annotations", {}))
+    annotations = check.annotations(metadata.get("annotations", {}), "metadata.annotations")
 
     spec = check.mapping(top.get("spec", {}), "spec", _SPEC, ("containers",))
     _free_text(check, {k: v for k, v in spec.items() if k in ("containers", "restartPolicy")}, "spec")
@@ -181,26 +180,6 @@ def parse_pod(document: Any, *, default_namespace: str = "") -> PodSpec:
         written_priority=priority,
         written_preemption_policy=policy,
     )
-
-
-def _annotations(check: Checker, value: Any) -> dict[str, str]:
-    if not isinstance(value, dict):
-        check.error("metadata.annotations", "must be a mapping of strings")
-        return {}
-    result = {}
-    size = sum(len(k.encode()) + len(v.encode()) for k, v in value.items() if isinstance(k, str) and isinstance(v, str))
-    if size > MAX_ANNOTATIONS_BYTES:
-        check.error("metadata.annotations", f"may not be more than {MAX_ANNOTATIONS_BYTES} bytes in all (keys and values)")
-    for key, val in value.items():
-        if problem := label_key_error(key.lower() if isinstance(key, str) else key):  # kube lower-cases annotation keys to check them
-            check.error(f"metadata.annotations.{key}", problem.replace("label key", "annotation key"))
-        elif not isinstance(val, str):
-            check.error(f"metadata.annotations.{key}", "annotation values must be strings (quote numbers and booleans)")
-        elif problem := control_characters(val, allowed="\n\t"):
-            check.error(f"metadata.annotations.{key}", problem)
-        else:
-            result[key] = val
-    return result
 
 
 def _free_text(check: Checker, value: Any, path: str) -> None:

@@ -30,6 +30,8 @@ CASES = [
     ({"maxUnavailable": 2**31, "selector": TRAINERS}, {"spec.maxUnavailable"}),
     ({"maxUnavailable": 2**70, "selector": TRAINERS}, {"spec.maxUnavailable"}),
     ({"minAvailable": 2**70, "selector": TRAINERS}, {"spec.minAvailable"}),
+    ({"minAvailable": "9" * 5000 + "%", "selector": TRAINERS}, {"spec.minAvailable"}),  # was a 500 (int() of 5000 digits)
+    ({"minAvailable": "0100%", "selector": TRAINERS}, set()),
     ({"maxUnavailable": "101%", "selector": TRAINERS}, {"spec.maxUnavailable"}),
     ({"maxUnavailable": "five", "selector": TRAINERS}, {"spec.maxUnavailable"}),
     ({"minAvailable": "3", "selector": TRAINERS}, {"spec.minAvailable"}),  # a string must be a percent
@@ -65,3 +67,22 @@ def test_every_bad_field_of_the_document_is_named():
 def test_a_malformed_document_is_refused_not_crashed_on(document):
     with pytest.raises(ValidationError):
         parse_budget(document, default_namespace="algorithm")
+
+
+@pytest.mark.parametrize(("annotations", "refused"), [
+    ({"Example.COM/Foo": "x"}, set()),  # kube-apiserver checks annotation keys lower-cased
+    ({"bad key!": "x"}, {"metadata.annotations.bad key!"}),
+    ({"note": "x\x00"}, {"metadata.annotations.note"}),  # PostgreSQL cannot store NUL: it was a 500 there
+    ({"note": "\x1b]0;PWNED\x07"}, {"metadata.annotations.note"}),
+    ({"a": "x" * 150_000, "b": "y" * 150_000}, {"metadata.annotations"}),
+    ({"a": 1}, {"metadata.annotations.a"}),
+])  # fmt: skip
+def test_a_budgets_annotations_are_checked_as_a_pods_are(annotations, refused):
+    document = budget(minAvailable=1, selector=TRAINERS)
+    document["metadata"]["annotations"] = annotations
+    try:
+        parse_budget(document, default_namespace="algorithm")
+    except ValidationError as exc:
+        assert {error.field for error in exc.errors} == refused
+    else:
+        assert not refused
