@@ -53,7 +53,7 @@ from pools.core.scheduling.fragmentation import workload_from_pods
 from pools.core.scheduling.nodes import (
     NodeState,
     filter_node,
-    prefer_no_schedule_penalty,
+    soft_penalty,
 )
 from pools.core.scheduling.nodes import Pod as CorePod
 from pools.core.scheduling.policies import policy_for
@@ -124,7 +124,7 @@ class _Scorer:
             if filter_node(pod, node) is not None:
                 continue
             score, gpus = self.policies[node.pool].score(pod, node)
-            entry = (prefer_no_schedule_penalty(pod, node), -score, node.name, gpus)
+            entry = (soft_penalty(pod, node), -score, node.name, gpus)
             if best is None or entry[:3] < best[:3]:
                 best = entry
         return None if best is None else (best[2], best[3])

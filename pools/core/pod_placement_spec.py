@@ -181,3 +181,10 @@ def affinity_terms(stored: Mapping[str, Any]) -> tuple[tuple[NodeSelectorRequire
         + tuple(NodeSelectorRequirement(e["key"], e["operator"], tuple(e.get("values") or ()), field=True) for e in term.get("matchFields") or ())
         for term in required.get("nodeSelectorTerms") or ()
     )
+
+
+def preferred_terms(stored: Mapping[str, Any]) -> tuple[tuple[int, tuple[NodeSelectorRequirement, ...]], ...]:
+    """The preferred node-affinity terms of a stored (validated) affinity, as (weight, term)."""
+    node_affinity = (stored or {}).get("nodeAffinity") or {}
+    return tuple((item["weight"], affinity_terms({"nodeAffinity": {_REQUIRED: {"nodeSelectorTerms": [item["preference"]]}}})[0])
+                 for item in node_affinity.get(_PREFERRED) or ())  # fmt: skip

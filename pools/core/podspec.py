@@ -50,7 +50,7 @@ from pools.core.durations import parse_duration
 from pools.core.errors import ValidationError, control_characters
 from pools.core.fields import DNS1123_LABEL, DNS1123_SUBDOMAIN, Checker
 from pools.core.pod_placement_spec import affinity as node_affinity
-from pools.core.pod_placement_spec import affinity_terms, tolerations
+from pools.core.pod_placement_spec import affinity_terms, preferred_terms, tolerations
 from pools.core.priority import (
     INT32_MAX,
     INT32_MIN,
@@ -400,6 +400,7 @@ def core_pod(
         ),
         node_selector=dict(node_selector or {}),
         affinity_terms=affinity_terms(affinity or {}),
+        preferred_terms=preferred_terms(affinity or {}),
         team=team,
     )
 

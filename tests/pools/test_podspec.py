@@ -305,3 +305,13 @@ def test_a_toleration_keeps_its_seconds_and_a_non_string_effect_is_refused():
         with pytest.raises(ValidationError) as caught:
             parse_pod(case_document(lambda d, effect=effect: d["spec"].update(tolerations=[{"key": "a", "operator": "Exists", "effect": effect}])), default_namespace="algorithm")
         assert paths(caught.value) == {"spec.tolerations[0].effect"}
+
+
+def test_preferred_terms_reach_the_scheduler_with_their_weights():
+    document = case_document(lambda d: d["spec"].update(affinity={"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 50, "preference": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]}},
+        {"weight": 5, "preference": {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["n1"]}]}}]}}))  # fmt: skip
+    pod = core_pod_from_spec(parse_pod(document, default_namespace="algorithm"))
+    assert [(weight, [(r.key, r.operator, r.values, r.field) for r in term]) for weight, term in pod.preferred_terms] == [
+        (50, [("zone", "In", ("b",), False)]), (5, [("metadata.name", "NotIn", ("n1",), True)])]  # fmt: skip
+    assert pod.affinity_terms == ()

@@ -583,3 +583,19 @@ def test_a_pod_that_may_not_preempt_says_so_and_one_that_could_gets_no_verdict()
     never = dataclasses.replace(pod("ns/never", gpus=8, priority=100), preemption_policy="Never")
     assert explain(never, [node]).message == "0/1 nodes are available: 1 Insufficient nvidia.com/gpu. preemption: not eligible due to preemptionPolicy=Never."
     assert explain(pod("ns/high", gpus=8, priority=100), [node]).message == "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+
+
+@pytest.mark.parametrize("policy", ["spread", "binpack", "bestfit", "fgd", "fgd-cpu"])
+def test_a_preferred_node_affinity_term_wins_over_the_packing_policy(policy):
+    """NodeAffinity's score (preferredDuringScheduling terms, by weight) ranks before the pool's
+    policy, as a PreferNoSchedule taint does; among equally preferred nodes the policy decides."""
+    zone = lambda value: (NodeSelectorRequirement("zone", "In", (value,)),)  # noqa: E731
+    nodes = [gpu_node("a-node", labels={"zone": "a"}), gpu_node("b-node", labels={"zone": "b"}), gpu_node("c-node", labels={"zone": "c"})]
+    nodes[0].bind(pod("ns/other", gpus=4), (0, 1, 2, 3))  # binpack and bestfit would take a-node
+    prefers_b = pod("ns/p", gpus=1, preferred_terms=((50, zone("b")), (10, zone("c"))))
+    assert schedule(prefers_b, nodes, policy=policy).node == "b-node"
+    assert ClusterScheduler([n.clone() for n in nodes], policy).place(prefers_b, explain_failure=False).node == "b-node"
+    prefers_c_more = pod("ns/q", gpus=1, preferred_terms=((10, zone("b")), (50, zone("c"))))
+    assert schedule(prefers_c_more, nodes, policy=policy).node == "c-node"
+    tainted = [dataclasses.replace(nodes[1], taints=(Taint("spot", "", "PreferNoSchedule"),)), nodes[2]]
+    assert schedule(prefers_b, tainted, policy=policy).node == "c-node"  # the untolerated PreferNoSchedule taint weighs more

@@ -21,7 +21,7 @@ from pools.core.scheduling.nodes import (
     Pod,
     Policy,
     filter_node,
-    prefer_no_schedule_penalty,
+    soft_penalty,
 )
 from pools.core.scheduling.policies import RandomPolicy, policy_for
 from pools.core.scheduling.schedule import Decision
@@ -70,7 +70,7 @@ class ClusterScheduler:
             score, gpus = self.policy.node_score(pod, node), None
         else:
             score, gpus = self.policy.score(pod, node)
-        penalty = prefer_no_schedule_penalty(pod, node) if node.taints else 0
+        penalty = soft_penalty(pod, node) if node.taints or pod.preferred_terms else 0
         return (penalty, -score, node.name, i, node.version, gpus)
 
     def _push(self, heap: list, pushed: dict[int, int], pod: Pod, i: int, node: NodeState) -> None:

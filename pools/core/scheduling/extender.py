@@ -26,7 +26,7 @@ from pools.core.scheduling.nodes import (
     Pod,
     Policy,
     filter_node,
-    prefer_no_schedule_penalty,
+    soft_penalty,
 )
 
 MAX_EXTENDER_PRIORITY = 10  # k8s.io/kube-scheduler/extender/v1 MaxExtenderPriority
@@ -64,7 +64,7 @@ def node_scores(
     for node in nodes:
         if node.name in fitting or filter_node(pod, node) is None:
             score, _ = policies[node.pool].score(pod, node)
-            ranked[node.name] = (prefer_no_schedule_penalty(pod, node), score)
+            ranked[node.name] = (soft_penalty(pod, node), score)
         else:
             ranked[node.name] = (-1, 0)
     fitting = [rank for rank in ranked.values() if rank[0] >= 0]

@@ -175,6 +175,7 @@ class Pod:
     tolerations: tuple[Toleration, ...] = ()
     node_selector: Mapping[str, str] = field(default_factory=dict)
     affinity_terms: tuple[tuple[NodeSelectorRequirement, ...], ...] = ()
+    preferred_terms: tuple[tuple[int, tuple[NodeSelectorRequirement, ...]], ...] = ()  # (weight, term)
     team: str = ""
     shape_key: tuple = field(init=False, repr=False, compare=False)
 
@@ -191,10 +192,12 @@ class Pod:
         setattr_(self, "gpu_models", tuple(self.gpu_models))
         setattr_(self, "tolerations", tuple(self.tolerations))
         setattr_(self, "affinity_terms", tuple(tuple(t) for t in self.affinity_terms))
+        setattr_(self, "preferred_terms", tuple((weight, tuple(term)) for weight, term in self.preferred_terms))
         constraints = (
             self.tolerations,
             tuple(sorted(self.node_selector.items())),
             self.affinity_terms,
+            self.preferred_terms,
             self.team,
         )
         resources = (self.cpu_milli, self.memory_mib, self.gpu_count, self.gpu_milli)
@@ -453,14 +456,24 @@ def filter_node(pod: Pod, node: NodeState) -> str | None:
     return static_filter_reason(pod, node) or resource_filter_reason(pod, node)
 
 
-def prefer_no_schedule_penalty(pod: Pod, node: NodeState) -> int:
-    """Number of untolerated PreferNoSchedule taints: such nodes are chosen last."""
-    return sum(
-        1
-        for taint in node.taints
-        if taint.effect == PREFER_NO_SCHEDULE
-        and not any(t.tolerates(taint) for t in pod.tolerations)
-    )
+def soft_penalty(pod: Pod, node: NodeState) -> int:
+    """The soft constraints kube-scheduler scores, as one integer where less is better, which
+    ranks nodes before the pool's packing policy does: first the untolerated PreferNoSchedule
+    taints (TaintToleration weighs 3 in the default profile), then the weight of the pod's
+    preferred node-affinity terms the node does not match (NodeAffinity weighs 2; an empty term
+    matches no node). 0 for a pod without preferences on an untainted node."""
+    penalty = 0
+    if pod.preferred_terms:
+        matched = sum(weight for weight, term in pod.preferred_terms if term and all(r.matches(node.labels, node.name) for r in term))
+        total = sum(weight for weight, _ in pod.preferred_terms)
+        penalty = total - matched
+        scale = total + 1
+    else:
+        scale = 1
+    if node.taints:
+        untolerated = sum(1 for taint in node.taints if taint.effect == PREFER_NO_SCHEDULE and not any(t.tolerates(taint) for t in pod.tolerations))
+        penalty += untolerated * scale
+    return penalty
 
 
 class Policy(Protocol):

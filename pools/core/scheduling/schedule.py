@@ -14,7 +14,7 @@ from pools.core.scheduling.nodes import (
     Pod,
     Policy,
     filter_node,
-    prefer_no_schedule_penalty,
+    soft_penalty,
 )
 from pools.core.scheduling.policies import RandomPolicy, policy_for
 
@@ -44,7 +44,8 @@ def schedule(
     """Filter every node, score the feasible ones, return the best (does not bind).
 
     Every policy gives a kube-style integer node score (0-100, higher wins); equal scores go
-    to the smallest node name, untolerated PreferNoSchedule taints lose to any node without.
+    to the smallest node name; soft constraints rank first (`soft_penalty`: untolerated
+    PreferNoSchedule taints, then unmatched preferred node-affinity terms).
     A stateless O(nodes) call for the live controller; :class:`ClusterScheduler` gives the
     same answers incrementally for simulations. ``fgd`` without a ``workload`` takes the
     expected workload from the pods already bound plus this one.
@@ -56,13 +57,13 @@ def schedule(
             continue
         feasible.append(node)
         score, gpus = chosen.score(pod, node)
-        entry = (prefer_no_schedule_penalty(pod, node), -score, node.name, gpus)
+        entry = (soft_penalty(pod, node), -score, node.name, gpus)
         if best is None or entry[:3] < best[:3]:
             best = entry
     if best is None:
         return Decision(pod.name, None, (), explain(pod, nodes))
     if isinstance(chosen, RandomPolicy):
-        least = [n for n in feasible if prefer_no_schedule_penalty(pod, n) == best[0]]
+        least = [n for n in feasible if soft_penalty(pod, n) == best[0]]
         node = chosen.rng.choice(sorted(least, key=lambda n: n.name))
         return Decision(pod.name, node.name, chosen.gpus(pod, node))
     return Decision(pod.name, best[2], best[3])
