@@ -71,7 +71,7 @@ from pools.core.scheduling.taint_eviction import (
 )
 from pools.models import Node, PoolEvent
 from pools.models.pods import Pod
-from pools.providers import real_cluster
+from pools.providers import get_cluster_backend, real_cluster
 from pools.providers.kubernetes import CLUSTER_UNREACHABLE
 from pools.selectors.cluster import (
     cluster_state,
@@ -209,11 +209,14 @@ def scheduler_pass(*, now: datetime | None = None) -> PassResult:
         binds: dict[int, tuple[int, tuple[int, ...]]] = {}
         explanations: list[Pod] = []
         catalog = OrderCatalog()
+        budgets = None  # the running pods' disruption budgets, read once, when a pod first needs to preempt
         for pod in pending:
             cpod = core[pod.pk]
             choice = scorer.best(cpod, ordered_states)
             if choice is None:
-                plan = preempt(cpod, ordered_states)
+                if budgets is None and cpod.may_preempt:
+                    budgets = get_cluster_backend().disruption_budgets(pods={p.key: p.labels or {} for p in row_of.values()})
+                plan = preempt(cpod, ordered_states, budgets or ())
                 if plan is not None:
                     target = by_name[plan.node]
                     names = []

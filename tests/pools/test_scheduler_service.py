@@ -310,3 +310,24 @@ def test_pending_pods_read_for_the_core_share_a_replicas_build_and_keep_their_ow
     assert [p.name for p in replicas] == ["algorithm/bert-0", "algorithm/bert-1", "algorithm/bert-2"]
     assert len({p.shape_key for p in replicas}) == 1 and replicas[1].labels is replicas[0].labels
     assert read["algorithm/small"].shape_key != replicas[0].shape_key
+
+
+def test_preemption_chooses_the_node_whose_victims_no_disruption_budget_protects(actors):
+    """kube-scheduler's pickOneNodeForPreemption asks first how many victims would be past their
+    PodDisruptionBudget: with two equal candidates, the node of the unprotected pod is chosen."""
+    from pools.services.disruption_budgets import budget_create
+
+    pool_with_nodes(actors["lead"], node_labels={"pool": "train"})
+    guarded = submit(actors["member"], "low-a", gpus=8, priority=10, labels={"app": "guarded"})
+    free = submit(actors["member"], "low-b", gpus=8, priority=10, labels={"app": "free"})
+    scheduler_pass(now=T0)
+    budget_create(user=actors["lead"], document={"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                  "metadata": {"name": "guard", "namespace": "algorithm"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}})  # fmt: skip
+    guarded.refresh_from_db()
+    free.refresh_from_db()
+    assert guarded.node.name == "train-pool-a-0" and free.node.name == "train-pool-a-1"  # the smaller name would win a tie
+    submit(actors["member"], "urgent", gpus=8, priority=1000)
+    result = scheduler_pass(now=T0 + timedelta(minutes=1))
+    assert result.preempted == ["algorithm/low-b"]
+    guarded.refresh_from_db()
+    assert guarded.phase == "Running"

@@ -9,11 +9,14 @@ Rules, stricter than kube-scheduler's defaults because our victims are expensive
   affinity, cordon, GPU model) are considered: evicting pods cannot fix those;
 * the victim set is minimal: every lower-priority pod is removed in simulation, then pods are
   given back ("reprieved") while the preemptor still fits, the ones we least want to evict
-  first (not checkpointable, then highest priority), so checkpointable and low-priority pods
-  are the ones that go;
-* among nodes, the one whose victims hurt least wins: fewest non-checkpointable victims, then
-  the lowest highest-victim priority, then the lowest priority sum, then fewest victims, then
-  the smallest node name.
+  first: those whose PodDisruptionBudget allows no more disruptions (as kube-scheduler's
+  selectVictimsOnNode reprieves them first), then not checkpointable, then highest priority;
+  so checkpointable, low-priority pods without a budget are the ones that go;
+* among nodes, the one whose victims hurt least wins: fewest victims past their disruption
+  budget (kube-scheduler's pickOneNodeForPreemption asks this first: preemption may violate a
+  budget, but only where no node avoids it), then fewest non-checkpointable victims, then the
+  lowest highest-victim priority, then the lowest priority sum, then fewest victims, then the
+  smallest node name.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pools.core.disruption import DisruptionBudget, evictions
 from pools.core.scheduling.nodes import (
     NodeState,
     Pod,
@@ -45,7 +49,7 @@ class PreemptionPlan:
         return tuple(v.name for v in self.victims)
 
 
-def victims_on(pod: Pod, node: NodeState) -> tuple[list[Pod], tuple[int, ...]] | None:
+def victims_on(pod: Pod, node: NodeState, budgets: Sequence[DisruptionBudget] = ()) -> tuple[list[Pod], tuple[int, ...]] | None:
     if static_filter_reason(pod, node) is not None:
         return None
     candidates = [b for b in node.bound.values() if b.pod.priority < pod.priority]
@@ -57,9 +61,10 @@ def victims_on(pod: Pod, node: NodeState) -> tuple[list[Pod], tuple[int, ...]] |
     if resource_filter_reason(pod, sim) is not None:
         return None
     victims = []
+    past_budget = _past_budget([b.pod.name for b in candidates], budgets)
     # Give pods back, least-wanted-to-evict first; each stays if the preemptor still fits.
     for binding in sorted(
-        candidates, key=lambda b: (b.pod.checkpointable, -b.pod.priority, b.pod.name)
+        candidates, key=lambda b: (b.pod.name not in past_budget, b.pod.checkpointable, -b.pod.priority, b.pod.name)
     ):
         sim.bind(binding.pod, binding.gpu_indices)
         if resource_filter_reason(pod, sim) is not None:
@@ -68,7 +73,12 @@ def victims_on(pod: Pod, node: NodeState) -> tuple[list[Pod], tuple[int, ...]] |
     return victims, best_fit_gpus(pod, sim.gpu_free) or ()
 
 
-def preempt(pod: Pod, nodes: Sequence[NodeState]) -> PreemptionPlan | None:
+def _past_budget(pods: Sequence[str], budgets: Sequence[DisruptionBudget]) -> set[str]:
+    """Which of these pods the Eviction API would refuse if all were evicted in this order."""
+    return set(pods).difference(evictions(pods, budgets)) if budgets else set()
+
+
+def preempt(pod: Pod, nodes: Sequence[NodeState], budgets: Sequence[DisruptionBudget] = ()) -> PreemptionPlan | None:
     """The least harmful preemption that lets ``pod`` run, or None when the pod already fits
     somewhere (nothing to evict), it may not preempt (`preemptionPolicy: Never`) or no eviction
     of lower-priority pods can make it fit."""
@@ -78,11 +88,12 @@ def preempt(pod: Pod, nodes: Sequence[NodeState]) -> PreemptionPlan | None:
         return None
     best = None
     for node in nodes:
-        found = victims_on(pod, node)
+        found = victims_on(pod, node, budgets)
         if found is None:
             continue
         victims, gpus = found
         rank = (
+            len(_past_budget([v.name for v in victims], budgets)),
             sum(1 for v in victims if not v.checkpointable),
             max(v.priority for v in victims),
             sum(v.priority for v in victims),
