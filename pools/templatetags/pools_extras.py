@@ -62,3 +62,18 @@ def site_links(text: str) -> str:
     """A hint's own pages (e.g. the order form, pre-filled) as links; the rest escaped."""
     parts = _SITE_PATH.split(str(text))
     return mark_safe("".join(format_html('<a href="{0}">{0}</a>', part) if i % 2 else conditional_escape(part) for i, part in enumerate(parts)))  # noqa: S308 (every part is escaped)
+
+
+_NEXT_REASON = re.compile(r"; (?=[A-Z][A-Za-z]+: )")
+
+
+@register.filter
+def pending_parts(value: str) -> list[tuple[str, str]]:
+    """A pool's pendingReason ("OrderPending: order #3 awaits approval; WaitingForNodes: ...")
+    as (reason, message) pairs, so a page can say what the pool waits for in words first and
+    keep the machine-readable reason beside it."""
+    parts = []
+    for part in _NEXT_REASON.split(value or ""):
+        reason, sep, message = part.partition(": ")
+        parts.append((reason, message) if sep and reason.isalpha() else ("", part))
+    return parts

@@ -237,3 +237,16 @@ def test_a_pool_tries_only_the_shapes_that_could_fit_its_nodes_and_finds_what_tr
         assert shapes.fitting(template) == [group for group in shapes.groups.values() if filter_node(group[0], template) is None]
     names = [[p.name for p in group] for group in shapes.fitting(node({"pool": "a", "zone": "z2"}, (Taint(*a),)))]
     assert names == [["q/any-0", "q/any-1"], ["q/pin-a-0", "q/pin-a-1"], ["q/two-pairs"], ["q/exists"], ["q/everything"]]
+
+
+def test_the_pool_pages_say_what_the_pool_waits_for_in_words(client, actors, pool):
+    """pendingReason is "Reason: message; Reason: message": the pages lead with the words."""
+    from pools.models import GpuNodePool
+
+    GpuNodePool.objects.filter(pk=pool.pk).update(pending_reason="OrderPending: order #3 awaits approval by a platform admin; WaitingForNodes: 1/2 Ready, 1 provisioning")
+    client.force_login(actors["member"])
+    detail = client.get(f"/pools/{pool.name}/").content.decode()
+    assert "<li>order #3 awaits approval by a platform admin <span class=\"muted\">(pendingReason OrderPending)</span></li>" in detail
+    assert "<li>1/2 Ready, 1 provisioning <span class=\"muted\">(pendingReason WaitingForNodes)</span></li>" in detail
+    listed = client.get("/pools/").content.decode()
+    assert "<td>order #3 awaits approval by a platform admin; 1/2 Ready, 1 provisioning</td>" in listed
