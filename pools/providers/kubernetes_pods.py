@@ -2,14 +2,10 @@
 a paginated list, a watch from a resourceVersion with bookmarks, and the translation of the
 API's Pod JSON into the fields of the read model (`pools.models.Pod`).
 
-The translation counts as kube-scheduler counts: a pod's request of a resource is the sum over
-its containers, or the largest init container's if that is larger (init containers run one
-after the other, before the others), plus the pod overhead; a container's request defaults to
-its limit, which for an extended resource such as `nvidia.com/gpu` or `ebcloud.io/gpu-milli` is
-the only way to ask for it (the API server has already refused a request without, or unequal
-to, its limit). The
-responses are read as JSON without the client's model classes: a mirror reads every pod of a
-cluster and a watch can deliver thousands of events a second.
+The translation counts a pod's requests exactly as kube-scheduler v1.37 does (`pod_requests`),
+since the mirror, the scheduler extender and the pending-pod hints must agree with the scheduler
+that binds the pods. The responses are read as JSON without the client's model classes: a
+mirror reads every pod of a cluster and a watch can deliver thousands of events a second.
 """
 
 from __future__ import annotations
@@ -41,6 +37,9 @@ from pools.providers.kubernetes import api_client
 
 TEAM_LABEL = "ebcloud.io/team"
 PAGE_SIZE = 500
+# The resources a pod may set at pod level (`IsSupportedPodLevelResource`, helpers.go).
+POD_LEVEL_RESOURCES = frozenset({"cpu", "memory"})
+HUGEPAGES_PREFIX = "hugepages-"
 
 
 class WatchExpired(Exception):
@@ -199,26 +198,100 @@ def pod_fields(pod: Mapping[str, Any], *, now: datetime) -> dict[str, Any]:
 
 
 def pod_requests(spec: Mapping[str, Any]) -> dict[str, Decimal]:
-    """The pod's effective requests as kube-scheduler computes them (see the module docstring)."""
-    total: dict[str, Decimal] = {}
-    for container in spec.get("containers") or ():
-        for key, amount in _container_requests(container).items():
-            total[key] = total.get(key, Decimal(0)) + amount
-    for container in spec.get("initContainers") or ():
-        for key, amount in _container_requests(container).items():
-            total[key] = max(total.get(key, Decimal(0)), amount)
+    """The pod's effective requests, counted as kube-scheduler's NodeResourcesFit filter counts
+    them: `PodRequests` of k8s.io/component-helpers/resource/helpers.go (v1.37), with pod-level
+    resources on (PodLevelResources, on by default since 1.34) and the spec's own values (a pod
+    being scheduled has no resized status to count).
+
+    Three steps, in the helper's order:
+    1. the containers' aggregate (`_aggregate_container_requests`: sidecars are added to the
+       regular containers, init containers are a floor);
+    2. the pod-level requests (`spec.resources`, only cpu, memory and hugepages-*) replace that
+       aggregate for the resources they name (`applyPodLevelResources`);
+    3. the pod overhead (`spec.overhead`, set by the RuntimeClass admission) is added on top.
+    A stored pod has been defaulted by the API server; the defaults it adds are applied here too
+    (`_container_requests`, `_pod_level_requests`), so a spec read elsewhere counts the same."""
+    total = _aggregate_container_requests(spec)
+    total.update(_pod_level_requests(spec.get("resources") or {}, containers=total))
     for key, amount in (spec.get("overhead") or {}).items():
         total[key] = total.get(key, Decimal(0)) + parse_quantity(amount)
     return total
 
 
+def _aggregate_container_requests(spec: Mapping[str, Any]) -> dict[str, Decimal]:
+    """`aggregateContainerResourcesByFn` of helpers.go, the KEP-753 formula for sidecars.
+
+    Regular containers run together: their requests add up. A sidecar (an init container with
+    `restartPolicy: Always`) starts in the init sequence and keeps running beside them, so its
+    request is added to that sum too. A regular init container runs alone after the sidecars
+    declared before it have started: it needs their sum plus its own request, and the pod needs
+    the largest such value of the init sequence (each sidecar's own step counts as the sum of the
+    sidecars so far). The pod's request of a resource is the larger of the running sum and that
+    init peak."""
+    total: dict[str, Decimal] = {}
+    for container in spec.get("containers") or ():
+        _add(total, _container_requests(container))
+    sidecars: dict[str, Decimal] = {}  # the sidecars started so far
+    peak: dict[str, Decimal] = {}  # the most any step of the init sequence needs
+    for container in spec.get("initContainers") or ():
+        own = _container_requests(container)
+        if container.get("restartPolicy") == "Always":
+            _add(total, own)
+            _add(sidecars, own)
+            step = sidecars
+        else:
+            step = dict(sidecars)
+            _add(step, own)
+        for key, amount in step.items():
+            if key not in peak or amount > peak[key]:
+                peak[key] = amount
+    for key, amount in peak.items():
+        if key not in total or amount > total[key]:
+            total[key] = amount
+    return total
+
+
 def _container_requests(container: Mapping[str, Any]) -> dict[str, Decimal]:
+    """A container's requests, a limit without a request counting as that request: the API
+    server's `SetDefaults_Pod` (pkg/apis/core/v1/defaults.go) sets it so before the scheduler
+    sees the pod. For an extended resource such as `nvidia.com/gpu` or `ebcloud.io/gpu-milli` the
+    limit is the only way to ask (the API server refuses a request without, or unequal to, it)."""
     resources = container.get("resources") or {}
-    merged = {
-        **(resources.get("limits") or {}),
-        **(resources.get("requests") or {}),
-    }  # a limit alone sets the request
+    merged = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
     return {key: parse_quantity(amount) for key, amount in merged.items()}
+
+
+def _pod_level_requests(
+    resources: Mapping[str, Any], *, containers: Mapping[str, Decimal]
+) -> dict[str, Decimal]:
+    """The pod-level requests that replace the containers' aggregate (`applyPodLevelResources`
+    of helpers.go): only the resources `IsSupportedPodLevelResource` names (cpu, memory,
+    hugepages-*); the API server refuses others at pod level.
+
+    A pod-level limit without a request is completed as the API server's defaulting does
+    (`defaultPodLevelRequests`, pkg/api/pod/util.go): cpu or memory that a container requests
+    default to the containers' aggregate (here: leave it), anything else to the limit."""
+    requests = {
+        key: parse_quantity(amount)
+        for key, amount in (resources.get("requests") or {}).items()
+        if _pod_level(key)
+    }
+    for key, limit in (resources.get("limits") or {}).items():
+        if key in requests or not _pod_level(key):
+            continue
+        if key in containers and not key.startswith(HUGEPAGES_PREFIX):
+            continue  # defaulted to the aggregate, which `pod_requests` already holds
+        requests[key] = parse_quantity(limit)
+    return requests
+
+
+def _pod_level(key: str) -> bool:
+    return key in POD_LEVEL_RESOURCES or key.startswith(HUGEPAGES_PREFIX)
+
+
+def _add(total: dict[str, Decimal], more: Mapping[str, Decimal]) -> None:
+    for key, amount in more.items():
+        total[key] = total.get(key, Decimal(0)) + amount
 
 
 def _duration(annotations: Mapping[str, str]) -> int | None:
