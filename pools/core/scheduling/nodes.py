@@ -424,7 +424,14 @@ def resource_filter_reason(pod: Pod, node: NodeState) -> str | None:
         return REASON_CPU
     if node.memory_used + pod.memory_mib > node.memory_mib:
         return REASON_MEMORY
-    return REASON_GPU if _gpus_short(pod, node) else None
+    if pod.gpu_count:  # _gpus_short inlined: this runs for every node a pod is tried on
+        free = node.gpu_free
+        if pod.gpu_milli < MILLI:
+            if not free or max(free) < pod.gpu_milli:
+                return REASON_GPU
+        elif free.count(MILLI) < pod.gpu_count:
+            return REASON_GPU
+    return None
 
 
 def _gpus_short(pod: Pod, node: NodeState) -> bool:
