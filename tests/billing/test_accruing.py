@@ -15,7 +15,7 @@ from django_q.models import Schedule
 
 from billing import chargeback, services
 from billing.hours import METER_RUN_OFFSET, next_meter_run
-from billing.models import CostRecord
+from billing.models import Budget, CostRecord
 from billing.selectors import CostQuery
 from tests.billing.billing_helpers import HOUR, T0, node, pod, pool
 
@@ -51,6 +51,11 @@ def test_the_first_minutes_of_a_pool_are_shown_and_exported_as_accruing(actors, 
     html = client.get(f"/costs/?{RANGE}").content.decode()
     assert "No costs in this range." not in html and 'id="cost-chart"' in html
     assert "Accruing now:" in html and '<tr class="allocated accruing">' in html
+    # the budgets, which count metered hours only, say so, so that "0.00 spent" beside a total does not puzzle
+    Budget.objects.create(team=teams["algorithm"], pool=None, monthly_amount=Decimal("1000.00"), source=Budget.Source.FINANCE)
+    html = client.get(f"/costs/?{RANGE}").content.decode()
+    assert "Spent (metered hours)" in html
+    assert "Budgets count the metered hours: the " in html and "accruing since 10:00 UTC counts once its hour is metered" in html
     rows = csv_of(client)
     assert rows and {r["status"] for r in rows} == {"accruing"}
     assert {r["charged_team"] for r in rows} == {"algorithm"}
