@@ -18,11 +18,12 @@ from django.db.models.functions import Cast
 
 from pools.core.disruption import DisruptionBudget, disruption_budgets, evictions
 from pools.core.node_labels import labels_taints_decoded
+from pools.models import Node
 from pools.models.cloud import SimClusterNode
 from pools.models.pods import Pod, PodDisruptionBudget
 from pools.providers.base import NodeState, PodInfo
 from pools.providers.simulated import EVICT, failure_consume, failure_matches, failures_armed
-from pools.selectors.disruption_status import budget_documents
+from pools.selectors.disruption_status import budget_documents, unready_on
 
 
 class SimulatedCluster:
@@ -87,8 +88,10 @@ class SimulatedCluster:
         with transaction.atomic():
             budgets = []
             if rows := self._budget_rows({namespace for namespace, _ in pods}, lock=True):
-                running = Pod.objects.live().filter(phase=Pod.Phase.RUNNING).named(pods).values_list("namespace", "name", "labels")
-                budgets = disruption_budgets(budget_documents(rows), {f"{namespace}/{name}": labels or {} for namespace, name, labels in running})
+                running = list(Pod.objects.live().filter(phase=Pod.Phase.RUNNING).named(pods).values_list("namespace", "name", "labels", "node__phase"))
+                unready = {f"{namespace}/{name}" for namespace, name, _, node_phase in running if unready_on(node_phase)}
+                labelled = {f"{namespace}/{name}": labels or {} for namespace, name, labels, _ in running}
+                budgets = disruption_budgets(budget_documents(rows), labelled, unready=unready)
             candidates = failures_armed(EVICT)
             allowed = set(evictions([f"{namespace}/{name}" for namespace, name in pods], budgets, refused=lambda key: failure_consume(candidates, key) is not None))
             evicted = [(namespace, name) for namespace, name in pods if f"{namespace}/{name}" in allowed]
@@ -107,7 +110,11 @@ class SimulatedCluster:
         armed = failures_armed(EVICT)
         refused = [DisruptionBudget(frozenset({key}), 0) for key in pods if any(failure_matches(f, key) for f in armed)] if armed else []
         rows = self._budget_rows({key.split("/", 1)[0] for key in pods}, lock=False)
-        return (disruption_budgets(budget_documents(rows), pods) if rows else []) + refused
+        if not rows:
+            return refused
+        on_unknown = Pod.objects.live().filter(phase=Pod.Phase.RUNNING, node__phase=Node.Phase.UNKNOWN, namespace__in={row.namespace for row in rows})
+        unready = {key for key in (f"{namespace}/{name}" for namespace, name in on_unknown.values_list("namespace", "name")) if key in pods}
+        return disruption_budgets(budget_documents(rows), pods, unready=unready) + refused
 
     def budget_documents(self, *, namespaces: Collection[str] | None) -> list[dict]:
         return budget_documents(self._budget_rows(namespaces, lock=False))

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from pools.core.disruption import BudgetPod, budget_status, selector_matches
 from pools.core.disruption_spec import API_VERSION, KIND
+from pools.models import Node
 from pools.models.pods import Pod, PodDisruptionBudget
 
 # A simulated pod is one replica of its own owner (evicted, it is Pending again: recreated):
@@ -15,19 +16,30 @@ from pools.models.pods import Pod, PodDisruptionBudget
 _WANTED = (Pod.Phase.PENDING, Pod.Phase.RUNNING)
 
 
+def unready_on(node_phase: str | None) -> bool:
+    """Whether a Running pod on a node in this phase is not Ready: the node lifecycle controller
+    marks every pod of a node whose kubelet stopped reporting (status Unknown) Ready=False
+    (`MarkPodsNotReady`), so a disruption budget no longer counts it healthy, and
+    unhealthyPodEvictionPolicy decides whether it may go without spending a disruption."""
+    return node_phase == Node.Phase.UNKNOWN
+
+
 def budget_documents(budgets: Sequence[PodDisruptionBudget]) -> list[dict]:
     """The simulated cluster's budgets as policy/v1 documents with their status, in one query
     of their namespaces' live pods."""
     pods: dict[str, list[tuple[dict, str]]] = {}
     namespaces = {budget.namespace for budget in budgets}
-    for namespace, labels, phase in Pod.objects.live().filter(namespace__in=namespaces).values_list("namespace", "labels", "phase"):
-        pods.setdefault(namespace, []).append((labels or {}, phase))
+    for namespace, labels, phase, node_phase in Pod.objects.live().filter(namespace__in=namespaces).values_list("namespace", "labels", "phase", "node__phase"):
+        pods.setdefault(namespace, []).append((labels or {}, phase, node_phase))
     return [_document(budget, pods.get(budget.namespace, ())) for budget in budgets]
 
 
 def _document(budget: PodDisruptionBudget, pods) -> dict:
     spec = budget.spec
-    selected = [BudgetPod(healthy=phase == Pod.Phase.RUNNING, wanted=phase in _WANTED) for labels, phase in pods if selector_matches(spec.get("selector"), labels)]
+    selected = [
+        BudgetPod(healthy=phase == Pod.Phase.RUNNING and not unready_on(node_phase), wanted=phase in _WANTED)
+        for labels, phase, node_phase in pods if selector_matches(spec.get("selector"), labels)
+    ]  # fmt: skip
     status = budget_status(min_available=spec.get("minAvailable"), max_unavailable=spec.get("maxUnavailable"), pods=selected)
     metadata = {
         **(budget.document.get("metadata") or {}), "name": budget.name, "namespace": budget.namespace,

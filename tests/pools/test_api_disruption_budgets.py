@@ -148,3 +148,25 @@ def test_the_pod_page_names_the_budget_that_guards_the_pod(api, browser, trainer
     page = browser("member").get("/pods/algorithm/t0/").content.decode()
     assert "trainers: 3 healthy, at least 2 must stay: 1 may be evicted now" in page
     assert "none: a drain" in browser("member").get("/pods/algorithm/notebook/").content.decode()
+
+
+@pytest.mark.parametrize(("min_available", "policy", "lets_it_go"), [
+    (2, "IfHealthyBudget", True),   # 2 healthy trainers left, 2 must stay: healthy, so the unready one may go
+    (3, "IfHealthyBudget", False),  # 2 healthy, 3 must stay: not healthy, so it stays
+    (3, "AlwaysAllow", True),
+])  # fmt: skip
+def test_a_pod_on_a_node_gone_unknown_is_unready_and_goes_as_the_policy_says(api, actors, trainers, min_available, policy, lets_it_go):
+    """The node lifecycle controller marks the pods of an Unknown node not Ready: the budget no
+    longer counts them healthy, and unhealthyPodEvictionPolicy decides whether one may be evicted
+    without spending a disruption (a repair's drain of the node then proceeds or waits)."""
+    from pools.models import Node
+
+    lost = Pod.objects.get(name="t0")
+    Pod.objects.filter(name__in=("t1", "t2")).update(node=Node.objects.exclude(pk=lost.node_id).get())  # only t0 is on the lost node
+    Node.objects.filter(pk=lost.node_id).update(phase=Node.Phase.UNKNOWN)
+    document = budget(minAvailable=min_available, selector={"matchLabels": {"app": "trainer"}}, unhealthyPodEvictionPolicy=policy)
+    assert api("lead").post(URL, document, format="json").status_code == 201
+    status = api("lead").get(f"{URL}algorithm/trainers/").json()["status"]
+    assert (status["currentHealthy"], status["disruptionsAllowed"]) == (2, 0)
+    evicted = get_cluster_backend().evict_pods(pods=[("algorithm", "t0")], reason="repair")
+    assert (evicted == {("algorithm", "t0")}) == lets_it_go
