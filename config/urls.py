@@ -27,7 +27,7 @@ urlpatterns = [
     path("disruption-budgets/", include((disruption_budget_urls, "disruption"))),
     path("fragmentation/", pods_views.cluster_fragmentation, name="fragmentation"),
     path("fragmentation/apply/", pods_views.cluster_fragmentation_apply, name="fragmentation-apply"),
-    re_path(r"^orders/(?P<order_id>\d+)/(?P<decision>approve|reject)/$", orders.order_decide, name="order-decide"),
+    re_path(r"^orders/(?P<order_id>[0-9]+)/(?P<decision>approve|reject)/$", orders.order_decide, name="order-decide"),
     path("api/v1/", include("pools.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     # Swagger UI's set-up script from its own URL, not inline: the Content-Security-Policy holds there too.

@@ -261,8 +261,17 @@ def _pool(name: str) -> str:
     return f'pool "{name}"'
 
 
+def _segment(value: str, what: str) -> str:
+    """One path segment, percent-encoded. "." and ".." are refused before any request: quoting
+    leaves them as they are and the HTTP client resolves them (`pods/algorithm/..` is the pod
+    list), and no name is ever either (names are DNS-1123), nor empty."""
+    if value in ("", ".", ".."):
+        raise CliError(f'"{value}" is not a valid {what} name (names are DNS-1123: never empty, "." or "..")')
+    return quote(value, safe="")
+
+
 def _pool_path(name: str) -> str:
-    return f"/pools/{quote(name, safe='')}/"
+    return f"/pools/{_segment(name, 'pool')}/"
 
 
 def _pod(ref: str) -> str:
@@ -271,7 +280,7 @@ def _pod(ref: str) -> str:
 
 def _pod_path(ref: str) -> str:
     namespace, _, name = ref.partition("/")
-    return f"/pods/{quote(namespace, safe='')}/{quote(name, safe='')}/"
+    return f"/pods/{_segment(namespace, 'namespace')}/{_segment(name, 'pod')}/"
 
 
 def _budget(ref: str) -> str:
@@ -280,7 +289,7 @@ def _budget(ref: str) -> str:
 
 def _budget_path(ref: str) -> str:
     namespace, _, name = ref.partition("/")
-    return f"/poddisruptionbudgets/{quote(namespace, safe='')}/{quote(name, safe='')}/"
+    return f"/poddisruptionbudgets/{_segment(namespace, 'namespace')}/{_segment(name, 'poddisruptionbudget')}/"
 
 
 def _json(response: httpx.Response) -> Any:

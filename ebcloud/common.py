@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 from typing import IO, Any
 
 import click
@@ -19,10 +20,25 @@ from ebcloud.errors import CliError
 
 LIST_FORMATS = click.Choice(["wide", "yaml", "json"])
 OBJECT_FORMATS = click.Choice(["wide", "yaml", "json"])
+# The most the server reads of any request body (config/settings.py DATA_UPLOAD_MAX_MEMORY_SIZE;
+# documents are refused above EBCLOUD_MAX_SPEC_BYTES, 64 KiB by default, with the server's
+# own error line): a `-f` file is read up to one byte past it, never whole.
+MAX_BODY_BYTES = 2 * 1024 * 1024
+_NOT_UTF8 = re.compile("[\ud800-\udfff]")  # how Python keeps argv bytes that are not UTF-8
+_PATH_OPTIONS = ("-f", "--filename", "-o", "--output")  # a file's name may be any bytes
 
 
 class RootGroup(click.Group):
     """Turns anything unexpected into one `error:` line instead of a traceback."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """An argument that is not UTF-8 (a name, a reason) is refused before anything runs:
+        it cannot be sent in a URL or a JSON body. File names (`-f`, `-o`) may be any bytes."""
+        for position, arg in enumerate(args):
+            after_path_option = position > 0 and args[position - 1] in _PATH_OPTIONS
+            if _NOT_UTF8.search(arg) and not after_path_option and not arg.startswith(("--filename=", "--output=")):
+                raise CliError(f"the argument '{_shown(arg)}' is not valid UTF-8 text")
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -39,6 +55,28 @@ class RootGroup(click.Group):
             raise CliError(
                 f"unexpected {type(exc).__name__}: {exc} (set EBCLOUD_DEBUG=1 for a traceback)"
             ) from exc
+
+
+class _AsciiDigits:
+    """click's integer types read text with `int()`, which takes other scripts' digits (`١` is 1)
+    and underscores (`1_0` is 10): `order approve ١` approved order 1. Here a number is written
+    in the digits 0-9, after an optional sign, as the server reads it."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not _DIGITS.fullmatch(value):
+            self.fail(f"{value!r} is not a valid integer.", param, ctx)  # click's own words
+        return super().convert(value, param, ctx)
+
+
+_DIGITS = re.compile("[+-]?[0-9]+")
+
+
+class WholeNumber(_AsciiDigits, click.types.IntParamType):
+    """click.INT in the digits 0-9."""
+
+
+class WholeNumberRange(_AsciiDigits, click.IntRange):
+    """click.IntRange in the digits 0-9."""
 
 
 def api(*, require_token: bool = True) -> Client:
@@ -87,11 +125,26 @@ def namespaced_name(ctx: click.Context | None, param: click.Parameter | None, re
 
 
 def read_body(file: IO[bytes]) -> bytes:
-    """The bytes of a `-f FILE` (or stdin); an empty or blank file is an error line."""
-    body = file.read()
+    """The bytes of a `-f FILE` (or stdin), read up to one byte past `MAX_BODY_BYTES`: more is
+    an error line, not a read of `/dev/zero` until the memory runs out. An empty or blank file
+    is an error line too."""
+    body = file.read(MAX_BODY_BYTES + 1)
+    if len(body) > MAX_BODY_BYTES:
+        raise CliError(
+            f"{_file_name(file)} is larger than {MAX_BODY_BYTES // (1024 * 1024)} MiB"
+            f" ({MAX_BODY_BYTES} bytes), the most the server accepts"
+        )
     if not body.strip():
         raise CliError(f"{_file_name(file)} is empty")
     return body
+
+
+def _shown(arg: str) -> str:
+    """The argument with its bytes that are not UTF-8 written as `\\xff`."""
+    try:
+        return arg.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a lone surrogate that was no byte
+        return arg.encode("utf-8", "backslashreplace").decode("ascii")
 
 
 def _file_name(file: IO[bytes]) -> str:

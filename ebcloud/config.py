@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import httpx
 import yaml
 
 from ebcloud.errors import CliError
@@ -38,13 +39,18 @@ def config_path() -> Path:
 
 
 def normalize_server(url: str) -> str:
-    """`http://host:8000/` -> `http://host:8000`; a URL without http(s):// is refused."""
+    """`http://host:8000/` -> `http://host:8000`; a URL without http(s)://, or one that the URL
+    parsers refuse (`http://[::1`, a port of 99999), is one error line, not a crash."""
     url = url.strip().rstrip("/")
-    parts = urlsplit(url)
+    expected = "expected http://HOST[:PORT] or https://HOST[:PORT]"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - parsing the port is what checks it
+        httpx.URL(url)  # the client's parser: a host it cannot encode, a control character
+    except (ValueError, httpx.InvalidURL) as exc:
+        raise CliError(f"invalid server URL {url!r}: {str(exc).rstrip('.')}; {expected}") from exc
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise CliError(
-            f"invalid server URL {url!r}: expected http://HOST[:PORT] or https://HOST[:PORT]"
-        )
+        raise CliError(f"invalid server URL {url!r}: {expected}")
     return url
 
 

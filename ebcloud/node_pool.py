@@ -23,6 +23,7 @@ from ebcloud.client import Client
 from ebcloud.common import (
     LIST_FORMATS,
     OBJECT_FORMATS,
+    WholeNumberRange,
     api,
     emit,
     file_option,
@@ -181,9 +182,9 @@ def _watch_events(client: Client, name: str, interval: float) -> None:
 @node_pool.command("scale")
 @click.argument("name")
 @click.option(
-    "--min", "min_nodes", type=click.IntRange(min=0), help="New nodeCount.min (monthly baseline)"
+    "--min", "min_nodes", type=WholeNumberRange(min=0), help="New nodeCount.min (monthly baseline)"
 )
-@click.option("--max", "max_nodes", type=click.IntRange(min=1), help="New nodeCount.max")
+@click.option("--max", "max_nodes", type=WholeNumberRange(min=1), help="New nodeCount.max")
 def pool_scale(name: str, min_nodes: int | None, max_nodes: int | None) -> None:
     """Change a pool's nodeCount.min and/or nodeCount.max."""
     if min_nodes is None and max_nodes is None:
@@ -218,7 +219,7 @@ def pool_delete(name: str) -> None:
 )
 @click.option(
     "--max-nodes",
-    type=click.IntRange(min=1, max=100),
+    type=WholeNumberRange(min=1, max=100),
     default=1,
     show_default=True,
     help="Disruption budget: nodes drained at once",

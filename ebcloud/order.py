@@ -11,7 +11,7 @@ from __future__ import annotations
 import click
 
 from ebcloud import output
-from ebcloud.common import LIST_FORMATS, OBJECT_FORMATS, api, show
+from ebcloud.common import LIST_FORMATS, OBJECT_FORMATS, WholeNumber, api, show
 
 
 @click.group("order")
@@ -30,7 +30,7 @@ def order_list(status: str, fmt: str | None) -> None:
 
 
 @order.command("get")
-@click.argument("order_id", metavar="ID", type=int)
+@click.argument("order_id", metavar="ID", type=WholeNumber())
 @click.option("-o", "--output", "fmt", type=OBJECT_FORMATS, help="wide, yaml or json")
 def order_get(order_id: int, fmt: str | None) -> None:
     """Show one order."""
@@ -40,7 +40,7 @@ def order_get(order_id: int, fmt: str | None) -> None:
 
 
 @order.command("approve")
-@click.argument("order_id", metavar="ID", type=int)
+@click.argument("order_id", metavar="ID", type=WholeNumber())
 def order_approve(order_id: int) -> None:
     """Approve a Pending order (platform admins)."""
     with api() as client:
@@ -49,7 +49,7 @@ def order_approve(order_id: int) -> None:
 
 
 @order.command("reject")
-@click.argument("order_id", metavar="ID", type=int)
+@click.argument("order_id", metavar="ID", type=WholeNumber())
 @click.option("--reason", required=True, help="Why; the team lead reads it in the pool's events")
 def order_reject(order_id: int, reason: str) -> None:
     """Reject a Pending order with a reason (platform admins)."""

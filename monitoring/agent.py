@@ -61,8 +61,8 @@ class BatchRefused(AgentError):
 
 # 4xx answers about the agent or the moment, not about what it sent: retried like a 5xx.
 RETRIED_4XX = frozenset({401, 403, 404, 408, 409, 425, 429})
-_REPORT_FIELD = re.compile(r"reports\[(\d+)\]")
-_ACK_FIELD = re.compile(r"acks\[(\d+)\]")
+_REPORT_FIELD = re.compile(r"reports\[([0-9]+)\]")
+_ACK_FIELD = re.compile(r"acks\[([0-9]+)\]")
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # the server refuses these in text
 ACK_MESSAGE_MAX = 500  # the server's limit
 

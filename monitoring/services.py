@@ -301,7 +301,7 @@ def reports_ingest(*, credential: AgentCredential, batch: Batch, now: datetime |
     return IngestResult(max(acked, state.acked_seq), len(new), len(batch.reports) - len(new) - len(rejected), rejected, commands)
 
 
-_REPORT_PREFIX = re.compile(r"^reports\[\d+\]\.?")
+_REPORT_PREFIX = re.compile(r"^reports\[[0-9]+\]\.?")
 REFUSED_SHOWN = 3  # errors named in the event's message
 
 

@@ -13,7 +13,7 @@ from django.db import transaction
 from monitoring.models import AlertSilence
 from pools import roles
 from pools.core.alerting import RULES_BY_REASON
-from pools.core.errors import FieldError, ValidationError
+from pools.core.errors import FieldError, ValidationError, control_characters
 from pools.models import GpuNodePool
 from pools.services.events import NORMAL, event_record
 
@@ -41,6 +41,8 @@ def alert_silence_create(*, user, pool: GpuNodePool, rule: str, until: datetime,
         errors.append(FieldError("reason", "say why, so the team knows when to lift it"))
     elif len(reason) > MAX_REASON:
         errors.append(FieldError("reason", f"must be at most {MAX_REASON} characters"))
+    elif problem := control_characters(reason, allowed="\n\t"):  # an escape sequence would steer the reader's terminal (the CLI's events)
+        errors.append(FieldError("reason", problem))
     if errors:
         raise ValidationError(errors)
     title = RULES_BY_REASON[rule].title

@@ -211,14 +211,14 @@ class PoolForm(ScalingFields, AlertFields):
     def add_spec_errors(self, error: ValidationError) -> None:
         """Show each spec error beside its field (or its row section)."""
         for item in error.errors:
-            field = FIELD_FOR_PATH.get(item.field) or FIELD_FOR_PATH.get(re.sub(r"\[\d+\]$", "", item.field))
+            field = FIELD_FOR_PATH.get(item.field) or FIELD_FOR_PATH.get(re.sub(r"\[[0-9]+\]$", "", item.field))
             if field in self.fields:
                 self.add_error(field, item.message)
                 continue
             for prefix, kind in ROW_PREFIXES:
                 if item.field.startswith(prefix):
                     where = item.field[len(prefix) :].lstrip(".")
-                    match = re.match(r"\[(\d+)\]\.?(.*)", where)
+                    match = re.match(r"\[([0-9]+)\]\.?(.*)", where)
                     label = f"row {int(match.group(1)) + 1} {match.group(2)}".strip() if match else where
                     self.row_errors[kind].append(f"{label}: {item.message}" if label else item.message)
                     break

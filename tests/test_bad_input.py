@@ -21,9 +21,11 @@ web (session + CSRF)
   POST /logout/ takes no input
   reads with query strings: /pools/ /pools/new/row/ (the htmx row) /pods/ /orders/ /audit/
   /costs/ /costs/budgets/                                                here
+  POST /pools/new/preview/?pool=NAME (the form's YAML)                   here (hostile names: 404)
   budgets: a pool's budget is `spec.budget` (form `budget_monthly`, API `spec.budget.monthly`),
-  covered with the pools; team budgets have no web or API write path
-  (billing.budgets.budget_team_set).
+  covered with the pools; finance's forms: POST /costs/budgets/teams/new/  here,
+  /costs/budgets/pools/<name>/ and .../teams/<slug>/    tests/billing/test_budget_sources.py
+  (team budgets have no API write path).
 REST API /api/v1/
   POST /pools/ (JSON, YAML)                                              here, tests/pools/test_security.py
   PUT and PATCH /pools/<name>/ (JSON, YAML), POST /pools/<name>/scale/, DELETE /pools/<name>/   here
@@ -35,6 +37,7 @@ REST API /api/v1/
   POST /auth/token/                                                      tests/test_bad_input_agent.py
   GET /costs/, /pools/, /pods/, /orders/ filters                         here, tests/pools/test_security.py
   every operation with generated input                                   tests/test_api_fuzz.py
+  bodies that are no mapping, unknown fields, keys given twice, non-ASCII digits   tests/test_bad_input_bodies.py
 node-agent API /api/agent/v1/
   POST join-tokens/, join/, credential/rotate/, reports/                 tests/test_bad_input_agent.py,
                                                                          tests/monitoring/test_agent_api_fuzz.py
@@ -62,7 +65,7 @@ from pools.core.documents import dump_yaml
 from pools.models import Node
 from pools.models.cloud import SimMachine
 from pools.models.repair import RepairApproval
-from pools.services import pools as services
+from tests import bad_input_world
 from tests.conftest import make_document
 from tests.corpus import (
     BAD_IDS,
@@ -83,51 +86,23 @@ from tests.corpus import (
     SCALES,
     SCRIPT,
     SQL,
+    TEAM_BUDGET_FORM,
+    TEAM_BUDGETS,
     YAML_CORPUS,
     api_fields,
     db_state,
     escaped,
-    once_per_module,
-    people,
     pod_document,
-    token_client,
 )
-from tests.pools.pod_helpers import pool_with_nodes, submit
 
 pytestmark = pytest.mark.django_db
+
+# The shared world's fixtures (pytest finds them as this module's names).
+world, api, browser = bad_input_world.world, bad_input_world.api, bad_input_world.browser
 
 
 def flashed(response) -> list[str]:
     return [str(m) for m in get_messages(response.wsgi_request)]
-
-
-def _build() -> dict:
-    actors = people()
-    pool = pool_with_nodes(actors["lead"])
-    ordered = services.pool_create(user=actors["lead"], document=make_document("ordered-pool"))
-    submit(actors["lead"], "good-pod")
-    return {"actors": actors, "pool": pool, "order": ordered.orders.get(), "node": pool.nodes.order_by("name").first()}
-
-
-@pytest.fixture(scope="module")
-def world(django_db_setup, django_db_blocker):
-    """The conftest actors, the lead's pool with two Ready nodes (no order), a pool whose order is
-    Pending, a pod: built once for the module (each test rolls back to it)."""
-    yield from once_per_module(django_db_blocker, _build)
-
-
-@pytest.fixture
-def api(world):
-    return lambda role: token_client(world["actors"][role])
-
-
-@pytest.fixture
-def browser(client, world):
-    def login(role):
-        client.force_login(world["actors"][role])
-        return client
-
-    return login
 
 
 # --- web: the pool form (create and edit), with htmx label/taint rows ------------------------
@@ -339,6 +314,8 @@ def test_deleting_by_a_hostile_name_is_a_404_everywhere(api, browser, world, cas
     for url in (f"/pools/{name}/", f"/pods/algorithm/{name}/", f"/pools/train-pool-a/nodes/{name}/"):
         page = client.get(url)
         assert page.status_code == 404 and escaped(page), url
+    preview = client.post(f"/pools/new/preview/?pool={name}")  # a name in the query string, not the path
+    assert preview.status_code == 404 and escaped(preview)
     assert db_state() == before
 
 
@@ -492,6 +469,7 @@ def test_hostile_filters_on_every_listing_are_harmless(api, browser, world, case
         ("/costs/budgets/", {"team": value}),
         ("/pools/", {"q": value, "team": value, "gpu_model": value, "sort": value, "page": value}),
         ("/pools/new/row/", {"kind": value}),
+        ("/pools/new/", {"team": value, "gpu_model": value, "node_type": value}),  # a Pending pod's hint's prefill
     ):
         response = page.get(url, params)
         assert response.status_code == 200 and escaped(response), url
@@ -519,3 +497,15 @@ def test_bad_cost_queries_are_a_400_naming_the_parameter_and_the_page_shows_it(a
         html = page.get("/costs/", params)
         assert html.status_code == 200 and escaped(html)
         assert any(e.field == field for e in html.context["errors"])
+
+
+@pytest.mark.parametrize("case", sorted(TEAM_BUDGETS))
+def test_finance_s_team_budget_form_refuses_bad_input_beside_the_field(browser, world, case):
+    fields, where = TEAM_BUDGETS[case]
+    client = browser("finance")
+    before = db_state()
+    response = client.post("/costs/budgets/teams/new/", {**TEAM_BUDGET_FORM, **fields})
+    assert response.status_code == 400, response.content[:300]
+    assert response.context["form"].errors.get(where), response.context["form"].errors
+    assert escaped(response)
+    assert db_state() == before

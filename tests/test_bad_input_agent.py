@@ -252,3 +252,35 @@ def test_hostile_usernames_sign_nobody_in(client, actors, username):
     token = client.post("/api/v1/auth/token/", {"username": username, "password": "x"}, REMOTE_ADDR="10.7.7.8")
     assert token.status_code == 400 and token.json()["errors"]
     assert db_state() == before
+
+
+@pytest.mark.parametrize("body", [b"null", b"[]", b"0", b'""', b"false", b'{"node": "train-pool-a-0", "bogus": 1}'],
+                         ids=["null", "empty-list", "zero", "empty-string", "false", "unknown-field"])  # fmt: skip
+def test_a_rotation_whose_body_is_not_a_mapping_of_its_fields_keeps_the_credential(agent, body):
+    """`null`, `[]`, `0` were taken for an empty body (`request.data or {}`) and rotated it."""
+    before = db_state()
+    response = agent.post(AGENT + "credential/rotate/", body, content_type="application/json")
+    assert response.status_code == 400, response.content[:300]
+    assert api_fields(response) == (["bogus"] if b"bogus" in body else [""])
+    assert db_state() == before
+
+
+@pytest.mark.parametrize("ttl", ["٣٦٠٠", "3_600", "３６００"])
+def test_a_join_token_ttl_in_other_digits_mints_nothing(api, node, ttl):
+    client = api("admin")
+    before = db_state()
+    response = client.post(AGENT + "join-tokens/", {"node": "train-pool-a-0", "ttlSeconds": ttl}, format="json")
+    assert response.status_code == 400 and api_fields(response) == ["ttlSeconds"], response.content[:300]
+    assert db_state() == before
+
+
+def test_a_lone_surrogate_in_a_report_is_a_400_naming_where(agent, node):
+    """`"\\ud800"` is no text (half of a surrogate pair): the fast path hands it to DRF's, which refuses it."""
+    import json
+
+    body = json.dumps({"reports": [_report(gpus=[_gpu(name="A100\ud800")])]})
+    before = db_state()
+    response = agent.post(AGENT + "reports/", body.encode(), content_type="application/json")
+    assert response.status_code == 400, response.content[:300]
+    assert api_fields(response) == ["reports[0].gpus[0].name"]
+    assert db_state() == before

@@ -302,3 +302,24 @@ def test_a_local_file_too_deep_or_with_an_impossible_date_has_no_readable_name()
     assert _document_name(b"[" * 20000) == ""
     assert _document_name(b"metadata: {name: train-pool-a}\ncreated: 2026-02-30\n") == ""
     assert _document_name(b"metadata: {name: train-pool-a}\n") == "train-pool-a"
+
+
+def test_pod_list_with_an_unknown_phase_is_one_line_naming_phase(ebcloud, served):
+    """The API answered 200 [] ("No resources found."), as if no pod were in that phase."""
+    served("member")
+    line = refused(ebcloud("pod", "list", "--phase", "foo"), "phase: must be one of")
+    assert "Pending" in line and "Running" in line
+
+
+@pytest.mark.parametrize("verb", ["create", "apply"])
+@pytest.mark.parametrize(("text", "path"), [
+    (dump_yaml(make_document("dupy-a")).replace("  nodeType: GPU_8_CARD\n", "  nodeType: GPU_8_CARD\n  nodeType: GPU_4_CARD\n"), "spec.nodeType"),
+    (json.dumps(make_document("dupj-a")).replace('"name": "dupj-a"', '"name": "dupj-a", "name": "dupj-b"'), "metadata.name"),
+], ids=["yaml-node-type", "json-name"])  # fmt: skip
+def test_a_file_with_a_key_given_twice_is_one_line_naming_its_path(ebcloud, served, tmp_path, verb, text, path):
+    """The last one won: GPU_4_CARD nodes, or pool dupj-b, created from a file that also said otherwise."""
+    served("lead")
+    before = db_state()
+    line = refused(ebcloud("node-pool", verb, "-f", write(tmp_path, text)), f"{path}: duplicate key")
+    assert "at line" in line
+    assert db_state() == before

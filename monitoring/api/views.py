@@ -21,26 +21,27 @@ from monitoring.report_parse import batch_parse
 from pools.api.errors import declared_length, error_response, exception_handler
 from pools.api.machine_views import MachineView
 from pools.api.parsers import BodyJSONParser
-from pools.api.serializers import ErrorSerializer
+from pools.api.serializers import BodySerializer, ErrorSerializer, WholeNumberField
 from pools.core.errors import ConflictError, FieldError
 from pools.core.errors import ValidationError as DomainValidationError
+from pools.core.json_loading import refuse_lone_surrogates
 from pools.core.nesting import json_too_deep
 from pools.models import Node
 
 ERROR = OpenApiResponse(ErrorSerializer, description='`{"errors": [{"field", "message"}]}`')
 
 
-class JoinTokenCreateSerializer(serializers.Serializer):
+class JoinTokenCreateSerializer(BodySerializer):
     node = serializers.CharField(max_length=100)
-    ttlSeconds = serializers.IntegerField(required=False, min_value=60, max_value=7 * 24 * 3600)  # noqa: N815
+    ttlSeconds = WholeNumberField(required=False, min_value=60, max_value=7 * 24 * 3600)  # noqa: N815
 
 
-class JoinSerializer(serializers.Serializer):
+class JoinSerializer(BodySerializer):
     token = serializers.CharField(max_length=100)
     node = serializers.CharField(max_length=100)
 
 
-class NodeOptionalSerializer(serializers.Serializer):
+class NodeOptionalSerializer(BodySerializer):
     node = serializers.CharField(max_length=100, required=False)
 
 
@@ -93,7 +94,7 @@ class CredentialRotateView(_AgentView):
     @extend_schema(request=NodeOptionalSerializer, responses={200: inline_serializer("AgentCredentialRotated", {
         "node": serializers.CharField(), "credential": serializers.CharField()}), 400: ERROR, 401: ERROR, 403: ERROR, 409: ERROR})
     def post(self, request):
-        data = _valid(NodeOptionalSerializer, request.data or {})
+        data = _valid(NodeOptionalSerializer, request.data)  # `null` or `[]` is no empty body
         credential, secret = services.credential_rotate(credential=request.auth, node_name=data.get("node"))
         return Response({"node": credential.node.name, "credential": secret})
 
@@ -118,13 +119,16 @@ def _acked(result: services.IngestResult) -> dict:
 
 
 def _body(request):
-    """The JSON body as DRF's JSONParser reads it (UTF-8, no NaN or Infinity; too deep:
-    BodyJSONParser's 400), or None where DRF would answer an error."""
+    """The JSON body as DRF's JSONParser reads it (UTF-8, no NaN or Infinity; too deep or a
+    lone surrogate: BodyJSONParser's 400), or None where DRF would answer an error."""
     try:
         if json_too_deep(request.body, settings.EBCLOUD_MAX_DOCUMENT_DEPTH):
             return None
-        return drf_json.loads(request.body.decode("utf-8"))
-    except ValueError:
+        text = request.body.decode("utf-8")
+        document = drf_json.loads(text)
+        refuse_lone_surrogates(text, document)
+        return document
+    except (ValueError, DomainValidationError):
         return None
 
 

@@ -16,6 +16,7 @@ from monitoring import selectors as monitoring_selectors
 from monitoring import silences
 from monitoring.models import AlertSilence
 from pools.api.pod_views import UNSUPPORTED
+from pools.api.serializers import BodySerializer
 from pools.api.views import _errors
 from pools.core.alerting import RULES
 from pools.selectors import pools as selectors
@@ -23,10 +24,20 @@ from pools.selectors import pools as selectors
 RULE_CHOICES = [info.reason for info in RULES]
 
 
-class AlertSilenceSerializer(serializers.Serializer):
+class AsciiDateTimeField(serializers.DateTimeField):
+    """DRF's DateTimeField, in the digits 0-9 only: Django's parser reads other scripts' digits
+    (`٢٠٢٦-...` was 2026) with `\\d` and `int()`."""
+
+    def to_internal_value(self, value):
+        if isinstance(value, str) and not value.isascii():
+            raise serializers.ValidationError("must be an ISO 8601 date and time in the digits 0-9, e.g. 2026-12-01T08:00:00Z")
+        return super().to_internal_value(value)
+
+
+class AlertSilenceSerializer(BodySerializer):
     id = serializers.IntegerField(read_only=True)
     rule = serializers.ChoiceField(choices=RULE_CHOICES, help_text="The alert rule silenced, as its events name it")
-    until = serializers.DateTimeField(help_text="Until when nobody is told (UTC); at most 90 days ahead")
+    until = AsciiDateTimeField(help_text="Until when nobody is told (UTC); at most 90 days ahead")
     reason = serializers.CharField(max_length=silences.MAX_REASON, help_text="Why, for the team")
     createdBy = serializers.CharField(source="created_by.username", read_only=True, default=None)
     createdAt = serializers.DateTimeField(source="created_at", read_only=True)
@@ -52,7 +63,7 @@ class PoolAlertSilenceListView(APIView):
         pool = _pool(request, name)
         if not silences.may_silence(request.user, pool):
             raise PermissionDenied("only the team's leads and platform admins silence its pools' alerts")
-        body = AlertSilenceSerializer(data=request.data if isinstance(request.data, dict) else {})
+        body = AlertSilenceSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         silence = silences.alert_silence_create(user=request.user, pool=pool, now=timezone.now(), **body.validated_data)
         return Response(AlertSilenceSerializer(silence).data, status=status.HTTP_201_CREATED)

@@ -6,7 +6,12 @@ auth token and the agent endpoints included) comes through here.
 - Nesting deeper than `EBCLOUD_MAX_DOCUMENT_DEPTH` is refused (400, the field is the path down
   to where it was crossed) by a scan linear in the size before `json.loads` recurses
   (pools/core/nesting.py); YAML is bounded while it is read (pools/core/yaml_loading.py).
+- A key given twice in one object or mapping is refused (400, the field is the key's path), as
+  Kubernetes' strict field validation does, in the API's JSON (pools/core/json_loading.py) and
+  YAML (pools/core/yaml_loading.py): the last one no longer wins in silence.
 - `application/yaml` bodies, so `curl --data-binary @pool.yaml` works like JSON.
+- `application/merge-patch+json` (RFC 7386, what `kubectl patch --type merge` sends) where a
+  view takes merge patches (PATCH of a pool).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from rest_framework.parsers import JSONParser as DRFJSONParser
 from rest_framework.utils import json
 
 from pools.core.documents import load_yaml
+from pools.core.json_loading import loads_unique_keys, refuse_lone_surrogates
 from pools.core.nesting import json_check_depth
 
 
@@ -56,20 +62,37 @@ class BodyJSONParser(DRFJSONParser):
             raise ParseError(f"JSON parse error - {exc}") from exc
         json_check_depth(text, max_depth=settings.EBCLOUD_MAX_DOCUMENT_DEPTH)
         try:
-            return json.loads(text, parse_constant=json.strict_constant if self.strict else None)
+            return self.loads(text)
         except ValueError as exc:
             raise ParseError(f"JSON parse error - {exc}") from exc
+
+    def loads(self, text: str):
+        document = json.loads(text, parse_constant=json.strict_constant if self.strict else None)
+        refuse_lone_surrogates(text, document)  # `"\ud800"` is no text: a 500 where it was stored
+        return document
 
 
 class JSONParser(BodyJSONParser):
     """Documents (pools, pods, patches) and every other API body: at most
-    `EBCLOUD_MAX_SPEC_BYTES`, refused like a YAML document over it (400)."""
+    `EBCLOUD_MAX_SPEC_BYTES`, refused like a YAML document over it (400), and no key twice in
+    an object. (The agents' and kube-scheduler's bodies, BodyJSONParser, are written by
+    programs' JSON encoders, and the agents' reports have a parser of their own.)"""
 
     def max_bytes(self) -> int:
         return settings.EBCLOUD_MAX_SPEC_BYTES
 
     def too_large(self, limit: int) -> APIException:
         return ParseError(f"the document is larger than {limit} bytes")
+
+    def loads(self, text: str):
+        return loads_unique_keys(text, parse_constant=json.strict_constant if self.strict else None)
+
+
+class MergePatchJSONParser(JSONParser):
+    """RFC 7386's media type: JSON, read as JSON; offered by the views whose PATCH applies a
+    JSON merge patch, so `kubectl patch --type merge` is not a 415."""
+
+    media_type = "application/merge-patch+json"
 
 
 class YAMLParser(BaseParser):

@@ -16,7 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from pools import roles
-from pools.api.serializers import ErrorSerializer, _iso
+from pools.api.serializers import BodySerializer, ErrorSerializer, WholeNumberField, _iso
 from pools.api.views import _errors, query_param
 from pools.models.pods import Pod
 from pools.selectors import pools as selectors
@@ -68,7 +68,7 @@ def pod_representation(pod: Pod) -> dict[str, Any]:
 
 class PodStatusSerializer(serializers.Serializer):
     phase = serializers.ChoiceField(choices=Pod.Phase.choices)
-    reason = serializers.CharField(allow_blank=True, help_text="Unschedulable, Preempted, NodeLost, Scheduled, Completed")
+    reason = serializers.CharField(allow_blank=True, help_text="Unschedulable, Preempted, Evicted, NodeLost, TaintManagerEviction, Scheduled, Completed")
     nodeName = serializers.CharField(allow_null=True)
     pool = serializers.CharField(allow_null=True)
     gpuIndices = serializers.ListField(child=serializers.IntegerField(min_value=0, max_value=64))
@@ -112,7 +112,8 @@ class PodListView(APIView):
 
     @extend_schema(parameters=POD_FILTERS, responses={200: PodSerializer(many=True), **_errors(400, 401)}, operation_id="pods_list")
     def get(self, request):
-        filters = pod_services.PodFilters(namespace=query_param(request, "namespace"), phase=query_param(request, "phase"), team=query_param(request, "team"))
+        phase = query_param(request, "phase", choices=Pod.Phase.values)
+        filters = pod_services.PodFilters(namespace=query_param(request, "namespace"), phase=phase, team=query_param(request, "team"))
         return Response([pod_representation(p) for p in pod_services.pods_for_user(user=request.user, filters=filters)])
 
     @extend_schema(
@@ -158,8 +159,8 @@ class FragmentationSerializer(serializers.Serializer):
     started = serializers.ListField(child=serializers.CharField(), required=False, help_text="Waiting pods an apply of the share packing started")
 
 
-class ApplySerializer(serializers.Serializer):
-    maxNodes = serializers.IntegerField(required=False, min_value=1, max_value=100, help_text="Disruption budget: nodes drained at once (default 1)")
+class ApplySerializer(BodySerializer):
+    maxNodes = WholeNumberField(required=False, min_value=1, max_value=100, help_text="Disruption budget: nodes drained at once (default 1)")
     shares = serializers.BooleanField(required=False, default=False, help_text="Apply the plan's second part instead: pack the GPU shares into fewer GPUs (shareMoves), freeing whole GPUs")
 
 
@@ -192,7 +193,7 @@ class PoolFragmentationApplyView(APIView):
         operation_id="pools_fragmentation_apply",
     )
     def post(self, request, name: str):
-        body = ApplySerializer(data=request.data if isinstance(request.data, dict) else {})
+        body = ApplySerializer(data=request.data)
         body.is_valid(raise_exception=True)
         pool = selectors.pool_get(user=request.user, name=name)
         applied = fragmentation_service.repack_apply(user=request.user, pool=pool, max_nodes=body.validated_data.get("maxNodes", 1), shares=body.validated_data["shares"])
@@ -228,7 +229,7 @@ class ClusterFragmentationApplyView(APIView):
         operation_id="fragmentation_apply",
     )
     def post(self, request):
-        body = ApplySerializer(data=request.data if isinstance(request.data, dict) else {})
+        body = ApplySerializer(data=request.data)
         body.is_valid(raise_exception=True)
         applied = fragmentation_service.repack_apply(user=request.user, pool=None, max_nodes=body.validated_data.get("maxNodes", 1), shares=body.validated_data["shares"])
         return Response(fragmentation_service.report_document(applied))

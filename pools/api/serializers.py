@@ -7,11 +7,17 @@ creationTimestamp) and a `status` block, like a Kubernetes object. Input is vali
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rest_framework import serializers
+from rest_framework.fields import empty
+from rest_framework.settings import api_settings
 
+from pools.core.numbers import is_whole_number
 from pools.models import GpuNodePool, Node, PoolEvent, PoolOrder
+
+NOT_A_MAPPING = "the request body must be a mapping (a JSON object)"
 
 
 def _iso(value) -> str | None:
@@ -84,9 +90,42 @@ class PoolSerializer(serializers.Serializer):
     status = PoolStatusSerializer(read_only=True)
 
 
-class PoolScaleSerializer(serializers.Serializer):
-    min = serializers.IntegerField(required=False, min_value=0, max_value=10000)
-    max = serializers.IntegerField(required=False, min_value=1, max_value=10000)
+def body_fields_check(data: Any, known: Iterable[str]) -> Mapping:
+    """A request body that is a mapping of known fields, else a 400: a list, `null`, a string or
+    a number is not taken for an empty body (which ran a repack with its defaults), and an
+    unknown field is named (a typo such as `maxnodes` would otherwise be dropped silently), as
+    the documents' validators name theirs."""
+    if not isinstance(data, Mapping):
+        raise serializers.ValidationError({api_settings.NON_FIELD_ERRORS_KEY: [NOT_A_MAPPING]})
+    known = set(known)
+    unknown = {str(key): ["unknown field"] for key in data if key not in known}
+    if unknown:
+        raise serializers.ValidationError(unknown)
+    return data
+
+
+# The serializer of a request body: a mapping whose every field is one of its own. (A comment,
+# not a docstring: the schema would give it to every subclass as its description.)
+class BodySerializer(serializers.Serializer):
+    def run_validation(self, data=empty):
+        if data is not empty:
+            body_fields_check(data, self.fields)
+        return super().run_validation(data)
+
+
+class WholeNumberField(serializers.IntegerField):
+    """DRF's IntegerField, but a string must be ASCII digits (with a sign): DRF's `int()` read
+    `"٣"` as 3 and `"1_0"` as 10 (pools/core/numbers.py)."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, str) and not is_whole_number(data, signed=True):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class PoolScaleSerializer(BodySerializer):
+    min = WholeNumberField(required=False, min_value=0, max_value=10000)
+    max = WholeNumberField(required=False, min_value=1, max_value=10000)
 
 
 class OrderSerializer(serializers.ModelSerializer):

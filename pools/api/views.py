@@ -18,6 +18,7 @@ from rest_framework import status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from pools.api.parsers import MergePatchJSONParser
 from pools.api.serializers import (
     DiagnosisSerializer,
     ErrorSerializer,
@@ -27,9 +28,11 @@ from pools.api.serializers import (
     OrderSerializer,
     PoolScaleSerializer,
     PoolSerializer,
+    body_fields_check,
     pool_representation,
 )
 from pools.core.errors import ValidationError
+from pools.core.numbers import parse_whole_number
 from pools.models import GpuNodePool, PoolOrder
 from pools.selectors import diagnose as diagnose_service
 from pools.selectors import pools as selectors
@@ -80,7 +83,7 @@ POOL_FILTERS = [
     update=extend_schema(request=PoolSerializer, responses={200: PoolSerializer, **_errors(400, 401, 403, 404, 409)}),
     partial_update=extend_schema(
         request=OpenApiTypes.OBJECT,
-        description="JSON merge patch (RFC 7386) of the GpuNodePool document.",
+        description="JSON merge patch (RFC 7386) of the GpuNodePool document, as `application/merge-patch+json` (what `kubectl patch --type merge` sends), `application/json` or `application/yaml`.",
         responses={200: PoolSerializer, **_errors(400, 401, 403, 404, 409)},
     ),
     destroy=extend_schema(responses={202: PoolSerializer, 204: None, **_errors(401, 403, 404, 409)}),
@@ -91,6 +94,15 @@ class PoolViewSet(viewsets.ViewSet):
     lookup_field = "name"
     lookup_value_regex = "[^/]+"
     serializer_class = PoolSerializer
+
+    def get_parsers(self):
+        """PATCH (a JSON merge patch) also takes RFC 7386's own media type,
+        `application/merge-patch+json`, which `kubectl patch --type merge` sends; the other
+        methods do not (a document is not a patch)."""
+        parsers = super().get_parsers()
+        if getattr(getattr(self, "request", None), "method", "") == "PATCH":
+            return [MergePatchJSONParser(), *parsers]
+        return parsers
 
     def list(self, request):
         filters = selectors.PoolFilters(
@@ -199,14 +211,15 @@ class OrderViewSet(viewsets.ViewSet):
     @action(detail=True, methods=["post"])
     def reject(self, request, pk=None):
         order = self._get(request, pk)
-        reason = request.data.get("reason", "") if isinstance(request.data, dict) else ""
+        reason = body_fields_check(request.data, OrderRejectSerializer().fields).get("reason", "")
         order = services.order_reject(user=request.user, order=order, reason=reason)
         return Response(OrderSerializer(self._get(request, order.pk)).data)
 
     @staticmethod
-    def _get(request, pk) -> PoolOrder:
+    def _get(request, pk: str | int) -> PoolOrder:
+        """The order of a path's id (ASCII digits: `1_0` and `١` are no ids) or of a known pk."""
         try:
-            order_id = int(pk)
-        except (TypeError, ValueError) as exc:
-            raise ValidationError("order ids are integers", field="id") from exc
+            order_id = pk if isinstance(pk, int) else parse_whole_number(pk)
+        except ValueError as exc:
+            raise ValidationError("order ids are whole numbers in the digits 0-9", field="id") from exc
         return selectors.order_get(user=request.user, order_id=order_id)

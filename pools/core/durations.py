@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-_PART = re.compile(r"(\d+)(h|m|s)")
+_PART = re.compile(r"([0-9]+)(h|m|s)")  # ASCII digits: `\d` took "٣٠s" for 30s (pools/core/numbers.py)
 _UNIT_SECONDS = {"h": 3600, "m": 60, "s": 1}
 
 

@@ -395,7 +395,7 @@ CUDA_MINOR_COMPAT_FLOOR: dict[int, str] = {11: "450.80.02", 12: "525.60.13", 13:
 
 
 def _version(text: str, what: str) -> tuple[int, ...]:
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)*)\s*", text or "")
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)*)\s*", text or "")  # ASCII: `\d` took "٥٣٥" for 535
     if match is None:
         raise ValueError(f"{what} {text!r} is not a dotted version such as 535.104.05")
     parts = tuple(int(p) for p in match.group(1).split("."))

@@ -351,8 +351,8 @@ def _parse_budget(check: Checker, value: Any) -> Budget | None:
     if "monthly" in entry:
         raw = entry["monthly"]
         try:
-            if isinstance(raw, bool) or not isinstance(raw, int | float | str):
-                raise InvalidOperation
+            if isinstance(raw, bool) or not isinstance(raw, int | float | str) or (isinstance(raw, str) and not raw.isascii()):
+                raise InvalidOperation  # Decimal() also reads other scripts' digits ("١٠٠")
             amount = Decimal(str(raw))
             if not amount.is_finite() or amount <= 0 or amount.as_tuple().exponent < -2:
                 raise InvalidOperation

@@ -14,8 +14,12 @@ event stream (libyaml's, in C, when PyYAML has it) that builds dicts, lists and 
 - Aliases are refused (no entity expansion, "billion laughs"), and so are merge keys (`<<`,
   only useful with aliases), collections as mapping keys and collection tags other than plain
   mappings and sequences (`!!set`, `!!omap`).
+- A key given twice in one mapping is refused, with its path (`metadata.name`): PyYAML keeps
+  the last one without a word, so `nodeType` written twice created the pool the reader of the
+  file did not see; Kubernetes refuses it (`mapping key "nodeType" already defined`).
 
-Errors are PyYAML's (`yaml.YAMLError`, with a mark) or, for nesting, a `ValidationError`.
+Errors are PyYAML's (`yaml.YAMLError`, with a mark) or, for nesting and duplicate keys, a
+`ValidationError`.
 Pure: no Django.
 """
 
@@ -39,6 +43,7 @@ from yaml.events import (
 from yaml.nodes import ScalarNode
 from yaml.scanner import ScannerError
 
+from pools.core.errors import ValidationError
 from pools.core.nesting import DEFAULT_MAX_DEPTH, format_path, too_deep
 
 NESTING_PROBLEM = "exceeded maximum nesting depth"  # libyaml's words, used for ours too
@@ -78,6 +83,11 @@ def load_all(text: str, *, max_depth: int = DEFAULT_MAX_DEPTH) -> list[Any]:
     except yaml.YAMLError:
         pass
     raise too_deep("", max_depth, where)
+
+
+def _duplicate_key(path: list, mark) -> ValidationError:
+    where = f"again at line {mark.line + 1}, column {mark.column + 1}"
+    return ValidationError(f"duplicate key: a key may appear only once in a mapping ({where})", field=format_path(path))
 
 
 def _scalars(parser):
@@ -186,6 +196,8 @@ def _build(text: str, max_depth: int) -> list[Any]:
             elif key is _NO_KEY:
                 if opened:
                     raise ConstructorError("while constructing a mapping", None, "found unhashable key", event.start_mark)
+                if value in current:
+                    raise _duplicate_key([*path, value if value.__class__ is str else str(value)], event.start_mark)
                 key = value
                 continue
             else:

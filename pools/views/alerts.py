@@ -23,6 +23,7 @@ from monitoring.models import AlertSilence
 from pools.alerts_form import SilenceForm
 from pools.core.alerting import RULES, RULES_BY_REASON, describe
 from pools.core.errors import ValidationError
+from pools.core.numbers import parse_whole_number
 from pools.selectors import pools as selectors
 from pools.views.base import htmx_render
 
@@ -65,7 +66,7 @@ def pool_alerts(request, name: str):
 
 def silence_end(request, pool, now):
     try:
-        silence = AlertSilence.objects.get(pk=int(request.POST["end"]), pool=pool)
+        silence = AlertSilence.objects.get(pk=parse_whole_number(request.POST["end"]), pool=pool)
     except (AlertSilence.DoesNotExist, ValueError):
         raise Http404("no such silence on this pool") from None
     if silences.alert_silence_end(user=request.user, silence=silence, now=now):

@@ -22,6 +22,7 @@ from django.views.decorators.http import require_http_methods
 from monitoring import services as monitoring_services
 from pools import roles
 from pools.core.errors import ConflictError, ValidationError
+from pools.core.numbers import parse_whole_number
 from pools.models import Node
 from pools.models.repair import RepairApproval
 from pools.providers.faults import gpu_fault_inject, simulated_cloud
@@ -36,7 +37,7 @@ ACTIONS = ("approve", "reject", "revoke", "join-token", "inject-fault")
 
 def _int(value: str | None, field: str) -> int:
     try:
-        return int(value or "")
+        return parse_whole_number(value or "", signed=True)
     except ValueError as exc:
         raise ValidationError("must be a whole number", field=field) from exc
 

@@ -19,6 +19,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from pools import roles
 from pools.core.documents import dump_yaml
 from pools.core.errors import Unavailable, ValidationError
+from pools.core.numbers import parse_whole_number
 from pools.models.pods import Pod
 from pools.selectors import pools as selectors
 from pools.selectors.disruption_budgets import budgets_guarding
@@ -231,7 +232,7 @@ def _apply(request, *, pool, back: str, page):
     again with the reason and a 400, so a script or a browser both see the refusal."""
     try:
         try:
-            max_nodes = int(request.POST.get("max_nodes", "1"))
+            max_nodes = parse_whole_number(request.POST.get("max_nodes", "1"), signed=True)
         except ValueError:
             raise ValidationError("must be a whole number", field="maxNodes") from None
         shares = request.POST.get("part") == "shares"

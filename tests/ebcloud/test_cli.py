@@ -450,3 +450,129 @@ def test_the_client_package_does_not_import_django():
         ).returncode
         == 0
     )
+
+
+# --- arguments the CLI refuses itself, before any request: one line, exit 1 --------------------
+
+OFFLINE = {"EBCLOUD_SERVER": "http://x.invalid", "EBCLOUD_TOKEN": "t"}
+
+
+@pytest.fixture
+def no_request(monkeypatch):
+    """Any request fails the test (its line would say so)."""
+
+    def request(self, method, path, **kwargs):
+        raise AssertionError(f"a request was made: {method} {path}")
+
+    monkeypatch.setattr("ebcloud.client.Client._request", request)
+
+
+@pytest.mark.parametrize(
+    ("args", "shown"),
+    [
+        (["pod", "get", "algorithm/.."], '".." is not a valid pod name'),
+        (["pod", "get", "../x"], '".." is not a valid namespace name'),
+        (["pod", "why", "algorithm/.."], '".." is not a valid pod name'),
+        (["pod", "delete", "algorithm/."], '"." is not a valid pod name'),
+        (["pdb", "get", "algorithm/.."], '".." is not a valid poddisruptionbudget name'),
+        (["pdb", "delete", "./x"], '"." is not a valid namespace name'),
+        (["node-pool", "get", "."], '"." is not a valid pool name'),
+        (["node-pool", "describe", ".."], '".." is not a valid pool name'),
+        (["node-pool", "delete", ".."], '".." is not a valid pool name'),
+        (["node-pool", "scale", ".", "--max", "3"], '"." is not a valid pool name'),
+        (["node-pool", "fragmentation", "..", "--apply"], '".." is not a valid pool name'),
+        (["node-pool", "get", ""], '"" is not a valid pool name'),
+    ],
+)
+def test_dot_segments_are_not_names_and_send_no_request(ebcloud, no_request, args, shown):
+    """The HTTP client resolved them: `pod get algorithm/..` printed the whole pod list."""
+    line = one_error_line(ebcloud(*args, env=OFFLINE))
+    assert shown in line and "DNS-1123" in line, line
+
+
+def test_apply_with_a_dot_name_in_the_file_sends_no_request(ebcloud, no_request, tmp_path):
+    path = tmp_path / "pool.yaml"
+    path.write_text(yaml.safe_dump(make_document(".")))
+    line = one_error_line(ebcloud("node-pool", "apply", "-f", str(path), env=OFFLINE))
+    assert '"." is not a valid pool name' in line
+
+
+@pytest.mark.parametrize("command", [["node-pool", "create"], ["node-pool", "apply"], ["pod", "create"], ["pdb", "create"]])
+def test_a_file_over_the_servers_request_limit_is_refused_after_reading_one_byte_past_it(ebcloud, no_request, tmp_path, command):
+    """`-f /dev/zero` was read whole until the OOM killer came."""
+    from ebcloud.common import MAX_BODY_BYTES
+
+    big = tmp_path / "big.yaml"
+    big.write_bytes(b"a: '" + b"y" * (3 * 1024 * 1024) + b"'\n")
+    line = one_error_line(ebcloud(*command, "-f", str(big), env=OFFLINE))
+    assert line == f"error: {big} is larger than 2 MiB ({MAX_BODY_BYTES} bytes), the most the server accepts"
+    piped = one_error_line(ebcloud(*command, "-f", "-", input=b"#" * (MAX_BODY_BYTES + 1), env=OFFLINE))
+    assert piped.startswith("error: stdin is larger than 2 MiB")
+
+
+def test_the_cli_limit_is_the_servers_request_limit(settings):
+    from ebcloud.common import MAX_BODY_BYTES
+
+    assert MAX_BODY_BYTES == settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+
+
+def test_a_file_at_the_limit_is_sent(ebcloud, monkeypatch, tmp_path):
+    from ebcloud.common import MAX_BODY_BYTES
+
+    sent = []
+    monkeypatch.setattr("ebcloud.client.Client.pod_create", lambda self, body, team="": sent.append(len(body)) or {})
+    path = tmp_path / "pod.yaml"
+    path.write_bytes(b"#" * (MAX_BODY_BYTES - 2) + b"\na")
+    assert ebcloud("pod", "create", "-f", str(path), env=OFFLINE).exit_code == 0
+    assert sent == [MAX_BODY_BYTES]
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [("http://[::1", "Invalid IPv6 URL"), ("http://host:99999", "Port out of range"), ("http://host:abc", "Port could not be cast")],
+)
+def test_a_server_url_the_parsers_refuse_is_one_line(ebcloud, no_request, url, problem):
+    """`http://[::1` was "unexpected ValueError: Invalid IPv6 URL"."""
+    line = one_error_line(ebcloud("login", "--server", url, "-u", "lead", "-p", "x"))
+    assert line.startswith(f"error: invalid server URL '{url}': {problem}") and "expected http://HOST[:PORT]" in line
+    line = one_error_line(ebcloud("node-pool", "list", env={"EBCLOUD_SERVER": url, "EBCLOUD_TOKEN": "t"}))
+    assert line.startswith(f"error: invalid server URL '{url}': {problem}")
+
+
+@pytest.mark.parametrize(
+    ("args", "shown"),
+    [
+        (["pod", "get", "algorithm/\udcff"], "'algorithm/\\xff'"),
+        (["order", "reject", "1", "--reason", "caf\udcc3"], "'caf\\xc3'"),
+        (["node-pool", "list", "--team", "\ud800"], "'\\ud800'"),
+    ],
+)
+def test_an_argument_that_is_not_utf8_is_one_line_naming_it(ebcloud, no_request, args, shown):
+    """Bytes that are not UTF-8 reach Python as surrogates: "unexpected UnicodeEncodeError"."""
+    line = one_error_line(ebcloud(*args, env=OFFLINE))
+    assert line == f"error: the argument {shown} is not valid UTF-8 text"
+
+
+def test_a_file_name_that_is_not_utf8_is_still_a_file_name(ebcloud, no_request, tmp_path):
+    missing = str(tmp_path) + "/\udcff.yaml"
+    result = ebcloud("pod", "create", "-f", missing, env=OFFLINE)
+    assert result.exit_code == 2 and "not valid UTF-8" not in result.stderr  # click: no such file
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["order", "approve", "١"], "'ID'"),
+        (["order", "get", "1_0"], "'ID'"),
+        (["order", "reject", "٣", "--reason", "r"], "'ID'"),
+        (["node-pool", "scale", "p", "--max", "٣"], "'--max'"),
+        (["node-pool", "scale", "p", "--min", "1_0"], "'--min'"),
+        (["node-pool", "fragmentation", "p", "--apply", "--max-nodes", "２"], "'--max-nodes'"),
+    ],
+)
+def test_numbers_in_other_digits_are_usage_errors(ebcloud, no_request, args, option):
+    """click read `١` as 1 with int(): `order approve ١` approved order 1."""
+    result = ebcloud(*args, env=OFFLINE)
+    assert result.exit_code == 2, (result.stdout, result.stderr)
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("Error: Invalid value for ") and option in last and "is not a valid integer" in last, last

@@ -13,6 +13,7 @@ from monitoring.models import AlertSilence
 from pools.models import PoolEvent
 from pools.services import pools as pool_services
 from tests.conftest import make_document
+from tests.corpus import TERMINAL_ESCAPES
 
 
 @pytest.fixture
@@ -102,3 +103,23 @@ def test_the_api_names_the_bad_field(watched, api):
     unknown = api("lead").post(url, {"rule": "Sometimes", "until": past, "reason": "x"}, format="json")
     assert unknown.status_code == 400 and unknown.json()["errors"][0]["field"] == "rule"
     assert api("other_lead").post(url, {"rule": "NodesNotReady", "until": past, "reason": "x"}, format="json").status_code == 404
+
+
+@pytest.mark.parametrize("reason", sorted(TERMINAL_ESCAPES.values()) + ["\x1b]0;PWNED\x07 ok", "a\x9bb", "late\x00"])
+def test_a_reason_with_control_characters_is_refused_on_the_api_and_the_page(watched, api, browser, reason):
+    """The reason goes into the pool's event, which the CLI prints: an escape sequence there
+    steers the reader's terminal. Refused as an order's reject reason is (tests/corpus.py REASONS)."""
+    until_at = (timezone.now() + timedelta(days=1)).isoformat()
+    response = api("lead").post("/api/v1/pools/watched-pool/alert-silences/", {"rule": "NodesNotReady", "until": until_at, "reason": reason}, format="json")
+    assert response.status_code == 400, response.content
+    assert [e["field"] for e in response.json()["errors"]] == ["reason"]
+    page = browser("lead").post("/pools/watched-pool/alerts/", {"rule": "NodesNotReady", "until": until(), "reason": reason})
+    assert page.status_code == 400 and "reason" in page.context["form"].errors
+    assert not AlertSilence.objects.exists()
+    assert not PoolEvent.objects.filter(pool=watched, reason="AlertSilenced").exists()
+
+
+def test_a_reason_may_span_lines(watched, api):
+    until_at = (timezone.now() + timedelta(days=1)).isoformat()
+    response = api("lead").post("/api/v1/pools/watched-pool/alert-silences/", {"rule": "NodesNotReady", "until": until_at, "reason": "rack move\n\tthen a reboot"}, format="json")
+    assert response.status_code == 201, response.content

@@ -230,3 +230,14 @@ def test_the_plan_lists_nodes_that_run_no_pods_as_free_already(api, actors):
     plan = api("lead").get("/api/v1/pools/train-pool-a/fragmentation/?plan=1").json()["plan"]
     assert plan["moves"] == [] and plan["freedNodes"] == []
     assert plan["emptyNodes"] == sorted({"train-pool-a-0", "train-pool-a-1", "train-pool-a-2"} - busy)
+
+
+@pytest.mark.parametrize("phase", ["Nope", "running", "Running ", "Pending,Running"])
+def test_an_unknown_phase_filter_is_a_400_naming_phase_and_the_phases(api, actors, phase):
+    """It was a 200 with no pods, as if none were in that phase; /pools/?phase= and
+    /orders/?status= already said which values there are."""
+    response = api("member").get("/api/v1/pods/", {"phase": phase})
+    assert response.status_code == 400, response.content
+    (error,) = response.json()["errors"]
+    assert error["field"] == "phase" and all(p in error["message"] for p in Pod.Phase.values), error
+    assert api("member").get("/api/v1/pods/", {"phase": "Running"}).status_code == 200

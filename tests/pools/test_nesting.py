@@ -323,3 +323,41 @@ def test_the_depth_limit_is_the_argument(parser):
 ])  # fmt: skip
 def test_json_depth_honours_strings_and_escapes(text, deep):
     assert json_too_deep(text.encode(), 5) is deep
+
+
+# --- a key twice in one mapping or object: refused with its path, as Kubernetes does ------------
+
+DUPLICATE_YAML = {
+    "top-level": ("spec: {}\nspec: {}\n", "spec", 2),
+    "nested-block": ("apiVersion: x\nmetadata:\n  name: a\n  labels: {}\n  name: b\n", "metadata.name", 5),
+    "flow-json-style": ('{"metadata": {"name": "dupj-a", "name": "dupj-b"}}', "metadata.name", 1),
+    "in-a-list": ("items:\n- a: 1\n  a: 2\n", "items[0].a", 3),
+    "int-keys": ("m:\n  1: x\n  1: y\n", "m.1", 3),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DUPLICATE_YAML))
+def test_the_loader_refuses_a_key_given_twice_naming_its_path_and_line(parser, case):
+    text, path, line = DUPLICATE_YAML[case]
+    with pytest.raises(ValidationError) as refused:
+        yaml_loading.load_all(text)
+    (error,) = refused.value.errors
+    assert error.field == path and error.message.startswith("duplicate key") and f"at line {line}," in error.message
+
+
+def test_the_loader_keeps_equal_keys_of_different_mappings_and_types(parser):
+    assert yaml_loading.load_all("a: {x: 1}\nb: {x: 2}\nc: {1: i, '1': s}\n") == [{"a": {"x": 1}, "b": {"x": 2}, "c": {1: "i", "1": "s"}}]
+
+
+@pytest.mark.parametrize(("text", "path"), [
+    ('{"metadata": {"name": "dupj-a", "name": "dupj-b"}}', "metadata.name"),
+    ('{"a": 1, "a": 1}', "a"),
+    ('[{"ok": 1}, {"spec": {"nodeType": "GPU_8_CARD", "nodeType": "GPU_4_CARD"}}]', "[1].spec.nodeType"),
+    ('{"a": {"x": 1, "x": 2}, "b": {"y": 1, "y": 2}}', "a.x"),  # the first in document order
+])  # fmt: skip
+def test_the_api_json_parser_refuses_a_key_given_twice_naming_its_path(text, path):
+    with pytest.raises(ValidationError) as refused:
+        JSONParser().parse(io.BytesIO(text.encode()), "application/json", {})
+    (error,) = refused.value.errors
+    assert (error.field, error.message) == (path, "duplicate key: a key may appear only once in an object")
+    assert JSONParser().parse(io.BytesIO(b'{"a": {"x": 1}, "b": {"x": 2}}'), "application/json", {}) == {"a": {"x": 1}, "b": {"x": 2}}

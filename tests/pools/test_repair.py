@@ -418,3 +418,10 @@ def test_a_cuda_release_missing_from_the_table_is_unknown_unless_the_driver_sett
 def test_versions_that_cannot_be_read_are_rejected(driver, cuda):
     with pytest.raises(ValueError):
         cuda_driver_condition(driver, cuda)
+
+
+@pytest.mark.parametrize(("driver", "cuda"), [("٥٣٥.١٠٤.٠٥", "12.4"), ("535.104.05", "١٢.٤"), ("５５０.54.14", "12.4")])
+def test_versions_are_written_in_ascii_digits(driver, cuda):
+    """`\\d` and int() read other scripts' digits: "٥٣٥.١٠٤" passed for driver 535.104 (unparseable: no condition)."""
+    with pytest.raises(ValueError):
+        cuda_driver_condition(driver, cuda)

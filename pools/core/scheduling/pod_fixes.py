@@ -31,6 +31,7 @@ from pools.core.scheduling.nodes import (
     Taint,
     Toleration,
     effective_taints,
+    go_int64,
     matches_affinity,
 )
 
@@ -206,9 +207,8 @@ def _label_for(req: NodeSelectorRequirement) -> tuple[str, str] | None:
     if req.operator == "Exists":
         return req.key, '""'
     if req.operator in ("Gt", "Lt") and req.values:
-        try:
-            bound = int(req.values[0])
-        except ValueError:
+        bound = go_int64(req.values[0])  # as the requirement is matched: "1_0" or "١٠" is no number
+        if bound is None:
             return None
         return req.key, f'"{bound + 1 if req.operator == "Gt" else bound - 1}"'
     return None
