@@ -184,7 +184,15 @@ def affinity_terms(stored: Mapping[str, Any]) -> tuple[tuple[NodeSelectorRequire
 
 
 def preferred_terms(stored: Mapping[str, Any]) -> tuple[tuple[int, tuple[NodeSelectorRequirement, ...]], ...]:
-    """The preferred node-affinity terms of a stored (validated) affinity, as (weight, term)."""
+    """The preferred node-affinity terms of a stored affinity, as (weight, term). Pods stored
+    before these terms were validated may hold anything there: such an item is skipped, so that
+    one old pod cannot stop the scheduler."""
     node_affinity = (stored or {}).get("nodeAffinity") or {}
-    return tuple((item["weight"], affinity_terms({"nodeAffinity": {_REQUIRED: {"nodeSelectorTerms": [item["preference"]]}}})[0])
-                 for item in node_affinity.get(_PREFERRED) or ())  # fmt: skip
+    terms = []
+    for item in node_affinity.get(_PREFERRED) or ():
+        if isinstance(item, dict) and isinstance(item.get("weight"), int) and isinstance(item.get("preference"), dict):
+            try:
+                terms.append((item["weight"], affinity_terms({"nodeAffinity": {_REQUIRED: {"nodeSelectorTerms": [item["preference"]]}}})[0]))
+            except (KeyError, TypeError, ValueError):  # a requirement that was never validated
+                continue
+    return tuple(terms)

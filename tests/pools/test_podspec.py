@@ -315,3 +315,13 @@ def test_preferred_terms_reach_the_scheduler_with_their_weights():
     assert [(weight, [(r.key, r.operator, r.values, r.field) for r in term]) for weight, term in pod.preferred_terms] == [
         (50, [("zone", "In", ("b",), False)]), (5, [("metadata.name", "NotIn", ("n1",), True)])]  # fmt: skip
     assert pod.affinity_terms == ()
+
+
+def test_preferred_terms_stored_before_they_were_validated_are_skipped_not_fatal():
+    from pools.core.pod_placement_spec import preferred_terms
+
+    stored = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 1, "preference": "a\x00b"}, "junk", {"weight": "high", "preference": {}},
+        {"weight": 2, "preference": {"matchExpressions": [{"key": "zone", "operator": "Like"}]}},
+        {"weight": 3, "preference": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]}}]}}  # fmt: skip
+    assert [weight for weight, _ in preferred_terms(stored)] == [3]
