@@ -74,16 +74,16 @@ def explain(pod: Pod, nodes: Sequence[NodeState]) -> Explanation:
     nodes = [node for node in nodes if may_use(pod, node)]
     node_reasons: dict[str, str] = {}
     reasons: Counter[str] = Counter()
-    verdicts: Counter[str] = Counter()  # per node, why preempting there cannot help (None: it can)
+    resolvable: list[NodeState] = []  # short only of what evicting pods could free
     for node in nodes:
         if (reason := static_filter_reason(pod, node)) is not None:
-            node_reasons[node.name], verdicts[NOT_HELPFUL] = reason, verdicts[NOT_HELPFUL] + 1
+            node_reasons[node.name] = reason
             reasons[reason] += 1
         elif short := insufficient_resources(pod, node):
             node_reasons[node.name] = short[0][0]
             reasons.update(reason for reason, _ in short)
-            verdict = NOT_HELPFUL if any(unresolvable for _, unresolvable in short) else None if victims_on(pod, node) else NO_VICTIMS
-            verdicts[verdict] += 1
+            if not any(unresolvable for _, unresolvable in short):
+                resolvable.append(node)
     available = len(nodes) - len(node_reasons)
     return Explanation(
         pod=pod.name,
@@ -91,22 +91,25 @@ def explain(pod: Pod, nodes: Sequence[NodeState]) -> Explanation:
         available=available,
         reasons=dict(reasons),
         node_reasons=node_reasons,
-        message=kube_message(len(nodes), available, dict(reasons), _preemption(pod, len(nodes), available, verdicts)),
+        message=kube_message(len(nodes), available, dict(reasons), _preemption(pod, len(nodes), available, resolvable)),
         hints=tuple(_hints(pod, nodes, node_reasons)) if node_reasons else (),
     )
 
 
-def _preemption(pod: Pod, node_count: int, available: int, verdicts: Counter) -> str:
+def _preemption(pod: Pod, node_count: int, available: int, resolvable: Sequence[NodeState]) -> str:
     """What kube-scheduler's DefaultPreemption says when it runs (no node fits) and fails: the
-    pod may not preempt, or no node has victims whose eviction would make room. Empty where it
-    would find victims (the scheduler then preempts) or did not run."""
+    pod may not preempt, or no node has victims whose eviction would make room (each node is
+    either "not helpful", where evicting cannot fix what keeps the pod off, or has none). Empty
+    where it would find victims (the scheduler then preempts) or did not run. The victims are
+    looked for only here, and only until a node has some."""
     if available or not node_count:
         return ""
     if not pod.may_preempt:
         return "not eligible due to preemptionPolicy=Never."
-    if verdicts[None]:
+    if any(victims_on(pod, node) for node in resolvable):
         return ""
-    return kube_message(node_count, 0, {reason: count for reason, count in verdicts.items() if reason})
+    verdicts = {NO_VICTIMS: len(resolvable), NOT_HELPFUL: node_count - len(resolvable)}
+    return kube_message(node_count, 0, {reason: count for reason, count in verdicts.items() if count})
 
 
 def _plural(n: int, word: str) -> str:
