@@ -72,7 +72,7 @@ def test_a_lead_creates_two_pools_an_admin_approves_and_the_nodes_come_up(browse
     lead_uploads_a_pool_as_yaml(lead)
     lead.goto("/pools/")
     table = lead.page.inner_text("#pool-table")
-    assert table.count("Pending") >= 2 and "OrderPending" in table
+    assert table.count("Pending") >= 2 and table.count("awaits approval by a platform admin") >= 2  # the pendingReason in words
     lead.shot("lead-04-pools-waiting")
 
     admin = browse("admin")
