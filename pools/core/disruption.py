@@ -127,6 +127,15 @@ def evictions(pods: Iterable[str], budgets: Sequence[DisruptionBudget], *, refus
     return evicted
 
 
+def refused(pods: Sequence[str], budgets: Sequence[DisruptionBudget]) -> list[str]:
+    """The pods the Eviction API would refuse if asked for these in this order (`evictions`'s
+    complement), in order: what a plan may not count on moving."""
+    if not budgets:
+        return []
+    evicted = set(evictions(pods, budgets))
+    return [pod for pod in pods if pod not in evicted]
+
+
 @dataclass(frozen=True)
 class BudgetPod:
     """A pod a budget selects, as the disruption controller counts it: `healthy` when Running

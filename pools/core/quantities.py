@@ -23,7 +23,6 @@ _MAX_TEXT = 100
 _EXACT = Context(prec=_MAX_TEXT + 2 * _MAX_EXPONENT)  # no rounding: 0.0015 and 0.0011 stay apart
 
 MIB = 2**20
-INT32_MAX = 2**31 - 1  # Kubernetes' int32 fields (IntOrString, HPA policy values) and the product's integer columns
 
 
 def parse_quantity(value: Any) -> Decimal:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pools.core.disruption import DisruptionBudget, evictions
+from pools.core.disruption import DisruptionBudget, refused
 from pools.core.scheduling.nodes import (
     NodeState,
     Pod,
@@ -61,7 +61,7 @@ def victims_on(pod: Pod, node: NodeState, budgets: Sequence[DisruptionBudget] = 
     if resource_filter_reason(pod, sim) is not None:
         return None
     victims = []
-    past_budget = _past_budget([b.pod.name for b in candidates], budgets)
+    past_budget = set(refused([b.pod.name for b in candidates], budgets))
     # Give pods back, least-wanted-to-evict first; each stays if the preemptor still fits.
     for binding in sorted(
         candidates, key=lambda b: (b.pod.name not in past_budget, b.pod.checkpointable, -b.pod.priority, b.pod.name)
@@ -71,11 +71,6 @@ def victims_on(pod: Pod, node: NodeState, budgets: Sequence[DisruptionBudget] = 
             sim.unbind(binding.pod.name)
             victims.append(binding.pod)
     return victims, best_fit_gpus(pod, sim.gpu_free) or ()
-
-
-def _past_budget(pods: Sequence[str], budgets: Sequence[DisruptionBudget]) -> set[str]:
-    """Which of these pods the Eviction API would refuse if all were evicted in this order."""
-    return set(pods).difference(evictions(pods, budgets)) if budgets else set()
 
 
 def preempt(pod: Pod, nodes: Sequence[NodeState], budgets: Sequence[DisruptionBudget] = ()) -> PreemptionPlan | None:
@@ -93,7 +88,7 @@ def preempt(pod: Pod, nodes: Sequence[NodeState], budgets: Sequence[DisruptionBu
             continue
         victims, gpus = found
         rank = (
-            len(_past_budget([v.name for v in victims], budgets)),
+            len(refused([v.name for v in victims], budgets)),
             sum(1 for v in victims if not v.checkpointable),
             max(v.priority for v in victims),
             sum(v.priority for v in victims),

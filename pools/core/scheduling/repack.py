@@ -40,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from pools.core.disruption import DisruptionBudget, evictions
+from pools.core.disruption import DisruptionBudget, refused
 from pools.core.scheduling.cluster import ClusterScheduler
 from pools.core.scheduling.fragmentation import FragmentationModel, Workload, workload_from_pods
 from pools.core.scheduling.nodes import (
@@ -203,8 +203,7 @@ def _budget_of(pod: str, budgets: Sequence[DisruptionBudget]) -> DisruptionBudge
 def _past_budget(moved: Sequence[str], budgets: Sequence[DisruptionBudget]) -> str | None:
     """The first of the ``moved`` pods that its disruption budget no longer lets go (each
     budget lets ``allowed`` of its pods go), or None."""
-    evicted = set(evictions(moved, budgets))
-    return next((name for name in moved if name not in evicted), None)
+    return next(iter(refused(moved, budgets)), None)
 
 
 def _greedy_plan(nodes, model: FragmentationModel, max_drained_nodes, why_pinned, budgets) -> RepackPlan:
