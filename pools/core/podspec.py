@@ -394,10 +394,7 @@ def core_pod(
         preemption_policy=preemption_policy or PREEMPT_LOWER_PRIORITY,
         checkpointable=checkpointable,
         labels=dict(labels or {}),
-        tolerations=tuple(
-            Toleration(t.get("key", ""), t.get("operator", "Equal") or "Equal", t.get("value", ""), t.get("effect", ""))
-            for t in tolerations or ()
-        ),
+        tolerations=tuple(Toleration.stored(t) for t in tolerations or ()),
         node_selector=dict(node_selector or {}),
         affinity_terms=affinity_terms(affinity or {}),
         preferred_terms=preferred_terms(affinity or {}),

@@ -66,6 +66,11 @@ class Toleration:
     value: str = ""
     effect: str = ""
 
+    @classmethod
+    def stored(cls, entry: Mapping[str, str]) -> Toleration:
+        """From a toleration as the product stores it (the Pod document's dict)."""
+        return cls(entry.get("key", ""), entry.get("operator", "Equal") or "Equal", entry.get("value", ""), entry.get("effect", ""))
+
     def tolerates(self, taint: Taint) -> bool:
         """Kubernetes ``Toleration.ToleratesTaint``: empty effect matches every effect, empty
         key matches every key, ``Exists`` ignores the value, ``Equal`` compares it."""

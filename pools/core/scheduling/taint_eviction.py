@@ -147,7 +147,7 @@ def timed_tolerations(stored: Iterable[Mapping[str, Any]]) -> tuple[TimedTolerat
         seconds = t.get(TOLERATION_SECONDS)
         if not isinstance(seconds, int) or isinstance(seconds, bool):
             seconds = None
-        toleration = Toleration(t.get("key", ""), t.get("operator", "Equal") or "Equal", t.get("value", ""), t.get("effect", ""))
+        toleration = Toleration.stored(t)
         result.append(TimedToleration(toleration, seconds))
     return tuple(result)
 
