@@ -9,10 +9,11 @@ from django import forms
 
 from pools.core.errors import ValidationError
 from pools.core.spec import MAX_MONTHLY_BUDGET
+from pools.views import form_fields
 
 
 class PoolBudgetForm(forms.Form):
-    monthly = forms.DecimalField(
+    monthly = form_fields.DecimalField(
         label="Monthly budget", required=False, min_value=Decimal("0.01"), max_value=MAX_MONTHLY_BUDGET,
         max_digits=14, decimal_places=2,
         help_text="Leave empty to use the pool's own budget again (its spec's, else the default)",
@@ -21,7 +22,7 @@ class PoolBudgetForm(forms.Form):
 
 class TeamBudgetForm(forms.Form):
     team = forms.ChoiceField(label="Team")
-    monthly = forms.DecimalField(
+    monthly = form_fields.DecimalField(
         label="Monthly budget", min_value=Decimal("0.01"), max_value=MAX_MONTHLY_BUDGET, max_digits=14, decimal_places=2,
         help_text="Everything the team is charged in a month, over all its pools",
     )  # fmt: skip

@@ -18,6 +18,7 @@ from django import forms
 from monitoring.silences import MAX_REASON
 from pools.core.alerting import MAX_WINDOW_S, RULES
 from pools.core.durations import format_duration
+from pools.views import form_fields
 
 ALERTS_SHOWN = "alerts_section"  # the form's hidden marker: the section was on the page (its unticked boxes mean off)
 
@@ -34,7 +35,7 @@ for _info in RULES:
     AlertFields.base_fields[_name(_info, "enabled")] = forms.BooleanField(label=f"{_info.title}: on", required=False, initial=True)
     if _info.threshold_field:
         unit = "%" if _info.threshold_field == "percent" else "nodes"
-        AlertFields.base_fields[_name(_info, "threshold")] = forms.IntegerField(
+        AlertFields.base_fields[_name(_info, "threshold")] = form_fields.IntegerField(
             label=f"{_info.title}: {'percent' if unit == '%' else 'at least (nodes)'}", required=False,
             initial=_info.default.threshold, min_value=_info.low, max_value=_info.high,
         )  # fmt: skip
@@ -90,7 +91,7 @@ def alerts_block(data: Mapping[str, Any], base: Mapping[str, Any] | None) -> dic
 
 class SilenceForm(forms.Form):
     rule = forms.ChoiceField(label="Alert", choices=[(info.reason, info.title) for info in RULES])
-    until = forms.DateTimeField(label="Silence until (UTC)", input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M"],
+    until = form_fields.DateTimeField(label="Silence until (UTC)", input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M"],
                                 widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"))  # fmt: skip
     reason = forms.CharField(label="Why", max_length=MAX_REASON,
                              help_text="e.g. planned maintenance of the storage; the team reads it on this page")  # fmt: skip

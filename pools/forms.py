@@ -37,6 +37,7 @@ from pools.scaling_form import (
     scaling_block,
     scaling_initial,
 )
+from pools.views import form_fields
 
 ROW_KINDS = ("label", "nodelabel", "taint")
 
@@ -82,8 +83,8 @@ class PoolForm(ScalingFields, AlertFields):
             "(e.g. cn-east-2b); same region only. Jobs there read their data across zones, which is billed per GB"
         ),
     )  # fmt: skip
-    min_nodes = forms.IntegerField(label="Minimum nodes (monthly baseline)", min_value=0)
-    max_nodes = forms.IntegerField(label="Maximum nodes", min_value=1)
+    min_nodes = form_fields.IntegerField(label="Minimum nodes (monthly baseline)", min_value=0)
+    max_nodes = form_fields.IntegerField(label="Maximum nodes", min_value=1)
     lease_type = forms.ChoiceField(label="Lease", choices=[(t, t.capitalize()) for t in LEASE_TYPES])
     system_image = forms.CharField(label="System image", max_length=128, initial="ubuntu-22.04-cuda-12.2")
     auto_repair = forms.BooleanField(label="Auto-repair broken nodes", required=False, initial=True)
@@ -93,8 +94,8 @@ class PoolForm(ScalingFields, AlertFields):
         label="Burst with on-demand nodes above the baseline", required=False,
         help_text="When pods queue: by the pool's scaling block (which turns this on), else GPU memory above 85% and more than 10 queued pods",
     )
-    burst_max_nodes = forms.IntegerField(label="Most burst nodes", min_value=0, required=False)
-    budget_monthly = forms.DecimalField(
+    burst_max_nodes = form_fields.IntegerField(label="Most burst nodes", min_value=0, required=False)
+    budget_monthly = form_fields.DecimalField(
         label="Monthly budget (CNY)", min_value=Decimal("0.01"), max_digits=14, decimal_places=2, required=False,
         help_text="Leave empty for the default: the monthly nodes' fee plus room for the on-demand nodes above them",
     )  # fmt: skip

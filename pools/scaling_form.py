@@ -17,6 +17,7 @@ from typing import Any
 from django import forms
 
 from pools.core.spec import MAX_POLICY_VALUE
+from pools.views import form_fields
 
 POLICY_TYPES = [("", "default"), ("Pods", "nodes"), ("Percent", "percent of the nodes")]
 DIRECTIONS = (("scale_up", "scaleUp"), ("scale_down", "scaleDown"))
@@ -30,21 +31,21 @@ class ScalingFields(forms.Form):
         label="Set the scaling rules", required=False,
         help_text="Off: a pool that bursts scales up above 85% GPU memory and more than 10 queued pods",
     )  # fmt: skip
-    memory_target = forms.IntegerField(label="Target GPU memory used (%)", min_value=1, max_value=100, required=False,
+    memory_target = form_fields.IntegerField(label="Target GPU memory used (%)", min_value=1, max_value=100, required=False,
                                        help_text="Above it the pool grows; blank: not a scaling metric")  # fmt: skip
-    queue_target = forms.IntegerField(label="Target queued pods", min_value=1, required=False,
+    queue_target = form_fields.IntegerField(label="Target queued pods", min_value=1, required=False,
                                       help_text="More pods waiting than this grows the pool; blank: not a scaling metric")  # fmt: skip
     combine = forms.ChoiceField(label="Grow when", required=False, choices=[("All", "every target is exceeded (AND)"), ("Any", "any target is exceeded (OR)")])
     scale_up_window = forms.CharField(label="Scale-up window", max_length=16, required=False, help_text="How long the need must last, e.g. 5m; blank: the defaults")
-    scale_up_value = forms.IntegerField(label="Add at most", min_value=1, max_value=MAX_POLICY_VALUE, required=False)
+    scale_up_value = form_fields.IntegerField(label="Add at most", min_value=1, max_value=MAX_POLICY_VALUE, required=False)
     scale_up_type = forms.ChoiceField(label="Unit (scale-up)", choices=POLICY_TYPES, required=False)
-    scale_up_period = forms.IntegerField(label="Every (seconds, scale-up)", min_value=1, required=False)
-    scale_up_tolerance = forms.FloatField(label="Scale-up tolerance", required=False, help_text="0 to 1: how far above its target a metric may be; blank: 0")
+    scale_up_period = form_fields.IntegerField(label="Every (seconds, scale-up)", min_value=1, required=False)
+    scale_up_tolerance = form_fields.FloatField(label="Scale-up tolerance", required=False, help_text="0 to 1: how far above its target a metric may be; blank: 0")
     scale_down_window = forms.CharField(label="Scale-down window", max_length=16, required=False, help_text="How long the pool must be quiet, e.g. 30m; blank: the defaults")
-    scale_down_value = forms.IntegerField(label="Remove at most", min_value=1, max_value=MAX_POLICY_VALUE, required=False)
+    scale_down_value = form_fields.IntegerField(label="Remove at most", min_value=1, max_value=MAX_POLICY_VALUE, required=False)
     scale_down_type = forms.ChoiceField(label="Unit (scale-down)", choices=POLICY_TYPES, required=False)
-    scale_down_period = forms.IntegerField(label="Every (seconds, scale-down)", min_value=1, required=False)
-    scale_down_tolerance = forms.FloatField(label="Scale-down tolerance", required=False, help_text="0 to 1: how far below its target; blank: 0")
+    scale_down_period = form_fields.IntegerField(label="Every (seconds, scale-down)", min_value=1, required=False)
+    scale_down_tolerance = form_fields.FloatField(label="Scale-down tolerance", required=False, help_text="0 to 1: how far below its target; blank: 0")
 
 
 SCALING_FIELD_NAMES = tuple(ScalingFields.base_fields)

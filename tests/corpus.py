@@ -247,6 +247,14 @@ FORM_CORPUS = {
     # a scaling policy's value is an int32 in HPA (2**70 was stored)
     "huge-scale-up-value": ({"scaling_custom": "on", "scale_up_type": "Pods", "scale_up_value": str(2**70), "scale_up_period": "60"}, "scale_up_value"),
     "beyond-int32-scale-down-value": ({"scaling_custom": "on", "scale_down_type": "Percent", "scale_down_value": str(2**31), "scale_down_period": "60"}, "scale_down_value"),
+    # other scripts' digits and underscores are numbers to Python, not to the API or the CLI
+    "arabic-indic-min": ({"min_nodes": "٣"}, "min_nodes"),
+    "fullwidth-max": ({"max_nodes": "５"}, "max_nodes"),
+    "underscore-max": ({"max_nodes": "1_0"}, "max_nodes"),
+    "devanagari-budget": ({"budget_monthly": "५००"}, "budget_monthly"),
+    "arabic-indic-burst": ({"burst_enabled": "on", "burst_max_nodes": "٢"}, "burst_max_nodes"),
+    "arabic-indic-target": ({"scaling_custom": "on", "memory_target": "٨٥", "queue_target": "10"}, "memory_target"),
+    "fullwidth-tolerance": ({"scaling_custom": "on", "memory_target": "85", "scale_up_tolerance": "０.５"}, "scale_up_tolerance"),
 }
 PATCHES = {
     "negative-min": ({"spec": {"nodeCount": {"min": -1}}}, "spec.nodeCount.min"),
@@ -348,6 +356,8 @@ TEAM_BUDGETS = {
     "script-currency": ({"currency": SCRIPT}, "currency"),
     "negative-monthly": ({"monthly": "-1"}, "monthly"),
     "huge-monthly": ({"monthly": "1e40"}, "monthly"),
+    "arabic-indic-monthly": ({"monthly": "١٠٠٠"}, "monthly"),
+    "underscore-monthly": ({"monthly": "1_000"}, "monthly"),
     "script-team": ({"team": SCRIPT}, "team"),
 }
 

@@ -59,6 +59,10 @@ def test_a_silence_in_the_past_or_without_a_reason_is_an_error_beside_the_field(
     assert too_far.status_code == 400 and too_far.context["form"].errors["until"] == ["must be at most 90 days ahead"]
     unknown = browser("lead").post("/pools/watched-pool/alerts/", {"rule": "Whatever", "until": until(), "reason": "x"})
     assert unknown.status_code == 400 and "rule" in unknown.context["form"].errors
+    foreign_digits = until().translate(str.maketrans("0123456789", "٠١٢٣٤٥٦٧٨٩"))  # strptime reads them
+    arabic = browser("lead").post("/pools/watched-pool/alerts/", {"rule": "NodesNotReady", "until": foreign_digits, "reason": "x"})
+    assert arabic.status_code == 400 and arabic.context["form"].errors["until"] == ["Enter a valid date/time."]
+    assert not AlertSilence.objects.exists()
 
 
 def test_members_get_403_and_another_team_404(watched, browser):

@@ -46,6 +46,9 @@ def test_a_bad_duration_is_shown_beside_its_field_and_nothing_is_written(browser
     assert response.status_code == 400
     assert response.context["form"].errors["alert_nodesNotReady_window"] == ["must be whole minutes from 1m to 168h"]
     assert db_state() == before
+    foreign = browser("lead").post("/pools/new/", {**FORM, **DEFAULTS, "alert_allocationHigh_threshold": "٩٠"})
+    assert foreign.status_code == 400 and foreign.context["form"].errors["alert_allocationHigh_threshold"] == ["Enter a whole number."]
+    assert db_state() == before
 
 
 def test_editing_shows_the_stored_rules_and_keeps_what_it_wrote(browser, actors):
