@@ -131,6 +131,7 @@ DOCUMENT_CORPUS = {
     "float-count": make_document("flt", nodeCount={"min": 1.5, "max": 2}),
     "null-spec": {"apiVersion": "ebcloud.io/v1", "kind": "GpuNodePool", "metadata": {"name": "x"}, "spec": None},
     "huge-budget": make_document("rich", budget={"monthly": "1e40"}),
+    "budget-in-a-currency-not-charged": make_document("usd", budget={"monthly": "100", "currency": "USD"}),
 }
 # The field path each document is refused for.
 DOCUMENT_FIELDS = {
@@ -143,6 +144,7 @@ DOCUMENT_FIELDS = {
     "float-count": "spec.nodeCount.min",
     "null-spec": "spec",
     "huge-budget": "spec.budget.monthly",
+    "budget-in-a-currency-not-charged": "spec.budget.currency",
 }
 
 
@@ -265,6 +267,7 @@ PATCHES = {
     "sql-taint": ({"spec": {"nodeTaints": [{"key": "pool", "value": SQL, "effect": "NoSchedule"}]}}, "spec.nodeTaints"),
     "negative-budget": ({"spec": {"budget": {"monthly": "-5"}}}, "spec.budget.monthly"),
     "huge-budget": ({"spec": {"budget": {"monthly": "1e40"}}}, "spec.budget.monthly"),
+    "budget-in-a-currency-not-charged": ({"spec": {"budget": {"monthly": "100", "currency": "USD"}}}, "spec.budget.currency"),
     "huge-policy-value": ({"spec": {"scaling": {"scaleUp": {"policies": [{"type": "Pods", "value": 2**70, "periodSeconds": 60}]}}}},
                           "spec.scaling.scaleUp.policies[0].value"),
     "renamed": ({"metadata": {"name": "other"}}, "metadata.name"),

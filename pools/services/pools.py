@@ -16,6 +16,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from billing import pricing
 from billing.budget_sync import budget_sync_pool
 from pools import roles
 from pools.core.documents import merge_patch, split_server_fields
@@ -44,6 +45,7 @@ def pool_create(*, user, document: Any, team_slug: str = "", now: datetime | Non
     if GpuNodePool.objects.active().filter(name=spec.name).exists():
         raise ConflictError(f"a pool named {spec.name!r} already exists")
     refs = _Refs(spec)
+    _check_budget_currency(spec, refs, now=now)
     quote = _quote(spec, refs, nodes=spec.min_nodes, now=now) if spec.min_nodes else None
     try:
         with transaction.atomic():
@@ -91,6 +93,8 @@ def pool_update(*, user, pool: GpuNodePool, document: Any, now: datetime | None 
         raise ValidationError(errors)
     _check_sharing(spec, pool.team)
     refs = _Refs(spec)
+    if spec.budget != old.budget:  # an unchanged budget never blocks a resize
+        _check_budget_currency(spec, refs, now=now)
     ordered = ordered_baseline(pool=pool)
     grow = max(0, spec.min_nodes - ordered)
     quote = _quote(spec, refs, nodes=grow, now=now) if grow else None
@@ -301,6 +305,23 @@ def _check_quota(*, spec: PoolSpec, refs: _Refs, team: Team, requested_gpus: int
                 f"QuotaExceeded: {region} {spec.gpu_model}{scope} requested {requested_gpus}, in use {in_use}, limit {quota.limit_gpus}",
                 field="spec.nodeCount.min",
             )
+
+
+def _check_budget_currency(spec: PoolSpec, refs: _Refs, *, now: datetime) -> None:
+    """A pool's budget is compared with the pool's spend in the budget's own currency
+    (`billing.month_spend`), so a budget in any other currency than its nodes' price would show
+    nothing spent and never alert. No price yet: nothing to compare with."""
+    if spec.budget is None:
+        return
+    try:
+        price = pricing.price_in_force(node_type_id=refs.node_type.pk, gpu_model_id=refs.gpu_model.pk, at=now)
+    except ValidationError:
+        return
+    if spec.budget.currency != price.currency:
+        raise ValidationError(
+            f"must be {price.currency}: {spec.node_type} nodes with {spec.gpu_model} are priced in {price.currency}, "
+            "and a budget in another currency would count none of their cost", field="spec.budget.currency",
+        )  # fmt: skip
 
 
 def _set_status(pool: GpuNodePool, *, phase: str, pending_reason: str) -> None:
