@@ -33,6 +33,7 @@ FIELD_ENDPOINTS = {
     "scale": ("/api/v1/pools/train-pool-a/scale/", "lead", {"max": 3, "bogus": True}),
     "alert-silence": ("/api/v1/pools/train-pool-a/alert-silences/", "lead", {"rule": "NodesNotReady", "until": "{tomorrow}", "reason": "r", "bogus": 1}),
     "order-reject": ("/api/v1/orders/{order}/reject/", "admin", {"reason": "no capacity", "bogus": 1}),
+    "auth-token": ("/api/v1/auth/token/", "lead", {"username": "lead", "password": "x", "bogus": 1}),
 }
 
 

@@ -15,7 +15,7 @@ from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 
 from pools.api.parsers import JSONParser
-from pools.api.serializers import ErrorSerializer
+from pools.api.serializers import ErrorSerializer, body_fields_check
 
 
 class TokenView(ObtainAuthToken):
@@ -31,7 +31,8 @@ class TokenView(ObtainAuthToken):
         auth=[],
     )
     def post(self, request, *args, **kwargs):
-        serializer = AuthTokenSerializer(data=request.data, context={"request": request._request})
+        body = body_fields_check(request.data, ("username", "password"))  # in the API's words, as every body
+        serializer = AuthTokenSerializer(data=body, context={"request": request._request})
         serializer.is_valid(raise_exception=True)
         token, _ = Token.objects.get_or_create(user=serializer.validated_data["user"])
         return Response({"token": token.key})
