@@ -394,7 +394,7 @@ def core_pod(
         preemption_policy=preemption_policy or PREEMPT_LOWER_PRIORITY,
         checkpointable=checkpointable,
         labels=dict(labels or {}),
-        tolerations=tuple(Toleration.stored(t) for t in tolerations or ()),
+        tolerations=tuple(t for t in map(Toleration.stored, tolerations or ()) if t is not None),
         node_selector=dict(node_selector or {}),
         affinity_terms=affinity_terms(affinity or {}),
         preferred_terms=preferred_terms(affinity or {}),

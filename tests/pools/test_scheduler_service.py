@@ -331,3 +331,20 @@ def test_preemption_chooses_the_node_whose_victims_no_disruption_budget_protects
     assert result.preempted == ["algorithm/low-b"]
     guarded.refresh_from_db()
     assert guarded.phase == "Running"
+
+
+def test_tolerations_stored_before_the_api_checked_them_tolerate_nothing_and_break_no_pass(actors, train_pool):
+    """A toleration the API refuses today (`effect: {}`, a string in the list) may sit in rows
+    written before: it tolerates nothing, and the scheduler and autoscaler passes go on."""
+    from pools.controllers.autoscaler import autoscale_all
+
+    kept = submit(actors["member"], "kept")
+    lost = submit(actors["member"], "lost")
+    valid = kept.tolerations[0]
+    Pod.objects.filter(pk=kept.pk).update(tolerations=[{"key": "x", "operator": "Exists", "effect": {}}, "junk", valid])
+    Pod.objects.filter(pk=lost.pk).update(tolerations=[{**valid, "effect": {}}, ["junk"]])
+    result = scheduler_pass(now=T0)
+    assert result.scheduled == ["algorithm/kept"] and result.unschedulable == ["algorithm/lost"]
+    lost.refresh_from_db()
+    assert "untolerated taint" in lost.explanation
+    autoscale_all(now=T0)  # a string has no .get and a dict effect is unhashable: either stopped every pass

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from pools.core.priority import PREEMPT_LOWER_PRIORITY, PREEMPT_NEVER
 
@@ -67,9 +67,16 @@ class Toleration:
     effect: str = ""
 
     @classmethod
-    def stored(cls, entry: Mapping[str, str]) -> Toleration:
-        """From a toleration as the product stores it (the Pod document's dict)."""
-        return cls(entry.get("key", ""), entry.get("operator", "Equal") or "Equal", entry.get("value", ""), entry.get("effect", ""))
+    def stored(cls, entry: Any) -> Toleration | None:
+        """From a toleration as the product stores it (the Pod document's dict); None for one
+        the API would refuse today (a field that is not a string, such as `effect: {}`, stored
+        before the API checked them): it tolerates nothing, rather than breaking every pass."""
+        if not isinstance(entry, Mapping):
+            return None
+        key, operator, value, effect = (entry.get(name, "") for name in ("key", "operator", "value", "effect"))
+        if not all(isinstance(field, str) for field in (key, operator, value, effect)):
+            return None
+        return cls(key, operator or "Equal", value, effect)
 
     def tolerates(self, taint: Taint) -> bool:
         """Kubernetes ``Toleration.ToleratesTaint``: empty effect matches every effect, empty

@@ -144,16 +144,18 @@ def timed_tolerations(stored: Iterable[Mapping[str, Any]]) -> tuple[TimedTolerat
     """A Pod row's tolerations with their ``tolerationSeconds`` (an int when given)."""
     result = []
     for t in stored:
+        toleration = Toleration.stored(t)
+        if toleration is None:
+            continue
         seconds = t.get(TOLERATION_SECONDS)
         if not isinstance(seconds, int) or isinstance(seconds, bool):
             seconds = None
-        toleration = Toleration.stored(t)
         result.append(TimedToleration(toleration, seconds))
     return tuple(result)
 
 
 def has_noexecute(stored: Iterable[Mapping[str, Any]]) -> bool:
-    return any(t.get("effect") == NO_EXECUTE for t in stored)
+    return any(isinstance(t, Mapping) and t.get("effect") == NO_EXECUTE for t in stored)
 
 
 def with_time_added(stored: Sequence[Mapping[str, Any]], now: datetime) -> list[dict[str, Any]] | None:
