@@ -41,6 +41,29 @@ class ClusterNodeState:
     # cluster's kubelet drops it on restart; a simulated node has no capacity of its own).
     gpu_shares_advertised: bool = True
 
+# Labels the control plane itself puts on every node of a pool (`pools.core.spec.
+# effective_node_labels`): the admission policy, the pod mirror and billing read a node's pool
+# and team from them, so a pool's own labels may not set them.
+SYSTEM_LABEL_KEYS = ("ebcloud.io/pool", "ebcloud.io/team", "ebcloud.io/gpu-model", "ebcloud.io/node-type", "ebcloud.io/billing")
+# Kubernetes reserves the kubernetes.io and k8s.io namespaces (and their subdomains) for its own
+# components: the kubelet sets kubernetes.io/hostname, the node lifecycle controller the
+# node.kubernetes.io/ taints. A pool that wrote one would take it over by its forced apply and
+# delete it when it stopped declaring it. Administrators' node roles are the exception.
+_KUBERNETES_NAMESPACES = ("kubernetes.io", "k8s.io")
+_ADMIN_PREFIXES = ("node-role.kubernetes.io",)
+
+
+def reserved_key_error(key: str, *, what: str = "label") -> str | None:
+    """Why a pool may not put this label (or taint) key on its nodes; None when it may."""
+    if what == "label" and key in SYSTEM_LABEL_KEYS:
+        return f"{key} is set by the control plane on every node of the pool"
+    prefix = key.rpartition("/")[0]
+    if prefix in _ADMIN_PREFIXES:
+        return None
+    if any(prefix == namespace or prefix.endswith("." + namespace) for namespace in _KUBERNETES_NAMESPACES):
+        return f"{prefix}/ {what}s are reserved for Kubernetes' own components; use a prefix of your own"
+    return None
+
 
 def taint_tuple(taint: Mapping[str, str]) -> tuple[str, str, str]:
     return (taint["key"], taint.get("value") or "", taint["effect"])

@@ -34,6 +34,7 @@ from pools.core.autoscaling import (
 )
 from pools.core.errors import ValidationError
 from pools.core.fields import Checker, label_key_error, label_value_error, name_error
+from pools.core.node_labels import reserved_key_error
 from pools.core.priority import INT32_MAX
 from pools.core.scheduling.nodes import TAINT_EFFECTS, Taint
 
@@ -171,7 +172,7 @@ def parse_document(document: Any, catalog: Catalog) -> PoolSpec:
     name = metadata.get("name")
     if "name" in metadata and (problem := name_error(name)):
         check.error("metadata.name", problem)
-    labels = check.labels(metadata.get("labels", {}), "metadata.labels")
+    labels = _node_labels(check, metadata.get("labels", {}), "metadata.labels")
 
     spec = check.mapping(top.get("spec", {}), "spec", _SPEC, _SPEC_REQUIRED)
     node_type = check.choice(spec["nodeType"], "spec.nodeType", catalog.node_types, "node type") if "nodeType" in spec else None
@@ -187,7 +188,7 @@ def parse_document(document: Any, catalog: Catalog) -> PoolSpec:
         for key, default in (("autoRepair", True), ("autoRenew", False), ("preemptible", False))
     }
     require_approval = _parse_repair_policy(check, spec.get("autoRepairPolicy", {}))
-    node_labels = check.labels(spec.get("nodeLabels", {}), "spec.nodeLabels")
+    node_labels = _node_labels(check, spec.get("nodeLabels", {}), "spec.nodeLabels")
     taints = _parse_taints(check, spec.get("nodeTaints", []))
     scaling = _parse_scaling(check, spec["scaling"]) if "scaling" in spec else None
     burst = _parse_burst(check, spec.get("burst", {}), max_nodes, min_nodes, catalog.max_nodes)
@@ -303,6 +304,17 @@ def _parse_repair_policy(check: Checker, value: Any) -> bool:
     return bool(check.boolean(entry.get("requireApproval", False), "spec.autoRepairPolicy.requireApproval"))
 
 
+def _node_labels(check: Checker, value: Any, path: str) -> dict[str, str]:
+    """A pool's labels, which every node of it carries: label syntax, and none of the keys
+    Kubernetes or the control plane keep for themselves."""
+    labels = check.labels(value, path)
+    for key in list(labels):
+        if problem := reserved_key_error(key):
+            check.error(f"{path}.{key}", problem)
+            del labels[key]
+    return labels
+
+
 def _parse_taints(check: Checker, value: Any) -> tuple[Taint, ...]:
     if not isinstance(value, list):
         check.error("spec.nodeTaints", "must be a list of {key, value, effect}")
@@ -313,7 +325,7 @@ def _parse_taints(check: Checker, value: Any) -> tuple[Taint, ...]:
         path = f"spec.nodeTaints[{index}]"
         entry = check.mapping(item, path, ("key", "value", "effect"), ("key", "effect"))
         key, val, effect = entry.get("key"), entry.get("value", ""), entry.get("effect")
-        if "key" in entry and (problem := label_key_error(key)):
+        if "key" in entry and (problem := label_key_error(key) or reserved_key_error(key, what="taint")):
             check.error(f"{path}.key", problem.replace("label key", "taint key"))
             continue
         if problem := label_value_error(val):
@@ -458,7 +470,8 @@ def effective_node_labels(spec: PoolSpec, *, zone: str, billing: str, team: str)
     billing kind, zone), then pool labels, then nodeLabels.
 
     Later sources win, so a team can override a pool label per node class (seed C4: cost labels
-    are inherited by every node and pod).
+    are inherited by every node and pod); the spec refuses the system labels' keys
+    (`pools.core.node_labels.reserved_key_error`), so those always hold.
     """
     labels = {
         "ebcloud.io/pool": spec.name,

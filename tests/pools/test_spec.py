@@ -181,17 +181,43 @@ def test_merge_patch_follows_rfc_7386():
     assert document["spec"]["nodeCount"]["max"] == 6  # the original is untouched
 
 
-def test_node_labels_win_over_pool_labels_which_win_over_system_labels():
+def test_node_labels_win_over_pool_labels_beside_the_system_labels():
     """C4: pool labels are inherited by nodes; nodeLabels are the most specific."""
     document = article()
-    document["metadata"]["labels"]["ebcloud.io/billing"] = "custom"
     document["spec"]["nodeLabels"]["team"] = "algorithm-nodes"
     labels = effective_node_labels(parse_document(document, CATALOG), zone="cn-east-2a", billing="monthly", team="algorithm")
     assert labels["ebcloud.io/pool"] == "train-pool-a" and labels["ebcloud.io/team"] == "algorithm"
-    assert labels["ebcloud.io/billing"] == "custom"
+    assert labels["ebcloud.io/billing"] == "monthly"
     assert labels["team"] == "algorithm-nodes"
     assert labels["gpu-class"] == "a100"
     assert labels["topology.kubernetes.io/zone"] == "cn-east-2a"
+
+
+@pytest.mark.parametrize(("where", "key"), [
+    ("metadata.labels", "ebcloud.io/billing"), ("metadata.labels", "ebcloud.io/team"), ("spec.nodeLabels", "ebcloud.io/pool"),
+    ("spec.nodeLabels", "kubernetes.io/hostname"), ("spec.nodeLabels", "topology.kubernetes.io/zone"),
+    ("metadata.labels", "node.kubernetes.io/instance-type"), ("spec.nodeLabels", "k8s.io/anything"),
+])  # fmt: skip
+def test_a_pool_may_not_label_its_nodes_with_keys_kubernetes_or_the_control_plane_keep(where, key):
+    """The kubelet's kubernetes.io/hostname was taken over by the forced apply, then deleted
+    when the pool stopped declaring it; ebcloud.io/team on a node is what admission reads."""
+    document = article()
+    section = document["metadata"] if where == "metadata.labels" else document["spec"]
+    section.setdefault("labels" if where == "metadata.labels" else "nodeLabels", {})[key] = "x"
+    with pytest.raises(ValidationError) as caught:
+        parse_document(document, CATALOG)
+    assert [e.field for e in caught.value.errors] == [f"{where}.{key}"]
+
+
+def test_node_roles_and_other_prefixes_are_a_pools_to_set_and_kubernetes_taints_are_not():
+    document = article()
+    document["spec"]["nodeLabels"].update({"node-role.kubernetes.io/gpu": "", "example.com/rack": "r1", "ebcloud.io/project": "nlp"})
+    assert parse_document(document, CATALOG).node_labels["node-role.kubernetes.io/gpu"] == ""
+    document["spec"]["nodeTaints"] = [{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}]
+    with pytest.raises(ValidationError) as caught:
+        parse_document(document, CATALOG)
+    assert [(e.field, e.message) for e in caught.value.errors] == [
+        ("spec.nodeTaints[0].key", "node.kubernetes.io/ taints are reserved for Kubernetes' own components; use a prefix of your own")]
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("30m", 1800), ("120s", 120), ("1h30m", 5400), ("0s", 0), ("1h0m5s", 3605)])
