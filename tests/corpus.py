@@ -268,6 +268,8 @@ PATCHES = {
     "negative-budget": ({"spec": {"budget": {"monthly": "-5"}}}, "spec.budget.monthly"),
     "huge-budget": ({"spec": {"budget": {"monthly": "1e40"}}}, "spec.budget.monthly"),
     "budget-in-a-currency-not-charged": ({"spec": {"budget": {"monthly": "100", "currency": "USD"}}}, "spec.budget.currency"),
+    "kubelets-label": ({"spec": {"nodeLabels": {"kubernetes.io/hostname": "x"}}}, "spec.nodeLabels.kubernetes.io/hostname"),
+    "control-planes-label": ({"metadata": {"labels": {"ebcloud.io/team": "inference"}}}, "metadata.labels.ebcloud.io/team"),
     "huge-policy-value": ({"spec": {"scaling": {"scaleUp": {"policies": [{"type": "Pods", "value": 2**70, "periodSeconds": 60}]}}}},
                           "spec.scaling.scaleUp.policies[0].value"),
     "renamed": ({"metadata": {"name": "other"}}, "metadata.name"),

@@ -85,6 +85,9 @@ class Catalog:
     zones: Mapping[str, str]
     max_nodes: int = 100
     teams: frozenset[str] | None = None  # team slugs `spec.sharedWith` may name; None: not checked
+    # A new or edited spec (the services' writes) is also refused what a stored one may hold from
+    # before a rule existed (reserved label keys), so that no pass stalls on a stored spec.
+    writing: bool = False
 
 
 @dataclass(frozen=True)
@@ -172,7 +175,7 @@ def parse_document(document: Any, catalog: Catalog) -> PoolSpec:
     name = metadata.get("name")
     if "name" in metadata and (problem := name_error(name)):
         check.error("metadata.name", problem)
-    labels = _node_labels(check, metadata.get("labels", {}), "metadata.labels")
+    labels = _node_labels(check, metadata.get("labels", {}), "metadata.labels", catalog.writing)
 
     spec = check.mapping(top.get("spec", {}), "spec", _SPEC, _SPEC_REQUIRED)
     node_type = check.choice(spec["nodeType"], "spec.nodeType", catalog.node_types, "node type") if "nodeType" in spec else None
@@ -188,8 +191,8 @@ def parse_document(document: Any, catalog: Catalog) -> PoolSpec:
         for key, default in (("autoRepair", True), ("autoRenew", False), ("preemptible", False))
     }
     require_approval = _parse_repair_policy(check, spec.get("autoRepairPolicy", {}))
-    node_labels = _node_labels(check, spec.get("nodeLabels", {}), "spec.nodeLabels")
-    taints = _parse_taints(check, spec.get("nodeTaints", []))
+    node_labels = _node_labels(check, spec.get("nodeLabels", {}), "spec.nodeLabels", catalog.writing)
+    taints = _parse_taints(check, spec.get("nodeTaints", []), catalog.writing)
     scaling = _parse_scaling(check, spec["scaling"]) if "scaling" in spec else None
     burst = _parse_burst(check, spec.get("burst", {}), max_nodes, min_nodes, catalog.max_nodes)
     budget = _parse_budget(check, spec["budget"]) if "budget" in spec else None
@@ -304,18 +307,18 @@ def _parse_repair_policy(check: Checker, value: Any) -> bool:
     return bool(check.boolean(entry.get("requireApproval", False), "spec.autoRepairPolicy.requireApproval"))
 
 
-def _node_labels(check: Checker, value: Any, path: str) -> dict[str, str]:
-    """A pool's labels, which every node of it carries: label syntax, and none of the keys
-    Kubernetes or the control plane keep for themselves."""
+def _node_labels(check: Checker, value: Any, path: str, writing: bool) -> dict[str, str]:
+    """A pool's labels, which every node of it carries: label syntax, and (when written) none
+    of the keys Kubernetes or the control plane keep for themselves."""
     labels = check.labels(value, path)
     for key in list(labels):
-        if problem := reserved_key_error(key):
+        if writing and (problem := reserved_key_error(key)):
             check.error(f"{path}.{key}", problem)
             del labels[key]
     return labels
 
 
-def _parse_taints(check: Checker, value: Any) -> tuple[Taint, ...]:
+def _parse_taints(check: Checker, value: Any, writing: bool) -> tuple[Taint, ...]:
     if not isinstance(value, list):
         check.error("spec.nodeTaints", "must be a list of {key, value, effect}")
         return ()
@@ -325,7 +328,7 @@ def _parse_taints(check: Checker, value: Any) -> tuple[Taint, ...]:
         path = f"spec.nodeTaints[{index}]"
         entry = check.mapping(item, path, ("key", "value", "effect"), ("key", "effect"))
         key, val, effect = entry.get("key"), entry.get("value", ""), entry.get("effect")
-        if "key" in entry and (problem := label_key_error(key) or reserved_key_error(key, what="taint")):
+        if "key" in entry and (problem := label_key_error(key) or (writing and reserved_key_error(key, what="taint"))):
             check.error(f"{path}.key", problem.replace("label key", "taint key"))
             continue
         if problem := label_value_error(val):
@@ -466,12 +469,13 @@ def _parse_rules(check: Checker, value: Any, path: str, default: ScalingRules) -
 
 
 def effective_node_labels(spec: PoolSpec, *, zone: str, billing: str, team: str) -> dict[str, str]:
-    """Labels every node of the pool carries: system labels (pool, team, GPU model, node type,
-    billing kind, zone), then pool labels, then nodeLabels.
+    """Labels every node of the pool carries: pool labels, then nodeLabels, then the system
+    labels (pool, team, GPU model, node type, billing kind, zone).
 
-    Later sources win, so a team can override a pool label per node class (seed C4: cost labels
-    are inherited by every node and pod); the spec refuses the system labels' keys
-    (`pools.core.node_labels.reserved_key_error`), so those always hold.
+    nodeLabels win over pool labels, so a team can override a pool label per node class (seed
+    C4: cost labels are inherited by every node and pod). A written spec may not name the
+    system labels (`pools.core.node_labels.reserved_key_error`); one stored before that rule
+    does not override them either.
     """
     labels = {
         "ebcloud.io/pool": spec.name,
@@ -481,6 +485,4 @@ def effective_node_labels(spec: PoolSpec, *, zone: str, billing: str, team: str)
         "ebcloud.io/billing": billing,
         "topology.kubernetes.io/zone": zone,
     }
-    labels.update(spec.labels)
-    labels.update(spec.node_labels)
-    return labels
+    return {**spec.labels, **spec.node_labels, **labels}

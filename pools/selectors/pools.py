@@ -38,16 +38,17 @@ POOL_SORTS = {
 }
 
 
-def catalog_current(*, teams: bool = False) -> Catalog:
-    """What can be ordered now, from the database (GPU models, node types, zones); with
-    `teams`, also the team slugs a new or edited spec's `sharedWith` may name (only writes
-    check them: a stored spec stays valid when a team it lends to is gone)."""
+def catalog_current(*, writing: bool = False) -> Catalog:
+    """What can be ordered now, from the database (GPU models, node types, zones); `writing`
+    (a new or edited spec), also the team slugs its `sharedWith` may name and the rules only
+    writes check (a stored spec stays valid when a team it lends to is gone)."""
     return Catalog(
         gpu_models=frozenset(GpuModel.objects.values_list("name", flat=True)),
         node_types=dict(NodeType.objects.values_list("name", "gpu_count")),
         zones=dict(Zone.objects.values_list("name", "region")),
         max_nodes=settings.EBCLOUD_MAX_NODES_PER_POOL,
-        teams=frozenset(Team.objects.values_list("slug", flat=True)) if teams else None,
+        teams=frozenset(Team.objects.values_list("slug", flat=True)) if writing else None,
+        writing=writing,
     )
 
 

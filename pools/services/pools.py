@@ -40,7 +40,7 @@ def pool_create(*, user, document: Any, team_slug: str = "", now: datetime | Non
     now = now or timezone.now()
     document, server = split_server_fields(document)
     team = _team_for_new_pool(user=user, team_slug=team_slug or str(server.get("team") or ""))
-    spec = parse_document(document, catalog_current(teams=True))
+    spec = parse_document(document, catalog_current(writing=True))
     _check_sharing(spec, team)
     if GpuNodePool.objects.active().filter(name=spec.name).exists():
         raise ConflictError(f"a pool named {spec.name!r} already exists")
@@ -79,7 +79,7 @@ def pool_update(*, user, pool: GpuNodePool, document: Any, now: datetime | None 
     if pool.phase == GpuNodePool.Phase.DELETING:
         raise ConflictError(f"pool {pool.name!r} is being deleted")
     document, _ = split_server_fields(document)
-    spec = parse_document(document, catalog_current(teams=True))
+    spec = parse_document(document, catalog_current(writing=True))
     old = parse_document(pool.document, catalog_current())
     errors = []
     if spec.name != pool.name:
