@@ -5,13 +5,15 @@ One pass, in one transaction, in a constant number of queries whatever the numbe
 1. take the binders' advisory lock (PostgreSQL), so two workers' passes run one after the other
    and never oversubscribe a node; load the live nodes and the Pending and Running pods;
 2. finish Running pods whose duration has elapsed (`Succeeded`, event `Completed`);
-3. requeue Running pods whose node is gone (Pending, event `NodeLost`) or draining (event
-   `Evicted`, as `kubectl drain` evicts), and those a NoExecute taint of their node evicts
+3. requeue Running pods whose node is gone (Pending, event `NodeLost`), and those a NoExecute
+   taint of their node evicts
    (event `TaintManagerEviction`, as Kubernetes' taint manager deletes them: at once when no
    toleration tolerates the taint, else once the shortest `tolerationSeconds` ran out since the
    taint's `timeAdded`; `pools.core.scheduling.taint_eviction`, and no PodDisruptionBudget
    applies). Pods on `Unknown` nodes keep running (seed D1: a missing heartbeat never evicts,
-   and no NoExecute not-ready taint is implied);
+   and no NoExecute not-ready taint is implied). A draining node's pods are not requeued here:
+   the drain evicts them through the cluster's Eviction API, which their disruption budgets may
+   refuse (pools/controllers/exits.py);
 4. place Pending pods, highest priority first (then oldest): every feasible node is scored by its
    own pool's `schedulingPolicy`; the best wins (ties: smallest node name). A pod that fits
    nowhere may preempt strictly lower-priority pods on one node (`pools.core.scheduling.preempt`):
@@ -173,8 +175,7 @@ def scheduler_pass(*, now: datetime | None = None) -> PassResult:
         done = [p for p in running if p.node_id in by_id and _elapsed(p, now)]
         lost = [p for p in running if p.node_id not in by_id]
         done_ids = {p.pk for p in done}
-        draining = [p for p in running if p.pk not in done_ids and p.node_id in by_id and by_id[p.node_id].phase == Node.Phase.DRAINING]
-        gone_ids = done_ids | {p.pk for p in draining}
+        gone_ids = set(done_ids)
         tainted = _taint_evictions([p for p in running if p.pk not in gone_ids and p.node_id in by_id], by_id, now)
         gone_ids |= {p.pk for p, _ in tainted}
         states = cluster_state(nodes, [p for p in running if p.pk not in gone_ids])
@@ -187,12 +188,6 @@ def scheduler_pass(*, now: datetime | None = None) -> PassResult:
             requeue[pod.pk] = ("NodeLost", "The pod's node left the cluster; the pod is Pending again.")
             if pod.node_id in lost_nodes:
                 events.add(lost_nodes[pod.node_id], "NodeLost", f"Pod {pod.key} requeued: node {lost_nodes[pod.node_id].name} is {lost_nodes[pod.node_id].phase}", PoolEvent.Type.WARNING)
-            result.requeued.append(pod.key)
-        for pod in draining:  # a drain evicts (kubectl drain); the pod is rescheduled elsewhere
-            node = by_id[pod.node_id]
-            why = f" ({node.release_reason})" if node.release_reason else ""
-            requeue[pod.pk] = ("Evicted", f"Evicted: node {node.name} is draining{why}; the pod is Pending again.")
-            events.add(node, "Evicted", f"Pod {pod.key} evicted: node {node.name} is draining{why}", PoolEvent.Type.WARNING)
             result.requeued.append(pod.key)
         for pod, eviction in tainted:  # the taint manager deletes the pod; its owner would create it again
             node = by_id[pod.node_id]
