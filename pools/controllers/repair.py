@@ -48,6 +48,7 @@ from pools.core.spec import parse_document
 from pools.models import GpuNodePool, Node
 from pools.providers import get_cloud_provider, get_cluster_backend
 from pools.selectors.pools import catalog_current
+from pools.selectors.repairs import replacements_under_way
 from pools.services.audit import audit_node_change, node_state
 from pools.services.events import WARNING, event_record
 from pools.services.repair import (
@@ -118,6 +119,7 @@ def _repair(pool: GpuNodePool, now: datetime) -> int:
         )
         for n in nodes
     ]
+    health += [NodeHealth(name=name, healthy=False, repairing=True) for name in replacements_under_way(pool=pool, now=now)]
     started = 0
     gated = spec.auto_repair and spec.repair_requires_approval
     approvals = approvals_latest(nodes=nodes, since=since) if gated else {}

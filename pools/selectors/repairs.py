@@ -25,6 +25,7 @@ from pools.models.repair import RepairApproval
 ROW_LIMIT = 200
 OUTCOME_LIMIT = 100
 REPLACEMENT_WINDOW = timedelta(days=1)  # a released node whose successor never came is shown this long
+SUCCESSOR_ORDER_WINDOW = timedelta(minutes=10)  # the lifecycle orders a successor within a pass or two
 OUTCOME_WINDOW = timedelta(days=7)
 OUTCOME_REASONS = ("RepairStarted", "RepairSucceeded", "RepairFailed", "RepairPendingApproval", "RepairRejected", "RepairPaused", "NodeCordoned")
 STAGE_REASONS = ("RepairStarted", "RepairFailed", "RepairPendingApproval", "RepairApproved", "NodeCordoned", "WaitingForFaultToPersist", "RepairPaused")
@@ -86,6 +87,19 @@ def repairs_in_progress(*, user, pool: GpuNodePool | None = None, now: datetime 
         detail = "" if event is None else event.message + (f" (×{event.count})" if event.count > 1 else "")
         rows.append(RepairRow(n.pool.name, n.name, n.phase, stage, since, detail, n.successor, moving))
     return sorted(rows, key=lambda r: r.since or now, reverse=True)
+
+
+def replacements_under_way(*, pool: GpuNodePool, now: datetime) -> list[str]:
+    """The pool's nodes replaced after a repair whose replacement is not over: still draining or
+    releasing, released with a successor that has not been Ready yet (for at most
+    `REPLACEMENT_WINDOW`), or released so recently that the lifecycle may not have ordered the
+    successor yet (`SUCCESSOR_ORDER_WINDOW`: a slot no longer refilled, after a shrink, must not
+    hold repairs back). The repair gate counts each as a repair in progress and as an unhealthy
+    node, so a second replacement waits for the first."""
+    released_waiting = Q(terminated_at__gt=now - REPLACEMENT_WINDOW, successor__isnull=False, successor__ready_at__isnull=True)
+    just_released = Q(terminated_at__gt=now - SUCCESSOR_ORDER_WINDOW, successor__isnull=True)
+    under_way = Q(release_reason=REPAIR_RELEASE) & (Q(terminated_at__isnull=True) | released_waiting | just_released)
+    return list(pool.nodes.filter(under_way).order_by("name").values_list("name", flat=True))
 
 
 def repair_approvals_open(*, user, pool: GpuNodePool | None = None) -> list[RepairApproval]:

@@ -167,3 +167,36 @@ def test_an_unreachable_api_server_is_told_in_the_event_and_the_node_is_cordoned
     assert (node.phase, node.unschedulable) == ("Cordoned", True)
     message = PoolEvent.objects.get(node=node, reason="NodeCordoned").message
     assert "could not be updated" in message and f"run kubectl cordon {node.name} to match" in message
+
+
+def test_a_second_replacement_waits_until_the_first_successor_is_ready(actors):
+    """One repair per pool at a time counts a replacement until its successor is Ready: the
+    replaced node left the watched nodes at once, so a second node of five (40%) was taken
+    down while the first successor was still being provisioned."""
+    pool = approved_pool(actors, make_document(nodeCount={"min": 5, "max": 5}))
+    ready = run_until(pool, T0)
+    a, b = Node.objects.filter(pool=pool).order_by("name")[:2]
+    xid(a, 79, at=ready)
+    assert pool_repair(pool_id=pool.pk, now=ready + timedelta(seconds=30)) == 1
+    reconcile(pool, ready + timedelta(seconds=45))
+    successor = Node.objects.get(pk=a.pk).successor
+    assert successor is not None and successor.ready_at is None
+    xid(b, 79, at=ready + timedelta(seconds=60))
+    assert pool_repair(pool_id=pool.pk, now=ready + timedelta(seconds=90)) == 0
+    gate = PoolEvent.objects.filter(node=b, reason="RepairInProgress").first()
+    assert gate is None or a.name in gate.message  # the wait is said on the node, if at all
+    later = ready + timedelta(seconds=90)
+    while Node.objects.get(pk=successor.pk).ready_at is None and later < ready + timedelta(hours=1):
+        later += PASS
+        reconcile(pool, later)
+    assert pool_repair(pool_id=pool.pk, now=later + PASS) == 1  # then b's turn
+
+
+def test_a_replaced_node_with_no_successor_holds_repairs_back_only_briefly(actors):
+    pool = pool_with_nodes(actors["lead"], name="big", nodes=10)  # two faults of ten: under the pause
+    a, b = pool.nodes.order_by("name")[:2]
+    xid(a, 79, at=T0)
+    xid(b, 79, at=T0)
+    assert pool_repair(pool_id=pool.pk, now=T0 + timedelta(seconds=30)) == 1
+    assert pool_repair(pool_id=pool.pk, now=T0 + timedelta(seconds=90)) == 0  # the lifecycle would order the successor now
+    assert pool_repair(pool_id=pool.pk, now=T0 + timedelta(minutes=15)) == 1  # none came (no lifecycle here): not for ever
