@@ -2,7 +2,8 @@
 
     /api/v1/costs/?by=team,project,gpu-class&from=2026-12-01&to=2026-12-31&format=csv
 
-`format`: `json` (default) the grouped rows with totals; `csv` the same rows (the page's CSV
+`format`: `json` (default) the grouped rows with totals per currency (`CostsSerializer`: never
+one currency added to another); `csv` the same rows (the page's CSV
 button), with the same columns (`billing.allocation.group_columns`: charged team, label keys,
 namespace, billing, kind, status, amount, currency) and the hours not metered yet as `accruing`
 rows (`billing.chargeback`); `csv` with `detail=1` every cost record; `focus` the FOCUS 1.2 dataset from the cost
@@ -19,6 +20,7 @@ from django.http import StreamingHttpResponse
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -55,6 +57,72 @@ def csv_response(lines, filename: str) -> StreamingHttpResponse:
 
 def export_name(query: selectors.CostQuery, kind: str) -> str:
     return f"costs-{kind}-{query.start or 'start'}-{query.end or 'end'}.csv"
+
+
+MONEY = "An exact decimal amount, as a string"
+
+
+class CurrencyTotalSerializer(serializers.Serializer):
+    """The totals of the rows charged in one currency."""
+
+    currency = serializers.CharField(help_text="ISO 4217 code, as in the rows")
+    total = serializers.CharField(help_text=f"{MONEY}: every row in this currency, accruing ones included")
+    idle = serializers.CharField(help_text=f"{MONEY}: the idle rows in this currency")
+    accruing = serializers.CharField(help_text=f"{MONEY}: the accruing rows (not metered yet) in this currency")
+    idleShare = serializers.CharField(help_text="Idle as a percentage of this currency's total, one decimal")
+
+
+SEVERAL = "; null when the rows are in several currencies (read `totals`)"
+
+
+class CostsSerializer(serializers.Serializer):
+    """The JSON answer (format=json): the grouped rows and their totals. Amounts in different
+    currencies are never added together: `totals` has one entry per currency; `total`, `idle`,
+    `accruing`, `idleShare` and `currency` repeat its single entry when there is one currency
+    (zero in the default currency when there are no rows) and are null when there are several."""
+
+    # `from` is a keyword: the field is declared under another name and renamed in the schema.
+    from_ = serializers.DateField(help_text="First day (UTC)")
+    to = serializers.DateField(help_text="Last day (UTC, inclusive)")
+    by = serializers.ListField(child=serializers.CharField(), help_text="The grouping label keys")
+    columns = serializers.ListField(child=serializers.CharField(), help_text="The keys of each row, in order")
+    rows = serializers.ListField(child=serializers.DictField(child=serializers.CharField()),
+                                 help_text="One per group: the columns' values, `amount` and `currency` included")  # fmt: skip
+    totals = CurrencyTotalSerializer(many=True, help_text="One per currency charged, by currency code; empty without rows")
+    total = serializers.CharField(allow_null=True, help_text=f"{MONEY}: every row{SEVERAL}")
+    idle = serializers.CharField(allow_null=True, help_text=f"{MONEY}: the idle rows{SEVERAL}")
+    accruing = serializers.CharField(allow_null=True, help_text=f"{MONEY}: the rows not metered yet{SEVERAL}")
+    idleShare = serializers.CharField(allow_null=True, help_text=f"Idle as a percentage of the total{SEVERAL}")
+    currency = serializers.CharField(allow_null=True, help_text=f"The rows' currency (ISO 4217){SEVERAL}")
+
+    def get_fields(self):
+        return {("from" if name == "from_" else name): field for name, field in super().get_fields().items()}
+
+
+def costs_json(query: selectors.CostQuery, groups) -> dict:
+    """The JSON answer's body (`CostsSerializer` documents it), from the grouped rows."""
+    summary = chargeback.summarize(groups)
+
+    def text(value):
+        return None if value is None else str(value)
+
+    return {
+        "from": query.start,
+        "to": query.end,
+        "by": list(query.by),
+        "columns": list(query.columns),
+        "rows": list(chargeback.group_dicts(groups)),
+        "totals": [
+            {"currency": t.currency, "total": str(t.total), "idle": str(t.idle), "accruing": str(t.accruing),
+             "idleShare": str(t.idle_share)}
+            for t in summary.by_currency
+        ],  # fmt: skip
+        "total": text(summary.total),
+        "idle": text(summary.idle),
+        "accruing": text(summary.accruing),
+        "idleShare": text(summary.idle_share),
+        "currency": summary.currency,
+    }
 
 
 class CostsView(APIView):
@@ -101,7 +169,7 @@ class CostsView(APIView):
             ),
         ],
         responses={
-            (200, "application/json"): OpenApiTypes.OBJECT,
+            (200, "application/json"): CostsSerializer,
             (200, "text/csv"): OpenApiTypes.STR,
             400: OpenApiTypes.OBJECT,
             401: OpenApiTypes.OBJECT,
@@ -138,18 +206,4 @@ class CostsView(APIView):
             return csv_response(
                 lines, export_name(query, "by-" + "-".join(query.by or ("namespace",)))
             )
-        summary = chargeback.summarize(groups)
-        return Response(
-            {
-                "from": query.start,
-                "to": query.end,
-                "by": list(query.by),
-                "columns": list(query.columns),
-                "rows": list(chargeback.group_dicts(groups)),
-                "total": str(summary.total),
-                "idle": str(summary.idle),
-                "accruing": str(summary.accruing),
-                "idleShare": str(summary.idle_share),
-                "currency": summary.currency,
-            }
-        )
+        return Response(costs_json(query, groups))

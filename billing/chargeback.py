@@ -12,7 +12,9 @@ metered in parts, only the parts not metered yet are).
 Every group goes through `billing.allocation.group_key`, so the page, the CSV and the API's
 JSON have the same columns whatever the grouping keys: the charged team, the label keys, the
 namespace, the billing kind, the kind of cost (allocated, unallocated, idle) and the status
-(issue 21 §4). Sums are exact; the page's total equals the CSV's to the cent.
+(issue 21 §4). Sums are exact, and per currency: `summarize` and `cost_series` never add one
+currency to another (a pool's nodes and fees may be priced in different ones); the page's
+totals equal the CSV's to the cent, currency by currency.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from billing import metering
 from billing.allocation import (
     ACCRUING,
     CENT,
+    DEFAULT_CURRENCY,
     IDLE,
     METERED,
     GroupTotal,
@@ -140,11 +143,16 @@ def _sorted(groups: list[GroupTotal], sort: str) -> list[GroupTotal]:
 
 
 @dataclass(frozen=True)
-class Summary:
+class CurrencyTotal:
+    """The rows' totals in one currency. Why per currency: a pool's nodes and its fees may be
+    priced in different currencies, and 200.00 CNY plus 20.00 USD is not 220.00 of anything;
+    like the budgets (`billing.month_spend`), every total is of one currency."""
+
+    currency: str
     total: Decimal
     idle: Decimal
     accruing: Decimal
-    currency: str
+    accrues: bool = False  # some of its rows are accruing (their sum may still be zero)
 
     @property
     def idle_share(self) -> Decimal:
@@ -153,13 +161,73 @@ class Summary:
         return (self.idle / self.total * 100).quantize(Decimal("0.1"))
 
 
+@dataclass(frozen=True)
+class Summary:
+    """The totals of the rows, one `CurrencyTotal` per currency charged (by currency code;
+    none without rows). `total`, `idle`, `accruing`, `idle_share` and `currency` are the one
+    currency's, zero in the default currency without rows, and None when there are several:
+    no single number is honest then."""
+
+    by_currency: tuple[CurrencyTotal, ...] = ()
+
+    @property
+    def currencies(self) -> tuple[str, ...]:
+        return tuple(t.currency for t in self.by_currency)
+
+    @property
+    def several(self) -> bool:
+        return len(self.by_currency) > 1
+
+    @property
+    def lines(self) -> tuple[CurrencyTotal, ...]:
+        """One total line per currency; the zero of the default currency without rows."""
+        return self.by_currency or (CurrencyTotal(DEFAULT_CURRENCY, Decimal(0), Decimal(0), Decimal(0)),)
+
+    @property
+    def accruing_lines(self) -> tuple[CurrencyTotal, ...]:
+        return tuple(t for t in self.by_currency if t.accrues)
+
+    def _single(self, name: str):
+        return None if self.several else getattr(self.lines[0], name)
+
+    @property
+    def total(self) -> Decimal | None:
+        return self._single("total")
+
+    @property
+    def idle(self) -> Decimal | None:
+        return self._single("idle")
+
+    @property
+    def accruing(self) -> Decimal | None:
+        return self._single("accruing")
+
+    @property
+    def idle_share(self) -> Decimal | None:
+        return self._single("idle_share")
+
+    @property
+    def currency(self) -> str | None:
+        return self._single("currency")
+
+
 def summarize(groups: list[GroupTotal]) -> Summary:
-    """Totals of the rows: all of them, the idle ones, the accruing ones."""
-    total = sum((g.amount for g in groups), Decimal(0))
-    idle = sum((g.amount for g in groups if g.idle), Decimal(0))
-    accruing = sum((g.amount for g in groups if g.status == ACCRUING), Decimal(0))
-    currencies = sorted({g.currency for g in groups})
-    return Summary(total=total, idle=idle, accruing=accruing, currency="/".join(currencies) or "CNY")
+    """Totals of the rows in each currency: all of them, the idle ones, the accruing ones."""
+    by_currency: dict[str, list[GroupTotal]] = defaultdict(list)
+    for group in groups:
+        by_currency[group.currency].append(group)
+    return Summary(tuple(_currency_total(currency, by_currency[currency]) for currency in sorted(by_currency)))
+
+
+def _currency_total(currency: str, groups: list[GroupTotal]) -> CurrencyTotal:
+    accruing = [g.amount for g in groups if g.status == ACCRUING]
+    return CurrencyTotal(
+        currency=currency,
+        total=sum((g.amount for g in groups), Decimal(0)),
+        idle=sum((g.amount for g in groups if g.idle), Decimal(0)),
+        accruing=sum(accruing, Decimal(0)),
+        accrues=bool(accruing),
+    )
 
 
 def group_dicts(groups: list[GroupTotal]) -> Iterator[dict[str, str]]:
@@ -167,35 +235,42 @@ def group_dicts(groups: list[GroupTotal]) -> Iterator[dict[str, str]]:
         yield group.as_dict()
 
 
-def accruing_by_team(groups: list[GroupTotal]) -> list[tuple[str, Decimal]]:
-    """The accruing rows' amounts per charged team, for the line above the table."""
-    totals: dict[str, Decimal] = defaultdict(Decimal)
+def accruing_by_team(groups: list[GroupTotal]) -> list[tuple[str, Decimal, str]]:
+    """The accruing rows' amounts per charged team and currency, for the line above the
+    table: (team, amount, currency), by team then currency."""
+    totals: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
     for group in groups:
         if group.status == ACCRUING:
-            totals[dict(group.key)["charged_team"]] += group.amount
-    return sorted(totals.items())
+            totals[(dict(group.key)["charged_team"], group.currency)] += group.amount
+    return [(team, amount, currency) for (team, currency), amount in sorted(totals.items())]
 
 
-def cost_series(*, user, query: CostQuery, accruing: list[CostRecord] = ()) -> dict[tuple[str, str], dict]:
-    """Daily totals for the chart, stacked by the first grouping key: one series per
-    (kind, value) where kind is `allocated`, `unallocated` (no value for the key), `idle` (by
-    the pool owner when stacking by team) or `accruing`; `billing.cost_chart` names them."""
+def cost_series(
+    *, user, query: CostQuery, accruing: list[CostRecord] = ()
+) -> dict[str, dict[tuple[str, str], dict]]:
+    """Daily totals for the chart per currency (never summed across currencies: each is a
+    panel of its own), stacked by the first grouping key: one series per (kind, value) where
+    kind is `allocated`, `unallocated` (no value for the key), `idle` (by the pool owner when
+    stacking by team) or `accruing`; `billing.cost_chart` names them."""
     key = query.by[0] if query.by else "team"
     rows = (
         days_for_user(user=user, query=query)
         .annotate(series=KeyTextTransform(key, "labels"))
-        .values("day", "series", "cost_kind", "team__slug")
+        .values("day", "series", "cost_kind", "team__slug", "currency")
         .annotate(total=Sum("amount"))
         .order_by("day")
     )
-    series: dict[tuple[str, str], dict] = defaultdict(lambda: defaultdict(Decimal))
+    series: dict[str, dict[tuple[str, str], dict]] = defaultdict(lambda: defaultdict(lambda: defaultdict(Decimal)))
     for row in rows:
         value = row["team__slug"] if key == "team" else row["series"] or ""
         if row["cost_kind"] == IDLE:
             name = (IDLE, row["team__slug"] if key == "team" else "")
         else:
             name = ("allocated" if value else "unallocated", value)
-        series[name][row["day"]] += Decimal(row["total"]).quantize(CENT)
+        series[row["currency"]][name][row["day"]] += Decimal(row["total"]).quantize(CENT)
     for record in accruing:
-        series[(ACCRUING, "")][record.hour.date()] += record.amount
-    return {name: dict(sorted(days.items())) for name, days in sorted(series.items())}
+        series[record.currency][(ACCRUING, "")][record.hour.date()] += record.amount
+    return {
+        currency: {name: dict(sorted(days.items())) for name, days in sorted(series[currency].items())}
+        for currency in sorted(series)
+    }

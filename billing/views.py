@@ -1,4 +1,5 @@
 """The costs page: chargeback table, idle share, cost over time, CSV download, budget bars.
+Totals, idle shares and the chart are per currency (`billing.chargeback.Summary`).
 
 A thin shell over `billing.selectors`; the filter and sort state lives in the query string, so
 a view of the costs is a shareable URL. The CSV button links to the API with the same query,
@@ -63,7 +64,7 @@ def cost_list(request):
         + "?"
         + urlencode({**base, "sort": query.sort, "format": "csv"}),
         "focus_url": reverse("billing:api-costs") + "?" + urlencode({**base, "format": "focus"}),
-        "chart": cost_figure(series, key=(query.by or ("team",))[0], currency=summary.currency, start=query.start, end=query.end),
+        "chart": cost_figure(series, key=(query.by or ("team",))[0], start=query.start, end=query.end),
         "teams": teams_visible_to(user=request.user),
         "default_by": ",".join(DEFAULT_GROUP_LABELS),
         "budgets": selectors.budget_statuses(user=request.user, now=now),

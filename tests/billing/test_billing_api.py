@@ -16,7 +16,7 @@ from django.test.utils import CaptureQueriesContext
 
 from billing.focus import FOCUS_COLUMNS, format_value
 from billing.models import CostDay, CostRecord
-from tests.billing.billing_helpers import meter, node, pod, pool, scenario
+from tests.billing.billing_helpers import charge, meter, node, pod, pool, scenario
 
 pytestmark = pytest.mark.django_db
 
@@ -69,6 +69,9 @@ def test_json_groups_by_the_asked_label_keys_with_totals(api, costs):
     assert Decimal(data["total"]) == sum(CostRecord.objects.values_list("amount", flat=True))
     assert sum(Decimal(r["amount"]) for r in data["rows"]) == Decimal(data["total"])
     assert Decimal(data["idle"]) > 0 and Decimal(data["idleShare"]) > 0
+    # One currency: the breakdown is that currency's line, the same numbers.
+    assert data["totals"] == [{k: data[k] for k in ("currency", "total", "idle", "accruing", "idleShare")}]
+    assert data["currency"] == "CNY"
 
 
 def test_csv_streams_the_same_rows_and_its_total_equals_the_page_total_to_the_cent(
@@ -147,7 +150,36 @@ def test_roles_see_their_teams_costs_only(api, costs):
 
 def test_another_teams_costs_are_filtered_out_even_when_asked_for(api, costs):
     data = api("lead").get(f"/api/v1/costs/?by=team&team=inference&{RANGE}").json()
-    assert data["rows"] == [] and data["total"] == "0"
+    assert data["rows"] == [] and data["total"] == "0" and data["totals"] == []
+
+
+def test_totals_are_per_currency_and_never_add_one_currency_to_another(api, actors):
+    """200.00 CNY and 20.00 USD are not 220.00 of anything: the API has a total per currency
+    (and no single total), the page a line per currency and a chart panel per currency, and the
+    CSV's rows add up to the same totals currency by currency."""
+    charge(pool(actors["lead"]), "100.00", hours=2, currency="CNY")
+    charge(pool(actors["other_lead"], name="usd-pool", region="cn-north-1a"), "10.00", hours=2, currency="USD")
+    data = api("finance").get(f"/api/v1/costs/?{RANGE}").json()
+    assert data["totals"] == [
+        {"currency": "CNY", "total": "200.00", "idle": "200.00", "accruing": "0", "idleShare": "100.0"},
+        {"currency": "USD", "total": "20.00", "idle": "20.00", "accruing": "0", "idleShare": "100.0"},
+    ]
+    assert [data[k] for k in ("total", "idle", "accruing", "idleShare", "currency")] == [None] * 5
+    by_currency: dict[str, Decimal] = {}
+    for row in csv_rows(api("finance").get(f"/api/v1/costs/?{RANGE}&format=csv")):
+        by_currency[row["currency"]] = by_currency.get(row["currency"], Decimal(0)) + Decimal(row["amount"])
+    assert by_currency == {"CNY": Decimal("200.00"), "USD": Decimal("20.00")}
+
+    page = web(actors, "finance").get(f"/costs/?{RANGE}")
+    html = page.content.decode()
+    lines = re.findall(r'data-currency="(\w+)">Total <strong data-total>([\d.]+)</strong> (\w+) ·\s+'
+                       r'idle <strong data-idle>([\d.]+)</strong> \(([\d.]+)% of the total\)', html)  # fmt: skip
+    assert lines == [("CNY", "200.00", "CNY", "200.00", "100.0"), ("USD", "20.00", "USD", "20.00", "100.0")]
+    assert "220.00" not in html and "CNY/USD" not in html
+    layout, traces = page.context["chart"]["layout"], page.context["chart"]["data"]
+    assert (layout["yaxis"]["title"]["text"], layout["yaxis2"]["title"]["text"]) == ("Cost (CNY)", "Cost (USD)")
+    panels = {axis: sum(Decimal(y) for t in traces if t.get("yaxis", "y") == axis for y in t["y"]) for axis in ("y", "y2")}
+    assert panels == {"y": Decimal("200.00"), "y2": Decimal("20.00")}
 
 
 def test_finance_reads_but_cannot_write(api, costs):

@@ -9,12 +9,12 @@ from decimal import Decimal
 import pytest
 
 from billing import chargeback, focus_selectors, selectors
-from billing.allocation import allocate_hour, group_rows
+from billing.allocation import GroupTotal, allocate_hour, group_rows
 from billing.focus import MANDATORY_COLUMNS
 from billing.metering import allocation_inputs
 from billing.models import CostRecord, UsageRecord
 from billing.selectors import CostQuery
-from tests.billing.billing_helpers import HOUR, T0, meter, node, pod, pool, scenario
+from tests.billing.billing_helpers import HOUR, T0, charge, meter, node, pod, pool, scenario
 
 pytestmark = pytest.mark.django_db
 
@@ -71,6 +71,34 @@ def test_the_grand_total_is_every_cost_record_to_the_cent(actors, teams):
     assert Decimal(0) < summary.idle < summary.total and summary.idle_share > 0
 
 
+def test_totals_and_accruing_amounts_are_per_currency_never_summed_across():
+    def group(team, amount, currency, kind="allocated", status="metered"):
+        return GroupTotal(key=(("charged_team", team),), kind=kind, amount=Decimal(amount), currency=currency, status=status)
+
+    groups = [group("algorithm", "100.00", "CNY", kind="idle"), group("algorithm", "300.00", "CNY", status="accruing"),
+              group("algorithm", "5.00", "USD", status="accruing"), group("inference", "15.00", "USD", kind="idle")]  # fmt: skip
+    summary = chargeback.summarize(groups)
+    assert [(t.currency, t.total, t.idle, t.accruing, t.idle_share) for t in summary.by_currency] == [
+        ("CNY", Decimal("400.00"), Decimal("100.00"), Decimal("300.00"), Decimal("25.0")),
+        ("USD", Decimal("20.00"), Decimal("15.00"), Decimal("5.00"), Decimal("75.0")),
+    ]
+    assert summary.several and summary.total is summary.idle is summary.currency is summary.idle_share is None
+    assert [t.currency for t in summary.accruing_lines] == ["CNY", "USD"]
+    assert chargeback.accruing_by_team(groups) == [("algorithm", Decimal("300.00"), "CNY"), ("algorithm", Decimal("5.00"), "USD")]
+    one = chargeback.summarize(groups[:2])
+    assert (one.total, one.idle, one.accruing, one.currency) == (Decimal("400.00"), Decimal("100.00"), Decimal("300.00"), "CNY")
+    empty = chargeback.summarize([])
+    assert empty.by_currency == () and (empty.total, empty.currency) == (Decimal(0), "CNY")
+
+
+def test_the_cost_series_has_a_set_of_series_per_currency(actors):
+    charge(pool(actors["lead"]), "100.00", hours=2, currency="CNY")
+    charge(pool(actors["other_lead"], name="usd-pool", region="cn-north-1a"), "10.00", hours=2, currency="USD")
+    series = chargeback.cost_series(user=actors["finance"], query=CostQuery(start=DAY, end=DAY))
+    assert series == {"CNY": {("idle", "algorithm"): {DAY: Decimal("200.00")}},
+                      "USD": {("idle", "inference"): {DAY: Decimal("20.00")}}}  # fmt: skip
+
+
 def test_leads_see_costs_charged_to_their_teams_and_finance_sees_all(actors, teams):
     scenario(actors, teams)
 
@@ -103,7 +131,9 @@ def test_a_date_range_includes_whole_days(actors, teams):
 
 def test_the_cost_series_is_daily_and_stacks_idle_separately(actors, teams):
     scenario(actors, teams)
-    series = chargeback.cost_series(user=actors["finance"], query=CostQuery())
+    by_currency = chargeback.cost_series(user=actors["finance"], query=CostQuery())
+    assert list(by_currency) == ["CNY"]
+    series = by_currency["CNY"]
     assert set(series) == {
         ("allocated", "algorithm"), ("allocated", "inference"), ("idle", "algorithm"), ("idle", "inference"),
     }  # fmt: skip
