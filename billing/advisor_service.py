@@ -87,13 +87,14 @@ def pool_advice(*, pool: GpuNodePool, now: datetime) -> PoolAdvice | None:
 
 def _budget_split(pool: GpuNodePool, until: datetime) -> list[SplitComparison]:
     """The article's estimate (nodes 80%, storage 15%, network 5% of the monthly budget) beside
-    what this month's bill actually went to (O1)."""
+    what this month's bill actually went to (O1), in the budget's currency: a pool's fees may
+    be priced in another than its nodes, and those are not added to it (as budgets count)."""
     budget = (pool.document.get("spec") or {}).get("budget") or {}
     if "monthly" not in budget:
         return []
     month_start = until.replace(day=1, hour=0)
     spent = (
-        CostRecord.objects.filter(pool=pool, hour__gte=month_start, hour__lt=until)
+        CostRecord.objects.filter(pool=pool, currency=budget.get("currency", "CNY"), hour__gte=month_start, hour__lt=until)
         .values_list("component")
         .annotate(total=Sum("amount"))
         .order_by()

@@ -52,8 +52,11 @@ def test_the_budget_split_shows_the_estimate_beside_the_actual_bill(actors):
     for component, amount in (("gpu", "900.00"), ("storage", "60.00"), ("network", "40.00")):
         CostRecord.objects.create(hour=NOW.replace(minute=0) - timedelta(hours=2), pool=pool, team=pool.team, cost_kind="fee" if component != "gpu" else "usage",
                                   component=component, amount=Decimal(amount), currency="CNY")  # fmt: skip
+    CostRecord.objects.create(hour=NOW.replace(minute=0) - timedelta(hours=2), pool=pool, team=pool.team, cost_kind="fee",
+                              component="storage", amount=Decimal("7.00"), currency="USD")  # fmt: skip  # not added to CNY
     split = {c.component: c for c in pool_advice(pool=pool, now=NOW).split}
     assert split["nodes"].estimate == Decimal("80000.00") and split["nodes"].actual == Decimal("900.00")
+    assert split["storage"].actual == Decimal("60.00")
     assert split["storage"].actual_share == Decimal("0.06") or split["storage"].actual_share == Decimal("0.0600")
 
 
