@@ -130,6 +130,8 @@ def pod_delete(request, namespace: str, name: str):
 
 # --- fragmentation ---------------------------------------------------------------------------
 
+TEAM_POOLS_SHOWN = 50  # a lead's summary reads each pool's report: a team's pools, not a fleet's
+
 
 def _charts(report, trend) -> dict:
     """Plotly figure specs (embedded by json_script, drawn by static/js/charts.js)."""
@@ -222,9 +224,22 @@ def cluster_fragmentation(request):
     if not roles.sees_all_teams(request.user):
         if request.GET.get("format") == "csv":
             raise PermissionDenied("the cluster-wide report is for platform admins and finance; each pool's report has its own CSV")
-        pools = selectors.pools_visible(user=request.user).select_related("team", "gpu_model")
-        return htmx_render(request, "pools/fragmentation_pools.html", {"pools": pools})
+        pools = list(selectors.pools_visible(user=request.user).select_related("team", "gpu_model")[:TEAM_POOLS_SHOWN])
+        rows = [_pool_summary(pool, fragmentation_service.fragmentation_for(pools=[pool], scope=pool.name).report) for pool in pools]
+        return htmx_render(request, "pools/fragmentation_pools.html", {"rows": rows})
     return _cluster_page(request)
+
+
+def _pool_summary(pool, report) -> dict:
+    """A pool's line on a lead's fragmentation page: its Ready GPUs, the share unallocated and
+    the GPUs fragmented (free capacity its pods could not use as it is split now)."""
+    ready = report.total_gpu_milli > 0
+    return {
+        "pool": pool,
+        "gpus": report.total_gpu_milli // 1000,
+        "unallocated_pct": report.unallocated_pct if ready else None,
+        "fragmented_gpus": round(report.cluster_fragmentation_milli / 1000, 2) if ready else None,
+    }
 
 
 def _apply(request, *, pool, back: str, page):

@@ -93,6 +93,9 @@ def test_a_lead_reaches_the_pools_fragmentation_report_from_the_nav_and_the_pool
     report; another team's lead sees none of them; the pool page links its report too."""
     chooser = browser("lead").get("/fragmentation/").content.decode()
     assert 'href="/pools/train-pool-a/fragmentation/"' in chooser
+    report = browser("lead").get("/pools/train-pool-a/fragmentation/").context["report"]  # each row sums up its pool's report
+    assert f"<td>{report.total_gpu_milli // 1000}</td>" in chooser and f"<td>{report.unallocated_pct:.1f}%</td>" in chooser
+    assert f"<td>{report.cluster_fragmentation_milli / 1000:.2f}</td>" in chooser
     assert "train-pool-a" not in browser("other_lead").get("/fragmentation/").content.decode()
     assert 'href="/pools/train-pool-a/fragmentation/"' in browser("lead").get("/pools/train-pool-a/").content.decode()
     assert browser("other_lead").get("/pools/train-pool-a/fragmentation/").status_code == 404
