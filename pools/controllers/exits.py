@@ -4,6 +4,9 @@ controller (pools/controllers/lifecycle.py); the decisions themselves are in poo
 
 Every exit is cordon -> drain (evict pods, lowest priority first, until a deadline) -> release,
 each step an event; a node is never released with pods on it without a Warning saying why.
+The cluster's answers never stop an exit: a Node already gone from the cluster has nothing to
+cordon and no pods to move, and a pod the cluster does not evict (whatever the refusal, or an
+API server out of reach) waits like one a disruption budget keeps, until the deadline.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from monitoring.services import credential_revoke_for_node
 from pools.controllers.context import ReconcilePass
 from pools.core import lifecycle as rules
 from pools.models import GpuNodePool, Node, PoolOrder
+from pools.providers.base import PodInfo, ProviderError
 from pools.services.events import NORMAL, WARNING
 
 logger = logging.getLogger("ebcloud.lifecycle")
@@ -33,11 +37,23 @@ def _at(moment: datetime) -> str:
 
 
 def drain_start(p: ReconcilePass, node: Node, *, reason: str, event_reason: str, message: str, deadline: datetime | None = None, type: str = NORMAL) -> None:
-    """Cordon the node and start draining it; a node that never became Ready is released at once."""
+    """Cordon the node and start draining it; a node that never became Ready is released at once.
+
+    The cordon is idempotent (a rerun after a crash cordons again). A Node the cluster no longer
+    has (`kubectl delete node`, the cloud's node controller) has nothing to cordon: the drain
+    goes on, to no pods and the release, as `remove_node` takes a gone Node. A cordon the
+    cluster cannot take now still starts the drain (deadline and all) but evicts nothing this
+    pass: the next pass's drift check cordons the draining node first (pools/controllers/node_sync.py)."""
     deadline = deadline or p.now + timedelta(seconds=settings.EBCLOUD_DRAIN_TIMEOUT_SECONDS)
     registered = node.ready_at is not None
+    cordoned, said = True, f"Node {node.name} cordoned: no new pods are scheduled on it"
     if registered:
-        p.cluster.cordon(name=node.name)  # idempotent: a rerun after a crash cordons again
+        try:
+            if p.cluster.cordon(name=node.name) is False:
+                said = f"Node {node.name} is no longer in the cluster (its Node object was deleted): nothing to cordon there"
+        except ProviderError as exc:
+            cordoned = False
+            said = f"Node {node.name} could not be cordoned in the cluster now ({exc.message}): the next pass cordons it, then evicts"
     with transaction.atomic():
         claimed = Node.objects.filter(pk=node.pk, release_reason="").exclude(phase=Node.Phase.TERMINATED).update(
             release_reason=reason,
@@ -50,38 +66,79 @@ def drain_start(p: ReconcilePass, node: Node, *, reason: str, event_reason: str,
             return
         p.event(event_reason, message, node=node, type=type)
         if registered:
-            p.event("NodeCordoned", f"Node {node.name} cordoned: no new pods are scheduled on it", node=node)
-    node.refresh_from_db()
-    drain_advance(p, node)
+            p.event("NodeCordoned", said, node=node, type=NORMAL if cordoned else WARNING)
+    if cordoned:
+        node.refresh_from_db()
+        drain_advance(p, node)
 
 
 def drain_advance(p: ReconcilePass, node: Node) -> None:
-    """Evict what is left (lowest priority first); release when empty or at the deadline."""
+    """Evict what is left (lowest priority first); release when empty or at the deadline.
+
+    Whatever the cluster answers, the deadline holds and the pass goes on: a pod not evicted
+    now (a budget's "not now", another refusal, an API server out of reach) or already
+    terminating waits, said by one `DrainWaiting` a pass (the same words: the event's count
+    grows), and at the deadline the node is released with a `DrainTimeout` naming them."""
     if node.phase == Node.Phase.DRAINING:
+        staying = _evict_left(p, node)
+        if staying:
+            if node.drain_deadline and p.now < node.drain_deadline:
+                p.event("DrainWaiting", f"Drain of {node.name} waits for {staying}; the node is released at {_at(node.drain_deadline)} at the latest", node=node, type=WARNING)
+                return
+            p.event("DrainTimeout", f"Drain of {node.name} reached its deadline: releasing it with {staying}; reason: {node.release_reason}", node=node, type=WARNING)
+    release(p, node)
+
+
+def _evict_left(p: ReconcilePass, node: Node) -> str:
+    """Evict the node's pods that can go, one `NodeDraining` event for those evicted; what stays,
+    in words for the events ("" when nothing). A terminating pod is on its way out already: it
+    is waited for, neither evicted again nor counted as evicted."""
+    refused: dict[tuple[str, str], str] = {}
+    try:
         pods = p.cluster.list_pods(node_name=node.name)
-        if pods:
-            order = rules.eviction_order(rules.PodView(x.namespace, x.name, x.priority) for x in pods)
-            done = evict(p.cluster, [(pod.namespace, pod.name) for pod in order], reason=node.release_reason)
+        movable = [x for x in pods if not x.terminating]
+        if movable:
+            order = rules.eviction_order(rules.PodView(x.namespace, x.name, x.priority) for x in movable)
+            done, refused = evict(p.cluster, [(pod.namespace, pod.name) for pod in order], reason=node.release_reason)
             evicted = [f"{pod.namespace}/{pod.name} (priority {pod.priority})" for pod in order if (pod.namespace, pod.name) in done]
             if evicted:
                 p.event("NodeDraining", f"Evicted {len(evicted)} pod(s) from {node.name}, lowest priority first: {', '.join(evicted)}", node=node)
             pods = p.cluster.list_pods(node_name=node.name)
-        if pods:
-            names = ", ".join(f"{x.namespace}/{x.name}" for x in pods)
-            if node.drain_deadline and p.now < node.drain_deadline:
-                p.event("DrainWaiting", f"{len(pods)} pod(s) still on {node.name} refuse eviction ({names}); the node is released at {_at(node.drain_deadline)} at the latest", node=node, type=WARNING)
-                return
-            p.event("DrainTimeout", f"Drain of {node.name} reached its deadline: releasing it with {len(pods)} pod(s) still on it ({names}); reason: {node.release_reason}", node=node, type=WARNING)
-    release(p, node)
+    except ProviderError as exc:
+        return f"pods that could not be listed ({exc.message})"
+    return f"{len(pods)} pod(s) still on it: {', '.join(_staying(x, refused) for x in pods)}" if pods else ""
 
 
-def evict(cluster, pods: list[tuple[str, str]], *, reason: str) -> set[tuple[str, str]]:
-    """Evict (namespace, name) pods in this order; the ones evicted. One call when the backend
-    evicts in batches (`evict_pods`), else one `evict_pod` per pod."""
+def _staying(pod: PodInfo, refused: dict[tuple[str, str], str]) -> str:
+    key = (pod.namespace, pod.name)
+    if pod.terminating:
+        why = "terminating"
+    elif key in refused:
+        why = f"eviction refused: {refused[key]}" if refused[key] else "refuses eviction"
+    else:
+        why = "not evicted yet"
+    return f"{pod.namespace}/{pod.name} ({why})"
+
+
+def evict(cluster, pods: list[tuple[str, str]], *, reason: str) -> tuple[set[tuple[str, str]], dict[tuple[str, str], str]]:
+    """Evict (namespace, name) pods in this order: the ones evicted, and for each one not, the
+    cluster's message ("" for a disruption budget's "not now"). One call when the backend evicts
+    in batches (`evict_pods`), else one `evict_pod` per pod; a refusal of one pod (or an API
+    server out of reach) does not keep the others from being asked."""
     many = getattr(cluster, "evict_pods", None)
     if many is not None:
-        return many(pods=pods, reason=reason)
-    return {pod for pod in pods if cluster.evict_pod(namespace=pod[0], name=pod[1], reason=reason)}
+        done = many(pods=pods, reason=reason)
+        return done, {pod: "" for pod in pods if pod not in done}
+    done, refused = set(), {}
+    for pod in pods:
+        try:
+            if cluster.evict_pod(namespace=pod[0], name=pod[1], reason=reason):
+                done.add(pod)
+            else:
+                refused[pod] = ""
+        except ProviderError as exc:
+            refused[pod] = exc.message
+    return done, refused
 
 
 def release(p: ReconcilePass, node: Node) -> None:

@@ -55,6 +55,15 @@ class PaymentDeclined(ProviderError):
     reason = "PaymentDeclined"
 
 
+class EvictionRefused(ProviderError):
+    """The cluster did not evict a pod, for another reason than a disruption budget's "not now"
+    (which `evict_pod` answers False): a refusal of the Eviction API (500 for a pod under more
+    than one budget, 403, ...) or an API server out of reach. The pod stays for now; a drain
+    reports the message and still honours its deadline."""
+
+    reason = "EvictionRefused"
+
+
 @dataclass(frozen=True)
 class QuotaStatus:
     region: str
@@ -104,6 +113,9 @@ class PodInfo:
     priority: int = 0
     phase: str = "Running"
     checkpointable: bool = False
+    # Deleted already (Kubernetes' `deletionTimestamp`), its grace period running: a drain waits
+    # for it to go and does not evict it again (a second eviction would only delete it again).
+    terminating: bool = False
 
 
 @dataclass(frozen=True)
@@ -197,13 +209,18 @@ class ClusterBackend(Protocol):
         drifted from what we applied."""
         ...
 
-    def cordon(self, *, name: str) -> None: ...
+    def cordon(self, *, name: str) -> bool:
+        """Set `spec.unschedulable`; False when the cluster has no such Node (deleted by someone
+        or by the cloud's node controller): nothing to cordon. Raises `ProviderError` when the
+        cluster cannot be changed now."""
+        ...
 
     def uncordon(self, *, name: str) -> None:
         """Lift `spec.unschedulable` (a repair that cordoned the node is over)."""
 
     def evict_pod(self, *, namespace: str, name: str, reason: str) -> bool:
-        """True when evicted; False when a disruption budget refused."""
+        """True when evicted (or gone already); False when a disruption budget refused now;
+        `EvictionRefused` when the cluster refused otherwise or could not be reached."""
         ...
 
     def disruption_budgets(self, *, pods: Mapping[str, Mapping[str, str]]) -> list[DisruptionBudget]:
@@ -217,7 +234,9 @@ class ClusterBackend(Protocol):
         their status, for the API and the pages to show."""
         ...
 
-    def list_pods(self, *, node_name: str) -> list[PodInfo]: ...
+    def list_pods(self, *, node_name: str) -> list[PodInfo]:
+        """The pods a drain must move off the node (`ProviderError` when they cannot be listed now)."""
+        ...
 
     # A backend whose `nodes_state` can report a node without the GPU-share resource in its
     # capacity (`gpu_shares_advertised=False`: a real cluster) also has

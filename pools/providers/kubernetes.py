@@ -14,10 +14,15 @@ What Kubernetes defines is done its way:
   labels and taints that others set survive, and a label we no longer want is removed by the
   next apply (level-triggered: every call states the whole wanted set);
 - cordon is `spec.unschedulable` (a merge patch, like `kubectl cordon`, outside our apply set);
+  a Node that is gone (deleted by someone, or by the cloud's node controller) has nothing to
+  cordon, so a drain goes on (to no pods, then the release) instead of failing on the 404;
 - the state of every node is read with one list (`nodes_state`), once per lifecycle pass, to
   find labels, taints or cordons changed by others and put ours back;
 - eviction goes through the Eviction API (policy/v1): a PodDisruptionBudget's refusal (429) is
-  "not now", reported to the caller, never forced; a plan asks beforehand how many of which pods
+  "not now", reported to the caller, never forced; so is any other refusal (500 for a pod under
+  two budgets, 403, an API server out of reach), with the API's message, so that a drain waits
+  and then honours its deadline instead of failing its pool's pass; a pod already terminating
+  is listed as such and not evicted again; a plan asks beforehand how many of which pods
   the budgets let go (`disruption_budgets`, read as the API reads them);
 - the pods a drain must move are those `kubectl drain` evicts: DaemonSet pods and mirror (static)
   pods stay, finished pods are skipped.
@@ -38,7 +43,8 @@ from kubernetes.utils.quantity import parse_quantity
 from pools.core.disruption import DisruptionBudget, disruption_budgets
 from pools.core.podspec import GPU_RESOURCE, GPU_SHARE_RESOURCE
 from pools.core.scheduling.nodes import MILLI
-from pools.providers.base import NodeState, PodInfo, ProviderError
+from pools.core.scheduling.taint_eviction import TIME_ADDED, carried_time_added
+from pools.providers.base import EvictionRefused, NodeState, PodInfo, ProviderError
 
 FIELD_MANAGER = "ebcloud.io/node-pools"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
@@ -104,7 +110,9 @@ class KubernetesCluster:
         those recorded in our annotation at the last apply, the rest are kept as they are. The
         apply is conditional on the Node's resourceVersion: a concurrent change (409) is read
         again and retried. The Node as this pass's `nodes_state` listed it serves for the first
-        try (no read of its own: one call per node relabelled)."""
+        try (no read of its own: one call per node relabelled). A taint written back keeps its
+        `timeAdded` (the NoExecute clock of the node lifecycle controller's `unreachable` taint,
+        say): the list is replaced whole, so a taint written without it would lose its clock."""
         wanted = [_taint(t) for t in taints]
         keys = {(t["key"], t["effect"]) for t in wanted}
         node = self._listed.pop(name, None)
@@ -112,8 +120,9 @@ class KubernetesCluster:
             node = node or json.loads(self.core.read_node(name, _preload_content=False).data)
             annotations = node["metadata"].get("annotations") or {}
             ours_before = {tuple(k) for k in json.loads(annotations.get(MANAGED_TAINTS_ANNOTATION, "[]"))}
+            present = node.get("spec", {}).get("taints") or ()
             others = [
-                _taint(t) for t in node.get("spec", {}).get("taints") or ()
+                _taint(t) for t in present
                 if (t["key"], t["effect"]) not in ours_before and (t["key"], t["effect"]) not in keys
             ]  # fmt: skip
             body = {
@@ -125,7 +134,7 @@ class KubernetesCluster:
                     "labels": dict(labels),
                     "annotations": {MANAGED_TAINTS_ANNOTATION: json.dumps(sorted(keys))},
                 },
-                "spec": {"taints": others + wanted},
+                "spec": {"taints": others + carried_time_added(present, wanted)},
             }
             try:
                 self.core.patch_node(name, body, field_manager=FIELD_MANAGER, force=True, _content_type="application/apply-patch+yaml")
@@ -157,25 +166,39 @@ class KubernetesCluster:
             if node["metadata"]["name"] in wanted
         }
 
-    def cordon(self, *, name: str) -> None:
-        self.core.patch_node(name, {"spec": {"unschedulable": True}})
+    def cordon(self, *, name: str) -> bool:
+        """Like `kubectl cordon`; False when the Node is gone (404): nothing to cordon."""
+        return self._unschedulable(name, True)
 
-    def uncordon(self, *, name: str) -> None:
+    def uncordon(self, *, name: str) -> bool:
         """Like `kubectl uncordon`: a merge patch that removes `spec.unschedulable`."""
-        self.core.patch_node(name, {"spec": {"unschedulable": None}})
+        return self._unschedulable(name, None)
+
+    def _unschedulable(self, name: str, value: bool | None) -> bool:
+        try:
+            self.core.patch_node(name, {"spec": {"unschedulable": value}})
+        except CLUSTER_UNREACHABLE as exc:
+            if getattr(exc, "status", None) == 404:
+                return False
+            raise ProviderError(f"node {name} could not be {'cordoned' if value else 'uncordoned'}: {_refusal(exc)}") from exc
+        return True
 
     def evict_pod(self, *, namespace: str, name: str, reason: str) -> bool:
         """True when the pod is evicted (or already gone); False when a disruption budget
-        refuses now (429), so the drain waits and asks again."""
+        refuses now (429), so the drain waits and asks again; `EvictionRefused` with the API's
+        message for any other refusal (kube-apiserver answers 500 for a pod under more than one
+        budget, 403 for a budget it cannot spend) or an API server out of reach: not evicted
+        now either, and never a failure of the caller's pass."""
         eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=namespace))
         try:
             self.core.create_namespaced_pod_eviction(name, namespace, eviction)
-        except ApiException as exc:
-            if exc.status == 404:
+        except CLUSTER_UNREACHABLE as exc:
+            status = getattr(exc, "status", None)
+            if status == 404:
                 return True
-            if exc.status == 429:
+            if status == 429:
                 return False
-            raise
+            raise EvictionRefused(_refusal(exc)) from exc
         return True
 
     def disruption_budgets(self, *, pods: Mapping[str, Mapping[str, str]]) -> list[DisruptionBudget]:
@@ -210,7 +233,12 @@ class KubernetesCluster:
         return documents
 
     def list_pods(self, *, node_name: str) -> list[PodInfo]:
-        pods = self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node_name}").items
+        """The pods `kubectl drain` would move, each marked `terminating` once deleted (evicted
+        by an earlier pass, say): the drain waits for those rather than evicting them again."""
+        try:
+            pods = self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node_name}").items
+        except CLUSTER_UNREACHABLE as exc:
+            raise ProviderError(f"the pods on node {node_name} could not be listed: {_refusal(exc)}") from exc
         return [
             PodInfo(
                 namespace=pod.metadata.namespace,
@@ -218,6 +246,7 @@ class KubernetesCluster:
                 priority=pod.spec.priority or 0,
                 phase=pod.status.phase or "Pending",
                 checkpointable=(pod.metadata.annotations or {}).get(CHECKPOINTABLE_ANNOTATION) == "true",
+                terminating=pod.metadata.deletion_timestamp is not None,
             )
             for pod in sorted(pods, key=lambda p: (p.metadata.namespace, p.metadata.name))
             if _drain_moves(pod)
@@ -245,7 +274,20 @@ def _taint(taint: Mapping[str, str]) -> dict[str, str]:
     out = {"key": taint["key"], "effect": taint["effect"]}
     if taint.get("value"):
         out["value"] = taint["value"]
+    if taint.get(TIME_ADDED):
+        out[TIME_ADDED] = taint[TIME_ADDED]
     return out
+
+
+def _refusal(exc: Exception) -> str:
+    """What the API server said (its Status message and code), or why it could not be asked."""
+    if isinstance(exc, ApiException):
+        try:
+            message = json.loads(exc.body or "{}").get("message") or exc.reason
+        except (TypeError, ValueError, AttributeError):
+            message = exc.reason
+        return f"{message} ({exc.status})"
+    return f"{type(exc).__name__}: {exc}"[:300]
 
 
 def _drain_moves(pod: client.V1Pod) -> bool:

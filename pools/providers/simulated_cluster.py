@@ -67,11 +67,13 @@ class SimulatedCluster:
                 states[name] = NodeState(labels=labels, taints=taints, unschedulable=unschedulable)
         return states
 
-    def cordon(self, *, name: str) -> None:
-        SimClusterNode.objects.filter(name=name).update(unschedulable=True)
+    def cordon(self, *, name: str) -> bool:
+        """False when the node is not in the cluster (removed, or never registered): nothing
+        to cordon, as a real API server's 404."""
+        return bool(SimClusterNode.objects.filter(name=name).update(unschedulable=True))
 
-    def uncordon(self, *, name: str) -> None:
-        SimClusterNode.objects.filter(name=name).update(unschedulable=False)
+    def uncordon(self, *, name: str) -> bool:
+        return bool(SimClusterNode.objects.filter(name=name).update(unschedulable=False))
 
     def evict_pod(self, *, namespace: str, name: str, reason: str) -> bool:
         """Evict like the Eviction API: the pod leaves its node and is Pending again (its owner
