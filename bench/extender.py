@@ -8,7 +8,8 @@ and a tie-break: the costliest).
 
 Each round posts what kube-scheduler posts for one pod (`nodeCacheCapable`): `filter` with all
 1,000 node names, then `prioritize` with the nodes the filter passed (the pod asks for one GPU
-and tolerates every pool). Two scenarios, in Kubernetes mode (the only one kube-scheduler
+and tolerates every pool; with `--cpu-only`, none: kube-scheduler sends every pod, CPU-only
+ones too, so that the team rule holds for them). Two scenarios, in Kubernetes mode (the only one kube-scheduler
 calls): `steady`, nothing changes between rounds; `busy`, before each round one more pod
 becomes Running on a node as the pod mirror records a binding (the pod rows and the mirror's
 cursor change), which is what the read model sees while kube-scheduler binds pod after pod.
@@ -18,7 +19,7 @@ included. Besides the wall time, the CPU time of the request's thread: on a shar
 wall time includes waiting for a core, the CPU time is what the request costs on an idle one
 (the database is SQLite in this process, so its work is in it; PostgreSQL's is not).
 
-Usage: python bench/extender.py [--rounds 200] [--database postgres://...] [--no-instructions]
+Usage: python bench/extender.py [--rounds 200] [--cpu-only] [--database postgres://...] [--no-instructions]
        (default database: a new SQLite file in var/)
 """
 
@@ -44,16 +45,17 @@ SECRET = "bench-scheduler-secret"
 TEAM = "bench-team-0"  # the fleet's one team: its namespace (named like it) may use every pool
 
 
-def benchmark_pod(index: int) -> dict:
-    """One GPU, 4 cores and 32 GiB, of the team that owns every pool, tolerating every pool's
-    taint (as kube-scheduler's own filters have already passed every node)."""
+def benchmark_pod(index: int, *, cpu_only: bool = False) -> dict:
+    """One GPU (none when `cpu_only`), 4 cores and 32 GiB, of the team that owns every pool,
+    tolerating every pool's taint (as kube-scheduler's own filters have already passed every node)."""
+    limits = {} if cpu_only else {"nvidia.com/gpu": "1"}
     return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": f"bench-{index}", "namespace": TEAM, "uid": str(uuid.uuid4())},
         "spec": {
             "tolerations": [{"key": "pool", "operator": "Exists", "effect": "NoSchedule"}],
             "containers": [{"name": "main", "image": "registry.invalid/x:1",
-                            "resources": {"requests": {"cpu": "4", "memory": "32Gi"}, "limits": {"nvidia.com/gpu": "1"}}}],
+                            "resources": {"requests": {"cpu": "4", "memory": "32Gi"}, "limits": limits}}],
         },
     }  # fmt: skip
 
@@ -126,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--pods-per-node", type=int, default=8)
+    parser.add_argument("--cpu-only", action="store_true", help="the pod asks for no GPU")
     parser.add_argument("--database", default="")
     parser.add_argument("--instructions", action=argparse.BooleanOptionalAction, default=True,
                         help="also count instructions per round with callgrind (bench/instructions.py)")
@@ -177,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         for index in range(args.rounds + 5):  # the first 5 warm up
             if scenario == "busy":
                 bind_one(index)
-            pod = benchmark_pod(index)
+            pod = benchmark_pod(index, cpu_only=args.cpu_only)
             body = {"Pod": pod, "Nodes": None, "NodeNames": names}
             for verb in ("filter", "prioritize"):
                 with CaptureQueriesContext(connection) as captured:
@@ -198,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append((scenario, verb, len(body["NodeNames"]) if verb == "prioritize" else len(names), samples, cpu[verb], max(queries[verb])))
 
     print(f"fleet: {len(names):,} nodes, {fleet.pods:,} pods ({shape.pods_per_node} per node), built in {built:.1f} s; "
-          f"database {connection.vendor}; {args.rounds} rounds per scenario; speed probe (5 M additions) {speed_probe():.0f} ms")  # fmt: skip
+          f"database {connection.vendor}; {args.rounds} rounds per scenario of a {'CPU-only' if args.cpu_only else 'one-GPU'} pod; speed probe (5 M additions) {speed_probe():.0f} ms")  # fmt: skip
     print(f"first call (the state read whole): {cold:.2f} s; the state's memory: {state_mib:.0f} MiB")
     print()
     print("| state between rounds | verb | nodes sent | p50 ms | p99 ms | max ms | CPU p50 ms | CPU p99 ms | SQL statements |")

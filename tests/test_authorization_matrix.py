@@ -125,6 +125,12 @@ def extender_args(w: World) -> dict:
     return {"Pod": pod, "Nodes": None, "NodeNames": [w.node.name]}
 
 
+def extender_preemption_args(w: World) -> dict:
+    """What kube-scheduler posts to preempt for that pod: a victim on the pool's first node."""
+    pod = extender_args(w)["Pod"]
+    return {"Pod": pod, "NodeNameToMetaVictims": {w.node.name: {"Pods": [{"UID": "victim-uid"}], "NumPDBViolations": 0}}}
+
+
 MATRIX: tuple[Row, ...] = (
     # --- web: sign-in ---------------------------------------------------------------------
     #                                lead  other member finance admin anon
@@ -248,6 +254,8 @@ MATRIX: tuple[Row, ...] = (
         writes=(Write("post", S(401, 401, 401, 401, 401, 401, 401, 200), lambda w: extender_args(w)),)),
     Row("scheduler-extender:prioritize", S(401, 401, 401, 401, 401, 401, 401, 405), api=True, settings=EXTENDER,
         writes=(Write("post", S(401, 401, 401, 401, 401, 401, 401, 200), lambda w: extender_args(w)),)),
+    Row("scheduler-extender:preempt", S(401, 401, 401, 401, 401, 401, 401, 405), api=True, settings=EXTENDER,
+        writes=(Write("post", S(401, 401, 401, 401, 401, 401, 401, 200), lambda w: extender_preemption_args(w)),)),
     # --- Prometheus: a scrape token, never a user session or an agent credential -----------
     Row("metrics", S(403, 403, 403, 403, 403, 403), settings={"EBCLOUD_METRICS_TOKEN": METRICS_TOKEN}),
 )

@@ -3,11 +3,12 @@ kube-scheduler posts to `<urlPrefix>/<verb>`, without a trailing slash; both for
 
 from django.urls import re_path
 
-from pools.api.extender_views import FilterView, PrioritizeView
+from pools.api.extender_views import FilterView, PreemptView, PrioritizeView
 
 app_name = "scheduler-extender"
 
 urlpatterns = [
     re_path(r"^filter/?$", FilterView.as_view(), name="filter"),
     re_path(r"^prioritize/?$", PrioritizeView.as_view(), name="prioritize"),
+    re_path(r"^preempt/?$", PreemptView.as_view(), name="preempt"),
 ]

@@ -2,14 +2,17 @@
 
 `filter` and `prioritize` take kube-scheduler's `ExtenderArgs` (`Pod`, and `NodeNames` with
 `nodeCacheCapable: true` or `Nodes` without) and answer `ExtenderFilterResult` and
-`HostPriorityList`, from the read model (pools/selectors/extender.py) through the scheduling
+`HostPriorityList`; `preempt` takes `ExtenderPreemptionArgs` (`Pod` and the victims kube-scheduler
+chose on each candidate node: `NodeNameToMetaVictims` with `nodeCacheCapable`, else
+`NodeNameToVictims`) and answers `ExtenderPreemptionResult` with the candidates it keeps, their
+victims as given. All from the read model (pools/selectors/extender.py) through the scheduling
 core (pools/core/scheduling/extender.py). Field names are Go's, as kube-scheduler marshals them.
 
-Bad input: a body that is not `ExtenderArgs` is answered 400 with the field; a `Pod` that cannot
-be read is a filter result with `Error` set (the protocol's way, which kube-scheduler reports
-without our URL) and a 400 from `prioritize`, which has no such field; a node the product does
-not know fails the filter with its reason, and is a 400 in `prioritize` (kube-scheduler only
-asks there about nodes our filter passed).
+Bad input: a body that is not the verb's arguments is answered 400 with the field; a `Pod` that
+cannot be read is a filter result with `Error` set (the protocol's way, which kube-scheduler
+reports without our URL) and a 400 from `prioritize` and `preempt`, which have no such field; a
+node the product does not know fails the filter with its reason where it must, and is a 400 in
+`prioritize` then (kube-scheduler only asks there about nodes our filter passed).
 """
 
 from __future__ import annotations
@@ -27,9 +30,14 @@ from pools.api.machine_views import MachineView
 from pools.api.serializers import ErrorSerializer
 from pools.core.errors import FieldError, ValidationError
 from pools.core.scheduling.nodes import Pod as CorePod
-from pools.selectors.extender import extender_filter, extender_pod, extender_scores
+from pools.selectors.extender import (
+    extender_filter,
+    extender_pod,
+    extender_preemption,
+    extender_scores,
+)
 
-ERROR = OpenApiResponse(ErrorSerializer, description='`{"errors": [{"field", "message"}]}`: not ExtenderArgs')
+ERROR = OpenApiResponse(ErrorSerializer, description="`{\"errors\": [{\"field\", \"message\"}]}`: not the verb's arguments")
 REFUSED = OpenApiResponse(ErrorSerializer, description="Not kube-scheduler's credential")
 
 
@@ -40,14 +48,20 @@ class ExtenderArgs:
     items: list[Mapping[str, Any]] | None  # `Nodes.items` when kube-scheduler sent whole nodes
 
 
-def extender_args(body: Any) -> ExtenderArgs:
-    """kube-scheduler's ExtenderArgs, checked; keys match as Go's decoder matches them (any case)."""
+def _pod_document(body: Any, kind: str) -> tuple[dict[str, str], Mapping[str, Any]]:
+    """The body's keys by their lower case (Go's decoder matches them in any case) and its Pod."""
     if not isinstance(body, dict):
-        raise ValidationError("the body must be a JSON object (ExtenderArgs)")
+        raise ValidationError(f"the body must be a JSON object ({kind})")
     keys = {key.lower(): key for key in body}
     pod = body.get(keys.get("pod", "Pod"))
     if not isinstance(pod, dict):
         raise ValidationError("required: the Pod being scheduled, an object", field="Pod")
+    return keys, pod
+
+
+def extender_args(body: Any) -> ExtenderArgs:
+    """kube-scheduler's ExtenderArgs, checked."""
+    keys, pod = _pod_document(body, "ExtenderArgs")
     names = body.get(keys.get("nodenames", "NodeNames"))
     if names is not None:
         if not isinstance(names, list):
@@ -69,7 +83,46 @@ def extender_args(body: Any) -> ExtenderArgs:
     return ExtenderArgs(pod, names, items)
 
 
-def pod_of(args: ExtenderArgs) -> CorePod:
+@dataclass(frozen=True)
+class PreemptionArgs:
+    pod: Mapping[str, Any]
+    victims: dict[str, Any]  # node name -> MetaVictims ({"Pods": [{"UID"}], "NumPDBViolations"})
+
+
+def preemption_args(body: Any) -> PreemptionArgs:
+    """kube-scheduler's ExtenderPreemptionArgs, checked; `NodeNameToVictims` (whole pods, sent
+    without nodeCacheCapable) is answered as the protocol wants it back: as MetaVictims."""
+    keys, pod = _pod_document(body, "ExtenderPreemptionArgs")
+    meta = body.get(keys.get("nodenametometavictims", "NodeNameToMetaVictims"))
+    if meta is not None:
+        return PreemptionArgs(pod, _victims_map(meta, "NodeNameToMetaVictims", lambda entry: entry))
+    whole = body.get(keys.get("nodenametovictims", "NodeNameToVictims"))
+    if whole is None:
+        raise ValidationError("required: NodeNameToMetaVictims (nodeCacheCapable) or NodeNameToVictims", field="NodeNameToMetaVictims")
+    return PreemptionArgs(pod, _victims_map(whole, "NodeNameToVictims", _meta_pod))
+
+
+def _victims_map(value: Any, field: str, meta_pod) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValidationError("must be an object of node names", field=field)
+    victims = {}
+    for node, entry in value.items():
+        pods = entry.get("Pods", entry.get("pods")) if isinstance(entry, dict) else None
+        if not isinstance(pods, list):
+            raise ValidationError("must be an object with the victim Pods, a list", field=f"{field}.{node}")
+        try:
+            victims[node] = {"Pods": [meta_pod(p) for p in pods], "NumPDBViolations": entry.get("NumPDBViolations", entry.get("numPDBViolations", 0))}
+        except (TypeError, AttributeError, KeyError) as exc:
+            raise ValidationError(f"not a list of victim pods: {exc}", field=f"{field}.{node}.Pods") from exc
+    return victims
+
+
+def _meta_pod(pod: Any) -> dict[str, Any]:
+    """A MetaPod of a whole Pod: its UID, which kube-scheduler looks the victim up by."""
+    return {"UID": pod["metadata"]["uid"]}
+
+
+def pod_of(args: ExtenderArgs | PreemptionArgs) -> CorePod:
     try:
         return extender_pod(args.pod)
     except KeyError as exc:
@@ -83,10 +136,10 @@ class _ExtenderView(MachineView):
     permission_classes = [IsScheduler]
 
 
-def _schema(verb: str, answer: str, shape: str):
+def _schema(verb: str, answer: str, shape: str, asked: str = "ExtenderArgs (Pod, NodeNames)"):
     return extend_schema(
         request=OpenApiTypes.OBJECT, summary=f"kube-scheduler extender: {verb}",
-        description=f"kube-scheduler's ExtenderArgs (Pod, NodeNames) -> {answer} ({shape}).",
+        description=f"kube-scheduler's {asked} -> {answer} ({shape}).",
         responses={200: OpenApiResponse(OpenApiTypes.OBJECT, description=answer), 400: ERROR, 401: REFUSED},
     )  # fmt: skip
 
@@ -100,7 +153,7 @@ class FilterView(_ExtenderView):
         except ValidationError as exc:
             return Response({"NodeNames": None, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": str(exc)})
         result = extender_filter(pod, args.names)
-        answer: dict[str, Any] = {"FailedNodes": result.failed, "FailedAndUnresolvableNodes": {}, "Error": ""}
+        answer: dict[str, Any] = {"FailedNodes": result.failed, "FailedAndUnresolvableNodes": result.unresolvable, "Error": ""}
         if args.items is None:
             answer["NodeNames"] = result.passed
         else:
@@ -118,3 +171,14 @@ class PrioritizeView(_ExtenderView):
         if isinstance(scores, list):
             raise ValidationError([FieldError(f"NodeNames[{i}]", f"no live node {args.names[i]!r} in any pool") for i in scores])
         return Response([{"Host": name, "Score": scores[name]} for name in args.names])
+
+
+class PreemptView(_ExtenderView):
+    @_schema("preempt", "ExtenderPreemptionResult", "NodeNameToMetaVictims: the candidates kept",
+             asked="ExtenderPreemptionArgs (Pod, NodeNameToMetaVictims or NodeNameToVictims)")  # fmt: skip
+    def post(self, request):
+        """Only the candidate nodes where the pod may run once pods are evicted are kept:
+        kube-scheduler evicts the victims of the node it then picks among them."""
+        args = preemption_args(request.data)
+        kept = extender_preemption(pod_of(args), list(args.victims))
+        return Response({"NodeNameToMetaVictims": {name: args.victims[name] for name in kept}})

@@ -128,9 +128,11 @@ class ClusterPods:
             if TEAM_LABEL in (labels := item["metadata"].get("labels") or {})
         }
 
-    def namespace_team(self, name: str) -> str:
+    def namespace_team(self, name: str, *, timeout: float | None = None) -> str:
+        """The namespace's `ebcloud.io/team` label ("" without one, or without the namespace);
+        `timeout` in seconds bounds the request (the scheduler extender's caller waits)."""
         try:
-            namespace = json.loads(self.core.read_namespace(name, _preload_content=False).data)
+            namespace = json.loads(self.core.read_namespace(name, _preload_content=False, _request_timeout=timeout).data)
         except ApiException as exc:
             if exc.status == 404:
                 return ""

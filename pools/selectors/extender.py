@@ -10,22 +10,42 @@ the scores are those the simulated cluster's scheduler pass would give on the sa
 from __future__ import annotations
 
 import json
+import logging
+import time
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from django.db.models import TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
 
-from pools.core.scheduling.extender import FilterResult, filter_nodes, node_scores
+from pools.core.scheduling.extender import (
+    TEAM_UNKNOWN,
+    FilterResult,
+    filter_nodes,
+    node_scores,
+    preemption_nodes,
+    refusal,
+    with_outside,
+)
 from pools.core.scheduling.fragmentation import PodShape, Workload, workload_from_pods
 from pools.core.scheduling.nodes import Pod as CorePod
 from pools.core.scheduling.policies import policy_for
+from pools.models import Team
 from pools.models.pods import Pod
-from pools.providers.kubernetes_pods import pod_fields
+from pools.providers import real_cluster
+from pools.providers.kubernetes_pods import ClusterPods, pod_fields
 from pools.selectors.cluster import core_pod_of
 from pools.selectors.extender_state import STATE
 from pools.selectors.namespaces import namespace_owner
+
+logger = logging.getLogger("ebcloud.extender")
+# How long a namespace's label read from the cluster is trusted: the pod mirror reads the labels
+# again before every watch (a minute at most); this is shorter.
+NAMESPACE_LABEL_SECONDS = 30.0
+NAMESPACE_RETRY_SECONDS = 5.0  # after a failed read
+NAMESPACE_READ_TIMEOUT = 1.0  # kube-scheduler waits httpTimeout (5 s) for the whole call
 
 
 def extender_filter(pod: CorePod, names: list[str]) -> FilterResult:
@@ -37,24 +57,34 @@ def extender_filter(pod: CorePod, names: list[str]) -> FilterResult:
         return result
 
 
+def extender_preemption(pod: CorePod, names: list[str]) -> list[str]:
+    """The preemption candidates (node names) where evicting pods could let `pod` run."""
+    with STATE.lock:
+        return preemption_nodes(pod, STATE.refresh(), names)
+
+
 def extender_scores(pod: CorePod, names: list[str]) -> dict[str, int] | list[int]:
-    """Each named node's score in 0..10, or the positions of the names that are no live node.
+    """Each named node's score in 0..10, or the positions of the names that are no live node
+    where `pod` may not run either (a team's pod asking for GPUs: the filter refused them).
 
     fgd learns the expected workload from the pods bound and the pods waiting (with `pod`), as
     the scheduler pass does; each pool's nodes are scored with its policy (one policy object
     per policy name, so fgd's memo of node shapes serves every pool)."""
     with STATE.lock:
         states = STATE.refresh()
-        unknown = [i for i, name in enumerate(names) if name not in states]
-        if unknown:
-            return unknown
+        outside = [name for name in names if name not in states]
+        if outside and refusal(pod, None) is not None:
+            return [i for i, name in enumerate(names) if name not in states]
+        known = [name for name in names if name in states]
+        if not known:
+            return with_outside({}, outside)
         workload = _workload(_waiting(pod), pod)
         chosen = {name: pool.scheduling_policy for name, pool in STATE.pools.items()}
         by_name = {policy: policy_for(policy, nodes=list(states.values()), workload=workload) for policy in set(chosen.values())}
         name, shape, generation, passed = STATE.passed or ("", None, -1, frozenset())
         fitting = passed if (name, shape, generation) == (pod.name, pod.shape_key, STATE.generation) else frozenset()
         policies = {pool: by_name[policy] for pool, policy in chosen.items()}
-        return node_scores(pod, (states[name] for name in names), policies, fitting=fitting)
+        return with_outside(node_scores(pod, (states[name] for name in known), policies, fitting=fitting), outside)
 
 
 def _workload(waiting: list[PodShape], pod: CorePod) -> Workload:
@@ -87,23 +117,53 @@ def _pending_shapes() -> list[tuple[str, PodShape]]:
 
 def extender_pod(document: Mapping[str, Any]) -> CorePod:
     """The core's pod of kube-scheduler's Pod JSON, read as the pod mirror reads it
-    (`pod_fields`: requests counted as kube-scheduler counts them), with its team from the read
-    model (the mirrored pod, else its namespace's). Raises KeyError, TypeError or ValueError
-    for a document that is not a readable Pod."""
+    (`pod_fields`: requests counted as kube-scheduler counts them), with its team (see
+    `_team_of`). Raises KeyError, TypeError or ValueError for a document that is not a
+    readable Pod."""
     fields = pod_fields(document, now=timezone.now())
     fields.pop("node_name")
     pod = Pod(**fields)
-    pod.team_id = _team_of(pod.uid, pod.namespace)
-    return core_pod_of(pod)
+    pod.team_id, known = _team_of(pod.uid, pod.namespace)
+    core = core_pod_of(pod)
+    return core if known else replace(core, team=TEAM_UNKNOWN)
 
 
-def _team_of(uid: str, namespace: str) -> int | None:
-    """The pod's team: the mirrored pod's (the mirror read its namespace's label), else its
-    namespace's as the product maps it. A pod the mirror has not recorded yet, in a namespace
-    mapped only by its label, has none for a moment: the filter refuses it and kube-scheduler
-    tries it again."""
+def _team_of(uid: str, namespace: str) -> tuple[int | None, bool]:
+    """The pod's team and whether it is known: the mirrored pod's (the mirror read its
+    namespace's label), else its namespace's as the product maps it, else (on a real cluster)
+    the team its namespace's `ebcloud.io/team` label names, which kube-scheduler does not send:
+    a pod the mirror has not recorded yet is placed by its namespace's team from its first
+    call. (None, True): a namespace without the label is no team's (kube-system, the cluster's
+    DaemonSets). (None, False): a label naming no team of the product, or a namespace that
+    could not be read: no pool takes the pod until it is known."""
     team = Pod.objects.live().exclude(team=None).filter(uid=uid).values_list("team_id", flat=True).first() if uid else None
-    if team is None:
-        owner = namespace_owner(namespace)
-        team = owner.pk if owner is not None else None
-    return team
+    if team is not None:
+        return team, True
+    owner = namespace_owner(namespace)
+    if owner is not None:
+        return owner.pk, True
+    if not real_cluster():
+        return None, True  # the simulated cluster's namespaces are all the product's mapping
+    label = _namespace_label(namespace)
+    if label is None:
+        return None, False
+    if not label:
+        return None, True
+    team = Team.objects.filter(slug=label).values_list("pk", flat=True).first()
+    return team, team is not None
+
+
+def _namespace_label(namespace: str) -> str | None:
+    """The namespace's `ebcloud.io/team` label ("" without one), as read from the cluster at
+    most every NAMESPACE_LABEL_SECONDS; None when it cannot be read (fail closed)."""
+    now = time.monotonic()
+    cached = STATE.namespace_labels.get(namespace)
+    if cached is not None and cached[0] > now:
+        return cached[1]
+    try:
+        label = ClusterPods().namespace_team(namespace, timeout=NAMESPACE_READ_TIMEOUT)
+    except Exception:  # noqa: BLE001 (the API server unreachable or refusing, a missing kubeconfig: fail closed)
+        logger.warning("scheduler extender: cannot read namespace %s's team label", namespace, exc_info=True)
+        label = None  # asked again after NAMESPACE_RETRY_SECONDS, not on every call meanwhile
+    STATE.namespace_labels[namespace] = (now + (NAMESPACE_LABEL_SECONDS if label is not None else NAMESPACE_RETRY_SECONDS), label)
+    return label

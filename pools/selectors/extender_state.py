@@ -74,12 +74,13 @@ class ExtenderState:
     generation: int = 0  # changes whenever any node or bound pod changed
     passed: tuple = ()  # the last filter's (pod name, pod shape, generation, nodes passed)
     waiting: tuple = ()  # (mirror cursor, shapes of the Pending pods) in Kubernetes mode
+    namespace_labels: dict[str, tuple[float, str | None]] = field(default_factory=dict)  # namespace -> (trusted until, its team label; None: unreadable)
 
     def reset(self) -> None:
         """Forget everything: the next refresh reads the whole read model."""
         with self.lock:
             fresh = ExtenderState()
-            for name in ("rows", "pool_rows", "states", "pools", "pods", "on_node", "shapes", "cursor", "ids_on", "version", "workloads", "generation", "passed", "waiting"):
+            for name in ("rows", "pool_rows", "states", "pools", "pods", "on_node", "shapes", "cursor", "ids_on", "version", "workloads", "generation", "passed", "waiting", "namespace_labels"):
                 setattr(self, name, getattr(fresh, name))
 
     def refresh(self) -> dict[str, NodeState]:

@@ -25,7 +25,7 @@ from pools.services import pods as pod_services
 from tests.pools.pod_helpers import T0, pod_document, pool_with_nodes, submit
 
 SECRET = "s3cret-of-the-scheduler"
-FILTER, PRIORITIZE = "/api/scheduler/v1/filter", "/api/scheduler/v1/prioritize"
+FILTER, PRIORITIZE, PREEMPT = "/api/scheduler/v1/filter", "/api/scheduler/v1/prioritize", "/api/scheduler/v1/preempt"
 
 
 def basic(user: str, password: str) -> str:
@@ -63,7 +63,7 @@ def args(pod: dict, names: list[str]) -> dict:
 # --- who may call ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", [FILTER, PRIORITIZE])
+@pytest.mark.parametrize("path", [FILTER, PRIORITIZE, PREEMPT])
 def test_only_kube_schedulers_credential_is_let_in(db, settings, actors, path):
     settings.EBCLOUD_SCHEDULER_EXTENDER_TOKEN = SECRET
     body = args(cluster_pod("p"), [])
@@ -112,12 +112,14 @@ def test_filter_passes_the_fitting_nodes_and_names_the_reasons_of_the_others(sch
     assert response.status_code == 200, response.content
     assert response.json() == {
         "NodeNames": ["train-pool-a-0"],
-        "FailedNodes": {"train-pool-a-1": REASON_GPU, "cpu-node-7": REASON_UNMANAGED},
-        "FailedAndUnresolvableNodes": {},
+        "FailedNodes": {"train-pool-a-1": REASON_GPU},  # evicting pods could make room there
+        "FailedAndUnresolvableNodes": {"cpu-node-7": REASON_UNMANAGED},  # nothing evicted could
         "Error": "",
     }
     elsewhere = scheduler.post(FILTER, args(cluster_pod("q", pool_affinity="infer"), ["train-pool-a-0"]), format="json").json()
-    assert elsewhere["FailedNodes"] == {"train-pool-a-0": REASON_AFFINITY}
+    assert elsewhere["FailedAndUnresolvableNodes"] == {"train-pool-a-0": REASON_AFFINITY} and elsewhere["FailedNodes"] == {}
+    too_big = scheduler.post(FILTER, args(cluster_pod("r", gpus=9), ["train-pool-a-0"]), format="json").json()
+    assert too_big["FailedAndUnresolvableNodes"] == {"train-pool-a-0": REASON_GPU}  # more GPUs than the node has
 
 
 def test_another_teams_pod_is_refused_on_the_pool_and_lent_pools_take_it(scheduler, pool, actors):
@@ -125,7 +127,7 @@ def test_another_teams_pod_is_refused_on_the_pool_and_lent_pools_take_it(schedul
     A pod of team inference's namespace may not use team algorithm's pool until it is lent."""
     foreign = cluster_pod("theirs", namespace="inference")
     refused = scheduler.post(FILTER, args(foreign, ["train-pool-a-0"]), format="json").json()
-    assert refused["FailedNodes"] == {"train-pool-a-0": REASON_TEAM}
+    assert refused["FailedAndUnresolvableNodes"] == {"train-pool-a-0": REASON_TEAM} and refused["FailedNodes"] == {}
     pool.document["spec"]["sharedWith"] = ["inference"]
     pool.save(update_fields=["document"])
     assert scheduler.post(FILTER, args(foreign, ["train-pool-a-0"]), format="json").json()["NodeNames"] == ["train-pool-a-0"]

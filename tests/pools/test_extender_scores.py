@@ -22,9 +22,10 @@ def _node(name, *, gpus=8, used=0, pool="a", taints=()):
 
 def test_the_filter_keeps_the_given_order_and_says_why_the_others_fail():
     states = {n.name: n for n in (_node("n1", used=8), _node("n2"), _node("n3", used=2))}
-    result = filter_nodes(Pod("ns/p", gpu_count=4), states, ["n3", "n1", "ghost", "n2"])
+    result = filter_nodes(Pod("ns/p", gpu_count=4, team="7"), states, ["n3", "n1", "ghost", "n2"])
     assert result.passed == ["n3", "n2"]
-    assert result.failed == {"n1": REASON_GPU, "ghost": REASON_UNMANAGED}
+    assert result.failed == {"n1": REASON_GPU}
+    assert result.unresolvable == {"ghost": REASON_UNMANAGED}
 
 
 def test_the_best_node_of_the_policy_alone_scores_ten_and_ties_share_it():

@@ -389,11 +389,17 @@ def may_use(pod: Pod, node: NodeState) -> bool:
 
 def static_filter_reason(pod: Pod, node: NodeState) -> str | None:
     """Filters that depend only on node attributes: first ours, the pod's team (see
-    :func:`may_use`), then kube-scheduler's default order: NodeUnschedulable, TaintToleration,
-    NodeAffinity (selector + required affinity), then our GPU-model check. Returns the first
-    failing reason, or None."""
+    :func:`may_use`), then :func:`node_filter_reason`. Returns the first failing reason, or None."""
     if node.teams is not None and pod.team not in node.teams:
         return REASON_TEAM
+    return node_filter_reason(pod, node)
+
+
+def node_filter_reason(pod: Pod, node: NodeState) -> str | None:
+    """The node-attribute filters but the team rule, in kube-scheduler's default order:
+    NodeUnschedulable, TaintToleration, NodeAffinity (selector + required affinity), then our
+    GPU-model check (the scheduler extender applies the team rule its own way to pods of no
+    team). Preemption can change none of them. Returns the first failing reason, or None."""
     tolerations = pod.tolerations
     if node.unschedulable and not any(
         t.tolerates(Taint(UNSCHEDULABLE_TAINT_KEY, "", NO_SCHEDULE)) for t in tolerations
