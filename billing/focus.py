@@ -48,7 +48,13 @@ from billing.allocation import (
     PodHour,
     allocate_hour,
 )
-from billing.lease_costs import add_months, lease_months, quantize_money, spread_sum
+from billing.lease_costs import (
+    add_months,
+    lease_month_spans,
+    lease_months,
+    quantize_money,
+    spread_sum,
+)
 
 FOCUS_VERSION = "1.2"
 
@@ -133,6 +139,10 @@ class Lease:
     # What the lease was priced and paid in (the order's, the ledger period's or the price
     # book's currency): its purchase rows bill in it.
     currency: str = DEFAULT_CURRENCY
+    # When the lease was bought, for a lease spread over the hours from the one it was bought in
+    # (a ledger period): its purchases are then its months from that moment
+    # (`billing.lease_costs.lease_month_spans`), not from `start`, which is an hour boundary.
+    bought: datetime | None = None
 
 
 # --------------------------------------------------------------------------- rows
@@ -152,13 +162,9 @@ def purchase_rows(
     """
     rows = []
     paid = Decimal(0)
-    k = 0
-    period_start = lease.start
-    while period_start < lease.end:
-        period_end = min(add_months(lease.start, k + 1), lease.end)
+    for period_start, period_end, months in lease_month_spans(lease.start, lease.end, lease.bought):
         upto = _paid_upto(lease, period_end)
         amount, paid = upto - paid, upto
-        months = lease_months(period_start, period_end)
         hours = (period_end - period_start) // timedelta(hours=1)
         row = _base(account, lease.currency, period_start, period_end, lease.team, lease.region)
         row.update(
@@ -186,8 +192,6 @@ def purchase_rows(
             **_compute_service(lease.gpu_class, MONTHLY, lease.gpu_count),
         )
         rows.append(row)
-        k += 1
-        period_start = period_end
     return rows
 
 

@@ -30,14 +30,15 @@ def _node_commitments(node, periods: list[LeasePeriod]) -> list[Lease]:
             continue
         commitment_id = f"lease/order-{period.order_id}/slot-{period.slot}/{start:%Y%m%dT%H}/{node.name}"
         paid = spread_sum(period.amount, start, end, first, stop)
-        leases.append(node_commitment(node, commitment_id, first, stop, payment=paid, currency=period.currency))
+        leases.append(node_commitment(node, commitment_id, first, stop, payment=paid, currency=period.currency, bought=period.lease_start))
     return leases
 
 
-def node_commitment(node, commitment_id: str, start, end, *, payment=None, currency=None) -> Lease:
+def node_commitment(node, commitment_id: str, start, end, *, payment=None, currency=None, bought=None) -> Lease:
     """A node's lease as a FOCUS commitment over [start, end) (the node's pool, team, GPU model
     and zone loaded); `payment`: what it was paid exactly, when known, and `currency` what in
-    (else the currency of its monthly price)."""
+    (else the currency of its monthly price); `bought`: the moment the lease began, where its
+    hours are counted from the hour it began in (its purchases are months from it)."""
     monthly = node_prices.monthly_price(node)
     return Lease(
         commitment_id=commitment_id,
@@ -53,4 +54,5 @@ def node_commitment(node, commitment_id: str, start, end, *, payment=None, curre
         labels=node.pool.labels,
         payment=payment,
         currency=currency or monthly.currency,
+        bought=bought,
     )

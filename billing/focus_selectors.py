@@ -1,7 +1,8 @@
 """FOCUS 1.2 exports for a user and a cost query (issue 7 §5, issue 20 item 6): from the cost
 records (`focus_csv_for_user`, daily or hourly rows: what `?format=focus` streams) and per node
-and workload from the usage records (`focus_rows_for_user`, `detail=1`). Leads get the pools
-their teams own, finance and admins every pool."""
+and workload from the usage records (`focus_rows_for_user`, `detail=1`). A user gets what the
+chargeback shows them (the costs charged to their teams; finance and admins every team's), and
+the purchases of the leases their teams paid for."""
 
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ from django.db import connection
 from django.db.models import Count, Max, Min, QuerySet, Sum, TextField, Value
 from django.db.models.functions import Cast, Coalesce
 
-from billing.allocation import CENT
+from billing.allocation import CENT, MONTHLY, AllocationRow, allocate_hour
 from billing.costing import inputs_by_currency
-from billing.focus import FocusAccount, iter_focus_rows
+from billing.focus import FocusAccount, Lease, purchase_rows, usage_rows
 from billing.focus_commitments import ledger_commitments, node_commitment
 from billing.focus_records import (
     DAILY,
@@ -42,39 +43,79 @@ FOCUS_ACCOUNT = FocusAccount(
 
 @dataclass(frozen=True)
 class FocusScope:
-    """What a FOCUS export covers: the half-open hour range and the pools (leads get the pools
-    their teams own, finance and admins every pool), applied to usage or cost records."""
+    """What a FOCUS export covers: the half-open hour range and, as in the chargeback
+    (`billing.selectors.costs_for_user`), the costs *charged* to the teams the user may see
+    (a lead's teams; every team for finance and admins), narrowed by the query's charged team,
+    pool and billing kind. Why the charged team and not the pool's owner: a pod of a team a
+    pool is lent to is that team's cost (the owner's lead must not see it, and the guest's lead
+    must), while the pool's idle capacity is charged to its owner. The leases' purchases are
+    what the pool's owner paid: they are in scope where the owning team is (`pays`)."""
 
     start: datetime | None
     end: datetime | None
-    team_ids: list[int] | None
+    team_ids: frozenset[int] | None
     pool: str
     team: str
+    billing: str
 
     @classmethod
     def of(cls, user, query: CostQuery) -> FocusScope:
         return cls(
             start=datetime.combine(query.start, time(), tzinfo=UTC) if query.start else None,
             end=datetime.combine(query.end + timedelta(days=1), time(), tzinfo=UTC) if query.end else None,
-            team_ids=None if roles.sees_all_teams(user) else list(roles.team_ids(user)),
+            team_ids=None if roles.sees_all_teams(user) else frozenset(roles.team_ids(user)),
             pool=query.pool,
             team=query.team,
+            billing=query.billing,
         )  # fmt: skip
 
-    def pools(self, pools: QuerySet[GpuNodePool]) -> QuerySet[GpuNodePool]:
-        return self._owned(pools, "")
+    @property
+    def by_team(self) -> bool:
+        """Whether the scope is some teams' costs rather than every team's."""
+        return self.team_ids is not None or bool(self.team)
 
-    def filter(self, records: QuerySet) -> QuerySet:
+    def hours(self, records: QuerySet) -> QuerySet:
+        """Usage or cost records of the range and the pool asked for, whoever is charged."""
         if self.start:
             records = records.filter(hour__gte=self.start)
         if self.end:
             records = records.filter(hour__lt=self.end)
-        return self._owned(records, "pool__")
+        return records.filter(pool__name=self.pool) if self.pool else records
 
-    def _owned(self, rows: QuerySet, pool: str) -> QuerySet:
-        """Pools (``pool`` = "") or rows of pools (``pool`` = "pool__") in scope."""
-        wanted = {"team__in": self.team_ids, "name": self.pool or None, "team__slug": self.team or None}
-        return rows.filter(**{pool + lookup: value for lookup, value in wanted.items() if value is not None})
+    def charged(self, costs: QuerySet[CostRecord]) -> QuerySet[CostRecord]:
+        """The cost records in scope: the chargeback's rows for the same user and query."""
+        wanted = {"team__in": self.team_ids, "team__slug": self.team or None, "billing_kind": self.billing or None}
+        return self.hours(costs).filter(**{lookup: value for lookup, value in wanted.items() if value is not None})
+
+    def charged_pools(self) -> list[int] | None:
+        """The pools any cost in scope is charged on (None: every pool): a team's own and those
+        lent to it. Read from the (team, hour) index, only when the scope is some teams'."""
+        if not self.by_team:
+            return None
+        return list(self.charged(CostRecord.objects.all()).order_by().values_list("pool_id", flat=True).distinct())
+
+    def owned(self, pools: QuerySet[GpuNodePool], path: str = "") -> QuerySet:
+        """Pools (or rows of pools, `path` "pool__") whose owner is in scope: who paid their leases."""
+        wanted = {"team__in": self.team_ids, "team__slug": self.team or None, "name": self.pool or None}
+        return pools.filter(**{path + lookup: value for lookup, value in wanted.items() if value is not None})
+
+    def pays(self, node: Node) -> bool:
+        """Whether the node's lease purchases are in scope (its pool's owner and its billing)."""
+        team = node.pool.team
+        return (
+            (self.team_ids is None or team.pk in self.team_ids)
+            and (not self.team or team.slug == self.team)
+            and (not self.billing or node.billing == self.billing)
+        )
+
+    def keeps(self, row: AllocationRow, slugs: frozenset[str] | None) -> bool:
+        """Whether an allocation row (charged to `row.team`, a slug) is in scope; `slugs`: those
+        of `team_ids`."""
+        return (
+            (slugs is None or row.team in slugs)
+            and (not self.team or row.team == self.team)
+            and (not self.billing or row.billing_kind == self.billing)
+        )
 
 
 def focus_rows_for_user(*, user, query: CostQuery, account=None) -> Iterator[dict[str, object]]:
@@ -82,26 +123,30 @@ def focus_rows_for_user(*, user, query: CostQuery, account=None) -> Iterator[dic
     export's ``detail`` form: which node and which pods a cent came from).
 
     The allocation is recomputed by the same pure core from the same records metering used,
-    so FOCUS totals equal the stored cost records. ~3,000 rows a second: the monthly export
-    of a large fleet is `focus_csv_for_user`, from the cost records.
+    so FOCUS totals equal the stored cost records; it runs over every record of the pools the
+    scope is charged on (a node's cost splits over all its pods) and keeps the rows charged in
+    scope. ~3,000 rows a second: the monthly export of a large fleet is `focus_csv_for_user`,
+    from the cost records.
     """
     if not user.is_authenticated:
         return
+    account = account or FOCUS_ACCOUNT
     scope = FocusScope.of(user, query)
-    records = scope.filter(UsageRecord.objects.select_related("pool", "team", "label_set"))
-    leases = _leases(records)
-    hours = records.order_by("hour").values_list("hour", flat=True).distinct()
-
-    def batches():
-        for hour in hours.iterator():
-            yield from inputs_by_currency(list(records.filter(hour=hour)))
-
-    for row in iter_focus_rows(batches(), account or FOCUS_ACCOUNT, leases):
-        if row["ChargeCategory"] == "Purchase":
+    records = scope.hours(UsageRecord.objects.select_related("pool", "team", "label_set"))
+    pools = scope.charged_pools()
+    if pools is not None:
+        records = records.filter(pool_id__in=pools)
+    slugs = None if scope.team_ids is None else frozenset(Team.objects.filter(pk__in=scope.team_ids).values_list("slug", flat=True))
+    leases, bought = _leases(records, scope)
+    for lease in bought:
+        for row in purchase_rows(lease, account):
             period = row["ChargePeriodStart"]
-            if (scope.start and period < scope.start) or (scope.end and period >= scope.end):
-                continue
-        yield row
+            if not ((scope.start and period < scope.start) or (scope.end and period >= scope.end)):
+                yield row
+    for hour in records.order_by("hour").values_list("hour", flat=True).distinct().iterator():
+        for currency, nodes, pods, fees in inputs_by_currency(list(records.filter(hour=hour))):
+            rows = [row for row in allocate_hour(nodes, pods, fees, currency=currency) if scope.keeps(row, slugs)]
+            yield from usage_rows(rows, nodes, account, leases, fees=fees)
 
 
 FOCUS_GRANULARITIES = ("daily", "hourly")
@@ -115,17 +160,17 @@ def focus_csv_for_user(
     per everything else they are kept by (a month of a 10,000-pod fleet is 300,000 rows, not
     7.2 M). Rows stream from a server-side cursor in period order and are written by
     `billing.focus_records` without recomputing the allocation, so the usage totals are the
-    cost records' totals. Purchases are the leases' months, as in the node-level export."""
+    cost records' totals. Purchases are the node-level export's (the lease ledger's shares of
+    each debit, `_leases`), drawn by their pools' commitments: over a lease, they bill what
+    was debited, as its usage rows' EffectiveCost amortises it."""
     if not user.is_authenticated:
         return iter(())
     scope = FocusScope.of(user, query)
-    costs = scope.filter(CostRecord.objects.all())
-    pools = {  # every pool in scope: reading which ones have records would scan them all
-        p.pk: PoolFacts(p.name, p.team.slug, p.zone.name, p.node_type.gpu_count)
-        for p in scope.pools(GpuNodePool.objects.select_related("team", "zone", "node_type"))
-    }
+    costs = scope.charged(CostRecord.objects.all())
+    charged_pools = scope.charged_pools()
+    pools = _PoolFactsById(_pool_facts(p) for p in scope.owned(GpuNodePool.objects.select_related("team", "zone", "node_type")))
     teams = dict(Team.objects.values_list("pk", "slug"))
-    usage = scope.filter(UsageRecord.objects.all())
+    usage = scope.hours(UsageRecord.objects.all())
     costs = costs.annotate(labels_text=Cast("labels", TextField()))
     if granularity == "daily":
         rows = _daily_cost_sums(costs)
@@ -134,13 +179,29 @@ def focus_csv_for_user(
             costs.annotate(hours=Value(1)).order_by("hour", "id")
             .values_list(*RECORD_FIELDS).iterator(chunk_size=chunk_size)
         )  # fmt: skip
+    bought = [] if scope.billing not in ("", MONTHLY) else _leases(scope.owned(usage, "pool__"), scope, pooled=True)[1]
     return focus_csv_from_records(
         rows, pools=pools, teams=teams,
-        account=account or FOCUS_ACCOUNT, leases=_leases(usage, pooled=True),
+        account=account or FOCUS_ACCOUNT, leases=bought,
         purchases_from=scope.start, purchases_to=scope.end,
-        list_prices=_ListPrices(usage, daily=granularity == "daily"),
+        list_prices=_ListPrices(usage if charged_pools is None else usage.filter(pool_id__in=charged_pools), daily=granularity == "daily"),
         period=DAILY if granularity == "daily" else HOURLY,
     )  # fmt: skip
+
+
+def _pool_facts(pool: GpuNodePool) -> tuple[int, PoolFacts]:
+    return pool.pk, PoolFacts(pool.name, pool.team.slug, pool.zone.name, pool.node_type.gpu_count)
+
+
+class _PoolFactsById(dict):
+    """PoolFacts by pool id: the pools the scope's teams own, read at once (every pool for
+    finance: reading which ones have records would scan them all), and any other pool a record
+    is charged on (one lent to the user's team) read when its first record comes."""
+
+    def __missing__(self, pk: int) -> PoolFacts:
+        pk, facts = _pool_facts(GpuNodePool.objects.select_related("team", "zone", "node_type").get(pk=pk))
+        self[pk] = facts
+        return facts
 
 
 # Enough for the database to hash a day's groups of a 10,000-pod fleet (~10,000 groups out of
@@ -222,24 +283,34 @@ class _ListPrices:
         return self.prices.get(start, {})
 
 
-def _leases(records, *, pooled: bool = False) -> list:
-    """The leases of the nodes the usage records bill. Node by node (``pooled`` False, the
-    ``detail`` export) a node on the lease ledger has its own commitments (monthly or
-    preemptible: `billing.focus_commitments`); ``pooled``: each monthly lease is part of its
-    pool's commitment (the export from cost records, which sees pools, not nodes)."""
+def _leases(records, scope: FocusScope, *, pooled: bool = False) -> tuple[list[Lease], list[Lease]]:
+    """The leases of the nodes the usage records bill, and those of them whose purchases are in
+    scope (`FocusScope.pays`). A node on the lease ledger has a commitment per lease period it
+    held, paid its share of the debit for the hours it held it
+    (`billing.focus_commitments.ledger_commitments`): a slot's holders (a repaired node and its
+    successor) buy its lease once between them, what was debited. Nodes of orders paid before
+    the ledger are billed from their lease columns (`billing.node_prices`), and so are their
+    leases. Node by node (the ``detail`` export) monthly and preemptible leases are each their
+    own commitment; ``pooled`` (the export from cost records, which sees pools, not nodes) each
+    monthly lease is part of its pool's commitment."""
     kinds = ("monthly",) if pooled else ("monthly", "preemptible")
     billed = records.filter(kind="node", billing_kind__in=kinds).values_list("node_name", "node_names").order_by().distinct()
     names = {name for columns in billed for name in UsageRecord.names_billed(*columns)}
     nodes = Node.objects.filter(name__in=sorted(names)).select_related("pool__team", "pool__gpu_model", "pool__zone", "order")
-    held = {} if pooled else ledger_commitments(nodes)
-    leases = []
+    held = ledger_commitments(nodes)
+    leases, bought = [], []
     for node in nodes.order_by("name"):
         if node.pk in held:
-            leases.extend(held[node.pk])
+            own = held[node.pk]
+        elif node.lease_start is None or node.lease_end is None or node.billing != "monthly":
             continue
-        if node.lease_start is None or node.lease_end is None or node.billing != "monthly":
-            continue
-        start = floor_hour(node.lease_start)
-        lease = node_commitment(node, f"lease/{node.name}/{start:%Y%m%dT%H}", start, start + -(-(node.lease_end - start) // HOUR) * HOUR)
-        leases.append(replace(lease, commitment=pool_commitment(node.pool.name)) if pooled else lease)
-    return leases
+        else:
+            start = floor_hour(node.lease_start)
+            end = start + -(-(node.lease_end - start) // HOUR) * HOUR
+            own = [node_commitment(node, f"lease/{node.name}/{start:%Y%m%dT%H}", start, end)]
+        if pooled:
+            own = [replace(lease, commitment=pool_commitment(node.pool.name)) for lease in own]
+        leases.extend(own)
+        if scope.pays(node):
+            bought.extend(own)
+    return leases, bought

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import calendar
 import math
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
@@ -54,6 +55,34 @@ def lease_months(start: datetime, end: datetime) -> Fraction:
     month_span = add_months(start, whole + 1) - anchor
     second = timedelta(seconds=1)
     return whole + Fraction((end - anchor) // second, month_span // second)
+
+
+def lease_month_spans(
+    start: datetime, end: datetime, bought: datetime | None = None
+) -> Iterator[tuple[datetime, datetime, Fraction]]:
+    """The purchase periods of a lease over [start, end) with their months: calendar months from
+    `start` (a trailing part-month pro rata); or, for a lease bought at the moment `bought` and
+    spread over the hours from the one it was bought in (a ledger period: `period_hour_cost`),
+    months from `bought`, each ending at the hour boundary its last moment falls in, its months
+    pro rata to that month's hours. Why: a lease bought at 13:27 is one purchase a month, not a
+    month and a one-hour remainder. `start` may come after `bought` (a successor holds the
+    rest of a lease): its first period is then the part of that month it holds."""
+    if bought is None:
+        month_start, boundary = start, lambda k: add_months(start, k)
+    else:
+        month_start, boundary = floor_hour(bought), lambda k: ceil_hour(add_months(bought, k))
+    k, first = 1, start
+    while first < end:
+        month_end = boundary(k)
+        stop = min(month_end, end)
+        if stop > first:
+            if bought is None:
+                months = lease_months(first, stop)
+            else:
+                months = Fraction((stop - first) // _HOUR, (month_end - month_start) // _HOUR)
+            yield first, stop, months
+            first = stop
+        month_start, k = month_end, k + 1
 
 
 def lease_payment(

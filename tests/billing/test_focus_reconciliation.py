@@ -1,0 +1,174 @@
+"""Both FOCUS exports reconcile with the debits (issue 20, C1): over a subscription pool's whole
+lease, what its purchase rows bill is what the account was debited, and so is what its usage
+rows' EffectiveCost amortises, to the cent, in the default export from the cost records (daily
+and hourly) as in the node-level one (`detail`). The pools are ordered at an odd second, so
+every lease starts mid-hour; one node is replaced after a repair, one pool grows mid-month and
+is deleted before its leases end."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections import defaultdict
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+from fractions import Fraction
+
+import pytest
+
+from billing import focus_selectors, services
+from billing.focus import FOCUS_COLUMNS, FocusAccount, Lease, iter_csv_lines, purchase_rows
+from billing.hours import HOUR, ceil_hour, floor_hour
+from billing.lease_costs import add_months, lease_month_spans, split_amount
+from billing.models import CostRecord, LeasePeriod
+from billing.selectors import CostQuery
+from monitoring.models import GpuErrorEvent
+from pools.controllers import repair
+from pools.models import Node
+from pools.models.cloud import SimPayment
+from pools.services import pools as pool_services
+from tests.conftest import make_document
+from tests.pools.lifecycle_helpers import approved_pool, live_nodes, reconcile, run_until
+
+BOUGHT = datetime(2026, 12, 10, 13, 27, 41, tzinfo=UTC)  # an order approved at an odd second
+EXPORTS = ("daily", "hourly", "detail")
+
+
+def export(user, query: CostQuery, form: str) -> list[dict[str, str]]:
+    """The FOCUS export as finance downloads it: `daily` (the default), `hourly` or `detail`."""
+    if form == "detail":
+        text = "".join(iter_csv_lines(focus_selectors.focus_rows_for_user(user=user, query=query), FOCUS_COLUMNS))
+    else:
+        text = "".join(focus_selectors.focus_csv_for_user(user=user, query=query, granularity=form))
+    return list(csv.DictReader(io.StringIO(text)))
+
+
+def total(rows, column: str, **where) -> Decimal:
+    return sum((Decimal(r[column]) for r in rows if all(r[k] == v for k, v in where.items())), Decimal(0))
+
+
+def meter_every_lease_hour(pool) -> None:
+    """Meter every hour from the first lease's to the last one's end (a few hours of margin)."""
+    periods = LeasePeriod.objects.filter(node__pool=pool)
+    hour = floor_hour(min(p.lease_start for p in periods))
+    end = max(ceil_hour(p.lease_end) for p in periods) + 2 * HOUR
+    while hour < end:
+        services.meter_hour(hour=hour)
+        hour += HOUR
+
+
+def debited(pool) -> Decimal:
+    return sum(SimPayment.objects.filter(order_id__in=pool.orders.values("pk")).values_list("amount", flat=True), Decimal(0))
+
+
+def repaired_pool(actors):
+    """min = max = 2, auto-repair; an Xid 79 on the first node: a new node takes its slot over."""
+    pool = approved_pool(actors, make_document("recon-pool", nodeCount={"min": 2, "max": 2}, autoRepair=True), now=BOUGHT)
+    run_until(pool, BOUGHT)
+    at = datetime(2026, 12, 20, 7, 41, tzinfo=UTC)
+    GpuErrorEvent.objects.create(node=live_nodes(pool)[0], report_seq=1, position=0, gpu_index=0, xid=79, at=at, kind="fatal", action="replace")  # fmt: skip
+    repair.pool_repair(pool_id=pool.pk, now=at)
+    run_until(pool, at + timedelta(seconds=10), limit=timedelta(hours=3))
+    assert Node.objects.filter(pool=pool, release_reason="Repair").count() == 1
+    return pool
+
+
+def grown_then_deleted_pool(actors):
+    """min 2, grown to 3 on the 15th (a second order, mid-hour too), deleted on the 28th while
+    every lease runs on: no repair, the nodes' remaining prepaid hours stay theirs, idle."""
+    pool = approved_pool(actors, make_document("recon-pool", nodeCount={"min": 2, "max": 4}), now=BOUGHT)
+    run_until(pool, BOUGHT)
+    grow = datetime(2026, 12, 15, 10, 5, 3, tzinfo=UTC)
+    pool_services.pool_update(user=actors["lead"], pool=pool, document=make_document("recon-pool", nodeCount={"min": 3, "max": 4}), now=grow)  # fmt: skip
+    pool_services.order_approve(user=actors["admin"], order=pool.orders.get(status="Pending"), now=grow)
+    run_until(pool, grow, limit=timedelta(hours=3))
+    assert len(live_nodes(pool)) == 3
+    gone = datetime(2026, 12, 28, 19, 3, tzinfo=UTC)
+    pool_services.pool_delete(user=actors["lead"], pool=pool, now=gone)
+    for tick in range(200):
+        reconcile(pool, gone + tick * timedelta(seconds=15))
+    assert set(Node.objects.filter(pool=pool).values_list("phase", flat=True)) == {"Terminated"}
+    return pool
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("scenario", [repaired_pool, grown_then_deleted_pool], ids=["repaired", "grown-deleted"])
+def test_every_focus_export_bills_and_amortises_exactly_what_was_debited(actors, scenario):
+    pool = scenario(actors)
+    meter_every_lease_hour(pool)
+    paid = debited(pool)
+    assert paid == 40000 if scenario is repaired_pool else paid == 60000
+    assert sum(CostRecord.objects.filter(pool=pool).values_list("amount", flat=True)) == paid
+    periods = list(LeasePeriod.objects.filter(node__pool=pool).select_related("order", "node"))
+    # The slot shares each order was split into, and what each holder held of them.
+    shares = {(p.order_id, p.slot): split_amount(p.order.amount, p.order.node_count, p.slot) for p in periods}
+    query = CostQuery(start=date(2026, 12, 1), end=date(2027, 1, 31))
+    for form in EXPORTS:
+        rows = export(actors["finance"], query, form)
+        purchases = [r for r in rows if r["ChargeCategory"] == "Purchase"]
+        assert total(rows, "BilledCost") == total(rows, "EffectiveCost") == paid, form
+        assert total(purchases, "BilledCost") == paid, form
+        # One purchase a lease month per holder of a slot: a lease bought at 13:27:41 is not a
+        # month and a one-hour remainder.
+        assert len(purchases) == len(periods), form
+        per_slot: dict[tuple, Decimal] = defaultdict(Decimal)
+        for row in purchases:
+            order, slot = row["ResourceId"].split("/")[1:3]
+            per_slot[int(order.removeprefix("order-")), int(slot.removeprefix("slot-"))] += Decimal(row["BilledCost"])
+            start, end = (datetime.fromisoformat(row[c]) for c in ("ChargePeriodStart", "ChargePeriodEnd"))
+            assert end - start > 2 * 24 * HOUR, (form, row["ResourceId"], start, end)
+        assert per_slot == shares, form
+    daily = export(actors["finance"], query, "daily")
+    assert {r["CommitmentDiscountId"] for r in daily if r["CommitmentDiscountId"]} == {"monthly-leases/recon-pool"}
+    # A range that holds no lease start has no purchase; its usage still amortises the leases.
+    january = export(actors["finance"], CostQuery(start=date(2027, 1, 1), end=date(2027, 1, 31)), "daily")
+    assert not [r for r in january if r["ChargeCategory"] == "Purchase"]
+    assert total(january, "BilledCost") == 0 < total(january, "EffectiveCost")
+    if scenario is repaired_pool:
+        assert_the_slot_handed_over_shares_its_purchase(pool, actors["finance"], query)
+
+
+
+
+def assert_the_slot_handed_over_shares_its_purchase(pool, finance, query):
+    """The repaired node bought its slot's lease up to the hour its successor took it over, the
+    successor from there to the lease's end: between them, the slot's share once."""
+    (vacated,) = LeasePeriod.objects.filter(node__pool=pool, held_to__isnull=False)
+    successor = LeasePeriod.objects.get(node__pool=pool, order=vacated.order, slot=vacated.slot, held_to__isnull=True)
+    for form in EXPORTS:
+        held = {
+            r["ResourceId"].rsplit("/", 1)[1]: (r["ChargePeriodStart"], r["ChargePeriodEnd"], Decimal(r["BilledCost"]))
+            for r in export(finance, query, form)
+            if r["ChargeCategory"] == "Purchase" and f"/slot-{vacated.slot}/" in r["ResourceId"]
+        }
+        assert held[vacated.node.name][:2] == ("2026-12-10T13:00:00Z", "2026-12-20T08:00:00Z")
+        assert held[successor.node.name][:2] == ("2026-12-20T08:00:00Z", "2027-01-10T14:00:00Z")
+        assert held[vacated.node.name][2] + held[successor.node.name][2] == vacated.amount
+
+
+# --------------------------------------------------------------------------- lease months
+
+
+def test_a_lease_bought_mid_hour_is_a_purchase_a_month_from_the_hour_it_was_bought_in():
+    bought = datetime(2026, 12, 10, 13, 27, 41, tzinfo=UTC)
+    start, end = floor_hour(bought), ceil_hour(add_months(bought, 3))
+    spans = list(lease_month_spans(start, end, bought))
+    assert [(a.isoformat()[:13], b.isoformat()[:13]) for a, b, _ in spans] == [
+        ("2026-12-10T13", "2027-01-10T14"), ("2027-01-10T14", "2027-02-10T14"), ("2027-02-10T14", "2027-03-10T14"),
+    ]  # fmt: skip
+    assert [months for _, _, months in spans] == [1, 1, 1]
+    # A successor holding the lease from the 20th holds part of the first month, pro rata.
+    taken = datetime(2026, 12, 20, 8, tzinfo=UTC)
+    first = next(iter(lease_month_spans(taken, end, bought)))
+    assert first[:2] == (taken, datetime(2027, 1, 10, 14, tzinfo=UTC)) and first[2] == Fraction(510, 745)
+    # A lease without a moment it was bought keeps calendar months from its start.
+    assert [m for _, _, m in lease_month_spans(start, add_months(start, 1) + HOUR)] == [1, Fraction(1, 744)]
+
+
+def test_the_purchases_of_a_lease_bought_mid_hour_add_up_to_its_payment():
+    bought = datetime(2026, 12, 10, 13, 27, 41, tzinfo=UTC)
+    lease = Lease("c", "n-0", "p", "t", floor_hour(bought), ceil_hour(add_months(bought, 3)), Decimal("20000.00"), 8,
+                  payment=Decimal("57000.01"), bought=bought)  # fmt: skip
+    rows = purchase_rows(lease, FocusAccount(billing_account_id="a", billing_account_name="A"))
+    assert len(rows) == 3 and sum(r["BilledCost"] for r in rows) == Decimal("57000.01")
+    assert [r["PricingQuantity"] for r in rows] == [1, 1, 1]
