@@ -322,6 +322,9 @@ EBCLOUD_METER_PARTS = env_int("EBCLOUD_METER_PARTS", 1, minimum=1, maximum=64)
 # The per-minute passes (the lifecycle controller, the autoscaler) split the same way, by pool,
 # into this many tasks, so that several workers share a tick (same advice).
 EBCLOUD_TICK_PARTS = env_int("EBCLOUD_TICK_PARTS", 1, minimum=1, maximum=64)
+# The autoscaler: Pending pods of a priority below this never trigger a scale-up (Cluster
+# Autoscaler's --expendable-pods-priority-cutoff, same default): they wait for spare room.
+EBCLOUD_EXPENDABLE_PODS_PRIORITY_CUTOFF = env_int("EBCLOUD_EXPENDABLE_PODS_PRIORITY_CUTOFF", -10)
 
 # Alerts (budgets and capacity; pools/services/notifications.py): where they go besides the
 # in-app list and the mail to the team's leads. The EBCLOUD_BUDGET_* names of earlier releases

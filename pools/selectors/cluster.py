@@ -94,18 +94,26 @@ def pool_teams(pools) -> dict[int, frozenset[str]]:
 def node_state_of(node: Node, teams: frozenset[str]) -> NodeState:
     """A Node row (with pool, node type and GPU model selected) as the core's NodeState;
     `teams` from `pool_teams`."""
-    pool = node.pool
+    return node_state_from(
+        name=node.name, pool=node.pool, phase=node.phase, gpu_count=node.gpu_count, labels=node.labels,
+        taints=node.taints, unschedulable=node.unschedulable, teams=teams,
+    )  # fmt: skip
+
+
+def node_state_from(*, name: str, pool, phase: str, gpu_count: int, labels, taints, unschedulable: bool, teams: frozenset[str]) -> NodeState:
+    """`node_state_of` from a node's fields (read as values, its pool with node type and GPU
+    model selected once for all its nodes)."""
     return NodeState(
-        name=node.name,
+        name=name,
         cpu_milli=pool.node_type.cpu_milli,
         memory_mib=pool.node_type.memory_mib,
-        gpu_count=node.gpu_count,
+        gpu_count=gpu_count,
         gpu_model=pool.gpu_model.name,
         pool=pool.name,
-        labels=dict(node.labels or {}),
-        taints=tuple(Taint(t["key"], t.get("value", ""), t["effect"]) for t in node.taints or ()),
-        ready=node.phase != Node.Phase.UNKNOWN,
-        unschedulable=node.unschedulable or node.phase in UNSCHEDULABLE_PHASES,
+        labels=dict(labels or {}),
+        taints=tuple(Taint(t["key"], t.get("value", ""), t["effect"]) for t in taints or ()),
+        ready=phase != Node.Phase.UNKNOWN,
+        unschedulable=unschedulable or phase in UNSCHEDULABLE_PHASES,
         teams=teams,
     )
 

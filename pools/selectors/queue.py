@@ -1,8 +1,11 @@
 """The queue a pool sees: the Pending pods of its team that would fit one of its nodes (the
-autoscaler's `queued_pods` metric), and the empty template node that decides it. The
+autoscaler's `queued_pods` metric; expendable pods left out, `scale_up_queue`), and the empty
+template node that decides it. The
 autoscaler, the water-level samples, /metrics and the self-checks read the queue here."""
 
 from __future__ import annotations
+
+from django.conf import settings
 
 from pools.core.scheduling.nodes import NodeState, Taint, filter_node
 from pools.core.scheduling.nodes import Pod as CorePod
@@ -33,14 +36,22 @@ def fitting_pods(pods: list[CorePod], template: NodeState) -> list[CorePod]:
     return out
 
 
+def scale_up_queue():
+    """The Pending pods that may make the autoscaler buy a node: all but the expendable ones
+    (priority below `EBCLOUD_EXPENDABLE_PODS_PRIORITY_CUTOFF`, Cluster Autoscaler's
+    --expendable-pods-priority-cutoff), which wait for spare room."""
+    return Pod.objects.filter(phase=Pod.Phase.PENDING, priority__gte=settings.EBCLOUD_EXPENDABLE_PODS_PRIORITY_CUTOFF)
+
+
 def pool_queue_length(pool: GpuNodePool) -> int:
     """`queued_pods` for one pool, for the water-level samples and /metrics."""
     spec = parse_document(pool.document, catalog_current())
-    return len(queued_pods(list(Pod.objects.filter(phase=Pod.Phase.PENDING, team=pool.team)), template_node(pool, spec)))
+    return len(queued_pods(list(scale_up_queue().filter(team=pool.team)), template_node(pool, spec)))
 
 
-def template_node(pool: GpuNodePool, spec: PoolSpec) -> NodeState:
-    """An empty node of the pool as it would register: its labels, taints and resources."""
+def template_node(pool: GpuNodePool, spec: PoolSpec, *, billing: str = Node.Billing.ON_DEMAND) -> NodeState:
+    """An empty node of the pool as it would register (a burst node unless `billing` says
+    otherwise): its labels, taints and resources."""
     return NodeState(
         name=f"{pool.name}-template",
         cpu_milli=pool.node_type.cpu_milli,
@@ -48,6 +59,6 @@ def template_node(pool: GpuNodePool, spec: PoolSpec) -> NodeState:
         gpu_count=pool.node_type.gpu_count,
         gpu_model=pool.gpu_model.name,
         pool=pool.name,
-        labels=effective_node_labels(spec, zone=pool.zone.name, billing=Node.Billing.ON_DEMAND, team=pool.team.slug),
+        labels=effective_node_labels(spec, zone=pool.zone.name, billing=billing, team=pool.team.slug),
         taints=tuple(Taint(t.key, t.value, t.effect) for t in spec.node_taints),
     )

@@ -11,13 +11,13 @@ from django.core.management import call_command
 from django.db import connection
 
 from monitoring.models import GpuErrorEvent, NodeAgentState
-from pools.controllers.autoscaler import catalog_current
 from pools.core.scheduling.nodes import Pod as CorePod
 from pools.core.spec import parse_document
 from pools.demo import workload as demo_workload
 from pools.demo.workload import Route
 from pools.management.commands.seed_demo import Command as SeedDemo
 from pools.models import GpuNodePool, Node, Pod, PoolEvent, PoolOrder, ScalingActivity
+from pools.selectors.pools import catalog_current
 from pools.simulation.model import SimPod
 from pools.simulation.workloads import TRACE_FILE, trace_workload
 

@@ -1,0 +1,183 @@
+"""How many burst nodes a pool buys for its Pending pods, as Cluster Autoscaler decides it (pure
+core: standard library only).
+
+The HPA core (`pools.core.autoscaling.decide`) says how many nodes the metrics ask for; this
+module says how many of them Pending pods would actually use, which bounds the scale-up. The
+rules are Cluster Autoscaler's (kubernetes/autoscaler, cluster-autoscaler/FAQ.md, "How does
+scale-up work?"), so that people who know it can predict what the pool does:
+
+- **Expendable pods** (priority below `--expendable-pods-priority-cutoff`, -10 by default) never
+  trigger a scale-up: they are meant to wait for spare room (`expendable`).
+- **Filter out schedulable**: a Pending pod that fits the free capacity of a Ready node will be
+  placed by the scheduler's next pass; it asks for no new node (it only arrived between two
+  scheduler passes).
+- **Upcoming nodes**: a node ordered but not Ready yet (Ordering, Provisioning, Initializing,
+  Registering) is counted as an empty node of its pool's template, and the pods are packed onto
+  it before any new node is counted. Otherwise every pass while the first node boots (several
+  minutes) buys another one for the same pod.
+- What remains is packed first-fit-decreasing onto copies of the pool's template (CA's
+  binpacking estimator); that many nodes are needed.
+- **Quotas** cap the nodes bought: burst nodes hold GPU quota like ordered ones, region-wide
+  and the team's (`QuotaRooms`).
+
+A pass over many pools keeps one `Capacity` per team: a pool's planned nodes are added to it as
+upcoming nodes, so a pod one pool scales up for is not counted again by the team's next pool
+(CA expands one node group per pod).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from pools.core.scheduling.nodes import (
+    MILLI,
+    NodeState,
+    OversubscribedError,
+    Pod,
+    best_fit_gpus,
+    filter_node,
+)
+
+DEFAULT_EXPENDABLE_PODS_PRIORITY_CUTOFF = -10  # cluster-autoscaler --expendable-pods-priority-cutoff
+
+
+def expendable(priority: int, cutoff: int = DEFAULT_EXPENDABLE_PODS_PRIORITY_CUTOFF) -> bool:
+    """A pod of priority below the cutoff waits for spare room: it never triggers a scale-up."""
+    return priority < cutoff
+
+
+def _decreasing(pods: Iterable[Pod]) -> list[Pod]:
+    """First-fit-decreasing order: the biggest requests first, then by name (deterministic)."""
+    return sorted(pods, key=lambda p: (-p.gpu_count, -p.gpu_milli, -p.cpu_milli, -p.memory_mib, p.name))
+
+
+def _first_fit(pod: Pod, nodes: Sequence[NodeState]) -> NodeState | None:
+    for node in nodes:
+        if filter_node(pod, node) is None:
+            node.bind(pod, best_fit_gpus(pod, node.gpu_free) or ())
+            return node
+    return None
+
+
+def take_totals(node: NodeState, *, cpu_milli: int, memory_mib: int, gpu_milli: int) -> bool:
+    """Count the Running pods of a node from the sums of their requests, where the sums say it
+    all: none of its GPUs used, or all of them (a full node, the common case). False, and
+    nothing counted, when its GPUs are partly used: which GPU has how much room left takes the
+    pods themselves (`take_requests`)."""
+    if 0 < gpu_milli < node.gpu_count * MILLI:
+        return False
+    node.cpu_used += cpu_milli
+    node.memory_used += memory_mib
+    if gpu_milli:
+        node.gpu_free = [0] * node.gpu_count
+    node.touch()
+    return True
+
+
+def take_requests(node: NodeState, pod: Pod, gpu_indices: Sequence[int] = ()) -> None:
+    """Count a Running pod's requests on the node. A pod with no GPU indices recorded (a real
+    cluster's: its device plugin chose them) takes the GPUs it fits best; a record that
+    disagrees with the node (it would oversubscribe) is left out, as `cluster_state` does."""
+    gpus = tuple(gpu_indices) or (best_fit_gpus(pod, node.gpu_free) if pod.gpu_count else ()) or ()
+    try:
+        node.bind(pod, gpus)
+    except (OversubscribedError, ValueError):
+        pass
+
+
+@dataclass
+class Capacity:
+    """Where a team's Pending pods can go before any node is bought: the free capacity of its
+    pools' Ready nodes (`existing`, with their Running pods' requests taken) and its pools'
+    upcoming nodes (`upcoming`: empty templates of their pools)."""
+
+    existing: list[NodeState] = field(default_factory=list)
+    upcoming: list[NodeState] = field(default_factory=list)
+
+    def plan_nodes(self, template: NodeState, count: int) -> None:
+        """Nodes a pool of the pass is about to buy: upcoming nodes for the pools decided after it."""
+        for index in range(count):
+            node = template.clone()
+            node.name = f"{template.name}-planned-{len(self.upcoming)}-{index}"
+            self.upcoming.append(node)
+
+
+@dataclass(frozen=True)
+class ScaleUpNeed:
+    """Where the pods went in the simulation: the pods (names) that fit free capacity, those that
+    fit upcoming nodes, and, per new node needed, the pods packed on it (the first nodes get the
+    biggest pods)."""
+
+    on_existing: tuple[str, ...] = ()
+    on_upcoming: tuple[str, ...] = ()
+    on_new: tuple[tuple[str, ...], ...] = ()
+
+    @property
+    def new_nodes(self) -> int:
+        return len(self.on_new)
+
+
+def scale_up_need(pods: Iterable[Pod], template: NodeState, capacity: Capacity | None = None) -> ScaleUpNeed:
+    """How many new nodes like `template` the pods need once the free capacity and the upcoming
+    nodes of `capacity` are used (neither is changed: the packing runs on copies). A pod that
+    fits none of them nor an empty template is left out: no new node would help it."""
+    pods = list(pods)
+    gpus_only = all(pod.gpu_count for pod in pods)  # then a node with no GPU left takes none of them
+    existing = [n.clone() for n in capacity.existing if not gpus_only or n.gpu_free_milli] if capacity else []
+    upcoming = [n.clone() for n in capacity.upcoming] if capacity else []
+    on_existing, on_upcoming, new = [], [], []
+    for pod in _decreasing(pods):
+        if _first_fit(pod, existing) is not None:
+            on_existing.append(pod.name)
+        elif _first_fit(pod, upcoming) is not None:
+            on_upcoming.append(pod.name)
+        elif _first_fit(pod, new) is None:
+            node = template.clone()
+            node.name = f"{template.name}-new-{len(new)}"
+            if filter_node(pod, node) is None:
+                node.bind(pod, best_fit_gpus(pod, node.gpu_free) or ())
+                new.append(node)
+    return ScaleUpNeed(tuple(on_existing), tuple(on_upcoming), tuple(tuple(node.bound) for node in new))
+
+
+def nodes_needed(pods: Iterable[Pod], template: NodeState) -> int:
+    """How many new nodes the pods need on an empty pool, packed first-fit-decreasing on copies of the template."""
+    return scale_up_need(pods, template).new_nodes
+
+
+QuotaScope = tuple[str, int, int | None]  # (region, GPU model id, team id or None for the region-wide quota)
+
+
+@dataclass
+class QuotaRooms:
+    """The GPU quotas of some regions and GPU models: each scope's limit and the GPUs held
+    against it (ordered monthly capacity and live burst nodes). A region and model with no
+    region-wide quota allow no burst node, as they allow no order."""
+
+    limits: dict[QuotaScope, int] = field(default_factory=dict)
+    in_use: dict[QuotaScope, int] = field(default_factory=dict)
+
+    def update(self, other: QuotaRooms) -> None:
+        self.limits.update(other.limits)
+        self.in_use.update(other.in_use)
+
+    def scopes(self, region: str, model_id: int, team_id: int) -> list[QuotaScope]:
+        """The quotas a pool's new node holds: the region-wide one, and its team's if it has one."""
+        return [(region, model_id, None), *([(region, model_id, team_id)] if (region, model_id, team_id) in self.limits else [])]
+
+    def nodes_allowed(self, region: str, model_id: int, team_id: int, gpus_per_node: int) -> tuple[int, QuotaScope | None]:
+        """How many nodes of `gpus_per_node` GPUs fit every quota of the pool, and the scope that
+        sets that number (None when no quota limits it below what it allows anyway)."""
+        best, limiting = None, None
+        for scope in self.scopes(region, model_id, team_id):
+            left = max(0, self.limits.get(scope, 0) - self.in_use.get(scope, 0))
+            nodes = left // gpus_per_node if gpus_per_node else left
+            if best is None or nodes < best:
+                best, limiting = nodes, scope
+        return best or 0, limiting
+
+    def take(self, region: str, model_id: int, team_id: int, gpus: int) -> None:
+        """GPUs a planned scale-up holds from now on (the next pool of the pass sees them)."""
+        for scope in self.scopes(region, model_id, team_id):
+            self.in_use[scope] = self.in_use.get(scope, 0) + gpus

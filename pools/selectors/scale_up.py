@@ -1,0 +1,82 @@
+"""What a scale-up decision reads besides the queue: the room the teams' pools already have
+(free capacity of Ready nodes, upcoming nodes) and the GPU quotas a new burst node would hold.
+Each is a fixed number of queries, whatever the number of pools, nodes or pods, so that the
+autoscaler's pass over every pool reads them once (issue 9)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Collection
+
+from django.db.models import F, Sum
+
+from pools.core.lifecycle import PROVISIONING_PHASES
+from pools.core.scale_up import Capacity, QuotaRooms, take_requests, take_totals
+from pools.core.scheduling.nodes import Pod as CorePod
+from pools.core.spec import Catalog, parse_document
+from pools.models import GpuNodePool, Node, Quota
+from pools.models.pods import Pod
+from pools.selectors.cluster import SCHEDULER_PHASES, node_state_from, team_identity
+from pools.selectors.queue import template_node
+from pools.selectors.quotas import quota_use
+
+
+def team_capacity(*, team_ids: Collection[int], catalog: Catalog) -> dict[int, Capacity]:
+    """Per team, where its Pending pods can go before a node is bought, over its live pools:
+    the Ready nodes with the requests of their Running pods taken, and the nodes still being
+    provisioned (not released: a machine that failed for good is Terminated) as empty nodes of
+    their pool. Four queries at most: the Running pods are summed per node, and read one by one
+    only on nodes whose GPUs are partly used (a full node's sums say it all). Pools other teams
+    share with it are left out: a pod that would fit one only makes the team's own pool scale
+    up, as before."""
+    out: dict[int, Capacity] = {team_id: Capacity() for team_id in team_ids}
+    if not team_ids:
+        return out
+    pools = {p.pk: p for p in GpuNodePool.objects.filter(team_id__in=team_ids, deleted_at__isnull=True).select_related("node_type", "gpu_model", "zone", "team")}
+    nodes = list(
+        Node.objects.filter(pool_id__in=list(pools), release_reason="", phase__in=(*SCHEDULER_PHASES, *PROVISIONING_PHASES))
+        .order_by("name").values_list("pk", "name", "pool_id", "phase", "billing", "gpu_count", "labels", "taints", "unschedulable")
+    )  # fmt: skip
+    states = {
+        pk: node_state_from(name=name, pool=pools[pool_id], phase=phase, gpu_count=gpus, labels=labels, taints=taints,
+                            unschedulable=unschedulable, teams=frozenset({team_identity(pools[pool_id].team_id)}))
+        for pk, name, pool_id, phase, _, gpus, labels, taints, unschedulable in nodes if phase in SCHEDULER_PHASES
+    }  # fmt: skip
+    running = Pod.objects.filter(phase=Pod.Phase.RUNNING, node_id__in=list(states))
+    totals = running.values("node_id").annotate(cpu=Sum("cpu_milli"), memory=Sum("memory_mib"), gpu=Sum(F("gpu_count") * F("gpu_milli"))).order_by()
+    partly = [row["node_id"] for row in totals if not take_totals(states[row["node_id"]], cpu_milli=row["cpu"] or 0, memory_mib=row["memory"] or 0, gpu_milli=row["gpu"] or 0)]
+    rows = running.filter(node_id__in=partly).order_by("pk").values_list("node_id", "cpu_milli", "memory_mib", "gpu_count", "gpu_milli", "gpu_indices") if partly else ()
+    for index, (node_id, cpu, memory, gpus, milli, indices) in enumerate(rows):
+        try:  # only the requests matter here: a light pod, not the scheduling core's whole one
+            pod = CorePod(f"running-{index}", cpu_milli=cpu, memory_mib=memory, gpu_count=gpus, gpu_milli=milli if gpus else 0)
+        except ValueError:  # a stored row the core refuses takes nothing, as `cluster_state` skips it
+            continue
+        take_requests(states[node_id], pod, indices or ())
+    templates = {}
+    for pk, name, pool_id, _, billing, *_ in nodes:
+        pool = pools[pool_id]
+        capacity = out[pool.team_id]
+        if pk in states:
+            capacity.existing.append(states[pk])
+            continue
+        if (pool_id, billing) not in templates:
+            templates[(pool_id, billing)] = template_node(pool, parse_document(pool.document, catalog), billing=billing)
+        upcoming = templates[(pool_id, billing)].clone()
+        upcoming.name = name
+        capacity.upcoming.append(upcoming)
+    return out
+
+
+def quota_rooms(*, scopes: Collection[tuple[str, int]]) -> QuotaRooms:
+    """The GPU quotas of these (region, GPU model id) pairs and the GPUs held against them,
+    region-wide and per team, counted as `quota_usage` counts them (ordered capacity of live
+    pools and live burst nodes). Four queries."""
+    if not scopes:
+        return QuotaRooms()
+    regions, model_ids = {region for region, _ in scopes}, {model for _, model in scopes}
+    use = quota_use(regions=regions, model_ids=model_ids)
+    overall: dict[tuple, int] = defaultdict(int)
+    for (region, model_id, _), gpus in use.items():
+        overall[(region, model_id, None)] += gpus
+    limits = {(q.region, q.gpu_model_id, q.team_id): q.limit_gpus for q in Quota.objects.filter(region__in=regions, gpu_model_id__in=model_ids)}
+    return QuotaRooms(limits=limits, in_use={**use, **overall})
