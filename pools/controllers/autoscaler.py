@@ -71,6 +71,7 @@ from pools.selectors.autoscaler_view import (
     scale_up_inputs_load,
 )
 from pools.selectors.queue import template_node
+from pools.selectors.scale_up import quota_rooms_locked
 from pools.services.events import WARNING, event_record
 
 logger = logging.getLogger("ebcloud.autoscaler")
@@ -311,8 +312,14 @@ def _scale_up(d: _Decided, fits: list[CorePod], pending: list[CorePod], *, dry_r
     quota = _quota_text(pool, inputs.quotas, scope)
     if dry_run:
         return Plan(d.result, acts=True, needs_inputs=True)
-    capped = f"; {wanted - add} more would pass the {quota}" if add < wanted else ""
     with transaction.atomic():
+        locked = quota_rooms_locked(region=region, gpu_model_id=pool.gpu_model_id, team_id=team_id)
+        still, locked_scope = locked.nodes_allowed(region, pool.gpu_model_id, team_id, gpus)
+        if still < add:  # an order or another worker took quota since the pass read it
+            add, quota = still, _quota_text(pool, locked, locked_scope)
+            if add == 0:
+                return d.blocked(QUOTA_EXCEEDED, f"Scale-up to {decision.desired} not done: {wanted} on-demand node(s) of {gpus} GPU(s) would pass the {quota}", policy=quota)
+        capped = f"; {wanted - add} more would pass the {quota}" if add < wanted else ""
         _burst_nodes_create(pool, d.now, add)
         message = f"Scaled up from {current} to {current + add} node(s) with {add} on-demand node(s){capped}: {decision.message}"
         _record(pool, d.now, current, current + add, "ScaledUp", message, d.shown, quota if capped else d.policy_text)

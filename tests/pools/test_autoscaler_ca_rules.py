@@ -170,6 +170,32 @@ def test_e_the_teams_quota_caps_a_scale_up_and_the_activity_says_so(actors):
     assert activity.limiting_policy.startswith(f"GPU quota of team {pool.team.slug}")
 
 
+def test_e_quota_an_order_took_after_the_pass_read_it_is_counted_before_buying(actors, monkeypatch):
+    """The pass reads the quotas once; the recount under the quota rows' locks (those an order's
+    check takes) sees an order made since, so the two never pass the quota together."""
+    from pools.selectors import autoscaler_view
+    from pools.selectors.pools import quota_usage
+    from pools.services import pools as pool_services
+    from tests.conftest import make_document
+
+    pool = train_pool(actors)
+    fill(actors)
+    submit(actors["member"], "queued-0", gpus=8)
+    memory_used(pool, 95)
+    region = pool.zone.region
+    Quota.objects.update_or_create(region=region, gpu_model=pool.gpu_model, team=None, defaults={"limit_gpus": quota_usage(region=region, gpu_model_id=pool.gpu_model_id) + 8})
+    read = autoscaler_view.quota_rooms
+
+    def read_then_another_team_orders(**kwargs):
+        rooms = read(**kwargs)  # 8 GPUs left when the pass reads
+        pool_services.pool_create(user=actors["other_lead"], document=make_document("other", region="cn-east-2b", nodeCount={"min": 1, "max": 1}))
+        return rooms
+
+    monkeypatch.setattr(autoscaler_view, "quota_rooms", read_then_another_team_orders)
+    assert pool_autoscale(pool_id=pool.pk, now=T0).reason == "QuotaExceeded" and not burst_nodes().exists()
+    assert quota_usage(region=region, gpu_model_id=pool.gpu_model_id) == Quota.objects.get(region=region, gpu_model=pool.gpu_model, team=None).limit_gpus
+
+
 def test_g_expendable_pods_never_trigger_a_scale_up(actors, settings):
     """Priority below the cutoff (CA's --expendable-pods-priority-cutoff, -10): the pod waits for
     spare room, without a node bought or a warning; at the cutoff it counts."""
