@@ -6,12 +6,27 @@ Money is Decimal with a currency code.
 
 from __future__ import annotations
 
-from django.core.validators import MaxValueValidator, MinValueValidator
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.utils import timezone
 from django.utils.functional import cached_property
 
 from pools import roles
+
+# What the admin may write into the price book and the account (checked by every model form;
+# `billing.pricing.quote_for` and the simulated cloud's `pay` check again, for rows written
+# before these checks or around the forms). Prices may be 0 (a free tier or an internal
+# price) but never negative: a negative price makes an order whose payment credits the account.
+NOT_NEGATIVE = MinValueValidator(0, message="Enter 0 or more: a negative price would make orders that pay money into the account.")
+# A discount is a fraction of the list price, 0 (none) to 1 (free, like a price of 0): above 1
+# the price turns negative. The same range the preemptible discount always had.
+FRACTION = (
+    MinValueValidator(0, message="Enter a fraction from 0 to 1, such as 0.15 for 15 percent off."),
+    MaxValueValidator(1, message="Enter a fraction from 0 to 1, such as 0.15 for 15 percent off: above 1 the price turns negative."),
+)
+# ISO 4217's shape: payments compare currencies as text, so "cny" or "Yuan" would never match.
+CURRENCY_CODE = RegexValidator(r"^[A-Z]{3}\Z", message="Enter an ISO 4217 currency code: three capital letters, such as CNY or USD.")
 
 
 class NodePrice(models.Model):
@@ -19,9 +34,9 @@ class NodePrice(models.Model):
 
     node_type = models.ForeignKey("pools.NodeType", on_delete=models.PROTECT)
     gpu_model = models.ForeignKey("pools.GpuModel", on_delete=models.PROTECT)
-    monthly_price = models.DecimalField(max_digits=14, decimal_places=2)
-    hourly_price = models.DecimalField(max_digits=12, decimal_places=4)
-    currency = models.CharField(max_length=3, default="CNY")
+    monthly_price = models.DecimalField(max_digits=14, decimal_places=2, validators=[NOT_NEGATIVE])
+    hourly_price = models.DecimalField(max_digits=12, decimal_places=4, validators=[NOT_NEGATIVE])
+    currency = models.CharField(max_length=3, default="CNY", validators=[CURRENCY_CODE])
     effective_from = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -40,10 +55,10 @@ class LeaseTerm(models.Model):
     """How long a lease type runs and the discount it earns (D2: longer lease, bigger discount)."""
 
     lease_type = models.CharField(max_length=10)
-    months = models.PositiveSmallIntegerField()
-    discount = models.DecimalField(max_digits=5, decimal_places=4, help_text="0.15 = 15% off")
+    months = models.PositiveSmallIntegerField(validators=[MinValueValidator(1, message="A lease runs at least 1 month.")])
+    discount = models.DecimalField(max_digits=5, decimal_places=4, validators=list(FRACTION), help_text="0.15 = 15% off")
     preemptible_discount = models.DecimalField(
-        max_digits=5, decimal_places=4, null=True, blank=True, validators=[MinValueValidator(0), MaxValueValidator(1)],
+        max_digits=5, decimal_places=4, null=True, blank=True, validators=list(FRACTION),
         help_text="Off the monthly list price for a preemptible node on this term (0.40 = 40% off); empty: not sold preemptible",
     )  # fmt: skip
     effective_from = models.DateTimeField(default=timezone.now)
@@ -62,8 +77,10 @@ class Account(models.Model):
     """The cloud account whose balance pays for orders (T1: an unpaid order stalls a pool)."""
 
     name = models.CharField(max_length=60, unique=True)
-    balance = models.DecimalField(max_digits=16, decimal_places=2)
-    currency = models.CharField(max_length=3, default="CNY")
+    # Changed only by payments and by audited adjustments under the row lock
+    # (`billing.accounts.account_adjust`): never by saving a form that read it earlier.
+    balance = models.DecimalField(max_digits=16, decimal_places=2, validators=[MinValueValidator(0)])
+    currency = models.CharField(max_length=3, default="CNY", validators=[CURRENCY_CODE])
 
     def __str__(self) -> str:
         return f"{self.name}: {self.balance} {self.currency}"
@@ -89,8 +106,8 @@ class PriceBookEntry(models.Model):
         REGISTRY_POOL_MONTH = "registry_pool_month", "Registry / value-added fee per pool-month"
 
     kind = models.CharField(max_length=30, choices=Kind.choices)
-    amount = models.DecimalField(max_digits=14, decimal_places=6)
-    currency = models.CharField(max_length=3, default="CNY")
+    amount = models.DecimalField(max_digits=14, decimal_places=6, validators=[NOT_NEGATIVE])
+    currency = models.CharField(max_length=3, default="CNY", validators=[CURRENCY_CODE])
     effective_from = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -104,6 +121,13 @@ class PriceBookEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()}: {self.amount} from {self.effective_from:%Y-%m-%d}"
+
+    def clean(self):
+        """The preemptible discount is a fraction like the lease terms' (above 1 the price of a
+        preemptible node turns negative); the other kinds are amounts of money."""
+        super().clean()
+        if self.kind == self.Kind.PREEMPTIBLE_DISCOUNT and self.amount is not None and self.amount > 1:
+            raise ValidationError({"amount": FRACTION[1].message})
 
 
 # --------------------------------------------------------------------------- metering

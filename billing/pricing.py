@@ -71,10 +71,20 @@ def quote_for(
         if term.preemptible_discount is None:
             raise ValidationError(f"the price book has no preemptible price for the {lease_type} lease term", field="spec.preemptible")
         discount = term.preemptible_discount
-    return Quote(
+    quote = Quote(
         unit_monthly_price=price.monthly_price,
         nodes=nodes,
         months=term.months,
         discount=discount,
         currency=price.currency,
     )
+    # The admin refuses such prices, but rows may predate that check: an order below zero would
+    # credit the account when paid, so none is made from them.
+    if price.monthly_price < 0 or not 0 <= discount <= 1 or quote.amount < 0:
+        raise ValidationError(
+            f"the price book cannot price this order: {price.monthly_price} {price.currency} a month with {discount} off on the "
+            f"{lease_type} lease term is outside its range (a price of 0 or more, a discount from 0 to 1) and could make a "
+            "negative order; a platform admin must correct the price book",
+            field="spec.nodeType",
+        )
+    return quote

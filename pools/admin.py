@@ -1,3 +1,4 @@
+from django import forms
 from django.contrib import admin
 
 from pools import roles
@@ -17,6 +18,7 @@ from pools.models import (
     Zone,
 )
 from pools.providers import real_cluster
+from pools.views.admin_audit import AuditedModelAdmin
 
 
 class MembershipInline(admin.TabularInline):
@@ -41,8 +43,32 @@ class NamespaceTeamAdmin(admin.ModelAdmin):
     search_fields = ("namespace",)
 
 
+class QuotaForm(forms.ModelForm):
+    """A quota counts the GPUs of the pools whose zone is in its region: a region no zone names
+    (a zone's own name, `cn-east-2a`, is the usual slip) limits nothing, silently."""
+
+    def clean_region(self):
+        region = self.cleaned_data["region"]
+        regions = sorted(set(Zone.objects.values_list("region", flat=True)))
+        if region not in regions:
+            hint = f" It is the name of a zone of {zone.region}." if (zone := Zone.objects.filter(name=region).first()) else ""
+            raise forms.ValidationError(f"No zone is in a region named {region!r}, so this quota would limit no pool.{hint} Regions: {', '.join(regions) or 'none yet'}.")
+        return region
+
+    def clean_limit_gpus(self):
+        limit = self.cleaned_data["limit_gpus"]
+        if limit is not None and limit > 2**31 - 1:  # what PostgreSQL's integer column holds
+            raise forms.ValidationError(f"Enter at most {2**31 - 1} GPUs.")
+        return limit
+
+
 @admin.register(Quota)
-class QuotaAdmin(admin.ModelAdmin):
+class QuotaAdmin(AuditedModelAdmin):
+    """Quotas are checked before every order: their changes are audited (`quota.create`,
+    `quota.update`, `quota.delete`, with the row before and after) as prices are."""
+
+    audit_prefix = "quota"
+    form = QuotaForm
     list_display = ("region", "gpu_model", "team", "limit_gpus")
     list_filter = ("region", "gpu_model")
 

@@ -45,8 +45,12 @@ node-agent API /api/agent/v1/
 CLI `ebcloud`
   node-pool create|apply -f, scale, delete, fragmentation --apply; pod create -f, delete;
   order approve|reject; cost export -o FILE; login                       tests/test_bad_input_cli.py
-Not covered: the Django admin site's model forms (platform admins editing quotas and prices;
-Django's own validation) and the operator's management commands.
+Django admin /admin/ (platform admins)
+  node prices, lease terms, price book entries                           tests/billing/test_price_admin.py
+  the account (top-up and correction)                                    tests/billing/test_account_admin.py
+  quotas                                                                 tests/pools/test_quota_admin.py
+Not covered: the admin site's other model forms (Django's own validation) and the operator's
+management commands.
 
 Conventions: the action buttons that post and redirect on success (repack, node page) answer a
 refusal with their page again, the error shown ("field: message"), and a 400 (409 for a state

@@ -190,6 +190,8 @@ class SimulatedCloud:
         existing = SimPayment.objects.filter(order_id=order_id).first()
         if existing is not None:
             return _payment(existing, created=False)
+        if amount < 0:  # a payment never credits the account (an order from a bad price row)
+            raise PaymentDeclined(f"the order is for {amount} {currency}, below zero: a payment never credits the account")
         forced = _take_failure(PAY, token=str(order_id))
         forced = forced or (SimFailure(step=PAY) if _rate_hit(PAY, f"{order_id}:{now.isoformat()}") else None)
         if forced is not None:

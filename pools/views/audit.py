@@ -20,7 +20,7 @@ from pools import roles
 from pools.models import AuditEntry
 
 PAGE_SIZE = 50
-ACTION_PREFIXES = ("pool", "order", "price", "repair", "credential", "role")
+ACTION_PREFIXES = ("pool", "order", "price", "quota", "account", "repair", "credential", "role")
 SYSTEM = "system"
 
 

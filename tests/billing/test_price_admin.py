@@ -1,0 +1,179 @@
+"""The price book in the admin: a price below zero, a discount above 1, a currency that is no ISO
+code or not the account's, or digits of another script are refused beside the field and nothing
+is saved; a bad price row written around the admin still makes no order that credits the account.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from billing.models import Account, LeaseTerm, NodePrice, PriceBookEntry
+from pools.core.errors import ValidationError
+from pools.models import AuditEntry, GpuModel, GpuNodePool, NodeType, PoolOrder
+from pools.models.cloud import SimPayment
+from pools.providers.base import PaymentDeclined
+from pools.providers.simulated import SimulatedCloud
+from pools.services import pools as services
+from tests.conftest import make_document
+from tests.pools.lifecycle_helpers import T0, approved_pool, reconcile
+
+pytestmark = pytest.mark.django_db
+
+EFFECTIVE = {"effective_from_0": "2026-11-01", "effective_from_1": "00:00:00"}  # before T0
+
+
+@pytest.fixture
+def admin_client(actors) -> Client:
+    client = Client()
+    client.force_login(actors["admin"])
+    return client
+
+
+def price_form(**over) -> dict:
+    data = {
+        "node_type": NodeType.objects.get(name="GPU_8_CARD").pk,
+        "gpu_model": GpuModel.objects.get(name="A100_80G").pk,
+        "monthly_price": "18000.00",
+        "hourly_price": "90.0000",
+        "currency": "CNY",
+        **EFFECTIVE,
+    }
+    return {**data, **over}
+
+
+def refused(response, field: str) -> str:
+    """The form came back (200, no redirect) with an error beside `field`; its text."""
+    assert response.status_code == 200, response.status_code
+    errors = response.context["adminform"].form.errors
+    assert field in errors, errors
+    return " ".join(errors[field])
+
+
+def nothing_changed(prices: int, audit: int) -> None:
+    assert NodePrice.objects.count() == prices
+    assert AuditEntry.objects.filter(action__startswith="price.").count() == audit
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        ("monthly_price", "-20000.00", "0 or more"),
+        ("hourly_price", "-40.0000", "0 or more"),
+        ("monthly_price", "١٢٣", "number"),  # Arabic-Indic digits: Django alone reads 123
+        ("hourly_price", "1_0", "number"),
+        ("currency", "zz!", "ISO 4217"),
+        ("currency", "cny", "ISO 4217"),
+    ],
+)
+def test_a_node_price_the_orders_could_not_use_is_refused_beside_its_field(admin_client, field, value, says):
+    prices, audit = NodePrice.objects.count(), AuditEntry.objects.filter(action__startswith="price.").count()
+    response = admin_client.post(reverse("admin:billing_nodeprice_add"), price_form(**{field: value}))
+    assert says in refused(response, field)
+    nothing_changed(prices, audit)
+
+
+def test_a_price_in_another_currency_than_the_account_is_refused_saying_why(admin_client):
+    prices = NodePrice.objects.count()
+    response = admin_client.post(reverse("admin:billing_nodeprice_add"), price_form(currency="USD"))
+    message = refused(response, "currency")
+    assert "holds CNY" in message and "could not be paid" in message
+    assert NodePrice.objects.count() == prices
+
+
+def test_a_free_price_is_allowed_and_audited(admin_client, actors):
+    """0 is a free tier (or an internal price), not an error: the order costs nothing."""
+    response = admin_client.post(reverse("admin:billing_nodeprice_add"), price_form(monthly_price="0", hourly_price="0"))
+    assert response.status_code == 302
+    price = NodePrice.objects.get(monthly_price=0)
+    entry = AuditEntry.objects.get(action="price.create", object_id=str(price.pk))
+    assert entry.actor == actors["admin"] and entry.after["monthly_price"] == "0.00"
+    pool = services.pool_create(user=actors["lead"], document=make_document("free-tier", nodeCount={"min": 1, "max": 1}), now=T0)
+    assert pool.orders.get().amount == Decimal("0.00")
+
+
+@pytest.mark.parametrize(("value", "ok"), [("1.5", False), ("-0.1", False), ("١", False), ("1", True), ("0.2", True)])
+def test_a_lease_discount_is_a_fraction_from_0_to_1(admin_client, value, ok):
+    form = {"lease_type": "monthly", "months": "1", "discount": value, "preemptible_discount": "", **EFFECTIVE}
+    terms = LeaseTerm.objects.count()
+    response = admin_client.post(reverse("admin:billing_leaseterm_add"), form)
+    if ok:
+        assert response.status_code == 302 and LeaseTerm.objects.count() == terms + 1
+    else:
+        refused(response, "discount")
+        assert LeaseTerm.objects.count() == terms
+
+
+def test_a_lease_term_of_no_months_is_refused(admin_client):
+    form = {"lease_type": "monthly", "months": "0", "discount": "0", "preemptible_discount": "", **EFFECTIVE}
+    assert "at least 1 month" in refused(admin_client.post(reverse("admin:billing_leaseterm_add"), form), "months")
+
+
+@pytest.mark.parametrize(
+    ("kind", "amount", "currency", "field"),
+    [
+        ("storage_gb_month", "-0.40", "CNY", "amount"),
+        ("preemptible_discount", "1.6", "CNY", "amount"),
+        ("registry_pool_month", "500", "EUR", "currency"),
+    ],
+)
+def test_a_price_book_entry_out_of_range_is_refused(admin_client, kind, amount, currency, field):
+    entries = PriceBookEntry.objects.count()
+    form = {"kind": kind, "amount": amount, "currency": currency, **EFFECTIVE}
+    refused(admin_client.post(reverse("admin:billing_pricebookentry_add"), form), field)
+    assert PriceBookEntry.objects.count() == entries
+
+
+def test_an_existing_price_changed_to_a_negative_one_keeps_its_value(admin_client):
+    price = NodePrice.objects.order_by("pk").first()
+    form = {
+        "node_type": price.node_type_id, "gpu_model": price.gpu_model_id, "monthly_price": "-1",
+        "hourly_price": str(price.hourly_price), "currency": price.currency,
+        "effective_from_0": price.effective_from.strftime("%Y-%m-%d"), "effective_from_1": price.effective_from.strftime("%H:%M:%S"),
+    }  # fmt: skip
+    refused(admin_client.post(reverse("admin:billing_nodeprice_change", args=[price.pk]), form), "monthly_price")
+    assert NodePrice.objects.get(pk=price.pk).monthly_price == price.monthly_price
+    assert not AuditEntry.objects.filter(action="price.update").exists()
+
+
+# --- rows written before these checks (or around the admin) ------------------------------------
+
+
+def _negative_price() -> None:
+    NodePrice.objects.create(
+        node_type=NodeType.objects.get(name="GPU_8_CARD"), gpu_model=GpuModel.objects.get(name="A100_80G"),
+        monthly_price=Decimal("-20000.00"), hourly_price=Decimal("0"), currency="CNY", effective_from=T0.replace(month=11),
+    )  # fmt: skip
+
+
+def test_a_negative_price_row_makes_no_order(actors):
+    _negative_price()
+    with pytest.raises(ValidationError, match="negative order"):
+        services.pool_create(user=actors["lead"], document=make_document("free-money", nodeCount={"min": 2, "max": 2}), now=T0)
+    assert not PoolOrder.objects.exists() and not GpuNodePool.objects.filter(name="free-money").exists()
+
+
+def test_a_discount_row_above_one_makes_no_order(actors):
+    LeaseTerm.objects.create(lease_type="monthly", months=1, discount=Decimal("1.5"), effective_from=T0.replace(month=11))
+    with pytest.raises(ValidationError, match="negative order"):
+        services.pool_create(user=actors["lead"], document=make_document("disc", nodeCount={"min": 1, "max": 1}), now=T0)
+
+
+def test_the_simulated_cloud_never_pays_a_negative_amount(catalog):
+    balance = Account.objects.get(name="default").balance
+    with pytest.raises(PaymentDeclined, match="below zero"):
+        SimulatedCloud().pay(order_id=1, amount=Decimal("-40000.00"), currency="CNY", now=T0)
+    assert Account.objects.get(name="default").balance == balance and not SimPayment.objects.exists()
+
+
+def test_an_order_below_zero_from_before_stalls_its_pool_and_leaves_the_balance(actors):
+    pool = approved_pool(actors, make_document("old-order", nodeCount={"min": 1, "max": 1}))
+    PoolOrder.objects.filter(pool=pool).update(amount=Decimal("-20000.00"))
+    balance = Account.objects.get(name="default").balance
+    reconcile(pool, T0)
+    assert Account.objects.get(name="default").balance == balance
+    assert not SimPayment.objects.exists()
+    assert GpuNodePool.objects.get(pk=pool.pk).pending_reason.startswith("PaymentDeclined")
