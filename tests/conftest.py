@@ -12,6 +12,7 @@ import pytest
 import time_machine
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
+from django.test import Client
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
@@ -106,6 +107,15 @@ def browser(client, actors):
         return client
 
     return login
+
+
+@pytest.fixture
+def admin_client(actors):
+    """A client logged in as the world's platform admin (pytest-django's own `admin_client`
+    would log in a superuser of its own, outside the teams and roles of `actors`)."""
+    client = Client()
+    client.force_login(actors["admin"])
+    return client
 
 
 @pytest.fixture

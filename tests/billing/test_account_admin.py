@@ -28,13 +28,6 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def admin_client(actors) -> Client:
-    client = Client()
-    client.force_login(actors["admin"])
-    return client
-
-
-@pytest.fixture
 def account(catalog) -> Account:
     return Account.objects.get(name="default")
 

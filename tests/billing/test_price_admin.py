@@ -8,7 +8,6 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
-from django.test import Client
 from django.urls import reverse
 
 from billing.models import Account, LeaseTerm, NodePrice, PriceBookEntry
@@ -24,13 +23,6 @@ from tests.pools.lifecycle_helpers import T0, approved_pool, reconcile
 pytestmark = pytest.mark.django_db
 
 EFFECTIVE = {"effective_from_0": "2026-11-01", "effective_from_1": "00:00:00"}  # before T0
-
-
-@pytest.fixture
-def admin_client(actors) -> Client:
-    client = Client()
-    client.force_login(actors["admin"])
-    return client
 
 
 def price_form(**over) -> dict:

@@ -6,19 +6,11 @@ digits is refused beside its field and nothing is saved.
 from __future__ import annotations
 
 import pytest
-from django.test import Client
 from django.urls import reverse
 
 from pools.models import AuditEntry, GpuModel, Quota
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def admin_client(actors) -> Client:
-    client = Client()
-    client.force_login(actors["admin"])
-    return client
 
 
 @pytest.fixture
