@@ -55,8 +55,9 @@ from pools.core.spec import parse_document
 from pools.models import GpuNodePool, Node, PoolOrder
 from pools.providers import get_cloud_provider, get_cluster_backend
 from pools.providers.base import CloudProvider, ClusterBackend, InsufficientBalance, ProviderError
-from pools.selectors.pools import catalog_current
+from pools.selectors.pools import catalog_current, quota_held
 from pools.services.events import WARNING, event_record
+from pools.services.pools import pool_orders_lock, quota_limits_lock
 
 logger = logging.getLogger("ebcloud.lifecycle")
 
@@ -229,45 +230,75 @@ def _steps_run(p: ReconcilePass, snapshot: rules.PoolSnapshot, shared: PassShare
 
 
 def _pay_orders(p: ReconcilePass) -> None:
-    """Pay every Approved order (oldest first); the payment is keyed by the order (no double debit)."""
-    for order in p.pool.orders.filter(status=PoolOrder.Status.APPROVED).order_by("created_at", "pk"):
-        quota_note = _quota_check(p, order)
-        if quota_note is None:
-            continue
-        try:
-            payment = p.cloud.pay(order_id=order.pk, amount=order.amount, currency=order.currency, now=p.now)
-        except InsufficientBalance as exc:
-            reason = rules.insufficient_balance_reason(need=exc.need, balance=exc.balance, currency=exc.currency)
-            p.stall(reason)
-            p.event("InsufficientBalance", f"Order #{order.pk} is unpaid: {reason}; payment is retried every pass", type=WARNING)
-            continue
-        except ProviderError as exc:
-            p.stall(f"{exc.reason}: {exc.message}")
-            p.event(exc.reason, f"Order #{order.pk} is unpaid: {exc.message}; payment is retried every pass", type=WARNING)
-            continue
+    """Pay every Approved order (oldest first); the payment is keyed by the order (no double debit).
+
+    Each order is paid under the locks every writer of a pool's orders takes, in the same order
+    (`pool_services.pool_orders_lock`: the quota rows, then the pool's row): a delete or a
+    lowered `nodeCount.min` withdraws or reduces an order either before it is paid (this pass
+    then finds it so and pays nothing, or less) or after (and leaves it Paid), never while the
+    cloud debits it."""
+    approved = p.pool.orders.filter(status=PoolOrder.Status.APPROVED).order_by("created_at", "pk")
+    for order_id in list(approved.values_list("pk", flat=True)):
         with transaction.atomic():
-            if PoolOrder.objects.filter(pk=order.pk, status=PoolOrder.Status.APPROVED).update(status=PoolOrder.Status.PAID):
-                if quota_note:
-                    p.event("QuotaValidated", quota_note)
-                p.event(
-                    "OrderPaid",
-                    f"Order #{order.pk} paid: {payment.amount} {payment.currency} debited, balance {payment.balance_after} {payment.currency}",
-                )
-                if order.kind == PoolOrder.Kind.RENEW:
-                    exits.renewal_apply(p, order)
+            pool_orders_lock(pool=p.pool)
+            order = PoolOrder.objects.filter(pk=order_id, status=PoolOrder.Status.APPROVED).first()
+            if order is not None:
+                _pay_order(p, order)
+
+
+def _pay_order(p: ReconcilePass, order: PoolOrder) -> None:
+    quota_note = _quota_check(p, order)
+    if quota_note is None:
+        return
+    try:
+        payment = p.cloud.pay(order_id=order.pk, amount=order.amount, currency=order.currency, now=p.now)
+    except InsufficientBalance as exc:
+        reason = rules.insufficient_balance_reason(need=exc.need, balance=exc.balance, currency=exc.currency)
+        p.stall(reason)
+        p.event("InsufficientBalance", f"Order #{order.pk} is unpaid: {reason}; payment is retried every pass", type=WARNING)
+        return
+    except ProviderError as exc:
+        p.stall(f"{exc.reason}: {exc.message}")
+        p.event(exc.reason, f"Order #{order.pk} is unpaid: {exc.message}; payment is retried every pass", type=WARNING)
+        return
+    with transaction.atomic():
+        if PoolOrder.objects.filter(pk=order.pk, status=PoolOrder.Status.APPROVED).update(status=PoolOrder.Status.PAID):
+            if quota_note:
+                p.event("QuotaValidated", quota_note)
+            p.event(
+                "OrderPaid",
+                f"Order #{order.pk} paid: {payment.amount} {payment.currency} debited, balance {payment.balance_after} {payment.currency}",
+            )
+            if order.kind == PoolOrder.Kind.RENEW:
+                exits.renewal_apply(p, order)
 
 
 def _quota_check(p: ReconcilePass, order: PoolOrder) -> str | None:
-    """Quotas can be lowered after approval: check again before paying (T1). None: exceeded."""
+    """Quotas can be lowered after approval: check again before paying (T1), in every scope the
+    approval checked: region-wide and the pool's team's own (`pool_services.quota_limits_lock`).
+    What counts is what is in use (bought, or bursting) and what admins approved, this order
+    among them; a Pending request, of this team or another, is not decided and must not hold
+    back an order that is. None: exceeded."""
     if order.kind == PoolOrder.Kind.RENEW:
         return ""  # a renewal keeps capacity the pool already holds
-    quota = p.cloud.quota(region=p.pool.zone.region, gpu_model=p.spec.gpu_model)
-    if quota.in_use_gpus <= quota.limit_gpus:
-        return f"Quota allows order #{order.pk}: {quota.region} {quota.gpu_model} {quota.in_use_gpus} of {quota.limit_gpus} GPU(s) in use with it"
-    reason = f"QuotaExceeded: {quota.region} {quota.gpu_model} requested {order.gpus}, in use {quota.in_use_gpus - order.gpus}, limit {quota.limit_gpus}"
+    region, model, pool = p.pool.zone.region, p.spec.gpu_model, p.pool
+    limits = quota_limits_lock(region=region, gpu_model_id=pool.gpu_model_id, team_id=pool.team_id)
+    if not any(q.team_id is None for q in limits):
+        return _quota_refused(p, order, f"QuotaExceeded: no quota for {model} in {region}")
+    held = []
+    for quota in limits:
+        in_use, approved = quota_held(region=region, gpu_model_id=pool.gpu_model_id, team_id=quota.team_id, exclude_order_id=order.pk)
+        scope = f" for team {pool.team.slug}" if quota.team_id else ""
+        if in_use + approved + order.gpus > quota.limit_gpus:
+            others = f", approved and unpaid {approved}" if approved else ""
+            return _quota_refused(p, order, f"QuotaExceeded: {region} {model}{scope} requested {order.gpus}, in use {in_use}{others}, limit {quota.limit_gpus}")
+        held.append(f"{region} {model}{scope} {in_use + approved + order.gpus} of {quota.limit_gpus} GPU(s)")
+    return f"Quota allows order #{order.pk}: {'; '.join(held)} in use or approved with it"
+
+
+def _quota_refused(p: ReconcilePass, order: PoolOrder, reason: str) -> None:
     p.stall(reason)
     p.event("QuotaExceeded", f"Order #{order.pk} is not paid: {reason}", type=WARNING)
-    return None
 
 
 def _slots_missing(order: PoolOrder) -> int:

@@ -24,6 +24,8 @@ from pools.models import GpuModel, GpuNodePool, Node, NodeType, PoolEvent, PoolO
 
 # Orders that hold quota: requested or bought capacity (a rejected or failed order holds none).
 QUOTA_HOLDING_STATUSES = (PoolOrder.Status.PENDING, PoolOrder.Status.APPROVED, PoolOrder.Status.PAID)
+# Orders an admin has decided on: capacity approved or bought (a Pending one is only a request).
+DECIDED_STATUSES = (PoolOrder.Status.APPROVED, PoolOrder.Status.PAID)
 LIVE_NODE_EXCLUDED_PHASES = (Node.Phase.TERMINATED,)
 
 POOL_SORTS = {
@@ -162,9 +164,9 @@ def order_get(*, user, order_id: int) -> PoolOrder:
     return order
 
 
-def _capacity_orders(orders: QuerySet[PoolOrder]) -> QuerySet[PoolOrder]:
+def _capacity_orders(orders: QuerySet[PoolOrder], statuses=QUOTA_HOLDING_STATUSES) -> QuerySet[PoolOrder]:
     # A renewal extends the lease of nodes already counted; it adds no capacity (issue 3 §4).
-    return orders.filter(status__in=QUOTA_HOLDING_STATUSES).exclude(kind=PoolOrder.Kind.RENEW)
+    return orders.filter(status__in=statuses).exclude(kind=PoolOrder.Kind.RENEW)
 
 
 def _retired(orders: QuerySet[PoolOrder]) -> QuerySet[Node]:
@@ -181,23 +183,47 @@ def ordered_baseline(*, pool: GpuNodePool) -> int:
     return total - _retired(orders).count()
 
 
-def quota_usage(*, region: str, gpu_model_id: int, team_id: int | None = None, exclude_order_id: int | None = None) -> int:
+def decided_baseline(*, pool: GpuNodePool, exclude_order_id: int | None = None) -> int:
+    """Monthly nodes of the pool that admins approved or that are bought, still held: what an
+    order must fit beside under `nodeCount.min` (a Pending order is a request, not capacity)."""
+    orders = _capacity_orders(pool.orders.all(), DECIDED_STATUSES)
+    if exclude_order_id is not None:
+        orders = orders.exclude(pk=exclude_order_id)
+    total = orders.aggregate(n=Sum("node_count"))["n"] or 0
+    return total - _retired(orders).count()
+
+
+def quota_held(*, region: str, gpu_model_id: int, team_id: int | None = None, exclude_order_id: int | None = None) -> tuple[int, int]:
+    """(in use, approved) GPUs in a region for a model, as the payment re-check counts them:
+    in use is what is bought (paid orders of live pools, less retired nodes) and live burst
+    nodes; approved is what admins approved and nobody has paid yet. Pending requests count for
+    neither: they are not decided, and must not hold back an order that is."""
+    paid = quota_usage(region=region, gpu_model_id=gpu_model_id, team_id=team_id, exclude_order_id=exclude_order_id, statuses=(PoolOrder.Status.PAID,))
+    approved = quota_usage(region=region, gpu_model_id=gpu_model_id, team_id=team_id, exclude_order_id=exclude_order_id, statuses=(PoolOrder.Status.APPROVED,), burst=False)
+    return paid, approved
+
+
+def quota_usage(
+    *, region: str, gpu_model_id: int, team_id: int | None = None, exclude_order_id: int | None = None,
+    statuses=QUOTA_HOLDING_STATUSES, burst: bool = True,
+) -> int:  # fmt: skip
     """GPUs held in a region for a model: quota-holding orders of live pools + live burst nodes.
 
-    With `team_id`, only that team's pools count (for a team quota).
+    With `team_id`, only that team's pools count (for a team quota); `statuses` narrows the
+    orders counted (`quota_held`), `burst=False` leaves burst nodes out.
     """
-    orders = _capacity_orders(PoolOrder.objects.filter(pool__deleted_at__isnull=True, pool__zone__region=region, pool__gpu_model_id=gpu_model_id))
-    burst = Node.objects.filter(
+    orders = _capacity_orders(PoolOrder.objects.filter(pool__deleted_at__isnull=True, pool__zone__region=region, pool__gpu_model_id=gpu_model_id), statuses)
+    bursts = Node.objects.filter(
         pool__zone__region=region, pool__gpu_model_id=gpu_model_id, order__isnull=True  # ordered nodes count via their order
     ).exclude(billing=Node.Billing.MONTHLY).exclude(phase__in=LIVE_NODE_EXCLUDED_PHASES)
     if team_id is not None:
         orders = orders.filter(pool__team_id=team_id)
-        burst = burst.filter(pool__team_id=team_id)
+        bursts = bursts.filter(pool__team_id=team_id)
     if exclude_order_id is not None:
         orders = orders.exclude(pk=exclude_order_id)
     ordered = orders.aggregate(n=Sum("gpus"))["n"] or 0
     retired = _retired(orders).aggregate(n=Sum("gpu_count"))["n"] or 0
-    bursting = burst.aggregate(n=Sum("gpu_count"))["n"] or 0
+    bursting = (bursts.aggregate(n=Sum("gpu_count"))["n"] or 0) if burst else 0
     return ordered - retired + bursting
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from billing import pricing
@@ -24,7 +24,13 @@ from pools.core.errors import ConflictError, FieldError, QuotaExceeded, Validati
 from pools.core.spec import PoolSpec, parse_document
 from pools.models import GpuModel, GpuNodePool, NodeType, PoolOrder, Quota, Team, Zone
 from pools.providers import get_cloud_provider
-from pools.selectors.pools import catalog_current, ordered_baseline, quota_usage, teams_led_by
+from pools.selectors.pools import (
+    catalog_current,
+    decided_baseline,
+    ordered_baseline,
+    quota_usage,
+    teams_led_by,
+)
 from pools.services.audit import audit_record
 from pools.services.events import WARNING, event_record
 
@@ -95,13 +101,21 @@ def pool_update(*, user, pool: GpuNodePool, document: Any, now: datetime | None 
     refs = _Refs(spec)
     if spec.budget != old.budget:  # an unchanged budget never blocks a resize
         _check_budget_currency(spec, refs, now=now)
-    ordered = ordered_baseline(pool=pool)
-    grow = max(0, spec.min_nodes - ordered)
-    quote = _quote(spec, refs, nodes=grow, now=now) if grow else None
+    grow = max(0, spec.min_nodes - ordered_baseline(pool=pool))
+    quote = _quote(spec, refs, nodes=grow, now=now) if grow else None  # the provider is asked before the lock
     with transaction.atomic():
+        locked = pool_orders_lock(pool=pool)
+        if locked.deleted_at is not None or locked.phase == GpuNodePool.Phase.DELETING:
+            raise ConflictError(f"pool {pool.name!r} is being deleted")
+        # Counted again under the pool's lock: two identical updates at once (a double-click,
+        # the web and the CLI) each counted before the other's order existed, and both ordered
+        # the growth. The second now finds the first's order and orders nothing.
+        ordered = ordered_baseline(pool=locked)
+        if max(0, spec.min_nodes - ordered) != grow:
+            grow = max(0, spec.min_nodes - ordered)
+            quote = _quote(spec, refs, nodes=grow, now=now) if grow else None
         if grow:
-            _check_quota(spec=spec, refs=refs, team=pool.team, requested_gpus=grow * refs.node_type.gpu_count)
-        locked = GpuNodePool.objects.select_for_update().get(pk=pool.pk)
+            _check_quota(spec=spec, refs=refs, team=locked.team, requested_gpus=grow * refs.node_type.gpu_count)
         before = locked.document
         changed = before != document
         if changed:
@@ -114,6 +128,8 @@ def pool_update(*, user, pool: GpuNodePool, document: Any, now: datetime | None 
             event_record(pool=locked, reason="SpecUpdated", message=_describe_change(old, spec), actor=user, now=now)
             audit_record(actor=user, action="pool.update", obj=locked, before=before, after=document)
             budget_sync_pool(pool=locked, now=now)
+        if ordered > spec.min_nodes:
+            _orders_trim(pool=locked, min_nodes=spec.min_nodes, excess=ordered - spec.min_nodes, user=user, now=now)
         if quote is not None:
             kind = PoolOrder.Kind.CREATE if ordered == 0 and not locked.orders.exists() else PoolOrder.Kind.GROW
             _order_request(pool=locked, kind=kind, nodes=grow, spec=spec, refs=refs, quote=quote, user=user, now=now)
@@ -148,7 +164,7 @@ def pool_delete(*, user, pool: GpuNodePool, now: datetime | None = None) -> GpuN
     now = now or timezone.now()
     _require_manage(user, pool)
     with transaction.atomic():
-        locked = GpuNodePool.objects.select_for_update().get(pk=pool.pk)
+        locked = pool_orders_lock(pool=pool, quotas=False)
         if locked.deleted_at is not None:
             raise ConflictError(f"pool {pool.name!r} is already deleted")
         withdrawn = list(locked.orders.filter(status=PoolOrder.Status.PENDING).values_list("pk", flat=True))
@@ -157,6 +173,14 @@ def pool_delete(*, user, pool: GpuNodePool, now: datetime | None = None) -> GpuN
         )
         for order_id in withdrawn:
             event_record(pool=locked, reason="OrderWithdrawn", message=f"Order #{order_id} withdrawn: the pool is being deleted", actor=user, now=now)
+        # Approved orders not paid yet go too, as the Deleting path withdraws them
+        # (pools/controllers/exits.py): a pool without nodes is gone at once, and the
+        # controller never passes over a deleted pool to do it. The controller pays under this
+        # same lock, so an order here is not being paid now.
+        unpaid = list(locked.orders.filter(status=PoolOrder.Status.APPROVED).values_list("pk", flat=True))
+        locked.orders.filter(pk__in=unpaid).update(status=PoolOrder.Status.FAILED, reason="Withdrawn: the pool was deleted")
+        for order_id in unpaid:
+            event_record(pool=locked, reason="OrderWithdrawn", message=f"Order #{order_id} withdrawn before payment: the pool is being deleted", actor=user, now=now)
         audit_record(actor=user, action="pool.delete", obj=locked, before=locked.document)
         if locked.nodes.exclude(phase="Terminated").exists():
             _set_status(locked, phase=GpuNodePool.Phase.DELETING, pending_reason="Draining: nodes are drained, then released")
@@ -174,15 +198,18 @@ def pool_delete(*, user, pool: GpuNodePool, now: datetime | None = None) -> GpuN
 
 
 def order_approve(*, user, order: PoolOrder, now: datetime | None = None) -> PoolOrder:
-    """An admin approves a Pending order; quota is checked again at this moment."""
+    """An admin approves a Pending order; quota is checked again at this moment, and the order
+    must still fit the pool's `nodeCount.min` (the lead may have lowered it since)."""
     now = now or timezone.now()
     _require_admin(user)
-    spec = parse_document(order.pool.document, catalog_current())
-    refs = _Refs(spec)
     with transaction.atomic():
-        _check_quota(spec=spec, refs=refs, team=order.pool.team, requested_gpus=order.gpus, exclude_order_id=order.pk)
+        pool = _order_pool_lock(order, quotas=True)
+        spec = parse_document(pool.document, catalog_current())
+        refs = _Refs(spec)
+        _check_quota(spec=spec, refs=refs, team=pool.team, requested_gpus=order.gpus, exclude_order_id=order.pk)
+        _check_fits(order=order, pool=pool, spec=spec)
         _decide(order=order, status=PoolOrder.Status.APPROVED, user=user, reason="", now=now)
-        pool = order.pool
+        order.pool = pool
         event_record(pool=pool, reason="OrderApproved", message=f"Order #{order.pk} for {order.node_count} monthly node(s) approved by {user.get_username()}", actor=user, now=now)
         if pool.phase == GpuNodePool.Phase.PENDING:
             _set_status(pool, phase=GpuNodePool.Phase.PROVISIONING, pending_reason=f"OrderApproved: order #{order.pk} awaits payment")
@@ -196,12 +223,81 @@ def order_reject(*, user, order: PoolOrder, reason: str, now: datetime | None = 
     reason = free_text("" if reason is None else reason, field="reason", max_length=500,
                        required="a reason is required to reject an order")
     with transaction.atomic():
+        pool = _order_pool_lock(order, quotas=False)
         _decide(order=order, status=PoolOrder.Status.REJECTED, user=user, reason=reason, now=now)
-        pool = order.pool
+        order.pool = pool
         event_record(pool=pool, reason="OrderRejected", type=WARNING, message=f"Order #{order.pk} rejected by {user.get_username()}: {reason}", actor=user, now=now)
         if pool.phase == GpuNodePool.Phase.PENDING:
             _set_status(pool, phase=GpuNodePool.Phase.PENDING, pending_reason=f"OrderRejected: {reason}")
     return order
+
+
+def pool_orders_lock(*, pool: GpuNodePool, quotas: bool = True) -> GpuNodePool:
+    """Lock what writing the pool's orders takes, in the one order every writer takes it (pool
+    updates and deletes, decisions, the controller's payments, the autoscaler's scale-ups): the
+    quota rows of the pool's region and GPU model (`quota_limits_lock`), when the write may hold
+    quota, then the pool's row; its orders come after. Taken in another order they deadlocked:
+    a decision held the order while its event waited for the pool's row, which a delete held
+    while it waited to withdraw that order. Returns the pool as locked."""
+    if quotas:  # region, model and team never change: read before the lock, they are the same after
+        quota_limits_lock(region=pool.zone.region, gpu_model_id=pool.gpu_model_id, team_id=pool.team_id)
+    return GpuNodePool.objects.select_for_update().get(pk=pool.pk)
+
+
+def _order_pool_lock(order: PoolOrder, *, quotas: bool) -> GpuNodePool:
+    """`pool_orders_lock` for a decision, then the order read again under it: still Pending, or
+    a 409 (another admin, or a delete, decided it first)."""
+    pool = pool_orders_lock(pool=order.pool, quotas=quotas)
+    order.refresh_from_db()
+    if order.status != PoolOrder.Status.PENDING:
+        raise ConflictError(f"order #{order.pk} is {order.status}, not Pending: it was already decided")
+    return pool
+
+
+def _check_fits(*, order: PoolOrder, pool: GpuNodePool, spec: PoolSpec) -> None:
+    """Refuse an order that buys more monthly nodes than the pool's baseline asks now. Lowering
+    `nodeCount.min` trims unpaid orders (`_orders_trim`); this keeps an order from before that,
+    or from a race, from debiting nodes that are past `nodeCount.max` (never built) or past the
+    baseline (billed, unasked for)."""
+    if order.kind == PoolOrder.Kind.RENEW:
+        return  # a renewal extends leases the pool holds; it adds no node
+    held = decided_baseline(pool=pool, exclude_order_id=order.pk)
+    if held + order.node_count > spec.min_nodes:
+        wanted = max(0, spec.min_nodes - held)
+        raise ConflictError(
+            f"order #{order.pk} asks for {order.node_count} monthly node(s), but pool {pool.name} wants {wanted} more: "
+            f"nodeCount.min is {spec.min_nodes} and {held} are already approved or bought; reject this order"
+        )
+
+
+def _orders_trim(*, pool: GpuNodePool, min_nodes: int, excess: int, user, now: datetime) -> None:
+    """`nodeCount.min` was lowered below what is ordered: take the `excess` nodes off orders not
+    paid yet, newest first, Pending before Approved (an approval covers money; less of it is
+    still covered). An order wholly in excess is withdrawn; one partly so keeps the nodes still
+    wanted at its own price terms, so its amount stays exact to the cent. Paid orders are bought:
+    their nodes stay until their leases end. The caller holds the pool's lock, which the
+    controller's payments also take, so no order here is being paid meanwhile."""
+    statuses = ((PoolOrder.Status.PENDING, PoolOrder.Status.REJECTED), (PoolOrder.Status.APPROVED, PoolOrder.Status.FAILED))
+    why = f"nodeCount.min lowered to {min_nodes}"
+    for status, withdrawn in statuses:
+        for order in pool.orders.filter(status=status).exclude(kind=PoolOrder.Kind.RENEW).order_by("-created_at", "-pk"):
+            if excess <= 0:
+                return
+            cut = min(excess, order.node_count)
+            excess -= cut
+            before = {"status": order.status, "nodes": order.node_count, "amount": str(order.amount)}
+            if cut == order.node_count:
+                PoolOrder.objects.filter(pk=order.pk, status=status).update(status=withdrawn, reason=f"Withdrawn: {why}", decided_at=order.decided_at or now)
+                reason, action, after = "OrderWithdrawn", "order.withdraw", {"status": withdrawn, "reason": f"Withdrawn: {why}"}
+                message = f"Order #{order.pk} ({order.node_count} node(s), {order.amount} {order.currency}) withdrawn: {why}"
+            else:
+                nodes = order.node_count - cut
+                amount = pricing.Quote(unit_monthly_price=order.unit_monthly_price, nodes=nodes, months=order.lease_months, discount=order.discount, currency=order.currency).amount
+                PoolOrder.objects.filter(pk=order.pk, status=status).update(node_count=nodes, gpus=order.gpus // order.node_count * nodes, amount=amount)
+                reason, action, after = "OrderReduced", "order.reduce", {"status": status, "nodes": nodes, "amount": str(amount)}
+                message = f"Order #{order.pk} reduced from {order.node_count} to {nodes} node(s), {order.amount} → {amount} {order.currency}: {why}"
+            event_record(pool=pool, reason=reason, message=message, actor=user, now=now)
+            audit_record(actor=user, action=action, obj=order, before=before, after=after)
 
 
 def _decide(*, order: PoolOrder, status: str, user, reason: str, now: datetime) -> None:
@@ -285,13 +381,7 @@ def _quote(spec: PoolSpec, refs: _Refs, *, nodes: int, now: datetime):
 def _check_quota(*, spec: PoolSpec, refs: _Refs, team: Team, requested_gpus: int, exclude_order_id: int | None = None) -> None:
     """Refuse when the request would pass a quota, naming region, model, requested, in use, limit (T1)."""
     region = refs.zone.region
-    # Locking the quota rows serialises concurrent requests and approvals for the same region
-    # and model (PostgreSQL); callers run inside a transaction.
-    limits = list(
-        Quota.objects.select_for_update()
-        .filter(region=region, gpu_model=refs.gpu_model)
-        .filter(Q(team__isnull=True) | Q(team=team))
-    )
+    limits = quota_limits_lock(region=region, gpu_model_id=refs.gpu_model.pk, team_id=team.pk)
     if not any(q.team_id is None for q in limits):
         raise QuotaExceeded(
             f"QuotaExceeded: no quota for {spec.gpu_model} in {region}; ask a platform admin for one",
@@ -305,6 +395,19 @@ def _check_quota(*, spec: PoolSpec, refs: _Refs, team: Team, requested_gpus: int
                 f"QuotaExceeded: {region} {spec.gpu_model}{scope} requested {requested_gpus}, in use {in_use}, limit {quota.limit_gpus}",
                 field="spec.nodeCount.min",
             )
+
+
+def quota_limits_lock(*, region: str, gpu_model_id: int, team_id: int) -> list[Quota]:
+    """The quotas a team's order is held to, region-wide first, then the team's own; locked.
+    Locking them serialises concurrent requests, approvals and payments for the same region and
+    model (PostgreSQL); callers run inside a transaction, and take them before the pool's row
+    (`pool_orders_lock`)."""
+    return list(
+        Quota.objects.select_for_update()
+        .filter(region=region, gpu_model_id=gpu_model_id)
+        .filter(Q(team__isnull=True) | Q(team_id=team_id))
+        .order_by(F("team_id").asc(nulls_first=True), "pk")
+    )
 
 
 def _check_budget_currency(spec: PoolSpec, refs: _Refs, *, now: datetime) -> None:
