@@ -80,6 +80,7 @@ QUEUED_PODS = "queued_pods"
 NOT_TRIGGER_SCALE_UP = "NotTriggerScaleUp"
 QUOTA_EXCEEDED = "QuotaExceeded"
 SCALE_DOWN_BLOCKED = "ScaleDownBlocked"
+LIMITING_POLICY_LENGTH = ScalingActivity._meta.get_field("limiting_policy").max_length  # PostgreSQL refuses a longer one
 
 
 @dataclass(frozen=True)
@@ -306,7 +307,7 @@ def _scale_up(d: _Decided, fits: list[CorePod], pending: list[CorePod], *, dry_r
         if dry_run:
             return Plan(d.result, acts=True, needs_inputs=True)
         quota = _quota_text(pool, inputs.quotas, scope)
-        return d.blocked(QUOTA_EXCEEDED, f"Scale-up to {decision.desired} not done: {wanted} on-demand node(s) of {gpus} GPU(s) would pass the {quota}", policy=quota)
+        return d.blocked(QUOTA_EXCEEDED, f"Scale-up to {decision.desired} not done: {wanted} on-demand node(s) of {gpus} GPU(s) would pass the {quota}", policy=_quota_name(pool, scope))
     capacity.plan_nodes(d.template, add)  # the team's next pools see these nodes as upcoming,
     inputs.quotas.take(region, pool.gpu_model_id, team_id, add * gpus)  # and their GPUs as taken
     quota = _quota_text(pool, inputs.quotas, scope)
@@ -316,15 +317,21 @@ def _scale_up(d: _Decided, fits: list[CorePod], pending: list[CorePod], *, dry_r
         locked = quota_rooms_locked(region=region, gpu_model_id=pool.gpu_model_id, team_id=team_id)
         still, locked_scope = locked.nodes_allowed(region, pool.gpu_model_id, team_id, gpus)
         if still < add:  # an order or another worker took quota since the pass read it
-            add, quota = still, _quota_text(pool, locked, locked_scope)
+            add, scope, quota = still, locked_scope, _quota_text(pool, locked, locked_scope)
             if add == 0:
-                return d.blocked(QUOTA_EXCEEDED, f"Scale-up to {decision.desired} not done: {wanted} on-demand node(s) of {gpus} GPU(s) would pass the {quota}", policy=quota)
+                return d.blocked(QUOTA_EXCEEDED, f"Scale-up to {decision.desired} not done: {wanted} on-demand node(s) of {gpus} GPU(s) would pass the {quota}", policy=_quota_name(pool, scope))
         capped = f"; {wanted - add} more would pass the {quota}" if add < wanted else ""
         _burst_nodes_create(pool, d.now, add)
         message = f"Scaled up from {current} to {current + add} node(s) with {add} on-demand node(s){capped}: {decision.message}"
-        _record(pool, d.now, current, current + add, "ScaledUp", message, d.shown, quota if capped else d.policy_text)
+        _record(pool, d.now, current, current + add, "ScaledUp", message, d.shown, _quota_name(pool, scope) if capped else d.policy_text)
         _store(pool, decision.history if add == decision.delta else d.history.record(at=d.now, recommendation=decision.raw_recommendation, change=add))
     return Plan(AutoscaleResult(pool=pool.name, claimed=True, current=current, desired=current + add, reason="ScaledUp"))
+
+
+def _quota_name(pool: GpuNodePool, scope: QuotaScope | None) -> str:
+    """The quota that limits a scale-up, short enough for the activity's limiting policy (the
+    message says the numbers)."""
+    return f"GPU quota of team {pool.team.slug}" if scope is not None and scope[2] is not None else "GPU quota"
 
 
 def _quota_text(pool: GpuNodePool, rooms: QuotaRooms, scope: QuotaScope | None) -> str:
@@ -392,7 +399,7 @@ def _record(pool, now, before, after, reason, message, metrics, policy, *, block
     """A ScalingActivity and an event with the metric values. (A limited or blocked decision
     that repeats the last one recorded — the same reason, from the same size — is not recorded
     again: the caller checks `FleetView.last`.)"""
-    ScalingActivity.objects.create(pool=pool, at=now, from_nodes=before, to_nodes=after, reason=reason, message=message, blocked=blocked, metrics=metrics, limiting_policy=policy)
+    ScalingActivity.objects.create(pool=pool, at=now, from_nodes=before, to_nodes=after, reason=reason, message=message, blocked=blocked, metrics=metrics, limiting_policy=policy[:LIMITING_POLICY_LENGTH])
     if emit:
         event_record(pool=pool, reason=reason, message=message, type=WARNING if blocked else "Normal", now=now)
 
