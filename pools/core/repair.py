@@ -354,7 +354,7 @@ def repair_allowed(
         retry_at = (health.unhealthy_since or now) + persist_for
         message = (
             f"node {node} must stay unhealthy for {_span(persist_for)} before a repair; "
-            f"next check at {retry_at.isoformat()}"
+            f"next check at {retry_at:%Y-%m-%d %H:%M:%S} UTC"
         )
         return RepairGate(False, "WaitingForFaultToPersist", message, retry_at=retry_at)
     return RepairGate(True, "RepairAllowed", f"node {node} may be repaired")

@@ -68,7 +68,7 @@ def repairs_in_progress(*, user, pool: GpuNodePool | None = None, now: datetime 
         nodes = nodes.filter(pool=pool)
     replacing = Q(release_reason=REPAIR_RELEASE) & (Q(terminated_at__isnull=True) | Q(terminated_at__gt=now - REPLACEMENT_WINDOW))
     nodes = list(
-        nodes.filter(Q(phase__in=(Node.Phase.REPAIRING, Node.Phase.CORDONED), release_reason="") | (replacing & ~Q(successor__phase=Node.Phase.READY)))
+        nodes.filter(Q(phase__in=(Node.Phase.REPAIRING, Node.Phase.CORDONED), release_reason="") | (replacing & (Q(successor__isnull=True) | Q(successor__ready_at__isnull=True))))
         .select_related("pool", "successor").order_by("pool__name", "name")[:ROW_LIMIT]
     )  # fmt: skip
     ids = [n.pk for n in nodes]

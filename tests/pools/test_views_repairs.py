@@ -163,3 +163,13 @@ def test_a_node_being_replaced_shows_as_a_repair_in_progress(actors, browser, st
     assert Node.objects.get(pk=old.pk).phase == "Terminated"
     page = browser("admin").get(reverse("repairs")).content.decode()
     assert old.name in page and "its replacement is being ordered" in page and POLL in page
+
+
+def test_a_replacement_is_over_once_its_successor_was_ready_whatever_the_successor_does_next(browser, replaced):
+    """The page read the successor's phase now: a successor that had been Ready and was later
+    cordoned or replaced itself brought its predecessor's finished repair back "in progress"."""
+    pool, old, successor = replaced
+    assert successor.ready_at is not None
+    Node.objects.filter(pk=successor.pk).update(phase=Node.Phase.TERMINATED)
+    page = browser("admin").get(reverse("repairs")).content.decode()
+    assert "No repair in progress." in page
