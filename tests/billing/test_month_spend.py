@@ -105,7 +105,7 @@ def test_the_pool_list_shows_cost_this_month_and_forecast_in_the_same_queries_fo
     assert "<th scope=\"col\">Cost this month</th><th scope=\"col\">Forecast for the month</th>" in body
     assert "72.00 CNY</td>" in body and "744.00 CNY</td>" in body  # train-pool-a
     assert "5.00 CNY</td>" in body and "after 3 days of costs" in body  # young
-    assert "nothing yet</td>" in body  # quiet
+    assert "nothing metered yet</td>" in body  # quiet
     for i in range(4):
         spend(pool(actors["lead"], name=f"more-{i}"), "1.00", hours=2)
     with CaptureQueriesContext(connection) as many:
