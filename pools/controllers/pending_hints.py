@@ -1,8 +1,10 @@
 """Why a Pending pod waits, in the words a team can act on: the hints beside the scheduler's
 verdict (which label or toleration is missing, on which of the team's own pools; which pool is
-full or could grow). The simulated scheduler pass (pools/controllers/scheduler.py) writes them
-with its own verdict; on a real cluster kube-scheduler gives the verdict (the pod's
-`PodScheduled` condition, mirrored into `Pod.explanation`) and `pending_hints_write` adds ours.
+full or could grow; which pool without a Ready node yet will take it, and what it waits for;
+what to order when no pool of the team ever could). The simulated scheduler pass
+(pools/controllers/scheduler.py) writes them with its own verdict; on a real cluster
+kube-scheduler gives the verdict (the pod's `PodScheduled` condition, mirrored into
+`Pod.explanation`) and `pending_hints_write` adds ours.
 """
 
 from __future__ import annotations
@@ -22,12 +24,13 @@ from pools.core.scheduling.nodes import (
     REASON_MEMORY,
     NodeState,
     may_use,
-    resource_filter_reason,
 )
 from pools.core.scheduling.nodes import Pod as CorePod
+from pools.core.scheduling.waiting import PoolProspect, could_take, fits_empty, waiting_hints
 from pools.models import GpuModel, GpuNodePool, NodeType
 from pools.models.pods import Pod
 from pools.selectors.cluster import cluster_state, core_pod_of, live_nodes
+from pools.selectors.prospects import pool_prospects
 
 
 def pending_hints_write(*, now: datetime) -> list[str]:
@@ -57,11 +60,14 @@ INSUFFICIENT = (REASON_CPU, REASON_MEMORY, REASON_GPU)
 
 
 class OrderCatalog:
-    """What can be ordered (node types smallest first, GPU models), read once per pass and
-    only if some pod needs an order hint: the pass's statements stay independent of its pods."""
+    """What can be ordered (node types smallest first, GPU models) and every live pool with what
+    it waits for (`pool_prospects`), each read once per pass and only if some Pending pod needs
+    it: the pass's statements stay independent of its pods."""
 
     def __init__(self) -> None:
         self._read: tuple[list[NodeType], list[str]] | None = None
+        self._prospects: list[PoolProspect] | None = None
+        self._by_shape: dict[tuple, tuple[list[str], bool]] = {}
 
     def read(self) -> tuple[list[NodeType], list[str]]:
         if self._read is None:
@@ -69,20 +75,35 @@ class OrderCatalog:
                           list(GpuModel.objects.order_by("name").values_list("name", flat=True)))  # fmt: skip
         return self._read
 
+    def prospects(self) -> list[PoolProspect]:
+        if self._prospects is None:
+            self._prospects = pool_prospects()
+        return self._prospects
+
+    def waiting(self, pod: CorePod) -> tuple[list[str], bool]:
+        """The pools without a Ready node yet that will take the pod (`waiting_hints`), and
+        whether any pool the team may use could ever take it; once per shape of pod (equal
+        requests, selectors, tolerations and team: a workload's replicas are asked once)."""
+        if pod.shape_key not in self._by_shape:
+            prospects = self.prospects()
+            self._by_shape[pod.shape_key] = (waiting_hints(pod, prospects), any(could_take(pod, p) for p in prospects))
+        hints, takes = self._by_shape[pod.shape_key]
+        return list(hints), takes
+
 
 def order_hint(pod: CorePod, usable: list[NodeState], others: list[NodeState], team_slug: str, catalog: OrderCatalog) -> list[str]:
-    """When no pool the team may use could ever take the pod (even its empty nodes are too
-    small, or of a GPU model the pod does not allow), what to order: the smallest node type
-    that fits, of the pod's GPU model (else the model such pods run on elsewhere in the
-    fleet, else any), with the order form's address, pre-filled. Other teams' pools are never
-    named: only what to buy."""
-    if any(_fits_empty(pod, node) for node in usable):
+    """When no pool the team may use could ever take the pod (even an empty node of each is too
+    small, or of a GPU model the pod does not allow; pools without a Ready node yet count, so a
+    pool on its way is never bought twice), what to order: the smallest node type that fits, of
+    the pod's GPU model (else the model such pods run on elsewhere in the fleet, else any), with
+    the order form's address, pre-filled. Other teams' pools are never named: only what to buy."""
+    if any(fits_empty(pod, node) for node in usable) or catalog.waiting(pod)[1]:
         return []
     node_types, models = catalog.read()
     fitting = [t for t in node_types if t.gpu_count >= pod.gpu_count and t.cpu_milli >= pod.cpu_milli and t.memory_mib >= pod.memory_mib]
     if not fitting:
         return []
-    seen = Counter(node.gpu_model for node in others if _fits_empty(pod, node)).most_common(1)
+    seen = Counter(node.gpu_model for node in others if fits_empty(pod, node)).most_common(1)
     model = next(iter(pod.gpu_models), None) or (seen[0][0] if seen else None) or (models[0] if models else "")
     what = f"{pod.gpu_count} GPU(s), {pod.cpu_milli}m CPU and {pod.memory_mib}Mi memory on one node" + (f", GPU model {', '.join(pod.gpu_models)}" if pod.gpu_models else "")
     form = reverse("pools:create") + "?" + urlencode({"team": team_slug, "gpu_model": model, "node_type": fitting[0].name})
@@ -92,13 +113,6 @@ def order_hint(pod: CorePod, usable: list[NodeState], others: list[NodeState], t
     ]
 
 
-def _fits_empty(pod: CorePod, node: NodeState) -> bool:
-    """Whether an empty node like this one takes the pod's requests and GPU model (labels and
-    taints aside: the pool's spec can give those)."""
-    empty = NodeState(name=node.name, cpu_milli=node.cpu_milli, memory_mib=node.memory_mib, gpu_count=node.gpu_count, gpu_model=node.gpu_model)
-    return resource_filter_reason(pod, empty) is None and not (pod.gpu_count and pod.gpu_models and node.gpu_model not in pod.gpu_models)
-
-
 @dataclass(frozen=True)
 class PendingHints:
     message: str
@@ -106,12 +120,15 @@ class PendingHints:
 
 
 def pending_hints(pod: CorePod, states: list[NodeState], pools: dict[str, GpuNodePool], team_slug: str, catalog: OrderCatalog) -> PendingHints:
-    """kube-scheduler's message over the nodes the pod's team may use, and every hint: the
-    core's (labels, taints, requests), the pools' (grow, raise max) and what to order."""
+    """kube-scheduler's message over the nodes the pod's team may use, and every hint: first
+    the pools of the team with no Ready node yet that will take the pod (what each waits for),
+    then the core's (labels, taints, requests), the pools' (grow, raise max) and, only when no
+    pool of the team could ever take the pod, what to order."""
     usable = [state for state in states if may_use(pod, state)]
     explanation = explain(pod, usable)
     hints = list(explanation.hints) + capacity_hints(pod, explanation.node_reasons, {s.name: s for s in usable}, pools)
     if explanation.available == 0:
+        hints = catalog.waiting(pod)[0] + hints
         hints += order_hint(pod, usable, [state for state in states if not may_use(pod, state)], team_slug, catalog)
     return PendingHints(explanation.message, hints)
 

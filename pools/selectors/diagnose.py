@@ -12,18 +12,16 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from django.conf import settings
 from django.db.models import Avg, Count, F, Max, Min, Q, Sum
 
 from billing.models import CostRecord, PoolResourceSample
 from monitoring.models import GpuErrorEvent, PoolSample
 from pools.core.diagnose import checks as core
-from pools.core.errors import ValidationError
-from pools.core.spec import Catalog, PoolSpec, parse_document
+from pools.core.spec import PoolSpec
 from pools.models import GpuNodePool, Node, PoolEvent, PoolOrder
 from pools.models.pods import FragmentationSample, Pod, PriorityClass
 from pools.selectors.cluster import core_pod_of
-from pools.selectors.queue import template_node
+from pools.selectors.prospects import live_pools, pool_templates, stored_spec
 
 MAX_PENDING = 500  # the oldest Pending pods of the team are read; more would not change a finding
 MAX_RUNNING = 500  # the pool's Running pods read for the preemption check (its details show 10)
@@ -52,24 +50,9 @@ def pool_diagnose(*, pool: GpuNodePool, now: datetime) -> Diagnosis:
     return Diagnosis(pool=pool.name, checked_at=now, status=core.overall(checks), checks=checks)
 
 
-def _spec(pool: GpuNodePool) -> PoolSpec | None:
-    """The stored document, parsed against the pool's own catalog rows (no query; they were
-    valid when it was saved). None if the validation rules changed since."""
-    catalog = Catalog(
-        gpu_models=frozenset({pool.gpu_model.name}),
-        node_types={pool.node_type.name: pool.node_type.gpu_count},
-        zones={pool.zone.name: pool.zone.region},
-        max_nodes=max(settings.EBCLOUD_MAX_NODES_PER_POOL, pool.max_nodes),
-    )
-    try:
-        return parse_document(pool.document, catalog)
-    except ValidationError:
-        return None
-
-
 def pool_snapshot(*, pool: GpuNodePool, now: datetime) -> core.PoolSnapshot:
     since = now - core.WINDOW
-    spec = _spec(pool)
+    spec = stored_spec(pool)
     return core.PoolSnapshot(
         name=pool.name,
         zone=pool.zone.name,
@@ -150,13 +133,20 @@ def _nodes(pool: GpuNodePool, since: datetime) -> tuple[core.NodeInfo, ...]:
 
 
 def _pending(pool: GpuNodePool, spec: PoolSpec | None) -> tuple[core.PendingPod, ...]:
-    """The team's Pending pods aimed at this pool, with what stops each on an empty node."""
+    """The Pending pods aimed at this pool (`pending_pod_facts`), of the teams that may use it,
+    with what stops each on an empty node: every live pool's template is read, so that a pod
+    another pool of its team takes is left to that pool."""
     if spec is None:
         return ()
-    template = template_node(pool, spec)
-    pods = Pod.objects.filter(phase=Pod.Phase.PENDING, team_id=pool.team_id).order_by("submitted_at", "pk")[:MAX_PENDING]
+    templates = pool_templates(live_pools())
+    template = templates.get(pool.pk)
+    if template is None:  # being deleted: nothing is aimed at it any more
+        return ()
+    teams = [int(team) for team in template.teams or () if team]
+    others = [t for pk, t in templates.items() if pk != pool.pk]
+    pods = Pod.objects.filter(phase=Pod.Phase.PENDING, team_id__in=teams).order_by("submitted_at", "pk")[:MAX_PENDING]
     facts = (
-        core.pending_pod_facts(core_pod_of(p), template, submitted_at=p.submitted_at, explanation=p.explanation, hints=p.hints or ())
+        core.pending_pod_facts(core_pod_of(p), template, submitted_at=p.submitted_at, others=others, explanation=p.explanation, hints=p.hints or ())
         for p in pods
     )
     return tuple(f for f in facts if f is not None)

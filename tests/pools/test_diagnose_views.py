@@ -175,7 +175,7 @@ def test_the_queries_do_not_grow_with_nodes_pods_errors_or_costs(browser, actors
         CostRecord(hour=hour - timedelta(hours=h), pool=pool, team=pool.team, billing_kind="monthly", cost_kind="usage", component=component, amount=Decimal("100"))
         for h in range(2, 200) for component in ("gpu", "network", "storage")
     )
-    assert before == _queries(pool) <= 12
+    assert before == _queries(pool) <= 13  # + the live pools, to leave pods another pool takes to it
     client = browser("lead")
     with django_assert_max_num_queries(before + 7):  # + session, user, groups, memberships, the pool, open alerts
         assert client.get(f"/pools/{pool.name}/diagnose/").status_code == 200

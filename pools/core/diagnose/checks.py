@@ -189,9 +189,16 @@ def check_scale_up(s: PoolSnapshot, now: datetime) -> Check:
 
 # --- T2: pods Pending for a long time --------------------------------------------------------
 
-SKEW, AT_MAX, NO_BURST, WAITING = "scheduler-skew", "at-max", "no-burst", "waiting"
-PENDING_ORDER = (TOO_LARGE, TAINT, AFFINITY, GPU_MODEL, SKEW, AT_MAX, NO_BURST, WAITING)
-STUCK = (TOO_LARGE, TAINT, AFFINITY, GPU_MODEL)  # waiting does not fix these
+SKEW, ON_THE_WAY, AT_MAX, NO_BURST, WAITING = "scheduler-skew", "nodes-on-the-way", "at-max", "no-burst", "waiting"
+# What the pod cannot change about the pool (model, size) first: no taint or label advice helps those.
+PENDING_ORDER = (TOO_LARGE, GPU_MODEL, TAINT, AFFINITY, SKEW, ON_THE_WAY, AT_MAX, NO_BURST, WAITING)
+STUCK = (TOO_LARGE, GPU_MODEL, TAINT, AFFINITY)  # waiting does not fix these
+
+
+def _on_the_way(s: PoolSnapshot) -> tuple[OrderInfo | None, int]:
+    """Capacity the pool is already getting: its first order awaiting approval, its nodes starting."""
+    starting = sum(1 for n in s.live_nodes() if n.phase in PROVISIONING_PHASES)
+    return next((o for o in s.orders if o.status == "Pending"), None), starting
 
 
 def _pending_category(s: PoolSnapshot, pod: PendingPod) -> str:
@@ -200,6 +207,8 @@ def _pending_category(s: PoolSnapshot, pod: PendingPod) -> str:
     live = s.live_nodes()
     if any(n.phase == "Ready" and n.gpu_count - n.allocated_gpus >= pod.gpus for n in live):
         return SKEW
+    if any(_on_the_way(s)):
+        return ON_THE_WAY
     if len(live) >= s.max_nodes:
         return AT_MAX
     if s.scaling is None or not s.burst_enabled:
@@ -213,6 +222,8 @@ def _pending_advice(s: PoolSnapshot, category: str, pod: PendingPod) -> tuple[st
     ours = next((h for h in pod.hints if h.startswith(f"pool {s.name} (")), None)
     hint = f" The scheduler's hint: {ours}" if ours else ""
     taints = ", ".join(s.taints) or "none"
+    order, starting = _on_the_way(s)
+    models = ", ".join(pod.gpu_models) or "other models"
     return {
         TOO_LARGE: (f"The request exceeds allocatable: {pod.key} asks for {_gpus(pod.gpus)} GPU(s) and its CPU/memory, a {s.node_type} node has {s.gpus_per_node} GPUs ({pod.reason}).",
                     f"Run {why}; split the job into pods that fit one node, or use a pool of larger nodes.{hint}"),
@@ -220,10 +231,14 @@ def _pending_advice(s: PoolSnapshot, category: str, pod: PendingPod) -> tuple[st
                 f"Run {why}, then add the toleration to the pod spec.{hint}"),
         AFFINITY: (f"Affinity label missing on nodes: {pod.key} tolerates the pool's taint but its nodeSelector/affinity asks for a label the pool's nodes do not carry.",
                    f"Run {why}; add the label under spec.nodeLabels of the pool, or fix the pod's affinity.{hint}"),
-        GPU_MODEL: (f"{pod.key} does not allow {s.gpu_model} (its gpuSpec lists other models).",
-                    f"Run {why}; widen the pod's gpuSpec or use a pool of an allowed model.{hint}"),
+        GPU_MODEL: (f"GPU model not allowed: the pod's ebcloud.io/gpu-models annotation asks for {models}, and this pool's nodes have {s.gpu_model}; no label, taint or size of this pool changes that.",
+                    f"Run {why}; if the job can run on {s.gpu_model}, add it to the pod's ebcloud.io/gpu-models annotation, otherwise run the pod on a pool of {models} (the pod page says which, or what to order).{hint}"),
         SKEW: ("A Ready node of the pool has the GPUs free, yet the pod stays Pending: the scheduler may not see the pool's nodes (a scheduler plugin whose version or configuration lags hides new nodes).",
                f"Run {why}: if it counts fewer nodes than the pool has Ready, check the scheduler plugin's version and configuration."),
+        ON_THE_WAY: (("No Ready node has room yet; the pool's capacity is on its way: "
+                      + (f"order #{order.id} awaits approval by a platform admin." if order else f"{_plural(starting, 'node')} starting.")),
+                     (f"Ask a platform admin to approve order #{order.id} (`ebcloud order approve {order.id}`); the pod runs once a node is Ready." if order
+                      else f"Wait: a new node is usually Ready within 5-10 minutes; past 15 minutes see the check 'Scale-up keeps failing' and `ebcloud node-pool events {s.name}`.")),
         AT_MAX: (f"No capacity: the pool is at nodeCount.max ({s.max_nodes}) and its nodes are full.",
                  f"Run {why}; raise nodeCount.max (`ebcloud node-pool scale {s.name} --max N`), let lower-priority pods be preempted, or repack (`ebcloud node-pool fragmentation {s.name} --plan`)."),
         NO_BURST: ("No capacity, and the pool does not burst (it has no spec.scaling block, or spec.burst.enabled is false): it stays at its monthly baseline.",

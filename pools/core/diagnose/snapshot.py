@@ -16,11 +16,16 @@ from pools.core.autoscaling import ScalingSpec
 from pools.core.scheduling.nodes import (
     REASON_AFFINITY,
     REASON_GPU_MODEL,
+    REASON_TAINT,
     NodeState,
     Pod,
     filter_node,
     first_untolerated_taint,
+    matches_affinity,
+    may_use,
+    resource_filter_reason,
 )
+from pools.core.scheduling.waiting import fits_empty
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,7 @@ class PendingPod:
     reason: str = ""  # the failing filter on that empty node (kube-scheduler words)
     explanation: str = ""  # the scheduler's last message
     hints: tuple[str, ...] = ()
+    gpu_models: tuple[str, ...] = ()  # the models its ebcloud.io/gpu-models annotation allows (empty: any)
 
 
 @dataclass(frozen=True)
@@ -177,28 +183,43 @@ class PoolSnapshot:
         return max(0, min(self.max_nodes, baseline + cap) - baseline)
 
 
-def pending_pod_facts(pod: Pod, template: NodeState, *, submitted_at: datetime, explanation: str = "",
-                      hints: Sequence[str] = ()) -> PendingPod | None:  # fmt: skip
-    """What stops `pod` on an empty node of the pool (`template`), or None if it does not aim
-    at this pool: its nodeSelector/affinity matches the pool's labels, or it tolerates one of
-    the pool's taints by name (a pod aimed here whose label is missing on the nodes, T2)."""
-    untainted = template.clone()
-    untainted.taints = ()
-    selector = filter_node(pod, untainted)
-    matches = selector not in (REASON_AFFINITY,)
-    tolerates_one = any(t.key and any(t.tolerates(taint) for taint in template.taints) for t in pod.tolerations)
-    if not matches and not tolerates_one:
+def pending_pod_facts(pod: Pod, template: NodeState, *, submitted_at: datetime, others: Sequence[NodeState] = (),
+                      explanation: str = "", hints: Sequence[str] = ()) -> PendingPod | None:  # fmt: skip
+    """What stops `pod` on an empty node of the pool (`template`), or None if the pod is not
+    aimed at this pool: the pool is one the pod could run on but for what the pool's spec or
+    the pod's tolerations can change, so the pool's lead has something to do about it.
+
+    Aimed means: the pod's team may use the pool; no other pool of the team (`others`, empty
+    nodes of them with their teams) takes the pod as it is unless this one does too (it then
+    waits for room wherever it fits); and either its nodeSelector/affinity selects the pool's
+    labels (it names this pool, so a GPU model or size the pool cannot offer is reported), or
+    the pool's GPU model and node size hold it and it has no selector at all or tolerates one
+    of the pool's taints by name (a label missing on the pool's nodes, T2). A pod without a
+    selector is not aimed at every pool: an H100-only pod is nothing an A100 pool can fix.
+
+    The blocker is the first of: the GPU model and the size (what the pod cannot change about
+    the pool, so no taint or label advice is given for them), then an untolerated taint, then
+    a label the selector asks for and the nodes lack."""
+    if not may_use(pod, template):
         return None
-    reason = filter_node(pod, template) or ""
-    if first_untolerated_taint(template.taints, pod.tolerations) is not None:
-        blocker = TAINT
+    fits_here = filter_node(pod, template) is None
+    if not fits_here and any(o.pool != template.pool and may_use(pod, o) and filter_node(pod, o) is None for o in others):
+        return None  # another pool of the team takes it: that pool's concern
+    selects = bool(pod.node_selector or pod.affinity_terms)
+    matches = all(template.labels.get(k) == v for k, v in pod.node_selector.items()) and matches_affinity(pod.affinity_terms, template.labels)
+    holds = fits_empty(pod, template)
+    tolerates_one = any(t.key and any(t.tolerates(taint) for taint in template.taints) for t in pod.tolerations)
+    if not (fits_here or (selects and matches) or (holds and (not selects or tolerates_one))):
+        return None
+    if pod.gpu_count and pod.gpu_models and template.gpu_model not in pod.gpu_models:
+        blocker, reason = GPU_MODEL, REASON_GPU_MODEL
+    elif short := resource_filter_reason(pod, template):
+        blocker, reason = TOO_LARGE, short  # an empty node cannot hold it: the request exceeds allocatable
+    elif first_untolerated_taint(template.taints, pod.tolerations) is not None:
+        blocker, reason = TAINT, REASON_TAINT
     elif not matches:
-        blocker = AFFINITY
-    elif selector == REASON_GPU_MODEL:
-        blocker = GPU_MODEL
-    elif reason:
-        blocker = TOO_LARGE  # an empty node cannot hold it: the request exceeds allocatable
+        blocker, reason = AFFINITY, REASON_AFFINITY
     else:
-        blocker = FITS
-    return PendingPod(key=pod.name, submitted_at=submitted_at, gpus=pod.gpu_request_milli / 1000, blocker=blocker,
-                      reason=reason, explanation=explanation, hints=tuple(hints))  # fmt: skip
+        blocker, reason = FITS, ""
+    return PendingPod(key=pod.name, submitted_at=submitted_at, gpus=pod.gpu_request_milli / 1000, blocker=blocker, reason=reason,
+                      explanation=explanation, hints=tuple(hints), gpu_models=pod.gpu_models)  # fmt: skip

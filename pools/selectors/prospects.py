@@ -1,0 +1,97 @@
+"""Every live pool as an empty node of it would register (labels, taints, the teams that may use
+it), with what its capacity waits for: the Pending-pod hints read them to name a pool that is
+on its way instead of suggesting a duplicate purchase (`pools.core.scheduling.waiting`), and the
+self-checks read them to tell which pool a Pending pod is aimed at. A fixed number of queries,
+whatever the number of pools, nodes or orders."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+
+from django.conf import settings
+from django.db.models import Count, Q
+
+from pools.core.errors import ValidationError
+from pools.core.lifecycle import PROVISIONING_PHASES
+from pools.core.scheduling.nodes import NodeState
+from pools.core.scheduling.waiting import PoolProspect
+from pools.core.spec import Catalog, PoolSpec, parse_document
+from pools.models import GpuNodePool, Node, PoolOrder
+from pools.selectors.cluster import SCHEDULER_PHASES, pool_teams
+from pools.selectors.queue import template_node
+
+
+def stored_spec(pool: GpuNodePool) -> PoolSpec | None:
+    """The stored document, parsed against the pool's own catalog rows (no query; they were
+    valid when it was saved). None if the validation rules changed since."""
+    catalog = Catalog(
+        gpu_models=frozenset({pool.gpu_model.name}),
+        node_types={pool.node_type.name: pool.node_type.gpu_count},
+        zones={pool.zone.name: pool.zone.region},
+        max_nodes=max(settings.EBCLOUD_MAX_NODES_PER_POOL, pool.max_nodes),
+    )
+    try:
+        return parse_document(pool.document, catalog)
+    except ValidationError:
+        return None
+
+
+def live_pools() -> list[GpuNodePool]:
+    """Pools not deleted nor being deleted, with what their templates need selected."""
+    return list(
+        GpuNodePool.objects.active().exclude(phase=GpuNodePool.Phase.DELETING).without_status()
+        .select_related("team", "node_type", "gpu_model", "zone").order_by("name")
+    )  # fmt: skip
+
+
+def pool_templates(pools: Iterable[GpuNodePool]) -> dict[int, NodeState]:
+    """An empty node of each pool (by id) as its first node would register: monthly where it
+    keeps a baseline, preemptible for a preemptible pool, else a burst node; `teams` set to the
+    teams that may use it. A pool whose stored spec no longer parses is left out."""
+    pools = list(pools)
+    teams = pool_teams(pools)
+    templates = {}
+    for pool in pools:
+        spec = stored_spec(pool)
+        if spec is None:
+            continue
+        billing = Node.Billing.PREEMPTIBLE if pool.preemptible else Node.Billing.MONTHLY if pool.min_nodes else Node.Billing.ON_DEMAND
+        template = template_node(pool, spec, billing=billing)
+        template.teams = teams[pool.pk]
+        templates[pool.pk] = template
+    return templates
+
+
+def pool_prospects() -> list[PoolProspect]:
+    """Every live pool with its template and what it waits for: its nodes the scheduler sees,
+    those still starting, its orders awaiting approval or payment. Four or five queries."""
+    pools = live_pools()
+    templates = pool_templates(pools)
+    live: dict[int, int] = defaultdict(int)
+    starting: dict[int, int] = defaultdict(int)
+    rows = (
+        Node.objects.filter(pool_id__in=list(templates)).exclude(phase=Node.Phase.TERMINATED)
+        .values_list("pool_id", "phase").annotate(n=Count("id"), kept=Count("id", filter=Q(release_reason=""))).order_by()
+    )  # fmt: skip
+    for pool_id, phase, n, kept in rows:
+        if phase in SCHEDULER_PHASES:
+            live[pool_id] += n
+        elif phase in PROVISIONING_PHASES:
+            starting[pool_id] += kept  # a machine being released is not on its way
+    orders: dict[tuple[int, str], list[int]] = defaultdict(list)
+    waiting = PoolOrder.objects.filter(pool_id__in=list(templates), status__in=(PoolOrder.Status.PENDING, PoolOrder.Status.APPROVED))
+    for pool_id, status, pk in waiting.order_by("pk").values_list("pool_id", "status", "pk"):
+        orders[(pool_id, status)].append(pk)
+    prospects = []
+    for pool in pools:
+        if pool.pk not in templates:
+            continue
+        prospects.append(PoolProspect(
+            template=templates[pool.pk], min_nodes=pool.min_nodes, max_nodes=pool.max_nodes,
+            live=live[pool.pk], starting=starting[pool.pk],
+            awaiting_approval=tuple(orders[(pool.pk, PoolOrder.Status.PENDING)]),
+            awaiting_payment=tuple(orders[(pool.pk, PoolOrder.Status.APPROVED)]),
+            bursts=pool.bursts, pending_reason=pool.pending_reason,
+        ))  # fmt: skip
+    return prospects
