@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from datetime import datetime
+from urllib.parse import urlsplit
 
 import httpx
 from django.conf import settings
@@ -106,6 +107,13 @@ def notification_acknowledge(*, user, notification: Notification, now: datetime)
     )
 
 
+def _host(url: str) -> str:
+    """The webhook's scheme and host, for the log: its path or query often holds the token
+    (a Slack or Teams incoming webhook), which must not reach the logs."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.hostname or ''}{f':{parts.port}' if parts.port else ''}"
+
+
 def webhook_post(
     *, url: str, payload: dict, attempts: int | None = None, backoff_s: float | None = None
 ) -> str:
@@ -127,5 +135,5 @@ def webhook_post(
                     return last
             if attempt < attempts:
                 time.sleep(backoff_s * 2 ** (attempt - 1))
-    log.warning("alert webhook %s: %s after %d attempts", url, last, attempts)
+    log.warning("alert webhook %s: %s after %d attempts", _host(url), last, attempts)
     return f"{last} after {attempts} attempts"

@@ -152,9 +152,9 @@ def test_the_webhook_gets_json_and_is_retried(evaluate, actors, settings, monkey
 
 
 def test_the_webhook_gives_up_after_its_attempts_and_the_alert_stays_fired(
-    evaluate, actors, settings, monkeypatch
+    evaluate, actors, settings, monkeypatch, caplog
 ):
-    settings.EBCLOUD_ALERT_WEBHOOK_URL = "http://hooks.example/budget"
+    settings.EBCLOUD_ALERT_WEBHOOK_URL = "http://hooks.example/services/T000/SECRET-TOKEN"
 
     def handler(request):
         raise httpx.ConnectError("refused", request=request)
@@ -165,6 +165,8 @@ def test_the_webhook_gives_up_after_its_attempts_and_the_alert_stays_fired(
     evaluate(T0 + HOUR)
     assert Notification.objects.get().webhook_status == "failed: ConnectError after 3 attempts"
     assert evaluate(T0 + 2 * HOUR) == []
+    logged = " ".join(r.getMessage() for r in caplog.records if "alert webhook" in r.getMessage())
+    assert "http://hooks.example: failed: ConnectError after 3 attempts" in logged and "SECRET-TOKEN" not in logged  # the URL's token stays out of the logs
 
 
 def test_team_budgets_cover_what_the_team_is_charged_and_finance_or_admins_set_them(actors, teams):
