@@ -180,5 +180,5 @@ class PreemptView(_ExtenderView):
         """Only the candidate nodes where the pod may run once pods are evicted are kept:
         kube-scheduler evicts the victims of the node it then picks among them."""
         args = preemption_args(request.data)
-        kept = extender_preemption(pod_of(args), list(args.victims))
+        kept = extender_preemption(pod_of(args), args.victims)
         return Response({"NodeNameToMetaVictims": {name: args.victims[name] for name in kept}})

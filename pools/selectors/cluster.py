@@ -115,6 +115,7 @@ def node_state_from(*, name: str, pool, phase: str, gpu_count: int, labels, tain
         ready=phase != Node.Phase.UNKNOWN,
         unschedulable=unschedulable or phase in UNSCHEDULABLE_PHASES,
         teams=teams,
+        owner=team_identity(pool.team_id),
     )
 
 

@@ -36,7 +36,7 @@ from pools.models import Team
 from pools.models.pods import Pod
 from pools.providers import real_cluster
 from pools.providers.kubernetes_pods import ClusterPods, pod_fields
-from pools.selectors.cluster import core_pod_of
+from pools.selectors.cluster import core_pod_of, team_identity
 from pools.selectors.extender_state import STATE
 from pools.selectors.namespaces import namespace_owner
 
@@ -57,10 +57,18 @@ def extender_filter(pod: CorePod, names: list[str]) -> FilterResult:
         return result
 
 
-def extender_preemption(pod: CorePod, names: list[str]) -> list[str]:
-    """The preemption candidates (node names) where evicting pods could let `pod` run."""
+def extender_preemption(pod: CorePod, victims: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The preemption candidates (node name -> kube-scheduler's MetaVictims there) where
+    evicting those pods could let `pod` run and may (`preemption_nodes`); the victims' teams
+    are the mirrored pods' (one query), None for a pod not mirrored yet."""
+    uids = {victim.get("UID") for entry in victims.values() for victim in entry["Pods"] if isinstance(victim, Mapping)}
+    teams = dict(Pod.objects.live().filter(uid__in=uids - {None}).values_list("uid", "team_id")) if uids else {}
+    victim_teams = {
+        name: [team_identity(teams[uid]) if uid in teams else None for uid in (v.get("UID") if isinstance(v, Mapping) else None for v in entry["Pods"])]
+        for name, entry in victims.items()
+    }  # fmt: skip
     with STATE.lock:
-        return preemption_nodes(pod, STATE.refresh(), names)
+        return preemption_nodes(pod, STATE.refresh(), victim_teams)
 
 
 def extender_scores(pod: CorePod, names: list[str]) -> dict[str, int] | list[int]:

@@ -40,7 +40,7 @@ TRAIN = Toleration("pool", "Equal", "train", "NoSchedule")
 def pool_node(name: str = "train-0", *, teams=frozenset({ALGORITHM}), gpus_free: int = 8, model: str = "A100") -> NodeState:
     """An 8-GPU node of team algorithm's pool, tainted pool=train:NoSchedule."""
     node = NodeState(name, cpu_milli=96_000, memory_mib=393_216, gpu_count=8, gpu_model=model, pool="train",
-                     labels={"pool": "train"}, taints=(Taint("pool", "train"),), teams=teams)  # fmt: skip
+                     labels={"pool": "train"}, taints=(Taint("pool", "train"),), teams=teams, owner=ALGORITHM)  # fmt: skip
     busy = 8 - gpus_free
     if busy:
         node.bind(Pod("algorithm/owner", cpu_milli=8_000, memory_mib=1_024, gpu_count=busy, team=ALGORITHM), tuple(range(busy)))
@@ -115,16 +115,19 @@ def test_filter_sorts_the_refusals_into_failed_and_unresolvable():
     assert result.unresolvable == {"theirs": REASON_TEAM, "plain": REASON_UNMANAGED}
 
 
-def test_preemption_keeps_only_the_candidates_where_evicting_pods_lets_the_pod_run():
-    """The owners' node, full: kube-scheduler would evict its pods for another team's pod."""
+def test_preemption_keeps_only_the_candidates_where_evicting_pods_lets_the_pod_run_and_may():
+    """The owners' node, full: kube-scheduler would evict its pods for another team's pod; and
+    on a lent node a guest's pod runs on the free capacity: it never evicts the owner's pods."""
     states = {"owners": pool_node("owners", gpus_free=0), "lent": pool_node("lent", teams=frozenset({ALGORITHM, INFERENCE}), gpus_free=0)}
-    names = ["owners", "lent", "plain"]
-    assert preemption_nodes(pod(INFERENCE, gpus=1), states, names) == ["lent"]
-    assert preemption_nodes(pod(ALGORITHM, gpus=1), states, names) == ["owners", "lent"]
-    assert preemption_nodes(pod(ALGORITHM, gpus=1, gpu_models=("H100",)), states, names) == []
-    assert preemption_nodes(pod(INFERENCE), states, names) == ["lent", "plain"]  # CPU only: plain nodes are not ours
-    assert preemption_nodes(pod(NO_TEAM, gpus=1), states, names) == names  # a critical DaemonSet pod may preempt
-    assert preemption_nodes(pod(TEAM_UNKNOWN, gpus=1), states, names) == []
+    owners_pods = {name: [ALGORITHM] for name in ("owners", "lent", "plain")}
+    assert preemption_nodes(pod(INFERENCE, gpus=1), states, owners_pods) == []
+    assert preemption_nodes(pod(INFERENCE, gpus=1), states, {"lent": [INFERENCE], "owners": [INFERENCE]}) == ["lent"]  # its own team's pods
+    assert preemption_nodes(pod(INFERENCE, gpus=1), states, {"lent": [None]}) == []  # a victim not mirrored yet counts as the owner's
+    assert preemption_nodes(pod(ALGORITHM, gpus=1), states, owners_pods) == ["owners", "lent"]
+    assert preemption_nodes(pod(ALGORITHM, gpus=1, gpu_models=("H100",)), states, owners_pods) == []
+    assert preemption_nodes(pod(INFERENCE), states, {"lent": [INFERENCE], "plain": [ALGORITHM]}) == ["lent", "plain"]  # CPU only: plain nodes are not ours
+    assert preemption_nodes(pod(NO_TEAM, gpus=1), states, owners_pods) == list(owners_pods)  # a critical DaemonSet pod may preempt
+    assert preemption_nodes(pod(TEAM_UNKNOWN, gpus=1), states, owners_pods) == []
 
 
 @given(gpus=st.integers(0, 9), free=st.integers(0, 8), teams=st.sampled_from([ALGORITHM, INFERENCE, NO_TEAM, TEAM_UNKNOWN]),
@@ -135,7 +138,7 @@ def test_a_kept_candidate_is_never_one_the_filter_refuses_for_good(gpus, free, t
     names = ["n"] if known else ["m"]
     p = pod(teams, gpus=gpus)
     result = filter_nodes(p, states, names)
-    assert (preemption_nodes(p, states, names) == names) == (not result.unresolvable)
+    assert (preemption_nodes(p, states, {name: [teams] for name in names}) == names) == (not result.unresolvable)
     assert len(result.passed) + len(result.failed) + len(result.unresolvable) == 1
 
 

@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 
 from pools.core.scheduling.extender import MAX_EXTENDER_PRIORITY, REASON_UNMANAGED
 from pools.core.scheduling.nodes import REASON_TEAM
+from pools.models import Team
+from pools.models.pods import Pod
 from tests.pools import test_extender_api
 from tests.pools.test_extender_api import FILTER, PRIORITIZE, args, cluster_pod
 
@@ -46,11 +48,22 @@ def test_preempt_keeps_the_owners_candidates_with_their_victims_as_given(schedul
     assert response.json() == {"NodeNameToMetaVictims": {"train-pool-a-1": VICTIMS}}  # a team's GPU pod: no plain node
 
 
-def test_preempt_once_the_pool_is_lent_keeps_its_nodes(scheduler, pool):
+def test_a_guest_of_a_lent_pool_never_preempts_the_owners_pods(scheduler, pool):
+    """A team a pool is lent to runs on its free capacity: kube-scheduler would evict the
+    owner's pod `big` (mirrored, team algorithm) for inference's pod of a higher priority."""
     pool.document["spec"]["sharedWith"] = ["inference"]
     pool.save(update_fields=["document"])
-    response = scheduler.post(PREEMPT, preemption(cluster_pod("guest", namespace="inference"), ["train-pool-a-1"]), format="json")
-    assert response.json() == {"NodeNameToMetaVictims": {"train-pool-a-1": VICTIMS}}
+    Pod.objects.filter(name="big").update(uid="uid-of-big")
+    guest = cluster_pod("guest", namespace="inference")
+    response = scheduler.post(PREEMPT, preemption(guest, ["train-pool-a-1"]), format="json")
+    assert response.json() == {"NodeNameToMetaVictims": {}}
+    unknown = {"Pod": guest, "NodeNameToMetaVictims": {"train-pool-a-1": {"Pods": [{"UID": "not-mirrored-yet"}], "NumPDBViolations": 0}}}
+    assert scheduler.post(PREEMPT, unknown, format="json").json() == {"NodeNameToMetaVictims": {}}  # might be the owner's
+    Pod.objects.filter(name="big").update(team=Team.objects.get(slug="inference"))  # a guest's own pod may go
+    assert scheduler.post(PREEMPT, preemption(guest, ["train-pool-a-1"]), format="json").json() == {"NodeNameToMetaVictims": {"train-pool-a-1": VICTIMS}}
+    Pod.objects.filter(name="big").update(team=Team.objects.get(slug="algorithm"))
+    owners = scheduler.post(PREEMPT, preemption(cluster_pod("owners-vip", gpus=4), ["train-pool-a-1"]), format="json")
+    assert owners.json() == {"NodeNameToMetaVictims": {"train-pool-a-1": VICTIMS}}
 
 
 def test_preempt_answers_whole_victim_pods_as_their_uids(scheduler, pool):

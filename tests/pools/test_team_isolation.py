@@ -134,6 +134,25 @@ def test_a_pool_shared_by_its_lead_takes_the_borrowing_teams_pods(actors, api, t
     assert pod.phase == "Running" and pod.node.pool == train_pool
 
 
+def test_a_borrowing_team_runs_on_the_free_capacity_and_never_preempts_the_owners_pods(actors, api, train_pool):
+    """Whatever its priority: the owner pays for the nodes (it evicted the owner's pod before);
+    the owner's own pods still preempt as Kubernetes decides."""
+    for index in range(2):
+        submit(actors["member"], f"owners-{index}", gpus=8)
+    scheduler_pass(now=T0)
+    spec = {**train_pool.document["spec"], "sharedWith": ["inference"]}
+    services.pool_update(user=actors["lead"], pool=train_pool, document={**train_pool.document, "spec": spec})
+    guest = pinned(pod_document("borrower", namespace="inference", gpus=8, priority=1000), "train-pool-a")
+    assert api("other_lead").post("/api/v1/pods/", guest, format="json").status_code == 201
+    scheduler_pass(now=T0)
+    assert set(PodRow.objects.filter(phase="Running").values_list("name", flat=True)) == {"owners-0", "owners-1"}
+    borrower = PodRow.objects.get(name="borrower")
+    assert borrower.phase == "Pending" and not PoolEvent.objects.filter(reason="Preempted").exists()
+    submit(actors["member"], "owners-vip", gpus=8, priority=2000)
+    scheduler_pass(now=T0)
+    assert PodRow.objects.get(name="owners-vip").phase == "Running" and PoolEvent.objects.filter(reason="Preempted").count() == 1
+
+
 def test_shared_with_is_validated_with_field_paths(actors, api, train_pool):
     for shared, path, words in (
         (["nobody"], "spec.sharedWith[0]", "no team named 'nobody'"),

@@ -48,6 +48,7 @@ from pools.core.scheduling.nodes import (
     Pod,
     Policy,
     insufficient_resources,
+    may_preempt,
     node_filter_reason,
     resource_filter_reason,
     soft_penalty,
@@ -105,15 +106,23 @@ def filter_nodes(pod: Pod, states: Mapping[str, NodeState], names: Iterable[str]
     return FilterResult(passed, failed, unresolvable)
 
 
-def preemption_nodes(pod: Pod, states: Mapping[str, NodeState], names: Iterable[str]) -> list[str]:
-    """Of kube-scheduler's preemption candidates, the nodes where evicting pods could let
-    ``pod`` run: those our filter passes or refuses for resources other pods hold. Every other
-    candidate is dropped, so that no pod is evicted for a pod that may not run there."""
+def preemption_nodes(pod: Pod, states: Mapping[str, NodeState], victims: Mapping[str, Collection[str | None]]) -> list[str]:
+    """Of kube-scheduler's preemption candidates (node name -> the teams of the victims it
+    chose there; None for a pod the read model does not know yet), the nodes where evicting
+    those pods could let ``pod`` run and may: our filter passes it or refuses it for resources
+    other pods hold, and no victim is a pod it may not preempt (a guest of a lent pool never
+    evicts the owner's pods: `may_preempt`; a victim of unknown team counts as the owner's).
+    Every other candidate is dropped, so that no pod is evicted for nothing, or for a pod that
+    may not take its place."""
     kept = []
-    for name in names:
-        refused = refusal(pod, states.get(name))
-        if refused is None or not refused.unresolvable:
-            kept.append(name)
+    for name, teams in victims.items():
+        node = states.get(name)
+        refused = refusal(pod, node)
+        if refused is not None and refused.unresolvable:
+            continue
+        if node is not None and not all(may_preempt(pod, (node.owner or "") if team is None else team, node) for team in teams):
+            continue
+        kept.append(name)
     return kept
 
 

@@ -261,7 +261,8 @@ class NodeState:
     ``gpu_free`` holds the free milli of each GPU (1000 each when idle). ``version`` changes
     on every bind, unbind or :meth:`touch`, which is how caches know a node changed.
     ``teams``: the teams whose pods may run here (its pool's team and the teams the pool is
-    shared with); None puts no limit (the trace benchmark, one team's what-if).
+    shared with); None puts no limit (the trace benchmark, one team's what-if). ``owner``: its
+    pool's team, whose pods a guest's never preempt (:func:`may_preempt`); None: no owner.
     """
 
     name: str
@@ -275,6 +276,7 @@ class NodeState:
     ready: bool = True
     unschedulable: bool = False
     teams: frozenset[str] | None = None
+    owner: str | None = None
     gpu_free: list[int] | None = None
     cpu_used: int = 0
     memory_used: int = 0
@@ -364,6 +366,7 @@ class NodeState:
             ready=self.ready,
             unschedulable=self.unschedulable,
             teams=self.teams,
+            owner=self.owner,
             gpu_free=list(self.gpu_free),
             cpu_used=self.cpu_used,
             memory_used=self.memory_used,
@@ -385,6 +388,15 @@ def may_use(pod: Pod, node: NodeState) -> bool:
     """Whether the pod's team may run on the node at all: a pool is paid for by one team and
     lent only by its ``sharedWith``; a toleration of the pool's taints does not change that."""
     return node.teams is None or pod.team in node.teams
+
+
+def may_preempt(preemptor: Pod, victim_team: str, node: NodeState) -> bool:
+    """Whether ``preemptor`` may evict a pod of ``victim_team`` from ``node`` (priority aside).
+    A team a pool is lent to runs on the pool's free capacity: its pods never evict the owner's,
+    whatever their priority (the owner pays for the nodes); they may evict their own team's and
+    other guests' lower-priority pods, and the owner's pods may evict anyone's, as may a pod of
+    no team (the cluster's own: a critical DaemonSet pod preempts as Kubernetes decides)."""
+    return node.owner is None or preemptor.team in (node.owner, "") or victim_team != node.owner
 
 
 def static_filter_reason(pod: Pod, node: NodeState) -> str | None:

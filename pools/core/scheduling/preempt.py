@@ -30,6 +30,7 @@ from pools.core.scheduling.nodes import (
     Pod,
     best_fit_gpus,
     filter_node,
+    may_preempt,
     resource_filter_reason,
     static_filter_reason,
 )
@@ -52,7 +53,7 @@ class PreemptionPlan:
 def victims_on(pod: Pod, node: NodeState, budgets: Sequence[DisruptionBudget] = ()) -> tuple[list[Pod], tuple[int, ...]] | None:
     if static_filter_reason(pod, node) is not None:
         return None
-    candidates = [b for b in node.bound.values() if b.pod.priority < pod.priority]
+    candidates = [b for b in node.bound.values() if b.pod.priority < pod.priority and may_preempt(pod, b.pod.team, node)]
     if not candidates:
         return None
     sim = node.clone()
