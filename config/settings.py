@@ -267,6 +267,10 @@ EBCLOUD_CLUSTER_BACKEND = env_str("EBCLOUD_CLUSTER", "simulated")
 # The cluster of EBCLOUD_CLUSTER=kubernetes: a kubeconfig file (empty: $KUBECONFIG or
 # ~/.kube/config, else the in-cluster service account).
 EBCLOUD_KUBECONFIG = env_str("EBCLOUD_KUBECONFIG", "")
+# Seconds an API call of that cluster may take to connect (TLS handshake included) and between
+# two reads of its answer; past them the call fails and is retried later (a watch waits its own
+# timeoutSeconds more). Without a bound a hung API server stalls every controller that calls it.
+EBCLOUD_KUBE_TIMEOUT_SECONDS = env_float("EBCLOUD_KUBE_TIMEOUT_SECONDS", 15.0, minimum=0.1)
 # The credentials the simulated cloud's machines' kubelets join a real cluster with (empty: the
 # control plane's own, EBCLOUD_KUBECONFIG).
 EBCLOUD_SIM_KUBELET_KUBECONFIG = env_str("EBCLOUD_SIM_KUBELET_KUBECONFIG", "")

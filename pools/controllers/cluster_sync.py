@@ -2,8 +2,9 @@
 
 - the team-isolation admission policy, with the pools, their `spec.sharedWith` and the
   namespaces' teams (design §1: the product keeps a ValidatingAdmissionPolicy in sync): two
-  reads when nothing changed, an apply when our pools changed or someone changed the policy
-  (the rule itself: pools/core/isolation.py);
+  reads when nothing changed, an apply when our pools changed, the whole spec put back (and a
+  WARNING) when someone changed the policy or its binding (the rule itself:
+  pools/core/isolation.py; the comparison: pools/providers/kubernetes_admission.py);
 - the PriorityClasses, which on a real cluster are the cluster's objects (one list): the
   read model's classes follow them, so pages, hints and the preemption check use its values.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import logging
 
-from pools.core.isolation import admission_policy
+from pools.core.isolation import POLICY_NAME, admission_policy
 from pools.models import NamespaceTeam
 from pools.providers.kubernetes_admission import AdmissionPolicies
 from pools.providers.kubernetes_pods import ClusterPods
@@ -23,10 +24,21 @@ logger = logging.getLogger("ebcloud.scheduler")
 
 
 def admission_policy_sync(policies: AdmissionPolicies | None = None) -> list[str]:
-    """Apply the policy and its binding where the cluster's differ; returns the kinds applied."""
+    """Apply the policy and its binding where the cluster's differ; returns the kinds applied.
+
+    A spec someone else changed (isolation narrowed or switched off) is put back, and said by a
+    WARNING naming what was changed: the operator learns that someone can edit the policy, and
+    the pods admitted meanwhile were not checked (the cluster's other problems with this
+    sync are WARNINGs of the same logger, `ebcloud.scheduler`)."""
     namespaces = dict(NamespaceTeam.objects.values_list("namespace", "team__slug"))
     pools = pools_access()
-    applied = (policies or AdmissionPolicies()).sync(*admission_policy(pools, namespaces))
+    policies = policies or AdmissionPolicies()
+    applied = policies.sync(*admission_policy(pools, namespaces))
+    for kind, changes in policies.restored.items():
+        logger.warning(
+            "team isolation: someone changed the %s %s: %s; put back as the product keeps it (pods admitted meanwhile were not checked)",
+            kind, POLICY_NAME, "; ".join(changes),
+        )  # fmt: skip
     if applied:
         logger.info("team isolation: applied %s for %d pools", " and ".join(applied), len(pools))
     return applied

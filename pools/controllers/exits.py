@@ -6,7 +6,10 @@ Every exit is cordon -> drain (evict pods, lowest priority first, until a deadli
 each step an event; a node is never released with pods on it without a Warning saying why.
 The cluster's answers never stop an exit: a Node already gone from the cluster has nothing to
 cordon and no pods to move, and a pod the cluster does not evict (whatever the refusal, or an
-API server out of reach) waits like one a disruption budget keeps, until the deadline.
+API server out of reach) waits like one a disruption budget keeps, until the deadline. A Node
+the cluster does not delete once its machine is released leaves the node Terminating, with a
+Warning, and the delete is retried with backoff (`node_sync.node_refused`); the pool's other
+nodes go on.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from django.db import transaction
 
 from billing import lease_ledger
 from monitoring.services import credential_revoke_for_node
+from pools.controllers import node_sync
 from pools.controllers.context import ReconcilePass
 from pools.core import lifecycle as rules
 from pools.models import GpuNodePool, Node, PoolOrder
@@ -142,9 +146,19 @@ def evict(cluster, pods: list[tuple[str, str]], *, reason: str) -> tuple[set[tup
 
 
 def release(p: ReconcilePass, node: Node) -> None:
+    """Release the machine, delete the Node, then the row says Terminated. A delete the cluster
+    refuses leaves the node Terminating (the machine is gone: nothing is left to drain), and a
+    later pass, after a backoff, releases (idempotent) and deletes again."""
     if node.provider_id:
         p.cloud.release(provider_id=node.provider_id, now=p.now)
-    p.cluster.remove_node(name=node.name)
+    try:
+        p.cluster.remove_node(name=node.name)
+    except ProviderError as exc:
+        node_sync.node_refused(
+            p, node, exc, event_reason="NodeRemoveFailed", phase=Node.Phase.TERMINATING, unschedulable=True,
+            said=f"Machine of node {node.name} released, but its Node could not be deleted from the cluster",
+        )  # fmt: skip
+        return
     billed = ""
     if node.lease_end and node.lease_end > p.now and node.billing != Node.Billing.ON_DEMAND:
         billed = f"; its {node.billing} lease stays billed until {_at(node.lease_end)}"
@@ -161,6 +175,9 @@ def release(p: ReconcilePass, node: Node) -> None:
 
 def drains_advance(p: ReconcilePass) -> None:
     for node in p.live_nodes().exclude(release_reason=""):
+        if node.step_due_at is not None and p.now < node.step_due_at:  # backing off after a refused delete
+            p.stall(node.last_error)
+            continue
         drain_advance(p, node)
 
 

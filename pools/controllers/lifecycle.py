@@ -128,8 +128,9 @@ def reconcile_all(*, now: datetime | None = None, cloud: CloudProvider | None = 
 @dataclass(frozen=True)
 class PassShared:
     """What the pass over all pools read once: the catalog, the cloud's reclaim notices, each
-    pool's rows (`lifecycle_state.snapshots_load`), the cluster's nodes (None: not readable)
-    and the settings its rules take."""
+    pool's rows (`lifecycle_state.snapshots_load`), the cluster's nodes (`node_sync.Unread`
+    when they could not be read: no drift is seen, and no pool asks again this pass) and the
+    settings its rules take."""
 
     catalog: object
     notices: dict[str, datetime]

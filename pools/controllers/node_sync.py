@@ -17,17 +17,27 @@ statement of its own, and no spec is parsed for it):
   generation) would do as well but needs invalidating (a pool id is reused after a rolled-back
   test on SQLite, a team renamed changes a label) and still parses after every restart.
 The per-pool pass (`pool_reconcile`) always runs this step with the parsed spec.
+
+The cluster's answers never stop the pass (design: failures are Warning events retried with
+backoff): a cluster that cannot be read makes drift wait a pass, the pool's other steps (orders,
+provisioning) going on; a node the cluster refuses to relabel, taint, cordon or give its GPU
+shares gets a Warning event naming the call and the API's answer, and is retried after a
+backoff (`node_refused`, the node's `attempts` and `step_due_at`, as provisioning retries a
+failed step) while the pool's other nodes are put right; its `last_error` keeps the pool's
+pendingReason saying why until a try succeeds.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
+from django.conf import settings
 from django.db import transaction
 
 from pools.controllers.context import ReconcilePass
+from pools.core import lifecycle as rules
 from pools.core.node_labels import (
     CORDONED_PHASES,
     REGISTERED_PHASES,
@@ -53,16 +63,37 @@ def wanted_taints(p: ReconcilePass) -> list[dict[str, str]]:
     return [taint_dict(t.key, t.value, t.effect) for t in p.spec.node_taints]
 
 
-def observe(cluster: ClusterBackend, names: Sequence[str]) -> Mapping[str, ClusterNodeState] | None:
-    """The cluster's view of these nodes in one read; None when the cluster cannot be read now
-    (the pass goes on; each pool with a spec to roll out reads its own nodes)."""
+class Unread(Mapping[str, ClusterNodeState]):
+    """The cluster's nodes when they could not be read this pass: none is known, so no drift is
+    seen (`lifecycle_rules.steps_needed`), and `nodes_sync` waits a pass rather than asking again
+    for each pool: an API server that hangs costs one timeout per pass, not one per pool."""
+
+    def __init__(self, why: str):
+        self.why = why
+
+    def __getitem__(self, name: str) -> ClusterNodeState:
+        raise KeyError(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+def observe(cluster: ClusterBackend, names: Sequence[str]) -> Mapping[str, ClusterNodeState]:
+    """The cluster's view of these nodes in one read; `Unread` when the cluster cannot be read
+    now (the pass goes on: drift waits a pass)."""
     if not names:
         return {}
     try:
         return cluster.nodes_state(names=names)
-    except Exception:  # an unreachable API server must not stop the pass: drift waits a pass
+    except ProviderError as exc:
+        logger.warning("reading the cluster's nodes failed (%s); drift is checked next pass", exc.message)
+        return Unread(exc.message)
+    except Exception as exc:  # whatever the backend raises must not stop the pass
         logger.warning("reading the cluster's nodes failed; drift is checked next pass", exc_info=True)
-        return None
+        return Unread(f"{type(exc).__name__}: {exc}"[:300])
 
 
 def nodes_sync(p: ReconcilePass) -> None:
@@ -73,7 +104,12 @@ def nodes_sync(p: ReconcilePass) -> None:
     nodes = list(p.live_nodes().filter(phase__in=REGISTERED_PHASES, ready_at__isnull=False))
     if not nodes:
         return
-    observed = p.observed if p.observed is not None else p.cluster.nodes_state(names=[n.name for n in nodes])
+    observed = p.observed if p.observed is not None else observe(p.cluster, [n.name for n in nodes])
+    if isinstance(observed, Unread):  # the spec waits for a cluster that can be read; the pool's other steps go on
+        p.hold_generation = True
+        p.stall(f"ClusterRefused: {observed.why}; the nodes' labels and taints are checked next pass")
+        p.event("NodeDriftDeferred", f"The labels and taints of the pool's nodes could not be checked: {observed.why}; the next pass retries", type=WARNING)
+        return
     taints = wanted_taints(p)
     done = []
     for node in nodes:
@@ -86,6 +122,11 @@ def nodes_sync(p: ReconcilePass) -> None:
             cordoned=node.phase in CORDONED_PHASES, observed=seen,
         )  # fmt: skip
         if not (fix.apply or fix.cordon or fix.advertise):
+            if node.last_error:  # put right meanwhile (by someone, or a kubelet): nothing is waiting any more
+                Node.objects.filter(pk=node.pk).update(attempts=0, step_due_at=None, last_error="")
+            continue
+        if node.step_due_at is not None and p.now < node.step_due_at:  # backing off after a refusal
+            p.hold_generation = True
             continue
         try:
             if fix.apply:
@@ -96,10 +137,25 @@ def nodes_sync(p: ReconcilePass) -> None:
                 p.cluster.advertise_gpu_shares(name=node.name)
         except ProviderError as exc:
             p.hold_generation = True
-            p.event("NodeUpdateFailed", f"Labels, taints, cordon or GPU shares of {node.name} not applied: {exc.message}; the next pass retries", node=node, type=WARNING)
+            node_refused(p, node, exc, event_reason="NodeUpdateFailed", said=f"Labels, taints, cordon or GPU shares of {node.name} not applied")
             continue
         done.append((node, labels, fix))
     _record(p, done, taints)
+
+
+def node_refused(p: ReconcilePass, node: Node, exc: ProviderError, *, event_reason: str, said: str, **row) -> None:
+    """A node whose cluster call failed: a Warning event with what was not done and the API's
+    answer, the pool's pendingReason (this pass's stall, then the node's `last_error` while it
+    waits), and its next try after a backoff (`attempts`, `step_due_at`: exponential, as a failed
+    provisioning step), so a refusal that lasts is asked about less and less often. `row`:
+    other fields of the node to write with it (a phase)."""
+    attempts = node.attempts + 1
+    delay = rules.backoff(attempts, base_seconds=settings.EBCLOUD_BACKOFF_BASE_SECONDS, cap_seconds=settings.EBCLOUD_BACKOFF_CAP_SECONDS)
+    summary = f"{exc.reason}: {exc.message}"
+    p.stall(summary)
+    with transaction.atomic():
+        Node.objects.filter(pk=node.pk).update(attempts=attempts, step_due_at=p.now + delay, last_error=summary[:500], **row)
+        p.event(event_reason, f"{said}: {exc.message}; retrying in {rules.format_duration(delay)}", node=node, type=WARNING)
 
 
 def _record(p: ReconcilePass, done: list, taints: list[dict[str, str]]) -> None:
@@ -113,9 +169,12 @@ def _record(p: ReconcilePass, done: list, taints: list[dict[str, str]]) -> None:
             groups[key][0].update(labels)
             groups[key][1][:] = kept
             groups[key][2].append(node.pk)
+    recovered = [node.pk for node, _, _ in done if node.last_error or node.attempts or node.step_due_at]
     with transaction.atomic():
         for labels, kept, pks in groups.values():
             Node.objects.filter(pk__in=pks).update(labels=labels, taints=kept)
+        if recovered:  # a refusal of an earlier pass is over
+            Node.objects.filter(pk__in=recovered).update(attempts=0, step_due_at=None, last_error="")
         for node, _, fix in done:
             if fix.labels:
                 p.event("NodeLabeled", f"Labels of {node.name} {fix.labels}", node=node)

@@ -10,6 +10,12 @@ metering and chargeback use (`pools.models.Pod`), by list + watch as client-go's
   the first time, and applying one twice changes nothing (pools/services/pod_mirror.py).
 - Events are read on a thread and applied in batches (up to `BATCH` per transaction), so a
   burst of thousands of pods costs a few statements per batch, not per pod.
+- A failure (an API server away or answering 5xx/429, a connection cut, a database error) is
+  retried after a backoff like client-go's Reflector: 800 ms doubling up to 30 s, back to 800 ms
+  once two minutes passed without one; one WARNING when a streak of failures starts (or fails
+  differently), one INFO when it ends, not a line per retry. Every call is bounded in time
+  (pools/providers/kubernetes_pods.py), a silent watch connection included, and `sync` returns
+  by its deadline whatever the connection does.
 
 Run it with `manage.py mirror_pods` (a long-running process) or the `pools.tasks.pod_mirror`
 task; only in Kubernetes mode (`EBCLOUD_CLUSTER=kubernetes`).
@@ -44,8 +50,51 @@ from pools.services.pod_mirror import (
 logger = logging.getLogger("ebcloud.pod_mirror")
 BATCH = 500
 WATCH_SECONDS = 60  # the server ends each watch after this; the mirror watches again
-RETRY_SECONDS = 1.0
+RETRY_SECONDS = 0.8  # the first retry's delay; it doubles with each failure in a row
+RETRY_MAX_SECONDS = 30.0
+RETRY_RESET_SECONDS = 120.0  # a failure this long after the previous one starts a new streak
 _END = object()
+
+
+class _Backoff:
+    """client-go's Reflector backoff (`wait.NewExponentialBackoffManager(800ms, 30s, 2m, 2.0)`,
+    without its jitter: one mirror per cluster), and what to log: a line when a streak of
+    failures starts or fails differently, not one per retry."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.failures = 0
+        self.last = float("-inf")  # time.monotonic() of the last failure
+        self.kind = ""
+
+    def failed(self, exc: BaseException) -> float:
+        """The delay before the next try, and the failure logged if it is news."""
+        now = self.clock()
+        if now - self.last > RETRY_RESET_SECONDS:
+            self.failures, self.kind = 0, ""
+        self.failures += 1
+        self.last = now
+        delay = min(RETRY_MAX_SECONDS, RETRY_SECONDS * 2 ** (self.failures - 1))
+        kind = f"{type(exc).__name__} {getattr(exc, 'status', '') or ''}"
+        level = logging.WARNING if kind != self.kind else logging.DEBUG
+        self.kind = kind
+        logger.log(
+            level, "pod mirror interrupted (%s): retrying from the last stored resourceVersion in %.1f s (failure %d in a row; the delay doubles up to %d s)",
+            _said(exc), delay, self.failures, RETRY_MAX_SECONDS,
+        )  # fmt: skip
+        return delay
+
+    def healthy(self) -> None:
+        if self.kind:
+            logger.info("pod mirror watching again after %d failed attempt(s)", self.failures)
+        self.kind = ""
+
+
+def _said(exc: BaseException) -> str:
+    """One line for the log: an ApiException's status and reason, not its headers and body."""
+    if isinstance(exc, ApiException):
+        return f"{type(exc).__name__} {exc.status}: {exc.reason}"
+    return f"{type(exc).__name__}: {exc}"[:300]
 
 
 @dataclass
@@ -65,6 +114,7 @@ class PodMirror:
         self.clock = clock
         self.stats = MirrorStats()
         self.team_of = TeamOf(self.source.namespace_team)
+        self.backoff = _Backoff()
 
     def relist(self) -> str:
         """List every pod and state them all; the resourceVersion to watch from."""
@@ -103,7 +153,8 @@ class PodMirror:
                 resource_version = self.relist() if relist else cursor_get().resource_version
                 relist = False
                 self.teams_refresh()
-                self._watch(resource_version, timeout, stop)
+                self._watch(resource_version, timeout, stop, deadline)
+                self.backoff.healthy()
             except WatchExpired:
                 logger.info("pod watch expired (410 Gone): listing again")
                 relist = True
@@ -111,19 +162,28 @@ class PodMirror:
                 if isinstance(exc, ApiException) and exc.status and exc.status < 500 and exc.status != 429:
                     raise
                 self.stats.reconnects += 1
-                logger.warning("pod mirror interrupted (%s: %s): starting again from the last stored resourceVersion", type(exc).__name__, exc)
-                stop.wait(RETRY_SECONDS)
+                delay = self.backoff.failed(exc)
+                stop.wait(max(0.0, min(delay, deadline - time.monotonic())))
         return self.stats
 
-    def _watch(self, resource_version: str, timeout: int, stop: threading.Event) -> str:
-        """One watch until the server ends it (or `stop`); the resourceVersion reached. Events
+    def _watch(self, resource_version: str, timeout: int, stop: threading.Event, deadline: float = float("inf")) -> str:
+        """One watch until the server ends it (or `stop`, or the deadline: a link gone silent
+        is left to its read timeout on the reader's thread); the resourceVersion reached. Events
         the reader holds when it stops are dropped: the next watch starts from the cursor."""
         events: queue.Queue = queue.Queue(maxsize=BATCH * 4)
-        reader = threading.Thread(target=self._read, args=(resource_version, timeout, events), daemon=True)
+        done = threading.Event()  # the reader stops handing events over
+        reader = threading.Thread(target=self._read, args=(resource_version, timeout, events, done), daemon=True)
         reader.start()
-        while not stop.is_set():
+        try:
+            return self._drain(events, reader, resource_version, stop, deadline)
+        finally:
+            done.set()
+
+    def _drain(self, events: queue.Queue, reader: threading.Thread, resource_version: str, stop: threading.Event, deadline: float) -> str:
+        """Apply the reader's events in batches until it ends (or `stop`, or the deadline)."""
+        while not stop.is_set() and time.monotonic() < deadline:
             try:
-                batch = [events.get(timeout=1)]
+                batch = [events.get(timeout=min(1.0, max(0.01, deadline - time.monotonic())))]
             except queue.Empty:
                 continue
             while len(batch) < BATCH and not events.empty():
@@ -138,15 +198,16 @@ class PodMirror:
                 return resource_version
         return resource_version
 
-    def _read(self, resource_version: str, timeout: int, events: queue.Queue) -> None:
+    def _read(self, resource_version: str, timeout: int, events: queue.Queue, done: threading.Event) -> None:
         try:
             for event in self.source.watch(
                 resource_version=resource_version, timeout_seconds=timeout
             ):
-                events.put(event)
-            events.put(_END)
+                if not _hand_over(events, event, done):
+                    return
+            _hand_over(events, _END, done)
         except BaseException as exc:  # handed to the applying thread, which decides
-            events.put(exc)
+            _hand_over(events, exc, done)
 
     def _apply(self, changes: list) -> str:
         if not changes:
@@ -158,3 +219,15 @@ class PodMirror:
         last = changes[-1].resource_version
         cursor_save(last, now=now)
         return last
+
+
+def _hand_over(events: queue.Queue, item: object, done: threading.Event) -> bool:
+    """Put the item for the applying thread; False once that one stopped listening (a full queue
+    would otherwise keep the reader, and its connection, for ever)."""
+    while not done.is_set():
+        try:
+            events.put(item, timeout=1)
+            return True
+        except queue.Full:
+            continue
+    return False

@@ -17,7 +17,14 @@ from pools.controllers import node_sync, repair_outcome
 from pools.controllers.context import ReconcilePass
 from pools.core import lifecycle as rules
 from pools.models import Node, PoolEvent, Zone
-from pools.providers.base import FAILED, RUNNING, MachineRequest, OutOfStock, ProviderError
+from pools.providers.base import (
+    FAILED,
+    RUNNING,
+    ClusterRefused,
+    MachineRequest,
+    OutOfStock,
+    ProviderError,
+)
 from pools.services.events import WARNING
 
 
@@ -137,6 +144,9 @@ def _register(p: ReconcilePass, node: Node, *, prewarmed: bool) -> bool:
     try:
         p.cluster.register_node(name=node.name, now=p.now)
         p.cluster.node_apply(name=node.name, labels=labels, taints=taints)
+    except ClusterRefused as exc:  # the API server's fault, not the machine's: retried, the machine kept
+        _failed(p, node, reason=exc.reason, summary=f"{exc.reason}: {exc.message}", machine=False)
+        return False
     except ProviderError as exc:  # a real cluster: the kubelet has not registered the Node yet
         _failed(p, node, reason=exc.reason, summary=exc.message, machine=True)
         return False

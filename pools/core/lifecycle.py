@@ -261,7 +261,7 @@ def pool_status(*, counts: PoolCounts, stalls: Sequence[str], deleting: bool) ->
     reasons = list(dict.fromkeys(s for s in stalls if s))
     if deleting:
         left = counts.ready + counts.provisioning + counts.unknown + counts.draining
-        return "Deleting", f"Draining: {left} node(s) left to drain and release"
+        return "Deleting", "; ".join([f"Draining: {left} node(s) left to drain and release", *reasons])
     if counts.awaiting_orders:
         reasons.append(f"OrderPending: order #{counts.awaiting_orders[0]} awaits approval by a platform admin")
     if counts.unpaid_orders and not any(r.startswith(("InsufficientBalance", "PaymentDeclined", "QuotaExceeded")) for r in reasons):
@@ -535,7 +535,7 @@ def status_of(s: PoolSnapshot, *, stalls: Sequence[str] = (), now: datetime) -> 
         awaiting_orders=tuple(sorted(o.pk for o in s.orders if o.status == "Pending")),
         unpaid_orders=tuple(sorted(o.pk for o in s.orders if o.status == "Approved")),
     )
-    errors = [n.last_error for n in s.nodes if n.last_error and not n.release_reason and n.phase in PROVISIONING_PHASES]
+    errors = [n.last_error for n in s.nodes if n.last_error]  # a step, or a cluster call, failing and retried with backoff
     phase, reason = pool_status(counts=counts, stalls=[*stalls, *errors], deleting=s.phase == "Deleting")
     baseline = "preemptible" if s.preemptible else "monthly"
     return PoolStatus(

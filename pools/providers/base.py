@@ -34,6 +34,14 @@ class ProviderError(Exception):
         self.message = message
 
 
+class ClusterRefused(ProviderError):
+    """The cluster's API server refused a call (403, 500, ...) or could not be asked (out of
+    reach, timed out); the message says which call and what the API server answered. Not the
+    machine's fault: the node waits and retries, its machine is kept."""
+
+    reason = "ClusterRefused"
+
+
 class OutOfStock(ProviderError):
     reason = "OutOfStock"
 

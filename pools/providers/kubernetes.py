@@ -25,7 +25,12 @@ What Kubernetes defines is done its way:
   is listed as such and not evicted again; a plan asks beforehand how many of which pods
   the budgets let go (`disruption_budgets`, read as the API reads them);
 - the pods a drain must move are those `kubectl drain` evicts: DaemonSet pods and mirror (static)
-  pods stay, finished pods are skipped.
+  pods stay, finished pods are skipped;
+- every call is bounded (`request_timeout`: connecting, the TLS handshake included, and each
+  read), so a hung API server or a silent link fails the call instead of stalling the pass that
+  made it; any failure to read or write a Node (a refusal such as 403 or 500, a timeout, an API
+  server out of reach) is a `ClusterRefused` with the API's message, which the controller turns
+  into a Warning event and a retry with backoff for that node alone.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ from pools.core.disruption import DisruptionBudget, disruption_budgets
 from pools.core.podspec import GPU_RESOURCE, GPU_SHARE_RESOURCE
 from pools.core.scheduling.nodes import MILLI
 from pools.core.scheduling.taint_eviction import TIME_ADDED, carried_time_added
-from pools.providers.base import EvictionRefused, NodeState, PodInfo, ProviderError
+from pools.providers.base import ClusterRefused, EvictionRefused, NodeState, PodInfo, ProviderError
 
 FIELD_MANAGER = "ebcloud.io/node-pools"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
@@ -58,6 +63,19 @@ CLUSTER_UNREACHABLE = (ApiException, config.ConfigException, urllib3.exceptions.
 
 class NodeNotRegistered(ProviderError):
     reason = "NodeNotRegistered"
+
+
+def request_timeout(read: float = 0.0) -> tuple[float, float]:
+    """(connect, read) seconds for one API call: `EBCLOUD_KUBE_TIMEOUT_SECONDS` for both unless
+    `read` is given (a watch, silent between events for as long as the server keeps it open).
+    Without it the client waits for ever on an API server that accepted and never answers."""
+    seconds = float(settings.EBCLOUD_KUBE_TIMEOUT_SECONDS)
+    return (seconds, float(read or seconds))
+
+
+def refused(what: str, exc: Exception) -> ClusterRefused:
+    """The `ClusterRefused` for a failed call: what was asked (verb, resource, name) and the answer."""
+    return ClusterRefused(f"the API server did not {what}: {_refusal(exc)}")
 
 
 def api_client(kubeconfig: str = "") -> client.ApiClient:
@@ -81,11 +99,11 @@ class KubernetesCluster:
 
     def register_node(self, *, name: str, now: datetime) -> None:
         try:
-            node = self.core.read_node(name)
-        except ApiException as exc:
-            if exc.status == 404:
+            node = self.core.read_node(name, _request_timeout=request_timeout())
+        except CLUSTER_UNREACHABLE as exc:
+            if getattr(exc, "status", None) == 404:
                 raise NodeNotRegistered(f"node {name} has not registered with the cluster yet") from exc
-            raise
+            raise refused(f"get nodes/{name}", exc) from exc
         ready = next((c.status for c in node.status.conditions or () if c.type == "Ready"), "Unknown")
         if ready != "True":
             raise NodeNotRegistered(f"node {name} registered but is not Ready (Ready={ready})")
@@ -96,10 +114,21 @@ class KubernetesCluster:
         """The GPU-share resource in the Node's capacity and allocatable, 1000 per GPU of its
         capacity (a merge patch of the status: other resources stay as the kubelet wrote them)."""
         if capacity is None:
-            listed = self._listed.get(name) or json.loads(self.core.read_node(name, _preload_content=False).data)
+            listed = self._listed.get(name) or self._read(name)
             capacity = (listed.get("status") or {}).get("capacity") or {}
         shares = str(int(parse_quantity(capacity.get(GPU_RESOURCE) or 0)) * MILLI)
-        self.core.patch_node_status(name, {"status": {"capacity": {GPU_SHARE_RESOURCE: shares}, "allocatable": {GPU_SHARE_RESOURCE: shares}}})
+        body = {"status": {"capacity": {GPU_SHARE_RESOURCE: shares}, "allocatable": {GPU_SHARE_RESOURCE: shares}}}
+        try:
+            self.core.patch_node_status(name, body, _request_timeout=request_timeout())
+        except CLUSTER_UNREACHABLE as exc:
+            raise refused(f"patch nodes/{name}/status (GPU shares)", exc) from exc
+
+    def _read(self, name: str) -> dict:
+        """The Node as JSON; `ClusterRefused` when it cannot be read (404 included: gone)."""
+        try:
+            return json.loads(self.core.read_node(name, _preload_content=False, _request_timeout=request_timeout()).data)
+        except CLUSTER_UNREACHABLE as exc:
+            raise refused(f"get nodes/{name}", exc) from exc
 
     def node_apply(self, *, name: str, labels: Mapping[str, str], taints: Sequence[Mapping[str, str]]) -> None:
         """Labels and taints in one server-side apply under our field manager.
@@ -117,7 +146,7 @@ class KubernetesCluster:
         keys = {(t["key"], t["effect"]) for t in wanted}
         node = self._listed.pop(name, None)
         for _ in range(5):
-            node = node or json.loads(self.core.read_node(name, _preload_content=False).data)
+            node = node or self._read(name)
             annotations = node["metadata"].get("annotations") or {}
             ours_before = {tuple(k) for k in json.loads(annotations.get(MANAGED_TAINTS_ANNOTATION, "[]"))}
             present = node.get("spec", {}).get("taints") or ()
@@ -137,11 +166,13 @@ class KubernetesCluster:
                 "spec": {"taints": others + carried_time_added(present, wanted)},
             }
             try:
-                self.core.patch_node(name, body, field_manager=FIELD_MANAGER, force=True, _content_type="application/apply-patch+yaml")
+                self.core.patch_node(
+                    name, body, field_manager=FIELD_MANAGER, force=True, _content_type="application/apply-patch+yaml", _request_timeout=request_timeout()
+                )
                 return
-            except ApiException as exc:
-                if exc.status != 409:
-                    raise
+            except CLUSTER_UNREACHABLE as exc:
+                if getattr(exc, "status", None) != 409:
+                    raise refused(f"apply (patch) labels and taints of nodes/{name}", exc) from exc
                 node = None
         raise ProviderError(f"node {name} kept changing while its labels and taints were applied; the next pass retries")
 
@@ -153,7 +184,10 @@ class KubernetesCluster:
         wanted = set(names)
         if not wanted:
             return {}
-        items = json.loads(self.core.list_node(_preload_content=False).data).get("items") or ()
+        try:
+            items = json.loads(self.core.list_node(_preload_content=False, _request_timeout=request_timeout()).data).get("items") or ()
+        except CLUSTER_UNREACHABLE as exc:
+            raise refused("list nodes", exc) from exc
         self._listed = {node["metadata"]["name"]: node for node in items if node["metadata"]["name"] in wanted}
         return {
             node["metadata"]["name"]: NodeState(
@@ -176,7 +210,7 @@ class KubernetesCluster:
 
     def _unschedulable(self, name: str, value: bool | None) -> bool:
         try:
-            self.core.patch_node(name, {"spec": {"unschedulable": value}})
+            self.core.patch_node(name, {"spec": {"unschedulable": value}}, _request_timeout=request_timeout())
         except CLUSTER_UNREACHABLE as exc:
             if getattr(exc, "status", None) == 404:
                 return False
@@ -191,7 +225,7 @@ class KubernetesCluster:
         now either, and never a failure of the caller's pass."""
         eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=namespace))
         try:
-            self.core.create_namespaced_pod_eviction(name, namespace, eviction)
+            self.core.create_namespaced_pod_eviction(name, namespace, eviction, _request_timeout=request_timeout())
         except CLUSTER_UNREACHABLE as exc:
             status = getattr(exc, "status", None)
             if status == 404:
@@ -213,7 +247,7 @@ class KubernetesCluster:
 
     def _unready_pods(self, namespace: str) -> set[str]:
         """The Running pods of the namespace whose Ready condition is not True."""
-        listed = self.core.list_namespaced_pod(namespace, field_selector="status.phase=Running", _preload_content=False)
+        listed = self.core.list_namespaced_pod(namespace, field_selector="status.phase=Running", _preload_content=False, _request_timeout=request_timeout())
         unready = set()
         for item in json.loads(listed.data).get("items") or ():
             conditions = {c.get("type"): c.get("status") for c in (item.get("status") or {}).get("conditions") or ()}
@@ -224,7 +258,8 @@ class KubernetesCluster:
     def budget_documents(self, *, namespaces: Collection[str] | None) -> list[dict]:
         """The cluster's PodDisruptionBudgets in these namespaces (None: all), as documents with
         the status its disruption controller wrote, from one list."""
-        listed = client.PolicyV1Api(self.core.api_client).list_pod_disruption_budget_for_all_namespaces(_preload_content=False)
+        policy = client.PolicyV1Api(self.core.api_client)
+        listed = policy.list_pod_disruption_budget_for_all_namespaces(_preload_content=False, _request_timeout=request_timeout())
         documents = []
         for item in json.loads(listed.data).get("items") or ():
             metadata = {k: v for k, v in (item.get("metadata") or {}).items() if k != "managedFields"}
@@ -236,7 +271,7 @@ class KubernetesCluster:
         """The pods `kubectl drain` would move, each marked `terminating` once deleted (evicted
         by an earlier pass, say): the drain waits for those rather than evicting them again."""
         try:
-            pods = self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node_name}").items
+            pods = self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node_name}", _request_timeout=request_timeout()).items
         except CLUSTER_UNREACHABLE as exc:
             raise ProviderError(f"the pods on node {node_name} could not be listed: {_refusal(exc)}") from exc
         return [
@@ -253,11 +288,12 @@ class KubernetesCluster:
         ]
 
     def remove_node(self, *, name: str) -> None:
+        """Delete the Node (gone already: done); `ClusterRefused` when the API server does not."""
         try:
-            self.core.delete_node(name)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+            self.core.delete_node(name, _request_timeout=request_timeout())
+        except CLUSTER_UNREACHABLE as exc:
+            if getattr(exc, "status", None) != 404:
+                raise refused(f"delete nodes/{name}", exc) from exc
 
 
 def _shares_advertised(capacity: Mapping[str, str] | None, allocatable: Mapping[str, str] | None) -> bool:

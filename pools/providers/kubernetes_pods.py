@@ -33,7 +33,7 @@ from pools.core.podspec import (
     gpu_request,
 )
 from pools.core.priority import PREEMPT_LOWER_PRIORITY, SYSTEM_PREFIX
-from pools.providers.kubernetes import api_client
+from pools.providers.kubernetes import api_client, request_timeout
 
 TEAM_LABEL = "ebcloud.io/team"
 PAGE_SIZE = 500
@@ -66,7 +66,7 @@ class ClusterPods:
         pods, token = [], None
         while True:
             response = self.core.list_pod_for_all_namespaces(
-                limit=PAGE_SIZE, _continue=token, _preload_content=False
+                limit=PAGE_SIZE, _continue=token, _preload_content=False, _request_timeout=request_timeout()
             )
             body = json.loads(response.data)
             pods.extend(body.get("items") or ())
@@ -77,7 +77,7 @@ class ClusterPods:
     def priority_classes(self) -> list[dict[str, Any]]:
         """The cluster's PriorityClasses (scheduling.k8s.io/v1) but the built-in `system-`
         ones, as (name, value, preemptionPolicy, globalDefault, description) fields."""
-        body = json.loads(client.SchedulingV1Api(self.api).list_priority_class(_preload_content=False).data)
+        body = json.loads(client.SchedulingV1Api(self.api).list_priority_class(_preload_content=False, _request_timeout=request_timeout()).data)
         return [
             {
                 "name": item["metadata"]["name"],
@@ -93,11 +93,17 @@ class ClusterPods:
     def watch(self, *, resource_version: str, timeout_seconds: int) -> Iterator[WatchEvent]:
         """The changes after `resource_version` until the server ends the watch (after
         `timeout_seconds`). Raises WatchExpired on 410 Gone; connection errors propagate (the
-        caller watches again from the last resourceVersion it stored)."""
+        caller watches again from the last resourceVersion it stored).
+
+        A healthy watch is never silent for longer than `timeout_seconds` (the server ends it
+        then), so a read that waits `EBCLOUD_KUBE_TIMEOUT_SECONDS` past that is a dead link (a
+        partition: no FIN, no RST) and fails with a read timeout, as client-go's HTTP/2 health
+        check drops such a connection."""
         try:
             response = self.core.list_pod_for_all_namespaces(
                 watch=True, resource_version=resource_version, allow_watch_bookmarks=True,
                 timeout_seconds=timeout_seconds, _preload_content=False,
+                _request_timeout=request_timeout(read=timeout_seconds + request_timeout()[1]),
             )  # fmt: skip
         except ApiException as exc:
             if exc.status == 410:
@@ -121,7 +127,7 @@ class ClusterPods:
 
     def namespace_teams(self) -> dict[str, str]:
         """Each namespace's `ebcloud.io/team` label (namespaces without one are left out)."""
-        body = json.loads(self.core.list_namespace(_preload_content=False).data)
+        body = json.loads(self.core.list_namespace(_preload_content=False, _request_timeout=request_timeout()).data)
         return {
             item["metadata"]["name"]: labels[TEAM_LABEL]
             for item in body.get("items") or ()
@@ -132,7 +138,7 @@ class ClusterPods:
         """The namespace's `ebcloud.io/team` label ("" without one, or without the namespace);
         `timeout` in seconds bounds the request (the scheduler extender's caller waits)."""
         try:
-            namespace = json.loads(self.core.read_namespace(name, _preload_content=False, _request_timeout=timeout).data)
+            namespace = json.loads(self.core.read_namespace(name, _preload_content=False, _request_timeout=timeout or request_timeout()).data)
         except ApiException as exc:
             if exc.status == 404:
                 return ""

@@ -6,6 +6,8 @@ cordoned. The scheduler sees the new labels at once (the article's fix: `nodeLab
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from pools.controllers import lifecycle
@@ -122,9 +124,11 @@ def test_a_spec_that_could_not_reach_a_node_stays_unobserved_and_is_retried(acto
     assert pool.observed_generation == pool.generation - 1
     node = Node.objects.get(name=failing)
     assert "pool" not in node.labels and events(node, "NodeUpdateFailed")
+    assert (node.attempts, node.step_due_at) == (1, now + TICK + timedelta(seconds=30))  # retried after a backoff
     monkeypatch.setattr(simulated_cluster.SimulatedCluster, "node_apply", apply)
-    lifecycle.reconcile_all(now=now + 2 * TICK)
+    lifecycle.reconcile_all(now=now + 3 * TICK)
     assert Node.objects.get(name=failing).labels["pool"] == "train"
+    assert (Node.objects.get(name=failing).attempts, Node.objects.get(name=failing).last_error) == (0, "")
     assert GpuNodePool.objects.get(pk=pool.pk).observed_generation == pool.generation
 
 
