@@ -2,6 +2,7 @@ from django import forms
 from django.contrib import admin
 
 from pools import roles
+from pools.core.priority import INT32_MAX
 from pools.models import (
     AuditEntry,
     GpuModel,
@@ -57,8 +58,8 @@ class QuotaForm(forms.ModelForm):
 
     def clean_limit_gpus(self):
         limit = self.cleaned_data["limit_gpus"]
-        if limit is not None and limit > 2**31 - 1:  # what PostgreSQL's integer column holds
-            raise forms.ValidationError(f"Enter at most {2**31 - 1} GPUs.")
+        if limit is not None and limit > INT32_MAX:  # what PostgreSQL's integer column holds
+            raise forms.ValidationError(f"Enter at most {INT32_MAX} GPUs.")
         return limit
 
 

@@ -71,8 +71,9 @@ from pools.selectors.autoscaler_view import (
     scale_up_inputs_load,
 )
 from pools.selectors.queue import template_node
-from pools.selectors.scale_up import quota_rooms_locked
+from pools.selectors.scale_up import quota_rooms
 from pools.services.events import WARNING, event_record
+from pools.services.pools import quota_limits_lock
 
 logger = logging.getLogger("ebcloud.autoscaler")
 GPU_MEMORY = "gpu-memory"
@@ -314,7 +315,10 @@ def _scale_up(d: _Decided, fits: list[CorePod], pending: list[CorePod], *, dry_r
     if dry_run:
         return Plan(d.result, acts=True, needs_inputs=True)
     with transaction.atomic():
-        locked = quota_rooms_locked(region=region, gpu_model_id=pool.gpu_model_id, team_id=team_id)
+        # The quota rows locked as every writer of orders locks them (region-wide first), then
+        # counted again: an order or another worker may have taken GPUs since the pass read them.
+        quota_limits_lock(region=region, gpu_model_id=pool.gpu_model_id, team_id=team_id)
+        locked = quota_rooms(scopes=[(region, pool.gpu_model_id)])
         still, locked_scope = locked.nodes_allowed(region, pool.gpu_model_id, team_id, gpus)
         if still < add:  # an order or another worker took quota since the pass read it
             add, scope, quota = still, locked_scope, _quota_text(pool, locked, locked_scope)
@@ -354,7 +358,7 @@ def _scale_down(d: _Decided, spec) -> Plan:
     def plan() -> tuple[list[Node], Removable]:
         live = list(pool.nodes.exclude(phase=Node.Phase.TERMINATED).filter(release_reason="").select_related("pool__node_type", "pool__gpu_model", "pool"))
         burst = [n for n in live if n.billing == Node.Billing.ON_DEMAND]
-        return live, removable_burst_nodes(burst, live, pool, limit=len(live) - decision.desired)
+        return live, removable_burst_nodes(burst, live, limit=len(live) - decision.desired)
 
     if real_cluster():  # a real cluster's pods are evicted by the drain and placed again by kube-scheduler
         live, removable = plan()

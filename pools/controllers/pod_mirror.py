@@ -36,6 +36,7 @@ from django.db import DatabaseError
 from django.utils import timezone
 from kubernetes.client.exceptions import ApiException
 
+from pools.providers.kubernetes import refusal_text
 from pools.providers.kubernetes_pods import ClusterPods, WatchExpired, pod_fields
 from pools.services.pod_mirror import (
     ApplyStats,
@@ -80,7 +81,7 @@ class _Backoff:
         self.kind = kind
         logger.log(
             level, "pod mirror interrupted (%s): retrying from the last stored resourceVersion in %.1f s (failure %d in a row; the delay doubles up to %d s)",
-            _said(exc), delay, self.failures, RETRY_MAX_SECONDS,
+            refusal_text(exc), delay, self.failures, RETRY_MAX_SECONDS,
         )  # fmt: skip
         return delay
 
@@ -88,13 +89,6 @@ class _Backoff:
         if self.kind:
             logger.info("pod mirror watching again after %d failed attempt(s)", self.failures)
         self.kind = ""
-
-
-def _said(exc: BaseException) -> str:
-    """One line for the log: an ApiException's status and reason, not its headers and body."""
-    if isinstance(exc, ApiException):
-        return f"{type(exc).__name__} {exc.status}: {exc.reason}"
-    return f"{type(exc).__name__}: {exc}"[:300]
 
 
 @dataclass

@@ -47,7 +47,7 @@ class Removable:
     kept: dict[str, str] = field(default_factory=dict)
 
 
-def removable_burst_nodes(burst: list[Node], live: list[Node], pool: GpuNodePool, *, limit: int) -> Removable:
+def removable_burst_nodes(burst: list[Node], live: list[Node], *, limit: int) -> Removable:
     """Burst nodes that can go (at most `limit`), with where their pods move; the moves of one
     choice are reserved (and its evictions spent from the budgets) before the next is tried."""
     running = list(Pod.objects.filter(node__in=live, phase=Pod.Phase.RUNNING).order_by("pk"))

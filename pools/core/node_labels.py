@@ -41,10 +41,22 @@ class ClusterNodeState:
     # cluster's kubelet drops it on restart; a simulated node has no capacity of its own).
     gpu_shares_advertised: bool = True
 
-# Labels the control plane itself puts on every node of a pool (`pools.core.spec.
-# effective_node_labels`): the admission policy, the pod mirror and billing read a node's pool
-# and team from them, so a pool's own labels may not set them.
-SYSTEM_LABEL_KEYS = ("ebcloud.io/pool", "ebcloud.io/team", "ebcloud.io/gpu-model", "ebcloud.io/node-type", "ebcloud.io/billing")
+
+def system_labels(*, pool: str, team: str, gpu_model: str, node_type: str, billing: str, zone: str) -> dict[str, str]:
+    """The labels the control plane itself puts on every node of a pool: the admission policy,
+    the pod mirror and billing read a node's pool and team from them, so a pool's own labels
+    may not set them (`reserved_key_error`)."""
+    return {
+        "ebcloud.io/pool": pool,
+        "ebcloud.io/team": team,
+        "ebcloud.io/gpu-model": gpu_model,
+        "ebcloud.io/node-type": node_type,
+        "ebcloud.io/billing": billing,
+        "topology.kubernetes.io/zone": zone,
+    }
+
+
+SYSTEM_LABEL_KEYS = tuple(system_labels(pool="", team="", gpu_model="", node_type="", billing="", zone=""))
 # Kubernetes reserves the kubernetes.io and k8s.io namespaces (and their subdomains) for its own
 # components: the kubelet sets kubernetes.io/hostname, the node lifecycle controller the
 # node.kubernetes.io/ taints. A pool that wrote one would take it over by its forced apply and

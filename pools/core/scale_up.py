@@ -7,7 +7,8 @@ rules are Cluster Autoscaler's (kubernetes/autoscaler, cluster-autoscaler/FAQ.md
 scale-up work?"), so that people who know it can predict what the pool does:
 
 - **Expendable pods** (priority below `--expendable-pods-priority-cutoff`, -10 by default) never
-  trigger a scale-up: they are meant to wait for spare room (`expendable`).
+  trigger a scale-up: they are meant to wait for spare room (left out of the queue read for it:
+  `pools.selectors.queue.scale_up_queue`).
 - **Filter out schedulable**: a Pending pod that fits the free capacity of a Ready node will be
   placed by the scheduler's next pass; it asks for no new node (it only arrived between two
   scheduler passes).
@@ -38,13 +39,6 @@ from pools.core.scheduling.nodes import (
     best_fit_gpus,
     filter_node,
 )
-
-DEFAULT_EXPENDABLE_PODS_PRIORITY_CUTOFF = -10  # cluster-autoscaler --expendable-pods-priority-cutoff
-
-
-def expendable(priority: int, cutoff: int = DEFAULT_EXPENDABLE_PODS_PRIORITY_CUTOFF) -> bool:
-    """A pod of priority below the cutoff waits for spare room: it never triggers a scale-up."""
-    return priority < cutoff
 
 
 def _decreasing(pods: Iterable[Pod]) -> list[Pod]:
@@ -139,11 +133,6 @@ def scale_up_need(pods: Iterable[Pod], template: NodeState, capacity: Capacity |
                 node.bind(pod, best_fit_gpus(pod, node.gpu_free) or ())
                 new.append(node)
     return ScaleUpNeed(tuple(on_existing), tuple(on_upcoming), tuple(tuple(node.bound) for node in new))
-
-
-def nodes_needed(pods: Iterable[Pod], template: NodeState) -> int:
-    """How many new nodes the pods need on an empty pool, packed first-fit-decreasing on copies of the template."""
-    return scale_up_need(pods, template).new_nodes
 
 
 QuotaScope = tuple[str, int, int | None]  # (region, GPU model id, team id or None for the region-wide quota)

@@ -34,7 +34,7 @@ from pools.core.autoscaling import (
 )
 from pools.core.errors import ValidationError
 from pools.core.fields import Checker, label_key_error, label_value_error, name_error
-from pools.core.node_labels import reserved_key_error
+from pools.core.node_labels import reserved_key_error, system_labels
 from pools.core.priority import INT32_MAX
 from pools.core.scheduling.nodes import TAINT_EFFECTS, Taint
 
@@ -477,12 +477,5 @@ def effective_node_labels(spec: PoolSpec, *, zone: str, billing: str, team: str)
     system labels (`pools.core.node_labels.reserved_key_error`); one stored before that rule
     does not override them either.
     """
-    labels = {
-        "ebcloud.io/pool": spec.name,
-        "ebcloud.io/team": team,
-        "ebcloud.io/gpu-model": spec.gpu_model,
-        "ebcloud.io/node-type": spec.node_type,
-        "ebcloud.io/billing": billing,
-        "topology.kubernetes.io/zone": zone,
-    }
-    return {**spec.labels, **spec.node_labels, **labels}
+    system = system_labels(pool=spec.name, team=team, gpu_model=spec.gpu_model, node_type=spec.node_type, billing=billing, zone=zone)
+    return {**spec.labels, **spec.node_labels, **system}

@@ -223,8 +223,9 @@ class ClusterBackend(Protocol):
         cluster cannot be changed now."""
         ...
 
-    def uncordon(self, *, name: str) -> None:
-        """Lift `spec.unschedulable` (a repair that cordoned the node is over)."""
+    def uncordon(self, *, name: str) -> bool:
+        """Lift `spec.unschedulable` (a repair that cordoned the node is over); False, as
+        `cordon`, when the cluster has no such Node."""
 
     def evict_pod(self, *, namespace: str, name: str, reason: str) -> bool:
         """True when evicted (or gone already); False when a disruption budget refused now;

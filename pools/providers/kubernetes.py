@@ -75,7 +75,7 @@ def request_timeout(read: float = 0.0) -> tuple[float, float]:
 
 def refused(what: str, exc: Exception) -> ClusterRefused:
     """The `ClusterRefused` for a failed call: what was asked (verb, resource, name) and the answer."""
-    return ClusterRefused(f"the API server did not {what}: {_refusal(exc)}")
+    return ClusterRefused(f"the API server did not {what}: {refusal_text(exc)}")
 
 
 def api_client(kubeconfig: str = "") -> client.ApiClient:
@@ -214,7 +214,7 @@ class KubernetesCluster:
         except CLUSTER_UNREACHABLE as exc:
             if getattr(exc, "status", None) == 404:
                 return False
-            raise ProviderError(f"node {name} could not be {'cordoned' if value else 'uncordoned'}: {_refusal(exc)}") from exc
+            raise refused(f"patch nodes/{name} ({'cordon' if value else 'uncordon'})", exc) from exc
         return True
 
     def evict_pod(self, *, namespace: str, name: str, reason: str) -> bool:
@@ -232,7 +232,7 @@ class KubernetesCluster:
                 return True
             if status == 429:
                 return False
-            raise EvictionRefused(_refusal(exc)) from exc
+            raise EvictionRefused(refusal_text(exc)) from exc
         return True
 
     def disruption_budgets(self, *, pods: Mapping[str, Mapping[str, str]]) -> list[DisruptionBudget]:
@@ -273,7 +273,7 @@ class KubernetesCluster:
         try:
             pods = self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node_name}", _request_timeout=request_timeout()).items
         except CLUSTER_UNREACHABLE as exc:
-            raise ProviderError(f"the pods on node {node_name} could not be listed: {_refusal(exc)}") from exc
+            raise refused(f"list pods on node {node_name}", exc) from exc
         return [
             PodInfo(
                 namespace=pod.metadata.namespace,
@@ -315,7 +315,7 @@ def _taint(taint: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def _refusal(exc: Exception) -> str:
+def refusal_text(exc: Exception) -> str:
     """What the API server said (its Status message and code), or why it could not be asked."""
     if isinstance(exc, ApiException):
         try:

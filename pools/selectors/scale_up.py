@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Collection
 
-from django.db.models import F, Q, Sum
+from django.db.models import F, Sum
 
 from pools.core.lifecycle import PROVISIONING_PHASES
 from pools.core.scale_up import Capacity, QuotaRooms, take_requests, take_totals
@@ -81,11 +81,3 @@ def quota_rooms(*, scopes: Collection[tuple[str, int]]) -> QuotaRooms:
     limits = {(q.region, q.gpu_model_id, q.team_id): q.limit_gpus for q in Quota.objects.filter(region__in=regions, gpu_model_id__in=model_ids)}
     return QuotaRooms(limits=limits, in_use={**use, **overall})
 
-
-def quota_rooms_locked(*, region: str, gpu_model_id: int, team_id: int) -> QuotaRooms:
-    """A pool's GPU quotas (region-wide and its team's) read again under their rows' locks, the
-    lock an order's quota check takes (`pools.services.pools._check_quota`): a scale-up decided
-    on the pass's earlier reading cannot take the GPUs an order (or another worker's part of the
-    pass) took since. Call it inside the transaction that creates the burst nodes."""
-    list(Quota.objects.select_for_update().filter(region=region, gpu_model_id=gpu_model_id).filter(Q(team__isnull=True) | Q(team_id=team_id)).order_by("pk"))
-    return quota_rooms(scopes=[(region, gpu_model_id)])

@@ -58,9 +58,23 @@ def _load(pools: list[GpuNodePool] | None):
     nodes = live_nodes(pools=pools)
     pods = list(Pod.objects.filter(phase=Pod.Phase.RUNNING, node__in=nodes).order_by("pk"))
     states = cluster_state(nodes, pods)
-    bound = [b.pod for s in states.values() for b in s.bound.values()]
-    workload = workload_from_pods(bound) if bound else DEFAULT_WORKLOAD
-    return nodes, pods, states, workload
+    return nodes, pods, states, _workload(states.values())
+
+
+def _workload(states) -> Workload:
+    """The pod shapes the report measures fragmentation against: those bound on these nodes."""
+    bound = [b.pod for s in states for b in s.bound.values()]
+    return workload_from_pods(bound) if bound else DEFAULT_WORKLOAD
+
+
+def fragmentation_by_pool(*, pools: list[GpuNodePool]) -> dict[str, FragmentationReport]:
+    """Each pool's report, as `fragmentation_for` gives it for that pool alone (its own nodes
+    against its own pods' shapes), read in one load whatever the number of pools."""
+    _, _, states, _ = _load(pools)
+    by_pool: dict[str, list] = {pool.name: [] for pool in pools}
+    for state in states.values():
+        by_pool.setdefault(state.pool, []).append(state)
+    return {name: fragmentation_report(nodes, _workload(nodes)) for name, nodes in by_pool.items()}
 
 
 def _budgets(pods: list[Pod]) -> list[DisruptionBudget]:

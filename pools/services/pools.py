@@ -8,6 +8,7 @@ PoolEvent; decisions by people are also audit-logged.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -102,7 +103,9 @@ def pool_update(*, user, pool: GpuNodePool, document: Any, now: datetime | None 
     if spec.budget != old.budget:  # an unchanged budget never blocks a resize
         _check_budget_currency(spec, refs, now=now)
     grow = max(0, spec.min_nodes - ordered_baseline(pool=pool))
-    quote = _quote(spec, refs, nodes=grow, now=now) if grow else None  # the provider is asked before the lock
+    # The price, asked before the locks (a real cloud's quote is a network call); how many nodes
+    # it is for is settled under them.
+    quote = _quote(spec, refs, nodes=grow, now=now) if grow else None
     with transaction.atomic():
         locked = pool_orders_lock(pool=pool)
         if locked.deleted_at is not None or locked.phase == GpuNodePool.Phase.DELETING:
@@ -111,9 +114,10 @@ def pool_update(*, user, pool: GpuNodePool, document: Any, now: datetime | None 
         # the web and the CLI) each counted before the other's order existed, and both ordered
         # the growth. The second now finds the first's order and orders nothing.
         ordered = ordered_baseline(pool=locked)
-        if max(0, spec.min_nodes - ordered) != grow:
-            grow = max(0, spec.min_nodes - ordered)
-            quote = _quote(spec, refs, nodes=grow, now=now) if grow else None
+        grow = max(0, spec.min_nodes - ordered)
+        if grow and quote is None:  # an order was withdrawn meanwhile: nothing was priced for it
+            raise ConflictError(f"pool {pool.name!r} changed while this update was being made; send it again")
+        quote = replace(quote, nodes=grow) if grow else None
         if grow:
             _check_quota(spec=spec, refs=refs, team=locked.team, requested_gpus=grow * refs.node_type.gpu_count)
         before = locked.document
@@ -234,9 +238,10 @@ def order_reject(*, user, order: PoolOrder, reason: str, now: datetime | None = 
 
 def pool_orders_lock(*, pool: GpuNodePool, quotas: bool = True) -> GpuNodePool:
     """Lock what writing the pool's orders takes, in the one order every writer takes it (pool
-    updates and deletes, decisions, the controller's payments, the autoscaler's scale-ups): the
-    quota rows of the pool's region and GPU model (`quota_limits_lock`), when the write may hold
-    quota, then the pool's row; its orders come after. Taken in another order they deadlocked:
+    updates and deletes, decisions, the controller's payments; the autoscaler's scale-ups take
+    the same quota rows the same way, then write nodes, not the pool's row): the quota rows of
+    the pool's region and GPU model (`quota_limits_lock`), when the write may hold quota, then
+    the pool's row; its orders come after. Taken in another order they deadlocked:
     a decision held the order while its event waited for the pool's row, which a delete held
     while it waited to withdraw that order. Returns the pool as locked."""
     if quotas:  # region, model and team never change: read before the lock, they are the same after

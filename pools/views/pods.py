@@ -130,7 +130,7 @@ def pod_delete(request, namespace: str, name: str):
 
 # --- fragmentation ---------------------------------------------------------------------------
 
-TEAM_POOLS_SHOWN = 50  # a lead's summary reads each pool's report: a team's pools, not a fleet's
+TEAM_POOLS_SHOWN = 50  # a lead's summary: a team's pools, not a fleet's
 
 
 def _charts(report, trend) -> dict:
@@ -225,7 +225,8 @@ def cluster_fragmentation(request):
         if request.GET.get("format") == "csv":
             raise PermissionDenied("the cluster-wide report is for platform admins and finance; each pool's report has its own CSV")
         pools = list(selectors.pools_visible(user=request.user).select_related("team", "gpu_model")[:TEAM_POOLS_SHOWN])
-        rows = [_pool_summary(pool, fragmentation_service.fragmentation_for(pools=[pool], scope=pool.name).report) for pool in pools]
+        reports = fragmentation_service.fragmentation_by_pool(pools=pools)
+        rows = [_pool_summary(pool, reports[pool.name]) for pool in pools]
         return htmx_render(request, "pools/fragmentation_pools.html", {"rows": rows})
     return _cluster_page(request)
 

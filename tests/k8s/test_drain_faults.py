@@ -13,7 +13,7 @@ from kubernetes import client
 
 from pools.controllers import lifecycle
 from pools.models import GpuNodePool, Node, PoolEvent
-from pools.providers.base import EvictionRefused, ProviderError
+from pools.providers.base import ClusterRefused, EvictionRefused
 from pools.providers.fake_kubelet import FakeKubelet
 from pools.providers.kubernetes import KubernetesCluster
 from pools.services import pools as services
@@ -142,9 +142,9 @@ def test_an_api_server_out_of_reach_fails_no_drain_call_with_its_own_exception(u
     cluster = unreachable()
     with pytest.raises(EvictionRefused):
         cluster.evict_pod(namespace="default", name=f"p-{unique}", reason="ScaledIn")
-    with pytest.raises(ProviderError, match="could not be listed"):
+    with pytest.raises(ClusterRefused, match="did not list pods on node"):
         cluster.list_pods(node_name=f"n-{unique}")
-    with pytest.raises(ProviderError, match="could not be cordoned"):
+    with pytest.raises(ClusterRefused, match=r"did not patch nodes/n-\S+ \(cordon\)"):
         cluster.cordon(name=f"n-{unique}")
 
 

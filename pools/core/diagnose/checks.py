@@ -51,6 +51,7 @@ from pools.core.durations import format_duration as go_duration
 from pools.core.lifecycle import PROVISIONING_PHASES
 from pools.core.lifecycle import format_duration as age
 from pools.core.repair import CUDA_DRIVER_MISMATCH, classify
+from pools.core.scheduling.waiting import USUAL_START
 from pools.core.spec import POOL_SCALING_DEFAULTS
 
 OK, WARNING, FAILING, UNKNOWN = "ok", "warning", "failing", "unknown"
@@ -238,7 +239,7 @@ def _pending_advice(s: PoolSnapshot, category: str, pod: PendingPod) -> tuple[st
         ON_THE_WAY: (("No Ready node has room yet; the pool's capacity is on its way: "
                       + (f"order #{order.id} awaits approval by a platform admin." if order else f"{_plural(starting, 'node')} starting.")),
                      (f"Ask a platform admin to approve order #{order.id} (`ebcloud order approve {order.id}`); the pod runs once a node is Ready." if order
-                      else f"Wait: a new node is usually Ready within 5-10 minutes; past 15 minutes see the check 'Scale-up keeps failing' and `ebcloud node-pool events {s.name}`.")),
+                      else f"Wait: a new node is usually Ready within {USUAL_START}; past 15 minutes see the check 'Scale-up keeps failing' and `ebcloud node-pool events {s.name}`.")),
         AT_MAX: (f"No capacity: the pool is at nodeCount.max ({s.max_nodes}) and its nodes are full.",
                  f"Run {why}; raise nodeCount.max (`ebcloud node-pool scale {s.name} --max N`), let lower-priority pods be preempted, or repack (`ebcloud node-pool fragmentation {s.name} --plan`)."),
         NO_BURST: ("No capacity, and the pool does not burst (it has no spec.scaling block, or spec.burst.enabled is false): it stays at its monthly baseline.",

@@ -112,13 +112,13 @@ def _preemption(pod: Pod, node_count: int, available: int, resolvable: Sequence[
     return kube_message(node_count, 0, {reason: count for reason, count in verdicts.items() if count})
 
 
-def _plural(n: int, word: str) -> str:
+def plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def _pools(nodes: Sequence[NodeState]) -> str:
     counts = Counter(n.pool or NO_POOL for n in nodes)
-    return ", ".join(f"pool {p} ({_plural(c, 'node')})" for p, c in sorted(counts.items()))
+    return ", ".join(f"pool {p} ({plural(c, 'node')})" for p, c in sorted(counts.items()))
 
 
 def _never_fits_hints(pod: Pod, nodes: Sequence[NodeState]) -> list[str]:
@@ -203,8 +203,8 @@ def _node_problem_hints(members: Sequence[NodeState]) -> list[str]:
     """A pool none of whose nodes the pod can be changed for: they are cordoned or not Ready."""
     hints = []
     if cordoned := [n for n in members if n.unschedulable]:
-        hints.append(f"{_pools(cordoned)}: {_plural(len(cordoned), 'node')} cordoned. Uncordon them or wait for the drain or repair to finish.")
+        hints.append(f"{_pools(cordoned)}: {plural(len(cordoned), 'node')} cordoned. Uncordon them or wait for the drain or repair to finish.")
     if not_ready := [n for n in members if not n.ready]:
-        hints.append(f"{_pools(not_ready)}: {_plural(len(not_ready), 'node')} not Ready. Wait for them to become Ready "
+        hints.append(f"{_pools(not_ready)}: {plural(len(not_ready), 'node')} not Ready. Wait for them to become Ready "
                      "or let auto-repair replace them; do not tolerate not-ready.")  # fmt: skip
     return hints

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pools.core.scheduling.explain import plural
 from pools.core.scheduling.nodes import NodeState, Pod, may_use
 from pools.core.scheduling.pod_fixes import fix_text, node_checks
 
@@ -62,10 +63,6 @@ def waiting_hints(pod: Pod, prospects: Sequence[PoolProspect]) -> list[str]:
     return [_hint(pod, p) for p in sorted(prospects, key=lambda p: p.name) if not p.live and could_take(pod, p)]
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
 def waits_for(p: PoolProspect) -> str:
     """What the pool's first node waits for, and who or what can move it."""
     if p.awaiting_approval:
@@ -76,7 +73,7 @@ def waits_for(p: PoolProspect) -> str:
                 "why if the account balance is too low)")  # fmt: skip
     if p.starting:
         verb = "is" if p.starting == 1 else "are"
-        return (f"{_plural(p.starting, 'node')} {verb} starting (a new node is usually Ready within {USUAL_START}; "
+        return (f"{plural(p.starting, 'node')} {verb} starting (a new node is usually Ready within {USUAL_START}; "
                 f"`ebcloud node-pool events {p.name}` shows each step)")  # fmt: skip
     if p.pending_reason:
         return f"its status says {p.pending_reason} (`ebcloud node-pool describe {p.name}` shows its orders and events)"
