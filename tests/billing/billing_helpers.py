@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import threading
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from django.db import connection
 
-from billing import services
+from billing import focus_selectors, services
 from billing.demo import load_prices
+from billing.focus import FOCUS_COLUMNS, iter_csv_lines
 from billing.label_sets import label_set_id
 from billing.lease_costs import add_months
 from billing.models import CostRecord, LabelSet
+from billing.selectors import CostQuery
 from pools.models import Node, Pod
 from pools.services import pools as pool_services
 from tests.conftest import make_document
@@ -152,3 +156,12 @@ def in_thread(target) -> threading.Thread:
     thread = threading.Thread(target=run)
     thread.start()
     return thread
+
+
+def focus_export(user, query: CostQuery, form: str) -> list[dict[str, str]]:
+    """The FOCUS export as a user downloads it: `daily` (the default), `hourly` or `detail`."""
+    if form == "detail":
+        text = "".join(iter_csv_lines(focus_selectors.focus_rows_for_user(user=user, query=query), FOCUS_COLUMNS))
+    else:
+        text = "".join(focus_selectors.focus_csv_for_user(user=user, query=query, granularity=form))
+    return list(csv.DictReader(io.StringIO(text)))

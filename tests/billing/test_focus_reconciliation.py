@@ -7,8 +7,6 @@ is deleted before its leases end."""
 
 from __future__ import annotations
 
-import csv
-import io
 from collections import defaultdict
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
@@ -16,8 +14,8 @@ from fractions import Fraction
 
 import pytest
 
-from billing import focus_selectors, services
-from billing.focus import FOCUS_COLUMNS, FocusAccount, Lease, iter_csv_lines, purchase_rows
+from billing import services
+from billing.focus import FocusAccount, Lease, purchase_rows
 from billing.hours import HOUR, ceil_hour, floor_hour
 from billing.lease_costs import add_months, lease_month_spans, split_amount
 from billing.models import CostRecord, LeasePeriod
@@ -27,20 +25,12 @@ from pools.controllers import repair
 from pools.models import Node
 from pools.models.cloud import SimPayment
 from pools.services import pools as pool_services
+from tests.billing.billing_helpers import focus_export
 from tests.conftest import make_document
 from tests.pools.lifecycle_helpers import approved_pool, live_nodes, reconcile, run_until
 
 BOUGHT = datetime(2026, 12, 10, 13, 27, 41, tzinfo=UTC)  # an order approved at an odd second
 EXPORTS = ("daily", "hourly", "detail")
-
-
-def export(user, query: CostQuery, form: str) -> list[dict[str, str]]:
-    """The FOCUS export as finance downloads it: `daily` (the default), `hourly` or `detail`."""
-    if form == "detail":
-        text = "".join(iter_csv_lines(focus_selectors.focus_rows_for_user(user=user, query=query), FOCUS_COLUMNS))
-    else:
-        text = "".join(focus_selectors.focus_csv_for_user(user=user, query=query, granularity=form))
-    return list(csv.DictReader(io.StringIO(text)))
 
 
 def total(rows, column: str, **where) -> Decimal:
@@ -104,7 +94,7 @@ def test_every_focus_export_bills_and_amortises_exactly_what_was_debited(actors,
     shares = {(p.order_id, p.slot): split_amount(p.order.amount, p.order.node_count, p.slot) for p in periods}
     query = CostQuery(start=date(2026, 12, 1), end=date(2027, 1, 31))
     for form in EXPORTS:
-        rows = export(actors["finance"], query, form)
+        rows = focus_export(actors["finance"], query, form)
         purchases = [r for r in rows if r["ChargeCategory"] == "Purchase"]
         assert total(rows, "BilledCost") == total(rows, "EffectiveCost") == paid, form
         assert total(purchases, "BilledCost") == paid, form
@@ -118,10 +108,10 @@ def test_every_focus_export_bills_and_amortises_exactly_what_was_debited(actors,
             start, end = (datetime.fromisoformat(row[c]) for c in ("ChargePeriodStart", "ChargePeriodEnd"))
             assert end - start > 2 * 24 * HOUR, (form, row["ResourceId"], start, end)
         assert per_slot == shares, form
-    daily = export(actors["finance"], query, "daily")
+    daily = focus_export(actors["finance"], query, "daily")
     assert {r["CommitmentDiscountId"] for r in daily if r["CommitmentDiscountId"]} == {"monthly-leases/recon-pool"}
     # A range that holds no lease start has no purchase; its usage still amortises the leases.
-    january = export(actors["finance"], CostQuery(start=date(2027, 1, 1), end=date(2027, 1, 31)), "daily")
+    january = focus_export(actors["finance"], CostQuery(start=date(2027, 1, 1), end=date(2027, 1, 31)), "daily")
     assert not [r for r in january if r["ChargeCategory"] == "Purchase"]
     assert total(january, "BilledCost") == 0 < total(january, "EffectiveCost")
     if scenario is repaired_pool:
@@ -138,7 +128,7 @@ def assert_the_slot_handed_over_shares_its_purchase(pool, finance, query):
     for form in EXPORTS:
         held = {
             r["ResourceId"].rsplit("/", 1)[1]: (r["ChargePeriodStart"], r["ChargePeriodEnd"], Decimal(r["BilledCost"]))
-            for r in export(finance, query, form)
+            for r in focus_export(finance, query, form)
             if r["ChargeCategory"] == "Purchase" and f"/slot-{vacated.slot}/" in r["ResourceId"]
         }
         assert held[vacated.node.name][:2] == ("2026-12-10T13:00:00Z", "2026-12-20T08:00:00Z")

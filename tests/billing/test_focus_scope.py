@@ -7,17 +7,14 @@ totals what the chargeback totals, for a lead of the owner, a lead of the guest 
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from decimal import Decimal
 
 import pytest
 
-from billing import chargeback, focus_selectors
-from billing.focus import FOCUS_COLUMNS, iter_csv_lines
+from billing import chargeback
 from billing.selectors import CostQuery
-from tests.billing.billing_helpers import meter, node, pod, pool
+from tests.billing.billing_helpers import focus_export, meter, node, pod, pool
 
 pytestmark = pytest.mark.django_db
 
@@ -30,14 +27,6 @@ QUERIES = {
     "monthly nodes": CostQuery(billing="monthly"),
     "on-demand nodes": CostQuery(billing="on_demand"),
 }
-
-
-def export(user, query: CostQuery, form: str) -> list[dict[str, str]]:
-    if form == "detail":
-        text = "".join(iter_csv_lines(focus_selectors.focus_rows_for_user(user=user, query=query), FOCUS_COLUMNS))
-    else:
-        text = "".join(focus_selectors.focus_csv_for_user(user=user, query=query, granularity=form))
-    return list(csv.DictReader(io.StringIO(text)))
 
 
 def tags(row) -> dict[str, str]:
@@ -75,25 +64,25 @@ def test_every_export_totals_what_the_chargeback_shows_the_same_user_for_the_sam
     for name, query in QUERIES.items():
         expected = chargeback_total(user, query)
         for form in EXPORTS:
-            assert effective(export(user, query, form)) == expected, (who, name, form)
+            assert effective(focus_export(user, query, form)) == expected, (who, name, form)
     assert chargeback_total(user, CostQuery()) > 0
 
 
 def test_the_owner_s_lead_never_sees_the_guest_s_rows_and_the_guest_s_lead_sees_them(actors, lent):
     for form in EXPORTS:
-        owner = export(actors["lead"], CostQuery(), form)
+        owner = focus_export(actors["lead"], CostQuery(), form)
         assert owner and not [r for r in owner if "secret-proj" in r["Tags"] or "inference" in r["ChargeDescription"]], form
         assert not [r for r in owner if tags(r).get("ebcloud.io/namespace") == "inference"], form
-        guest = [r for r in export(actors["other_lead"], CostQuery(), form) if r["ChargeCategory"] == "Usage"]
+        guest = [r for r in focus_export(actors["other_lead"], CostQuery(), form) if r["ChargeCategory"] == "Usage"]
         on_the_lent_pool = [r for r in guest if tags(r)["ebcloud.io/pool"] == "train-pool-a"]
         assert on_the_lent_pool and all(tags(r)["project"] == "secret-proj" for r in on_the_lent_pool), form
         # The lent pool's idle capacity is its owner's, and nothing of algorithm's pods shows.
         assert {tags(r)["ebcloud.io/cost-kind"] for r in on_the_lent_pool} == {"usage", "fee"}, form
         assert not [r for r in guest if tags(r).get("ebcloud.io/namespace") == "algorithm"], form
-    detail = export(actors["other_lead"], CostQuery(pool="train-pool-a"), "detail")
+    detail = focus_export(actors["other_lead"], CostQuery(pool="train-pool-a"), "detail")
     assert {tags(r).get("ebcloud.io/pod") for r in detail} == {"serve"}
     # The guest's rows on the lent pool name it as every row names its pool.
-    daily = export(actors["other_lead"], CostQuery(pool="train-pool-a"), "daily")
+    daily = focus_export(actors["other_lead"], CostQuery(pool="train-pool-a"), "daily")
     assert {(r["ResourceId"], r["ResourceType"]) for r in daily if r["ServiceCategory"] == "Compute"} == {
         ("train-pool-a", "GPU Node Pool")
     }
@@ -101,7 +90,7 @@ def test_the_owner_s_lead_never_sees_the_guest_s_rows_and_the_guest_s_lead_sees_
 
 def test_a_lease_s_purchases_are_in_the_export_of_the_team_that_paid_for_it(actors, lent):
     def purchases(who, query=QUERIES["everything"], form="daily"):
-        return [r for r in export(actors[who], query, form) if r["ChargeCategory"] == "Purchase"]
+        return [r for r in focus_export(actors[who], query, form) if r["ChargeCategory"] == "Purchase"]
 
     for form in EXPORTS:
         bought = purchases("lead", form=form)
