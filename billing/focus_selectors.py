@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
+from typing import Any
 
 from django.db import connection
 from django.db.models import Count, Max, Min, QuerySet, Sum, TextField, Value
@@ -32,7 +33,7 @@ from billing.focus_records import (
 )
 from billing.hours import HOUR, QUANTITY, floor_hour
 from billing.models import CostRecord, UsageRecord
-from billing.selectors import CostQuery
+from billing.selectors import CostQuery, costs_for_user
 from pools import roles
 from pools.models import GpuNodePool, Node, Team
 
@@ -51,6 +52,8 @@ class FocusScope:
     must), while the pool's idle capacity is charged to its owner. The leases' purchases are
     what the pool's owner paid: they are in scope where the owning team is (`pays`)."""
 
+    user: Any
+    query: CostQuery
     start: datetime | None
     end: datetime | None
     team_ids: frozenset[int] | None
@@ -61,6 +64,8 @@ class FocusScope:
     @classmethod
     def of(cls, user, query: CostQuery) -> FocusScope:
         return cls(
+            user=user,
+            query=query,
             start=datetime.combine(query.start, time(), tzinfo=UTC) if query.start else None,
             end=datetime.combine(query.end + timedelta(days=1), time(), tzinfo=UTC) if query.end else None,
             team_ids=None if roles.sees_all_teams(user) else frozenset(roles.team_ids(user)),
@@ -82,17 +87,17 @@ class FocusScope:
             records = records.filter(hour__lt=self.end)
         return records.filter(pool__name=self.pool) if self.pool else records
 
-    def charged(self, costs: QuerySet[CostRecord]) -> QuerySet[CostRecord]:
-        """The cost records in scope: the chargeback's rows for the same user and query."""
-        wanted = {"team__in": self.team_ids, "team__slug": self.team or None, "billing_kind": self.billing or None}
-        return self.hours(costs).filter(**{lookup: value for lookup, value in wanted.items() if value is not None})
+    def charged(self) -> QuerySet[CostRecord]:
+        """The cost records in scope: the chargeback's own (`costs_for_user`), so that who may
+        see which cost is decided in one place."""
+        return costs_for_user(user=self.user, query=self.query)
 
     def charged_pools(self) -> list[int] | None:
         """The pools any cost in scope is charged on (None: every pool): a team's own and those
         lent to it. Read from the (team, hour) index, only when the scope is some teams'."""
         if not self.by_team:
             return None
-        return list(self.charged(CostRecord.objects.all()).order_by().values_list("pool_id", flat=True).distinct())
+        return list(self.charged().order_by().values_list("pool_id", flat=True).distinct())
 
     def owned(self, pools: QuerySet[GpuNodePool], path: str = "") -> QuerySet:
         """Pools (or rows of pools, `path` "pool__") whose owner is in scope: who paid their leases."""
@@ -166,7 +171,7 @@ def focus_csv_for_user(
     if not user.is_authenticated:
         return iter(())
     scope = FocusScope.of(user, query)
-    costs = scope.charged(CostRecord.objects.all())
+    costs = scope.charged()
     charged_pools = scope.charged_pools()
     pools = _PoolFactsById(_pool_facts(p) for p in scope.owned(GpuNodePool.objects.select_related("team", "zone", "node_type")))
     teams = dict(Team.objects.values_list("pk", "slug"))
