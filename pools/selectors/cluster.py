@@ -26,6 +26,11 @@ def team_identity(team_id: int | None) -> str:
     return "" if team_id is None else str(team_id)
 
 
+def team_id_of(identity: str) -> int | None:
+    """The team id behind a core team (`team_identity`'s inverse; None for no team)."""
+    return int(identity) if identity else None
+
+
 def core_pod_of(pod: Pod) -> CorePod:
     return core_pod(
         key=pod.key,

@@ -20,7 +20,7 @@ from pools.core.diagnose import checks as core
 from pools.core.spec import PoolSpec
 from pools.models import GpuNodePool, Node, PoolEvent, PoolOrder
 from pools.models.pods import FragmentationSample, Pod, PriorityClass
-from pools.selectors.cluster import core_pod_of
+from pools.selectors.cluster import core_pod_of, team_id_of
 from pools.selectors.prospects import live_pools, pool_templates, stored_spec
 
 MAX_PENDING = 500  # the oldest Pending pods of the team are read; more would not change a finding
@@ -142,7 +142,7 @@ def _pending(pool: GpuNodePool, spec: PoolSpec | None) -> tuple[core.PendingPod,
     template = templates.get(pool.pk)
     if template is None:  # being deleted: nothing is aimed at it any more
         return ()
-    teams = [int(team) for team in template.teams or () if team]
+    teams = [team_id_of(team) for team in template.teams or () if team]
     others = [t for pk, t in templates.items() if pk != pool.pk]
     pods = Pod.objects.filter(phase=Pod.Phase.PENDING, team_id__in=teams).order_by("submitted_at", "pk")[:MAX_PENDING]
     facts = (
