@@ -74,7 +74,7 @@ def test_a_failing_api_server_is_retried_with_a_growing_delay_and_one_warning(fa
     assert 3 <= len(refused) <= 4  # at 0 s, then after 0.8 and 1.6 s more (the next try, 3.2 s on, is past the fault): not 5 one a second
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "InternalError" not in warnings[0]
-    assert "500: Internal Server Error): retrying from the last stored resourceVersion in 0.8 s (failure 1 in a row" in warnings[0]
+    assert "(etcdserver: leader changed (500)): retrying from the last stored resourceVersion in 0.8 s (failure 1 in a row" in warnings[0]
     assert "pod mirror watching again after" in caplog.text  # the streak's end, once
 
 
