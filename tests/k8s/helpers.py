@@ -61,3 +61,13 @@ def wait_for(predicate, *, timeout: float = 30, what: str = "condition"):
             return value
         time.sleep(0.2)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def verdict(core: client.CoreV1Api, namespace: str, name: str):
+    """What kube-scheduler made of the pod: ("bound", its node), ("pending", the scheduler's
+    message), or None while it has not decided."""
+    pod = core.read_namespaced_pod(name, namespace)
+    if pod.spec.node_name:
+        return ("bound", pod.spec.node_name)
+    refused = next((c for c in pod.status.conditions or () if c.type == "PodScheduled" and c.status == "False"), None)
+    return ("pending", refused.message) if refused is not None else None

@@ -22,7 +22,7 @@ from pools.providers.fake_kubelet import FakeKubelet
 from pools.providers.kubernetes import KubernetesCluster
 from pools.providers.kubernetes_pods import TEAM_LABEL
 from tests.k8s import test_extender
-from tests.k8s.helpers import wait_for
+from tests.k8s.helpers import verdict, wait_for
 from tests.pools.pod_helpers import T0, pool_with_nodes
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -83,14 +83,6 @@ def train_node(cluster, core_api, actors):
     for item in core.list_namespaced_pod(OTHER).items:
         core.delete_namespaced_pod(item.metadata.name, OTHER, grace_period_seconds=0)
     core.delete_node(node.name)
-
-
-def verdict(core: client.CoreV1Api, namespace: str, name: str):
-    pod = core.read_namespaced_pod(name, namespace)
-    if pod.spec.node_name:
-        return ("bound", pod.spec.node_name)
-    refused = next((c for c in pod.status.conditions or () if c.type == "PodScheduled" and c.status == "False"), None)
-    return ("pending", refused.message) if refused is not None else None
 
 
 def preempted(core: client.CoreV1Api, name: str) -> bool:

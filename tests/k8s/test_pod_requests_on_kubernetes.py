@@ -20,6 +20,7 @@ from pools.controllers.pod_mirror import PodMirror
 from pools.models import Pod
 from pools.providers.fake_kubelet import FakeKubelet
 from pools.providers.kubernetes_pods import ClusterPods
+from tests.k8s.helpers import verdict
 
 pytestmark = pytest.mark.django_db(transaction=True)
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
@@ -37,14 +38,6 @@ CASES = {
     # the same containers under pod-level requests: they set cpu and memory, the GPUs stay
     "pod-level": ({**SIDECARS, "resources": {"requests": {"cpu": "12", "memory": "8Gi"}}}, (12_000, 8_192, 2)),
 }
-
-
-def verdict(core: client.CoreV1Api, namespace: str, name: str):
-    pod = core.read_namespaced_pod(name, namespace)
-    if pod.spec.node_name:
-        return ("bound", pod.spec.node_name)
-    refused = next((c for c in pod.status.conditions or () if c.type == "PodScheduled" and c.status == "False"), None)
-    return ("pending", refused.message) if refused is not None else None
 
 
 def settled(core: client.CoreV1Api, namespace: str, name: str, short: str | None, timeout: float = 30):

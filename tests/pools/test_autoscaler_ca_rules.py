@@ -92,15 +92,20 @@ def test_b_the_free_room_of_a_cordoned_node_does_not_count(actors):
     assert pool_autoscale(pool_id=pool.pk, now=T0).reason == "ScaledUp"
 
 
+def two_hot_pools(actors):
+    """Two pools of the team that could both take the one Pending 8-GPU pod, their nodes full."""
+    pools = train_pool(actors, name="pool-a", nodes=1), train_pool(actors, name="pool-b", nodes=1)
+    fill(actors)
+    submit(actors["member"], "queued-0", gpus=8)
+    for pool in pools:
+        memory_used(pool, 95)
+    return pools
+
+
 def test_c_one_pending_pod_buys_one_node_across_the_teams_pools(actors):
     """Both pools of the team could take the pod: in one pass the pool created first buys the
     node, and the other counts the pod as served by it (CA expands one node group per pod)."""
-    first = train_pool(actors, name="pool-a", nodes=1)
-    second = train_pool(actors, name="pool-b", nodes=1)
-    fill(actors)
-    submit(actors["member"], "queued-0", gpus=8)
-    memory_used(first, 95)
-    memory_used(second, 95)
+    first, second = two_hot_pools(actors)
     results = {r.pool: r for r in autoscale_all(now=T0)}
     assert results["pool-a"].reason == "ScaledUp" and results["pool-b"].desired == results["pool-b"].current
     assert list(burst_nodes().values_list("pool__name", flat=True)) == ["pool-a"]
@@ -109,12 +114,7 @@ def test_c_one_pending_pod_buys_one_node_across_the_teams_pools(actors):
 
 
 def test_c_one_pool_decided_alone_buys_for_the_pod_and_the_other_then_counts_that_node(actors):
-    first = train_pool(actors, name="pool-a", nodes=1)
-    second = train_pool(actors, name="pool-b", nodes=1)
-    fill(actors)
-    submit(actors["member"], "queued-0", gpus=8)
-    memory_used(first, 95)
-    memory_used(second, 95)
+    first, second = two_hot_pools(actors)
     assert pool_autoscale(pool_id=second.pk, now=T0).reason == "ScaledUp"
     assert pool_autoscale(pool_id=first.pk, now=T0).reason != "ScaledUp"
     assert list(burst_nodes().values_list("pool__name", flat=True)) == ["pool-b"]
