@@ -13,6 +13,7 @@ from django.utils import timezone
 from django.utils.functional import cached_property
 
 from pools import roles
+from pools.core.spec import LEASE_TYPES
 
 # What the admin may write into the price book and the account (checked by every model form;
 # `billing.pricing.quote_for` and the simulated cloud's `pay` check again, for rows written
@@ -54,7 +55,9 @@ class NodePrice(models.Model):
 class LeaseTerm(models.Model):
     """How long a lease type runs and the discount it earns (D2: longer lease, bigger discount)."""
 
-    lease_type = models.CharField(max_length=10)
+    # A pool's spec can only name these (`spec.leaseType`): a term under any other name could
+    # never be bought, and an admin who typed "Monthly" would wonder why no pool gets it.
+    lease_type = models.CharField(max_length=10, choices=[(name, name.capitalize()) for name in LEASE_TYPES])
     months = models.PositiveSmallIntegerField(validators=[MinValueValidator(1, message="A lease runs at least 1 month.")])
     discount = models.DecimalField(max_digits=5, decimal_places=4, validators=list(FRACTION), help_text="0.15 = 15% off")
     preemptible_discount = models.DecimalField(

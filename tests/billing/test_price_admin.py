@@ -99,6 +99,16 @@ def test_a_lease_discount_is_a_fraction_from_0_to_1(admin_client, value, ok):
         assert LeaseTerm.objects.count() == terms
 
 
+def test_a_lease_term_names_a_lease_type_a_pool_can_ask_for(admin_client):
+    """A term named "Monthly" or "weekly" could never be bought (`spec.leaseType` takes only
+    monthly, quarterly and yearly): the admin form refuses it on the field."""
+    terms = LeaseTerm.objects.count()
+    for name in ("Monthly", "weekly"):
+        form = {"lease_type": name, "months": "1", "discount": "0", "preemptible_discount": "", **EFFECTIVE}
+        refused(admin_client.post(reverse("admin:billing_leaseterm_add"), form), "lease_type")
+    assert LeaseTerm.objects.count() == terms
+
+
 def test_a_lease_term_of_no_months_is_refused(admin_client):
     form = {"lease_type": "monthly", "months": "0", "discount": "0", "preemptible_discount": "", **EFFECTIVE}
     assert "at least 1 month" in refused(admin_client.post(reverse("admin:billing_leaseterm_add"), form), "months")
