@@ -111,7 +111,9 @@ def _time(value: Any, path: str, errors: list[FieldError]) -> datetime | None:
             return datetime.fromtimestamp(value, UTC)
         if isinstance(value, str):
             parsed = datetime.fromisoformat(value)
-            return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+            # In UTC here, as the database stores it: an offset that carries the time past year
+            # 9999 or before year 1 is refused on the field instead of overflowing on write.
+            return parsed.astimezone(UTC) if parsed.tzinfo else parsed.replace(tzinfo=UTC)
     except (ValueError, OverflowError, OSError):
         pass
     errors.append(FieldError(path, "must be an ISO 8601 time or seconds since the epoch"))

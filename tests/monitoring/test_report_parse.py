@@ -6,6 +6,7 @@ is a ValidationError naming the field's path, never a value that reaches the dat
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import given
@@ -94,6 +95,18 @@ def test_a_gpu_index_is_within_the_node(index):
 @pytest.mark.parametrize("at", [-1, 1e309, 10**30, 1e308])
 def test_report_times_in_seconds_are_non_negative_and_finite(at):
     assert "reports[0].at" in refused(SANE, at=at)
+
+
+@pytest.mark.parametrize("at", ["9999-12-31T23:59:59-01:00", "0001-01-01T00:00:00+01:00"])
+def test_report_times_whose_offset_leaves_the_calendar_are_refused(at):
+    """In UTC these are year 10000 and year 0: a 500 on SQLite's write, and on PostgreSQL a row
+    that broke the node's page until it was pruned."""
+    assert "reports[0].at" in refused(SANE, at=at)
+
+
+def test_a_report_time_with_an_offset_is_kept_in_utc():
+    (report,) = parse(SANE, at="2026-12-01T08:30:00+08:00").reports
+    assert report.at == datetime(2026, 12, 1, 0, 30, tzinfo=UTC) and report.at.utcoffset() == timedelta(0)
 
 
 @pytest.mark.parametrize("text", ["\x1b]0;PWNED\x07", "a\x00b", "csi\x9b"])
