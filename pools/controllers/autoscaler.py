@@ -26,7 +26,9 @@ a node selector or affinity.
 
 New burst nodes are Node rows in phase Ordering: the lifecycle controller provisions them like
 any other node. The pass claims the pool with the lifecycle's claim, so reconcile and autoscale
-never act on the same pool at once, whatever the number of workers.
+never act on the same pool at once, whatever the number of workers; a scale-up decides and buys
+under its team's row lock, so two workers deciding two pools of one team at once buy one node
+for one pod too, the second seeing the first one's Ordering node as upcoming.
 """
 
 from __future__ import annotations
@@ -62,16 +64,10 @@ from pools.core.scaling_history import ScalingHistory
 from pools.core.scheduling.nodes import NodeState, filter_node
 from pools.core.scheduling.nodes import Pod as CorePod
 from pools.core.spec import parse_document
-from pools.models import GpuNodePool, Node, ScalingActivity
+from pools.models import GpuNodePool, Node, ScalingActivity, Team
 from pools.providers import get_cloud_provider, get_cluster_backend, real_cluster
-from pools.selectors.autoscaler_view import (
-    FleetView,
-    ScaleUpInputs,
-    fleet_view,
-    scale_up_inputs_load,
-)
+from pools.selectors.autoscaler_view import FleetView, fleet_view, scale_up_inputs_load
 from pools.selectors.queue import template_node
-from pools.selectors.scale_up import quota_rooms
 from pools.services.events import WARNING, event_record
 from pools.services.pools import quota_limits_lock
 
@@ -106,8 +102,9 @@ def autoscale_all(*, now: datetime | None = None, part: Part = WHOLE) -> list[Au
     of its own: the stored histories are written with one UPDATE. Pools that scale or record a
     blocked or limited decision are claimed together (the lifecycle's claim, so reconcile and
     autoscale never act on one pool at once) and decided again on fresh rows by the per-pool
-    pass before they act. With `part`, only that part's pools (`pools.claims.Part`), as the
-    lifecycle controller splits its pass.
+    pass before they act (a scale-up on its scale-up inputs read again under its team's lock).
+    With `part`, only that part's pools (`pools.claims.Part`), as the lifecycle controller
+    splits its pass.
     """
     now = now or timezone.now()
     live = part.of(GpuNodePool.objects.active().exclude(phase=GpuNodePool.Phase.DELETING), "pk")
@@ -135,15 +132,13 @@ def autoscale_all(*, now: datetime | None = None, part: Part = WHOLE) -> list[Au
     histories_write(stores, seen=seen)
     skipped = set(busy)
     with Claims([p.pk for p in acting], owner=WORKER_ID) as claims:
-        # Read once, after the claims, for every claimed pool that scales up (`ScaleUpInputs`).
-        inputs = ScaleUpInputs(batch=[p for p in acting if p.pk in claims and plans[p.pk].needs_inputs])
         for pool in acting:
             if pool.pk not in claims:
                 skipped.add(pool.pk)
                 continue
             try:
                 fresh = GpuNodePool.objects.select_related(*POOL_RELATED).get(pk=pool.pk)  # its history as of the claim
-                results[pool.pk] = _autoscale(fresh, now, fleet_view([fresh], queue_of=view, inputs=inputs)).result
+                results[pool.pk] = _autoscale(fresh, now, fleet_view([fresh], queue_of=view)).result
             except Exception:  # one broken pool must not stop the others; the next pass retries
                 logger.exception("autoscale of pool %s failed", pool.name)
     out = []
@@ -277,9 +272,9 @@ def _autoscale(pool: GpuNodePool, now: datetime, view: FleetView, *, dry_run: bo
 
 
 def _scale_up(d: _Decided, fits: list[CorePod], pending: list[CorePod], *, dry_run: bool) -> Plan:
-    """Add the on-demand nodes the Pending pods that fit the pool would use (`scale_up_need`),
-    no more than the metrics ask for nor than the GPU quotas allow."""
-    pool, view, decision, current = d.pool, d.view, d.decision, d.current
+    """Add the on-demand nodes the Pending pods that fit the pool would use (`_buy`); acting,
+    decided again on the scale-up inputs read under the quota rows' and the team's locks."""
+    pool, view, decision = d.pool, d.view, d.decision
     if not fits:
         if not pending:  # nothing waits: a hot pool with an empty queue buys nothing and says nothing
             return d.quiet("NoPendingPods", dry_run=dry_run)
@@ -289,17 +284,39 @@ def _scale_up(d: _Decided, fits: list[CorePod], pending: list[CorePod], *, dry_r
             return Plan(d.result, acts=True)
         message = f"Scale-up to {decision.desired} not done: no Pending pod would fit a new {pool.node_type.name} node of this pool ({_why_not(pending, d.template)})"
         return d.blocked(NOT_TRIGGER_SCALE_UP, message)
-    region, team_id, inputs = pool.zone.region, pool.team_id, view.inputs
-    if not inputs.has(pool):
-        if dry_run:
-            return Plan(d.result, acts=True, needs_inputs=True)
-        scale_up_inputs_load(inputs, [pool, *inputs.batch], view.catalog)
-    capacity = inputs.capacity[team_id]
-    need = scale_up_need(fits, d.template, capacity)
-    wanted = min(decision.desired - current, need.new_nodes)
+    if dry_run:
+        return _buy(d, fits, dry_run=True) if view.inputs.has(pool) else Plan(d.result, acts=True, needs_inputs=True)
+    with transaction.atomic():
+        # Decided again on what the team has and holds now, read under the quota rows' locks (as
+        # every writer of orders takes them) and the team's: another worker, or an order, may
+        # have bought since the pass read.
+        quota_limits_lock(region=pool.zone.region, gpu_model_id=pool.gpu_model_id, team_id=pool.team_id)
+        _team_lock(pool.team_id)
+        scale_up_inputs_load(view.inputs, [pool], view.catalog)
+        return _buy(d, fits, dry_run=False)
+
+
+def _team_lock(team_id: int) -> None:
+    """Serialise the scale-ups of a team's pools across workers: two workers deciding two of
+    its pools at once would each buy a node for the same Pending pod (within one pass, the
+    earlier pool's planned nodes are upcoming for the next; across workers only the row lock
+    makes the second wait for the first one's Ordering nodes, read after it). The lock order
+    is that of the writers of orders with the team's row inserted: the quota rows (region-wide
+    first), the team's row, the pool's row (its history written), its orders; nothing else
+    locks a team's row, so no cycle. FOR NO KEY UPDATE: a row that refers to the team (a pod
+    submitted, a pool created) takes only a key-share lock on it and does not wait."""
+    Team.objects.select_for_update(no_key=True).only("pk").get(pk=team_id)
+
+
+def _buy(d: _Decided, fits: list[CorePod], *, dry_run: bool) -> Plan:
+    """The scale-up from the scale-up inputs (`view.inputs`, read for the pool): the nodes the
+    pods need beyond the team's free and upcoming room (`scale_up_need`), no more than the
+    metrics ask for nor than the GPU quotas allow. Unless `dry_run`, buy them."""
+    pool, inputs, decision, current = d.pool, d.view.inputs, d.decision, d.current
+    region, team_id, gpus = pool.zone.region, pool.team_id, pool.node_type.gpu_count
+    wanted = min(decision.desired - current, scale_up_need(fits, d.template, inputs.capacity[team_id]).new_nodes)
     if wanted == 0:  # every pod fits free capacity or an upcoming node: the scheduler places it there
         return d.quiet("PodsFitUpcomingOrFreeCapacity", dry_run=dry_run)
-    gpus = pool.node_type.gpu_count
     allowed, scope = inputs.quotas.nodes_allowed(region, pool.gpu_model_id, team_id, gpus)
     add = min(wanted, allowed)
     if add == 0:
@@ -309,26 +326,15 @@ def _scale_up(d: _Decided, fits: list[CorePod], pending: list[CorePod], *, dry_r
             return Plan(d.result, acts=True, needs_inputs=True)
         quota = _quota_text(pool, inputs.quotas, scope)
         return d.blocked(QUOTA_EXCEEDED, f"Scale-up to {decision.desired} not done: {wanted} on-demand node(s) of {gpus} GPU(s) would pass the {quota}", policy=_quota_name(pool, scope))
-    capacity.plan_nodes(d.template, add)  # the team's next pools see these nodes as upcoming,
+    inputs.capacity[team_id].plan_nodes(d.template, add)  # the team's next pools see these nodes as upcoming,
     inputs.quotas.take(region, pool.gpu_model_id, team_id, add * gpus)  # and their GPUs as taken
-    quota = _quota_text(pool, inputs.quotas, scope)
     if dry_run:
         return Plan(d.result, acts=True, needs_inputs=True)
-    with transaction.atomic():
-        # The quota rows locked as every writer of orders locks them (region-wide first), then
-        # counted again: an order or another worker may have taken GPUs since the pass read them.
-        quota_limits_lock(region=region, gpu_model_id=pool.gpu_model_id, team_id=team_id)
-        locked = quota_rooms(scopes=[(region, pool.gpu_model_id)])
-        still, locked_scope = locked.nodes_allowed(region, pool.gpu_model_id, team_id, gpus)
-        if still < add:  # an order or another worker took quota since the pass read it
-            add, scope, quota = still, locked_scope, _quota_text(pool, locked, locked_scope)
-            if add == 0:
-                return d.blocked(QUOTA_EXCEEDED, f"Scale-up to {decision.desired} not done: {wanted} on-demand node(s) of {gpus} GPU(s) would pass the {quota}", policy=_quota_name(pool, scope))
-        capped = f"; {wanted - add} more would pass the {quota}" if add < wanted else ""
-        _burst_nodes_create(pool, d.now, add)
-        message = f"Scaled up from {current} to {current + add} node(s) with {add} on-demand node(s){capped}: {decision.message}"
-        _record(pool, d.now, current, current + add, "ScaledUp", message, d.shown, _quota_name(pool, scope) if capped else d.policy_text)
-        _store(pool, decision.history if add == decision.delta else d.history.record(at=d.now, recommendation=decision.raw_recommendation, change=add))
+    capped = f"; {wanted - add} more would pass the {_quota_text(pool, inputs.quotas, scope)}" if add < wanted else ""
+    _burst_nodes_create(pool, d.now, add)
+    message = f"Scaled up from {current} to {current + add} node(s) with {add} on-demand node(s){capped}: {decision.message}"
+    _record(pool, d.now, current, current + add, "ScaledUp", message, d.shown, _quota_name(pool, scope) if capped else d.policy_text)
+    _store(pool, decision.history if add == decision.delta else d.history.record(at=d.now, recommendation=decision.raw_recommendation, change=add))
     return Plan(AutoscaleResult(pool=pool.name, claimed=True, current=current, desired=current + add, reason="ScaledUp"))
 
 

@@ -6,6 +6,16 @@ cluster-autoscaler/FAQ.md, "What types of pods can prevent CA from removing a no
 - a pod whose PodDisruptionBudget allows no more disruptions now keeps its node (the moves of
   one pass are evictions: they spend the budgets in turn, `pools.core.disruption.refused`);
 - a pod that fits on no other node keeps its node.
+Expendable pods (priority below `EBCLOUD_EXPENDABLE_PODS_PRIORITY_CUTOFF`, CA's
+--expendable-pods-priority-cutoff) keep no node: CA builds its scale-down simulation from the
+scheduled pods that are not expendable (core/static_autoscaler.go and the actuator's snapshot,
+`FilterOutExpendablePods`), so neither their annotation nor a budget is asked, they are not
+moved, and a node with only them is empty ("killed without any consideration during scale
+down", as its flag says: they are meant to run only on spare room). The drain evicts them,
+lowest priority first (one a budget keeps waits no longer than the drain's deadline). On the
+nodes that stay they still hold their room: a pod moved there is bound beside them, never over
+them (the repack binds, it does not preempt), where CA counts that room free and leaves the
+preemption to the scheduler.
 Empty nodes go first, then nodes whose pods all fit on the others, monthly nodes tried first:
 their capacity is paid already. Why a node is kept is said in the pool's `ScaleDownBlocked`
 activity. In the simulated cluster the pods are moved (`repack`) under the scheduler's lock,
@@ -18,6 +28,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
+
+from django.conf import settings
 
 from pools.core.disruption import DisruptionBudget, refused
 from pools.core.scheduling.nodes import NodeState, best_fit_gpus, filter_node
@@ -54,9 +66,9 @@ def removable_burst_nodes(burst: list[Node], live: list[Node], *, limit: int) ->
     states = cluster_state(live, running)
     by_node: dict[int, list[Pod]] = {}
     for pod in running:
-        by_node.setdefault(pod.node_id, []).append(pod)
-    burst_ids = {n.pk for n in burst}
-    budgets = _budgets([p for p in running if p.node_id in burst_ids])
+        if pod.priority >= settings.EBCLOUD_EXPENDABLE_PODS_PRIORITY_CUTOFF:  # an expendable pod keeps no node
+            by_node.setdefault(pod.node_id, []).append(pod)
+    budgets = _budgets([p for n in burst for p in by_node.get(n.pk, [])])
     targets = sorted((n for n in live if n.phase == Node.Phase.READY and n.billing != Node.Billing.ON_DEMAND), key=lambda n: n.name)
     targets += sorted((n for n in live if n.phase == Node.Phase.READY and n.billing == Node.Billing.ON_DEMAND), key=lambda n: n.name)
     out, evicting = Removable(), []

@@ -23,7 +23,8 @@ scale-up work?"), so that people who know it can predict what the pool does:
 
 A pass over many pools keeps one `Capacity` per team: a pool's planned nodes are added to it as
 upcoming nodes, so a pod one pool scales up for is not counted again by the team's next pool
-(CA expands one node group per pod).
+(CA expands one node group per pod). It groups each team's queue by shape (`Shapes`), so that a
+pool tries only the shapes that could fit its nodes.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from dataclasses import dataclass, field
 
 from pools.core.scheduling.nodes import (
     MILLI,
+    NO_EXECUTE,
+    NO_SCHEDULE,
     NodeState,
     OversubscribedError,
     Pod,
@@ -133,6 +136,49 @@ def scale_up_need(pods: Iterable[Pod], template: NodeState, capacity: Capacity |
                 node.bind(pod, best_fit_gpus(pod, node.gpu_free) or ())
                 new.append(node)
     return ScaleUpNeed(tuple(on_existing), tuple(on_upcoming), tuple(tuple(node.bound) for node in new))
+
+
+@dataclass
+class Shapes:
+    """A team's Pending pods grouped by shape (`shape_key`: pods of one shape filter alike),
+    with two indexes so that a pool tries only the shapes that could fit its nodes, not the
+    team's whole queue (at 1,000 pools most shapes are meant for one pool): each shape is
+    listed under one pair of its nodeSelector (or as having none), and under what each of its
+    tolerations can tolerate. A shape fits a node only if the node has that label pair and
+    every NoSchedule/NoExecute taint of the node is tolerated, so the shapes left out would
+    fail `filter_node` anyway: the result is exactly that of trying them all."""
+
+    groups: dict[tuple, list[Pod]] = field(default_factory=dict)  # shape_key -> its pods, first seen first
+    # By shape number (the order first seen): its pods and the nodeSelector pair it is listed under.
+    numbered: list[list[Pod]] = field(default_factory=list)
+    selector: list[tuple[str, str] | None] = field(default_factory=list)
+    by_selector: dict[tuple[str, str] | None, list[int]] = field(default_factory=dict)  # a pair (None: no selector) -> shapes
+    by_toleration: dict[tuple, list[int]] = field(default_factory=dict)  # (key, value) / (key, None) for Exists / () for any key -> shapes
+
+    def add(self, pod: Pod) -> None:
+        group = self.groups.get(pod.shape_key)
+        if group is None:
+            number, pair = len(self.numbered), min(pod.node_selector.items()) if pod.node_selector else None
+            group = self.groups[pod.shape_key] = []
+            self.numbered.append(group)
+            self.selector.append(pair)
+            self.by_selector.setdefault(pair, []).append(number)
+            for t in pod.tolerations:
+                tolerates = () if not t.key else (t.key, None) if t.operator == "Exists" else (t.key, t.value)
+                self.by_toleration.setdefault(tolerates, []).append(number)
+        group.append(pod)
+
+    def fitting(self, template: NodeState) -> list[list[Pod]]:
+        """The groups whose pods fit an empty node like `template`, in the order first seen."""
+        hard = next((t for t in template.taints if t.effect in (NO_SCHEDULE, NO_EXECUTE)), None)
+        if hard is None:
+            numbers = [*self.by_selector.get(None, ()), *(n for pair in template.labels.items() for n in self.by_selector.get(pair, ()))]
+        else:  # the shapes that tolerate the node's first hard taint, then those it can select
+            index, labels = self.by_toleration, template.labels
+            tolerating = {*index.get((hard.key, hard.value), ()), *index.get((hard.key, None), ()), *index.get((), ())}
+            numbers = [n for n in tolerating if (pair := self.selector[n]) is None or labels.get(pair[0]) == pair[1]]
+        numbers.sort()
+        return [self.numbered[n] for n in numbers if filter_node(self.numbered[n][0], template) is None]
 
 
 QuotaScope = tuple[str, int, int | None]  # (region, GPU model id, team id or None for the region-wide quota)

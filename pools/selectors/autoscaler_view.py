@@ -11,8 +11,7 @@ from dataclasses import dataclass, field
 from django.db.models import Count, OuterRef, Subquery
 
 from monitoring.selectors import gpu_memory_used_pct
-from pools.core.scale_up import Capacity, QuotaRooms
-from pools.core.scheduling.nodes import NO_EXECUTE, NO_SCHEDULE, NodeState, filter_node
+from pools.core.scale_up import Capacity, QuotaRooms, Shapes
 from pools.core.scheduling.nodes import Pod as CorePod
 from pools.core.spec import Catalog
 from pools.models import GpuNodePool, Node, ScalingActivity
@@ -25,56 +24,12 @@ logger = logging.getLogger("ebcloud.autoscaler")
 
 
 @dataclass
-class Shapes:
-    """A team's Pending pods grouped by shape (`shape_key`: pods of one shape filter alike),
-    with two indexes so that a pool tries only the shapes that could fit its nodes, not the
-    team's whole queue (at 1,000 pools most shapes are meant for one pool): each shape is
-    listed under one pair of its nodeSelector (or as having none), and under what each of its
-    tolerations can tolerate. A shape fits a node only if the node has that label pair and
-    every NoSchedule/NoExecute taint of the node is tolerated, so the shapes left out would
-    fail `filter_node` anyway: the result is exactly that of trying them all."""
-
-    groups: dict[tuple, list[CorePod]] = field(default_factory=dict)  # shape_key -> its pods, first seen first
-    # By shape number (the order first seen): its pods and the nodeSelector pair it is listed under.
-    numbered: list[list[CorePod]] = field(default_factory=list)
-    selector: list[tuple[str, str] | None] = field(default_factory=list)
-    by_selector: dict[tuple[str, str] | None, list[int]] = field(default_factory=dict)  # a pair (None: no selector) -> shapes
-    by_toleration: dict[tuple, list[int]] = field(default_factory=dict)  # (key, value) / (key, None) for Exists / () for any key -> shapes
-
-    def add(self, pod: CorePod) -> None:
-        group = self.groups.get(pod.shape_key)
-        if group is None:
-            number, pair = len(self.numbered), min(pod.node_selector.items()) if pod.node_selector else None
-            group = self.groups[pod.shape_key] = []
-            self.numbered.append(group)
-            self.selector.append(pair)
-            self.by_selector.setdefault(pair, []).append(number)
-            for t in pod.tolerations:
-                tolerates = () if not t.key else (t.key, None) if t.operator == "Exists" else (t.key, t.value)
-                self.by_toleration.setdefault(tolerates, []).append(number)
-        group.append(pod)
-
-    def fitting(self, template: NodeState) -> list[list[CorePod]]:
-        """The groups whose pods fit an empty node like `template`, in the order first seen."""
-        hard = next((t for t in template.taints if t.effect in (NO_SCHEDULE, NO_EXECUTE)), None)
-        if hard is None:
-            numbers = [*self.by_selector.get(None, ()), *(n for pair in template.labels.items() for n in self.by_selector.get(pair, ()))]
-        else:  # the shapes that tolerate the node's first hard taint, then those it can select
-            index, labels = self.by_toleration, template.labels
-            tolerating = {*index.get((hard.key, hard.value), ()), *index.get((hard.key, None), ()), *index.get((), ())}
-            numbers = [n for n in tolerating if (pair := self.selector[n]) is None or labels.get(pair[0]) == pair[1]]
-        numbers.sort()
-        return [self.numbered[n] for n in numbers if filter_node(self.numbered[n][0], template) is None]
-
-
-@dataclass
 class ScaleUpInputs:
     """What only a scale-up reads: the room of each team's pools (free and upcoming) and the
-    GPU quotas, read once for every pool of `batch` when the first of them needs it
-    (`scale_up_inputs_load`). The plans made since (a pool's new nodes, the GPUs they hold) are
-    added as they are made, so the team's next pools see them."""
+    GPU quotas, read once for the pools that need it (`scale_up_inputs_load`). The plans made
+    since (a pool's new nodes, the GPUs they hold) are added as they are made, so the team's
+    next pools see them."""
 
-    batch: list[GpuNodePool] = field(default_factory=list)
     capacity: dict[int, Capacity] = field(default_factory=dict)  # team -> free and upcoming room, once read
     quotas: QuotaRooms = field(default_factory=QuotaRooms)
     quota_scopes: set[tuple[str, int]] = field(default_factory=set)  # the (region, GPU model id) in `quotas`
@@ -100,10 +55,10 @@ class FleetView:
     inputs: ScaleUpInputs = field(default_factory=ScaleUpInputs)
 
 
-def fleet_view(pools: list[GpuNodePool], *, queue_of: FleetView | None = None, inputs: ScaleUpInputs | None = None) -> FleetView:
+def fleet_view(pools: list[GpuNodePool], *, queue_of: FleetView | None = None) -> FleetView:
     """The view of these pools. With `queue_of`, the Pending pods (and the catalog) are taken
     from that view, read moments before: a pool decided again before it acts re-reads only
-    its own rows. `inputs`: the scale-up inputs shared by the pools acting in one pass."""
+    its own rows."""
     ids = [p.pk for p in pools]
     nodes: dict[int, tuple[int, int]] = {}
     live = Node.objects.filter(pool_id__in=ids, release_reason="").exclude(phase=Node.Phase.TERMINATED)
@@ -132,7 +87,7 @@ def fleet_view(pools: list[GpuNodePool], *, queue_of: FleetView | None = None, i
         .values_list("pk", "reason", "before")
         if reason is not None
     } if ids else {}
-    return FleetView(catalog=catalog, nodes=nodes, pending=pending, shapes=shapes, memory=memory, last=last, inputs=inputs or ScaleUpInputs())
+    return FleetView(catalog=catalog, nodes=nodes, pending=pending, shapes=shapes, memory=memory, last=last)
 
 
 def scale_up_inputs_load(inputs: ScaleUpInputs, pools: list[GpuNodePool], catalog: Catalog) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Collection
 
-from django.db.models import F, Sum
+from django.db.models import F, Q, Sum
 
 from pools.core.lifecycle import PROVISIONING_PHASES
 from pools.core.scale_up import Capacity, QuotaRooms, take_requests, take_totals
@@ -16,30 +16,37 @@ from pools.core.scheduling.nodes import Pod as CorePod
 from pools.core.spec import Catalog, parse_document
 from pools.models import GpuNodePool, Node, Quota
 from pools.models.pods import Pod
-from pools.selectors.cluster import SCHEDULER_PHASES, node_state_from, team_identity
+from pools.selectors.cluster import SCHEDULER_PHASES, node_state_from, pool_teams, team_identity
 from pools.selectors.queue import template_node
 from pools.selectors.quotas import quota_use
 
 
 def team_capacity(*, team_ids: Collection[int], catalog: Catalog) -> dict[int, Capacity]:
-    """Per team, where its Pending pods can go before a node is bought, over its live pools:
-    the Ready nodes with the requests of their Running pods taken, and the nodes still being
-    provisioned (not released: a machine that failed for good is Terminated) as empty nodes of
-    their pool. Four queries at most: the Running pods are summed per node, and read one by one
-    only on nodes whose GPUs are partly used (a full node's sums say it all). Pools other teams
-    share with it are left out: a pod that would fit one only makes the team's own pool scale
-    up, as before."""
+    """Per team, where its Pending pods can go before a node is bought, over the live pools it
+    may use, its own and those other teams lend it (`spec.sharedWith`): the Ready nodes with
+    the requests of their Running pods taken, and the nodes still being provisioned (not
+    released: a machine that failed for good is Terminated) as empty nodes of their pool. Each
+    node carries its pool's teams (`pool_teams`), so a pod counts a node only where the
+    scheduler may place it (`may_use`): a guest's pod that fits the free room of a lent pool's
+    node is placed there, and a burst node bought for it on its own pool would stay empty.
+    Five queries at most: the pools, the slugs they lend to, the nodes; the Running pods are
+    summed per node, and read one by one only on nodes whose GPUs are partly used (a full
+    node's sums say it all)."""
     out: dict[int, Capacity] = {team_id: Capacity() for team_id in team_ids}
     if not team_ids:
         return out
-    pools = {p.pk: p for p in GpuNodePool.objects.filter(team_id__in=team_ids, deleted_at__isnull=True).select_related("node_type", "gpu_model", "zone", "team")}
+    live = GpuNodePool.objects.filter(Q(team_id__in=team_ids) | Q(document__spec__has_key="sharedWith"), deleted_at__isnull=True)
+    candidates = list(live.select_related("node_type", "gpu_model", "zone", "team"))
+    teams, asking = pool_teams(candidates), {team_identity(team_id): team_id for team_id in team_ids}
+    users = {p.pk: [asking[t] for t in sorted(teams[p.pk]) if t in asking] for p in candidates}  # pool -> the teams asked for that may use it
+    pools = {p.pk: p for p in candidates if users[p.pk]}
     nodes = list(
         Node.objects.filter(pool_id__in=list(pools), release_reason="", phase__in=(*SCHEDULER_PHASES, *PROVISIONING_PHASES))
         .order_by("name").values_list("pk", "name", "pool_id", "phase", "billing", "gpu_count", "labels", "taints", "unschedulable")
     )  # fmt: skip
     states = {
         pk: node_state_from(name=name, pool=pools[pool_id], phase=phase, gpu_count=gpus, labels=labels, taints=taints,
-                            unschedulable=unschedulable, teams=frozenset({team_identity(pools[pool_id].team_id)}))
+                            unschedulable=unschedulable, teams=teams[pool_id])
         for pk, name, pool_id, phase, _, gpus, labels, taints, unschedulable in nodes if phase in SCHEDULER_PHASES
     }  # fmt: skip
     running = Pod.objects.filter(phase=Pod.Phase.RUNNING, node_id__in=list(states))
@@ -54,16 +61,16 @@ def team_capacity(*, team_ids: Collection[int], catalog: Catalog) -> dict[int, C
         take_requests(states[node_id], pod, indices or ())
     templates = {}
     for pk, name, pool_id, _, billing, *_ in nodes:
-        pool = pools[pool_id]
-        capacity = out[pool.team_id]
-        if pk in states:
-            capacity.existing.append(states[pk])
-            continue
-        if (pool_id, billing) not in templates:
-            templates[(pool_id, billing)] = template_node(pool, parse_document(pool.document, catalog), billing=billing)
-        upcoming = templates[(pool_id, billing)].clone()
-        upcoming.name = name
-        capacity.upcoming.append(upcoming)
+        node = states.get(pk)
+        if node is None:  # upcoming: an empty node of its pool, which the same teams may use
+            if (pool_id, billing) not in templates:
+                pool = pools[pool_id]
+                templates[(pool_id, billing)] = template = template_node(pool, parse_document(pool.document, catalog), billing=billing)
+                template.teams = teams[pool_id]
+            node = templates[(pool_id, billing)].clone()
+            node.name = name
+        for team_id in users[pool_id]:
+            (out[team_id].existing if pk in states else out[team_id].upcoming).append(node)
     return out
 
 

@@ -171,8 +171,9 @@ def test_e_the_teams_quota_caps_a_scale_up_and_the_activity_says_so(actors):
 
 
 def test_e_quota_an_order_took_after_the_pass_read_it_is_counted_before_buying(actors, monkeypatch):
-    """The pass reads the quotas once; the recount under the quota rows' locks (those an order's
-    check takes) sees an order made since, so the two never pass the quota together."""
+    """The pass reads the quotas for all its pools; the pool that acts reads them again under
+    the quota rows' locks (those an order's check takes) and sees an order made since, so the
+    two never pass the quota together."""
     from pools.selectors import autoscaler_view
     from pools.selectors.pools import quota_usage
     from pools.services import pools as pool_services
@@ -184,15 +185,17 @@ def test_e_quota_an_order_took_after_the_pass_read_it_is_counted_before_buying(a
     memory_used(pool, 95)
     region = pool.zone.region
     Quota.objects.update_or_create(region=region, gpu_model=pool.gpu_model, team=None, defaults={"limit_gpus": quota_usage(region=region, gpu_model_id=pool.gpu_model_id) + 8})
-    read = autoscaler_view.quota_rooms
+    read, reads = autoscaler_view.quota_rooms, []
 
     def read_then_another_team_orders(**kwargs):
         rooms = read(**kwargs)  # 8 GPUs left when the pass reads
-        pool_services.pool_create(user=actors["other_lead"], document=make_document("other", region="cn-east-2b", nodeCount={"min": 1, "max": 1}))
+        if not reads:  # the pass's read, before the claims and the locks
+            reads.append(rooms)
+            pool_services.pool_create(user=actors["other_lead"], document=make_document("other", region="cn-east-2b", nodeCount={"min": 1, "max": 1}))
         return rooms
 
     monkeypatch.setattr(autoscaler_view, "quota_rooms", read_then_another_team_orders)
-    assert pool_autoscale(pool_id=pool.pk, now=T0).reason == "QuotaExceeded" and not burst_nodes().exists()
+    assert autoscale_all(now=T0)[0].reason == "QuotaExceeded" and not burst_nodes().exists()
     assert quota_usage(region=region, gpu_model_id=pool.gpu_model_id) == Quota.objects.get(region=region, gpu_model=pool.gpu_model, team=None).limit_gpus
 
 

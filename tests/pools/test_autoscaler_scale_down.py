@@ -106,3 +106,28 @@ def test_the_repack_plan_sees_a_scheduler_pass_that_committed_before_the_lock(ac
     for node in (first, second):
         used = [gpu for on, gpus in placed.values() if on == node.name for gpu in gpus]
         assert sorted(used) == list(range(8))  # every GPU once: nothing oversubscribed
+
+
+def test_expendable_pods_keep_no_burst_node_and_are_not_moved(actors, settings):
+    """Below the cutoff (CA's --expendable-pods-priority-cutoff, -10) a pod is left out of the
+    scale-down simulation: neither its safe-to-evict annotation nor its budget keeps the node, it
+    needs no room elsewhere (the monthly nodes are full) and is not moved: the drain evicts it
+    (here its budget holds it until the drain's deadline). At the cutoff the same pods keep the
+    node."""
+    pool, burst = pool_with_burst_node(actors)
+    for index, node in enumerate(pool.nodes.filter(billing=Node.Billing.MONTHLY)):
+        run_on(submit(actors["member"], f"full-{index}", gpus=8, cpu="1"), node, list(range(8)))
+    budget(actors, "keep", {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "filler"}}})
+    document = pod_document("pinned", gpus=2, priority=-100, labels={"app": "filler"})
+    document["metadata"]["annotations"]["cluster-autoscaler.kubernetes.io/safe-to-evict"] = "false"
+    pods = [pod_services.pod_create(user=actors["member"], document=document, now=T0), submit(actors["member"], "filler", gpus=4, priority=-100, labels={"app": "filler"})]
+    for pod, gpus in zip(pods, ([0, 1], [2, 3, 4, 5]), strict=True):
+        run_on(pod, burst, gpus)
+    memory_used(pool, 5)
+    settings.EBCLOUD_EXPENDABLE_PODS_PRIORITY_CUTOFF = -100
+    assert pool_autoscale(pool_id=pool.pk, now=LATER).reason == "ScaleDownBlocked"
+    settings.EBCLOUD_EXPENDABLE_PODS_PRIORITY_CUTOFF = -10
+    assert pool_autoscale(pool_id=pool.pk, now=LATER + timedelta(minutes=5)).reason == "ScaledDown"
+    burst.refresh_from_db()
+    assert burst.release_reason and burst.unschedulable
+    assert set(Pod.objects.filter(name__in=["pinned", "filler"]).values_list("node", "reason")) == {(burst.pk, "")}  # not moved: left to the drain

@@ -204,8 +204,8 @@ def test_a_pool_tries_only_the_shapes_that_could_fit_its_nodes_and_finds_what_tr
     `filter_node` passes when every shape is tried, in the order first seen."""
     from itertools import product
 
+    from pools.core.scale_up import Shapes
     from pools.core.scheduling.nodes import NodeState, Pod, Taint, Toleration, filter_node
-    from pools.selectors.autoscaler_view import Shapes
 
     def tolerating(*pairs):
         return tuple(Toleration(k, "Exists" if v is None else "Equal", v or "", e) for k, v, e in pairs)
