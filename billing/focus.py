@@ -158,7 +158,10 @@ def purchase_rows(
     part-month.
 
     Payments are cumulative roundings of ``price × months elapsed``, so they add up to the
-    lease payment that :func:`billing.lease_costs.monthly_hour_cost` amortises.
+    lease payment that :func:`billing.lease_costs.monthly_hour_cost` amortises. A row's charge
+    period is the lease month it pays for (FOCUS 1.2: the bounds of "the effective period of the
+    charge", for a non-usage charge "the duration of eligibility"), billed in the month it starts
+    in: it may end after that billing period, as FOCUS's own commitment purchase examples do.
     """
     rows = []
     paid = Decimal(0)
