@@ -82,8 +82,10 @@ def budget_sync_pool(
         "default_amount": default.amount if default else None,
         "default_note": default.explanation if default else "",
     }
-    if budget is None:
-        return Budget.objects.create(pool=pool, created_at=now, updated_at=now, **values)
+    if budget is None:  # another worker may insert it first: then its row is brought in line below
+        budget, created = Budget.objects.get_or_create(pool=pool, defaults={"created_at": now, "updated_at": now, **values})
+        if created:
+            return budget
     changed = {k: v for k, v in values.items() if getattr(budget, k) != v}
     if changed:
         for key, value in changed.items():

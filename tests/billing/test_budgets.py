@@ -14,7 +14,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import connection
 from django.test import Client
 
-from billing import budgets, selectors
+from billing import budget_sync, budgets, selectors
 from billing.models import Budget, BudgetAlert
 from pools.models import Notification, PoolEvent
 from pools.services import notifications as notify
@@ -236,6 +236,44 @@ def test_two_workers_fire_each_threshold_once(actors):
     assert alerts() == [(80, "actual"), (100, "actual")]
     assert len(fired) == 2 and len(mail.outbox) == 2
     assert PoolEvent.objects.filter(reason="BudgetThresholdReached").count() == 2
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(
+    connection.vendor != "postgresql",
+    reason="concurrent inserts need PostgreSQL (SQLite serialises writers)",
+)
+def test_two_workers_creating_a_missing_pool_budget_create_it_once_and_both_check_it(actors, monkeypatch):
+    """Seed T6: a pool whose budget row is missing (say, no price decided one until now) gets
+    one; two workers that both found it missing do not crash on the second insert."""
+    p = budget_pool(actors)
+    spend(p, "1000")
+    Budget.objects.filter(pool=p).delete()
+    barrier, real_default = threading.Barrier(2, timeout=30), budget_sync.pool_default_budget
+
+    def meet_then_price(**kwargs):
+        barrier.wait()  # both workers found no budget row; neither has inserted one yet
+        return real_default(**kwargs)
+
+    monkeypatch.setattr(budget_sync, "pool_default_budget", meet_then_price)
+    fired, errors = [], []
+
+    def worker():
+        try:
+            fired.extend(budgets.budgets_evaluate(now=T0 + HOUR))
+        except Exception as exc:  # noqa: BLE001 - the test reads what each worker met
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert Budget.objects.filter(pool=p).count() == 1
+    assert alerts() == [(80, "actual"), (100, "actual")] and len(fired) == 2
 
 
 def test_the_budgets_page_lists_budgets_and_alerts_by_role(evaluate, actors):
