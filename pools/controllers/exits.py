@@ -189,7 +189,7 @@ def leases_handle(p: ReconcilePass) -> None:
     notice = timedelta(seconds=settings.EBCLOUD_LEASE_NOTICE_SECONDS)
     nodes = list(p.live_nodes().filter(release_reason="", lease_end__isnull=False).select_related("renewal_order").order_by("lease_end", "name"))
     staying = sum(1 for n in nodes if n.lease_end > p.now + notice)
-    renewing = sum(1 for n in nodes if n.renewal_order_id and n.renewal_order.status == PoolOrder.Status.APPROVED)
+    renewing = sum(1 for n in nodes if n.renewal_order_id and n.renewal_order.status in (PoolOrder.Status.APPROVED, PoolOrder.Status.PAYING))
     to_notify = []
     for node in nodes:
         action = rules.lease_action(lease_end=node.lease_end, now=p.now, notice=notice, notified=node.lease_notified_at is not None)
@@ -298,7 +298,12 @@ def surplus_drain(p: ReconcilePass) -> None:
 
 
 def delete_step(p: ReconcilePass) -> bool:
-    """Drain and release every node of a Deleting pool; True once the pool is finalised."""
+    """Drain and release every node of a Deleting pool; True once the pool is finalised.
+
+    Orders not paid yet are withdrawn; a Paying one is not (the cloud may have debited it): the
+    pass settles it first (`lifecycle._pay_orders`), and the pool is not finalised while one is
+    left (the controller never passes over a deleted pool). A Paid order keeps its nodes'
+    leases billed to their end, as ever."""
     for order in p.pool.orders.filter(status=PoolOrder.Status.APPROVED):
         if PoolOrder.objects.filter(pk=order.pk, status=PoolOrder.Status.APPROVED).update(status=PoolOrder.Status.FAILED, reason="Withdrawn: the pool was deleted"):
             p.event("OrderWithdrawn", f"Order #{order.pk} withdrawn before payment: the pool is being deleted")
@@ -307,7 +312,7 @@ def delete_step(p: ReconcilePass) -> bool:
             p, node, reason=rules.POOL_DELETED, event_reason="NodeDeleting",
             message=f"Pool {p.pool.name} is being deleted: draining node {node.name}, then releasing it",
         )  # fmt: skip
-    if p.live_nodes().exists():
+    if p.live_nodes().exists() or p.pool.orders.filter(status=PoolOrder.Status.PAYING).exists():
         return False
     with transaction.atomic():
         done = GpuNodePool.objects.filter(pk=p.pool.pk, deleted_at__isnull=True).update(

@@ -55,7 +55,7 @@ from pools.core.spec import parse_document
 from pools.models import GpuNodePool, Node, PoolOrder
 from pools.providers import get_cloud_provider, get_cluster_backend
 from pools.providers.base import CloudProvider, ClusterBackend, InsufficientBalance, ProviderError
-from pools.selectors.pools import catalog_current, quota_held
+from pools.selectors.pools import UNPAID_STATUSES, catalog_current, quota_held
 from pools.services.events import WARNING, event_record
 from pools.services.pools import pool_orders_lock, quota_limits_lock
 
@@ -201,6 +201,7 @@ def _reconcile(pool_id: int, now: datetime, cloud: CloudProvider, cluster: Clust
     fresh = None
     if pool.phase == GpuNodePool.Phase.DELETING:
         exits.drains_advance(p)
+        _pay_orders(p, statuses=(PoolOrder.Status.PAYING,))  # a payment left unsettled: Paid, or refused (then withdrawn)
         if exits.delete_step(p):
             return ReconcileResult(pool_id=pool_id, claimed=True, phase=GpuNodePool.Phase.DELETED)
     elif shared is None:
@@ -230,40 +231,68 @@ def _steps_run(p: ReconcilePass, snapshot: rules.PoolSnapshot, shared: PassShare
     return fresh
 
 
-def _pay_orders(p: ReconcilePass) -> None:
+def _pay_orders(p: ReconcilePass, statuses: tuple[str, ...] = UNPAID_STATUSES) -> None:
     """Pay every Approved order (oldest first); the payment is keyed by the order (no double debit).
 
-    Each order is paid under the locks every writer of a pool's orders takes, in the same order
-    (`pool_services.pool_orders_lock`: the quota rows, then the pool's row): a delete or a
-    lowered `nodeCount.min` withdraws or reduces an order either before it is paid (this pass
-    then finds it so and pays nothing, or less) or after (and leaves it Paid), never while the
-    cloud debits it."""
-    approved = p.pool.orders.filter(status=PoolOrder.Status.APPROVED).order_by("created_at", "pk")
-    for order_id in list(approved.values_list("pk", flat=True)):
-        with transaction.atomic():
-            pool_orders_lock(pool=p.pool)
-            order = PoolOrder.objects.filter(pk=order_id, status=PoolOrder.Status.APPROVED).first()
-            if order is not None:
-                _pay_order(p, order)
+    An order is claimed, paid, then settled. Under the locks every writer of a pool's orders
+    takes, in the same order (`pool_services.pool_orders_lock`: the quota rows, then the pool's
+    row), the quota is checked again and the order goes Approved -> Paying, committed. The cloud
+    is asked with no lock held, so a slow cloud holds up no other write of the region's orders.
+    Then, under the locks again, Paying -> Paid, or back to Approved when the cloud refuses.
+    A delete, a lowered `nodeCount.min` or a decision never withdraws or reduces a Paying order
+    (the cloud may have debited it): they leave it to be settled here. A worker that dies or times
+    out in between leaves the order Paying, and the next pass, of a live pool or of a Deleting
+    one (`statuses`: Paying only), asks the cloud again with the same order id, which returns
+    the payment when there is one."""
+    unpaid = p.pool.orders.filter(status__in=statuses).order_by("created_at", "pk")
+    for order_id in list(unpaid.values_list("pk", flat=True)):
+        claimed = _pay_claim(p, order_id)
+        if claimed is not None:
+            _pay_order(p, *claimed)
 
 
-def _pay_order(p: ReconcilePass, order: PoolOrder) -> None:
-    quota_note = _quota_check(p, order)
-    if quota_note is None:
-        return
+def _pay_claim(p: ReconcilePass, order_id: int) -> tuple[PoolOrder, str] | None:
+    """Under the locks: an Approved order of a pool not being deleted becomes Paying once the
+    quota allows it (with the quota's note for its `QuotaValidated` event); a Paying one is
+    settled as it is, never held back again (the cloud may hold its debit). None: not to pay."""
+    with transaction.atomic():
+        pool = pool_orders_lock(pool=p.pool)
+        order = PoolOrder.objects.filter(pk=order_id, status__in=UNPAID_STATUSES).first()
+        if order is None:
+            return None
+        if order.status == PoolOrder.Status.PAYING:
+            return order, ""
+        if pool.deleted_at is not None or pool.phase == GpuNodePool.Phase.DELETING:
+            return None  # the delete withdraws it
+        quota_note = _quota_check(p, order)
+        if quota_note is None:
+            return None
+        PoolOrder.objects.filter(pk=order.pk, status=PoolOrder.Status.APPROVED).update(status=PoolOrder.Status.PAYING)
+    return order, quota_note
+
+
+def _pay_order(p: ReconcilePass, order: PoolOrder, quota_note: str) -> None:
+    """Ask the cloud (no lock held, no transaction open), then settle the Paying order under the
+    locks. A refusal (`ProviderError`: nothing was debited) puts it back to Approved; any other
+    failure (a timeout: the outcome is unknown) leaves it Paying for the next pass."""
     try:
         payment = p.cloud.pay(order_id=order.pk, amount=order.amount, currency=order.currency, now=p.now)
-    except InsufficientBalance as exc:
-        reason = rules.insufficient_balance_reason(need=exc.need, balance=exc.balance, currency=exc.currency)
-        p.stall(reason)
-        p.event("InsufficientBalance", f"Order #{order.pk} is unpaid: {reason}; payment is retried every pass", type=WARNING)
-        return
     except ProviderError as exc:
-        p.stall(f"{exc.reason}: {exc.message}")
-        p.event(exc.reason, f"Order #{order.pk} is unpaid: {exc.message}; payment is retried every pass", type=WARNING)
+        with transaction.atomic():
+            pool_orders_lock(pool=p.pool)
+            if not PoolOrder.objects.filter(pk=order.pk, status=PoolOrder.Status.PAYING).update(status=PoolOrder.Status.APPROVED):
+                return
+            if isinstance(exc, InsufficientBalance):
+                reason = rules.insufficient_balance_reason(need=exc.need, balance=exc.balance, currency=exc.currency)
+                p.stall(reason)
+                p.event("InsufficientBalance", f"Order #{order.pk} is unpaid: {reason}; payment is retried every pass", type=WARNING)
+            else:
+                p.stall(f"{exc.reason}: {exc.message}")
+                p.event(exc.reason, f"Order #{order.pk} is unpaid: {exc.message}; payment is retried every pass", type=WARNING)
         return
     with transaction.atomic():
-        if PoolOrder.objects.filter(pk=order.pk, status=PoolOrder.Status.APPROVED).update(status=PoolOrder.Status.PAID):
+        pool_orders_lock(pool=p.pool)
+        if PoolOrder.objects.filter(pk=order.pk, status=PoolOrder.Status.PAYING).update(status=PoolOrder.Status.PAID):
             if quota_note:
                 p.event("QuotaValidated", quota_note)
             p.event(
@@ -317,7 +346,8 @@ def _create_missing(p: ReconcilePass) -> None:
     billing = Node.Billing.PREEMPTIBLE if p.pool.preemptible else Node.Billing.MONTHLY
     for order in _capacity_orders(p.pool):
         for _ in range(min(_slots_missing(order), room)):
-            _node_create(p, order, billing)
+            if _node_create(p, order, billing) is None:
+                return
             room -= 1
 
 
@@ -339,7 +369,10 @@ def node_names_next(pool: GpuNodePool, count: int) -> list[str]:
     return [f"{prefix}{taken + i:03d}" for i in range(1, count + 1)]
 
 
-def _node_create(p: ReconcilePass, order: PoolOrder, billing: str) -> Node:
+def _node_create(p: ReconcilePass, order: PoolOrder, billing: str) -> Node | None:
+    """A node for a slot of a paid order; None when the pool is being deleted: a delete that
+    landed during this pass (after the payment, say) finds no node it has not seen, since the
+    node is written under the pool's row lock, which the delete takes too."""
     vacated = lease_ledger.vacated_holder(order)  # a replacement takes over the vacated slot's lease
     sibling = vacated or order.nodes.exclude(lease_end=None).order_by("-lease_end").first()
     if sibling is not None:  # the order's nodes share its lease
@@ -348,6 +381,9 @@ def _node_create(p: ReconcilePass, order: PoolOrder, billing: str) -> Node:
         paid_at = p.cloud.pay(order_id=order.pk, amount=order.amount, currency=order.currency, now=p.now).paid_at  # idempotent: the existing payment
         lease_start, lease_end = paid_at, rules.add_months(paid_at, order.lease_months)
     with transaction.atomic():
+        locked = GpuNodePool.objects.select_for_update(no_key=True).filter(pk=p.pool.pk).values_list("phase", "deleted_at").get()
+        if locked[0] == GpuNodePool.Phase.DELETING or locked[1] is not None:
+            return None
         node = Node.objects.create(
             pool=p.pool,
             name=node_name_next(p.pool),

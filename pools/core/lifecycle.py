@@ -248,9 +248,9 @@ class PoolCounts:
     unknown: int = 0
     draining: int = 0
     awaiting_orders: tuple[int, ...] = ()  # ids of Pending orders
-    unpaid_orders: tuple[int, ...] = ()  # ids of Approved orders not paid yet
+    unpaid_orders: tuple[int, ...] = ()  # ids of Approved orders not paid yet (or being paid)
     min_nodes: int = 0  # the spec's nodeCount.min
-    ordered: int = 0  # monthly nodes ordered (Pending, Approved or Paid) and not retired
+    ordered: int = 0  # monthly nodes ordered (Pending, Approved, Paying or Paid) and not retired
     last_refusal: str = ""  # "order #3 Rejected: budget freeze"
 
 
@@ -443,7 +443,8 @@ class PoolStatus:
 
 
 CAPACITY_KINDS = ("create", "grow")  # orders that add monthly capacity (a renewal adds none)
-QUOTA_HOLDING = ("Pending", "Approved", "Paid")
+UNPAID = ("Approved", "Paying")  # approved, not paid yet: awaiting payment, or being paid now
+QUOTA_HOLDING = ("Pending", *UNPAID, "Paid")
 SLOW_CAPACITY = timedelta(minutes=15)  # O4: over 15 minutes points at prewarming or stock
 
 
@@ -484,7 +485,7 @@ def steps_needed(
     checks = (
         bool(registered) and (s.generation != s.observed_generation or _drifted(registered, observed)),
         len(active) < len(s.nodes),
-        any(o.status == "Approved" for o in s.orders),  # to pay
+        any(o.status in UNPAID for o in s.orders),  # to pay (a payment a worker left unsettled too)
         any(n.provider_id and n.provider_id in reclaiming for n in active),
         any(lease_action(lease_end=n.lease_end, now=now, notice=lease_notice, notified=n.lease_notified) != NONE for n in active),
         len(active) > s.max_nodes,
@@ -533,7 +534,7 @@ def status_of(s: PoolSnapshot, *, stalls: Sequence[str] = (), now: datetime) -> 
         unknown=sum(1 for n in s.nodes if n.phase == "Unknown" and not n.release_reason),
         draining=sum(1 for n in s.nodes if n.release_reason),
         awaiting_orders=tuple(sorted(o.pk for o in s.orders if o.status == "Pending")),
-        unpaid_orders=tuple(sorted(o.pk for o in s.orders if o.status == "Approved")),
+        unpaid_orders=tuple(sorted(o.pk for o in s.orders if o.status in UNPAID)),
     )
     errors = [n.last_error for n in s.nodes if n.last_error]  # a step, or a cluster call, failing and retried with backoff
     phase, reason = pool_status(counts=counts, stalls=[*stalls, *errors], deleting=s.phase == "Deleting")

@@ -236,6 +236,7 @@ class PoolOrder(models.Model):
     class Status(models.TextChoices):
         PENDING = "Pending", "Pending"
         APPROVED = "Approved", "Approved"
+        PAYING = "Paying", "Paying"  # the controller is paying it: only the payment settles it (Paid, or back to Approved)
         REJECTED = "Rejected", "Rejected"
         PAID = "Paid", "Paid"
         FAILED = "Failed", "Failed"

@@ -183,7 +183,13 @@ class CloudProvider(Protocol):
         ...
 
     def pay(self, *, order_id: int, amount: Decimal, currency: str, now: datetime) -> Payment:
-        """Pay a pool order from the account; raises InsufficientBalance or PaymentDeclined."""
+        """Pay a pool order from the account; raises InsufficientBalance or PaymentDeclined.
+
+        Idempotent on `order_id`: paying an order again returns its payment (`created` False)
+        and debits nothing. A `ProviderError` is a refusal: nothing was debited. Any other
+        failure (a timeout, a dropped connection) leaves the outcome unknown: the caller asks
+        again with the same id. The debit is the cloud's own: called outside the caller's
+        database transaction, it stands whatever the caller does next."""
         ...
 
     def provision_step(self, *, provider_id: str, step: str, now: datetime) -> StepResult:

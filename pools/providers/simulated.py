@@ -13,6 +13,8 @@ and reclaim notices for preemptible machines (D2). Settings (config/settings.py)
   declined, or a provisioning step), drawn by machine, step and attempt (`order` and `pay`: by
   order and moment): a rerun sees the same outcome.
 - `EBCLOUD_SIM_STOCK_GPUS` and `EBCLOUD_SIM_STOCK`: stock; `EBCLOUD_SIM_ACCOUNT`: who pays.
+- `latency_inject` (tests): the cloud answers a step late (a payment: debited at once, answered
+  late); `failure_inject(step="pay_lost")`: a payment debited whose answer never comes back.
 - `EBCLOUD_SIM_RECLAIM_RATE_PER_HOUR`: chance per hour that a running preemptible machine gets
   a reclaim notice (`EBCLOUD_SIM_RECLAIM_NOTICE_SECONDS` ahead); `reclaim_inject` does it now.
 - `EBCLOUD_SIM_XID_RATE`: chance per GPU-hour that a machine's GPU raises an Xid (default 0),
@@ -23,6 +25,7 @@ and reclaim notices for preemptible machines (D2). Settings (config/settings.py)
 from __future__ import annotations
 
 import hashlib
+import time
 import uuid
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -75,6 +78,7 @@ from pools.providers.base import (
 from pools.selectors.pools import quota_usage
 
 EVICT = "evict"  # an injected failure of this step is a disruption budget refusing an eviction
+PAY_LOST = "pay_lost"  # an injected failure of this step: the payment is debited, its answer times out
 DEFAULT_STEP_SECONDS = {BOOT: 60, IMAGE_PULL: 45, DRIVER_INSTALL: 90, KUBELET_INSTALL: 30, KUBELET_JOIN: 20}
 FAILURE_DETAILS = {
     BOOT: "machine {id} did not boot",
@@ -86,6 +90,7 @@ FAILURE_DETAILS = {
 # Xids the rate draws from, application faults and the repair ladder's rungs alike
 # (pools/core/repair.py: 13/31/43/94 leave the node alone, 48/74/119 start at a GPU reset, 79 replaces).
 SIM_XID_MIX = (13, 13, 31, 43, 94, 48, 74, 119, 79)
+_LATENCY: dict[str, float] = {}  # step -> seconds the answer takes (`latency_inject`)
 
 
 def step_seconds() -> dict[str, int]:
@@ -220,6 +225,10 @@ class SimulatedCloud:
                 )
         except IntegrityError:
             return _payment(SimPayment.objects.get(order_id=order_id), created=False)
+        if _LATENCY.get(PAY):  # debited; the answer is slow to come back
+            time.sleep(_LATENCY[PAY])
+        if _take_failure(PAY_LOST, token=str(order_id)):
+            raise TimeoutError(f"the payment of order #{order_id} was sent, but no answer came back in time")
         return _payment(payment, created=True)
 
     # -- machines ------------------------------------------------------------------------------
@@ -357,9 +366,20 @@ def stock_set(*, zone: str, gpu_model: str, gpus: int) -> None:
 
 def failure_inject(*, step: str, times: int | None = 1, zone: str = "", image: str = "", token_prefix: str = "", message: str = "") -> SimFailure:
     """Make the next `times` matching steps fail (`times=None`: until removed). Steps: `order`
-    (out of stock), `pay` (declined), `boot`, `image_pull`, `driver_install`, `kubelet_install`,
+    (out of stock), `pay` (declined), `pay_lost` (debited, but the caller times out waiting for
+    the answer; `token_prefix`: the order id), `boot`, `image_pull`, `driver_install`, `kubelet_install`,
     `kubelet_join` (timeout), `evict` (a disruption budget; `token_prefix` "namespace/name")."""
     return SimFailure.objects.create(step=step, remaining=times, zone=zone, image=image, token_prefix=token_prefix, message=message)
+
+
+def latency_inject(*, step: str, seconds: float) -> None:
+    """Make the cloud slow to answer a step (this process; `seconds=0` ends it). `pay`: the
+    debit is committed at once, the answer comes `seconds` later, as from a real cloud over a
+    slow network."""
+    if seconds > 0:
+        _LATENCY[step] = seconds
+    else:
+        _LATENCY.pop(step, None)
 
 
 def reclaim_inject(*, provider_id: str, now: datetime, notice: timedelta | None = None) -> datetime:

@@ -179,16 +179,22 @@ def pool_delete(*, user, pool: GpuNodePool, now: datetime | None = None) -> GpuN
             event_record(pool=locked, reason="OrderWithdrawn", message=f"Order #{order_id} withdrawn: the pool is being deleted", actor=user, now=now)
         # Approved orders not paid yet go too, as the Deleting path withdraws them
         # (pools/controllers/exits.py): a pool without nodes is gone at once, and the
-        # controller never passes over a deleted pool to do it. The controller pays under this
-        # same lock, so an order here is not being paid now.
+        # controller never passes over a deleted pool to do it. The controller claims an order
+        # for payment (Approved -> Paying) under this same lock, so an Approved one here is not
+        # being paid. A Paying one is left to the payment (the cloud may have debited it): the
+        # pool stays Deleting until the controller settles it, Paid or withdrawn.
         unpaid = list(locked.orders.filter(status=PoolOrder.Status.APPROVED).values_list("pk", flat=True))
         locked.orders.filter(pk__in=unpaid).update(status=PoolOrder.Status.FAILED, reason="Withdrawn: the pool was deleted")
         for order_id in unpaid:
             event_record(pool=locked, reason="OrderWithdrawn", message=f"Order #{order_id} withdrawn before payment: the pool is being deleted", actor=user, now=now)
         audit_record(actor=user, action="pool.delete", obj=locked, before=locked.document)
+        paying = locked.orders.filter(status=PoolOrder.Status.PAYING).values_list("pk", flat=True).first()
         if locked.nodes.exclude(phase="Terminated").exists():
             _set_status(locked, phase=GpuNodePool.Phase.DELETING, pending_reason="Draining: nodes are drained, then released")
             event_record(pool=locked, reason="PoolDeleting", message="Deletion requested: draining nodes before release", actor=user, now=now)
+        elif paying is not None:
+            _set_status(locked, phase=GpuNodePool.Phase.DELETING, pending_reason=f"OrderPaying: order #{paying} is being paid; the pool goes once the payment is settled")
+            event_record(pool=locked, reason="PoolDeleting", message=f"Deletion requested: order #{paying} is being paid; the pool goes once the payment is settled", actor=user, now=now)
         else:
             locked.deleted_at = now
             locked.save(update_fields=["deleted_at"])
@@ -280,8 +286,9 @@ def _orders_trim(*, pool: GpuNodePool, min_nodes: int, excess: int, user, now: d
     paid yet, newest first, Pending before Approved (an approval covers money; less of it is
     still covered). An order wholly in excess is withdrawn; one partly so keeps the nodes still
     wanted at its own price terms, so its amount stays exact to the cent. Paid orders are bought:
-    their nodes stay until their leases end. The caller holds the pool's lock, which the
-    controller's payments also take, so no order here is being paid meanwhile."""
+    their nodes stay until their leases end. A Paying order is left alone too: the cloud may
+    have debited it. The caller holds the pool's lock, under which the controller claims an
+    order for payment (Approved -> Paying), so no Approved order here starts being paid meanwhile."""
     statuses = ((PoolOrder.Status.PENDING, PoolOrder.Status.REJECTED), (PoolOrder.Status.APPROVED, PoolOrder.Status.FAILED))
     why = f"nodeCount.min lowered to {min_nodes}"
     for status, withdrawn in statuses:
