@@ -208,8 +208,8 @@ def leases_handle(p: ReconcilePass) -> None:
         return
     allowed = rules.renewals_allowed(min_nodes=p.pool.min_nodes, staying=staying, renewing=renewing) if p.spec.auto_renew else 0
     renew, leave = to_notify[:allowed], to_notify[allowed:]
-    order = _renewal_order(p, renew) if renew else None
-    with transaction.atomic():
+    with transaction.atomic():  # the order is born linked to its nodes: a rerun never orders (and pays) it twice
+        order = _renewal_order(p, renew) if renew else None
         for node in renew:
             Node.objects.filter(pk=node.pk).update(lease_notified_at=p.now, renewal_order=order)
             p.event("LeaseExpiring", f"Lease of node {node.name} ends at {_at(node.lease_end)}; autoRenew ordered renewal #{order.pk}", node=node)
@@ -253,7 +253,7 @@ def renewal_apply(p: ReconcilePass, order: PoolOrder) -> None:
     and adds each one's next lease period to the ledger, at its share of the renewal's debit."""
     renewed = []
     for node in Node.objects.filter(renewal_order=order).exclude(phase=Node.Phase.TERMINATED).order_by("name"):
-        lease_end = rules.add_months(node.lease_end or p.now, order.lease_months)
+        lease_end = rules.lease_extended(lease_start=node.lease_start, lease_end=node.lease_end, months=order.lease_months) if node.lease_end else rules.add_months(p.now, order.lease_months)
         Node.objects.filter(pk=node.pk).update(lease_end=lease_end, lease_notified_at=None, renewal_order=None)
         p.event("LeaseRenewed", f"Lease of node {node.name} renewed by order #{order.pk} until {_at(lease_end)}", node=node)
         renewed.append((node, node.lease_end or p.now, lease_end))

@@ -100,6 +100,17 @@ def add_months(moment: datetime, months: int) -> datetime:
     return moment.replace(year=year, month=month, day=day)
 
 
+def lease_extended(*, lease_start: datetime | None, lease_end: datetime, months: int) -> datetime:
+    """The end of a lease `lease_start`..`lease_end` renewed for `months` more: counted from the
+    lease's start, whose day of the month it keeps (a lease paid on 31 January ends on 29
+    February, then 31 March: from the clamped 29 February it would end on the 29th for good,
+    the same price for fewer days). Without a start, from the end."""
+    if lease_start is None:
+        return add_months(lease_end, months)
+    held = (lease_end.year - lease_start.year) * 12 + lease_end.month - lease_start.month
+    return add_months(lease_start, held + months)
+
+
 # ---------------------------------------------------------------------------------------------
 # Leases (D2)
 

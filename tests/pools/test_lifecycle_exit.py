@@ -5,9 +5,12 @@ first (issue 3 §6); a silent node is Unknown only after a grace period and keep
 from __future__ import annotations
 
 from datetime import timedelta
+from decimal import Decimal
 
 import pytest
 
+from billing.models import Account, LeasePeriod
+from pools.controllers import context
 from pools.models import GpuNodePool, Node, PoolEvent, PoolOrder
 from pools.models.cloud import SimClusterNode, SimMachine
 from pools.models.pods import Pod
@@ -83,6 +86,55 @@ def test_auto_renew_orders_a_renewal_instead_and_extends_the_lease(actors, train
     reconcile(pool, LEASE_END + timedelta(hours=1))
     assert [n.phase for n in live_nodes(pool)] == ["Ready", "Ready"]
     assert PoolOrder.objects.filter(kind="renew").count() == 1
+
+
+def test_a_pass_killed_after_ordering_a_renewal_reruns_into_one_paid_renewal(actors, train_document, monkeypatch):
+    """Issue 3 §3 + D2: the renewal order and its nodes' link to it are one step; a pass killed
+    between them leaves neither, and the rerun orders, debits and renews once."""
+    train_document["spec"]["autoRenew"] = True
+    pool = approved_pool(actors, train_document)
+    run_until(pool, T0)
+    balance = Account.objects.get(name="default").balance
+    real, crashes = context.event_record, {"LeaseExpiring": 1}
+
+    def flaky(**kwargs):
+        if crashes.get(kwargs["reason"]):
+            crashes[kwargs["reason"]] -= 1
+            raise RuntimeError(f"worker killed before recording {kwargs['reason']}")
+        return real(**kwargs)
+
+    monkeypatch.setattr(context, "event_record", flaky)
+    notice_at = LEASE_END - NOTICE + timedelta(minutes=1)
+    with pytest.raises(RuntimeError):
+        reconcile(pool, notice_at)
+    for minute in range(1, 4):
+        reconcile(pool, notice_at + timedelta(minutes=minute))
+    renewal = PoolOrder.objects.get(kind="renew")
+    assert (renewal.status, renewal.node_count) == ("Paid", 2)
+    assert balance - Account.objects.get(name="default").balance == renewal.amount == Decimal("40000")
+    assert PoolEvent.objects.filter(reason="RenewalOrdered").count() == 1
+    assert PoolEvent.objects.filter(reason="LeaseRenewed").count() == 2
+    assert [n.lease_end for n in live_nodes(pool)] == [LEASE_END.replace(month=2)] * 2
+
+
+def test_renewals_of_a_lease_paid_on_the_31st_keep_its_day_of_the_month(actors, train_document):
+    """D2: a lease ends leaseType months after its order was paid, renewals included: a lease
+    paid on 31 January 2028 ends on 29 February, then 31 March, 30 April and 31 May (renewing
+    from the clamped 29 February ended every later month on the 29th: the same debit for up to
+    two days less). The ledger's periods follow the leases, end to start."""
+    train_document["spec"]["autoRenew"] = True
+    paid = T0.replace(year=2028, month=1, day=31, hour=13, minute=27)
+    pool = approved_pool(actors, train_document, now=paid)
+    run_until(pool, paid)
+    ends = [live_nodes(pool)[0].lease_end]
+    for _ in range(3):
+        reconcile(pool, ends[-1] - NOTICE + timedelta(minutes=1))
+        reconcile(pool, ends[-1] - NOTICE + timedelta(minutes=2))
+        ends.append(live_nodes(pool)[0].lease_end)
+    assert [(e.month, e.day, e.hour, e.minute) for e in ends] == [(2, 29, 13, 27), (3, 31, 13, 27), (4, 30, 13, 27), (5, 31, 13, 27)]
+    node = live_nodes(pool)[0]
+    periods = list(LeasePeriod.objects.filter(node=node).order_by("lease_start").values_list("lease_start", "lease_end"))
+    assert periods == list(zip([node.lease_start, *ends[:-1]], ends, strict=True))
 
 
 def test_auto_renew_renews_only_up_to_the_lowered_minimum(actors, train_document):
