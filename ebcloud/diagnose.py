@@ -35,16 +35,21 @@ def diagnosis_text(diagnosis: dict) -> str:
     ]
     for c in checks:
         lines += ["", f"{c.get('id')}: {c.get('title')} [{LABELS.get(c.get('status'), c.get('status'))}]"]
-        lines.append(f"  Found:         {c.get('found') or output.NONE}")
+        lines.append(f"  Found:         {_block(c.get('found'))}")
         if c.get("status") == "ok":
             continue
-        lines.append(f"  Likely cause:  {c.get('cause') or output.NONE}")
-        lines.append(f"  First action:  {c.get('action') or output.NONE}")
+        lines.append(f"  Likely cause:  {_block(c.get('cause'))}")
+        lines.append(f"  First action:  {_block(c.get('action'))}")
         details = c.get("details") or []
         if details:
             lines.append("  Items:")
             lines += [f"    - {' '.join(str(item).split())}" for item in details]
     return "\n".join(lines)
+
+
+def _block(text: str | None) -> str:
+    """A value, its later lines (a hint's YAML) indented under its first: the check stays one block."""
+    return ("\n" + " " * 17).join(str(text).splitlines()) if text else output.NONE
 
 
 @click.command("diagnose")

@@ -1,10 +1,10 @@
 """Why a Pending pod waits, in the words a team can act on: the hints beside the scheduler's
 verdict (which label or toleration is missing, on which of the team's own pools; which pool is
-full or could grow; which pool without a Ready node yet will take it, and what it waits for;
-what to order when no pool of the team ever could). The simulated scheduler pass
-(pools/controllers/scheduler.py) writes them with its own verdict; on a real cluster
-kube-scheduler gives the verdict (the pod's `PodScheduled` condition, mirrored into
-`Pod.explanation`) and `pending_hints_write` adds ours.
+full and has nodes starting that will take the pod, or could grow; which pool without a Ready
+node yet will take it, and what it waits for; what to order when no pool of the team ever
+could). The simulated scheduler pass (pools/controllers/scheduler.py) writes them with its own
+verdict; on a real cluster kube-scheduler gives the verdict (the pod's `PodScheduled`
+condition, mirrored into `Pod.explanation`) and `pending_hints_write` adds ours.
 """
 
 from __future__ import annotations
@@ -26,7 +26,13 @@ from pools.core.scheduling.nodes import (
     may_use,
 )
 from pools.core.scheduling.nodes import Pod as CorePod
-from pools.core.scheduling.waiting import PoolProspect, could_take, fits_empty, waiting_hints
+from pools.core.scheduling.waiting import (
+    PoolProspect,
+    could_take,
+    fits_empty,
+    starting_hint,
+    waiting_hints,
+)
 from pools.models import GpuModel, GpuNodePool, NodeType
 from pools.models.pods import Pod
 from pools.selectors.cluster import cluster_state, core_pod_of, live_nodes
@@ -67,6 +73,7 @@ class OrderCatalog:
     def __init__(self) -> None:
         self._read: tuple[list[NodeType], list[str]] | None = None
         self._prospects: list[PoolProspect] | None = None
+        self._by_name: dict[str, PoolProspect] | None = None
         self._by_shape: dict[tuple, tuple[list[str], bool]] = {}
 
     def read(self) -> tuple[list[NodeType], list[str]]:
@@ -79,6 +86,11 @@ class OrderCatalog:
         if self._prospects is None:
             self._prospects = pool_prospects()
         return self._prospects
+
+    def by_name(self) -> dict[str, PoolProspect]:
+        if self._by_name is None:
+            self._by_name = {p.name: p for p in self.prospects()}
+        return self._by_name
 
     def waiting(self, pod: CorePod) -> tuple[list[str], bool]:
         """The pools without a Ready node yet that will take the pod (`waiting_hints`), and
@@ -126,16 +138,18 @@ def pending_hints(pod: CorePod, states: list[NodeState], pools: dict[str, GpuNod
     pool of the team could ever take the pod, what to order."""
     usable = [state for state in states if may_use(pod, state)]
     explanation = explain(pod, usable)
-    hints = list(explanation.hints) + capacity_hints(pod, explanation.node_reasons, {s.name: s for s in usable}, pools)
+    hints = list(explanation.hints) + capacity_hints(pod, explanation.node_reasons, {s.name: s for s in usable}, pools, catalog)
     if explanation.available == 0:
         hints = catalog.waiting(pod)[0] + hints
         hints += order_hint(pod, usable, [state for state in states if not may_use(pod, state)], team_slug, catalog)
     return PendingHints(explanation.message, hints)
 
 
-def capacity_hints(pod: CorePod, node_reasons: dict[str, str], states: dict[str, NodeState], pools: dict[str, GpuNodePool]) -> list[str]:
+def capacity_hints(pod: CorePod, node_reasons: dict[str, str], states: dict[str, NodeState], pools: dict[str, GpuNodePool],
+                   catalog: OrderCatalog | None = None) -> list[str]:  # fmt: skip
     """Pool-level hints the pure core cannot give: a pool whose nodes would take the pod if they
-    were free is either at its `nodeCount.max` (raise it) or can still grow (scale it)."""
+    were free has nodes starting that will (wait for them: `starting_hint`), or is at its
+    `nodeCount.max` (raise it), or can still grow (scale it)."""
     hints = []
     full: dict[str, int] = defaultdict(int)
     for name, reason in node_reasons.items():
@@ -149,7 +163,10 @@ def capacity_hints(pod: CorePod, node_reasons: dict[str, str], states: dict[str,
         empty = members[0]
         if pod.gpu_count > empty.gpu_count or pod.cpu_milli > empty.cpu_milli or pod.memory_mib > empty.memory_mib:
             continue  # even an empty node of this pool is too small: more nodes will not help
-        if len(members) >= pool.max_nodes:
+        prospect = catalog.by_name().get(pool_name) if catalog is not None else None
+        if prospect is not None and prospect.starting:
+            hints.append(starting_hint(prospect, len(members)))
+        elif len(members) >= pool.max_nodes:
             hints.append(
                 f"pool {pool_name} is at its nodeCount.max ({pool.max_nodes} nodes) and they are busy: raise it "
                 f"(ebcloud node-pool scale {pool_name} --max N), repack it (ebcloud node-pool fragmentation "

@@ -10,7 +10,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from django.conf import settings
-from django.db.models import Count, Q
+from django.db.models import Count
 
 from pools.core.errors import ValidationError
 from pools.core.lifecycle import PROVISIONING_PHASES
@@ -65,31 +65,32 @@ def pool_templates(pools: Iterable[GpuNodePool]) -> dict[int, NodeState]:
 
 def pool_prospects() -> list[PoolProspect]:
     """Every live pool with its template and what it waits for: its nodes the scheduler sees,
-    those still starting, its orders awaiting approval or payment. Four or five queries."""
+    those still starting (named, with their phase), its orders awaiting approval or payment.
+    Five or six queries."""
     pools = live_pools()
     templates = pool_templates(pools)
     live: dict[int, int] = defaultdict(int)
-    starting: dict[int, int] = defaultdict(int)
+    starting: dict[int, list[tuple[str, str]]] = defaultdict(list)
     rows = (
-        Node.objects.filter(pool_id__in=list(templates)).exclude(phase=Node.Phase.TERMINATED)
-        .values_list("pool_id", "phase").annotate(n=Count("id"), kept=Count("id", filter=Q(release_reason=""))).order_by()
+        Node.objects.filter(pool_id__in=list(templates), phase__in=SCHEDULER_PHASES)
+        .values_list("pool_id").annotate(n=Count("id")).order_by()
     )  # fmt: skip
-    for pool_id, phase, n, kept in rows:
-        if phase in SCHEDULER_PHASES:
-            live[pool_id] += n
-        elif phase in PROVISIONING_PHASES:
-            starting[pool_id] += kept  # a machine being released is not on its way
+    for pool_id, n in rows:
+        live[pool_id] += n
+    coming = Node.objects.filter(pool_id__in=list(templates), phase__in=PROVISIONING_PHASES, release_reason="")  # a machine being released is not on its way
+    for pool_id, name, phase in coming.order_by("created_at", "name").values_list("pool_id", "name", "phase"):
+        starting[pool_id].append((name, phase))
     orders: dict[tuple[int, str], list[int]] = defaultdict(list)
-    waiting = PoolOrder.objects.filter(pool_id__in=list(templates), status__in=(PoolOrder.Status.PENDING, PoolOrder.Status.APPROVED))
+    waiting = PoolOrder.objects.filter(pool_id__in=list(templates), status__in=(PoolOrder.Status.PENDING, PoolOrder.Status.APPROVED, PoolOrder.Status.PAYING))
     for pool_id, status, pk in waiting.order_by("pk").values_list("pool_id", "status", "pk"):
-        orders[(pool_id, status)].append(pk)
+        orders[(pool_id, PoolOrder.Status.APPROVED if status == PoolOrder.Status.PAYING else status)].append(pk)  # being paid: still awaiting payment
     prospects = []
     for pool in pools:
         if pool.pk not in templates:
             continue
         prospects.append(PoolProspect(
             template=templates[pool.pk], min_nodes=pool.min_nodes, max_nodes=pool.max_nodes,
-            live=live[pool.pk], starting=starting[pool.pk],
+            live=live[pool.pk], starting=len(starting[pool.pk]), starting_nodes=tuple(starting[pool.pk]),
             awaiting_approval=tuple(orders[(pool.pk, PoolOrder.Status.PENDING)]),
             awaiting_payment=tuple(orders[(pool.pk, PoolOrder.Status.APPROVED)]),
             bursts=pool.bursts, pending_reason=pool.pending_reason,

@@ -74,7 +74,10 @@ def test_the_gpu_model_rules_the_pool_out_before_its_taint_in_the_annotations_wo
     c = d.check_pending(healthy(pending_pods=(picky,)), NOW)
     assert c.cause.startswith("GPU model not allowed: the pod's ebcloud.io/gpu-models annotation asks for H100_80G, and this pool's nodes have A100_80G")
     assert "add it to the pod's ebcloud.io/gpu-models annotation" in c.action
-    assert "toleration" not in c.action and "gpuSpec" not in c.cause + c.action
+    # The toleration is never the advice on its own: it comes after the GPU model's, with every other change.
+    head, every = c.action.split(" To run it on this pool, make every change: ")
+    assert "toleration" not in head and "gpuSpec" not in c.cause + c.action
+    assert every.startswith("1) add the toleration") and "2) allow A100_80G too in the pod's ebcloud.io/gpu-models annotation" in every
     big = facts(Pod(name="algorithm/big", gpu_count=16, node_selector={"gpu-class": "a100"}, team="1"))
     assert big.blocker == d.TOO_LARGE  # untolerated taint too, but no toleration makes 16 GPUs fit 8
 

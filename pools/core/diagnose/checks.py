@@ -29,12 +29,14 @@ from pools.core.autoscaling import (
     ScalingSpec,
     evaluate_metric,
 )
+from pools.core.diagnose.blockers import blockers_finding, blockers_fixes
 from pools.core.diagnose.snapshot import (  # noqa: F401 - the snapshot types are part of this API
     AFFINITY,
     FITS,
     GPU_MODEL,
     TAINT,
     TOO_LARGE,
+    Blocker,
     CostInfo,
     EventInfo,
     FragmentationInfo,
@@ -218,17 +220,17 @@ def _pending_category(s: PoolSnapshot, pod: PendingPod) -> str:
 
 
 def _pending_advice(s: PoolSnapshot, category: str, pod: PendingPod) -> tuple[str, str]:
-    why = f"`ebcloud pod why {pod.key}` (what `kubectl describe pod` shows: the scheduler's message and hints)"
+    why = _why(pod)
     # The hint about this pool (each hint names its pool), not the first one, which may be about another.
     ours = next((h for h in pod.hints if h.startswith(f"pool {s.name} (")), None)
     hint = f" The scheduler's hint: {ours}" if ours else ""
-    taints = ", ".join(s.taints) or "none"
+    taints, missing = ", ".join(s.taints) or "none", ", ".join(b.taint for b in pod.blockers if b.kind == TAINT)
     order, starting = _on_the_way(s)
     models = ", ".join(pod.gpu_models) or "other models"
     return {
         TOO_LARGE: (f"The request exceeds allocatable: {pod.key} asks for {_gpus(pod.gpus)} GPU(s) and its CPU/memory, a {s.node_type} node has {s.gpus_per_node} GPUs ({pod.reason}).",
                     f"Run {why}; split the job into pods that fit one node, or use a pool of larger nodes.{hint}"),
-        TAINT: (f"Taint not tolerated: the pool's nodes carry {taints} and {pod.key} has no matching toleration.",
+        TAINT: (f"Taint not tolerated: the pool's nodes carry {taints} and {pod.key} has no matching toleration" + (f" for {missing}." if missing else "."),
                 f"Run {why}, then add the toleration to the pod spec.{hint}"),
         AFFINITY: (f"Affinity label missing on nodes: {pod.key} tolerates the pool's taint but its nodeSelector/affinity asks for a label the pool's nodes do not carry.",
                    f"Run {why}; add the label under spec.nodeLabels of the pool, or fix the pod's affinity.{hint}"),
@@ -249,6 +251,26 @@ def _pending_advice(s: PoolSnapshot, category: str, pod: PendingPod) -> tuple[st
     }[category]  # fmt: skip
 
 
+def _why(pod: PendingPod) -> str:
+    return f"`ebcloud pod why {pod.key}` (what `kubectl describe pod` shows: the scheduler's message and hints)"
+
+
+def _all_blockers(category: str, advice: tuple[str, str], pod: PendingPod) -> tuple[str, str]:
+    """With two or more failing checks, every one and its fix (kube-scheduler's message names the
+    first only), in place of the scheduler's hint. A GPU model or size the pool cannot offer keeps
+    its own advice first (run elsewhere): a toleration is then offered only with the rest."""
+    cause, action = advice
+    if len(pod.blockers) < 2:
+        return cause, action
+    if category in (GPU_MODEL, TOO_LARGE):
+        return cause + blockers_finding(pod.blockers), action.split(" The scheduler's hint: ")[0] + " To run it on this pool, make every change: " + blockers_fixes(pod.blockers)
+    return cause + blockers_finding(pod.blockers), f"Run {_why(pod)}. Make every change, or the pod stays Pending on the next check: {blockers_fixes(pod.blockers)}"
+
+
+def _kinds(pod: PendingPod, category: str) -> str:
+    return " + ".join(dict.fromkeys(b.kind for b in pod.blockers)) if category in STUCK and pod.blockers else category
+
+
 def check_pending(s: PoolSnapshot, now: datetime) -> Check:
     title, reqs = "Pods Pending for a long time", ("T2", "T5", "O3", "O4")
     pods = sorted(s.pending_pods, key=lambda p: (p.submitted_at, p.key))
@@ -262,13 +284,13 @@ def check_pending(s: PoolSnapshot, now: datetime) -> Check:
     oldest = pods[0]
     found = (f"{_plural(len(pods), 'Pending pod')} aimed at this pool, {len(long)} of them for over {go_duration(int(SLOW.total_seconds()))}; "
              f"oldest {oldest.key} for {age(now - oldest.submitted_at)}. By cause: {by_cause}.")  # fmt: skip
-    details = tuple(f"{p.key}: Pending {age(now - p.submitted_at)}, {_gpus(p.gpus)} GPU(s), {categories[p.key]} — {p.explanation or p.reason or 'not evaluated yet'}" for p in pods[:MAX_DETAILS])
+    details = tuple(f"{p.key}: Pending {age(now - p.submitted_at)}, {_gpus(p.gpus)} GPU(s), {_kinds(p, categories[p.key])} — {p.explanation or p.reason or 'not evaluated yet'}" for p in pods[:MAX_DETAILS])
     if not long and not stuck:
         return Check("pods-pending", title, OK, found + " Under 15 minutes is a normal scale-up (5-10 min).", requirements=reqs, details=details)
     focus = long or stuck
     category = next(c for c in PENDING_ORDER if any(categories[p.key] == c for p in focus))
     pod = next(p for p in focus if categories[p.key] == category)
-    cause, action = _pending_advice(s, category, pod)
+    cause, action = _all_blockers(category, _pending_advice(s, category, pod), pod)
     return Check("pods-pending", title, FAILING if long else WARNING, found, cause, action, reqs, details)
 
 

@@ -13,6 +13,15 @@ from datetime import datetime
 from decimal import Decimal
 
 from pools.core.autoscaling import ScalingSpec
+from pools.core.diagnose.blockers import (  # noqa: F401 - why a Pending pod cannot use a pool, part of this API
+    AFFINITY,
+    FITS,
+    GPU_MODEL,
+    TAINT,
+    TOO_LARGE,
+    Blocker,
+    pool_blockers,
+)
 from pools.core.scheduling.nodes import (
     REASON_AFFINITY,
     REASON_GPU_MODEL,
@@ -74,10 +83,6 @@ class NodeInfo:
         return max(moments)
 
 
-# Why a Pending pod cannot use this pool (see `pending_pod_facts`).
-FITS, TAINT, AFFINITY, GPU_MODEL, TOO_LARGE = "fits", "taint", "affinity", "gpu-model", "too-large"
-
-
 @dataclass(frozen=True)
 class PendingPod:
     key: str
@@ -88,6 +93,7 @@ class PendingPod:
     explanation: str = ""  # the scheduler's last message
     hints: tuple[str, ...] = ()
     gpu_models: tuple[str, ...] = ()  # the models its ebcloud.io/gpu-models annotation allows (empty: any)
+    blockers: tuple[Blocker, ...] = ()  # every check it fails on an empty node of the pool, with its fix (kube-scheduler's order)
 
 
 @dataclass(frozen=True)
@@ -199,7 +205,8 @@ def pending_pod_facts(pod: Pod, template: NodeState, *, submitted_at: datetime, 
 
     The blocker is the first of: the GPU model and the size (what the pod cannot change about
     the pool, so no taint or label advice is given for them), then an untolerated taint, then
-    a label the selector asks for and the nodes lack."""
+    a label the selector asks for and the nodes lack. `blockers` lists every one of them, in
+    kube-scheduler's order, each with its fix (`blockers.pool_blockers`)."""
     if not may_use(pod, template):
         return None
     fits_here = filter_node(pod, template) is None
@@ -222,4 +229,5 @@ def pending_pod_facts(pod: Pod, template: NodeState, *, submitted_at: datetime, 
     else:
         blocker, reason = FITS, ""
     return PendingPod(key=pod.name, submitted_at=submitted_at, gpus=pod.gpu_request_milli / 1000, blocker=blocker, reason=reason,
-                      explanation=explanation, hints=tuple(hints), gpu_models=pod.gpu_models)  # fmt: skip
+                      explanation=explanation, hints=tuple(hints), gpu_models=pod.gpu_models,
+                      blockers=pool_blockers(pod, template) if blocker != FITS else ())  # fmt: skip

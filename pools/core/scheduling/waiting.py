@@ -1,6 +1,7 @@
 """The pools a Pending pod waits for (seed T2): pools its team may use that have no node the
 scheduler sees yet (their order awaits approval or payment, their nodes are still starting, or
-they sit at nodeCount.min 0) and whose nodes would take the pod once one is Ready.
+they sit at nodeCount.min 0) and whose nodes would take the pod once one is Ready; and, for a
+pool whose Ready nodes are busy, the nodes it is still starting (`starting_hint`).
 
 kube-scheduler's explanation counts nodes, not pools: a pool with no Ready node is invisible to
 it, so without these hints a lead whose matching pool is on its way would be told to order
@@ -32,6 +33,7 @@ class PoolProspect:
     max_nodes: int
     live: int = 0  # nodes the scheduler sees (Ready, cordoned, draining, Unknown)
     starting: int = 0  # nodes bought and being provisioned
+    starting_nodes: tuple[tuple[str, str], ...] = ()  # (name, phase) of those nodes, oldest first
     awaiting_approval: tuple[int, ...] = ()  # ids of its orders a platform admin has not decided
     awaiting_payment: tuple[int, ...] = ()  # ids of its approved orders not paid yet
     bursts: bool = False  # the autoscaler may add burst nodes
@@ -82,6 +84,22 @@ def waits_for(p: PoolProspect) -> str:
                 f"policy asks (`ebcloud node-pool diagnose {p.name}` says when it will not)")  # fmt: skip
     return (f"it keeps no node (nodeCount.min {p.min_nodes}) and does not burst (no spec.scaling block, or spec.burst.enabled: "
             f"false): raise nodeCount.min (`ebcloud node-pool scale {p.name} --min 1`) or enable burst")  # fmt: skip
+
+
+MAX_NAMED = 3  # starting nodes named in a hint; more are counted
+
+
+def starting_hint(p: PoolProspect, ready: int) -> str:
+    """For a pod whose pool has `ready` nodes, all too busy for it, and nodes still starting
+    that will take it: it waits for those (Cluster Autoscaler's "waiting for node being
+    provisioned"), named with their phase, so the lead neither grows the pool nor orders another."""
+    named = ", ".join(f"{name} ({phase})" for name, phase in p.starting_nodes[:MAX_NAMED])
+    named += f" and {len(p.starting_nodes) - MAX_NAMED} more" if len(p.starting_nodes) > MAX_NAMED else ""
+    one = p.starting == 1
+    return (f"pool {p.name}: its {plural(ready, 'Ready node')} {'is' if ready == 1 else 'are'} busy and {plural(p.starting, 'more node')} "
+            f"{'is' if one else 'are'} starting" + (f": {named}" if named else "") + f". This pod waits for {'it' if one else 'one of them'}: "
+            f"a new node is usually Ready within {USUAL_START} (`ebcloud node-pool events {p.name}` shows each step); "
+            "no need to grow the pool or order another.")  # fmt: skip
 
 
 def _hint(pod: Pod, p: PoolProspect) -> str:
