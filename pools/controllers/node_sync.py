@@ -3,6 +3,20 @@ lifecycle pass (`NodeDrift`, pools/controllers/lifecycle.py) that makes every re
 carry what the pool's spec gives it now, puts back what someone else removed or changed, and
 cordons again a drained node someone uncordoned. Pure decisions: pools/core/node_labels.py.
 
+The cordon follows the row's phase where that is unambiguous. A Draining, Cordoned or
+Repairing row (`CORDONED_PHASES`: a drain, a repair waiting or under way) must be cordoned, so
+it is cordoned again whoever lifted it. A Ready row says nothing about the cordon: an
+administrator may have run `kubectl cordon` on it (to look at the machine, to keep it free), and
+the control plane does not own that field then, so it leaves it alone, as it always has. The one
+Ready row whose cordon is ours is one the repair pass cordoned (its last cordon event is
+`NodeCordoned`, `RepairStarted` or `RepairFailed`) and made Ready without lifting it: a pass
+killed between the row and the cluster call by an older release, which wrote the row first
+(pools/controllers/repair_cordon.py now lifts the cordon before it writes Ready). The product's
+own rule says that node must be schedulable (its repair ended, its row says Ready), so it is
+uncordoned with the event that pass did not write (`RepairSucceeded` after a reset or reboot,
+else `NodeUncordoned`). An administrator's cordon of a Ready node after the repair's last event
+is still left alone.
+
 How the pass over every pool finds the pools to visit, cheaply (issue 9: a quiet pool costs no
 statement of its own, and no spec is parsed for it):
 - the cluster's nodes are read once per pass (`observe`: one `ClusterBackend.nodes_state`
@@ -48,7 +62,7 @@ from pools.core.node_labels import (
 from pools.core.podspec import GPU_SHARE_RESOURCE
 from pools.core.scheduling.taint_eviction import carried_time_added
 from pools.core.spec import effective_node_labels
-from pools.models import Node
+from pools.models import Node, PoolEvent
 from pools.providers.base import ClusterBackend, ProviderError
 from pools.services.events import WARNING
 
@@ -100,7 +114,8 @@ def nodes_sync(p: ReconcilePass) -> None:
     """Make every registered node of the pool carry what its spec wants (module docstring).
 
     Provider calls first, then the rows and one event per node and kind (`NodeLabeled`,
-    `NodeTainted`, `NodeCordoned`, `GpuSharesAdvertised`): a pass killed between them applies again (idempotent)."""
+    `NodeTainted`, `NodeCordoned`, `RepairSucceeded` or `NodeUncordoned`, `GpuSharesAdvertised`):
+    a pass killed between them applies again (idempotent)."""
     nodes = list(p.live_nodes().filter(phase__in=REGISTERED_PHASES, ready_at__isnull=False))
     if not nodes:
         return
@@ -111,6 +126,7 @@ def nodes_sync(p: ReconcilePass) -> None:
         p.event("NodeDriftDeferred", f"The labels and taints of the pool's nodes could not be checked: {observed.why}; the next pass retries", type=WARNING)
         return
     taints = wanted_taints(p)
+    left = repair_cordons_left([n for n in nodes if n.phase == Node.Phase.READY and getattr(observed.get(n.name), "unschedulable", False)])
     done = []
     for node in nodes:
         seen = observed.get(node.name)
@@ -121,7 +137,8 @@ def nodes_sync(p: ReconcilePass) -> None:
             wanted_labels=labels, wanted_taints=taints, applied_labels=node.labels or {}, applied_taints=node.taints or [],
             cordoned=node.phase in CORDONED_PHASES, observed=seen,
         )  # fmt: skip
-        if not (fix.apply or fix.cordon or fix.advertise):
+        uncordon = left.get(node.pk)
+        if not (fix.apply or fix.cordon or fix.advertise or uncordon):
             if node.last_error:  # put right meanwhile (by someone, or a kubelet): nothing is waiting any more
                 Node.objects.filter(pk=node.pk).update(attempts=0, step_due_at=None, last_error="")
             continue
@@ -133,14 +150,36 @@ def nodes_sync(p: ReconcilePass) -> None:
                 p.cluster.node_apply(name=node.name, labels=labels, taints=taints)
             if fix.cordon:
                 p.cluster.cordon(name=node.name)
+            if uncordon:
+                p.cluster.uncordon(name=node.name)
             if fix.advertise:  # only a real cluster's Node lacks it (ClusterBackend's docstring)
                 p.cluster.advertise_gpu_shares(name=node.name)
         except ProviderError as exc:
             p.hold_generation = True
             node_refused(p, node, exc, event_reason="NodeUpdateFailed", said=f"Labels, taints, cordon or GPU shares of {node.name} not applied")
             continue
-        done.append((node, labels, fix))
+        done.append((node, labels, fix, uncordon))
     _record(p, done, taints)
+
+
+# The events of the repair pass's cordons and uncordons (pools/controllers/repair.py, repair_cordon.py).
+REPAIR_CORDONS = ("NodeCordoned", "RepairStarted", "RepairFailed")
+REPAIR_UNCORDONS = ("NodeUncordoned", "RepairSucceeded")
+# Why a node in a cordoned phase must stay cordoned, for its `NodeCordoned` event.
+CORDONED_BECAUSE = {"Draining": "while it is drained", "Cordoned": "while its GPU fault waits for repair", "Repairing": "while it is repaired"}
+
+
+def repair_cordons_left(ready_cordoned: Sequence[Node]) -> dict[int, str]:
+    """Of these Ready nodes the cluster shows cordoned, those whose cordon is the repair pass's
+    own, left by a pass killed before it lifted it (module docstring), with the reason of the
+    event to write when it is lifted. One query, and none when no Ready node is cordoned."""
+    if not ready_cordoned:
+        return {}
+    last: dict[int, str] = {}
+    rows = PoolEvent.objects.filter(node__in=ready_cordoned, reason__in=REPAIR_CORDONS + REPAIR_UNCORDONS)
+    for node_id, reason in rows.order_by("node_id", "-last_timestamp", "-pk").values_list("node_id", "reason"):
+        last.setdefault(node_id, reason)
+    return {pk: "RepairSucceeded" if reason == "RepairStarted" else "NodeUncordoned" for pk, reason in last.items() if reason in REPAIR_CORDONS}
 
 
 def node_refused(p: ReconcilePass, node: Node, exc: ProviderError, *, event_reason: str, said: str, **row) -> None:
@@ -162,25 +201,29 @@ def _record(p: ReconcilePass, done: list, taints: list[dict[str, str]]) -> None:
     """The rows of the nodes changed (one UPDATE per distinct label set: a pool's nodes differ
     only by zone and billing kind) and their events, in one transaction."""
     groups: dict[str, tuple[dict, list, list[int]]] = defaultdict(lambda: ({}, [], []))
-    for node, labels, fix in done:
+    for node, labels, fix, _ in done:
         if fix.rows_changed:
             kept = carried_time_added(node.taints or (), taints)  # a NoExecute taint that stays keeps its clock
             key = repr((sorted(labels.items()), kept))
             groups[key][0].update(labels)
             groups[key][1][:] = kept
             groups[key][2].append(node.pk)
-    recovered = [node.pk for node, _, _ in done if node.last_error or node.attempts or node.step_due_at]
+    recovered = [node.pk for node, *_ in done if node.last_error or node.attempts or node.step_due_at]
     with transaction.atomic():
         for labels, kept, pks in groups.values():
             Node.objects.filter(pk__in=pks).update(labels=labels, taints=kept)
         if recovered:  # a refusal of an earlier pass is over
             Node.objects.filter(pk__in=recovered).update(attempts=0, step_due_at=None, last_error="")
-        for node, _, fix in done:
+        for node, _, fix, uncordon in done:
             if fix.labels:
                 p.event("NodeLabeled", f"Labels of {node.name} {fix.labels}", node=node)
             if fix.taints:
                 p.event("NodeTainted", f"Taints of {node.name} {fix.taints}", node=node)
             if fix.cordon:
-                p.event("NodeCordoned", f"Node {node.name} was made schedulable by someone else while it is drained: cordoned again", node=node)
+                p.event("NodeCordoned", f"Node {node.name} was made schedulable by someone else {CORDONED_BECAUSE[node.phase]}: cordoned again", node=node)
+            if uncordon == "RepairSucceeded":
+                p.event(uncordon, f"Repair of {node.name} succeeded: the node takes pods again (the cordon an interrupted pass left in the cluster is lifted)", node=node)
+            elif uncordon:
+                p.event(uncordon, f"Node {node.name} takes new pods again: its repair is over (the cordon an interrupted pass left in the cluster is lifted)", node=node)
             if fix.advertise:
                 p.event("GpuSharesAdvertised", f"{node.name} advertises {GPU_SHARE_RESOURCE} again (1000 per GPU), so GPU shares can be scheduled on it", node=node)

@@ -183,18 +183,30 @@ def _start(pool: GpuNodePool, spec, node: Node, decision, cluster, now: datetime
 
 
 def _finish(pool: GpuNodePool, node: Node, command: AgentCommand | None, cluster, now: datetime) -> None:
+    """End a reset or reboot the agent answered. A success lifts the cluster's cordon first,
+    then moves the row Repairing -> Ready with its `RepairSucceeded` event in one transaction:
+    a pass killed after the (idempotent) uncordon finds the row still Repairing and does it
+    again, so the event is written once, and a row is never Ready while our cordon holds in the
+    cluster (the drift check re-cordons a Repairing row meanwhile: pools/controllers/node_sync.py).
+    A failure keeps the cordon: Repairing -> Cordoned with its `RepairFailed` event, one
+    transaction too. Both UPDATEs are conditional, so a pass that finds the row moved writes
+    nothing."""
     if command is None or command.status == AgentCommand.Status.PENDING:
         return
     before = node_state(node)
     if command.status == AgentCommand.Status.SUCCEEDED:
-        Node.objects.filter(pk=node.pk, phase=Node.Phase.REPAIRING).update(phase=Node.Phase.READY, unschedulable=False)
-        node.phase = Node.Phase.READY
         note = cluster_cordon(node=node, cluster=cluster, on=False)
-        event_record(pool=pool, node=node, reason="RepairSucceeded", now=now, message=f"{command.get_action_display()} of {node.name} succeeded: the node takes pods again{note}")
-        audit_node_change(actor=None, action="repair.succeeded", node=node, before=before, repair=command.action, gpu=command.gpu_index)
-    else:
+        with transaction.atomic():
+            if not Node.objects.filter(pk=node.pk, phase=Node.Phase.REPAIRING).update(phase=Node.Phase.READY, unschedulable=False):
+                return
+            node.phase, node.unschedulable = Node.Phase.READY, False
+            event_record(pool=pool, node=node, reason="RepairSucceeded", now=now, message=f"{command.get_action_display()} of {node.name} succeeded: the node takes pods again{note}")
+            audit_node_change(actor=None, action="repair.succeeded", node=node, before=before, repair=command.action, gpu=command.gpu_index)
+        return
+    with transaction.atomic():
+        if not Node.objects.filter(pk=node.pk, phase=Node.Phase.REPAIRING).update(phase=Node.Phase.CORDONED):
+            return
+        node.phase = Node.Phase.CORDONED
         event_record(pool=pool, node=node, reason="RepairFailed", type=WARNING, now=now,
                      message=f"{command.get_action_display()} of {node.name} failed ({command.message or 'no detail'}): the next pass climbs the repair ladder")  # fmt: skip
-        Node.objects.filter(pk=node.pk).update(phase=Node.Phase.CORDONED)
-        node.phase = Node.Phase.CORDONED
         audit_node_change(actor=None, action="repair.failed", node=node, before=before, repair=command.action, gpu=command.gpu_index, message=command.message)

@@ -10,11 +10,22 @@ cluster's Node, `unschedulable` and phase `Cordoned` on our row (the scheduler, 
 the autoscaler's scale-in read those). Running pods stay: a cordon evicts nothing, and the
 repair itself moves them. When no fault is left open (an application Xid, the fault aged out
 of the ladder's window, a reset or reboot that held) the node is uncordoned.
+
+The row's phase says whether our cordon must hold, so the writes are ordered for a pass killed
+between the cluster call and the row: a cordon writes the row first (Ready -> Cordoned), then
+calls the cluster; an uncordon calls the cluster first, then writes the row (-> Ready) with its
+event in one transaction. Either way, what a killed pass left is a row in a cordoned phase
+(`CORDONED_PHASES`) that the next pass finishes (the repair pass calls the cluster again, an
+idempotent call) and that the drift check keeps cordoned meanwhile (pools/controllers/node_sync.py):
+never a Ready row with our cordon left in the cluster, which nothing would lift (a Ready node
+cordoned in the cluster is, for the drift check, an administrator's `kubectl cordon`).
 """
 
 from __future__ import annotations
 
 import logging
+
+from django.db import transaction
 
 from pools.models import GpuNodePool, Node
 from pools.providers.base import ClusterBackend
@@ -38,7 +49,8 @@ def _cluster_call(cluster: ClusterBackend, name: str, *, cordon: bool) -> str:
 def wait_cordon(*, pool: GpuNodePool, node: Node, cluster: ClusterBackend, waiting_for: str, now) -> bool:
     """Cordon a Ready node whose repair has to wait; True when this call cordoned it. One
     conditional UPDATE (Ready -> Cordoned), so overlapping passes cordon once and write one
-    `NodeCordoned` event."""
+    `NodeCordoned` event; the row before the cluster (module docstring: a pass killed between
+    leaves a Cordoned row, which the drift check cordons in the cluster)."""
     if node.phase != Node.Phase.READY:
         return False
     if not Node.objects.filter(pk=node.pk, phase=Node.Phase.READY).update(phase=Node.Phase.CORDONED, unschedulable=True):
@@ -52,15 +64,19 @@ def wait_cordon(*, pool: GpuNodePool, node: Node, cluster: ClusterBackend, waiti
 
 
 def repair_uncordon(*, pool: GpuNodePool, node: Node, cluster: ClusterBackend, why: str, now) -> bool:
-    """Make a node cordoned for a repair schedulable again; True when this call did it."""
+    """Make a node cordoned for a repair schedulable again; True when this call did it. The
+    cluster first (idempotent), then one conditional UPDATE (Cordoned -> Ready) with its
+    `NodeUncordoned` event in one transaction (module docstring: a pass killed in between
+    leaves the row Cordoned, and the next pass uncordons again)."""
     if node.phase != Node.Phase.CORDONED:
         return False
-    if not Node.objects.filter(pk=node.pk, phase=Node.Phase.CORDONED).update(phase=Node.Phase.READY, unschedulable=False):
-        return False
-    node.phase, node.unschedulable = Node.Phase.READY, False
     note = _cluster_call(cluster, node.name, cordon=False)
-    event_record(pool=pool, node=node, reason="NodeUncordoned", now=now,
-                 message=f"Node {node.name} takes new pods again: {why}{note}")  # fmt: skip
+    with transaction.atomic():
+        if not Node.objects.filter(pk=node.pk, phase=Node.Phase.CORDONED).update(phase=Node.Phase.READY, unschedulable=False):
+            return False
+        node.phase, node.unschedulable = Node.Phase.READY, False
+        event_record(pool=pool, node=node, reason="NodeUncordoned", now=now,
+                     message=f"Node {node.name} takes new pods again: {why}{note}")  # fmt: skip
     return True
 
 

@@ -7,7 +7,7 @@ where kube-scheduler counts it: the control plane advertises it and puts it back
 
 Three sets meet for each registered node:
 - *wanted*: the labels and taints the pool's spec gives it now (`effective_node_labels`, the
-  spec's `nodeTaints`) and, while it is drained, `spec.unschedulable`;
+  spec's `nodeTaints`) and, while it is drained or repaired, `spec.unschedulable`;
 - *applied*: what the control plane last applied (the Node row's `labels`/`taints`);
 - *observed*: what the cluster's Node carries now (`ClusterNodeState`), others' labels too.
 
@@ -25,9 +25,12 @@ from dataclasses import dataclass, field
 
 # Node phases where the node is registered in the cluster (the lifecycle keeps its labels there).
 REGISTERED_PHASES = ("Ready", "Cordoned", "Draining", "Repairing", "Unknown")
-# Phases where we cordoned the node in the cluster (`spec.unschedulable`) and it must stay so:
-# a drain. (A repair cordons and uncordons its node itself: pools/controllers/repair_cordon.py.)
-CORDONED_PHASES = ("Draining",)
+# Phases where we cordoned the node in the cluster (`spec.unschedulable`) and it must stay so,
+# whoever lifts it: a drain, and a repair's two phases: `Cordoned` (its GPU fault waits for the
+# repair, or a reset or reboot failed) and `Repairing` (the reset or reboot runs). The repair
+# pass sets and lifts these cordons itself (pools/controllers/repair_cordon.py); the drift check
+# makes the cluster follow the row when a pass stopped between the two, or someone uncordoned.
+CORDONED_PHASES = ("Draining", "Cordoned", "Repairing")
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,7 @@ def taint_dict(key: str, value: str, effect: str) -> dict[str, str]:
 
 def drifted(*, applied_labels: Mapping[str, str], applied_taints: Iterable[Mapping[str, str]], cordoned: bool, observed: ClusterNodeState) -> bool:
     """Whether the cluster lost something we applied: a label of ours removed or changed, a taint
-    of ours gone, or the cordon of a drained node lifted. Reads only what we applied (no spec),
+    of ours gone, or the cordon of a drained (or repaired) node lifted. Reads only what we applied (no spec),
     so a pass over every pool checks it without parsing any spec."""
     if any(observed.labels.get(k) != v for k, v in applied_labels.items()):
         return True

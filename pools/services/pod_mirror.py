@@ -270,7 +270,12 @@ def _event(node: Node, reason: str, message: str, at: datetime | None, now: date
 def priority_classes_replace(classes: Sequence[Mapping[str, Any]]) -> list[str]:
     """Make the PriorityClass rows what the cluster has (`ClusterPods.priority_classes`): on a
     real cluster the classes are the cluster's objects, as its pods are. One transaction;
-    returns the names added, changed or removed."""
+    returns the names added, changed or removed.
+
+    A class is added by INSERT ... ON CONFLICT (name) DO UPDATE: two scheduler passes that
+    mirror a new class at once both insert it (the row lock of `select_for_update` covers only
+    rows that exist), and the second then updates the row the first committed instead of
+    failing on the unique name, which would cost its pass the pending pods' hints."""
     wanted = {c["name"]: c for c in classes}
     fields = ("value", "preemption_policy", "global_default", "description")
     changed = []
@@ -282,7 +287,9 @@ def priority_classes_replace(classes: Sequence[Mapping[str, Any]]) -> list[str]:
         for name, fields_of in sorted(wanted.items(), key=lambda kv: kv[1]["global_default"]):  # the default last: one at a time
             row = rows.get(name)
             if row is None:
-                PriorityClass.objects.create(name=name, **{f: fields_of[f] for f in fields})
+                PriorityClass.objects.bulk_create(
+                    [PriorityClass(name=name, **{f: fields_of[f] for f in fields})], update_conflicts=True, unique_fields=["name"], update_fields=list(fields)
+                )
             elif any(getattr(row, f) != fields_of[f] for f in fields):
                 PriorityClass.objects.filter(pk=row.pk).update(**{f: fields_of[f] for f in fields})
             else:
