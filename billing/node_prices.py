@@ -13,9 +13,9 @@ from decimal import ROUND_HALF_UP, Decimal
 
 from billing import pricing
 from billing.allocation import CENT
-from billing.hours import HOUR, floor_hour, hour_overlap
+from billing.hours import HOUR, ceil_hour, floor_hour, hour_overlap
 from billing.lease_costs import (
-    monthly_hour_cost,
+    lease_payment,
     on_demand_hour_cost,
     period_hour_cost,
     preemptible_hour_cost,
@@ -150,13 +150,12 @@ def _column_price(node: Node | BilledNode, hour: datetime) -> tuple[Decimal, Dec
     if node.billing == Node.Billing.MONTHLY:
         if node.lease_start is None or node.lease_end is None:
             return None
-        start = floor_hour(node.lease_start)
-        hours = -(-(node.lease_end - start) // HOUR)  # ceil: the lease's last part-hour is billed
-        if not start <= hour < start + hours * HOUR:
+        if not floor_hour(node.lease_start) <= hour < ceil_hour(node.lease_end):
             return None
         monthly = monthly_price(node)
-        lease = (monthly.price, start, start + hours * HOUR, hour)
-        cost = cached(("monthly-hour", *lease), lambda: monthly_hour_cost(*lease))  # nodes of one order share it
+        lease = (monthly.price, node.lease_start, node.lease_end)
+        payment = cached(("column-payment", *lease), lambda: column_lease_payment(*lease))  # nodes of one order share it
+        cost = period_hour_cost(payment, node.lease_start, node.lease_end, hour)
         return Decimal(1), cost, hourly_list_price(node, hour), monthly.currency
     if node.terminated_at is not None:
         alive_to = node.terminated_at
@@ -176,6 +175,19 @@ def _column_price(node: Node | BilledNode, hour: datetime) -> tuple[Decimal, Dec
     else:
         cost = list_cost
     return fraction, cost, list_cost, price.currency
+
+
+def column_lease_payment(monthly: Decimal, lease_start: datetime, lease_end: datetime) -> Decimal:
+    """What the lease of a node off the ledger (its order paid before the ledger existed) was
+    paid: the monthly price times its months from the moment it began, as the order debited it
+    (a lease bought at 13:27 is a month, not a month and an hour). Metering spreads it over the
+    hours from the one the lease began in to the one it ends in (`period_hour_cost`, as for a
+    ledger period), so the hours add up to it to the cent. A lease whose span is not whole
+    hours (never written so) is priced on the hours it is billed."""
+    try:
+        return lease_payment(monthly, lease_start, lease_end)
+    except ValueError:
+        return lease_payment(monthly, floor_hour(lease_start), ceil_hour(lease_end))
 
 
 def _ledger_price(node: BilledNode, hour: datetime) -> tuple[Decimal, Decimal, Decimal | None, str] | None:

@@ -53,15 +53,24 @@ class MeterResult:
         return label if self.part.count == 1 else f"{label} part {self.part.index + 1} of {self.part.count}"
 
 
-def meter_hour(*, hour: datetime, part: Part = WHOLE) -> MeterResult:
+def meter_hour(*, hour: datetime, part: Part = WHOLE, now: datetime | None = None) -> MeterResult:
     """Meter one complete hour, or one part of it (its pools whose id is `part.index` modulo
     `part.count`): usage records, then their allocation as cost records.
 
     Idempotent: a second call for the same hour and part (from any worker) writes nothing. An
     hour is split the same way by every worker: a part of another split of a started hour is
     refused (`ValueError`), since its pools would be metered twice or not at all.
+
+    `now` is the caller's clock (the task's, the command's): an hour not over at `now` (after
+    `last_complete_hour(now)`) is refused (`ValueError`), since an hour is metered once and a
+    pod that started later in it would never be charged. Without `now` the caller vouches that
+    the hour is over (a replay of past hours: tests, benchmarks).
     """
     hour = metering._check_hour(hour)
+    if now is not None and hour > last_complete_hour(now):
+        raise ValueError(
+            f"{hour:%Y-%m-%dT%H:00Z} is not over yet: the last complete hour is {last_complete_hour(now):%Y-%m-%dT%H:00Z}"
+        )
     taken = dict(MeterRun.objects.filter(hour=hour).values_list("part", "parts"))
     if any(parts != part.count for parts in taken.values()):
         raise ValueError(f"{hour:%Y-%m-%dT%H:00Z} is being metered in {max(taken.values())} parts, not {part.count}")

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.utils import timezone
 from django_q.tasks import async_task
 
 from billing import budgets, services
+from billing.hours import HOUR
+from billing.month_spend import period_bounds
 from pools.claims import Part, collector_paused
 from pools.services.notifications import notifications_redeliver
+
+LAST_INSTANT = timedelta(microseconds=1)  # the last moment of an hour is its end less this
 
 
 def meter_pending() -> dict[str, int | list[str]]:
@@ -32,7 +36,10 @@ def meter_pending() -> dict[str, int | list[str]]:
     # Stay well inside the worker's task timeout; the next run continues a long catch-up.
     budget_s = settings.Q_CLUSTER.get("timeout", 60) * 0.6
     results = services.meter_pending(now=now, time_budget_s=budget_s)
-    alerts = budgets.budgets_evaluate(now=now)
+    alerts = []
+    for moment in months_metered([r.hour for r in results if r.metered], now=now):
+        alerts += budgets.budgets_evaluate(now=moment)
+    alerts += budgets.budgets_evaluate(now=now)
     notifications_redeliver(now=now)
     failed = [f"{r.label}: {r.error}" for r in results if r.error]
     return {"hours": sum(1 for r in results if r.metered), "alerts": len(alerts), **({"failed": failed} if failed else {})}
@@ -43,7 +50,28 @@ def meter_part(hour: str, index: int, count: int) -> dict[str, int]:
     its pools' budgets (their hour is whole), and the part that completes the hour the teams'
     too, against the whole hour's costs: the parts share the check as they share the hour."""
     part = Part(index, count)
+    now = timezone.now()
     with collector_paused():
-        result = services.meter_hour(hour=datetime.fromisoformat(hour), part=part)
-        alerts = budgets.budgets_evaluate(now=timezone.now(), part=part, teams=result.complete) if result.metered else []
+        result = services.meter_hour(hour=datetime.fromisoformat(hour), part=part, now=now)
+        # An hour of an earlier month (the month's last, metered after midnight; a catch-up)
+        # counts against that month's budgets, not this month's.
+        at = (months_metered([result.hour], now=now) or [now])[0]
+        alerts = budgets.budgets_evaluate(now=at, part=part, teams=result.complete) if result.metered else []
     return {"metered": int(result.metered), "complete": int(result.complete), "alerts": len(alerts)}
+
+
+def months_metered(hours: list[datetime], *, now: datetime) -> list[datetime]:
+    """For each month before `now`'s that has some of the metered `hours`, oldest first, the
+    moment its budgets are checked at: the last instant of its last metered hour, so the check
+    reads that month's spend and its alert names that month (design §6: a budget's period is
+    the calendar month its costs fall in). The last hour of a month is metered after midnight,
+    in the next month; checked at `now` it would count against the new, empty month and a
+    threshold it crossed would never fire. Checking a month again fires nothing twice (the
+    alert is the claim)."""
+    current, _ = period_bounds(now)
+    last: dict[datetime, datetime] = {}
+    for hour in hours:
+        month, _ = period_bounds(hour)
+        if month < current:
+            last[month] = max(hour, last.get(month, hour))
+    return [last[month] + HOUR - LAST_INSTANT for month in sorted(last)]

@@ -1,4 +1,5 @@
-"""`manage.py meter --once`: meter the last complete hour (or `--hour ISO`), like the schedule.
+"""`manage.py meter --once`: meter the last complete hour (or `--hour ISO`, an hour that is
+over), like the schedule.
 
 Without `--once` or `--hour` it meters every pending hour (the hourly task's catch-up). Each
 hour is claimed once, so running it next to the worker never double counts.
@@ -23,7 +24,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--once", action="store_true", help="Meter the last complete hour only")
         parser.add_argument(
-            "--hour", help="Meter this hour (ISO 8601, UTC if no offset), e.g. 2026-11-30T05:00"
+            "--hour", help="Meter this hour once it is over (ISO 8601, UTC if no offset), e.g. 2026-11-30T05:00"
         )
 
     def handle(self, *args, once: bool = False, hour: str | None = None, **options):
@@ -32,18 +33,16 @@ class Command(BaseCommand):
         if hour:
             try:
                 moment = datetime.fromisoformat(hour)
-            except ValueError as exc:
-                raise CommandError(f"--hour: {exc}") from exc
-            if moment.tzinfo is None:
-                moment = moment.replace(tzinfo=UTC)
-            try:
-                results = [services.meter_hour(hour=metering._check_hour(moment), part=part) for part in parts]
-            except ValueError as exc:
+                if moment.tzinfo is None:
+                    moment = moment.replace(tzinfo=UTC)
+                # `now`: an hour not over yet is refused, before any part is metered.
+                results = [services.meter_hour(hour=metering._check_hour(moment), part=part, now=now) for part in parts]
+            except (ValueError, OverflowError) as exc:  # an hour at the calendar's ends overflows in UTC
                 raise CommandError(f"--hour: {exc}") from exc
         elif once:
             try:
-                results = [services.meter_hour(hour=last_complete_hour(now), part=part) for part in parts]
-            except ValueError as exc:
+                results = [services.meter_hour(hour=last_complete_hour(now), part=part, now=now) for part in parts]
+            except (ValueError, OverflowError) as exc:
                 raise CommandError(str(exc)) from exc
         else:
             results = services.meter_pending(now=now, parts=settings.EBCLOUD_METER_PARTS)
