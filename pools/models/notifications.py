@@ -2,6 +2,10 @@
 
 One row per thing to tell, kept: the in-app list shows it until a lead acknowledges it, and
 delivery (mail to the team's leads, the configured webhook) happens once, after the row commits.
+Mail and webhook are marked done apart (`mailed_at`, `webhook_at`), each committed as soon as its
+call returns, so a worker killed mid-delivery repeats at most the call it was making. A failed
+call is counted (`attempts`, `last_error`, `next_try_at`) and, after too many, `failed_at` ends
+the tries.
 The row's `key` is the claim: whoever inserts it first delivers, any other worker finds it taken,
 so an alert evaluated by several workers, or twice, tells people once.
 """
@@ -28,9 +32,15 @@ class Notification(models.Model):
     payload = models.JSONField(default=dict, blank=True, help_text="The JSON the webhook receives")
     key = models.CharField(max_length=200, unique=True, help_text="Once per key: the alert, its object and its period")
     created_at = models.DateTimeField(default=timezone.now)
-    delivered_at = models.DateTimeField(null=True, blank=True, help_text="When mail and webhook were sent (or found nobody to send to)")
+    delivered_at = models.DateTimeField(null=True, blank=True, help_text="When mail and webhook were both done (or found nobody to send to)")
+    mailed_at = models.DateTimeField(null=True, blank=True, help_text="When the mail went out (empty: not yet, or nobody to mail)")
+    webhook_at = models.DateTimeField(null=True, blank=True, help_text="When the webhook was called (empty: not yet, or none configured); its answer is webhook_status")
     emailed_to = models.PositiveSmallIntegerField(default=0, help_text="How many addresses the mail went to")
     webhook_status = models.CharField(max_length=60, blank=True)
+    attempts = models.PositiveSmallIntegerField(default=0, help_text="Failed delivery tries so far")
+    last_error = models.CharField(max_length=200, blank=True, help_text="Why the last try failed")
+    next_try_at = models.DateTimeField(null=True, blank=True, help_text="After a failed try: not tried again before this")
+    failed_at = models.DateTimeField(null=True, blank=True, help_text="When delivery was given up after too many failed tries")
     acknowledged_at = models.DateTimeField(null=True, blank=True)
     acknowledged_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
 

@@ -105,3 +105,27 @@ def test_pruning_deletes_a_bounded_chunk_per_call(node):
     assert services.node_reports_prune(now=now, max_rows=4) == 4
     assert services.node_reports_prune(now=now, max_rows=4) == 4
     assert services.node_reports_prune(now=now, max_rows=4) == 2
+
+
+def test_a_notification_that_cannot_be_mailed_stops_neither_the_task_nor_the_pruning(node, teams, settings):
+    """Fixed bug: the task sent the due notifications before pruning, and a mail the relay
+    refused raised out of it every minute, so raw reports were never pruned again."""
+    from datetime import timedelta
+
+    from monitoring.models import NodeReport
+    from pools.models import Notification
+    from pools.services.notifications import notification_raise
+    from tests.pools.mail_helpers import smtp_relay
+
+    settings.EBCLOUD_ALERT_EMAILS, settings.EBCLOUD_ALERT_WEBHOOK_URL = ["gone@example.com"], ""
+    NodeReport.objects.bulk_create([NodeReport(node=node, seq=i + 1, at=NOW, received_at=NOW - timedelta(days=30)) for i in range(3)])
+    with smtp_relay(settings) as relay:
+        relay.refused = {"gone@example.com"}
+        notification_raise(team=teams["algorithm"], kind="HighGpuAllocation", message="Pool p is full", key="k", now=NOW)
+        for minute in range(3):  # its on-commit delivery never ran: the task's redelivery tries it
+            assert tasks.rollup_pool_samples(now=NOW + timedelta(minutes=minute)) == 1
+    assert not NodeReport.objects.exists()
+    assert PoolSample.objects.filter(pool=node.pool).count() == 3
+    told = Notification.objects.get()
+    assert (told.attempts, told.delivered_at) == (2, None)  # at 0 and 1 min; the third waits for 3 min
+    assert told.last_error == "mail: the mail server refused 1 recipient(s)" and relay.messages == []

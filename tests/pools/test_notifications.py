@@ -5,8 +5,10 @@ when a worker died before sending, acknowledged by the team's leads only."""
 from __future__ import annotations
 
 import json
+import socket
 import threading
-from datetime import UTC, datetime
+import time
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -14,6 +16,7 @@ from django.core import mail
 
 from pools.models import Notification
 from pools.services import notifications
+from tests.pools.mail_helpers import smtp_relay
 
 pytestmark = pytest.mark.django_db
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
@@ -125,3 +128,110 @@ def test_the_list_shows_each_role_its_teams_alerts_and_the_open_count(teams, bro
     assert b"Acknowledge" not in finance  # finance reads; the teams' leads act
     member = browser("member").get("/notifications/").content
     assert b"Pool p is full" in member and b"<button" not in member.split(b"<main")[1]
+
+
+@pytest.fixture
+def mail_server(settings):
+    """A real SMTP relay on the loopback that refuses the addresses in `mail_server.refused`."""
+    with smtp_relay(settings) as server:
+        yield server
+
+
+@pytest.fixture
+def hanging_webhook(settings, monkeypatch):
+    """A webhook that accepts the connection and never answers: each attempt waits for its
+    timeout (0.2 s here instead of 5 s), so one webhook call takes its worst case, 0.6 s. A mail
+    (to the locmem backend) is planned at EMAIL_TIMEOUT, 0.05 s here."""
+    hole = socket.socket()
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(64)
+    monkeypatch.setattr(notifications, "WEBHOOK_TIMEOUT_S", 0.2)
+    settings.EMAIL_TIMEOUT = 0.05
+    settings.EBCLOUD_ALERT_WEBHOOK_URL = f"http://127.0.0.1:{hole.getsockname()[1]}/hook"
+    yield
+    hole.close()
+
+
+def test_redelivery_mails_first_and_stops_within_its_budget_while_the_webhook_hangs(teams, hanging_webhook):
+    """Fixed bug: a few notifications with a hanging webhook outlasted the task timeout, the
+    worker was killed before its commit and the next run mailed again. Now each run mails what is
+    due, calls the webhook only while its worst case fits the budget, and never mails twice."""
+    for i in range(4):
+        _raise(teams["algorithm"], key=f"k{i}")  # committed, their on-commit delivery never ran
+    started = time.monotonic()
+    assert notifications.notifications_redeliver(now=NOW, time_budget_s=1.0) == 4
+    assert time.monotonic() - started < 1.0
+    assert len(mail.outbox) == 4 and not Notification.objects.filter(mailed_at=None).exists()
+    (posted,) = Notification.objects.exclude(webhook_at=None)  # a second 0.6 s call did not fit
+    assert posted.webhook_status == "failed: ReadTimeout after 3 attempts" and posted.delivered_at == NOW
+    for minute in range(1, 4):  # the next runs call the rest of the webhooks and mail nobody again
+        assert notifications.notifications_redeliver(now=NOW + timedelta(minutes=minute), time_budget_s=1.0) == 1
+    assert not Notification.objects.filter(delivered_at=None).exists() and len(mail.outbox) == 4
+
+
+def test_the_redelivery_budget_is_a_share_of_the_task_timeout(teams, hanging_webhook, settings):
+    settings.Q_CLUSTER = {**settings.Q_CLUSTER, "timeout": 2}  # a 0.8 s budget: one 0.6 s webhook call
+    for i in range(3):
+        _raise(teams["algorithm"], key=f"k{i}")
+    started = time.monotonic()
+    notifications.notifications_redeliver(now=NOW)
+    assert time.monotonic() - started < 1.0  # the three webhook calls would have taken 1.8 s
+    assert len(mail.outbox) == 3 and Notification.objects.exclude(webhook_at=None).count() == 1
+
+
+def test_a_refused_mail_is_retried_with_back_off_then_given_up_and_the_others_still_go_out(actors, teams, settings, mail_server):
+    """Fixed bug: an exception from send_mail (the relay refusing the recipients) escaped the
+    redelivery, so every run stopped at that notification and the ones after it were never sent."""
+    for role, address in (("lead", "gone@example.com"), ("other_lead", "ops@example.com")):
+        actors[role].email = address
+        actors[role].save()
+    settings.EBCLOUD_ALERT_EMAILS = []
+    mail_server.refused = {"gone@example.com"}
+    poison = _raise(teams["algorithm"], key="a")
+    good = _raise(teams["inference"], key="b")
+    assert notifications.notifications_redeliver(now=NOW) == 2  # the poison's (empty) webhook step is done
+    good.refresh_from_db()
+    poison.refresh_from_db()
+    assert good.delivered_at == NOW and mail_server.messages == [["ops@example.com"]]
+    assert (poison.attempts, poison.mailed_at, poison.delivered_at) == (1, None, None)
+    assert poison.last_error == "mail: the mail server refused 1 recipient(s)"
+    notifications.notifications_redeliver(now=NOW + timedelta(seconds=59))  # backing off: not tried
+    poison.refresh_from_db()
+    waits = [poison.next_try_at - NOW]
+    for tries in range(2, notifications.MAX_ATTEMPTS + 1):
+        at = poison.next_try_at
+        notifications.notifications_redeliver(now=at)
+        poison.refresh_from_db()
+        assert poison.attempts == tries
+        waits.append(poison.next_try_at - at if poison.next_try_at else None)
+    assert waits == [timedelta(minutes=m) for m in (1, 2, 4, 8, 16)] + [None]
+    assert poison.failed_at == at and poison.mailed_at is None
+    assert notifications.notifications_redeliver(now=at + timedelta(days=1)) == 0  # given up
+    assert mail_server.messages == [["ops@example.com"]]
+
+
+def test_a_failed_mail_does_not_hold_the_webhook_back_nor_repeat_it(actors, teams, settings, mail_server, receiver):
+    settings.EBCLOUD_ALERT_EMAILS = ["oncall@example.com"]
+    settings.EBCLOUD_ALERT_WEBHOOK_URL = receiver["url"]
+    mail_server.refused = {"oncall@example.com"}
+    told = _raise(teams["algorithm"])
+    notifications.notifications_redeliver(now=NOW)
+    assert len(receiver["bodies"]) == 1 and mail_server.messages == []
+    mail_server.refused = set()  # the relay is fixed: the next try mails, the webhook is not called again
+    assert notifications.notifications_redeliver(now=NOW + timedelta(minutes=1)) == 1
+    told.refresh_from_db()
+    assert told.delivered_at == NOW + timedelta(minutes=1) and (told.attempts, told.emailed_to) == (1, 1)
+    assert mail_server.messages == [["oncall@example.com"]] and len(receiver["bodies"]) == 1
+
+
+def test_the_list_shows_an_alert_that_could_not_be_delivered(actors, teams, settings, mail_server, browser):
+    settings.EBCLOUD_ALERT_EMAILS = ["oncall@example.com"]
+    mail_server.refused = {"oncall@example.com"}
+    told = _raise(teams["algorithm"])
+    notifications.notifications_redeliver(now=NOW)
+    assert b"Delivery failing, trying again (1 failed try: mail: the mail server refused 1 recipient(s))" in browser("lead").get("/notifications/").content
+    Notification.objects.filter(pk=told.pk).update(attempts=notifications.MAX_ATTEMPTS - 1, next_try_at=None)
+    notifications.notifications_redeliver(now=NOW + timedelta(minutes=1))
+    page = browser("lead").get("/notifications/").content
+    assert b"Not delivered: gave up after 6 failed tries (mail: the mail server refused 1 recipient(s))." in page
+    assert b"oncall@example.com" not in page  # the reason names no address
