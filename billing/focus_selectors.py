@@ -18,6 +18,7 @@ from django.db import connection
 from django.db.models import Count, Max, Min, QuerySet, Sum, TextField, Value
 from django.db.models.functions import Cast, Coalesce
 
+from billing import node_prices
 from billing.allocation import CENT, MONTHLY, AllocationRow, allocate_hour
 from billing.costing import inputs_by_currency
 from billing.focus import FocusAccount, Lease, purchase_rows, usage_rows
@@ -31,7 +32,7 @@ from billing.focus_records import (
     list_unit_price,
     pool_commitment,
 )
-from billing.hours import HOUR, QUANTITY, floor_hour
+from billing.hours import QUANTITY, ceil_hour, floor_hour
 from billing.models import CostRecord, UsageRecord
 from billing.selectors import CostQuery, costs_for_user
 from pools import roles
@@ -309,10 +310,10 @@ def _leases(records, scope: FocusScope, *, pooled: bool = False) -> tuple[list[L
             own = held[node.pk]
         elif node.lease_start is None or node.lease_end is None or node.billing != "monthly":
             continue
-        else:
-            start = floor_hour(node.lease_start)
-            end = start + -(-(node.lease_end - start) // HOUR) * HOUR
-            own = [node_commitment(node, f"lease/{node.name}/{start:%Y%m%dT%H}", start, end)]
+        else:  # paid what metering charged its hours (`node_prices.column_lease_payment`), months from its start
+            start, end = floor_hour(node.lease_start), ceil_hour(node.lease_end)
+            paid = node_prices.column_lease_payment(node_prices.monthly_price(node).price, node.lease_start, node.lease_end)
+            own = [node_commitment(node, f"lease/{node.name}/{start:%Y%m%dT%H}", start, end, payment=paid, bought=node.lease_start)]
         if pooled:
             own = [replace(lease, commitment=pool_commitment(node.pool.name)) for lease in own]
         leases.extend(own)

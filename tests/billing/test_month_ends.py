@@ -16,9 +16,10 @@ from billing import services, tasks
 from billing.lease_costs import lease_payment
 from billing.models import BudgetAlert, CostRecord, MeterRun, UsageRecord
 from billing.node_prices import monthly_price, node_price
+from billing.selectors import cost_query_parse
 from pools.claims import Part
 from pools.models import Notification
-from tests.billing.billing_helpers import HOUR, T0, charge, node, pod, pool
+from tests.billing.billing_helpers import HOUR, T0, charge, focus_export, node, pod, pool
 
 pytestmark = pytest.mark.django_db
 
@@ -169,3 +170,17 @@ def test_an_off_ledger_lease_bought_mid_hour_is_charged_back_what_was_paid(actor
         services.meter_hour(hour=hour)
         metered = UsageRecord.objects.filter(kind="node", hour=hour).values_list("amount", flat=True)
         assert list(metered) == ([costs[hour]] if hour in costs else [])
+
+
+@pytest.mark.parametrize("form", ["daily", "detail"])
+def test_an_off_ledger_lease_bought_mid_hour_is_bought_in_focus_for_what_was_paid(actors, form):
+    """The FOCUS purchases of that lease add up to what was paid, as its hours do (they were
+    priced on the hour-rounded span, 745/744 of a month)."""
+    p = pool(actors["lead"])
+    n = node(p, "n-0", start=datetime(2028, 1, 31, 13, 27, tzinfo=UTC), months=1)
+    paid = lease_payment(monthly_price(n).price, n.lease_start, n.lease_end)
+    services.meter_hour(hour=datetime(2028, 1, 31, 13, tzinfo=UTC))
+    services.meter_hour(hour=datetime(2028, 2, 29, 13, tzinfo=UTC))
+    rows = focus_export(actors["finance"], cost_query_parse({"from": "2028-01-01", "to": "2028-02-29"}), form)
+    purchases = [r for r in rows if r["ChargeCategory"] == "Purchase"]
+    assert purchases and sum(Decimal(r["BilledCost"]) for r in purchases) == paid
