@@ -12,9 +12,10 @@ Each rule is one aggregate query for all pools (windows that differ per pool are
 one statement), so the statements do not grow with the number of pools.
 
 A rule that holds opens an *episode* (AlertEpisode), which lasts while later evaluations still
-find it holding (a gap of EPISODE_GAP ends it). The episode's first minute is in the
-notification's key: one lasting condition writes one Warning PoolEvent and tells the team once
-(pools.services.notifications), however many workers evaluate it. While a lead's AlertSilence
+find it holding (a gap of EPISODE_GAP ends it: the next evaluation that finds the rule holding
+marks it ended and opens another). A (pool, rule) has at most one open episode, whatever the
+workers do, and opening one, its event and its notification commit together: one lasting
+condition writes one Warning PoolEvent and tells the team once (pools.services.notifications). While a lead's AlertSilence
 covers the rule the event is still written but nobody is told; when the silence ends and the
 episode still lasts, the team is told then.
 """
@@ -26,6 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.db import IntegrityError, transaction
 from django.db.models import F, FloatField, Max, Min, Q
 from django.db.models.functions import Cast
 from django.utils import timezone
@@ -152,40 +154,50 @@ def rule_message(reason: str, rules: AlertRules) -> str:
 def episodes_record(firings: list[Firing], pools: dict[int, GpuNodePool], rules: dict[int, AlertRules], now: datetime) -> list[PoolEvent]:
     """Continue the open episodes, open new ones (event + notification), and tell the team about
     open episodes whose silence has ended. Statements per evaluation: a fixed few, plus a few
-    per new episode and per notification sent."""
+    per new episode and per notification sent.
+
+    An episode opens in one transaction with its event and its notification, so a worker that
+    dies half-way leaves nothing and the next evaluation opens it again. At most one episode
+    per (pool, rule) is open (a partial unique constraint): of two workers opening one at once,
+    even in different minutes, the second's insert waits for the first and fails."""
     pool_ids = {f.pool_id for f in firings}
     reasons = {f.reason for f in firings}
-    open_episodes = {
-        (e.pool_id, e.rule): e
-        for e in AlertEpisode.objects.filter(pool_id__in=pool_ids, rule__in=reasons, last_seen_at__gte=now - EPISODE_GAP).order_by("started_at")
-    }
+    open_episodes, over = {}, []
+    for e in AlertEpisode.objects.filter(pool_id__in=pool_ids, rule__in=reasons, ended_at__isnull=True):
+        if e.last_seen_at >= now - EPISODE_GAP:
+            open_episodes[(e.pool_id, e.rule)] = e
+        else:
+            over.append(e.pk)
+    if over:  # not seen holding for EPISODE_GAP: ended, so that the next one may open
+        AlertEpisode.objects.filter(pk__in=over, ended_at__isnull=True).update(ended_at=F("last_seen_at"))
     silenced = set(AlertSilence.objects.filter(pool_id__in=pool_ids, rule__in=reasons, until__gt=now).values_list("pool_id", "rule"))
     continuing = [open_episodes[(f.pool_id, f.reason)] for f in firings if (f.pool_id, f.reason) in open_episodes]
     if continuing:
         AlertEpisode.objects.filter(pk__in=[e.pk for e in continuing]).update(last_seen_at=now)
-    told_late = []
     for episode in continuing:
         if episode.notified_at is None and (episode.pool_id, episode.rule) not in silenced:
-            episode_tell(episode, pools[episode.pool_id], rules[episode.pool_id], now, detail="still holding after a silence ended")
-            told_late.append(episode.pk)
-    if told_late:
-        AlertEpisode.objects.filter(pk__in=told_late).update(notified_at=now)
+            with transaction.atomic():  # told once, by whichever worker marks it
+                if AlertEpisode.objects.filter(pk=episode.pk, notified_at__isnull=True).update(notified_at=now):
+                    episode_tell(episode, pools[episode.pool_id], rules[episode.pool_id], now, detail="still holding after a silence ended")
     events = []
     for firing in firings:
         if (firing.pool_id, firing.reason) in open_episodes:
             continue
         pool = pools[firing.pool_id]
         tell = (firing.pool_id, firing.reason) not in silenced
-        episode, created = AlertEpisode.objects.get_or_create(
-            pool=pool, rule=firing.reason, started_at=now.replace(second=0, microsecond=0),
-            defaults={"last_seen_at": now, "notified_at": now if tell else None},
-        )  # fmt: skip
-        if not created:  # another worker opened it this minute
-            continue
         message = f"{rule_message(firing.reason, rules[pool.pk])} ({firing.detail})"
-        events.append(event_record(pool=pool, type=WARNING, reason=firing.reason, now=now, message=message))
-        if tell:
-            episode_tell(episode, pool, rules[pool.pk], now, detail=firing.detail)
+        try:
+            with transaction.atomic():
+                episode = AlertEpisode.objects.create(
+                    pool=pool, rule=firing.reason, started_at=now.replace(second=0, microsecond=0), last_seen_at=now,
+                    notified_at=now if tell else None,
+                )  # fmt: skip
+                event = event_record(pool=pool, type=WARNING, reason=firing.reason, now=now, message=message)
+                if tell:
+                    episode_tell(episode, pool, rules[pool.pk], now, detail=firing.detail)
+        except IntegrityError:  # another worker opened it meanwhile
+            continue
+        events.append(event)
     return events
 
 

@@ -38,16 +38,20 @@ try:  # psycopg 3 (a project dependency); without it there is no PostgreSQL to p
 except (ImportError, ImproperlyConfigured):  # pragma: no cover
     ServerBindingCursor = None
 
-from monitoring.models import AgentCredential, NodeAgentState, NodeReport
+from monitoring.models import AgentCredential, GpuErrorEvent, NodeAgentState, NodeReport
 from pools.models import Node
 
 _CRED, _STATE, _REPORT, _NODE = (m._meta.db_table for m in (AgentCredential, NodeAgentState, NodeReport, Node))
+_XID = GpuErrorEvent._meta.db_table
+_XID_COLUMNS = ["node_id", "report_seq", "position", "gpu_index", "xid", "at", "kind", "action", "mnemonic", "received_at"]
 _STATE_COLUMNS = ["acked_seq", "max_seq", "driver_version", "cuda_version", "conditions", "commands_pending"]
 
+ROTATED = "Rotated"  # revoked_reason of a credential rotated out: it works until its revoked_at (the grace)
 _AUTH_SQL = f"""
-SELECT c.id, n.id, n.name, n.phase, n.pool_id, s.node_id, {", ".join("s." + c for c in _STATE_COLUMNS)}
+SELECT c.id, (c.predecessor_in_grace AND c.revoked_at IS NULL), n.id, n.name, n.phase, n.pool_id, s.node_id,
+       {", ".join("s." + c for c in _STATE_COLUMNS)}
 FROM {_CRED} c JOIN {_NODE} n ON n.id = c.node_id LEFT JOIN {_STATE} s ON s.node_id = c.node_id
-WHERE c.key_hash = %s AND c.revoked_at IS NULL
+WHERE c.key_hash = %s AND (c.revoked_at IS NULL OR (c.revoked_reason = '{ROTATED}' AND c.revoked_at > %s))
 """
 
 
@@ -119,12 +123,12 @@ def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str | bytes) else value
 
 
-def credential_load(key_hash: str) -> AgentCredential | None:
-    """The active credential, its node (id, name, phase, pool_id; the rest loads on access)
-    and the node's agent state, in one query."""
+def credential_load(key_hash: str, now: datetime) -> AgentCredential | None:
+    """The active credential (or one rotated out, in its grace at `now`), its node (id, name,
+    phase, pool_id; the rest loads on access) and the node's agent state, in one query."""
     db = _db()
     with _cursor(db) as cursor:
-        cursor.execute(_AUTH_SQL, [key_hash])
+        cursor.execute(_AUTH_SQL, [key_hash, db.ops.adapt_datetimefield_value(now)])
         row = cursor.fetchone()
     return None if row is None else _credential(db, row)
 
@@ -132,10 +136,10 @@ def credential_load(key_hash: str) -> AgentCredential | None:
 def _credential(db, row) -> AgentCredential:
     """The credential, its node and the node's agent state from a row that begins with
     _AUTH_SQL's columns (_next_report_sql's adds one after them)."""
-    cred_id, node_id, name, phase, pool_id, state_node, *state = row
+    cred_id, in_grace, node_id, name, phase, pool_id, state_node, *state = row
     credential_node, node_state, state_node_field = _relations()
     node = _instance(Node, db.alias, {"id": node_id, "name": name, "phase": phase, "pool_id": pool_id})
-    credential = _instance(AgentCredential, db.alias, {"id": cred_id, "node_id": node_id})
+    credential = _instance(AgentCredential, db.alias, {"id": cred_id, "node_id": node_id, "predecessor_in_grace": bool(in_grace)})
     credential_node.set_cached_value(credential, node)
     if state_node is not None:
         values = dict(zip(_STATE_COLUMNS, state[:len(_STATE_COLUMNS)], strict=True))
@@ -163,7 +167,7 @@ def _next_report_sql() -> str:
     report_columns = ["seq", "at", "received_at", "driver_version", "cuda_version", "gpus"]
     state_sets = ["acked_seq", "max_seq", "fb_used_mib", "fb_total_mib", "gpu_util_avg", "last_report_at"]
     return f"""
-WITH auth (credential_id, node_id, name, phase, pool_id, state_node, {", ".join(_STATE_COLUMNS)}) AS ({_AUTH_SQL}),
+WITH auth (credential_id, predecessor_in_grace, node_id, name, phase, pool_id, state_node, {", ".join(_STATE_COLUMNS)}) AS ({_AUTH_SQL}),
 go AS (SELECT a.node_id FROM auth a WHERE a.state_node IS NOT NULL AND a.phase <> %s AND a.acked_seq = %s
        AND a.max_seq = %s AND a.driver_version = %s AND a.cuda_version = %s AND a.name = COALESCE(%s::text, a.name)),
 stored AS (INSERT INTO {_REPORT} (node_id, {", ".join(report_columns)})
@@ -187,10 +191,10 @@ def credential_load_storing_next(key_hash: str, *, report, node_name: str | None
     elsewhere it only loads the credential and stores nothing."""
     db = _db()
     if db.vendor != "postgresql" or not db.get_autocommit():
-        return credential_load(key_hash), False
+        return credential_load(key_hash, now), False
     ops = db.ops
     previous, at, received = report.seq - 1, ops.adapt_datetimefield_value(report.at), ops.adapt_datetimefield_value(now)
-    params = [key_hash, terminated, previous, previous, report.driver_version, report.cuda_version, node_name,
+    params = [key_hash, received, terminated, previous, previous, report.driver_version, report.cuda_version, node_name,
               report.seq, at, received, report.driver_version, report.cuda_version, ops.adapt_json_value(report.gpus, None),
               received, received,
               report.seq, report.seq, values["fb_used_mib"], values["fb_total_mib"], values["gpu_util_avg"], at,
@@ -258,3 +262,24 @@ def reports_write(*, node_id: int, reports: list, now: datetime, acked: int, lat
         with transaction.atomic(using=db.alias):
             for sql, params in statements:
                 cursor.execute(sql, params)
+
+
+def xids_insert(rows: list[GpuErrorEvent], *, chunk: int = 500) -> set[tuple[int, int]]:
+    """Insert the Xids not stored yet (INSERT ... ON CONFLICT DO NOTHING RETURNING); returns
+    (report_seq, position) of those this call inserted. Of two requests delivering the same Xid,
+    one inserts it: the other's insert waits for the first's transaction, then skips it."""
+    db = _db()
+    ops = db.ops
+    inserted: set[tuple[int, int]] = set()
+    with db.cursor() as cursor:
+        for start in range(0, len(rows), chunk):
+            params: list = []
+            part = rows[start:start + chunk]
+            for x in part:
+                params += [x.node_id, x.report_seq, x.position, x.gpu_index, x.xid, ops.adapt_datetimefield_value(x.at),
+                           x.kind, x.action, x.mnemonic, ops.adapt_datetimefield_value(x.received_at)]
+            values = "(" + ", ".join(["%s"] * len(_XID_COLUMNS)) + ")"
+            cursor.execute(f"INSERT INTO {_XID} ({', '.join(_XID_COLUMNS)}) VALUES {', '.join([values] * len(part))} "
+                           "ON CONFLICT (node_id, report_seq, position) DO NOTHING RETURNING report_seq, position", params)
+            inserted.update((seq, position) for seq, position in cursor.fetchall())
+    return inserted

@@ -3,7 +3,8 @@
 - `JoinToken`: a short-lived, single-use bootstrap token (`id.secret`, like Kubernetes
   bootstrap tokens), bound to the node it was minted for; only the secret's hash is stored.
 - `AgentCredential`: the per-node credential a join token is exchanged for; random, stored as
-  a hash, returned once; one active credential per node.
+  a hash, returned once; one active credential per node (and, for a few minutes after a
+  rotation, the one it replaced: monitoring.services.credential_rotate).
 - `NodeAgentState`: one row per node: the highest contiguous report sequence stored
   (`acked_seq`), versions, the latest GPU summary (the per-GPU detail is in the latest
   NodeReport) and the node's conditions (Kubernetes-shaped dicts, e.g. `CudaDriverMismatch`).
@@ -62,6 +63,8 @@ class AgentCredential(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     revoked_at = models.DateTimeField(null=True, blank=True)
     revoked_reason = models.CharField(max_length=200, blank=True)
+    predecessor_in_grace = models.BooleanField(
+        default=False, help_text="The credential this one rotated out still works until this one is first used")
 
     objects = NodeChildQuerySet.as_manager()
 
@@ -203,19 +206,26 @@ ALERT_RULE_CHOICES = [
 
 class AlertEpisode(models.Model):
     """A rule holding for a pool, from the evaluation that first saw it to the last that did.
-    The episode's start is part of its notification key, so one lasting condition tells once."""
+    The episode's start is part of its notification key, so one lasting condition tells once.
+    At most one episode per (pool, rule) is open (`ended_at` empty): an evaluation that finds
+    the open one not seen for monitoring.alerts.EPISODE_GAP ends it before opening the next,
+    and of two workers opening one at once the database lets one through."""
 
     pool = models.ForeignKey(GpuNodePool, on_delete=models.CASCADE, related_name="alert_episodes")
     rule = models.CharField(max_length=30, choices=ALERT_RULE_CHOICES)
     started_at = models.DateTimeField()
     last_seen_at = models.DateTimeField(help_text="The latest evaluation that found the rule holding")
     notified_at = models.DateTimeField(null=True, blank=True, help_text="When the team was told (empty while silenced)")
+    ended_at = models.DateTimeField(null=True, blank=True, help_text="When it was last seen holding; set when the rule next holds after the gap that ended it (empty until then)")
 
     objects = PoolChildQuerySet.as_manager()
 
     class Meta:
         ordering = ["-started_at"]
-        constraints = [models.UniqueConstraint(fields=["pool", "rule", "started_at"], name="alertepisode_unique_start")]
+        constraints = [
+            models.UniqueConstraint(fields=["pool", "rule", "started_at"], name="alertepisode_unique_start"),
+            models.UniqueConstraint(fields=["pool", "rule"], condition=Q(ended_at__isnull=True), name="alertepisode_one_open"),
+        ]
         indexes = [models.Index(fields=["last_seen_at"])]
 
     def __str__(self) -> str:

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from monitoring import ingest_sql, selectors, tokens
@@ -39,6 +39,8 @@ from pools.services.events import NORMAL, WARNING, event_record
 logger = logging.getLogger("ebcloud.monitoring")
 
 GONE_PHASES = (Node.Phase.TERMINATING, Node.Phase.TERMINATED)
+ROTATED = ingest_sql.ROTATED
+ROTATION_GRACE = timedelta(minutes=10)  # how long a rotated-out credential works if the new one goes unused
 
 
 class InvalidToken(Exception):
@@ -84,10 +86,17 @@ def _refuse_other_node(*, node: Node, named: str, where: str, now: datetime) -> 
     raise PermissionDenied(f"this credential belongs to node {node.name}, not {named!r}")
 
 
-def _credential_issue(*, node: Node, now: datetime) -> tuple[AgentCredential, str]:
+def _credential_issue(*, node: Node, now: datetime, predecessor_in_grace: bool = False) -> tuple[AgentCredential, str]:
     secret = tokens.credential_new()
-    row = AgentCredential.objects.create(node=node, key_prefix=secret[:12], key_hash=tokens.digest(secret), created_at=now)
+    row = AgentCredential.objects.create(node=node, key_prefix=secret[:12], key_hash=tokens.digest(secret), created_at=now,
+                                         predecessor_in_grace=predecessor_in_grace)  # fmt: skip
     return row, secret
+
+
+def _working(node: Node, now: datetime):
+    """The node's credentials that authenticate at `now`: the active one, and one rotated out
+    while its grace lasts."""
+    return AgentCredential.objects.filter(Q(revoked_at__isnull=True) | Q(revoked_reason=ROTATED, revoked_at__gt=now), node=node)
 
 
 def agent_join(*, token: str, node_name: str, now: datetime | None = None) -> tuple[AgentCredential, str, int]:
@@ -110,8 +119,8 @@ def agent_join(*, token: str, node_name: str, now: datetime | None = None) -> tu
         # Single use, even with two agents racing: only one conditional UPDATE matches.
         if not JoinToken.objects.filter(pk=row.pk, used_at__isnull=True).update(used_at=now):
             raise InvalidToken("join token already used")
-        replaced = list(AgentCredential.objects.filter(node=node, revoked_at__isnull=True).values_list("key_prefix", flat=True))
-        AgentCredential.objects.filter(node=node, revoked_at__isnull=True).update(revoked_at=now, revoked_reason="Rejoined")
+        replaced = list(_working(node, now).values_list("key_prefix", flat=True))
+        _working(node, now).update(revoked_at=now, revoked_reason="Rejoined")
         credential, secret = _credential_issue(node=node, now=now)
         state, _ = NodeAgentState.objects.get_or_create(node=node)
         audit_record(actor=None, action="credential.issue", obj=credential, before={"node": node.name, "credentials": replaced},
@@ -121,14 +130,26 @@ def agent_join(*, token: str, node_name: str, now: datetime | None = None) -> tu
     return credential, secret, state.acked_seq
 
 
-def credential_authenticate(raw: str) -> AgentCredential | None:
-    """The active credential with its node and agent state (one query), or None."""
+def credential_authenticate(raw: str, now: datetime | None = None) -> AgentCredential | None:
+    """The active credential (or one rotated out, in its grace) with its node and agent state
+    (one query), or None."""
     if not raw.startswith(tokens.CREDENTIAL_PREFIX):
         return None
-    credential = ingest_sql.credential_load(tokens.digest(raw))
+    now = now or timezone.now()
+    credential = ingest_sql.credential_load(tokens.digest(raw), now)
     if credential is None or credential.node.phase == Node.Phase.TERMINATED:
         return None
+    _first_use(credential, now)
     return credential
+
+
+def _first_use(credential: AgentCredential, now: datetime) -> None:
+    """The first request with a rotated-in credential ends the grace of the one it replaced."""
+    if credential.predecessor_in_grace:
+        with transaction.atomic():
+            AgentCredential.objects.filter(node_id=credential.node_id, revoked_reason=ROTATED, revoked_at__gt=now).update(revoked_at=now)
+            AgentCredential.objects.filter(pk=credential.pk).update(predecessor_in_grace=False)
+        credential.predecessor_in_grace = False
 
 
 def credential_authenticate_storing_next(raw: str, batch: Batch | None, now: datetime | None = None,
@@ -145,13 +166,14 @@ def credential_authenticate_storing_next(raw: str, batch: Batch | None, now: dat
     now = now or timezone.now()
     report = batch.reports[0] if batch is not None and len(batch.reports) == 1 else None
     if report is None or report.xids or batch.acks or (batch.oldest_seq or 1) > report.seq:
-        return credential_authenticate(raw), None
+        return credential_authenticate(raw, now), None
     used, total, util = gpu_summary(report.gpus)
     credential, stored = ingest_sql.credential_load_storing_next(
         tokens.digest(raw), report=report, node_name=batch.node, now=now, terminated=Node.Phase.TERMINATED,
         values={"fb_used_mib": used, "fb_total_mib": total, "gpu_util_avg": util})
     if credential is None or credential.node.phase == Node.Phase.TERMINATED:
         return None, None
+    _first_use(credential, now)
     if not stored:
         return credential, None
     node = credential.node
@@ -160,27 +182,48 @@ def credential_authenticate_storing_next(raw: str, batch: Batch | None, now: dat
 
 
 def credential_rotate(*, credential: AgentCredential, node_name: str | None = None, now: datetime | None = None) -> tuple[AgentCredential, str]:
-    """Replace the agent's credential; the old one stops working at once."""
+    """Replace the agent's credential with a new one, returned once (only its hash is stored).
+
+    The old credential keeps working until the new one is first used, for at most
+    ROTATION_GRACE (10 minutes) after the rotation: an agent whose answer was lost keeps
+    reporting with the old one and can retry. A retry with the old credential within the grace
+    gets another new credential (the first cannot be shown again) and the unused one it
+    replaces is revoked. The grace is never extended: a stolen old credential works at most
+    ROTATION_GRACE after the rotation, and not at all once the agent has used the new one."""
     now = now or timezone.now()
     node = credential.node
     if node_name is not None and node_name != node.name:
         _refuse_other_node(node=node, named=node_name, where="its credential rotation", now=now)
     with transaction.atomic():
-        if not AgentCredential.objects.filter(pk=credential.pk, revoked_at__isnull=True).update(revoked_at=now, revoked_reason="Rotated"):
+        old = AgentCredential.objects.select_for_update().filter(pk=credential.pk).values("revoked_at", "revoked_reason", "key_prefix").first()
+        in_grace = old is not None and old["revoked_reason"] == ROTATED and old["revoked_at"] > now
+        if old is None or (old["revoked_at"] is not None and not in_grace):
             raise ConflictError("this credential was revoked meanwhile")
-        new, secret = _credential_issue(node=node, now=now)
-        audit_record(actor=None, action="credential.rotate", obj=new, before={"node": node.name, "credentials": [credential.key_prefix]},
+        if in_grace:  # a retry: the new credential it was given is unused (its first use ends the grace)
+            unused = AgentCredential.objects.filter(node=node, revoked_at__isnull=True, predecessor_in_grace=True)
+            replaced = list(unused.values_list("key_prefix", flat=True))
+            if not unused.update(revoked_at=now, revoked_reason="RotationRetried"):
+                raise ConflictError("this credential was replaced meanwhile")
+        else:
+            replaced = [old["key_prefix"]]
+            AgentCredential.objects.filter(pk=credential.pk).update(revoked_at=now + ROTATION_GRACE, revoked_reason=ROTATED)
+        new, secret = _credential_issue(node=node, now=now, predecessor_in_grace=True)
+        audit_record(actor=None, action="credential.rotate", obj=new, before={"node": node.name, "credentials": replaced},
                      after={"node": node.name, "credentials": [new.key_prefix]})  # fmt: skip
     event_record(pool=node.pool, node=node, reason="AgentCredentialRotated", now=now,
-                 message=f"Agent credential of {node.name} rotated: {credential.key_prefix}... -> {new.key_prefix}...")
+                 message=f"Agent credential of {node.name} rotated: {replaced[0]}... -> {new.key_prefix}..."
+                 + (f" (a retry with {old['key_prefix']}...)" if in_grace else ""))
     return new, secret
 
 
 def credential_revoke_for_node(node: Node, *, reason: str = "NodeTerminated", actor=None, now: datetime | None = None) -> int:
-    """Revoke the node's active credential (the lifecycle calls this when a node is released);
-    returns how many were revoked. Idempotent."""
+    """Revoke the node's active credential (the lifecycle calls this when a node is released),
+    and the one it rotated out if that is still in its grace; returns how many active ones were
+    revoked. Idempotent."""
     now = now or timezone.now()
-    count = AgentCredential.objects.filter(node=node, revoked_at__isnull=True).update(revoked_at=now, revoked_reason=reason[:200])
+    with transaction.atomic():
+        count = AgentCredential.objects.filter(node=node, revoked_at__isnull=True).update(revoked_at=now, revoked_reason=reason[:200])
+        _working(node, now).update(revoked_at=now, revoked_reason=reason[:200])
     if count:
         event_record(pool=node.pool, node=node, reason="AgentCredentialRevoked", actor=actor, now=now,
                      message=f"Agent credential of {node.name} revoked ({reason})")
@@ -262,26 +305,37 @@ def reports_ingest(*, credential: AgentCredential, batch: Batch, now: datetime |
         acked += 1
     updates: dict = {}
     latest = new[-1] if new and new[-1].seq > state.max_seq else None
-    condition, condition_changed = None, False
+    condition, condition_changed, transition = None, False, None
     if latest is not None:
         used, total, util = gpu_summary(latest.gpus)
         updates.update(max_seq=latest.seq, fb_used_mib=used, fb_total_mib=total, gpu_util_avg=util, last_report_at=latest.at)
         if (latest.driver_version, latest.cuda_version) != (state.driver_version, state.cuda_version):
             conditions, condition, condition_changed = _condition_update(list(state.conditions or []), latest, now)
-            updates.update(driver_version=latest.driver_version, cuda_version=latest.cuda_version, conditions=conditions)
+            versions = dict(driver_version=latest.driver_version, cuda_version=latest.cuda_version, conditions=conditions)
+            if condition_changed:
+                transition = versions
+            else:
+                updates.update(versions)
     xids = [
         GpuErrorEvent(node=node, report_seq=r.seq, position=i, gpu_index=x.gpu_index, xid=x.xid, at=x.at,
                       kind=(c := repair.classify(x.xid)).kind, action=c.action, mnemonic=c.mnemonic[:80], received_at=now)
         for r in new for i, x in enumerate(r.xids)
     ]
     write = dict(node_id=node.pk, reports=new, now=now, acked=acked, latest_seq=latest.seq if latest else None, values=updates)
-    if xids:  # rare: the Xids must not be lost if the reports are stored
+    inserted: set[tuple[int, int]] = set()
+    if xids or transition:  # rare: the Xids must not be lost if the reports are stored
         with transaction.atomic():
+            if transition:  # announced by the one request that moves the versions it read on
+                condition_changed = bool(NodeAgentState.objects.filter(
+                    pk=node.pk, driver_version=state.driver_version, cuda_version=state.cuda_version, max_seq__lt=latest.seq,
+                ).update(**transition))  # fmt: skip
             ingest_sql.reports_write(**write)
-            GpuErrorEvent.objects.bulk_create(xids, ignore_conflicts=True)
+            if xids:
+                inserted = ingest_sql.xids_insert(xids)
     else:
         ingest_sql.reports_write(**write)
-    for x in xids:
+    # Events for what this request stored: a duplicate delivery racing this one stores nothing.
+    for x in (x for x in xids if (x.report_seq, x.position) in inserted):
         cls = repair.classify(x.xid)
         gpu = "an unknown GPU" if x.gpu_index is None else f"GPU {x.gpu_index}"
         hint = {"application": "the application must restart; the node is left alone",

@@ -91,6 +91,11 @@ class JoinView(APIView):
 
 
 class CredentialRotateView(_AgentView):
+    """The agent replaces its credential; the new one is returned once. The old one keeps
+    working until the new one is first used, for at most 10 minutes: an agent that lost the
+    answer keeps reporting and retries with the old one, and gets another new credential (the
+    one it never received is revoked)."""
+
     @extend_schema(request=NodeOptionalSerializer, responses={200: inline_serializer("AgentCredentialRotated", {
         "node": serializers.CharField(), "credential": serializers.CharField()}), 400: ERROR, 401: ERROR, 403: ERROR, 409: ERROR})
     def post(self, request):

@@ -211,10 +211,11 @@ def test_the_agent_rotates_its_credential_and_keeps_reporting_with_the_new_one(a
     old = agent.credential
     agent.rotate()
     assert agent.credential != old and json.loads((tmp_path / "credential.json").read_text())["credential"] == agent.credential
-    assert services.credential_authenticate(old) is None
+    assert services.credential_authenticate(old) is not None  # until the new one is used
     agent.collect()
     agent.flush()
     assert NodeReport.objects.filter(node=node).count() == 2
+    assert services.credential_authenticate(old) is None
     agent.close()
 
 

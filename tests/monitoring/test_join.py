@@ -138,17 +138,53 @@ def test_a_report_batch_naming_its_own_node_is_fine(agent, node):
     assert agent().post(REPORTS, {"node": node.name, "reports": [report(1)]}, format="json").status_code == 200
 
 
-def test_rotation_returns_a_new_credential_and_the_old_one_stops_working(agent, node):
+def bearer(credential: str) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {credential}")
+    return client
+
+
+def test_rotation_returns_a_new_credential_and_the_old_one_stops_working_once_it_is_used(agent, node):
     client = agent()
     response = client.post(ROTATE, {}, format="json")
     assert response.status_code == 200
     new = response.json()["credential"]
-    assert client.post(REPORTS, {"reports": [report(1)]}, format="json").status_code == 401
-    fresh = APIClient()
-    fresh.credentials(HTTP_AUTHORIZATION=f"Bearer {new}")
-    assert fresh.post(REPORTS, {"reports": [report(1)]}, format="json").status_code == 200
+    assert bearer(new).post(REPORTS, {"reports": [report(1)]}, format="json").status_code == 200
+    assert client.post(REPORTS, {"reports": [report(2)]}, format="json").status_code == 401
+    assert client.post(ROTATE, {}, format="json").status_code == 401
     assert AgentCredential.objects.filter(node=node, revoked_at__isnull=True).count() == 1
     assert node.events.filter(reason="AgentCredentialRotated").exists()
+
+
+def test_a_rotation_whose_answer_was_lost_is_retried_and_the_agent_reports_meanwhile(agent, node):
+    client = agent()
+    lost = client.post(ROTATE, {}, format="json").json()["credential"]  # the answer never reaches the agent
+    assert client.post(REPORTS, {"reports": [report(1)]}, format="json").status_code == 200
+    retry = client.post(ROTATE, {}, format="json")
+    assert retry.status_code == 200
+    new = retry.json()["credential"]
+    assert new != lost and services.credential_authenticate(lost) is None  # the unused one is revoked
+    assert bearer(new).post(REPORTS, {"reports": [report(2)]}, format="json").status_code == 200
+    assert client.post(REPORTS, {"reports": [report(3)]}, format="json").status_code == 401
+    assert list(AgentCredential.objects.filter(node=node).values_list("revoked_reason", flat=True)) == ["", "RotationRetried", "Rotated"]
+
+
+def test_a_rotated_out_credential_works_for_the_grace_only_and_a_retry_does_not_extend_it(actors, node):
+    now = timezone.now()
+    old = joined(node, actors["admin"])
+    services.credential_rotate(credential=services.credential_authenticate(old, now), now=now)
+    later = now + services.ROTATION_GRACE / 2
+    services.credential_rotate(credential=services.credential_authenticate(old, later), now=later)
+    assert services.credential_authenticate(old, now + services.ROTATION_GRACE - timedelta(seconds=1)) is not None
+    assert services.credential_authenticate(old, now + services.ROTATION_GRACE) is None
+
+
+def test_revoking_a_node_in_a_rotations_grace_revokes_the_rotated_out_credential_too(agent, node):
+    client = agent()
+    new = client.post(ROTATE, {}, format="json").json()["credential"]
+    assert services.credential_revoke_for_node(node) == 1
+    assert client.post(REPORTS, {"reports": [report(1)]}, format="json").status_code == 401
+    assert bearer(new).post(REPORTS, {"reports": [report(1)]}, format="json").status_code == 401
 
 
 def test_rotation_naming_another_node_is_refused(agent, make_node):

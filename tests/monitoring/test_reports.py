@@ -10,8 +10,9 @@ from django.urls import reverse
 
 from monitoring import ingest_sql, services
 from monitoring.models import AgentCommand, GpuErrorEvent, NodeAgentState, NodeReport
+from monitoring.report_parse import batch_parse
 from pools.models import Node
-from tests.monitoring.conftest import report
+from tests.monitoring.conftest import joined, report
 
 REPORTS = "/api/agent/v1/reports/"
 
@@ -126,6 +127,30 @@ def test_a_replayed_xid_is_not_stored_twice(agent, node):
     post(client, [report(1, xids=[(0, 79)])])
     post(client, [report(1, xids=[(0, 79)])])
     assert GpuErrorEvent.objects.filter(node=node).count() == 1
+
+
+def delivered_twice(node, admin, reports):
+    """The same batch from two requests (the agent's retry of a batch whose answer was lost)
+    that both authenticated, reading the node's state, before either stored it."""
+    raw = joined(node, admin)
+    both = [services.credential_authenticate(raw) for _ in range(2)]
+    for credential in both:
+        services.reports_ingest(credential=credential, batch=batch_parse({"reports": reports}, max_batch=10))
+
+
+def test_an_xid_delivered_twice_at_once_is_one_event_of_count_one(node, actors):
+    delivered_twice(node, actors["admin"], [report(1, xids=[(0, 48), (1, 79)])])
+    assert GpuErrorEvent.objects.filter(node=node).count() == 2
+    assert sorted(node.events.filter(reason="XidError").values_list("count", flat=True)) == [1, 1]
+
+
+def test_a_driver_mismatch_delivered_twice_at_once_is_one_warning_of_count_one(node, actors):
+    delivered_twice(node, actors["admin"], [report(1, driver="525.60.13", cuda="12.2")])
+    assert list(node.events.filter(reason="CudaDriverMismatch").values_list("count", flat=True)) == [1]
+    assert NodeAgentState.objects.get(node=node).conditions[0]["status"] == "True"
+    delivered_twice(node, actors["admin"], [report(2, driver="550.54.14", cuda="12.2")])
+    assert list(node.events.filter(reason="CudaDriverMismatchResolved").values_list("count", flat=True)) == [1]
+    assert NodeAgentState.objects.get(node=node).conditions[0]["status"] == "False"
 
 
 def test_a_driver_too_old_for_the_workloads_cuda_becomes_a_node_condition_and_a_warning(agent, node):
