@@ -77,7 +77,7 @@ def _alert_fire(*, budget, period, threshold: int, basis: str, amount: Decimal, 
                 event_record(pool=budget.pool, reason="BudgetThresholdReached", type=WARNING, message=message, now=now)
             notification_raise(
                 team=budget.team, pool=budget.pool, kind="BudgetThresholdReached", message=message,
-                key=f"budget-alert:{alert.pk}", now=now, payload=alert_payload(alert),
+                key=alert.notification_key, now=now, payload=alert_payload(alert),
                 severity=Notification.Severity.CRITICAL if threshold >= 100 else Notification.Severity.WARNING,
             )  # fmt: skip
     except IntegrityError:

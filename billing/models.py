@@ -446,6 +446,11 @@ class BudgetAlert(models.Model):
     def __str__(self) -> str:
         return f"{self.budget}: {self.basis} {self.threshold}% in {self.period:%Y-%m}"
 
+    @property
+    def notification_key(self) -> str:
+        """The key of the `pools.Notification` that tells of it."""
+        return f"budget-alert:{self.pk}"
+
 
 class PoolResourceSample(models.Model):
     """Storage held and cross-zone traffic of a pool in one hour (D4, C1), as reported by the

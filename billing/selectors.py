@@ -23,6 +23,7 @@ from billing.allocation import (
 from billing.models import Budget, BudgetAlert, CostDay, CostRecord
 from billing.month_spend import BudgetStatus, budget_statuses_of
 from pools.core.errors import FieldError, ValidationError
+from pools.models import Notification
 
 LABEL_KEY = re.compile(
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
@@ -200,10 +201,18 @@ def pool_budget_status(*, pool, now: datetime) -> BudgetStatus | None:
     return None if budget is None else budget_status(budget=budget, now=now)
 
 
-def budget_alerts_for_user(*, user, limit: int = 50):
+def budget_alerts_for_user(*, user, limit: int = 50) -> list[BudgetAlert]:
+    """The latest alerts of the budgets the user may see, each with its `notification` (how
+    far its mail and webhook got; None if it was never raised): two queries."""
     budgets = budgets_for_user(user=user)
-    return (
+    alerts = list(
         BudgetAlert.objects.filter(budget__in=budgets)
         .select_related("budget__pool", "budget__team")
         .order_by("-created_at", "-id")[:limit]
     )
+    keys = {alert.notification_key: alert for alert in alerts}
+    for alert in alerts:
+        alert.notification = None
+    for notification in Notification.objects.filter(key__in=list(keys)):
+        keys[notification.key].notification = notification
+    return alerts

@@ -12,9 +12,12 @@ from billing import budgets, services
 from billing.hours import HOUR
 from billing.month_spend import period_bounds
 from pools.claims import Part, collector_paused
-from pools.services.notifications import notifications_redeliver
+from pools.services.notifications import delivery_budget, notifications_redeliver, task_timeout_s
 
 LAST_INSTANT = timedelta(microseconds=1)  # the last moment of an hour is its end less this
+# Of the worker's task timeout: metering starts no hour past this share, and telling people
+# (mail, webhook) starts no call that could run past the next, so the task ends in time.
+METERING_SHARE, TELLING_SHARE = 0.6, 0.3
 
 
 def meter_pending() -> dict[str, int | list[str]]:
@@ -34,13 +37,13 @@ def meter_pending() -> dict[str, int | list[str]]:
         notifications_redeliver(now=now)
         return {"hours": len(pending), "parts": sum(len(missing) for _, missing in pending)}
     # Stay well inside the worker's task timeout; the next run continues a long catch-up.
-    budget_s = settings.Q_CLUSTER.get("timeout", 60) * 0.6
-    results = services.meter_pending(now=now, time_budget_s=budget_s)
+    results = services.meter_pending(now=now, time_budget_s=task_timeout_s() * METERING_SHARE)
     alerts = []
-    for moment in months_metered([r.hour for r in results if r.metered], now=now):
-        alerts += budgets.budgets_evaluate(now=moment)
-    alerts += budgets.budgets_evaluate(now=now)
-    notifications_redeliver(now=now)
+    with delivery_budget(task_timeout_s() * TELLING_SHARE):  # the alerts raised now are sent inline, under it
+        for moment in months_metered([r.hour for r in results if r.metered], now=now):
+            alerts += budgets.budgets_evaluate(now=moment)
+        alerts += budgets.budgets_evaluate(now=now)
+        notifications_redeliver(now=now)
     failed = [f"{r.label}: {r.error}" for r in results if r.error]
     return {"hours": sum(1 for r in results if r.metered), "alerts": len(alerts), **({"failed": failed} if failed else {})}
 
@@ -56,7 +59,8 @@ def meter_part(hour: str, index: int, count: int) -> dict[str, int]:
         # An hour of an earlier month (the month's last, metered after midnight; a catch-up)
         # counts against that month's budgets, not this month's.
         at = (months_metered([result.hour], now=now) or [now])[0]
-        alerts = budgets.budgets_evaluate(now=at, part=part, teams=result.complete) if result.metered else []
+        with delivery_budget(task_timeout_s() * TELLING_SHARE):
+            alerts = budgets.budgets_evaluate(now=at, part=part, teams=result.complete) if result.metered else []
     return {"metered": int(result.metered), "complete": int(result.complete), "alerts": len(alerts)}
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from datetime import timedelta
 from decimal import Decimal
@@ -14,7 +15,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import connection
 from django.test import Client
 
-from billing import budget_sync, budgets, selectors
+from billing import budget_sync, budgets, selectors, services, tasks
 from billing.models import Budget, BudgetAlert
 from pools.models import Notification, PoolEvent
 from pools.services import notifications as notify
@@ -167,6 +168,10 @@ def test_the_webhook_gives_up_after_its_attempts_and_the_alert_stays_fired(
     assert evaluate(T0 + 2 * HOUR) == []
     logged = " ".join(r.getMessage() for r in caplog.records if "alert webhook" in r.getMessage())
     assert "http://hooks.example: failed: ConnectError after 3 attempts" in logged and "SECRET-TOKEN" not in logged  # the URL's token stays out of the logs
+    client = Client()
+    client.force_login(actors["lead"])
+    html = client.get("/costs/budgets/").content.decode()
+    assert "webhook failed: ConnectError after 3 attempts" in html  # the budget page says how far the alert got
 
 
 def test_team_budgets_cover_what_the_team_is_charged_and_finance_or_admins_set_them(actors, teams):
@@ -379,3 +384,27 @@ def test_a_part_checks_only_its_pools_budgets_and_the_teams_only_when_asked(acto
     assert {a.budget.pool.name for a in fired} == {p.name for p in pools_ if p.pk % 2 == part.index}
     rest = budgets.budgets_evaluate(now=T0 + HOUR, part=Part(1 - part.index, 2), teams=True)
     assert {a.budget.pool.name if a.budget.pool_id else "team" for a in rest} == {p.name for p in pools_ if p.pk % 2 != part.index} | {"team"}
+
+
+@pytest.mark.django_db(transaction=True)  # alerts are sent as their transaction commits, as in a worker
+def test_the_hourly_task_sends_the_alerts_it_raises_within_its_share_of_the_task_timeout(actors, settings, monkeypatch):
+    """A webhook that never answers must not keep the hourly task past the worker's timeout (the
+    worker is then killed mid-send and the next run sends again): the alerts it raises are sent
+    inline only while a call's worst case fits its share of the timeout, and wait for the next
+    run otherwise. Here that share is 0.9 s, a mail 0.05 s and a webhook call 0.6 s."""
+    hole = socket.socket()
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(8)
+    settings.EBCLOUD_ALERT_WEBHOOK_URL = f"http://127.0.0.1:{hole.getsockname()[1]}/hook"
+    settings.EMAIL_TIMEOUT = 0.05
+    settings.Q_CLUSTER = {**settings.Q_CLUSTER, "timeout": 3}
+    monkeypatch.setattr(notify, "WEBHOOK_TIMEOUT_S", 0.2)  # three attempts: 0.6 s
+    for name in ("pool-a", "pool-b", "pool-c"):
+        spend(pool(actors["lead"], name=name, budget={"monthly": "1000", "thresholds": [80]}), "900")
+    services.meter_hour(hour=T0)
+    monkeypatch.setattr(tasks.timezone, "now", lambda: T0 + HOUR + timedelta(minutes=2))
+    try:
+        assert tasks.meter_pending()["alerts"] == 3
+    finally:
+        hole.close()
+    assert Notification.objects.count() == 3 and Notification.objects.exclude(webhook_at=None).count() == 1
