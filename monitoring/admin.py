@@ -9,6 +9,7 @@ from monitoring.models import (
     JoinToken,
     NodeAgentState,
     PoolSample,
+    credential_works,
 )
 
 
@@ -39,8 +40,10 @@ class AgentCredentialAdmin(admin.ModelAdmin):
 
     @admin.action(description="Revoke the selected credentials")
     def revoke(self, request, queryset):
-        nodes = {c.node for c in queryset.filter(revoked_at__isnull=True).select_related("node__pool")}
-        count = sum(services.credential_revoke_for_node(n, reason="RevokedByAdmin", actor=request.user, now=timezone.now()) for n in nodes)
+        now = timezone.now()  # a credential rotated out works until its revoked_at: revoking it ends that too
+        working = queryset.filter(credential_works(now))
+        nodes = {c.node for c in working.select_related("node__pool")}
+        count = sum(services.credential_revoke_for_node(n, reason="RevokedByAdmin", actor=request.user, now=now) for n in nodes)
         self.message_user(request, f"Revoked {count} credential(s)", messages.SUCCESS)
 
 

@@ -38,7 +38,7 @@ try:  # psycopg 3 (a project dependency); without it there is no PostgreSQL to p
 except (ImportError, ImproperlyConfigured):  # pragma: no cover
     ServerBindingCursor = None
 
-from monitoring.models import AgentCredential, GpuErrorEvent, NodeAgentState, NodeReport
+from monitoring.models import ROTATED, AgentCredential, GpuErrorEvent, NodeAgentState, NodeReport
 from pools.models import Node
 
 _CRED, _STATE, _REPORT, _NODE = (m._meta.db_table for m in (AgentCredential, NodeAgentState, NodeReport, Node))
@@ -46,7 +46,6 @@ _XID = GpuErrorEvent._meta.db_table
 _XID_COLUMNS = ["node_id", "report_seq", "position", "gpu_index", "xid", "at", "kind", "action", "mnemonic", "received_at"]
 _STATE_COLUMNS = ["acked_seq", "max_seq", "driver_version", "cuda_version", "conditions", "commands_pending"]
 
-ROTATED = "Rotated"  # revoked_reason of a credential rotated out: it works until its revoked_at (the grace)
 _AUTH_SQL = f"""
 SELECT c.id, (c.predecessor_in_grace AND c.revoked_at IS NULL), n.id, n.name, n.phase, n.pool_id, s.node_id,
        {", ".join("s." + c for c in _STATE_COLUMNS)}

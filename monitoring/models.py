@@ -56,6 +56,15 @@ class JoinToken(models.Model):
         return "expired" if self.expires_at <= timezone.now() else "valid"
 
 
+ROTATED = "Rotated"  # revoked_reason of a credential rotated out: it works until its revoked_at (the grace)
+
+
+def credential_works(now) -> Q:
+    """The credentials that authenticate at `now`: the active one, and one rotated out while
+    its grace lasts (monitoring.services.credential_rotate)."""
+    return Q(revoked_at__isnull=True) | Q(revoked_reason=ROTATED, revoked_at__gt=now)
+
+
 class AgentCredential(models.Model):
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="agent_credentials")
     key_prefix = models.CharField(max_length=12, help_text="First characters, to recognise a credential in logs")

@@ -14,11 +14,12 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
-from django.db.models import F, Q
+from django.db.models import F
 from django.utils import timezone
 
 from monitoring import ingest_sql, selectors, tokens
 from monitoring.models import (
+    ROTATED,
     AgentCommand,
     AgentCredential,
     GpuErrorEvent,
@@ -26,6 +27,7 @@ from monitoring.models import (
     NodeAgentState,
     NodeReport,
     PoolSample,
+    credential_works,
 )
 from monitoring.report_parse import Batch, Report, gpu_summary
 from pools import roles
@@ -39,7 +41,6 @@ from pools.services.events import NORMAL, WARNING, event_record
 logger = logging.getLogger("ebcloud.monitoring")
 
 GONE_PHASES = (Node.Phase.TERMINATING, Node.Phase.TERMINATED)
-ROTATED = ingest_sql.ROTATED
 ROTATION_GRACE = timedelta(minutes=10)  # how long a rotated-out credential works if the new one goes unused
 
 
@@ -96,7 +97,7 @@ def _credential_issue(*, node: Node, now: datetime, predecessor_in_grace: bool =
 def _working(node: Node, now: datetime):
     """The node's credentials that authenticate at `now`: the active one, and one rotated out
     while its grace lasts."""
-    return AgentCredential.objects.filter(Q(revoked_at__isnull=True) | Q(revoked_reason=ROTATED, revoked_at__gt=now), node=node)
+    return AgentCredential.objects.filter(credential_works(now), node=node)
 
 
 def agent_join(*, token: str, node_name: str, now: datetime | None = None) -> tuple[AgentCredential, str, int]:

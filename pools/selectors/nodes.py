@@ -12,6 +12,7 @@ from django.http import Http404
 from django.utils import timezone
 
 from monitoring.models import (
+    ROTATED,
     AgentCommand,
     AgentCredential,
     GpuErrorEvent,
@@ -54,6 +55,15 @@ def node_get(*, user, pool_name: str, node_name: str) -> Node:
     if node is None:
         raise Http404(f"node {node_name!r} of pool {pool_name!r} not found")
     return node
+
+
+def _credentials(node: Node, now: datetime) -> list[AgentCredential]:
+    """The node's latest credentials, each with `grace_until`: when one rotated out stops
+    working, unless the new one is used first (None once it does not work)."""
+    credentials = list(AgentCredential.objects.filter(node=node).order_by("-created_at", "-id")[:5])
+    for c in credentials:
+        c.grace_until = c.revoked_at if c.revoked_reason == ROTATED and c.revoked_at and c.revoked_at > now else None
+    return credentials
 
 
 def _ready_condition(node: Node) -> dict:
@@ -121,7 +131,7 @@ def node_page(*, user, node: Node, now: datetime | None = None) -> dict:
         "report": report,
         "gpus": gpus,
         "conditions": conditions,
-        "credentials": list(AgentCredential.objects.filter(node=node).order_by("-created_at", "-id")[:5]),
+        "credentials": _credentials(node, now),
         "pods": list(Pod.objects.for_user(user).filter(node=node, phase=Pod.Phase.RUNNING).order_by("namespace", "name")[:200]),
         "approvals": approvals,
         "open_approval": next((a for a in approvals if a.status in RepairApproval.OPEN), None),

@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import pytest
 from django.contrib import admin
+from django.urls import reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -242,3 +243,20 @@ def test_the_lifecycle_revokes_the_credential_of_a_node_it_releases(agent, node)
     assert AgentCredential.objects.get(node=node).revoked_reason == "NodeTerminated"
     assert PoolEvent.objects.filter(node=node, reason="AgentCredentialRevoked").count() == 1
     assert client.post(REPORTS, {"reports": [report(1)]}, format="json").status_code == 401
+
+
+def test_a_credential_in_its_rotation_grace_reads_so_and_the_admin_can_revoke_it(actors, node, rf, client):
+    """The node page said "revoked <a time to come> (Rotated)" of a credential that still
+    works, and the admin's revoke action skipped it (it acted only on active ones)."""
+    old = joined(node, actors["admin"])
+    services.credential_rotate(credential=services.credential_authenticate(old))
+    client.force_login(actors["admin"])
+    page = client.get(reverse("pools:node-detail", args=[node.pool.name, node.name])).content.decode()
+    assert "rotated out: works until" in page and "(Rotated)" not in page
+    model_admin = admin.site._registry[AgentCredential]
+    request = rf.post("/")
+    request.user = actors["admin"]
+    model_admin.message_user = lambda *a, **k: None
+    model_admin.revoke(request, AgentCredential.objects.filter(revoked_reason="Rotated"))
+    assert services.credential_authenticate(old) is None
+    assert set(AgentCredential.objects.values_list("revoked_reason", flat=True)) == {"RevokedByAdmin"}
