@@ -19,7 +19,7 @@ from billing import budget_sync, budgets, selectors, services, tasks
 from billing.models import Budget, BudgetAlert
 from pools.models import Notification, PoolEvent
 from pools.services import notifications as notify
-from tests.billing.billing_helpers import HOUR, T0, charge, pool
+from tests.billing.billing_helpers import HOUR, T0, charge, in_thread, pool
 
 pytestmark = pytest.mark.django_db
 
@@ -268,14 +268,9 @@ def test_two_workers_creating_a_missing_pool_budget_create_it_once_and_both_chec
             fired.extend(budgets.budgets_evaluate(now=T0 + HOUR))
         except Exception as exc:  # noqa: BLE001 - the test reads what each worker met
             errors.append(exc)
-        finally:
-            connection.close()
 
-    threads = [threading.Thread(target=worker) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    for thread in [in_thread(worker), in_thread(worker)]:
+        thread.join()
     assert errors == []
     assert Budget.objects.filter(pool=p).count() == 1
     assert alerts() == [(80, "actual"), (100, "actual")] and len(fired) == 2
