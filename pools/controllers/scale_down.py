@@ -31,7 +31,7 @@ from datetime import datetime
 
 from django.conf import settings
 
-from pools.core.disruption import DisruptionBudget, refused
+from pools.core.disruption import DisruptionBudget, eviction_opted_out, refused
 from pools.core.scheduling.nodes import NodeState, best_fit_gpus, filter_node
 from pools.models import GpuNodePool, Node
 from pools.models.pods import Pod
@@ -41,7 +41,6 @@ from pools.selectors.cluster import cluster_state, core_pod_of
 from pools.services.events import event_record
 
 logger = logging.getLogger("ebcloud.autoscaler")
-SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 
 
 @dataclass(frozen=True)
@@ -93,9 +92,8 @@ def removable_burst_nodes(burst: list[Node], live: list[Node], *, limit: int) ->
 def _kept_by_pod(pods: list[Pod], evicting: list[str], budgets: list[DisruptionBudget] | None) -> str | None:
     """Why these pods keep their node, or None when every one may be evicted after `evicting`."""
     for pod in pods:
-        annotations = (pod.document or {}).get("metadata", {}).get("annotations") or {}
-        if str(annotations.get(SAFE_TO_EVICT, "")).lower() == "false":
-            return f'pod {pod.key} is annotated {SAFE_TO_EVICT}: "false"'
+        if why := eviction_opted_out(pod.key, pod.annotations):
+            return why
     if not pods:
         return None
     if budgets is None:

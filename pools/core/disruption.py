@@ -24,6 +24,21 @@ from dataclasses import dataclass, field
 from math import ceil
 
 MAX_DISRUPTED_PODS = 2000  # kube-apiserver's MaxDisruptedPodSize
+SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+
+
+def eviction_opted_out(key: str, annotations: Mapping[str, str]) -> str | None:
+    """Why pod `key`'s own annotations keep it where it runs, or None. Cluster Autoscaler never
+    evicts a pod annotated `safe-to-evict: "false"` to remove its node, nor Karpenter one
+    annotated `do-not-disrupt: "true"` to consolidate; the scale-down and the repack, which move
+    pods for the same reasons, honour both (a drain the team asked for, by deleting a pool or
+    a node's lease ending, does not: the Eviction API knows neither)."""
+    if str(annotations.get(SAFE_TO_EVICT, "")).lower() == "false":
+        return f'pod {key} is annotated {SAFE_TO_EVICT}: "false"'
+    if str(annotations.get(DO_NOT_DISRUPT, "")).lower() == "true":
+        return f'pod {key} is annotated {DO_NOT_DISRUPT}: "true"'
+    return None
 
 
 @dataclass(frozen=True)

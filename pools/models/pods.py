@@ -149,6 +149,10 @@ class Pod(models.Model):
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
+    @property
+    def annotations(self) -> dict:
+        return (self.document or {}).get("metadata", {}).get("annotations") or {}
+
 
 class PodDisruptionBudget(models.Model):
     """A PodDisruptionBudget (policy/v1) of the simulated cluster: how many of the pods its

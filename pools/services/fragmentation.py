@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from pools import roles
 from pools.controllers.scheduler import scheduler_lock
-from pools.core.disruption import DisruptionBudget
+from pools.core.disruption import DisruptionBudget, eviction_opted_out
 from pools.core.errors import ConflictError, ValidationError
 from pools.core.scheduling.fragmentation import (
     FragmentationReport,
@@ -90,6 +90,11 @@ def _budgets(pods: list[Pod]) -> list[DisruptionBudget]:
         return []
 
 
+def _kept(pods: list[Pod]) -> dict[str, str]:
+    """The pods whose annotations forbid moving them (`eviction_opted_out`), with why."""
+    return {p.key: why for p in pods if (why := eviction_opted_out(p.key, p.annotations))}
+
+
 def _waiting(states) -> list:
     """The Pending GPU pods the share packing may make room for, in the scheduler's queue
     order: those of the highest priority among the ones that pass some node's static filters
@@ -119,7 +124,7 @@ def fragmentation_for(*, pools: list[GpuNodePool] | None, scope: str, with_plan:
     nodes = list(states.values())
     report = fragmentation_report(nodes, workload)
     budget = max_nodes if max_nodes is not None else max(1, len(nodes))
-    plan = repack_plan(nodes, workload=workload, max_drained_nodes=budget, waiting=_waiting(states), budgets=_budgets(pods)) if with_plan else None
+    plan = repack_plan(nodes, workload=workload, max_drained_nodes=budget, waiting=_waiting(states), budgets=_budgets(pods), kept=_kept(pods)) if with_plan else None
     return FragmentationView(scope, report, plan)
 
 
@@ -141,7 +146,7 @@ def repack_apply(*, user, pool: GpuNodePool | None, max_nodes: int = 1, shares: 
         nodes, pods, states, workload = _load([pool] if pool is not None else None)
         plan = repack_plan(
             list(states.values()), workload=workload, max_drained_nodes=0 if shares else max_nodes, pack_shares=shares,
-            waiting=_waiting(states) if shares else (), budgets=_budgets(pods),
+            waiting=_waiting(states) if shares else (), budgets=_budgets(pods), kept=_kept(pods),
         )  # fmt: skip
         by_name = {n.name: n for n in nodes}
         by_key = {p.key: p for p in pods}
@@ -240,7 +245,7 @@ def fragmentation_record(*, now: datetime | None = None) -> list[FragmentationSa
     """Store one trend point per live pool with nodes, and one for the whole cluster."""
     now = now or timezone.now()
     _, pods, states, workload = _load(None)
-    budgets = _budgets(pods)
+    budgets, kept = _budgets(pods), _kept(pods)
     by_pool: dict[str, list] = {}
     for state in states.values():
         by_pool.setdefault(state.pool, []).append(state)
@@ -248,7 +253,7 @@ def fragmentation_record(*, now: datetime | None = None) -> list[FragmentationSa
     samples = []
     for name, members in [*((n, by_pool[n]) for n in sorted(pools)), ("", list(states.values()))]:
         report = fragmentation_report(members, workload)
-        plan = repack_plan(members, workload=workload, max_drained_nodes=len(members) or 1, pack_shares=False, budgets=budgets)
+        plan = repack_plan(members, workload=workload, max_drained_nodes=len(members) or 1, pack_shares=False, budgets=budgets, kept=kept)
         samples.append(
             FragmentationSample(
                 pool=pools.get(name),

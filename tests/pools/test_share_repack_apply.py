@@ -9,8 +9,15 @@ from pools.controllers.scheduler import scheduler_pass
 from pools.models import PoolEvent
 from pools.models.pods import Pod
 from pools.providers.simulated import EVICT, failure_inject
+from pools.services import pods as pod_services
 from tests.pools.pod_helpers import SHARE_LAYOUT as LAYOUT
-from tests.pools.pod_helpers import T0, pool_with_nodes, pool_with_share_layout, submit
+from tests.pools.pod_helpers import (
+    T0,
+    pod_document,
+    pool_with_nodes,
+    pool_with_share_layout,
+    submit,
+)
 
 URL = "/api/v1/pools/train-pool-a/fragmentation/"
 
@@ -152,3 +159,25 @@ def test_the_drain_plan_says_a_disruption_budget_keeps_a_node(api, browser, acto
     assert response.status_code == 200 and "applied" not in response.json()
     assert {p.name: p.node.name for p in Pod.objects.filter(phase=Pod.Phase.RUNNING)} == on
     assert not pool.events.filter(reason="Evicted").exists()
+
+
+@pytest.mark.parametrize(
+    ("annotation", "value"),
+    [("cluster-autoscaler.kubernetes.io/safe-to-evict", "false"), ("karpenter.sh/do-not-disrupt", "true")],
+)
+def test_the_repack_moves_no_pod_whose_annotation_forbids_it(api, actors, annotation, value):
+    """As Cluster Autoscaler's scale-down and Karpenter's consolidation never move such a pod,
+    nor does the repack (it moved it, and said the node was freed)."""
+    pool = pool_with_nodes(actors["lead"], nodes=2, node_labels={"pool": "train"})
+    for name in ("p0", "p1"):
+        document = pod_document(name, gpus=1, cpu="1")
+        document["metadata"]["annotations"][annotation] = value
+        pod_services.pod_create(user=actors["member"], document=document, now=T0)
+    scheduler_pass(now=T0)
+    Pod.objects.filter(name="p1").update(node=pool.nodes.get(name="train-pool-a-1"), gpu_indices=[0])
+    on = {"p0": "train-pool-a-0", "p1": "train-pool-a-1"}
+    plan = api("member").get(f"{URL}?plan=1").json()["plan"]
+    assert plan["moves"] == [] and plan["freedNodes"] == []
+    assert set(plan["skipped"].values()) == {f'pod algorithm/{name} is annotated {annotation}: "{value}"' for name in on}
+    assert api("lead").post(f"{URL}apply/", {"maxNodes": 1}, format="json").status_code == 200
+    assert {p.name: p.node.name for p in Pod.objects.filter(phase=Pod.Phase.RUNNING)} == on

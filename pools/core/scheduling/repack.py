@@ -113,8 +113,11 @@ def _drain_order(node: NodeState) -> tuple:
     return (gpu, cpu, node.name)
 
 
-def _pinned(pod: Pod, max_priority: int | None, only_checkpointable: bool, refused: Mapping[str, str]) -> str | None:
-    """Why ``pod`` may not move, or None (``refused``: pod -> the budget that allows it no move)."""
+def _pinned(pod: Pod, max_priority: int | None, only_checkpointable: bool, refused: Mapping[str, str], kept: Mapping[str, str]) -> str | None:
+    """Why ``pod`` may not move, or None (``refused``: pod -> the budget that allows it no move;
+    ``kept``: pod -> why its own annotations keep it)."""
+    if pod.name in kept:
+        return kept[pod.name]
     if pod.name in refused:
         return f"{refused[pod.name]} keeps pod {pod.name} in place"
     if (max_priority is not None and pod.priority > max_priority) or (only_checkpointable and not pod.checkpointable):
@@ -137,6 +140,7 @@ def repack_plan(
     pack_shares: bool = True,
     waiting: Sequence[Pod] = (),
     budgets: Sequence[DisruptionBudget] = (),
+    kept: Mapping[str, str] | None = None,
 ) -> RepackPlan:
     """Plan moves that empty up to ``max_drained_nodes`` nodes (see the module docstring).
 
@@ -151,14 +155,15 @@ def repack_plan(
     in the order they wait; the shares among them join the share packing where room allows.
     ``budgets``: the disruption budgets over the running pods (a move is an eviction): a pod
     whose budget allows none stays where it runs, and so does its node; of a budget that
-    allows N, at most N pods move (counted per part: each is applied on its own)."""
+    allows N, at most N pods move (counted per part: each is applied on its own). ``kept``: the
+    pods that stay where they run whatever the plan, with why (`disruption.eviction_opted_out`)."""
     refused = {key: budget.named for budget in budgets if budget.allowed <= 0 for key in budget.pods}
     if workload is None:
         workload = workload_from_pods([b.pod for n in nodes for b in n.bound.values()])
     model = FragmentationModel(workload)
 
     def why_pinned(pod: Pod) -> str | None:
-        return _pinned(pod, max_priority, only_checkpointable, refused)
+        return _pinned(pod, max_priority, only_checkpointable, refused, kept or {})
 
     plan = _greedy_plan(nodes, model, max_drained_nodes, why_pinned, budgets)
     optimal = _optimal_plan(nodes, model, max_drained_nodes, why_pinned, budgets) if optimise else None
