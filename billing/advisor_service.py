@@ -22,7 +22,7 @@ from billing.advisor import (
     compare_split,
     recommend_for_windows,
 )
-from billing.models import CostRecord, UsageRecord
+from billing.models import Budget, CostRecord, UsageRecord
 from billing.pricing import price_in_force
 from pools.core.errors import ValidationError
 from pools.models import GpuNodePool
@@ -88,13 +88,15 @@ def pool_advice(*, pool: GpuNodePool, now: datetime) -> PoolAdvice | None:
 def _budget_split(pool: GpuNodePool, until: datetime) -> list[SplitComparison]:
     """The article's estimate (nodes 80%, storage 15%, network 5% of the monthly budget) beside
     what this month's bill actually went to (O1), in the budget's currency: a pool's fees may
-    be priced in another than its nodes, and those are not added to it (as budgets count)."""
-    budget = (pool.document.get("spec") or {}).get("budget") or {}
-    if "monthly" not in budget:
+    be priced in another than its nodes, and those are not added to it (as budgets count). The
+    budget is the one in force (`billing.Budget`: the spec's, finance's override, or the
+    default), the one its alerts are raised against, not only a `spec.budget`."""
+    budget = Budget.objects.filter(pool=pool).only("monthly_amount", "currency").first()
+    if budget is None:
         return []
     month_start = until.replace(day=1, hour=0)
     spent = (
-        CostRecord.objects.filter(pool=pool, currency=budget.get("currency", "CNY"), hour__gte=month_start, hour__lt=until)
+        CostRecord.objects.filter(pool=pool, currency=budget.currency, hour__gte=month_start, hour__lt=until)
         .values_list("component")
         .annotate(total=Sum("amount"))
         .order_by()
@@ -103,4 +105,4 @@ def _budget_split(pool: GpuNodePool, until: datetime) -> list[SplitComparison]:
     for component, total in spent:
         name = COMPONENT_OF.get(component, component)
         actual[name] = actual.get(name, Decimal(0)) + total
-    return compare_split(budget_estimate(Decimal(str(budget["monthly"]))), actual)
+    return compare_split(budget_estimate(budget.monthly_amount), actual)

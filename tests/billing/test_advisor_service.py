@@ -6,7 +6,8 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from billing.advisor_service import hourly_node_demand, pool_advice
-from billing.models import CostRecord, UsageRecord
+from billing.budget_sync import budget_sync_pool
+from billing.models import Budget, CostRecord, UsageRecord
 from pools.services import pools as services
 from tests.billing.billing_helpers import label_set
 from tests.conftest import make_document
@@ -58,6 +59,19 @@ def test_the_budget_split_shows_the_estimate_beside_the_actual_bill(actors):
     assert split["nodes"].estimate == Decimal("80000.00") and split["nodes"].actual == Decimal("900.00")
     assert split["storage"].actual == Decimal("60.00")
     assert split["storage"].actual_share == Decimal("0.06") or split["storage"].actual_share == Decimal("0.0600")
+
+
+def test_the_budget_split_is_of_the_budget_in_force(actors):
+    """Finance's override is the budget the pool's alerts count against, and so its split: the
+    split used to read only `spec.budget` (100000 here, overridden to 40000), and showed none
+    for a pool on the default budget."""
+    pool = metered_pool(actors, budget=100000)
+    Budget.objects.filter(pool=pool).update(override_amount=Decimal("40000"))
+    budget_sync_pool(pool=pool, now=NOW)
+    assert {c.component: c.estimate for c in pool_advice(pool=pool, now=NOW).split}["nodes"] == Decimal("32000.00")
+    default = services.pool_create(user=actors["lead"], document=make_document("on-default", nodeCount={"min": 1, "max": 2}))
+    assert Budget.objects.get(pool=default).source == Budget.Source.DEFAULT
+    assert pool_advice(pool=default, now=NOW).split != []
 
 
 def test_the_pool_page_shows_the_advice(client, actors):
