@@ -57,7 +57,7 @@ from pools.providers import get_cloud_provider, get_cluster_backend
 from pools.providers.base import CloudProvider, ClusterBackend, InsufficientBalance, ProviderError
 from pools.selectors.pools import UNPAID_STATUSES, catalog_current, quota_held
 from pools.services.events import WARNING, event_record
-from pools.services.pools import pool_orders_lock, quota_limits_lock
+from pools.services.pools import orders_trim_to_min, pool_orders_lock, quota_limits_lock
 
 logger = logging.getLogger("ebcloud.lifecycle")
 
@@ -200,6 +200,7 @@ def _reconcile(pool_id: int, now: datetime, cloud: CloudProvider, cluster: Clust
     )  # fmt: skip
     fresh = None
     if pool.phase == GpuNodePool.Phase.DELETING:
+        exits.reclaims_handle(p)  # a draining node the cloud reclaims drains by the reclaim
         exits.drains_advance(p)
         _pay_orders(p, statuses=(PoolOrder.Status.PAYING,))  # a payment left unsettled: Paid, or refused (then withdrawn)
         if exits.delete_step(p):
@@ -232,7 +233,8 @@ def _steps_run(p: ReconcilePass, snapshot: rules.PoolSnapshot, shared: PassShare
 
 
 def _pay_orders(p: ReconcilePass, statuses: tuple[str, ...] = UNPAID_STATUSES) -> None:
-    """Pay every Approved order (oldest first); the payment is keyed by the order (no double debit).
+    """Pay every Approved order and settle every Paying one (oldest first); the payment is keyed
+    by the order (no double debit).
 
     An order is claimed, paid, then settled. Under the locks every writer of a pool's orders
     takes, in the same order (`pool_services.pool_orders_lock`: the quota rows, then the pool's
@@ -273,22 +275,24 @@ def _pay_claim(p: ReconcilePass, order_id: int) -> tuple[PoolOrder, str] | None:
 
 def _pay_order(p: ReconcilePass, order: PoolOrder, quota_note: str) -> None:
     """Ask the cloud (no lock held, no transaction open), then settle the Paying order under the
-    locks. A refusal (`ProviderError`: nothing was debited) puts it back to Approved; any other
-    failure (a timeout: the outcome is unknown) leaves it Paying for the next pass."""
+    locks. A refusal (`ProviderError`: nothing was debited) puts it back to Approved, and then
+    trims it as a lowered `nodeCount.min` would have, had it not been Paying; any other failure
+    (a timeout: the outcome is unknown) leaves it Paying for the next pass."""
     try:
         payment = p.cloud.pay(order_id=order.pk, amount=order.amount, currency=order.currency, now=p.now)
     except ProviderError as exc:
         with transaction.atomic():
-            pool_orders_lock(pool=p.pool)
+            pool = pool_orders_lock(pool=p.pool)
             if not PoolOrder.objects.filter(pk=order.pk, status=PoolOrder.Status.PAYING).update(status=PoolOrder.Status.APPROVED):
                 return
             if isinstance(exc, InsufficientBalance):
-                reason = rules.insufficient_balance_reason(need=exc.need, balance=exc.balance, currency=exc.currency)
-                p.stall(reason)
-                p.event("InsufficientBalance", f"Order #{order.pk} is unpaid: {reason}; payment is retried every pass", type=WARNING)
+                detail = rules.insufficient_balance_reason(need=exc.need, balance=exc.balance, currency=exc.currency)
+                p.stall(detail)
             else:
-                p.stall(f"{exc.reason}: {exc.message}")
-                p.event(exc.reason, f"Order #{order.pk} is unpaid: {exc.message}; payment is retried every pass", type=WARNING)
+                detail = exc.message
+                p.stall(f"{exc.reason}: {detail}")
+            p.event(exc.reason, f"Order #{order.pk} is unpaid: {detail}; payment is retried every pass", type=WARNING)
+            orders_trim_to_min(pool=pool, now=p.now)
         return
     with transaction.atomic():
         pool_orders_lock(pool=p.pool)
@@ -381,8 +385,8 @@ def _node_create(p: ReconcilePass, order: PoolOrder, billing: str) -> Node | Non
         paid_at = p.cloud.pay(order_id=order.pk, amount=order.amount, currency=order.currency, now=p.now).paid_at  # idempotent: the existing payment
         lease_start, lease_end = paid_at, rules.add_months(paid_at, order.lease_months)
     with transaction.atomic():
-        locked = GpuNodePool.objects.select_for_update(no_key=True).filter(pk=p.pool.pk).values_list("phase", "deleted_at").get()
-        if locked[0] == GpuNodePool.Phase.DELETING or locked[1] is not None:
+        phase, deleted_at = GpuNodePool.objects.select_for_update(no_key=True).filter(pk=p.pool.pk).values_list("phase", "deleted_at").get()
+        if phase == GpuNodePool.Phase.DELETING or deleted_at is not None:
             return None
         node = Node.objects.create(
             pool=p.pool,

@@ -193,8 +193,9 @@ def pool_delete(*, user, pool: GpuNodePool, now: datetime | None = None) -> GpuN
             _set_status(locked, phase=GpuNodePool.Phase.DELETING, pending_reason="Draining: nodes are drained, then released")
             event_record(pool=locked, reason="PoolDeleting", message="Deletion requested: draining nodes before release", actor=user, now=now)
         elif paying is not None:
-            _set_status(locked, phase=GpuNodePool.Phase.DELETING, pending_reason=f"OrderPaying: order #{paying} is being paid; the pool goes once the payment is settled")
-            event_record(pool=locked, reason="PoolDeleting", message=f"Deletion requested: order #{paying} is being paid; the pool goes once the payment is settled", actor=user, now=now)
+            why = f"order #{paying} is being paid; the pool goes once the payment is settled"
+            _set_status(locked, phase=GpuNodePool.Phase.DELETING, pending_reason=f"OrderPaying: {why}")
+            event_record(pool=locked, reason="PoolDeleting", message=f"Deletion requested: {why}", actor=user, now=now)
         else:
             locked.deleted_at = now
             locked.save(update_fields=["deleted_at"])
@@ -279,6 +280,15 @@ def _check_fits(*, order: PoolOrder, pool: GpuNodePool, spec: PoolSpec) -> None:
             f"order #{order.pk} asks for {order.node_count} monthly node(s), but pool {pool.name} wants {wanted} more: "
             f"nodeCount.min is {spec.min_nodes} and {held} are already approved or bought; reject this order"
         )
+
+
+def orders_trim_to_min(*, pool: GpuNodePool, now: datetime) -> None:
+    """What is ordered, trimmed to the pool's `nodeCount.min` (`_orders_trim`): for an order a
+    refused payment put back to Approved, which a minimum lowered while it was Paying left
+    alone. The caller holds `pool_orders_lock`; `pool` is the row it returned."""
+    ordered = ordered_baseline(pool=pool)
+    if ordered > pool.min_nodes:
+        _orders_trim(pool=pool, min_nodes=pool.min_nodes, excess=ordered - pool.min_nodes, user=None, now=now)
 
 
 def _orders_trim(*, pool: GpuNodePool, min_nodes: int, excess: int, user, now: datetime) -> None:

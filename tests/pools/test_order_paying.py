@@ -89,6 +89,24 @@ def test_a_payment_refused_after_the_delete_withdraws_the_order_and_debits_nothi
     assert _reasons(pool)[-3:] == ["PaymentDeclined", "OrderWithdrawn", "PoolDeleted"]
 
 
+@pytest.mark.django_db
+def test_a_payment_refused_after_the_minimum_was_lowered_withdraws_the_order(actors):
+    """A minimum lowered while the order was Paying left it alone; once the cloud refuses it,
+    it is trimmed as the minimum says, not paid by the next pass for a node nobody asks for."""
+    pool = approved_pool(actors, make_document("trim", nodeCount={"min": 1, "max": 1}))
+    order = pool.orders.get()
+    PoolOrder.objects.filter(pk=order.pk).update(status="Paying")  # a worker died after its claim, before asking the cloud
+    services.pool_resize(user=actors["lead"], pool=GpuNodePool.objects.get(pk=pool.pk), min_nodes=0, now=T0)
+    simulated.failure_inject(step="pay", token_prefix=str(order.pk), message="card expired")
+    reconcile(pool, T0 + TICK)
+    reconcile(pool, T0 + 2 * TICK)
+    order.refresh_from_db()
+    assert (order.status, order.reason) == ("Failed", "Withdrawn: nodeCount.min lowered to 0")
+    assert not SimPayment.objects.exists() and not Node.objects.filter(pool=pool).exists()
+    reasons = _reasons(pool)
+    assert reasons.index("OrderWithdrawn") == reasons.index("PaymentDeclined") + 1
+
+
 def _while_the_cloud_answers(pool, write) -> None:
     """Reconcile `pool` in a thread while the cloud takes 3 s to answer its payment; once the
     order is being paid (or 1 s on), `write` runs here and must finish before the answer: the
