@@ -3,7 +3,11 @@ ordered in the pool's zones in turn (`OrderPlaced`, `ZoneFallback`), then boot, 
 and kubelet install, registration with its labels and taints (`NodeRegistered`, `NodeLabeled`,
 `NodeTainted`, `NodeReady`); a failed step is a Warning event retried with exponential backoff, a
 machine failing too often is released and replaced. The lifecycle controller's `StepDue` and
-`SlowCapacity` steps (pools/controllers/lifecycle.py)."""
+`SlowCapacity` steps (pools/controllers/lifecycle.py).
+
+Every step follows the system image the node's machine was ordered with (`Node.system_image`,
+D4), not the pool's current `spec.systemImage`: an edit of the image applies to machines ordered
+after it, as a Karpenter NodeClaim keeps the launch template it was launched with."""
 
 from __future__ import annotations
 
@@ -39,7 +43,7 @@ def _advance(p: ReconcilePass, node: Node) -> None:
         return  # the step is still running, or we are backing off
     if node.phase == Node.Phase.ORDERING and not _place(p, node):
         return
-    prewarmed = p.cloud.image_prewarmed(image=p.spec.system_image)
+    prewarmed = p.cloud.image_prewarmed(image=_image(p, node))
     while node.step:
         result = p.cloud.provision_step(provider_id=node.provider_id, step=node.step, now=p.now)
         if result.status == RUNNING:
@@ -52,18 +56,32 @@ def _advance(p: ReconcilePass, node: Node) -> None:
             return  # the node waits (backing off) before the step is tried again
 
 
+def _image(p: ReconcilePass, node: Node) -> str:
+    """The system image of the node's machine: the one it was ordered with (a node ordered
+    before the image was stored walks on with the pool's)."""
+    return node.system_image or p.spec.system_image
+
+
 def _place(p: ReconcilePass, node: Node) -> bool:
     """Order the node's machine in the pool's zones in turn, preferred first (`spec.zones`,
     seed T1): OutOfStock in one zone orders in the next; OutOfStock in all of them is one
     failure naming every zone tried. One client token (the node's name) for every zone, so a
-    machine ordered by a pass killed before its write is found again, not bought twice."""
+    machine ordered by a pass killed before its write is found again, not bought twice.
+
+    The image ordered is stored on the node before the order (a pass killed after ordering
+    orders the same image again, the machine the token finds) and forgotten when the cloud
+    refuses the order (nothing was bought: the next try orders the pool's image then)."""
+    image = _image(p, node)
+    if node.system_image != image:
+        Node.objects.filter(pk=node.pk).update(system_image=image)
+        node.system_image = image
     request = MachineRequest(
         client_token=node.name,
         zone=node.zone.name,
         gpu_model=p.spec.gpu_model,
         node_type=p.spec.node_type,
         billing=node.billing,
-        image=p.spec.system_image,
+        image=image,
     )
     tried: list[str] = []
     alternatives: dict[str, int] = {}
@@ -75,25 +93,33 @@ def _place(p: ReconcilePass, node: Node) -> bool:
             tried.append(exc.zone)
             alternatives = exc.alternatives
         except ProviderError as exc:
+            _order_refused(node)
             _failed(p, node, reason=exc.reason, summary=f"{exc.reason}: {exc.message}", machine=False)
             return False
     else:
+        _order_refused(node)
         _failed(p, node, reason="OutOfStock", summary=rules.out_of_stock_reason(tried=tried, alternatives=alternatives), machine=False)
         return False
     if machine.zone != node.zone.name:
         _zone_fallback(p, node, machine.zone)
-    first = rules.steps_for(prewarmed=p.cloud.image_prewarmed(image=p.spec.system_image))[0]
+    first = rules.steps_for(prewarmed=p.cloud.image_prewarmed(image=image))[0]
     with transaction.atomic():
         Node.objects.filter(pk=node.pk).update(
             provider_id=machine.provider_id, phase=Node.Phase.PROVISIONING, step=first, step_due_at=None, attempts=0, last_error=""
         )
         p.event(
             "OrderPlaced",
-            f"Machine ordered for node {node.name}: {p.spec.node_type} {p.spec.gpu_model} ({node.billing}) in {machine.zone}, cloud id {machine.provider_id}",
+            f"Machine ordered for node {node.name}: {p.spec.node_type} {p.spec.gpu_model} ({node.billing}) with system image {image}"
+            f" in {machine.zone}, cloud id {machine.provider_id}",
             node=node,
         )
     node.provider_id, node.phase, node.step, node.step_due_at, node.attempts, node.last_error = machine.provider_id, Node.Phase.PROVISIONING, first, None, 0, ""
     return True
+
+
+def _order_refused(node: Node) -> None:
+    Node.objects.filter(pk=node.pk).update(system_image="")
+    node.system_image = ""
 
 
 def _zone_fallback(p: ReconcilePass, node: Node, zone: str) -> None:
@@ -115,7 +141,7 @@ def _zone_fallback(p: ReconcilePass, node: Node, zone: str) -> None:
 def _step_done(p: ReconcilePass, node: Node, *, prewarmed: bool) -> bool:
     """Record the machine's finished step and move to the next; False when the node could not
     move on (the cluster has not registered it yet) and waits."""
-    step, image = node.step, p.spec.system_image
+    step, image = node.step, _image(p, node)
     if step == rules.KUBELET_JOIN:
         return _register(p, node, prewarmed=prewarmed)
     events = []
@@ -163,7 +189,7 @@ def _register(p: ReconcilePass, node: Node, *, prewarmed: bool) -> bool:
         p.event("NodeReady", f"Node {node.name} is Ready, {rules.format_duration(took)} after it was requested", node=node)
         repair_outcome.replacement_ready(p, node)
         if took > rules.SLOW_CAPACITY and not PoolEvent.objects.filter(node=node, reason="SlowCapacity").exists():
-            cause = rules.slow_capacity_cause(last_error="", prewarmed=prewarmed, image=p.spec.system_image)
+            cause = rules.slow_capacity_cause(last_error="", prewarmed=prewarmed, image=_image(p, node))
             p.event("SlowCapacity", f"Node {node.name} took {rules.format_duration(took)} to become Ready (over 15m0s); likely cause: {cause}", node=node, type=WARNING)
     node.phase = Node.Phase.READY
     node.step = ""
@@ -174,9 +200,8 @@ def slow_capacity_check(p: ReconcilePass) -> None:
     """A node not Ready 15 minutes after it was requested raises one Warning with the likely cause (O4)."""
     late = p.live_nodes().filter(release_reason="", phase__in=rules.PROVISIONING_PHASES, created_at__lt=p.now - rules.SLOW_CAPACITY)
     for node in late.exclude(events__reason="SlowCapacity"):
-        cause = rules.slow_capacity_cause(
-            last_error=node.last_error, prewarmed=p.cloud.image_prewarmed(image=p.spec.system_image), image=p.spec.system_image
-        )
+        image = _image(p, node)
+        cause = rules.slow_capacity_cause(last_error=node.last_error, prewarmed=p.cloud.image_prewarmed(image=image), image=image)
         took = rules.format_duration(p.now - node.created_at)
         p.event("SlowCapacity", f"Node {node.name} is not Ready {took} after it was requested (over 15m0s); likely cause: {cause}", node=node, type=WARNING)
 

@@ -65,11 +65,9 @@ def steps_for(*, prewarmed: bool) -> tuple[str, ...]:
 
 
 def next_step(step: str, *, prewarmed: bool) -> str | None:
+    """The step after `step`, None after the last; a step the image skips goes on from its place, never back to boot."""
     steps = steps_for(prewarmed=prewarmed)
-    if step not in steps:
-        return steps[0]
-    index = steps.index(step) + 1
-    return steps[index] if index < len(steps) else None
+    return next((s for s in STEPS[STEPS.index(step) + 1 :] if s in steps), None)
 
 
 def backoff(attempt: int, *, base_seconds: int = 30, cap_seconds: int = 600) -> timedelta:

@@ -307,6 +307,10 @@ class Node(models.Model):
     order = models.ForeignKey(PoolOrder, null=True, blank=True, on_delete=models.SET_NULL, related_name="nodes", help_text="The order whose capacity this node fills")
     renewal_order = models.ForeignKey(PoolOrder, null=True, blank=True, on_delete=models.SET_NULL, related_name="renewing_nodes")
     provider_id = models.CharField(max_length=100, blank=True, help_text="The cloud's id of the machine")
+    system_image = models.CharField(
+        max_length=128, blank=True,
+        help_text="The system image the node's machine was ordered with; its provisioning steps follow it, whatever the pool's spec says later",
+    )  # fmt: skip
     step = models.CharField(max_length=30, blank=True, help_text="Provisioning step in progress")
     step_due_at = models.DateTimeField(null=True, blank=True, help_text="When the controller looks again (step end or backoff)")
     attempts = models.PositiveSmallIntegerField(default=0)
