@@ -24,11 +24,13 @@ from pools.selectors.quotas import quota_use
 def team_capacity(*, team_ids: Collection[int], catalog: Catalog) -> dict[int, Capacity]:
     """Per team, where its Pending pods can go before a node is bought, over the live pools it
     may use, its own and those other teams lend it (`spec.sharedWith`): the Ready nodes with
-    the requests of their Running pods taken, and the nodes still being provisioned (not
-    released: a machine that failed for good is Terminated) as empty nodes of their pool. Each
-    node carries its pool's teams (`pool_teams`), so a pod counts a node only where the
-    scheduler may place it (`may_use`): a guest's pod that fits the free room of a lent pool's
-    node is placed there, and a burst node bought for it on its own pool would stay empty.
+    the requests of their Running pods taken, and the nodes of its own pools still being
+    provisioned (not released: a machine that failed for good is Terminated) as empty nodes of
+    their pool. Each node carries its pool's teams (`pool_teams`), so a pod counts a node only
+    where the scheduler may place it (`may_use`): a guest's pod that fits the free room of a
+    lent pool's Ready node is placed there, and a burst node bought for it on its own pool
+    would stay empty. A lent pool's upcoming nodes are not the guest's room: they were bought
+    for the owner's Pending pods, which would take them first.
     Five queries at most: the pools, the slugs they lend to, the nodes; the Running pods are
     summed per node, and read one by one only on nodes whose GPUs are partly used (a full
     node's sums say it all)."""
@@ -62,14 +64,16 @@ def team_capacity(*, team_ids: Collection[int], catalog: Catalog) -> dict[int, C
     templates = {}
     for pk, name, pool_id, _, billing, *_ in nodes:
         node = states.get(pk)
-        if node is None:  # upcoming: an empty node of its pool, which the same teams may use
+        if node is None and pools[pool_id].team_id not in out:
+            continue  # upcoming on a pool lent to the teams asked for: its owner's own Pending pods come first
+        if node is None:  # upcoming: an empty node of its own pool
             if (pool_id, billing) not in templates:
                 pool = pools[pool_id]
                 templates[(pool_id, billing)] = template = template_node(pool, parse_document(pool.document, catalog), billing=billing)
                 template.teams = teams[pool_id]
             node = templates[(pool_id, billing)].clone()
             node.name = name
-        for team_id in users[pool_id]:
+        for team_id in users[pool_id] if pk in states else [pools[pool_id].team_id]:
             (out[team_id].existing if pk in states else out[team_id].upcoming).append(node)
     return out
 

@@ -1,8 +1,9 @@
 """A pool lent to a team (`spec.sharedWith`) is room for that team's Pending pods, as the
-scheduler sees it: a guest's pod that fits the free room of a lent pool's Ready node, or an
-upcoming node of it, buys no burst node on the guest's own pool (CA's filter-out-schedulable
-and upcoming nodes run the scheduler's filters, the pool's teams among them). A pool of another
-team that is not lent to it is no room for it."""
+scheduler sees it: a guest's pod that fits the free room of a lent pool's Ready node buys no
+burst node on the guest's own pool (CA's filter-out-schedulable runs the scheduler's filters,
+the pool's teams among them). A lent pool's upcoming node is not: it was bought for its owner's
+Pending pods, which take it first. A pool of another team that is not lent to it is no room
+for it."""
 
 from __future__ import annotations
 
@@ -29,10 +30,22 @@ def test_a_guests_pod_that_fits_a_lent_pool_buys_no_node_on_its_own_pool(actors,
                              **({"sharedWith": ["algorithm"]} if lent else {}))  # fmt: skip
     submit(actors["member"], "queued-0", gpus=8)
     result = pool_autoscale(pool_id=own.pk, now=T0)
-    if not lent:
-        assert result.reason == "ScaledUp" and burst_nodes(own).count() == 1
+    if not lent or phase != Node.Phase.READY:
+        assert result.reason == "ScaledUp" and burst_nodes(own).count() == 1, result
         return
     assert result.reason == "PodsFitUpcomingOrFreeCapacity" and not burst_nodes().exists(), result
-    if phase == Node.Phase.READY:  # where the autoscaler counted it, the scheduler places it
-        scheduler_pass(now=T0 + timedelta(seconds=30))
-        assert Pod.objects.get(name="queued-0").node.pool == theirs
+    scheduler_pass(now=T0 + timedelta(seconds=30))  # where the autoscaler counted it, the scheduler places it
+    assert Pod.objects.get(name="queued-0").node.pool == theirs
+
+
+def test_a_lent_pools_upcoming_node_is_its_owners_first(actors):
+    """The owner's Pending pod waits for the lent pool's one starting node: the guest's pod
+    is not counted onto it too (two 8-GPU pods on one 8-GPU node), its own pool scales up."""
+    own = train_pool(actors)
+    fill(actors)
+    memory_used(own, 95)
+    pool_with_nodes(actors["other_lead"], name="their-pool", nodes=1, phase=Node.Phase.PROVISIONING,
+                    node_labels={"gpu-class": "a100", "pool": "train"}, sharedWith=["algorithm"])  # fmt: skip
+    submit(actors["other_lead"], "owner-pod", gpus=8, namespace="inference")
+    submit(actors["member"], "guest-pod", gpus=8)
+    assert pool_autoscale(pool_id=own.pk, now=T0).reason == "ScaledUp" and burst_nodes(own).count() == 1
