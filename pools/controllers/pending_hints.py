@@ -17,6 +17,7 @@ from urllib.parse import urlencode
 from django.db import transaction
 from django.urls import reverse
 
+from pools.core.scale_up import first_fit
 from pools.core.scheduling.explain import explain
 from pools.core.scheduling.nodes import (
     REASON_CPU,
@@ -75,6 +76,7 @@ class OrderCatalog:
         self._prospects: list[PoolProspect] | None = None
         self._by_name: dict[str, PoolProspect] | None = None
         self._by_shape: dict[tuple, tuple[list[str], bool]] = {}
+        self._starting_room: dict[str, list[NodeState]] = {}
 
     def read(self) -> tuple[list[NodeType], list[str]]:
         if self._read is None:
@@ -91,6 +93,17 @@ class OrderCatalog:
         if self._by_name is None:
             self._by_name = {p.name: p for p in self.prospects()}
         return self._by_name
+
+    def starting_takes(self, pool_name: str, pod: CorePod) -> PoolProspect | None:
+        """The pool, when one of its starting nodes will take `pod`. The pass asks in queue
+        order, and each pod it says yes to takes its room on an empty copy of the pool's node
+        (as Cluster Autoscaler counts Pending pods onto upcoming nodes), so the pods the
+        starting nodes cannot all hold get the pool's other hints (raise the max, grow)."""
+        prospect = self.by_name().get(pool_name)
+        if prospect is None or not prospect.starting:
+            return None
+        room = self._starting_room.setdefault(pool_name, [prospect.template.clone() for _ in range(prospect.starting)])
+        return prospect if first_fit(pod, room) is not None else None
 
     def waiting(self, pod: CorePod) -> tuple[list[str], bool]:
         """The pools without a Ready node yet that will take the pod (`waiting_hints`), and
@@ -146,9 +159,9 @@ def pending_hints(pod: CorePod, states: list[NodeState], pools: dict[str, GpuNod
 
 
 def capacity_hints(pod: CorePod, node_reasons: dict[str, str], states: dict[str, NodeState], pools: dict[str, GpuNodePool],
-                   catalog: OrderCatalog | None = None) -> list[str]:  # fmt: skip
+                   catalog: OrderCatalog) -> list[str]:  # fmt: skip
     """Pool-level hints the pure core cannot give: a pool whose nodes would take the pod if they
-    were free has nodes starting that will (wait for them: `starting_hint`), or is at its
+    were free has a node starting that will (wait for it: `starting_hint`), or is at its
     `nodeCount.max` (raise it), or can still grow (scale it)."""
     hints = []
     full: dict[str, int] = defaultdict(int)
@@ -163,10 +176,10 @@ def capacity_hints(pod: CorePod, node_reasons: dict[str, str], states: dict[str,
         empty = members[0]
         if pod.gpu_count > empty.gpu_count or pod.cpu_milli > empty.cpu_milli or pod.memory_mib > empty.memory_mib:
             continue  # even an empty node of this pool is too small: more nodes will not help
-        prospect = catalog.by_name().get(pool_name) if catalog is not None else None
-        if prospect is not None and prospect.starting:
+        prospect = catalog.by_name().get(pool_name)
+        if catalog.starting_takes(pool_name, pod):
             hints.append(starting_hint(prospect, len(members)))
-        elif len(members) >= pool.max_nodes:
+        elif len(members) + (prospect.starting if prospect else 0) >= pool.max_nodes:  # the starting ones are spoken for
             hints.append(
                 f"pool {pool_name} is at its nodeCount.max ({pool.max_nodes} nodes) and they are busy: raise it "
                 f"(ebcloud node-pool scale {pool_name} --max N), repack it (ebcloud node-pool fragmentation "

@@ -49,7 +49,8 @@ def _decreasing(pods: Iterable[Pod]) -> list[Pod]:
     return sorted(pods, key=lambda p: (-p.gpu_count, -p.gpu_milli, -p.cpu_milli, -p.memory_mib, p.name))
 
 
-def _first_fit(pod: Pod, nodes: Sequence[NodeState]) -> NodeState | None:
+def first_fit(pod: Pod, nodes: Sequence[NodeState]) -> NodeState | None:
+    """The first of `nodes` the pod passes the filters of, with the pod bound to it; None if none."""
     for node in nodes:
         if filter_node(pod, node) is None:
             node.bind(pod, best_fit_gpus(pod, node.gpu_free) or ())
@@ -125,11 +126,11 @@ def scale_up_need(pods: Iterable[Pod], template: NodeState, capacity: Capacity |
     upcoming = [n.clone() for n in capacity.upcoming] if capacity else []
     on_existing, on_upcoming, new = [], [], []
     for pod in _decreasing(pods):
-        if _first_fit(pod, existing) is not None:
+        if first_fit(pod, existing) is not None:
             on_existing.append(pod.name)
-        elif _first_fit(pod, upcoming) is not None:
+        elif first_fit(pod, upcoming) is not None:
             on_upcoming.append(pod.name)
-        elif _first_fit(pod, new) is None:
+        elif first_fit(pod, new) is None:
             node = template.clone()
             node.name = f"{template.name}-new-{len(new)}"
             if filter_node(pod, node) is None:

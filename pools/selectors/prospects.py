@@ -90,7 +90,7 @@ def pool_prospects() -> list[PoolProspect]:
             continue
         prospects.append(PoolProspect(
             template=templates[pool.pk], min_nodes=pool.min_nodes, max_nodes=pool.max_nodes,
-            live=live[pool.pk], starting=len(starting[pool.pk]), starting_nodes=tuple(starting[pool.pk]),
+            live=live[pool.pk], starting_nodes=tuple(starting[pool.pk]),
             awaiting_approval=tuple(orders[(pool.pk, PoolOrder.Status.PENDING)]),
             awaiting_payment=tuple(orders[(pool.pk, PoolOrder.Status.APPROVED)]),
             bursts=pool.bursts, pending_reason=pool.pending_reason,

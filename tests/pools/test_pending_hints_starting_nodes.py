@@ -10,6 +10,7 @@ from pools.controllers.scheduler import scheduler_pass
 from pools.core.scheduling.nodes import NodeState
 from pools.core.scheduling.waiting import PoolProspect, starting_hint
 from pools.models import Node
+from pools.models.pods import Pod
 from tests.pools.pod_helpers import T0, pool_with_nodes, submit
 
 
@@ -63,5 +64,20 @@ def test_a_node_being_released_is_not_waited_for(actors):
 def test_more_than_three_starting_nodes_are_counted_not_all_named():
     template = NodeState(name="t", cpu_milli=1000, memory_mib=1024, gpu_count=8, pool="p")
     nodes = tuple((f"p-{i}", "Initializing") for i in range(5))
-    hint = starting_hint(PoolProspect(template=template, min_nodes=0, max_nodes=9, live=2, starting=5, starting_nodes=nodes), 2)
+    hint = starting_hint(PoolProspect(template=template, min_nodes=0, max_nodes=9, live=2, starting_nodes=nodes), 2)
     assert hint.startswith("pool p: its 2 Ready nodes are busy and 5 more nodes are starting: p-0 (Initializing), p-1 (Initializing), p-2 (Initializing) and 2 more. ")
+
+
+def test_only_the_pods_the_starting_nodes_hold_are_told_to_wait_for_them(actors):
+    """One node starting, three Pending pods that each need a whole node: the first in the
+    queue waits for it; the other two are told what the pool's size says (here: it is at its
+    nodeCount.max of 2), not that a node is coming for them too."""
+    pool = busy_pool(actors, starting=[Node.Phase.PROVISIONING])
+    pool.max_nodes = 2
+    pool.save(update_fields=["max_nodes"])
+    for name in ("second", "third", "fourth"):
+        submit(actors["member"], name, gpus=8)
+    scheduler_pass(now=T0)
+    told = {name: [h for h in Pod.objects.get(name=name).hints if h.startswith("pool train-pool-a")] for name in ("second", "third", "fourth")}
+    assert [name for name, hints in told.items() if any("This pod waits for it" in h for h in hints)] == ["second"]
+    assert all(any("at its nodeCount.max (2 nodes)" in h for h in told[name]) for name in ("third", "fourth")), told

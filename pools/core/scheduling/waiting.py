@@ -32,12 +32,15 @@ class PoolProspect:
     min_nodes: int
     max_nodes: int
     live: int = 0  # nodes the scheduler sees (Ready, cordoned, draining, Unknown)
-    starting: int = 0  # nodes bought and being provisioned
-    starting_nodes: tuple[tuple[str, str], ...] = ()  # (name, phase) of those nodes, oldest first
+    starting_nodes: tuple[tuple[str, str], ...] = ()  # (name, phase) of its nodes bought and being provisioned, oldest first
     awaiting_approval: tuple[int, ...] = ()  # ids of its orders a platform admin has not decided
     awaiting_payment: tuple[int, ...] = ()  # ids of its approved orders not paid yet
     bursts: bool = False  # the autoscaler may add burst nodes
     pending_reason: str = ""  # the pool's status line, when it has one
+
+    @property
+    def starting(self) -> int:
+        return len(self.starting_nodes)
 
     @property
     def name(self) -> str:
