@@ -154,18 +154,18 @@ def notifications_redeliver(*, now: datetime, time_budget_s: float | None = None
         Notification.objects.filter(delivered_at=None, failed_at=None, created_at__lte=now)
         .filter(Q(next_try_at=None) | Q(next_try_at__lte=now)).order_by("created_at", "pk")
     )  # fmt: skip
-    rows = list(due.values_list("pk", "mailed_at", "webhook_at")[:500])
+    rows = list(due.values("pk", *DONE_FIELD.values())[:500])
     done: set[int] = set()
     with delivery_budget(time_budget_s):
-        for channel, column in ((MAIL, 1), (WEBHOOK, 2)):
+        for channel, field in DONE_FIELD.items():  # every mail, then every webhook
             for row in rows:
-                if row[column] is not None:
+                if row[field] is not None:
                     continue
-                result = _step(row[0], channel, now)
+                result = _step(row["pk"], channel, now)
                 if result == "later":
                     break
                 if result == "done":
-                    done.add(row[0])
+                    done.add(row["pk"])
     return len(done)
 
 
