@@ -29,14 +29,16 @@ from pools.core.autoscaling import (
     ScalingSpec,
     evaluate_metric,
 )
-from pools.core.diagnose.blockers import blockers_finding, blockers_fixes
-from pools.core.diagnose.snapshot import (  # noqa: F401 - the snapshot types are part of this API
+from pools.core.diagnose.blockers import (  # noqa: F401 - the blocker kinds are part of this API
     AFFINITY,
     FITS,
     GPU_MODEL,
     TAINT,
     TOO_LARGE,
-    Blocker,
+    blockers_finding,
+    blockers_fixes,
+)
+from pools.core.diagnose.snapshot import (  # noqa: F401 - the snapshot types are part of this API
     CostInfo,
     EventInfo,
     FragmentationInfo,
@@ -220,22 +222,32 @@ def _pending_category(s: PoolSnapshot, pod: PendingPod) -> str:
 
 
 def _pending_advice(s: PoolSnapshot, category: str, pod: PendingPod) -> tuple[str, str]:
-    why = _why(pod)
+    """The cause and first action for the pod's category; a pod that fails several checks gets
+    every one with its fix (`blockers_finding`), else the scheduler's hint about this pool."""
+    cause, action = _category_advice(s, category, pod)
+    if len(pod.blockers) >= 2:
+        if category in (GPU_MODEL, TOO_LARGE):  # its own advice first (run elsewhere); a toleration only with the rest
+            return cause + blockers_finding(pod.blockers), f"{action} To run it on this pool, make every change: {blockers_fixes(pod.blockers)}"
+        return cause + blockers_finding(pod.blockers), f"Run {_why(pod)}. Make every change, or the pod stays Pending on the next check: {blockers_fixes(pod.blockers)}"
     # The hint about this pool (each hint names its pool), not the first one, which may be about another.
     ours = next((h for h in pod.hints if h.startswith(f"pool {s.name} (")), None)
-    hint = f" The scheduler's hint: {ours}" if ours else ""
+    return cause, f"{action} The scheduler's hint: {ours}" if ours and category in STUCK else action
+
+
+def _category_advice(s: PoolSnapshot, category: str, pod: PendingPod) -> tuple[str, str]:
+    why = _why(pod)
     taints, missing = ", ".join(s.taints) or "none", ", ".join(b.taint for b in pod.blockers if b.kind == TAINT)
     order, starting = _on_the_way(s)
     models = ", ".join(pod.gpu_models) or "other models"
     return {
         TOO_LARGE: (f"The request exceeds allocatable: {pod.key} asks for {_gpus(pod.gpus)} GPU(s) and its CPU/memory, a {s.node_type} node has {s.gpus_per_node} GPUs ({pod.reason}).",
-                    f"Run {why}; split the job into pods that fit one node, or use a pool of larger nodes.{hint}"),
+                    f"Run {why}; split the job into pods that fit one node, or use a pool of larger nodes."),
         TAINT: (f"Taint not tolerated: the pool's nodes carry {taints} and {pod.key} has no matching toleration" + (f" for {missing}." if missing else "."),
-                f"Run {why}, then add the toleration to the pod spec.{hint}"),
+                f"Run {why}, then add the toleration to the pod spec."),
         AFFINITY: (f"Affinity label missing on nodes: {pod.key} tolerates the pool's taint but its nodeSelector/affinity asks for a label the pool's nodes do not carry.",
-                   f"Run {why}; add the label under spec.nodeLabels of the pool, or fix the pod's affinity.{hint}"),
+                   f"Run {why}; add the label under spec.nodeLabels of the pool, or fix the pod's affinity."),
         GPU_MODEL: (f"GPU model not allowed: the pod's ebcloud.io/gpu-models annotation asks for {models}, and this pool's nodes have {s.gpu_model}; no label, taint or size of this pool changes that.",
-                    f"Run {why}; if the job can run on {s.gpu_model}, add it to the pod's ebcloud.io/gpu-models annotation, otherwise run the pod on a pool of {models} (the pod page says which, or what to order).{hint}"),
+                    f"Run {why}; if the job can run on {s.gpu_model}, add it to the pod's ebcloud.io/gpu-models annotation, otherwise run the pod on a pool of {models} (the pod page says which, or what to order)."),
         SKEW: ("A Ready node of the pool has the GPUs free, yet the pod stays Pending: the scheduler may not see the pool's nodes (a scheduler plugin whose version or configuration lags hides new nodes).",
                f"Run {why}: if it counts fewer nodes than the pool has Ready, check the scheduler plugin's version and configuration."),
         ON_THE_WAY: (("No Ready node has room yet; the pool's capacity is on its way: "
@@ -253,18 +265,6 @@ def _pending_advice(s: PoolSnapshot, category: str, pod: PendingPod) -> tuple[st
 
 def _why(pod: PendingPod) -> str:
     return f"`ebcloud pod why {pod.key}` (what `kubectl describe pod` shows: the scheduler's message and hints)"
-
-
-def _all_blockers(category: str, advice: tuple[str, str], pod: PendingPod) -> tuple[str, str]:
-    """With two or more failing checks, every one and its fix (kube-scheduler's message names the
-    first only), in place of the scheduler's hint. A GPU model or size the pool cannot offer keeps
-    its own advice first (run elsewhere): a toleration is then offered only with the rest."""
-    cause, action = advice
-    if len(pod.blockers) < 2:
-        return cause, action
-    if category in (GPU_MODEL, TOO_LARGE):
-        return cause + blockers_finding(pod.blockers), action.split(" The scheduler's hint: ")[0] + " To run it on this pool, make every change: " + blockers_fixes(pod.blockers)
-    return cause + blockers_finding(pod.blockers), f"Run {_why(pod)}. Make every change, or the pod stays Pending on the next check: {blockers_fixes(pod.blockers)}"
 
 
 def _kinds(pod: PendingPod, category: str) -> str:
@@ -290,7 +290,7 @@ def check_pending(s: PoolSnapshot, now: datetime) -> Check:
     focus = long or stuck
     category = next(c for c in PENDING_ORDER if any(categories[p.key] == c for p in focus))
     pod = next(p for p in focus if categories[p.key] == category)
-    cause, action = _all_blockers(category, _pending_advice(s, category, pod), pod)
+    cause, action = _pending_advice(s, category, pod)
     return Check("pods-pending", title, FAILING if long else WARNING, found, cause, action, reqs, details)
 
 

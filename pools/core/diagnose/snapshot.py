@@ -13,7 +13,7 @@ from datetime import datetime
 from decimal import Decimal
 
 from pools.core.autoscaling import ScalingSpec
-from pools.core.diagnose.blockers import (  # noqa: F401 - why a Pending pod cannot use a pool, part of this API
+from pools.core.diagnose.blockers import (
     AFFINITY,
     FITS,
     GPU_MODEL,
