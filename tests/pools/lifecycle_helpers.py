@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from pools.controllers import lifecycle
+from pools.controllers import context, lifecycle
 from pools.models import GpuNodePool, Node, PoolEvent, PoolOrder
 from pools.models.cloud import SimMachine, SimPayment
 from pools.services import pools as services
@@ -66,3 +66,17 @@ def snapshot():
         list(SimMachine.objects.order_by("client_token").values_list("client_token", "status", "step", "step_done", "step_due_at")),
         list(GpuNodePool.objects.order_by("pk").values_list("pk", "phase", "pending_reason", "observed_generation")),
     )
+
+
+def crash_before_events(monkeypatch, **crashes: int) -> None:
+    """Kill the pass (a RuntimeError) before it records each named event, that many times: a
+    worker dying between a step's work and its record (`crash_before_events(mp, OrderPaid=1)`)."""
+    real = context.event_record
+
+    def flaky(**kwargs):
+        if crashes.get(kwargs["reason"]):
+            crashes[kwargs["reason"]] -= 1
+            raise RuntimeError(f"worker killed before recording {kwargs['reason']}")
+        return real(**kwargs)
+
+    monkeypatch.setattr(context, "event_record", flaky)

@@ -13,7 +13,7 @@ from django.utils import timezone
 from django_q.models import Schedule
 
 from billing.models import Account
-from pools.controllers import context, lifecycle
+from pools.controllers import lifecycle
 from pools.core.spec import effective_node_labels, parse_document
 from pools.models import GpuNodePool, Node, PoolEvent, PoolOrder, Quota
 from pools.models.cloud import SimClusterNode, SimMachine, SimPayment, SimStock
@@ -25,6 +25,7 @@ from tests.conftest import make_document
 from tests.pools.lifecycle_helpers import (
     T0,
     approved_pool,
+    crash_before_events,
     live_nodes,
     passes_are_idempotent,
     reasons,
@@ -207,16 +208,7 @@ def test_capacity_slower_than_fifteen_minutes_raises_a_warning_with_the_likely_c
 def test_a_pass_that_crashes_after_paying_converges_without_paying_twice(actors, train_document, monkeypatch):
     """A reconcile killed mid-step and rerun converges to the same state (issue 3 §3)."""
     pool = approved_pool(actors, train_document)
-    real = context.event_record
-    crashes = {"OrderPaid": 1, "OrderPlaced": 1, "KubeletInstalled": 1}
-
-    def flaky(**kwargs):
-        if crashes.get(kwargs["reason"]):
-            crashes[kwargs["reason"]] -= 1
-            raise RuntimeError(f"worker killed before recording {kwargs['reason']}")
-        return real(**kwargs)
-
-    monkeypatch.setattr(context, "event_record", flaky)
+    crash_before_events(monkeypatch, OrderPaid=1, OrderPlaced=1, KubeletInstalled=1)
     now, crashed = T0, 0
     while GpuNodePool.objects.get(pk=pool.pk).phase != "Ready":
         try:

@@ -10,7 +10,6 @@ from decimal import Decimal
 import pytest
 
 from billing.models import Account, LeasePeriod
-from pools.controllers import context
 from pools.models import GpuNodePool, Node, PoolEvent, PoolOrder
 from pools.models.cloud import SimClusterNode, SimMachine
 from pools.models.pods import Pod
@@ -21,6 +20,7 @@ from tests.conftest import make_document
 from tests.pools.lifecycle_helpers import (
     T0,
     approved_pool,
+    crash_before_events,
     live_nodes,
     reasons,
     reconcile,
@@ -95,15 +95,7 @@ def test_a_pass_killed_after_ordering_a_renewal_reruns_into_one_paid_renewal(act
     pool = approved_pool(actors, train_document)
     run_until(pool, T0)
     balance = Account.objects.get(name="default").balance
-    real, crashes = context.event_record, {"LeaseExpiring": 1}
-
-    def flaky(**kwargs):
-        if crashes.get(kwargs["reason"]):
-            crashes[kwargs["reason"]] -= 1
-            raise RuntimeError(f"worker killed before recording {kwargs['reason']}")
-        return real(**kwargs)
-
-    monkeypatch.setattr(context, "event_record", flaky)
+    crash_before_events(monkeypatch, LeaseExpiring=1)
     notice_at = LEASE_END - NOTICE + timedelta(minutes=1)
     with pytest.raises(RuntimeError):
         reconcile(pool, notice_at)
