@@ -63,3 +63,33 @@ def env_float(name: str, default: float, *, minimum: float | None = None, maximu
     if value != value or (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
         raise ImproperlyConfigured(f"{name} must be between {minimum} and {maximum}, got {raw!r}")
     return value
+
+
+def env_choice(name: str, default: str, choices: tuple[str, ...] | list[str]) -> str:
+    """One of `choices`, exactly as written there (a typo stops the process at start, not every
+    controller later)."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    value = raw.strip()
+    if value not in choices:
+        raise ImproperlyConfigured(f"{name} must be one of {', '.join(choices)}, got {raw!r}")
+    return value
+
+
+# The names `logging` knows (`logging.getLevelNamesMapping()`, Python 3.11), fixed here so the
+# message lists them in a stable order.
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def env_log_level(name: str, default: str) -> str:
+    """A logging level name in any case (`info` is `INFO`); an unknown one stops the process."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().upper()
+    if value == "WARN":
+        value = "WARNING"
+    if value not in LOG_LEVELS:
+        raise ImproperlyConfigured(f"{name} must be one of {', '.join(LOG_LEVELS)} (any case), got {raw!r}")
+    return value

@@ -13,11 +13,23 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import env_bool, env_float, env_int, env_list, env_str
+from config.env import env_bool, env_choice, env_float, env_int, env_list, env_log_level, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = Path(env_str("EBCLOUD_VAR_DIR", str(BASE_DIR / "var")))
-VAR_DIR.mkdir(parents=True, exist_ok=True)  # the SQLite file, demo logins, agent buffers
+_var_dir = env_str("EBCLOUD_VAR_DIR", str(BASE_DIR / "var"))
+if not _var_dir.strip():  # Path("") is the current directory, whichever that is
+    raise ImproperlyConfigured("EBCLOUD_VAR_DIR must be a directory path, got an empty value")
+VAR_DIR = Path(_var_dir)
+
+
+def _make_dir(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ImproperlyConfigured(f"EBCLOUD_VAR_DIR: cannot create {str(path)!r}: {exc.strerror or exc}") from None
+
+
+_make_dir(VAR_DIR)  # the SQLite file, demo logins, agent buffers
 
 TESTING = "pytest" in sys.modules or env_bool("EBCLOUD_TESTING", False)
 DEBUG = env_bool("DEBUG", True)
@@ -123,10 +135,30 @@ TEMPLATES = [
     }
 ]
 
+DATABASE_URL_SHAPE = "postgres://USER:PASSWORD@HOST:PORT/NAME[?sslmode=...] (or sqlite:///PATH)"
+
+
+def _database(url: str, conn_max_age: int) -> dict:
+    """DATABASE_URL parsed, or one line saying what is wrong with it (never its password)."""
+    if not url.strip():
+        raise ImproperlyConfigured(f"DATABASE_URL is set but empty; expected {DATABASE_URL_SHAPE}, or unset it for the SQLite file")
+    try:
+        # Health checks: a connection kept across requests (conn_max_age) that the database
+        # closed (restart, failover, idle timeout) is replaced before use, not a 500 or a lost task.
+        config = dj_database_url.parse(url, conn_max_age=conn_max_age, conn_health_checks=True)
+    except (ValueError, TypeError) as exc:  # dj_database_url's UnknownSchemeError and ParseError
+        scheme = url.split("://", 1)[0] if "://" in url else None
+        why = "no scheme://" if scheme is None else f"unknown scheme {scheme!r}" if type(exc).__name__ == "UnknownSchemeError" else "it does not parse"
+        raise ImproperlyConfigured(f"DATABASE_URL is not a database URL ({why}); expected {DATABASE_URL_SHAPE}") from None
+    if not config.get("NAME"):
+        raise ImproperlyConfigured(f"DATABASE_URL names no database; expected {DATABASE_URL_SHAPE}")
+    return config
+
+
 DATABASES = {
-    "default": dj_database_url.parse(
+    "default": _database(
         env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'ebcloud.sqlite3'}"),
-        conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 0, minimum=0),
+        env_int("DATABASE_CONN_MAX_AGE", 0, minimum=0),
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
@@ -155,7 +187,7 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATIC_ROOT = VAR_DIR / "static"
-STATIC_ROOT.mkdir(exist_ok=True)
+_make_dir(STATIC_ROOT)
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATICFILES_FINDERS = [
     "django.contrib.staticfiles.finders.FileSystemFinder",
@@ -190,7 +222,7 @@ LOGGING = {
         "django.server": {"class": "logging.StreamHandler", "formatter": "django.server", "filters": ["quiet_paths"]},
     },
     "loggers": {
-        "ebcloud": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+        "ebcloud": {"handlers": ["console"], "level": env_log_level("LOG_LEVEL", "INFO")},
         "django.server": {"handlers": ["django.server"], "level": "INFO", "propagate": False},
         # A request that failed on the server (500) prints its traceback, DEBUG on or off (off,
         # Django's own logging would only mail it to ADMINS); a refused one (4xx) is one line.
@@ -247,7 +279,7 @@ Q_CLUSTER = {
     "catch_up": False,
     "max_attempts": 3,
     "sync": TESTING,
-    "log_level": env_str("Q_LOG_LEVEL", "INFO"),  # `manage.py demo`: WARNING (failures only)
+    "log_level": env_log_level("Q_LOG_LEVEL", "INFO"),  # `manage.py demo`: WARNING (failures only)
 }
 
 # Product settings.
@@ -261,9 +293,13 @@ EBCLOUD_MAX_DOCUMENT_DEPTH = env_int("EBCLOUD_MAX_DOCUMENT_DEPTH", 32, minimum=1
 DATA_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
 
 # Providers and the lifecycle controller (issue 3; pools/providers, pools/controllers/lifecycle.py).
-EBCLOUD_CLOUD_PROVIDER = env_str("EBCLOUD_CLOUD_PROVIDER", "simulated")
+# The names each accepts are checked here, at start (a typo would otherwise pass `manage.py check`
+# and fail every controller); pools/providers/__init__.py maps each name to its implementation.
+EBCLOUD_CLOUD_PROVIDERS = ("simulated",)
+EBCLOUD_CLUSTER_BACKENDS = ("simulated", "kubernetes")
+EBCLOUD_CLOUD_PROVIDER = env_choice("EBCLOUD_CLOUD_PROVIDER", "simulated", EBCLOUD_CLOUD_PROVIDERS)
 # The cluster: `simulated` (the embedded default) or `kubernetes` (a real one), from EBCLOUD_CLUSTER.
-EBCLOUD_CLUSTER_BACKEND = env_str("EBCLOUD_CLUSTER", "simulated")
+EBCLOUD_CLUSTER_BACKEND = env_choice("EBCLOUD_CLUSTER", "simulated", EBCLOUD_CLUSTER_BACKENDS)
 # The cluster of EBCLOUD_CLUSTER=kubernetes: a kubeconfig file (empty: $KUBECONFIG or
 # ~/.kube/config, else the in-cluster service account).
 EBCLOUD_KUBECONFIG = env_str("EBCLOUD_KUBECONFIG", "")

@@ -73,7 +73,7 @@ class AgentCredential(models.Model):
     revoked_at = models.DateTimeField(null=True, blank=True)
     revoked_reason = models.CharField(max_length=200, blank=True)
     predecessor_in_grace = models.BooleanField(
-        default=False, help_text="The credential this one rotated out still works until this one is first used")
+        default=False, db_default=False, help_text="The credential this one rotated out still works until this one is first used")
 
     objects = NodeChildQuerySet.as_manager()
 

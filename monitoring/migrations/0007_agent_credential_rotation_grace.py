@@ -13,6 +13,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='agentcredential',
             name='predecessor_in_grace',
-            field=models.BooleanField(default=False, help_text='The credential this one rotated out still works until this one is first used'),
+            field=models.BooleanField(db_default=False, default=False, help_text='The credential this one rotated out still works until this one is first used'),
         ),
     ]

@@ -39,12 +39,12 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='notification',
             name='attempts',
-            field=models.PositiveSmallIntegerField(default=0, help_text='Failed delivery tries so far'),
+            field=models.PositiveSmallIntegerField(db_default=0, default=0, help_text='Failed delivery tries so far'),
         ),
         migrations.AddField(
             model_name='notification',
             name='last_error',
-            field=models.CharField(blank=True, help_text='Why the last try failed', max_length=200),
+            field=models.CharField(blank=True, db_default='', help_text='Why the last try failed', max_length=200),
         ),
         migrations.AddField(
             model_name='notification',
