@@ -20,7 +20,7 @@ def get_cloud_provider() -> CloudProvider:
         from pools.providers.simulated import SimulatedCloud
 
         return SimulatedCloud()
-    raise ImproperlyConfigured(f"EBCLOUD_CLOUD_PROVIDER: unknown provider {name!r} (known: simulated)")
+    raise ImproperlyConfigured(f"EBCLOUD_CLOUD_PROVIDER: unknown provider {name!r} (known: {', '.join(settings.EBCLOUD_CLOUD_PROVIDERS)})")
 
 
 def real_cluster() -> bool:
@@ -39,4 +39,4 @@ def get_cluster_backend() -> ClusterBackend:
         from pools.providers.kubernetes import KubernetesCluster
 
         return KubernetesCluster()
-    raise ImproperlyConfigured(f"EBCLOUD_CLUSTER: unknown cluster {name!r} (known: simulated, kubernetes)")
+    raise ImproperlyConfigured(f"EBCLOUD_CLUSTER: unknown cluster {name!r} (known: {', '.join(settings.EBCLOUD_CLUSTER_BACKENDS)})")
