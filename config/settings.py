@@ -335,6 +335,9 @@ EBCLOUD_BACKOFF_CAP_SECONDS = env_int("EBCLOUD_BACKOFF_CAP_SECONDS", 600, minimu
 EBCLOUD_LEASE_NOTICE_SECONDS = env_int("EBCLOUD_LEASE_NOTICE_SECONDS", 3 * 24 * 3600, minimum=0)
 EBCLOUD_DRAIN_TIMEOUT_SECONDS = env_int("EBCLOUD_DRAIN_TIMEOUT_SECONDS", 600, minimum=0)
 EBCLOUD_HEARTBEAT_GRACE_SECONDS = env_int("EBCLOUD_HEARTBEAT_GRACE_SECONDS", 300, minimum=1)
+# A GPU reset or reboot its node agent has not acknowledged this long after it was queued counts
+# as failed, and the repair ladder climbs (pools/controllers/repair.py).
+EBCLOUD_REPAIR_COMMAND_TIMEOUT_SECONDS = env_int("EBCLOUD_REPAIR_COMMAND_TIMEOUT_SECONDS", 900, minimum=60)
 EBCLOUD_RECONCILE_CLAIM_SECONDS = env_int("EBCLOUD_RECONCILE_CLAIM_SECONDS", 120, minimum=1)
 
 # Monitoring (issue 6; monitoring/): agent join and credentials, report ingest, /metrics.

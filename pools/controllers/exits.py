@@ -25,7 +25,7 @@ from monitoring.services import credential_revoke_for_node
 from pools.controllers import node_sync
 from pools.controllers.context import ReconcilePass
 from pools.core import lifecycle as rules
-from pools.models import GpuNodePool, Node, PoolOrder
+from pools.models import GpuNodePool, Node, PoolEvent, PoolOrder
 from pools.providers.base import PodInfo, ProviderError
 from pools.services.events import NORMAL, WARNING
 
@@ -265,8 +265,16 @@ def renewal_apply(p: ReconcilePass, order: PoolOrder) -> None:
 
 
 def reclaims_handle(p: ReconcilePass) -> None:
+    """Drain each preemptible node the cloud announced a reclaim of, by the reclaim time; its
+    slot is refilled (`RECLAIMED` is not a retiring reason). A node already draining for another
+    reason is drained by the reclaim too (`_reclaim_draining`); in a pool being deleted that is all
+    (its other nodes leave for good, drained by `delete_step`, never refilled)."""
     notices = p.notices if p.notices is not None else {n.provider_id: n.reclaim_at for n in p.cloud.reclaim_notices(now=p.now)}
     if not notices:
+        return
+    for node in p.live_nodes().filter(phase=Node.Phase.DRAINING, billing=Node.Billing.PREEMPTIBLE, provider_id__in=list(notices)).exclude(release_reason=""):
+        _reclaim_draining(p, node, notices[node.provider_id])
+    if p.pool.phase == GpuNodePool.Phase.DELETING:
         return
     for node in p.live_nodes().filter(release_reason="", provider_id__in=list(notices)):
         if node.billing != Node.Billing.PREEMPTIBLE:
@@ -278,6 +286,29 @@ def reclaims_handle(p: ReconcilePass) -> None:
             message=(
                 f"The cloud reclaims preemptible node {node.name} at {reclaim_at:%H:%M:%S} UTC "
                 f"({rules.format_duration(max(reclaim_at - p.now, timedelta(0)))} notice): draining it; a replacement is ordered"
+            ),
+        )  # fmt: skip
+
+
+def _reclaim_draining(p: ReconcilePass, node: Node, reclaim_at: datetime) -> None:
+    """A reclaim notice for a node already draining (a lease end, a scale-in, a repair, the
+    pool's deletion): the drain ends by the reclaim at the latest (its deadline becomes the
+    earlier of the two), with one `ReclaimNotice` Warning. The drain keeps its reason, which
+    says whether the slot is refilled: a retiring one (`rules.RETIRING_REASONS`) leaves the pool
+    for good, so no replacement; any other (a repair) has its replacement ordered already."""
+    if PoolEvent.objects.filter(node=node, reason="ReclaimNotice").exists():
+        return
+    deadline = min(node.drain_deadline or reclaim_at, reclaim_at)
+    refill = "its replacement is ordered" if node.release_reason not in rules.RETIRING_REASONS else "no replacement is ordered: it was leaving the pool"
+    with transaction.atomic():
+        Node.objects.filter(pk=node.pk).update(drain_deadline=deadline)
+        node.drain_deadline = deadline
+        p.event(
+            "ReclaimNotice", type=WARNING, node=node,
+            message=(
+                f"The cloud reclaims preemptible node {node.name} at {reclaim_at:%H:%M:%S} UTC "
+                f"({rules.format_duration(max(reclaim_at - p.now, timedelta(0)))} notice) while it drains ({node.release_reason}): "
+                f"the drain ends by {deadline:%H:%M:%S} UTC at the latest; {refill}"
             ),
         )  # fmt: skip
 
@@ -328,15 +359,30 @@ def delete_step(p: ReconcilePass) -> bool:
 
 
 def heartbeats_check(p: ReconcilePass) -> None:
+    """Silence past `EBCLOUD_HEARTBEAT_GRACE_SECONDS`, with one rule: a heartbeat moves a node
+    only between Ready and Unknown (`rules.heartbeat_phase`). A node under repair, Cordoned or
+    Repairing (`rules.HEARTBEAT_HELD`), keeps its phase when silent and gets one `NodeSilent`
+    Warning per silence: it takes no pods already; its phase is what says our cordon holds
+    (the drift check keeps it cordoned: pools/controllers/node_sync.py) and which repair is
+    under way; and its way back into service is the repair pass's alone (`RepairSucceeded`,
+    `NodeUncordoned`). Made Unknown, it would come back Ready at its next heartbeat, repair or
+    not, with our cordon left in the cluster. A reboot silences the agent by design, and the
+    repair pass bounds that silence itself: a reset or reboot not acknowledged within
+    `EBCLOUD_REPAIR_COMMAND_TIMEOUT_SECONDS` fails and the ladder climbs, up to a replacement.
+    Most of the fleet silent at once is the control plane's outage (`rules.full_disruption`):
+    then nothing is marked or reported."""
     grace = timedelta(seconds=settings.EBCLOUD_HEARTBEAT_GRACE_SECONDS)
     watched = (Node.Phase.READY, Node.Phase.UNKNOWN)
     outage = None
-    for node in p.live_nodes().filter(release_reason="", phase__in=watched):
+    for node in p.live_nodes().filter(release_reason="", phase__in=(*watched, *rules.HEARTBEAT_HELD)):
+        held = node.phase in rules.HEARTBEAT_HELD
         phase = rules.heartbeat_phase(phase=node.phase, last_heartbeat=node.last_heartbeat, now=p.now, grace=grace)
-        if phase == node.phase:
+        if held and (node.last_heartbeat is None or p.now - node.last_heartbeat <= grace):  # as steps_needed asks
             continue
-        if phase == Node.Phase.UNKNOWN:
-            if outage is None:  # asked once per pass, and only when a node would go Unknown
+        if not held and phase == node.phase:
+            continue
+        if held or phase == Node.Phase.UNKNOWN:
+            if outage is None:  # asked once per pass, and only when a node would go Unknown or be reported
                 fleet = Node.objects.filter(pool__deleted_at__isnull=True, release_reason="", phase__in=watched, last_heartbeat__isnull=False)
                 outage = rules.full_disruption(silent=fleet.filter(last_heartbeat__lt=p.now - grace).count(), reporting=fleet.count())
                 if outage:
@@ -344,6 +390,9 @@ def heartbeats_check(p: ReconcilePass) -> None:
                                    "away; no node is marked Unknown until the agents report again")
             if outage:
                 continue
+        if held:
+            _silence_report(p, node, grace)
+            continue
         with transaction.atomic():
             if not Node.objects.filter(pk=node.pk, phase=node.phase).update(phase=phase):
                 continue
@@ -357,3 +406,18 @@ def heartbeats_check(p: ReconcilePass) -> None:
                 )
             else:
                 p.event("NodeReady", f"Heartbeat from {node.name} resumed: Ready again", node=node)
+
+
+def _silence_report(p: ReconcilePass, node: Node, grace: timedelta) -> None:
+    """One `NodeSilent` Warning per silence of a node under repair (written since its last heartbeat)."""
+    if PoolEvent.objects.filter(node=node, reason="NodeSilent", last_timestamp__gte=node.last_heartbeat).exists():
+        return
+    timeout = rules.format_duration(timedelta(seconds=settings.EBCLOUD_REPAIR_COMMAND_TIMEOUT_SECONDS))
+    p.event(
+        "NodeSilent", type=WARNING, node=node,
+        message=(
+            f"No heartbeat from {node.name} since {node.last_heartbeat:%H:%M:%S} UTC (grace {rules.format_duration(grace)}) while {node.phase}: "
+            f"it stays {node.phase} and takes no pods; its repair goes on without the agent: a GPU reset or reboot not acknowledged "
+            f"within {timeout} fails and the next rung is tried, up to a replacement"
+        ),
+    )  # fmt: skip

@@ -16,18 +16,29 @@ Per pool, each pass:
    `autoRepairPolicy: {requireApproval: true}` it raises a request instead and starts the
    repair on the pass after a platform admin approved it (pools/services/repair.py).
 
+A reset or reboot the agent has not acknowledged within `EBCLOUD_REPAIR_COMMAND_TIMEOUT_SECONDS`
+fails (`_commands_expire`), as Karpenter's and EKS's node repair bound theirs: an agent that died
+with its machine (a hung reset, a reboot that never came back) would otherwise leave the node
+Repairing for ever and, the pool repairing one node at a time, every other fault waiting behind
+it. The ladder then climbs (reset, reboot, replace), so a silent node ends up replaced.
+
+A pool being deleted is not repaired: its nodes are drained and released for good, so a
+replacement would promise a successor that never comes; its open approval requests are closed.
+
 It runs under the lifecycle's per-pool claim, so it never overlaps reconcile or autoscale.
 """
 
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
-from monitoring.models import AgentCommand, GpuErrorEvent
+from monitoring.models import AgentCommand, GpuErrorEvent, NodeAgentState
 from monitoring.services import agent_command_enqueue
 from pools.claims import claim_acquire, claim_release
 from pools.controllers.context import ReconcilePass
@@ -91,11 +102,15 @@ def pool_repair(*, pool_id: int, now: datetime) -> int:
 
 
 def _repair(pool: GpuNodePool, now: datetime) -> int:
+    if pool.phase == GpuNodePool.Phase.DELETING:  # its nodes leave for good: nothing to repair or replace
+        approvals_close(pool=pool, keep=set(), now=now, note="the pool is being deleted: its nodes are released, not repaired")
+        return 0
     spec = parse_document(pool.document, catalog_current())
     policy = RepairPolicy()
     nodes = list(pool.nodes.filter(phase__in=WATCHED_PHASES, release_reason=""))
     cluster = get_cluster_backend()
     since = now - policy.window
+    _commands_expire(pool, nodes, now)
     xids: dict[int, list[XidEvent]] = {}
     for row in GpuErrorEvent.objects.filter(node__in=nodes, at__gt=since, at__lte=now).order_by("at"):
         xids.setdefault(row.node_id, []).append(XidEvent(xid=row.xid, at=row.at, gpu_index=row.gpu_index))
@@ -159,6 +174,28 @@ def _repair(pool: GpuNodePool, now: datetime) -> int:
         started += 1
         health = [h if h.name != node.name else NodeHealth(h.name, False, h.unhealthy_since, h.fatal, True) for h in health]
     return started
+
+
+def _commands_expire(pool: GpuNodePool, nodes: list[Node], now: datetime) -> None:
+    """Fail each reset or reboot still Pending `EBCLOUD_REPAIR_COMMAND_TIMEOUT_SECONDS` after it
+    was queued: the agent is gone (its machine hung, a reboot never came back) or never took it.
+    Each is one conditional UPDATE, so an acknowledgement that won the race stands, and one that
+    comes later finds nothing Pending (`commands_ack`) and changes nothing; a Failed command is
+    no longer delivered. The node's `_finish` then writes `RepairFailed` with the reason, and the
+    ladder, reading the attempt as failed, climbs. A node that is not Repairing (its row was
+    moved meanwhile) gets `AgentCommandFailed`, as a failure its agent reported would."""
+    timeout = timedelta(seconds=settings.EBCLOUD_REPAIR_COMMAND_TIMEOUT_SECONDS)
+    by_pk = {n.pk: n for n in nodes}
+    stale = AgentCommand.objects.filter(node__in=nodes, action__in=("reset_gpu", "reboot"), status=AgentCommand.Status.PENDING, created_at__lte=now - timeout)
+    for command in stale.order_by("pk"):
+        message = f"timed out: the node's agent did not acknowledge it within {rules.format_duration(timeout)}"
+        with transaction.atomic():
+            if not AgentCommand.objects.filter(pk=command.pk, status=AgentCommand.Status.PENDING).update(status=AgentCommand.Status.FAILED, message=message, finished_at=now):
+                continue
+            NodeAgentState.objects.filter(pk=command.node_id, commands_pending__gt=0).update(commands_pending=F("commands_pending") - 1)
+            node = by_pk[command.node_id]
+            if node.phase != Node.Phase.REPAIRING:
+                event_record(pool=pool, node=node, reason="AgentCommandFailed", type=WARNING, now=now, message=f"{command.get_action_display()} on {node.name} failed: {message}")
 
 
 def _start(pool: GpuNodePool, spec, node: Node, decision, cluster, now: datetime) -> None:

@@ -54,6 +54,7 @@ RECLAIMED = "Reclaimed"
 PROVISIONING_FAILED = "ProvisioningFailed"
 REPAIRED = "Repair"  # replaced by auto-repair: the successor takes the slot
 RETIRING_REASONS = (LEASE_EXPIRED, SCALED_IN, POOL_DELETED)
+HEARTBEAT_HELD = ("Cordoned", "Repairing")  # under repair: a silence is reported, the phase kept (`heartbeat_phase`)
 
 READY_PHASES = ("Ready",)
 PROVISIONING_PHASES = ("Ordering", "Provisioning", "Initializing", "Registering")
@@ -188,10 +189,8 @@ def eviction_order(pods: Iterable[PodView]) -> list[PodView]:
 
 
 def heartbeat_phase(*, phase: str, last_heartbeat: datetime | None, now: datetime, grace: timedelta) -> str:
-    """`Unknown` for a Ready node silent longer than `grace`; Ready again once it reports.
-
-    A node that never reported (no agent yet) keeps its phase: silence is not evidence.
-    """
+    """`Unknown` for a Ready node silent longer than `grace`, Ready again once it reports; any other phase is kept:
+    a node that never reported (silence is not evidence), one under repair (`HEARTBEAT_HELD`: exits.heartbeats_check)."""
     if last_heartbeat is None or phase not in ("Ready", "Unknown"):
         return phase
     return "Unknown" if now - last_heartbeat > grace else "Ready"
@@ -495,14 +494,15 @@ def steps_needed(
         bool(registered) and (s.generation != s.observed_generation or _drifted(registered, observed)),
         len(active) < len(s.nodes),
         any(o.status in UNPAID for o in s.orders),  # to pay (a payment a worker left unsettled too)
-        any(n.provider_id and n.provider_id in reclaiming for n in active),
+        any(n.provider_id and n.provider_id in reclaiming and (not n.release_reason or n.phase == "Draining") for n in s.nodes),
         any(lease_action(lease_end=n.lease_end, now=now, notice=lease_notice, notified=n.lease_notified) != NONE for n in active),
         len(active) > s.max_nodes,
         len(active) < s.max_nodes and any(o.node_count > o.holding for o in s.orders if o.status == "Paid" and o.kind in CAPACITY_KINDS),
         any(n.step_due_at is None or now >= n.step_due_at for n in provisioning),
         any(n.created_at is not None and n.created_at < now - SLOW_CAPACITY and n.pk not in s.slow_reported for n in provisioning),
         any(
-            n.phase in ("Ready", "Unknown") and heartbeat_phase(phase=n.phase, last_heartbeat=n.last_heartbeat, now=now, grace=heartbeat_grace) != n.phase
+            heartbeat_phase(phase=n.phase, last_heartbeat=n.last_heartbeat, now=now, grace=heartbeat_grace) != n.phase
+            or (n.phase in HEARTBEAT_HELD and n.last_heartbeat is not None and now - n.last_heartbeat > heartbeat_grace)
             for n in active
         ),
     )
