@@ -5,7 +5,6 @@ its hours, exactly), on-demand or preemptible node costs. Pure: standard library
 
 from __future__ import annotations
 
-import calendar
 import math
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -13,6 +12,7 @@ from decimal import Decimal
 from fractions import Fraction
 
 from billing.hours import ceil_hour, floor_hour
+from pools.core.leases import add_months
 
 CENT = Decimal("0.01")
 _HOUR = timedelta(hours=1)
@@ -21,14 +21,6 @@ def quantize_money(amount: Decimal | Fraction, quantum: Decimal = CENT) -> Decim
     """Round half-up to the quantum (exact for Fractions too: no float ever)."""
     units = round_half_up(Fraction(amount) / Fraction(quantum))
     return from_units(units, quantum)
-
-
-def add_months(moment: datetime, months: int) -> datetime:
-    """Calendar month arithmetic, clamping the day (Jan 31 + 1 month = Feb 28/29)."""
-    index = moment.year * 12 + moment.month - 1 + months
-    year, month = divmod(index, 12)
-    day = min(moment.day, calendar.monthrange(year, month + 1)[1])
-    return moment.replace(year=year, month=month + 1, day=day)
 
 
 def lease_hours(start: datetime, end: datetime) -> int:

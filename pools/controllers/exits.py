@@ -24,6 +24,7 @@ from billing import lease_ledger
 from monitoring.services import credential_revoke_for_node
 from pools.controllers import node_sync
 from pools.controllers.context import ReconcilePass
+from pools.core import leases
 from pools.core import lifecycle as rules
 from pools.models import GpuNodePool, Node, PoolEvent, PoolOrder
 from pools.providers.base import PodInfo, ProviderError
@@ -192,10 +193,10 @@ def leases_handle(p: ReconcilePass) -> None:
     renewing = sum(1 for n in nodes if n.renewal_order_id and n.renewal_order.status in (PoolOrder.Status.APPROVED, PoolOrder.Status.PAYING))
     to_notify = []
     for node in nodes:
-        action = rules.lease_action(lease_end=node.lease_end, now=p.now, notice=notice, notified=node.lease_notified_at is not None)
-        if action == rules.NOTIFY:
+        action = leases.lease_action(lease_end=node.lease_end, now=p.now, notice=notice, notified=node.lease_notified_at is not None)
+        if action == leases.NOTIFY:
             to_notify.append(node)
-        elif action == rules.EXPIRE:
+        elif action == leases.EXPIRE:
             if node.renewal_order_id:
                 PoolOrder.objects.filter(pk=node.renewal_order_id, status=PoolOrder.Status.APPROVED).update(
                     status=PoolOrder.Status.FAILED, reason="Lease ended before the renewal was paid"
@@ -206,7 +207,7 @@ def leases_handle(p: ReconcilePass) -> None:
             )  # fmt: skip
     if not to_notify:
         return
-    allowed = rules.renewals_allowed(min_nodes=p.pool.min_nodes, staying=staying, renewing=renewing) if p.spec.auto_renew else 0
+    allowed = leases.renewals_allowed(min_nodes=p.pool.min_nodes, staying=staying, renewing=renewing) if p.spec.auto_renew else 0
     renew, leave = to_notify[:allowed], to_notify[allowed:]
     with transaction.atomic():  # the order is born linked to its nodes: a rerun never orders (and pays) it twice
         order = _renewal_order(p, renew) if renew else None
@@ -253,7 +254,7 @@ def renewal_apply(p: ReconcilePass, order: PoolOrder) -> None:
     and adds each one's next lease period to the ledger, at its share of the renewal's debit."""
     renewed = []
     for node in Node.objects.filter(renewal_order=order).exclude(phase=Node.Phase.TERMINATED).order_by("name"):
-        lease_end = rules.lease_extended(lease_start=node.lease_start, lease_end=node.lease_end, months=order.lease_months) if node.lease_end else rules.add_months(p.now, order.lease_months)
+        lease_end = leases.lease_extended(lease_start=node.lease_start, lease_end=node.lease_end, months=order.lease_months) if node.lease_end else leases.add_months(p.now, order.lease_months)
         Node.objects.filter(pk=node.pk).update(lease_end=lease_end, lease_notified_at=None, renewal_order=None)
         p.event("LeaseRenewed", f"Lease of node {node.name} renewed by order #{order.pk} until {_at(lease_end)}", node=node)
         renewed.append((node, node.lease_end or p.now, lease_end))

@@ -49,6 +49,7 @@ from pools.claims import (
 from pools.controllers import exits, node_sync, provisioning, repair_outcome
 from pools.controllers.context import ReconcilePass
 from pools.controllers.state import snapshots_load, statuses_write
+from pools.core import leases
 from pools.core import lifecycle as rules
 from pools.core.node_labels import REGISTERED_PHASES, ClusterNodeState
 from pools.core.spec import parse_document
@@ -383,7 +384,7 @@ def _node_create(p: ReconcilePass, order: PoolOrder, billing: str) -> Node | Non
         lease_start, lease_end = sibling.lease_start, sibling.lease_end
     else:
         paid_at = p.cloud.pay(order_id=order.pk, amount=order.amount, currency=order.currency, now=p.now).paid_at  # idempotent: the existing payment
-        lease_start, lease_end = paid_at, rules.add_months(paid_at, order.lease_months)
+        lease_start, lease_end = paid_at, leases.add_months(paid_at, order.lease_months)
     with transaction.atomic():
         phase, deleted_at = GpuNodePool.objects.select_for_update(no_key=True).filter(pk=p.pool.pk).values_list("phase", "deleted_at").get()
         if phase == GpuNodePool.Phase.DELETING or deleted_at is not None:

@@ -7,12 +7,12 @@ a silent node becomes `Unknown` (D1), and what `pendingReason` says (T1). No Dja
 
 from __future__ import annotations
 
-import calendar
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 
+from pools.core.leases import NONE, lease_action
 from pools.core.node_labels import CORDONED_PHASES, REGISTERED_PHASES, ClusterNodeState, drifted
 
 # Provisioning steps, in order (seed G1: initialise OS -> install driver -> join -> Ready).
@@ -89,48 +89,6 @@ def format_duration(delta: timedelta) -> str:
     if hours < 48:
         return f"{hours}h{minutes}m"
     return f"{hours // 24}d{hours % 24}h"
-
-
-def add_months(moment: datetime, months: int) -> datetime:
-    """Calendar months, clamping the day (Jan 31 + 1 month = Feb 28/29)."""
-    month_index = moment.month - 1 + months
-    year, month = moment.year + month_index // 12, month_index % 12 + 1
-    day = min(moment.day, calendar.monthrange(year, month)[1])
-    return moment.replace(year=year, month=month, day=day)
-
-
-def lease_extended(*, lease_start: datetime | None, lease_end: datetime, months: int) -> datetime:
-    """The end of a lease `lease_start`..`lease_end` renewed for `months` more: counted from the
-    lease's start, whose day of the month it keeps (a lease paid on 31 January ends on 29
-    February, then 31 March: from the clamped 29 February it would end on the 29th for good,
-    the same price for fewer days). Without a start, from the end."""
-    if lease_start is None:
-        return add_months(lease_end, months)
-    held = (lease_end.year - lease_start.year) * 12 + lease_end.month - lease_start.month
-    return add_months(lease_start, held + months)
-
-
-# ---------------------------------------------------------------------------------------------
-# Leases (D2)
-
-
-NONE, NOTIFY, EXPIRE = "none", "notify", "expire"
-
-
-def lease_action(*, lease_end: datetime | None, now: datetime, notice: timedelta, notified: bool) -> str:
-    """What a monthly node's lease needs now: nothing, a `LeaseExpiring` notice, or expiry."""
-    if lease_end is None:
-        return NONE
-    if now >= lease_end:
-        return EXPIRE
-    if not notified and now >= lease_end - notice:
-        return NOTIFY
-    return NONE
-
-
-def renewals_allowed(*, min_nodes: int, staying: int, renewing: int) -> int:
-    """How many expiring monthly nodes autoRenew may renew: only up to `nodeCount.min`."""
-    return max(0, min_nodes - staying - renewing)
 
 
 # ---------------------------------------------------------------------------------------------

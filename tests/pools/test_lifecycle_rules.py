@@ -9,6 +9,7 @@ from decimal import Decimal
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pools.core import leases
 from pools.core import lifecycle as rules
 
 NOW = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
@@ -51,22 +52,22 @@ def test_eviction_takes_the_lowest_priority_first():
 
 def test_a_lease_is_announced_once_within_the_notice_and_expires_at_its_end():
     end, notice = NOW + timedelta(days=3), timedelta(days=3)
-    assert rules.lease_action(lease_end=end, now=NOW - timedelta(seconds=1), notice=notice, notified=False) == rules.NONE
-    assert rules.lease_action(lease_end=end, now=NOW, notice=notice, notified=False) == rules.NOTIFY
-    assert rules.lease_action(lease_end=end, now=NOW, notice=notice, notified=True) == rules.NONE
-    assert rules.lease_action(lease_end=end, now=end, notice=notice, notified=True) == rules.EXPIRE
-    assert rules.lease_action(lease_end=None, now=end, notice=notice, notified=False) == rules.NONE
+    assert leases.lease_action(lease_end=end, now=NOW - timedelta(seconds=1), notice=notice, notified=False) == leases.NONE
+    assert leases.lease_action(lease_end=end, now=NOW, notice=notice, notified=False) == leases.NOTIFY
+    assert leases.lease_action(lease_end=end, now=NOW, notice=notice, notified=True) == leases.NONE
+    assert leases.lease_action(lease_end=end, now=end, notice=notice, notified=True) == leases.EXPIRE
+    assert leases.lease_action(lease_end=None, now=end, notice=notice, notified=False) == leases.NONE
 
 
 def test_renewals_fill_up_to_the_minimum_only():
-    assert rules.renewals_allowed(min_nodes=2, staying=0, renewing=0) == 2
-    assert rules.renewals_allowed(min_nodes=2, staying=1, renewing=0) == 1
-    assert rules.renewals_allowed(min_nodes=1, staying=2, renewing=0) == 0
+    assert leases.renewals_allowed(min_nodes=2, staying=0, renewing=0) == 2
+    assert leases.renewals_allowed(min_nodes=2, staying=1, renewing=0) == 1
+    assert leases.renewals_allowed(min_nodes=1, staying=2, renewing=0) == 0
 
 
 def test_calendar_months_clamp_the_day():
-    assert rules.add_months(datetime(2027, 1, 31, tzinfo=UTC), 1) == datetime(2027, 2, 28, tzinfo=UTC)
-    assert rules.add_months(datetime(2026, 12, 1, tzinfo=UTC), 12) == datetime(2027, 12, 1, tzinfo=UTC)
+    assert leases.add_months(datetime(2027, 1, 31, tzinfo=UTC), 1) == datetime(2027, 2, 28, tzinfo=UTC)
+    assert leases.add_months(datetime(2026, 12, 1, tzinfo=UTC), 12) == datetime(2027, 12, 1, tzinfo=UTC)
 
 
 def test_a_silent_node_is_unknown_only_after_the_grace_period():
