@@ -69,7 +69,8 @@ def accruing_hours(*, query: CostQuery, now: datetime) -> list[tuple[datetime, l
 
 def accruing_costs(*, user, query: CostQuery, now: datetime) -> list[CostRecord]:
     """Unsaved cost records of the unmetered hours, as metering will write them if nothing
-    changes; only the teams the user may see, narrowed by the query's filters."""
+    changes; only the teams the user may see, narrowed by the query's filters (the pool by its
+    ledger name, as `billing.selectors.ledger_pool_q` selects the metered ones)."""
     all_teams = roles.sees_all_teams(user)
     visible = None if all_teams else roles.team_ids(user)
     if not all_teams and not visible:
@@ -86,7 +87,7 @@ def accruing_costs(*, user, query: CostQuery, now: datetime) -> list[CostRecord]
             continue
         if query.team and record.team.slug != query.team:
             continue
-        if query.pool and record.pool.name != query.pool:
+        if query.pool and metering.ledger_pool_name(record.pool) != query.pool:  # as `ledger_pool_q`
             continue
         if query.billing and record.billing_kind != query.billing:
             continue

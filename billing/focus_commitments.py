@@ -8,6 +8,7 @@ from billing import node_prices
 from billing.focus import Lease
 from billing.hours import ceil_hour, floor_hour
 from billing.lease_costs import spread_sum
+from billing.metering import ledger_pool_name
 from billing.models import LeasePeriod
 
 
@@ -43,7 +44,7 @@ def node_commitment(node, commitment_id: str, start, end, *, payment=None, curre
     return Lease(
         commitment_id=commitment_id,
         node=node.name,
-        pool=node.pool.name,
+        pool=ledger_pool_name(node.pool),  # as the usage rows name it: a deleted pool's name#id
         team=node.pool.team.slug,
         start=start,
         end=end,

@@ -33,8 +33,9 @@ from billing.focus_records import (
     pool_commitment,
 )
 from billing.hours import QUANTITY, ceil_hour, floor_hour
+from billing.metering import ledger_pool_name
 from billing.models import CostRecord, UsageRecord
-from billing.selectors import CostQuery, costs_for_user
+from billing.selectors import CostQuery, costs_for_user, ledger_pool_q
 from pools import roles
 from pools.models import GpuNodePool, Node, Team
 
@@ -86,7 +87,7 @@ class FocusScope:
             records = records.filter(hour__gte=self.start)
         if self.end:
             records = records.filter(hour__lt=self.end)
-        return records.filter(pool__name=self.pool) if self.pool else records
+        return records.filter(ledger_pool_q(self.pool)) if self.pool else records
 
     def charged(self) -> QuerySet[CostRecord]:
         """The cost records in scope: the chargeback's own (`costs_for_user`), so that who may
@@ -102,8 +103,9 @@ class FocusScope:
 
     def owned(self, pools: QuerySet[GpuNodePool], path: str = "") -> QuerySet:
         """Pools (or rows of pools, `path` "pool__") whose owner is in scope: who paid their leases."""
-        wanted = {"team__in": self.team_ids, "team__slug": self.team or None, "name": self.pool or None}
-        return pools.filter(**{path + lookup: value for lookup, value in wanted.items() if value is not None})
+        wanted = {"team__in": self.team_ids, "team__slug": self.team or None}
+        pools = pools.filter(**{path + lookup: value for lookup, value in wanted.items() if value is not None})
+        return pools.filter(ledger_pool_q(self.pool, path)) if self.pool else pools
 
     def pays(self, node: Node) -> bool:
         """Whether the node's lease purchases are in scope (its pool's owner and its billing)."""
@@ -196,7 +198,7 @@ def focus_csv_for_user(
 
 
 def _pool_facts(pool: GpuNodePool) -> tuple[int, PoolFacts]:
-    return pool.pk, PoolFacts(pool.name, pool.team.slug, pool.zone.name, pool.node_type.gpu_count)
+    return pool.pk, PoolFacts(ledger_pool_name(pool), pool.team.slug, pool.zone.name, pool.node_type.gpu_count)
 
 
 class _PoolFactsById(dict):
@@ -315,7 +317,7 @@ def _leases(records, scope: FocusScope, *, pooled: bool = False) -> tuple[list[L
             paid = node_prices.column_lease_payment(node_prices.monthly_price(node).price, node.lease_start, node.lease_end)
             own = [node_commitment(node, f"lease/{node.name}/{start:%Y%m%dT%H}", start, end, payment=paid, bought=node.lease_start)]
         if pooled:
-            own = [replace(lease, commitment=pool_commitment(node.pool.name)) for lease in own]
+            own = [replace(lease, commitment=pool_commitment(ledger_pool_name(node.pool))) for lease in own]
         leases.extend(own)
         if scope.pays(node):
             bought.extend(own)

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 
-from django.db.models import QuerySet, TextField
-from django.db.models.functions import Cast
+from django.db.models import Case, F, Q, QuerySet, TextField, Value, When
+from django.db.models.functions import Cast, Concat
 
 from billing.allocation import (
     CHARGED_TEAM,
@@ -34,6 +34,8 @@ MAX_GROUP_KEYS = 8
 # and last days overflowed (a 500); no cost is older than the product or centuries ahead.
 FIRST_DAY = date(2000, 1, 1)
 LAST_DAY = date(2999, 12, 31)
+# A deleted pool's id in its ledger name `name#id`: a positive id that fits a bigint.
+MAX_POOL_ID_DIGITS = 18
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,10 @@ def cost_query_parse(
     for key in ("team", "pool"):
         if "\x00" in params.get(key, ""):
             errors.append((key, "null characters are not allowed"))
+    try:
+        ledger_pool_split(params.get("pool", ""))
+    except ValueError as exc:
+        errors.append(("pool", str(exc)))
     billing = params.get("billing", "")
     if billing and billing not in ("monthly", "on_demand", "preemptible"):
         errors.append(("billing", "must be monthly, on_demand or preemptible"))
@@ -109,12 +115,47 @@ def _date(value: str | None, field: str, errors: list) -> date | None:
     return day
 
 
+# --------------------------------------------------------------------------- pools by ledger name
+# A report names a pool as the hour's ledger does (`billing.metering.ledger_pool_name`): a live
+# pool by its name, a deleted one by `name#id`. A new pool may take a deleted pool's name while
+# the deleted one's leases are still billed: `?pool=train-pool-a` is the live pool alone (the
+# pool list's figure), `?pool=train-pool-a#12` the deleted one, and no row merges the two.
+
+
+def ledger_pool_split(ledger_name: str) -> tuple[str, int | None]:
+    """A pool's ledger name as (name, id of a deleted pool or None); ValueError if malformed."""
+    if "#" not in ledger_name:
+        return ledger_name, None
+    name, _, digits = ledger_name.rpartition("#")
+    if not (name and digits.isascii() and digits.isdigit() and len(digits) <= MAX_POOL_ID_DIGITS and int(digits)):
+        raise ValueError("must be a pool's name or, for a deleted pool, its name#id such as train-pool-a#12")
+    return name, int(digits)
+
+
+def ledger_pool_q(ledger_name: str, path: str = "pool__") -> Q:
+    """The pool whose ledger name is `ledger_name`, from rows that reach it by `path` ("" for
+    the pools themselves): the live pool of that name, or the deleted pool of `name#id`."""
+    name, pk = ledger_pool_split(ledger_name)
+    if pk is None:
+        return Q(**{f"{path}name": name, f"{path}deleted_at__isnull": True})
+    return Q(**{f"{path}pk": pk, f"{path}name": name, f"{path}deleted_at__isnull": False})
+
+
+def ledger_pool_name_of(path: str = "pool__"):
+    """The database expression of the rows' pool's ledger name (`ledger_pool_q` selects by it)."""
+    return Case(
+        When(**{f"{path}deleted_at__isnull": True}, then=F(f"{path}name")),
+        default=Concat(F(f"{path}name"), Value("#"), Cast(f"{path}id", TextField()), output_field=TextField()),
+        output_field=TextField(),
+    )
+
+
 def _scoped(rows: QuerySet, query: CostQuery) -> QuerySet:
     """The query's team, pool and billing kind filters, shared by records and daily rollups."""
     if query.team:
         rows = rows.filter(team__slug=query.team)
     if query.pool:
-        rows = rows.filter(pool__name=query.pool)
+        rows = rows.filter(ledger_pool_q(query.pool))
     if query.billing:
         rows = rows.filter(billing_kind=query.billing)
     return rows
@@ -159,14 +200,15 @@ def cost_detail_rows(
 ) -> Iterator[dict[str, object]]:
     """Every cost record in the range, streamed from a server-side cursor (constant memory).
 
-    Labels come out of the database as JSON text (never decoded and re-encoded here)."""
+    Labels come out of the database as JSON text (never decoded and re-encoded here); the pool
+    is its ledger name (a deleted pool's `name#id`)."""
     rows = (
         costs_for_user(user=user, query=query)
         .order_by("hour", "id")
-        .annotate(labels_text=Cast("labels", TextField()))
+        .annotate(labels_text=Cast("labels", TextField()), pool_ledger_name=ledger_pool_name_of())
         .values_list(
             "hour",
-            "pool__name",
+            "pool_ledger_name",
             "team__slug",
             "namespace",
             "gpu_class",
