@@ -44,6 +44,7 @@ CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 # Production transport security (on whenever DEBUG is off; a TLS-terminating proxy sets
 # X-Forwarded-Proto). Each can be turned off explicitly for an unusual deployment.
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", not DEBUG)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]  # a load balancer's plain-HTTP probe (monitoring/health.py) is answered, not redirected
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", not DEBUG)
 CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", not DEBUG)
@@ -278,6 +279,9 @@ Q_CLUSTER = {
     "retry": 120,
     "catch_up": False,
     "max_attempts": 3,
+    # The last 250 successes per schedule, not 250 in all: the per-minute tasks would prune the
+    # hourly metering's latest success, which /metrics reports (monitoring/metrics.py).
+    "save_limit_per": "group",
     "sync": TESTING,
     "log_level": env_log_level("Q_LOG_LEVEL", "INFO"),  # `manage.py demo`: WARNING (failures only)
 }

@@ -5,6 +5,7 @@ from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from monitoring import views as monitoring_views
+from monitoring.health import healthz
 from monitoring.metrics import metrics_view
 from pools.urls import disruption_budget_urls, pod_urls, pool_urls
 from pools.views import orders
@@ -35,6 +36,7 @@ urlpatterns = [
     path("api/agent/v1/", include("monitoring.api.urls")),
     path("api/scheduler/v1/", include("pools.api.extender_urls")),
     path("metrics", metrics_view, name="metrics"),
+    path("healthz", healthz, name="healthz"),
     path("monitoring/", monitoring_views.overview, name="monitoring-overview"),
     path("monitoring/trends/", monitoring_views.utilisation_trends, name="monitoring-trends"),
     path("", include("billing.urls")),

@@ -15,6 +15,10 @@ autoscaler counts them) and how long the oldest has waited, nodes not ready, GPU
 utilisation (deploy/prometheus-rules.yaml alerts on these like the pools' default alert rules); per node the heartbeat age; per budget
 (a pool's `spec.budget` or a team budget) this month's spend, its limit and their ratio. The
 query count does not grow with pools, nodes, pods or budgets.
+
+The workers (django-q2): per recurring schedule, when its task last succeeded, and how many
+tasks wait in the queue, so that stopped or stuck workers show (deploy/prometheus-rules.yaml:
+EbcloudWorkersStalled, EbcloudTaskQueueGrowing). Two queries, whatever the task history holds.
 """
 
 from __future__ import annotations
@@ -22,10 +26,11 @@ from __future__ import annotations
 import hmac
 
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import Count, OuterRef, Q, Subquery
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
+from django_q.models import OrmQ, Schedule, Success
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
@@ -81,6 +86,7 @@ class PoolCollector:
             heartbeat.add_metric([pool, node], age)
         yield from (capacity, min_nodes, max_nodes, nodes, not_ready, desired, allocated, pending, oldest, memory, util, heartbeat)
         yield from budget_metrics(now)
+        yield from worker_metrics(now)
 
 
 def budget_metrics(now) -> list[GaugeMetricFamily]:
@@ -101,6 +107,34 @@ def budget_metrics(now) -> list[GaugeMetricFamily]:
             if status.forecast is not None:
                 forecast.add_metric(values, float(status.forecast / b.monthly_amount))
     return [limit, spent, ratio, forecast]
+
+
+# How often a schedule runs, as the `every` label ("1m" for the per-minute controllers).
+EVERY = {Schedule.HOURLY: "1h", Schedule.DAILY: "1d", Schedule.WEEKLY: "1w", Schedule.BIWEEKLY: "2w", Schedule.MONTHLY: "1mo",
+         Schedule.BIMONTHLY: "2mo", Schedule.QUARTERLY: "3mo", Schedule.YEARLY: "1y", Schedule.CRON: "cron"}  # fmt: skip
+
+
+def worker_metrics(now) -> list[GaugeMetricFamily]:
+    """The workers' liveness, in two queries: every recurring schedule with the stop time of its
+    group's latest success, and the count of the queue's waiting tasks. django-q2's scheduler
+    files a schedule's tasks under the group of its name; its partial `success_index` leads
+    with the group, and `Q_CLUSTER["save_limit_per"] = "group"` keeps at most `save_limit` (250)
+    successes per group, so each schedule reads at most that many rows, whatever the history
+    of failures or of other tasks. One-off schedules (`*_soon`) have no series."""
+    last = GaugeMetricFamily(
+        "ebcloud_task_last_success_timestamp_seconds",
+        "Unix time at which the periodic task last finished successfully (no sample until its first success)",
+        labels=["task", "every"],
+    )
+    depth = GaugeMetricFamily("ebcloud_task_queue_depth", "Tasks queued for the workers and not yet taken (a dead worker's task counts again after the retry delay)")
+    latest = Success.objects.filter(group=OuterRef("name")).order_by("-stopped").values("stopped")[:1]
+    schedules = Schedule.objects.exclude(schedule_type=Schedule.ONCE).exclude(repeats=0).exclude(name=None).exclude(name="")
+    for name, kind, minutes, stopped in schedules.annotate(last=Subquery(latest)).order_by("name").values_list("name", "schedule_type", "minutes", "last"):
+        if stopped is not None:
+            last.add_metric([name, f"{minutes or 1}m" if kind == Schedule.MINUTES else EVERY.get(kind, kind)], stopped.timestamp())
+    waiting = OrmQ.objects.aggregate(n=Count("pk", filter=Q(lock__lte=now) | Q(lock=None)))["n"]
+    depth.add_metric([], waiting)
+    return [last, depth]
 
 
 def scrape_allowed(request: HttpRequest) -> bool:

@@ -258,6 +258,8 @@ MATRIX: tuple[Row, ...] = (
         writes=(Write("post", S(401, 401, 401, 401, 401, 401, 401, 200), lambda w: extender_preemption_args(w)),)),
     # --- Prometheus: a scrape token, never a user session or an agent credential -----------
     Row("metrics", S(403, 403, 403, 403, 403, 403), settings={"EBCLOUD_METRICS_TOKEN": METRICS_TOKEN}),
+    # --- a load balancer's probe: anyone, no credentials; reads only, writes nothing ---------
+    Row("healthz", S(200, 200, 200, 200, 200, 200), writes=(Write("post", S(405, 405, 405, 405, 405, 405)),)),
 )
 ROWS = {row.name: row for row in MATRIX}
 

@@ -147,7 +147,7 @@ def test_the_scrape_costs_the_same_queries_for_few_objects_or_many(actors, teams
     got = samples(response)
     labels = (("gpu_model", "A100_80G"), ("pool", "train-pool-q"), ("team", "algorithm"), ("zone", "cn-east-2a"))
     assert got[("ebcloud_pool_pending_pods", labels)] == 3 and got[("ebcloud_pool_allocated_gpus", labels)] == 3
-    assert len(few) <= len(many) <= 15, [q["sql"][:80] for q in many.captured_queries]
+    assert len(few) <= len(many) <= 17, [q["sql"][:80] for q in many.captured_queries]  # 2 of them the workers
     assert len(many) - len(few) <= 4  # only the budgets' month appears once budgets exist: two reads per scope
 
 

@@ -1,6 +1,7 @@
 """deploy/prometheus-rules.yaml (issue 20 item 3): Prometheus alerting rules equivalent to the
-pools' default capacity alerts, over gauges /metrics really exposes. promtool is not installed
-here; docs/operator.md tells operators to run `promtool check rules` on the file."""
+pools' default capacity alerts, and the workers' liveness, over gauges /metrics really exposes.
+promtool is not installed here; docs/operator.md tells operators to run `promtool check rules`
+on the file."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pools.core.alerting import RULES
 from pools.core.durations import parse_duration
 from pools.models.pods import Pod
 from tests.monitoring.conftest import report
+from tests.monitoring.test_worker_health import ROLLUP, run_schedule
 from tests.pools.pod_helpers import pool_with_nodes, submit
 
 RULES_FILE = Path(__file__).resolve().parents[2] / "deploy" / "prometheus-rules.yaml"
@@ -22,20 +24,26 @@ METRIC = re.compile(r"\bebcloud_[a-z_]+\b")
 TRAIN_NODE_LABELS = {"pool": "train", "gpu-class": "a100"}
 
 
-def rules() -> dict[str, dict]:
+CAPACITY, WORKERS = "ebcloud-pool-capacity", "ebcloud-workers"
+
+
+def rules(group: str = CAPACITY) -> dict[str, dict]:
     document = yaml.safe_load(RULES_FILE.read_text())
-    [group] = document["groups"]
-    return {rule["alert"]: rule for rule in group["rules"]}
+    groups = {g["name"]: g for g in document["groups"]}
+    assert set(groups) == {CAPACITY, WORKERS}
+    return {rule["alert"]: rule for rule in groups[group]["rules"]}
 
 
 def exposed_metric_names(actors, make_node, agent) -> set[str]:
-    """A small fleet: a pool with a reporting node, a lost node and a waiting pod."""
+    """A small fleet: a pool with a reporting node, a lost node and a waiting pod; a periodic
+    task the workers ran."""
     pool = pool_with_nodes(actors["lead"], name="watched-pool", nodes=2, node_labels=TRAIN_NODE_LABELS)
     make_node("lost-0", target=pool, phase="Unknown")
     reporting = make_node("reporting-0", target=pool)
     assert agent(reporting).post("/api/agent/v1/reports/", {"reports": [report(1)]}, format="json").status_code == 200
     submit(actors["member"], "waiting", gpus=2)
     assert Pod.objects.filter(phase="Pending").exists()
+    run_schedule(ROLLUP)
     response = Client(REMOTE_ADDR="127.0.0.1").get("/metrics")
     assert response.status_code == 200
     return {s.name for family in text_string_to_metric_families(response.content.decode()) for s in family.samples}
@@ -47,7 +55,7 @@ def test_there_is_one_prometheus_rule_per_capacity_alert_with_the_same_name():
 
 def test_every_metric_a_rule_uses_is_exposed_by_metrics(actors, make_node, agent):
     names = exposed_metric_names(actors, make_node, agent)
-    used = {name for rule in rules().values() for name in METRIC.findall(rule["expr"])}
+    used = {name for group in (CAPACITY, WORKERS) for rule in rules(group).values() for name in METRIC.findall(rule["expr"])}
     assert used and used <= names, used - names
 
 
@@ -67,6 +75,18 @@ def test_the_rules_use_the_default_thresholds_and_durations():
     assert parse_duration(not_ready["for"]) == by_reason["NodesNotReady"].window_s
     for rule in got.values():
         assert rule["labels"]["severity"] == "warning" and rule["annotations"]["description"]
+
+
+def test_the_workers_rules_fire_on_a_stalled_per_minute_task_or_metering_and_a_growing_queue():
+    got = rules(WORKERS)
+    assert set(got) == {"EbcloudWorkersStalled", "EbcloudTaskQueueGrowing"}
+    stalled = got["EbcloudWorkersStalled"]["expr"]
+    assert 'ebcloud_task_last_success_timestamp_seconds{every="1m"} > 300' in stalled
+    assert 'ebcloud_task_last_success_timestamp_seconds{task="billing.meter_pending"} > 7200' in stalled
+    growing = got["EbcloudTaskQueueGrowing"]["expr"]
+    assert "ebcloud_task_queue_depth" in growing and parse_duration(got["EbcloudTaskQueueGrowing"]["for"]) == 900
+    for rule in got.values():
+        assert rule["labels"]["severity"] in ("critical", "warning") and "qcluster" in rule["annotations"]["description"]
 
 
 def test_metrics_report_the_oldest_pending_pods_wait_and_not_ready_nodes(actors, make_node):
