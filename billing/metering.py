@@ -13,7 +13,8 @@
   `billing.lease_costs.monthly_hour_cost`; on-demand and preemptible nodes are billed pro rata
   while they exist and are not Terminated (`created_at` .. `terminated_at`).
 - pod GPU-hours by request (whole GPUs count 1 each, a shared GPU its milli/1000), pro rata
-  to the part of the hour the pod ran, with a snapshot of its effective labels (pool labels,
+  to the part of the hour the pod ran on each node (one it left mid-hour, moved, evicted or
+  preempted, from its `PodPlacement`), with a snapshot of its effective labels (pool labels,
   then node labels, then pod labels: the pod wins) and its namespace. A pod of another team
   on a pool lent to it is charged to its own team and does not inherit the owner's `team`
   and `project` labels (`guest_labels`).
@@ -37,10 +38,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
+from itertools import chain
 from operator import attrgetter
 
 from django.db.models import Case, Count, Exists, F, Min, OuterRef, Q, TextField, When
-from django.db.models.functions import Cast
+from django.db.models.functions import Cast, Coalesce
 
 from billing.allocation import FeeHour, NodeHour, PodHour, effective_labels, frozen_new, gpu_hours
 from billing.bulk_insert import Unsaved
@@ -60,6 +62,7 @@ from billing.node_prices import (
 from pools.claims import WHOLE, Part
 from pools.core.errors import ValidationError
 from pools.models import GpuNodePool, Node, Pod, Team
+from pools.models.pods import PodPlacement
 from pools.providers import get_cloud_provider
 
 log = logging.getLogger("ebcloud.billing")
@@ -244,9 +247,11 @@ def _pod_records(
     end = hour + HOUR
     ran = (
         part.of(Pod.objects.all(), "node__pool_id")
+        # On its node since: moved there while running, else since it started.
+        .alias(placed=Coalesce("placed_at", "started_at"))
         # No GPU requested, no GPU-hours (`pod_gpu_hours`): a real cluster's DaemonSets (device
         # plugin, exporters, CNI) put several such pods on every node; they are not grouped.
-        .filter(node__isnull=False, started_at__lt=end, gpu_count__gt=0)
+        .filter(node__isnull=False, placed__lt=end, gpu_count__gt=0)
         .filter(Q(finished_at__isnull=True) | Q(finished_at__gt=hour))
         .exclude(phase=Pod.Phase.PENDING)
         # Ended at an unknown time: nothing to bill it for.
@@ -255,15 +260,30 @@ def _pod_records(
             labels_text=Cast("labels", TextField()),
             # The part of the hour it ran; NULL for "from the start" and "to the end", so pods
             # that ran the whole hour are one group per request shape.
-            since=Case(When(started_at__gt=hour, then=F("started_at")), default=None),
+            since=Case(When(placed__gt=hour, then=F("placed")), default=None),
             until=Case(When(finished_at__lt=end, then=F("finished_at")), default=None),
         )
         .values_list("node_id", "namespace", "team_id", "labels_text", "gpu_count", "gpu_milli", "since", "until")  # fmt: skip
         .annotate(pods=Count("pk"), first=Min("name"))
         .order_by()
     )
+    # The parts of the hour pods ran on a node they have left since (moved, evicted, preempted:
+    # `PodPlacement`), grouped alike, one query more whatever the number of pods: that node is
+    # charged for them, not left idle, and the one they run on now only from their move.
+    left = (
+        part.of(PodPlacement.objects.all(), "node__pool_id")
+        .filter(started_at__lt=end, ended_at__gt=hour, pod__gpu_count__gt=0)
+        .annotate(
+            labels_text=Cast("pod__labels", TextField()),
+            since=Case(When(started_at__gt=hour, then=F("started_at")), default=None),
+            until=Case(When(ended_at__lt=end, then=F("ended_at")), default=None),
+        )
+        .values_list("node_id", "pod__namespace", "pod__team_id", "labels_text", "pod__gpu_count", "pod__gpu_milli", "since", "until")  # fmt: skip
+        .annotate(pods=Count("pk"), first=Min("pod__name"))
+        .order_by()
+    )
     groups: dict[tuple, list] = {}
-    for node_id, namespace, team_id, text, gpu_count, gpu_milli, since, until, pods, first in ran:
+    for node_id, namespace, team_id, text, gpu_count, gpu_milli, since, until, pods, first in chain(ran, left):
         if node_id not in billed:
             continue  # its node is not billed this hour (no price, no lease): neither is it
         whole = since is None and until is None

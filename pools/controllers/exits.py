@@ -104,7 +104,7 @@ def _evict_left(p: ReconcilePass, node: Node) -> str:
         movable = [x for x in pods if not x.terminating]
         if movable:
             order = rules.eviction_order(rules.PodView(x.namespace, x.name, x.priority) for x in movable)
-            done, refused = evict(p.cluster, [(pod.namespace, pod.name) for pod in order], reason=node.release_reason)
+            done, refused = evict(p.cluster, [(pod.namespace, pod.name) for pod in order], reason=node.release_reason, now=p.now)
             evicted = [f"{pod.namespace}/{pod.name} (priority {pod.priority})" for pod in order if (pod.namespace, pod.name) in done]
             if evicted:
                 p.event("NodeDraining", f"Evicted {len(evicted)} pod(s) from {node.name}, lowest priority first: {', '.join(evicted)}", node=node)
@@ -125,14 +125,15 @@ def _staying(pod: PodInfo, refused: dict[tuple[str, str], str]) -> str:
     return f"{pod.namespace}/{pod.name} ({why})"
 
 
-def evict(cluster, pods: list[tuple[str, str]], *, reason: str) -> tuple[set[tuple[str, str]], dict[tuple[str, str], str]]:
+def evict(cluster, pods: list[tuple[str, str]], *, reason: str, now: datetime) -> tuple[set[tuple[str, str]], dict[tuple[str, str], str]]:
     """Evict (namespace, name) pods in this order: the ones evicted, and for each one not, the
     cluster's message ("" for a disruption budget's "not now"). One call when the backend evicts
-    in batches (`evict_pods`), else one `evict_pod` per pod; a refusal of one pod (or an API
-    server out of reach) does not keep the others from being asked."""
+    in batches (`evict_pods`, which stamps the pods' time on the node at `now`), else one
+    `evict_pod` per pod; a refusal of one pod (or an API server out of reach) does not keep the
+    others from being asked."""
     many = getattr(cluster, "evict_pods", None)
     if many is not None:
-        done = many(pods=pods, reason=reason)
+        done = many(pods=pods, reason=reason, now=now)
         return done, {pod: "" for pod in pods if pod not in done}
     done, refused = set(), {}
     for pod in pods:
@@ -153,7 +154,7 @@ def release(p: ReconcilePass, node: Node) -> None:
     if node.provider_id:
         p.cloud.release(provider_id=node.provider_id, now=p.now)
     try:
-        p.cluster.remove_node(name=node.name)
+        p.cluster.remove_node(name=node.name, now=p.now)
     except ProviderError as exc:
         node_sync.node_refused(
             p, node, exc, event_reason="NodeRemoveFailed", phase=Node.Phase.TERMINATING, unschedulable=True,

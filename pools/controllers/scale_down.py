@@ -39,6 +39,7 @@ from pools.providers import get_cluster_backend
 from pools.providers.kubernetes import CLUSTER_UNREACHABLE
 from pools.selectors.cluster import cluster_state, core_pod_of
 from pools.services.events import event_record
+from pools.services.pod_placements import placements_end
 
 logger = logging.getLogger("ebcloud.autoscaler")
 
@@ -140,8 +141,12 @@ def _place_elsewhere(pods: list[Pod], targets: list[Node], states: dict[str, Nod
 def repack(pool: GpuNodePool, source: Node, moves: list[Move], now: datetime) -> None:
     """Move the pods of a burst node onto the capacity chosen for them before it is drained
     (issue 5 §4: monthly capacity is paid already). Run under the scheduler's lock, on a plan
-    made under it. A pod that changed meanwhile is left to the drain."""
+    made under it. A pod that changed meanwhile is left to the drain. Its time on the burst
+    node is kept (`placements_end`), so metering charges that node for it."""
+    left = []
     for move in moves:
-        if Pod.objects.filter(pk=move.pod.pk, phase=Pod.Phase.RUNNING, node=source).update(node=move.node, gpu_indices=list(move.gpu_indices), reason="Repacked"):
+        if Pod.objects.filter(pk=move.pod.pk, phase=Pod.Phase.RUNNING, node=source).update(node=move.node, gpu_indices=list(move.gpu_indices), reason="Repacked", placed_at=now):
+            left.append((move.pod.pk, source.pk, move.pod.placed_at, move.pod.started_at))
             event_record(pool=pool, node=move.node, reason="Repacked", now=now,
                          message=f"Pod {move.pod.key} moved from burst node {source.name} to {move.node.billing} node {move.node.name} before scale-down")  # fmt: skip
+    placements_end(left, now)

@@ -80,6 +80,7 @@ from pools.selectors.cluster import (
     core_pod_of,
     live_nodes,
 )
+from pools.services.pod_placements import placements_end
 from pools.services.pods import by_pk, pods_bind
 
 logger = logging.getLogger("ebcloud.scheduler")
@@ -240,9 +241,10 @@ def scheduler_pass(*, now: datetime | None = None) -> PassResult:
 
         if done_ids:
             Pod.objects.filter(pk__in=done_ids, phase=Pod.Phase.RUNNING).update(phase=Pod.Phase.SUCCEEDED, reason="Completed", finished_at=now)
-        if requeue:
+        if requeue:  # their time on the node they leave stays billed there
+            placements_end([(p.pk, p.node_id, p.placed_at, p.started_at) for p in running if p.pk in requeue], now)
             Pod.objects.filter(pk__in=requeue, phase=Pod.Phase.RUNNING).update(
-                phase=Pod.Phase.PENDING, node=None, gpu_indices=Value([], output_field=JSONField()), started_at=None,
+                phase=Pod.Phase.PENDING, node=None, gpu_indices=Value([], output_field=JSONField()), started_at=None, placed_at=None,
                 reason=by_pk({k: v[0] for k, v in requeue.items()}, CharField()),
                 explanation=by_pk({k: v[1] for k, v in requeue.items()}, TextField()),
                 hints=Value([], output_field=JSONField()),

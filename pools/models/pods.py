@@ -125,6 +125,7 @@ class Pod(models.Model):
     submitted_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     submitted_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
+    placed_at = models.DateTimeField(null=True, blank=True, help_text="On its node since (moved there while running); empty: since it started")
     finished_at = models.DateTimeField(null=True, blank=True)
     deleted_at = models.DateTimeField(null=True, blank=True, help_text="Deleted from the cluster: kept only for the hours it ran")
 
@@ -152,6 +153,25 @@ class Pod(models.Model):
     @property
     def annotations(self) -> dict:
         return (self.document or {}).get("metadata", {}).get("annotations") or {}
+
+
+class PodPlacement(models.Model):
+    """A part of a pod's run on a node it has left: moved elsewhere while running (a repack),
+    evicted, preempted or requeued from a lost node. The pod's row says only where it is now
+    (`Pod.node`, since `Pod.placed_at` or else `started_at`): metering charges each of these
+    parts to the node it ran on, so time on a node the pod left is not that node's idle."""
+
+    pod = models.ForeignKey(Pod, on_delete=models.CASCADE, related_name="placements")
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["started_at", "id"]
+        indexes = [models.Index(fields=["ended_at", "started_at"], name="podplacement_ended_started")]
+
+    def __str__(self) -> str:
+        return f"{self.pod_id} on {self.node_id}: {self.started_at:%Y-%m-%d %H:%M} .. {self.ended_at:%Y-%m-%d %H:%M}"
 
 
 class PodDisruptionBudget(models.Model):

@@ -258,4 +258,7 @@ class ClusterBackend(Protocol):
     # `advertise_gpu_shares(*, name) -> None`, which puts it there; the simulated cluster keeps
     # no capacity of its own and is never asked (so it is not part of this protocol).
 
-    def remove_node(self, *, name: str) -> None: ...
+    def remove_node(self, *, name: str, now: datetime | None = None) -> None:
+        """Delete the Node; `now`: the caller's clock, for a cluster that stamps the time its
+        pods lose the node (the simulated one keeps it for metering)."""
+        ...

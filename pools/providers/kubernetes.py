@@ -287,8 +287,9 @@ class KubernetesCluster:
             if _drain_moves(pod)
         ]
 
-    def remove_node(self, *, name: str) -> None:
-        """Delete the Node (gone already: done); `ClusterRefused` when the API server does not."""
+    def remove_node(self, *, name: str, now: datetime | None = None) -> None:
+        """Delete the Node (gone already: done); `ClusterRefused` when the API server does not.
+        `now` is not needed: the cluster's pods keep their own times."""
         try:
             self.core.delete_node(name, _request_timeout=request_timeout())
         except CLUSTER_UNREACHABLE as exc:

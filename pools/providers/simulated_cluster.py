@@ -15,6 +15,7 @@ from datetime import datetime
 from django.db import transaction
 from django.db.models import TextField
 from django.db.models.functions import Cast
+from django.utils import timezone
 
 from pools.core.disruption import DisruptionBudget, disruption_budgets, evictions
 from pools.core.node_labels import labels_taints_decoded
@@ -24,6 +25,7 @@ from pools.models.pods import Pod, PodDisruptionBudget
 from pools.providers.base import NodeState, PodInfo
 from pools.providers.simulated import EVICT, failure_consume, failure_matches, failures_armed
 from pools.selectors.disruption_status import budget_documents, unready_on
+from pools.services.pod_placements import placements_end_of
 
 
 class SimulatedCluster:
@@ -80,7 +82,7 @@ class SimulatedCluster:
         would recreate it), unless its disruption budget refuses."""
         return (namespace, name) in self.evict_pods(pods=[(namespace, name)], reason=reason)
 
-    def evict_pods(self, *, pods: Sequence[tuple[str, str]], reason: str) -> set[tuple[str, str]]:
+    def evict_pods(self, *, pods: Sequence[tuple[str, str]], reason: str, now: datetime | None = None) -> set[tuple[str, str]]:
         """`evict_pod` for each (namespace, name) in order, in one UPDATE of live pods (their
         unique index covers only those; issue 9): each eviction of a Running pod spends one of
         its budget's disruptions, and one its budget no longer allows (or an injected refusal)
@@ -98,8 +100,10 @@ class SimulatedCluster:
             allowed = set(evictions([f"{namespace}/{name}" for namespace, name in pods], budgets, refused=lambda key: failure_consume(candidates, key) is not None))
             evicted = [(namespace, name) for namespace, name in pods if f"{namespace}/{name}" in allowed]
             if evicted:
-                Pod.objects.live().filter(phase=Pod.Phase.RUNNING).named(evicted).update(
-                    phase=Pod.Phase.PENDING, node=None, gpu_indices=[], reason="Evicted", started_at=None,
+                leaving = Pod.objects.live().filter(phase=Pod.Phase.RUNNING).named(evicted)
+                placements_end_of(leaving, now or timezone.now())  # its time on the node stays billed, to the caller's clock
+                leaving.update(
+                    phase=Pod.Phase.PENDING, node=None, gpu_indices=[], reason="Evicted", started_at=None, placed_at=None,
                     explanation=f"Evicted from its node: {reason}; waiting to be scheduled again",
                 )  # fmt: skip
         return set(evicted)
@@ -133,10 +137,14 @@ class SimulatedCluster:
         pods = Pod.objects.filter(node__name=node_name, phase=Pod.Phase.RUNNING).order_by("namespace", "name")
         return [PodInfo(namespace=p.namespace, name=p.name, priority=p.priority, phase=p.phase, checkpointable=p.checkpointable) for p in pods]
 
-    def remove_node(self, *, name: str) -> None:
-        """Pods still on a removed node lose it and wait to be scheduled again (`NodeLost`)."""
-        Pod.objects.filter(node__name=name, phase=Pod.Phase.RUNNING).update(
-            phase=Pod.Phase.PENDING, node=None, gpu_indices=[], reason="NodeLost", started_at=None,
-            explanation=f"Node {name} left the cluster; waiting to be scheduled again",
-        )  # fmt: skip
+    def remove_node(self, *, name: str, now: datetime | None = None) -> None:
+        """Pods still on a removed node lose it and wait to be scheduled again (`NodeLost`);
+        their time on it stays billed, to the caller's clock."""
+        with transaction.atomic():
+            lost = Pod.objects.filter(node__name=name, phase=Pod.Phase.RUNNING)
+            placements_end_of(lost, now or timezone.now())
+            lost.update(
+                phase=Pod.Phase.PENDING, node=None, gpu_indices=[], reason="NodeLost", started_at=None, placed_at=None,
+                explanation=f"Node {name} left the cluster; waiting to be scheduled again",
+            )  # fmt: skip
         SimClusterNode.objects.filter(name=name).delete()

@@ -37,6 +37,7 @@ from pools.providers import get_cluster_backend, real_cluster
 from pools.providers.kubernetes import CLUSTER_UNREACHABLE
 from pools.selectors.cluster import cluster_state, core_pods_of, live_nodes
 from pools.services.events import event_record
+from pools.services.pod_placements import placements_end
 from pools.services.pods import pods_bind
 
 logger = logging.getLogger("ebcloud.fragmentation")
@@ -150,18 +151,20 @@ def repack_apply(*, user, pool: GpuNodePool | None, max_nodes: int = 1, shares: 
         )  # fmt: skip
         by_name = {n.name: n for n in nodes}
         by_key = {p.key: p for p in pods}
-        moved, started = [], ()
+        moved, started, left = [], (), []
         why = "to pack GPU shares into fewer GPUs" if shares else "to free node {}"
         for move in plan.share_moves if shares else plan.moves:
             pod, source, target = by_key[move.pod], by_name[move.from_node], by_name[move.to_node]
             changed = Pod.objects.filter(pk=pod.pk, phase=Pod.Phase.RUNNING, node=source).update(
-                node=target, gpu_indices=list(move.gpu_indices), reason="Repacked"
+                node=target, gpu_indices=list(move.gpu_indices), reason="Repacked", placed_at=now
             )
             if not changed:
                 continue
             moved.append(move.pod)
+            left.append((pod.pk, source.pk, pod.placed_at, pod.started_at))  # its time on `source` stays billed there
             event_record(pool=source.pool, node=source, reason="Evicted", message=f"Pod {move.pod} evicted by the repack {why.format(source.name)}", actor=user, now=now)
             event_record(pool=target.pool, node=target, reason="Repacked", message=f"Pod {move.pod} re-placed from {source.name} to {target.name} (GPU {', '.join(map(str, move.gpu_indices)) or 'none'})", actor=user, now=now)
+        placements_end(left, now)
         if shares and len(moved) == len(plan.share_moves):  # the room they were planned into is there
             started = _bind_waiting(plan.share_placements, by_name, user=user, now=now)
         for name in plan.freed_nodes:  # none when packing shares (no drains planned)
