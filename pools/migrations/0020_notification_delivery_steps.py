@@ -44,7 +44,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='notification',
             name='last_error',
-            field=models.CharField(blank=True, db_default='', help_text='Why the last try failed', max_length=200),
+            field=models.CharField(blank=True, db_default='', default='', help_text='Why the last try failed', max_length=200),
         ),
         migrations.AddField(
             model_name='notification',

@@ -26,7 +26,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='node',
             name='system_image',
-            field=models.CharField(blank=True, db_default='', help_text="The system image the node's machine was ordered with; its provisioning steps follow it, whatever the pool's spec says later", max_length=128),
+            field=models.CharField(blank=True, db_default='', default='', help_text="The system image the node's machine was ordered with; its provisioning steps follow it, whatever the pool's spec says later", max_length=128),
         ),
         migrations.RunPython(provisioning_nodes_keep_the_pools_image, migrations.RunPython.noop, elidable=True),
     ]

@@ -38,7 +38,7 @@ class Notification(models.Model):
     emailed_to = models.PositiveSmallIntegerField(default=0, help_text="How many addresses the mail went to")
     webhook_status = models.CharField(max_length=60, blank=True)
     attempts = models.PositiveSmallIntegerField(default=0, db_default=0, help_text="Failed delivery tries so far")
-    last_error = models.CharField(max_length=200, blank=True, db_default="", help_text="Why the last try failed")
+    last_error = models.CharField(max_length=200, blank=True, default="", db_default="", help_text="Why the last try failed")
     next_try_at = models.DateTimeField(null=True, blank=True, help_text="After a failed try: not tried again before this")
     failed_at = models.DateTimeField(null=True, blank=True, help_text="When delivery was given up after too many failed tries")
     acknowledged_at = models.DateTimeField(null=True, blank=True)

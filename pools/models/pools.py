@@ -308,7 +308,7 @@ class Node(models.Model):
     renewal_order = models.ForeignKey(PoolOrder, null=True, blank=True, on_delete=models.SET_NULL, related_name="renewing_nodes")
     provider_id = models.CharField(max_length=100, blank=True, help_text="The cloud's id of the machine")
     system_image = models.CharField(
-        max_length=128, blank=True, db_default="",
+        max_length=128, blank=True, default="", db_default="",
         help_text="The system image the node's machine was ordered with; its provisioning steps follow it, whatever the pool's spec says later",
     )  # fmt: skip
     step = models.CharField(max_length=30, blank=True, help_text="Provisioning step in progress")
