@@ -61,6 +61,7 @@ ACCRUING = "accruing"
 DEFAULT_GROUP_LABELS = ("team", "project", "gpu-class")
 
 _HOUR = timedelta(hours=1)
+_MASK64 = (1 << 64) - 1
 
 
 # --------------------------------------------------------------------------- inputs
@@ -86,8 +87,9 @@ class NodeHour:
     ``cost`` is the node's whole cost for the hour (compute it with :func:`monthly_hour_cost`,
     :func:`on_demand_hour_cost` or :func:`preemptible_hour_cost`). ``labels`` are the node's
     effective labels (pool labels + node labels); idle rows carry them. ``list_price`` is the
-    on-demand list price of the same node-hour, used by FOCUS exports for ListCost; ``None``
-    means "same as cost".
+    on-demand list price of the same node-hour (FOCUS ListCost; ``None``: same as cost).
+    ``hours`` is the node-hours billed (the part of the hour an on-demand node was alive, 1 for
+    a leased hour): its capacity is ``gpu_count`` × ``hours`` GPU-hours (what idle is left of).
     """
 
     hour: datetime
@@ -101,6 +103,7 @@ class NodeHour:
     region: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
     list_price: Decimal | None = None
+    hours: Decimal = Decimal(1)
 
 
 @dataclass(frozen=True)
@@ -238,11 +241,12 @@ def gpu_hours(gpus: int = 0, gpu_milli: int = 0, hours: Decimal | int = 1) -> De
 # --------------------------------------------------------------------------- exact splitting
 
 
-def split_units(total_units: int, weights: Sequence[Fraction | Decimal | int]) -> list[int]:
+def split_units(total_units: int, weights: Sequence[Fraction | Decimal | int], seed: int | None = None) -> list[int]:
     """Largest-remainder split of an integer total in proportion to weights.
 
-    Parts sum to ``total_units`` exactly; a zero weight gets zero; ties go to the earlier
-    weight so results are deterministic.
+    Parts sum to ``total_units`` exactly; a zero weight gets zero. Ties go to the earlier
+    weight, or with a ``seed`` (allocation's is the hour's) in an order hashed from it and the
+    position: deterministic, and over a month equal shares get the leftover units in turn.
     """
     # Exact in integers (issue 9: a fee split over a pool's thousands of pods must be cheap):
     # weights over a common denominator, then total·w // W is the floor of the ideal share and
@@ -264,29 +268,36 @@ def split_units(total_units: int, weights: Sequence[Fraction | Decimal | int]) -
         remainders.append(remainder)
     left = total_units - sum(parts)
     if left:
-        for i in sorted(range(len(parts)), key=lambda i: (-remainders[i], i))[:left]:
+        rank = (lambda i: (-remainders[i], i)) if seed is None else (lambda i: (-remainders[i], tie_rank(seed, i)))
+        for i in sorted(range(len(parts)), key=rank)[:left]:
             parts[i] += 1
     return parts
 
 
-def split_money(
-    total: Decimal, weights: Sequence[Fraction | Decimal | int], quantum: Decimal = CENT
-) -> list[Decimal]:
+def hour_seed(hour: datetime) -> int:
+    """An hour's tie-breaking seed (:func:`split_units`): hours since year 1, by its fields."""
+    return hour.toordinal() * 24 + hour.hour
+
+
+def tie_rank(seed: int, index: int) -> int:
+    """A position's rank under a seed: stable, distinct per position (SplitMix64's finaliser)."""
+    z = (seed * 0x9E3779B97F4A7C15 + (index + 1) * 0xD1B54A32D192ED03) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
+
+
+def split_money(total: Decimal, weights: Sequence[Fraction | Decimal | int], quantum: Decimal = CENT, seed: int | None = None) -> list[Decimal]:
     """Split money in proportion to weights; parts are quantum multiples summing to total."""
-    units = split_units(to_units(total, quantum), weights)
-    return [from_units(u, quantum) for u in units]
+    return [from_units(u, quantum) for u in split_units(to_units(total, quantum), weights, seed)]
 
 
 # --------------------------------------------------------------------------- allocation
 
 
 def allocate(
-    node_hours: Iterable[NodeHour],
-    pod_hours: Iterable[PodHour],
-    fees: Iterable[FeeHour] = (),
-    *,
-    quantum: Decimal = CENT,
-    currency: str = DEFAULT_CURRENCY,
+    node_hours: Iterable[NodeHour], pod_hours: Iterable[PodHour], fees: Iterable[FeeHour] = (), *,
+    quantum: Decimal = CENT, currency: str = DEFAULT_CURRENCY,
 ) -> list[AllocationRow]:
     """Allocate any number of hours; see :func:`allocate_hour` for the rules."""
     by_hour: dict[datetime, tuple[list, list, list]] = defaultdict(lambda: ([], [], []))
@@ -298,10 +309,8 @@ def allocate(
 
 
 def iter_allocate(
-    batches: Iterable[tuple[Sequence[NodeHour], Sequence[PodHour], Sequence[FeeHour]]],
-    *,
-    quantum: Decimal = CENT,
-    currency: str = DEFAULT_CURRENCY,
+    batches: Iterable[tuple[Sequence[NodeHour], Sequence[PodHour], Sequence[FeeHour]]], *,
+    quantum: Decimal = CENT, currency: str = DEFAULT_CURRENCY,
 ) -> Iterator[AllocationRow]:
     """Allocate hour batches lazily, so a month of records streams in constant memory."""
     for nodes, pods, hour_fees in batches:
@@ -309,18 +318,15 @@ def iter_allocate(
 
 
 def allocate_hour(
-    node_hours: Sequence[NodeHour],
-    pod_hours: Sequence[PodHour],
-    fees: Sequence[FeeHour] = (),
-    *,
-    quantum: Decimal = CENT,
-    currency: str = DEFAULT_CURRENCY,
+    node_hours: Sequence[NodeHour], pod_hours: Sequence[PodHour], fees: Sequence[FeeHour] = (), *,
+    quantum: Decimal = CENT, currency: str = DEFAULT_CURRENCY,
 ) -> list[AllocationRow]:
     """Split one hour's node costs and fees into usage, fee and idle rows.
 
     - A pod's share of a node is its GPU-hours × the node's per-GPU-hour rate; what is left
-      is idle, charged to the pool's owner. If requests exceed the node's GPUs (they should
-      not), the node's cost is split by request and idle is zero: never negative.
+      of its capacity (GPUs × the node's hours) is idle, charged to the pool's owner. If
+      requests exceed it (they should not), the node's cost is split by request and idle is
+      zero: never negative. Leftover cents of equal shares go by the hour (:func:`split_units`).
     - A pool's fees are split over the pool's pods by their GPU-hours; with no GPU use in
       the pool they fall to idle, i.e. to the owner. Nothing disappears.
     - Zero-amount rows are omitted.
@@ -333,12 +339,12 @@ def allocate_hour(
         pods = on_node[node.node]
         weights = [p.gpu_hours for p in pods]
         used = sum(weights, Decimal(0))
-        idle_gpu_hours = max(Decimal(node.gpu_count) - used, Decimal(0))
+        idle_gpu_hours = max(node.gpu_count * node.hours - used, Decimal(0))
         weights.append(idle_gpu_hours if used or idle_gpu_hours else Decimal(1))
-        shape = (node.cost, *weights)
+        shape = (node.hour, node.cost, *weights)
         amounts = splits.get(shape)
         if amounts is None:
-            amounts = splits[shape] = split_money(node.cost, weights, quantum)
+            amounts = splits[shape] = split_money(node.cost, weights, quantum, hour_seed(node.hour))
         for pod, amount in zip(pods, amounts, strict=False):
             if amount:
                 rows.append(node_row(node, pod, USAGE, GPU, amount, currency, pod.gpu_hours))
@@ -389,7 +395,7 @@ def fee_splits(
         _check_fee(fee, quantum)
         members = [(n, p) for n, p in pool_pods[fee.pool] if p.gpu_hours > 0]
         if members:
-            yield fee, members, split_money(fee.amount, [p.gpu_hours for _, p in members], quantum)
+            yield fee, members, split_money(fee.amount, [p.gpu_hours for _, p in members], quantum, hour_seed(fee.hour))
         elif fee.amount:
             yield fee, [], []
 
@@ -412,14 +418,8 @@ def group_columns(
 
 
 def group_key(
-    *,
-    charged_team: str,
-    labels: Mapping[str, object],
-    namespace: str,
-    billing_kind: str,
-    cost_kind: str,
-    by_labels: Sequence[str],
-    include_namespace: bool = True,
+    *, charged_team: str, labels: Mapping[str, object], namespace: str, billing_kind: str, cost_kind: str,
+    by_labels: Sequence[str], include_namespace: bool = True,
 ) -> tuple[tuple[tuple[str, str], ...], str]:
     """The chargeback group of one row and its kind: the one rule shared by :func:`group_rows`,
     the database grouping and the accruing hours, so all three give the same columns.
@@ -530,8 +530,8 @@ def fee_idle_row(fee: FeeHour, nodes: Iterable[NodeHour], cur: str) -> Allocatio
 def _check_node(node: NodeHour, quantum: Decimal) -> None:
     if node.billing_kind not in BILLING_KINDS:
         raise ValueError(f"node {node.node}: unknown billing kind {node.billing_kind!r}")
-    if node.gpu_count < 0:
-        raise ValueError(f"node {node.node}: negative GPU count")
+    if node.gpu_count < 0 or not 0 <= node.hours <= 1:
+        raise ValueError(f"node {node.node}: negative GPU count or node-hours not within 0..1")
     _check_amount(node.cost, quantum, f"node {node.node} cost")
 
 

@@ -71,7 +71,7 @@ def allocate_hour_totals(
     shapes: dict[tuple, list[NodeHour]] = {}
     for node in nodes.values():
         workloads = tuple((p.team, p.namespace, id(p.labels), p.gpu_hours) for p in on_node[node.node])
-        shape = (node.hour, node.pool, node.team, id(node.labels), node.gpu_class, node.billing_kind, node.cost, node.gpu_count, workloads)
+        shape = (node.hour, node.pool, node.team, id(node.labels), node.gpu_class, node.billing_kind, node.cost, node.gpu_count, node.hours, workloads)
         shapes.setdefault(shape, []).append(node)
 
     totals: dict[tuple, RowTotal] = {}

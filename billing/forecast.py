@@ -19,7 +19,8 @@ HOUR = timedelta(hours=1)
 def month_forecast(*, spent: Decimal, first: datetime, last: datetime, end: datetime) -> Decimal | None:
     """A linear run rate to the end of the month: the spend of the hours from `first` to
     `last` (both hour starts, `last` included) carried on to `end`. None before three days of
-    data."""
+    data. `last` is the last hour metered, not the last that cost something: hours metered
+    since at no cost (a pool scaled to zero) lower the rate."""
     elapsed = min(last + HOUR, end) - first
     if elapsed < FORECAST_MIN_DATA:
         return None

@@ -495,13 +495,15 @@ def allocation_inputs(
             names = r.nodes_billed  # each node of the record is its own input, priced alike
             count = len(names)
             cost, listed = Decimal(r.amount), None if r.list_amount is None else Decimal(r.list_amount)
+            hours = Decimal(r.quantity)  # node-hours: a node's capacity is its GPUs for them
             if count > 1:  # sums of equal amounts: divided exactly
-                cost, listed = cost / count, None if listed is None else listed / count
+                cost, listed, hours = cost / count, None if listed is None else listed / count, hours / count
             for name in names:
                 nodes.append(frozen_new(NodeHour, {
                     "hour": r.hour, "node": name, "pool": pool_names[r.pool_id], "team": team_slugs[r.team_id],
                     "billing_kind": r.billing_kind, "gpu_count": r.gpu_count // count, "cost": cost,
                     "gpu_class": r.gpu_class, "region": r.region, "labels": r.labels, "list_price": listed,
+                    "hours": hours,
                 }))  # fmt: skip
         elif r.kind == UsageRecord.Kind.POD:
             pods.append(frozen_new(PodHour, {

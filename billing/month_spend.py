@@ -6,11 +6,13 @@ The same numbers are the budgets' (`BudgetStatus`: the budget bars, the hourly b
 `/metrics`): a pool's spend is everything it was charged this month, to whichever team, and a
 team's is what the team was charged; the forecast is the run-rate rule of `billing.forecast`.
 The sums come from the daily rollup (`CostDay`, the cost records' sums exactly; a month is
-whole days), and the first and last metered hour of each pool or team, which the forecast
-needs, from one index lookup each on (pool, hour) or (team, hour). Two queries per scope, and
-no month of cost records read: summing those took ~370 ms for 50 pools on SQLite, the rollup
-~15-25 ms; at 1,000 pools ten days of records (1.7 M) took 0.34 s on PostgreSQL, in the budget
-check of every metered hour (issue 23).
+whole days); the forecast runs from the first hour each pool or team was charged, one index
+lookup each on (pool, hour) or (team, hour), to the month's last metered hour (the latest
+`MeterRun`, in the same query): hours metered at no cost since (a pool scaled to zero) count
+as such, not as hours still to come at its last rate. Two queries per scope, and no month of
+cost records read: summing those took ~370 ms for 50 pools on SQLite, the rollup ~15-25 ms; at
+1,000 pools ten days of records (1.7 M) took 0.34 s on PostgreSQL, in the budget check of every
+metered hour (issue 23).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from django.db.models import OuterRef, Subquery, Sum
 
 from billing.forecast import CENT, month_forecast
 from billing.lease_costs import add_months
-from billing.models import Budget, CostDay, CostRecord
+from billing.models import Budget, CostDay, CostRecord, MeterRun
 from pools.models import GpuNodePool, Team
 
 SCOPES = {"pool_id": GpuNodePool, "team_id": Team}
@@ -77,8 +79,9 @@ class MonthSpend:
 def month_spend(*, scope: str, ids, now: datetime) -> dict[int, list[MonthSpend]]:
     """Per pool id (`scope="pool_id"`) or team id (`"team_id"`), this month's spend and
     forecast in each currency charged (absent: nothing charged this month). The forecast runs
-    from the first to the last metered hour of the month, whatever the currency (a pool or
-    team is charged in one in practice). Two queries."""
+    from the scope's first charged hour of the month to the month's last metered hour (up to
+    `now`; its own last charged hour if later), whatever the currency (a pool or team is
+    charged in one in practice). Two queries."""
     ids = list(ids)
     start, end = period_bounds(now)
     sums = (
@@ -88,14 +91,16 @@ def month_spend(*, scope: str, ids, now: datetime) -> dict[int, list[MonthSpend]
         .order_by(scope, "currency")
     )
     month = CostRecord.objects.filter(**{scope: OuterRef("pk")}, hour__gte=start, hour__lt=end)
+    metered = MeterRun.objects.filter(hour__gte=start, hour__lt=now).order_by("-hour").values("hour")[:1]
     hours = {
-        pk: (first, last)
-        for pk, first, last in SCOPES[scope].objects.filter(pk__in=ids)
+        pk: (first, max(h for h in (last, metered_last) if h is not None) if first else None)
+        for pk, first, last, metered_last in SCOPES[scope].objects.filter(pk__in=ids)
         .annotate(
             first=Subquery(month.order_by("hour").values("hour")[:1]),
             last=Subquery(month.order_by("-hour").values("hour")[:1]),
+            metered=Subquery(metered),  # not correlated: evaluated once
         )
-        .values_list("pk", "first", "last")
+        .values_list("pk", "first", "last", "metered")
     }
     out: dict[int, list[MonthSpend]] = defaultdict(list)
     for row in sums:
