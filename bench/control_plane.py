@@ -236,10 +236,10 @@ def job_autoscale(*, now, index: int = 0, count: int = 1) -> str:
     return ", ".join(f"{n} {reason}" for reason, n in Counter(r.reason or "held by another loop" for r in results).most_common(2))
 
 
-def job_meter_part(*, hour: str, index: int, count: int) -> str:
+def job_meter_part(*, hour: str, index: int, count: int, now: str) -> str:
     from billing import tasks
 
-    return str(tasks.meter_part(hour, index, count))
+    return str(tasks.meter_part(hour, index, count, now))
 
 
 def tick_jobs(*, now, count: int) -> list[tuple[str, str, dict]]:
@@ -269,7 +269,7 @@ def measure_pass_workers(*, now, hour, workers: QueueWorkers, tick_parts: int | 
     steps = [*loops, Step("reconcile + autoscale", wall, sum(s.queries for s in loops), f"the per-minute loops, at once, {f'each in {ticks} parts' if ticks > 1 else 'each whole'} over {count} worker processes")]
     if hour is None:
         return steps
-    jobs = [(f"meter part {i + 1}", "job_meter_part", {"hour": hour.isoformat(), "index": i, "count": count}) for i in range(count)]
+    jobs = [(f"meter part {i + 1}", "job_meter_part", {"hour": hour.isoformat(), "index": i, "count": count, "now": now.isoformat()}) for i in range(count)]
     wall, parts = workers.at_once(jobs)
     slowest = max(parts, key=lambda s: s.seconds)
     note = f"{count} parts at once, one worker process each; parts took {', '.join(f'{p.seconds:.2f}' for p in parts)} s; the last: {slowest.note}"

@@ -48,12 +48,14 @@ def meter_pending() -> dict[str, int | list[str]]:
     return {"hours": sum(1 for r in results if r.metered), "alerts": len(alerts), **({"failed": failed} if failed else {})}
 
 
-def meter_part(hour: str, index: int, count: int) -> dict[str, int]:
+def meter_part(hour: str, index: int, count: int, now: str | None = None) -> dict[str, int]:
     """One part of an hour's metering (`meter_pending`'s fan-out); idempotent. The part checks
     its pools' budgets (their hour is whole), and the part that completes the hour the teams'
-    too, against the whole hour's costs: the parts share the check as they share the hour."""
+    too, against the whole hour's costs: the parts share the check as they share the hour.
+    `now` (ISO 8601): the clock of a replay (bench/control_plane.py runs a fleet's day on a
+    fixed date); the fan-out sends none, and the task reads the wall clock."""
     part = Part(index, count)
-    now = timezone.now()
+    now = datetime.fromisoformat(now) if now else timezone.now()
     with collector_paused():
         result = services.meter_hour(hour=datetime.fromisoformat(hour), part=part, now=now)
         # An hour of an earlier month (the month's last, metered after midnight; a catch-up)
