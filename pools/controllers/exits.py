@@ -191,7 +191,7 @@ def leases_handle(p: ReconcilePass) -> None:
     notice = timedelta(seconds=settings.EBCLOUD_LEASE_NOTICE_SECONDS)
     nodes = list(p.live_nodes().filter(release_reason="", lease_end__isnull=False).select_related("renewal_order").order_by("lease_end", "name"))
     staying = sum(1 for n in nodes if n.lease_end > p.now + notice)
-    renewing = sum(1 for n in nodes if n.renewal_order_id and n.renewal_order.status in (PoolOrder.Status.APPROVED, PoolOrder.Status.PAYING))
+    renewing = sum(1 for n in nodes if n.renewal_order_id and n.renewal_order.status in rules.UNPAID)
     to_notify = []
     for node in nodes:
         action = leases.lease_action(lease_end=node.lease_end, now=p.now, notice=notice, notified=node.lease_notified_at is not None)

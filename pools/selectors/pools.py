@@ -18,12 +18,12 @@ from monitoring.models import PoolSample
 from pools import roles
 from pools.core.charts import Sample
 from pools.core.isolation import PoolAccess
-from pools.core.lifecycle import RETIRING_REASONS
+from pools.core.lifecycle import RETIRING_REASONS, UNPAID
 from pools.core.spec import Catalog, PoolSpec, effective_node_labels
 from pools.models import GpuModel, GpuNodePool, Node, NodeType, PoolEvent, PoolOrder, Team, Zone
 
-# Orders approved and not paid yet: awaiting payment, or being paid now.
-UNPAID_STATUSES = (PoolOrder.Status.APPROVED, PoolOrder.Status.PAYING)
+# Orders approved and not paid yet: awaiting payment, or being paid now (the core's rule).
+UNPAID_STATUSES = UNPAID
 # Orders that hold quota: requested or bought capacity (a rejected or failed order holds none).
 QUOTA_HOLDING_STATUSES = (PoolOrder.Status.PENDING, *UNPAID_STATUSES, PoolOrder.Status.PAID)
 # Orders an admin has decided on: capacity approved or bought (a Pending one is only a request).

@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db.models import Count
 
 from pools.core.errors import ValidationError
-from pools.core.lifecycle import PROVISIONING_PHASES
+from pools.core.lifecycle import PROVISIONING_PHASES, UNPAID
 from pools.core.scheduling.nodes import NodeState
 from pools.core.scheduling.waiting import PoolProspect
 from pools.core.spec import Catalog, PoolSpec, parse_document
@@ -81,9 +81,9 @@ def pool_prospects() -> list[PoolProspect]:
     for pool_id, name, phase in coming.order_by("created_at", "name").values_list("pool_id", "name", "phase"):
         starting[pool_id].append((name, phase))
     orders: dict[tuple[int, str], list[int]] = defaultdict(list)
-    waiting = PoolOrder.objects.filter(pool_id__in=list(templates), status__in=(PoolOrder.Status.PENDING, PoolOrder.Status.APPROVED, PoolOrder.Status.PAYING))
+    waiting = PoolOrder.objects.filter(pool_id__in=list(templates), status__in=(PoolOrder.Status.PENDING, *UNPAID))
     for pool_id, status, pk in waiting.order_by("pk").values_list("pool_id", "status", "pk"):
-        orders[(pool_id, PoolOrder.Status.APPROVED if status == PoolOrder.Status.PAYING else status)].append(pk)  # being paid: still awaiting payment
+        orders[(pool_id, "unpaid" if status in UNPAID else status)].append(pk)  # being paid: still awaiting payment
     prospects = []
     for pool in pools:
         if pool.pk not in templates:
@@ -92,7 +92,7 @@ def pool_prospects() -> list[PoolProspect]:
             template=templates[pool.pk], min_nodes=pool.min_nodes, max_nodes=pool.max_nodes,
             live=live[pool.pk], starting_nodes=tuple(starting[pool.pk]),
             awaiting_approval=tuple(orders[(pool.pk, PoolOrder.Status.PENDING)]),
-            awaiting_payment=tuple(orders[(pool.pk, PoolOrder.Status.APPROVED)]),
+            awaiting_payment=tuple(orders[(pool.pk, "unpaid")]),
             bursts=pool.bursts, pending_reason=pool.pending_reason,
         ))  # fmt: skip
     return prospects
