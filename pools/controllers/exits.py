@@ -285,11 +285,12 @@ def reclaims_handle(p: ReconcilePass) -> None:
         reclaim_at = notices[node.provider_id]
         drain_start(
             p, node, reason=rules.RECLAIMED, event_reason="ReclaimNotice", type=WARNING, deadline=reclaim_at,
-            message=(
-                f"The cloud reclaims preemptible node {node.name} at {reclaim_at:%H:%M:%S} UTC "
-                f"({rules.format_duration(max(reclaim_at - p.now, timedelta(0)))} notice): draining it; a replacement is ordered"
-            ),
+            message=f"{_reclaim_said(p, node, reclaim_at)}: draining it; a replacement is ordered",
         )  # fmt: skip
+
+
+def _reclaim_said(p: ReconcilePass, node: Node, reclaim_at: datetime) -> str:
+    return f"The cloud reclaims preemptible node {node.name} at {reclaim_at:%H:%M:%S} UTC ({rules.format_duration(max(reclaim_at - p.now, timedelta(0)))} notice)"
 
 
 def _reclaim_draining(p: ReconcilePass, node: Node, reclaim_at: datetime) -> None:
@@ -307,11 +308,7 @@ def _reclaim_draining(p: ReconcilePass, node: Node, reclaim_at: datetime) -> Non
         node.drain_deadline = deadline
         p.event(
             "ReclaimNotice", type=WARNING, node=node,
-            message=(
-                f"The cloud reclaims preemptible node {node.name} at {reclaim_at:%H:%M:%S} UTC "
-                f"({rules.format_duration(max(reclaim_at - p.now, timedelta(0)))} notice) while it drains ({node.release_reason}): "
-                f"the drain ends by {deadline:%H:%M:%S} UTC at the latest; {refill}"
-            ),
+            message=f"{_reclaim_said(p, node, reclaim_at)} while it drains ({node.release_reason}): the drain ends by {deadline:%H:%M:%S} UTC at the latest; {refill}",
         )  # fmt: skip
 
 
