@@ -396,14 +396,21 @@ def commands_deliver(*, node: Node, now: datetime) -> list[dict]:
     return [{"id": c["id"], "action": c["action"], "gpu": c["gpu_index"], "reason": c["reason"]} for c in pending]
 
 
+def command_finish(*, command_id: int, node_id: int, status: str, message: str, now: datetime) -> bool:
+    """End a Pending command (acknowledged by its agent, or given up on by the repair pass) and
+    count it off the node's pending ones; False if it was no longer Pending (the other won)."""
+    with transaction.atomic():
+        done = AgentCommand.objects.filter(pk=command_id, node_id=node_id, status=AgentCommand.Status.PENDING).update(
+            status=status, message=message[:500], finished_at=now)
+        if done:
+            NodeAgentState.objects.filter(pk=node_id, commands_pending__gt=0).update(commands_pending=F("commands_pending") - 1)
+    return bool(done)
+
+
 def commands_ack(*, node: Node, acks, now: datetime) -> None:
     for ack in acks:
         status = AgentCommand.Status.SUCCEEDED if ack.ok else AgentCommand.Status.FAILED
-        with transaction.atomic():
-            done = AgentCommand.objects.filter(pk=ack.command_id, node=node, status=AgentCommand.Status.PENDING).update(
-                status=status, message=ack.message[:500], finished_at=now)
-            if done:
-                NodeAgentState.objects.filter(pk=node.pk, commands_pending__gt=0).update(commands_pending=F("commands_pending") - 1)
+        done = command_finish(command_id=ack.command_id, node_id=node.pk, status=status, message=ack.message, now=now)
         if done:
             command = AgentCommand.objects.get(pk=ack.command_id)
             event_record(pool=node.pool, node=node, type=NORMAL if ack.ok else WARNING,

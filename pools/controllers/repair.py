@@ -35,11 +35,10 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F
 from django.utils import timezone
 
-from monitoring.models import AgentCommand, GpuErrorEvent, NodeAgentState
-from monitoring.services import agent_command_enqueue
+from monitoring.models import AgentCommand, GpuErrorEvent
+from monitoring.services import agent_command_enqueue, command_finish
 from pools.claims import claim_acquire, claim_release
 from pools.controllers.context import ReconcilePass
 from pools.controllers.exits import drain_start
@@ -189,13 +188,11 @@ def _commands_expire(pool: GpuNodePool, nodes: list[Node], now: datetime) -> Non
     stale = AgentCommand.objects.filter(node__in=nodes, action__in=("reset_gpu", "reboot"), status=AgentCommand.Status.PENDING, created_at__lte=now - timeout)
     for command in stale.order_by("pk"):
         message = f"timed out: the node's agent did not acknowledge it within {rules.format_duration(timeout)}"
-        with transaction.atomic():
-            if not AgentCommand.objects.filter(pk=command.pk, status=AgentCommand.Status.PENDING).update(status=AgentCommand.Status.FAILED, message=message, finished_at=now):
-                continue
-            NodeAgentState.objects.filter(pk=command.node_id, commands_pending__gt=0).update(commands_pending=F("commands_pending") - 1)
-            node = by_pk[command.node_id]
-            if node.phase != Node.Phase.REPAIRING:
-                event_record(pool=pool, node=node, reason="AgentCommandFailed", type=WARNING, now=now, message=f"{command.get_action_display()} on {node.name} failed: {message}")
+        if not command_finish(command_id=command.pk, node_id=command.node_id, status=AgentCommand.Status.FAILED, message=message, now=now):
+            continue
+        node = by_pk[command.node_id]
+        if node.phase != Node.Phase.REPAIRING:
+            event_record(pool=pool, node=node, reason="AgentCommandFailed", type=WARNING, now=now, message=f"{command.get_action_display()} on {node.name} failed: {message}")
 
 
 def _start(pool: GpuNodePool, spec, node: Node, decision, cluster, now: datetime) -> None:
