@@ -19,16 +19,18 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
 from django.db.models import OuterRef, Subquery, Sum
 
 from billing.forecast import CENT, month_forecast
+from billing.hours import HOUR
 from billing.lease_costs import add_months
 from billing.models import Budget, CostDay, CostRecord, MeterRun
 from pools.models import GpuNodePool, Team
 
+LAST_INSTANT = timedelta(microseconds=1)  # the last moment of an hour is its end less this
 SCOPES = {"pool_id": GpuNodePool, "team_id": Team}
 
 
@@ -135,3 +137,20 @@ def budget_statuses_of(budgets, *, now: datetime) -> list[BudgetStatus]:
         out.append(BudgetStatus(budget=budget, period=start.date(), spent=spend.spent if spend else Decimal("0.00"),
                                 forecast=spend.forecast if spend else None))  # fmt: skip
     return out
+
+
+def months_metered(hours: list[datetime], *, now: datetime) -> list[datetime]:
+    """For each month before `now`'s that has some of the metered `hours`, oldest first, the
+    moment its budgets are checked at: the last instant of its last metered hour, so the check
+    reads that month's spend and its alert names that month (design §6: a budget's period is
+    the calendar month its costs fall in). The last hour of a month is metered after midnight,
+    in the next month; checked at `now` it would count against the new, empty month and a
+    threshold it crossed would never fire. Checking a month again fires nothing twice (the
+    alert is the claim)."""
+    current, _ = period_bounds(now)
+    last: dict[datetime, datetime] = {}
+    for hour in hours:
+        month, _ = period_bounds(hour)
+        if month < current:
+            last[month] = max(hour, last.get(month, hour))
+    return [last[month] + HOUR - LAST_INSTANT for month in sorted(last)]

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.conf import settings
 from django.utils import timezone
 from django_q.tasks import async_task
 
 from billing import budgets, services
-from billing.hours import HOUR
-from billing.month_spend import period_bounds
+from billing.month_spend import months_metered
 from pools.claims import Part, collector_paused
 from pools.services.notifications import delivery_budget, notifications_redeliver, task_timeout_s
 
-LAST_INSTANT = timedelta(microseconds=1)  # the last moment of an hour is its end less this
 # Of the worker's task timeout: metering starts no hour past this share, and telling people
 # (mail, webhook) starts no call that could run past the next, so the task ends in time.
 METERING_SHARE, TELLING_SHARE = 0.6, 0.3
@@ -64,20 +62,3 @@ def meter_part(hour: str, index: int, count: int, now: str | None = None) -> dic
         with delivery_budget(task_timeout_s() * TELLING_SHARE):
             alerts = budgets.budgets_evaluate(now=at, part=part, teams=result.complete) if result.metered else []
     return {"metered": int(result.metered), "complete": int(result.complete), "alerts": len(alerts)}
-
-
-def months_metered(hours: list[datetime], *, now: datetime) -> list[datetime]:
-    """For each month before `now`'s that has some of the metered `hours`, oldest first, the
-    moment its budgets are checked at: the last instant of its last metered hour, so the check
-    reads that month's spend and its alert names that month (design §6: a budget's period is
-    the calendar month its costs fall in). The last hour of a month is metered after midnight,
-    in the next month; checked at `now` it would count against the new, empty month and a
-    threshold it crossed would never fire. Checking a month again fires nothing twice (the
-    alert is the claim)."""
-    current, _ = period_bounds(now)
-    last: dict[datetime, datetime] = {}
-    for hour in hours:
-        month, _ = period_bounds(hour)
-        if month < current:
-            last[month] = max(hour, last.get(month, hour))
-    return [last[month] + HOUR - LAST_INSTANT for month in sorted(last)]

@@ -12,7 +12,7 @@ from decimal import Decimal
 import pytest
 from django.core.management import CommandError, call_command
 
-from billing import services, tasks
+from billing import month_spend, services, tasks
 from billing.lease_costs import lease_payment
 from billing.models import BudgetAlert, CostRecord, MeterRun, UsageRecord
 from billing.node_prices import monthly_price, node_price
@@ -91,10 +91,10 @@ def test_a_part_of_the_last_hour_of_a_month_checks_that_months_budget(actors, se
 
 def test_months_metered_gives_each_earlier_month_the_last_instant_of_its_last_metered_hour():
     hours = [datetime(2026, 11, 30, 22, tzinfo=UTC), datetime(2026, 11, 30, 23, tzinfo=UTC), LAST_HOUR, NEW_YEAR_RUN.replace(minute=0)]
-    assert tasks.months_metered(hours, now=NEW_YEAR_RUN) == [
+    assert month_spend.months_metered(hours, now=NEW_YEAR_RUN) == [
         datetime(2026, 11, 30, 23, 59, 59, 999999, tzinfo=UTC), datetime(2026, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
     ]  # fmt: skip
-    assert tasks.months_metered([LAST_HOUR - HOUR], now=LAST_HOUR + timedelta(minutes=2)) == []  # this month's: `now`
+    assert month_spend.months_metered([LAST_HOUR - HOUR], now=LAST_HOUR + timedelta(minutes=2)) == []  # this month's: `now`
 
 
 # --------------------------------------------------------------------------- hours not over yet
