@@ -10,7 +10,10 @@ import os
 
 from django.core.wsgi import get_wsgi_application
 
+from config.startup import settings_or_raise
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+settings_or_raise()  # a misconfigured environment: its one line on stderr, then the server's own failed start
 full_application = get_wsgi_application()  # sets Django up before the lean handler is built
 
 from config.lean_handler import AgentReportsHandler  # noqa: E402  (needs the settings above)

@@ -1,7 +1,8 @@
-"""A setting that cannot work stops every process at start with one line naming its variable,
-rendered as Django renders ImproperlyConfigured (the last line of stderr), not a ValueError or
-TypeError deep inside logging, django-q or dj_database_url, and not a silent start that fails
-later (every controller, or files written to whatever the current directory is)."""
+"""A setting that cannot work stops every process at start with one line naming its variable:
+`error: <why>` alone on stderr and exit code 2 (config/startup.py), not Django's traceback, not
+a ValueError or TypeError deep inside logging, django-q or dj_database_url, and not a silent
+start that fails later (every controller, or files written to whatever the current directory
+is). A server (config/wsgi.py) prints the same line and still fails its start loudly."""
 
 from __future__ import annotations
 
@@ -13,25 +14,23 @@ import pytest
 from django.conf import settings
 
 from config.env import env_choice, env_log_level
+from config.startup import EXIT_MISCONFIGURED
 from tests.conftest import ROOT
 
-IMPROPERLY_CONFIGURED = "django.core.exceptions.ImproperlyConfigured: "
 
-
-def check(**environment: str) -> subprocess.CompletedProcess:
+def check(*command: str, **environment: str) -> subprocess.CompletedProcess:
+    """`manage.py check` (or `manage.py <command>`) with these variables set."""
     env = {**os.environ, **environment}
-    return subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "manage.py", *(command or ["check"])], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
 
 
 def assert_refused(result: subprocess.CompletedProcess, variable: str) -> str:
-    """Non-zero exit; stderr ends with one ImproperlyConfigured line that names `variable`, and
-    no other exception (no chained ValueError or TypeError) is rendered."""
-    assert result.returncode != 0, result.stdout + result.stderr
-    last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith(IMPROPERLY_CONFIGURED) and variable in last, result.stderr
-    assert "During handling of the above exception" not in result.stderr, result.stderr
-    assert "direct cause of the following exception" not in result.stderr, result.stderr
-    return last.removeprefix(IMPROPERLY_CONFIGURED)
+    """Exit 2; stderr is exactly one line, `error: ...` naming `variable`; no traceback."""
+    assert result.returncode == EXIT_MISCONFIGURED, result.stdout + result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and variable in lines[0], result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == "", result.stdout + result.stderr
+    return lines[0].removeprefix("error: ")
 
 
 @pytest.mark.parametrize("variable", ["LOG_LEVEL", "Q_LOG_LEVEL"])
@@ -101,3 +100,44 @@ def test_a_var_dir_that_cannot_be_created_is_one_line(tmp_path):
     blocker.write_text("")
     line = assert_refused(check(EBCLOUD_VAR_DIR=str(blocker / "var")), "EBCLOUD_VAR_DIR")
     assert str(blocker / "var") in line
+
+
+@pytest.mark.parametrize(("environment", "variable", "says"), [
+    ({"DEBUG": "false", "SECRET_KEY": ""}, "SECRET_KEY", "must be set when DEBUG is false"),
+    ({"DEBUG": "maybe"}, "DEBUG", "'maybe'"),
+    ({"Q_WORKERS": "two"}, "Q_WORKERS", "an integer"),  # int()'s ValueError is not rendered too
+    ({"EBCLOUD_MAX_DOCUMENT_DEPTH": "3"}, "EBCLOUD_MAX_DOCUMENT_DEPTH", "at least 16"),
+    ({"EBCLOUD_SIM_XID_RATE": "nan"}, "EBCLOUD_SIM_XID_RATE", "'nan'"),
+])
+def test_every_kind_of_bad_value_is_one_line_and_exit_2(environment, variable, says):
+    assert says in assert_refused(check(**environment), variable)
+
+
+@pytest.mark.parametrize("command", [["qcluster"], ["demo", "--no-fleet"], ["help"], ["no_such_command"]])
+def test_the_worker_the_demo_and_any_other_command_refuse_in_the_same_one_line(command):
+    """The worker and `make run`'s command read the settings before anything else runs."""
+    assert "'loud'" in assert_refused(check(*command, LOG_LEVEL="loud"), "LOG_LEVEL")
+
+
+def test_a_bug_is_not_taken_for_a_setting_and_keeps_its_traceback():
+    """Only ImproperlyConfigured from loading the settings is one line: a settings module that
+    does not import, or an ImproperlyConfigured that a command raises later, keep Django's
+    rendering with the traceback and exit 1."""
+    missing = check(DJANGO_SETTINGS_MODULE="config.no_such_settings")
+    assert missing.returncode == 1 and "Traceback" in missing.stderr and "ModuleNotFoundError" in missing.stderr
+    later = check("shell", "-c", "from django.core.exceptions import ImproperlyConfigured as E; raise E('later')")
+    assert later.returncode == 1 and "Traceback" in later.stderr
+    assert later.stderr.strip().splitlines()[-1] == "django.core.exceptions.ImproperlyConfigured: later"
+
+
+@pytest.mark.parametrize("module", ["config.wsgi", "config.asgi"])
+def test_a_server_loading_the_application_prints_the_line_and_still_fails_its_start(module):
+    """granian or gunicorn importing the application: the one line first, then the exception
+    the server reports as a failed start (not a SystemExit it could take for a worker that
+    exited and start again), without the settings module's frames."""
+    env = {**os.environ, "LOG_LEVEL": "loud"}
+    result = subprocess.run([sys.executable, "-c", f"import {module}"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 1 and lines[0].startswith("error: LOG_LEVEL must be one of"), result.stderr
+    assert lines[-1] == "django.core.exceptions.ImproperlyConfigured: " + lines[0].removeprefix("error: ")
+    assert "config/settings.py" not in result.stderr and "config/env.py" not in result.stderr
