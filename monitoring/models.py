@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import Case, F, Q, When
 from django.utils import timezone
 
 from pools.models import GpuNodePool, Node, PoolChildQuerySet, TeamScopedQuerySet
@@ -59,10 +59,23 @@ class JoinToken(models.Model):
 ROTATED = "Rotated"  # revoked_reason of a credential rotated out: it works until its revoked_at (the grace)
 
 
+def credential_in_grace(now) -> Q:
+    """The credentials rotated out whose grace lasts at `now` (monitoring.services.credential_rotate):
+    they work until their revoked_at, which the successor's first use brings forward to then."""
+    return Q(revoked_reason=ROTATED, revoked_at__gt=now)
+
+
 def credential_works(now) -> Q:
     """The credentials that authenticate at `now`: the active one, and one rotated out while
-    its grace lasts (monitoring.services.credential_rotate)."""
-    return Q(revoked_at__isnull=True) | Q(revoked_reason=ROTATED, revoked_at__gt=now)
+    its grace lasts."""
+    return Q(revoked_at__isnull=True) | credential_in_grace(now)
+
+
+def credential_grace_until(now) -> Case:
+    """An annotation for the node page: when a credential in its grace at `now` stops working
+    (its revoked_at), None for one active or no longer working. The same condition as
+    credential_works, so the page never says a credential works when it does not."""
+    return Case(When(credential_in_grace(now), then=F("revoked_at")), default=None, output_field=models.DateTimeField())
 
 
 class AgentCredential(models.Model):

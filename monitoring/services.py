@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import BooleanField, ExpressionWrapper, F
 from django.utils import timezone
 
 from monitoring import ingest_sql, selectors, tokens
@@ -27,6 +27,7 @@ from monitoring.models import (
     NodeAgentState,
     NodeReport,
     PoolSample,
+    credential_in_grace,
     credential_works,
 )
 from monitoring.report_parse import Batch, Report, gpu_summary
@@ -148,7 +149,7 @@ def _first_use(credential: AgentCredential, now: datetime) -> None:
     """The first request with a rotated-in credential ends the grace of the one it replaced."""
     if credential.predecessor_in_grace:
         with transaction.atomic():
-            AgentCredential.objects.filter(node_id=credential.node_id, revoked_reason=ROTATED, revoked_at__gt=now).update(revoked_at=now)
+            AgentCredential.objects.filter(credential_in_grace(now), node_id=credential.node_id).update(revoked_at=now)
             AgentCredential.objects.filter(pk=credential.pk).update(predecessor_in_grace=False)
         credential.predecessor_in_grace = False
 
@@ -196,8 +197,9 @@ def credential_rotate(*, credential: AgentCredential, node_name: str | None = No
     if node_name is not None and node_name != node.name:
         _refuse_other_node(node=node, named=node_name, where="its credential rotation", now=now)
     with transaction.atomic():
-        old = AgentCredential.objects.select_for_update().filter(pk=credential.pk).values("revoked_at", "revoked_reason", "key_prefix").first()
-        in_grace = old is not None and old["revoked_reason"] == ROTATED and old["revoked_at"] > now
+        in_grace_now = ExpressionWrapper(credential_in_grace(now), output_field=BooleanField())
+        old = AgentCredential.objects.select_for_update().filter(pk=credential.pk).annotate(in_grace=in_grace_now).values("revoked_at", "in_grace", "key_prefix").first()
+        in_grace = old is not None and bool(old["in_grace"])
         if old is None or (old["revoked_at"] is not None and not in_grace):
             raise ConflictError("this credential was revoked meanwhile")
         if in_grace:  # a retry: the new credential it was given is unused (its first use ends the grace)

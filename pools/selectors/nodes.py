@@ -12,12 +12,12 @@ from django.http import Http404
 from django.utils import timezone
 
 from monitoring.models import (
-    ROTATED,
     AgentCommand,
     AgentCredential,
     GpuErrorEvent,
     NodeAgentState,
     NodeReport,
+    credential_grace_until,
 )
 from pools.core import repair
 from pools.models import Node, PoolEvent
@@ -60,10 +60,8 @@ def node_get(*, user, pool_name: str, node_name: str) -> Node:
 def _credentials(node: Node, now: datetime) -> list[AgentCredential]:
     """The node's latest credentials, each with `grace_until`: when one rotated out stops
     working, unless the new one is used first (None once it does not work)."""
-    credentials = list(AgentCredential.objects.filter(node=node).order_by("-created_at", "-id")[:5])
-    for c in credentials:
-        c.grace_until = c.revoked_at if c.revoked_reason == ROTATED and c.revoked_at and c.revoked_at > now else None
-    return credentials
+    credentials = AgentCredential.objects.filter(node=node).annotate(grace_until=credential_grace_until(now))
+    return list(credentials.order_by("-created_at", "-id")[:5])
 
 
 def _ready_condition(node: Node) -> dict:

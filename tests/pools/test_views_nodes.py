@@ -14,14 +14,15 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from monitoring import services as monitoring_services
-from monitoring.models import AgentCredential, GpuErrorEvent
+from monitoring.models import AgentCredential, GpuErrorEvent, credential_works
 from pools.controllers.repair import pool_repair
 from pools.models import Node
 from pools.models.cloud import SimGpuFault, SimMachine
 from pools.models.repair import RepairApproval
 from pools.providers.simulated import pod_run
+from pools.selectors.nodes import node_page
 from tests.monitoring.conftest import joined, report
-from tests.pools.pod_helpers import pool_with_nodes
+from tests.pools.pod_helpers import T0, pool_with_nodes
 from tests.pools.repair_helpers import xid
 
 
@@ -104,6 +105,20 @@ def test_an_admin_revokes_the_credential_and_mints_a_join_token_to_rotate_it(bro
     _, secret, _ = monitoring_services.agent_join(token=token, node_name=node.name)  # the node re-joins
     assert monitoring_services.credential_authenticate(secret) is not None
     assert token not in admin.get(page).content.decode()  # shown once
+
+
+def test_the_page_shows_a_grace_exactly_while_the_rotated_out_credential_works(actors, node):
+    """The page's "works until" and the agents' authentication are one condition
+    (monitoring.models.credential_in_grace): at the grace's last instant both say the rotated-out
+    credential works, at its end both say it does not."""
+    old = joined(node, actors["admin"])
+    monitoring_services.credential_rotate(credential=monitoring_services.credential_authenticate(old, T0), now=T0)
+    end = T0 + monitoring_services.ROTATION_GRACE
+    for now, works in ((end - timedelta(microseconds=1), True), (end, False)):
+        [shown] = [c for c in node_page(user=actors["lead"], node=node, now=now)["credentials"] if old.startswith(c.key_prefix)]
+        assert shown.grace_until == (end if works else None), now
+        assert AgentCredential.objects.filter(credential_works(now), pk=shown.pk).exists() is works
+        assert (monitoring_services.credential_authenticate(old, now) is not None) is works
 
 
 def test_an_admin_approves_or_rejects_the_pending_repair_here(browser, actors, pool, node, page):
