@@ -7,6 +7,7 @@ import socket
 import threading
 from datetime import timedelta
 from decimal import Decimal
+from functools import partial
 
 import httpx
 import pytest
@@ -19,7 +20,8 @@ from billing import budget_sync, budgets, selectors, services, tasks
 from billing.models import Budget, BudgetAlert
 from pools.models import Notification, PoolEvent
 from pools.services import notifications as notify
-from tests.billing.billing_helpers import HOUR, T0, charge, in_thread, pool
+from tests.billing.billing_helpers import HOUR, T0, charge, pool
+from tests.race import concurrently
 
 pytestmark = pytest.mark.django_db
 
@@ -223,21 +225,7 @@ def test_two_workers_fire_each_threshold_once(actors):
     p = budget_pool(actors)
     spend(p, "1000")
     budgets.budgets_sync()
-    barrier = threading.Barrier(2)
-    fired = []
-
-    def worker():
-        try:
-            barrier.wait()
-            fired.extend(budgets.budgets_evaluate(now=T0 + HOUR))
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=worker) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    fired = [alert for alerts_fired in concurrently(*[partial(budgets.budgets_evaluate, now=T0 + HOUR)] * 2) for alert in alerts_fired]
     assert alerts() == [(80, "actual"), (100, "actual")]
     assert len(fired) == 2 and len(mail.outbox) == 2
     assert PoolEvent.objects.filter(reason="BudgetThresholdReached").count() == 2
@@ -261,17 +249,8 @@ def test_two_workers_creating_a_missing_pool_budget_create_it_once_and_both_chec
         return real_default(**kwargs)
 
     monkeypatch.setattr(budget_sync, "pool_default_budget", meet_then_price)
-    fired, errors = [], []
-
-    def worker():
-        try:
-            fired.extend(budgets.budgets_evaluate(now=T0 + HOUR))
-        except Exception as exc:  # noqa: BLE001 - the test reads what each worker met
-            errors.append(exc)
-
-    for thread in [in_thread(worker), in_thread(worker)]:
-        thread.join()
-    assert errors == []
+    evaluations = concurrently(*[partial(budgets.budgets_evaluate, now=T0 + HOUR)] * 2)  # raises what either worker met
+    fired = [alert for alerts_fired in evaluations for alert in alerts_fired]
     assert Budget.objects.filter(pool=p).count() == 1
     assert alerts() == [(80, "actual"), (100, "actual")] and len(fired) == 2
 

@@ -9,6 +9,7 @@ import threading
 from collections import Counter
 from datetime import timedelta
 from decimal import Decimal
+from functools import partial
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -18,6 +19,7 @@ from billing import services
 from billing.models import BudgetAlert, CostDay, CostRecord, MeterRun, UsageRecord
 from pools.claims import Part
 from tests.billing.billing_helpers import HOUR, T0, in_thread, node, pod, pool
+from tests.race import concurrently
 
 pytestmark = pytest.mark.django_db
 
@@ -140,21 +142,7 @@ def test_the_hourly_task_fans_out_parts_and_each_checks_its_pools_budgets(actors
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="concurrent parts need PostgreSQL (SQLite serialises writers)")
 def test_two_workers_metering_two_parts_at_once_complete_the_hour_once(actors, teams):
     fleet(actors, teams)
-    barrier = threading.Barrier(2)
-    results = []
-
-    def worker(part):
-        try:
-            barrier.wait()
-            results.append(services.meter_hour(hour=T0, part=part))
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=worker, args=(part,)) for part in Part.all_of(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    results = concurrently(*[partial(services.meter_hour, hour=T0, part=part) for part in Part.all_of(2)])
     assert sorted(r.complete for r in results) == [False, True]
     days = sum(CostDay.objects.values_list("amount", flat=True), Decimal(0))
     assert days == sum(CostRecord.objects.values_list("amount", flat=True), Decimal(0)) == sum(r.total for r in results) > 0

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 from decimal import Decimal
+from functools import partial
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -32,6 +32,7 @@ from pools.models import GpuNodePool, Node, Pod
 from tests.billing.billing_helpers import HOUR, T0, meter, node, pod, pool
 from tests.conftest import make_document
 from tests.pools.pod_helpers import TRAIN_POD
+from tests.race import concurrently
 
 pytestmark = pytest.mark.django_db
 
@@ -459,21 +460,7 @@ def test_metering_is_scheduled_hourly_by_a_data_migration():
 def test_two_workers_meter_an_hour_once(actors, teams):
     p = pool(actors["lead"])
     pod(teams["algorithm"], node(p, "n-0"), "a", gpus=8)
-    barrier = threading.Barrier(2)
-    results = []
-
-    def worker():
-        try:
-            barrier.wait()
-            results.append(services.meter_hour(hour=T0))
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=worker) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    results = concurrently(*[partial(services.meter_hour, hour=T0)] * 2)
     assert sorted(r.metered for r in results) == [False, True]
     assert MeterRun.objects.count() == 1 and UsageRecord.objects.count() == 3
 
@@ -566,20 +553,7 @@ def test_two_workers_metering_two_hours_of_one_day_keep_the_rollup_whole(actors,
 
     p = pool(actors["lead"])
     pod(teams["algorithm"], node(p, "n-0"), "a", gpus=8)
-    barrier = threading.Barrier(2)
-
-    def worker(hour):
-        try:
-            barrier.wait()
-            services.meter_hour(hour=hour)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=worker, args=(T0 + i * HOUR,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    concurrently(*[partial(services.meter_hour, hour=T0 + i * HOUR) for i in range(2)])
     assert MeterRun.objects.count() == 2
     assert total(CostDay.objects.all()) == total(CostRecord.objects.all()) > 0
 

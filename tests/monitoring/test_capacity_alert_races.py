@@ -5,12 +5,11 @@ tell the team once; the migration that brought the rule ends the duplicates stor
 
 from __future__ import annotations
 
-import threading
 import time
 from datetime import timedelta
+from functools import partial
 
 import pytest
-from django import db
 from django.db import IntegrityError, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 
@@ -18,6 +17,7 @@ from monitoring import alerts
 from monitoring.models import AlertEpisode, AlertSilence
 from pools.models import Notification, PoolEvent
 from tests.monitoring.test_capacity_alerts import NOW, make_pool, samples
+from tests.race import Race
 
 pytestmark = pytest.mark.django_db
 
@@ -63,32 +63,19 @@ def test_two_workers_either_side_of_a_minute_open_one_episode_and_tell_once(acto
         pytest.skip("two writers at once: PostgreSQL")
     pool = make_pool(actors, allocationHigh={"percent": 75, "for": "10m"})
     samples(pool, minutes=13, at=NOW + timedelta(minutes=1), allocated_gpus=13)
-    fired, errors = [], []
-
-    def worker(now):
-        try:
-            fired.extend(alerts.alerts_evaluate(now=now))
-        except Exception as exc:  # noqa: BLE001
-            errors.append(exc)
-        finally:
-            db.connection.close()
-
-    threads = [threading.Thread(target=worker, args=(NOW + timedelta(seconds=s),)) for s in (59.9, 60.1)]
+    race = Race(*[partial(alerts.alerts_evaluate, now=NOW + timedelta(seconds=s)) for s in (59.9, 60.1)])
     with transaction.atomic(), connection.cursor() as cursor:
         # Both workers read the open episodes, then wait here for the silences: neither has
         # opened an episode when both go on.
         cursor.execute(f"LOCK TABLE {AlertSilence._meta.db_table} IN ACCESS EXCLUSIVE MODE")
-        for t in threads:
-            t.start()
+        race.start()
         waiting, deadline = 0, time.monotonic() + 30
         while waiting < 2 and time.monotonic() < deadline:
             time.sleep(0.02)
             cursor.execute("SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = %s::regclass", [AlertSilence._meta.db_table])
             waiting = cursor.fetchone()[0]
         assert waiting == 2
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    fired = [event for events in race.join() for event in events]  # raises what either worker met
     assert len(fired) == 1 and AlertEpisode.objects.count() == 1
     assert PoolEvent.objects.filter(pool=pool, reason="HighGpuAllocation").count() == 1
     assert Notification.objects.filter(pool=pool).count() == 1

@@ -12,11 +12,10 @@ from __future__ import annotations
 import io
 import json
 import sys
-import threading
 
 import pytest
 from django.core.handlers.wsgi import WSGIHandler
-from django.db import close_old_connections, connection, connections
+from django.db import close_old_connections, connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
@@ -28,6 +27,7 @@ from monitoring.models import NodeAgentState, NodeReport
 from monitoring.report_parse import batch_parse
 from pools.core.errors import ConflictError, ValidationError
 from tests.monitoring.conftest import REQUEST_SIGNALS, joined, report
+from tests.race import concurrently
 
 REPORTS = "/api/agent/v1/reports/"
 DRF_POST = ReportsView.post
@@ -159,20 +159,11 @@ def test_two_requests_racing_with_the_next_report_store_it_once(agent, node):
     client = agent()
     _post(client, {"reports": [report(1)]})
     credential = client._credentials["HTTP_AUTHORIZATION"].split()[1]
-    barrier, answers = threading.Barrier(2), []
 
     def send():
-        barrier.wait()
-        try:
-            answers.append(services.credential_authenticate_storing_next(credential, batch_parse({"reports": [report(2)]}, max_batch=10)))
-        finally:
-            connections.close_all()
+        return services.credential_authenticate_storing_next(credential, batch_parse({"reports": [report(2)]}, max_batch=10))
 
-    threads = [threading.Thread(target=send) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    answers = concurrently(send, send)
     stored = [result for _, result in answers if result is not None]
     assert len(stored) <= 1 and [s for s, *_ in _stored(node)] == [1, 2]
     for credential_seen, result in answers:

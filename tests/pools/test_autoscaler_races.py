@@ -7,9 +7,9 @@ serialise them. PostgreSQL only (SQLite has one writer)."""
 from __future__ import annotations
 
 import threading
+from functools import partial
 
 import pytest
-from django import db
 from django.db import connection
 
 from pools.controllers import autoscaler
@@ -18,6 +18,7 @@ from pools.models import Node
 from tests.pools.autoscaler_helpers import memory_used
 from tests.pools.pod_helpers import T0, submit
 from tests.pools.test_autoscaler_ca_rules import fill, train_pool
+from tests.race import concurrently
 
 postgresql_only = pytest.mark.skipif(connection.vendor != "postgresql", reason="concurrent workers need PostgreSQL (SQLite has one writer)")
 
@@ -37,21 +38,7 @@ def test_two_workers_autoscaling_two_pools_of_a_team_buy_one_node_for_one_pod(ac
         return real_lock(**kwargs)
 
     monkeypatch.setattr(autoscaler, "quota_limits_lock", meet_then_lock)
-    results, errors = {}, {}
-
-    def worker(pool):
-        try:
-            results[pool.name] = pool_autoscale(pool_id=pool.pk, now=T0)
-        except Exception as exc:  # noqa: BLE001 - the test reads what each worker met
-            errors[pool.name] = exc
-        finally:
-            db.connection.close()
-
-    threads = [threading.Thread(target=worker, args=(pool,)) for pool in pools]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == {}
+    outcomes = concurrently(*[partial(pool_autoscale, pool_id=pool.pk, now=T0) for pool in pools])  # raises what either met
+    results = {pool.name: outcome for pool, outcome in zip(pools, outcomes, strict=True)}
     assert sorted(r.reason for r in results.values()) == ["PodsFitUpcomingOrFreeCapacity", "ScaledUp"], results
     assert Node.objects.filter(billing=Node.Billing.ON_DEMAND).count() == 1

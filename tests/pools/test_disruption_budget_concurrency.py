@@ -4,16 +4,17 @@ of the budget's status does. PostgreSQL only (SQLite has one writer)."""
 
 from __future__ import annotations
 
-import threading
+from functools import partial
 
 import pytest
-from django.db import connection, connections
+from django.db import connection
 
 from pools.controllers.scheduler import scheduler_pass
 from pools.models.pods import Pod
 from pools.providers import get_cluster_backend
 from pools.services.disruption_budgets import budget_create
 from tests.pools.pod_helpers import T0, pool_with_nodes, submit
+from tests.race import concurrently
 
 pytestmark = [
     pytest.mark.skipif(connection.vendor != "postgresql", reason="concurrent workers need PostgreSQL (SQLite has one writer)"),
@@ -29,21 +30,9 @@ def test_two_workers_evicting_at_once_spend_the_one_disruption_allowed_once(acto
     scheduler_pass(now=T0)
     spec = {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "trainer"}}}
     budget_create(user=actors["member"], document={"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "trainers"}, "spec": spec})
-    start, evicted, errors = threading.Barrier(len(names)), [], []
 
-    def worker(name: str) -> None:
-        try:
-            start.wait(timeout=30)
-            evicted.extend(get_cluster_backend().evict_pods(pods=[("algorithm", name)], reason="race"))
-        except Exception as exc:  # reported below: a thread's exception is otherwise lost
-            errors.append(exc)
-        finally:
-            connections.close_all()
+    def worker(name: str) -> list:
+        return get_cluster_backend().evict_pods(pods=[("algorithm", name)], reason="race")
 
-    threads = [threading.Thread(target=worker, args=(name,)) for name in names]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    assert errors == []
+    evicted = [pod for batch in concurrently(*[partial(worker, name) for name in names]) for pod in batch]  # raises what any met
     assert len(evicted) == 1 and Pod.objects.filter(phase=Pod.Phase.PENDING).count() == 1

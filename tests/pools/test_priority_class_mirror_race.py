@@ -4,14 +4,12 @@ PostgreSQL (SQLite has one writer)."""
 
 from __future__ import annotations
 
-import threading
-
 import pytest
-from django import db
 from django.db import connection
 
 from pools.models import PriorityClass
 from pools.services.pod_mirror import priority_classes_replace
+from tests.race import concurrently
 
 pytestmark = [
     pytest.mark.skipif(connection.vendor != "postgresql", reason="concurrent passes need PostgreSQL (SQLite has one writer)"),
@@ -21,31 +19,10 @@ pytestmark = [
 TEAM_HIGH = {"name": "team-high", "value": 1000, "preemption_policy": "PreemptLowerPriority", "global_default": False, "description": ""}
 
 
-def _at_once(fn, times: int = 2) -> list[Exception]:
-    """Run fn in `times` threads released together, each with its own connection; what they raised."""
-    barrier, errors = threading.Barrier(times), []
-
-    def run():
-        try:
-            barrier.wait()
-            fn()
-        except Exception as exc:  # noqa: BLE001 - the test reads what each pass met
-            errors.append(exc)
-        finally:
-            db.connection.close()
-
-    threads = [threading.Thread(target=run) for _ in range(times)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return errors
-
-
 @pytest.mark.parametrize("attempt", range(3))  # a race: a few tries make a pass that never meets it unlikely
 def test_two_passes_mirroring_a_new_class_at_once_add_it_once_and_neither_fails(attempt):
     """The second INSERT met the first's unique name (IntegrityError), and `scheduler_pass`,
     which expects only an unreachable cluster there, lost that tick's pending pods' hints."""
-    assert _at_once(lambda: priority_classes_replace([TEAM_HIGH])) == []
+    concurrently(*[lambda: priority_classes_replace([TEAM_HIGH])] * 2)  # raises what either pass met
     assert list(PriorityClass.objects.filter(name="team-high").values_list("value", "preemption_policy")) == [(1000, "PreemptLowerPriority")]
 

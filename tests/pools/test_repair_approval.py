@@ -4,7 +4,6 @@ request instead of a repair, approved or rejected by a platform admin, started o
 
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 
 import pytest
@@ -25,6 +24,7 @@ from pools.services.repair import approval_gate, approvals_latest, repair_approv
 from tests.conftest import make_document
 from tests.pools.pod_helpers import T0, pool_with_nodes
 from tests.pools.repair_helpers import ack, xid
+from tests.race import concurrently
 
 GATED = {"autoRepairPolicy": {"requireApproval": True}}
 
@@ -226,24 +226,15 @@ def test_pools_without_the_policy_repair_with_no_request(actors):
 
 
 def _race(n: int, work) -> list:
-    """Run `work` in `n` threads released together, each on its own database connection."""
-    barrier, results = threading.Barrier(n), []
+    """Run `work` in `n` threads released together (tests/race.py); a ConflictError is "conflict"."""
 
-    def run():
-        barrier.wait()
+    def or_conflict():
         try:
-            results.append(work())
+            return work()
         except ConflictError:
-            results.append("conflict")
-        finally:
-            db.connection.close()
+            return "conflict"
 
-    threads = [threading.Thread(target=run) for _ in range(n)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    return results
+    return concurrently(*[or_conflict] * n)
 
 
 @pytest.mark.skipif(db.connection.vendor != "postgresql", reason="concurrent workers need PostgreSQL (SQLite has one writer)")
