@@ -3,7 +3,9 @@ paid lease, hour by hour, so that the chargeback of a subscription node adds up 
 debited for it (issue 20).
 
 The lifecycle controller calls these where it creates a node for an order's slot
-(`holder_add`) and where a paid renewal extends leases (`renewal_periods_add`). Orders paid
+(`holder_add`), where a paid renewal extends leases (`renewal_periods_add`), and where a pool
+being deleted holds the slots of an order paid as its delete began, which no node will fill
+(`slots_unopened`: the controller records them as capacity released unused). Orders paid
 before the ledger existed have no periods: their nodes are billed from their lease columns as
 before (`billing.node_prices.node_price`).
 """
@@ -46,6 +48,16 @@ def holder_add(node: Node, order: PoolOrder, *, vacated: Node | None, now: datet
     if legacy or opened >= order.node_count or node.lease_start is None or node.lease_end is None:
         return
     _share_open(node, order, opened, node.lease_start, node.lease_end)
+
+
+def slots_unopened(order: PoolOrder) -> int:
+    """How many of the order's slots no node holds on the ledger yet (slots are opened in turn,
+    `holder_add`); 0 for an order paid before the ledger (its nodes have no periods: they are
+    billed from their lease columns)."""
+    opened = LeasePeriod.objects.filter(order=order).values("slot").distinct().count()
+    if opened == 0 and order.nodes.exists():
+        return 0
+    return max(0, order.node_count - opened)
 
 
 def periods_hand_over(vacated: Node, successor: Node, *, now: datetime) -> int:

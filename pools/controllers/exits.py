@@ -333,7 +333,9 @@ def delete_step(p: ReconcilePass) -> bool:
     Orders not paid yet are withdrawn; a Paying one is not (the cloud may have debited it): the
     pass settles it first (`lifecycle._pay_orders`), and the pool is not finalised while one is
     left (the controller never passes over a deleted pool). A Paid order keeps its nodes'
-    leases billed to their end, as ever."""
+    leases billed to their end, as ever; one paid as the delete began, whose slots no node
+    fills, has them put on the ledger first, as capacity released unused
+    (`lifecycle._unused_capacity_record`)."""
     for order in p.pool.orders.filter(status=PoolOrder.Status.APPROVED):
         if PoolOrder.objects.filter(pk=order.pk, status=PoolOrder.Status.APPROVED).update(status=PoolOrder.Status.FAILED, reason="Withdrawn: the pool was deleted"):
             p.event("OrderWithdrawn", f"Order #{order.pk} withdrawn before payment: the pool is being deleted")

@@ -5,7 +5,7 @@
 node one step further: Ordering -> Provisioning -> Initializing -> Registering -> Ready, one
 event per step (`OrderPlaced`, `NodeInitializing`, `ImagePulled`, `DriverInstalled`,
 `KubeletInstalled`, `NodeRegistered`, `NodeLabeled`, `NodeTainted`, `NodeReady`). Approved orders
-are paid first (`OrderPaid`). Failures are Warning events, retried with exponential backoff;
+are paid first (`OrderPaying`, then `OrderPaid`). Failures are Warning events, retried with exponential backoff;
 `pendingReason` says why the pool is stalled, with numbers (T1).
 
 Every provider call is idempotent on a key (node name, order id) and comes before the
@@ -56,7 +56,7 @@ from pools.core.spec import parse_document
 from pools.models import GpuNodePool, Node, PoolOrder
 from pools.providers import get_cloud_provider, get_cluster_backend
 from pools.providers.base import CloudProvider, ClusterBackend, InsufficientBalance, ProviderError
-from pools.selectors.pools import UNPAID_STATUSES, catalog_current, quota_held
+from pools.selectors.pools import catalog_current, quota_held
 from pools.services.events import WARNING, event_record
 from pools.services.pools import orders_trim_to_min, pool_orders_lock, quota_limits_lock
 
@@ -204,6 +204,7 @@ def _reconcile(pool_id: int, now: datetime, cloud: CloudProvider, cluster: Clust
         exits.reclaims_handle(p)  # a draining node the cloud reclaims drains by the reclaim
         exits.drains_advance(p)
         _pay_orders(p, statuses=(PoolOrder.Status.PAYING,))  # a payment left unsettled: Paid, or refused (then withdrawn)
+        _unused_capacity_record(p)  # before the pool is finalised: a Paid order no node will fill
         if exits.delete_step(p):
             return ReconcileResult(pool_id=pool_id, claimed=True, phase=GpuNodePool.Phase.DELETED)
     elif shared is None:
@@ -233,7 +234,7 @@ def _steps_run(p: ReconcilePass, snapshot: rules.PoolSnapshot, shared: PassShare
     return fresh
 
 
-def _pay_orders(p: ReconcilePass, statuses: tuple[str, ...] = UNPAID_STATUSES) -> None:
+def _pay_orders(p: ReconcilePass, statuses: tuple[str, ...] = rules.UNPAID) -> None:
     """Pay every Approved order and settle every Paying one (oldest first); the payment is keyed
     by the order (no double debit).
 
@@ -256,11 +257,12 @@ def _pay_orders(p: ReconcilePass, statuses: tuple[str, ...] = UNPAID_STATUSES) -
 
 def _pay_claim(p: ReconcilePass, order_id: int) -> tuple[PoolOrder, str] | None:
     """Under the locks: an Approved order of a pool not being deleted becomes Paying once the
-    quota allows it (with the quota's note for its `QuotaValidated` event); a Paying one is
-    settled as it is, never held back again (the cloud may hold its debit). None: not to pay."""
+    quota allows it (with the quota's note for its `QuotaValidated` event), with an `OrderPaying`
+    event in the same transaction; a Paying one is settled as it is, never held back again (the
+    cloud may hold its debit). None: not to pay."""
     with transaction.atomic():
         pool = pool_orders_lock(pool=p.pool)
-        order = PoolOrder.objects.filter(pk=order_id, status__in=UNPAID_STATUSES).first()
+        order = PoolOrder.objects.filter(pk=order_id, status__in=rules.UNPAID).first()
         if order is None:
             return None
         if order.status == PoolOrder.Status.PAYING:
@@ -270,7 +272,9 @@ def _pay_claim(p: ReconcilePass, order_id: int) -> tuple[PoolOrder, str] | None:
         quota_note = _quota_check(p, order)
         if quota_note is None:
             return None
-        PoolOrder.objects.filter(pk=order.pk, status=PoolOrder.Status.APPROVED).update(status=PoolOrder.Status.PAYING)
+        if not PoolOrder.objects.filter(pk=order.pk, status=PoolOrder.Status.APPROVED).update(status=PoolOrder.Status.PAYING):
+            return None
+        p.event("OrderPaying", f"Order #{order.pk} is being paid: {order.amount} {order.currency}")  # a state change: an event of its own
     return order, quota_note
 
 
@@ -354,6 +358,44 @@ def _create_missing(p: ReconcilePass) -> None:
             if _node_create(p, order, billing) is None:
                 return
             room -= 1
+
+
+def _unused_capacity_record(p: ReconcilePass) -> None:
+    """Put on the ledger the paid capacity of a Deleting pool that no node will fill.
+
+    A Deleting pool makes no node (`_node_create`), and a delete never withdraws a Paying order:
+    an order paid as the delete began (settled after it, or paid before the pass made its nodes)
+    was debited for the lease the team ordered, and the cloud refunds nothing (`CloudProvider`
+    has no refund). Each slot of it the ledger has not opened gets what a node released by the
+    delete has: a holder of the slot's share of the debit for the lease the payment bought, a
+    node row born Terminated (`POOL_DELETED`), no machine ever ordered for it. Metering charges
+    its hours to the pool's team as idle capacity and the FOCUS export lists its purchase (its
+    hours are the commitment's unused part), so what was debited is charged back; one
+    `CapacityReleasedUnused` event says so. Idempotent: the slots are counted again under the
+    pool's row lock, so a second pass or worker adds nothing."""
+    billing = Node.Billing.PREEMPTIBLE if p.pool.preemptible else Node.Billing.MONTHLY
+    for order in _capacity_orders(p.pool):
+        if not lease_ledger.slots_unopened(order):
+            continue
+        paid_at = p.cloud.pay(order_id=order.pk, amount=order.amount, currency=order.currency, now=p.now).paid_at  # idempotent: the existing payment
+        lease_end = leases.add_months(paid_at, order.lease_months)
+        with transaction.atomic():
+            GpuNodePool.objects.select_for_update(no_key=True).filter(pk=p.pool.pk).values_list("pk").get()
+            missing = lease_ledger.slots_unopened(order)
+            for name in node_names_next(p.pool, missing):
+                node = Node.objects.create(
+                    pool=p.pool, name=name, billing=billing, phase=Node.Phase.TERMINATED, zone=p.pool.zone,
+                    gpu_count=p.pool.node_type.gpu_count, unschedulable=True, order=order, lease_start=paid_at,
+                    lease_end=lease_end, created_at=p.now, terminated_at=p.now, release_reason=rules.POOL_DELETED,
+                )  # fmt: skip
+                lease_ledger.holder_add(node, order, vacated=None, now=p.now)
+            if missing:
+                p.event(
+                    "CapacityReleasedUnused",
+                    f"Order #{order.pk} was paid ({order.amount} {order.currency}) as the pool's delete began: {missing} of its "
+                    f"{order.node_count} node(s) were never made; the capacity it bought until {lease_end:%Y-%m-%d %H:%M} UTC is "
+                    f"released unused and stays charged to team {p.pool.team.slug} as idle capacity (the cloud refunds nothing)",
+                )
 
 
 def node_name_next(pool: GpuNodePool) -> str:

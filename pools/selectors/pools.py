@@ -22,12 +22,10 @@ from pools.core.lifecycle import RETIRING_REASONS, UNPAID
 from pools.core.spec import Catalog, PoolSpec, effective_node_labels
 from pools.models import GpuModel, GpuNodePool, Node, NodeType, PoolEvent, PoolOrder, Team, Zone
 
-# Orders approved and not paid yet: awaiting payment, or being paid now (the core's rule).
-UNPAID_STATUSES = UNPAID
 # Orders that hold quota: requested or bought capacity (a rejected or failed order holds none).
-QUOTA_HOLDING_STATUSES = (PoolOrder.Status.PENDING, *UNPAID_STATUSES, PoolOrder.Status.PAID)
+QUOTA_HOLDING_STATUSES = (PoolOrder.Status.PENDING, *UNPAID, PoolOrder.Status.PAID)
 # Orders an admin has decided on: capacity approved or bought (a Pending one is only a request).
-DECIDED_STATUSES = (*UNPAID_STATUSES, PoolOrder.Status.PAID)
+DECIDED_STATUSES = (*UNPAID, PoolOrder.Status.PAID)
 LIVE_NODE_EXCLUDED_PHASES = (Node.Phase.TERMINATED,)
 
 POOL_SORTS = {
@@ -201,7 +199,7 @@ def quota_held(*, region: str, gpu_model_id: int, team_id: int | None = None, ex
     nodes; approved is what admins approved and nobody has paid yet. Pending requests count for
     neither: they are not decided, and must not hold back an order that is."""
     paid = quota_usage(region=region, gpu_model_id=gpu_model_id, team_id=team_id, exclude_order_id=exclude_order_id, statuses=(PoolOrder.Status.PAID,))
-    approved = quota_usage(region=region, gpu_model_id=gpu_model_id, team_id=team_id, exclude_order_id=exclude_order_id, statuses=UNPAID_STATUSES, burst=False)
+    approved = quota_usage(region=region, gpu_model_id=gpu_model_id, team_id=team_id, exclude_order_id=exclude_order_id, statuses=UNPAID, burst=False)
     return paid, approved
 
 

@@ -17,7 +17,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from billing import pricing
+from billing import lease_ledger, pricing
 from billing.budget_sync import budget_sync_pool
 from pools import roles
 from pools.core.documents import merge_patch, split_server_fields
@@ -163,7 +163,9 @@ def pool_delete(*, user, pool: GpuNodePool, now: datetime | None = None) -> GpuN
     """Start deleting the pool: pending orders are withdrawn; nodes are drained, then released.
 
     A pool without live nodes is gone at once. One with nodes stays `Deleting` until the
-    lifecycle controller has drained and released them (monthly nodes stay billed to lease end).
+    lifecycle controller has drained and released them (monthly nodes stay billed to lease end),
+    and so does one with an order being paid, or paid with no node made for it yet (the
+    controller puts its capacity on the lease ledger, released unused, before the pool goes).
     """
     now = now or timezone.now()
     _require_manage(user, pool)
@@ -196,12 +198,25 @@ def pool_delete(*, user, pool: GpuNodePool, now: datetime | None = None) -> GpuN
             why = f"order #{paying} is being paid; the pool goes once the payment is settled"
             _set_status(locked, phase=GpuNodePool.Phase.DELETING, pending_reason=f"OrderPaying: {why}")
             event_record(pool=locked, reason="PoolDeleting", message=f"Deletion requested: {why}", actor=user, now=now)
+        elif (unfilled := _order_unfilled(locked)) is not None:
+            why = f"order #{unfilled} is paid and no node was made for it; the pool goes once its capacity is recorded as released unused"
+            _set_status(locked, phase=GpuNodePool.Phase.DELETING, pending_reason=f"OrderPaid: {why}")
+            event_record(pool=locked, reason="PoolDeleting", message=f"Deletion requested: {why}", actor=user, now=now)
         else:
             locked.deleted_at = now
             locked.save(update_fields=["deleted_at"])
             _set_status(locked, phase=GpuNodePool.Phase.DELETED, pending_reason="")
             event_record(pool=locked, reason="PoolDeleted", message="Pool deleted (it had no nodes)", actor=user, now=now)
     return locked
+
+
+def _order_unfilled(pool: GpuNodePool) -> int | None:
+    """A Paid capacity order of the pool with slots no node holds on the lease ledger (paid just
+    before the delete, its nodes not made yet), or None. Its debit must reach the ledger before
+    the pool goes: the controller's Deleting pass records it (`lifecycle._unused_capacity_record`),
+    and it never passes over a deleted pool."""
+    paid = pool.orders.filter(status=PoolOrder.Status.PAID, kind__in=(PoolOrder.Kind.CREATE, PoolOrder.Kind.GROW)).order_by("created_at", "pk")
+    return next((order.pk for order in paid if lease_ledger.slots_unopened(order)), None)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -69,7 +69,9 @@ def test_an_approved_order_is_paid_and_each_node_walks_every_step_to_ready(actor
         cluster_node = SimClusterNode.objects.get(name=node.name)
         assert cluster_node.labels == node.labels and cluster_node.taints == node.taints and not cluster_node.unschedulable
     pool_reasons = list(PoolEvent.objects.filter(pool=pool, node=None).order_by("id").values_list("reason", flat=True))
-    assert pool_reasons == ["PoolCreated", "QuotaValidated", "OrderRequested", "OrderApproved", "QuotaValidated", "OrderPaid", "PoolReady"]
+    # Approved -> Paying -> Paid: each state change of the order is an event (the quota is
+    # validated again at the settle, just before the payment is recorded).
+    assert pool_reasons == ["PoolCreated", "QuotaValidated", "OrderRequested", "OrderApproved", "OrderPaying", "QuotaValidated", "OrderPaid", "PoolReady"]
     assert "40000.00 CNY debited, balance 960000.00 CNY" in PoolEvent.objects.get(reason="OrderPaid").message
 
 

@@ -15,10 +15,10 @@ import pytest
 from django import db
 from django.db import connection
 
-from billing.models import Account
+from billing.models import Account, LeasePeriod
 from pools.controllers import lifecycle
 from pools.models import GpuNodePool, Node, PoolEvent, PoolOrder
-from pools.models.cloud import SimPayment
+from pools.models.cloud import SimMachine, SimPayment
 from pools.providers import simulated
 from pools.services import pools as services
 from tests.conftest import make_document
@@ -69,8 +69,11 @@ def test_a_payment_debited_but_unanswered_is_settled_paid_by_the_next_pass_with_
     assert balance - _balance() == order.amount
     assert _reasons(pool).count("OrderPaid") == 1 and "OrderWithdrawn" not in _reasons(pool) and "OrderReduced" not in _reasons(pool)
     pool.refresh_from_db()
-    if then == "delete":  # settled, then the delete goes on as for any paid order: no node is made for it
-        assert pool.deleted_at is not None and not Node.objects.filter(pool=pool).exists()
+    if then == "delete":  # settled, then the delete goes on: no machine is ordered, but the debit is on the ledger
+        assert pool.deleted_at is not None and not SimMachine.objects.exists()
+        assert not Node.objects.filter(pool=pool).exclude(phase="Terminated").exists()
+        assert sum(LeasePeriod.objects.filter(order=order).values_list("amount", flat=True)) == order.amount
+        assert "CapacityReleasedUnused" in _reasons(pool)
     else:
         assert Node.objects.filter(pool=pool, order=order).count() == 1
 
@@ -142,7 +145,8 @@ def _while_the_cloud_answers(pool, write) -> None:
 def test_a_delete_during_a_slow_payment_neither_waits_for_the_cloud_nor_withdraws_the_debited_order(actors):
     """The cloud debits at once and answers 3 s later. The delete lands meanwhile: it does not
     wait for the cloud (no lock is held across the call), leaves the Paying order alone, and no
-    node is made for the order once the payment is settled, in the same pass, on the Deleting pool."""
+    node is made for the order once the payment is settled, in the same pass, on the Deleting pool.
+    The next pass puts the debit on the lease ledger, as capacity released unused, once."""
     pool = approved_pool(actors, make_document("slowpay", nodeCount={"min": 1, "max": 1}))
     balance = _balance()
     _while_the_cloud_answers(pool, lambda: services.pool_delete(user=actors["lead"], pool=GpuNodePool.objects.get(pk=pool.pk), now=T0))
@@ -151,8 +155,11 @@ def test_a_delete_during_a_slow_payment_neither_waits_for_the_cloud_nor_withdraw
     assert not Node.objects.filter(pool=pool).exists(), "a node was made for a pool being deleted"
     assert "OrderWithdrawn" not in _reasons(pool)
     reconcile(pool, T0 + TICK)
+    reconcile(pool, T0 + 2 * TICK)
     assert GpuNodePool.objects.get(pk=pool.pk).deleted_at is not None
-    assert SimPayment.objects.filter(order_id=order.pk).count() == 1 and not Node.objects.filter(pool=pool).exists()
+    assert SimPayment.objects.filter(order_id=order.pk).count() == 1 and not SimMachine.objects.exists()
+    assert list(Node.objects.filter(pool=pool).values_list("phase", "release_reason")) == [("Terminated", "PoolDeleted")]
+    assert list(LeasePeriod.objects.filter(order=order).values_list("amount", flat=True)) == [order.amount]
 
 
 @postgresql_only
