@@ -250,8 +250,8 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "pools.api.errors.exception_handler",
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
-    "PAGE_SIZE": 100,
+    # No DEFAULT_PAGINATION_CLASS/PAGE_SIZE: lists are chunked by `?limit=&continue=` the Kubernetes
+    # way (pools/api/chunking.py); DRF's paginators would never run on these plain views.
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "EBCloud GPU node pools API",

@@ -15,6 +15,7 @@ from rest_framework.views import APIView
 from monitoring import selectors as monitoring_selectors
 from monitoring import silences
 from monitoring.models import AlertSilence
+from pools.api import chunking
 from pools.api.pod_views import UNSUPPORTED
 from pools.api.serializers import BodySerializer
 from pools.api.views import _errors
@@ -50,11 +51,11 @@ def _pool(request, name: str):
 class PoolAlertSilenceListView(APIView):
     serializer_class = AlertSilenceSerializer
 
-    @extend_schema(responses={200: AlertSilenceSerializer(many=True), **_errors(401, 404)}, operation_id="pools_alert_silences_list",
-                   description="The pool's alert silences still in force, the soonest to end first.")  # fmt: skip
+    @extend_schema(parameters=chunking.PARAMETERS, responses={**chunking.listed(AlertSilenceSerializer(many=True)), **_errors(400, 401, 404)},
+                   operation_id="pools_alert_silences_list", description="The pool's alert silences still in force, the soonest to end first.")  # fmt: skip
     def get(self, request, name: str):
-        pool = _pool(request, name)
-        return Response(AlertSilenceSerializer(monitoring_selectors.silences_active(pool=pool, now=timezone.now()), many=True).data)
+        silences_in_force = monitoring_selectors.silences_active(pool=_pool(request, name), now=timezone.now())
+        return chunking.chunked_response(request, silences_in_force, lambda chunk: AlertSilenceSerializer(chunk, many=True).data, ordering=("until", "pk"))
 
     @extend_schema(request=AlertSilenceSerializer, responses={201: AlertSilenceSerializer, **_errors(400, 401, 403, 404), **UNSUPPORTED},
                    operation_id="pools_alert_silences_create",

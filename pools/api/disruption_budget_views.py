@@ -11,6 +11,7 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from pools.api import chunking
 from pools.api.pod_views import UNSUPPORTED
 from pools.api.views import _errors, query_param
 from pools.selectors import disruption_budgets as selectors
@@ -58,12 +59,14 @@ class BudgetListView(APIView):
     serializer_class = BudgetSerializer
 
     @extend_schema(
-        parameters=[OpenApiParameter("namespace", str, description="Only this namespace")],
-        responses={200: BudgetSerializer(many=True), **_errors(400, 401, 503)},
+        description="The disruption budgets you may see (a real cluster's as it reports them), sorted by namespace and name.",
+        parameters=[OpenApiParameter("namespace", str, description="Only this namespace"), *chunking.PARAMETERS],
+        responses={**chunking.listed(BudgetSerializer(many=True)), **_errors(400, 401, 503)},
         operation_id="poddisruptionbudgets_list",
     )
     def get(self, request):
-        return Response(selectors.budget_list(user=request.user, namespace=query_param(request, "namespace")))
+        budgets = selectors.budget_list(user=request.user, namespace=query_param(request, "namespace"))
+        return chunking.chunked_response(request, budgets, list, ordering=("metadata__namespace", "metadata__name"))
 
     @extend_schema(
         parameters=[OpenApiParameter("team", str, description="Team slug, for members of several teams")],

@@ -16,6 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from pools import roles
+from pools.api import chunking
 from pools.api.serializers import BodySerializer, ErrorSerializer, WholeNumberField, _iso
 from pools.api.views import _errors, query_param
 from pools.models.pods import Pod
@@ -110,11 +111,12 @@ class PodListView(APIView):
 
     serializer_class = PodSerializer
 
-    @extend_schema(parameters=POD_FILTERS, responses={200: PodSerializer(many=True), **_errors(400, 401)}, operation_id="pods_list")
+    @extend_schema(parameters=[*POD_FILTERS, *chunking.PARAMETERS], responses={**chunking.listed(PodSerializer(many=True)), **_errors(400, 401)}, operation_id="pods_list")
     def get(self, request):
         phase = query_param(request, "phase", choices=Pod.Phase.values)
         filters = pod_services.PodFilters(namespace=query_param(request, "namespace"), phase=phase, team=query_param(request, "team"))
-        return Response([pod_representation(p) for p in pod_services.pods_for_user(user=request.user, filters=filters)])
+        pods = pod_services.pods_for_user(user=request.user, filters=filters)
+        return chunking.chunked_response(request, pods, lambda chunk: [pod_representation(p) for p in chunk])
 
     @extend_schema(
         parameters=[OpenApiParameter("team", str, description="Team slug, for members of several teams")],

@@ -18,6 +18,7 @@ from rest_framework import status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from pools.api import chunking
 from pools.api.parsers import MergePatchJSONParser
 from pools.api.serializers import (
     DiagnosisSerializer,
@@ -72,7 +73,7 @@ POOL_FILTERS = [
 ]
 
 
-@method_decorator(name="list", decorator=extend_schema(parameters=POOL_FILTERS, responses={200: PoolSerializer(many=True), **_errors(400, 401)}))
+@method_decorator(name="list", decorator=extend_schema(parameters=[*POOL_FILTERS, *chunking.PARAMETERS], responses={**chunking.listed(PoolSerializer(many=True)), **_errors(400, 401)}))
 @extend_schema_view(
     retrieve=extend_schema(responses={200: PoolSerializer, **_errors(401, 404)}),
     create=extend_schema(
@@ -113,7 +114,7 @@ class PoolViewSet(viewsets.ViewSet):
             sort=query_param(request, "ordering") or "name",
         )
         pools = selectors.pools_for_user(user=request.user, filters=filters)
-        return Response([pool_representation(p) for p in pools])
+        return chunking.chunked_response(request, pools, lambda chunk: [pool_representation(p) for p in chunk])
 
     def retrieve(self, request, name=None):
         return Response(pool_representation(self._get(request, name)))
@@ -136,20 +137,28 @@ class PoolViewSet(viewsets.ViewSet):
             return Response(status=status.HTTP_204_NO_CONTENT)
         return Response(pool_representation(pool), status=status.HTTP_202_ACCEPTED)
 
-    @extend_schema(responses={200: EventSerializer(many=True), **_errors(401, 404)})
+    @extend_schema(
+        description="The pool's latest 100 events, newest first.",
+        operation_id="v1_pools_events_list",
+        parameters=chunking.PARAMETERS,
+        responses={**chunking.listed(EventSerializer(many=True)), **_errors(400, 401, 404)},
+    )
     @action(detail=True, methods=["get"])
     def events(self, request, name=None):
         pool = self._get(request, name)
-        return Response(EventSerializer(selectors.pool_events(pool=pool), many=True).data)
+        return chunking.chunked_response(request, selectors.pool_events(pool=pool), lambda chunk: EventSerializer(chunk, many=True).data)
 
     @extend_schema(
         description="The pool's nodes, newest first (at most 500), each with the node that replaced it (`successor`) and the nodes it replaced (`replaces`).",
-        responses={200: NodeSerializer(many=True), **_errors(401, 404)},
+        operation_id="v1_pools_nodes_list",
+        parameters=chunking.PARAMETERS,
+        responses={**chunking.listed(NodeSerializer(many=True)), **_errors(400, 401, 404)},
     )
     @action(detail=True, methods=["get"])
     def nodes(self, request, name=None):
         pool = self._get(request, name)
-        return Response(NodeSerializer(repairs.pool_nodes_linked(pool=pool), many=True).data)
+        nodes = repairs.pool_nodes_linked(pool=pool)
+        return chunking.chunked_response(request, nodes, lambda chunk: NodeSerializer(chunk, many=True).data, ordering=("-created_at", "-id"))
 
     @extend_schema(request=PoolScaleSerializer, responses={200: PoolSerializer, **_errors(400, 401, 403, 404, 409)})
     @action(detail=True, methods=["post"])
@@ -183,8 +192,8 @@ ORDER_ID = OpenApiParameter("id", OpenApiTypes.INT, OpenApiParameter.PATH, descr
 
 @extend_schema_view(
     list=extend_schema(
-        parameters=[OpenApiParameter("status", str, enum=[s for s, _ in PoolOrder.Status.choices])],
-        responses={200: OrderSerializer(many=True), **_errors(400, 401)},
+        parameters=[OpenApiParameter("status", str, enum=[s for s, _ in PoolOrder.Status.choices]), *chunking.PARAMETERS],
+        responses={**chunking.listed(OrderSerializer(many=True)), **_errors(400, 401)},
     ),
     retrieve=extend_schema(parameters=[ORDER_ID], responses={200: OrderSerializer, **_errors(400, 401, 404)}),
 )
@@ -196,7 +205,7 @@ class OrderViewSet(viewsets.ViewSet):
 
     def list(self, request):
         orders = selectors.orders_for_user(user=request.user, status=query_param(request, "status", choices=PoolOrder.Status.values))
-        return Response(OrderSerializer(orders, many=True).data)
+        return chunking.chunked_response(request, orders, lambda chunk: OrderSerializer(chunk, many=True).data)
 
     def retrieve(self, request, pk=None):
         return Response(OrderSerializer(self._get(request, pk)).data)
