@@ -18,7 +18,7 @@ from django.db import transaction
 from django.urls import reverse
 
 from pools.core.scale_up import first_fit
-from pools.core.scheduling.explain import explain
+from pools.core.scheduling.explain import explain, plural
 from pools.core.scheduling.nodes import (
     REASON_CPU,
     REASON_GPU,
@@ -34,7 +34,7 @@ from pools.core.scheduling.waiting import (
     starting_hint,
     waiting_hints,
 )
-from pools.models import GpuModel, GpuNodePool, NodeType
+from pools.models import GpuModel, GpuNodePool, Node, NodeType
 from pools.models.pods import Pod
 from pools.selectors.cluster import cluster_state, core_pod_of, live_nodes
 from pools.selectors.prospects import pool_prospects
@@ -64,6 +64,7 @@ def pending_hints_write(*, now: datetime) -> list[str]:
 
 
 INSUFFICIENT = (REASON_CPU, REASON_MEMORY, REASON_GPU)
+BILLING_LABEL = "ebcloud.io/billing"  # pools/core/node_labels.py: monthly, on_demand (a burst node) or preemptible
 
 
 class OrderCatalog:
@@ -161,8 +162,8 @@ def pending_hints(pod: CorePod, states: list[NodeState], pools: dict[str, GpuNod
 def capacity_hints(pod: CorePod, node_reasons: dict[str, str], states: dict[str, NodeState], pools: dict[str, GpuNodePool],
                    catalog: OrderCatalog) -> list[str]:  # fmt: skip
     """Pool-level hints the pure core cannot give: a pool whose nodes would take the pod if they
-    were free has a node starting that will (wait for it: `starting_hint`), or is at its
-    `nodeCount.max` (raise it), or can still grow (scale it)."""
+    were free has a node starting that will (wait for it: `starting_hint`), else what brings it
+    a new node (`growth_hint`). What makes room on its nodes is the core's hint."""
     hints = []
     full: dict[str, int] = defaultdict(int)
     for name, reason in node_reasons.items():
@@ -179,21 +180,39 @@ def capacity_hints(pod: CorePod, node_reasons: dict[str, str], states: dict[str,
         prospect = catalog.by_name().get(pool_name)
         if catalog.starting_takes(pool_name, pod):
             hints.append(starting_hint(prospect, len(members)))
-        elif len(members) + (prospect.starting if prospect else 0) >= pool.max_nodes:  # the starting ones are spoken for
-            hints.append(
-                f"pool {pool_name} is at its nodeCount.max ({pool.max_nodes} nodes) and they are busy: raise it "
-                f"(ebcloud node-pool scale {pool_name} --max N), repack it (ebcloud node-pool fragmentation "
-                f"{pool_name} --plan) or give the pod a higher PriorityClass (spec.priorityClassName) to preempt checkpointable pods."
-            )
-        else:
-            grow = f"raise nodeCount.min (ebcloud node-pool scale {pool_name} --min N)"
-            has = f"pool {pool_name} has {len(members)} Ready node(s) of at most {pool.max_nodes}: a new node would fit the pod"
-            if pool.bursts:
-                hints.append(f"{has}; the autoscaler adds a burst node when the pool's scaling policy asks (ebcloud node-pool "
-                             f"diagnose {pool_name} says when it will not), or {grow}.")  # fmt: skip
-            else:
-                hints.append(f"{has}, but the pool does not burst (no spec.scaling block, or spec.burst.enabled: false), so none is "
-                             f"added until you {grow} or enable burst.")  # fmt: skip
+        else:  # the starting nodes are spoken for, and count against the pool's limits
+            hints.append(growth_hint(pool, members, len(members) + (prospect.starting if prospect else 0)))
     return hints
+
+
+def growth_hint(pool: GpuNodePool, members: list[NodeState], live: int) -> str:
+    """What brings the busy pool a node that would take the pod, as the autoscaler decides
+    (pools/controllers/autoscaler.py): a pool that does not burst gets nodes only from
+    nodeCount.min (at its max, raising the max alone adds none); a bursting one gets burst nodes
+    up to its ceiling, nodeCount.max or, lower, spec.burst.maxNodes above its monthly nodes,
+    when its scaling policy asks. Only the limit the pool is at is named. `live`: its nodes the
+    scheduler sees and those starting (their billing unknown: the monthly ones are those of
+    `members`)."""
+    name, top = pool.name, pool.max_nodes
+    grow = f"raise nodeCount.min (ebcloud node-pool scale {name} --min N)"
+    off = "the pool does not burst (no spec.scaling block, or spec.burst.enabled: false)"
+    at_max = f"pool {name} is at its nodeCount.max ({plural(top, 'node')}) and they are busy"
+    has = f"pool {name} has {len(members)} Ready node(s) of at most {top}: a new node would fit the pod"
+    if not pool.bursts:
+        if live < top:
+            return f"{has}, but {off}, so none is added until you {grow} or enable burst."
+        return (f"{at_max}, and {off}: raising the max alone adds no node. Raise both (ebcloud node-pool scale {name} "
+                f"--min N --max N), or raise nodeCount.max and enable burst.")  # fmt: skip
+    baseline = sum(1 for s in members if s.labels.get(BILLING_LABEL) != Node.Billing.ON_DEMAND)
+    burst = (pool.document.get("spec", {}).get("burst") or {}).get("maxNodes") or 0
+    ceiling = max(baseline, min(top, baseline + (burst or top)))
+    if live < ceiling:
+        return (f"{has}; the autoscaler adds a burst node when the pool's scaling policy asks (ebcloud node-pool "
+                f"diagnose {name} says when it will not), or {grow}.")  # fmt: skip
+    if ceiling >= top:
+        return (f"{at_max}: raise it (ebcloud node-pool scale {name} --max N); the autoscaler then adds a burst node when the "
+                f"pool's scaling policy asks.")  # fmt: skip
+    return (f"pool {name} is at its burst limit (spec.burst.maxNodes: {burst} above its {plural(baseline, 'monthly node')}) and "
+            f"they are busy: raise spec.burst.maxNodes (ebcloud node-pool apply -f with the pool's YAML), or {grow}.")
 
 

@@ -130,7 +130,7 @@ def test_a_full_pool_at_its_max_is_named_and_nothing_is_ordered(actors):
     pool_with_nodes(actors["lead"], nodes=1, node_labels={"pool": "train"}, nodeCount={"min": 0, "max": 1})
     submit(actors["member"], "first", gpus=8)
     hints = hints_after_pass(submit(actors["member"], "second", gpus=8))
-    assert any(h.startswith("pool train-pool-a is at its nodeCount.max (1 nodes)") for h in hints)
+    assert any(h.startswith("pool train-pool-a is at its nodeCount.max (1 node)") for h in hints)
     assert not any(h.startswith(ORDER_HINT) for h in hints) and not any("no Ready node yet" in h for h in hints)
 
 

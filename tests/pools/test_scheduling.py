@@ -365,7 +365,7 @@ def test_the_hints_say_which_resource_is_in_use_when_it_could_fit():
     node = gpu_node("a", gpus=2, pool="p", gpu_free=[300, 500])
     assert explain(pod(gpus=1, milli=700), [node]).hints == (
         "pool p (1 node): no GPU has 700 milli free (the largest free share is 500 milli). "
-        "Wait for shares to free up, repack the pool, or add nodes.",
+        "Wait for shares to free up or repack the pool (`ebcloud node-pool fragmentation p --plan`).",  # 300 + 500 free on one node
     )
 
 

@@ -38,6 +38,7 @@ from pools.core.diagnose.blockers import (  # noqa: F401 - the blocker kinds are
     blockers_finding,
     blockers_fixes,
 )
+from pools.core.diagnose.limits import at_limit_advice
 from pools.core.diagnose.snapshot import (  # noqa: F401 - the snapshot types are part of this API
     CostInfo,
     EventInfo,
@@ -214,7 +215,7 @@ def _pending_category(s: PoolSnapshot, pod: PendingPod) -> str:
         return SKEW
     if any(_on_the_way(s)):
         return ON_THE_WAY
-    if len(live) >= s.max_nodes:
+    if len(live) >= s.max_nodes or s.at_burst_limit():
         return AT_MAX
     if s.scaling is None or not s.burst_enabled:
         return NO_BURST
@@ -229,9 +230,10 @@ def _pending_advice(s: PoolSnapshot, category: str, pod: PendingPod) -> tuple[st
         if category in (GPU_MODEL, TOO_LARGE):  # its own advice first (run elsewhere); a toleration only with the rest
             return cause + blockers_finding(pod.blockers), f"{action} To run it on this pool, make every change: {blockers_fixes(pod.blockers)}"
         return cause + blockers_finding(pod.blockers), f"Run {_why(pod)}. Make every change, or the pod stays Pending on the next check: {blockers_fixes(pod.blockers)}"
-    # The hint about this pool (each hint names its pool), not the first one, which may be about another.
+    # The hint about this pool (each hint names its pool), not the first one, which may be about another:
+    # what keeps the pod off it, or, for a full pool, which of waiting, preemption and a repack can make room.
     ours = next((h for h in pod.hints if h.startswith(f"pool {s.name} (")), None)
-    return cause, f"{action} The scheduler's hint: {ours}" if ours and category in STUCK else action
+    return cause, f"{action} The scheduler's hint: {ours}" if ours and category in (*STUCK, AT_MAX) else action
 
 
 def _category_advice(s: PoolSnapshot, category: str, pod: PendingPod) -> tuple[str, str]:
@@ -254,8 +256,7 @@ def _category_advice(s: PoolSnapshot, category: str, pod: PendingPod) -> tuple[s
                       + (f"order #{order.id} awaits approval by a platform admin." if order else f"{_plural(starting, 'node')} starting.")),
                      (f"Ask a platform admin to approve order #{order.id} (`ebcloud order approve {order.id}`); the pod runs once a node is Ready." if order
                       else f"Wait: a new node is usually Ready within {USUAL_START}; past 15 minutes see the check 'Scale-up keeps failing' and `ebcloud node-pool events {s.name}`.")),
-        AT_MAX: (f"No capacity: the pool is at nodeCount.max ({s.max_nodes}) and its nodes are full.",
-                 f"Run {why}; raise nodeCount.max (`ebcloud node-pool scale {s.name} --max N`), let lower-priority pods be preempted, or repack (`ebcloud node-pool fragmentation {s.name} --plan`)."),
+        AT_MAX: at_limit_advice(s, why),
         NO_BURST: ("No capacity, and the pool does not burst (it has no spec.scaling block, or spec.burst.enabled is false): it stays at its monthly baseline.",
                    f"Enable on-demand burst (a spec.scaling block, or spec.burst.enabled: true for the default rules), or raise nodeCount.min; check with `ebcloud node-pool describe {s.name}`."),
         WAITING: ("Waiting for a scale-up that has not come: see the checks 'Scale-up keeps failing' and the scaling spec check below.",

@@ -182,11 +182,21 @@ class PoolSnapshot:
     def live_nodes(self) -> list[NodeInfo]:
         return [n for n in self.nodes if n.phase != "Terminated" and not n.draining]
 
+    def baseline(self) -> int:
+        """Its monthly nodes (those not on demand), else nodeCount.min while none is live."""
+        return sum(1 for n in self.live_nodes() if n.billing != "on_demand") or self.min_nodes
+
     def burst_room(self) -> int:
         """Nodes the autoscaler may add above the monthly baseline (pools/controllers/autoscaler.py)."""
-        baseline = sum(1 for n in self.live_nodes() if n.billing != "on_demand") or self.min_nodes
+        baseline = self.baseline()
         cap = self.burst_max_nodes or self.max_nodes
         return max(0, min(self.max_nodes, baseline + cap) - baseline)
+
+    def at_burst_limit(self) -> bool:
+        """Whether the pool bursts and has every node spec.burst.maxNodes lets it have, below its
+        nodeCount.max: the autoscaler adds none until that limit or nodeCount.min is raised."""
+        live = len(self.live_nodes())
+        return self.scaling is not None and self.burst_enabled and live < self.max_nodes and live >= self.baseline() + self.burst_room()
 
 
 def pending_pod_facts(pod: Pod, template: NodeState, *, submitted_at: datetime, others: Sequence[NodeState] = (),

@@ -7,7 +7,10 @@ The message is the one ``kubectl describe pod`` shows (over the nodes the pod's 
 (kube-scheduler 1.37's wording, :func:`explain`), the entries sorted the way kube-scheduler
 sorts them (as "<count> <reason>" strings). The hints are ours:
 per pool, every check that keeps the pod off it and the one change that answers them all
-(pools/core/scheduling/pod_fixes.py), the request that can never fit, or the resource taken.
+(pools/core/scheduling/pod_fixes.py), the request that can never fit, or the resource taken
+with only the levers that can make room (waiting, preemption, a higher PriorityClass, a
+repack): a hint never offers what cannot work, so a pool too small for the pod is never told
+to wait, and nothing here says to grow a pool (its nodeCount and burst settings decide that).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from pools.core.priority import HIGHEST_USER_DEFINABLE_PRIORITY
 from pools.core.scheduling.nodes import (
     MILLI,
     REASON_CPU,
@@ -24,7 +28,9 @@ from pools.core.scheduling.nodes import (
     NodeState,
     Pod,
     insufficient_resources,
+    may_preempt,
     may_use,
+    resource_filter_reason,
     static_filter_reason,
 )
 from pools.core.scheduling.pod_fixes import fix_text, pool_fixes
@@ -92,7 +98,7 @@ def explain(pod: Pod, nodes: Sequence[NodeState]) -> Explanation:
         reasons=dict(reasons),
         node_reasons=node_reasons,
         message=kube_message(len(nodes), available, dict(reasons), _preemption(pod, len(nodes), available, resolvable)),
-        hints=tuple(_hints(pod, nodes, node_reasons)) if node_reasons else (),
+        hints=tuple(_hints(pod, nodes, resolvable)) if node_reasons else (),
     )
 
 
@@ -144,38 +150,11 @@ def _never_fits_hints(pod: Pod, nodes: Sequence[NodeState]) -> list[str]:
     return hints
 
 
-def _in_use_hint(pod: Pod, reason: str, nodes: list[NodeState]) -> str:
-    """The resource exists on these nodes but is taken right now."""
-    where = _pools(nodes)
-    if reason == REASON_GPU and pod.is_sharing:
-        best = max((f for n in nodes for f in n.gpu_free), default=0)
-        return (
-            f"{where}: no GPU has {pod.gpu_milli} milli free (the largest free share is {best} "
-            "milli). Wait for shares to free up, repack the pool, or add nodes."
-        )
-    if reason == REASON_GPU:
-        idle = max((sum(1 for f in n.gpu_free if f == MILLI) for n in nodes), default=0)
-        return (
-            f"{where}: no node has {pod.gpu_count} idle GPUs (at most {idle} on any one). "
-            f"{_wait_or_preempt(pod)}repack, or raise the pool's nodeCount.max."
-        )
-    resource, request, unit = (
-        ("cpu", pod.cpu_milli, "milli-CPU")
-        if reason == REASON_CPU
-        else ("memory", pod.memory_mib, "MiB")
-    )
-    return f"{where}: no node has {request} {unit} of {resource} free. {_wait_or_preempt(pod)}or grow the pool."
-
-
-def _wait_or_preempt(pod: Pod) -> str:
-    """A pod whose PriorityClass says preemptionPolicy Never preempts nobody: no such advice."""
-    return "Wait, preempt lower-priority pods, " if pod.may_preempt else "Wait (its preemptionPolicy is Never: it preempts nobody), "
-
-
-def _hints(pod: Pod, nodes: Sequence[NodeState], node_reasons: dict[str, str]) -> list[str]:
+def _hints(pod: Pod, nodes: Sequence[NodeState], resolvable: Sequence[NodeState]) -> list[str]:
     """Per pool of the team that cannot take the pod whatever room frees up, every failing check
-    and the change that answers all of them (`pod_fixes`); then requests no node can hold; then,
-    where the pod only waits for room, which resource is taken."""
+    and the change that answers them all (`pod_fixes`); then requests no node can hold; then,
+    per pool whose nodes would hold the pod once room frees, which resource is taken and what
+    makes room (`_in_use_hints`). A pool gets one kind or the other, never both."""
     hints: list[str] = []
     by_pool: dict[str, list[NodeState]] = defaultdict(list)
     for node in nodes:
@@ -186,17 +165,88 @@ def _hints(pod: Pod, nodes: Sequence[NodeState], node_reasons: dict[str, str]) -
             hints += _node_problem_hints(members)
         if fix.checks:
             hints.append(fix_text(fix, where=_pools(members)))
-    never = _never_fits_hints(pod, nodes)
-    hints += never
-    if not never:
-        by_reason: dict[str, list[NodeState]] = defaultdict(list)
-        for node in nodes:
-            if (reason := node_reasons.get(node.name)) in (REASON_CPU, REASON_MEMORY, REASON_GPU):
-                by_reason[reason].append(node)
-        for reason in (REASON_CPU, REASON_MEMORY, REASON_GPU):
-            if members := by_reason.get(reason):
-                hints.append(_in_use_hint(pod, reason, members))
-    return hints
+    return hints + _never_fits_hints(pod, nodes) + _in_use_hints(pod, resolvable)
+
+
+def _in_use_hints(pod: Pod, resolvable: Sequence[NodeState]) -> list[str]:
+    """Per pool, the nodes that would hold the pod once room frees (every resource they lack is
+    taken, none is missing: kube-scheduler's preemption counts them as resolvable): what is
+    taken, and only the levers that make room there. A node too small for the pod is never one
+    of them (its pool's hint says it can never fit: `pool_fixes`, `_never_fits_hints`). What
+    brings a new node depends on the pool's nodeCount and burst settings, which its nodes do
+    not know: the pool's own hint says it (pools/controllers/pending_hints.py)."""
+    by_pool: dict[str, list[NodeState]] = defaultdict(list)
+    for node in resolvable:
+        by_pool[node.pool or NO_POOL].append(node)
+    return [f"{_pools(members)}: {'; '.join(_taken(pod, members))}. {_levers(pod, pool, members)}." for pool, members in sorted(by_pool.items())]
+
+
+def _taken(pod: Pod, members: Sequence[NodeState]) -> list[str]:
+    """What is taken, per resource NodeResourcesFit finds short on some of `members`: "no node"
+    where it is short on all of them."""
+    short = [{reason for reason, _ in insufficient_resources(pod, node)} for node in members]
+    found = []
+    for reason in (REASON_CPU, REASON_MEMORY, REASON_GPU):
+        lacking = sum(1 for reasons in short if reason in reasons)
+        if not lacking:
+            continue
+        some = "" if lacking == len(members) else f"{plural(lacking, 'node')} {'has' if lacking == 1 else 'have'}"
+        if reason == REASON_GPU and pod.is_sharing:
+            best = max((f for n in members for f in n.gpu_free), default=0)
+            found.append(f"{some} no GPU with {pod.gpu_milli} milli free" if some else
+                         f"no GPU has {pod.gpu_milli} milli free (the largest free share is {best} milli)")  # fmt: skip
+        elif reason == REASON_GPU:
+            idle = max((n.gpu_free.count(MILLI) for n in members), default=0)
+            found.append(f"{some} fewer than {pod.gpu_count} idle GPUs" if some else
+                         f"no node has {pod.gpu_count} idle GPUs (at most {idle} on any one)")  # fmt: skip
+        else:
+            request, what = (pod.cpu_milli, "milli-CPU of cpu") if reason == REASON_CPU else (pod.memory_mib, "MiB of memory")
+            found.append(f"{some} less than {request} {what} free" if some else f"no node has {request} {what} free")
+    return found
+
+
+def _levers(pod: Pod, pool: str, members: Sequence[NodeState]) -> str:
+    """What makes room on these nodes, each only where it can: waiting (what is taken there is
+    held by pods, which end, and an empty node holds the pod); preemption where the pods of
+    lower priority that the pod may evict would make room on one node (what kube-scheduler's
+    preemption looks for: its message then has no "preemption:" verdict), else a higher
+    PriorityClass where the pods there would then make room; a repack where the free capacity
+    of the pool's nodes, put together, holds the pod."""
+    levers = ["wait for shares to free up" if pod.is_sharing else "wait for the pods there to finish"]
+    if any(_room_once_gone(pod, node, below=pod.priority) for node in members):
+        if pod.may_preempt:
+            levers.append("preempt lower-priority pods")
+        else:
+            levers[0] += " (its preemptionPolicy is Never: it preempts nobody)"
+    elif any(_room_once_gone(pod, node, below=HIGHEST_USER_DEFINABLE_PRIORITY) for node in members):
+        levers.append("give the pod a PriorityClass above theirs (spec.priorityClassName) to preempt pods there")
+    if _repack_holds(pod, members):
+        levers.append("repack the pool" + (f" (`ebcloud node-pool fragmentation {pool} --plan`)" if pool != NO_POOL else ""))
+    text = levers[0] if len(levers) == 1 else ", ".join(levers[:-1]) + (", or " if len(levers) > 2 else " or ") + levers[-1]
+    return text[0].upper() + text[1:]
+
+
+def _room_once_gone(pod: Pod, node: NodeState, *, below: int) -> bool:
+    """Whether the pod fits `node` once every pod there of priority under `below` that it may
+    evict (`may_preempt`: a guest never evicts the owner's) is gone: `victims_on`'s question,
+    without choosing the fewest victims."""
+    gone = [b.pod.name for b in node.bound.values() if b.pod.priority < below and may_preempt(pod, b.pod.team, node)]
+    if not gone:
+        return False
+    sim = node.clone()
+    for name in gone:
+        sim.unbind(name)
+    return resource_filter_reason(pod, sim) is None
+
+
+def _repack_holds(pod: Pod, members: Sequence[NodeState]) -> bool:
+    """Whether the free capacity of the nodes, put together, holds the pod: the most that moving
+    pods between them (or shares between GPUs) could gather on one node."""
+    return (
+        sum(n.cpu_free for n in members) >= pod.cpu_milli
+        and sum(n.memory_free for n in members) >= pod.memory_mib
+        and sum(n.gpu_free_milli for n in members) >= pod.gpu_request_milli
+    )
 
 
 def _node_problem_hints(members: Sequence[NodeState]) -> list[str]:
