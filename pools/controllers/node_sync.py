@@ -226,4 +226,4 @@ def _record(p: ReconcilePass, done: list, taints: list[dict[str, str]]) -> None:
             elif uncordon:
                 p.event(uncordon, f"Node {node.name} takes new pods again: its repair is over (the cordon an interrupted pass left in the cluster is lifted)", node=node)
             if fix.advertise:
-                p.event("GpuSharesAdvertised", f"{node.name} advertises {GPU_SHARE_RESOURCE} again (1000 per GPU), so GPU shares can be scheduled on it", node=node)
+                p.event("GpuSharesAdvertised", f"{node.name} advertises {GPU_SHARE_RESOURCE} again, 1000 per GPU it offers (none while it offers no GPU), so GPU shares are scheduled only where a GPU is", node=node)

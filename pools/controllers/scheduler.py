@@ -161,6 +161,8 @@ def scheduler_pass(*, now: datetime | None = None) -> PassResult:
                 sync()
             except CLUSTER_UNREACHABLE as exc:  # the API server is away or unset: the next pass retries
                 logger.warning("%s: the cluster could not be read or written: %s", sync.__name__, exc)
+            except Exception:  # anything else (an object the read model refuses): logged, and the other steps still run
+                logger.exception("%s failed; the next pass retries", sync.__name__)
         return PassResult(unschedulable=pending_hints_write(now=now))
     result = PassResult()
     with transaction.atomic():

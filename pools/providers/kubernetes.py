@@ -7,9 +7,12 @@ What Kubernetes defines is done its way:
   (and is Ready) and refuses with `NodeNotRegistered` while it does not, so the controller
   retries and, past its attempts, reports it;
 - a GPU share (`ebcloud.io/gpu-milli`) is an extended resource that we advertise as Kubernetes
-  documents it (a patch of the Node's status: 1000 per `nvidia.com/gpu` it has), at
-  registration and again whenever it is gone (a kubelet that restarts zeroes the extended
-  resources no device plugin reports), so that kube-scheduler counts shares as it counts GPUs;
+  documents it (a patch of the Node's status: 1000 per `nvidia.com/gpu` it has, capacity and
+  allocatable each from its own count), at registration and again whenever the Node offers
+  other than that: a kubelet that restarts zeroes the extended resources no device plugin
+  reports, and a GPU that fails or leaves (the device plugin reports fewer, or none) takes its
+  shares with it, so that kube-scheduler counts shares as it counts GPUs and never places a
+  share where no GPU is;
 - the pool's labels and taints are applied by server-side apply under our own field manager, so
   labels and taints that others set survive, and a label we no longer want is removed by the
   next apply (level-triggered: every call states the whole wanted set);
@@ -108,16 +111,16 @@ class KubernetesCluster:
         if ready != "True":
             raise NodeNotRegistered(f"node {name} registered but is not Ready (Ready={ready})")
         if not _shares_advertised(node.status.capacity, node.status.allocatable):
-            self.advertise_gpu_shares(name=name, capacity=node.status.capacity)
+            self.advertise_gpu_shares(name=name, status={"capacity": node.status.capacity, "allocatable": node.status.allocatable})
 
-    def advertise_gpu_shares(self, *, name: str, capacity: Mapping[str, str] | None = None) -> None:
-        """The GPU-share resource in the Node's capacity and allocatable, 1000 per GPU of its
-        capacity (a merge patch of the status: other resources stay as the kubelet wrote them)."""
-        if capacity is None:
+    def advertise_gpu_shares(self, *, name: str, status: Mapping[str, Mapping[str, str] | None] | None = None) -> None:
+        """The GPU-share resource in the Node's capacity and allocatable, 1000 per GPU of each
+        (a merge patch of the status: other resources stay as the kubelet wrote them). A node
+        whose GPUs are gone gets 0, so kube-scheduler places no share there until they return."""
+        if status is None:
             listed = self._listed.get(name) or self._read(name)
-            capacity = (listed.get("status") or {}).get("capacity") or {}
-        shares = str(int(parse_quantity(capacity.get(GPU_RESOURCE) or 0)) * MILLI)
-        body = {"status": {"capacity": {GPU_SHARE_RESOURCE: shares}, "allocatable": {GPU_SHARE_RESOURCE: shares}}}
+            status = listed.get("status") or {}
+        body = {"status": {side: {GPU_SHARE_RESOURCE: str(_shares_wanted(status.get(side)))} for side in ("capacity", "allocatable")}}
         try:
             self.core.patch_node_status(name, body, _request_timeout=request_timeout())
         except CLUSTER_UNREACHABLE as exc:
@@ -297,14 +300,20 @@ class KubernetesCluster:
                 raise refused(f"delete nodes/{name}", exc) from exc
 
 
+def _shares_wanted(resources: Mapping[str, str] | None) -> int:
+    """1000 GPU shares per GPU of these resources (a Node's capacity or its allocatable): the
+    kubelet's allocatable leaves out the GPUs its device plugin reports unhealthy."""
+    return int(parse_quantity((resources or {}).get(GPU_RESOURCE) or 0)) * MILLI
+
+
 def _shares_advertised(capacity: Mapping[str, str] | None, allocatable: Mapping[str, str] | None) -> bool:
-    """Whether capacity and allocatable both offer 1000 GPU shares per GPU of the capacity (a
-    node without GPUs needs none). Compared as quantities: the API server writes 8000 as `8k`."""
-    capacity, allocatable = capacity or {}, allocatable or {}
-    wanted = parse_quantity(capacity.get(GPU_RESOURCE) or 0) * MILLI
-    if not wanted:
-        return True
-    return all(parse_quantity(side.get(GPU_SHARE_RESOURCE) or 0) == wanted for side in (capacity, allocatable))
+    """Whether capacity and allocatable each offer exactly 1000 GPU shares per GPU of their own
+    (none, or 0, where there is no GPU: shares left behind by GPUs that are gone are wrong too,
+    kube-scheduler would place share pods on a node without a GPU). Compared as quantities: the
+    API server writes 8000 as `8k`."""
+    return all(
+        parse_quantity((side or {}).get(GPU_SHARE_RESOURCE) or 0) == _shares_wanted(side) for side in (capacity, allocatable)
+    )
 
 
 def _taint(taint: Mapping[str, str]) -> dict[str, str]:

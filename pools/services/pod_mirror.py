@@ -18,6 +18,8 @@ from typing import Any
 
 from django.db import transaction
 
+from pools.core.priority import PriorityClass as CorePriorityClass
+from pools.core.priority import default_class
 from pools.models import NamespaceTeam, Node, Pod, PoolEvent, PriorityClass, Team, WatchCursor
 from pools.services.events import NORMAL
 
@@ -275,15 +277,21 @@ def priority_classes_replace(classes: Sequence[Mapping[str, Any]]) -> list[str]:
     A class is added by INSERT ... ON CONFLICT (name) DO UPDATE: two scheduler passes that
     mirror a new class at once both insert it (the row lock of `select_for_update` covers only
     rows that exist), and the second then updates the row the first committed instead of
-    failing on the unique name, which would cost its pass the pending pods' hints."""
-    wanted = {c["name"]: c for c in classes}
+    failing on the unique name, which would cost its pass the pending pods' hints.
+
+    The cluster may hold several `globalDefault` classes: kube-apiserver's admission check reads
+    a cache that can lag, so two created at once may both be accepted. Its Priority plugin then
+    gives pods that name no class the default of lowest value, and the rows (one default at
+    most, a constraint) mark that one only: `_default_of`."""
+    default = _default_of(classes)
+    wanted = {c["name"]: {**c, "global_default": c["name"] == default} for c in classes}
     fields = ("value", "preemption_policy", "global_default", "description")
     changed = []
     with transaction.atomic():
         rows = {row.name: row for row in PriorityClass.objects.select_for_update()}
         gone = [name for name in rows if name not in wanted]
         PriorityClass.objects.filter(name__in=gone).delete()
-        PriorityClass.objects.filter(global_default=True).exclude(name__in=[n for n, c in wanted.items() if c["global_default"]]).update(global_default=False)
+        PriorityClass.objects.filter(global_default=True).exclude(name=default).update(global_default=False)
         for name, fields_of in sorted(wanted.items(), key=lambda kv: kv[1]["global_default"]):  # the default last: one at a time
             row = rows.get(name)
             if row is None:
@@ -296,3 +304,16 @@ def priority_classes_replace(classes: Sequence[Mapping[str, Any]]) -> list[str]:
                 continue
             changed.append(name)
     return sorted(changed + gone)
+
+
+def _default_of(classes: Sequence[Mapping[str, Any]]) -> str:
+    """The name of the class that is the cluster's default ("" when none is), as kube-apiserver
+    resolves several `globalDefault` ones (its Priority plugin's `getDefaultPriorityClass`):
+    the lowest value (`pools.core.priority.default_class`). Of equal values Kubernetes takes the
+    first its cache lists, which is no fixed order; the rows take the first name, so that
+    every pass marks the same one."""
+    found = default_class({
+        c["name"]: CorePriorityClass(name=c["name"], value=c["value"], preemption_policy=c["preemption_policy"], global_default=True)
+        for c in classes if c["global_default"]
+    })  # fmt: skip
+    return found.name if found else ""

@@ -1,19 +1,22 @@
 """Level-triggered node labels and taints on a real kube-apiserver: a spec edit reaches the
 pool's existing Nodes within one pass over every pool, labels and taints set by other field
 managers survive, a label of ours removed by someone else comes back the next pass, and a quiet
-pass reads the cluster's nodes with one API call, however many nodes there are."""
+pass reads the cluster's nodes with one API call, however many nodes there are; the GPU-share
+resource follows the GPUs a node reports, withdrawn when they are gone."""
 
 from __future__ import annotations
 
 from urllib.parse import urlsplit
 
 import pytest
+from kubernetes import client
 from kubernetes.client import ApiClient
 
 from pools.controllers import lifecycle
 from pools.models import GpuNodePool, Node, PoolEvent
 from pools.providers.fake_kubelet import FakeKubelet
 from pools.providers.kubernetes import KubernetesCluster
+from tests.k8s.helpers import verdict, wait_for
 from tests.pools.lifecycle_helpers import T0, TICK, approved_pool, live_nodes, run_until
 from tests.pools.pod_helpers import pool_with_nodes
 from tests.pools.pool_helpers import edit_spec
@@ -134,7 +137,52 @@ def test_gpu_shares_are_advertised_at_join_and_put_back_after_a_kubelet_drops_th
     lifecycle.reconcile_all(now=T0 + TICK)
     assert api_calls == ["GET /api/v1/nodes", f"PATCH /api/v1/nodes/{node.name}/status"]
     assert shares() == ("8k", "8k")
-    assert last_event(node, "GpuSharesAdvertised") == f"{node.name} advertises ebcloud.io/gpu-milli again (1000 per GPU), so GPU shares can be scheduled on it"
+    assert last_event(node, "GpuSharesAdvertised") == f"{node.name} advertises ebcloud.io/gpu-milli again, 1000 per GPU it offers (none while it offers no GPU), so GPU shares are scheduled only where a GPU is"
     api_calls.clear()
     lifecycle.reconcile_all(now=T0 + 2 * TICK)
     assert api_calls == ["GET /api/v1/nodes"]
+
+
+def share_pod(namespace: str, node: str) -> client.V1Pod:
+    """Half a GPU, on that node only (it tolerates the pool's taints)."""
+    container = client.V1Container(name="main", image="registry.invalid/x:1", resources=client.V1ResourceRequirements(limits={"ebcloud.io/gpu-milli": "500"}))
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(name="half", namespace=namespace),
+        spec=client.V1PodSpec(containers=[container], node_selector={"kubernetes.io/hostname": node}, tolerations=[client.V1Toleration(operator="Exists")], automount_service_account_token=False),
+    )
+
+
+def test_gpu_shares_follow_the_gpus_the_device_plugin_reports_none_where_none_is_and_back_when_they_return(on_kubernetes, actors, kube, core, unique, namespace):
+    """The shares were put back only when a GPU node lacked them: a node whose GPUs were gone
+    (the device plugin reports 0, or an unhealthy GPU leaves allocatable) kept offering all its
+    shares, and kube-scheduler bound share pods to a node without a GPU. Each side now offers
+    1000 per GPU of its own: 0 when none is, and the shares come back with the GPUs."""
+    pool = pool_with_nodes(actors["lead"], name=f"gone-{unique}", nodes=1)
+    node = Node.objects.get(pool=pool)
+    FakeKubelet(kube).join(name=node.name, cpu_milli=96_000, memory_mib=393_216, gpus=8, now=T0)
+    KubernetesCluster(kube).register_node(name=node.name, now=T0)
+    lifecycle.reconcile_all(now=T0)
+
+    def shares():
+        status = core.read_node(node.name).status
+        return status.capacity.get("ebcloud.io/gpu-milli"), status.allocatable.get("ebcloud.io/gpu-milli")
+
+    def gpus(capacity: str | None, allocatable: str | None) -> None:  # what the kubelet reports from its device plugin
+        core.patch_node_status(node.name, {"status": {"capacity": {"nvidia.com/gpu": capacity}, "allocatable": {"nvidia.com/gpu": allocatable}}})
+
+    assert shares() == ("8k", "8k")
+    gpus("0", "0")  # the device plugin reports none
+    lifecycle.reconcile_all(now=T0 + TICK)
+    assert shares() == ("0", "0")
+    assert KubernetesCluster(kube).nodes_state(names=[node.name])[node.name].gpu_shares_advertised
+    core.create_namespaced_pod(namespace, share_pod(namespace, node.name))
+    kind, message = wait_for(lambda: verdict(core, namespace, "half"), timeout=30, what="kube-scheduler's verdict")
+    assert kind == "pending" and "Insufficient ebcloud.io/gpu-milli" in message, message
+    gpus("8", "7")  # the GPUs back, one of them unhealthy: in the capacity, not allocatable
+    lifecycle.reconcile_all(now=T0 + 2 * TICK)
+    assert shares() == ("8k", "7k")
+    assert wait_for(lambda: verdict(core, namespace, "half")[0] == "bound", timeout=30, what="the share pod bound once GPUs are back")
+    gpus(None, None)  # the resource itself gone from the status (the device plugin stopped): no shares either
+    assert not KubernetesCluster(kube).nodes_state(names=[node.name])[node.name].gpu_shares_advertised
+    lifecycle.reconcile_all(now=T0 + 3 * TICK)
+    assert shares() == ("0", "0")

@@ -1,6 +1,7 @@
 """The article's pod is a valid Kubernetes manifest: a real kube-apiserver takes
 examples/priorityclasses.yaml and examples/pods/train-pod.yaml with `kubectl apply`, and its
-Priority admission plugin gives the pod the priority our parser resolves for the same files."""
+Priority admission plugin gives the pod the priority our parser resolves for the same files; the
+cluster's classes are mirrored as its admission resolves them, several defaults included."""
 
 from __future__ import annotations
 
@@ -10,13 +11,16 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from pools.controllers.cluster_sync import priority_classes_sync
+from pools.controllers.scheduler import scheduler_pass
 from pools.core.documents import load_yaml
 from pools.core.podspec import admit, parse_pod
-from pools.core.priority import parse_priority_class
+from pools.core.priority import default_class, parse_priority_class
 from pools.core.yaml_loading import load_all
 from pools.models import PriorityClass
+from pools.models.pods import priority_classes_for
 from pools.providers.kubernetes_pods import ClusterPods
 from tests.conftest import EXAMPLES
+from tests.k8s.helpers import pod, wait_for
 
 CLASSES = EXAMPLES / "priorityclasses.yaml"
 TRAIN_POD = EXAMPLES / "pods" / "train-pod.yaml"
@@ -90,3 +94,48 @@ def test_the_read_models_priority_classes_follow_the_clusters(kube, unique, db):
     finally:
         scheduling.delete_priority_class(name)
     assert name in priority_classes_sync(ClusterPods(kube)) and not PriorityClass.objects.filter(name=name).exists()
+
+
+def test_two_default_classes_in_the_cluster_are_mirrored_as_its_admission_resolves_them_and_the_pass_goes_on(
+    control_plane, kube, core, namespace, unique, on_kubernetes, db, caplog
+):
+    """kube-apiserver refuses a second globalDefault class by a check of its cache, which two
+    classes created at once can both pass (Kubernetes' `getDefaultPriorityClass` says so, and
+    then takes the one of lowest value). The race is made at will here: the second class is
+    written into etcd past admission. The read model allows one default; every scheduler pass
+    failed on the unique constraint (no hints, no classes mirrored): the rows now mark the
+    default the API server gives pods, and the pass raises and logs nothing."""
+    scheduling = client.SchedulingV1Api(kube)
+    first, second = f"dflt-a-{unique}", f"dflt-b-{unique}"
+    scheduling.create_priority_class(client.V1PriorityClass(metadata=client.V1ObjectMeta(name=first), value=20, global_default=True))
+    try:
+        control_plane.etcd_put(f"/registry/priorityclasses/{second}", {
+            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "value": 10, "globalDefault": True,
+            "preemptionPolicy": "PreemptLowerPriority",
+            "metadata": {"name": second, "uid": f"00000000-0000-4000-8000-000000{unique}", "creationTimestamp": "2026-12-01T00:00:00Z"},
+        })  # fmt: skip
+
+        def admitted():  # a pod that names no class, as the Priority plugin admits it once its cache holds both
+            spec = core.create_namespaced_pod(namespace, pod(namespace, "no-class"), dry_run="All").spec
+            return spec if spec.priority_class_name == second else None
+
+        wait_for(lambda: {c.metadata.name for c in scheduling.list_priority_class().items if c.global_default} >= {first, second}, timeout=10, what="both defaults listed")
+        spec = wait_for(admitted, timeout=10, what="the default of lower value admitted")
+        assert spec.priority == 10
+
+        with caplog.at_level("WARNING", logger="ebcloud.scheduler"):
+            scheduler_pass()
+        assert [r.getMessage() for r in caplog.records if r.name == "ebcloud.scheduler"] == []
+        rows = dict(PriorityClass.objects.filter(name__in=[first, second]).values_list("name", "global_default"))
+        assert rows == {first: False, second: True}
+        ours = default_class(priority_classes_for(""))
+        assert (ours.name, ours.value) == (spec.priority_class_name, spec.priority)  # our hints resolve it as the cluster does
+    finally:
+        for name in (second, first):
+            try:
+                scheduling.delete_priority_class(name)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+    priority_classes_sync(ClusterPods(kube))
+    assert not PriorityClass.objects.filter(name__in=[first, second]).exists()
