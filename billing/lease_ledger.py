@@ -3,11 +3,16 @@ paid lease, hour by hour, so that the chargeback of a subscription node adds up 
 debited for it (issue 20).
 
 The lifecycle controller calls these where it creates a node for an order's slot
-(`holder_add`), where a paid renewal extends leases (`renewal_periods_add`), and where a pool
-being deleted holds the slots of an order paid as its delete began, which no node will fill
-(`slots_unopened`: the controller records them as capacity released unused). Orders paid
-before the ledger existed have no periods: their nodes are billed from their lease columns as
-before (`billing.node_prices.node_price`).
+(`holder_add`), where a paid renewal extends leases (`renewal_periods_add`, the leases of
+nodes gone since it was ordered too), and where a pool being deleted holds the slots of an
+order paid as its delete began, which no node will fill (`slots_unopened`: the controller
+records them as capacity released unused). Orders paid before the ledger existed have no
+periods: their nodes are billed from their lease columns as before
+(`billing.node_prices.node_price`).
+
+A period is charged only in hours metering has not closed (`hour_open`): one recorded late (a
+payment settled hours after the cloud debited it) is spread over its lease's hours from the
+first open one, its whole share, so its debit is still charged back, once.
 """
 
 from __future__ import annotations
@@ -16,9 +21,9 @@ from datetime import datetime
 
 from django.db.models import Exists, OuterRef, Q
 
-from billing.hours import ceil_hour, floor_hour
+from billing.hours import HOUR, ceil_hour, floor_hour
 from billing.lease_costs import split_amount
-from billing.models import LeasePeriod
+from billing.models import LeasePeriod, MeterRun
 from pools.core import lifecycle as rules
 from pools.models import Node, PoolOrder
 
@@ -47,7 +52,7 @@ def holder_add(node: Node, order: PoolOrder, *, vacated: Node | None, now: datet
     legacy = opened == 0 and order.nodes.exclude(pk=node.pk).exists()
     if legacy or opened >= order.node_count or node.lease_start is None or node.lease_end is None:
         return
-    _share_open(node, order, opened, node.lease_start, node.lease_end)
+    _share_open(node, order, opened, node.lease_start, node.lease_end, now=now)
 
 
 def slots_unopened(order: PoolOrder) -> int:
@@ -82,18 +87,42 @@ def periods_hand_over(vacated: Node, successor: Node, *, now: datetime) -> int:
     return moved
 
 
-def renewal_periods_add(order: PoolOrder, renewed: list[tuple[Node, datetime, datetime]]) -> None:
+def renewal_periods_add(order: PoolOrder, renewed: list[tuple[Node, datetime, datetime]], *, now: datetime) -> None:
     """A paid renewal: each renewed node that is on the ledger gets the next period of its slot,
-    [old lease end, new lease end), at its share of the renewal's debit."""
+    [old lease end, new lease end), at its share of the renewal's debit; a node that left
+    before the renewal was paid too (it holds the slot on the ledger: its successor takes the
+    period over, else it stays on it, idle), since the cloud took the money all the same."""
     on_ledger = set(LeasePeriod.objects.filter(node__in=[n for n, _, _ in renewed]).values_list("node_id", flat=True))
     for slot, (node, start, end) in enumerate(renewed):
         if node.pk not in on_ledger or slot >= order.node_count:
             continue
-        _share_open(node, order, slot, start, end)
+        _share_open(node, order, slot, start, end, now=now)
 
 
-def _share_open(node: Node, order: PoolOrder, slot: int, start: datetime, end: datetime) -> LeasePeriod:
-    """The node holds share `slot` of the order's debit for the lease [start, end), from its start."""
+def hour_open(now: datetime) -> datetime:
+    """The first hour a period recorded at `now` can still be charged in. Metering takes each
+    complete hour once and never again (`billing.services.meter_hour`): the hours before the
+    one `now` is in may be metered already, or being metered (it reads the ledger before it
+    claims the hour), while this hour and the later ones are not (it takes complete hours
+    only); nor is any hour after the newest one metered (a worker whose clock runs ahead, a
+    replay)."""
+    newest = MeterRun.objects.order_by("-hour").values_list("hour", flat=True).first()
+    return floor_hour(now) if newest is None else max(floor_hour(now), newest + HOUR)
+
+
+def _share_open(node: Node, order: PoolOrder, slot: int, start: datetime, end: datetime, *, now: datetime) -> LeasePeriod:
+    """The node holds share `slot` of the order's debit for the lease [start, end), from its start.
+
+    Recorded after hours of the lease were closed (`hour_open`), it is spread over the lease's
+    hours from the first open one instead: the whole share over fewer hours, each a little
+    dearer, so its hours still add up to the share to the cent and each is metered once. Those
+    closed hours were metered, rolled up and reported without it and are not restated; the
+    FOCUS export sees the same period (its purchase rows start there and add up to the share,
+    as its usage rows do). A lease metered whole before its record is left as it was: nothing
+    is open to charge it in."""
+    opens = hour_open(now)
+    if floor_hour(start) < opens < ceil_hour(end):
+        start = opens
     return LeasePeriod.objects.create(
         node=node,
         order=order,

@@ -252,14 +252,46 @@ def _renewal_order(p: ReconcilePass, nodes: list[Node]) -> PoolOrder:
 
 def renewal_apply(p: ReconcilePass, order: PoolOrder) -> None:
     """A paid renewal extends the lease of the nodes it renews (call inside the payment's transaction)
-    and adds each one's next lease period to the ledger, at its share of the renewal's debit."""
+    and adds each one's next lease period to the ledger, at its share of the renewal's debit.
+
+    A renewal may be settled after its node left: it waits for funds (retried every pass) or a
+    worker died after the cloud debited it (`lifecycle._pay_orders`), while the node was drained
+    as surplus, reclaimed or replaced. The cloud took the money all the same (it refunds
+    nothing), so the node's lease is renewed as ever, Terminated or not, and its period is on
+    the ledger: a node that left for good (`rules.RETIRING_REASONS`) holds it as idle capacity
+    charged to the pool's team, like a released node's lease (`CapacityReleasedUnused`); one
+    whose slot is refilled hands it to its replacement (`lease_ledger.vacated_holder`), and a
+    replacement made before the payment holds the renewal itself (`lifecycle._node_create`
+    moves it over), so the team pays for one renewal of the slot, not a second one."""
     renewed = []
-    for node in Node.objects.filter(renewal_order=order).exclude(phase=Node.Phase.TERMINATED).order_by("name"):
+    for node in Node.objects.filter(renewal_order=order).order_by("name"):
         lease_end = leases.lease_extended(lease_start=node.lease_start, lease_end=node.lease_end, months=order.lease_months) if node.lease_end else leases.add_months(p.now, order.lease_months)
         Node.objects.filter(pk=node.pk).update(lease_end=lease_end, lease_notified_at=None, renewal_order=None)
-        p.event("LeaseRenewed", f"Lease of node {node.name} renewed by order #{order.pk} until {_at(lease_end)}", node=node)
+        if node.phase != Node.Phase.TERMINATED:
+            p.event("LeaseRenewed", f"Lease of node {node.name} renewed by order #{order.pk} until {_at(lease_end)}", node=node)
+        elif node.release_reason in rules.RETIRING_REASONS:
+            capacity_released_unused(p, f"Order #{order.pk} renewed the lease of node {node.name} after the node was released ({node.release_reason})", until=lease_end, node=node)
+        else:
+            p.event(
+                "LeaseRenewed", node=node,
+                message=f"Lease of node {node.name} renewed by order #{order.pk} until {_at(lease_end)} after the node was released ({node.release_reason}): "
+                f"the node that takes its place runs on the renewed lease; until one does, it is charged to team {p.pool.team.slug} as idle capacity",
+            )  # fmt: skip
         renewed.append((node, node.lease_end or p.now, lease_end))
-    lease_ledger.renewal_periods_add(order, renewed)
+    lease_ledger.renewal_periods_add(order, renewed, now=p.now)
+
+
+def capacity_released_unused(p: ReconcilePass, what: str, *, until: datetime, node: Node | None = None) -> None:
+    """Say that capacity the cloud was paid for and no node will use (an order paid as its pool's
+    delete began, a renewal paid after its node left) is on the lease ledger all the same:
+    charged to the pool's team as idle capacity until its lease ends, since the cloud refunds
+    nothing (one `CapacityReleasedUnused` event)."""
+    p.event(
+        "CapacityReleasedUnused",
+        f"{what}; the capacity it bought until {_at(until)} is released unused and stays charged to team {p.pool.team.slug} "
+        "as idle capacity (the cloud refunds nothing)",
+        node=node,
+    )
 
 
 # ---------------------------------------------------------------------------------------------

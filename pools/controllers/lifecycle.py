@@ -371,8 +371,11 @@ def _unused_capacity_record(p: ReconcilePass) -> None:
     node row born Terminated (`POOL_DELETED`), no machine ever ordered for it. Metering charges
     its hours to the pool's team as idle capacity and the FOCUS export lists its purchase (its
     hours are the commitment's unused part), so what was debited is charged back; one
-    `CapacityReleasedUnused` event says so. Idempotent: the slots are counted again under the
-    pool's row lock, so a second pass or worker adds nothing."""
+    `CapacityReleasedUnused` event says so (`exits.capacity_released_unused`, as for a renewal
+    paid after its node left). Recorded hours after the payment (a settle a dead worker left to
+    a later pass), the holders' periods are charged from the first hour metering has not closed
+    (`lease_ledger.hour_open`). Idempotent: the slots are counted again under the pool's row
+    lock, so a second pass or worker adds nothing."""
     billing = Node.Billing.PREEMPTIBLE if p.pool.preemptible else Node.Billing.MONTHLY
     for order in _capacity_orders(p.pool):
         if not lease_ledger.slots_unopened(order):
@@ -390,12 +393,10 @@ def _unused_capacity_record(p: ReconcilePass) -> None:
                 )  # fmt: skip
                 lease_ledger.holder_add(node, order, vacated=None, now=p.now)
             if missing:
-                p.event(
-                    "CapacityReleasedUnused",
-                    f"Order #{order.pk} was paid ({order.amount} {order.currency}) as the pool's delete began: {missing} of its "
-                    f"{order.node_count} node(s) were never made; the capacity it bought until {lease_end:%Y-%m-%d %H:%M} UTC is "
-                    f"released unused and stays charged to team {p.pool.team.slug} as idle capacity (the cloud refunds nothing)",
-                )
+                exits.capacity_released_unused(
+                    p, f"Order #{order.pk} was paid ({order.amount} {order.currency}) as the pool's delete began: {missing} of its "
+                    f"{order.node_count} node(s) were never made", until=lease_end,
+                )  # fmt: skip
 
 
 def node_name_next(pool: GpuNodePool) -> str:
@@ -419,7 +420,12 @@ def node_names_next(pool: GpuNodePool, count: int) -> list[str]:
 def _node_create(p: ReconcilePass, order: PoolOrder, billing: str) -> Node | None:
     """A node for a slot of a paid order; None when the pool is being deleted: a delete that
     landed during this pass (after the payment, say) finds no node it has not seen, since the
-    node is written under the pool's row lock, which the delete takes too."""
+    node is written under the pool's row lock, which the delete takes too.
+
+    A replacement takes over the vacated node's lease as it is then (read under that lock,
+    which a renewal's payment takes too) and the renewal ordered for it, not paid yet: the
+    renewal renews the slot, which the replacement now holds (`exits.renewal_apply`), and no
+    second renewal is ordered for it (it was told of its lease's end with the node it replaces)."""
     vacated = lease_ledger.vacated_holder(order)  # a replacement takes over the vacated slot's lease
     sibling = vacated or order.nodes.exclude(lease_end=None).order_by("-lease_end").first()
     if sibling is not None:  # the order's nodes share its lease
@@ -431,6 +437,13 @@ def _node_create(p: ReconcilePass, order: PoolOrder, billing: str) -> Node | Non
         phase, deleted_at = GpuNodePool.objects.select_for_update(no_key=True).filter(pk=p.pool.pk).values_list("phase", "deleted_at").get()
         if phase == GpuNodePool.Phase.DELETING or deleted_at is not None:
             return None
+        renewal_id = notified = None
+        if vacated is not None:
+            lease_start, lease_end, renewal_id, notified = (
+                Node.objects.filter(pk=vacated.pk).values_list("lease_start", "lease_end", "renewal_order_id", "lease_notified_at").get()
+            )
+            if renewal_id is not None:
+                Node.objects.filter(pk=vacated.pk).update(renewal_order=None)
         node = Node.objects.create(
             pool=p.pool,
             name=node_name_next(p.pool),
@@ -442,6 +455,8 @@ def _node_create(p: ReconcilePass, order: PoolOrder, billing: str) -> Node | Non
             lease_start=lease_start,
             lease_end=lease_end,
             created_at=p.now,
+            renewal_order_id=renewal_id,
+            lease_notified_at=notified if renewal_id is not None else None,
         )
         lease_ledger.holder_add(node, order, vacated=vacated, now=p.now)
         repair_outcome.successor_link(vacated=vacated, successor=node)
