@@ -2,6 +2,7 @@ from django import forms
 from django.contrib import admin
 
 from pools import roles
+from pools.core.namespaces import reserved_reason
 from pools.core.priority import INT32_MAX
 from pools.models import (
     AuditEntry,
@@ -19,6 +20,7 @@ from pools.models import (
     Zone,
 )
 from pools.providers import real_cluster
+from pools.selectors.namespaces import team_slug_problem
 from pools.views.admin_audit import AuditedModelAdmin
 
 
@@ -27,11 +29,46 @@ class MembershipInline(admin.TabularInline):
     extra = 1
 
 
+def _sentence(text: str) -> str:
+    """A message of the core or a selector (lower-case, no stop) as the admin shows one."""
+    return text[:1].upper() + text[1:] + "."
+
+
+class TeamForm(forms.ModelForm):
+    """A team's slug is its namespace: one Kubernetes keeps for itself, or one another team
+    already holds (its pods or an admin's mapping claimed it), is refused beside the slug and
+    nothing is saved. Refusing, rather than handing the namespace over, never moves another
+    team's pods, budgets and bills. Only a new or changed slug is checked, so a team still
+    saves while an older mapping of its slug is being sorted out."""
+
+    def clean_slug(self):
+        slug = self.cleaned_data["slug"]
+        if self.instance.pk is None or slug != self.instance.slug:
+            if problem := team_slug_problem(slug, team_id=self.instance.pk):
+                raise forms.ValidationError(_sentence(problem))
+        return slug
+
+
 @admin.register(Team)
 class TeamAdmin(admin.ModelAdmin):
+    form = TeamForm
     list_display = ("name", "slug", "created_at")
     prepopulated_fields = {"slug": ("name",)}
     inlines = [MembershipInline]
+
+
+class NamespaceTeamForm(forms.ModelForm):
+    """The same rule as the pods' claims: Kubernetes' own namespaces are no team's, and a team's
+    slug is that team's namespace, never another's."""
+
+    def clean(self):
+        cleaned = super().clean()
+        namespace, team = cleaned.get("namespace"), cleaned.get("team")
+        if namespace and (reason := reserved_reason(namespace)):
+            self.add_error("namespace", _sentence(reason))
+        elif namespace and team and (named := Team.objects.filter(slug=namespace).exclude(pk=team.pk).first()):
+            self.add_error("namespace", f"Namespace {namespace!r} is the own namespace of team {named.slug!r} (a team's slug is its namespace); it cannot be mapped to team {team.slug!r}.")
+        return cleaned
 
 
 @admin.register(NamespaceTeam)
@@ -39,6 +76,7 @@ class NamespaceTeamAdmin(admin.ModelAdmin):
     """Which team owns a real cluster's namespace (wins over the namespace's ebcloud.io/team
     label); the pod mirror applies a change within a minute."""
 
+    form = NamespaceTeamForm
     list_display = ("namespace", "team", "created_at")
     list_filter = ("team",)
     search_fields = ("namespace",)

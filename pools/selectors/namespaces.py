@@ -3,11 +3,34 @@ not exist for you) and the scheduler extender (a pod's team is its namespace's).
 
 from __future__ import annotations
 
+from pools.core.namespaces import team_slug_error
 from pools.models import NamespaceTeam, Team
+from pools.models.pods import Pod, PodDisruptionBudget
 
 
 def namespace_owner(namespace: str) -> Team | None:
     """The admins' (or its first pod's) mapping, else the team named like it (a team's own
-    namespace is its slug); None while nobody has it."""
+    namespace is its slug); None while nobody has it. The mapping wins: a team is never
+    created with a slug another team's mapping holds (`team_slug_problem`), so this order only
+    matters for rows written before that rule, which keep their owner rather than silently
+    changing the team of the pods running there."""
     mapped = NamespaceTeam.objects.filter(namespace=namespace).select_related("team").first()
     return mapped.team if mapped is not None else Team.objects.filter(slug=namespace).first()
+
+
+def team_slug_problem(slug: str, *, team_id: int | None = None) -> str:
+    """Why `slug` cannot be the slug of team `team_id` (None: a new team), "" when it can. A team's slug
+    is its namespace, so it must be a namespace a team may have, and not one another team holds
+    already: handing that namespace over would move the other team's pods and budgets there
+    (and their bills) to the new team, or leave the new team without a namespace of its own."""
+    if error := team_slug_error(slug):
+        return error
+    claim = NamespaceTeam.objects.filter(namespace=slug).exclude(team_id=team_id).select_related("team").first()
+    if claim is None:
+        return ""
+    pods = Pod.objects.live().filter(namespace=slug, team=claim.team).count()
+    budgets = PodDisruptionBudget.objects.filter(namespace=slug, team=claim.team).count()
+    held = f"it holds {pods} pod(s) and {budgets} disruption budget(s) there" if pods or budgets else "it has nothing there now"
+    return (f"namespace {slug!r} already belongs to team {claim.team.slug!r} ({held}), and a team's slug is its "
+            f"namespace; choose another slug, or first remove the mapping {slug} -> {claim.team.slug} "
+            f"under Namespace teams once that team has moved out")

@@ -1,0 +1,149 @@
+"""Who may claim a namespace (design §3: a pod's namespace belongs to a team): Kubernetes' own
+namespaces are no team's, a team's slug is always its own namespace, and a team is never created
+with a slug another team's pods already hold (the reviewer's repro: a lead's pod in `research`
+left the team `research`, created later, without a namespace). A refused request writes nothing."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.management.base import CommandError
+from django.db import transaction
+from django.urls import reverse
+
+from pools.core.errors import ConflictError
+from pools.demo.seed import load_people
+from pools.models import Membership, NamespaceTeam, Team
+from pools.models.pods import Pod, PodDisruptionBudget
+from pools.services.namespaces import namespace_claim
+
+pytestmark = pytest.mark.django_db
+
+SQUAT = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "squat", "namespace": "research"},
+         "spec": {"containers": [{"name": "a", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}  # fmt: skip
+RESERVED = ["default", "kube-system", "kube-public", "kube-node-lease", "kube-flannel"]
+CREATED = {"created_at_0": "2026-12-01", "created_at_1": "08:00:00"}
+NO_INLINES = {"memberships-TOTAL_FORMS": "0", "memberships-INITIAL_FORMS": "0", **CREATED}
+
+
+def pod(name: str, namespace: str | None = None) -> dict:
+    metadata = {"name": name} | ({"namespace": namespace} if namespace else {})
+    return {**SQUAT, "metadata": metadata}
+
+
+def budget(name: str, namespace: str) -> dict:
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "x"}}}}  # fmt: skip
+
+
+def errors(response) -> dict[str, str]:
+    return {e["field"]: e["message"] for e in response.json()["errors"]}
+
+
+def add_team(admin_client, slug: str, name: str = ""):
+    return admin_client.post(reverse("admin:pools_team_add"), {"name": name or slug.title(), "slug": slug, **NO_INLINES})
+
+
+def form_errors(response) -> str:
+    return " ".join(str(e) for e in response.context["adminform"].form.errors.get("slug", []))
+
+
+def test_the_reviewers_repro_a_team_is_not_created_on_a_namespace_another_team_holds(actors, api, admin_client):
+    assert api("other_lead").post("/api/v1/pods/", SQUAT, format="json").status_code == 201
+    claims = list(NamespaceTeam.objects.values_list("namespace", "team__slug"))
+
+    response = add_team(admin_client, "research")
+    assert response.status_code == 200  # the form again, with the error beside the slug
+    message = form_errors(response)
+    assert "already belongs to team 'inference'" in message and "1 pod(s)" in message
+    assert "choose another slug" in message and "Namespace teams" in message
+    assert not Team.objects.filter(slug="research").exists()
+    assert list(NamespaceTeam.objects.values_list("namespace", "team__slug")) == claims  # nothing changed
+    assert Pod.objects.get(name="squat").team.slug == "inference"  # inference's pod is untouched
+
+    # Once inference has moved out and an admin removed the mapping, the team gets its namespace.
+    assert api("other_lead").delete("/api/v1/pods/research/squat/").status_code in (200, 204)
+    NamespaceTeam.objects.filter(namespace="research").delete()
+    assert add_team(admin_client, "research").status_code == 302
+    research = Team.objects.get(slug="research")
+    lead = type(actors["lead"]).objects.create_user(username="lead-research", password="pw")
+    Membership.objects.create(user=lead, team=research, role=Membership.Role.LEAD)
+    actors["research_lead"] = lead
+    response = api("research_lead").post("/api/v1/pods/", pod("mine"), format="json")  # no namespace: the team's slug
+    assert response.status_code == 201, response.content
+    assert response.json()["metadata"]["namespace"] == "research"
+
+
+def test_a_teams_slug_is_its_namespace_before_its_first_pod(actors, api, admin_client):
+    assert add_team(admin_client, "research").status_code == 302
+    assert api("other_lead").post("/api/v1/pods/", SQUAT, format="json").status_code == 404
+    assert not NamespaceTeam.objects.exists() and not Pod.objects.exists()
+
+
+def test_a_claim_loses_to_a_team_created_after_its_check_and_rolls_back(teams):
+    Team.objects.create(name="Late", slug="late")  # appeared between namespace_require and the write
+    with pytest.raises(ConflictError, match="just taken by another team"), transaction.atomic():
+        namespace_claim(namespace="late", team=teams["inference"])
+    assert not NamespaceTeam.objects.filter(namespace="late").exists()
+
+
+@pytest.mark.parametrize("namespace", RESERVED)
+def test_kubernetes_namespaces_are_no_teams_for_pods(actors, api, namespace):
+    for role, url in (("other_lead", "/api/v1/pods/"), ("admin", "/api/v1/pods/?team=inference")):
+        response = api(role).post(url, pod("squat", namespace), format="json")
+        assert response.status_code == 400, response.content
+        message = errors(response)["metadata.namespace"]
+        assert repr(namespace) in message and ("Kubernetes' own" in message or "'kube-' prefix" in message)
+        assert "(inference)" in message  # where to submit instead
+    assert not Pod.objects.exists() and not NamespaceTeam.objects.exists()
+
+
+@pytest.mark.parametrize("namespace", RESERVED)
+def test_kubernetes_namespaces_are_no_teams_for_disruption_budgets(actors, api, namespace):
+    response = api("other_lead").post("/api/v1/poddisruptionbudgets/", budget("hold", namespace), format="json")
+    assert response.status_code == 400, response.content
+    assert repr(namespace) in errors(response)["metadata.namespace"]
+    assert not PodDisruptionBudget.objects.exists() and not NamespaceTeam.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("slug", "says"),
+    [("default", "one of Kubernetes' own"), ("kube-system", "one of Kubernetes' own"), ("kube-batch", "'kube-' prefix"),
+     ("ml_team", "DNS-1123 label")],
+)  # fmt: skip
+def test_the_admin_refuses_a_team_slug_that_cannot_be_its_namespace(admin_client, slug, says):
+    response = add_team(admin_client, slug, name="Newcomers")
+    assert response.status_code == 200 and says in form_errors(response)
+    assert not Team.objects.filter(name="Newcomers").exists()
+
+
+def test_renaming_a_team_onto_a_held_namespace_is_refused_but_other_edits_save(admin_client, teams):
+    NamespaceTeam.objects.create(namespace="shared", team=teams["inference"])
+    NamespaceTeam.objects.create(namespace="algorithm", team=teams["inference"])  # written before the rule
+    change = reverse("admin:pools_team_change", args=[teams["algorithm"].pk])
+    response = admin_client.post(change, {"name": "Algorithm", "slug": "shared", **NO_INLINES})
+    assert response.status_code == 200 and "already belongs to team 'inference'" in form_errors(response)
+    assert admin_client.post(change, {"name": "Algorithms", "slug": "algorithm", **NO_INLINES}).status_code == 302
+    assert Team.objects.get(pk=teams["algorithm"].pk).name == "Algorithms"
+
+
+@pytest.mark.parametrize(
+    ("namespace", "team", "says"),
+    [("kube-system", "inference", "one of Kubernetes' own"), ("algorithm", "inference", "own namespace of team 'algorithm'"),
+     ("algorithm", "algorithm", None), ("newspace", "inference", None)],
+)  # fmt: skip
+def test_the_admins_namespace_mapping_follows_the_same_rule(client, django_user_model, teams, namespace, team, says):
+    client.force_login(django_user_model.objects.create_superuser("root", password="pw"))  # mappings are a superuser's
+    response = client.post(reverse("admin:pools_namespaceteam_add"), {"namespace": namespace, "team": teams[team].pk} | CREATED)
+    if says is None:
+        assert response.status_code == 302 and NamespaceTeam.objects.get(namespace=namespace).team == teams[team]
+    else:
+        assert response.status_code == 200 and says in " ".join(response.context["adminform"].form.errors["namespace"])
+        assert not NamespaceTeam.objects.exists()
+
+
+def test_the_demo_seed_refuses_a_team_whose_namespace_another_team_holds(tmp_path):
+    squatter = Team.objects.create(name="Squatters", slug="squatters")
+    NamespaceTeam.objects.create(namespace="inference", team=squatter)
+    with pytest.raises(CommandError, match="already belongs to team 'squatters'"):
+        load_people(tmp_path / "passwords.json")
+    assert list(Team.objects.values_list("slug", flat=True)) == ["squatters"]
