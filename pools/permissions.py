@@ -1,6 +1,7 @@
 """The global roles as Django groups with model permissions, kept in step after every migrate.
 
-`platform-admin` edits quotas, prices, the catalog, teams and memberships in the admin site;
+`platform-admin` edits quotas, prices, the catalog, teams, memberships and which team a
+namespace belongs to (docs/pods.md: "an admin maps it") in the admin site;
 `finance` may view everything there and change nothing.
 """
 
@@ -12,7 +13,7 @@ from django.contrib.auth.models import Group, Permission
 from pools import roles
 
 ADMIN_EDITS = {
-    "pools": ("quota", "gpumodel", "nodetype", "zone", "team", "membership"),
+    "pools": ("quota", "gpumodel", "nodetype", "zone", "team", "membership", "namespaceteam"),
     "billing": ("nodeprice", "leaseterm", "account", "pricebookentry", "budget"),
 }
 VIEW_APPS = ("pools", "billing")

@@ -131,9 +131,8 @@ def test_renaming_a_team_onto_a_held_namespace_is_refused_but_other_edits_save(a
     [("kube-system", "inference", "one of Kubernetes' own"), ("algorithm", "inference", "own namespace of team 'algorithm'"),
      ("algorithm", "algorithm", None), ("newspace", "inference", None)],
 )  # fmt: skip
-def test_the_admins_namespace_mapping_follows_the_same_rule(client, django_user_model, teams, namespace, team, says):
-    client.force_login(django_user_model.objects.create_superuser("root", password="pw"))  # mappings are a superuser's
-    response = client.post(reverse("admin:pools_namespaceteam_add"), {"namespace": namespace, "team": teams[team].pk} | CREATED)
+def test_the_admins_namespace_mapping_follows_the_same_rule(admin_client, teams, namespace, team, says):
+    response = admin_client.post(reverse("admin:pools_namespaceteam_add"), {"namespace": namespace, "team": teams[team].pk} | CREATED)
     if says is None:
         assert response.status_code == 302 and NamespaceTeam.objects.get(namespace=namespace).team == teams[team]
     else:
