@@ -7,7 +7,9 @@ Per pool, each pass:
 2. asks the pure ladder (`pools.core.repair.next_action`) what each node needs, from its Xid events
    and past repairs, and the pool gate (`repair_allowed`) whether a repair may start: one at a
    time, the fault persisting 10 minutes (Xid 79 at once), paused with a Warning when more
-   than 20% of the pool is unhealthy;
+   than 20% of the pool is unhealthy (one `RepairPaused` per node while nothing changes; a node
+   with a fatal fault is cordoned all the same, `_paused`). What it reads is read the same way
+   by the node page and the repair pages (pools/selectors/repair_health.py);
 3. with `autoRepair: true` starts it: a GPU reset or a reboot is a node-local action, sent to
    the agent as a command in its report response (D1), with the node in `Repairing`
    (cordoned: the scheduler re-places its pods); a replacement drains the node and
@@ -37,7 +39,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from monitoring.models import AgentCommand, GpuErrorEvent
+from monitoring.models import AgentCommand
 from monitoring.services import agent_command_enqueue, command_finish
 from pools.claims import claim_acquire, claim_release
 from pools.controllers.context import ReconcilePass
@@ -48,17 +50,15 @@ from pools.core.repair import (
     NONE,
     REPLACE,
     NodeHealth,
-    RepairAttempt,
     RepairPolicy,
-    XidEvent,
-    next_action,
+    cordon_while_paused,
     repair_allowed,
 )
 from pools.core.spec import parse_document
-from pools.models import GpuNodePool, Node
+from pools.models import GpuNodePool, Node, PoolEvent
 from pools.providers import get_cloud_provider, get_cluster_backend
 from pools.selectors.pools import catalog_current
-from pools.selectors.repairs import replacements_under_way
+from pools.selectors.repair_health import WATCHED_PHASES, pool_repair_state
 from pools.services.audit import audit_node_change, node_state
 from pools.services.events import WARNING, event_record
 from pools.services.repair import (
@@ -70,12 +70,16 @@ from pools.services.repair import (
 
 logger = logging.getLogger("ebcloud.repair")
 REPAIR_RELEASE = rules.REPAIRED  # release_reason of a node replaced by auto-repair (not a retirement: the slot is refilled)
-WATCHED_PHASES = (Node.Phase.READY, Node.Phase.CORDONED, Node.Phase.UNKNOWN, Node.Phase.REPAIRING)
-OUTCOME = {AgentCommand.Status.SUCCEEDED: True, AgentCommand.Status.FAILED: False, AgentCommand.Status.PENDING: None}
 # Gates that make a faulty node wait (it is cordoned meanwhile: pools/controllers/repair_cordon.py).
 # A pause is not one of them: more than a fifth of the pool failing at once points at a driver,
-# an image or the network, and cordoning them all would take the pool's capacity for nothing.
+# an image or the network, and cordoning them all would take the pool's capacity for nothing;
+# only a fatal fault is cordoned while paused (`pools.core.repair.cordon_while_paused`).
 WAITING_FOR = {"WaitingForFaultToPersist": "the fault must persist before a repair", "RepairInProgress": "the pool repairs one node at a time"}
+PAUSED = "RepairPaused"
+# The node's events after which a pause is news again (`_pause_said`): what the repair did or
+# waited for since. Other events (an agent's report, an injected fault) change nothing said.
+PAUSE_RESETS = ("RepairStarted", "RepairSucceeded", "RepairFailed", "RepairNeeded", PAUSED, "RepairPendingApproval", "RepairApproved",
+                "RepairRejected", "RepairApprovalCancelled", "WaitingForFaultToPersist", "NodeUncordoned")  # fmt: skip
 
 
 def repair_all(*, now: datetime | None = None) -> int:
@@ -110,30 +114,10 @@ def _repair(pool: GpuNodePool, now: datetime) -> int:
     cluster = get_cluster_backend()
     since = now - policy.window
     _commands_expire(pool, nodes, now)
-    xids: dict[int, list[XidEvent]] = {}
-    for row in GpuErrorEvent.objects.filter(node__in=nodes, at__gt=since, at__lte=now).order_by("at"):
-        xids.setdefault(row.node_id, []).append(XidEvent(xid=row.xid, at=row.at, gpu_index=row.gpu_index))
-    attempts: dict[int, list[RepairAttempt]] = {}
-    last_command: dict[int, AgentCommand] = {}
-    for command in AgentCommand.objects.filter(node__in=nodes, action__in=("reset_gpu", "reboot"), created_at__gt=since).order_by("created_at", "pk"):
-        attempts.setdefault(command.node_id, []).append(
-            RepairAttempt(action=command.action, at=command.created_at, succeeded=OUTCOME[command.status], gpu_index=command.gpu_index)
-        )
-        last_command[command.node_id] = command
+    state = pool_repair_state(pool_id=pool.pk, nodes=nodes, now=now, policy=policy)
     for node in [n for n in nodes if n.phase == Node.Phase.REPAIRING]:
-        _finish(pool, node, last_command.get(node.pk), cluster, now)
-    decisions = {n.pk: next_action([*xids.get(n.pk, []), *attempts.get(n.pk, [])], now, policy) for n in nodes}
-    health = [
-        NodeHealth(
-            name=n.name,
-            healthy=decisions[n.pk].action == NONE,
-            unhealthy_since=xids[n.pk][0].at if n.pk in xids else None,
-            fatal=decisions[n.pk].action == REPLACE and any(x.xid == 79 for x in xids.get(n.pk, [])),
-            repairing=n.phase == Node.Phase.REPAIRING and OUTCOME.get(getattr(last_command.get(n.pk), "status", None)) is None,
-        )
-        for n in nodes
-    ]
-    health += [NodeHealth(name=name, healthy=False, repairing=True) for name in replacements_under_way(pool=pool, now=now)]
+        _finish(pool, node, state.last_command.get(node.pk), cluster, now)
+    decisions, health = state.decisions, state.health
     started = 0
     gated = spec.auto_repair and spec.repair_requires_approval
     approvals = approvals_latest(nodes=nodes, since=since) if gated else {}
@@ -150,6 +134,9 @@ def _repair(pool: GpuNodePool, now: datetime) -> int:
                 repair_uncordon(pool=pool, node=node, cluster=cluster, now=now, why=f"no GPU fault waits for repair ({decision.message or decision.reason})")
             continue
         gate = repair_allowed(health, node=node.name, now=now)
+        if gate.reason == PAUSED:
+            _paused(pool, spec, node, decision, gate, next(h for h in health if h.name == node.name), cluster, now)
+            continue
         if not gate.allowed:
             if gate.event_type == "Warning" or gate.reason != "RepairInProgress":
                 event_record(pool=pool, node=node, reason=gate.reason, message=gate.message, type=gate.event_type, now=now)
@@ -160,7 +147,7 @@ def _repair(pool: GpuNodePool, now: datetime) -> int:
             event_record(pool=pool, node=node, reason="RepairNeeded", type=WARNING, now=now,
                          message=f"{decision.message or decision.reason}; autoRepair is off: repair {node.name} by hand ({decision.action})")  # fmt: skip
             continue
-        last_fault = xids[node.pk][-1].at if node.pk in xids else None
+        last_fault = state.xids[node.pk][-1].at if state.xids.get(node.pk) else None
         if gated and not approval_gate(pool=pool, node=node, decision=decision, latest=approvals.get(node.pk), last_fault_at=last_fault, now=now):
             wait_cordon(pool=pool, node=node, cluster=cluster, waiting_for="a platform admin's approval", now=now)
             continue
@@ -173,6 +160,37 @@ def _repair(pool: GpuNodePool, now: datetime) -> int:
         started += 1
         health = [h if h.name != node.name else NodeHealth(h.name, False, h.unhealthy_since, h.fatal, True) for h in health]
     return started
+
+
+def _paused(pool: GpuNodePool, spec, node: Node, decision, gate, health: NodeHealth, cluster, now: datetime) -> None:
+    """The pool is paused (more than its limit unhealthy): start nothing on `node`, and say so once.
+
+    A fatal fault is cordoned all the same (`cordon_while_paused`: its GPU is gone whatever the
+    cause), when the pool repairs itself at all (`autoRepair`; without it nothing is cordoned,
+    as nothing is while a fault waits). The `RepairPaused` Warning is written once while nothing
+    changes (`_pause_said`), as `ScaleDownBlocked` is: the issue's ×370 in 17 minutes said
+    nothing the first one had not; the pages read the pause live (pools/selectors/repair_health.py)."""
+    if spec.auto_repair and cordon_while_paused(health):
+        wait_cordon(pool=pool, node=node, cluster=cluster, now=now,
+                    waiting_for="auto repair is paused, and its GPU cannot be reached, so no new pod could use it")  # fmt: skip
+    if node.phase == Node.Phase.CORDONED:
+        meanwhile = "it stays cordoned meanwhile (no new pods; running pods stay)"
+    elif not spec.auto_repair:
+        meanwhile = "it still takes new pods: autoRepair is off, so nothing cordons or repairs it by itself"
+    else:
+        meanwhile = "it still takes new pods meanwhile: a fault this wide may not be its own hardware's"
+    what = decision.message or decision.reason
+    message = f"Repair of {node.name} ({decision.action}) not started: {gate.message}. The fault: {what}; {meanwhile}"
+    if not _pause_said(node, message):
+        event_record(pool=pool, node=node, reason=PAUSED, message=message, type=WARNING, now=now)
+
+
+def _pause_said(node: Node, message: str) -> bool:
+    """Whether the node's latest repair event is this very pause: a pause that goes on with the
+    same unhealthy count and the same fault is not written again (one event while nothing
+    changes). A repair, a wait or a new count in between makes the next pause news again."""
+    latest = PoolEvent.objects.filter(node=node, reason__in=PAUSE_RESETS).order_by("-last_timestamp", "-pk").only("reason", "message").first()
+    return latest is not None and latest.reason == PAUSED and latest.message == message
 
 
 def _commands_expire(pool: GpuNodePool, nodes: list[Node], now: datetime) -> None:

@@ -100,6 +100,11 @@ def classify(xid: int) -> XidClass:
     return XidClass(xid, kind, mnemonic, description, bucket, action, kind in ("fatal", "unknown"))
 
 
+ACTIONABLE_XIDS: tuple[int, ...] = tuple(sorted(x for x in _CATALOG if classify(x).action != NONE))
+"""The Xids whose first rung is a repair: only a node with one of them can be unhealthy to the
+pool gate, so a read that asks which pools might be paused looks for these alone."""
+
+
 @dataclass(frozen=True)
 class XidEvent:
     """One Xid reported by the node agent. `gpu_index` is None when the agent could not tell."""
@@ -254,7 +259,7 @@ def next_action(
     (rung, reason, cause), fault = max(reversed(scored), key=lambda s: s[0][0])  # latest wins ties
     action, where = LADDER[rung], _where(fault)
     messages = {
-        "FatalXid": f"{where}: the GPU cannot be reached over PCI Express; replacing the node",
+        "FatalXid": f"{where}: the GPU cannot be reached over PCI Express; the node must be replaced",
         "ResetClassXid": f"{where}: NVIDIA's catalog says {classify(fault.xid).nvidia_action}; "
         f"{action}",
     }
@@ -273,7 +278,7 @@ def next_action(
 @dataclass(frozen=True)
 class NodeHealth:
     """One node of a pool as the gate sees it. `fatal` marks a fault that must not wait
-    (Xid 79); `repairing` marks a repair in progress on this node."""
+    (Xid 79, `is_fatal`); `repairing` marks a repair in progress on this node."""
 
     name: str
     healthy: bool = True
@@ -289,6 +294,48 @@ class RepairGate:
     message: str
     event_type: Literal["Normal", "Warning"] = "Normal"
     retry_at: datetime | None = None
+
+
+def is_fatal(xid: int) -> bool:
+    """Whether this Xid says the GPU is gone (the catalog's RESTART_BM bucket: Xid 79)."""
+    return classify(xid).kind == "fatal"
+
+
+def unhealthy_limit(total: int, max_unhealthy_fraction: float = 0.2) -> int:
+    """How many unhealthy nodes a pool of `total` nodes tolerates before auto repair pauses:
+    `max_unhealthy_fraction` of the pool rounded down, and never fewer than one.
+
+    Rounded down, as Cluster API's MachineHealthCheck scales `maxUnhealthy: 20%`, so "more than
+    20% of the pool" means what the documentation says (2 of 6 nodes, 33%, pause). But MHC's
+    rounding alone gives 0 for a pool under five nodes, and such a pool could never heal even
+    one broken node; Karpenter's node repair, which rounds 20% up, still repairs one node there.
+    So one unhealthy node is always tolerated: a pool of 1 to 9 nodes repairs one broken node,
+    and a two-node pool with both nodes faulty pauses (100% unhealthy: the cause is more likely
+    shared than two machines breaking at once)."""
+    return max(1, math.floor(round(max_unhealthy_fraction * total, 9)))
+
+
+def cordon_while_paused(health: NodeHealth) -> bool:
+    """Whether a faulty node of a paused pool is cordoned all the same (no new pods; nothing is
+    evicted, nothing is repaired).
+
+    The pause is Cluster API's MachineHealthCheck short-circuit: when that many nodes fail at
+    once, the signal itself is in doubt (a driver, an image, the network, a misreporting agent),
+    and acting on every node would turn a partial fault into an outage. For the reset class
+    (Xid 48 DBE, 46, 62, 74, ...) that holds: a pool-wide burst is the signature of a shared
+    cause, the GPUs often still run work, and cordoning each reporting node would stop new pods
+    on the whole pool on a doubtful signal; the pause's Warning asks a person instead. A node
+    already cordoned while its fault waited stays cordoned: the pause starts nothing, and lifts
+    nothing either.
+
+    A fatal fault (Xid 79, the GPU fell off the bus) is different: whatever the cause, the
+    driver cannot reach that GPU, so no new pod can use it, and a node left schedulable only
+    takes pods that fail there (the issue's bert-train-0 beside a dead GPU, kept Ready for 17
+    minutes). Cordoning it takes no usable capacity and evicts nothing, which is what
+    node-problem-detector with a remediator does while a MachineHealthCheck is short-circuited.
+    Its running pods stay until a person, or the repair once the pause lifts, moves them: an
+    eviction is the disruption the pause holds back."""
+    return not health.healthy and health.fatal and not health.repairing
 
 
 def fault_persisted(
@@ -319,9 +366,10 @@ def repair_allowed(
       at once could take too much of a small pool. `in_progress` names the nodes under repair;
       by default it is read from `NodeHealth.repairing`.
     - Paused, with a Warning, when more than `max_unhealthy_fraction` of the pool is unhealthy
-      (EKS and Karpenter use 20%). When that many nodes fail together the cause is usually a
-      driver, an image or the network, and replacing nodes only loses capacity. One unhealthy
-      node is always tolerated, so a two-node pool can still heal.
+      (EKS and Karpenter use 20%; `unhealthy_limit` says how a small pool rounds). When that many
+      nodes fail together the cause is usually a driver, an image or the network, and replacing
+      nodes only loses capacity. One unhealthy node is always tolerated, so a two-node pool can
+      still heal one node. What a paused pool still does to a fatal fault: `cordon_while_paused`.
     - The node's fault must have lasted `persist_for`, unless it is fatal (`fault_persisted`).
     """
     if not 0 <= max_unhealthy_fraction <= 1:
@@ -336,11 +384,13 @@ def repair_allowed(
         message = f"the pool repairs one node at a time; {others} is being repaired"
         return RepairGate(False, "RepairInProgress", message)
     total, unhealthy = len(nodes), sum(1 for n in nodes.values() if not n.healthy)
-    if unhealthy > max(1, math.floor(round(max_unhealthy_fraction * total, 9))):
+    limit = unhealthy_limit(total, max_unhealthy_fraction)
+    if unhealthy > limit:
         message = (
             f"{unhealthy} of {total} nodes ({unhealthy / total:.0%}) are unhealthy, above the "
-            f"{max_unhealthy_fraction:.0%} limit: auto repair is paused; a fault this wide is "
-            "more likely a driver, image or network problem than bad hardware"
+            f"{max_unhealthy_fraction:.0%} limit ({limit} {'node' if limit == 1 else 'nodes'} in this pool): "
+            "auto repair is paused until fewer are; a fault this wide is more likely a driver, "
+            "image or network problem than bad hardware"
         )
         return RepairGate(False, "RepairPaused", message, "Warning")
     if node is None:

@@ -8,6 +8,9 @@ What is simulated here is only what a real site has outside the control plane:
   bound to the node, and which raises the Xids the fault plan injects;
 - the users: pods submitted by the teams' members through the same service as the API, from
   :mod:`pools.demo.workload`'s plan;
+- faults: now and then an Xid on a GPU of a node, through the simulated cloud, never in the
+  admin guide's drill pool and never one that would pause a pool's auto repair
+  (`fault_candidates`);
 - time: at demo speed the minute-granular worker schedules are too slow to watch, so each tick
   runs the worker's own tasks (reconcile, schedule, autoscale, repair, rollup, metering). They
   are idempotent and safe beside the worker, which keeps running its schedules.
@@ -18,6 +21,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -29,10 +33,12 @@ from monitoring.agent_buffer import DiskBuffer
 from monitoring.agent_sources import ControlPlaneFaults, SimulatedSource
 from monitoring.services import join_token_create
 from pools.core.errors import ConflictError
+from pools.core.repair import unhealthy_limit
 from pools.core.spec import parse_document
 from pools.demo.workload import DemoPod, Route
 from pools.models import GpuNodePool, Membership, Node, Pod, PriorityClass
 from pools.selectors.pools import catalog_current
+from pools.selectors.repair_health import repair_states, watched_nodes
 from pools.services import pods as pod_services
 
 logger = logging.getLogger("ebcloud.demo")
@@ -171,6 +177,30 @@ def gpu_shares(nodes: list[Node]) -> dict[int, list[float]]:
         whole = min(gpus, math.floor(total))
         out[node.pk] = [1.0] * whole + ([round(total - whole, 3)] if whole < gpus and total > whole else [])
     return out
+
+
+# ----------------------------------------------------------------------------------- faults
+
+
+# The pool the admin guide's repair drill uses (docs/guide-admin.md: `inject_fault
+# train-pool-demo-1-001 --xid 79`). The demo's own faults leave it alone: a two-node pool
+# tolerates one unhealthy node, and an Xid 48 the demo had put on its other node turned the
+# drill into a paused pool (2 of 2 unhealthy) instead of the replacement the guide promises.
+DRILL_POOLS = frozenset({"train-pool-demo"})
+
+
+def fault_candidates(nodes: list[Node], *, agents: Collection[str], now: datetime) -> list[Node]:
+    """The nodes the demo may make fail now, by name: Ready, with a running agent, in a pool
+    that repairs itself, not the guide's drill pool (`DRILL_POOLS`), and in a pool that one more
+    unhealthy node keeps within its limit (`pools.core.repair.unhealthy_limit`). A demo fault
+    shows a repair; one that paused its pool (`RepairPaused`) would show auto repair stopping
+    for a cause the demo made up, and hold back the repairs of the faults before it."""
+    ready = [n for n in nodes if n.phase == Node.Phase.READY and n.name in agents and n.pool.name not in DRILL_POOLS
+             and n.pool.document.get("spec", {}).get("autoRepair", True)]  # fmt: skip
+    states = repair_states(nodes=watched_nodes({n.pool_id for n in ready}), now=now)
+    room = {pool_id: state.unhealthy + 1 <= unhealthy_limit(len(state.health)) for pool_id, state in states.items()}
+    unhealthy = {h.name for state in states.values() for h in state.health if not h.healthy}
+    return sorted((n for n in ready if room.get(n.pool_id) and n.name not in unhealthy), key=lambda n: n.name)
 
 
 # --------------------------------------------------------------------------------- workload

@@ -23,6 +23,13 @@ from pools.core import repair
 from pools.models import Node, PoolEvent
 from pools.models.pods import Pod
 from pools.models.repair import RepairApproval
+from pools.selectors.repair_health import (
+    WATCHED_PHASES,
+    may_be_paused,
+    pool_repair_state,
+    watched_nodes,
+    with_pool_fault_counts,
+)
 
 HISTORY_LIMIT = 100
 REPAIR_REASONS = (
@@ -48,10 +55,8 @@ class HistoryEntry:
 def node_get(*, user, pool_name: str, node_name: str) -> Node:
     """The node of that live pool, if the user may see the pool; otherwise 404 (another team's
     node does not exist for a lead)."""
-    node = (
-        Node.objects.for_user(user).select_related("pool", "pool__team", "pool__gpu_model", "pool__node_type", "zone")
-        .filter(pool__name=pool_name, pool__deleted_at__isnull=True, name=node_name).first()
-    )  # fmt: skip
+    nodes = Node.objects.for_user(user).select_related("pool", "pool__team", "pool__gpu_model", "pool__node_type", "zone")
+    node = with_pool_fault_counts(nodes, timezone.now()).filter(pool__name=pool_name, pool__deleted_at__isnull=True, name=node_name).first()
     if node is None:
         raise Http404(f"node {node_name!r} of pool {pool_name!r} not found")
     return node
@@ -77,8 +82,11 @@ def _ready_condition(node: Node) -> dict:
             "lastTransitionTime": (node.ready_at.isoformat() if node.ready_at and node.phase == "Ready" else "")}  # fmt: skip
 
 
-def _hardware_condition(xids: list[GpuErrorEvent], commands: list[AgentCommand], now: datetime) -> dict:
-    """EKS's `AcceleratedHardwareReady`, from the same ladder the repair service runs."""
+def _hardware_condition(xids: list[GpuErrorEvent], commands: list[AgentCommand], now: datetime, node: Node) -> dict:
+    """EKS's `AcceleratedHardwareReady`, from the same ladder the repair service runs. When a
+    repair is due, the pool gate's answer for the node is read too (`_gate`): a repair the
+    pool's pause holds back is said to be paused, and why, instead of promising the ladder's
+    action (the issue's "…replacing the node" on a node that stayed Ready for 17 minutes)."""
     window = repair.RepairPolicy().window
     history = [repair.XidEvent(xid=x.xid, at=x.at, gpu_index=x.gpu_index) for x in xids if x.at > now - window]
     history += [
@@ -87,8 +95,26 @@ def _hardware_condition(xids: list[GpuErrorEvent], commands: list[AgentCommand],
     ]  # fmt: skip
     decision = repair.next_action(history, now)
     healthy = decision.action == repair.NONE and decision.reason != "RepairInProgress"
+    message = decision.message or ("repair needed: " + decision.action)
+    gate = _gate(node, now) if decision.action != repair.NONE else None  # a healthy node's page reads no more
+    if gate is not None and gate.reason == "RepairPaused":
+        message += f" — {decision.action} not started: {gate.message}"
     return {"type": "AcceleratedHardwareReady", "status": "True" if healthy else "False", "reason": decision.reason,
-            "message": decision.message or ("repair needed: " + decision.action), "lastTransitionTime": ""}  # fmt: skip
+            "message": message, "lastTransitionTime": ""}  # fmt: skip
+
+
+def _gate(node: Node, now: datetime) -> repair.RepairGate | None:
+    """The repair gate's answer for the node, as the repair pass would give it, when its pool
+    may be paused (`may_be_paused`, from the counts `node_get` read with the node; four queries
+    then); None for a node the pass does not watch, or whose pool cannot be paused now."""
+    if node.phase not in WATCHED_PHASES or node.release_reason:
+        return None
+    if not hasattr(node, "pool_faulty"):  # a node not read by `node_get`
+        node = with_pool_fault_counts(Node.objects.filter(pk=node.pk), now).get()
+    if not may_be_paused(node):
+        return None
+    state = pool_repair_state(pool_id=node.pool_id, nodes=watched_nodes([node.pool_id]), now=now)
+    return next((state.gate(n, now) for n in state.nodes if n.pk == node.pk), None)
 
 
 def _history(events, commands, xids) -> list[HistoryEntry]:
@@ -123,7 +149,7 @@ def node_page(*, user, node: Node, now: datetime | None = None) -> dict:
         if x.at > recent:
             per_gpu[x.gpu_index] = per_gpu.get(x.gpu_index, 0) + 1
     gpus = [{**g, "xids_24h": per_gpu.get(g.get("index"), 0)} for g in (report.gpus if report else []) if isinstance(g, dict)]
-    conditions = [_ready_condition(node), _hardware_condition(xids, commands, now), *((state.conditions or []) if state else [])]
+    conditions = [_ready_condition(node), _hardware_condition(xids, commands, now, node), *((state.conditions or []) if state else [])]
     return {
         "state": state,
         "report": report,

@@ -4,8 +4,13 @@ admin, the latest repair outcomes, and, for one node, who replaced it or whom it
 who pays for the slot. A bounded number of queries whatever the fleet's size.
 
 A repair is in progress from the moment a faulty node is cordoned to wait until its reset or
-reboot held, or, for a replacement, until the successor is Ready. The pages poll while one is
-moving by itself; a request waiting for an admin does not move by itself, so it does not poll.
+reboot held, or, for a replacement, until the successor is Ready. A repair the pool's pause
+holds back is listed too, cordoned or not, with the pause's reason read live from the same
+state the repair pass decides with (pools/selectors/repair_health.py): before, a paused node
+that still took pods was missing from `/repairs/` while its condition said "replacing". The
+pages poll while one is moving by itself; a request waiting for an admin, or a paused repair
+(it waits for a person, or for the pool's faults to clear), does not move by itself, so it does
+not poll.
 """
 
 from __future__ import annotations
@@ -13,19 +18,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from billing.models import LeasePeriod
-from monitoring.models import AgentCommand
+from monitoring.models import AgentCommand, GpuErrorEvent
 from pools.core.lifecycle import REPAIRED as REPAIR_RELEASE
+from pools.core.repair import ACTIONABLE_XIDS, RepairGate, RepairPolicy
 from pools.models import GpuNodePool, Node, PoolEvent
 from pools.models.repair import RepairApproval
+from pools.selectors.repair_health import (
+    REPLACEMENT_WINDOW,
+    WATCHED_PHASES,
+    may_be_paused,
+    repair_states,
+    watched_nodes,
+    with_pool_fault_counts,
+)
 
 ROW_LIMIT = 200
 OUTCOME_LIMIT = 100
-REPLACEMENT_WINDOW = timedelta(days=1)  # a released node whose successor never came is shown this long
-SUCCESSOR_ORDER_WINDOW = timedelta(minutes=10)  # the lifecycle orders a successor within a pass or two
 OUTCOME_WINDOW = timedelta(days=7)
 OUTCOME_REASONS = ("RepairStarted", "RepairSucceeded", "RepairFailed", "RepairPendingApproval", "RepairRejected", "RepairPaused", "NodeCordoned")
 STAGE_REASONS = ("RepairStarted", "RepairFailed", "RepairPendingApproval", "RepairApproved", "NodeCordoned", "WaitingForFaultToPersist", "RepairPaused")
@@ -45,7 +57,11 @@ class RepairRow:
     moving: bool  # changes by itself (the page polls); False while it waits for a person
 
 
-def _stage(node: Node, command: AgentCommand | None, approval: RepairApproval | None) -> tuple[str, bool]:
+def _stage(node: Node, command: AgentCommand | None, approval: RepairApproval | None, paused: RepairGate | None) -> tuple[str, bool]:
+    if paused is not None:
+        if node.phase == Node.Phase.CORDONED:
+            return "repair paused (too many of the pool's nodes are unhealthy); cordoned: no new pods", False
+        return "repair paused (too many of the pool's nodes are unhealthy); the node still takes new pods", False
     if node.phase == Node.Phase.REPAIRING:
         what = command.get_action_display() if command is not None else "repair"
         return f"{what} running on the node", True
@@ -61,16 +77,26 @@ def _stage(node: Node, command: AgentCommand | None, approval: RepairApproval | 
 
 
 def repairs_in_progress(*, user, pool: GpuNodePool | None = None, now: datetime | None = None) -> list[RepairRow]:
-    """The repairs in progress the user may see (every team's for an admin), newest first."""
+    """The repairs in progress the user may see (every team's for an admin), newest first: with
+    them, the faulty nodes whose repair the pool's pause holds back (`_paused`)."""
     now = now or timezone.now()
     nodes = Node.objects.for_user(user).filter(pool__deleted_at__isnull=True)
     if pool is not None:
         nodes = nodes.filter(pool=pool)
     replacing = Q(release_reason=REPAIR_RELEASE) & (Q(terminated_at__isnull=True) | Q(terminated_at__gt=now - REPLACEMENT_WINDOW))
+    since = now - RepairPolicy().window
+    faulty = Q(phase__in=(Node.Phase.READY, Node.Phase.UNKNOWN), release_reason="") & Exists(
+        GpuErrorEvent.objects.filter(node_id=OuterRef("pk"), at__gt=since, at__lte=now, xid__in=ACTIONABLE_XIDS)
+    )  # a node that still takes pods is listed only when the pool's pause holds its repair back
     nodes = list(
-        nodes.filter(Q(phase__in=(Node.Phase.REPAIRING, Node.Phase.CORDONED), release_reason="") | (replacing & (Q(successor__isnull=True) | Q(successor__ready_at__isnull=True))))
-        .select_related("pool", "successor").order_by("pool__name", "name")[:ROW_LIMIT]
+        with_pool_fault_counts(nodes.filter(
+            Q(phase__in=(Node.Phase.REPAIRING, Node.Phase.CORDONED), release_reason="")
+            | (replacing & (Q(successor__isnull=True) | Q(successor__ready_at__isnull=True))) | faulty
+        ), now).select_related("pool", "successor").order_by("pool__name", "name")[:ROW_LIMIT]
     )  # fmt: skip
+    pausable = {n.pool_id for n in nodes if n.phase in WATCHED_PHASES and not n.release_reason and may_be_paused(n)}
+    paused = _paused(pausable, now) if pausable else {}
+    nodes = [n for n in nodes if n.pk in paused or n.phase not in (Node.Phase.READY, Node.Phase.UNKNOWN) or n.release_reason]
     ids = [n.pk for n in nodes]
     commands: dict[int, AgentCommand] = {}
     for c in AgentCommand.objects.filter(node_id__in=ids, status=AgentCommand.Status.PENDING).order_by("created_at", "pk"):
@@ -81,25 +107,28 @@ def repairs_in_progress(*, user, pool: GpuNodePool | None = None, now: datetime 
         latest[e.node_id] = e
     rows = []
     for n in nodes:
-        stage, moving = _stage(n, commands.get(n.pk), approvals.get(n.pk))
+        gate = paused[n.pk][1] if n.pk in paused else None
+        stage, moving = _stage(n, commands.get(n.pk), approvals.get(n.pk), gate)
         event = latest.get(n.pk)
         since = event.first_timestamp if event is not None else None
         detail = "" if event is None else event.message + (f" (×{event.count})" if event.count > 1 else "")
+        if gate is not None:  # the reason as the gate says it now, not an older event's
+            since = event.first_timestamp if event is not None and event.reason == "RepairPaused" else None
+            detail = gate.message
         rows.append(RepairRow(n.pool.name, n.name, n.phase, stage, since, detail, n.successor, moving))
     return sorted(rows, key=lambda r: r.since or now, reverse=True)
 
 
-def replacements_under_way(*, pool: GpuNodePool, now: datetime) -> list[str]:
-    """The pool's nodes replaced after a repair whose replacement is not over: still draining or
-    releasing, released with a successor that has not been Ready yet (for at most
-    `REPLACEMENT_WINDOW`), or released so recently that the lifecycle may not have ordered the
-    successor yet (`SUCCESSOR_ORDER_WINDOW`: a slot no longer refilled, after a shrink, must not
-    hold repairs back). The repair gate counts each as a repair in progress and as an unhealthy
-    node, so a second replacement waits for the first."""
-    released_waiting = Q(terminated_at__gt=now - REPLACEMENT_WINDOW, successor__isnull=False, successor__ready_at__isnull=True)
-    just_released = Q(terminated_at__gt=now - SUCCESSOR_ORDER_WINDOW, successor__isnull=True)
-    under_way = Q(release_reason=REPAIR_RELEASE) & (Q(terminated_at__isnull=True) | released_waiting | just_released)
-    return list(pool.nodes.filter(under_way).order_by("name").values_list("name", flat=True))
+def _paused(pool_ids: set[int], now: datetime) -> dict[int, tuple[Node, RepairGate]]:
+    """The nodes of these pools whose repair the pool's pause holds back now, with the gate's
+    answer: four queries, run only for pools that may be paused (`may_be_paused`)."""
+    out: dict[int, tuple[Node, RepairGate]] = {}
+    for state in repair_states(nodes=watched_nodes(pool_ids), now=now).values():
+        for node in state.nodes:
+            gate = state.gate(node, now)
+            if gate is not None and gate.reason == "RepairPaused":
+                out[node.pk] = (node, gate)
+    return out
 
 
 def repair_approvals_open(*, user, pool: GpuNodePool | None = None) -> list[RepairApproval]:

@@ -35,7 +35,8 @@ logger = logging.getLogger("ebcloud.demo")
 DEMO_LOADS = {"train-pool-demo": 0.9, "infer-pool-l40s": 2.5, "batch-spot-t4": 0.8}
 SHARED_GPU_POOLS = {"infer-pool-l40s"}
 # Xid 79 (fell off the bus) is replaced at once; the reset class needs the fault to persist
-# (pools/core/repair.py), which a demo shows later.
+# (pools/core/repair.py), which a demo shows later. The admin guide's drill pool gets none
+# (pools/demo/fleet.py: DRILL_POOLS).
 FAULT_XIDS = (79, 48)
 TRACE_WINDOW_S = 24 * 3600
 
@@ -148,9 +149,10 @@ class Command(BaseCommand):
 
     def _fault(self, fleet: demo_fleet.AgentFleet, nodes: list[Node], rng: random.Random, *, xid: int) -> int:
         """Make the simulated cloud raise an Xid on a GPU of a Ready node of a pool with
-        autoRepair; the node's agent fetches and reports it (pools/providers/faults.py)."""
-        candidates = sorted((n for n in nodes if n.phase == Node.Phase.READY and n.name in fleet.agents
-                             and n.pool.document.get("spec", {}).get("autoRepair", True)), key=lambda n: n.name)
+        autoRepair, outside the admin guide's drill pool and never one that would pause its pool
+        (`demo_fleet.fault_candidates`); the node's agent fetches and reports it
+        (pools/providers/faults.py). None fits: no fault this time, the same Xid next time."""
+        candidates = demo_fleet.fault_candidates(nodes, agents=fleet.agents, now=timezone.now())
         if not candidates:
             return 0
         node = rng.choice(candidates)
