@@ -15,6 +15,13 @@ eviction counting down; so a plan moves at most N of them (:class:`DisruptionBud
 
 How many it allows is the disruption controller's arithmetic (`budget_status`), which the
 simulated cluster runs on every read, so its budgets are never stale.
+
+Preemption is not an eviction: kube-scheduler deletes its victims, and its preemption only
+ranks by the budgets (it may violate them where no node avoids it), read its own way
+(`PreemptionBudget`, `preemption_budgets`): every budget that selects a pod counts it, however
+many do; an empty selector selects nothing there; `disruptionsAllowed` is taken as written.
+Each budget of the Eviction API's list carries the budgets behind it read that way, so that one
+reading of the cluster serves both.
 """
 
 from __future__ import annotations
@@ -42,13 +49,40 @@ def eviction_opted_out(key: str, annotations: Mapping[str, str]) -> str | None:
 
 
 @dataclass(frozen=True)
+class PreemptionBudget:
+    """One PodDisruptionBudget as kube-scheduler's preemption counts it
+    (`FilterVictimsWithPDBViolation`, pkg/scheduler/framework/preemption/util.go): `pods`, the
+    pods ("namespace/name") it counts, those of its namespace that have labels and that its
+    selector, neither null nor empty nor invalid, matches, less those already in its
+    `status.disruptedPods`; `allowed`, its `status.disruptionsAllowed` as written."""
+
+    name: str
+    pods: frozenset[str]
+    allowed: int
+
+
+@dataclass(frozen=True)
 class DisruptionBudget:
     """The pods ("namespace/name") one budget guards, and how many of them may be evicted now;
-    `named` says which budget, in the words a plan's message uses."""
+    `named` says which budget, in the words a plan's message uses; `preemption`, the
+    PodDisruptionBudgets behind it as kube-scheduler's preemption reads them (one, or each of
+    those selecting a pod that several select; none for a refusal of another kind)."""
 
     pods: frozenset[str]
     allowed: int
     named: str = field(default="a disruption budget", compare=False)
+    preemption: tuple[PreemptionBudget, ...] = field(default=(), compare=False)
+
+
+def preemption_budgets(budgets: Iterable[DisruptionBudget]) -> list[PreemptionBudget]:
+    """The PodDisruptionBudgets behind these budgets as kube-scheduler's preemption reads them,
+    each once, in order of name (kube-scheduler takes its cache's order, which only decides
+    which of a pod's budgets it spends after one has none left: none)."""
+    found: dict[str, PreemptionBudget] = {}
+    for budget in budgets:
+        for behind in budget.preemption:
+            found.setdefault(behind.name, behind)
+    return [found[name] for name in sorted(found)]
 
 
 def selector_matches(selector: Mapping | None, labels: Mapping[str, str]) -> bool:
@@ -100,25 +134,50 @@ def _lets_unready_go(budget: Mapping) -> bool:
     return desired > 0 and (status.get("currentHealthy") or 0) >= desired
 
 
+def _counted_by_preemption(budget: Mapping, key: str, labels: Mapping[str, str]) -> bool:
+    """Whether kube-scheduler's preemption counts pod `key` against this budget of its
+    namespace: the pod has labels, the selector is not empty ("a PDB with a nil or empty
+    selector matches nothing") and matches them, and the pod is not in `status.disruptedPods`."""
+    selector = (budget.get("spec") or {}).get("selector")
+    if not labels or not selector or not (selector.get("matchLabels") or selector.get("matchExpressions")):
+        return False
+    return selector_matches(selector, labels) and key.partition("/")[2] not in ((budget.get("status") or {}).get("disruptedPods") or {})
+
+
 def disruption_budgets(budgets: Sequence[Mapping], pods: Mapping[str, Mapping[str, str]], *, unready: Collection[str] = ()) -> list[DisruptionBudget]:
     """The budgets (PodDisruptionBudget documents, as the API returns them) over these pods,
     "namespace/name" -> labels: each with the pods it alone guards; a pod two budgets match
     may not be evicted at all, so it gets a budget of its own that allows none. A pod in
-    `unready` (Running, not Ready) that its budget lets go without spending is guarded by none."""
+    `unready` (Running, not Ready) that its budget lets go without spending is guarded by none.
+    Each carries the budgets behind it as preemption reads them (see the module docstring); a
+    budget whose pods preemption counts but the Eviction API lets go (unready ones) is listed
+    guarding none, for that alone."""
     in_namespace: dict[str, list[int]] = {}
     for i, budget in enumerate(budgets):
         in_namespace.setdefault(budget.get("metadata", {}).get("namespace", ""), []).append(i)
     names = [f"{(b.get('metadata') or {}).get('namespace')}/{(b.get('metadata') or {}).get('name')}" for b in budgets]
     guarded: dict[int, set[str]] = {}
-    alone: list[DisruptionBudget] = []
+    counted: dict[int, set[str]] = {}
+    several: list[tuple[str, list[int]]] = []
     for key, labels in pods.items():
         candidates = in_namespace.get(key.split("/", 1)[0], ())
         matching = [i for i in candidates if selector_matches((budgets[i].get("spec") or {}).get("selector"), labels)]
+        for i in matching:
+            if _counted_by_preemption(budgets[i], key, labels):
+                counted.setdefault(i, set()).add(key)
         if len(matching) > 1:
-            alone.append(DisruptionBudget(frozenset({key}), 0, f"more than one disruption budget ({', '.join(names[i] for i in matching)})"))
+            several.append((key, matching))
         elif matching and not (key in unready and _lets_unready_go(budgets[matching[0]])):
             guarded.setdefault(matching[0], set()).add(key)
-    named = [DisruptionBudget(frozenset(keys), _allowed(budgets[i]), f"the disruption budget {names[i]}") for i, keys in sorted(guarded.items())]
+    behind = {i: PreemptionBudget(names[i], frozenset(keys), (budgets[i].get("status") or {}).get("disruptionsAllowed") or 0) for i, keys in counted.items()}
+    named = [
+        DisruptionBudget(frozenset(guarded.get(i, ())), _allowed(budgets[i]), f"the disruption budget {names[i]}", (behind[i],) if i in behind else ())
+        for i in sorted(guarded.keys() | (behind.keys() - {i for _, matching in several for i in matching}))
+    ]  # fmt: skip
+    alone = [
+        DisruptionBudget(frozenset({key}), 0, f"more than one disruption budget ({', '.join(names[i] for i in matching)})", tuple(behind[i] for i in matching if i in behind))
+        for key, matching in several
+    ]  # fmt: skip
     return named + alone
 
 

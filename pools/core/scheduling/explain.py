@@ -3,7 +3,8 @@
 The message is the one ``kubectl describe pod`` shows (over the nodes the pod's team may use), e.g.
 ``0/12 nodes are available: 2 Insufficient nvidia.com/gpu, 4 node(s) had untolerated taint(s),
 6 node(s) didn't match Pod's node affinity/selector. preemption: 0/12 nodes are available:
-2 No preemption victims found for incoming pod, 10 Preemption is not helpful for scheduling.``
+1 Insufficient nvidia.com/gpu, 1 No preemption victims found for incoming pod, 10 Preemption is
+not helpful for scheduling.``
 (kube-scheduler 1.37's wording, :func:`explain`), the entries sorted the way kube-scheduler
 sorts them (as "<count> <reason>" strings). The hints are ours:
 per pool, every check that keeps the pod off it and the one change that answers them all
@@ -54,7 +55,6 @@ class Explanation:
 
 
 NOT_HELPFUL = "Preemption is not helpful for scheduling"
-NO_VICTIMS = "No preemption victims found for incoming pod"
 
 
 def kube_message(node_count: int, available: int, reasons: dict[str, int], preemption: str = "") -> str:
@@ -104,17 +104,25 @@ def explain(pod: Pod, nodes: Sequence[NodeState]) -> Explanation:
 
 def _preemption(pod: Pod, node_count: int, available: int, resolvable: Sequence[NodeState]) -> str:
     """What kube-scheduler's DefaultPreemption says when it runs (no node fits) and fails: the
-    pod may not preempt, or no node has victims whose eviction would make room (each node is
-    either "not helpful", where evicting cannot fix what keeps the pod off, or has none). Empty
-    where it would find victims (the scheduler then preempts) or did not run. The victims are
-    looked for only here, and only until a node has some."""
+    pod may not preempt, or no node has victims whose eviction would make room. Its FitError
+    counts each node's reasons: "not helpful" where evicting cannot fix what keeps the pod off,
+    "No preemption victims found" on a node without a pod it may evict, and the filters' own
+    reasons ("Insufficient nvidia.com/gpu") where even evicting every such pod leaves it short.
+    Empty where it would find victims (the scheduler then preempts) or did not run. The victims
+    are looked for only here, and only until a node has some."""
     if available or not node_count:
         return ""
     if not pod.may_preempt:
         return "not eligible due to preemptionPolicy=Never."
-    if any(victims_on(pod, node) for node in resolvable):
-        return ""
-    verdicts = {NO_VICTIMS: len(resolvable), NOT_HELPFUL: node_count - len(resolvable)}
+    verdicts: Counter[str] = Counter({NOT_HELPFUL: node_count - len(resolvable)})
+    for node in resolvable:
+        found = victims_on(pod, node)
+        if found is None:  # not reached: a resolvable node passes every filter preemption cannot mend
+            verdicts[NOT_HELPFUL] += 1
+        elif found.victims:
+            return ""
+        else:
+            verdicts.update(found.reasons)
     return kube_message(node_count, 0, {reason: count for reason, count in verdicts.items() if count})
 
 

@@ -1,39 +1,54 @@
 """Preemption: which lower-priority pods a Pending pod may evict, on which node (seed O3).
 
-Rules, stricter than kube-scheduler's defaults because our victims are expensive GPU jobs:
+kube-scheduler 1.37's DefaultPreemption (plugins/defaultpreemption, framework/preemption), so that
+the simulated cluster preempts what a real one would, with two rules of ours (marked +) because
+our victims are expensive GPU jobs:
 
 * a pod whose PriorityClass says `preemptionPolicy: Never` preempts nobody: it waits for room
-  (and may itself be preempted), as kube-scheduler's DefaultPreemption does;
-* only pods of STRICTLY lower priority are ever victims (never equal or higher);
+  (and may itself be preempted);
+* only pods of STRICTLY lower priority are ever victims (never equal or higher), and (+) only
+  those the pod may evict (`may_preempt`: a guest of a lent pool never evicts the owner's);
 * all victims are on ONE node, and only nodes whose non-resource filters pass (taints,
-  affinity, cordon, GPU model) are considered: evicting pods cannot fix those;
-* the victim set is minimal: every lower-priority pod is removed in simulation, then pods are
-  given back ("reprieved") while the preemptor still fits, the ones we least want to evict
-  first: those whose PodDisruptionBudget allows no more disruptions (as kube-scheduler's
-  selectVictimsOnNode reprieves them first), then not checkpointable, then highest priority;
-  so checkpointable, low-priority pods without a budget are the ones that go;
-* among nodes, the one whose victims hurt least wins: fewest victims past their disruption
-  budget (kube-scheduler's pickOneNodeForPreemption asks this first: preemption may violate a
-  budget, but only where no node avoids it), then fewest non-checkpointable victims, then the
-  lowest highest-victim priority, then the lowest priority sum, then fewest victims, then the
-  smallest node name.
+  affinity, cordon, GPU model) are tried: evicting pods cannot fix those;
+* on each node (`victims_on`, kube-scheduler's SelectVictimsOnNode) every such pod is removed
+  in simulation; a node without any is no candidate ("No preemption victims found for incoming
+  pod"), nor one where the pod still does not fit (for the filters' own reasons, "Insufficient
+  nvidia.com/gpu"). Then the pods are given back ("reprieved") while the preemptor still fits,
+  those that would be past their PodDisruptionBudget first, then the others, each group most
+  important first: (+) not checkpointable first, then the highest priority (then the name: our
+  pods carry no start time); so checkpointable, low-priority pods without a budget go;
+* which pods would be past their budget is counted as kube-scheduler counts it
+  (`past_budget`): preemption deletes its victims, it does not ask the Eviction API (which
+  refuses a pod that two budgets select), so each pod, most important first, spends one
+  disruption of every budget that counts it (pools/core/disruption.py `PreemptionBudget`) and is
+  past its budget once one of them has none left; the victims past it are the node's violations;
+* among nodes (kube-scheduler's pickOneNodeForPreemption) the one whose victims hurt least
+  wins: fewest violations (preemption may violate a budget, but only where no node avoids it),
+  (+) then fewest non-checkpointable victims, then the lowest highest-victim priority, the
+  lowest sum of priorities (each raised by 2^31 as kube-scheduler raises them, so that pods of
+  negative priority do not make more victims cheaper), fewest victims, then the smallest node
+  name (kube-scheduler: the latest start time, then the first node it tried).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from pools.core.disruption import DisruptionBudget, refused
+from pools.core.disruption import DisruptionBudget, PreemptionBudget, preemption_budgets
 from pools.core.scheduling.nodes import (
     NodeState,
     Pod,
     best_fit_gpus,
     filter_node,
+    insufficient_resources,
     may_preempt,
     resource_filter_reason,
     static_filter_reason,
 )
+
+NO_VICTIMS = "No preemption victims found for incoming pod"
+_PRIORITY_RAISE = 2**31  # kube-scheduler adds math.MaxInt32 + 1 to every victim's priority before summing
 
 
 @dataclass(frozen=True)
@@ -50,54 +65,87 @@ class PreemptionPlan:
         return tuple(v.name for v in self.victims)
 
 
-def victims_on(pod: Pod, node: NodeState, budgets: Sequence[DisruptionBudget] = ()) -> tuple[list[Pod], tuple[int, ...]] | None:
+@dataclass(frozen=True)
+class NodeVictims:
+    """What preemption finds on one node: the fewest victims whose eviction lets the pod fit, how
+    many of them are past their disruption budget, and the GPUs the pod then takes; or no
+    victims and kube-scheduler's reasons why the node is no candidate (its FitError counts them)."""
+
+    victims: tuple[Pod, ...] = ()
+    violations: int = 0
+    gpu_indices: tuple[int, ...] = ()
+    reasons: tuple[str, ...] = ()
+
+
+def past_budget(pods: Iterable[Pod], budgets: Sequence[PreemptionBudget]) -> set[str]:
+    """The pods that would be past their disruption budget if all of them went, in this order:
+    kube-scheduler's FilterVictimsWithPDBViolation. Each pod spends one of every budget that
+    counts it, until one goes below zero (that pod is past it; the budgets after are not spent)."""
+    left = [budget.allowed for budget in budgets]
+    past = set()
+    for pod in pods:
+        for i, budget in enumerate(budgets):
+            if pod.name in budget.pods:
+                left[i] -= 1
+                if left[i] < 0:
+                    past.add(pod.name)
+                    break
+    return past
+
+
+def victims_on(pod: Pod, node: NodeState, budgets: Sequence[PreemptionBudget] = ()) -> NodeVictims | None:
+    """kube-scheduler's SelectVictimsOnNode for ``pod`` on ``node`` (see the module docstring);
+    None where a filter that evicting pods cannot change refuses the pod (kube-scheduler does
+    not try the node: "Preemption is not helpful for scheduling")."""
     if static_filter_reason(pod, node) is not None:
         return None
     candidates = [b for b in node.bound.values() if b.pod.priority < pod.priority and may_preempt(pod, b.pod.team, node)]
     if not candidates:
-        return None
+        return NodeVictims(reasons=(NO_VICTIMS,))
     sim = node.clone()
     for binding in candidates:
         sim.unbind(binding.pod.name)
-    if resource_filter_reason(pod, sim) is not None:
-        return None
+    if short := insufficient_resources(pod, sim):
+        return NodeVictims(reasons=tuple(reason for reason, _ in short))
+    candidates.sort(key=lambda b: (b.pod.checkpointable, -b.pod.priority, b.pod.name))  # most important first
+    past = past_budget((b.pod for b in candidates), budgets)
     victims = []
-    past_budget = set(refused([b.pod.name for b in candidates], budgets))
-    # Give pods back, least-wanted-to-evict first; each stays if the preemptor still fits.
-    for binding in sorted(
-        candidates, key=lambda b: (b.pod.name not in past_budget, b.pod.checkpointable, -b.pod.priority, b.pod.name)
-    ):
+    # Give pods back, those past their budget first; each stays if the preemptor still fits.
+    for binding in [b for b in candidates if b.pod.name in past] + [b for b in candidates if b.pod.name not in past]:
         sim.bind(binding.pod, binding.gpu_indices)
         if resource_filter_reason(pod, sim) is not None:
             sim.unbind(binding.pod.name)
             victims.append(binding.pod)
-    return victims, best_fit_gpus(pod, sim.gpu_free) or ()
+    return NodeVictims(tuple(victims), sum(1 for v in victims if v.name in past), best_fit_gpus(pod, sim.gpu_free) or ())
 
 
 def preempt(pod: Pod, nodes: Sequence[NodeState], budgets: Sequence[DisruptionBudget] = ()) -> PreemptionPlan | None:
     """The least harmful preemption that lets ``pod`` run, or None when the pod already fits
     somewhere (nothing to evict), it may not preempt (`preemptionPolicy: Never`) or no eviction
-    of lower-priority pods can make it fit."""
+    of lower-priority pods can make it fit. ``budgets``: the disruption budgets over the running
+    pods as the cluster backend reads them; preemption counts the PodDisruptionBudgets behind
+    them its own way (`past_budget`)."""
     if not pod.may_preempt:
         return None
     if any(filter_node(pod, node) is None for node in nodes):
         return None
+    counted = preemption_budgets(budgets)
     best = None
     for node in nodes:
-        found = victims_on(pod, node, budgets)
-        if found is None:
+        found = victims_on(pod, node, counted)
+        if found is None or not found.victims:
             continue
-        victims, gpus = found
+        victims = found.victims
         rank = (
-            len(refused([v.name for v in victims], budgets)),
+            found.violations,
             sum(1 for v in victims if not v.checkpointable),
             max(v.priority for v in victims),
-            sum(v.priority for v in victims),
+            sum(v.priority + _PRIORITY_RAISE for v in victims),
             len(victims),
             node.name,
         )
         if best is None or rank < best[0]:
-            best = (rank, node.name, victims, gpus)
+            best = (rank, node.name, victims, found.gpu_indices)
     if best is None:
         return None
     _, node_name, victims, gpus = best
