@@ -187,9 +187,33 @@ def drains_advance(p: ReconcilePass) -> None:
 # Leases (D2: a short-lease node at order expiry exits gracefully; autoRenew renews instead)
 
 
+_RENEWING = (*rules.UNPAID, PoolOrder.Status.PAID)  # a renewal ordered for the node and not refused or failed
+
+
+def _views(nodes: list[Node]) -> list[rules.NodeView]:
+    """The pool's live nodes as the surplus and renewal choices see them (`rules.drain_order`);
+    `nodes` come with their `renewal_order`."""
+    return [
+        rules.NodeView(n.name, n.billing, n.phase, n.lease_end, renewing=n.renewal_order_id is not None and n.renewal_order.status in _RENEWING)
+        for n in nodes
+    ]
+
+
+def _staying_nodes(p: ReconcilePass) -> list[Node]:
+    """The pool's live nodes not leaving yet, with their renewal orders."""
+    return list(p.live_nodes().filter(release_reason="").select_related("renewal_order"))
+
+
 def leases_handle(p: ReconcilePass) -> None:
+    """Expire ended leases; tell nodes of their lease's end and renew those the pool keeps.
+
+    autoRenew renews up to `nodeCount.min` (`leases.renewals_allowed`) and never a node the
+    surplus drain, next in this pass, takes out: both go by `rules.drain_order`
+    (`rules.renewals_chosen`), so a pool shrunk at notice time keeps the node it renews and
+    lets the unrenewed one go, instead of paying a renewal for a node it drains."""
     notice = timedelta(seconds=settings.EBCLOUD_LEASE_NOTICE_SECONDS)
-    nodes = list(p.live_nodes().filter(release_reason="", lease_end__isnull=False).select_related("renewal_order").order_by("lease_end", "name"))
+    live = _staying_nodes(p)
+    nodes = sorted((n for n in live if n.lease_end is not None), key=lambda n: (n.lease_end, n.name))
     staying = sum(1 for n in nodes if n.lease_end > p.now + notice)
     renewing = sum(1 for n in nodes if n.renewal_order_id and n.renewal_order.status in rules.UNPAID)
     to_notify = []
@@ -209,7 +233,11 @@ def leases_handle(p: ReconcilePass) -> None:
     if not to_notify:
         return
     allowed = leases.renewals_allowed(min_nodes=p.pool.min_nodes, staying=staying, renewing=renewing) if p.spec.auto_renew else 0
-    renew, leave = to_notify[:allowed], to_notify[allowed:]
+    views = _views(live)  # as the pass found them: a node expired just now is first in the drain order all the same
+    chosen = rules.renewals_chosen(views, expiring=[n.name for n in to_notify], allowed=allowed, max_nodes=p.pool.max_nodes, now=p.now)
+    surplus = {v.name for v in rules.surplus(views, max_nodes=p.pool.max_nodes, now=p.now)}
+    renew = [n for n in to_notify if n.name in chosen]
+    leave = [n for n in to_notify if n.name not in chosen]
     with transaction.atomic():  # the order is born linked to its nodes: a rerun never orders (and pays) it twice
         order = _renewal_order(p, renew) if renew else None
         for node in renew:
@@ -217,7 +245,12 @@ def leases_handle(p: ReconcilePass) -> None:
             p.event("LeaseExpiring", f"Lease of node {node.name} ends at {_at(node.lease_end)}; autoRenew ordered renewal #{order.pk}", node=node)
         for node in leave:
             Node.objects.filter(pk=node.pk).update(lease_notified_at=p.now)
-            why = "autoRenew is off" if not p.spec.auto_renew else f"nodeCount.min is {p.pool.min_nodes}"
+            if not p.spec.auto_renew:
+                why = "autoRenew is off"
+            elif node.name in surplus:
+                why = f"nodeCount.max is {p.pool.max_nodes}: it is surplus"
+            else:
+                why = f"nodeCount.min is {p.pool.min_nodes}"
             p.event(
                 "LeaseExpiring",
                 f"Lease of node {node.name} ends at {_at(node.lease_end)} and is not renewed ({why}): it will be drained, then released",
@@ -349,10 +382,11 @@ def _reclaim_draining(p: ReconcilePass, node: Node, reclaim_at: datetime) -> Non
 
 
 def surplus_drain(p: ReconcilePass) -> None:
-    """Above `nodeCount.max`: burst nodes leave first, then expired, then nearest lease end."""
-    nodes = {n.name: n for n in p.live_nodes().filter(release_reason="")}
-    views = [rules.NodeView(n.name, n.billing, n.phase, n.lease_end) for n in nodes.values()]
-    for view in rules.surplus(views, max_nodes=p.pool.max_nodes, now=p.now):
+    """Above `nodeCount.max`: the nodes cheapest to lose leave (`rules.drain_order`: burst first,
+    then expired, then unrenewed before renewed, then nearest lease end), the same order
+    `leases_handle` renewed by, so a node just renewed is not the one drained."""
+    nodes = {n.name: n for n in _staying_nodes(p)}
+    for view in rules.surplus(_views(list(nodes.values())), max_nodes=p.pool.max_nodes, now=p.now):
         drain_start(
             p, nodes[view.name], reason=rules.SCALED_IN, event_reason="ScaledIn",
             message=f"nodeCount.max is {p.pool.max_nodes}: draining surplus {view.billing} node {view.name}",

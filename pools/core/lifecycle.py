@@ -101,15 +101,21 @@ class NodeView:
     billing: str
     phase: str
     lease_end: datetime | None = None
+    renewing: bool = False  # a renewal is ordered for its lease (approved, being paid, paid): the pool pays to keep it
 
 
 _BILLING_RANK = {"on_demand": 0, "preemptible": 1, "monthly": 2}
 
 
 def drain_order(nodes: Iterable[NodeView], *, now: datetime) -> list[NodeView]:
-    """Nodes in the order they should leave: burst (on-demand) first, then preemptible, then
-    monthly nodes whose lease has ended, then the rest by nearest lease end; within each group
-    nodes that are not Ready yet (nothing runs there) before Ready ones."""
+    """Nodes in the order they should leave, the cheapest to lose first (as Cluster Autoscaler
+    and Karpenter shrink a node group): burst (on-demand) first, then preemptible, then monthly
+    nodes whose lease has ended, then the rest; within each group nodes that are not Ready yet
+    (nothing runs there) before Ready ones, then nodes with no renewal ordered before renewed
+    ones (a renewal is money for a node the pool keeps), then by nearest lease end (a lease
+    about to end unrenewed costs nothing to let go), then by name. A paid renewal shows as the
+    later lease end it bought. `renewals_chosen` keeps the same order, so a pass never renews
+    a node its surplus drain then removes."""
 
     def key(node: NodeView):
         expired = node.lease_end is not None and node.lease_end <= now
@@ -117,6 +123,7 @@ def drain_order(nodes: Iterable[NodeView], *, now: datetime) -> list[NodeView]:
         return (
             _BILLING_RANK.get(node.billing, 3) if not expired else -1,
             0 if node.phase not in READY_PHASES else 1,
+            node.renewing,
             lease,
             node.name,
         )
@@ -128,6 +135,19 @@ def surplus(nodes: Sequence[NodeView], *, max_nodes: int, now: datetime) -> list
     """Nodes above `nodeCount.max`, chosen by `drain_order`."""
     extra = len(nodes) - max_nodes
     return drain_order(nodes, now=now)[:extra] if extra > 0 else []
+
+
+def renewals_chosen(nodes: Sequence[NodeView], *, expiring: Iterable[str], allowed: int, max_nodes: int, now: datetime) -> set[str]:
+    """Which of the `expiring` nodes (told of their lease's end now) autoRenew renews: at most
+    `allowed` (`leases.renewals_allowed`), never one of the `surplus` of `nodes` (the pool's
+    live nodes not leaving yet), and the ones `drain_order` keeps longest first. The surplus
+    drain that follows in the same pass then picks the same nodes as before: a renewal only
+    moves a kept node further back in the order, so the node renewed is the node kept, and no
+    renewal is paid for a node drained as surplus (the pool would end below what it asked)."""
+    leaving = {n.name for n in surplus(nodes, max_nodes=max_nodes, now=now)}
+    wanted = set(expiring) - leaving
+    kept_longest = [n.name for n in reversed(drain_order(nodes, now=now)) if n.name in wanted]
+    return set(kept_longest[: max(0, allowed)])
 
 
 @dataclass(frozen=True)

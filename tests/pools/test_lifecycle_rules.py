@@ -45,6 +45,63 @@ def test_surplus_takes_burst_nodes_first_then_expired_then_nearest_lease_end():
     assert rules.surplus(nodes, max_nodes=5, now=NOW) == []
 
 
+def test_surplus_lets_an_unrenewed_lease_go_before_a_renewed_one():
+    """Cheapest to lose first: within a group, a node with no renewal before one whose renewal
+    is ordered (even if its lease ends later), then the nearest lease end; a paid renewal shows
+    as its later lease end. Burst and not-Ready nodes still go first."""
+    end = NOW + timedelta(days=2)
+    nodes = [
+        rules.NodeView("a-renewing", "monthly", "Ready", end, renewing=True),
+        rules.NodeView("b-paid", "monthly", "Ready", end + timedelta(days=31)),
+        rules.NodeView("c-unrenewed", "monthly", "Ready", end + timedelta(days=1)),
+        rules.NodeView("d-unrenewed", "monthly", "Ready", end),
+        rules.NodeView("e-booting", "monthly", "Provisioning", end, renewing=True),
+        rules.NodeView("f-burst", "on_demand", "Ready"),
+    ]
+    order = [n.name for n in rules.drain_order(nodes, now=NOW)]
+    assert order == ["f-burst", "e-booting", "d-unrenewed", "c-unrenewed", "b-paid", "a-renewing"]
+
+
+def test_renewal_skips_the_surplus_and_the_surplus_skips_the_renewed():
+    """Two nodes of one order (same lease end), the pool shrunk 2 -> 1 at notice time: the node
+    renewed is the one kept, and after the renewal the surplus is still the other one."""
+    end = NOW + timedelta(days=2)
+    nodes = [rules.NodeView("node-1", "monthly", "Ready", end), rules.NodeView("node-2", "monthly", "Ready", end)]
+    [leaving] = rules.surplus(nodes, max_nodes=1, now=NOW)
+    chosen = rules.renewals_chosen(nodes, expiring=["node-1", "node-2"], allowed=1, max_nodes=1, now=NOW)
+    assert chosen == {"node-2"} and leaving.name == "node-1"
+    after = [rules.NodeView(n.name, n.billing, n.phase, n.lease_end, renewing=n.name in chosen) for n in nodes]
+    assert [n.name for n in rules.surplus(after, max_nodes=1, now=NOW)] == ["node-1"]
+    # Without surplus, autoRenew renews what nodeCount.min allows, the Ready node before one that is not.
+    nodes.append(rules.NodeView("node-0", "monthly", "Unknown", end))
+    assert rules.renewals_chosen(nodes, expiring=["node-0", "node-1"], allowed=1, max_nodes=3, now=NOW) == {"node-1"}
+    assert rules.renewals_chosen(nodes, expiring=["node-0", "node-1"], allowed=0, max_nodes=3, now=NOW) == set()
+
+
+_node_views = st.lists(
+    st.builds(
+        rules.NodeView,
+        name=st.text("abc", min_size=1, max_size=3),
+        billing=st.sampled_from(["monthly", "preemptible", "on_demand"]),
+        phase=st.sampled_from(["Ready", "Unknown", "Provisioning"]),
+        lease_end=st.one_of(st.none(), st.integers(-2, 5).map(lambda d: NOW + timedelta(days=d))),
+        renewing=st.booleans(),
+    ),
+    max_size=8,
+    unique_by=lambda n: n.name,
+)
+
+
+@given(_node_views, st.integers(0, 8), st.integers(0, 8), st.data())
+def test_a_node_renewed_is_never_the_surplus_of_the_same_pass(nodes, max_nodes, allowed, data):
+    expiring = data.draw(st.lists(st.sampled_from([n.name for n in nodes]), unique=True) if nodes else st.just([]))
+    before = [n.name for n in rules.surplus(nodes, max_nodes=max_nodes, now=NOW)]
+    chosen = rules.renewals_chosen(nodes, expiring=expiring, allowed=allowed, max_nodes=max_nodes, now=NOW)
+    assert chosen <= set(expiring) and len(chosen) <= allowed and not chosen & set(before)
+    after = [rules.NodeView(n.name, n.billing, n.phase, n.lease_end, renewing=n.renewing or n.name in chosen) for n in nodes]
+    assert [n.name for n in rules.surplus(after, max_nodes=max_nodes, now=NOW)] == before
+
+
 def test_eviction_takes_the_lowest_priority_first():
     pods = [rules.PodView("ns", "online", 1000), rules.PodView("ns", "batch", 0), rules.PodView("ns", "mid", 10)]
     assert [p.name for p in rules.eviction_order(pods)] == ["batch", "mid", "online"]

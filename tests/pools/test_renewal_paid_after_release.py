@@ -73,17 +73,25 @@ def _passes(pool, start, *, until) -> None:
 
 
 def _scaled_in_as_its_renewal_is_ordered(actors):
-    """A pool of two monthly nodes, resized to one just before their leases' notice: the notice
-    pass orders one renewal, then drains a surplus node; both go by name, so the node renewed is
-    the one drained (it has no pods: released at once). The next pass's payment is debited and
-    its answer lost (the worker died): the renewal is left Paying, its node Terminated."""
+    """A pool of two monthly nodes whose leases' notice orders one renewal of both, refused for
+    want of funds; the pool is resized to one meanwhile. Both nodes are renewed, so the surplus
+    drain takes one of them all the same (it has no pods: released at once); a pool shrunk
+    before its renewal is ordered renews only the node it keeps (test_scale_in_at_lease_notice.py).
+    Funds back, the next pass's payment is debited and its answer lost (the worker died): the
+    renewal is left Paying, one of its nodes Terminated."""
     pool = approved_pool(actors, make_document("renewing", autoRenew=True, nodeCount={"min": 2, "max": 2}))
     run_until(pool, T0)
-    services.pool_resize(user=actors["lead"], pool=pool, min_nodes=1, max_nodes=1, now=NOTICE_AT)
     reconcile(pool, NOTICE_AT)
     renewal = PoolOrder.objects.get(pool=pool, kind="renew")
-    gone = Node.objects.get(renewal_order=renewal)
-    assert (gone.phase, gone.release_reason) == ("Terminated", "ScaledIn")
+    assert renewal.node_count == 2
+    balance = Account.objects.get(name="default").balance
+    Account.objects.filter(name="default").update(balance=0)
+    services.pool_resize(user=actors["lead"], pool=pool, min_nodes=1, max_nodes=1, now=NOTICE_AT + timedelta(seconds=30))
+    reconcile(pool, NOTICE_AT + timedelta(seconds=30))  # the payment is refused; the surplus node is drained
+    gone = Node.objects.get(pool=pool, release_reason="ScaledIn")
+    assert (gone.phase, gone.renewal_order_id) == ("Terminated", renewal.pk)
+    assert PoolOrder.objects.get(pk=renewal.pk).status == "Approved"
+    Account.objects.filter(name="default").update(balance=balance)
     simulated.failure_inject(step=simulated.PAY_LOST, token_prefix=str(renewal.pk))
     with pytest.raises(TimeoutError):
         reconcile(pool, NOTICE_AT + timedelta(minutes=1))
@@ -102,8 +110,8 @@ def test_a_renewal_settled_after_its_node_was_released_is_charged_back_as_unused
     assert renewal.status == "Paid"
     debited = _debited(pool)
     assert _on_the_ledger(pool) == debited, "the renewal's debit reached no ledger row"
-    [period] = LeasePeriod.objects.filter(order=renewal)
-    assert (period.node_id, period.amount, period.lease_start, period.lease_end) == (gone.pk, renewal.amount, LEASE_END, RENEWED_END)
+    [period] = LeasePeriod.objects.filter(order=renewal, node=gone)
+    assert (period.amount, period.lease_start, period.lease_end) == (renewal.amount / 2, LEASE_END, RENEWED_END)
     gone.refresh_from_db()
     assert (gone.phase, gone.lease_end, gone.renewal_order_id) == ("Terminated", RENEWED_END, None)
     # Metering charges the renewed lease, hour by hour, to the pool's team: every debit is charged back.
@@ -113,9 +121,10 @@ def test_a_renewal_settled_after_its_node_was_released_is_charged_back_as_unused
         f"Order #{renewal.pk} renewed the lease of node {gone.name} after the node was released (ScaledIn); the capacity it bought "
         "until 2027-02-01 08:00 UTC is released unused and stays charged to team algorithm as idle capacity (the cloud refunds nothing)"
     )
-    # The node that stays was not renewed (nodeCount.min allowed one renewal): it leaves at its lease's end.
+    # The node that stays runs on its renewed lease past the old lease's end.
+    [kept] = live_nodes(pool)
     reconcile(pool, LEASE_END)
-    assert live_nodes(pool) == []
+    assert live_nodes(pool) == [kept] and kept.lease_end == RENEWED_END
 
 
 @pytest.mark.django_db
@@ -164,7 +173,7 @@ def test_two_workers_settling_the_renewal_of_a_released_node_put_it_on_the_ledge
     concurrently(worker, worker)
 
     assert PoolOrder.objects.get(pk=renewal.pk).status == "Paid"
-    assert list(LeasePeriod.objects.filter(order=renewal).values_list("node_id", "amount")) == [(gone.pk, renewal.amount)]
+    assert list(LeasePeriod.objects.filter(order=renewal, node=gone).values_list("amount", flat=True)) == [renewal.amount / 2]
     assert _on_the_ledger(pool) == _debited(pool)
     assert PoolEvent.objects.filter(pool=pool, reason="CapacityReleasedUnused").count() == 1
     assert PoolEvent.objects.filter(pool=pool, reason="OrderPaid", message__startswith=f"Order #{renewal.pk} ").count() == 1
