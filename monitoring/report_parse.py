@@ -105,6 +105,21 @@ def _int(value: Any, path: str, errors: list[FieldError], *, minimum: int = 0, m
     return value
 
 
+def _list(value: Any, errors: list[FieldError], parent: str, name: str, limit: int | None = None, what: str = "") -> list:
+    """An optional list field (`acks`, a report's `gpus` and `xids`): absent or `null` is an
+    empty list, anything else but a list is refused on its path instead of walked. A number or
+    `true` was a 500 (`'int' object is not iterable`), a string was read character by
+    character and an object key by key (`acks[0]: must be an object`). The path is built only
+    for an error: this runs for every report of every heartbeat."""
+    if value is None:
+        return []
+    if type(value) is not list or (limit is not None and len(value) > limit):
+        path = f"{parent}.{name}" if parent else name
+        errors.append(FieldError(path, f"must be a list of at most {limit} {what}" if limit is not None else "must be a list"))
+        return []
+    return value
+
+
 def _time(value: Any, path: str, errors: list[FieldError]) -> datetime | None:
     try:
         if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
@@ -219,17 +234,9 @@ def _report(raw: Any, path: str, errors: list[FieldError]) -> Report | None:
     before = len(errors)
     seq = _int(raw.get("seq"), f"{path}.seq", errors, minimum=1)
     at = _time(raw.get("at"), f"{path}.at", errors)
-    gpus_raw = raw.get("gpus", [])
-    if not isinstance(gpus_raw, list) or len(gpus_raw) > MAX_GPUS:
-        errors.append(FieldError(f"{path}.gpus", f"must be a list of at most {MAX_GPUS} GPUs"))
-        gpus_raw = []
-    gpus = [_gpu(g, path, i, errors) for i, g in enumerate(gpus_raw)]
-    xids_raw = raw.get("xids", [])
-    if not isinstance(xids_raw, list) or len(xids_raw) > MAX_XIDS:
-        errors.append(FieldError(f"{path}.xids", f"must be a list of at most {MAX_XIDS} Xid events"))
-        xids_raw = []
+    gpus = [_gpu(g, path, i, errors) for i, g in enumerate(_list(raw.get("gpus"), errors, path, "gpus", MAX_GPUS, "GPUs"))]
     xids = []
-    for i, x in enumerate(xids_raw):
+    for i, x in enumerate(_list(raw.get("xids"), errors, path, "xids", MAX_XIDS, "Xid events")):
         xpath = f"{path}.xids[{i}]"
         if not isinstance(x, dict):
             errors.append(FieldError(xpath, "must be an object"))
@@ -258,13 +265,17 @@ def batch_parse(data: Any, *, max_batch: int) -> Batch:
     oldest = data.get("oldestSeq")
     oldest = None if oldest is None else _int(oldest, "oldestSeq", errors, minimum=1)
     acks = []
-    for i, a in enumerate(data.get("acks") or []):
+    for i, a in enumerate(_list(data.get("acks"), errors, "", "acks")):
         if not isinstance(a, dict):
             errors.append(FieldError(f"acks[{i}]", "must be an object"))
             continue
         cid = _int(a.get("id"), f"acks[{i}].id", errors, minimum=1)
-        if cid is not None:
-            acks.append(Ack(cid, bool(a.get("ok")), _text(a.get("message"), f"acks[{i}].message", errors, 500)))
+        ok = False if a.get("ok") is None else a["ok"]  # did the command succeed: `"false"` was read as true
+        if type(ok) is not bool:
+            errors.append(FieldError(f"acks[{i}].ok", "must be true or false"))
+        message = _text(a.get("message"), f"acks[{i}].message", errors, 500)
+        if cid is not None and type(ok) is bool:
+            acks.append(Ack(cid, ok, message))
     node = data.get("node")
     if node is not None and not isinstance(node, str):
         errors.append(FieldError("node", "must be a string"))

@@ -10,9 +10,12 @@ tests/monitoring/test_agent_api_fuzz.py; report semantics are tests/monitoring/t
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from rest_framework.test import APIClient
 
+from monitoring.api.views import ReportsView
 from pools.models import PoolEvent
 from tests.corpus import (
     OVERLONG,
@@ -283,4 +286,94 @@ def test_a_lone_surrogate_in_a_report_is_a_400_naming_where(agent, node):
     response = agent.post(AGENT + "reports/", body.encode(), content_type="application/json")
     assert response.status_code == 400, response.content[:300]
     assert api_fields(response) == ["reports[0].gpus[0].name"]
+    assert db_state() == before
+
+
+# --- JSON types: every list, object and text field of the agent's documents ------------------
+# (reviewer's defect: `"acks": 5` was a 500, `'int' object is not iterable`, on both paths; a
+# string or an object was walked character by character or key by key; `{"node": 5}` on
+# rotation was looked up as node "5" and answered 403.) Every wrong type is a 400 on its field
+# and stores nothing, through the fast path and through DRF's (a charset the fast path does not
+# read); `null` in an optional list is no list, as an absent one.
+
+WRONG_TYPES = {"int": 5, "true": True, "false": False, "zero": 0, "string": "ab", "empty-string": "", "object": {"x": 1}}
+VIA_DRF = "application/json; charset=iso-8859-1"  # DRF's JSONParser reads it; the fast path hands it over
+REPORT_PATHS = {"fast": "application/json", "drf": VIA_DRF}
+
+
+def _list_fields(value) -> dict:
+    """The body with `value` as each optional list of the batch, and the field it is refused on."""
+    return {
+        "acks": ({"reports": [_report()], "acks": value}, "acks"),
+        "gpus": ({"reports": [_report(gpus=value)]}, "reports[0].gpus"),
+        "xids": ({"reports": [_report(xids=value)]}, "reports[0].xids"),
+    }
+
+
+TYPE_BODIES = {
+    **{f"{name}-{kind}": case for kind, value in WRONG_TYPES.items() for name, case in _list_fields(value).items()},
+    **{f"reports-{kind}": ({"reports": value}, "reports") for kind, value in {**WRONG_TYPES, "null": None}.items()},
+    **{f"node-{kind}": ({"reports": [_report()], "node": value}, "node") for kind, value in {**WRONG_TYPES, "list": ["n"]}.items() if kind not in ("string", "empty-string")},
+    **{f"ack-{kind}": ({"reports": [_report()], "acks": [value]}, "acks[0]") for kind, value in {**WRONG_TYPES, "list": [], "null": None}.items() if kind != "object"},
+    **{f"ack-ok-{kind}": ({"reports": [_report()], "acks": [{"id": 1, "ok": value}]}, "acks[0].ok") for kind, value in {"string": "false", "int": 1, "list": [], "object": {}}.items()},
+    **{f"oldest-seq-{kind}": ({"reports": [_report()], "oldestSeq": value}, "oldestSeq") for kind, value in {**WRONG_TYPES, "list": [1]}.items() if kind != "int"},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("path", sorted(REPORT_PATHS))
+@pytest.mark.parametrize("case", sorted(TYPE_BODIES))
+def test_a_report_field_of_the_wrong_json_type_is_a_400_on_it_on_both_paths(agent, node, case, path):
+    body, field = TYPE_BODIES[case]
+    before = db_state()
+    response = agent.post(AGENT + "reports/", json.dumps(body), content_type=REPORT_PATHS[path])
+    assert response.status_code == 400, response.content[:300]
+    assert api_fields(response) == [field], response.json()
+    if field in ("acks", "reports[0].gpus", "reports[0].xids"):
+        assert response.json()["errors"][0]["message"].startswith("must be a list"), response.json()
+    only_a_rejection_was_recorded(before, node)
+
+
+def test_acks_as_a_number_is_refused_by_drf_too(agent, node, monkeypatch):
+    """The reviewer's request, `"acks": 5`, through each path: the fast one answers it itself
+    (no DRF post; a declared UTF-8 charset too), the other is DRF's `post`; all 400 `acks: must
+    be a list`."""
+    drf_posts, drf_post = [], ReportsView.post
+    monkeypatch.setattr(ReportsView, "post", lambda view, request: drf_posts.append(1) or drf_post(view, request))
+    body = json.dumps({"reports": [{"seq": 34, "at": "2026-12-05T21:30:00Z"}], "acks": 5})
+    for content_type, via_drf in (("application/json", 0), ("application/json; charset=utf-8", 0), (VIA_DRF, 1)):
+        response = agent.post(AGENT + "reports/", body, content_type=content_type)
+        assert response.status_code == 400 and response.json() == {"errors": [{"field": "acks", "message": "must be a list"}]}
+        assert len(drf_posts) == via_drf
+
+
+@pytest.mark.parametrize("path", sorted(REPORT_PATHS))
+def test_null_optional_lists_are_none_and_the_report_is_stored(agent, node, path):
+    body = {"reports": [{"seq": 1, "at": "2026-12-05T21:30:00Z", "gpus": None, "xids": None}], "acks": None, "oldestSeq": None, "node": None}
+    response = agent.post(AGENT + "reports/", json.dumps(body), content_type=REPORT_PATHS[path])
+    assert response.status_code == 200 and response.json()["stored"] == 1, response.content[:300]
+
+
+TEXT_FIELD_TYPES = {"int": 5, "float": 1.5, "true": True, "list": ["n"], "object": {"x": 1}, "null": None}
+
+
+@pytest.mark.parametrize("kind", sorted(TEXT_FIELD_TYPES))
+def test_a_rotation_naming_no_string_is_a_400_on_node(agent, kind):
+    """`{"node": 5}` was looked up as node "5": a 403 ("not '5'")."""
+    before = db_state()
+    response = agent.post(AGENT + "credential/rotate/", {"node": TEXT_FIELD_TYPES[kind]}, format="json")
+    assert response.status_code == 400 and api_fields(response) == ["node"], response.content[:300]
+    if kind != "null":
+        assert response.json()["errors"][0]["message"] == "must be a string"
+    assert db_state() == before
+
+
+@pytest.mark.parametrize("kind", sorted(TEXT_FIELD_TYPES))
+def test_a_join_or_join_token_naming_no_string_is_a_400_on_the_field(api, node, kind):
+    admin = api("admin")
+    value, before = TEXT_FIELD_TYPES[kind], db_state()
+    for body, field in (({"token": value, "node": node.name}, "token"), ({"token": "abc", "node": value}, "node")):
+        response = APIClient().post(AGENT + "join/", body, format="json")
+        assert response.status_code == 400 and api_fields(response) == [field], (body, response.content[:300])
+    response = admin.post(AGENT + "join-tokens/", {"node": value}, format="json")
+    assert response.status_code == 400 and api_fields(response) == ["node"], response.content[:300]
     assert db_state() == before

@@ -31,18 +31,31 @@ from pools.models import Node
 ERROR = OpenApiResponse(ErrorSerializer, description='`{"errors": [{"field", "message"}]}`')
 
 
+class StringField(serializers.CharField):
+    """DRF's CharField, but only a string: DRF's turns a number into its text, so a rotation
+    with `{"node": 5}` looked for node "5" and answered 403 ("not '5'") instead of a 400 on
+    the field, and a join or a join token named node "5" the same way."""
+
+    default_error_messages = {"invalid": "must be a string"}
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 class JoinTokenCreateSerializer(BodySerializer):
-    node = serializers.CharField(max_length=100)
+    node = StringField(max_length=100)
     ttlSeconds = WholeNumberField(required=False, min_value=60, max_value=7 * 24 * 3600)  # noqa: N815
 
 
 class JoinSerializer(BodySerializer):
-    token = serializers.CharField(max_length=100)
-    node = serializers.CharField(max_length=100)
+    token = StringField(max_length=100)
+    node = StringField(max_length=100)
 
 
 class NodeOptionalSerializer(BodySerializer):
-    node = serializers.CharField(max_length=100, required=False)
+    node = StringField(max_length=100, required=False)
 
 
 class _AgentView(MachineView):

@@ -39,6 +39,7 @@ from pools.selectors.extender import (
 
 ERROR = OpenApiResponse(ErrorSerializer, description="`{\"errors\": [{\"field\", \"message\"}]}`: not the verb's arguments")
 REFUSED = OpenApiResponse(ErrorSerializer, description="Not kube-scheduler's credential")
+INT64_MAX = 2**63 - 1  # NumPDBViolations is an int64 in kube-scheduler's MetaVictims
 
 
 @dataclass(frozen=True)
@@ -71,12 +72,17 @@ def extender_args(body: Any) -> ExtenderArgs:
             raise ValidationError(errors)
         return ExtenderArgs(pod, names, None)
     nodes = body.get(keys.get("nodes", "Nodes"))
-    if not isinstance(nodes, dict) or not isinstance(nodes.get("items"), list):
+    if nodes is None:
         raise ValidationError("required: NodeNames (nodeCacheCapable) or Nodes with items", field="NodeNames")
+    if not isinstance(nodes, dict):
+        raise ValidationError("must be a NodeList, an object with items", field="Nodes")
+    if not isinstance(nodes.get("items"), list):
+        raise ValidationError("must be a list of Nodes", field="Nodes.items")
     items = nodes["items"]
     names = []
     for i, item in enumerate(items):
-        name = ((item or {}).get("metadata") or {}).get("name") if isinstance(item, dict) else None
+        metadata = item.get("metadata") if isinstance(item, dict) else None
+        name = metadata.get("name") if isinstance(metadata, dict) else None  # `"metadata": 5` was a 500
         if not isinstance(name, str):
             raise ValidationError("must be a Node with metadata.name", field=f"Nodes.items[{i}]")
         names.append(name)
@@ -95,34 +101,88 @@ def preemption_args(body: Any) -> PreemptionArgs:
     keys, pod = _pod_document(body, "ExtenderPreemptionArgs")
     meta = body.get(keys.get("nodenametometavictims", "NodeNameToMetaVictims"))
     if meta is not None:
-        return PreemptionArgs(pod, _victims_map(meta, "NodeNameToMetaVictims", lambda entry: entry))
+        return PreemptionArgs(pod, _victims_map(meta, "NodeNameToMetaVictims", _meta_victim))
     whole = body.get(keys.get("nodenametovictims", "NodeNameToVictims"))
     if whole is None:
         raise ValidationError("required: NodeNameToMetaVictims (nodeCacheCapable) or NodeNameToVictims", field="NodeNameToMetaVictims")
     return PreemptionArgs(pod, _victims_map(whole, "NodeNameToVictims", _meta_pod))
 
 
+def _go_field(document: Mapping[str, Any], name: str) -> Any:
+    """A struct field as Go's encoding/json finds it (kube-scheduler's side of the protocol):
+    the key spelled as the field, else one that matches it but for case; None when absent."""
+    if name in document:
+        return document[name]
+    folded = name.lower()
+    return next((value for key, value in document.items() if key.lower() == folded), None)
+
+
 def _victims_map(value: Any, field: str, meta_pod) -> dict[str, Any]:
+    """The victims of each candidate node as the MetaVictims kube-scheduler reads back, every
+    value of the type its Go struct declares (it decodes our answer into them): a victim's UID
+    a string, NumPDBViolations an int64. A UID that is a list or an object was a 500 (it keyed
+    the victims' team lookup); a wrong type elsewhere was echoed back to kube-scheduler."""
     if not isinstance(value, dict):
         raise ValidationError("must be an object of node names", field=field)
     victims = {}
     for node, entry in value.items():
-        pods = entry.get("Pods", entry.get("pods")) if isinstance(entry, dict) else None
+        where = f"{field}.{node}"
+        if not isinstance(entry, dict):
+            raise ValidationError("must be an object with the victim Pods, a list", field=where)
+        pods = _go_field(entry, "Pods")
         if not isinstance(pods, list):
-            raise ValidationError("must be an object with the victim Pods, a list", field=f"{field}.{node}")
-        try:
-            victims[node] = {"Pods": [meta_pod(p) for p in pods], "NumPDBViolations": entry.get("NumPDBViolations", entry.get("numPDBViolations", 0))}
-        except (TypeError, AttributeError, KeyError) as exc:
-            raise ValidationError(f"not a list of victim pods: {exc}", field=f"{field}.{node}.Pods") from exc
+            raise ValidationError("must be a list of the victim pods", field=f"{where}.Pods")
+        violations = _go_field(entry, "NumPDBViolations")
+        if violations is None:
+            violations = 0
+        elif type(violations) is not int or not 0 <= violations <= INT64_MAX:  # bool is not int here
+            raise ValidationError(f"must be an integer from 0 to {INT64_MAX}", field=f"{where}.NumPDBViolations")
+        victims[node] = {"Pods": [meta_pod(pod, f"{where}.Pods[{i}]") for i, pod in enumerate(pods)], "NumPDBViolations": violations}
     return victims
 
 
-def _meta_pod(pod: Any) -> dict[str, Any]:
+def _victim_uid(uid: Any, where: str) -> dict[str, str]:
+    if not isinstance(uid, str):
+        raise ValidationError("required: the victim pod's UID, a string", field=where)
+    return {"UID": uid}
+
+
+def _meta_victim(pod: Any, where: str) -> dict[str, str]:
+    """A MetaPod as kube-scheduler sends it: an object with the victim's UID."""
+    if not isinstance(pod, dict):
+        raise ValidationError("must be a MetaPod, an object with the victim's UID", field=where)
+    return _victim_uid(_go_field(pod, "UID"), f"{where}.UID")
+
+
+def _meta_pod(pod: Any, where: str) -> dict[str, str]:
     """A MetaPod of a whole Pod: its UID, which kube-scheduler looks the victim up by."""
-    return {"UID": pod["metadata"]["uid"]}
+    metadata = _go_field(pod, "metadata") if isinstance(pod, dict) else None
+    if not isinstance(metadata, dict):
+        raise ValidationError("must be a Pod with its metadata, an object", field=where)
+    return _victim_uid(_go_field(metadata, "uid"), f"{where}.metadata.uid")
+
+
+def _pod_fields_check(pod: Mapping[str, Any]) -> None:
+    """The Pod's fields that the extender keys on or counts with, of the types a v1.Pod has:
+    its name, namespace and UID strings (a list or an object as the name or UID was taken as
+    is, and placed), its priority an int32 (`true` and 1.5 were read as 1), its preemption
+    policy a string. Missing ones are `extender_pod`'s to name; the rest of the Pod is read by
+    the pod mirror's reader, which refuses what it cannot read."""
+    metadata, spec = pod.get("metadata"), pod.get("spec")
+    if isinstance(metadata, dict):
+        for key in ("name", "namespace", "uid"):
+            if key in metadata and not isinstance(metadata[key], str):
+                raise ValidationError("must be a string", field=f"Pod.metadata.{key}")
+    if isinstance(spec, dict):
+        priority = spec.get("priority")
+        if priority is not None and (type(priority) is not int or not -(2**31) <= priority < 2**31):
+            raise ValidationError(f"must be an integer from {-(2**31)} to {2**31 - 1}", field="Pod.spec.priority")
+        if spec.get("preemptionPolicy") is not None and not isinstance(spec["preemptionPolicy"], str):
+            raise ValidationError("must be a string", field="Pod.spec.preemptionPolicy")
 
 
 def pod_of(args: ExtenderArgs | PreemptionArgs) -> CorePod:
+    _pod_fields_check(args.pod)
     try:
         return extender_pod(args.pod)
     except KeyError as exc:

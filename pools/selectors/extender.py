@@ -60,15 +60,19 @@ def extender_filter(pod: CorePod, names: list[str]) -> FilterResult:
 def extender_preemption(pod: CorePod, victims: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """The preemption candidates (node name -> kube-scheduler's MetaVictims there) where
     evicting those pods could let `pod` run and may (`preemption_nodes`); the victims' teams
-    are the mirrored pods' (one query), None for a pod not mirrored yet."""
-    uids = {victim.get("UID") for entry in victims.values() for victim in entry["Pods"] if isinstance(victim, Mapping)}
-    teams = dict(Pod.objects.live().filter(uid__in=uids - {None}).values_list("uid", "team_id")) if uids else {}
-    victim_teams = {
-        name: [team_identity(teams[uid]) if uid in teams else None for uid in (v.get("UID") if isinstance(v, Mapping) else None for v in entry["Pods"])]
-        for name, entry in victims.items()
-    }  # fmt: skip
+    are the mirrored pods' (one query), None for a pod not mirrored yet (or whose UID is no
+    string: the API refuses those, and a list as a UID was a 500 here, unhashable)."""
+    uids = {name: [_uid(v) for v in entry["Pods"]] for name, entry in victims.items()}
+    wanted = {uid for node_uids in uids.values() for uid in node_uids} - {None}
+    teams = dict(Pod.objects.live().filter(uid__in=wanted).values_list("uid", "team_id")) if wanted else {}
+    victim_teams = {name: [team_identity(teams[uid]) if uid in teams else None for uid in node_uids] for name, node_uids in uids.items()}
     with STATE.lock:
         return preemption_nodes(pod, STATE.refresh(), victim_teams)
+
+
+def _uid(victim: Any) -> str | None:
+    uid = victim.get("UID") if isinstance(victim, Mapping) else None
+    return uid if isinstance(uid, str) else None
 
 
 def extender_scores(pod: CorePod, names: list[str]) -> dict[str, int] | list[int]:

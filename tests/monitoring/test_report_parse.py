@@ -123,6 +123,31 @@ def test_an_acks_message_may_span_lines():
     assert batch.acks[0].message == "line\n\tnext"
 
 
+def test_an_acks_outcome_is_a_boolean_and_absent_or_null_is_a_failure():
+    """`"ok": "false"` was read as true (a command reported done that failed)."""
+    batch = batch_parse({"reports": [{"seq": 1, "at": 0}], "acks": [{"id": 1, "ok": True}, {"id": 2}, {"id": 3, "ok": None}]}, max_batch=10)
+    assert [(a.command_id, a.ok) for a in batch.acks] == [(1, True), (2, False), (3, False)]
+    for value in ("false", 1, 0, [], {}):
+        with pytest.raises(ValidationError) as caught:
+            batch_parse({"reports": [{"seq": 1, "at": 0}], "acks": [{"id": 1, "ok": value}]}, max_batch=10)
+        assert [(e.field, e.message) for e in caught.value.errors] == [("acks[0].ok", "must be true or false")]
+
+
+@pytest.mark.parametrize("value", [5, True, False, 0, "ab", "", {"x": 1}, 1.5])
+def test_a_list_field_of_another_type_is_refused_whole_and_null_is_an_empty_list(value):
+    """acks, gpus and xids: a number was a TypeError (a 500), a string or an object was walked
+    (`acks[0]: must be an object` for `"ab"`)."""
+    with pytest.raises(ValidationError) as caught:
+        batch_parse({"reports": [{"seq": 1, "at": 0, "gpus": value, "xids": value}], "acks": value}, max_batch=10)
+    assert [(e.field, e.message) for e in caught.value.errors] == [
+        ("reports[0].gpus", f"must be a list of at most {MAX_GPUS} GPUs"),
+        ("reports[0].xids", "must be a list of at most 256 Xid events"),
+        ("acks", "must be a list"),
+    ]
+    batch = batch_parse({"reports": [{"seq": 1, "at": 0, "gpus": None, "xids": None}], "acks": None}, max_batch=10)
+    assert (batch.reports[0].gpus, batch.reports[0].xids, batch.acks) == ([], [], [])
+
+
 def in_range(key: str, value) -> bool:
     """The oracle: what METRIC_RANGES (and the generic rule) say about one value."""
     low, high, integer, _ = METRIC_RANGES.get(key, (0, BIGINT_MAX, False, ""))

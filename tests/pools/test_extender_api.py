@@ -22,6 +22,7 @@ from pools.core.spec import DEFAULT_SCHEDULING_POLICY
 from pools.models import Node
 from pools.models.pods import Pod
 from pools.services import pods as pod_services
+from tests.corpus import db_state
 from tests.pools.pod_helpers import T0, pod_document, pool_with_nodes, submit
 
 SECRET = "s3cret-of-the-scheduler"
@@ -198,6 +199,65 @@ def test_prioritize_refuses_a_node_it_does_not_know(scheduler, pool):
     response = scheduler.post(PRIORITIZE, args(cluster_pod("p"), ["train-pool-a-0", "ghost"]), format="json")
     assert response.status_code == 400
     assert response.json()["errors"] == [{"field": "NodeNames[1]", "message": "no live node 'ghost' in any pool"}]
+
+
+# Each value of ExtenderArgs of a JSON type its Go struct does not have
+# (k8s.io/kube-scheduler/extender/v1 ExtenderArgs: Pod *v1.Pod, Nodes *v1.NodeList, NodeNames
+# *[]string). A Node's metadata that is no object was a 500; a Pod's name, namespace or UID
+# that is no string, and a priority that is no int32, were taken and placed (`true` as 1).
+WRONG = {"int": 5, "float": 1.5, "true": True, "string": "lots", "list": ["x"], "object": {"a": 1}, "null": None}
+
+
+def _with(path: str, value) -> dict:
+    pod = cluster_pod("p")
+    *parents, key = path.split(".")
+    target = pod
+    for parent in parents:
+        target = target[parent]
+    target[key] = value
+    return pod
+
+
+def _extender_args(kind: str, value) -> dict:
+    """place -> (body, the field refused) with `value` in one place of ExtenderArgs."""
+    nodes = lambda items: {"Pod": cluster_pod("p"), "Nodes": items, "NodeNames": None}  # noqa: E731
+    return {
+        "node-names": ({"Pod": cluster_pod("p"), "NodeNames": value}, "NodeNames"),
+        "node-name": ({"Pod": cluster_pod("p"), "NodeNames": [value]}, "NodeNames[0]"),
+        "nodes": (nodes(value), "Nodes"),
+        "nodes-items": (nodes({"items": value}), "Nodes.items"),
+        "node": (nodes({"items": [value]}), "Nodes.items[0]"),
+        "node-metadata": (nodes({"items": [{"metadata": value}]}), "Nodes.items[0]"),
+        "node-metadata-name": (nodes({"items": [{"metadata": {"name": value}}]}), "Nodes.items[0]"),
+        **{f"pod-{key}": ({"Pod": _with(f"metadata.{key}", value), "NodeNames": ["train-pool-a-0"]}, f"Pod.metadata.{key}")
+           for key in ("name", "namespace", "uid")},
+        "pod-priority": ({"Pod": _with("spec.priority", value), "NodeNames": ["train-pool-a-0"]}, "Pod.spec.priority"),
+        "pod-preemption-policy": ({"Pod": _with("spec.preemptionPolicy", value), "NodeNames": ["train-pool-a-0"]}, "Pod.spec.preemptionPolicy"),
+    }  # fmt: skip
+
+
+FINE = {("node-name", "string"), ("node-metadata-name", "string"), ("pod-name", "string"), ("pod-namespace", "string"),
+        ("pod-uid", "string"), ("pod-priority", "int"), ("pod-preemption-policy", "string"),
+        ("node-names", "list"), ("node-names", "null"), ("pod-priority", "null"), ("pod-preemption-policy", "null")}  # fmt: skip  (null: absent)
+FIELD = {("nodes", "null"): "NodeNames", ("nodes", "object"): "Nodes.items", ("nodes-items", "list"): "Nodes.items[0]"}
+ARGS_TYPES = [(place, kind) for place in _extender_args("x", 0) for kind in WRONG if (place, kind) not in FINE]
+
+
+@pytest.mark.parametrize(("place", "kind"), ARGS_TYPES, ids=[f"{p}-{k}" for p, k in ARGS_TYPES])
+def test_a_value_of_another_json_type_is_refused_on_its_field(scheduler, pool, place, kind):
+    """prioritize: a 400 naming it; filter: the same, or for the Pod the protocol's `Error`."""
+    body, field = _extender_args(kind, WRONG[kind])[place]
+    field = FIELD.get((place, kind), field)
+    before = db_state()
+    for path in (FILTER, PRIORITIZE):
+        response = scheduler.post(path, body, format="json")
+        if path == FILTER and field.startswith("Pod."):
+            assert response.status_code == 200 and response.json()["Error"].startswith(f"{field}: "), response.content[:300]
+            assert response.json()["NodeNames"] is None
+            continue
+        assert response.status_code == 400, (path, response.content[:300])
+        assert [e["field"] for e in response.json()["errors"]] == [field], (path, response.json())
+    assert db_state() == before
 
 
 JSON = st.recursive(

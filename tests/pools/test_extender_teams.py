@@ -13,6 +13,7 @@ from pools.core.scheduling.extender import MAX_EXTENDER_PRIORITY, REASON_UNMANAG
 from pools.core.scheduling.nodes import REASON_TEAM
 from pools.models import Team
 from pools.models.pods import Pod
+from tests.corpus import db_state
 from tests.pools import test_extender_api
 from tests.pools.test_extender_api import FILTER, PRIORITIZE, args, cluster_pod
 
@@ -83,12 +84,77 @@ def test_preempt_refuses_what_is_not_extender_preemption_args(scheduler, pool):
         ({"Pod": cluster_pod("p")}, "NodeNameToMetaVictims"),
         ({"Pod": cluster_pod("p"), "NodeNameToMetaVictims": ["train-pool-a-0"]}, "NodeNameToMetaVictims"),
         ({"Pod": cluster_pod("p"), "NodeNameToMetaVictims": {"train-pool-a-0": 3}}, "NodeNameToMetaVictims.train-pool-a-0"),
-        ({"Pod": cluster_pod("p"), "NodeNameToVictims": {"train-pool-a-0": {"Pods": [{}]}}}, "NodeNameToVictims.train-pool-a-0.Pods"),
+        ({"Pod": cluster_pod("p"), "NodeNameToVictims": {"train-pool-a-0": {"Pods": [{}]}}}, "NodeNameToVictims.train-pool-a-0.Pods[0]"),
         ({"Pod": bad_pod, "NodeNameToMetaVictims": {}}, "Pod"),
     ):
         response = scheduler.post(PREEMPT, body, format="json")
         assert response.status_code == 400, (body, response.content)
         assert response.json()["errors"][0]["field"] == field, response.json()
+
+
+# Each value of ExtenderPreemptionArgs of a JSON type its Go struct does not have
+# (k8s.io/kube-scheduler/extender/v1: MetaPod.UID string, MetaVictims.NumPDBViolations int64;
+# a whole victim Pod's metadata.uid string). A list or an object as a UID was a 500
+# (`unhashable type: 'list'`); other types, and any NumPDBViolations, were echoed back to
+# kube-scheduler, which could not decode them.
+WRONG = {"int": 5, "float": 1.5, "true": True, "string": "lots", "list": ["x"], "object": {"a": 1}, "null": None}
+META, WHOLE = "NodeNameToMetaVictims.train-pool-a-1", "NodeNameToVictims.train-pool-a-1"
+
+
+def _victims(kind: str, value) -> dict:
+    """kind -> (body, the field refused) with `value` in one place of the preemption args."""
+    meta = lambda entry: {"Pod": cluster_pod("p"), "NodeNameToMetaVictims": {"train-pool-a-1": entry}}  # noqa: E731
+    whole = lambda entry: {"Pod": cluster_pod("p"), "NodeNameToVictims": {"train-pool-a-1": entry}}  # noqa: E731
+    victim = cluster_pod("big")
+    return {
+        "meta-uid": (meta({"Pods": [{"UID": value}], "NumPDBViolations": 0}), f"{META}.Pods[0].UID"),
+        "meta-pod": (meta({"Pods": [value], "NumPDBViolations": 0}), f"{META}.Pods[0]"),
+        "meta-pods": (meta({"Pods": value}), f"{META}.Pods"),
+        "meta-violations": (meta({"Pods": [{"UID": "u"}], "NumPDBViolations": value}), f"{META}.NumPDBViolations"),
+        "whole-uid": (whole({"Pods": [{**victim, "metadata": {**victim["metadata"], "uid": value}}]}), f"{WHOLE}.Pods[0].metadata.uid"),
+        "whole-metadata": (whole({"Pods": [{**victim, "metadata": value}]}), f"{WHOLE}.Pods[0]"),
+        "whole-pod": (whole({"Pods": [value]}), f"{WHOLE}.Pods[0]"),
+        "whole-violations": (whole({"Pods": [victim], "NumPDBViolations": value}), f"{WHOLE}.NumPDBViolations"),
+    }
+
+
+ALLOWED = {("meta-violations", "int"), ("whole-violations", "int"), ("meta-uid", "string"), ("whole-uid", "string"),
+           ("meta-violations", "null"), ("whole-violations", "null")}  # fmt: skip  (Go leaves an int64 at 0 for null)
+# Where the refusal lands one level deeper: an object is a MetaPod (or metadata) without a UID,
+# a list of one string is a list of victims whose first is no MetaPod.
+DEEPER = {("meta-pod", "object"): ".UID", ("whole-metadata", "object"): ".metadata.uid", ("meta-pods", "list"): "[0]"}
+PREEMPT_TYPES = [(place, kind) for place in _victims("x", 0) for kind in WRONG if (place, kind) not in ALLOWED]
+
+
+@pytest.mark.parametrize(("place", "kind"), PREEMPT_TYPES, ids=[f"{p}-{k}" for p, k in PREEMPT_TYPES])
+def test_preempt_refuses_a_value_of_another_json_type_on_its_field(scheduler, pool, place, kind):
+    body, field = _victims(kind, WRONG[kind])[place]
+    field += DEEPER.get((place, kind), "")
+    before = db_state()
+    response = scheduler.post(PREEMPT, body, format="json")
+    assert response.status_code == 400, response.content[:300]
+    assert [e["field"] for e in response.json()["errors"]] == [field], response.json()
+    assert db_state() == before
+
+
+def test_preempt_refuses_the_reviewers_list_and_object_uids(scheduler, pool):
+    for uid in (["x"], {"a": 1}):
+        response = scheduler.post(PREEMPT, {"Pod": cluster_pod("p"), "NodeNameToMetaVictims": {"train-pool-a-1": {"Pods": [{"UID": uid}]}}}, format="json")
+        assert response.status_code == 400 and response.json()["errors"] == [
+            {"field": f"{META}.Pods[0].UID", "message": "required: the victim pod's UID, a string"}]
+    lots = {"Pod": cluster_pod("p"), "NodeNameToMetaVictims": {"train-pool-a-1": {"Pods": [{"UID": "u"}], "NumPDBViolations": "lots"}}}
+    response = scheduler.post(PREEMPT, lots, format="json")
+    assert response.status_code == 400 and response.json()["errors"][0]["field"] == f"{META}.NumPDBViolations"
+
+
+def test_preempt_reads_victims_as_go_does_whatever_the_case_of_their_keys(scheduler, pool):
+    """Go's decoder matches a field's key in any case: the victim's UID is read (a guest's own
+    pod may go), and the answer is in the protocol's spelling."""
+    pool.document["spec"]["sharedWith"] = ["inference"]
+    pool.save(update_fields=["document"])
+    Pod.objects.filter(name="big").update(uid="uid-of-big", team=Team.objects.get(slug="inference"))
+    body = {"Pod": cluster_pod("guest", namespace="inference"), "NodeNameToMetaVictims": {"train-pool-a-1": {"pods": [{"uid": "uid-of-big"}], "numPDBViolations": 1}}}
+    assert scheduler.post(PREEMPT, body, format="json").json() == {"NodeNameToMetaVictims": {"train-pool-a-1": VICTIMS}}
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
