@@ -12,6 +12,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q
@@ -20,7 +21,10 @@ from django.utils import timezone
 from billing import lease_ledger, pricing
 from billing.budget_sync import budget_sync_pool
 from pools import roles
-from pools.core.documents import merge_patch, split_server_fields
+from pools.core.alerting import RULES as ALERT_RULES
+from pools.core.alerting import AlertRules
+from pools.core.documents import merge_patch_bounded, split_server_fields
+from pools.core.durations import format_duration
 from pools.core.errors import ConflictError, FieldError, QuotaExceeded, ValidationError, free_text
 from pools.core.spec import PoolSpec, parse_document
 from pools.models import GpuModel, GpuNodePool, NodeType, PoolOrder, Quota, Team, Zone
@@ -141,10 +145,9 @@ def pool_update(*, user, pool: GpuNodePool, document: Any, now: datetime | None 
 
 
 def pool_patch(*, user, pool: GpuNodePool, patch: Any, now: datetime | None = None) -> GpuNodePool:
-    """Apply a JSON merge patch (RFC 7386) to the pool's document, then update."""
-    if not isinstance(patch, dict):
-        raise ValidationError("a merge patch must be a mapping")
-    return pool_update(user=user, pool=pool, document=merge_patch(pool.document, patch), now=now)
+    """Apply a JSON merge patch (RFC 7386) to the pool's document, then update; the merged document is held to the size limit."""
+    document = merge_patch_bounded(pool.document, patch, max_bytes=settings.EBCLOUD_MAX_SPEC_BYTES)
+    return pool_update(user=user, pool=pool, document=document, now=now)
 
 
 def pool_resize(*, user, pool: GpuNodePool, min_nodes: int | None = None, max_nodes: int | None = None, now: datetime | None = None) -> GpuNodePool:
@@ -507,22 +510,40 @@ def _require_admin(user) -> None:
         raise PermissionDenied("only platform admins can decide orders")
 
 
+# Every PoolSpec field an update may change, named as in the document; the others are immutable (IMMUTABLE_FIELDS,
+# metadata.name). A field in neither changed pools as "formatting only", as `alerts` did (tests/pools/test_spec_changes.py).
+DESCRIBED_FIELDS = (
+    ("min_nodes", "nodeCount.min"), ("max_nodes", "nodeCount.max"), ("lease_type", "leaseType"),
+    ("system_image", "systemImage"), ("auto_repair", "autoRepair"), ("auto_renew", "autoRenew"),
+    ("repair_requires_approval", "autoRepairPolicy.requireApproval"),
+    ("node_labels", "nodeLabels"), ("node_taints", "nodeTaints"), ("labels", "labels"),
+    ("scaling", "scaling"), ("burst", "burst"), ("budget", "budget"), ("scheduling_policy", "schedulingPolicy"),
+    ("shared_with", "sharedWith"), ("zones", "zones"), ("alerts", "alerts"),
+)  # fmt: skip
+
+
 def _describe_change(old: PoolSpec, new: PoolSpec) -> str:
     changes = []
-    for attr, label in (
-        ("min_nodes", "nodeCount.min"), ("max_nodes", "nodeCount.max"), ("lease_type", "leaseType"),
-        ("system_image", "systemImage"), ("auto_repair", "autoRepair"), ("auto_renew", "autoRenew"),
-        ("repair_requires_approval", "autoRepairPolicy.requireApproval"),
-        ("node_labels", "nodeLabels"), ("node_taints", "nodeTaints"), ("labels", "labels"),
-        ("scaling", "scaling"), ("burst", "burst"), ("budget", "budget"), ("scheduling_policy", "schedulingPolicy"),
-        ("shared_with", "sharedWith"), ("zones", "zones"),
-    ):  # fmt: skip
+    for attr, label in DESCRIBED_FIELDS:
         before, after = getattr(old, attr), getattr(new, attr)
         if before != after:
             if attr == "zones":
                 changes.append(f"zones {', '.join(before)} → {', '.join(after)}")
+            elif attr == "alerts":
+                changes += _alerts_changes(before, after)
             elif isinstance(before, int | str | bool) and isinstance(after, int | str | bool):
                 changes.append(f"{label} {before} → {after}")
             else:
                 changes.append(f"{label} changed")
     return "Spec updated: " + (", ".join(changes) if changes else "formatting only")
+
+
+def _alerts_changes(before: AlertRules, after: AlertRules) -> list[str]:
+    """Each alert setting that changed; a dropped rule goes back to its defaults (`alerts.pendingPods.olderThan 30m → 15m`)."""
+    out = []
+    for info in ALERT_RULES:
+        a, b, path = before.rule(info.reason), after.rule(info.reason), f"alerts.{info.field}"
+        out += [f"{path}.enabled {str(a.enabled).lower()} → {str(b.enabled).lower()}"] if a.enabled != b.enabled else []
+        out += [f"{path}.{info.threshold_field} {a.threshold} → {b.threshold}"] if info.threshold_field and a.threshold != b.threshold else []
+        out += [f"{path}.{info.window_field} {format_duration(a.window_s)} → {format_duration(b.window_s)}"] if a.window_s != b.window_s else []
+    return out
