@@ -267,6 +267,7 @@ SPECTACULAR_SETTINGS = {
         "drf_spectacular.hooks.postprocess_schema_enums",
         "pools.api.schema_hooks.declare_unsupported_media_type",
         "pools.api.schema_hooks.declare_request_too_large",
+        "pools.api.schema_hooks.declare_bad_query",
     ],
 }
 

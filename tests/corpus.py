@@ -285,6 +285,10 @@ SCALES = {
     "script-min": ({"min": SCRIPT}, "min"),
     "zero-max": ({"max": 0}, "max"),
     "min-over-max": ({"min": 5, "max": 3}, "spec.nodeCount"),
+    # what `spec.nodeCount` refuses ("must be an integer"), DRF's IntegerField coerced
+    "digit-string-min": ({"min": "1"}, "min"),
+    "whole-float-min": ({"min": 1.0}, "min"),
+    "bool-max": ({"max": True}, "max"),
 }
 
 # --- names in URLs, reasons, ids, numbers in forms, filters -------------------------------------

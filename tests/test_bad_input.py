@@ -49,8 +49,11 @@ Django admin /admin/ (platform admins)
   node prices, lease terms, price book entries                           tests/billing/test_price_admin.py
   the account (top-up and correction)                                    tests/billing/test_account_admin.py
   quotas                                                                 tests/pools/test_quota_admin.py
-Not covered: the admin site's other model forms (Django's own validation) and the operator's
-management commands.
+management commands (the operator's)
+  loop `--interval`, demo_fleet's seconds, meter --hour                  tests/test_bad_input_commands.py
+query parameters given twice, pool `ordering`, YAML keys not strings,
+  merge patches past the size limit, the import page's tampered team    tests/test_bad_input_params.py
+Not covered: the admin site's other model forms (Django's own validation).
 
 Conventions: the action buttons that post and redirect on success (repack, node page) answer a
 refusal with their page again, the error shown ("field: message"), and a 400 (409 for a state

@@ -140,9 +140,10 @@ def csrf_failure(request, reason=""):
 
 class ApiErrorsMiddleware:
     """Under /api/: a body declared larger than `DATA_UPLOAD_MAX_MEMORY_SIZE` is answered 413
-    before anything reads it (authenticated or not, whatever the endpoint and content type), and
-    an error answer that is not in the API's shape (a page from Django's DEBUG views, a
-    library's, django-axes' lockout) is given that shape, keeping its status and headers."""
+    before anything reads it (authenticated or not, whatever the endpoint and content type); a
+    query parameter given more than once is a 400 naming it (`repeated_params`); and an error
+    answer that is not in the API's shape (a page from Django's DEBUG views, a library's,
+    django-axes' lockout) is given that shape, keeping its status and headers."""
 
     def __init__(self, get_response):
         self.get_response = get_response
@@ -152,11 +153,25 @@ class ApiErrorsMiddleware:
             return self.get_response(request)
         if (declared_length(request) or 0) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
             return api_error(413, too_large_message())
+        if repeated := repeated_params(request.GET):
+            return JsonResponse({"errors": [{"field": name, "message": REPEATED} for name in repeated]}, status=400)
         response = self.get_response(request)
         if response.status_code >= 400 and not response.streaming and not _in_shape(response):
             response.content = json.dumps({"errors": [{"field": "", "message": _phrase(response.status_code)}]}).encode()
             response["Content-Type"] = "application/json"
         return response
+
+
+REPEATED = "given more than once: give it once"
+
+
+def repeated_params(params) -> list[str]:
+    """The query parameters given more than once. Every parameter of the API takes one value
+    (`by` lists its keys with commas), and Django's `QueryDict.get` silently kept the last:
+    `?team=algorithm&team=inference` created the pool for inference, `?from=..&from=..` summed
+    the costs of the second range. Checked here, once for every endpoint, rather than by each
+    view's reading of its parameters."""
+    return sorted(name for name, values in params.lists() if len(values) > 1)
 
 
 def _phrase(status_code: int) -> str:

@@ -123,9 +123,21 @@ class WholeNumberField(serializers.IntegerField):
         return super().to_internal_value(data)
 
 
+class StrictIntegerField(serializers.IntegerField):
+    """A JSON integer, as `spec.nodeCount` takes it (pools/core/fields.py): DRF's IntegerField
+    took `"1"` and `1.0` for 1, so the scale endpoint accepted what the document refuses."""
+
+    default_error_messages = {"invalid": "must be an integer"}
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 class PoolScaleSerializer(BodySerializer):
-    min = WholeNumberField(required=False, min_value=0, max_value=10000)
-    max = WholeNumberField(required=False, min_value=1, max_value=10000)
+    min = StrictIntegerField(required=False, min_value=0, max_value=10000)
+    max = StrictIntegerField(required=False, min_value=1, max_value=10000)
 
 
 class OrderSerializer(serializers.ModelSerializer):

@@ -55,7 +55,8 @@ def _errors(*codes: int) -> dict[int, OpenApiResponse]:
 
 
 def query_param(request, name: str, *, choices: list[str] | None = None) -> str:
-    """A query parameter as a clean string: NUL bytes and unknown choices are a 400, not a 500."""
+    """A query parameter as a clean string: NUL bytes and unknown choices are a 400, not a 500
+    (one given twice is refused before any view, `pools.api.errors.repeated_params`)."""
     value = request.query_params.get(name, "")
     if "\x00" in value:
         raise ValidationError("null characters are not allowed", field=name)
@@ -111,7 +112,7 @@ class PoolViewSet(viewsets.ViewSet):
             gpu_model=query_param(request, "gpuModel"),
             phase=query_param(request, "phase", choices=GpuNodePool.Phase.values),
             q=query_param(request, "q"),
-            sort=query_param(request, "ordering") or "name",
+            sort=query_param(request, "ordering", choices=list(selectors.POOL_ORDERINGS)) or "name",
         )
         pools = selectors.pools_for_user(user=request.user, filters=filters)
         return chunking.chunked_response(request, pools, lambda chunk: [pool_representation(p) for p in chunk])

@@ -16,7 +16,8 @@ event stream (libyaml's, in C, when PyYAML has it) that builds dicts, lists and 
   mappings and sequences (`!!set`, `!!omap`).
 - A key given twice in one mapping is refused, with its path (`metadata.name`): PyYAML keeps
   the last one without a word, so `nodeType` written twice created the pool the reader of the
-  file did not see; Kubernetes refuses it (`mapping key "nodeType" already defined`).
+  file did not see; Kubernetes refuses it (`mapping key "nodeType" already defined`). Keys that
+  are not strings and collide once read (`1` and `true`) are refused as such, not as a duplicate.
 
 Errors are PyYAML's (`yaml.YAMLError`, with a mark) or, for nesting and duplicate keys, a
 `ValidationError`.
@@ -85,9 +86,22 @@ def load_all(text: str, *, max_depth: int = DEFAULT_MAX_DEPTH) -> list[Any]:
     raise too_deep("", max_depth, where)
 
 
-def _duplicate_key(path: list, mark) -> ValidationError:
-    where = f"again at line {mark.line + 1}, column {mark.column + 1}"
-    return ValidationError(f"duplicate key: a key may appear only once in a mapping ({where})", field=format_path(path))
+def _key_again(mapping: dict, key: Any, path: list, event: ScalarEvent) -> ValidationError:
+    """A key equal to one the mapping already has: the same key twice, or keys that are not
+    strings and only equal once read (`1` and `true`, `1` and `1.0`: Python's 1 == True == 1.0),
+    which YAML counts as different keys and a document never has (its keys are strings, as in
+    JSON), so the message says that rather than "duplicate"."""
+    mark = event.start_mark
+    where = f"line {mark.line + 1}, column {mark.column + 1}"
+    earlier = next(k for k in mapping if k == key)
+    if earlier.__class__ is key.__class__:
+        field = format_path([*path, key if key.__class__ is str else str(key)])
+        return ValidationError(f"duplicate key: a key may appear only once in a mapping (again at {where})", field=field)
+    return ValidationError(
+        f"keys must be strings (quote numbers and booleans): {_shown(event.value)} at {where} is read as {key!r}, "
+        f"which equals the key {earlier!r} before it",
+        field=format_path([*path, event.value]),
+    )
 
 
 def _scalars(parser):
@@ -197,7 +211,7 @@ def _build(text: str, max_depth: int) -> list[Any]:
                 if opened:
                     raise ConstructorError("while constructing a mapping", None, "found unhashable key", event.start_mark)
                 if value in current:
-                    raise _duplicate_key([*path, value if value.__class__ is str else str(value)], event.start_mark)
+                    raise _key_again(current, value, path, event)
                 key = value
                 continue
             else:

@@ -38,6 +38,9 @@ POOL_SORTS = {
     "phase": "phase",
     "created": "created_at",
 }
+# What a list may be ordered by: a key of POOL_SORTS, with one `-` for descending. The API
+# refuses anything else (`?ordering=bogus`, `--name`); the pool list page falls back to name.
+POOL_ORDERINGS = (*POOL_SORTS, *(f"-{key}" for key in POOL_SORTS))
 
 
 def catalog_current(*, writing: bool = False) -> Catalog:
@@ -100,9 +103,9 @@ def pools_visible(*, user, filters: PoolFilters | None = None) -> QuerySet[GpuNo
         pools = pools.filter(phase=filters.phase)
     if filters.q:
         pools = pools.filter(name__icontains=filters.q)
-    field = POOL_SORTS.get(filters.sort.lstrip("-"), "name")
-    descending = filters.sort.startswith("-")
-    return pools.order_by(f"-{field}" if descending else field, "name")
+    sort = filters.sort if filters.sort in POOL_ORDERINGS else "name"
+    field = POOL_SORTS[sort.removeprefix("-")]
+    return pools.order_by(f"-{field}" if sort.startswith("-") else field, "name")
 
 
 def node_counts_attach(pools: list[GpuNodePool]) -> list[GpuNodePool]:

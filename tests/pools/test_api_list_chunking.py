@@ -166,7 +166,7 @@ def test_a_list_cut_in_python_keeps_its_cursor_when_rows_are_added(api, world):
     first = client.get("/api/v1/pools/noded/nodes/?limit=2")
     assert names(first.json()) == ["noded-4", "noded-3"]  # the same time: the newest id first
     Node.objects.create(pool=world, name="noded-new", phase="Ready", zone=world.zone, gpu_count=1, created_at=T0 + timedelta(hours=1))
-    rest, _ = walk(client, NEXT.match(first.headers["Link"])["url"].replace("&limit=2", ""), 2)
+    rest, _ = walk(client, re.sub(r"limit=2&?", "", NEXT.match(first.headers["Link"])["url"]), 2)  # `walk` gives it again
     assert names(rest) == ["noded-2", "noded-1", "noded-0"]
 
 

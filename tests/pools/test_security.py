@@ -93,7 +93,7 @@ def test_bad_documents_pasted_into_the_import_page_render_escaped(client, actors
 
 @pytest.mark.parametrize("query", ["q=%27%20OR%201%3D1--", "team=%3Cscript%3E", "ordering=;DROP", "q=a%00b", "gpuModel=" + "x" * 5000])
 def test_hostile_filters_are_harmless(api, client, actors, query):
-    assert api("lead").get(f"/api/v1/pools/?{query}").status_code == (400 if "%00" in query else 200)
+    assert api("lead").get(f"/api/v1/pools/?{query}").status_code == (400 if "%00" in query or query.startswith("ordering=") else 200)
     client.force_login(actors["lead"])
     page = client.get(f"/pools/?{query}")
     assert page.status_code == 200 and b"<script>" not in page.content.split(b"</head>")[1]

@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from billing import metering, services
 from billing.hours import last_complete_hour
+from billing.selectors import FIRST_DAY, LAST_DAY
 from pools.claims import Part
 
 
@@ -36,7 +37,10 @@ class Command(BaseCommand):
                 if moment.tzinfo is None:
                     moment = moment.replace(tzinfo=UTC)
                 # `now`: an hour not over yet is refused, before any part is metered.
-                results = [services.meter_hour(hour=metering._check_hour(moment), part=part, now=now) for part in parts]
+                hour_utc = metering._check_hour(moment)
+                if not FIRST_DAY <= hour_utc.date() <= LAST_DAY:  # the days the costs API takes: none kept outside
+                    raise ValueError(f"must be between {FIRST_DAY} and {LAST_DAY}: no costs are kept outside those years")
+                results = [services.meter_hour(hour=hour_utc, part=part, now=now) for part in parts]
             except (ValueError, OverflowError) as exc:  # an hour at the calendar's ends overflows in UTC
                 raise CommandError(f"--hour: {exc}") from exc
         elif once:

@@ -11,6 +11,7 @@ import time
 from django.core.management.base import BaseCommand
 
 from monitoring import alerts, services
+from pools.management.arguments import positive_seconds
 
 
 class Command(BaseCommand):
@@ -18,7 +19,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--once", action="store_true", help="One rollup, then exit")
-        parser.add_argument("--interval", type=float, default=60.0, help="Seconds between rollups in loop mode")
+        parser.add_argument("--interval", type=positive_seconds, default=60.0, help="Seconds between rollups in loop mode (above 0, at most a day)")
 
     def handle(self, *args, once: bool = False, interval: float = 60.0, **options):
         while True:

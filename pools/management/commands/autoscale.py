@@ -12,6 +12,7 @@ from datetime import datetime
 from django.core.management.base import BaseCommand, CommandError
 
 from pools.controllers.autoscaler import autoscale_all
+from pools.management.arguments import positive_seconds
 
 
 class Command(BaseCommand):
@@ -19,7 +20,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--once", action="store_true", help="One pass over all pools, then exit")
-        parser.add_argument("--interval", type=float, default=30.0, help="Seconds between passes in loop mode")
+        parser.add_argument("--interval", type=positive_seconds, default=30.0, help="Seconds between passes in loop mode (above 0, at most a day)")
         parser.add_argument("--now", default="", help="Moment of the pass, ISO 8601 (default: the clock)")
 
     def handle(self, *args, once: bool = False, interval: float = 30.0, now: str = "", **options):

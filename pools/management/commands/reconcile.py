@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from django.core.management.base import BaseCommand, CommandError
 
 from pools.controllers.lifecycle import pool_reconcile, reconcile_all
+from pools.management.arguments import positive_seconds
 from pools.models import GpuNodePool
 
 
@@ -21,7 +22,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--once", action="store_true", help="One pass over all pools, then exit")
-        parser.add_argument("--interval", type=float, default=30.0, help="Seconds between passes in loop mode")
+        parser.add_argument("--interval", type=positive_seconds, default=30.0, help="Seconds between passes in loop mode (above 0, at most a day)")
         parser.add_argument("--pool", default="", help="Only this pool (by name)")
         parser.add_argument("--now", default="", help="Moment of the pass, ISO 8601 (default: the clock)")
 

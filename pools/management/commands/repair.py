@@ -7,6 +7,7 @@ import time
 from django.core.management.base import BaseCommand
 
 from pools.controllers.repair import repair_all
+from pools.management.arguments import positive_seconds
 
 
 class Command(BaseCommand):
@@ -14,7 +15,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--once", action="store_true", help="One pass, then exit")
-        parser.add_argument("--interval", type=float, default=60.0, help="Seconds between passes in loop mode")
+        parser.add_argument("--interval", type=positive_seconds, default=60.0, help="Seconds between passes in loop mode (above 0, at most a day)")
 
     def handle(self, *args, once: bool = False, interval: float = 60.0, **options):
         while True:
