@@ -65,11 +65,17 @@ def client_as(world, who: str) -> APIClient:
     return token_client(world["actors"][who])
 
 
-def timed(call):
-    start = time.process_time()
-    response = call()
-    cpu = time.process_time() - start
-    assert cpu <= CPU_SECONDS, f"{cpu:.2f} s of CPU"
+def timed(call, *, runs: int = 1):
+    """The call's response, its CPU held to CPU_SECONDS: the least of `runs` runs where the call
+    may be repeated (a refused web form changes nothing), as tests/pools/test_nesting.py takes
+    the best of two, so that a first request's cold caches (templates compiled, a slow shared
+    machine) do not count against the parser the budget guards."""
+    cpu = []
+    for _ in range(runs):
+        start = time.process_time()
+        response = call()
+        cpu.append(time.process_time() - start)
+    assert min(cpu) <= CPU_SECONDS, f"{min(cpu):.2f} s of CPU"
     return response
 
 
@@ -182,10 +188,11 @@ WEB_FORMS = {"pool-import-paste": ("lead", "/pools/import/", "document"), "pool-
 def test_the_web_forms_show_the_depth_error_beside_the_document(browser, world, form, case):
     role, url, field = WEB_FORMS[form]
     text, path = NESTED_JSON[case[5:]] if case.startswith("json-") else NESTED_YAML[case]
-    value = SimpleUploadedFile("deep.yaml", text.encode()) if field == "upload" else text
+    def data():  # a fresh upload each time: a file is read once
+        return {field: SimpleUploadedFile("deep.yaml", text.encode()) if field == "upload" else text}
     client = browser(role)
     before = db_state()
-    response = timed(lambda: client.post(url, {field: value}))
+    response = timed(lambda: client.post(url, data()), runs=2)
     assert response.status_code == 400
     errors = response.context["spec_errors"]
     assert [e.field[: len(path)] for e in errors] == [path] and DEPTH_MESSAGE in errors[0].message

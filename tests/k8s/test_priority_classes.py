@@ -13,6 +13,7 @@ from kubernetes.client.exceptions import ApiException
 from pools.controllers.cluster_sync import priority_classes_sync
 from pools.controllers.scheduler import scheduler_pass
 from pools.core.documents import load_yaml
+from pools.core.isolation import POLICY_NAME
 from pools.core.podspec import admit, parse_pod
 from pools.core.priority import default_class, parse_priority_class
 from pools.core.yaml_loading import load_all
@@ -131,9 +132,12 @@ def test_two_default_classes_in_the_cluster_are_mirrored_as_its_admission_resolv
         ours = default_class(priority_classes_for(""))
         assert (ours.name, ours.value) == (spec.priority_class_name, spec.priority)  # our hints resolve it as the cluster does
     finally:
-        for name in (second, first):
+        admission = client.AdmissionregistrationV1Api(kube)  # the pass applied the team-isolation policy: the API server is shared
+        deletes = [(scheduling.delete_priority_class, name) for name in (second, first)]
+        deletes += [(admission.delete_validating_admission_policy_binding, POLICY_NAME), (admission.delete_validating_admission_policy, POLICY_NAME)]
+        for delete, name in deletes:
             try:
-                scheduling.delete_priority_class(name)
+                delete(name)
             except ApiException as exc:
                 if exc.status != 404:
                     raise
