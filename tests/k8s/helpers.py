@@ -71,3 +71,13 @@ def verdict(core: client.CoreV1Api, namespace: str, name: str):
         return ("bound", pod.spec.node_name)
     refused = next((c for c in pod.status.conditions or () if c.type == "PodScheduled" and c.status == "False"), None)
     return ("pending", refused.message) if refused is not None else None
+
+
+def pod_gone(core: client.CoreV1Api, namespace: str, name: str) -> bool:
+    """Whether the pod is deleted or being deleted (a preemption victim, an evicted pod)."""
+    try:
+        return core.read_namespaced_pod(name, namespace).metadata.deletion_timestamp is not None
+    except client.exceptions.ApiException as exc:
+        if exc.status == 404:
+            return True
+        raise

@@ -22,7 +22,7 @@ from pools.providers.fake_kubelet import FakeKubelet
 from pools.providers.kubernetes import KubernetesCluster
 from pools.providers.kubernetes_pods import TEAM_LABEL
 from tests.k8s import test_extender
-from tests.k8s.helpers import verdict, wait_for
+from tests.k8s.helpers import pod_gone, verdict, wait_for
 from tests.pools.pod_helpers import T0, pool_with_nodes
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -85,15 +85,6 @@ def train_node(cluster, core_api, actors):
     core.delete_node(node.name)
 
 
-def preempted(core: client.CoreV1Api, name: str) -> bool:
-    try:
-        return core.read_namespaced_pod(name, NAMESPACE).metadata.deletion_timestamp is not None
-    except ApiException as exc:
-        if exc.status == 404:
-            return True
-        raise
-
-
 def test_another_teams_cpu_only_pod_stays_pending_while_the_owners_and_kube_systems_pods_schedule(core_api, train_node, calls):
     core = core_api
     core.create_namespaced_pod(OTHER, manifest("cpu-intruder"))
@@ -130,8 +121,8 @@ def test_kube_scheduler_never_preempts_a_teams_pod_for_another_teams_pod(cluster
     kind, message = wait_for(lambda: verdict(core, OTHER, "vip-intruder"), what="kube-scheduler's verdict on the intruder")
     time.sleep(3)  # preemption's evictions are asynchronous: give a wrong one time to show
     assert kind == "pending" and "Insufficient nvidia.com/gpu" in message and "no candidate node for preemption" in message, message
-    assert not preempted(core, "owners-job"), "the owner's pod was evicted for another team's pod"
+    assert not pod_gone(core, NAMESPACE, "owners-job"), "the owner's pod was evicted for another team's pod"
     assert verdict(core, OTHER, "vip-intruder")[0] == "pending"
 
     core.create_namespaced_pod(NAMESPACE, manifest("owners-vip", gpus=1, priority_class="teams-high"))
-    wait_for(lambda: preempted(core, "owners-job"), what="the owner team's own pod preempting its lower-priority one")
+    wait_for(lambda: pod_gone(core, NAMESPACE, "owners-job"), what="the owner team's own pod preempting its lower-priority one")

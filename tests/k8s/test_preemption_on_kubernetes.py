@@ -18,14 +18,13 @@ from types import SimpleNamespace
 
 import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from pools.core.scheduling.explain import explain
 from pools.core.scheduling.nodes import NodeState, Pod
 from pools.core.scheduling.preempt import preempt
 from pools.providers.fake_kubelet import FakeKubelet
 from pools.providers.kubernetes import KubernetesCluster
-from tests.k8s.helpers import verdict, wait_for
+from tests.k8s.helpers import pod_gone, verdict, wait_for
 
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 CPU, MEMORY, GPUS = 64_000, 262_144, 8
@@ -107,15 +106,6 @@ def budget(kube, namespace: str, name: str, labels: dict, allowed: int) -> None:
         "observedGeneration": 1, "disruptionsAllowed": allowed, "currentHealthy": 1, "desiredHealthy": 1 - allowed, "expectedPods": 1}})  # fmt: skip
 
 
-def deleted(core, namespace: str, name: str) -> bool:
-    try:
-        return core.read_namespaced_pod(name, namespace).metadata.deletion_timestamp is not None
-    except ApiException as exc:
-        if exc.status == 404:
-            return True
-        raise
-
-
 def test_the_pod_that_two_budgets_select_goes_not_the_one_its_budget_guards(kube, core, namespace, place):
     layout = ({"a-guarded": (8, 0, {"app": "g"})}, {"b-double": (8, 0, {"x": "1", "y": "1"})})
     place.nodes(*layout)
@@ -126,8 +116,8 @@ def test_the_pod_that_two_budgets_select_goes_not_the_one_its_budget_guards(kube
     place.pending("vip", 8, 100)
     nominated = wait_for(lambda: core.read_namespaced_pod("vip", namespace).status.nominated_node_name, what="kube-scheduler's preemption")
     assert nominated == f"{place.key}-1"
-    wait_for(lambda: deleted(core, namespace, "b-double"), what="the victim's deletion")
-    assert not deleted(core, namespace, "a-guarded")
+    wait_for(lambda: pod_gone(core, namespace, "b-double"), what="the victim's deletion")
+    assert not pod_gone(core, namespace, "a-guarded")
     pods = {f"{namespace}/{name}": labels for node in layout for name, (_, _, labels) in node.items()}
     budgets = KubernetesCluster(kube).disruption_budgets(pods=pods)  # the cluster's own budgets, read by the product
     plan = preempt(incoming(namespace, place.key, "vip", 8, 100), states(namespace, place.key, *layout), budgets)
