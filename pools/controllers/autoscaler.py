@@ -58,7 +58,7 @@ from pools.controllers.scale_down import Removable, removable_burst_nodes, repac
 from pools.controllers.scheduler import scheduler_lock
 from pools.controllers.state import pools_update
 from pools.core import lifecycle as rules
-from pools.core.autoscaling import ScalingDecision, decide
+from pools.core.autoscaling import ScalingDecision, burst_ceiling, decide
 from pools.core.scale_up import QuotaRooms, QuotaScope, scale_up_need
 from pools.core.scaling_history import ScalingHistory
 from pools.core.scheduling.nodes import NodeState, filter_node
@@ -239,8 +239,7 @@ def _autoscale(pool: GpuNodePool, now: datetime, view: FleetView, *, dry_run: bo
         return Plan(AutoscaleResult(pool=pool.name, claimed=True, reason="NotAutoscaled"))
     current, burst_count = view.nodes.get(pool.pk, (0, 0))
     baseline = current - burst_count
-    burst_cap = spec.burst.max_nodes or spec.max_nodes
-    upper = max(baseline, min(spec.max_nodes, baseline + burst_cap))
+    upper = burst_ceiling(baseline=baseline, max_nodes=spec.max_nodes, burst_max_nodes=spec.burst.max_nodes)
     pending = view.pending.get(pool.team_id, [])
     template = template_node(pool, spec)
     fits = view.shapes[pool.team_id].fitting(template) if pool.team_id in view.shapes else []

@@ -17,6 +17,7 @@ from urllib.parse import urlencode
 from django.db import transaction
 from django.urls import reverse
 
+from pools.core.autoscaling import burst_ceiling
 from pools.core.scale_up import first_fit
 from pools.core.scheduling.explain import explain, plural
 from pools.core.scheduling.nodes import (
@@ -204,8 +205,8 @@ def growth_hint(pool: GpuNodePool, members: list[NodeState], live: int) -> str:
         return (f"{at_max}, and {off}: raising the max alone adds no node. Raise both (ebcloud node-pool scale {name} "
                 f"--min N --max N), or raise nodeCount.max and enable burst.")  # fmt: skip
     baseline = sum(1 for s in members if s.labels.get(BILLING_LABEL) != Node.Billing.ON_DEMAND)
-    burst = (pool.document.get("spec", {}).get("burst") or {}).get("maxNodes") or 0
-    ceiling = max(baseline, min(top, baseline + (burst or top)))
+    burst = pool.burst_max_nodes
+    ceiling = burst_ceiling(baseline=baseline, max_nodes=top, burst_max_nodes=burst)
     if live < ceiling:
         return (f"{has}; the autoscaler adds a burst node when the pool's scaling policy asks (ebcloud node-pool "
                 f"diagnose {name} says when it will not), or {grow}.")  # fmt: skip

@@ -382,6 +382,14 @@ def _describe_metrics(statuses: tuple[MetricStatus, ...]) -> str:
     return "; ".join(parts)
 
 
+def burst_ceiling(*, baseline: int, max_nodes: int, burst_max_nodes: int) -> int:
+    """The most nodes a bursting pool may reach: its monthly `baseline` plus `spec.burst.maxNodes`
+    on demand (0: no limit of its own), never above `nodeCount.max` and never below the baseline
+    (monthly nodes are paid for; bursting never sheds them). The autoscaler's upper bound, and
+    what Diagnose and the pending-pod hints call the burst limit, so the three never disagree."""
+    return max(baseline, min(max_nodes, baseline + (burst_max_nodes or max_nodes)))
+
+
 def decide(
     *,
     spec: ScalingSpec,

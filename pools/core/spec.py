@@ -158,6 +158,13 @@ def spec_autoscales(spec: Mapping[str, Any]) -> bool:
     return enabled is True or (enabled is None and "scaling" in spec)
 
 
+def spec_burst_max_nodes(spec: Mapping[str, Any]) -> int:
+    """`PoolSpec.burst.max_nodes` read from a stored (validated) document's `spec`, as
+    `spec_autoscales` reads whether it bursts: 0 when unset (no limit of its own)."""
+    burst = spec.get("burst")
+    return (burst.get("maxNodes") or 0) if isinstance(burst, Mapping) else 0
+
+
 _TOP = ("apiVersion", "kind", "metadata", "spec")
 _METADATA = ("name", "labels")
 _SPEC = (

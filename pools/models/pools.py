@@ -13,7 +13,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from pools import roles
-from pools.core.spec import DEFAULT_SCHEDULING_POLICY, spec_autoscales
+from pools.core.spec import DEFAULT_SCHEDULING_POLICY, spec_autoscales, spec_burst_max_nodes
 
 
 class TeamScopedQuerySet(models.QuerySet):
@@ -217,6 +217,12 @@ class GpuNodePool(models.Model):
         """Whether the autoscaler may add burst nodes (`PoolSpec.autoscaling`), read from the
         stored (validated) document without parsing it against the catalog."""
         return spec_autoscales(self.document.get("spec", {}))
+
+    @property
+    def burst_max_nodes(self) -> int:
+        """`spec.burst.maxNodes`: on-demand nodes the pool may add above its monthly ones (0: up
+        to nodeCount.max), read like `bursts` from the stored document."""
+        return spec_burst_max_nodes(self.document.get("spec", {}))
 
     @property
     def changing(self) -> bool:

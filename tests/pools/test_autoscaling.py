@@ -21,6 +21,7 @@ from pools.core.autoscaling import (
     ScalingPolicy,
     ScalingRules,
     ScalingSpec,
+    burst_ceiling,
     decide,
     evaluate_metric,
     scale_down_limit,
@@ -624,3 +625,19 @@ def test_the_pools_default_rule_fires_exactly_above_85_percent_and_10_queued_pod
     (DEFAULT_SCALING_SPEC) would hold at 93% and 11 pods (see the test above)."""
     decision = once(POOL_SCALING_DEFAULTS, 2, load(memory, queue), min_nodes=2)
     assert (decision.desired > 2) is grows, decision
+
+
+@pytest.mark.parametrize(
+    ("baseline", "max_nodes", "burst_max_nodes", "ceiling"),
+    [
+        (2, 6, 0, 6),  # no burst limit of its own: up to nodeCount.max
+        (2, 6, 2, 4),  # spec.burst.maxNodes above the monthly nodes
+        (2, 6, 9, 6),  # never above nodeCount.max
+        (7, 6, 2, 7),  # never below the paid monthly nodes (the max was lowered under them)
+        (0, 3, 1, 1),  # a pool whose monthly nodes are gone bursts from zero
+    ],
+)
+def test_burst_ceiling_is_the_monthly_baseline_plus_burst_under_the_max(baseline, max_nodes, burst_max_nodes, ceiling):
+    """One rule for the autoscaler's upper bound, Diagnose's burst limit and the pending-pod
+    hints (seed D3): they call `burst_ceiling` and cannot drift apart."""
+    assert burst_ceiling(baseline=baseline, max_nodes=max_nodes, burst_max_nodes=burst_max_nodes) == ceiling

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
-from pools.core.autoscaling import ScalingSpec
+from pools.core.autoscaling import ScalingSpec, burst_ceiling
 from pools.core.diagnose.blockers import (
     AFFINITY,
     FITS,
@@ -189,8 +189,7 @@ class PoolSnapshot:
     def burst_room(self) -> int:
         """Nodes the autoscaler may add above the monthly baseline (pools/controllers/autoscaler.py)."""
         baseline = self.baseline()
-        cap = self.burst_max_nodes or self.max_nodes
-        return max(0, min(self.max_nodes, baseline + cap) - baseline)
+        return burst_ceiling(baseline=baseline, max_nodes=self.max_nodes, burst_max_nodes=self.burst_max_nodes) - baseline
 
     def at_burst_limit(self) -> bool:
         """Whether the pool bursts and has every node spec.burst.maxNodes lets it have, below its
