@@ -5,27 +5,43 @@ debited for it (issue 20).
 The lifecycle controller calls these where it creates a node for an order's slot
 (`holder_add`), where a paid renewal extends leases (`renewal_periods_add`, the leases of
 nodes gone since it was ordered too), and where a pool being deleted holds the slots of an
-order paid as its delete began, which no node will fill (`slots_unopened`: the controller
-records them as capacity released unused). Orders paid before the ledger existed have no
+order paid as its delete began, which no node will fill (`capacity_orders_unopened`, read in
+one query however many orders the pool has, and `slots_unopened`: the controller records them
+as capacity released unused). Orders paid before the ledger existed have no
 periods: their nodes are billed from their lease columns as before
 (`billing.node_prices.node_price`).
 
 A period is charged only in hours metering has not closed (`hour_open`): one recorded late (a
 payment settled hours after the cloud debited it) is spread over its lease's hours from the
-first open one, its whole share, so its debit is still charged back, once.
+first open one, its whole share, so its debit is still charged back, once; one recorded after
+every hour of its lease was closed is charged whole in the first open hour, as a correction
+(`LeasePeriod.charged_in`, `billing.lease_corrections`).
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import (
+    Case,
+    Count,
+    Exists,
+    F,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+    When,
+)
+from django.db.models.functions import Coalesce, Greatest
 
 from billing.hours import HOUR, ceil_hour, floor_hour
 from billing.lease_costs import split_amount
 from billing.models import LeasePeriod, MeterRun
 from pools.core import lifecycle as rules
-from pools.models import Node, PoolOrder
+from pools.models import GpuNodePool, Node, PoolOrder
 
 
 def vacated_holder(order: PoolOrder) -> Node | None:
@@ -55,14 +71,38 @@ def holder_add(node: Node, order: PoolOrder, *, vacated: Node | None, now: datet
     _share_open(node, order, opened, node.lease_start, node.lease_end, now=now)
 
 
+def capacity_orders_unopened(pool: GpuNodePool) -> QuerySet[PoolOrder]:
+    """The pool's Paid capacity orders (create, grow), oldest first, each annotated with
+    `slots_unopened` (see `_unopened_annotate`), in one query however many orders the pool has:
+    a Deleting pool's delete and pass look for the orders whose capacity no node will fill
+    (`services.pools._order_unfilled`, `lifecycle._unused_capacity_record`), and a query per
+    order made their cost grow with the pool's history."""
+    paid = pool.orders.filter(status=PoolOrder.Status.PAID, kind__in=(PoolOrder.Kind.CREATE, PoolOrder.Kind.GROW))
+    return _unopened_annotate(paid).order_by("created_at", "pk")
+
+
 def slots_unopened(order: PoolOrder) -> int:
-    """How many of the order's slots no node holds on the ledger yet (slots are opened in turn,
-    `holder_add`); 0 for an order paid before the ledger (its nodes have no periods: they are
-    billed from their lease columns)."""
-    opened = LeasePeriod.objects.filter(order=order).values("slot").distinct().count()
-    if opened == 0 and order.nodes.exists():
-        return 0
-    return max(0, order.node_count - opened)
+    """How many of the order's slots no node holds on the ledger yet, read again in one query
+    (the controller counts them under the pool's row lock before it fills them, so two workers
+    do not both fill them)."""
+    return _unopened_annotate(PoolOrder.objects.filter(pk=order.pk)).values_list("slots_unopened", flat=True).get()
+
+
+def _unopened_annotate(orders: QuerySet[PoolOrder]) -> QuerySet[PoolOrder]:
+    """`slots_opened` (the distinct slots the ledger holds for the order: slots are opened in
+    turn, `holder_add`), `has_nodes`, and `slots_unopened`: the slots left, 0 for an order paid
+    before the ledger (nodes but no periods: they are billed from their lease columns)."""
+    opened = LeasePeriod.objects.filter(order=OuterRef("pk")).order_by().values("order").annotate(n=Count("slot", distinct=True)).values("n")
+    return orders.annotate(
+        slots_opened=Coalesce(Subquery(opened, output_field=IntegerField()), Value(0)),
+        has_nodes=Exists(Node.objects.filter(order=OuterRef("pk"))),
+    ).annotate(
+        slots_unopened=Case(
+            When(slots_opened=0, has_nodes=True, then=Value(0)),
+            default=Greatest(F("node_count") - F("slots_opened"), Value(0)),
+            output_field=IntegerField(),
+        )
+    )
 
 
 def periods_hand_over(vacated: Node, successor: Node, *, now: datetime) -> int:
@@ -118,8 +158,11 @@ def _share_open(node: Node, order: PoolOrder, slot: int, start: datetime, end: d
     dearer, so its hours still add up to the share to the cent and each is metered once. Those
     closed hours were metered, rolled up and reported without it and are not restated; the
     FOCUS export sees the same period (its purchase rows start there and add up to the share,
-    as its usage rows do). A lease metered whole before its record is left as it was: nothing
-    is open to charge it in."""
+    as its usage rows do). A lease metered whole before its record (a worker dead for the whole
+    lease) has no open hour to spread it over: it keeps its lease and its whole share is
+    charged in the first open hour (`charged_in`), as a correction line of the pool's team
+    (`billing.lease_corrections`), never over its own closed hours, even one metered later
+    (a catch-up's hole below the newest metered hour)."""
     opens = hour_open(now)
     if floor_hour(start) < opens < ceil_hour(end):
         start = opens
@@ -132,4 +175,5 @@ def _share_open(node: Node, order: PoolOrder, slot: int, start: datetime, end: d
         lease_start=start,
         lease_end=end,
         held_from=floor_hour(start),
+        charged_in=opens if opens >= ceil_hour(end) else None,
     )

@@ -374,12 +374,12 @@ def _unused_capacity_record(p: ReconcilePass) -> None:
     `CapacityReleasedUnused` event says so (`exits.capacity_released_unused`, as for a renewal
     paid after its node left). Recorded hours after the payment (a settle a dead worker left to
     a later pass), the holders' periods are charged from the first hour metering has not closed
-    (`lease_ledger.hour_open`). Idempotent: the slots are counted again under the pool's row
-    lock, so a second pass or worker adds nothing."""
+    (`lease_ledger.hour_open`). One query reads every order's unopened slots
+    (`lease_ledger.capacity_orders_unopened`), however many orders the pool has; idempotent: an
+    order it finds unfilled has its slots counted again under the pool's row lock, so a second
+    pass or worker adds nothing."""
     billing = Node.Billing.PREEMPTIBLE if p.pool.preemptible else Node.Billing.MONTHLY
-    for order in _capacity_orders(p.pool):
-        if not lease_ledger.slots_unopened(order):
-            continue
+    for order in lease_ledger.capacity_orders_unopened(p.pool).filter(slots_unopened__gt=0):
         paid_at = p.cloud.pay(order_id=order.pk, amount=order.amount, currency=order.currency, now=p.now).paid_at  # idempotent: the existing payment
         lease_end = leases.add_months(paid_at, order.lease_months)
         with transaction.atomic():

@@ -218,8 +218,7 @@ def _order_unfilled(pool: GpuNodePool) -> int | None:
     before the delete, its nodes not made yet), or None. Its debit must reach the ledger before
     the pool goes: the controller's Deleting pass records it (`lifecycle._unused_capacity_record`),
     and it never passes over a deleted pool."""
-    paid = pool.orders.filter(status=PoolOrder.Status.PAID, kind__in=(PoolOrder.Kind.CREATE, PoolOrder.Kind.GROW)).order_by("created_at", "pk")
-    return next((order.pk for order in paid if lease_ledger.slots_unopened(order)), None)
+    return lease_ledger.capacity_orders_unopened(pool).filter(slots_unopened__gt=0).values_list("pk", flat=True).first()
 
 
 # ---------------------------------------------------------------------------------------------
