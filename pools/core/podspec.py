@@ -43,6 +43,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -380,9 +381,11 @@ def core_pod(
     node_selector: Mapping[str, str] | None = None,
     affinity: Mapping[str, Any] | None = None,
     team: str = "",
+    started_at: datetime | None = None,
 ) -> CorePod:
     """The scheduling core's Pod from stored (validated) fields; `key` is namespace/name,
-    `team` the identity of its namespace's team."""
+    `team` the identity of its namespace's team, `started_at` a running pod's start (which
+    preemption weighs, as kube-scheduler weighs `status.startTime`)."""
     return CorePod(
         name=key,
         cpu_milli=cpu_milli,
@@ -399,6 +402,7 @@ def core_pod(
         affinity_terms=affinity_terms(affinity or {}),
         preferred_terms=preferred_terms(affinity or {}),
         team=team,
+        started_at=started_at,
     )
 
 

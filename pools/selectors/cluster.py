@@ -47,6 +47,7 @@ def core_pod_of(pod: Pod) -> CorePod:
         tolerations=pod.tolerations,
         node_selector=pod.node_selector,
         affinity=pod.affinity,
+        started_at=pod.started_at,
     )
 
 
@@ -58,7 +59,8 @@ def core_pods_of(pods: QuerySet[Pod]) -> Iterator[tuple[int, str, CorePod | Exce
     """`core_pod_of` for many pods, read as values: (team id, namespace/name, its core pod or
     the error that makes it invalid). Pods whose fields are equal but for their names (a
     workload's replicas) are built and checked once and share that pod's fields: a queue of
-    10,000 Pending pods holds a few workloads (issue 9)."""
+    10,000 Pending pods holds a few workloads (issue 9). The pods carry no start time (a
+    Pending pod has none; `core_pod_of` reads it for the running pods preemption weighs)."""
     texts = {f"{name}_text": Cast(name, TextField()) for name in _POD_JSON}
     built: dict[tuple, CorePod | Exception] = {}  # the pods' fields but their names -> the first such pod
 

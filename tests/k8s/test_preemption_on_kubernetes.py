@@ -4,7 +4,9 @@ under PodDisruptionBudgets, it evicts the pods kube-scheduler evicts, on the nod
 API's "more than one budget" refusal plays no part); and where preemption finds nothing, the
 simulated pass's verdict (`explain`) is kube-scheduler's, node by node: "No preemption victims
 found" only on a node without a lower-priority pod, the filter's own reasons where evicting all
-of them still leaves the pod short.
+of them still leaves the pod short. Between nodes equal on every other criterion both pick the
+one whose victims started latest (status.startTime, read by the product as its pod mirror
+reads it).
 
 Nodes joined by fake kubelets, their pods bound by name (the kubelet runs them); the budgets'
 status is written as kube-controller-manager's disruption controller would (it does not run
@@ -13,17 +15,20 @@ here). The other nodes of the shared control plane keep the pods off by taint an
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
 import pytest
 from kubernetes import client
 
 from pools.core.scheduling.explain import explain
-from pools.core.scheduling.nodes import NodeState, Pod
+from pools.core.scheduling.nodes import NodeState, Pod, best_fit_gpus
 from pools.core.scheduling.preempt import preempt
+from pools.models.pods import Pod as PodRow
 from pools.providers.fake_kubelet import FakeKubelet
 from pools.providers.kubernetes import KubernetesCluster
+from pools.providers.kubernetes_pods import ClusterPods, pod_fields
+from pools.selectors.cluster import core_pod_of
 from tests.k8s.helpers import pod_gone, verdict, wait_for
 
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
@@ -57,7 +62,8 @@ def place(kube, core, namespace, unique):
             spec["nodeName"] = node
         return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace, "labels": labels or {}}, "spec": spec}
 
-    def nodes(*layout: dict[str, tuple]) -> None:
+    def nodes(*layout: dict[str, tuple], started: tuple[datetime, ...] = ()) -> None:
+        """`started`: when each node's kubelet starts its pods (their status.startTime; NOW)."""
         for index, pods in enumerate(layout):
             name = f"{key}-{index}"
             core.create_node(client.V1Node(metadata=client.V1ObjectMeta(name=name, labels={key: "yes"}),
@@ -66,7 +72,7 @@ def place(kube, core, namespace, unique):
             kubelet.join(name=name, cpu_milli=CPU, memory_mib=MEMORY, gpus=GPUS, labels={key: "yes"}, now=NOW)
             for pod, (gpus, priority, labels) in pods.items():
                 core.create_namespaced_pod(namespace, body(pod, gpus, priority, labels, node=name))
-            kubelet.sync_pods(node_name=name, now=NOW)
+            kubelet.sync_pods(node_name=name, now=started[index] if index < len(started) else NOW)
 
     def pending(name: str, gpus: int, priority: int) -> None:
         core.create_namespaced_pod(namespace, body(name, gpus, priority))
@@ -147,3 +153,35 @@ def test_where_preemption_finds_nothing_the_verdict_is_kube_schedulers_node_by_n
     ours = explain(incoming(namespace, place.key, "mid", 4, 50), states(namespace, place.key, *layout) + others).message
     assert ours.split(" preemption: ")[1] == theirs[1].split(" preemption: ")[1], (ours, theirs[1])
     assert f"preemption: 0/{total} nodes are available: 1 Insufficient nvidia.com/gpu, 1 No preemption victims found for incoming pod" in theirs[1]
+
+
+def mirrored_states(kube, namespace: str, key: str, count: int) -> list[NodeState]:
+    """The nodes with their Running pods as the product reads them from the API server: each
+    pod's fields as the pod mirror writes them (`pod_fields`, status.startTime included), then
+    the core's pod as every reader of the read model builds it (`core_pod_of`)."""
+    found = {f"{key}-{index}": NodeState(f"{key}-{index}", CPU, MEMORY, GPUS, "", labels={key: "yes"}) for index in range(count)}
+    for document in ClusterPods(kube).list()[0]:
+        fields = pod_fields(document, now=NOW)
+        node = found.get(fields.pop("node_name"))
+        if document["metadata"]["namespace"] == namespace and node is not None and fields["phase"] == "Running":
+            pod = core_pod_of(PodRow(**fields))
+            node.bind(pod, best_fit_gpus(pod, node.gpu_free))
+    return list(found.values())
+
+
+def test_of_nodes_equal_on_every_other_criterion_both_preempt_where_the_victims_started_latest(kube, core, namespace, place):
+    """One 8-GPU pod of priority 0 on each node; -1's kubelet started its pod an hour later.
+    kube-scheduler nominates -1 (the latest start of the highest-priority victims), where the
+    first node by name would be -0; the product, reading the same pods, agrees."""
+    layout = ({"a-early": (8, 0, None)}, {"b-late": (8, 0, None)})
+    place.nodes(*layout, started=(NOW, NOW + timedelta(hours=1)))
+    nodes = mirrored_states(kube, namespace, place.key, len(layout))
+    assert [[b.pod.started_at for b in node.bound.values()] for node in nodes] == [[NOW], [NOW + timedelta(hours=1)]]
+    time.sleep(2)  # kube-scheduler's informers see the pods' status
+    place.pending("vip", 8, 100)
+    nominated = wait_for(lambda: core.read_namespaced_pod("vip", namespace).status.nominated_node_name, what="kube-scheduler's preemption")
+    assert nominated == f"{place.key}-1"
+    wait_for(lambda: pod_gone(core, namespace, "b-late"), what="the victim's deletion")
+    assert not pod_gone(core, namespace, "a-early")
+    plan = preempt(incoming(namespace, place.key, "vip", 8, 100), nodes)
+    assert (plan.node, plan.victim_names) == (nominated, (f"{namespace}/b-late",))

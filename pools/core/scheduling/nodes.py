@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Protocol
 
 from pools.core.priority import PREEMPT_LOWER_PRIORITY, PREEMPT_NEVER
@@ -172,6 +173,9 @@ class Pod:
     ``team`` is an opaque identity of the pod's team (its namespace's): a node whose ``teams``
     is set takes only pods of those teams. ``shape_key`` is derived: pods with equal keys filter
     and score identically, which is what the schedulers cache on.
+    ``started_at`` is a running pod's start (its ``status.startTime``; None when it has none
+    yet): only preemption reads it, as kube-scheduler does (the older of two pods of equal
+    priority is the more important), so it is in neither ``shape_key`` nor equality.
     """
 
     name: str
@@ -189,6 +193,7 @@ class Pod:
     affinity_terms: tuple[tuple[NodeSelectorRequirement, ...], ...] = ()
     preferred_terms: tuple[tuple[int, tuple[NodeSelectorRequirement, ...]], ...] = ()  # (weight, term)
     team: str = ""
+    started_at: datetime | None = field(default=None, compare=False)
     shape_key: tuple = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

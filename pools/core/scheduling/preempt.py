@@ -15,8 +15,11 @@ our victims are expensive GPU jobs:
   pod"), nor one where the pod still does not fit (for the filters' own reasons, "Insufficient
   nvidia.com/gpu"). Then the pods are given back ("reprieved") while the preemptor still fits,
   those that would be past their PodDisruptionBudget first, then the others, each group most
-  important first: (+) not checkpointable first, then the highest priority (then the name: our
-  pods carry no start time); so checkpointable, low-priority pods without a budget go;
+  important first (`_importance`): (+) not checkpointable first, then kube-scheduler's
+  MoreImportantPod, the highest priority, then the earliest start (`Pod.started_at`, the pod's
+  status.startTime; a pod without one counts as started now, as GetPodStartTime counts it, so
+  after every recorded start), then the name; so checkpointable, low-priority, recently started
+  pods without a budget go;
 * which pods would be past their budget is counted as kube-scheduler counts it
   (`past_budget`): preemption deletes its victims, it does not ask the Eviction API (which
   refuses a pod that two budgets select), so each pod, most important first, spends one
@@ -26,8 +29,12 @@ our victims are expensive GPU jobs:
   wins: fewest violations (preemption may violate a budget, but only where no node avoids it),
   (+) then fewest non-checkpointable victims, then the lowest highest-victim priority, the
   lowest sum of priorities (each raised by 2^31 as kube-scheduler raises them, so that pods of
-  negative priority do not make more victims cheaper), fewest victims, then the smallest node
-  name (kube-scheduler: the latest start time, then the first node it tried).
+  negative priority do not make more victims cheaper), fewest victims, then the node whose
+  highest-priority victims started latest (GetEarliestPodStartTime: the earliest start among
+  the victims of the highest priority, a pod without one counting as now: the least work lost),
+  then the smallest node name (kube-scheduler: the first node it tried, an order of its own).
+
+The plan lists its victims least important first: the reverse of that order, but for names.
 """
 
 from __future__ import annotations
@@ -67,9 +74,10 @@ class PreemptionPlan:
 
 @dataclass(frozen=True)
 class NodeVictims:
-    """What preemption finds on one node: the fewest victims whose eviction lets the pod fit, how
-    many of them are past their disruption budget, and the GPUs the pod then takes; or no
-    victims and kube-scheduler's reasons why the node is no candidate (its FitError counts them)."""
+    """What preemption finds on one node: the fewest victims whose eviction lets the pod fit (most
+    important first, as kube-scheduler lists them), how many of them are past their disruption
+    budget, and the GPUs the pod then takes; or no victims and kube-scheduler's reasons why the
+    node is no candidate (its FitError counts them)."""
 
     victims: tuple[Pod, ...] = ()
     violations: int = 0
@@ -107,7 +115,7 @@ def victims_on(pod: Pod, node: NodeState, budgets: Sequence[PreemptionBudget] = 
         sim.unbind(binding.pod.name)
     if short := insufficient_resources(pod, sim):
         return NodeVictims(reasons=tuple(reason for reason, _ in short))
-    candidates.sort(key=lambda b: (b.pod.checkpointable, -b.pod.priority, b.pod.name))  # most important first
+    candidates.sort(key=lambda b: _importance(b.pod))  # most important first
     past = past_budget((b.pod for b in candidates), budgets)
     victims = []
     # Give pods back, those past their budget first; each stays if the preemptor still fits.
@@ -116,6 +124,7 @@ def victims_on(pod: Pod, node: NodeState, budgets: Sequence[PreemptionBudget] = 
         if resource_filter_reason(pod, sim) is not None:
             sim.unbind(binding.pod.name)
             victims.append(binding.pod)
+    victims.sort(key=_importance)  # kube-scheduler sorts them again: the two groups merged, most important first
     return NodeVictims(tuple(victims), sum(1 for v in victims if v.name in past), best_fit_gpus(pod, sim.gpu_free) or ())
 
 
@@ -142,6 +151,7 @@ def preempt(pod: Pod, nodes: Sequence[NodeState], budgets: Sequence[DisruptionBu
             max(v.priority for v in victims),
             sum(v.priority + _PRIORITY_RAISE for v in victims),
             len(victims),
+            _latest_start_first(victims),
             node.name,
         )
         if best is None or rank < best[0]:
@@ -149,5 +159,29 @@ def preempt(pod: Pod, nodes: Sequence[NodeState], budgets: Sequence[DisruptionBu
     if best is None:
         return None
     _, node_name, victims, gpus = best
-    ordered = sorted(victims, key=lambda v: (not v.checkpointable, v.priority, v.name))
+    ordered = sorted(victims, key=lambda v: (not v.checkpointable, v.priority, _negated(_started(v)), v.name))
     return PreemptionPlan(pod.name, node_name, tuple(ordered), gpus)
+
+
+def _started(pod: Pod) -> tuple[int, float]:
+    """The pod's start as a sortable key, earliest first. kube-scheduler's GetPodStartTime
+    counts a pod without status.startTime (bound, not started yet) as started at time.Now(),
+    which is after every start recorded: so it sorts after all of them (two such pods tie)."""
+    return (1, 0.0) if pod.started_at is None else (0, pod.started_at.timestamp())
+
+
+def _negated(key: tuple[int, float]) -> tuple[int, float]:
+    return (-key[0], -key[1])
+
+
+def _importance(pod: Pod) -> tuple:
+    """Most important first: (+) not checkpointable, then kube-scheduler's MoreImportantPod (the
+    higher priority, then the earlier start), then the name, so that the order is total."""
+    return (pod.checkpointable, -pod.priority, _started(pod), pod.name)
+
+
+def _latest_start_first(victims: Sequence[Pod]) -> tuple[int, float]:
+    """pickOneNodeForPreemption's fifth criterion as a key, smallest best: the node whose
+    highest-priority victims' earliest start (GetEarliestPodStartTime) is the latest."""
+    top = max(v.priority for v in victims)
+    return _negated(min(_started(v) for v in victims if v.priority == top))
