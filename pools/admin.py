@@ -1,5 +1,8 @@
 from django import forms
 from django.contrib import admin
+from django.contrib.admin.actions import delete_selected as django_delete_selected
+from django.db import transaction
+from django.utils.translation import gettext_lazy
 
 from pools import roles
 from pools.core.namespaces import reserved_reason
@@ -20,7 +23,12 @@ from pools.models import (
     Zone,
 )
 from pools.providers import real_cluster
-from pools.selectors.namespaces import team_slug_problem
+from pools.selectors.namespaces import (
+    mapping_removal_problem,
+    namespace_holdings,
+    team_slug_problem,
+)
+from pools.services.namespaces import namespace_lock
 from pools.views.admin_audit import AuditedModelAdmin
 
 
@@ -39,11 +47,14 @@ class TeamForm(forms.ModelForm):
     already holds (its pods or an admin's mapping claimed it), is refused beside the slug and
     nothing is saved. Refusing, rather than handing the namespace over, never moves another
     team's pods, budgets and bills. Only a new or changed slug is checked, so a team still
-    saves while an older mapping of its slug is being sorted out."""
+    saves while an older mapping of its slug is being sorted out. The check runs under the
+    namespace's lock, in the admin's transaction that saves the team, so a pod claiming the
+    namespace at the same moment either came first (and is named here) or waits and is refused."""
 
     def clean_slug(self):
         slug = self.cleaned_data["slug"]
         if self.instance.pk is None or slug != self.instance.slug:
+            namespace_lock(slug, *([self.instance.slug] if self.instance.pk is not None else []))
             if problem := team_slug_problem(slug, team_id=self.instance.pk):
                 raise forms.ValidationError(_sentence(problem))
         return slug
@@ -56,19 +67,55 @@ class TeamAdmin(admin.ModelAdmin):
     prepopulated_fields = {"slug": ("name",)}
     inlines = [MembershipInline]
 
+    def save_model(self, request, obj, form, change):
+        """A renamed team keeps the namespace of its old slug while it has pods or budgets there:
+        the old slug is mapped to it (under the lock `clean_slug` took, in the admin's
+        transaction), so another team's first pod cannot claim the namespace its pods run in."""
+        old = form.initial.get("slug") if change else None
+        super().save_model(request, obj, form, change)
+        if old and old != obj.slug and any(namespace_holdings(old, obj.pk)):
+            NamespaceTeam.objects.get_or_create(namespace=old, defaults={"team": obj})
+
+
+def _removal_problems(mappings) -> list[str]:
+    """Why each of `mappings` cannot be removed or pointed elsewhere, checked under their
+    namespaces' locks (until the admin's transaction ends). Only where the control plane hosts
+    the pods: a real cluster's pods are mirrored with their namespace's team, so there a
+    mapping changed or removed moves them with it (the admins' way to reassign a namespace)."""
+    if real_cluster():
+        return []
+    mappings = list(mappings)
+    namespace_lock(*(mapping.namespace for mapping in mappings))
+    return [_sentence(problem) for mapping in mappings if (problem := mapping_removal_problem(mapping.namespace, mapping.team))]
+
 
 class NamespaceTeamForm(forms.ModelForm):
     """The same rule as the pods' claims: Kubernetes' own namespaces are no team's, and a team's
-    slug is that team's namespace, never another's."""
+    slug is that team's namespace, never another's. A mapping whose team still has pods or
+    budgets in its namespace keeps its namespace and team (`_removal_problems`)."""
 
     def clean(self):
         cleaned = super().clean()
         namespace, team = cleaned.get("namespace"), cleaned.get("team")
+        old = self.instance if self.instance.pk is not None else None
+        if namespace:
+            namespace_lock(namespace, *([old.namespace] if old else []))
         if namespace and (reason := reserved_reason(namespace)):
             self.add_error("namespace", _sentence(reason))
         elif namespace and team and (named := Team.objects.filter(slug=namespace).exclude(pk=team.pk).first()):
             self.add_error("namespace", f"Namespace {namespace!r} is the own namespace of team {named.slug!r} (a team's slug is its namespace); it cannot be mapped to team {team.slug!r}.")
+        elif old and namespace and team and (namespace, team.pk) != (old.namespace, old.team_id):
+            for problem in _removal_problems([old]):
+                self.add_error("team" if namespace == old.namespace else "namespace", problem)
         return cleaned
+
+
+@admin.action(permissions=["delete"], description=gettext_lazy("Delete selected %(verbose_name_plural)s"))
+def delete_selected(modeladmin, request, queryset):
+    """Django's own bulk delete in one transaction, as its delete page is: the mappings' check
+    (`get_deleted_objects`) and their deletion then happen under the same namespace locks."""
+    with transaction.atomic():
+        return django_delete_selected(modeladmin, request, queryset)
 
 
 @admin.register(NamespaceTeam)
@@ -77,9 +124,17 @@ class NamespaceTeamAdmin(admin.ModelAdmin):
     label); the pod mirror applies a change within a minute."""
 
     form = NamespaceTeamForm
+    actions = [delete_selected]
     list_display = ("namespace", "team", "created_at")
     list_filter = ("team",)
+    list_select_related = ("team",)
     search_fields = ("namespace",)
+
+    def get_deleted_objects(self, objs, request):
+        """Django's delete-protection page: a mapping whose team still has pods or budgets in its
+        namespace is listed as protected, with how many and what to do, and is not deleted."""
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        return deleted, counts, perms_needed, [*protected, *_removal_problems(objs)]
 
 
 class QuotaForm(forms.ModelForm):

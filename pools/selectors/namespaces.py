@@ -28,9 +28,40 @@ def team_slug_problem(slug: str, *, team_id: int | None = None) -> str:
     claim = NamespaceTeam.objects.filter(namespace=slug).exclude(team_id=team_id).select_related("team").first()
     if claim is None:
         return ""
-    pods = Pod.objects.live().filter(namespace=slug, team=claim.team).count()
-    budgets = PodDisruptionBudget.objects.filter(namespace=slug, team=claim.team).count()
+    pods, budgets = namespace_holdings(slug, claim.team_id)
     held = f"it holds {pods} pod(s) and {budgets} disruption budget(s) there" if pods or budgets else "it has nothing there now"
     return (f"namespace {slug!r} already belongs to team {claim.team.slug!r} ({held}), and a team's slug is its "
             f"namespace; choose another slug, or first remove the mapping {slug} -> {claim.team.slug} "
             f"under Namespace teams once that team has moved out")
+
+
+def _live_pods(namespace: str, team_id: int):
+    return Pod.objects.live().filter(namespace=namespace, team_id=team_id)
+
+
+def namespace_holdings(namespace: str, team_id: int) -> tuple[int, int]:
+    """How many live pods and disruption budgets team `team_id` has in `namespace`: what ties
+    the team to the namespace."""
+    return _live_pods(namespace, team_id).count(), PodDisruptionBudget.objects.filter(namespace=namespace, team_id=team_id).count()
+
+
+def mapping_removal_problem(namespace: str, team: Team) -> str:
+    """Why the mapping `namespace` -> `team` cannot be removed or pointed elsewhere ("" when it
+    can). The control plane's own pods keep the team they were submitted for: with the mapping
+    gone, the next team's first pod would claim the namespace, and this team's pods, budgets and
+    bills would sit in another team's namespace. A team's own namespace (its slug) stays its
+    without a mapping, so a mapping of it holds nothing."""
+    if namespace == team.slug:
+        return ""
+    pods, budgets = namespace_holdings(namespace, team.pk)
+    if not pods and not budgets:
+        return ""
+    held = []
+    if pods:
+        names = ", ".join(_live_pods(namespace, team.pk).order_by("name").values_list("name", flat=True)[:3])
+        held.append(f"{pods} live pod(s) ({names}{f' and {pods - 3} more' if pods > 3 else ''})")
+    if budgets:
+        held.append(f"{budgets} disruption budget(s)")
+    held = " and ".join(held)
+    return (f"team {team.slug!r} still has {held} in namespace {namespace!r}; delete them first, or another "
+            f"team's first pod could claim the namespace while they are there")

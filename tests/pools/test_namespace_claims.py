@@ -126,6 +126,23 @@ def test_renaming_a_team_onto_a_held_namespace_is_refused_but_other_edits_save(a
     assert Team.objects.get(pk=teams["algorithm"].pk).name == "Algorithms"
 
 
+def test_a_renamed_team_keeps_the_namespace_of_its_old_slug_while_its_pods_are_there(api, admin_client, teams):
+    """Renaming inference left its running pod in namespace 'inference', which no mapping held
+    (a team's slug is its namespace without one, as for pods mirrored from a real cluster): the
+    next team's first pod there would have claimed it. The old slug is mapped to the team."""
+    assert api("other_lead").post("/api/v1/pods/", pod("mine", "inference"), format="json").status_code == 201
+    NamespaceTeam.objects.filter(namespace="inference").delete()  # the namespace is the team's by its slug alone
+    change = reverse("admin:pools_team_change", args=[teams["inference"].pk])
+    assert admin_client.post(change, {"name": "Serving", "slug": "serving", **NO_INLINES}).status_code == 302
+    assert NamespaceTeam.objects.get(namespace="inference").team == teams["inference"]
+    assert api("lead").post("/api/v1/pods/", pod("squat", "inference"), format="json").status_code == 404
+
+    # A team with nothing in its old namespace leaves it free.
+    change = reverse("admin:pools_team_change", args=[teams["algorithm"].pk])
+    assert admin_client.post(change, {"name": "Algorithms", "slug": "algorithms", **NO_INLINES}).status_code == 302
+    assert not NamespaceTeam.objects.filter(namespace="algorithm").exists()
+
+
 @pytest.mark.parametrize(
     ("namespace", "team", "says"),
     [("kube-system", "inference", "one of Kubernetes' own"), ("algorithm", "inference", "own namespace of team 'algorithm'"),
@@ -146,3 +163,45 @@ def test_the_demo_seed_refuses_a_team_whose_namespace_another_team_holds(tmp_pat
     with pytest.raises(CommandError, match="already belongs to team 'squatters'"):
         load_people(tmp_path / "passwords.json")
     assert list(Team.objects.values_list("slug", flat=True)) == ["squatters"]
+
+
+def test_a_mapping_whose_team_still_has_pods_there_is_protected_from_deletion_and_moving(api, admin_client, teams):
+    """Removing the mapping left inference's running pod in a namespace the next team's first
+    pod would claim: the admin's delete page lists it as protected, as for any protected object."""
+    assert api("other_lead").post("/api/v1/pods/", SQUAT, format="json").status_code == 201  # claims research
+    assert api("other_lead").post("/api/v1/poddisruptionbudgets/", budget("hold", "research"), format="json").status_code == 201
+    mapping = NamespaceTeam.objects.get(namespace="research")
+    delete = reverse("admin:pools_namespaceteam_delete", args=[mapping.pk])
+    says = "Team &#x27;inference&#x27; still has 1 live pod(s) (squat) and 1 disruption budget(s) in namespace &#x27;research&#x27;"
+
+    for response in (admin_client.get(delete), admin_client.post(delete, {"post": "yes"})):
+        assert response.status_code == 200 and "protected related objects" in response.content.decode()
+        assert says in response.content.decode() and "delete them first" in response.content.decode()
+    bulk = {"action": "delete_selected", "_selected_action": [mapping.pk], "post": "yes"}
+    response = admin_client.post(reverse("admin:pools_namespaceteam_changelist"), bulk)
+    assert response.status_code == 200 and says in response.content.decode()
+    change = reverse("admin:pools_namespaceteam_change", args=[mapping.pk])
+    for field, edit in (("team", {"namespace": "research", "team": teams["algorithm"].pk}), ("namespace", {"namespace": "lab", "team": teams["inference"].pk})):
+        response = admin_client.post(change, edit | CREATED)
+        assert response.status_code == 200 and "still has 1 live pod(s)" in " ".join(response.context["adminform"].form.errors[field])
+    assert NamespaceTeam.objects.get(namespace="research").team == teams["inference"]  # nothing changed
+
+    # Once the pod and the budget are gone, the mapping goes.
+    assert api("other_lead").delete("/api/v1/pods/research/squat/").status_code in (200, 204)
+    assert api("other_lead").delete("/api/v1/poddisruptionbudgets/research/hold/").status_code == 204
+    assert admin_client.post(delete, {"post": "yes"}).status_code == 302
+    assert not NamespaceTeam.objects.exists()
+
+
+def test_a_mapping_that_holds_nothing_a_team_needs_is_deleted_at_once(api, admin_client, teams, settings):
+    own = NamespaceTeam.objects.create(namespace="inference", team=teams["inference"])  # the team's slug stays its namespace
+    assert api("other_lead").post("/api/v1/pods/", pod("mine", "inference"), format="json").status_code == 201
+    assert admin_client.post(reverse("admin:pools_namespaceteam_delete", args=[own.pk]), {"post": "yes"}).status_code == 302
+
+    # On a real cluster the mirrored pods follow their namespace's mapping: changing or removing
+    # it is how an admin moves a namespace, running pods and all.
+    assert api("other_lead").post("/api/v1/pods/", SQUAT, format="json").status_code == 201
+    settings.EBCLOUD_CLUSTER_BACKEND = "kubernetes"
+    mapping = NamespaceTeam.objects.get(namespace="research")
+    assert admin_client.post(reverse("admin:pools_namespaceteam_delete", args=[mapping.pk]), {"post": "yes"}).status_code == 302
+    assert not NamespaceTeam.objects.exists()
