@@ -7,9 +7,11 @@ Per pool, each pass:
 2. asks the pure ladder (`pools.core.repair.next_action`) what each node needs, from its Xid events
    and past repairs, and the pool gate (`repair_allowed`) whether a repair may start: one at a
    time, the fault persisting 10 minutes (Xid 79 at once), paused with a Warning when more
-   than 20% of the pool is unhealthy (one `RepairPaused` per node while nothing changes; a node
-   with a fatal fault is cordoned all the same, `_paused`). What it reads is read the same way
-   by the node page and the repair pages (pools/selectors/repair_health.py);
+   of the pool is unhealthy than its `autoRepairPolicy.maxUnhealthy` (20% by default; one
+   `RepairPaused` per node while nothing changes, `_pause_said` reading every paused node's
+   latest repair event in one query; a node with a fatal fault is cordoned all the same,
+   `_paused`). What it reads is read the same way by the node page and the repair pages
+   (pools/selectors/repair_health.py);
 3. with `autoRepair: true` starts it: a GPU reset or a reboot is a node-local action, sent to
    the agent as a command in its report response (D1), with the node in `Repairing`
    (cordoned: the scheduler re-places its pods); a replacement drains the node and
@@ -37,6 +39,8 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F, Window
+from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from monitoring.models import AgentCommand
@@ -114,11 +118,12 @@ def _repair(pool: GpuNodePool, now: datetime) -> int:
     cluster = get_cluster_backend()
     since = now - policy.window
     _commands_expire(pool, nodes, now)
-    state = pool_repair_state(pool_id=pool.pk, nodes=nodes, now=now, policy=policy)
+    state = pool_repair_state(pool_id=pool.pk, nodes=nodes, now=now, policy=policy, max_unhealthy=spec.repair_max_unhealthy)
     for node in [n for n in nodes if n.phase == Node.Phase.REPAIRING]:
         _finish(pool, node, state.last_command.get(node.pk), cluster, now)
     decisions, health = state.decisions, state.health
     started = 0
+    said: dict[int, PoolEvent] | None = None  # the waiting nodes' latest repair events, read at the first pause
     gated = spec.auto_repair and spec.repair_requires_approval
     approvals = approvals_latest(nodes=nodes, since=since) if gated else {}
     if gated:
@@ -133,9 +138,11 @@ def _repair(pool: GpuNodePool, now: datetime) -> int:
             if node.phase == Node.Phase.CORDONED:
                 repair_uncordon(pool=pool, node=node, cluster=cluster, now=now, why=f"no GPU fault waits for repair ({decision.message or decision.reason})")
             continue
-        gate = repair_allowed(health, node=node.name, now=now)
+        gate = repair_allowed(health, node=node.name, now=now, max_unhealthy=spec.repair_max_unhealthy)
         if gate.reason == PAUSED:
-            _paused(pool, spec, node, decision, gate, next(h for h in health if h.name == node.name), cluster, now)
+            if said is None:  # after `approvals_close`, whose cancellations are repair events too
+                said = _latest_repair_events([n.pk for n in nodes if decisions[n.pk].action != NONE and n.phase != Node.Phase.REPAIRING])
+            _paused(pool, spec, node, decision, gate, next(h for h in health if h.name == node.name), cluster, now, said.get(node.pk))
             continue
         if not gate.allowed:
             if gate.event_type == "Warning" or gate.reason != "RepairInProgress":
@@ -162,7 +169,7 @@ def _repair(pool: GpuNodePool, now: datetime) -> int:
     return started
 
 
-def _paused(pool: GpuNodePool, spec, node: Node, decision, gate, health: NodeHealth, cluster, now: datetime) -> None:
+def _paused(pool: GpuNodePool, spec, node: Node, decision, gate, health: NodeHealth, cluster, now: datetime, latest: PoolEvent | None) -> None:
     """The pool is paused (more than its limit unhealthy): start nothing on `node`, and say so once.
 
     A fatal fault is cordoned all the same (`cordon_while_paused`: its GPU is gone whatever the
@@ -181,16 +188,27 @@ def _paused(pool: GpuNodePool, spec, node: Node, decision, gate, health: NodeHea
         meanwhile = "it still takes new pods meanwhile: a fault this wide may not be its own hardware's"
     what = decision.message or decision.reason
     message = f"Repair of {node.name} ({decision.action}) not started: {gate.message}. The fault: {what}; {meanwhile}"
-    if not _pause_said(node, message):
+    if not _pause_said(latest, message):
         event_record(pool=pool, node=node, reason=PAUSED, message=message, type=WARNING, now=now)
 
 
-def _pause_said(node: Node, message: str) -> bool:
-    """Whether the node's latest repair event is this very pause: a pause that goes on with the
-    same unhealthy count and the same fault is not written again (one event while nothing
-    changes). A repair, a wait or a new count in between makes the next pause news again."""
-    latest = PoolEvent.objects.filter(node=node, reason__in=PAUSE_RESETS).order_by("-last_timestamp", "-pk").only("reason", "message").first()
+def _pause_said(latest: PoolEvent | None, message: str) -> bool:
+    """Whether the node's latest repair event (`latest`, from `_latest_repair_events`) is this
+    very pause: a pause that goes on with the same unhealthy count and the same fault is not
+    written again (one event while nothing changes). A repair, a wait or a new count in between
+    makes the next pause news again."""
     return latest is not None and latest.reason == PAUSED and latest.message == message
+
+
+def _latest_repair_events(node_ids: list[int]) -> dict[int, PoolEvent]:
+    """Each node's latest event among `PAUSE_RESETS`, by node id, in one query (a window ranks
+    each node's events): a paused pass read one per paused node, so a pool-wide pause of a big
+    pool cost a query per faulty node every pass. Read before any of these nodes is visited, it
+    stays true for each of them: a pass writes a node's repair events only while visiting it,
+    and `_paused` writes none before it asks (its `NodeCordoned` is not one)."""
+    rank = Window(RowNumber(), partition_by=F("node_id"), order_by=(F("last_timestamp").desc(), F("pk").desc()))
+    rows = PoolEvent.objects.filter(node_id__in=node_ids, reason__in=PAUSE_RESETS).annotate(rank=rank).filter(rank=1)
+    return {e.node_id: e for e in rows.only("node_id", "reason", "message")}
 
 
 def _commands_expire(pool: GpuNodePool, nodes: list[Node], now: datetime) -> None:

@@ -15,6 +15,7 @@ from pools.core.alerting import DEFAULT_ALERTS, alerts_document
 from pools.core.autoscaling import ScalingRules, ScalingSpec
 from pools.core.durations import format_duration
 from pools.core.errors import ValidationError
+from pools.core.max_unhealthy import DEFAULT as DEFAULT_MAX_UNHEALTHY
 from pools.core.nesting import DEFAULT_MAX_DEPTH
 from pools.core.spec import API_VERSION, DEFAULT_SCHEDULING_POLICY, KIND, POOL_TOLERANCE, PoolSpec
 from pools.core.yaml_loading import load_all
@@ -74,8 +75,11 @@ def to_document(spec: PoolSpec) -> dict[str, Any]:
         "autoRepair": spec.auto_repair,
         "preemptible": spec.preemptible,
     }
-    if spec.repair_requires_approval:
-        body["autoRepairPolicy"] = {"requireApproval": True}
+    policy: dict[str, Any] = {"requireApproval": True} if spec.repair_requires_approval else {}
+    if spec.repair_max_unhealthy != DEFAULT_MAX_UNHEALTHY:
+        policy["maxUnhealthy"] = spec.repair_max_unhealthy
+    if policy:
+        body["autoRepairPolicy"] = policy
     if spec.auto_renew:
         body["autoRenew"] = True
     if spec.node_labels:

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
+from pools.core.max_unhealthy import MaxUnhealthy, limit_named, max_unhealthy_error, tolerated
+
 Action = Literal["none", "reset_gpu", "reboot", "replace"]
 Kind = Literal["application", "reset", "fatal", "unknown"]
 
@@ -301,9 +303,11 @@ def is_fatal(xid: int) -> bool:
     return classify(xid).kind == "fatal"
 
 
-def unhealthy_limit(total: int, max_unhealthy_fraction: float = 0.2) -> int:
+def unhealthy_limit(total: int, max_unhealthy_fraction: float = 0.2, *, max_unhealthy: MaxUnhealthy | None = None) -> int:
     """How many unhealthy nodes a pool of `total` nodes tolerates before auto repair pauses:
-    `max_unhealthy_fraction` of the pool rounded down, and never fewer than one.
+    `max_unhealthy_fraction` of the pool rounded down, and never fewer than one; or, given the
+    pool's `autoRepairPolicy.maxUnhealthy` (`max_unhealthy`), what that says
+    (`pools.core.max_unhealthy.tolerated`: its default, 20%, gives the same as the fraction's).
 
     Rounded down, as Cluster API's MachineHealthCheck scales `maxUnhealthy: 20%`, so "more than
     20% of the pool" means what the documentation says (2 of 6 nodes, 33%, pause). But MHC's
@@ -312,6 +316,8 @@ def unhealthy_limit(total: int, max_unhealthy_fraction: float = 0.2) -> int:
     So one unhealthy node is always tolerated: a pool of 1 to 9 nodes repairs one broken node,
     and a two-node pool with both nodes faulty pauses (100% unhealthy: the cause is more likely
     shared than two machines breaking at once)."""
+    if max_unhealthy is not None:
+        return tolerated(total, max_unhealthy)
     return max(1, math.floor(round(max_unhealthy_fraction * total, 9)))
 
 
@@ -359,6 +365,7 @@ def repair_allowed(
     node: str | None = None,
     now: datetime | None = None,
     persist_for: timedelta = timedelta(minutes=10),
+    max_unhealthy: MaxUnhealthy | None = None,
 ) -> RepairGate:
     """May a repair start in this pool (and, given `node` and `now`, on that node) now?
 
@@ -370,10 +377,14 @@ def repair_allowed(
       nodes fail together the cause is usually a driver, an image or the network, and replacing
       nodes only loses capacity. One unhealthy node is always tolerated, so a two-node pool can
       still heal one node. What a paused pool still does to a fatal fault: `cordon_while_paused`.
+      `max_unhealthy`, the pool's `autoRepairPolicy.maxUnhealthy`, replaces the fraction (a
+      count, `0` pausing at the first unhealthy node, or a percentage: pools/core/max_unhealthy.py).
     - The node's fault must have lasted `persist_for`, unless it is fatal (`fault_persisted`).
     """
     if not 0 <= max_unhealthy_fraction <= 1:
         raise ValueError("max_unhealthy_fraction must be between 0 and 1")
+    if max_unhealthy is not None and (problem := max_unhealthy_error(max_unhealthy)):
+        raise ValueError(f"max_unhealthy {max_unhealthy!r} {problem}")
     nodes = {n.name: n for n in pool_nodes_health}
     in_progress = [in_progress] if isinstance(in_progress, str) else in_progress
     busy = set(in_progress) if in_progress is not None else {n for n in nodes if nodes[n].repairing}
@@ -384,14 +395,12 @@ def repair_allowed(
         message = f"the pool repairs one node at a time; {others} is being repaired"
         return RepairGate(False, "RepairInProgress", message)
     total, unhealthy = len(nodes), sum(1 for n in nodes.values() if not n.healthy)
-    limit = unhealthy_limit(total, max_unhealthy_fraction)
+    limit = unhealthy_limit(total, max_unhealthy_fraction, max_unhealthy=max_unhealthy)
     if unhealthy > limit:
-        message = (
-            f"{unhealthy} of {total} nodes ({unhealthy / total:.0%}) are unhealthy, above the "
-            f"{max_unhealthy_fraction:.0%} limit ({limit} {'node' if limit == 1 else 'nodes'} in this pool): "
-            "auto repair is paused until fewer are; a fault this wide is more likely a driver, "
-            "image or network problem than bad hardware"
-        )
+        named = limit_named(f"{max_unhealthy_fraction:.0%}" if max_unhealthy is None else max_unhealthy, limit)
+        why = ("auto repair is paused while any node is unhealthy (a limit of 0 leaves each repair to a person)" if limit == 0 else
+               "auto repair is paused until fewer are; a fault this wide is more likely a driver, image or network problem than bad hardware")  # fmt: skip
+        message = f"{unhealthy} of {total} nodes ({unhealthy / total:.0%}) are unhealthy, above {named}: {why}"
         return RepairGate(False, "RepairPaused", message, "Warning")
     if node is None:
         return RepairGate(True, "RepairAllowed", "a repair may start in this pool")

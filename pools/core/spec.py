@@ -6,7 +6,9 @@ preferred first, where nodes are ordered when the preferred zone is out of stock
 fallback zone"); a document may give either, or both when `region` is the first of `zones`.
 `autoRepair: true|false` stays the seed's switch; the optional `autoRepairPolicy:
 {requireApproval: true}` beside it (ours) makes every repair wait for a platform admin's
-approval (a pool without it, like the seed's YAML, repairs on its own).
+approval (a pool without it, like the seed's YAML, repairs on its own), and its
+`maxUnhealthy` (Cluster API's MachineHealthCheck field: `3` or `"40%"`) sets how many unhealthy
+nodes the pool tolerates before auto repair pauses (20% without it: pools/core/max_unhealthy.py).
 `parse_document` checks it the way `kubectl --validate=strict` and the API server would: unknown
 fields are rejected and named, every problem carries its field path, and all problems are reported
 at once. The document is stored as given, so export returns what the user wrote;
@@ -34,6 +36,8 @@ from pools.core.autoscaling import (
 )
 from pools.core.errors import ValidationError
 from pools.core.fields import Checker, label_key_error, label_value_error, name_error
+from pools.core.max_unhealthy import DEFAULT as DEFAULT_MAX_UNHEALTHY
+from pools.core.max_unhealthy import MaxUnhealthy, max_unhealthy_error
 from pools.core.node_labels import reserved_key_error, system_labels
 from pools.core.priority import INT32_MAX
 from pools.core.scheduling.nodes import TAINT_EFFECTS, Taint
@@ -121,6 +125,7 @@ class PoolSpec:
     system_image: str = DEFAULT_SYSTEM_IMAGE
     auto_repair: bool = True
     repair_requires_approval: bool = False  # spec.autoRepairPolicy.requireApproval
+    repair_max_unhealthy: MaxUnhealthy = DEFAULT_MAX_UNHEALTHY  # spec.autoRepairPolicy.maxUnhealthy
     auto_renew: bool = False
     preemptible: bool = False
     node_labels: Mapping[str, str] = field(default_factory=dict)
@@ -197,7 +202,7 @@ def parse_document(document: Any, catalog: Catalog) -> PoolSpec:
         key: check.boolean(spec.get(key, default), f"spec.{key}")
         for key, default in (("autoRepair", True), ("autoRenew", False), ("preemptible", False))
     }
-    require_approval = _parse_repair_policy(check, spec.get("autoRepairPolicy", {}))
+    require_approval, max_unhealthy = _parse_repair_policy(check, spec.get("autoRepairPolicy", {}))
     node_labels = _node_labels(check, spec.get("nodeLabels", {}), "spec.nodeLabels", catalog.writing)
     taints = _parse_taints(check, spec.get("nodeTaints", []), catalog.writing)
     scaling = _parse_scaling(check, spec["scaling"]) if "scaling" in spec else None
@@ -222,6 +227,7 @@ def parse_document(document: Any, catalog: Catalog) -> PoolSpec:
         system_image=system_image,
         auto_repair=flags["autoRepair"],
         repair_requires_approval=require_approval,
+        repair_max_unhealthy=max_unhealthy,
         auto_renew=flags["autoRenew"],
         preemptible=flags["preemptible"],
         node_labels=node_labels,
@@ -304,14 +310,20 @@ def _parse_node_count(check: Checker, spec: dict, catalog: Catalog) -> tuple[int
     return low, high
 
 
-def _parse_repair_policy(check: Checker, value: Any) -> bool:
+def _parse_repair_policy(check: Checker, value: Any) -> tuple[bool, MaxUnhealthy]:
     """`spec.autoRepairPolicy` (optional): `requireApproval: true` turns each repair the ladder
-    chooses into a request a platform admin approves or rejects (pools/services/repair.py).
-    Kept beside the seed's boolean `autoRepair` instead of replacing it, so every existing
-    document keeps its meaning; with `autoRepair: false` the policy changes nothing (the pool
-    only alerts)."""
-    entry = check.mapping(value, "spec.autoRepairPolicy", ("requireApproval",))
-    return bool(check.boolean(entry.get("requireApproval", False), "spec.autoRepairPolicy.requireApproval"))
+    chooses into a request a platform admin approves or rejects (pools/services/repair.py);
+    `maxUnhealthy` (a number of nodes or "N%") is how many unhealthy nodes the pool tolerates
+    before auto repair pauses. Kept beside the seed's boolean `autoRepair` instead of replacing
+    it, so every existing document keeps its meaning; with `autoRepair: false` the policy
+    changes nothing (the pool only alerts)."""
+    entry = check.mapping(value, "spec.autoRepairPolicy", ("requireApproval", "maxUnhealthy"))
+    approval = bool(check.boolean(entry.get("requireApproval", False), "spec.autoRepairPolicy.requireApproval"))
+    max_unhealthy = entry.get("maxUnhealthy", DEFAULT_MAX_UNHEALTHY)
+    if problem := max_unhealthy_error(max_unhealthy):
+        check.error("spec.autoRepairPolicy.maxUnhealthy", problem)
+        max_unhealthy = DEFAULT_MAX_UNHEALTHY
+    return approval, max_unhealthy
 
 
 def _node_labels(check: Checker, value: Any, path: str, writing: bool) -> dict[str, str]:

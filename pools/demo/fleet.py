@@ -33,7 +33,6 @@ from monitoring.agent_buffer import DiskBuffer
 from monitoring.agent_sources import ControlPlaneFaults, SimulatedSource
 from monitoring.services import join_token_create
 from pools.core.errors import ConflictError
-from pools.core.repair import unhealthy_limit
 from pools.core.spec import parse_document
 from pools.demo.workload import DemoPod, Route
 from pools.models import GpuNodePool, Membership, Node, Pod, PriorityClass
@@ -192,13 +191,13 @@ DRILL_POOLS = frozenset({"train-pool-demo"})
 def fault_candidates(nodes: list[Node], *, agents: Collection[str], now: datetime) -> list[Node]:
     """The nodes the demo may make fail now, by name: Ready, with a running agent, in a pool
     that repairs itself, not the guide's drill pool (`DRILL_POOLS`), and in a pool that one more
-    unhealthy node keeps within its limit (`pools.core.repair.unhealthy_limit`). A demo fault
+    unhealthy node keeps within its limit (its `maxUnhealthy`: `PoolRepairState.limit`). A demo fault
     shows a repair; one that paused its pool (`RepairPaused`) would show auto repair stopping
     for a cause the demo made up, and hold back the repairs of the faults before it."""
     ready = [n for n in nodes if n.phase == Node.Phase.READY and n.name in agents and n.pool.name not in DRILL_POOLS
              and n.pool.document.get("spec", {}).get("autoRepair", True)]  # fmt: skip
     states = repair_states(nodes=watched_nodes({n.pool_id for n in ready}), now=now)
-    room = {pool_id: state.unhealthy + 1 <= unhealthy_limit(len(state.health)) for pool_id, state in states.items()}
+    room = {pool_id: state.unhealthy + 1 <= state.limit for pool_id, state in states.items()}
     unhealthy = {h.name for state in states.values() for h in state.health if not h.healthy}
     return sorted((n for n in ready if room.get(n.pool_id) and n.name not in unhealthy), key=lambda n: n.name)
 

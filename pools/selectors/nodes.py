@@ -110,7 +110,7 @@ def _gate(node: Node, now: datetime) -> repair.RepairGate | None:
     if node.phase not in WATCHED_PHASES or node.release_reason:
         return None
     if not hasattr(node, "pool_faulty"):  # a node not read by `node_get`
-        node = with_pool_fault_counts(Node.objects.filter(pk=node.pk), now).get()
+        node = with_pool_fault_counts(Node.objects.filter(pk=node.pk).select_related("pool"), now).get()
     if not may_be_paused(node):
         return None
     state = pool_repair_state(pool_id=node.pool_id, nodes=watched_nodes([node.pool_id]), now=now)

@@ -7,9 +7,11 @@ held the repair back (`RepairPaused`, 2 of 2 nodes unhealthy) for 17 minutes; on
 longer promise what the gate forbids.
 
 A pool's state: its watched nodes, each node's Xids and resets or reboots within the ladder's
-window, what the ladder decides for each, and the gate's view (`NodeHealth`), where a
-replacement not over yet counts as an unhealthy node under repair. Three queries whatever the
-number of pools or nodes given.
+window, what the ladder decides for each, the gate's view (`NodeHealth`), where a
+replacement not over yet counts as an unhealthy node under repair, and the pool's
+`autoRepairPolicy.maxUnhealthy`, read from the document of the nodes' pool (`Node.pool`, loaded
+with them: `watched_nodes`, or a pool's own `pool.nodes`). Three queries whatever the number of
+pools or nodes given.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from django.db.models.functions import Coalesce
 
 from monitoring.models import AgentCommand, GpuErrorEvent
 from pools.core.lifecycle import REPAIRED as REPAIR_RELEASE
+from pools.core.max_unhealthy import DEFAULT as DEFAULT_MAX_UNHEALTHY
+from pools.core.max_unhealthy import MaxUnhealthy, max_unhealthy_of
 from pools.core.repair import (
     ACTIONABLE_XIDS,
     NONE,
@@ -55,6 +59,7 @@ class PoolRepairState:
     last_command: dict[int, AgentCommand] = field(default_factory=dict)
     decisions: dict[int, RepairDecision] = field(default_factory=dict)
     health: list[NodeHealth] = field(default_factory=list)
+    max_unhealthy: MaxUnhealthy = DEFAULT_MAX_UNHEALTHY  # the pool's spec.autoRepairPolicy.maxUnhealthy
 
     def node_health(self, node: Node) -> NodeHealth | None:
         return next((h for h in self.health if h.name == node.name), None)
@@ -65,11 +70,16 @@ class PoolRepairState:
         decision = self.decisions.get(node.pk)
         if decision is None or decision.action == NONE or node.phase == Node.Phase.REPAIRING:
             return None
-        return repair_allowed(self.health, node=node.name, now=now)
+        return repair_allowed(self.health, node=node.name, now=now, max_unhealthy=self.max_unhealthy)
 
     @property
     def unhealthy(self) -> int:
         return sum(1 for h in self.health if not h.healthy)
+
+    @property
+    def limit(self) -> int:
+        """How many unhealthy nodes the pool tolerates now before auto repair pauses."""
+        return unhealthy_limit(len(self.health), max_unhealthy=self.max_unhealthy)
 
 
 def repair_states(*, nodes: list[Node], now: datetime, policy: RepairPolicy | None = None) -> dict[int, PoolRepairState]:
@@ -79,7 +89,9 @@ def repair_states(*, nodes: list[Node], now: datetime, policy: RepairPolicy | No
     since = now - policy.window
     states: dict[int, PoolRepairState] = {}
     for node in nodes:
-        states.setdefault(node.pool_id, PoolRepairState()).nodes.append(node)
+        if node.pool_id not in states:
+            states[node.pool_id] = PoolRepairState(max_unhealthy=max_unhealthy_of(node.pool.document.get("spec")))
+        states[node.pool_id].nodes.append(node)
     ids = [n.pk for n in nodes]
     xids: dict[int, list[XidEvent]] = {}
     rows = GpuErrorEvent.objects.filter(node_id__in=ids, at__gt=since, at__lte=now).order_by("at", "pk")
@@ -113,21 +125,26 @@ def repair_states(*, nodes: list[Node], now: datetime, policy: RepairPolicy | No
     return states
 
 
-def pool_repair_state(*, pool_id: int, nodes: list[Node], now: datetime, policy: RepairPolicy | None = None) -> PoolRepairState:
-    """`repair_states` for one pool's watched `nodes` (an empty state when it has none)."""
+def pool_repair_state(*, pool_id: int, nodes: list[Node], now: datetime, policy: RepairPolicy | None = None,
+                      max_unhealthy: MaxUnhealthy | None = None) -> PoolRepairState:
+    """`repair_states` for one pool's watched `nodes` (an empty state when it has none).
+    `max_unhealthy`, when given (the repair pass's parsed spec), is the pool's setting."""
     state = repair_states(nodes=nodes, now=now, policy=policy).get(pool_id)
     if state is None:  # no watched node: only replacements under way can count
         state = PoolRepairState()
         names = replacements_under_way(pool_ids=[pool_id], now=now).get(pool_id, [])
         state.health = [NodeHealth(name=name, healthy=False, repairing=True) for name in names]
+    if max_unhealthy is not None:
+        state.max_unhealthy = max_unhealthy
     return state
 
 
 def with_pool_fault_counts(nodes: QuerySet[Node], now: datetime) -> QuerySet[Node]:
     """`nodes` annotated, in the same query, with their pool's watched nodes (`pool_watched`) and
     how many of those hold a repair-class Xid within the ladder's window (`pool_faulty`), for
-    `may_be_paused`: a page learns whether a pool could be paused at all without a query more,
-    and reads the pool's full state (four queries) only when it could."""
+    `may_be_paused`: a page learns whether a pool could be paused at all without a query more
+    (the nodes' pool, whose `maxUnhealthy` it reads, loaded with them), and reads the pool's
+    full state (four queries) only when it could."""
     since = now - RepairPolicy().window
     watched = Node.objects.filter(pool_id=OuterRef("pool_id"), phase__in=WATCHED_PHASES, release_reason="").order_by()
     faulty = watched.filter(Exists(GpuErrorEvent.objects.filter(node_id=OuterRef("pk"), at__gt=since, at__lte=now, xid__in=ACTIONABLE_XIDS)))
@@ -144,8 +161,12 @@ def may_be_paused(node: Node) -> bool:
     holds a repair-class Xid in the window, and the replacements under way; but a replacement
     under way, like any repair in progress, makes the gate answer `RepairInProgress` before it
     looks at the pause. So a paused pool has no replacement under way, its total is its watched
-    nodes, and more of them are faulty than `unhealthy_limit` of that total."""
-    return node.pool_faulty > unhealthy_limit(node.pool_watched)
+    nodes, and more of them are faulty than the pool's limit for that total (`unhealthy_limit`
+    with its `maxUnhealthy`). A pool with no faulty node is never paused, whatever its limit:
+    its document is not read then."""
+    if not node.pool_faulty:
+        return False
+    return node.pool_faulty > unhealthy_limit(node.pool_watched, max_unhealthy=max_unhealthy_of(node.pool.document.get("spec")))
 
 
 def watched_nodes(pool_ids) -> list[Node]:

@@ -515,6 +515,7 @@ DESCRIBED_FIELDS = (
     ("min_nodes", "nodeCount.min"), ("max_nodes", "nodeCount.max"), ("lease_type", "leaseType"),
     ("system_image", "systemImage"), ("auto_repair", "autoRepair"), ("auto_renew", "autoRenew"),
     ("repair_requires_approval", "autoRepairPolicy.requireApproval"),
+    ("repair_max_unhealthy", "autoRepairPolicy.maxUnhealthy"),
     ("node_labels", "nodeLabels"), ("node_taints", "nodeTaints"), ("labels", "labels"),
     ("scaling", "scaling"), ("burst", "burst"), ("budget", "budget"), ("scheduling_policy", "schedulingPolicy"),
     ("shared_with", "sharedWith"), ("zones", "zones"), ("alerts", "alerts"),

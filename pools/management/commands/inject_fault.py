@@ -12,7 +12,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from pools.core.errors import ConflictError, ValidationError
-from pools.core.repair import NONE, classify, unhealthy_limit
+from pools.core.repair import NONE, classify
 from pools.models import Node
 from pools.providers.faults import gpu_fault_inject
 from pools.selectors.repair_health import WATCHED_PHASES, pool_repair_state, watched_nodes
@@ -47,7 +47,7 @@ def _pause_note(node: Node, xid: int) -> str | None:
     state = pool_repair_state(pool_id=node.pool_id, nodes=watched_nodes([node.pool_id]), now=timezone.now())
     sick = sorted({h.name for h in state.health if not h.healthy} | {node.name})
     total = len(state.health)
-    limit = unhealthy_limit(total)
+    limit = state.limit  # the pool's autoRepairPolicy.maxUnhealthy (20% by default)
     if len(sick) <= limit:
         return None
     return (f"note: with this fault {len(sick)} of {total} nodes of pool {node.pool.name} are unhealthy ({', '.join(sick)}), "
