@@ -8,6 +8,7 @@ never from `ebcloud.cli`, which only assembles them: so there is no import cycle
 from __future__ import annotations
 
 import errno
+import math
 import os
 import re
 from typing import IO, Any
@@ -77,6 +78,18 @@ class WholeNumber(_AsciiDigits, click.types.IntParamType):
 
 class WholeNumberRange(_AsciiDigits, click.IntRange):
     """click.IntRange in the digits 0-9."""
+
+
+class FiniteFloatRange(click.FloatRange):
+    """click.FloatRange without nan: nan compares False with both bounds, so `--interval nan`
+    passed the range and `time.sleep(nan)` failed after the first poll. Give it a `max` so that
+    inf (and 1e10, past what `time.sleep` takes) is out of range too."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if math.isnan(number):
+            self.fail(f"{value!r} is not a number.", param, ctx)
+        return number
 
 
 def api(*, require_token: bool = True) -> Client:

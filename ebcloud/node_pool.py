@@ -23,6 +23,7 @@ from ebcloud.client import Client
 from ebcloud.common import (
     LIST_FORMATS,
     OBJECT_FORMATS,
+    FiniteFloatRange,
     WholeNumberRange,
     api,
     emit,
@@ -35,6 +36,7 @@ from ebcloud.describe import describe_pool
 from ebcloud.diagnose import pool_diagnose
 
 WATCH_INTERVAL_S = 2.0
+WATCH_INTERVAL_MAX_S = 24 * 3600  # a day; `time.sleep` overflows past about 9.2e9 seconds
 EVENT_WIDTHS = [7, 22, 8, 5, 0]
 
 
@@ -136,7 +138,9 @@ def pool_describe(name: str) -> None:
 @click.option(
     "--watch", "-w", is_flag=True, help="Keep polling and print new or updated events until Ctrl-C"
 )
-@click.option("--interval", type=click.FloatRange(min=0.1), default=WATCH_INTERVAL_S, hidden=True)
+@click.option(
+    "--interval", type=FiniteFloatRange(min=0.1, max=WATCH_INTERVAL_MAX_S), default=WATCH_INTERVAL_S, hidden=True
+)
 def pool_events(name: str, watch: bool, interval: float) -> None:
     """List a pool's events, oldest first."""
     with api() as client:

@@ -163,13 +163,19 @@ def test_bad_arguments_the_server_refuses_are_one_line(ebcloud, served, pool, tm
         (["order", "reject", "1"], "'--reason'"),
         (["cost", "export", "--from", "2026-13-45"], "'--from'"),
         (["pod", "delete", "pöd-without-namespace"], "NAMESPACE/NAME"),
+        (["node-pool", "events", "train-pool-a", "--watch", "--interval", "nan"], "'--interval'"),
+        (["node-pool", "events", "train-pool-a", "--watch", "--interval", "inf"], "'--interval'"),
+        (["node-pool", "events", "train-pool-a", "--watch", "--interval", "1e10"], "'--interval'"),
     ],
     ids=["scale-negative", "scale-zero-max", "scale-float", "scale-string", "repack-zero", "repack-huge",
-         "approve-script-id", "reject-without-reason", "cost-impossible-date", "pod-delete-no-namespace"],  # fmt: skip
+         "approve-script-id", "reject-without-reason", "cost-impossible-date", "pod-delete-no-namespace",
+         "watch-interval-nan", "watch-interval-inf", "watch-interval-past-sleep"],  # fmt: skip
 )
 def test_bad_arguments_are_usage_errors_before_any_request(ebcloud, args, option):
     """Click checks types and ranges before the CLI talks to a server (none is configured here):
-    exit 2 as click does (design §4), the last line naming the option, no traceback."""
+    exit 2 as click does (design §4), the last line naming the option, no traceback. The watch's
+    `--interval` (hidden) took nan, inf and 1e10: the first poll ran, then `time.sleep` failed
+    ("unexpected ValueError" / "OverflowError")."""
     result = ebcloud(*args)
     assert result.exit_code == 2, (result.stdout, result.stderr)
     assert "Traceback" not in result.stderr and result.stdout == ""

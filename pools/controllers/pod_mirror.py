@@ -142,7 +142,7 @@ class PodMirror:
         stop = stop or threading.Event()
         relist = not cursor_get().resource_version
         while not stop.is_set() and time.monotonic() < deadline:
-            timeout = max(1, min(WATCH_SECONDS, int(deadline - time.monotonic()) or 1))
+            timeout = max(1, int(min(WATCH_SECONDS, deadline - time.monotonic())))  # an infinite deadline: WATCH_SECONDS
             try:
                 resource_version = self.relist() if relist else cursor_get().resource_version
                 relist = False

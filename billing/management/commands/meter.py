@@ -31,7 +31,7 @@ class Command(BaseCommand):
     def handle(self, *args, once: bool = False, hour: str | None = None, **options):
         now = timezone.now()
         parts = Part.all_of(settings.EBCLOUD_METER_PARTS)  # the workers' split, in turn
-        if hour:
+        if hour is not None:  # `--hour ""` (an unset variable in a script) metered every pending hour
             try:
                 moment = datetime.fromisoformat(hour)
                 if moment.tzinfo is None:

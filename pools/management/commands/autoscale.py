@@ -9,10 +9,10 @@ from __future__ import annotations
 import time
 from datetime import datetime
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 
 from pools.controllers.autoscaler import autoscale_all
-from pools.management.arguments import positive_seconds
+from pools.management.arguments import moment, positive_seconds
 
 
 class Command(BaseCommand):
@@ -21,17 +21,11 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--once", action="store_true", help="One pass over all pools, then exit")
         parser.add_argument("--interval", type=positive_seconds, default=30.0, help="Seconds between passes in loop mode (above 0, at most a day)")
-        parser.add_argument("--now", default="", help="Moment of the pass, ISO 8601 (default: the clock)")
+        parser.add_argument("--now", type=moment, help="Moment of the pass, ISO 8601 with a time zone, 2000 to 2999 (default: the clock)")
 
-    def handle(self, *args, once: bool = False, interval: float = 30.0, now: str = "", **options):
-        try:
-            moment = datetime.fromisoformat(now) if now else None
-        except ValueError as exc:
-            raise CommandError(f"--now must be an ISO 8601 moment with a time zone, got {now!r}") from exc
-        if moment is not None and moment.tzinfo is None:
-            raise CommandError("--now needs a time zone, e.g. 2026-12-01T08:00:00+00:00")
+    def handle(self, *args, once: bool = False, interval: float = 30.0, now: datetime | None = None, **options):
         while True:
-            for result in autoscale_all(now=moment):
+            for result in autoscale_all(now=now):
                 if result.claimed:
                     self.stdout.write(f"{result.pool}\t{result.current} -> {result.desired}\t{result.reason}")
                 else:

@@ -10,6 +10,7 @@ It says how long the start took.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import signal
@@ -28,6 +29,7 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
 from pools.demo.supervisor import Supervisor
+from pools.management.arguments import port, positive_seconds, seconds_or_zero
 
 MANAGE = str(Path(settings.BASE_DIR) / "manage.py")
 # runserver's banner repeats what this command says itself; its request log and errors stay.
@@ -49,12 +51,12 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--host", default="127.0.0.1", help="address the web server listens on")
-        parser.add_argument("--port", type=int, default=8000, help="port the web server listens on")
+        parser.add_argument("--port", type=port, default=8000, help="port the web server listens on (1 to 65535)")
         parser.add_argument("--no-fleet", action="store_true", help="no simulated fleet (web server and worker only)")
-        parser.add_argument("--grace", type=float, default=10.0,
-                            help="seconds each process has to stop after SIGTERM before SIGKILL (default %(default)s)")
-        parser.add_argument("--ready-timeout", type=float, default=300.0,
-                            help="seconds to wait for the web server's first answer (default %(default)s)")
+        parser.add_argument("--grace", type=seconds_or_zero, default=10.0,
+                            help="seconds each process has to stop after SIGTERM before SIGKILL, 0 to 86400 (default %(default)s)")
+        parser.add_argument("--ready-timeout", type=positive_seconds, default=300.0,
+                            help="seconds to wait for the web server's first answer, above 0 and at most 86400 (default %(default)s)")
 
     def handle(self, *args, **o):
         began = time.monotonic() - process_age()
@@ -124,11 +126,15 @@ def process_age() -> float:
 
 
 def port_free(host: str, port: int) -> bool:
+    """Whether the web server could listen there. A `--host` that is no address of this machine
+    is a CommandError: it was reported as the port being in use."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
-        except OSError:
+        except OSError as exc:
+            if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL:
+                raise CommandError(f"--host {host!r} is not an address of this machine ({exc.strerror})") from exc
             return False
     return True
 

@@ -26,7 +26,13 @@ from monitoring import tasks as monitoring_tasks
 from pools import tasks
 from pools.demo import fleet as demo_fleet
 from pools.demo import workload as demo_workload
-from pools.management.arguments import positive_seconds
+from pools.management.arguments import (
+    MAX_SECONDS,
+    demo_speed,
+    positive_seconds,
+    seconds_or_zero,
+    whole_number,
+)
 from pools.models import GpuNodePool, Node
 from pools.providers.faults import gpu_fault_inject
 from pools.simulation.workloads import TRACE_FILE, diurnal_workload, trace_workload
@@ -48,18 +54,19 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--server", default=settings.EBCLOUD_DEMO_SERVER, help="the web server the agents report to")
-        parser.add_argument("--speed", type=float, default=settings.EBCLOUD_DEMO_SPEED,
-                            help="trace seconds per wall second (default %(default)s)")
+        parser.add_argument("--speed", type=demo_speed, default=settings.EBCLOUD_DEMO_SPEED,
+                            help="trace seconds per wall second, 1 to 86400 (default %(default)s)")
         parser.add_argument("--tick", type=positive_seconds, default=settings.EBCLOUD_DEMO_TICK_SECONDS,
                             help="seconds between control-loop passes (default %(default)s)")
         parser.add_argument("--report-interval", type=positive_seconds, default=5.0, help="agent report interval, seconds")
-        parser.add_argument("--fault-after", type=float, default=settings.EBCLOUD_DEMO_FAULT_AFTER_SECONDS,
-                            help="seconds after the first agent joins until the first GPU fault; 0: none")
+        parser.add_argument("--fault-after", type=seconds_or_zero, default=settings.EBCLOUD_DEMO_FAULT_AFTER_SECONDS,
+                            help="seconds after the first agent joins until the first GPU fault, at most a day; 0: none")
         parser.add_argument("--fault-every", type=positive_seconds, default=600.0, help="seconds between later faults")
         parser.add_argument("--data", default=str(settings.EBCLOUD_TRACE_DIR), help="the Alibaba trace directory")
-        parser.add_argument("--seconds", type=float, default=0, help="stop after this long (0: until interrupted)")
+        parser.add_argument("--seconds", type=seconds_or_zero, default=0,
+                            help="stop after this many seconds, at most a day (0: until interrupted)")
         parser.add_argument("--no-clock", action="store_true", help="leave the control loops to the worker's schedules")
-        parser.add_argument("--max-run", type=int, default=180, help="longest pod run, wall seconds")
+        parser.add_argument("--max-run", type=whole_number(1, MAX_SECONDS), default=180, help="longest pod run, wall seconds (1 to 86400)")
         parser.add_argument("--seed", type=int, default=0)
         parser.add_argument("--summary-every", type=positive_seconds, default=60.0,
                             help="seconds between summary lines while the nodes stay the same (default %(default)s)")

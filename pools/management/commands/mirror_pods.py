@@ -8,6 +8,7 @@ import threading
 
 from django.core.management.base import BaseCommand, CommandError
 
+from pools.management.arguments import seconds_or_zero
 from pools.providers import real_cluster
 
 
@@ -15,7 +16,8 @@ class Command(BaseCommand):
     help = "Mirror a real cluster's pods (list + watch) into the pages, the autoscaler and metering."
 
     def add_arguments(self, parser):
-        parser.add_argument("--seconds", type=float, default=0.0, help="Stop after this many seconds (default: run until interrupted)")
+        parser.add_argument("--seconds", type=seconds_or_zero, default=0.0,
+                            help="Stop after this many seconds, at most a day (default 0: run until interrupted)")
 
     def handle(self, *args, seconds: float = 0.0, **options):
         if not real_cluster():

@@ -8,12 +8,12 @@ given moment (ISO 8601) against the simulated cloud's virtual clock.
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
+from datetime import datetime
 
 from django.core.management.base import BaseCommand, CommandError
 
 from pools.controllers.lifecycle import pool_reconcile, reconcile_all
-from pools.management.arguments import positive_seconds
+from pools.management.arguments import moment_utc, positive_seconds
 from pools.models import GpuNodePool
 
 
@@ -24,12 +24,11 @@ class Command(BaseCommand):
         parser.add_argument("--once", action="store_true", help="One pass over all pools, then exit")
         parser.add_argument("--interval", type=positive_seconds, default=30.0, help="Seconds between passes in loop mode (above 0, at most a day)")
         parser.add_argument("--pool", default="", help="Only this pool (by name)")
-        parser.add_argument("--now", default="", help="Moment of the pass, ISO 8601 (default: the clock)")
+        parser.add_argument("--now", type=moment_utc, help="Moment of the pass, ISO 8601 (UTC if no offset), 2000 to 2999 (default: the clock)")
 
-    def handle(self, *args, once: bool = False, interval: float = 30.0, pool: str = "", now: str = "", **options):
-        moment = _parse_now(now) if now else None
+    def handle(self, *args, once: bool = False, interval: float = 30.0, pool: str = "", now: datetime | None = None, **options):
         while True:
-            results = self._pass(pool, moment)
+            results = self._pass(pool, now)
             for result in results:
                 if result.error:
                     line = f"{result.pool_id}\terror: {result.error}"
@@ -50,10 +49,3 @@ class Command(BaseCommand):
             raise CommandError(f"no live pool named {name!r}")
         return [pool_reconcile(pool_id=pool.pk, now=moment)]
 
-
-def _parse_now(value: str) -> datetime:
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError as exc:
-        raise CommandError(f"--now: not an ISO 8601 moment: {value!r}") from exc
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)

@@ -27,6 +27,7 @@ from django.core.management import get_commands, load_command_class
 from django.core.management.base import BaseCommand, CommandError
 
 from pools import reference_docs
+from pools.management.arguments import directory
 
 REGENERATE = ".venv/bin/python manage.py reference_docs"
 PROJECT_APPS = ("pools", "billing", "monitoring")
@@ -103,10 +104,10 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--check", action="store_true",
                             help="Write nothing; exit 1 if a committed file differs from what would be generated")
-        parser.add_argument("--docs-dir", metavar="DIR", default=None,
+        parser.add_argument("--docs-dir", metavar="DIR", type=directory, default=None,
                             help="Where the files live (default: the project's docs/)")
 
-    def handle(self, *args, check: bool = False, docs_dir: str | None = None, **options):
+    def handle(self, *args, check: bool = False, docs_dir: str | Path | None = None, **options):
         target = Path(docs_dir) if docs_dir else Path(settings.BASE_DIR) / "docs"
         expected = documents()
         if check:
@@ -115,11 +116,14 @@ class Command(BaseCommand):
                 raise CommandError("; ".join(problems) + f". Run `{REGENERATE}` and commit the result.")
             self.stdout.write(f"{', '.join(sorted(expected))} are up to date.")
             return
-        target.mkdir(parents=True, exist_ok=True)
-        for name, content in sorted(expected.items()):
-            path = target / name
-            if path.exists() and path.read_text(encoding="utf-8") == content:
-                self.stdout.write(f"{path}: unchanged")
-                continue
-            path.write_text(content, encoding="utf-8")
-            self.stdout.write(f"{path}: written")
+        try:
+            target.mkdir(parents=True, exist_ok=True)
+            for name, content in sorted(expected.items()):
+                path = target / name
+                if path.exists() and path.read_text(encoding="utf-8") == content:
+                    self.stdout.write(f"{path}: unchanged")
+                    continue
+                path.write_text(content, encoding="utf-8")
+                self.stdout.write(f"{path}: written")
+        except OSError as exc:  # a read-only or vanished directory: one line, not a traceback
+            raise CommandError(f"cannot write the docs in {target}: {exc.strerror or exc}") from exc

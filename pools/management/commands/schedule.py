@@ -9,10 +9,10 @@ from __future__ import annotations
 import time
 from datetime import datetime
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 
 from pools.controllers.scheduler import scheduler_pass
-from pools.management.arguments import positive_seconds
+from pools.management.arguments import moment, positive_seconds
 
 
 class Command(BaseCommand):
@@ -21,19 +21,11 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--once", action="store_true", help="One pass, then exit")
         parser.add_argument("--interval", type=positive_seconds, default=5.0, help="Seconds between passes in loop mode (above 0, at most a day)")
-        parser.add_argument("--now", default="", help="Moment of the pass, ISO 8601 (default: the clock)")
+        parser.add_argument("--now", type=moment, help="Moment of the pass, ISO 8601 with a time zone, 2000 to 2999 (default: the clock)")
 
-    def handle(self, *args, once: bool = False, interval: float = 5.0, now: str = "", **options):
-        moment = None
-        if now:
-            try:
-                moment = datetime.fromisoformat(now.replace("Z", "+00:00"))
-            except ValueError as exc:
-                raise CommandError(f"--now must be ISO 8601, got {now!r}") from exc
-            if moment.tzinfo is None:
-                raise CommandError("--now needs a time zone, e.g. 2026-01-01T00:00:00Z")
+    def handle(self, *args, once: bool = False, interval: float = 5.0, now: datetime | None = None, **options):
         while True:
-            result = scheduler_pass(now=moment)
+            result = scheduler_pass(now=now)
             self.stdout.write(
                 f"scheduled {len(result.scheduled)}, unschedulable {len(result.unschedulable)}, "
                 f"preempted {len(result.preempted)}, succeeded {len(result.succeeded)}, requeued {len(result.requeued)}"
