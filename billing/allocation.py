@@ -50,6 +50,7 @@ FEE = "fee"
 
 GPU = "gpu"
 FEE_KINDS = ("storage", "network", "registry")
+CORRECTION = "correction"  # a lease period charged whole in one later hour (billing.lease_corrections)
 
 # Chargeback columns (issue 21): who is charged, what kind of cost, metered or still accruing.
 CHARGED_TEAM = "charged_team"

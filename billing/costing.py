@@ -8,12 +8,13 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from decimal import Decimal
+from itertools import chain
 
 from django.db import connection
 
-from billing import metering
+from billing import lease_corrections, metering
 from billing.allocation import FeeHour, NodeHour, PodHour
-from billing.allocation_totals import allocate_hour_totals
+from billing.allocation_totals import RowTotal, allocate_hour_totals
 from billing.bulk_insert import Unsaved
 from billing.models import CostRecord, UsageRecord
 from pools.models import GpuNodePool, Team
@@ -30,7 +31,8 @@ def cost_records_for(records: list[UsageRecord]) -> list[CostRecord]:
     component, currency): every node's split is the core's, node by node and workload by workload
     (`allocation_totals`: nodes alike split once), added exactly, so Σ amounts = Σ node costs +
     Σ fees of the records in each currency (the core's invariant) and every chargeback group gets
-    the same cents as from per-node rows.
+    the same cents as from per-node rows. Lease corrections are not allocated: each is its pool's
+    team's idle cost, whole (`billing.lease_corrections`).
     """
     if not records:
         return []
@@ -42,7 +44,9 @@ def cost_records_for(records: list[UsageRecord]) -> list[CostRecord]:
     groups: dict[tuple, list] = {}
     inputs = inputs_by_currency(records, pools=pools_by_id, teams=teams_by_id)
     totals = (t for currency, n, p, f in inputs for t in allocate_hour_totals(n, p, f, currency=currency))
-    for total in totals:
+    names, slugs = {pool.pk: name for name, pool in pools.items()}, {pk: t.slug for pk, t in teams_by_id.items()}
+    corrections = (RowTotal(row, row.amount, Decimal(0)) for row in lease_corrections.allocation_rows(records, pool_names=names, team_slugs=slugs))
+    for total in chain(totals, corrections):
         row = total.first
         labels_key = label_keys.get(id(row.labels))
         if labels_key is None:

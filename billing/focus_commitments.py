@@ -1,15 +1,34 @@
 """The FOCUS commitments of nodes on the lease ledger (issue 20): one per lease period a node
 held, over the hours it held it, paid exactly what metering charged it for them, so a lease's
-purchase rows equal its usage rows' EffectiveCost, and all of a slot's equal its debit."""
+purchase rows equal its usage rows' EffectiveCost, and all of a slot's equal its debit. A
+period recorded after every hour of its lease was metered is bought and amortised in the one
+hour it is charged in (`billing.lease_corrections`), its usage row the correction line."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from decimal import Decimal
+from fractions import Fraction
+
 from billing import node_prices
-from billing.focus import Lease
-from billing.hours import ceil_hour, floor_hour
+from billing.allocation import CENT, IDLE, AllocationRow
+from billing.focus import (
+    _PRICING_CATEGORY,
+    GPU_HOURS,
+    FocusAccount,
+    FocusRow,
+    Lease,
+    _base,
+    _commitment,
+    _compute_service,
+    _price,
+    _tags,
+)
+from billing.hours import HOUR, ceil_hour, floor_hour
+from billing.lease_corrections import allocation_rows, commitment_id
 from billing.lease_costs import spread_sum
 from billing.metering import ledger_pool_name
-from billing.models import LeasePeriod
+from billing.models import LeasePeriod, UsageRecord
 
 
 def ledger_commitments(nodes) -> dict[int, list[Lease]]:
@@ -23,16 +42,20 @@ def ledger_commitments(nodes) -> dict[int, list[Lease]]:
 
 def _node_commitments(node, periods: list[LeasePeriod]) -> list[Lease]:
     leases = []
+    corrections = []  # last: a usage row of the node in that hour draws down the lease it holds then
     for period in periods:
+        if period.charged_in is not None:  # a correction: bought and amortised in its hour, whole
+            first = period.charged_in
+            corrections.append(node_commitment(node, commitment_id(period, node.name), first, first + HOUR, payment=period.amount, currency=period.currency, bought=first))
+            continue
         start, end = floor_hour(period.lease_start), ceil_hour(period.lease_end)
         first = max(start, period.held_from)
         stop = min(end, period.held_to) if period.held_to else end
         if first >= stop:
             continue
-        commitment_id = f"lease/order-{period.order_id}/slot-{period.slot}/{start:%Y%m%dT%H}/{node.name}"
         paid = spread_sum(period.amount, start, end, first, stop)
-        leases.append(node_commitment(node, commitment_id, first, stop, payment=paid, currency=period.currency, bought=period.lease_start))
-    return leases
+        leases.append(node_commitment(node, commitment_id(period, node.name), first, stop, payment=paid, currency=period.currency, bought=period.lease_start))
+    return leases + corrections
 
 
 def node_commitment(node, commitment_id: str, start, end, *, payment=None, currency=None, bought=None) -> Lease:
@@ -57,3 +80,44 @@ def node_commitment(node, commitment_id: str, start, end, *, payment=None, curre
         currency=currency or monthly.currency,
         bought=bought,
     )
+
+
+def correction_rows(
+    records: Iterable[UsageRecord], leases: Mapping[str, Lease], account: FocusAccount, keeps: Callable[[AllocationRow], bool]
+) -> Iterator[FocusRow]:
+    """FOCUS usage rows of one hour's lease corrections (the records' others are left out) that
+    `keeps` keeps (the export's scope, as for its allocation rows); `leases`: the export's
+    commitments by id. Records need `pool` and `team` loaded."""
+    for record in records:
+        for row in allocation_rows([record], pool_names={record.pool_id: ledger_pool_name(record.pool)}, team_slugs={record.team_id: record.team.slug}):
+            if keeps(row):
+                yield correction_row(row, record, leases.get(record.resource), account)
+
+
+def correction_row(row: AllocationRow, record: UsageRecord, lease: Lease | None, account: FocusAccount) -> FocusRow:
+    """A lease correction's usage row: the period's whole share in the hour it is charged in, the
+    pool's team's, on the node's GPUs for that hour. With its commitment (`lease`, bought in the
+    same hour: its purchase row bills the share) it is that commitment's unused part, billed 0;
+    without one it bills the share itself. Within the billing period it is charged in nothing
+    invoiced before is changed, so ChargeClass stays empty; the description says what it is."""
+    gpus = max(record.gpu_count, 1)
+    unit = _price(Fraction(row.amount) / gpus)
+    out = _base(account, row.currency, row.hour, row.hour + HOUR, row.team, record.region)
+    out.update(
+        ChargeCategory="Usage", ChargeFrequency="Usage-Based",
+        BilledCost=row.amount, EffectiveCost=row.amount, ListCost=row.amount, ContractedCost=row.amount,
+        ListUnitPrice=unit, ContractedUnitPrice=unit, PricingQuantity=Decimal(gpus), PricingUnit=GPU_HOURS,
+        PricingCategory=_PRICING_CATEGORY.get(row.billing_kind, "Standard"),
+        ResourceId=row.node, ResourceName=row.node, ResourceType="GPU Node",
+        ChargeDescription=(
+            f"Lease correction of {row.billing_kind} GPU node {row.node} ({record.gpu_count}x {row.gpu_class or 'GPU'}), pool {row.pool}: "
+            f"lease period {record.resource} ({record.quantity.normalize():f} node-hours) was recorded after metering had closed every "
+            f"one of its hours; its whole share is charged in this hour to team {row.team} as idle capacity"
+        ),
+        Tags=_tags(row.labels, account, pool=row.pool, node=row.node, **{"cost-kind": IDLE, "lease-correction": record.resource}),
+        **_compute_service(row.gpu_class, row.billing_kind, record.gpu_count),
+    )  # fmt: skip
+    if lease is not None:
+        out.update(_commitment(lease))
+        out.update(BilledCost=Decimal(0).quantize(CENT), PricingCategory="Committed", CommitmentDiscountStatus="Unused", CommitmentDiscountQuantity=Decimal(gpus))
+    return out

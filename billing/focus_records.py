@@ -41,7 +41,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import ROUND_HALF_UP, Context, Decimal
 from fractions import Fraction
 
-from billing.allocation import CENT, FEE_KINDS, GPU, IDLE, MONTHLY
+from billing.allocation import CENT, CORRECTION, FEE_KINDS, GPU, IDLE, MONTHLY
 from billing.focus import (
     _FEE_SERVICE,
     _PRICING_CATEGORY,
@@ -165,9 +165,10 @@ def focus_csv_from_records(
         key = (pool_id, team_id, namespace, labels_text, gpu_class, billing_kind, cost_kind, component, currency)
         template = templates.cache.get(key) or templates.add(key, CostRecordRow(*values))
         money = format(amount, "f")
-        if component != GPU:  # a fee: priced per hour
+        if component != GPU:  # a fee or a lease correction: priced per hour
             unit_cell = money if hours == 1 else format(_price(Fraction(amount) / hours), "f")
-            out.append(template.format(money, *period_cells, money, hours, unit_cell))
+            billed = zero if component == CORRECTION and billing_kind == MONTHLY else money  # its purchase bills it
+            out.append(template.format(billed, *period_cells, money, hours, unit_cell))
         else:
             unit = prices.get((pool_id, billing_kind))
             if unit is None:  # no list price known: the cost is its own list cost
@@ -244,10 +245,11 @@ class _Templates:
             if r.billing_kind == MONTHLY:
                 same["CommitmentDiscountQuantity"] = "PricingQuantity"
         else:
-            row.update(_fee_shape(r, pool))
+            row.update(_correction_shape(r, pool) if r.component == CORRECTION else _fee_shape(r, pool))
             order = ("BilledCost", *periods, "EffectiveCost", "PricingQuantity", "ListUnitPrice")
-            same = {"ContractedCost": "EffectiveCost", "ListCost": "EffectiveCost",
-                    "ConsumedQuantity": "PricingQuantity", "ContractedUnitPrice": "ListUnitPrice"}  # fmt: skip
+            same = {"ContractedCost": "EffectiveCost", "ListCost": "EffectiveCost", "ContractedUnitPrice": "ListUnitPrice"}
+            if r.component != CORRECTION:  # a correction's hours were not consumed in its charge period
+                same["ConsumedQuantity"] = "PricingQuantity"
         row["ChargeDescription"] = _description(r, pool)
         row["Tags"] = _tags(
             json.loads(r.labels_text) if r.labels_text else {}, self.account,
@@ -266,6 +268,11 @@ class _Templates:
 
 def _description(r: CostRecordRow, pool: PoolFacts) -> str:
     idle = r.cost_kind == IDLE
+    if r.component == CORRECTION:
+        return (
+            f"Lease correction of {r.billing_kind} GPU nodes ({pool.gpus_per_node}x {r.gpu_class or 'GPU'}) of pool {pool.name}: "
+            "lease periods recorded after metering had closed every one of their hours, their whole shares charged here as idle capacity"
+        )
     if r.component in FEE_KINDS:
         who = "idle pool" if idle else f"namespace {r.namespace}"
         return f"{_FEE_SERVICE[r.component][2]} of pool {pool.name}, share of {who}"
@@ -290,6 +297,25 @@ def _gpu_shape(r: CostRecordRow, pool: PoolFacts) -> FocusRow:
         out["CommitmentDiscountStatus"] = "Unused" if idle else "Used"
         if idle:
             out["ConsumedQuantity"] = out["ConsumedUnit"] = None
+    return out
+
+
+def _correction_shape(r: CostRecordRow, pool: PoolFacts) -> FocusRow:
+    """A lease correction (`billing.lease_corrections`): the whole shares of lease periods whose
+    hours were all metered before they were recorded, priced per hour it is charged in; a
+    monthly one is the unused part of the pool's commitment, whose purchase (the period's,
+    billed in that hour) bills it."""
+    out: FocusRow = dict(
+        PricingUnit="Hours",
+        PricingCategory=_PRICING_CATEGORY.get(r.billing_kind, "Standard"),
+        ResourceId=pool.name,
+        ResourceName=pool.name,
+        ResourceType=POOL_RESOURCE_TYPE,
+        **_compute_service(r.gpu_class, r.billing_kind, pool.gpus_per_node),
+    )
+    if r.billing_kind == MONTHLY:
+        commitment = pool_commitment(pool.name)
+        out.update(commitment_columns(commitment, commitment), CommitmentDiscountStatus="Unused")
     return out
 
 

@@ -22,7 +22,7 @@ from billing import node_prices
 from billing.allocation import CENT, MONTHLY, AllocationRow, allocate_hour
 from billing.costing import inputs_by_currency
 from billing.focus import FocusAccount, Lease, purchase_rows, usage_rows
-from billing.focus_commitments import ledger_commitments, node_commitment
+from billing.focus_commitments import correction_rows, ledger_commitments, node_commitment
 from billing.focus_records import (
     DAILY,
     HOURLY,
@@ -146,15 +146,18 @@ def focus_rows_for_user(*, user, query: CostQuery, account=None) -> Iterator[dic
         records = records.filter(pool_id__in=pools)
     slugs = None if scope.team_ids is None else frozenset(Team.objects.filter(pk__in=scope.team_ids).values_list("slug", flat=True))
     leases, bought = _leases(records, scope)
+    by_id = {lease.commitment_id: lease for lease in leases}
     for lease in bought:
         for row in purchase_rows(lease, account):
             period = row["ChargePeriodStart"]
             if not ((scope.start and period < scope.start) or (scope.end and period >= scope.end)):
                 yield row
     for hour in records.order_by("hour").values_list("hour", flat=True).distinct().iterator():
-        for currency, nodes, pods, fees in inputs_by_currency(list(records.filter(hour=hour))):
+        hour_records = list(records.filter(hour=hour))
+        for currency, nodes, pods, fees in inputs_by_currency(hour_records):
             rows = [row for row in allocate_hour(nodes, pods, fees, currency=currency) if scope.keeps(row, slugs)]
             yield from usage_rows(rows, nodes, account, leases, fees=fees)
+        yield from correction_rows(hour_records, by_id, account, lambda row: scope.keeps(row, slugs))
 
 
 FOCUS_GRANULARITIES = ("daily", "hourly")
@@ -292,17 +295,17 @@ class _ListPrices:
 
 
 def _leases(records, scope: FocusScope, *, pooled: bool = False) -> tuple[list[Lease], list[Lease]]:
-    """The leases of the nodes the usage records bill, and those of them whose purchases are in
-    scope (`FocusScope.pays`). A node on the lease ledger has a commitment per lease period it
-    held, paid its share of the debit for the hours it held it
-    (`billing.focus_commitments.ledger_commitments`): a slot's holders (a repaired node and its
-    successor) buy its lease once between them, what was debited. Nodes of orders paid before
+    """The leases of the nodes the usage records bill (or charge a lease correction on), and
+    those of them whose purchases are in scope (`FocusScope.pays`). A node on the lease ledger
+    has a commitment per lease period it held, paid its share of the debit for the hours it
+    held it (`billing.focus_commitments.ledger_commitments`): a slot's holders (a repaired node
+    and its successor) buy its lease once between them, what was debited. Nodes of orders paid before
     the ledger are billed from their lease columns (`billing.node_prices`), and so are their
     leases. Node by node (the ``detail`` export) monthly and preemptible leases are each their
     own commitment; ``pooled`` (the export from cost records, which sees pools, not nodes) each
     monthly lease is part of its pool's commitment."""
     kinds = ("monthly",) if pooled else ("monthly", "preemptible")
-    billed = records.filter(kind="node", billing_kind__in=kinds).values_list("node_name", "node_names").order_by().distinct()
+    billed = records.filter(kind__in=("node", "correction"), billing_kind__in=kinds).values_list("node_name", "node_names").order_by().distinct()
     names = {name for columns in billed for name in UsageRecord.names_billed(*columns)}
     nodes = Node.objects.filter(name__in=sorted(names)).select_related("pool__team", "pool__gpu_model", "pool__zone", "order")
     held = ledger_commitments(nodes)

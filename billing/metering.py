@@ -20,6 +20,8 @@
   and `project` labels (`guest_labels`).
 - pool fees: registry per pool-month (amortised over the calendar month's hours), storage per
   GB-month (same), cross-zone network per GB, from `PoolResourceSample`s.
+- lease corrections: the whole share of a lease period recorded after every hour of its lease
+  was metered, in the hour the ledger chose (`billing.lease_corrections`), not split over pods.
 
 Records name their labels' sets (`billing.label_sets`), unsaved in `Collected.label_sets`:
 `billing.services.meter_hour` stores the new ones before the hour's transaction.
@@ -44,6 +46,7 @@ from operator import attrgetter
 from django.db.models import Case, Count, Exists, F, Min, OuterRef, Q, TextField, When
 from django.db.models.functions import Cast, Coalesce
 
+from billing import lease_corrections
 from billing.allocation import FeeHour, NodeHour, PodHour, effective_labels, frozen_new, gpu_hours
 from billing.bulk_insert import Unsaved
 from billing.hours import HOUR, QUANTITY, WHOLE_HOUR, floor_hour, hour_overlap
@@ -112,7 +115,7 @@ def usage_collect(*, hour: datetime, part: Part = WHOLE) -> Collected:
 def _collect(hour: datetime, part: Part) -> Collected:
     """A fixed number of queries whatever the size of the fleet (issue 9): nodes with their
     orders' prices, their pools, pods grouped by workload, teams, then the pools' resource
-    samples together."""
+    samples together, and the hour's lease corrections."""
     out = Collected()
     billed = _node_records(hour, out, part)
     out.records.extend(_pod_records(billed, hour, part, out.label_sets))
@@ -124,6 +127,7 @@ def _collect(hour: datetime, part: Part) -> Collected:
     samples = resource_samples([billed_pools[pk] for pk in sorted(billed_pools)], hour, machines=machines)
     for pool_id in sorted(billed_pools):
         out.records.extend(_fee_records(billed_pools[pool_id], hour, sample=samples.get(pool_id), label_sets=out.label_sets))
+    out.records.extend(lease_corrections.correction_records(hour=hour, part=part, label_sets=out.label_sets))
     return out
 
 
@@ -190,9 +194,10 @@ def _node_records(hour: datetime, out: Collected, part: Part) -> dict[int, tuple
 
 
 def held_periods(hour: datetime) -> dict[int, tuple[HeldPeriod, ...]]:
-    """The lease periods whose spread covers the hour, by the node holding them in it."""
+    """The lease periods whose spread covers the hour, by the node holding them in it (not those
+    charged whole in one hour as a correction: `billing.lease_corrections`)."""
     rows = (
-        LeasePeriod.objects.filter(lease_start__lt=hour + HOUR, lease_end__gt=hour, held_from__lte=hour)
+        LeasePeriod.objects.filter(lease_start__lt=hour + HOUR, lease_end__gt=hour, held_from__lte=hour, charged_in__isnull=True)
         .filter(Q(held_to__isnull=True) | Q(held_to__gt=hour))
         .values_list("node_id", "amount", "currency", "lease_start", "lease_end")
         .order_by("node_id", "lease_start", "pk")
@@ -511,6 +516,8 @@ def allocation_inputs(
                 "gpu_hours": Decimal(r.quantity), "labels": r.labels, "pods": r.pod_count or 1,
                 "team": team_slugs[r.team_id],
             }))  # fmt: skip
+        elif r.kind == UsageRecord.Kind.CORRECTION:
+            continue  # the pool's team's, whole, not split (`billing.lease_corrections.allocation_rows`)
         else:
             fees.append(frozen_new(FeeHour, {
                 "hour": r.hour, "pool": pool_names[r.pool_id], "team": team_slugs[r.team_id], "kind": r.kind,

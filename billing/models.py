@@ -201,6 +201,9 @@ class UsageRecord(models.Model):
         STORAGE = "storage", "Storage fee"
         NETWORK = "network", "Cross-zone network fee"
         REGISTRY = "registry", "Registry fee"
+        # A lease period recorded after metering had closed every hour of its lease, its share
+        # charged whole in one later hour (`billing.lease_corrections`).
+        CORRECTION = "correction", "Lease correction"
 
     hour = models.DateTimeField()
     kind = models.CharField(max_length=10, choices=Kind.choices)
@@ -482,6 +485,8 @@ class LeasePeriod(models.Model):
     starts (`held_to`) and the successor's row starts there, with the same payment and spread,
     so every hour of the lease is charged exactly once. The hours a holder is gone and no
     successor has the slot stay on the holder: idle, shown as unused commitment in FOCUS.
+    A period recorded after metering had closed every hour of its lease has `charged_in`:
+    its share is charged whole in that hour instead (`billing.lease_corrections`).
     """
 
     node = models.ForeignKey("pools.Node", on_delete=models.CASCADE, related_name="lease_periods")
@@ -493,10 +498,19 @@ class LeasePeriod(models.Model):
     lease_end = models.DateTimeField()
     held_from = models.DateTimeField(help_text="First hour this node holds the slot (hour-aligned)")
     held_to = models.DateTimeField(null=True, blank=True, help_text="Hour its successor takes the slot over; empty: to the lease end")
+    charged_in = models.DateTimeField(
+        null=True, blank=True,
+        help_text="Hour its whole share is charged in, as a correction: it was recorded after every hour of its lease was metered; "
+        "empty: charged over its lease's hours",
+    )  # fmt: skip
 
     class Meta:
         ordering = ["node", "lease_start", "held_from"]
-        indexes = [models.Index(fields=["node", "lease_end"])]
+        indexes = [
+            models.Index(fields=["node", "lease_end"]),
+            # Metering looks for an hour's corrections every hour; they are few.
+            models.Index(fields=["charged_in"], condition=models.Q(charged_in__isnull=False), name="leaseperiod_charged_in"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.node_id} {self.lease_start:%Y-%m-%d}..{self.lease_end:%Y-%m-%d}: {self.amount} {self.currency}"
