@@ -86,8 +86,15 @@ def _alert_fire(*, budget, period, threshold: int, basis: str, amount: Decimal, 
 
 
 def alert_message(alert) -> str:
+    """What the alert says. A deleted pool is named as in the reports, `name#id`, and said to be
+    deleted: a new pool may have its name meanwhile (its leases run on after it is gone)."""
     budget = alert.budget
-    scope = f"Pool {budget.pool.name}" if budget.pool_id else f"Team {budget.team.slug}"
+    if not budget.pool_id:
+        scope = f"Team {budget.team.slug}"
+    elif budget.pool.deleted_at is not None:
+        scope = f"Deleted pool {budget.pool.name}#{budget.pool_id}"
+    else:
+        scope = f"Pool {budget.pool.name}"
     what = "spend" if alert.basis == "actual" else "forecast spend"
     return (
         f"{scope} {what} {alert.amount} {alert.currency} reached {alert.threshold}% of its monthly "

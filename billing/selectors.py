@@ -20,6 +20,7 @@ from billing.allocation import (
     DEFAULT_GROUP_LABELS,
     group_columns,
 )
+from billing.budget_sync import budgets_in_force_q
 from billing.models import Budget, BudgetAlert, CostDay, CostRecord
 from billing.month_spend import BudgetStatus, budget_statuses_of
 from pools.core.errors import FieldError, ValidationError
@@ -234,7 +235,10 @@ def budget_status(*, budget: Budget, now: datetime) -> BudgetStatus:
 
 
 def budget_statuses(*, user, now: datetime) -> list[BudgetStatus]:
-    return budget_statuses_of(budgets_for_user(user=user), now=now)
+    """This month's budgets the user may see: the teams', the live pools' and those of the
+    deleted pools still charged this month (`billing.budget_sync`: a deleted pool's budget is
+    kept, its alerts stay listed, but it is this month's only while the pool costs)."""
+    return budget_statuses_of(budgets_for_user(user=user).filter(budgets_in_force_q(now)), now=now)
 
 
 def pool_budget_status(*, pool, now: datetime) -> BudgetStatus | None:

@@ -118,11 +118,16 @@ def test_finance_wins_over_the_spec_which_wins_over_the_default(actors):
     assert PoolEvent.objects.filter(pool=p, reason="BudgetSet").count() == 2
 
 
-def test_a_deleted_pool_loses_its_budget(actors):
+def test_a_deleted_pool_keeps_its_budget_as_it_was(actors):
+    """History, with its alerts (tests/billing/test_budget_deleted_pool.py): never deleted, and
+    no longer following the price book or the spec."""
     p = pool(actors["lead"])
+    before = budget_of(p)
     pool_services.pool_delete(user=actors["lead"], pool=p, now=T0)
-    budgets.budgets_sync(now=T0)
-    assert not Budget.objects.exists()
+    NodePrice.objects.update(hourly_price=Decimal("1.00"))
+    budgets.budgets_sync(now=T0 + HOUR)
+    after = Budget.objects.get()
+    assert (after.pk, after.monthly_amount, after.source, after.updated_at) == (before.pk, HELPER_DEFAULT, "default", before.updated_at)
 
 
 # ---------------------------------------------------------------- pages
