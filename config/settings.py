@@ -337,6 +337,10 @@ EBCLOUD_SIM_XID_SEED = env_int("EBCLOUD_SIM_XID_SEED", 0)
 EBCLOUD_PROVISION_MAX_ATTEMPTS = env_int("EBCLOUD_PROVISION_MAX_ATTEMPTS", 5, minimum=1)
 EBCLOUD_BACKOFF_BASE_SECONDS = env_int("EBCLOUD_BACKOFF_BASE_SECONDS", 30, minimum=1)
 EBCLOUD_BACKOFF_CAP_SECONDS = env_int("EBCLOUD_BACKOFF_CAP_SECONDS", 600, minimum=1)
+# An on-demand (burst) node not Ready this long after it was requested is given up and its pool's
+# scale-ups back off, so the team's other pools take its pods (Cluster Autoscaler's
+# --max-node-provision-time, 15 minutes). Monthly and preemptible nodes are bought: never given up.
+EBCLOUD_MAX_NODE_PROVISION_SECONDS = env_int("EBCLOUD_MAX_NODE_PROVISION_SECONDS", 15 * 60, minimum=60)
 EBCLOUD_LEASE_NOTICE_SECONDS = env_int("EBCLOUD_LEASE_NOTICE_SECONDS", 3 * 24 * 3600, minimum=0)
 EBCLOUD_DRAIN_TIMEOUT_SECONDS = env_int("EBCLOUD_DRAIN_TIMEOUT_SECONDS", 600, minimum=0)
 EBCLOUD_HEARTBEAT_GRACE_SECONDS = env_int("EBCLOUD_HEARTBEAT_GRACE_SECONDS", 300, minimum=1)

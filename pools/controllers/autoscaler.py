@@ -14,8 +14,10 @@ empty one: `PoolSpec.autoscaling`):
    nodes of the pool; the GPU quotas (region-wide and the team's) cap the count. If no Pending
    pod fits a new node, do not scale and say why, once (Warning event + ScalingActivity); with
    no Pending pod at all, GPU memory alone buys nothing and says nothing;
-4. scale down only burst nodes whose pods may all go (`pools.controllers.scale_down`); the
-   lifecycle controller drains and releases them.
+4. scale down only burst nodes whose pods may all go (`pools.controllers.scale_down`),
+   cordoned with the decision and their pods checked again before the drain (`_scale_down`);
+   the lifecycle controller drains and releases them. A pool that no longer bursts gives its
+   burst nodes back by the same rules, at once (`_burst_off`).
 
 Within one pass over every pool (`autoscale_all`) the pools are decided in the order they were
 created (by id), and a pool's planned nodes count as upcoming nodes for the team's next pools:
@@ -28,12 +30,15 @@ New burst nodes are Node rows in phase Ordering: the lifecycle controller provis
 any other node. The pass claims the pool with the lifecycle's claim, so reconcile and autoscale
 never act on the same pool at once, whatever the number of workers; a scale-up decides and buys
 under its team's row lock, so two workers deciding two pools of one team at once buy one node
-for one pod too, the second seeing the first one's Ordering node as upcoming.
+for one pod too, the second seeing the first one's Ordering node as upcoming. It reads the
+team's Pending pods again there, with the capacity and under the scheduler's lock: a pod bound
+since the pass read the queue is counted once, where it runs, not also as Pending.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -54,19 +59,29 @@ from pools.claims import (
 from pools.controllers.context import ReconcilePass
 from pools.controllers.exits import drain_start
 from pools.controllers.lifecycle import node_names_next
-from pools.controllers.scale_down import Removable, removable_burst_nodes, repack
+from pools.controllers.scale_down import (
+    Removable,
+    moved_by_scale_down,
+    pod_keeps_node,
+    removable_burst_nodes,
+    repack,
+)
 from pools.controllers.scheduler import scheduler_lock
 from pools.controllers.state import pools_update
 from pools.core import lifecycle as rules
-from pools.core.autoscaling import ScalingDecision, burst_ceiling, decide
+from pools.core.autoscaling import READY_FOR_NEW_SCALE, ScalingDecision, burst_ceiling, decide
+from pools.core.disruption import refused
 from pools.core.scale_up import QuotaRooms, QuotaScope, scale_up_need
 from pools.core.scaling_history import ScalingHistory
 from pools.core.scheduling.nodes import NodeState, filter_node
 from pools.core.scheduling.nodes import Pod as CorePod
 from pools.core.spec import parse_document
 from pools.models import GpuNodePool, Node, ScalingActivity, Team
+from pools.models.pods import Pod
 from pools.providers import get_cloud_provider, get_cluster_backend, real_cluster
-from pools.selectors.autoscaler_view import FleetView, fleet_view, scale_up_inputs_load
+from pools.providers.base import ProviderError
+from pools.providers.kubernetes import CLUSTER_UNREACHABLE
+from pools.selectors.autoscaler_view import FleetView, fleet_view, queues_read, scale_up_inputs_load
 from pools.selectors.queue import template_node
 from pools.services.events import WARNING, event_record
 from pools.services.pools import quota_limits_lock
@@ -77,6 +92,7 @@ QUEUED_PODS = "queued_pods"
 NOT_TRIGGER_SCALE_UP = "NotTriggerScaleUp"
 QUOTA_EXCEEDED = "QuotaExceeded"
 SCALE_DOWN_BLOCKED = "ScaleDownBlocked"
+BURST_DISABLED = "BurstDisabled"
 LIMITING_POLICY_LENGTH = ScalingActivity._meta.get_field("limiting_policy").max_length  # PostgreSQL refuses a longer one
 
 
@@ -102,7 +118,8 @@ def autoscale_all(*, now: datetime | None = None, part: Part = WHOLE) -> list[Au
     of its own: the stored histories are written with one UPDATE. Pools that scale or record a
     blocked or limited decision are claimed together (the lifecycle's claim, so reconcile and
     autoscale never act on one pool at once) and decided again on fresh rows by the per-pool
-    pass before they act (a scale-up on its scale-up inputs read again under its team's lock).
+    pass before they act (a scale-up on its team's Pending pods and its scale-up inputs read
+    again together, under its team's lock and the scheduler's).
     With `part`, only that part's pools (`pools.claims.Part`), as the lifecycle controller
     splits its pass.
     """
@@ -236,7 +253,7 @@ def _autoscale(pool: GpuNodePool, now: datetime, view: FleetView, *, dry_run: bo
     spec = parse_document(pool.document, view.catalog)
     scaling = spec.autoscaling
     if scaling is None:
-        return Plan(AutoscaleResult(pool=pool.name, claimed=True, reason="NotAutoscaled"))
+        return _burst_off(pool, spec, now, view, dry_run=dry_run)
     current, burst_count = view.nodes.get(pool.pk, (0, 0))
     baseline = current - burst_count
     upper = burst_ceiling(baseline=baseline, max_nodes=spec.max_nodes, burst_max_nodes=spec.burst.max_nodes)
@@ -272,27 +289,42 @@ def _autoscale(pool: GpuNodePool, now: datetime, view: FleetView, *, dry_run: bo
 
 def _scale_up(d: _Decided, fits: list[CorePod], pending: list[CorePod], *, dry_run: bool) -> Plan:
     """Add the on-demand nodes the Pending pods that fit the pool would use (`_buy`); acting,
-    decided again on the scale-up inputs read under the quota rows' and the team's locks."""
-    pool, view, decision = d.pool, d.view, d.decision
-    if not fits:
-        if not pending:  # nothing waits: a hot pool with an empty queue buys nothing and says nothing
-            return d.quiet("NoPendingPods", dry_run=dry_run)
-        if d.said_already(NOT_TRIGGER_SCALE_UP):
-            return d.quiet(NOT_TRIGGER_SCALE_UP, dry_run=dry_run)
-        if dry_run:
-            return Plan(d.result, acts=True)
-        message = f"Scale-up to {decision.desired} not done: no Pending pod would fit a new {pool.node_type.name} node of this pool ({_why_not(pending, d.template)})"
-        return d.blocked(NOT_TRIGGER_SCALE_UP, message)
+    decided again on the team's Pending pods and scale-up inputs read together, under locks."""
+    pool, view = d.pool, d.view
     if dry_run:
+        if not fits:
+            return _no_fit(d, pending, dry_run=True)
         return _buy(d, fits, dry_run=True) if view.inputs.has(pool) else Plan(d.result, acts=True, needs_inputs=True)
     with transaction.atomic():
-        # Decided again on what the team has and holds now, read under the quota rows' locks (as
-        # every writer of orders takes them) and the team's: another worker, or an order, may
-        # have bought since the pass read.
+        # Decided again on what the team has, holds and waits for now, under the quota rows'
+        # locks (as every writer of orders takes them) and the team's: another worker, or an
+        # order, may have bought since the pass read. The Pending pods are read again with the
+        # capacity, under the scheduler's lock: a pod bound since the pass read the queue would
+        # count twice, Pending and on its node. (kube-scheduler binds without that lock: the
+        # queue is read last, so such a pod counts nowhere this pass rather than twice.)
         quota_limits_lock(region=pool.zone.region, gpu_model_id=pool.gpu_model_id, team_id=pool.team_id)
         _team_lock(pool.team_id)
+        scheduler_lock()
         scale_up_inputs_load(view.inputs, [pool], view.catalog)
+        queues, shapes = queues_read([pool.team_id])
+        groups = shapes[pool.team_id].fitting(d.template) if pool.team_id in shapes else []
+        fits, pending = [pod for group in groups for pod in group], queues.get(pool.team_id, [])
+        if not fits:
+            return _no_fit(d, pending, dry_run=False)
         return _buy(d, fits, dry_run=False)
+
+
+def _no_fit(d: _Decided, pending: list[CorePod], *, dry_run: bool) -> Plan:
+    """No Pending pod fits a new node of the pool: with none waiting, a hot pool buys nothing
+    and says nothing; else why not, once."""
+    if not pending:
+        return d.quiet("NoPendingPods", dry_run=dry_run)
+    if d.said_already(NOT_TRIGGER_SCALE_UP):
+        return d.quiet(NOT_TRIGGER_SCALE_UP, dry_run=dry_run)
+    if dry_run:
+        return Plan(d.result, acts=True)
+    message = f"Scale-up to {d.decision.desired} not done: no Pending pod would fit a new {d.pool.node_type.name} node of this pool ({_why_not(pending, d.template)})"
+    return d.blocked(NOT_TRIGGER_SCALE_UP, message)
 
 
 def _team_lock(team_id: int) -> None:
@@ -313,6 +345,8 @@ def _buy(d: _Decided, fits: list[CorePod], *, dry_run: bool) -> Plan:
     metrics ask for nor than the GPU quotas allow. Unless `dry_run`, buy them."""
     pool, inputs, decision, current = d.pool, d.view.inputs, d.decision, d.current
     region, team_id, gpus = pool.zone.region, pool.team_id, pool.node_type.gpu_count
+    if inputs.capacity[team_id].backoff(pool.pk, d.now) is not None:  # a burst node of it was given up: the team's next pools buy
+        return d.quiet("ScaleUpBackoff", dry_run=dry_run)
     wanted = min(decision.desired - current, scale_up_need(fits, d.template, inputs.capacity[team_id]).new_nodes)
     if wanted == 0:  # every pod fits free capacity or an upcoming node: the scheduler places it there
         return d.quiet("PodsFitUpcomingOrFreeCapacity", dry_run=dry_run)
@@ -357,22 +391,28 @@ def _quota_text(pool: GpuNodePool, rooms: QuotaRooms, scope: QuotaScope | None) 
 def _scale_down(d: _Decided, spec) -> Plan:
     """Remove the burst nodes that may go (`removable_burst_nodes`); in the simulated cluster
     their pods move first, planned and moved under the scheduler's lock, so that a scheduler
-    pass that committed meanwhile is seen by the plan."""
+    pass that committed meanwhile is seen by the plan. The nodes chosen are cordoned in the
+    plan's transaction (`_cordon`), as Cluster Autoscaler taints a node ToBeDeletedByClusterAutoscaler
+    as part of its decision, and the drain checks their pods again once the cluster has them
+    cordoned (`_pods_recheck`): a node a pod keeps now is uncordoned, said as ScaleDownBlocked."""
     pool, now, decision = d.pool, d.now, d.decision
 
     def plan() -> tuple[list[Node], Removable]:
         live = list(pool.nodes.exclude(phase=Node.Phase.TERMINATED).filter(release_reason="").select_related("pool__node_type", "pool__gpu_model", "pool"))
         burst = [n for n in live if n.billing == Node.Billing.ON_DEMAND]
-        return live, removable_burst_nodes(burst, live, limit=len(live) - decision.desired)
+        pending = [pod for pods in d.view.pending.values() for pod in pods]  # they keep the nodes they would be scheduled on
+        return live, removable_burst_nodes(burst, live, limit=len(live) - decision.desired, pending=pending)
 
     if real_cluster():  # a real cluster's pods are evicted by the drain and placed again by kube-scheduler
         live, removable = plan()
+        cordoned = _cordon(removable)
     else:
         with transaction.atomic():
             scheduler_lock()  # pods move like a scheduler bind: never at the same time as a pass
             live, removable = plan()
             for node, moves in removable.chosen:
                 repack(pool, node, moves, now)
+            cordoned = _cordon(removable)
     victims = removable.chosen
     if not victims:
         if d.said_already(SCALE_DOWN_BLOCKED, len(live)):
@@ -380,11 +420,94 @@ def _scale_down(d: _Decided, spec) -> Plan:
         kept = "; ".join(f"{name}: {why}" for name, why in removable.kept.items()) or "no burst node to remove"
         return d.blocked(SCALE_DOWN_BLOCKED, f"Scale-down to {decision.desired} not done: every burst node is kept ({kept})", current=len(live))
     p = ReconcilePass(pool=pool, spec=spec, now=now, cloud=get_cloud_provider(), cluster=get_cluster_backend())
+    recheck, cancelled = _pods_recheck(p.cluster, victims), {}
     for node, _ in victims:
-        drain_start(p, node, reason=rules.SCALED_IN, event_reason="ScaledDown", message=f"Autoscaler removes burst node {node.name}: {decision.message}")
-    _record(pool, now, len(live), len(live) - len(victims), "ScaledDown", f"Scaled down from {len(live)} to {len(live) - len(victims)} node(s): {decision.message}", d.shown, d.policy_text, emit=False)
-    _store(pool, decision.history if len(victims) == -decision.delta else d.history.record(at=now, recommendation=decision.raw_recommendation, change=-len(victims)))
-    return Plan(AutoscaleResult(pool=pool.name, claimed=True, current=len(live), desired=len(live) - len(victims), reason="ScaledDown"))
+        message = f"Autoscaler removes burst node {node.name}: {decision.message}"
+        if why := drain_start(p, node, reason=rules.SCALED_IN, event_reason="ScaledDown", message=message, recheck=recheck):
+            cancelled[node.name] = why
+    if cancelled:  # the nodes that stay take pods again
+        Node.objects.filter(pk__in=[n.pk for n, _ in victims if n.name in cancelled and n.pk in cordoned], release_reason="").update(unschedulable=False)
+        said = "; ".join(f"{name}: {why}" for name, why in cancelled.items())
+        if len(cancelled) == len(victims):
+            return d.blocked(SCALE_DOWN_BLOCKED, f"Scale-down to {decision.desired} cancelled, the node(s) uncordoned: a pod now on them keeps them ({said})", current=len(live))
+        p.event(SCALE_DOWN_BLOCKED, f"Scale-down of {len(cancelled)} burst node(s) cancelled, the node(s) uncordoned: a pod now on them keeps them ({said})", type=WARNING)
+    removed = len(victims) - len(cancelled)
+    _record(pool, now, len(live), len(live) - removed, "ScaledDown", f"Scaled down from {len(live)} to {len(live) - removed} node(s): {decision.message}", d.shown, d.policy_text, emit=False)
+    _store(pool, decision.history if removed == -decision.delta else d.history.record(at=now, recommendation=decision.raw_recommendation, change=-removed))
+    return Plan(AutoscaleResult(pool=pool.name, claimed=True, current=len(live), desired=len(live) - removed, reason="ScaledDown"))
+
+
+def _cordon(removable: Removable) -> set[int]:
+    """Mark the nodes chosen unschedulable in the plan's transaction: from its commit on, the
+    scheduler (and a real cluster's scheduler extender) places no pod there; the drain cordons
+    the cluster's Node. Returns those this cordoned (one a repair cordoned stays so if its
+    scale-down is cancelled)."""
+    ids = {node.pk for node, _ in removable.chosen if not node.unschedulable}
+    if ids:
+        Node.objects.filter(pk__in=ids).update(unschedulable=True)
+    return ids
+
+
+def _pods_recheck(cluster, victims: list[tuple[Node, list]]) -> Callable[[Node], str]:
+    """The drain's check of a chosen node once the cluster has it cordoned, right before it
+    evicts (CA's actuator runs `GetPodsToMove` again on the tainted node): why a pod on it now
+    that the plan did not see keeps the node ("" when none does); the plan's pods were judged
+    under the plan. The same rules as the plan's (`moved_by_scale_down`, `pod_keeps_node`): an
+    expendable, DaemonSet or mirror pod goes with the node; one
+    annotated safe-to-evict "false", or (on a real cluster) owned by no controller, keeps it; so
+    does one whose budget allows no eviction now, or one not in the read model yet."""
+    planned = {node.pk: {move.pod.key for move in moves} for node, moves in victims}
+
+    def recheck(node: Node) -> str:
+        try:
+            listed = cluster.list_pods(node_name=node.name)
+        except ProviderError as exc:
+            return f"the pods on {node.name} could not be listed ({exc.message})"
+        keys = [(x.namespace, x.name) for x in listed if not x.terminating and f"{x.namespace}/{x.name}" not in planned.get(node.pk, ())]
+        rows = {pod.key: pod for pod in Pod.objects.live().named(keys)} if keys else {}
+        newcomers = []
+        for key in (f"{namespace}/{name}" for namespace, name in keys):
+            if (pod := rows.get(key)) is None:
+                return f"pod {key} is on the node and not known here yet"
+            if not moved_by_scale_down(pod):
+                continue
+            if why := pod_keeps_node(pod):
+                return why
+            newcomers.append(pod)
+        if not newcomers:
+            return ""
+        try:
+            budgets = cluster.disruption_budgets(pods={pod.key: pod.labels or {} for pod in newcomers})
+        except (ProviderError, *CLUSTER_UNREACHABLE) as exc:
+            return f"the disruption budgets of its pods could not be read ({exc})"
+        if refusing := refused([pod.key for pod in newcomers], budgets):
+            named = next((b.named for b in budgets if refusing[0] in b.pods), "a disruption budget")
+            return f"pod {refusing[0]} may not be evicted now: {named} allows no more disruptions"
+        return ""
+
+    return recheck
+
+
+def _burst_off(pool: GpuNodePool, spec, now: datetime, view: FleetView, *, dry_run: bool) -> Plan:
+    """A pool that no longer bursts (`burst.enabled: false`, or no `scaling` block nor
+    `burst.enabled: true`) gives its on-demand nodes back, as Cluster Autoscaler brings a node
+    group whose max was lowered below its size down to it: here the monthly baseline, never
+    lower. By the scale-down's rules (`_scale_down`: a node a pod keeps stays, said once, and is
+    tried again every pass), but at once: the window and policies were the policy turned off
+    (HPA too goes to a lowered max at once). A pool without burst nodes costs nothing."""
+    current, burst = view.nodes.get(pool.pk, (0, 0))
+    if burst == 0:
+        return Plan(AutoscaleResult(pool=pool.name, claimed=True, reason="NotAutoscaled"))
+    baseline = current - burst
+    why = "spec.burst.enabled is false" if spec.burst.enabled is False else "the pool has no spec.scaling block and spec.burst.enabled is not set"
+    history = ScalingHistory.from_json(pool.scaling_history or None)
+    decision = ScalingDecision(
+        current=current, desired=baseline, reason=BURST_DISABLED, raw_recommendation=baseline, stabilized=baseline, metrics=(),
+        message=f"burst is off ({why}): its on-demand nodes are given back, {current} -> {baseline} nodes",
+        able_to_scale_reason=READY_FOR_NEW_SCALE, scaling_limited_reason=BURST_DISABLED, history=history.record(at=now, change=baseline - current),
+    )  # fmt: skip
+    d = _Decided(pool=pool, now=now, view=view, decision=decision, history=history, current=current, template=template_node(pool, spec), shown={}, policy_text="")
+    return Plan(d.result, acts=True) if dry_run else _scale_down(d, spec)
 
 
 def _why_not(pending: list[CorePod], template: NodeState) -> str:

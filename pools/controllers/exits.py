@@ -15,6 +15,7 @@ nodes go on.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -26,6 +27,7 @@ from pools.controllers import node_sync
 from pools.controllers.context import ReconcilePass
 from pools.core import leases
 from pools.core import lifecycle as rules
+from pools.core.node_labels import CORDONED_PHASES
 from pools.models import GpuNodePool, Node, PoolEvent, PoolOrder
 from pools.providers.base import PodInfo, ProviderError
 from pools.services.events import NORMAL, WARNING
@@ -41,14 +43,24 @@ def _at(moment: datetime) -> str:
 # Drain and release
 
 
-def drain_start(p: ReconcilePass, node: Node, *, reason: str, event_reason: str, message: str, deadline: datetime | None = None, type: str = NORMAL) -> None:
+def drain_start(
+    p: ReconcilePass, node: Node, *, reason: str, event_reason: str, message: str, deadline: datetime | None = None, type: str = NORMAL,
+    recheck: Callable[[Node], str] | None = None,
+) -> str:
     """Cordon the node and start draining it; a node that never became Ready is released at once.
 
     The cordon is idempotent (a rerun after a crash cordons again). A Node the cluster no longer
     has (`kubectl delete node`, the cloud's node controller) has nothing to cordon: the drain
     goes on, to no pods and the release, as `remove_node` takes a gone Node. A cordon the
     cluster cannot take now still starts the drain (deadline and all) but evicts nothing this
-    pass: the next pass's drift check cordons the draining node first (pools/controllers/node_sync.py)."""
+    pass: the next pass's drift check cordons the draining node first (pools/controllers/node_sync.py).
+
+    `recheck` (the autoscaler's scale-down) judges the node's pods once it is cordoned, right
+    before the drain claims it and evicts, as Cluster Autoscaler re-checks a node's pods once
+    it has tainted it: a reason it returns cancels the drain and is returned ("" when the drain
+    started, or another exit has the node already). A cancelled drain lifts the cordon it set
+    (not a repair's: a node in a cordoned phase stays cordoned); a cordon the cluster cannot
+    take now cancels it too, as a pod could still land on the node."""
     deadline = deadline or p.now + timedelta(seconds=settings.EBCLOUD_DRAIN_TIMEOUT_SECONDS)
     registered = node.ready_at is not None
     cordoned, said = True, f"Node {node.name} cordoned: no new pods are scheduled on it"
@@ -59,6 +71,15 @@ def drain_start(p: ReconcilePass, node: Node, *, reason: str, event_reason: str,
         except ProviderError as exc:
             cordoned = False
             said = f"Node {node.name} could not be cordoned in the cluster now ({exc.message}): the next pass cordons it, then evicts"
+    if recheck is not None and registered:
+        why = recheck(node) if cordoned else f"node {node.name} could not be cordoned in the cluster now"
+        if why:
+            if cordoned and node.phase not in CORDONED_PHASES:
+                try:
+                    p.cluster.uncordon(name=node.name)
+                except ProviderError as exc:  # the drift check does not lift it: said, for whoever looks
+                    logger.warning("node %s stays cordoned in the cluster after its drain was cancelled: %s", node.name, exc.message)
+            return why
     with transaction.atomic():
         claimed = Node.objects.filter(pk=node.pk, release_reason="").exclude(phase=Node.Phase.TERMINATED).update(
             release_reason=reason,
@@ -68,13 +89,14 @@ def drain_start(p: ReconcilePass, node: Node, *, reason: str, event_reason: str,
             step_due_at=None,
         )
         if not claimed:
-            return
+            return ""
         p.event(event_reason, message, node=node, type=type)
         if registered:
             p.event("NodeCordoned", said, node=node, type=NORMAL if cordoned else WARNING)
     if cordoned:
         node.refresh_from_db()
         drain_advance(p, node)
+    return ""
 
 
 def drain_advance(p: ReconcilePass, node: Node) -> None:

@@ -2,8 +2,11 @@
 ordered in the pool's zones in turn (`OrderPlaced`, `ZoneFallback`), then boot, image pull, driver
 and kubelet install, registration with its labels and taints (`NodeRegistered`, `NodeLabeled`,
 `NodeTainted`, `NodeReady`); a failed step is a Warning event retried with exponential backoff, a
-machine failing too often is released and replaced. The lifecycle controller's `StepDue` and
-`SlowCapacity` steps (pools/controllers/lifecycle.py).
+machine failing too often is released and replaced. An on-demand (burst) node not Ready
+`EBCLOUD_MAX_NODE_PROVISION_SECONDS` after it was requested is given up (`ProvisionTimeout`) and
+its pool's scale-ups back off (`ScaleUpBackoff`), as Cluster Autoscaler's
+`--max-node-provision-time` does, so the team's other pools take its pods. The lifecycle
+controller's `StepDue` and `SlowCapacity` steps (pools/controllers/lifecycle.py).
 
 Every step follows the system image the node's machine was ordered with (`Node.system_image`,
 D4), not the pool's current `spec.systemImage`: an edit of the image applies to machines ordered
@@ -12,6 +15,7 @@ after it, as a Karpenter NodeClaim keeps the launch template it was launched wit
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
@@ -20,6 +24,7 @@ from monitoring.services import credential_revoke_for_node
 from pools.controllers import node_sync, repair_outcome
 from pools.controllers.context import ReconcilePass
 from pools.core import lifecycle as rules
+from pools.core.scale_up import BACKOFF_FAILURES_READ, scale_up_backoff
 from pools.models import Node, PoolEvent, Zone
 from pools.providers.base import (
     FAILED,
@@ -39,6 +44,9 @@ def nodes_advance(p: ReconcilePass) -> None:
 
 
 def _advance(p: ReconcilePass, node: Node) -> None:
+    if (deadline := _deadline(node)) is not None and p.now >= deadline:
+        _give_up(p, node)
+        return
     if node.step_due_at is not None and p.now < node.step_due_at:
         return  # the step is still running, or we are backing off
     if node.phase == Node.Phase.ORDERING and not _place(p, node):
@@ -47,7 +55,7 @@ def _advance(p: ReconcilePass, node: Node) -> None:
     while node.step:
         result = p.cloud.provision_step(provider_id=node.provider_id, step=node.step, now=p.now)
         if result.status == RUNNING:
-            Node.objects.filter(pk=node.pk).update(step_due_at=result.due_at)
+            Node.objects.filter(pk=node.pk).update(step_due_at=_due(node, result.due_at))
             return
         if result.status == FAILED:
             _failed(p, node, reason=result.reason, summary=f"{result.reason}: {result.message}", machine=True)
@@ -228,5 +236,59 @@ def _failed(p: ReconcilePass, node: Node, *, reason: str, summary: str, machine:
         return
     delay = rules.backoff(attempts, base_seconds=settings.EBCLOUD_BACKOFF_BASE_SECONDS, cap_seconds=settings.EBCLOUD_BACKOFF_CAP_SECONDS)
     with transaction.atomic():
-        Node.objects.filter(pk=node.pk).update(attempts=attempts, last_error=summary[:500], step_due_at=p.now + delay)
+        Node.objects.filter(pk=node.pk).update(attempts=attempts, last_error=summary[:500], step_due_at=_due(node, p.now + delay))
         p.event(reason, f"Node {node.name}: {summary}; retrying in {rules.format_duration(delay)}", node=node, type=WARNING)
+
+
+def _deadline(node: Node) -> datetime | None:
+    """When an on-demand node not Ready yet is given up (None: a monthly or preemptible node,
+    bought capacity, retried for as long as it takes)."""
+    if node.billing != Node.Billing.ON_DEMAND:
+        return None
+    return node.created_at + timedelta(seconds=settings.EBCLOUD_MAX_NODE_PROVISION_SECONDS)
+
+
+def _due(node: Node, at: datetime) -> datetime:
+    """When the controller looks at the node again: `at`, or its deadline if sooner, so that a
+    backoff of up to 10 minutes does not keep a burst node upcoming past it."""
+    deadline = _deadline(node)
+    return at if deadline is None else min(at, deadline)
+
+
+def _give_up(p: ReconcilePass, node: Node) -> None:
+    """An on-demand node not Ready by its deadline: released and Terminated, not replaced, and
+    its pool's scale-ups backed off (`scale_up_backoff`), so that the autoscaler buys for its
+    pods in the team's other pools that fit them. A machine the cloud delivered is released and
+    billed until now, as any on-demand node; a node whose machine never came is billed nothing
+    (metering bills an on-demand node from `machine_at`, when its machine was delivered, to
+    `terminated_at`): it ends when it was requested."""
+    took = rules.format_duration(p.now - node.created_at)
+    limit = rules.format_duration(timedelta(seconds=settings.EBCLOUD_MAX_NODE_PROVISION_SECONDS))
+    if node.provider_id:
+        p.cloud.release(provider_id=node.provider_id, now=p.now)
+        billed = f"machine {node.provider_id} released, billed until now"
+    else:
+        billed = "no machine was delivered: nothing is billed for it"
+    with transaction.atomic():
+        done = Node.objects.filter(pk=node.pk, release_reason="").exclude(phase=Node.Phase.TERMINATED).update(
+            phase=Node.Phase.TERMINATED, release_reason=rules.PROVISION_TIMEOUT, terminated_at=p.now if node.provider_id else node.created_at,
+            step="", step_due_at=None, unschedulable=True,
+        )  # fmt: skip
+        if not done:
+            return
+        p.event(
+            rules.PROVISION_TIMEOUT,
+            f"Gave up on-demand node {node.name}: not Ready {took} after it was requested (the limit is {limit}, "
+            f"EBCLOUD_MAX_NODE_PROVISION_SECONDS); last error: {node.last_error or 'none'}; {billed}",
+            node=node,
+            type=WARNING,
+        )
+        failures = PoolEvent.objects.filter(pool=p.pool, reason=rules.PROVISION_TIMEOUT).order_by("-first_timestamp", "-pk")
+        until, duration = scale_up_backoff(failures.values_list("first_timestamp", flat=True)[:BACKOFF_FAILURES_READ])
+        p.event(
+            "ScaleUpBackoff",
+            f"Scale-up of {p.pool.name} backed off for {rules.format_duration(duration)}, until {until:%Y-%m-%d %H:%M} UTC: "
+            f"on-demand node {node.name} was not Ready within {limit}; the team's other pools that fit its Pending pods scale up meanwhile",
+            type=WARNING,
+        )
+        credential_revoke_for_node(node, reason="NodeTerminated", now=p.now)  # if its agent had joined

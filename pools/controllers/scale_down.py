@@ -3,10 +3,17 @@
 A node can go when every pod on it can go, by Cluster Autoscaler's rules (kubernetes/autoscaler,
 cluster-autoscaler/FAQ.md, "What types of pods can prevent CA from removing a node?"):
 - a pod annotated `cluster-autoscaler.kubernetes.io/safe-to-evict: "false"` keeps its node;
+- on a real cluster, a pod no controller owns (no ownerReference with `controller: true`) keeps
+  its node unless annotated `safe-to-evict: "true"`: evicted, nothing would create it again
+  (`kubectl drain` refuses it without --force). The simulated cluster's pods are the product's
+  own: they are moved before the drain, and one evicted is Pending again, as if recreated
+  (`SimulatedCluster.evict_pods`), so none of them is lost and none keeps a node;
 - a pod whose PodDisruptionBudget allows no more disruptions now keeps its node (the moves of
   one pass are evictions: they spend the budgets in turn, `pools.core.disruption.refused`);
 - a pod that fits on no other node keeps its node.
-Expendable pods (priority below `EBCLOUD_EXPENDABLE_PODS_PRIORITY_CUTOFF`, CA's
+DaemonSet pods and mirror (static) pods keep no node and are not moved: they belong to their
+node (a DaemonSet's pod is pinned to it by name) and go with it, as CA and `kubectl drain` leave
+them. Expendable pods (priority below `EBCLOUD_EXPENDABLE_PODS_PRIORITY_CUTOFF`, CA's
 --expendable-pods-priority-cutoff) keep no node: CA builds its scale-down simulation from the
 scheduled pods that are not expendable (core/static_autoscaler.go and the actuator's snapshot,
 `FilterOutExpendablePods`), so neither their annotation nor a budget is asked, they are not
@@ -16,6 +23,13 @@ lowest priority first (one a budget keeps waits no longer than the drain's deadl
 nodes that stay they still hold their room: a pod moved there is bound beside them, never over
 them (the repack binds, it does not preempt), where CA counts that room free and leaves the
 preemption to the scheduler.
+Nodes Pending pods wait for stay. A burst node that has not become Ready (still Ordering,
+Provisioning, Initializing or Registering: bought for a queued pod) is never a candidate, as CA
+leaves unregistered nodes to its provisioning timeout and Karpenter never consolidates an
+uninitialised node. And the Pending pods are placed first, as CA places them in its simulation
+before it looks for unneeded nodes: each on the first Ready node where it fits, the nodes that
+stay (monthly) first, so a burst node one of them needs is kept and its room is not counted free
+for the pods moved off the others.
 Empty nodes go first, then nodes whose pods all fit on the others, monthly nodes tried first:
 their capacity is paid already. Why a node is kept is said in the pool's `ScaleDownBlocked`
 activity. In the simulated cluster the pods are moved (`repack`) under the scheduler's lock,
@@ -26,17 +40,20 @@ them again.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.conf import settings
 
-from pools.core.disruption import DisruptionBudget, eviction_opted_out, refused
+from pools.core.disruption import SAFE_TO_EVICT, DisruptionBudget, eviction_opted_out, refused
+from pools.core.lifecycle import PROVISIONING_PHASES
 from pools.core.scheduling.nodes import NodeState, best_fit_gpus, filter_node
+from pools.core.scheduling.nodes import Pod as CorePod
 from pools.models import GpuNodePool, Node
 from pools.models.pods import Pod
-from pools.providers import get_cluster_backend
-from pools.providers.kubernetes import CLUSTER_UNREACHABLE
+from pools.providers import get_cluster_backend, real_cluster
+from pools.providers.kubernetes import CLUSTER_UNREACHABLE, MIRROR_ANNOTATION
 from pools.selectors.cluster import cluster_state, core_pod_of
 from pools.services.events import event_record
 from pools.services.pod_placements import placements_end
@@ -59,24 +76,35 @@ class Removable:
     kept: dict[str, str] = field(default_factory=dict)
 
 
-def removable_burst_nodes(burst: list[Node], live: list[Node], *, limit: int) -> Removable:
+def removable_burst_nodes(burst: list[Node], live: list[Node], *, limit: int, pending: Sequence[CorePod] = ()) -> Removable:
     """Burst nodes that can go (at most `limit`), with where their pods move; the moves of one
-    choice are reserved (and its evictions spent from the budgets) before the next is tried."""
+    choice are reserved (and its evictions spent from the budgets) before the next is tried.
+    `pending`: the Pending pods (the core's, expendable ones left out) that may wait for room
+    here; any team's (a node's filters take only the pods its pool admits)."""
     running = list(Pod.objects.filter(node__in=live, phase=Pod.Phase.RUNNING).order_by("pk"))
     states = cluster_state(live, running)
     by_node: dict[int, list[Pod]] = {}
     for pod in running:
-        if pod.priority >= settings.EBCLOUD_EXPENDABLE_PODS_PRIORITY_CUTOFF:  # an expendable pod keeps no node
+        if moved_by_scale_down(pod):
             by_node.setdefault(pod.node_id, []).append(pod)
-    budgets = _budgets([p for n in burst for p in by_node.get(n.pk, [])])
-    targets = sorted((n for n in live if n.phase == Node.Phase.READY and n.billing != Node.Billing.ON_DEMAND), key=lambda n: n.name)
-    targets += sorted((n for n in live if n.phase == Node.Phase.READY and n.billing == Node.Billing.ON_DEMAND), key=lambda n: n.name)
     out, evicting = Removable(), []
-    for node in sorted(burst, key=lambda n: (len(by_node.get(n.pk, [])), n.name)):
+    for node in burst:
+        if node.phase in PROVISIONING_PHASES:
+            out.kept[node.name] = f"it is still {node.phase}: a node that has not become Ready is not scaled down (a Pending pod may wait for it)"
+    order = sorted((n for n in burst if n.phase not in PROVISIONING_PHASES), key=lambda n: (len(by_node.get(n.pk, [])), n.name))
+    budgets = _budgets([p for n in order for p in by_node.get(n.pk, [])])
+    targets = sorted((n for n in live if n.phase == Node.Phase.READY and n.billing != Node.Billing.ON_DEMAND), key=lambda n: n.name)
+    staying_first = targets + [n for n in reversed(order) if n.phase == Node.Phase.READY]  # burst nodes tried last go last
+    awaited = _pending_placed(pending, staying_first, states, running={p.key for p in running})
+    targets += sorted((n for n in live if n.phase == Node.Phase.READY and n.billing == Node.Billing.ON_DEMAND), key=lambda n: n.name)
+    for node in order:
         if len(out.chosen) == limit:
             break
         pods = by_node.get(node.pk, [])
-        why = _kept_by_pod(pods, evicting, budgets)
+        if node.pk in awaited:
+            why = f"Pending pod {awaited[node.pk]} would be scheduled here: no node that stays has room for it"
+        else:
+            why = _kept_by_pod(pods, evicting, budgets)
         if why is None:
             leaving = {n.pk for n, _ in out.chosen} | {node.pk}
             moves = _place_elsewhere(pods, [t for t in targets if t.pk not in leaving], states)
@@ -90,10 +118,42 @@ def removable_burst_nodes(burst: list[Node], live: list[Node], *, limit: int) ->
     return out
 
 
+def moved_by_scale_down(pod: Pod) -> bool:
+    """Whether a Running pod counts in the scale-down simulation (it must be allowed to go and
+    find room elsewhere). Not an expendable pod (CA's --expendable-pods-priority-cutoff), nor a
+    DaemonSet's or a mirror (static) pod: those belong to their node, go with it and would fit
+    on no other (a DaemonSet pins each pod to its node by name), as CA and `kubectl drain`
+    leave them (pools/providers/kubernetes.py evicts neither)."""
+    if pod.priority < settings.EBCLOUD_EXPENDABLE_PODS_PRIORITY_CUTOFF:
+        return False
+    return pod.controller_kind != "DaemonSet" and MIRROR_ANNOTATION not in pod.annotations
+
+
+def _pending_placed(pending: Sequence[CorePod], nodes: list[Node], states: dict[str, NodeState], *, running: set[str]) -> dict[int, str]:
+    """Where the Pending pods would be scheduled: each (highest priority first, then in queue
+    order) on the first of `nodes` where every filter passes, its room taken in `states`, as CA
+    puts the Pending pods that fit existing nodes into its simulation before it picks unneeded
+    nodes. Returns the nodes (by pk) that take one, with the first such pod's name. A pod seen
+    Running meanwhile (the view was read before the scheduler's lock) is counted there already;
+    a shape that fits no node is tried once (filters only get harder as room is taken)."""
+    placed: dict[int, str] = {}
+    unfit: set[tuple] = set()
+    for pod in sorted(pending, key=lambda p: -p.priority):
+        if pod.shape_key in unfit or pod.name in running:
+            continue
+        node = next((n for n in nodes if filter_node(pod, states[n.name]) is None), None)
+        if node is None:
+            unfit.add(pod.shape_key)
+            continue
+        states[node.name].bind(pod, best_fit_gpus(pod, states[node.name].gpu_free))
+        placed.setdefault(node.pk, pod.name)
+    return placed
+
+
 def _kept_by_pod(pods: list[Pod], evicting: list[str], budgets: list[DisruptionBudget] | None) -> str | None:
     """Why these pods keep their node, or None when every one may be evicted after `evicting`."""
     for pod in pods:
-        if why := eviction_opted_out(pod.key, pod.annotations):
+        if why := pod_keeps_node(pod):
             return why
     if not pods:
         return None
@@ -105,6 +165,22 @@ def _kept_by_pod(pods: list[Pod], evicting: list[str], budgets: list[DisruptionB
         return None
     named = next((b.named for b in budgets if refusing[0] in b.pods), "a disruption budget")
     return f"pod {refusing[0]} may not be evicted now: {named} allows no more disruptions"
+
+
+def pod_keeps_node(pod: Pod) -> str | None:
+    """Why the pod's own metadata keeps its node, or None: annotated safe-to-evict "false" or
+    do-not-disrupt "true" (`eviction_opted_out`), or, on a real cluster, owned by no controller
+    and not annotated safe-to-evict "true": evicted, such a pod is gone for good (CA's FAQ:
+    "pods that are not backed by a controller object" block a scale-down unless so annotated;
+    `kubectl drain` refuses them without --force). Any controller counts (ReplicaSet, Job,
+    StatefulSet, a training operator's custom resource...), as for `kubectl drain`. The
+    simulated cluster's pods are the product's own and are never lost (the module's
+    docstring). Public for the drain's re-check of a node's pods before it evicts."""
+    if why := eviction_opted_out(pod.key, pod.annotations):
+        return why
+    if not real_cluster() or pod.controller_kind or str(pod.annotations.get(SAFE_TO_EVICT, "")).lower() == "true":
+        return None
+    return f'pod {pod.key} has no controller (no ownerReference with controller: true): evicted, nothing would create it again; annotate it {SAFE_TO_EVICT}: "true" to let its node go'
 
 
 def _budgets(pods: list[Pod]) -> list[DisruptionBudget] | None:

@@ -52,6 +52,7 @@ SCALED_IN = "ScaledIn"
 POOL_DELETED = "PoolDeleted"
 RECLAIMED = "Reclaimed"
 PROVISIONING_FAILED = "ProvisioningFailed"
+PROVISION_TIMEOUT = "ProvisionTimeout"  # a burst node not Ready in EBCLOUD_MAX_NODE_PROVISION_SECONDS: given up, not replaced
 REPAIRED = "Repair"  # replaced by auto-repair: the successor takes the slot
 RETIRING_REASONS = (LEASE_EXPIRED, SCALED_IN, POOL_DELETED)
 HEARTBEAT_HELD = ("Cordoned", "Repairing")  # under repair: a silence is reported, the phase kept (`heartbeat_phase`)

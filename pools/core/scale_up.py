@@ -16,6 +16,12 @@ scale-up work?"), so that people who know it can predict what the pool does:
   Registering) is counted as an empty node of its pool's template, and the pods are packed onto
   it before any new node is counted. Otherwise every pass while the first node boots (several
   minutes) buys another one for the same pod.
+- **Max provision time and backoff**: a burst node not Ready `EBCLOUD_MAX_NODE_PROVISION_SECONDS`
+  after it was requested (CA's `--max-node-provision-time`, 15 minutes) is upcoming no more: the
+  lifecycle gives it up, and its pool takes no scale-up for a while (CA's node group backoff:
+  5 minutes, doubled for each failure within 3 hours of the one before, at most 30 minutes), so
+  the pods go to the team's other pools that fit them instead of waiting on a zone out of stock.
+  Monthly nodes are bought capacity: they stay upcoming and are retried for as long as it takes.
 - What remains is packed first-fit-decreasing onto copies of the pool's template (CA's
   binpacking estimator); that many nodes are needed.
 - **Quotas** cap the nodes bought: burst nodes hold GPU quota like ordered ones, region-wide
@@ -31,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 from pools.core.scheduling.nodes import (
     MILLI,
@@ -84,14 +91,54 @@ def take_requests(node: NodeState, pod: Pod, gpu_indices: Sequence[int] = ()) ->
         pass
 
 
+# Cluster Autoscaler's node group backoff (--initial-node-group-backoff-duration,
+# --max-node-group-backoff-duration, --node-group-backoff-reset-timeout).
+BACKOFF_INITIAL = timedelta(minutes=5)
+BACKOFF_MAX = timedelta(minutes=30)
+BACKOFF_RESET = timedelta(hours=3)
+BACKOFF_FAILURES_READ = 4  # 5, 10, 20, then the 30-minute cap: an older failure changes nothing
+
+
+def scale_up_backoff(failures: Iterable[datetime]) -> tuple[datetime, timedelta] | None:
+    """Until when a pool takes no scale-up after these failures (its burst nodes given up, not
+    Ready in time), and for how long (None: no failure). As Cluster Autoscaler backs off a node
+    group: 5 minutes after a failure, twice the previous backoff (at most 30 minutes) when the
+    previous failure was at most 3 hours before, else 5 minutes again. A zone out of stock stays
+    so for a while: buying there again at once would hold the pods another 15 minutes."""
+    last, duration = None, BACKOFF_INITIAL
+    for at in sorted(failures):
+        duration = min(2 * duration, BACKOFF_MAX) if last is not None and at - last <= BACKOFF_RESET else BACKOFF_INITIAL
+        last = at
+    return None if last is None else (last + duration, duration)
+
+
 @dataclass
 class Capacity:
     """Where a team's Pending pods can go before any node is bought: the free capacity of its
     pools' Ready nodes (`existing`, with their Running pods' requests taken) and its pools'
-    upcoming nodes (`upcoming`: empty templates of their pools)."""
+    upcoming nodes (`upcoming`: empty templates of their pools). For the backoff of its pools'
+    scale-ups (`backoff`): when each upcoming burst node of its own pools is given up if it is
+    not Ready by then (`deadlines`: node name -> pool id and that moment), and when each pool's
+    latest burst nodes were given up (`given_up`: pool id -> moments)."""
 
     existing: list[NodeState] = field(default_factory=list)
     upcoming: list[NodeState] = field(default_factory=list)
+    deadlines: dict[str, tuple[int, datetime]] = field(default_factory=dict)
+    given_up: dict[int, list[datetime]] = field(default_factory=dict)
+
+    def backoff(self, pool_id: int, now: datetime) -> tuple[datetime, timedelta] | None:
+        """Until when the pool takes no scale-up, and for how long (None: it may scale up now).
+        First the burst nodes past their deadline, of any pool of the team, stop being upcoming:
+        the lifecycle gives them up on its next pass (the autoscaler's may come first), and
+        their pool counts as failed now: it buys no other node in the same zone while the
+        team's other pools buy for the pods."""
+        overdue = {name for name, (_, deadline) in self.deadlines.items() if now >= deadline}
+        if overdue:
+            self.upcoming = [node for node in self.upcoming if node.name not in overdue]
+            for name in overdue:
+                self.given_up.setdefault(self.deadlines.pop(name)[0], []).append(now)
+        backoff = scale_up_backoff(self.given_up.get(pool_id, ()))
+        return backoff if backoff is not None and now < backoff[0] else None
 
     def plan_nodes(self, template: NodeState, count: int) -> None:
         """Nodes a pool of the pass is about to buy: upcoming nodes for the pools decided after it."""

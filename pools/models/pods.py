@@ -154,6 +154,15 @@ class Pod(models.Model):
     def annotations(self) -> dict:
         return (self.document or {}).get("metadata", {}).get("annotations") or {}
 
+    @property
+    def controller_kind(self) -> str:
+        """The kind of the pod's controller, from its ownerReference with `controller: true`
+        (ReplicaSet, Job, StatefulSet, DaemonSet, a custom resource's kind...), as a real
+        cluster's pod mirror keeps it; "" for none. The scale-down reads it: a DaemonSet's pod
+        goes with its node, and a real cluster's pod with no controller would not come back."""
+        references = (self.document or {}).get("metadata", {}).get("ownerReferences") or ()
+        return next((str(ref.get("kind") or "") for ref in references if isinstance(ref, dict) and ref.get("controller") is True), "")
+
 
 class PodPlacement(models.Model):
     """A part of a pod's run on a node it has left: moved elsewhere while running (a repack),

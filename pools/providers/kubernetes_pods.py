@@ -314,8 +314,14 @@ def _duration(annotations: Mapping[str, str]) -> int | None:
 
 
 def _metadata_shown(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """The metadata kept in the pod's document: what the pages show, the annotations the
+    scale-down asks (safe-to-evict, a mirror pod's `kubernetes.io/config.mirror`) and the
+    ownerReferences, which say whether a controller would recreate the pod and whether it is a
+    DaemonSet's (`Pod.controller_kind`)."""
     return {
-        k: meta[k] for k in ("name", "namespace", "uid", "labels", "annotations") if meta.get(k)
+        k: meta[k]
+        for k in ("name", "namespace", "uid", "labels", "annotations", "ownerReferences")
+        if meta.get(k)
     }
 
 

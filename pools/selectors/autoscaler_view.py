@@ -6,6 +6,7 @@ shape, GPU memory, the latest activities) and, for the pools that scale up, the 
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from django.db.models import Count, OuterRef, Subquery
@@ -68,16 +69,7 @@ def fleet_view(pools: list[GpuNodePool], *, queue_of: FleetView | None = None) -
     if queue_of is not None:
         pending, shapes, catalog = queue_of.pending, queue_of.shapes, queue_of.catalog
     else:
-        pending, shapes, catalog = {}, {}, catalog_current()
-        queue = scale_up_queue().filter(team_id__in={p.team_id for p in pools}).order_by("submitted_at", "pk")
-        for team_id, key, core in core_pods_of(queue):
-            if isinstance(core, Exception):  # a pod the scheduling core refuses fits nowhere; it must not stop the pass
-                logger.error("pending pod %s is not a valid pod for the scheduling core: %s", key, core)
-                continue
-            pending.setdefault(team_id, []).append(core)
-            if team_id not in shapes:
-                shapes[team_id] = Shapes()
-            shapes[team_id].add(core)
+        (pending, shapes), catalog = queues_read({p.team_id for p in pools}), catalog_current()
     memory = gpu_memory_used_pct(pool_ids=ids) if ids else {}
     latest = ScalingActivity.objects.filter(pool=OuterRef("pk")).order_by("-at", "-id")
     last = {
@@ -88,6 +80,25 @@ def fleet_view(pools: list[GpuNodePool], *, queue_of: FleetView | None = None) -
         if reason is not None
     } if ids else {}
     return FleetView(catalog=catalog, nodes=nodes, pending=pending, shapes=shapes, memory=memory, last=last)
+
+
+def queues_read(team_ids: Collection[int]) -> tuple[dict[int, list[CorePod]], dict[int, Shapes]]:
+    """These teams' Pending pods (expendable ones left out), oldest first, as the core's pods
+    and grouped by shape: one query. The autoscaler reads them again with the scale-up inputs
+    before it buys, so that a pod bound meanwhile is not counted twice (Pending here, and its
+    room taken on its node there)."""
+    pending: dict[int, list[CorePod]] = {}
+    shapes: dict[int, Shapes] = {}
+    queue = scale_up_queue().filter(team_id__in=set(team_ids)).order_by("submitted_at", "pk")
+    for team_id, key, core in core_pods_of(queue):
+        if isinstance(core, Exception):  # a pod the scheduling core refuses fits nowhere; it must not stop the pass
+            logger.error("pending pod %s is not a valid pod for the scheduling core: %s", key, core)
+            continue
+        pending.setdefault(team_id, []).append(core)
+        if team_id not in shapes:
+            shapes[team_id] = Shapes()
+        shapes[team_id].add(core)
+    return pending, shapes
 
 
 def scale_up_inputs_load(inputs: ScaleUpInputs, pools: list[GpuNodePool], catalog: Catalog) -> None:

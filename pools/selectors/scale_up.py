@@ -7,14 +7,23 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Collection
+from datetime import timedelta
 
-from django.db.models import F, Q, Sum
+from django.conf import settings
+from django.db.models import F, Q, Sum, Window
+from django.db.models.functions import RowNumber
 
-from pools.core.lifecycle import PROVISIONING_PHASES
-from pools.core.scale_up import Capacity, QuotaRooms, take_requests, take_totals
+from pools.core.lifecycle import PROVISION_TIMEOUT, PROVISIONING_PHASES
+from pools.core.scale_up import (
+    BACKOFF_FAILURES_READ,
+    Capacity,
+    QuotaRooms,
+    take_requests,
+    take_totals,
+)
 from pools.core.scheduling.nodes import Pod as CorePod
 from pools.core.spec import Catalog, parse_document
-from pools.models import GpuNodePool, Node, Quota
+from pools.models import GpuNodePool, Node, PoolEvent, Quota
 from pools.models.pods import Pod
 from pools.selectors.cluster import SCHEDULER_PHASES, node_state_from, pool_teams, team_identity
 from pools.selectors.queue import template_node
@@ -31,9 +40,13 @@ def team_capacity(*, team_ids: Collection[int], catalog: Catalog) -> dict[int, C
     lent pool's Ready node is placed there, and a burst node bought for it on its own pool
     would stay empty. A lent pool's upcoming nodes are not the guest's room: they were bought
     for the owner's Pending pods, which would take them first.
-    Five queries at most: the pools, the slugs they lend to, the nodes; the Running pods are
-    summed per node, and read one by one only on nodes whose GPUs are partly used (a full
-    node's sums say it all)."""
+    For the backoff of the team's pools (`Capacity.backoff`): when each upcoming burst node of
+    its own pools is given up unless Ready (requested + `EBCLOUD_MAX_NODE_PROVISION_SECONDS`),
+    and when each of its own pools' latest burst nodes were given up (their `ProvisionTimeout`
+    events, the few latest per pool that the backoff depends on).
+    Six queries at most: the pools, the slugs they lend to, the nodes, the given-up nodes'
+    events; the Running pods are summed per node, and read one by one only on nodes whose GPUs
+    are partly used (a full node's sums say it all)."""
     out: dict[int, Capacity] = {team_id: Capacity() for team_id in team_ids}
     if not team_ids:
         return out
@@ -44,12 +57,12 @@ def team_capacity(*, team_ids: Collection[int], catalog: Catalog) -> dict[int, C
     pools = {p.pk: p for p in candidates if users[p.pk]}
     nodes = list(
         Node.objects.filter(pool_id__in=list(pools), release_reason="", phase__in=(*SCHEDULER_PHASES, *PROVISIONING_PHASES))
-        .order_by("name").values_list("pk", "name", "pool_id", "phase", "billing", "gpu_count", "labels", "taints", "unschedulable")
+        .order_by("name").values_list("pk", "name", "pool_id", "phase", "billing", "gpu_count", "labels", "taints", "unschedulable", "created_at")
     )  # fmt: skip
     states = {
         pk: node_state_from(name=name, pool=pools[pool_id], phase=phase, gpu_count=gpus, labels=labels, taints=taints,
                             unschedulable=unschedulable, teams=teams[pool_id])
-        for pk, name, pool_id, phase, _, gpus, labels, taints, unschedulable in nodes if phase in SCHEDULER_PHASES
+        for pk, name, pool_id, phase, _, gpus, labels, taints, unschedulable, _ in nodes if phase in SCHEDULER_PHASES
     }  # fmt: skip
     running = Pod.objects.filter(phase=Pod.Phase.RUNNING, node_id__in=list(states))
     totals = running.values("node_id").annotate(cpu=Sum("cpu_milli"), memory=Sum("memory_mib"), gpu=Sum(F("gpu_count") * F("gpu_milli"))).order_by()
@@ -62,7 +75,8 @@ def team_capacity(*, team_ids: Collection[int], catalog: Catalog) -> dict[int, C
             continue
         take_requests(states[node_id], pod, indices or ())
     templates = {}
-    for pk, name, pool_id, _, billing, *_ in nodes:
+    provision_time = timedelta(seconds=settings.EBCLOUD_MAX_NODE_PROVISION_SECONDS)
+    for pk, name, pool_id, _, billing, *_, created_at in nodes:
         node = states.get(pk)
         if node is None and pools[pool_id].team_id not in out:
             continue  # upcoming on a pool lent to the teams asked for: its owner's own Pending pods come first
@@ -73,8 +87,15 @@ def team_capacity(*, team_ids: Collection[int], catalog: Catalog) -> dict[int, C
                 template.teams = teams[pool_id]
             node = templates[(pool_id, billing)].clone()
             node.name = name
+            if billing == Node.Billing.ON_DEMAND:  # bought capacity (monthly, preemptible) is never given up
+                out[pools[pool_id].team_id].deadlines[name] = (pool_id, created_at + provision_time)
         for team_id in users[pool_id] if pk in states else [pools[pool_id].team_id]:
             (out[team_id].existing if pk in states else out[team_id].upcoming).append(node)
+    own = [pk for pk, pool in pools.items() if pool.team_id in out]
+    latest = Window(RowNumber(), partition_by=[F("pool_id")], order_by=[F("first_timestamp").desc(), F("pk").desc()])
+    given_up = PoolEvent.objects.filter(pool_id__in=own, reason=PROVISION_TIMEOUT).annotate(latest=latest).filter(latest__lte=BACKOFF_FAILURES_READ)
+    for pool_id, at in given_up.values_list("pool_id", "first_timestamp"):
+        out[pools[pool_id].team_id].given_up.setdefault(pool_id, []).append(at)
     return out
 
 

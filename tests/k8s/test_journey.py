@@ -273,8 +273,10 @@ def test_the_autoscalers_scale_down_drains_through_the_eviction_api(kubernetes_c
     pool = approved_pool(actors, train_document)
     now = run(cluster, T0, lambda: GpuNodePool.objects.get(pk=pool.pk).phase == "Ready", what="the pool Ready")
     monthly = Node.objects.get(pool=pool, phase="Ready")
-    cluster.apply(queued_pod("first"), now)
-    cluster.apply(queued_pod("second"), now)
+    for name in ("first", "second"):  # a Job's pods: a pod no controller owns would keep its node
+        document = queued_pod(name)
+        document["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": "queue", "uid": "0d6f3a52-7c1e-4f7a-9a51-6f2d1c3b8e01", "controller": True}]
+        cluster.apply(document, now)
     memory_used(pool, 99)
 
     def burst_runs_a_pod():

@@ -131,3 +131,69 @@ def test_expendable_pods_keep_no_burst_node_and_are_not_moved(actors, settings):
     burst.refresh_from_db()
     assert burst.release_reason and burst.unschedulable
     assert set(Pod.objects.filter(name__in=["pinned", "filler"]).values_list("node", "reason")) == {(burst.pk, "")}  # not moved: left to the drain
+
+
+def test_a_burst_node_not_ready_yet_is_not_scaled_down(actors):
+    """The node bought for a queued pod is still Provisioning when GPU memory falls: it is not a
+    candidate (Cluster Autoscaler leaves a node that has not registered to its provisioning
+    timeout; Karpenter never consolidates an uninitialised node), so the pod's node still comes."""
+    pool = pool_with_nodes(actors["lead"], node_labels={"gpu-class": "a100", "pool": "train"}, scaling=SCALING, burst={"enabled": True, "maxNodes": 4})
+    for index in range(2):
+        submit(actors["member"], f"busy-{index}", gpus=8, cpu="1", duration="10h")
+    scheduler_pass(now=T0)
+    submit(actors["member"], "queued", gpus=8)
+    memory_used(pool, 95)
+    assert pool_autoscale(pool_id=pool.pk, now=T0).reason == "ScaledUp"
+    upcoming = Node.objects.get(pool=pool, billing=Node.Billing.ON_DEMAND)
+    Node.objects.filter(pk=upcoming.pk).update(phase=Node.Phase.PROVISIONING)
+    memory_used(pool, 5)
+    assert pool_autoscale(pool_id=pool.pk, now=T0 + timedelta(minutes=35)).reason == "ScaleDownBlocked"
+    upcoming.refresh_from_db()
+    assert upcoming.release_reason == "" and upcoming.phase == Node.Phase.PROVISIONING
+    message = ScalingActivity.objects.get(pool=pool, reason="ScaleDownBlocked").message
+    assert f"{upcoming.name}: it is still Provisioning: a node that has not become Ready is not scaled down" in message, message
+
+
+def test_an_empty_burst_node_a_pending_pod_fits_only_on_stays(actors):
+    """Both monthly nodes are full and a Pending pod fits only the empty Ready burst node: the
+    scale-down places the Pending pods first, as Cluster Autoscaler does, and keeps that node."""
+    pool, burst = pool_with_burst_node(actors)
+    for index, node in enumerate(pool.nodes.filter(billing=Node.Billing.MONTHLY)):
+        run_on(submit(actors["member"], f"busy-{index}", gpus=8, cpu="1"), node, list(range(8)))
+    submit(actors["member"], "queued", gpus=8)
+    memory_used(pool, 5)
+    assert pool_autoscale(pool_id=pool.pk, now=LATER).reason == "ScaleDownBlocked"
+    burst.refresh_from_db()
+    assert burst.release_reason == ""
+    message = ScalingActivity.objects.get(pool=pool).message
+    assert f"{burst.name}: Pending pod algorithm/queued would be scheduled here: no node that stays has room for it" in message, message
+    scheduler_pass(now=LATER + timedelta(seconds=5))
+    assert Pod.objects.get(name="queued").node == burst
+
+
+def test_a_pending_pod_that_fits_a_node_that_stays_keeps_no_burst_node(actors):
+    pool, burst = pool_with_burst_node(actors)
+    first = pool.nodes.filter(billing=Node.Billing.MONTHLY).order_by("name").first()
+    run_on(submit(actors["member"], "busy", gpus=8, cpu="1"), first, list(range(8)))
+    submit(actors["member"], "queued", gpus=8)  # the second monthly node is free
+    memory_used(pool, 5)
+    assert pool_autoscale(pool_id=pool.pk, now=LATER).reason == "ScaledDown"
+    burst.refresh_from_db()
+    assert burst.release_reason
+
+
+def test_the_room_a_pending_pod_needs_is_not_given_to_a_pod_moved_off_a_burst_node(actors):
+    """The monthly nodes have two GPUs free, which a Pending pod fits: a burst node's two-GPU pod
+    cannot move there as well, so the burst node stays rather than strand the Pending pod."""
+    pool, burst = pool_with_burst_node(actors)
+    first, second = pool.nodes.filter(billing=Node.Billing.MONTHLY).order_by("name")
+    run_on(submit(actors["member"], "full", gpus=8, cpu="1"), first, list(range(8)))
+    run_on(submit(actors["member"], "most", gpus=6, cpu="1"), second, list(range(6)))
+    on_burst = submit(actors["member"], "on-burst", gpus=2, cpu="1")
+    run_on(on_burst, burst, [0, 1])
+    submit(actors["member"], "queued", gpus=2, cpu="1")
+    memory_used(pool, 5)
+    assert pool_autoscale(pool_id=pool.pk, now=LATER).reason == "ScaleDownBlocked"
+    assert_kept(pool, burst, on_burst, "pod algorithm/on-burst fits on no other node")
+    scheduler_pass(now=LATER + timedelta(seconds=5))
+    assert Pod.objects.get(name="queued").node == second

@@ -95,6 +95,19 @@ def test_out_of_stock_asks_for_a_fallback_zone_and_outranks_an_image_pull_failur
     assert len(c.details) == 2
 
 
+@pytest.mark.parametrize(
+    ("last_error", "cause"),
+    [("OutOfStock in cn-east-2a, none in the region's other zones", "No A100_80G stock in cn-east-2a"),
+     ("ImagePullFailed: registry timeout", "Machines were bought but did not become Ready")],
+)  # fmt: skip
+def test_a_burst_node_given_up_past_its_provision_time_is_reported_by_its_last_errors_cause(last_error, cause):
+    """A node given up (`ProvisionTimeout`) leaves no node behind to point at: its event says why."""
+    message = f"Gave up on-demand node y: not Ready 15m0s after it was requested (the limit is 15m0s, EBCLOUD_MAX_NODE_PROVISION_SECONDS); last error: {last_error}; billed nothing"
+    c = check(healthy(events=(d.EventInfo("ProvisionTimeout", message, NOW - 3 * M),)), "scale-up")
+    assert c.status == "failing" and c.cause.startswith(cause)
+    assert f"ProvisionTimeout (3m0s ago): {message}" in c.found
+
+
 def test_an_unpaid_order_says_top_up_the_account():
     c = check(healthy(pending_reason="InsufficientBalance: need 160000.00 CNY, balance 100.00 CNY"), "scale-up")
     assert c.status == "failing" and "balance is too low" in c.cause and c.action.startswith("Top up the account")
