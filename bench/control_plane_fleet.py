@@ -210,6 +210,7 @@ def build(shape: Shape, *, now: datetime = NOW, prefix: str = "pool") -> Fleet:
                 order=order if monthly else None, lease_start=lease_start if monthly else None, lease_end=lease_end if monthly else None,
                 created_at=now - timedelta(minutes=2) if provisioning else lease_start, provider_id=f"sim-{zone.name}-{pool.pk}-{seq + 1:03d}",
             )  # fmt: skip
+            node.machine_at = node.created_at  # its machine was delivered as it was requested
             if provisioning:
                 node.phase, node.step, node.step_due_at = Node.Phase.INITIALIZING, "image_pull", now + timedelta(seconds=40)
             else:

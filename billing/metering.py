@@ -10,8 +10,10 @@
   it holds, spread over the period's hours, so its hours add up to what was debited for it. An
   older monthly node is billed every hour of its lease
   (`lease_start` .. `lease_end`), used or not, at its lease payment amortised by
-  `billing.lease_costs.monthly_hour_cost`; on-demand and preemptible nodes are billed pro rata
-  while they exist and are not Terminated (`created_at` .. `terminated_at`).
+  `billing.lease_costs.monthly_hour_cost`; on-demand nodes are billed pro rata while their
+  machine exists (`machine_at`, when the cloud delivered it, .. `terminated_at`: a node still
+  waiting for stock costs nothing), and preemptible nodes off a lease while they exist
+  (`created_at` .. `terminated_at`).
 - pod GPU-hours by request (whole GPUs count 1 each, a shared GPU its milli/1000), pro rata
   to the part of the hour the pod ran on each node (one it left mid-hour, moved, evicted or
   preempted, from its `PodPlacement`), with a snapshot of its effective labels (pool labels,
@@ -150,7 +152,7 @@ def _node_records(hour: datetime, out: Collected, part: Part) -> dict[int, tuple
     of a 1,000-pool fleet bills ~20,000 of them; with the lease periods they hold in the hour."""
     rows = (
         part.of(Node.objects.all())
-        .filter(Q(lease_start__lt=hour + HOUR) | Q(created_at__lt=hour + HOUR))
+        .filter(Q(lease_start__lt=hour + HOUR) | Q(created_at__lt=hour + HOUR) & ~Q(billing=Node.Billing.ON_DEMAND) | Q(machine_at__lt=hour + HOUR))
         # Gone before the hour and no lease running into it: nothing to bill (keeps history out).
         .exclude(Q(terminated_at__lte=hour) & (Q(lease_end__isnull=True) | Q(lease_end__lte=hour)))
         .annotate(labels_text=Cast("labels", TextField()), on_ledger=Exists(LeasePeriod.objects.filter(node=OuterRef("pk"))))

@@ -70,7 +70,7 @@ def lease_term_in_force(*, lease_type: str, at: datetime):
 NODE_COLUMNS = (
     "pk", "pool_id", "name", "billing", "phase", "gpu_count", "labels_text", "lease_start", "lease_end", "created_at",
     "terminated_at", "order_id", "order__unit_monthly_price", "order__discount", "order__currency", "on_ledger",
-    "provider_id",
+    "provider_id", "machine_at",
 )  # fmt: skip
 
 
@@ -102,6 +102,7 @@ class BilledNode:
     order: OrderPrice | None
     on_ledger: bool = False
     provider_id: str = ""  # its machine at the cloud provider ("" before it has one)
+    machine_at: datetime | None = None  # when that machine was delivered (None before)
     pool: GpuNodePool | None = None
     periods: tuple[HeldPeriod, ...] = ()
 
@@ -110,12 +111,12 @@ class BilledNode:
         """A node from a `NODE_COLUMNS` row; within one metered hour, nodes with the same labels
         or the same order share the decoded labels and the order's price (both only read)."""
         (pk, pool_id, name, billing, phase, gpu_count, text, lease_start, lease_end, created_at, terminated_at,
-         order_id, unit_monthly_price, discount, currency, on_ledger, provider_id) = row  # fmt: skip
+         order_id, unit_monthly_price, discount, currency, on_ledger, provider_id, machine_at) = row  # fmt: skip
         labels = cached(("node-labels", text), lambda: json.loads(text) if text else {})
         order = None
         if order_id is not None:
             order = cached(("order", order_id), lambda: OrderPrice(unit_monthly_price, discount, currency))
-        return cls(pk, pool_id, name, billing, phase, gpu_count, labels, lease_start, lease_end, created_at, terminated_at, order, on_ledger, provider_id)  # fmt: skip
+        return cls(pk, pool_id, name, billing, phase, gpu_count, labels, lease_start, lease_end, created_at, terminated_at, order, on_ledger, provider_id, machine_at)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +140,7 @@ def node_price(node: Node | BilledNode, hour: datetime) -> tuple[Decimal, Decima
         if node.on_ledger:
             return _ledger_price(node, hour)
         # Nodes of a pool ordered and started together cost the same: each such set priced once.
-        alike = (node.pool_id, node.billing, node.phase, node.lease_start, node.lease_end, node.created_at, node.terminated_at, node.order)  # fmt: skip
+        alike = (node.pool_id, node.billing, node.phase, node.lease_start, node.lease_end, node.created_at, node.machine_at, node.terminated_at, node.order)  # fmt: skip
         return cached(("node-price", hour, *alike), lambda: _column_price(node, hour))
     return _column_price(node, hour)
 
@@ -163,7 +164,12 @@ def _column_price(node: Node | BilledNode, hour: datetime) -> tuple[Decimal, Dec
         return None
     else:
         alive_to = hour + HOUR
-    fraction = hour_overlap(node.created_at, alive_to, hour)
+    # An on-demand node is billed from when its machine was delivered, as the cloud bills an
+    # instance from launch: one still ordering, or given up with none, costs nothing.
+    start = node.machine_at if node.billing == Node.Billing.ON_DEMAND else node.created_at
+    if start is None:
+        return None
+    fraction = hour_overlap(start, alive_to, hour)
     if fraction <= 0:
         return None
     price = price_in_force(node_type_id=pool.node_type_id, gpu_model_id=pool.gpu_model_id, at=hour)

@@ -113,15 +113,16 @@ def _place(p: ReconcilePass, node: Node) -> bool:
     first = rules.steps_for(prewarmed=p.cloud.image_prewarmed(image=image))[0]
     with transaction.atomic():
         Node.objects.filter(pk=node.pk).update(
-            provider_id=machine.provider_id, phase=Node.Phase.PROVISIONING, step=first, step_due_at=None, attempts=0, last_error=""
-        )
+            provider_id=machine.provider_id, machine_at=p.now, phase=Node.Phase.PROVISIONING, step=first, step_due_at=None, attempts=0, last_error=""
+        )  # fmt: skip
         p.event(
             "OrderPlaced",
             f"Machine ordered for node {node.name}: {p.spec.node_type} {p.spec.gpu_model} ({node.billing}) with system image {image}"
             f" in {machine.zone}, cloud id {machine.provider_id}",
             node=node,
         )
-    node.provider_id, node.phase, node.step, node.step_due_at, node.attempts, node.last_error = machine.provider_id, Node.Phase.PROVISIONING, first, None, 0, ""
+    node.provider_id, node.machine_at, node.phase, node.step = machine.provider_id, p.now, Node.Phase.PROVISIONING, first
+    node.step_due_at, node.attempts, node.last_error = None, 0, ""
     return True
 
 

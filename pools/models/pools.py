@@ -313,6 +313,10 @@ class Node(models.Model):
     order = models.ForeignKey(PoolOrder, null=True, blank=True, on_delete=models.SET_NULL, related_name="nodes", help_text="The order whose capacity this node fills")
     renewal_order = models.ForeignKey(PoolOrder, null=True, blank=True, on_delete=models.SET_NULL, related_name="renewing_nodes")
     provider_id = models.CharField(max_length=100, blank=True, help_text="The cloud's id of the machine")
+    machine_at = models.DateTimeField(
+        null=True, blank=True,
+        help_text="When the cloud delivered the node's machine (its order succeeded); an on-demand node is billed from it, as the cloud bills from launch",
+    )  # fmt: skip
     system_image = models.CharField(
         max_length=128, blank=True, default="", db_default="",
         help_text="The system image the node's machine was ordered with; its provisioning steps follow it, whatever the pool's spec says later",

@@ -64,6 +64,7 @@ def node(
         lease_start=start if lease else None,
         lease_end=add_months(start, months) if lease else None,
         created_at=created or start,
+        machine_at=None if phase == "Ordering" else created or start,  # its machine came when it was requested
         terminated_at=terminated,
     )
 
