@@ -125,17 +125,10 @@ SCALE_UP_REASONS = {
     "ProvisionFailed": INIT,
     "ProvisioningFailed": INIT,
     "SlowCapacity": INIT,
+    "ProvisionTimeout": INIT,
     "NotTriggerScaleUp": NO_FIT,
 }
 BUCKET_ORDER = (QUOTA, STOCK, BALANCE, APPROVAL, INIT, NO_FIT)
-
-
-def _gave_up_bucket(reason: str, message: str) -> str | None:
-    """A burst node given up past its provision time (`ProvisionTimeout`) failed for its last
-    error's cause: no stock, else a machine that did not become Ready."""
-    if reason != "ProvisionTimeout":
-        return None
-    return STOCK if "last error: OutOfStock" in message else INIT
 
 
 def _prefix(text: str) -> str:
@@ -174,7 +167,9 @@ def check_scale_up(s: PoolSnapshot, now: datetime) -> Check:
         if bucket:
             evidence.append((bucket, f"pendingReason: {part}", bucket != APPROVAL or "Rejected" in part))
     for e in sorted(s.events, key=lambda e: e.last_seen, reverse=True):
-        bucket = SCALE_UP_REASONS.get(e.reason) or _gave_up_bucket(e.reason, e.message)
+        bucket = SCALE_UP_REASONS.get(e.reason)
+        if e.reason == "ProvisionTimeout" and "last error: OutOfStock" in e.message:  # a burst node given up: its last error's cause
+            bucket = STOCK
         if bucket and bucket != APPROVAL and e.last_seen >= now - WINDOW:  # orders speak for approvals
             times = f" ×{e.count}" if e.count > 1 else ""
             evidence.append((bucket, f"{e.reason}{times} ({age(now - e.last_seen)} ago): {e.message}", e.last_seen >= now - RECENT))
