@@ -17,30 +17,13 @@ from pools.providers.kubernetes_pods import ClusterPods, pod_fields
 from pools.services.pod_mirror import pods_apply
 from tests.k8s.helpers import pod
 from tests.pools.autoscaler_helpers import SCALING, memory_used
-from tests.pools.pod_helpers import T0, pool_with_nodes
+from tests.pools.pod_helpers import T0, cluster_pod, pool_with_nodes
 
 pytestmark = pytest.mark.django_db
 LATER = T0 + timedelta(hours=1)  # past the scale-down window
 DAEMON_SET = {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "nvidia-device-plugin", "uid": "ds-1", "controller": True}
 REPLICA_SET = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "trainer-5d8f", "uid": "rs-1", "controller": True}
 SAFE_TO_EVICT = {"cluster-autoscaler.kubernetes.io/safe-to-evict": "true"}
-
-
-def listed_pod(node: str, name: str, *, namespace="algorithm", owner=None, annotations=None, pinned=False, gpus=0) -> dict:
-    """A Running pod as the API server lists it to the mirror; `pinned`: bound to its node by
-    matchFields, as the DaemonSet controller makes its pods."""
-    metadata = {"uid": f"u-{name}", "namespace": namespace, "name": name, "creationTimestamp": "2026-12-01T08:00:00Z"}
-    if owner:
-        metadata["ownerReferences"] = [owner]
-    if annotations:
-        metadata["annotations"] = annotations
-    resources = {"requests": {"cpu": "50m", "memory": "64Mi"}, **({"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {})}
-    spec = {"nodeName": node, "tolerations": [{"operator": "Exists"}], "containers": [{"name": "c", "image": "x", "resources": resources}]}
-    if pinned:
-        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}  # fmt: skip
-    status = {"phase": "Running", "startTime": "2026-12-01T08:00:00Z", "conditions": [{"type": "PodScheduled", "status": "True"}]}
-    return {"metadata": metadata, "spec": spec, "status": status}
 
 
 @pytest.fixture
@@ -52,7 +35,7 @@ def burst_pool(actors, teams, on_kubernetes, unique):
     first = pool.nodes.first()
     burst = Node.objects.create(pool=pool, name=f"{name}-burst", billing=Node.Billing.ON_DEMAND, phase=Node.Phase.READY, zone=pool.zone,
                                 gpu_count=8, labels=first.labels, taints=first.taints, ready_at=T0)  # fmt: skip
-    mirrored(teams, *(listed_pod(node.name, f"nvidia-device-plugin-{node.name}", namespace="kube-system", owner=DAEMON_SET, pinned=True) for node in pool.nodes.all()))
+    mirrored(teams, *(cluster_pod(node.name, f"nvidia-device-plugin-{node.name}", namespace="kube-system", owner=DAEMON_SET, pinned=True) for node in pool.nodes.all()))
     memory_used(pool, 5)
     return pool, burst
 
@@ -64,7 +47,7 @@ def mirrored(teams, *documents) -> None:
 def test_a_burst_node_with_only_daemonset_and_mirror_pods_goes(burst_pool, teams):
     pool, burst = burst_pool
     node_owner = {"apiVersion": "v1", "kind": "Node", "name": burst.name, "uid": "node-1", "controller": True}
-    mirrored(teams, listed_pod(burst.name, f"node-exporter-{burst.name}", namespace="kube-system", owner=node_owner, annotations={"kubernetes.io/config.mirror": "4f1c"}))
+    mirrored(teams, cluster_pod(burst.name, f"node-exporter-{burst.name}", namespace="kube-system", owner=node_owner, annotations={"kubernetes.io/config.mirror": "4f1c"}))
     assert pool_autoscale(pool_id=pool.pk, now=LATER).reason == "ScaledDown"
     burst.refresh_from_db()
     assert burst.release_reason
@@ -72,7 +55,7 @@ def test_a_burst_node_with_only_daemonset_and_mirror_pods_goes(burst_pool, teams
 
 def test_a_pod_no_controller_owns_keeps_its_burst_node(burst_pool, teams):
     pool, burst = burst_pool
-    mirrored(teams, listed_pod(burst.name, "bare-train", gpus=1))
+    mirrored(teams, cluster_pod(burst.name, "bare-train", gpus=1))
     assert pool_autoscale(pool_id=pool.pk, now=LATER).reason == "ScaleDownBlocked"
     burst.refresh_from_db()
     assert burst.release_reason == ""
@@ -83,7 +66,7 @@ def test_a_pod_no_controller_owns_keeps_its_burst_node(burst_pool, teams):
 @pytest.mark.parametrize("metadata", [{"owner": REPLICA_SET}, {"annotations": SAFE_TO_EVICT}], ids=["controlled", "safe-to-evict"])
 def test_a_controlled_pod_or_one_safe_to_evict_lets_its_burst_node_go(burst_pool, teams, metadata):
     pool, burst = burst_pool
-    mirrored(teams, listed_pod(burst.name, "train", gpus=1, **metadata))
+    mirrored(teams, cluster_pod(burst.name, "train", gpus=1, **metadata))
     assert pool_autoscale(pool_id=pool.pk, now=LATER).reason == "ScaledDown"
     burst.refresh_from_db()
     assert burst.release_reason

@@ -120,3 +120,20 @@ def pool_with_share_layout(actors, layout=SHARE_LAYOUT, **waiting):
     scheduler_pass(now=T0)
     assert Pod.objects.get(name="waiting").phase == Pod.Phase.PENDING
     return pool
+
+
+def cluster_pod(node: str, name: str, *, namespace="algorithm", owner=None, annotations=None, pinned=False, gpus=0) -> dict:
+    """A Running pod as a real API server lists it to the pod mirror; `pinned`: bound to its node by matchFields, as
+    the DaemonSet controller makes its pods."""
+    metadata = {"uid": f"u-{name}", "namespace": namespace, "name": name, "creationTimestamp": "2026-12-01T08:00:00Z"}
+    if owner:
+        metadata["ownerReferences"] = [owner]
+    if annotations:
+        metadata["annotations"] = annotations
+    resources = {"requests": {"cpu": "50m", "memory": "64Mi"}, **({"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {})}
+    spec = {"nodeName": node, "tolerations": [{"operator": "Exists"}], "containers": [{"name": "c", "image": "x", "resources": resources}]}
+    if pinned:
+        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}  # fmt: skip
+    status = {"phase": "Running", "startTime": "2026-12-01T08:00:00Z", "conditions": [{"type": "PodScheduled", "status": "True"}]}
+    return {"metadata": metadata, "spec": spec, "status": status}

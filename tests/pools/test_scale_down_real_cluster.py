@@ -18,7 +18,7 @@ from pools.models import Node, WatchCursor
 from pools.models.pods import Pod
 from pools.providers.kubernetes_pods import pod_fields
 from pools.services.pod_mirror import pods_apply
-from tests.pools.pod_helpers import T0, pool_with_nodes
+from tests.pools.pod_helpers import T0, cluster_pod, pool_with_nodes
 
 pytestmark = pytest.mark.django_db
 OWNER = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "trainer-5d8f", "uid": "rs-1", "controller": True}
@@ -34,23 +34,6 @@ def cluster_away(settings, tmp_path):
         "contexts: [{name: away, context: {cluster: away, user: away}}]\nusers: [{name: away, user: {}}]\n"
     )
     settings.EBCLOUD_CLUSTER_BACKEND, settings.EBCLOUD_KUBECONFIG = "kubernetes", str(kubeconfig)
-
-
-def cluster_pod(node: str, name: str, *, namespace="algorithm", owner=None, annotations=None, pinned=False, gpus=0) -> dict:
-    """A Running pod as the API server lists it; `pinned`: bound to its node by matchFields, as
-    the DaemonSet controller makes its pods."""
-    metadata = {"uid": f"u-{name}", "namespace": namespace, "name": name, "creationTimestamp": "2026-12-01T08:00:00Z"}
-    if owner:
-        metadata["ownerReferences"] = [owner]
-    if annotations:
-        metadata["annotations"] = annotations
-    resources = {"requests": {"cpu": "50m", "memory": "64Mi"}, **({"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {})}
-    spec = {"nodeName": node, "tolerations": [{"operator": "Exists"}], "containers": [{"name": "c", "image": "x", "resources": resources}]}
-    if pinned:
-        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}  # fmt: skip
-    status = {"phase": "Running", "startTime": "2026-12-01T08:00:00Z", "conditions": [{"type": "PodScheduled", "status": "True"}]}
-    return {"metadata": metadata, "spec": spec, "status": status}
 
 
 def mirrored(teams, *documents) -> None:
