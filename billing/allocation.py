@@ -30,6 +30,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
 
+from billing.cents import hour_seed, leftover_positions
 from billing.lease_costs import (
     CENT,
     from_units,
@@ -62,7 +63,6 @@ ACCRUING = "accruing"
 DEFAULT_GROUP_LABELS = ("team", "project", "gpu-class")
 
 _HOUR = timedelta(hours=1)
-_MASK64 = (1 << 64) - 1
 
 
 # --------------------------------------------------------------------------- inputs
@@ -246,8 +246,8 @@ def split_units(total_units: int, weights: Sequence[Fraction | Decimal | int], s
     """Largest-remainder split of an integer total in proportion to weights.
 
     Parts sum to ``total_units`` exactly; a zero weight gets zero. Ties go to the earlier
-    weight, or with a ``seed`` (allocation's is the hour's) in an order hashed from it and the
-    position: deterministic, and over a month equal shares get the leftover units in turn.
+    weight, or with a ``seed`` (allocation's is the hour's) in turn, rotated by it
+    (:func:`billing.cents.leftover_positions`): deterministic, and even over consecutive hours.
     """
     # Exact in integers (issue 9: a fee split over a pool's thousands of pods must be cheap):
     # weights over a common denominator, then total·w // W is the floor of the ideal share and
@@ -269,23 +269,9 @@ def split_units(total_units: int, weights: Sequence[Fraction | Decimal | int], s
         remainders.append(remainder)
     left = total_units - sum(parts)
     if left:
-        rank = (lambda i: (-remainders[i], i)) if seed is None else (lambda i: (-remainders[i], tie_rank(seed, i)))
-        for i in sorted(range(len(parts)), key=rank)[:left]:
+        for i in leftover_positions(remainders, left, seed):
             parts[i] += 1
     return parts
-
-
-def hour_seed(hour: datetime) -> int:
-    """An hour's tie-breaking seed (:func:`split_units`): hours since year 1, by its fields."""
-    return hour.toordinal() * 24 + hour.hour
-
-
-def tie_rank(seed: int, index: int) -> int:
-    """A position's rank under a seed: stable, distinct per position (SplitMix64's finaliser)."""
-    z = (seed * 0x9E3779B97F4A7C15 + (index + 1) * 0xD1B54A32D192ED03) & _MASK64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return z ^ (z >> 31)
 
 
 def split_money(total: Decimal, weights: Sequence[Fraction | Decimal | int], quantum: Decimal = CENT, seed: int | None = None) -> list[Decimal]:
