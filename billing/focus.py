@@ -4,8 +4,8 @@ Why: finance teams load FOCUS (FinOps Open Cost and Usage Specification) dataset
 tools they already use, next to their AWS/Azure/GCP bills. Exporting our pools in FOCUS
 means a monthly lease looks like what it economically is: a commitment discount.
 
-- A monthly lease = one ``Purchase`` row per lease month (BilledCost = the payment,
-  EffectiveCost 0, ChargeFrequency ``Recurring``), plus hourly ``Usage`` rows priced
+- A lease = one ``Purchase`` row for its term, billed when paid (BilledCost = the payment,
+  PricingQuantity its months, EffectiveCost 0, ChargeFrequency ``Recurring``), plus hourly ``Usage`` rows priced
   ``Committed`` whose EffectiveCost is the amortised hour (BilledCost 0): the pods' share is
   CommitmentDiscountStatus ``Used``, the idle remainder ``Unused``. Over a whole lease,
   Σ EffectiveCost of its usage rows = Σ BilledCost of its purchase rows, exactly.
@@ -53,7 +53,6 @@ from billing.lease_costs import (
     lease_month_spans,
     lease_months,
     quantize_money,
-    spread_sum,
 )
 
 FOCUS_VERSION = "1.2"
@@ -134,7 +133,7 @@ class Lease:
     payment: Decimal | None = None
     # The commitment discount this lease is part of; empty: the lease is its own. The export
     # from cost records (`billing.focus_records`) sees pools, not nodes, so a pool's monthly
-    # leases are one commitment there, each lease month still its own purchase.
+    # leases are one commitment there, each lease still its own purchase.
     commitment: str = ""
     # What the lease was priced and paid in (the order's, the ledger period's or the price
     # book's currency): its purchase rows bill in it.
@@ -154,56 +153,53 @@ def purchase_rows(
     *,
     quantum: Decimal = CENT,
 ) -> list[FocusRow]:
-    """One Purchase row per lease month, in the lease's currency; the last may be a pro-rata
-    part-month.
+    """The lease's Purchase row, in the lease's currency: one for its whole term, billed in the
+    month it begins in (when it was paid: a quarterly lease's debit is one charge, not three).
 
-    Payments are cumulative roundings of ``price × months elapsed``, so they add up to the
-    lease payment that :func:`billing.lease_costs.monthly_hour_cost` amortises. A row's charge
-    period is the lease month it pays for (FOCUS 1.2: the bounds of "the effective period of the
-    charge", for a non-usage charge "the duration of eligibility"), billed in the month it starts
-    in: it may end after that billing period, as FOCUS's own commitment purchase examples do.
+    BilledCost = ListCost = ContractedCost = what the lease paid (its known payment, or its
+    monthly price × months); PricingQuantity is its months (a trailing part-month pro rata) and
+    the unit prices are that cost per month, so unit price × quantity = cost (FOCUS 1.2). The
+    charge period is the term (FOCUS: for a non-usage charge "the duration of eligibility"): it
+    may end after its billing period, as FOCUS's own commitment purchase examples do; the usage
+    rows' EffectiveCost amortises it hour by hour.
     """
-    rows = []
-    paid = Decimal(0)
-    for period_start, period_end, months in lease_month_spans(lease.start, lease.end, lease.bought):
-        upto = _paid_upto(lease, period_end)
-        amount, paid = upto - paid, upto
-        hours = (period_end - period_start) // timedelta(hours=1)
-        row = _base(account, lease.currency, period_start, period_end, lease.team, lease.region)
-        row.update(
-            BilledCost=amount,
-            EffectiveCost=_zero(quantum),
-            ListCost=amount,
-            ContractedCost=amount,
-            ListUnitPrice=Decimal(lease.monthly_price),
-            ContractedUnitPrice=Decimal(lease.monthly_price),
-            PricingQuantity=_qty(months),
-            PricingUnit="Months",
-            PricingCategory="Standard",
-            ChargeCategory="Purchase",
-            ChargeFrequency="Recurring",
-            ChargeDescription=(
-                f"Monthly lease {lease.name or lease.commitment_id} of node {lease.node} "
-                f"({lease.gpu_count}x {lease.gpu_class or 'GPU'}), pool {lease.pool}"
-            ),
-            CommitmentDiscountQuantity=Decimal(hours * lease.gpu_count),
-            ResourceId=lease.commitment_id,
-            ResourceName=lease.name or lease.commitment_id,
-            ResourceType=COMMITMENT_TYPE,
-            Tags=_tags(lease.labels, account, pool=lease.pool, node=lease.node),
-            **_commitment(lease),
-            **_compute_service(lease.gpu_class, MONTHLY, lease.gpu_count),
-        )
-        rows.append(row)
-    return rows
-
-
-def _paid_upto(lease: Lease, moment: datetime) -> Decimal:
-    """What the lease has paid from its start up to `moment`: its monthly price by calendar
-    months, or its known payment pro rata to its hours (cumulative, so it adds up exactly)."""
+    spans = list(lease_month_spans(lease.start, lease.end, lease.bought))
+    if not spans:
+        return []
+    months = sum((m for _, _, m in spans), Fraction(0))
     if lease.payment is None:
-        return quantize_money(Fraction(lease.monthly_price) * lease_months(lease.start, moment))
-    return spread_sum(lease.payment, lease.start, lease.end, lease.start, moment)
+        amount = quantize_money(Fraction(lease.monthly_price) * lease_months(lease.start, lease.end), quantum)
+    else:
+        amount = Decimal(lease.payment).quantize(quantum)
+    unit_price = _price(Fraction(amount) / months) if months else amount
+    period_start, period_end = spans[0][0], spans[-1][1]
+    hours = (period_end - period_start) // timedelta(hours=1)
+    row = _base(account, lease.currency, period_start, period_end, lease.team, lease.region)
+    row.update(
+        BilledCost=amount,
+        EffectiveCost=_zero(quantum),
+        ListCost=amount,
+        ContractedCost=amount,
+        ListUnitPrice=unit_price,
+        ContractedUnitPrice=unit_price,
+        PricingQuantity=_qty(months),
+        PricingUnit="Months",
+        PricingCategory="Standard",
+        ChargeCategory="Purchase",
+        ChargeFrequency="Recurring",
+        ChargeDescription=(
+            f"Lease {lease.name or lease.commitment_id} of node {lease.node} "
+            f"({lease.gpu_count}x {lease.gpu_class or 'GPU'}), pool {lease.pool}"
+        ),
+        CommitmentDiscountQuantity=Decimal(hours * lease.gpu_count),
+        ResourceId=lease.commitment_id,
+        ResourceName=lease.name or lease.commitment_id,
+        ResourceType=COMMITMENT_TYPE,
+        Tags=_tags(lease.labels, account, pool=lease.pool, node=lease.node),
+        **_commitment(lease),
+        **_compute_service(lease.gpu_class, MONTHLY, lease.gpu_count),
+    )
+    return [row]
 
 
 def usage_rows(
@@ -387,7 +383,10 @@ def _gpu_usage(
     quantum: Decimal,
 ) -> FocusRow:
     list_node_hour = node.list_price if node.list_price is not None else node.cost
-    unit_price = _price(Fraction(list_node_hour) / max(node.gpu_count, 1))
+    # Per GPU-hour of what the node was billed for: a node alive half the hour lists half an
+    # hour's price over half its GPU-hours, so ListCost >= BilledCost (FOCUS: the public price).
+    capacity = Fraction(max(node.gpu_count, 1)) * Fraction(node.hours or 1)
+    unit_price = _price(Fraction(list_node_hour) / capacity)
     quantity = alloc.gpu_hours
     list_cost = quantize_money(Fraction(unit_price) * Fraction(quantity), quantum)
     idle = alloc.cost_kind == IDLE

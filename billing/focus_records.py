@@ -25,7 +25,7 @@ tested in tests/billing/test_focus_records.py):
   ``GPU Node Pool``), not the node; tags carry the pool, namespace, charged team and cost kind,
   not the node and pod names, and the description names the namespace instead of the pods;
 - a pool's monthly leases are one commitment discount (``monthly-leases/<pool>``), each lease
-  month still its own purchase row (ResourceId = the lease);
+  still its own purchase row (ResourceId = the lease);
 - ListUnitPrice is the pool's on-demand list price per GPU-hour for that billing kind and hour
   (Σ list price of its nodes / Σ their GPUs; identical to the node-level value when the pool's
   nodes are priced alike) and ListCost is that price × the row's GPU-hours, rounded once per
@@ -105,10 +105,10 @@ class PoolFacts:
     gpus_per_node: int
 
 
-def list_unit_price(listed: Decimal, gpus: int) -> Decimal:
-    """On-demand list price per GPU-hour of nodes whose hour lists at ``listed`` in all, with
-    ``gpus`` GPUs: the node-level export's unit price (list node-hour / its GPUs) when alike."""
-    return _price(Fraction(listed) / gpus)
+def list_unit_price(listed: Decimal, gpu_hours: Decimal | int) -> Decimal:
+    """On-demand list price per GPU-hour of node-hours listing at ``listed`` in all, with
+    ``gpu_hours`` GPU-hours (GPUs × node-hours): the node-level export's unit price when alike."""
+    return _price(Fraction(listed) / Fraction(gpu_hours))
 
 
 def pool_commitment(pool: str) -> str:

@@ -15,8 +15,21 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import connection
-from django.db.models import Count, Max, Min, QuerySet, Sum, TextField, Value
-from django.db.models.functions import Cast, Coalesce
+from django.db.models import (
+    Case,
+    Count,
+    DecimalField,
+    ExpressionWrapper,
+    F,
+    Max,
+    Min,
+    QuerySet,
+    Sum,
+    TextField,
+    Value,
+    When,
+)
+from django.db.models.functions import Cast, Coalesce, Length, Replace
 
 from billing import node_prices
 from billing.allocation import CENT, MONTHLY, AllocationRow, allocate_hour
@@ -263,9 +276,15 @@ def _work_mem(size: str):
             cursor.execute("RESET work_mem")
 
 
+# A node record's GPU-hours: its GPUs × node-hours / its nodes (alike nodes are one record,
+# their GPUs and hours summed), so a node alive half an hour lists over half its GPU-hours.
+_NODES = Case(When(node_names="", then=Value(1)), default=Length("node_names") - Length(Replace("node_names", Value(" "), Value(""))) + 1)
+_CAPACITY = ExpressionWrapper(F("gpu_count") * F("quantity") / _NODES, output_field=DecimalField(max_digits=30, decimal_places=10))
+
+
 class _ListPrices:
     """The on-demand list price per GPU-hour of each pool and billing kind over each charge
-    period (Σ list price of its node-hours / Σ their GPUs), read from the node usage records
+    period (Σ list price of its node-hours / Σ their GPU-hours), read from the node usage records
     one day at a time (one query per day of the export)."""
 
     def __init__(self, usage: QuerySet[UsageRecord], *, daily: bool) -> None:
@@ -284,13 +303,14 @@ class _ListPrices:
                 self.usage.filter(hour__gte=midnight, hour__lt=midnight + timedelta(days=1))
                 .values(*keys)
                 .order_by()
-                .annotate(listed=Sum(Coalesce("list_amount", "amount")), gpus=Sum("gpu_count"))
+                .annotate(listed=Sum(Coalesce("list_amount", "amount")), gpus=Sum(_CAPACITY))
             )
             for s in sums:
                 if s["gpus"]:
                     at = midnight if self.daily else s["hour"]
                     key = (s["pool_id"], s["billing_kind"])
-                    self.prices[at][key] = list_unit_price(s["listed"], s["gpus"])
+                    gpu_hours = Decimal(str(s["gpus"])).quantize(QUANTITY)  # SQLite's sums are floats
+                    self.prices[at][key] = list_unit_price(s["listed"], gpu_hours)
         return self.prices.get(start, {})
 
 

@@ -102,12 +102,15 @@ def test_a_monthly_lease_is_a_purchase_plus_committed_usage():
     )
 
 
-def test_purchases_follow_the_lease_months_and_a_part_month_is_pro_rata():
+def test_a_lease_is_one_purchase_of_its_months_and_a_part_month_is_pro_rata():
+    """One row for the term, billed when paid (FinOps review B; it was a row per lease month):
+    its months are the quantity, the unit price per month, unit price × quantity = cost."""
     le = Lease("cd-2", "n1", "train", "ml", H0, datetime(2025, 2, 11, tzinfo=UTC), D(28000), 8)
-    rows = purchase_rows(le, ACCOUNT)
-    assert [r["BilledCost"] for r in rows] == [D("28000.00"), D("10000.00")]
-    assert [r["ChargePeriodStart"] for r in rows] == [H0, datetime(2025, 2, 1, tzinfo=UTC)]
-    assert rows[1]["PricingQuantity"] == D("0.357143")
+    (row,) = purchase_rows(le, ACCOUNT)
+    assert row["BilledCost"] == row["ListCost"] == row["ContractedCost"] == D("38000.00")
+    assert (row["ChargePeriodStart"], row["ChargePeriodEnd"]) == (H0, datetime(2025, 2, 11, tzinfo=UTC))
+    assert row["PricingQuantity"] == D("1.357143")
+    assert (row["ContractedUnitPrice"] * row["PricingQuantity"]).quantize(D("0.01")) == D("38000.00")
 
 
 def test_over_a_whole_lease_effective_usage_equals_the_purchases():

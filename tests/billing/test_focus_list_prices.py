@@ -1,0 +1,41 @@
+"""FOCUS list prices of partial node-hours (FinOps review, defect A): ListUnitPrice is the public
+per-GPU-hour price and ListCost = ListUnitPrice × PricingQuantity, so an on-demand node alive
+part of an hour lists what it was billed, in every form of the export."""
+
+from __future__ import annotations
+
+from datetime import date
+from decimal import Decimal
+
+import pytest
+
+from billing.selectors import CostQuery
+from tests.billing.billing_helpers import HOUR, T0, focus_export, meter, node, pod, pool
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.mark.parametrize("form", ["hourly", "daily", "detail"])
+def test_on_demand_node_alive_half_an_hour_lists_what_it_billed(actors, teams, form):
+    """An on-demand node at 100.00/h (8 GPUs) created at 10:30 with an 8-GPU pod, metered 10:00
+    and 11:00: 50.00 then 100.00 billed, listed at 12.5 per GPU-hour both hours."""
+    p = pool(actors["lead"])
+    od = node(p, "od-0", billing="on_demand", created=T0 + HOUR * 10 + HOUR / 2)
+    pod(teams["algorithm"], od, "batch", gpus=8, started=T0 + HOUR * 10 + HOUR / 2)
+    meter(start=T0 + 10 * HOUR, hours=2)
+    rows = [
+        r for r in focus_export(actors["finance"], CostQuery(start=date(2026, 12, 1), end=date(2026, 12, 1)), form)
+        if r["ServiceCategory"] == "Compute"
+    ]
+    assert rows
+    for r in rows:
+        assert r["PricingCategory"] == "Standard"
+        assert Decimal(r["ListUnitPrice"]) == Decimal("12.5")
+        assert Decimal(r["ListCost"]) == Decimal(r["BilledCost"])
+        assert Decimal(r["ListCost"]) == (Decimal(r["ListUnitPrice"]) * Decimal(r["PricingQuantity"])).quantize(Decimal("0.01"))
+    assert sum(Decimal(r["BilledCost"]) for r in rows) == Decimal("150.00")
+    assert sum(Decimal(r["ListCost"]) for r in rows) == Decimal("150.00")
+    if form != "daily":
+        first = [r for r in rows if r["ChargePeriodStart"].startswith("2026-12-01T10")]
+        assert sum(Decimal(r["BilledCost"]) for r in first) == Decimal("50.00")
+        assert sum(Decimal(r["ListCost"]) for r in first) == Decimal("50.00")
