@@ -341,7 +341,7 @@ def meter_fleet(*, pods: int, hours: int = 3) -> list[tuple[float, int, int]]:
             Node(pool=pools[i % 50], name=f"meter-node-{i}", billing="on_demand" if i % 5 == 0 else "monthly",
                  phase="Ready", zone=zone, gpu_count=8, labels={"gpu-class": "a100"},
                  lease_start=None if i % 5 == 0 else t0, lease_end=None if i % 5 == 0 else t0 + timedelta(days=30),
-                 created_at=t0 - timedelta(hours=1))
+                 created_at=t0 - timedelta(hours=1), machine_at=t0 - timedelta(hours=1))
             for i in range(count)
         )  # fmt: skip
         Pod.objects.bulk_create(

@@ -27,7 +27,7 @@ tested in tests/billing/test_focus_records.py):
 - a pool's monthly leases are one commitment discount (``monthly-leases/<pool>``), each lease
   still its own purchase row (ResourceId = the lease);
 - ListUnitPrice is the pool's on-demand list price per GPU-hour for that billing kind and hour
-  (Σ list price of its nodes / Σ their GPUs; identical to the node-level value when the pool's
+  (Σ list price of its nodes / Σ the GPU-hours they were billed for; identical to the node-level value when the pool's
   nodes are priced alike) and ListCost is that price × the row's GPU-hours, rounded once per
   row; with no node usage records for the hour, ListCost is the cost itself.
 """

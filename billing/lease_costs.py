@@ -56,8 +56,8 @@ def lease_month_spans(
     `start` (a trailing part-month pro rata); or, for a lease bought at the moment `bought` and
     spread over the hours from the one it was bought in (a ledger period: `period_hour_cost`),
     months from `bought`, each ending at the hour boundary its last moment falls in, its months
-    pro rata to that month's hours. Why: a lease bought at 13:27 is one purchase a month, not a
-    month and a one-hour remainder. `start` may come after `bought` (a successor holds the
+    pro rata to that month's hours. Why: a lease bought at 13:27 counts whole months from then
+    (its purchase's PricingQuantity), not a month and a one-hour remainder. `start` may come after `bought` (a successor holds the
     rest of a lease): its first period is then the part of that month it holds."""
     if bought is None:
         month_start, boundary = start, lambda k: add_months(start, k)

@@ -108,10 +108,13 @@ def _unopened_annotate(orders: QuerySet[PoolOrder]) -> QuerySet[PoolOrder]:
 def periods_hand_over(vacated: Node, successor: Node, *, now: datetime) -> int:
     """The successor holds the vacated node's open periods from the next hour boundary on (an
     hour not metered yet: metering counts complete hours only); the hours before stay on the
-    vacated node (idle: unused commitment). Returns the periods moved."""
+    vacated node (idle: unused commitment). A period charged whole as a correction
+    (`charged_in`) stays: its hours are all metered, so nothing of it is left to hold. Returns
+    the periods moved."""
     boundary = ceil_hour(now)
     moved = 0
-    for period in LeasePeriod.objects.filter(node=vacated, held_to__isnull=True, lease_end__gt=boundary).order_by("lease_start", "pk"):
+    periods = LeasePeriod.objects.filter(node=vacated, held_to__isnull=True, lease_end__gt=boundary, charged_in__isnull=True)
+    for period in periods.order_by("lease_start", "pk"):
         LeasePeriod.objects.filter(pk=period.pk).update(held_to=max(boundary, period.held_from))
         LeasePeriod.objects.create(
             node=successor,

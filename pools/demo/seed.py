@@ -26,6 +26,7 @@ from pools.core.priority import parse_priority_class
 from pools.core.yaml_loading import load_all
 from pools.models import GpuModel, Membership, NodeType, PriorityClass, Quota, Team, Zone
 from pools.selectors.namespaces import team_slug_problem
+from pools.services.namespaces import namespace_lock
 
 GPU_MODELS = {  # name: (memory GiB, monthly price per GPU, on-demand hourly price per GPU)
     "A100_80G": (80, Decimal("2500"), Decimal("12.5")),
@@ -121,7 +122,8 @@ def load_people(password_file: Path) -> dict[str, str]:
     passwords = json.loads(password_file.read_text()) if password_file.exists() else {}
     for group in (roles.PLATFORM_ADMIN, roles.FINANCE):
         Group.objects.get_or_create(name=group)
-    for slug in TEAMS:  # a team's slug is its namespace: as in the admin, never one another team holds
+    namespace_lock(*TEAMS)  # a team's slug is its namespace: as in the admin, never one another team holds
+    for slug in TEAMS:
         if not Team.objects.filter(slug=slug).exists() and (problem := team_slug_problem(slug)):
             raise CommandError(f"cannot create the demo team {slug!r}: {problem}")
     teams = {slug: Team.objects.update_or_create(slug=slug, defaults={"name": name})[0] for slug, name in TEAMS.items()}
