@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -206,7 +207,7 @@ def test_reference_docs_that_cannot_write_is_one_line(tmp_path):
 def test_meter_refuses_an_empty_hour(world):
     """An unset variable in a script (`--hour "$HOUR"`) metered every pending hour."""
     before = db_state()
-    with pytest.raises(CommandError, match=r"^--hour: Invalid isoformat string: ''$"):
+    with pytest.raises(CommandError, match=r"^Error: argument --hour: must be an ISO 8601 moment such as 2026-12-01T08:00:00Z, got ''$"):
         call_command("meter", "--hour", "")
     assert db_state() == before
     assert not MeterRun.objects.exists()
@@ -217,8 +218,29 @@ def test_meter_refuses_an_hour_outside_the_years_costs_are_kept(world, hour):
     """The costs API's range (billing/selectors.py FIRST_DAY..LAST_DAY), in UTC: 05:00+08:00 on
     the first day is 21:00 UTC the day before."""
     before = db_state()
-    with pytest.raises(CommandError, match=r"^--hour: must be between 2000-01-01 and 2999-12-31"):
+    with pytest.raises(CommandError, match=rf"^Error: argument --hour: must be between 2000-01-01 and 2999-12-31 \(UTC\), got '{re.escape(hour)}'$"):
         call_command("meter", "--hour", hour)
+    assert db_state() == before
+    assert not MeterRun.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "hour, says",
+    [
+        ("2026-12-01T03:30", "2026-12-01T03:30:00+00:00 is not the start of an hour"),
+        ("2026-12-01T05:00+05:30", "2026-12-01T05:00:00+05:30 is not the start of an hour"),  # 23:30 UTC
+        ("tomorrow", "must be an ISO 8601 moment such as 2026-12-01T08:00:00Z, got 'tomorrow'"),
+    ],
+)
+def test_meter_refuses_an_hour_as_the_other_commands_refuse_a_moment(world, hour, says):
+    """`--hour` is `moment_utc` (arguments.py: the rule `reconcile --now` follows) plus the start
+    of an hour: argparse's one line, before anything is metered, and by `call_command(hour=...)`
+    too, which skips the parser's type."""
+    before = db_state()
+    with pytest.raises(CommandError, match=f"^Error: argument --hour: {re.escape(says)}$"):
+        call_command("meter", "--hour", hour)
+    with pytest.raises(CommandError, match=f"^Error: argument --hour: {re.escape(says)}$"):
+        call_command("meter", hour=hour)
     assert db_state() == before
     assert not MeterRun.objects.exists()
 

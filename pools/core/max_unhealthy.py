@@ -5,14 +5,15 @@ The field is Cluster API's MachineHealthCheck `maxUnhealthy` (an IntOrString): a
 (`3`) or a percentage of the pool's nodes (`"40%"`), and no remediation starts while more nodes
 than that are unhealthy. As there, a number is taken as written, so `0` pauses auto repair at the
 first unhealthy node (one is more than none), and a percentage is scaled to the pool's nodes and
-rounded down (40% of 6 nodes tolerates 2). One difference, kept from the fixed rule this field
-generalises (`pools.core.repair.unhealthy_limit`): a positive percentage tolerates at least one
-node. MHC's rounding alone gives 0 for 20% of a pool under five nodes, and such a pool could never
-heal even one broken node; Karpenter's node repair, which rounds its 20% up, repairs one there
-too. A pool that wants MHC's zero asks for it with `0` or `"0%"`.
+rounded down (40% of 6 nodes tolerates 2). One difference, kept from the fixed 20% rule this
+field generalises: a positive percentage tolerates at least one node. MHC's rounding alone gives
+0 for 20% of a pool under five nodes, and such a pool could never heal even one broken node;
+Karpenter's node repair, which rounds its 20% up, repairs one there too. A pool that wants MHC's
+zero asks for it with `0` or `"0%"`.
 
 A pool without the field tolerates `DEFAULT` (20%, as EKS and Karpenter), so leaving it out and
-writing `maxUnhealthy: "20%"` mean the same.
+writing `maxUnhealthy: "20%"` mean the same: `pools.core.repair.unhealthy_limit` has no rule of its
+own, only this one.
 """
 
 from __future__ import annotations

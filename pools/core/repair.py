@@ -16,7 +16,6 @@ Compatibility guide give the driver table (`cuda_driver_condition`).
 
 from __future__ import annotations
 
-import math
 import re
 from collections import Counter
 from collections.abc import Collection, Iterable, Sequence
@@ -24,7 +23,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
-from pools.core.max_unhealthy import MaxUnhealthy, limit_named, max_unhealthy_error, tolerated
+from pools.core.max_unhealthy import (
+    DEFAULT,
+    MaxUnhealthy,
+    limit_named,
+    max_unhealthy_error,
+    tolerated,
+)
 
 Action = Literal["none", "reset_gpu", "reboot", "replace"]
 Kind = Literal["application", "reset", "fatal", "unknown"]
@@ -303,22 +308,20 @@ def is_fatal(xid: int) -> bool:
     return classify(xid).kind == "fatal"
 
 
-def unhealthy_limit(total: int, max_unhealthy_fraction: float = 0.2, *, max_unhealthy: MaxUnhealthy | None = None) -> int:
+def unhealthy_limit(total: int, *, max_unhealthy: MaxUnhealthy | None = None) -> int:
     """How many unhealthy nodes a pool of `total` nodes tolerates before auto repair pauses:
-    `max_unhealthy_fraction` of the pool rounded down, and never fewer than one; or, given the
-    pool's `autoRepairPolicy.maxUnhealthy` (`max_unhealthy`), what that says
-    (`pools.core.max_unhealthy.tolerated`: its default, 20%, gives the same as the fraction's).
+    what the pool's `autoRepairPolicy.maxUnhealthy` (`max_unhealthy`) says, or its default, 20%
+    (None, a pool without the field). One rule, `pools.core.max_unhealthy.tolerated`: a second
+    copy of the 20% here (a float fraction) could drift from the field's.
 
     Rounded down, as Cluster API's MachineHealthCheck scales `maxUnhealthy: 20%`, so "more than
     20% of the pool" means what the documentation says (2 of 6 nodes, 33%, pause). But MHC's
     rounding alone gives 0 for a pool under five nodes, and such a pool could never heal even
     one broken node; Karpenter's node repair, which rounds 20% up, still repairs one node there.
-    So one unhealthy node is always tolerated: a pool of 1 to 9 nodes repairs one broken node,
-    and a two-node pool with both nodes faulty pauses (100% unhealthy: the cause is more likely
-    shared than two machines breaking at once)."""
-    if max_unhealthy is not None:
-        return tolerated(total, max_unhealthy)
-    return max(1, math.floor(round(max_unhealthy_fraction * total, 9)))
+    So a percentage always tolerates one unhealthy node: a pool of 1 to 9 nodes repairs one
+    broken node, and a two-node pool with both nodes faulty pauses (100% unhealthy: the cause is
+    more likely shared than two machines breaking at once)."""
+    return tolerated(total, DEFAULT if max_unhealthy is None else max_unhealthy)
 
 
 def cordon_while_paused(health: NodeHealth) -> bool:
@@ -359,7 +362,6 @@ def fault_persisted(
 
 def repair_allowed(
     pool_nodes_health: Sequence[NodeHealth],
-    max_unhealthy_fraction: float = 0.2,
     in_progress: Collection[str] | None = None,
     *,
     node: str | None = None,
@@ -372,17 +374,15 @@ def repair_allowed(
     - Serial: one repair per pool at a time, as ACK does. A repair drains a node, and several
       at once could take too much of a small pool. `in_progress` names the nodes under repair;
       by default it is read from `NodeHealth.repairing`.
-    - Paused, with a Warning, when more than `max_unhealthy_fraction` of the pool is unhealthy
-      (EKS and Karpenter use 20%; `unhealthy_limit` says how a small pool rounds). When that many
-      nodes fail together the cause is usually a driver, an image or the network, and replacing
-      nodes only loses capacity. One unhealthy node is always tolerated, so a two-node pool can
-      still heal one node. What a paused pool still does to a fatal fault: `cordon_while_paused`.
-      `max_unhealthy`, the pool's `autoRepairPolicy.maxUnhealthy`, replaces the fraction (a
+    - Paused, with a Warning, when more than `max_unhealthy` of the pool is unhealthy (by
+      default 20%, as EKS and Karpenter; `unhealthy_limit` says how a small pool rounds). When
+      that many nodes fail together the cause is usually a driver, an image or the network, and
+      replacing nodes only loses capacity. A percentage always tolerates one unhealthy node, so a
+      two-node pool can still heal one node. What a paused pool still does to a fatal fault: `cordon_while_paused`.
+      `max_unhealthy`, the pool's `autoRepairPolicy.maxUnhealthy`, replaces the default (a
       count, `0` pausing at the first unhealthy node, or a percentage: pools/core/max_unhealthy.py).
     - The node's fault must have lasted `persist_for`, unless it is fatal (`fault_persisted`).
     """
-    if not 0 <= max_unhealthy_fraction <= 1:
-        raise ValueError("max_unhealthy_fraction must be between 0 and 1")
     if max_unhealthy is not None and (problem := max_unhealthy_error(max_unhealthy)):
         raise ValueError(f"max_unhealthy {max_unhealthy!r} {problem}")
     nodes = {n.name: n for n in pool_nodes_health}
@@ -395,9 +395,9 @@ def repair_allowed(
         message = f"the pool repairs one node at a time; {others} is being repaired"
         return RepairGate(False, "RepairInProgress", message)
     total, unhealthy = len(nodes), sum(1 for n in nodes.values() if not n.healthy)
-    limit = unhealthy_limit(total, max_unhealthy_fraction, max_unhealthy=max_unhealthy)
+    limit = unhealthy_limit(total, max_unhealthy=max_unhealthy)
     if unhealthy > limit:
-        named = limit_named(f"{max_unhealthy_fraction:.0%}" if max_unhealthy is None else max_unhealthy, limit)
+        named = limit_named(DEFAULT if max_unhealthy is None else max_unhealthy, limit)
         why = ("auto repair is paused while any node is unhealthy (a limit of 0 leaves each repair to a person)" if limit == 0 else
                "auto repair is paused until fewer are; a fault this wide is more likely a driver, image or network problem than bad hardware")  # fmt: skip
         message = f"{unhealthy} of {total} nodes ({unhealthy / total:.0%}) are unhealthy, above {named}: {why}"

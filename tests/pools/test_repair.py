@@ -357,7 +357,7 @@ def test_an_unhealthy_node_without_a_start_time_has_not_persisted():
 
 def test_the_gate_rejects_bad_arguments():
     with pytest.raises(ValueError):
-        repair_allowed(pool(3), max_unhealthy_fraction=1.5)
+        repair_allowed(pool(3), max_unhealthy=-1)
     with pytest.raises(ValueError):
         repair_allowed(pool(3, {0}, minutes(0)), node="node-0")
     with pytest.raises(ValueError):

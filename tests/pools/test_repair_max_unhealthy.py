@@ -58,6 +58,19 @@ def test_without_the_field_a_pool_keeps_the_fifth_rounded_down_and_at_least_one(
     assert [unhealthy_limit(n, max_unhealthy="20%") for n in totals] == [unhealthy_limit(n) for n in totals]
 
 
+def test_the_default_limit_is_one_rule_with_no_fraction_beside_it():
+    """The 20% was computed twice, `unhealthy_limit`'s float fraction beside `tolerated`'s "20%",
+    and the two could drift. Now the gate has no fraction of its own: its default is `tolerated`'s
+    (the same for every pool size), and a paused pool's message names that setting."""
+    assert [unhealthy_limit(n) for n in range(1001)] == [tolerated(n) for n in range(1001)]
+    with pytest.raises(TypeError):
+        unhealthy_limit(10, 0.5)  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        repair_allowed(health(10, 0), max_unhealthy_fraction=0.5)  # type: ignore[call-arg]
+    paused = repair_allowed(health(10, 3))
+    assert "3 of 10 nodes (30%) are unhealthy, above the 20% limit (2 nodes in this pool)" in paused.message
+
+
 def test_a_count_is_taken_as_written_and_a_percentage_is_scaled_down_as_cluster_api_does():
     """OpenShift's MachineHealthCheck examples: 40% of 25 machines tolerates 10, of 6 tolerates 2;
     `2` tolerates 2 whatever the number of machines."""

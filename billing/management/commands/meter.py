@@ -7,7 +7,8 @@ hour is claimed once, so running it next to the worker never double counts.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import argparse
+from datetime import datetime
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -15,8 +16,20 @@ from django.utils import timezone
 
 from billing import metering, services
 from billing.hours import last_complete_hour
-from billing.selectors import FIRST_DAY, LAST_DAY
 from pools.claims import Part
+from pools.management.arguments import moment_utc
+
+
+def whole_hour(text: str) -> datetime:
+    """`--hour`: a `moment_utc` (no offset means UTC; the years the costs API keeps, so no hour
+    is metered that the costs could never show) that starts an hour, in UTC. An argparse type,
+    so a bad value is refused before any part is metered; one not over yet needs `now`, which
+    `handle` checks."""
+    moment = moment_utc(text)
+    try:
+        return metering._check_hour(moment)
+    except ValueError as exc:  # not the start of an hour (05:00+05:30 is 23:30 UTC)
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 class Command(BaseCommand):
@@ -25,23 +38,22 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--once", action="store_true", help="Meter the last complete hour only")
         parser.add_argument(
-            "--hour", help="Meter this hour once it is over (ISO 8601, UTC if no offset), e.g. 2026-11-30T05:00"
+            "--hour", type=whole_hour, help="Meter this hour once it is over (ISO 8601, UTC if no offset), e.g. 2026-11-30T05:00"
         )
 
-    def handle(self, *args, once: bool = False, hour: str | None = None, **options):
+    def handle(self, *args, once: bool = False, hour: datetime | str | None = None, **options):
         now = timezone.now()
         parts = Part.all_of(settings.EBCLOUD_METER_PARTS)  # the workers' split, in turn
+        if isinstance(hour, str):  # `call_command("meter", hour=...)` skips the parser's type
+            try:
+                hour = whole_hour(hour)
+            except argparse.ArgumentTypeError as exc:
+                raise CommandError(f"Error: argument --hour: {exc}") from None
         if hour is not None:  # `--hour ""` (an unset variable in a script) metered every pending hour
             try:
-                moment = datetime.fromisoformat(hour)
-                if moment.tzinfo is None:
-                    moment = moment.replace(tzinfo=UTC)
                 # `now`: an hour not over yet is refused, before any part is metered.
-                hour_utc = metering._check_hour(moment)
-                if not FIRST_DAY <= hour_utc.date() <= LAST_DAY:  # the days the costs API takes: none kept outside
-                    raise ValueError(f"must be between {FIRST_DAY} and {LAST_DAY}: no costs are kept outside those years")
-                results = [services.meter_hour(hour=hour_utc, part=part, now=now) for part in parts]
-            except (ValueError, OverflowError) as exc:  # an hour at the calendar's ends overflows in UTC
+                results = [services.meter_hour(hour=hour, part=part, now=now) for part in parts]
+            except (ValueError, OverflowError) as exc:  # the last hour of 2999 ends past the calendar
                 raise CommandError(f"--hour: {exc}") from exc
         elif once:
             try:
