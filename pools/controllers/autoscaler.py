@@ -38,8 +38,7 @@ since the pass read the queue is counted once, where it runs, not also as Pendin
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from django.db import transaction
@@ -59,10 +58,10 @@ from pools.claims import (
 from pools.controllers.context import ReconcilePass
 from pools.controllers.exits import drain_start
 from pools.controllers.lifecycle import node_names_next
+from pools.controllers.provisioning import burst_cancel
 from pools.controllers.scale_down import (
     Removable,
-    moved_by_scale_down,
-    pod_keeps_node,
+    pods_recheck,
     removable_burst_nodes,
     repack,
 )
@@ -70,17 +69,13 @@ from pools.controllers.scheduler import scheduler_lock
 from pools.controllers.state import pools_update
 from pools.core import lifecycle as rules
 from pools.core.autoscaling import READY_FOR_NEW_SCALE, ScalingDecision, burst_ceiling, decide
-from pools.core.disruption import refused
 from pools.core.scale_up import QuotaRooms, QuotaScope, scale_up_need
 from pools.core.scaling_history import ScalingHistory
 from pools.core.scheduling.nodes import NodeState, filter_node
 from pools.core.scheduling.nodes import Pod as CorePod
 from pools.core.spec import parse_document
 from pools.models import GpuNodePool, Node, ScalingActivity, Team
-from pools.models.pods import Pod
 from pools.providers import get_cloud_provider, get_cluster_backend, real_cluster
-from pools.providers.base import ProviderError
-from pools.providers.kubernetes import CLUSTER_UNREACHABLE
 from pools.selectors.autoscaler_view import FleetView, fleet_view, queues_read, scale_up_inputs_load
 from pools.selectors.queue import template_node
 from pools.services.events import WARNING, event_record
@@ -394,7 +389,7 @@ def _scale_down(d: _Decided, spec) -> Plan:
     pass that committed meanwhile is seen by the plan. The nodes chosen are cordoned in the
     plan's transaction (`_cordon`), as Cluster Autoscaler taints a node ToBeDeletedByClusterAutoscaler
     as part of its decision, and the drain checks their pods again once the cluster has them
-    cordoned (`_pods_recheck`): a node a pod keeps now is uncordoned, said as ScaleDownBlocked."""
+    cordoned (`pods_recheck`): a node a pod keeps now is uncordoned, said as ScaleDownBlocked."""
     pool, now, decision = d.pool, d.now, d.decision
 
     def plan() -> tuple[list[Node], Removable]:
@@ -420,7 +415,7 @@ def _scale_down(d: _Decided, spec) -> Plan:
         kept = "; ".join(f"{name}: {why}" for name, why in removable.kept.items()) or "no burst node to remove"
         return d.blocked(SCALE_DOWN_BLOCKED, f"Scale-down to {decision.desired} not done: every burst node is kept ({kept})", current=len(live))
     p = ReconcilePass(pool=pool, spec=spec, now=now, cloud=get_cloud_provider(), cluster=get_cluster_backend())
-    recheck, cancelled = _pods_recheck(p.cluster, victims), {}
+    recheck, cancelled = pods_recheck(p.cluster, victims), {}
     for node, _ in victims:
         message = f"Autoscaler removes burst node {node.name}: {decision.message}"
         if why := drain_start(p, node, reason=rules.SCALED_IN, event_reason="ScaledDown", message=message, recheck=recheck):
@@ -448,53 +443,15 @@ def _cordon(removable: Removable) -> set[int]:
     return ids
 
 
-def _pods_recheck(cluster, victims: list[tuple[Node, list]]) -> Callable[[Node], str]:
-    """The drain's check of a chosen node once the cluster has it cordoned, right before it
-    evicts (CA's actuator runs `GetPodsToMove` again on the tainted node): why a pod on it now
-    that the plan did not see keeps the node ("" when none does); the plan's pods were judged
-    under the plan. The same rules as the plan's (`moved_by_scale_down`, `pod_keeps_node`): an
-    expendable, DaemonSet or mirror pod goes with the node; one
-    annotated safe-to-evict "false", or (on a real cluster) owned by no controller, keeps it; so
-    does one whose budget allows no eviction now, or one not in the read model yet."""
-    planned = {node.pk: {move.pod.key for move in moves} for node, moves in victims}
-
-    def recheck(node: Node) -> str:
-        try:
-            listed = cluster.list_pods(node_name=node.name)
-        except ProviderError as exc:
-            return f"the pods on {node.name} could not be listed ({exc.message})"
-        keys = [(x.namespace, x.name) for x in listed if not x.terminating and f"{x.namespace}/{x.name}" not in planned.get(node.pk, ())]
-        rows = {pod.key: pod for pod in Pod.objects.live().named(keys)} if keys else {}
-        newcomers = []
-        for key in (f"{namespace}/{name}" for namespace, name in keys):
-            if (pod := rows.get(key)) is None:
-                return f"pod {key} is on the node and not known here yet"
-            if not moved_by_scale_down(pod):
-                continue
-            if why := pod_keeps_node(pod):
-                return why
-            newcomers.append(pod)
-        if not newcomers:
-            return ""
-        try:
-            budgets = cluster.disruption_budgets(pods={pod.key: pod.labels or {} for pod in newcomers})
-        except (ProviderError, *CLUSTER_UNREACHABLE) as exc:
-            return f"the disruption budgets of its pods could not be read ({exc})"
-        if refusing := refused([pod.key for pod in newcomers], budgets):
-            named = next((b.named for b in budgets if refusing[0] in b.pods), "a disruption budget")
-            return f"pod {refusing[0]} may not be evicted now: {named} allows no more disruptions"
-        return ""
-
-    return recheck
-
-
 def _burst_off(pool: GpuNodePool, spec, now: datetime, view: FleetView, *, dry_run: bool) -> Plan:
     """A pool that no longer bursts (`burst.enabled: false`, or no `scaling` block nor
     `burst.enabled: true`) gives its on-demand nodes back, as Cluster Autoscaler brings a node
     group whose max was lowered below its size down to it: here the monthly baseline, never
     lower. By the scale-down's rules (`_scale_down`: a node a pod keeps stays, said once, and is
     tried again every pass), but at once: the window and policies were the policy turned off
-    (HPA too goes to a lowered max at once). A pool without burst nodes costs nothing."""
+    (HPA too goes to a lowered max at once). Its burst nodes not Ready yet, which those rules
+    never take, are cancelled first (`burst_cancel`), as CA's lowered target size deletes
+    unregistered nodes. A pool without burst nodes costs nothing."""
     current, burst = view.nodes.get(pool.pk, (0, 0))
     if burst == 0:
         return Plan(AutoscaleResult(pool=pool.name, claimed=True, reason="NotAutoscaled"))
@@ -507,7 +464,17 @@ def _burst_off(pool: GpuNodePool, spec, now: datetime, view: FleetView, *, dry_r
         able_to_scale_reason=READY_FOR_NEW_SCALE, scaling_limited_reason=BURST_DISABLED, history=history.record(at=now, change=baseline - current),
     )  # fmt: skip
     d = _Decided(pool=pool, now=now, view=view, decision=decision, history=history, current=current, template=template_node(pool, spec), shown={}, policy_text="")
-    return Plan(d.result, acts=True) if dry_run else _scale_down(d, spec)
+    if dry_run:
+        return Plan(d.result, acts=True)
+    p = ReconcilePass(pool=pool, spec=spec, now=now, cloud=get_cloud_provider(), cluster=get_cluster_backend())
+    if cancelled := burst_cancel(p, decision.message):  # not Ready yet: cancelled at once, never bought or billed on
+        after = current - len(cancelled)
+        _record(pool, now, current, after, "ScaledDown", f"Cancelled {len(cancelled)} burst node(s) not Ready yet ({', '.join(cancelled)}): {decision.message}", {}, "", emit=False)
+        if after == baseline:
+            _store(pool, decision.history)
+            return Plan(AutoscaleResult(pool=pool.name, claimed=True, current=current, desired=after, reason="ScaledDown"))
+        d = replace(d, current=after)
+    return _scale_down(d, spec)
 
 
 def _why_not(pending: list[CorePod], template: NodeState) -> str:

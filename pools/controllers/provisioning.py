@@ -14,6 +14,7 @@ after it, as a Karpenter NodeClaim keeps the launch template it was launched wit
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -24,7 +25,7 @@ from monitoring.services import credential_revoke_for_node
 from pools.controllers import node_sync, repair_outcome
 from pools.controllers.context import ReconcilePass
 from pools.core import lifecycle as rules
-from pools.core.scale_up import BACKOFF_FAILURES_READ, scale_up_backoff
+from pools.core.scale_up import scale_up_backoff
 from pools.models import Node, PoolEvent, Zone
 from pools.providers.base import (
     FAILED,
@@ -34,6 +35,7 @@ from pools.providers.base import (
     OutOfStock,
     ProviderError,
 )
+from pools.selectors.scale_up import give_up_at, provision_timeouts_latest
 from pools.services.events import WARNING
 
 
@@ -242,11 +244,7 @@ def _failed(p: ReconcilePass, node: Node, *, reason: str, summary: str, machine:
 
 
 def _deadline(node: Node) -> datetime | None:
-    """When an on-demand node not Ready yet is given up (None: a monthly or preemptible node,
-    bought capacity, retried for as long as it takes)."""
-    if node.billing != Node.Billing.ON_DEMAND:
-        return None
-    return node.created_at + timedelta(seconds=settings.EBCLOUD_MAX_NODE_PROVISION_SECONDS)
+    return give_up_at(billing=node.billing, created_at=node.created_at)
 
 
 def _due(node: Node, at: datetime) -> datetime:
@@ -257,26 +255,13 @@ def _due(node: Node, at: datetime) -> datetime:
 
 
 def _give_up(p: ReconcilePass, node: Node) -> None:
-    """An on-demand node not Ready by its deadline: released and Terminated, not replaced, and
-    its pool's scale-ups backed off (`scale_up_backoff`), so that the autoscaler buys for its
-    pods in the team's other pools that fit them. A machine the cloud delivered is released and
-    billed until now, as any on-demand node; a node whose machine never came is billed nothing
-    (metering bills an on-demand node from `machine_at`, when its machine was delivered, to
-    `terminated_at`): it ends when it was requested."""
+    """An on-demand node not Ready by its deadline: released and Terminated, not replaced
+    (`provisioning_end`), and its pool's scale-ups backed off (`scale_up_backoff`), so that the
+    autoscaler buys for its pods in the team's other pools that fit them."""
     took = rules.format_duration(p.now - node.created_at)
     limit = rules.format_duration(timedelta(seconds=settings.EBCLOUD_MAX_NODE_PROVISION_SECONDS))
-    if node.provider_id:
-        p.cloud.release(provider_id=node.provider_id, now=p.now)
-        billed = f"machine {node.provider_id} released, billed until now"
-    else:
-        billed = "no machine was delivered: nothing is billed for it"
-    with transaction.atomic():
-        done = Node.objects.filter(pk=node.pk, release_reason="").exclude(phase=Node.Phase.TERMINATED).update(
-            phase=Node.Phase.TERMINATED, release_reason=rules.PROVISION_TIMEOUT, terminated_at=p.now if node.provider_id else node.created_at,
-            step="", step_due_at=None, unschedulable=True,
-        )  # fmt: skip
-        if not done:
-            return
+
+    def say(billed: str) -> None:
         p.event(
             rules.PROVISION_TIMEOUT,
             f"Gave up on-demand node {node.name}: not Ready {took} after it was requested (the limit is {limit}, "
@@ -284,12 +269,62 @@ def _give_up(p: ReconcilePass, node: Node) -> None:
             node=node,
             type=WARNING,
         )
-        failures = PoolEvent.objects.filter(pool=p.pool, reason=rules.PROVISION_TIMEOUT).order_by("-first_timestamp", "-pk")
-        until, duration = scale_up_backoff(failures.values_list("first_timestamp", flat=True)[:BACKOFF_FAILURES_READ])
+        until, duration = scale_up_backoff(provision_timeouts_latest([p.pool.pk]).get(p.pool.pk, ()))
         p.event(
             "ScaleUpBackoff",
             f"Scale-up of {p.pool.name} backed off for {rules.format_duration(duration)}, until {until:%Y-%m-%d %H:%M} UTC: "
             f"on-demand node {node.name} was not Ready within {limit}; the team's other pools that fit its Pending pods scale up meanwhile",
             type=WARNING,
         )
+
+    provisioning_end(p, node, release_reason=rules.PROVISION_TIMEOUT, say=say)
+
+
+def burst_cancel(p: ReconcilePass, why: str) -> list[str]:
+    """A pool that no longer bursts cancels its on-demand nodes not Ready yet, at once, as
+    Cluster Autoscaler's lowered target size deletes a node group's unregistered nodes: each
+    released and Terminated, not replaced (`provisioning_end`), one event saying why. Nothing
+    failed: no `ScaleUpBackoff`. The scale-down's rules never take a node not Ready (a Pending
+    pod may wait for it): without this it would be pursued, given a machine and billed until
+    it became Ready and idle. Returns the names of the nodes cancelled."""
+    cancelled = []
+    for node in p.live_nodes().filter(release_reason="", billing=Node.Billing.ON_DEMAND, phase__in=rules.PROVISIONING_PHASES):
+
+        def say(billed: str, node: Node = node) -> None:
+            p.event("ScaledDown", f"Autoscaler cancels burst node {node.name}, still {node.phase}: {why}; {billed}", node=node)
+
+        if provisioning_end(p, node, release_reason=rules.SCALED_IN, say=say):
+            cancelled.append(node.name)
+    return cancelled
+
+
+def provisioning_end(p: ReconcilePass, node: Node, *, release_reason: str, say: Callable[[str], None]) -> bool:
+    """End a node still being provisioned (given up at its deadline, `_give_up`, or cancelled
+    when its pool stops bursting, `burst_cancel`): its machine released, the node Terminated and
+    not replaced; `say` writes the events (given what the node is billed) in the transaction
+    that ends it. False when another pass ended it first. A machine the cloud delivered is
+    billed until now, as any on-demand node; a node whose machine never came is billed nothing
+    (metering bills an on-demand node from `machine_at`, when its machine was delivered, to
+    `terminated_at`): it ends when it was requested. A machine a pass killed before writing
+    `provider_id` ordered (`_place`) is found by the node's client token and released too."""
+    provider_id = node.provider_id
+    if not provider_id and (found := p.cloud.machine_by_token(client_token=node.name)) is not None:
+        provider_id = found.provider_id
+    if provider_id:
+        p.cloud.release(provider_id=provider_id, now=p.now)
+    if node.provider_id:
+        billed = f"machine {provider_id} released, billed until now"
+    elif provider_id:
+        billed = f"machine {provider_id}, ordered by a pass interrupted before recording it, released: nothing is billed for it"
+    else:
+        billed = "no machine was delivered: nothing is billed for it"
+    with transaction.atomic():
+        done = Node.objects.filter(pk=node.pk, release_reason="").exclude(phase=Node.Phase.TERMINATED).update(
+            phase=Node.Phase.TERMINATED, release_reason=release_reason, terminated_at=p.now if node.provider_id else node.created_at,
+            step="", step_due_at=None, unschedulable=True,
+        )  # fmt: skip
+        if not done:
+            return False
+        say(billed)
         credential_revoke_for_node(node, reason="NodeTerminated", now=p.now)  # if its agent had joined
+    return True

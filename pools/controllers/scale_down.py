@@ -40,7 +40,7 @@ them again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -53,6 +53,7 @@ from pools.core.scheduling.nodes import Pod as CorePod
 from pools.models import GpuNodePool, Node
 from pools.models.pods import Pod
 from pools.providers import get_cluster_backend, real_cluster
+from pools.providers.base import ProviderError
 from pools.providers.kubernetes import CLUSTER_UNREACHABLE, MIRROR_ANNOTATION
 from pools.selectors.cluster import cluster_state, core_pod_of
 from pools.services.events import event_record
@@ -226,3 +227,43 @@ def repack(pool: GpuNodePool, source: Node, moves: list[Move], now: datetime) ->
             event_record(pool=pool, node=move.node, reason="Repacked", now=now,
                          message=f"Pod {move.pod.key} moved from burst node {source.name} to {move.node.billing} node {move.node.name} before scale-down")  # fmt: skip
     placements_end(left, now)
+
+
+def pods_recheck(cluster, victims: list[tuple[Node, list]]) -> Callable[[Node], str]:
+    """The drain's check of a chosen node once the cluster has it cordoned, right before it
+    evicts (CA's actuator runs `GetPodsToMove` again on the tainted node): why a pod on it now
+    that the plan did not see keeps the node ("" when none does); the plan's pods were judged
+    under the plan. The same rules as the plan's (`moved_by_scale_down`, `pod_keeps_node`): an
+    expendable, DaemonSet or mirror pod goes with the node; one
+    annotated safe-to-evict "false", or (on a real cluster) owned by no controller, keeps it; so
+    does one whose budget allows no eviction now, or one not in the read model yet."""
+    planned = {node.pk: {move.pod.key for move in moves} for node, moves in victims}
+
+    def recheck(node: Node) -> str:
+        try:
+            listed = cluster.list_pods(node_name=node.name)
+        except ProviderError as exc:
+            return f"the pods on {node.name} could not be listed ({exc.message})"
+        keys = [(x.namespace, x.name) for x in listed if not x.terminating and f"{x.namespace}/{x.name}" not in planned.get(node.pk, ())]
+        rows = {pod.key: pod for pod in Pod.objects.live().named(keys)} if keys else {}
+        newcomers = []
+        for key in (f"{namespace}/{name}" for namespace, name in keys):
+            if (pod := rows.get(key)) is None:
+                return f"pod {key} is on the node and not known here yet"
+            if not moved_by_scale_down(pod):
+                continue
+            if why := pod_keeps_node(pod):
+                return why
+            newcomers.append(pod)
+        if not newcomers:
+            return ""
+        try:
+            budgets = cluster.disruption_budgets(pods={pod.key: pod.labels or {} for pod in newcomers})
+        except (ProviderError, *CLUSTER_UNREACHABLE) as exc:
+            return f"the disruption budgets of its pods could not be read ({exc})"
+        if refusing := refused([pod.key for pod in newcomers], budgets):
+            named = next((b.named for b in budgets if refusing[0] in b.pods), "a disruption budget")
+            return f"pod {refusing[0]} may not be evicted now: {named} allows no more disruptions"
+        return ""
+
+    return recheck

@@ -178,6 +178,13 @@ class CloudProvider(Protocol):
         machine (`created=False`, `zone` where it is), whatever zone the request names."""
         ...
 
+    def machine_by_token(self, *, client_token: str) -> Machine | None:
+        """The machine an order with this client token bought, read only (None: none was
+        bought), as EC2's DescribeInstances filtered by client-token: a controller giving up a
+        node whose pass was killed after ordering, before it recorded the machine, finds the
+        machine to release without ordering one (`created` is False)."""
+        ...
+
     def cross_zone_price(self, *, at: datetime) -> TrafficPrice | None:
         """The price of traffic between zones of a region in force at `at`; None if unpriced."""
         ...

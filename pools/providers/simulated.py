@@ -186,6 +186,10 @@ class SimulatedCloud:
             return Machine(provider_id=machine.provider_id, zone=machine.zone.name, created=False)
         return Machine(provider_id=machine.provider_id, zone=zone.name, created=True)
 
+    def machine_by_token(self, *, client_token: str) -> Machine | None:
+        machine = SimMachine.objects.filter(client_token=client_token).select_related("zone").first()
+        return None if machine is None else Machine(provider_id=machine.provider_id, zone=machine.zone.name, created=False)
+
     def cross_zone_price(self, *, at: datetime) -> TrafficPrice | None:
         """The price book's cross-zone network price, the one metering bills cross-zone GBs at."""
         entry = price_entry_in_force(kind=PriceBookEntry.Kind.NETWORK_CROSS_ZONE_GB, at=at)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Collection
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db.models import F, Q, Sum, Window
@@ -75,7 +75,6 @@ def team_capacity(*, team_ids: Collection[int], catalog: Catalog) -> dict[int, C
             continue
         take_requests(states[node_id], pod, indices or ())
     templates = {}
-    provision_time = timedelta(seconds=settings.EBCLOUD_MAX_NODE_PROVISION_SECONDS)
     for pk, name, pool_id, _, billing, *_, created_at in nodes:
         node = states.get(pk)
         if node is None and pools[pool_id].team_id not in out:
@@ -87,15 +86,36 @@ def team_capacity(*, team_ids: Collection[int], catalog: Catalog) -> dict[int, C
                 template.teams = teams[pool_id]
             node = templates[(pool_id, billing)].clone()
             node.name = name
-            if billing == Node.Billing.ON_DEMAND:  # bought capacity (monthly, preemptible) is never given up
-                out[pools[pool_id].team_id].deadlines[name] = (pool_id, created_at + provision_time)
+            if (deadline := give_up_at(billing=billing, created_at=created_at)) is not None:
+                out[pools[pool_id].team_id].deadlines[name] = (pool_id, deadline)
         for team_id in users[pool_id] if pk in states else [pools[pool_id].team_id]:
             (out[team_id].existing if pk in states else out[team_id].upcoming).append(node)
     own = [pk for pk, pool in pools.items() if pool.team_id in out]
+    for pool_id, moments in provision_timeouts_latest(own).items():
+        out[pools[pool_id].team_id].given_up[pool_id] = moments
+    return out
+
+
+def give_up_at(*, billing: str, created_at: datetime) -> datetime | None:
+    """When a node not Ready yet is given up (`ProvisionTimeout`): an on-demand (burst) node
+    `EBCLOUD_MAX_NODE_PROVISION_SECONDS` after it was requested, as Cluster Autoscaler's
+    --max-node-provision-time; None for bought capacity (monthly, preemptible), retried for as
+    long as it takes. One rule for the provisioning controller, which gives the node up, and
+    the scale-up, which backs its pool off when the node is overdue."""
+    if billing != Node.Billing.ON_DEMAND:
+        return None
+    return created_at + timedelta(seconds=settings.EBCLOUD_MAX_NODE_PROVISION_SECONDS)
+
+
+def provision_timeouts_latest(pool_ids: Collection[int]) -> dict[int, list[datetime]]:
+    """Per pool, when its latest burst nodes were given up (`ProvisionTimeout` events, the
+    `BACKOFF_FAILURES_READ` latest: an older one changes no backoff, `scale_up_backoff`), newest
+    first. One query, whatever the number of pools."""
     latest = Window(RowNumber(), partition_by=[F("pool_id")], order_by=[F("first_timestamp").desc(), F("pk").desc()])
-    given_up = PoolEvent.objects.filter(pool_id__in=own, reason=PROVISION_TIMEOUT).annotate(latest=latest).filter(latest__lte=BACKOFF_FAILURES_READ)
-    for pool_id, at in given_up.values_list("pool_id", "first_timestamp"):
-        out[pools[pool_id].team_id].given_up.setdefault(pool_id, []).append(at)
+    given_up = PoolEvent.objects.filter(pool_id__in=list(pool_ids), reason=PROVISION_TIMEOUT).annotate(latest=latest).filter(latest__lte=BACKOFF_FAILURES_READ)
+    out: dict[int, list[datetime]] = {}
+    for pool_id, at in given_up.order_by("pool_id", "-first_timestamp", "-pk").values_list("pool_id", "first_timestamp"):
+        out.setdefault(pool_id, []).append(at)
     return out
 
 

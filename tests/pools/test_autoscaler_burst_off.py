@@ -11,11 +11,16 @@ from datetime import timedelta
 
 import pytest
 
+from billing.hours import hour_overlap
+from billing.metering import node_usage_collect
 from pools.controllers.autoscaler import autoscale_all, pool_autoscale
 from pools.controllers.scheduler import scheduler_pass
 from pools.core import lifecycle as rules
 from pools.models import Node, PoolEvent, ScalingActivity
+from pools.models.cloud import SimMachine
 from pools.models.pods import Pod
+from pools.providers import get_cloud_provider, simulated
+from pools.providers.base import MachineRequest
 from pools.services import pods as pod_services
 from pools.services.pools import pool_patch
 from tests.pools.autoscaler_helpers import SCALING, memory_used
@@ -105,3 +110,52 @@ def test_a_pool_that_never_burst_is_left_alone(actors):
     assert pool_autoscale(pool_id=pool.pk, now=T0).reason == "NotAutoscaled"
     assert [r.reason for r in autoscale_all(now=T0)] == ["NotAutoscaled"]
     assert not ScalingActivity.objects.exists() and monthly_untouched(pool)
+
+
+def ordered(pool, node: Node, at) -> str:
+    """The simulated cloud's machine for `node`, ordered under its client token (its name)."""
+    simulated.stock_set(zone=pool.zone.name, gpu_model=pool.gpu_model.name, gpus=64)
+    request = MachineRequest(client_token=node.name, zone=pool.zone.name, gpu_model=pool.gpu_model.name,
+                             node_type=pool.node_type.name, billing=Node.Billing.ON_DEMAND, image="ubuntu-22.04-cuda-12.4")  # fmt: skip
+    return get_cloud_provider().place_order(request=request, now=at).provider_id
+
+
+def test_burst_nodes_not_ready_yet_are_cancelled_at_once_and_billed_only_for_their_machine(actors):
+    """The scale-down's rules never take a node not Ready (a Pending pod may wait for it): a
+    pool that stops bursting cancels such nodes at once instead, as CA's lowered target size
+    deletes unregistered nodes. One still Ordering (no machine) costs nothing; one Provisioning
+    has its machine released and is billed from when the machine came to now; one whose pass
+    was killed after ordering, before recording the machine, has that machine (found by its
+    client token) released too. Nothing failed: no ScaleUpBackoff; no replacement."""
+    pool = pool_with_nodes(actors["lead"], node_labels={"gpu-class": "a100", "pool": "train"}, scaling=SCALING, burst={"enabled": True, "maxNodes": 4})
+    requested, machine_came = T0 + timedelta(minutes=1), T0 + timedelta(minutes=2)
+    ordering, provisioning, interrupted = (
+        Node.objects.create(pool=pool, name=f"train-pool-a-burst-{index}", billing=Node.Billing.ON_DEMAND, phase=Node.Phase.ORDERING,
+                            zone=pool.zone, gpu_count=8, created_at=requested)  # fmt: skip
+        for index in range(3)
+    )
+    machine = ordered(pool, provisioning, machine_came)
+    Node.objects.filter(pk=provisioning.pk).update(phase=Node.Phase.PROVISIONING, step=rules.BOOT, provider_id=machine, machine_at=machine_came)
+    lost = ordered(pool, interrupted, machine_came)  # the pass was killed before writing provider_id
+    off = T0 + timedelta(minutes=5)
+    pool_patch(user=actors["lead"], pool=pool, patch={"spec": {"burst": {"enabled": False}}}, now=off)
+    [result] = autoscale_all(now=off)
+    assert (result.reason, result.current, result.desired) == ("ScaledDown", 5, 2)
+    nodes = {n.name: n for n in pool.nodes.filter(billing=Node.Billing.ON_DEMAND)}
+    assert len(nodes) == 3  # none replaced
+    for node in nodes.values():
+        assert (node.phase, node.release_reason) == (Node.Phase.TERMINATED, rules.SCALED_IN), node.name
+    assert nodes[ordering.name].terminated_at == requested and nodes[ordering.name].machine_at is None
+    assert nodes[provisioning.name].terminated_at == off
+    assert set(SimMachine.objects.values_list("provider_id", "status", "released_at")) == {
+        (machine, SimMachine.Status.RELEASED, off), (lost, SimMachine.Status.RELEASED, off)
+    }
+    events = {e.node.name: e.message for e in pool.events.filter(reason="ScaledDown")}
+    assert set(events) == set(nodes) and all("burst is off" in m for m in events.values()), events
+    assert "nothing is billed" in events[ordering.name] and f"machine {machine} released, billed until now" in events[provisioning.name]
+    assert f"machine {lost}" in events[interrupted.name]
+    assert not pool.events.filter(reason__in=("ScaleUpBackoff", rules.PROVISION_TIMEOUT, "ScaleDownBlocked")).exists()
+    assert monthly_untouched(pool)
+    billed = {name: r.quantity for r in node_usage_collect(hour=T0).records for name in r.nodes_billed if name in nodes}
+    assert billed == {provisioning.name: hour_overlap(machine_came, off, T0)}, billed
+    assert autoscale_all(now=off + timedelta(minutes=1))[0].reason == "NotAutoscaled"

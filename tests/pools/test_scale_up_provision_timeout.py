@@ -20,7 +20,8 @@ from pools.core import scale_up as scale_up_core
 from pools.models import Node, PoolEvent
 from pools.models.cloud import SimMachine
 from pools.models.pods import Pod
-from pools.providers import simulated
+from pools.providers import get_cloud_provider, simulated
+from pools.providers.base import Machine, MachineRequest
 from tests.pools.autoscaler_helpers import SCALING, memory_used
 from tests.pools.pod_helpers import T0, pool_with_nodes, submit
 
@@ -150,3 +151,24 @@ def test_the_backoff_is_cluster_autoscalers():
     assert durations == [timedelta(minutes=m) for m in (5, 10, 20, 30, 30, 30)]
     assert scale_up_backoff(failures[::-1]) == (failures[-1] + 30 * M, 30 * M)  # in any order
     assert scale_up_backoff([*failures, failures[-1] + 181 * M]) == (failures[-1] + 186 * M, 5 * M)
+
+
+def test_a_machine_ordered_by_a_killed_pass_is_found_by_its_client_token_and_released(actors):
+    """A pass killed after ordering, before it wrote the node's provider_id (`_place`), left a
+    machine at the cloud under the node's client token (its name): giving the node up finds it
+    there (`machine_by_token`, read only: nothing is ordered) and releases it; the node, whose
+    machine was never recorded, is billed nothing."""
+    simulated.stock_set(zone=A, gpu_model="A100_80G", gpus=8)
+    pool = pool_with_nodes(actors["lead"], name="pool-a", nodes=0)
+    node = Node.objects.create(pool=pool, name="pool-a-burst-0", billing=Node.Billing.ON_DEMAND, phase=Node.Phase.ORDERING,
+                               zone=pool.zone, gpu_count=8, created_at=T0, step_due_at=T0 + 60 * M)  # fmt: skip
+    cloud = get_cloud_provider()
+    assert cloud.machine_by_token(client_token=node.name) is None
+    request = MachineRequest(client_token=node.name, zone=A, gpu_model="A100_80G", node_type=pool.node_type.name, billing="on_demand", image="img")
+    machine = cloud.place_order(request=request, now=T0 + M).provider_id  # the killed pass's order
+    assert cloud.machine_by_token(client_token=node.name) == Machine(provider_id=machine, zone=A, created=False)
+    pool_reconcile(pool_id=pool.pk, now=T0 + 15 * M)
+    node.refresh_from_db()
+    assert (node.phase, node.release_reason, node.provider_id, node.terminated_at) == (Node.Phase.TERMINATED, rules.PROVISION_TIMEOUT, "", T0)
+    assert SimMachine.objects.get().status == SimMachine.Status.RELEASED and SimMachine.objects.count() == 1
+    assert f"machine {machine}" in PoolEvent.objects.get(reason="ProvisionTimeout").message
