@@ -143,4 +143,10 @@ class Supervisor:
             child.process.wait()
             if child.relay is not None:
                 child.relay.join(timeout=2)
+        # SIGKILL is delivered, not awaited: on a busy machine a killed grandchild still shows
+        # as running for a moment. Return once the groups are empty (or 5 s have passed).
+        settled = time.monotonic() + 5
+        groups = [child.pgid for child in self.children if child.name in killed]
+        while time.monotonic() < settled and any(group_members(pgid) for pgid in groups):
+            time.sleep(0.05)
         return killed
