@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import copy
+import uuid
 from datetime import UTC, datetime
 
 from pools.controllers.scheduler import scheduler_pass
@@ -125,7 +126,7 @@ def pool_with_share_layout(actors, layout=SHARE_LAYOUT, **waiting):
 def cluster_pod(node: str, name: str, *, namespace="algorithm", owner=None, annotations=None, pinned=False, gpus=0) -> dict:
     """A Running pod as a real API server lists it to the pod mirror; `pinned`: bound to its node by matchFields, as
     the DaemonSet controller makes its pods."""
-    metadata = {"uid": f"u-{name}", "namespace": namespace, "name": name, "creationTimestamp": "2026-12-01T08:00:00Z"}
+    metadata = {"uid": str(uuid.uuid5(uuid.NAMESPACE_URL, f"{namespace}/{name}")), "namespace": namespace, "name": name, "creationTimestamp": "2026-12-01T08:00:00Z"}
     if owner:
         metadata["ownerReferences"] = [owner]
     if annotations:
