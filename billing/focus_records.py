@@ -280,11 +280,11 @@ def _description(r: CostRecordRow, pool: PoolFacts) -> str:
     return f"{r.billing_kind} GPU nodes ({pool.gpus_per_node}x {r.gpu_class or 'GPU'}) of pool {pool.name}: {what}"
 
 
-def _gpu_shape(r: CostRecordRow, pool: PoolFacts) -> FocusRow:
-    idle = r.cost_kind == IDLE
+def _pool_compute(r: CostRecordRow, pool: PoolFacts, unused: bool, **units: str) -> FocusRow:
+    """The columns a GPU line and a lease correction share: the pool as the resource, its
+    compute service, and for a monthly line the pool's commitment, used or unused."""
     out: FocusRow = dict(
-        PricingUnit=GPU_HOURS,
-        ConsumedUnit=GPU_HOURS,
+        **units,
         PricingCategory=_PRICING_CATEGORY.get(r.billing_kind, "Standard"),
         ResourceId=pool.name,
         ResourceName=pool.name,
@@ -293,10 +293,15 @@ def _gpu_shape(r: CostRecordRow, pool: PoolFacts) -> FocusRow:
     )
     if r.billing_kind == MONTHLY:
         commitment = pool_commitment(pool.name)
-        out.update(commitment_columns(commitment, commitment))
-        out["CommitmentDiscountStatus"] = "Unused" if idle else "Used"
-        if idle:
-            out["ConsumedQuantity"] = out["ConsumedUnit"] = None
+        out.update(commitment_columns(commitment, commitment), CommitmentDiscountStatus="Unused" if unused else "Used")
+    return out
+
+
+def _gpu_shape(r: CostRecordRow, pool: PoolFacts) -> FocusRow:
+    idle = r.cost_kind == IDLE
+    out = _pool_compute(r, pool, idle, PricingUnit=GPU_HOURS, ConsumedUnit=GPU_HOURS)
+    if r.billing_kind == MONTHLY and idle:
+        out["ConsumedQuantity"] = out["ConsumedUnit"] = None
     return out
 
 
@@ -305,18 +310,7 @@ def _correction_shape(r: CostRecordRow, pool: PoolFacts) -> FocusRow:
     hours were all metered before they were recorded, priced per hour it is charged in; a
     monthly one is the unused part of the pool's commitment, whose purchase (the period's,
     billed in that hour) bills it."""
-    out: FocusRow = dict(
-        PricingUnit="Hours",
-        PricingCategory=_PRICING_CATEGORY.get(r.billing_kind, "Standard"),
-        ResourceId=pool.name,
-        ResourceName=pool.name,
-        ResourceType=POOL_RESOURCE_TYPE,
-        **_compute_service(r.gpu_class, r.billing_kind, pool.gpus_per_node),
-    )
-    if r.billing_kind == MONTHLY:
-        commitment = pool_commitment(pool.name)
-        out.update(commitment_columns(commitment, commitment), CommitmentDiscountStatus="Unused")
-    return out
+    return _pool_compute(r, pool, True, PricingUnit="Hours")
 
 
 def _fee_shape(r: CostRecordRow, pool: PoolFacts) -> FocusRow:
