@@ -117,7 +117,8 @@ def charged_in_month_q(now: datetime) -> Q:
 def budgets_in_force_q(now: datetime) -> Q:
     """The budgets of `now`'s month: the teams', the live pools' and those of the deleted pools
     still charged in it (their leases run on). A deleted pool's budget from an earlier month
-    stays, with its alerts, but is no longer this month's."""
+    stays, with its alerts, but is no longer this month's. The one statement of the rule: the
+    hourly evaluation (`pool_budgets_synced`), the budgets page and `/metrics` all filter by it."""
     return Q(pool__isnull=True) | Q(pool__deleted_at__isnull=True) | charged_in_month_q(now)
 
 
@@ -130,9 +131,10 @@ def pool_budgets_synced(*, now: datetime | None = None, part: Part = WHOLE) -> l
     second time: the live pools', and those of the deleted pools charged in `now`'s month, as
     they are (never deleted: see the module's docstring)."""
     now = now or timezone.now()
-    # One query for both: a deleted pool's budget comes with its pool's name and dates, not
-    # its document (the live pools are read below, once).
-    found = part.of(Budget.objects.filter(Q(pool__deleted_at__isnull=True) | charged_in_month_q(now), pool__isnull=False))
+    # One query for both, the pool budgets in force (`budgets_in_force_q`): a deleted pool's
+    # budget comes with its pool's name and dates, not its document (the live pools are read
+    # below, once).
+    found = part.of(Budget.objects.filter(budgets_in_force_q(now), pool__isnull=False))
     found = found.select_related("pool", "team").defer(*(f"pool__{f}" for f in POOL_HEAVY)).order_by("pk")
     rows, kept = {}, []
     for budget in found:

@@ -92,7 +92,7 @@ def alert_message(alert) -> str:
     if not budget.pool_id:
         scope = f"Team {budget.team.slug}"
     elif budget.pool.deleted_at is not None:
-        scope = f"Deleted pool {budget.pool.name}#{budget.pool_id}"
+        scope = f"Deleted pool {budget.pool.ledger_name}"
     else:
         scope = f"Pool {budget.pool.name}"
     what = "spend" if alert.basis == "actual" else "forecast spend"

@@ -463,10 +463,9 @@ def _fee_records(pool, hour: datetime, *, sample: PoolResourceSample | None, lab
 
 
 def ledger_pool_name(pool: GpuNodePool) -> str:
-    """The pool as an hour's ledger names it: its name, or for a deleted pool its name and id. A
-    deleted pool's monthly nodes are billed to their leases' end while a new pool may have taken
-    its name: the two must stay two pools in that hour's fees and allocation."""
-    return pool.name if pool.deleted_at is None else f"{pool.name}#{pool.pk}"
+    """The pool as an hour's ledger names it (`GpuNodePool.ledger_name`: a deleted pool's
+    `name#id`), as a function for the callers that map pools to names."""
+    return pool.ledger_name
 
 
 def _check_hour(hour: datetime) -> datetime:

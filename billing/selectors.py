@@ -117,7 +117,7 @@ def _date(value: str | None, field: str, errors: list) -> date | None:
 
 
 # --------------------------------------------------------------------------- pools by ledger name
-# A report names a pool as the hour's ledger does (`billing.metering.ledger_pool_name`): a live
+# A report names a pool as the hour's ledger does (`GpuNodePool.ledger_name`): a live
 # pool by its name, a deleted one by `name#id`. A new pool may take a deleted pool's name while
 # the deleted one's leases are still billed: `?pool=train-pool-a` is the live pool alone (the
 # pool list's figure), `?pool=train-pool-a#12` the deleted one, and no row merges the two.
@@ -143,7 +143,8 @@ def ledger_pool_q(ledger_name: str, path: str = "pool__") -> Q:
 
 
 def ledger_pool_name_of(path: str = "pool__"):
-    """The database expression of the rows' pool's ledger name (`ledger_pool_q` selects by it)."""
+    """The database expression of the rows' pool's ledger name (`ledger_pool_q` selects by it):
+    `GpuNodePool.ledger_name` in SQL, so that a report sorts and groups by it in the query."""
     return Case(
         When(**{f"{path}deleted_at__isnull": True}, then=F(f"{path}name")),
         default=Concat(F(f"{path}name"), Value("#"), Cast(f"{path}id", TextField()), output_field=TextField()),

@@ -13,7 +13,8 @@ on-demand burst, preemptible) and the controller's desired nodes per billing kin
 allocated to Running pods, pending pods that would fit the pool (`queued_pods`, as the
 autoscaler counts them) and how long the oldest has waited, nodes not ready, GPU memory and
 utilisation (deploy/prometheus-rules.yaml alerts on these like the pools' default alert rules); per node the heartbeat age; per budget
-(a pool's `spec.budget` or a team budget) this month's spend, its limit and their ratio. The
+(a pool's `spec.budget` or a team budget; a deleted pool's, as `name#id`, while its leases are
+still charged) this month's spend, its limit and their ratio. The
 query count does not grow with pools, nodes, pods or budgets.
 
 The workers (django-q2): per recurring schedule, when its task last succeeded, and how many
@@ -34,6 +35,7 @@ from django_q.models import OrmQ, Schedule, Success
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
+from billing.budget_sync import budgets_in_force_q
 from billing.models import Budget
 from billing.month_spend import budget_statuses_of
 from monitoring import selectors
@@ -90,16 +92,18 @@ class PoolCollector:
 
 
 def budget_metrics(now) -> list[GaugeMetricFamily]:
-    """This month's spend against every budget of a live pool or a team (billing.Budget), in
-    three queries: the budgets, then one sum for pool budgets and one for team budgets."""
+    """This month's spend against every budget in force this month (`budgets_in_force_q`: a
+    team's, a live pool's, or a deleted pool's whose leases are still charged this month), in
+    the same queries whatever their number. A pool is labelled with its ledger name, so that a
+    deleted pool (`name#id`) and a new pool of its name stay two series, as in the reports."""
     limit = GaugeMetricFamily("ebcloud_budget_limit", "Monthly budget amount", labels=BUDGET_LABELS)
     spent = GaugeMetricFamily("ebcloud_budget_spent", "Cost charged against the budget this month", labels=BUDGET_LABELS)
     ratio = GaugeMetricFamily("ebcloud_budget_used_ratio", "Spent this month over the monthly budget (1 = the whole budget)", labels=BUDGET_LABELS)
     forecast = GaugeMetricFamily("ebcloud_budget_forecast_ratio", "Run-rate forecast for the month over the budget (after 3 days of data)", labels=BUDGET_LABELS)
-    budgets = Budget.objects.filter(Q(pool__isnull=True) | Q(pool__deleted_at__isnull=True)).select_related("pool", "team").order_by("team__slug", "pool__name")
+    budgets = Budget.objects.filter(budgets_in_force_q(now)).select_related("pool", "team").order_by("team__slug", "pool__name", "pk")
     for status in budget_statuses_of(budgets, now=now):
         b = status.budget
-        values = ["pool" if b.pool_id else "team", b.pool.name if b.pool_id else "", b.team.slug, b.currency]
+        values = ["pool" if b.pool_id else "team", b.pool.ledger_name if b.pool_id else "", b.team.slug, b.currency]
         limit.add_metric(values, float(b.monthly_amount))
         spent.add_metric(values, float(status.spent))
         if b.monthly_amount:

@@ -186,6 +186,14 @@ class GpuNodePool(models.Model):
         return self.name
 
     @property
+    def ledger_name(self) -> str:
+        """The pool as the costs name it: its name, or for a deleted pool `name#id`. A deleted
+        pool's monthly leases are billed to their end and its budget and alerts stay, while a
+        new pool may take its name: reports, budgets, alerts and metrics must keep the two
+        apart. `billing.selectors.ledger_pool_name_of` is the same rule in SQL."""
+        return self.name if self.deleted_at is None else f"{self.name}#{self.pk}"
+
+    @property
     def labels(self) -> dict[str, str]:
         return dict(self.document.get("metadata", {}).get("labels", {}))
 

@@ -122,8 +122,10 @@ def notification_raise(
     """Record the notification unless its key is taken; deliver it once the caller commits.
 
     Returns None when someone already raised this key: the caller's alert was told before.
+    The pool is named by its ledger name: a deleted pool's budget alert (its leases run on) says
+    `name#id`, not the name a new pool may have taken.
     """
-    body = {"kind": kind, "team": team.slug, "pool": pool.name if pool else None, "severity": severity,
+    body = {"kind": kind, "team": team.slug, "pool": pool.ledger_name if pool else None, "severity": severity,
             "message": message, "at": now.isoformat(), **(payload or {})}  # fmt: skip
     try:
         with transaction.atomic():

@@ -16,6 +16,7 @@ from billing.budget_admin import budget_pool_set
 from billing.models import Budget, BudgetAlert
 from pools.claims import Part
 from pools.models import AuditEntry, Notification
+from pools.services import notifications
 from pools.services import pools as pool_services
 from tests.billing.billing_helpers import HOUR, T0, charge, pool
 
@@ -102,3 +103,32 @@ def test_a_deleted_pool_no_longer_charged_is_history(actors, browser, time_machi
     page = browser("finance").get("/costs/budgets/").content.decode()
     assert page.count(f"deleted pool train-pool-a#{p.pk}") == 1  # its alert, no budget row
     assert "No budgets." in page
+
+
+def test_an_alert_of_a_deleted_pool_names_it_name_id_and_links_no_pool_page(actors, browser):
+    """The alert list and the webhook name a deleted pool as the reports do, `name#id`, and the
+    list links neither its page nor its alert rules: they are gone, or are the new pool's of
+    the same name. Its alerts from before it was deleted are listed so too."""
+    p = deleted_pool(actors)
+    successor = pool(actors["lead"], budget={"monthly": "5000"})  # the name is free again
+    charge(p, "200.00", hours=1, start=T0 + 5 * HOUR)  # its lease runs on
+    fired = budgets.budgets_evaluate(now=T0 + 6 * HOUR)
+    assert Notification.objects.get(key=fired[0].notification_key).payload["pool"] == f"train-pool-a#{p.pk}"
+    notifications.notification_raise(team=p.team, pool=p, kind="NodesNotReady", message="Nodes not ready", key="capacity-1", now=T0 + 2 * HOUR)
+    notifications.notification_raise(team=successor.team, pool=successor, kind="NodesNotReady", message="Nodes not ready", key="capacity-2", now=T0 + 7 * HOUR)
+    page = browser("lead").get("/notifications/").content.decode()
+    assert page.count(f"train-pool-a#{p.pk} (deleted)") == 3  # two budget alerts and a capacity alert
+    # The new pool's alert alone links its page and its rules.
+    assert page.count('href="/pools/train-pool-a/"') == 1 and page.count('href="/pools/train-pool-a/alerts/"') == 1
+
+
+def test_the_budgets_evaluated_are_the_budgets_in_force(actors):
+    """One rule (`budget_sync.budgets_in_force_q`) decides both which pool budgets are evaluated
+    each hour and which are this month's on the budgets page and `/metrics`."""
+    charged = deleted_pool(actors)
+    gone = pool(actors["lead"], name="old-pool", budget={"monthly": "100"})
+    pool_services.pool_delete(user=actors["lead"], pool=gone, now=T0 + 3 * HOUR)  # never charged
+    live = pool(actors["lead"], name="live-pool", budget={"monthly": "100"})
+    for now, expected in ((T0 + 4 * HOUR, {charged.pk, live.pk}), (NEXT_MONTH, {live.pk})):
+        in_force = Budget.objects.filter(budget_sync.budgets_in_force_q(now), pool__isnull=False)
+        assert {b.pool_id for b in budget_sync.pool_budgets_synced(now=now)} == set(in_force.values_list("pool_id", flat=True)) == expected

@@ -1,5 +1,5 @@
 """A deleted pool and the new pool that took its name are two pools in every cost report, as in
-the hour's ledger (`billing.metering.ledger_pool_name`): the live pool is its name, the deleted
+the hour's ledger (`GpuNodePool.ledger_name`): the live pool is its name, the deleted
 one `name#id`. `?pool=` selects exactly one of them (the pool list's figure for it), and every
 row that names a pool (the detail CSV, FOCUS's resource and tags, the accruing hours) names it so."""
 
@@ -16,9 +16,9 @@ from decimal import Decimal
 import pytest
 from django.test import Client
 
-from billing import chargeback
+from billing import chargeback, metering
 from billing.month_spend import month_spend
-from billing.selectors import CostQuery, cost_query_parse, ledger_pool_q
+from billing.selectors import CostQuery, cost_query_parse, ledger_pool_name_of, ledger_pool_q
 from pools.core.errors import ValidationError
 from pools.models import GpuNodePool, Node
 from tests.billing.billing_helpers import HOUR, T0, focus_export, meter, node, pod, pool
@@ -65,6 +65,15 @@ def by_pool(rows, pool_of, amount_of) -> dict[str, Decimal]:
     for row in rows:
         sums[pool_of(row)] += Decimal(amount_of(row))
     return dict(sums)
+
+
+def test_the_pool_names_its_ledger_name_as_the_database_does(renamed):
+    """One rule, two forms: the property (templates, alerts, metrics, the ledger) and its SQL
+    (`ledger_pool_name_of`, the reports' grouping and sorting) name every pool alike."""
+    new, old, figures = renamed
+    pools = GpuNodePool.objects.filter(pk__in=[new.pk, old.pk]).annotate(sql_name=ledger_pool_name_of(""))
+    assert {p.ledger_name: p.sql_name for p in pools} == {name: name for name in figures}
+    assert {metering.ledger_pool_name(p) for p in (new, old)} == {new.ledger_name, old.ledger_name} == set(figures)
 
 
 def test_the_pool_filter_selects_the_live_pool_or_a_deleted_one_by_its_ledger_name(api, actors, renamed):

@@ -4,7 +4,7 @@ aggregate queries; access restricted by EBCLOUD_METRICS_TOKEN or to the loopback
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
@@ -125,6 +125,26 @@ def test_metrics_show_budget_use_per_pool_budget_and_team_budget(actors, teams):
     assert got[("ebcloud_budget_limit", team_budget)] == 5000 and got[("ebcloud_budget_used_ratio", team_budget)] == 0.07
 
 
+def test_a_deleted_pools_budget_in_force_is_exported_under_its_ledger_name(actors, time_machine):
+    """A deleted pool's budget stays in force while its leases are charged this month, as on
+    the budgets page and in the hourly check: exported as `name#id`, beside the new pool that
+    took its name. One charged only last month is exported no more."""
+    time_machine.move_to(datetime(2026, 12, 10, 12, 30, tzinfo=UTC), tick=False)
+    old = pool_with_nodes(actors["lead"], nodes=0, budget={"monthly": 1000})
+    _cost(old, "300.00")
+    gone = pool_with_nodes(actors["lead"], name="infer-pool", nodes=0, budget={"monthly": 100})
+    _cost(gone, "50.00", when=timezone.now() - timedelta(days=20))
+    for deleted in (old, gone):
+        pool_services.pool_delete(user=actors["lead"], pool=deleted, now=timezone.now())
+    new = pool_with_nodes(actors["lead"], nodes=0, budget={"monthly": 2000})
+    _cost(new, "500.00")
+    got = samples(Client(REMOTE_ADDR="127.0.0.1").get("/metrics"))
+    spent = {dict(labels)["pool"]: value for (name, labels), value in got.items() if name == "ebcloud_budget_spent"}
+    assert spent == {"train-pool-a": 500, f"train-pool-a#{old.pk}": 300}
+    labels = (("currency", "CNY"), ("pool", f"train-pool-a#{old.pk}"), ("scope", "pool"), ("team", "algorithm"))
+    assert got[("ebcloud_budget_limit", labels)] == 1000 and got[("ebcloud_budget_used_ratio", labels)] == 0.3
+
+
 def test_the_scrape_costs_the_same_queries_for_few_objects_or_many(actors, teams, burst_pool, make_node):
     """Every list endpoint asserts its query count (design §6): more pools, nodes, pods and
     budgets cost no more queries."""
@@ -139,6 +159,9 @@ def test_the_scrape_costs_the_same_queries_for_few_objects_or_many(actors, teams
     for i in range(3):
         pod_run(node_name=f"train-pool-q-{i}", name=f"run-{i}", namespace="algorithm")
         submit(actors["member"], f"wait-{i}")
+    deleted = pool_with_nodes(actors["lead"], name="old-pool", nodes=0, budget={"monthly": 100})
+    _cost(deleted, "5.00")
+    pool_services.pool_delete(user=actors["lead"], pool=deleted, now=timezone.now())  # its budget still in force
     budgets_sync()
     budget_team_set(user=actors["admin"], team=teams["inference"], monthly_amount=Decimal("100"))
     _cost(pool, "10.00")
@@ -147,6 +170,7 @@ def test_the_scrape_costs_the_same_queries_for_few_objects_or_many(actors, teams
     got = samples(response)
     labels = (("gpu_model", "A100_80G"), ("pool", "train-pool-q"), ("team", "algorithm"), ("zone", "cn-east-2a"))
     assert got[("ebcloud_pool_pending_pods", labels)] == 3 and got[("ebcloud_pool_allocated_gpus", labels)] == 3
+    assert got[("ebcloud_budget_spent", (("currency", "CNY"), ("pool", f"old-pool#{deleted.pk}"), ("scope", "pool"), ("team", "algorithm")))] == 5
     assert len(few) <= len(many) <= 17, [q["sql"][:80] for q in many.captured_queries]  # 2 of them the workers
     assert len(many) - len(few) <= 4  # only the budgets' month appears once budgets exist: two reads per scope
 
