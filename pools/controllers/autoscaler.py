@@ -16,8 +16,9 @@ empty one: `PoolSpec.autoscaling`):
    no Pending pod at all, GPU memory alone buys nothing and says nothing;
 4. scale down only burst nodes whose pods may all go (`pools.controllers.scale_down`),
    cordoned with the decision and their pods checked again before the drain (`_scale_down`);
-   the lifecycle controller drains and releases them. A pool that no longer bursts gives its
-   burst nodes back by the same rules, at once (`_burst_off`).
+   the lifecycle controller drains and releases them. A cordon whose drain never started (its
+   pass stopped) is drained or lifted by a later pass (`cordons_left_settle`). A pool that no
+   longer bursts gives its burst nodes back by the same rules, at once (`_burst_off`).
 
 Within one pass over every pool (`autoscale_all`) the pools are decided in the order they were
 created (by id), and a pool's planned nodes count as upcoming nodes for the team's next pools:
@@ -60,11 +61,12 @@ from pools.controllers.exits import drain_start
 from pools.controllers.lifecycle import node_names_next
 from pools.controllers.provisioning import burst_cancel
 from pools.controllers.scale_down import (
+    PodsRecheck,
     Removable,
-    pods_recheck,
     removable_burst_nodes,
     repack,
 )
+from pools.controllers.scale_down_cordons import cordons_left_settle, decision_cordon
 from pools.controllers.scheduler import scheduler_lock
 from pools.controllers.state import pools_update
 from pools.core import lifecycle as rules
@@ -135,7 +137,7 @@ def autoscale_all(*, now: datetime | None = None, part: Part = WHOLE) -> list[Au
         plan = plans.get(pool.pk)
         if plan is None:
             continue
-        if plan.acts:
+        if plan.acts or view.cordoned.get(pool.pk):  # a cordon a stopped pass left is settled under the claim
             acting.append(pool)
             continue
         results[pool.pk] = plan.result
@@ -246,6 +248,8 @@ def _autoscale(pool: GpuNodePool, now: datetime, view: FleetView, *, dry_run: bo
     nothing: it says whether acting is needed (anything beyond storing the history), and
     returns the history to store when it is not."""
     spec = parse_document(pool.document, view.catalog)
+    if not dry_run and view.cordoned.get(pool.pk) and cordons_left_settle(pool, spec, now):
+        view = fleet_view([pool], queue_of=view)  # a node drained there counts no more
     scaling = spec.autoscaling
     if scaling is None:
         return _burst_off(pool, spec, now, view, dry_run=dry_run)
@@ -387,9 +391,10 @@ def _scale_down(d: _Decided, spec) -> Plan:
     """Remove the burst nodes that may go (`removable_burst_nodes`); in the simulated cluster
     their pods move first, planned and moved under the scheduler's lock, so that a scheduler
     pass that committed meanwhile is seen by the plan. The nodes chosen are cordoned in the
-    plan's transaction (`_cordon`), as Cluster Autoscaler taints a node ToBeDeletedByClusterAutoscaler
+    plan's transaction (`decision_cordon`), as Cluster Autoscaler taints a node ToBeDeletedByClusterAutoscaler
     as part of its decision, and the drain checks their pods again once the cluster has them
-    cordoned (`pods_recheck`): a node a pod keeps now is uncordoned, said as ScaleDownBlocked."""
+    cordoned (`PodsRecheck`): a node a pod keeps now is uncordoned, said as ScaleDownBlocked. A
+    pass that stops between the two leaves the cordon to the next (`cordons_left_settle`)."""
     pool, now, decision = d.pool, d.now, d.decision
 
     def plan() -> tuple[list[Node], Removable]:
@@ -400,14 +405,14 @@ def _scale_down(d: _Decided, spec) -> Plan:
 
     if real_cluster():  # a real cluster's pods are evicted by the drain and placed again by kube-scheduler
         live, removable = plan()
-        cordoned = _cordon(removable)
+        cordoned = decision_cordon(pool, [node for node, _ in removable.chosen], now)
     else:
         with transaction.atomic():
             scheduler_lock()  # pods move like a scheduler bind: never at the same time as a pass
             live, removable = plan()
             for node, moves in removable.chosen:
                 repack(pool, node, moves, now)
-            cordoned = _cordon(removable)
+            cordoned = decision_cordon(pool, [node for node, _ in removable.chosen], now)
     victims = removable.chosen
     if not victims:
         if d.said_already(SCALE_DOWN_BLOCKED, len(live)):
@@ -415,12 +420,13 @@ def _scale_down(d: _Decided, spec) -> Plan:
         kept = "; ".join(f"{name}: {why}" for name, why in removable.kept.items()) or "no burst node to remove"
         return d.blocked(SCALE_DOWN_BLOCKED, f"Scale-down to {decision.desired} not done: every burst node is kept ({kept})", current=len(live))
     p = ReconcilePass(pool=pool, spec=spec, now=now, cloud=get_cloud_provider(), cluster=get_cluster_backend())
-    recheck, cancelled = pods_recheck(p.cluster, victims), {}
+    recheck, cancelled = PodsRecheck(p.cluster, victims), {}
     for node, _ in victims:
         message = f"Autoscaler removes burst node {node.name}: {decision.message}"
         if why := drain_start(p, node, reason=rules.SCALED_IN, event_reason="ScaledDown", message=message, recheck=recheck):
             cancelled[node.name] = why
     if cancelled:  # the nodes that stay take pods again
+        recheck.cordons_lift([n for n, _ in victims if n.name in cancelled])
         Node.objects.filter(pk__in=[n.pk for n, _ in victims if n.name in cancelled and n.pk in cordoned], release_reason="").update(unschedulable=False)
         said = "; ".join(f"{name}: {why}" for name, why in cancelled.items())
         if len(cancelled) == len(victims):
@@ -430,17 +436,6 @@ def _scale_down(d: _Decided, spec) -> Plan:
     _record(pool, now, len(live), len(live) - removed, "ScaledDown", f"Scaled down from {len(live)} to {len(live) - removed} node(s): {decision.message}", d.shown, d.policy_text, emit=False)
     _store(pool, decision.history if removed == -decision.delta else d.history.record(at=now, recommendation=decision.raw_recommendation, change=-removed))
     return Plan(AutoscaleResult(pool=pool.name, claimed=True, current=len(live), desired=len(live) - removed, reason="ScaledDown"))
-
-
-def _cordon(removable: Removable) -> set[int]:
-    """Mark the nodes chosen unschedulable in the plan's transaction: from its commit on, the
-    scheduler (and a real cluster's scheduler extender) places no pod there; the drain cordons
-    the cluster's Node. Returns those this cordoned (one a repair cordoned stays so if its
-    scale-down is cancelled)."""
-    ids = {node.pk for node, _ in removable.chosen if not node.unschedulable}
-    if ids:
-        Node.objects.filter(pk__in=ids).update(unschedulable=True)
-    return ids
 
 
 def _burst_off(pool: GpuNodePool, spec, now: datetime, view: FleetView, *, dry_run: bool) -> Plan:

@@ -40,7 +40,7 @@ them again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -48,6 +48,7 @@ from django.conf import settings
 
 from pools.core.disruption import SAFE_TO_EVICT, DisruptionBudget, eviction_opted_out, refused
 from pools.core.lifecycle import PROVISIONING_PHASES
+from pools.core.node_labels import CORDONED_PHASES
 from pools.core.scheduling.nodes import NodeState, best_fit_gpus, filter_node
 from pools.core.scheduling.nodes import Pod as CorePod
 from pools.models import GpuNodePool, Node
@@ -229,41 +230,118 @@ def repack(pool: GpuNodePool, source: Node, moves: list[Move], now: datetime) ->
     placements_end(left, now)
 
 
-def pods_recheck(cluster, victims: list[tuple[Node, list]]) -> Callable[[Node], str]:
+class PodsRecheck:
     """The drain's check of a chosen node once the cluster has it cordoned, right before it
     evicts (CA's actuator runs `GetPodsToMove` again on the tainted node): why a pod on it now
     that the plan did not see keeps the node ("" when none does); the plan's pods were judged
     under the plan. The same rules as the plan's (`moved_by_scale_down`, `pod_keeps_node`): an
-    expendable, DaemonSet or mirror pod goes with the node; one
-    annotated safe-to-evict "false", or (on a real cluster) owned by no controller, keeps it; so
-    does one whose budget allows no eviction now, or one not in the read model yet."""
-    planned = {node.pk: {move.pod.key for move in moves} for node, moves in victims}
+    expendable, DaemonSet or mirror pod goes with the node; one annotated safe-to-evict
+    "false", or (on a real cluster) owned by no controller, keeps it; so does one whose budget
+    allows no eviction now (the newcomers of the nodes drained before it counted as evicted
+    first, as the Eviction API spends their budgets), or one not in the read model yet.
 
-    def recheck(node: Node) -> str:
-        try:
-            listed = cluster.list_pods(node_name=node.name)
-        except ProviderError as exc:
-            return f"the pods on {node.name} could not be listed ({exc.message})"
-        keys = [(x.namespace, x.name) for x in listed if not x.terminating and f"{x.namespace}/{x.name}" not in planned.get(node.pk, ())]
-        rows = {pod.key: pod for pod in Pod.objects.live().named(keys)} if keys else {}
-        newcomers = []
-        for key in (f"{namespace}/{name}" for namespace, name in keys):
-            if (pod := rows.get(key)) is None:
-                return f"pod {key} is on the node and not known here yet"
-            if not moved_by_scale_down(pod):
+    The pods of every chosen node are read once per pass, when the drain asks about its first
+    node, and the budgets once: the simulated cluster's pods are the read model's rows (one
+    query; `SimulatedCluster.list_pods` reads the same rows), and its scheduler has respected
+    the cordons of every chosen node since the decision committed them. On a real cluster
+    kube-scheduler respects only the cluster's cordon, so the nodes the drain has not reached
+    yet are cordoned first, as CA taints every node of a scale-down before it drains any
+    (`taintNodesSync`); their drain cordons them again (idempotent). Their pods are then listed
+    once per node (a field selector names one node; one list of every pod in the cluster would
+    cost more) and looked up in the read model in one query."""
+
+    def __init__(self, cluster, victims: list[tuple[Node, list]]):
+        self.cluster = cluster
+        self.nodes = [node for node, _ in victims]
+        self.planned = {node.pk: {move.pod.key for move in moves} for node, moves in victims}
+        self.reasons: dict[int, str] = {}
+        self.cordoned_ahead: set[int] = set()  # nodes this cordoned in the cluster before their drain reached them
+        self.asked: set[int] = set()
+
+    def __call__(self, node: Node) -> str:
+        self.asked.add(node.pk)
+        if node.pk not in self.reasons:
+            at = next((i for i, n in enumerate(self.nodes) if n.pk == node.pk), None)
+            self.reasons.update(self._judged([node] if at is None else self.nodes[at:]))
+        return self.reasons[node.pk]
+
+    def cordons_lift(self, nodes: list[Node]) -> None:
+        """Lift the cluster's cordon this set ahead of a node whose drain was then cancelled
+        before it asked here (its own cordon failed): nothing else would (a Ready node cordoned
+        in the cluster is an administrator's, for the drift check). A node in a cordoned phase
+        keeps its cordon (a repair's), as `drain_start` leaves it."""
+        for node in nodes:
+            if node.pk in self.cordoned_ahead and node.pk not in self.asked and node.phase not in CORDONED_PHASES:
+                try:
+                    self.cluster.uncordon(name=node.name)
+                except ProviderError as exc:
+                    logger.warning("node %s stays cordoned in the cluster after its scale-down was cancelled: %s", node.name, exc.message)
+
+    def _judged(self, nodes: list[Node]) -> dict[int, str]:
+        """Why each of `nodes` (the first cordoned by its drain already) is kept ("" when not)."""
+        reasons: dict[int, str] = {}
+        listed = self._pods_on(nodes, reasons)
+        newcomers: dict[int, list[Pod]] = {}
+        for node in nodes:
+            if node.pk in reasons:
                 continue
-            if why := pod_keeps_node(pod):
-                return why
-            newcomers.append(pod)
-        if not newcomers:
-            return ""
+            reasons[node.pk] = ""
+            for key, pod in listed[node.pk]:
+                if key in self.planned.get(node.pk, ()):
+                    continue
+                if pod is None:
+                    reasons[node.pk] = f"pod {key} is on the node and not known here yet"
+                    break
+                if not moved_by_scale_down(pod):
+                    continue
+                if why := pod_keeps_node(pod):
+                    reasons[node.pk] = why
+                    break
+                newcomers.setdefault(node.pk, []).append(pod)
+        waiting = [node for node in nodes if not reasons[node.pk] and newcomers.get(node.pk)]
+        if not waiting:
+            return reasons
         try:
-            budgets = cluster.disruption_budgets(pods={pod.key: pod.labels or {} for pod in newcomers})
+            budgets = self.cluster.disruption_budgets(pods={pod.key: pod.labels or {} for node in waiting for pod in newcomers[node.pk]})
         except (ProviderError, *CLUSTER_UNREACHABLE) as exc:
-            return f"the disruption budgets of its pods could not be read ({exc})"
-        if refusing := refused([pod.key for pod in newcomers], budgets):
-            named = next((b.named for b in budgets if refusing[0] in b.pods), "a disruption budget")
-            return f"pod {refusing[0]} may not be evicted now: {named} allows no more disruptions"
-        return ""
+            return reasons | {node.pk: f"the disruption budgets of its pods could not be read ({exc})" for node in waiting}
+        ahead: list[str] = []
+        for node in waiting:
+            keys = [pod.key for pod in newcomers[node.pk]]
+            if refusing := [key for key in refused(ahead + keys, budgets) if key in set(keys)]:
+                named = next((b.named for b in budgets if refusing[0] in b.pods), "a disruption budget")
+                reasons[node.pk] = f"pod {refusing[0]} may not be evicted now: {named} allows no more disruptions"
+            else:
+                ahead += keys
+        return reasons
 
-    return recheck
+    def _pods_on(self, nodes: list[Node], reasons: dict[int, str]) -> dict[int, list[tuple[str, Pod | None]]]:
+        """The pods on each node not kept already ("namespace/name" and its row, None when the
+        read model does not have it), terminating ones left out: the drain waits for those.
+        A node that could not be cordoned or listed gets its reason in `reasons` instead."""
+        if not real_cluster():
+            rows = Pod.objects.live().filter(node__in=[node.pk for node in nodes], phase=Pod.Phase.RUNNING).order_by("namespace", "name")
+            out: dict[int, list[tuple[str, Pod | None]]] = {node.pk: [] for node in nodes}
+            for pod in rows:
+                out[pod.node_id].append((pod.key, pod))
+            return out
+        for node in (n for n in nodes[1:] if n.ready_at is not None):  # one never registered has no Node to cordon
+            try:
+                self.cluster.cordon(name=node.name)
+                self.cordoned_ahead.add(node.pk)
+            except ProviderError as exc:
+                reasons[node.pk] = f"node {node.name} could not be cordoned in the cluster now ({exc.message})"
+        keys: dict[int, list[tuple[str, str]]] = {}
+        for node in nodes:
+            if node.pk in reasons:
+                continue
+            try:
+                listed = self.cluster.list_pods(node_name=node.name)
+            except ProviderError as exc:
+                reasons[node.pk] = f"the pods on {node.name} could not be listed ({exc.message})"
+                continue
+            planned = self.planned.get(node.pk, ())
+            keys[node.pk] = [(x.namespace, x.name) for x in listed if not x.terminating and f"{x.namespace}/{x.name}" not in planned]
+        wanted = [key for pairs in keys.values() for key in pairs]
+        rows = {pod.key: pod for pod in Pod.objects.live().named(wanted)} if wanted else {}
+        return {pk: [(f"{ns}/{name}", rows.get(f"{ns}/{name}")) for ns, name in pairs] for pk, pairs in keys.items()}

@@ -9,7 +9,7 @@ import logging
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from django.db.models import Count, OuterRef, Subquery
+from django.db.models import Count, OuterRef, Q, Subquery
 
 from monitoring.selectors import gpu_memory_used_pct
 from pools.core.scale_up import Capacity, QuotaRooms, Shapes
@@ -54,6 +54,9 @@ class FleetView:
     memory: dict[int, float]  # pool -> GPU memory used (%), where agents report it
     last: dict[int, tuple[str, int]]  # pool -> (reason, from_nodes) of its latest ScalingActivity
     inputs: ScaleUpInputs = field(default_factory=ScaleUpInputs)
+    # pool -> its Ready (or Unknown) nodes cordoned and not leaving: a scale-down decision's
+    # cordon, maybe left by a pass that stopped before its drain (pools/controllers/scale_down_cordons.py)
+    cordoned: dict[int, int] = field(default_factory=dict)
 
 
 def fleet_view(pools: list[GpuNodePool], *, queue_of: FleetView | None = None) -> FleetView:
@@ -62,10 +65,14 @@ def fleet_view(pools: list[GpuNodePool], *, queue_of: FleetView | None = None) -
     its own rows."""
     ids = [p.pk for p in pools]
     nodes: dict[int, tuple[int, int]] = {}
+    cordoned: dict[int, int] = {}
     live = Node.objects.filter(pool_id__in=ids, release_reason="").exclude(phase=Node.Phase.TERMINATED)
-    for pool_id, billing, n in live.values_list("pool_id", "billing").annotate(n=Count("pk")).order_by():
+    held = Count("pk", filter=Q(unschedulable=True, phase__in=(Node.Phase.READY, Node.Phase.UNKNOWN)))
+    for pool_id, billing, n, k in live.values_list("pool_id", "billing").annotate(n=Count("pk"), k=held).order_by():
         total, burst = nodes.get(pool_id, (0, 0))
         nodes[pool_id] = (total + n, burst + (n if billing == Node.Billing.ON_DEMAND else 0))
+        if k:
+            cordoned[pool_id] = cordoned.get(pool_id, 0) + k
     if queue_of is not None:
         pending, shapes, catalog = queue_of.pending, queue_of.shapes, queue_of.catalog
     else:
@@ -79,7 +86,7 @@ def fleet_view(pools: list[GpuNodePool], *, queue_of: FleetView | None = None) -
         .values_list("pk", "reason", "before")
         if reason is not None
     } if ids else {}
-    return FleetView(catalog=catalog, nodes=nodes, pending=pending, shapes=shapes, memory=memory, last=last)
+    return FleetView(catalog=catalog, nodes=nodes, pending=pending, shapes=shapes, memory=memory, last=last, cordoned=cordoned)
 
 
 def queues_read(team_ids: Collection[int]) -> tuple[dict[int, list[CorePod]], dict[int, Shapes]]:

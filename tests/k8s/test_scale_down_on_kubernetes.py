@@ -12,7 +12,10 @@ import pytest
 from kubernetes import client
 
 from pools.controllers.autoscaler import pool_autoscale
+from pools.controllers.scale_down import PodsRecheck
+from pools.controllers.scale_down_cordons import cordon_bound, decision_cordon
 from pools.models import Node, Pod, ScalingActivity
+from pools.providers import get_cluster_backend
 from pools.providers.kubernetes_pods import ClusterPods, pod_fields
 from pools.services.pod_mirror import pods_apply
 from tests.k8s.helpers import pod
@@ -81,3 +84,53 @@ def test_the_mirror_reads_the_controller_of_a_pod_the_api_server_lists(kube, cor
     listed, _ = ClusterPods(kube).list()
     kinds = {item["metadata"]["name"]: Pod(document=pod_fields(item, now=T0)["document"]).controller_kind for item in listed if item["metadata"]["namespace"] == namespace}
     assert kinds == {"owned": "ReplicaSet", "bare": ""}
+
+
+def cluster_node(core, name: str, *, cordoned: bool = False) -> None:
+    core.create_node(client.V1Node(metadata=client.V1ObjectMeta(name=name, labels={"kubernetes.io/hostname": name}), spec=client.V1NodeSpec(unschedulable=cordoned or None)))
+
+
+def cordoned_in_cluster(core, name: str) -> bool:
+    return bool(core.read_node(name).spec.unschedulable)
+
+
+def test_a_cordon_a_stopped_scale_down_left_is_lifted_in_the_cluster_too(burst_pool, core, namespace):
+    """The decision cordoned the burst node and its drain cordoned the cluster's Node, then the
+    worker stopped. A pod the read model does not know yet is bound there: past the claim time,
+    the next pass lifts the cordon in the cluster and on the row, and says why."""
+    pool, burst = burst_pool
+    cluster_node(core, burst.name, cordoned=True)
+    try:
+        decision_cordon(pool, [burst], LATER)
+        core.create_namespaced_pod(namespace, pod(namespace, "fresh", node=burst.name))
+        memory_used(pool, 95)  # busy now: no scale-down of its own
+        pool_autoscale(pool_id=pool.pk, now=LATER + cordon_bound() + timedelta(seconds=1))
+        burst.refresh_from_db()
+        assert not burst.unschedulable and burst.release_reason == ""
+        assert not cordoned_in_cluster(core, burst.name)
+        message = pool.events.get(reason="ScaleDownUncordoned").message
+        assert f"pod {namespace}/fresh is on the node and not known here yet" in message, message
+    finally:
+        core.delete_node(burst.name)
+
+
+def test_the_recheck_cordons_the_chosen_nodes_in_the_cluster_before_it_lists_their_pods(burst_pool, core):
+    """kube-scheduler sees only the cluster's cordon: the nodes the drain has not reached yet
+    are cordoned before the one read of every chosen node's pods; a cordon set so ahead of a
+    drain cancelled before it asked is lifted."""
+    pool, burst = burst_pool
+    second = Node.objects.create(pool=pool, name=f"{burst.name}-2", billing=Node.Billing.ON_DEMAND, phase=Node.Phase.READY, zone=pool.zone,
+                                 gpu_count=8, labels=burst.labels, taints=burst.taints, ready_at=T0)  # fmt: skip
+    for node in (burst, second):
+        cluster_node(core, node.name)
+    try:
+        cluster = get_cluster_backend()
+        recheck = PodsRecheck(cluster, [(burst, []), (second, [])])
+        cluster.cordon(name=burst.name)  # as the drain does before it asks
+        assert recheck(burst) == ""
+        assert cordoned_in_cluster(core, second.name)
+        recheck.cordons_lift([second])  # its drain did not get as far as asking
+        assert not cordoned_in_cluster(core, second.name)
+    finally:
+        for node in (burst, second):
+            core.delete_node(node.name)

@@ -1,0 +1,191 @@
+"""A burst node cordoned by a scale-down decision whose drain never started (the worker stopped
+between the decision's commit and the drain) is settled by a later pass, as Cluster Autoscaler
+removes its leftover ToBeDeletedByClusterAutoscaler taints (`CleanAllToBeDeleted`) and
+un-taints a node whose drain failed: once the pool's claim time has passed since the decision,
+the node is drained if its pods, checked again, may go, else uncordoned, with an event that
+says which and why. Only a cordon the decision recorded is settled: a repair's, or one nobody
+recorded, is never lifted. The drain's re-check reads every chosen node's pods once per pass."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from unittest import mock
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from pools.controllers import autoscaler
+from pools.controllers.autoscaler import autoscale_all, pool_autoscale
+from pools.controllers.repair_cordon import wait_cordon
+from pools.controllers.scale_down import PodsRecheck
+from pools.controllers.scale_down_cordons import cordon_bound, cordons_left_settle
+from pools.controllers.scheduler import scheduler_pass
+from pools.core.spec import parse_document
+from pools.models import Node, PoolEvent
+from pools.models.pods import Pod
+from pools.providers import get_cluster_backend
+from pools.selectors.pools import catalog_current
+from pools.services import pods as pod_services
+from pools.services.disruption_budgets import budget_create
+from tests.pools.autoscaler_helpers import memory_used
+from tests.pools.pod_helpers import submit
+from tests.pools.test_autoscaler_scale_down_cordon import (
+    LATER,
+    pinned_document,
+    run_on,
+    scaling_down_pool,
+)
+from tests.race import concurrently
+
+SETTLED = LATER + cordon_bound() + timedelta(seconds=1)  # the claim time has passed since the decision
+postgresql_only = pytest.mark.skipif(connection.vendor != "postgresql", reason="concurrent workers need PostgreSQL (SQLite has one writer)")
+
+
+class WorkerStopped(Exception):
+    """The worker's process ends between the decision's commit and the drain."""
+
+
+def decided_then_stopped(pool) -> None:
+    """A scale-down decision commits (the burst node cordoned, its pod moved off) and its worker
+    stops before the drain: nothing is left to drain the node or lift its cordon."""
+
+    def stop(*args, **kwargs):
+        raise WorkerStopped
+
+    with mock.patch.object(autoscaler, "drain_start", stop), pytest.raises(WorkerStopped):
+        pool_autoscale(pool_id=pool.pk, now=LATER)
+
+
+def kept_by_a_pinned_pod(actors):
+    """A pool whose scale-down stopped after its decision, with a pod annotated safe-to-evict
+    "false" on the cordoned burst node (bound in the same instant, as a real cluster's
+    kube-scheduler may), and busy now: no scale-down of its own would take the node."""
+    pool, burst = scaling_down_pool(actors)
+    decided_then_stopped(pool)
+    burst.refresh_from_db()
+    assert burst.unschedulable and burst.release_reason == "" and burst.phase == Node.Phase.READY
+    run_on(pod_services.pod_create(user=actors["member"], document=pinned_document(), now=LATER), burst, [2, 3, 4, 5])
+    memory_used(pool, 95)
+    return pool, burst
+
+
+@pytest.mark.django_db
+def test_a_cordon_a_stopped_pass_left_is_lifted_when_a_pod_on_the_node_keeps_it(actors):
+    pool, burst = kept_by_a_pinned_pod(actors)
+    autoscale_all(now=LATER + cordon_bound() - timedelta(seconds=1))  # the drain may still follow
+    burst.refresh_from_db()
+    assert burst.unschedulable and not pool.events.filter(reason="ScaleDownUncordoned").exists()
+    autoscale_all(now=SETTLED)
+    burst.refresh_from_db()
+    assert not burst.unschedulable and burst.release_reason == "" and burst.phase == Node.Phase.READY
+    event = pool.events.get(reason="ScaleDownUncordoned")
+    assert event.node_id == burst.pk and event.type == PoolEvent.Type.WARNING
+    assert "did not start its drain within 2m0s (the pass that decided it stopped)" in event.message, event.message
+    assert 'pod algorithm/pinned is annotated cluster-autoscaler.kubernetes.io/safe-to-evict: "false"' in event.message, event.message
+    assert Pod.objects.get(name="pinned").node_id == burst.pk  # nothing was evicted
+    another = submit(actors["member"], "another", gpus=2, cpu="1", duration="10h")  # only the burst node has room
+    scheduler_pass(now=SETTLED + timedelta(seconds=5))
+    another.refresh_from_db()
+    assert another.node_id == burst.pk  # its capacity is back
+
+
+@pytest.mark.django_db
+def test_a_cordon_a_stopped_pass_left_is_drained_when_the_pods_may_go(actors):
+    """The decision moved the node's pod off already; nothing on it keeps it: its drain, which
+    the stopped pass never started, runs now, though the pool would not scale down today."""
+    pool, burst = scaling_down_pool(actors)
+    decided_then_stopped(pool)
+    memory_used(pool, 95)
+    autoscale_all(now=SETTLED)
+    burst.refresh_from_db()
+    assert burst.release_reason == "ScaledIn" and burst.phase == Node.Phase.TERMINATED
+    event = pool.events.get(reason="ScaledDown", node=burst)
+    assert event.message.startswith(f"Autoscaler removes burst node {burst.name}: the scale-down that cordoned it at 09:00:00 UTC did not start its drain"), event.message
+    assert not pool.events.filter(reason="ScaleDownUncordoned").exists()
+
+
+@pytest.mark.django_db
+def test_settling_twice_lifts_the_cordon_once(actors):
+    pool, burst = kept_by_a_pinned_pod(actors)
+    autoscale_all(now=SETTLED)
+    autoscale_all(now=SETTLED + timedelta(minutes=1))
+    assert pool.events.get(reason="ScaleDownUncordoned").count == 1
+
+
+@pytest.mark.django_db
+def test_a_cordon_the_decision_did_not_record_is_never_lifted(actors):
+    """A Ready node cordoned by someone else (no `ScaleDownCordoned` event of the decision on
+    it) stays cordoned, however long."""
+    pool, burst = scaling_down_pool(actors)
+    Node.objects.filter(pk=burst.pk).update(unschedulable=True)
+    memory_used(pool, 95)
+    autoscale_all(now=SETTLED)
+    burst.refresh_from_db()
+    assert burst.unschedulable and burst.release_reason == ""
+    assert not pool.events.filter(reason__in=["ScaleDownUncordoned", "ScaledDown"]).exists()
+
+
+@pytest.mark.django_db
+def test_a_repair_cordon_after_the_decisions_is_never_lifted(actors):
+    """The repair cordons the node (its GPU fault waits) after the stopped decision: the cordon
+    is the repair's now, and stays until the repair lifts it."""
+    pool, burst = kept_by_a_pinned_pod(actors)
+    assert wait_cordon(pool=pool, node=burst, cluster=get_cluster_backend(), waiting_for="the fault must persist", now=LATER + timedelta(seconds=10))
+    autoscale_all(now=SETTLED)
+    burst.refresh_from_db()
+    assert burst.phase == Node.Phase.CORDONED and burst.unschedulable and burst.release_reason == ""
+    assert not pool.events.filter(reason__in=["ScaleDownUncordoned", "ScaledDown"]).exists()
+
+
+@postgresql_only
+@pytest.mark.django_db(transaction=True)
+def test_two_workers_settling_the_same_cordon_lift_it_once(actors):
+    """Two workers settle the pool at once, past its claim (as after a claim that expired under
+    a slow worker): the row's conditional UPDATE lets one of them lift it and say so."""
+    pool, burst = kept_by_a_pinned_pod(actors)
+    spec = parse_document(pool.document, catalog_current())
+    assert any(concurrently(*[lambda: cordons_left_settle(pool, spec, SETTLED)] * 2))  # the later one may find it settled already
+    burst.refresh_from_db()
+    assert not burst.unschedulable
+    assert pool.events.get(reason="ScaleDownUncordoned").count == 1
+
+
+def burst_nodes_running(actors, count: int, **labels):
+    """A pool with `count` Ready burst nodes, each running one pod (labelled `labels`)."""
+    pool, first = scaling_down_pool(actors)
+    nodes = [first]
+    for index in range(1, count):
+        nodes.append(Node.objects.create(pool=pool, name=f"{first.name}-{index}", billing=Node.Billing.ON_DEMAND, phase=Node.Phase.READY,
+                                         zone=pool.zone, gpu_count=8, labels=first.labels, taints=first.taints, ready_at=first.ready_at))  # fmt: skip
+        run_on(submit(actors["member"], f"on-{index}", gpus=2, cpu="1", duration="10h", labels=labels or None), nodes[-1], [0, 1])
+    return pool, nodes
+
+
+def recheck_statements(nodes: list[Node]) -> int:
+    """The statements of the drain's re-check of these nodes, each asked in turn."""
+    recheck = PodsRecheck(get_cluster_backend(), [(node, []) for node in nodes])
+    with CaptureQueriesContext(connection) as queries:
+        assert [recheck(node) for node in nodes] == [""] * len(nodes)
+    return len(queries)
+
+
+@pytest.mark.django_db
+def test_the_drains_recheck_reads_the_pods_of_every_chosen_node_at_once(actors):
+    """Three chosen nodes cost the re-check no more statements than one: their pods are read in
+    one query, their budgets once."""
+    pool, nodes = burst_nodes_running(actors, 3)
+    assert recheck_statements(nodes[:1]) == recheck_statements(nodes)
+
+
+@pytest.mark.django_db
+def test_the_recheck_counts_the_pods_of_the_nodes_drained_before_against_their_budget(actors):
+    """One budget over the newcomers of two chosen nodes allows one eviction: the first node's
+    pod spends it, so the second node is kept."""
+    pool, nodes = burst_nodes_running(actors, 3, app="trainer")
+    budget_create(user=actors["member"], document={"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                                                   "metadata": {"name": "one", "namespace": "algorithm"},
+                                                   "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "trainer"}}}})  # fmt: skip
+    recheck = PodsRecheck(get_cluster_backend(), [(node, []) for node in nodes[1:]])
+    assert recheck(nodes[1]) == ""
+    assert recheck(nodes[2]) == "pod algorithm/on-2 may not be evicted now: the disruption budget algorithm/one allows no more disruptions"
