@@ -54,18 +54,6 @@ def test_the_api_answers_409_with_the_reason(api, real_cluster):
     assert "kubectl" in response.json()["errors"][0]["message"]
 
 
-@pytest.fixture
-def cluster_away(settings, tmp_path):
-    """A real cluster whose API server does not answer."""
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: away\n"
-        "clusters: [{name: away, cluster: {server: 'http://127.0.0.1:9'}}]\n"
-        "contexts: [{name: away, context: {cluster: away, user: away}}]\nusers: [{name: away, user: {}}]\n"
-    )
-    return {"EBCLOUD_CLUSTER_BACKEND": "kubernetes", "EBCLOUD_KUBECONFIG": str(kubeconfig)}
-
-
 def test_the_repack_plan_still_answers_when_the_disruption_budgets_cannot_be_read(api, actors, settings, cluster_away, caplog):
     """The plan asks the API server which evictions the PodDisruptionBudgets refuse; with the
     server away it plans without them (a drain's evictions still ask) and says so in the log."""

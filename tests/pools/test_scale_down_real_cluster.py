@@ -25,15 +25,9 @@ OWNER = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "trainer-5d8f", 
 
 
 @pytest.fixture
-def cluster_away(settings, tmp_path):
-    """A real cluster whose API server does not answer."""
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: away\n"
-        "clusters: [{name: away, cluster: {server: 'http://127.0.0.1:9'}}]\n"
-        "contexts: [{name: away, context: {cluster: away, user: away}}]\nusers: [{name: away, user: {}}]\n"
-    )
-    settings.EBCLOUD_CLUSTER_BACKEND, settings.EBCLOUD_KUBECONFIG = "kubernetes", str(kubeconfig)
+def on_cluster_away(settings, cluster_away):
+    """The whole test on a real cluster whose API server does not answer."""
+    settings.EBCLOUD_CLUSTER_BACKEND, settings.EBCLOUD_KUBECONFIG = cluster_away.values()
 
 
 def mirrored(teams, *documents) -> None:
@@ -65,7 +59,7 @@ def test_the_mirror_keeps_a_pods_owner_references_and_the_controllers_kind_is_re
     assert Pod(document=pod_fields(cluster_pod("n1", "bare"), now=T0)["document"]).controller_kind == ""
 
 
-def test_daemonset_and_mirror_pods_keep_no_burst_node(actors, teams, cluster_away):
+def test_daemonset_and_mirror_pods_keep_no_burst_node(actors, teams, on_cluster_away):
     """Every node runs the GPU device plugin (a DaemonSet's pod pinned to it) and the burst node
     a static pod too: the burst node is empty for the scale-down, goes, and nothing is moved (the
     drain leaves such pods; they go with the node)."""
@@ -80,7 +74,7 @@ def test_daemonset_and_mirror_pods_keep_no_burst_node(actors, teams, cluster_awa
     assert plan.chosen == [(burst, [])] and plan.kept == {}
 
 
-def test_a_pod_no_controller_owns_keeps_its_burst_node(actors, teams, cluster_away):
+def test_a_pod_no_controller_owns_keeps_its_burst_node(actors, teams, on_cluster_away):
     pool, burst = pool_with_burst_node(actors)
     mirrored(teams, cluster_pod(burst.name, "bare-train", gpus=1))
     plan = scale_down_plan(pool)
@@ -91,7 +85,7 @@ def test_a_pod_no_controller_owns_keeps_its_burst_node(actors, teams, cluster_aw
 
 
 @pytest.mark.parametrize("metadata", [{"owner": OWNER}, {"annotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "true"}}], ids=["controlled", "safe-to-evict"])
-def test_a_controlled_pod_or_one_safe_to_evict_is_not_kept_for_lacking_a_controller(actors, teams, cluster_away, metadata):
+def test_a_controlled_pod_or_one_safe_to_evict_is_not_kept_for_lacking_a_controller(actors, teams, on_cluster_away, metadata):
     """Such a pod is weighed like any other: here its node is kept only because the cluster's
     disruption budgets cannot be read."""
     pool, burst = pool_with_burst_node(actors)
