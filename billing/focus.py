@@ -5,7 +5,8 @@ tools they already use, next to their AWS/Azure/GCP bills. Exporting our pools i
 means a monthly lease looks like what it economically is: a commitment discount.
 
 - A lease = one ``Purchase`` row for its term, billed when paid (BilledCost = the payment,
-  PricingQuantity its months, EffectiveCost 0, ChargeFrequency ``Recurring``), plus hourly ``Usage`` rows priced
+  ListCost at the list price, PricingQuantity its months, EffectiveCost 0, ChargeFrequency
+  ``One-Time`` for a multi-month term paid up front, else ``Recurring``), plus hourly ``Usage`` rows priced
   ``Committed`` whose EffectiveCost is the amortised hour (BilledCost 0): the pods' share is
   CommitmentDiscountStatus ``Used``, the idle remainder ``Unused``. Over a whole lease,
   Σ EffectiveCost of its usage rows = Σ BilledCost of its purchase rows, exactly.
@@ -142,6 +143,11 @@ class Lease:
     # (a ledger period): its purchases are then its months from that moment
     # (`billing.lease_costs.lease_month_spans`), not from `start`, which is an hour boundary.
     bought: datetime | None = None
+    # The undiscounted list price of a node-month it was bought at (its order's unit price): the
+    # purchase's ListCost (FOCUS: the public price). None: unknown, ListCost is what was paid.
+    list_monthly_price: Decimal | None = None
+    term_months: int = 1  # of the term its order paid at once, up front (quarterly: 3)
+    billing_kind: str = MONTHLY  # its node's (monthly or preemptible): its purchase's SKU
 
 
 # --------------------------------------------------------------------------- rows
@@ -156,12 +162,14 @@ def purchase_rows(
     """The lease's Purchase row, in the lease's currency: one for its whole term, billed in the
     month it begins in (when it was paid: a quarterly lease's debit is one charge, not three).
 
-    BilledCost = ListCost = ContractedCost = what the lease paid (its known payment, or its
-    monthly price × months); PricingQuantity is its months (a trailing part-month pro rata) and
-    the unit prices are that cost per month, so unit price × quantity = cost (FOCUS 1.2). The
-    charge period is the term (FOCUS: for a non-usage charge "the duration of eligibility"): it
-    may end after its billing period, as FOCUS's own commitment purchase examples do; the usage
-    rows' EffectiveCost amortises it hour by hour.
+    BilledCost = ContractedCost = what the lease paid (its known payment, or its monthly price ×
+    months), ListCost its months at the undiscounted list price (FOCUS 1.2: the public price, so
+    a term's discount is ListCost − ContractedCost); PricingQuantity is its months (a trailing
+    part-month pro rata), the unit prices each cost per month, so unit price × quantity = cost.
+    A multi-month term is paid once, up front (`billing.pricing.Quote.amount`): ``One-Time``; a
+    monthly lease ``Recurring``. The charge period is the term (FOCUS: for a non-usage charge
+    "the duration of eligibility"): it may end after its billing period, as FOCUS's own
+    commitment purchase examples do; the usage rows' EffectiveCost amortises it hour by hour.
     """
     spans = list(lease_month_spans(lease.start, lease.end, lease.bought))
     if not spans:
@@ -172,21 +180,24 @@ def purchase_rows(
     else:
         amount = Decimal(lease.payment).quantize(quantum)
     unit_price = _price(Fraction(amount) / months) if months else amount
+    list_unit, list_cost = unit_price, amount  # the list price unknown: what was paid
+    if lease.list_monthly_price is not None:
+        list_unit, list_cost = _price(Fraction(lease.list_monthly_price)), quantize_money(Fraction(lease.list_monthly_price) * months, quantum)
     period_start, period_end = spans[0][0], spans[-1][1]
     hours = (period_end - period_start) // timedelta(hours=1)
     row = _base(account, lease.currency, period_start, period_end, lease.team, lease.region)
     row.update(
         BilledCost=amount,
         EffectiveCost=_zero(quantum),
-        ListCost=amount,
+        ListCost=list_cost,
         ContractedCost=amount,
-        ListUnitPrice=unit_price,
+        ListUnitPrice=list_unit,
         ContractedUnitPrice=unit_price,
         PricingQuantity=_qty(months),
         PricingUnit="Months",
         PricingCategory="Standard",
         ChargeCategory="Purchase",
-        ChargeFrequency="Recurring",
+        ChargeFrequency="One-Time" if lease.term_months > 1 else "Recurring",
         ChargeDescription=(
             f"Lease {lease.name or lease.commitment_id} of node {lease.node} "
             f"({lease.gpu_count}x {lease.gpu_class or 'GPU'}), pool {lease.pool}"
@@ -197,7 +208,7 @@ def purchase_rows(
         ResourceType=COMMITMENT_TYPE,
         Tags=_tags(lease.labels, account, pool=lease.pool, node=lease.node),
         **_commitment(lease),
-        **_compute_service(lease.gpu_class, MONTHLY, lease.gpu_count),
+        **_compute_service(lease.gpu_class, lease.billing_kind, lease.gpu_count),
     )
     return [row]
 

@@ -29,13 +29,14 @@ from billing.lease_corrections import allocation_rows, commitment_id
 from billing.lease_costs import spread_sum
 from billing.metering import ledger_pool_name
 from billing.models import LeasePeriod, UsageRecord
+from pools.core.errors import ValidationError
 
 
 def ledger_commitments(nodes) -> dict[int, list[Lease]]:
     """The commitments of the nodes (a queryset, pool, team, GPU model and zone loaded) that are
     on the ledger, by node id; nodes off the ledger are left out."""
     periods: dict[int, list[LeasePeriod]] = {}
-    for period in LeasePeriod.objects.filter(node__in=nodes).order_by("lease_start", "pk"):
+    for period in LeasePeriod.objects.filter(node__in=nodes).select_related("order").order_by("lease_start", "pk"):
         periods.setdefault(period.node_id, []).append(period)
     return {node.pk: _node_commitments(node, periods[node.pk]) for node in nodes if node.pk in periods}
 
@@ -44,9 +45,11 @@ def _node_commitments(node, periods: list[LeasePeriod]) -> list[Lease]:
     leases = []
     corrections = []  # last: a usage row of the node in that hour draws down the lease it holds then
     for period in periods:
+        # Bought at its order's price and term (a renewal's may differ from the node's order's)
+        terms = {} if period.order is None else {"list_price": period.order.unit_monthly_price, "term_months": period.order.lease_months}
         if period.charged_in is not None:  # a correction: bought and amortised in its hour, whole
             first = period.charged_in
-            corrections.append(node_commitment(node, commitment_id(period, node.name), first, first + HOUR, payment=period.amount, currency=period.currency, bought=first))
+            corrections.append(node_commitment(node, commitment_id(period, node.name), first, first + HOUR, payment=period.amount, currency=period.currency, bought=first, **terms))
             continue
         start, end = floor_hour(period.lease_start), ceil_hour(period.lease_end)
         first = max(start, period.held_from)
@@ -54,16 +57,22 @@ def _node_commitments(node, periods: list[LeasePeriod]) -> list[Lease]:
         if first >= stop:
             continue
         paid = spread_sum(period.amount, start, end, first, stop)
-        leases.append(node_commitment(node, commitment_id(period, node.name), first, stop, payment=paid, currency=period.currency, bought=period.lease_start))
+        leases.append(node_commitment(node, commitment_id(period, node.name), first, stop, payment=paid, currency=period.currency, bought=period.lease_start, **terms))
     return leases + corrections
 
 
-def node_commitment(node, commitment_id: str, start, end, *, payment=None, currency=None, bought=None) -> Lease:
-    """A node's lease as a FOCUS commitment over [start, end) (the node's pool, team, GPU model
-    and zone loaded); `payment`: what it was paid exactly, when known, and `currency` what in
-    (else the currency of its monthly price); `bought`: the moment the lease began, where its
-    hours are counted from the hour it began in (its purchases are months from it)."""
+def node_commitment(node, commitment_id: str, start, end, *, payment=None, currency=None, bought=None, list_price=None, term_months=None) -> Lease:
+    """A node's lease as a FOCUS commitment over [start, end) (the node's pool, team, GPU model,
+    zone and order loaded); `payment`: what it was paid exactly, when known, and `currency` what
+    in (else the currency of its monthly price); `bought`: the moment the lease began, where its
+    hours are counted from the hour it began in (its purchases are months from it);
+    `list_price` (undiscounted, a node-month) and `term_months`: the terms it was bought on
+    (else the node's order's, or the price book's at its lease start)."""
     monthly = node_prices.monthly_price(node)
+    if list_price is None or term_months is None:
+        book_price, book_months = _bought_on(node)
+        list_price = book_price if list_price is None else list_price
+        term_months = book_months if term_months is None else term_months
     return Lease(
         commitment_id=commitment_id,
         node=node.name,
@@ -79,7 +88,28 @@ def node_commitment(node, commitment_id: str, start, end, *, payment=None, curre
         payment=payment,
         currency=currency or monthly.currency,
         bought=bought,
+        list_monthly_price=list_price,
+        term_months=term_months,
+        billing_kind=node.billing,
     )
+
+
+def _bought_on(node) -> tuple[Decimal | None, int]:
+    """The undiscounted price of a node-month and the term's months the node's lease was bought
+    on: its order's, else the price book's at its lease start (as `node_prices.monthly_price`
+    prices it); what the price book no longer has is unknown (None, and 1 month)."""
+    if node.order is not None:
+        return node.order.unit_monthly_price, node.order.lease_months
+    pool, at = node.pool, node.lease_start
+    try:
+        price = node_prices.price_in_force(node_type_id=pool.node_type_id, gpu_model_id=pool.gpu_model_id, at=at).monthly_price
+    except ValidationError:
+        price = None
+    try:
+        months = node_prices.lease_term_in_force(lease_type=pool.lease_type, at=at).months
+    except ValidationError:
+        months = 1
+    return price, months
 
 
 def correction_rows(

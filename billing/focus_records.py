@@ -24,8 +24,9 @@ tested in tests/billing/test_focus_records.py):
   and its unit price the amount per hour): ResourceId/ResourceName are the pool (ResourceType
   ``GPU Node Pool``), not the node; tags carry the pool, namespace, charged team and cost kind,
   not the node and pod names, and the description names the namespace instead of the pods;
-- a pool's monthly leases are one commitment discount (``monthly-leases/<pool>``), each lease
-  still its own purchase row (ResourceId = the lease);
+- a pool's leases are one commitment discount (``monthly-leases/<pool>``), each lease still its
+  own purchase row (ResourceId = the lease); a preemptible pool's usage is committed (billed 0,
+  its purchases bill it) in a charge period one of its leases is held in, as node by node;
 - ListUnitPrice is the pool's on-demand list price per GPU-hour for that billing kind and hour
   (Σ list price of its nodes / Σ the GPU-hours they were billed for; identical to the node-level value when the pool's
   nodes are priced alike) and ListCost is that price × the row's GPU-hours, rounded once per
@@ -41,7 +42,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import ROUND_HALF_UP, Context, Decimal
 from fractions import Fraction
 
-from billing.allocation import CENT, CORRECTION, FEE_KINDS, GPU, IDLE, MONTHLY
+from billing.allocation import CENT, CORRECTION, FEE_KINDS, GPU, IDLE, MONTHLY, PREEMPTIBLE
 from billing.focus import (
     _FEE_SERVICE,
     _PRICING_CATEGORY,
@@ -112,8 +113,24 @@ def list_unit_price(listed: Decimal, gpu_hours: Decimal | int) -> Decimal:
 
 
 def pool_commitment(pool: str) -> str:
-    """The commitment discount of a pool's monthly node leases in this export."""
+    """The commitment discount of a pool's node leases (monthly or preemptible) in this export."""
     return f"monthly-leases/{pool}"
+
+
+class _LeasedPools:
+    """Whether a pool holds a lease in a charge period, by pool name (`Lease.pool`): a leased
+    preemptible node's usage is committed, as node by node (`billing.focus._held_commitment`).
+    The cost records do not say which node a cent came from, so a preemptible line is committed
+    when a lease of its pool is held in its period (a pool's preemptible nodes are its leased
+    ones; only nodes ordered before the lease ledger, billed by the hour, are not)."""
+
+    def __init__(self, leases: Iterable[Lease]) -> None:
+        self.spans: dict[str, list[tuple[datetime, datetime]]] = {}
+        for lease in leases:
+            self.spans.setdefault(lease.pool, []).append((lease.start, lease.end))
+
+    def __call__(self, pool: str, start: datetime, end: datetime) -> bool:
+        return any(first < end and start < last for first, last in self.spans.get(pool, ()))
 
 
 # A function of a charge period's start giving {(pool id, billing kind): on-demand list price
@@ -128,6 +145,7 @@ def focus_csv_from_records(
     teams: Mapping[int, str],
     account: FocusAccount,
     leases: Sequence[Lease] = (),
+    commitments: Iterable[Lease] = (),
     purchases_from: datetime | None = None,
     purchases_to: datetime | None = None,
     list_prices: ListPrices = lambda start: {},
@@ -137,6 +155,8 @@ def focus_csv_from_records(
 ) -> Iterator[str]:
     """The FOCUS CSV: header, the leases' purchase rows (those starting in
     [purchases_from, purchases_to)), then one usage row per record, in the records' order.
+    ``commitments``: every lease of the records' pools, bought in the export or not (a pool lent
+    to the user's team): a preemptible line in a period one is held in is committed.
 
     A record is a cost record, or cost records summed over a longer ``period`` (a day): its
     first field is the start of its charge period, and records come ordered by it
@@ -154,6 +174,7 @@ def focus_csv_from_records(
     period_cells: tuple[str, str, str, str] = ("", "", "", "")
     prices: Mapping[tuple[int, str], Decimal] = {}
     own_price: dict[tuple[Decimal, Decimal], str] = {}  # (cost, GPU-hours) -> unit price cell
+    leased, held = _LeasedPools(commitments), {}  # held: pool id -> whether leased in the period
     zero = format(Decimal(0).quantize(quantum), "f")
     for values in records:
         (at, pool_id, team_id, namespace, labels_text, gpu_class, billing_kind, cost_kind,
@@ -162,12 +183,18 @@ def focus_csv_from_records(
             start = at
             period_cells = _period_cells(start, period)
             prices = list_prices(start)
-        key = (pool_id, team_id, namespace, labels_text, gpu_class, billing_kind, cost_kind, component, currency)
-        template = templates.cache.get(key) or templates.add(key, CostRecordRow(*values))
+            held.clear()
+        committed = billing_kind == MONTHLY
+        if billing_kind == PREEMPTIBLE and component in (GPU, CORRECTION):
+            committed = held.get(pool_id)
+            if committed is None:
+                committed = held[pool_id] = leased(pools[pool_id].name, start, start + period)
+        key = (pool_id, team_id, namespace, labels_text, gpu_class, billing_kind, cost_kind, component, currency, committed)
+        template = templates.cache.get(key) or templates.add(key, CostRecordRow(*values), committed)
         money = format(amount, "f")
         if component != GPU:  # a fee or a lease correction: priced per hour
             unit_cell = money if hours == 1 else format(_price(Fraction(amount) / hours), "f")
-            billed = zero if component == CORRECTION and billing_kind == MONTHLY else money  # its purchase bills it
+            billed = zero if component == CORRECTION and committed else money  # its purchase bills it
             out.append(template.format(billed, *period_cells, money, hours, unit_cell))
         else:
             unit = prices.get((pool_id, billing_kind))
@@ -181,7 +208,7 @@ def focus_csv_from_records(
             else:
                 list_cost = format(_WIDE.multiply(unit, gpu_hours).quantize(quantum, ROUND_HALF_UP), "f")
                 unit_cell = format(unit, "f")
-            billed = zero if billing_kind == MONTHLY else money
+            billed = zero if committed else money
             out.append(template.format(billed, *period_cells, list_cost, unit_cell, format(gpu_hours, "f"), money))
         if len(out) >= chunk_lines:
             yield "".join(out)
@@ -225,27 +252,27 @@ class _Templates:
         self.account, self.pools, self.teams, self.line = account, pools, teams, line
         self.cache: dict[tuple, str] = {}
 
-    def add(self, key: tuple, r: CostRecordRow) -> str:
+    def add(self, key: tuple, r: CostRecordRow, committed: bool) -> str:
         if len(self.cache) >= CACHE_LIMIT:
             self.cache.clear()
-        template = self.cache[key] = self._render(r)
+        template = self.cache[key] = self._render(r, committed)
         return template
 
-    def _render(self, r: CostRecordRow) -> str:
+    def _render(self, r: CostRecordRow, committed: bool) -> str:
         pool = self.pools[r.pool_id]
         row = _base(self.account, r.currency, r.hour, r.hour, pool.team, pool.region)
         row.update(ChargeCategory="Usage", ChargeFrequency="Usage-Based")
         periods = ("BillingPeriodEnd", "BillingPeriodStart", "ChargePeriodEnd", "ChargePeriodStart")
         if r.component == GPU:
-            row.update(_gpu_shape(r, pool))
+            row.update(_gpu_shape(r, pool, committed))
             order = ("BilledCost", *periods, "ListCost", "ListUnitPrice", "PricingQuantity", "EffectiveCost")
             same = {"ContractedCost": "ListCost", "ContractedUnitPrice": "ListUnitPrice"}
-            if not (r.billing_kind == MONTHLY and r.cost_kind == IDLE):
+            if not (committed and r.cost_kind == IDLE):
                 same["ConsumedQuantity"] = "PricingQuantity"  # unused commitment: nothing consumed
-            if r.billing_kind == MONTHLY:
+            if committed:
                 same["CommitmentDiscountQuantity"] = "PricingQuantity"
         else:
-            row.update(_correction_shape(r, pool) if r.component == CORRECTION else _fee_shape(r, pool))
+            row.update(_correction_shape(r, pool, committed) if r.component == CORRECTION else _fee_shape(r, pool))
             order = ("BilledCost", *periods, "EffectiveCost", "PricingQuantity", "ListUnitPrice")
             same = {"ContractedCost": "EffectiveCost", "ListCost": "EffectiveCost", "ContractedUnitPrice": "ListUnitPrice"}
             if r.component != CORRECTION:  # a correction's hours were not consumed in its charge period
@@ -280,37 +307,38 @@ def _description(r: CostRecordRow, pool: PoolFacts) -> str:
     return f"{r.billing_kind} GPU nodes ({pool.gpus_per_node}x {r.gpu_class or 'GPU'}) of pool {pool.name}: {what}"
 
 
-def _pool_compute(r: CostRecordRow, pool: PoolFacts, unused: bool, **units: str) -> FocusRow:
+def _pool_compute(r: CostRecordRow, pool: PoolFacts, committed: bool, unused: bool, **units: str) -> FocusRow:
     """The columns a GPU line and a lease correction share: the pool as the resource, its
-    compute service, and for a monthly line the pool's commitment, used or unused."""
+    compute service, and for a committed line (monthly, or preemptible while a lease of the
+    pool is held) the pool's commitment, used or unused."""
     out: FocusRow = dict(
         **units,
-        PricingCategory=_PRICING_CATEGORY.get(r.billing_kind, "Standard"),
+        PricingCategory="Committed" if committed else _PRICING_CATEGORY.get(r.billing_kind, "Standard"),
         ResourceId=pool.name,
         ResourceName=pool.name,
         ResourceType=POOL_RESOURCE_TYPE,
         **_compute_service(r.gpu_class, r.billing_kind, pool.gpus_per_node),
     )
-    if r.billing_kind == MONTHLY:
+    if committed:
         commitment = pool_commitment(pool.name)
         out.update(commitment_columns(commitment, commitment), CommitmentDiscountStatus="Unused" if unused else "Used")
     return out
 
 
-def _gpu_shape(r: CostRecordRow, pool: PoolFacts) -> FocusRow:
+def _gpu_shape(r: CostRecordRow, pool: PoolFacts, committed: bool) -> FocusRow:
     idle = r.cost_kind == IDLE
-    out = _pool_compute(r, pool, idle, PricingUnit=GPU_HOURS, ConsumedUnit=GPU_HOURS)
-    if r.billing_kind == MONTHLY and idle:
+    out = _pool_compute(r, pool, committed, idle, PricingUnit=GPU_HOURS, ConsumedUnit=GPU_HOURS)
+    if committed and idle:
         out["ConsumedQuantity"] = out["ConsumedUnit"] = None
     return out
 
 
-def _correction_shape(r: CostRecordRow, pool: PoolFacts) -> FocusRow:
+def _correction_shape(r: CostRecordRow, pool: PoolFacts, committed: bool) -> FocusRow:
     """A lease correction (`billing.lease_corrections`): the whole shares of lease periods whose
     hours were all metered before they were recorded, priced per hour it is charged in; a
-    monthly one is the unused part of the pool's commitment, whose purchase (the period's,
+    committed one is the unused part of the pool's commitment, whose purchase (the period's,
     billed in that hour) bills it."""
-    return _pool_compute(r, pool, True, PricingUnit="Hours")
+    return _pool_compute(r, pool, committed, True, PricingUnit="Hours")
 
 
 def _fee_shape(r: CostRecordRow, pool: PoolFacts) -> FocusRow:

@@ -23,6 +23,7 @@ from django.db.models import (
     F,
     Max,
     Min,
+    Q,
     QuerySet,
     Sum,
     TextField,
@@ -32,7 +33,7 @@ from django.db.models import (
 from django.db.models.functions import Cast, Coalesce, Length, Replace
 
 from billing import node_prices
-from billing.allocation import CENT, MONTHLY, AllocationRow, allocate_hour
+from billing.allocation import CENT, MONTHLY, ON_DEMAND, PREEMPTIBLE, AllocationRow, allocate_hour
 from billing.costing import inputs_by_currency
 from billing.focus import FocusAccount, Lease, purchase_rows, usage_rows
 from billing.focus_commitments import correction_rows, ledger_commitments, node_commitment
@@ -203,14 +204,26 @@ def focus_csv_for_user(
             costs.annotate(hours=Value(1)).order_by("hour", "id")
             .values_list(*RECORD_FIELDS).iterator(chunk_size=chunk_size)
         )  # fmt: skip
-    bought = [] if scope.billing not in ("", MONTHLY) else _leases(scope.owned(usage, "pool__"), scope, pooled=True)[1]
+    leases, bought = _pooled_leases(scope, usage, charged_pools)
     return focus_csv_from_records(
         rows, pools=pools, teams=teams,
-        account=account or FOCUS_ACCOUNT, leases=bought,
+        account=account or FOCUS_ACCOUNT, leases=bought, commitments=leases,
         purchases_from=scope.start, purchases_to=scope.end,
         list_prices=_ListPrices(usage if charged_pools is None else usage.filter(pool_id__in=charged_pools), daily=granularity == "daily"),
         period=DAILY if granularity == "daily" else HOURLY,
     )  # fmt: skip
+
+
+def _pooled_leases(scope: FocusScope, usage: QuerySet[UsageRecord], charged_pools: list[int] | None) -> tuple[list[Lease], list[Lease]]:
+    """The leases of the pools the export charges costs on or whose owner it covers, and those
+    of them it buys (`_leases`, pooled): a preemptible lease's usage is committed, billed by its
+    purchase, on a pool lent to the user's team too, whose purchase is its owner's."""
+    if scope.billing == ON_DEMAND:
+        return [], []
+    if charged_pools is not None:
+        owned = scope.owned(GpuNodePool.objects.all()).values("pk")
+        usage = usage.filter(Q(pool_id__in=charged_pools) | Q(pool_id__in=owned))
+    return _leases(usage, scope, pooled=True)
 
 
 def _pool_facts(pool: GpuNodePool) -> tuple[int, PoolFacts]:
@@ -323,9 +336,9 @@ def _leases(records, scope: FocusScope, *, pooled: bool = False) -> tuple[list[L
     the ledger are billed from their lease columns (`billing.node_prices`), and so are their
     leases. Node by node (the ``detail`` export) monthly and preemptible leases are each their
     own commitment; ``pooled`` (the export from cost records, which sees pools, not nodes) each
-    monthly lease is part of its pool's commitment."""
-    kinds = ("monthly",) if pooled else ("monthly", "preemptible")
-    billed = records.filter(kind__in=("node", "correction"), billing_kind__in=kinds).values_list("node_name", "node_names").order_by().distinct()
+    lease, monthly or preemptible (a pool's nodes are one or the other), is part of its pool's
+    commitment."""
+    billed = records.filter(kind__in=("node", "correction"), billing_kind__in=(MONTHLY, PREEMPTIBLE)).values_list("node_name", "node_names").order_by().distinct()
     names = {name for columns in billed for name in UsageRecord.names_billed(*columns)}
     nodes = Node.objects.filter(name__in=sorted(names)).select_related("pool__team", "pool__gpu_model", "pool__zone", "order")
     held = ledger_commitments(nodes)

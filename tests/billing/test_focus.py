@@ -113,6 +113,19 @@ def test_a_lease_is_one_purchase_of_its_months_and_a_part_month_is_pro_rata():
     assert (row["ContractedUnitPrice"] * row["PricingQuantity"]).quantize(D("0.01")) == D("38000.00")
 
 
+def test_a_purchase_lists_at_the_list_price_and_a_multi_month_term_is_one_time():
+    """FinOps review: ListCost is the undiscounted list price × months, ContractedCost what the
+    lease costs; a term paid once, up front, for several months is One-Time, a month Recurring."""
+    quarter = Lease("cd-3", "n1", "train", "ml", H0, add_months(H0, 3), D(19000), 8,
+                    payment=D("57000.00"), list_monthly_price=D("20000.00"), term_months=3)  # fmt: skip
+    (row,) = purchase_rows(quarter, ACCOUNT)
+    assert (row["ListUnitPrice"], row["ListCost"]) == (D(20000), D("60000.00"))
+    assert (row["ContractedUnitPrice"], row["ContractedCost"], row["BilledCost"]) == (D(19000), D("57000.00"), D("57000.00"))
+    assert row["ChargeFrequency"] == "One-Time"
+    (month,) = purchase_rows(lease(months=1), ACCOUNT)
+    assert month["ChargeFrequency"] == "Recurring"
+
+
 def test_over_a_whole_lease_effective_usage_equals_the_purchases():
     le = lease(months=1)
     nodes, pods = monthly_hours(

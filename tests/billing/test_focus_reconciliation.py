@@ -3,7 +3,9 @@ lease, what its purchase rows bill is what the account was debited, and so is wh
 rows' EffectiveCost amortises, to the cent, in the default export from the cost records (daily
 and hourly) as in the node-level one (`detail`). The pools are ordered at an odd second, so
 every lease starts mid-hour; one node is replaced after a repair, one pool grows mid-month and
-is deleted before its leases end."""
+is deleted before its leases end, and a preemptible pool's node is reclaimed and replaced (its
+lease is a commitment too: the default export once billed its usage as Dynamic, without its
+purchase, less than the node-level export billed on the same data)."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from monitoring.models import GpuErrorEvent
 from pools.controllers import repair
 from pools.models import Node
 from pools.models.cloud import SimPayment
+from pools.providers import simulated
 from pools.services import pools as pool_services
 from tests.billing.billing_helpers import focus_export
 from tests.conftest import make_document
@@ -82,13 +85,31 @@ def grown_then_deleted_pool(actors):
     return pool
 
 
+def reclaimed_preemptible_pool(actors):
+    """A preemptible pool, min = max = 2 (12,000.00 a node-month: the 20,000.00 list price less
+    40%); the cloud reclaims the first node on the 20th and a replacement takes its slot over."""
+    pool = approved_pool(actors, make_document("recon-pool", preemptible=True, nodeCount={"min": 2, "max": 2}), now=BOUGHT)
+    run_until(pool, BOUGHT)
+    at = datetime(2026, 12, 20, 7, 41, tzinfo=UTC)
+    simulated.reclaim_inject(provider_id=live_nodes(pool)[0].provider_id, now=at)
+    run_until(pool, at + timedelta(seconds=10), limit=timedelta(hours=3))
+    assert Node.objects.filter(pool=pool, release_reason="Reclaimed").count() == 1
+    assert set(Node.objects.filter(pool=pool).values_list("billing", flat=True)) == {"preemptible"}
+    return pool
+
+
+DEBITED = {repaired_pool: 40000, grown_then_deleted_pool: 60000, reclaimed_preemptible_pool: 24000}
+
+
 @pytest.mark.django_db
-@pytest.mark.parametrize("scenario", [repaired_pool, grown_then_deleted_pool], ids=["repaired", "grown-deleted"])
+@pytest.mark.parametrize(
+    "scenario", [repaired_pool, grown_then_deleted_pool, reclaimed_preemptible_pool], ids=["repaired", "grown-deleted", "preemptible-reclaimed"]
+)
 def test_every_focus_export_bills_and_amortises_exactly_what_was_debited(actors, scenario):
     pool = scenario(actors)
     meter_every_lease_hour(pool)
     paid = debited(pool)
-    assert paid == 40000 if scenario is repaired_pool else paid == 60000
+    assert paid == DEBITED[scenario]
     assert sum(CostRecord.objects.filter(pool=pool).values_list("amount", flat=True)) == paid
     periods = list(LeasePeriod.objects.filter(node__pool=pool).select_related("order", "node"))
     # The slot shares each order was split into, and what each holder held of them.
@@ -119,8 +140,8 @@ def test_every_focus_export_bills_and_amortises_exactly_what_was_debited(actors,
     assert total(january, "BilledCost") == 0 < total(january, "EffectiveCost")
     if scenario is repaired_pool:
         assert_the_slot_handed_over_shares_its_purchase(pool, actors["finance"], query)
-
-
+    if scenario is reclaimed_preemptible_pool:
+        assert_preemptible_usage_draws_down_its_leases(pool, actors["finance"], query)
 
 
 def assert_the_slot_handed_over_shares_its_purchase(pool, finance, query):
@@ -137,6 +158,28 @@ def assert_the_slot_handed_over_shares_its_purchase(pool, finance, query):
         assert held[vacated.node.name][:2] == ("2026-12-10T13:00:00Z", "2026-12-20T08:00:00Z")
         assert held[successor.node.name][:2] == ("2026-12-20T08:00:00Z", "2027-01-10T14:00:00Z")
         assert held[vacated.node.name][2] + held[successor.node.name][2] == vacated.amount
+
+
+def assert_preemptible_usage_draws_down_its_leases(pool, finance, query):
+    """A leased preemptible node's usage is Committed and billed 0 in every form, as a monthly
+    node's (its purchase bills the money), and a range without a purchase bills nothing: the
+    default export and the node-level one say the same money, range by range."""
+    december = {form: focus_export(finance, query, form) for form in EXPORTS}
+    for form, rows in december.items():
+        usage = [r for r in rows if r["ChargeCategory"] == "Usage" and r["ServiceCategory"] == "Compute"]
+        assert usage and {(r["PricingCategory"], r["BilledCost"]) for r in usage} == {("Committed", "0.00")}, form
+        assert {r["CommitmentDiscountStatus"] for r in usage} == {"Unused"}, form  # no pod ran: all idle
+        # Bought at 12,000.00 a node-month, the 20,000.00 list price less the preemptible 40%: the
+        # two slots list 40,000.00 (the reclaimed node and its successor each their months of it).
+        purchases = [r for r in rows if r["ChargeCategory"] == "Purchase"]
+        assert {Decimal(p["ListUnitPrice"]) for p in purchases} == {Decimal(20000)}, form
+        assert {round(Decimal(p["ContractedUnitPrice"])) for p in purchases} == {12000}, form  # a part month: its cent share
+        assert abs(total(purchases, "ListCost") - 40000) <= Decimal("0.01") and total(purchases, "ContractedCost") == 24000, form
+        assert {p["ChargeFrequency"] for p in purchases} == {"Recurring"}, form  # a monthly term
+    # Half the lease (the range ends before it does): each form bills the purchases, the same.
+    half = CostQuery(start=date(2026, 12, 1), end=date(2026, 12, 31))
+    billed = {form: total(focus_export(finance, half, form), "BilledCost") for form in EXPORTS}
+    assert billed == dict.fromkeys(EXPORTS, Decimal(24000)), billed
 
 
 # --------------------------------------------------------------------------- lease months
