@@ -38,7 +38,7 @@ from pools.core.scheduling.waiting import (
 from pools.models import GpuModel, GpuNodePool, Node, NodeType
 from pools.models.pods import Pod
 from pools.selectors.cluster import cluster_state, core_pod_of, live_nodes
-from pools.selectors.prospects import pool_prospects
+from pools.selectors.prospects import UnreadablePool, read_prospects
 
 
 def pending_hints_write(*, now: datetime) -> list[str]:
@@ -76,6 +76,7 @@ class OrderCatalog:
     def __init__(self) -> None:
         self._read: tuple[list[NodeType], list[str]] | None = None
         self._prospects: list[PoolProspect] | None = None
+        self._unreadable: list[UnreadablePool] = []
         self._by_name: dict[str, PoolProspect] | None = None
         self._by_shape: dict[tuple, tuple[list[str], bool]] = {}
         self._starting_room: dict[str, list[NodeState]] = {}
@@ -88,8 +89,16 @@ class OrderCatalog:
 
     def prospects(self) -> list[PoolProspect]:
         if self._prospects is None:
-            self._prospects = pool_prospects()
+            self._prospects, self._unreadable = read_prospects()
         return self._prospects
+
+    def unreadable(self, pod: CorePod) -> list[str]:
+        """The pools of the pod's team whose stored spec no longer parses and whose GPU model and
+        GPUs per node would hold the pod: their labels and taints are unknown, so whether they
+        take it cannot be told, and an order might buy their capacity twice."""
+        self.prospects()
+        return sorted(u.name for u in self._unreadable if pod.team in u.teams and u.gpu_count >= pod.gpu_count
+                      and (not pod.gpu_models or u.gpu_model in pod.gpu_models))  # fmt: skip
 
     def by_name(self) -> dict[str, PoolProspect]:
         if self._by_name is None:
@@ -123,9 +132,16 @@ def order_hint(pod: CorePod, usable: list[NodeState], others: list[NodeState], t
     small, or of a GPU model the pod does not allow; pools without a Ready node yet count, so a
     pool on its way is never bought twice), what to order: the smallest node type that fits, of
     the pod's GPU model (else the model such pods run on elsewhere in the fleet, else any), with
-    the order form's address, pre-filled. Other teams' pools are never named: only what to buy."""
+    the order form's address, pre-filled. Other teams' pools are never named: only what to buy.
+    A pool of the team whose stored spec no longer parses, and that might hold the pod, is
+    named instead of an order (`OrderCatalog.unreadable`)."""
     if any(fits_empty(pod, node) for node in usable) or catalog.waiting(pod)[1]:
         return []
+    unreadable = catalog.unreadable(pod)
+    if unreadable:
+        names = ", ".join(unreadable)
+        return [f"Pool(s) {names} of your team may be meant for this pod, but the stored spec of each no longer passes validation, so "
+                f"whether they would take it cannot be told: apply the pool's YAML again (ebcloud node-pool apply -f) before ordering another pool."]
     node_types, models = catalog.read()
     fitting = [t for t in node_types if t.gpu_count >= pod.gpu_count and t.cpu_milli >= pod.cpu_milli and t.memory_mib >= pod.memory_mib]
     if not fitting:

@@ -8,7 +8,7 @@ The web page, the API and (through the API) the CLI all call `pool_diagnose`.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from decimal import Decimal
 
@@ -45,14 +45,28 @@ class Diagnosis:
 
 
 def pool_diagnose(*, pool: GpuNodePool, now: datetime) -> Diagnosis:
-    """The self-check table for a pool the caller may see (`selectors.pool_get`)."""
-    checks = core.diagnose(pool_snapshot(pool=pool, now=now), now)
+    """The self-check table for a pool the caller may see (`selectors.pool_get`). A stored spec
+    that no longer parses leaves the pool's labels and taints unknown, so the Pending-pod check
+    says so rather than "no pod is aimed at this pool"."""
+    spec = stored_spec(pool)
+    checks = core.diagnose(pool_snapshot(pool=pool, now=now, spec=spec), now)
+    if spec is None:
+        checks = [_pending_unknown(c) if c.id == "pods-pending" else c for c in checks]
     return Diagnosis(pool=pool.name, checked_at=now, status=core.overall(checks), checks=checks)
 
 
-def pool_snapshot(*, pool: GpuNodePool, now: datetime) -> core.PoolSnapshot:
+def _pending_unknown(check: core.Check) -> core.Check:
+    return replace(
+        check, status=core.UNKNOWN, details=(),
+        found="The pool's stored spec no longer passes validation, so which Pending pods are aimed at it cannot be told.",
+        cause="A validation rule changed since the spec was saved; the control plane's log names the field.",
+        action="Apply the pool's YAML again with that field fixed: ebcloud node-pool apply -f <file>.",
+    )  # fmt: skip
+
+
+def pool_snapshot(*, pool: GpuNodePool, now: datetime, spec: PoolSpec | None) -> core.PoolSnapshot:
+    """The checks' inputs; `spec` is the pool's `stored_spec`."""
     since = now - core.WINDOW
-    spec = stored_spec(pool)
     return core.PoolSnapshot(
         name=pool.name,
         zone=pool.zone.name,
