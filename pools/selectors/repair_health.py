@@ -24,6 +24,7 @@ from django.db.models.functions import Coalesce
 
 from monitoring.models import AgentCommand, GpuErrorEvent
 from pools.core.lifecycle import REPAIRED as REPAIR_RELEASE
+from pools.core.lifecycle import RETIRING_REASONS
 from pools.core.max_unhealthy import DEFAULT as DEFAULT_MAX_UNHEALTHY
 from pools.core.max_unhealthy import MaxUnhealthy, max_unhealthy_of
 from pools.core.repair import (
@@ -41,11 +42,11 @@ from pools.core.repair import (
     repair_allowed,
     unhealthy_limit,
 )
-from pools.models import Node
+from pools.models import GpuNodePool, Node
 
 WATCHED_PHASES = (Node.Phase.READY, Node.Phase.CORDONED, Node.Phase.UNKNOWN, Node.Phase.REPAIRING)
 OUTCOME = {AgentCommand.Status.SUCCEEDED: True, AgentCommand.Status.FAILED: False, AgentCommand.Status.PENDING: None}
-REPLACEMENT_WINDOW = timedelta(days=1)  # a released node whose successor never came is shown this long
+REPLACEMENT_WINDOW = timedelta(days=1)  # a released node whose due successor never came is shown this long
 SUCCESSOR_ORDER_WINDOW = timedelta(minutes=10)  # the lifecycle orders a successor within a pass or two
 
 
@@ -188,3 +189,35 @@ def replacements_under_way(*, pool_ids: list[int], now: datetime) -> dict[int, l
     for pool_id, name in Node.objects.filter(under_way, pool_id__in=pool_ids).order_by("name").values_list("pool_id", "name"):
         out.setdefault(pool_id, []).append(name)
     return out
+
+
+def pool_live_count() -> Coalesce:
+    """An annotation for rows with a `pool_id` (nodes, events): how many of the pool's nodes are
+    live and not leaving (not Terminated, no release reason), as the lifecycle counts them
+    against `nodeCount.max` before it orders a node into a vacant slot."""
+    live = Node.objects.filter(pool_id=OuterRef("pool_id"), release_reason="").exclude(phase=Node.Phase.TERMINATED).order_by()
+    return Coalesce(Subquery(live.values("pool_id").annotate(n=Count("pk")).values("n")[:1]), 0)
+
+
+def refill_refused(node: Node, *, pool: GpuNodePool, live: int) -> str:
+    """Why the lifecycle orders no successor into the place `node` left, in plain words; "" when
+    it does (its successor is ordered, or will be once there is room).
+
+    The lifecycle's rule (pools/controllers/lifecycle.py `_create_missing`, `_node_create`): a
+    node is made only for a vacant slot of a paid capacity order (`Node.order`), while the pool
+    is not being deleted and has fewer live nodes than `nodeCount.max` (`live`, from
+    `pool_live_count`); the slot a node leaves is vacant unless it retired with it
+    (`RETIRING_REASONS`). A burst node fills no slot, so a repair that releases it is over once it
+    is gone: the autoscaler orders burst capacity when pods need it. Before, the repair pages
+    read every released node as waiting for a successor, for a day (`REPLACEMENT_WINDOW`)."""
+    if node.order_id is None:
+        if node.billing == Node.Billing.ON_DEMAND:
+            return "burst capacity is not replaced: the autoscaler orders nodes when pods need them"
+        return "it filled no slot of a paid order, so no replacement is ordered"
+    if node.release_reason in RETIRING_REASONS:
+        return "it left the pool with its slot, so no replacement is ordered"
+    if pool.phase == GpuNodePool.Phase.DELETING or pool.deleted_at is not None:
+        return "the pool is being deleted: its nodes leave for good, so no replacement is ordered"
+    if live >= pool.max_nodes:
+        return f"the pool already has {live} live node(s), its nodeCount.max: no room for a replacement"
+    return ""

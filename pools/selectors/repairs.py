@@ -4,11 +4,13 @@ admin, the latest repair outcomes, and, for one node, who replaced it or whom it
 who pays for the slot. A bounded number of queries whatever the fleet's size.
 
 A repair is in progress from the moment a faulty node is cordoned to wait until its reset or
-reboot held, or, for a replacement, until the successor is Ready. A repair the pool's pause
-holds back is listed too, cordoned or not, with the pause's reason read live from the same
-state the repair pass decides with (pools/selectors/repair_health.py): before, a paused node
-that still took pods was missing from `/repairs/` while its condition said "replacing". The
-pages poll while one is moving by itself; a request waiting for an admin, or a paused repair
+reboot held, or, for a replacement, until the successor is Ready; a node the lifecycle does not
+refill (a burst node, a pool at its `nodeCount.max` or being deleted: `refill_refused`) is done
+once released, and its release is listed with the outcomes, saying why nothing replaces it.
+A repair the pool's pause holds back is listed too, cordoned or not, with the pause's reason
+read live from the same state the repair pass decides with (pools/selectors/repair_health.py):
+before, a paused node that still took pods was missing from `/repairs/` while its condition said
+"replacing". The pages poll while one is moving by itself; a request waiting for an admin, or a paused repair
 (it waits for a person, or for the pool's faults to clear), does not move by itself, so it does
 not poll.
 """
@@ -31,6 +33,8 @@ from pools.selectors.repair_health import (
     REPLACEMENT_WINDOW,
     WATCHED_PHASES,
     may_be_paused,
+    pool_live_count,
+    refill_refused,
     repair_states,
     watched_nodes,
     with_pool_fault_counts,
@@ -57,7 +61,7 @@ class RepairRow:
     moving: bool  # changes by itself (the page polls); False while it waits for a person
 
 
-def _stage(node: Node, command: AgentCommand | None, approval: RepairApproval | None, paused: RepairGate | None) -> tuple[str, bool]:
+def _stage(node: Node, command: AgentCommand | None, approval: RepairApproval | None, paused: RepairGate | None, refused: str) -> tuple[str, bool]:
     if paused is not None:
         if node.phase == Node.Phase.CORDONED:
             return "repair paused (too many of the pool's nodes are unhealthy); cordoned: no new pods", False
@@ -70,6 +74,8 @@ def _stage(node: Node, command: AgentCommand | None, approval: RepairApproval | 
             return f"cordoned, waiting for a platform admin to approve {approval.what}", False
         return "cordoned, waiting for its repair to start", True
     if node.phase != Node.Phase.TERMINATED:
+        if refused:
+            return f"being released: its pods move, then its machine is released; {refused}", True
         return "being replaced: its pods move, then its machine is released", True
     if node.successor is None:
         return "released; its replacement is being ordered", True
@@ -92,8 +98,10 @@ def repairs_in_progress(*, user, pool: GpuNodePool | None = None, now: datetime 
         with_pool_fault_counts(nodes.filter(
             Q(phase__in=(Node.Phase.REPAIRING, Node.Phase.CORDONED), release_reason="")
             | (replacing & (Q(successor__isnull=True) | Q(successor__ready_at__isnull=True))) | faulty
-        ), now).select_related("pool", "successor").order_by("pool__name", "name")[:ROW_LIMIT]
+        ), now).annotate(pool_live=pool_live_count()).select_related("pool", "successor").order_by("pool__name", "name")[:ROW_LIMIT]
     )  # fmt: skip
+    refused = {n.pk: refill_refused(n, pool=n.pool, live=n.pool_live) for n in nodes if n.release_reason == REPAIR_RELEASE and n.successor_id is None}
+    nodes = [n for n in nodes if not (refused.get(n.pk) and n.phase == Node.Phase.TERMINATED)]  # released, nothing to wait for: done
     pausable = {n.pool_id for n in nodes if n.phase in WATCHED_PHASES and not n.release_reason and may_be_paused(n)}
     paused = _paused(pausable, now) if pausable else {}
     nodes = [n for n in nodes if n.pk in paused or n.phase not in (Node.Phase.READY, Node.Phase.UNKNOWN) or n.release_reason]
@@ -108,7 +116,7 @@ def repairs_in_progress(*, user, pool: GpuNodePool | None = None, now: datetime 
     rows = []
     for n in nodes:
         gate = paused[n.pk][1] if n.pk in paused else None
-        stage, moving = _stage(n, commands.get(n.pk), approvals.get(n.pk), gate)
+        stage, moving = _stage(n, commands.get(n.pk), approvals.get(n.pk), gate, refused.get(n.pk, ""))
         event = latest.get(n.pk)
         since = event.first_timestamp if event is not None else None
         detail = "" if event is None else event.message + (f" (×{event.count})" if event.count > 1 else "")
@@ -139,12 +147,26 @@ def repair_approvals_open(*, user, pool: GpuNodePool | None = None) -> list[Repa
 
 
 def repair_outcomes(*, user, pool: GpuNodePool | None = None, now: datetime | None = None) -> list[PoolEvent]:
-    """The last week's repair events, newest first."""
+    """The last week's repair events, newest first. A repair that released a node nothing
+    replaces ends with the release (no successor, so no `RepairSucceeded`): its `NodeReleased`
+    is listed, with `refill_note` saying why no replacement comes (`refill_refused`)."""
     now = now or timezone.now()
-    events = PoolEvent.objects.for_user(user).filter(reason__in=OUTCOME_REASONS, last_timestamp__gt=now - OUTCOME_WINDOW, node__isnull=False, pool__deleted_at__isnull=True)
+    released = Q(reason="NodeReleased", node__release_reason=REPAIR_RELEASE, node__successor__isnull=True)
+    events = PoolEvent.objects.for_user(user).filter(
+        Q(reason__in=OUTCOME_REASONS) | released, last_timestamp__gt=now - OUTCOME_WINDOW, node__isnull=False, pool__deleted_at__isnull=True
+    )
     if pool is not None:
         events = events.filter(pool=pool)
-    return list(events.select_related("pool", "node").order_by("-last_timestamp", "-id")[:OUTCOME_LIMIT])
+    rows = list(events.annotate(pool_live=pool_live_count()).select_related("pool", "node").order_by("-last_timestamp", "-id")[:OUTCOME_LIMIT])
+    out = []
+    for event in rows:
+        event.refill_note = ""
+        if event.reason == "NodeReleased":
+            event.refill_note = refill_refused(event.node, pool=event.pool, live=event.pool_live)
+            if not event.refill_note:  # its replacement is due: the repair is still in progress
+                continue
+        out.append(event)
+    return out
 
 
 def _when(moment: datetime) -> str:
