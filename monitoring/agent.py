@@ -7,8 +7,12 @@ forgets those. When the control plane is away the agent keeps measuring and buff
 with exponential backoff and jitter, and replays in order when it is back: the node keeps
 working and nothing is lost or counted twice (the server deduplicates by sequence number).
 
-Network errors, 5xx and the 4xx answers that are about the agent rather than its batch (401,
-403, 404, 408, 409, 425, 429: a revoked credential, a wrong URL, throttling) are retried. Any
+Network errors, 5xx and the 4xx answers that are about the moment rather than the batch (403,
+404, 408, 409, 425, 429: a wrong URL, throttling) are retried. A 401 is not: the credential was
+revoked (by an admin, or because another agent joined as this node) or the join token is spent,
+and no retry can bring it back, as a kubelet whose client certificate was revoked cannot retry
+its way back in. The agent stops with one line saying so and exits 3 (`CredentialRefused`),
+instead of stalling silently on a node the control plane no longer hears from. Any
 other 4xx refuses the batch itself (a 400 naming `reports[2].gpus[3].DCGM_FI_DEV_FB_USED`): sent
 again it would be refused again and hold up every later report, so the reports it names (all
 of the batch when it names none) move to the dead-letter file beside the buffer with the
@@ -47,7 +51,12 @@ API = "/api/agent/v1"
 
 
 class AgentError(Exception):
-    """The control plane could not be reached, failed, or refused who is asking; retry later."""
+    """The control plane could not be reached, failed, or asked to wait; retry later."""
+
+
+class CredentialRefused(Exception):
+    """The control plane refused the agent's credential or join token (401). Not an AgentError:
+    retrying cannot help, so the agent stops; a new join token is the way back."""
 
 
 class BatchRefused(AgentError):
@@ -59,8 +68,10 @@ class BatchRefused(AgentError):
         self.status, self.errors = status, errors
 
 
-# 4xx answers about the agent or the moment, not about what it sent: retried like a 5xx.
-RETRIED_4XX = frozenset({401, 403, 404, 408, 409, 425, 429})
+# 4xx answers about the moment or the route, not about what was sent: retried like a 5xx.
+# A 401 is neither (CredentialRefused): the agent stops.
+RETRIED_4XX = frozenset({403, 404, 408, 409, 425, 429})
+EXIT_CREDENTIAL_REFUSED = 3
 _REPORT_FIELD = re.compile(r"reports\[([0-9]+)\]")
 _ACK_FIELD = re.compile(r"acks\[([0-9]+)\]")
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # the server refuses these in text
@@ -91,6 +102,7 @@ class Agent:
         self.failures = 0
         self.produced = 0
         self.dead_lettered = 0
+        self.refused: str | None = None  # why the control plane refused this agent, once it has
         self._load_credential()
 
     # --- identity -----------------------------------------------------------------------
@@ -123,6 +135,8 @@ class Agent:
             except (ValueError, KeyError, TypeError):
                 errors, message = [], response.text[:200]
             text = f"{path}: HTTP {status}: {message}"
+            if status == 401:
+                raise CredentialRefused(text)
             if status < 500 and status not in RETRIED_4XX:
                 raise BatchRefused(text, status=status, errors=errors)
             raise AgentError(text)
@@ -225,7 +239,17 @@ class Agent:
 
     def run(self, stop: threading.Event, *, max_reports: int | None = None, exit_when_drained: bool = False) -> None:
         """Measure every `interval` and send; back off while the server is away. Stops when
-        `stop` is set, or (with `exit_when_drained`) once `max_reports` are made and delivered."""
+        `stop` is set, (with `exit_when_drained`) once `max_reports` are made and delivered, or
+        when the control plane refuses the credential (`refused` says why)."""
+        try:
+            self._loop(stop, max_reports=max_reports, exit_when_drained=exit_when_drained)
+        except CredentialRefused as exc:
+            self.refused = str(exc)
+            logger.error("the control plane refused this agent (%s): its credential was revoked, another agent joined "
+                         "as node %s, or the join token was already used; stopping with %d report(s) unsent; "
+                         "to report again, start it with a new join token", exc, self.node, len(self.buffer))
+
+    def _loop(self, stop: threading.Event, *, max_reports: int | None, exit_when_drained: bool) -> None:
         next_collect = next_send = time.monotonic()
         while not stop.is_set():
             now = time.monotonic()
@@ -313,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
         agent.run(stop, max_reports=args.count, exit_when_drained=args.count is not None)
     finally:
         agent.close()
-    return 0
+    return EXIT_CREDENTIAL_REFUSED if agent.refused else 0
 
 
 if __name__ == "__main__":

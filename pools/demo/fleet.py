@@ -5,7 +5,11 @@ What is simulated here is only what a real site has outside the control plane:
 - the machines' agents: one :class:`monitoring.agent.Agent` thread per live node, joining with
   a join token minted for it (as cloud-init would hand it over) and reporting through the real
   agent API over HTTP; its GPUs are a simulated source whose utilisation follows the pods
-  bound to the node, and which raises the Xids the fault plan injects;
+  bound to the node, and which raises the Xids the fault plan injects. When a person joins an
+  agent of their own as a demo node (the admin guide's section 3), the demo's agent is refused
+  (its credential is revoked) and stops: the fleet says so once and stands aside while that
+  agent reports, then joins again with a new join token once the node has been silent for
+  `take_back_after` seconds (`AgentFleet._refused`);
 - the users: pods submitted by the teams' members through the same service as the API, from
   :mod:`pools.demo.workload`'s plan;
 - faults: now and then an Xid on a GPU of a node, through the simulated cloud, never in the
@@ -23,7 +27,7 @@ import math
 import threading
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from django.db.models import Sum
@@ -31,6 +35,7 @@ from django.db.models import Sum
 from monitoring.agent import Agent
 from monitoring.agent_buffer import DiskBuffer
 from monitoring.agent_sources import ControlPlaneFaults, SimulatedSource
+from monitoring.models import NodeAgentState
 from monitoring.services import join_token_create
 from pools.core.errors import ConflictError
 from pools.core.spec import parse_document
@@ -104,6 +109,7 @@ class RunningAgent:
     source: FleetGpus
     stop: threading.Event
     thread: threading.Thread
+    handed_over: bool = False  # refused, and the fleet said so
 
 
 @dataclass
@@ -114,22 +120,53 @@ class AgentFleet:
     root: Path
     admin: object
     interval: float
+    # Seconds a node whose demo agent was refused must go without reports before the demo joins
+    # it again: several of a real agent's 15 s intervals, so a live agent is never displaced
+    # (no ping-pong), and well within the 5 minutes after which a silent node turns Unknown.
+    take_back_after: float = 60.0
     agents: dict[str, RunningAgent] = field(default_factory=dict)
+    notices: list[str] = field(default_factory=list)  # for the demo's log, once each
 
-    def sync(self, nodes: list[Node], *, busy: dict[int, list[float]]) -> list[str]:
-        """Start agents for new machines, stop those of machines gone; returns started names."""
+    def sync(self, nodes: list[Node], *, busy: dict[int, list[float]], now: datetime) -> list[str]:
+        """Start agents for new machines, stop those of machines gone, take back nodes whose
+        agent was refused once they are silent; returns started names."""
         started = []
         live = {n.name: n for n in nodes if n.phase in AGENT_PHASES}
         for name in [n for n in self.agents if n not in live]:
             self._stop(name)
         for name, node in live.items():
             running = self.agents.get(name)
+            if running is not None and running.agent.refused and not running.thread.is_alive():
+                running = self._refused(name, node, now=now)
             if running is None:
                 running = self._start(node)
                 started.append(name)
             shares = busy.get(node.pk, [])
             running.source.busy = (shares + [0.0] * running.source.gpus)[: running.source.gpus]
         return started
+
+    def reporting(self) -> set[str]:
+        """The nodes whose demo agent still reports (not refused)."""
+        return {name for name, running in self.agents.items() if not running.agent.refused}
+
+    def _refused(self, name: str, node: Node, *, now: datetime) -> RunningAgent | None:
+        """The control plane refused this node's demo agent: someone joined another agent as
+        the node (or revoked the credential). Stand aside while the node reports, saying so
+        once; after `take_back_after` seconds of silence stop it and return None, so that
+        `sync` starts a fresh agent with a new join token, as the demo's supervisor may."""
+        running = self.agents[name]
+        last = NodeAgentState.objects.filter(node=node).values_list("last_report_at", flat=True).first()
+        if last is not None and now - last < timedelta(seconds=self.take_back_after):
+            if not running.handed_over:
+                running.handed_over = True
+                self.notices.append(f"{name}: the demo's agent was refused (another agent joined as this node, or its "
+                                    f"credential was revoked); it stands aside and joins again once the node has sent "
+                                    f"no report for {self.take_back_after:g}s")
+            return running
+        self._stop(name)
+        (self.root / name / "credential.json").unlink(missing_ok=True)
+        self.notices.append(f"{name}: no report for {self.take_back_after:g}s; the demo's agent joins again with a new join token")
+        return None
 
     def close(self) -> None:
         for name in list(self.agents):

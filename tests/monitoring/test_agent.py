@@ -17,7 +17,7 @@ from django.db import OperationalError
 
 from monitoring import agent as agent_module
 from monitoring import ingest_sql, services
-from monitoring.agent import Agent, AgentError, BatchRefused, backoff_delay
+from monitoring.agent import Agent, AgentError, BatchRefused, CredentialRefused, backoff_delay
 from monitoring.agent_buffer import DiskBuffer
 from monitoring.agent_sources import SimulatedSource, source_open
 from monitoring.models import AgentCommand, GpuErrorEvent, NodeAgentState, NodeReport
@@ -219,6 +219,39 @@ def test_the_agent_rotates_its_credential_and_keeps_reporting_with_the_new_one(a
     agent.close()
 
 
+@live
+def test_an_agent_whose_credential_was_revoked_stops_with_one_line_and_exit_3(actors, make_node, live_server, tmp_path,
+                                                                               monkeypatch, caplog):
+    """Another agent joining as the node revokes this one's credential (the admin guide's
+    section 3 on a node the demo already runs an agent for). A 401 cannot heal by retrying:
+    the agent stops, says why once, and the command exits non-zero, never a silent stall."""
+    node = make_node("train-pool-a-m-0")
+    _, token = services.join_token_create(user=actors["admin"], node=node)
+    first = _agent(tmp_path / "first", live_server.url, node=node.name, token=token)
+    thread, stop = _run(first)
+    assert _wait(lambda: NodeReport.objects.filter(node=node).exists())
+    _, token = services.join_token_create(user=actors["admin"], node=node)
+    second = _agent(tmp_path / "second", live_server.url, node=node.name, token=token)
+    second.collect()
+    second.flush()  # joins: the first agent's credential is revoked
+    thread.join(timeout=10)
+    assert not thread.is_alive() and not stop.is_set()  # it stopped by itself
+    assert first.refused.startswith("/reports/: HTTP 401: invalid or revoked agent credential")
+    said = [r.getMessage() for r in caplog.records if r.name == "ebcloud.agent" and "refused" in r.getMessage()]
+    assert len(said) == 1 and "start it with a new join token" in said[0]
+    assert not [r for r in caplog.records if r.name == "ebcloud.agent" and "retrying" in r.getMessage()]
+    with pytest.raises(CredentialRefused):
+        first.flush()
+    first.close()
+    second.close()
+    # From the command line: exit 3 with the credential file of the revoked agent, and with a spent token.
+    monkeypatch.setattr(agent_module.signal, "signal", lambda *a: None)
+    args = ["--server", live_server.url, "--interval", "0.01", "--count", "2", "--simulate"]
+    first_dir = tmp_path / "first"
+    assert agent_module.main([*args, "--buffer-dir", str(first_dir), "--credential-file", str(first_dir / "credential.json")]) == 3
+    assert agent_module.main([*args, "--buffer-dir", str(tmp_path / "third"), "--join-token", token, "--node", node.name]) == 3
+
+
 # --- hostile input: a refused batch goes to the dead-letter file, later ones flow ---------------
 
 
@@ -299,7 +332,7 @@ def test_a_batch_the_server_failed_to_store_is_resent_and_stored(actors, make_no
     agent.close()
 
 
-@pytest.mark.parametrize("status", [401, 403, 404, 409, 429, 500, 503])
+@pytest.mark.parametrize("status", [403, 404, 409, 429, 500, 503])
 def test_answers_about_the_agent_or_the_server_are_retried_not_dead_lettered(tmp_path, status):
     def answer(request):
         return httpx.Response(status, json={"errors": [{"field": "", "message": "not now"}]})

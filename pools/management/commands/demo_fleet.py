@@ -124,7 +124,10 @@ class Command(BaseCommand):
             if not o["no_clock"]:
                 self._clock()
             nodes = list(Node.objects.exclude(phase=Node.Phase.TERMINATED).select_related("pool__node_type", "pool__gpu_model"))
-            started = fleet.sync(nodes, busy=demo_fleet.gpu_shares(nodes))
+            started = fleet.sync(nodes, busy=demo_fleet.gpu_shares(nodes), now=now)
+            for notice in fleet.notices:
+                self.stdout.write(self.style.WARNING(notice))
+            fleet.notices.clear()
             if started and first_agent_at is None:
                 first_agent_at = tick_start
                 next_fault_at = tick_start + o["fault_after"] if o["fault_after"] > 0 else None
@@ -161,7 +164,7 @@ class Command(BaseCommand):
         autoRepair, outside the admin guide's drill pool and never one that would pause its pool
         (`demo_fleet.fault_candidates`); the node's agent fetches and reports it
         (pools/providers/faults.py). None fits: no fault this time, the same Xid next time."""
-        candidates = demo_fleet.fault_candidates(nodes, agents=fleet.agents, now=timezone.now())
+        candidates = demo_fleet.fault_candidates(nodes, agents=fleet.reporting(), now=timezone.now())
         if not candidates:
             return 0
         node = rng.choice(candidates)
