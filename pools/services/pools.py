@@ -38,6 +38,7 @@ from pools.selectors.pools import (
 )
 from pools.services.audit import audit_record
 from pools.services.events import WARNING, event_record
+from pools.services.pool_status import pool_status_refresh
 
 IMMUTABLE_FIELDS = (("nodeType", "node_type"), ("gpuModel", "gpu_model"), ("region", "region"), ("preemptible", "preemptible"))
 
@@ -136,8 +137,9 @@ def pool_update(*, user, pool: GpuNodePool, document: Any, now: datetime | None 
             event_record(pool=locked, reason="SpecUpdated", message=_describe_change(old, spec), actor=user, now=now)
             audit_record(actor=user, action="pool.update", obj=locked, before=before, after=document)
             budget_sync_pool(pool=locked, now=now)
-        if ordered > spec.min_nodes:
+        if ordered > spec.min_nodes:  # the stored status may name an order withdrawn here: written anew
             _orders_trim(pool=locked, min_nodes=spec.min_nodes, excess=ordered - spec.min_nodes, user=user, now=now)
+            pool_status_refresh(pool=locked, user=user, now=now)
         if quote is not None:
             kind = PoolOrder.Kind.CREATE if ordered == 0 and not locked.orders.exists() else PoolOrder.Kind.GROW
             _order_request(pool=locked, kind=kind, nodes=grow, spec=spec, refs=refs, quote=quote, user=user, now=now)
@@ -152,11 +154,7 @@ def pool_patch(*, user, pool: GpuNodePool, patch: Any, now: datetime | None = No
 
 def pool_resize(*, user, pool: GpuNodePool, min_nodes: int | None = None, max_nodes: int | None = None, now: datetime | None = None) -> GpuNodePool:
     """Change `nodeCount.min`/`max` (the CLI's `scale`, the web's size form)."""
-    count: dict[str, int] = {}
-    if min_nodes is not None:
-        count["min"] = min_nodes
-    if max_nodes is not None:
-        count["max"] = max_nodes
+    count = {key: value for key, value in (("min", min_nodes), ("max", max_nodes)) if value is not None}
     if not count:
         raise ValidationError("give a new min, max or both", field="spec.nodeCount")
     return pool_patch(user=user, pool=pool, patch={"spec": {"nodeCount": count}}, now=now)

@@ -16,7 +16,9 @@ from django.utils import timezone
 from ebcloud.diagnose import diagnosis_text
 from pools.controllers.scheduler import scheduler_pass
 from pools.services import pods as pod_services
+from tests.conftest import make_document
 from tests.ebcloud.cli_helpers import live, one_error_line
+from tests.pools.lifecycle_helpers import approved_pool, reconcile, run_until
 from tests.pools.pod_helpers import pod_document, pool_with_nodes
 
 
@@ -69,6 +71,24 @@ def test_a_healthy_pool_exits_0_even_with_exit_code_and_another_team_gets_not_fo
     login_as("other_lead")
     assert one_error_line(ebcloud("node-pool", "diagnose", "train-pool-a")) == 'error: pool "train-pool-a" not found'
 
+
+@live
+def test_scaling_back_down_prints_the_status_after_the_withdrawal_and_diagnose_sees_no_failure(ebcloud, login_as, actors):
+    """`scale --min 3`, then `scale --min 2`: the second withdraws the grow order in its own
+    request, so its line must not say that order awaits approval, and a withdrawal the lead
+    chose is no failed scale-up in `diagnose` (T1, T5)."""
+    pool = approved_pool(actors, make_document(nodeCount={"min": 2, "max": 8}))
+    ready = run_until(pool, timezone.now() - timedelta(hours=1))
+    login_as("lead")
+    assert ebcloud("node-pool", "scale", "train-pool-a", "--min", "3").exit_code == 0
+    grow = pool.orders.get(kind="grow")
+    assert reconcile(pool, ready).pending_reason == f"OrderPending: order #{grow.pk} awaits approval by a platform admin"
+    result = ebcloud("node-pool", "scale", "train-pool-a", "--min", "2")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == "gpunodepool/train-pool-a scaled (min 2, max 8) (Ready)\n"
+    assert pool.orders.get(pk=grow.pk).status == "Rejected"
+    diagnosis = ebcloud("node-pool", "diagnose", "train-pool-a").stdout
+    assert "scale-up: Scale-up keeps failing [OK]" in diagnosis and f"order #{grow.pk}" not in diagnosis
 
 def test_the_text_shows_cause_and_action_only_for_checks_that_are_not_ok():
     diagnosis = {

@@ -138,6 +138,16 @@ def test_a_rejected_order_is_reported_with_its_reason():
     assert c.status == "warning" and "order #4 Rejected: budget freeze" in c.found
 
 
+def test_an_order_its_pool_withdrew_is_no_failed_scale_up():
+    """A lowered nodeCount.min or a deleted pool withdraws orders (reason `Withdrawn: ...`): the
+    lead chose it, nothing failed, and no advice to request the capacity again (T1)."""
+    withdrawn = (d.OrderInfo(6, "Rejected", "Withdrawn: nodeCount.min lowered to 2"), d.OrderInfo(7, "Failed", "Withdrawn: the pool was deleted"))
+    c = check(healthy(orders=withdrawn), "scale-up")
+    assert c.status == "ok" and "order #" not in c.found and not c.action
+    refused = check(healthy(orders=(*withdrawn, d.OrderInfo(8, "Rejected", "budget freeze"))), "scale-up")
+    assert refused.status == "warning" and "order #8 Rejected: budget freeze" in refused.found and "order #6" not in refused.found
+
+
 # --- T2: pods Pending for a long time ---------------------------------------------------------
 
 

@@ -13,10 +13,11 @@ from billing.models import Account
 from pools.core.errors import ConflictError
 from pools.models import GpuNodePool, PoolEvent, PoolOrder, Quota
 from pools.models.cloud import SimPayment
+from pools.selectors.diagnose import pool_diagnose
 from pools.selectors.pools import ordered_baseline
 from pools.services import pools as services
 from tests.conftest import make_document
-from tests.pools.lifecycle_helpers import T0, approved_pool, live_nodes, reconcile
+from tests.pools.lifecycle_helpers import T0, TICK, approved_pool, live_nodes, reconcile, run_until
 
 pytestmark = pytest.mark.django_db
 
@@ -98,6 +99,27 @@ def test_a_paid_order_is_left_alone_when_min_is_lowered(actors):
     services.pool_resize(user=actors["lead"], pool=pool, min_nodes=1, now=T0)
     assert pool.orders.get().status == "Paid" and not PoolEvent.objects.filter(reason__in=["OrderReduced", "OrderWithdrawn"]).exists()
 
+
+def test_lowering_min_back_answers_with_the_status_after_the_withdrawal_and_no_failed_scale_up(actors):
+    """The lead asks for a third node, then changes their mind: the grow order is withdrawn in
+    that request, so the status it answers with (the CLI's `scale` line, the API's, the page's)
+    no longer says it awaits approval, and the self-check sees no failed scale-up (T1, T5)."""
+    pool = approved_pool(actors, make_document("undo", nodeCount={"min": 2, "max": 8}))
+    ready = run_until(pool, T0)
+    services.pool_resize(user=actors["lead"], pool=GpuNodePool.objects.get(pk=pool.pk), min_nodes=3, now=ready)
+    reconcile(pool, ready)
+    grow = pool.orders.get(kind="grow")
+    assert GpuNodePool.objects.get(pk=pool.pk).pending_reason == f"OrderPending: order #{grow.pk} awaits approval by a platform admin"
+    resized = services.pool_resize(user=actors["lead"], pool=GpuNodePool.objects.get(pk=pool.pk), min_nodes=2, now=ready + TICK)
+    stored = GpuNodePool.objects.get(pk=pool.pk)
+    assert pool.orders.get(pk=grow.pk).status == "Rejected"
+    assert (resized.phase, resized.pending_reason) == (stored.phase, stored.pending_reason) == ("Ready", "")
+    assert [c["status"] for c in stored.conditions if c["type"] == "Ready"] == ["True"]
+    scale_up = next(c for c in pool_diagnose(pool=stored, now=ready + TICK).checks if c.id == "scale-up")
+    assert (scale_up.status, scale_up.found.startswith("No quota")) == ("ok", True)
+    assert reconcile(pool, ready + 2 * TICK).phase == "Ready"  # the next pass agrees, and says Ready once
+    ready_events = PoolEvent.objects.filter(pool=pool, reason="PoolReady").values_list("message", "count")
+    assert list(ready_events) == [("All 2 node(s) of undo are Ready", 2)]  # the first Ready, then after the withdrawal
 
 def test_approving_an_order_past_the_pools_baseline_is_a_conflict_that_changes_nothing(actors, api):
     pool = approved_pool(actors, make_document("past", nodeCount={"min": 2, "max": 4}))

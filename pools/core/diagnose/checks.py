@@ -175,7 +175,7 @@ def check_scale_up(s: PoolSnapshot, now: datetime) -> Check:
             evidence.append((bucket, f"{e.reason}{times} ({age(now - e.last_seen)} ago): {e.message}", e.last_seen >= now - RECENT))
     orders = list(s.orders)
     for o in orders:
-        if o.status in ("Rejected", "Failed"):
+        if o.status in ("Rejected", "Failed") and not o.withdrawn:  # a withdrawal the lead chose failed nothing
             evidence.append((APPROVAL, f"order #{o.id} {o.status}: {o.reason or 'no reason given'}", False))
     if not any(b == APPROVAL for b, _, _ in evidence):
         evidence += [(APPROVAL, f"order #{o.id} awaits approval", False) for o in orders if o.status == "Pending"]
