@@ -10,7 +10,9 @@ from decimal import Decimal
 from typing import Any
 
 from django import forms
+from django.utils import timezone
 
+from billing.budget_sync import pool_default_budget
 from pools.alerts_form import (
     ALERT_FIELD_FOR_PATH,
     ALERT_FIELD_NAMES,
@@ -110,13 +112,17 @@ class PoolForm(ScalingFields, AlertFields):
         help_text="Other teams whose pods may also run on this pool's nodes, comma-separated (e.g. inference); your team still pays for it",
     )  # fmt: skip
 
-    def __init__(self, *args, teams=None, editing: GpuNodePool | None = None, budget_hint: str = "", **kwargs):
+    def __init__(
+        self, *args, teams=None, editing: GpuNodePool | None = None, budget_hint: str = "", now=None, **kwargs
+    ):
         super().__init__(*args, **kwargs)
         self.editing = editing
         if budget_hint:  # what an empty budget means for this pool (billing.budget_selectors)
             self.fields["budget_monthly"].help_text = budget_hint
         self.fields["gpu_model"].choices = [(m, m) for m in GpuModel.objects.order_by("name").values_list("name", flat=True)]
         self.fields["node_type"].choices = [(t, t) for t in NodeType.objects.order_by("gpu_count").values_list("name", flat=True)]
+        if editing is None:  # the Edit form's hint comes from the pool; a new one has only the choices
+            self.fields["budget_monthly"].help_text = self._new_pool_budget_hint(now or timezone.now()) or self.fields["budget_monthly"].help_text
         self.fields["region"].choices = [(z.name, f"{z.name} ({z.region})") for z in Zone.objects.order_by("name")]
         if editing is not None:
             del self.fields["team"]
@@ -136,6 +142,49 @@ class PoolForm(ScalingFields, AlertFields):
             self.fields[name].disabled = self.scaling_locked
         for name, value in alerts_initial(editing.document.get("spec", {}).get("alerts") if editing is not None else None).items():
             self.initial.setdefault(name, value)
+
+    def _new_pool_budget_hint(self, now) -> str:
+        """The default budget's computation for the choices the form shows (its initial ones, or
+        those sent back with an error), by the same rule and price book as the Edit form's hint
+        (`pool_default_budget`): a lead sees the numbers before the pool exists, as the guides
+        promise. Empty when the choices are not yet a priceable shape (the generic hint stays)."""
+
+        def chosen(name: str, fallback: Any = None) -> Any:
+            if self.is_bound:
+                value = self.fields[name].widget.value_from_datadict(self.data, self.files, self.add_prefix(name))
+                return fallback if value in (None, "") else value
+            value = self.initial.get(name, self.fields[name].initial)
+            return fallback if value is None else value
+
+        choices = self.fields["gpu_model"].choices, self.fields["node_type"].choices
+        gpu_model = chosen("gpu_model", choices[0][0][0] if choices[0] else None)
+        node_type = chosen("node_type", choices[1][0][0] if choices[1] else None)
+        lease_type = chosen("lease_type", LEASE_TYPES[0])
+        preemptible = bool(chosen("preemptible", False))
+        try:  # the fields' own rules (digits 0-9, bounds): a refused count has no computation
+            min_nodes, max_nodes = (self.fields[name].clean(chosen(name)) for name in ("min_nodes", "max_nodes"))
+        except forms.ValidationError:
+            return ""
+        model = GpuModel.objects.filter(name=gpu_model).first()
+        kind = NodeType.objects.filter(name=node_type).first()
+        if model is None or kind is None or lease_type not in LEASE_TYPES or max_nodes < min_nodes:
+            return ""
+        shape = GpuNodePool(
+            gpu_model=model, node_type=kind, lease_type=lease_type, preemptible=preemptible, min_nodes=min_nodes, max_nodes=max_nodes
+        )  # never saved: the price book's reads take only these fields
+        try:
+            default = pool_default_budget(pool=shape, at=now)
+            explanation = default.explanation if default is not None else ""
+        except ArithmeticError:  # a count past any price's digits (the spec refuses it beside its field)
+            return ""
+        if not explanation:
+            return ""
+        which = "sent" if self.is_bound else "first shown here"
+        return (
+            "Leave empty for the default: the monthly nodes' fee plus room for the on-demand nodes above them. "
+            f"For the choices {which} ({min_nodes} to {max_nodes} {node_type} nodes of {gpu_model}, {lease_type} lease"
+            f"{', preemptible' if preemptible else ''}): {explanation}. Other choices change the numbers."
+        )
 
     @property
     def main_fields(self) -> list:

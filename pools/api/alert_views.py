@@ -22,7 +22,26 @@ from pools.api.views import _errors
 from pools.core.alerting import RULES
 from pools.selectors import pools as selectors
 
-RULE_CHOICES = [info.reason for info in RULES]
+# A rule is named two ways: its key under `spec.alerts` (allocationHigh, what the pool's YAML and
+# the team lead's guide say) and its alert name (HighGpuAllocation, what events, notifications
+# and the stored silence say). The API takes either and stores and answers the alert name.
+RULE_FOR_NAME = {**{info.field: info.reason for info in RULES}, **{info.reason: info.reason for info in RULES}}
+RULE_CHOICES = list(RULE_FOR_NAME)
+RULE_NAMES_TEXT = (
+    f"{', '.join(info.field for info in RULES)} (the keys under spec.alerts) "
+    f"or {', '.join(info.reason for info in RULES)} (the alert names)"
+)
+
+
+class AlertRuleField(serializers.ChoiceField):
+    """Either name of an alert rule in, the alert name out (as stored, listed and in events)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(choices=RULE_CHOICES, **kwargs)
+        self.error_messages["invalid_choice"] = f'"{{input}}" is not an alert rule; expected one of {RULE_NAMES_TEXT}'
+
+    def to_internal_value(self, data):
+        return RULE_FOR_NAME[super().to_internal_value(data)]
 
 
 class AsciiDateTimeField(serializers.DateTimeField):
@@ -37,7 +56,8 @@ class AsciiDateTimeField(serializers.DateTimeField):
 
 class AlertSilenceSerializer(BodySerializer):
     id = serializers.IntegerField(read_only=True)
-    rule = serializers.ChoiceField(choices=RULE_CHOICES, help_text="The alert rule silenced, as its events name it")
+    rule = AlertRuleField(help_text="The alert rule silenced: its key under spec.alerts (utilizationLow) or the alert name "
+                          "its events use (LowGpuUtilization); answers give the alert name")
     until = AsciiDateTimeField(help_text="Until when nobody is told (UTC); at most 90 days ahead")
     reason = serializers.CharField(max_length=silences.MAX_REASON, help_text="Why, for the team")
     createdBy = serializers.CharField(source="created_by.username", read_only=True, default=None)

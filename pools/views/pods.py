@@ -45,6 +45,7 @@ spec:
   - {key: pool, operator: Equal, value: train, effect: NoSchedule}
   containers:
   - name: trainer
+    image: registry.ebcloud.io/algorithm/bert:1.4
     resources:
       requests: {cpu: "16", memory: 128Gi}
       limits: {nvidia.com/gpu: 8}

@@ -109,6 +109,31 @@ def test_the_api_names_the_bad_field(watched, api):
     assert api("other_lead").post(url, {"rule": "NodesNotReady", "until": past, "reason": "x"}, format="json").status_code == 404
 
 
+@pytest.mark.parametrize(("rule", "stored"), [
+    ("allocationHigh", "HighGpuAllocation"), ("utilizationLow", "LowGpuUtilization"),
+    ("pendingPods", "PodsPendingTooLong"), ("nodesNotReady", "NodesNotReady"), ("LowGpuUtilization", "LowGpuUtilization"),
+])  # fmt: skip
+def test_the_api_takes_the_spec_key_the_guide_names_or_the_alert_name(watched, api, rule, stored):
+    """The team lead's guide (§9) names the rules by their `spec.alerts` keys; the API took only
+    the alert names and refused `utilizationLow` with "not a valid choice". Either name stores
+    the alert name, which the page, the events and the answer use."""
+    until_at = (timezone.now() + timedelta(hours=2)).replace(microsecond=0).isoformat()
+    response = api("lead").post("/api/v1/pools/watched-pool/alert-silences/", {"rule": rule, "until": until_at, "reason": "night idle"}, format="json")
+    assert response.status_code == 201, response.content
+    assert response.json()["rule"] == stored and AlertSilence.objects.get().rule == stored
+
+
+def test_an_unknown_rule_is_refused_with_the_names_it_may_be(watched, api):
+    until_at = (timezone.now() + timedelta(hours=2)).isoformat()
+    response = api("lead").post("/api/v1/pools/watched-pool/alert-silences/", {"rule": "utilisationLow", "until": until_at, "reason": "x"}, format="json")
+    assert response.status_code == 400
+    assert response.json()["errors"] == [{"field": "rule", "message": (
+        '"utilisationLow" is not an alert rule; expected one of allocationHigh, utilizationLow, pendingPods, nodesNotReady '
+        "(the keys under spec.alerts) or HighGpuAllocation, LowGpuUtilization, PodsPendingTooLong, NodesNotReady (the alert names)"
+    )}]  # fmt: skip
+    assert not AlertSilence.objects.exists()
+
+
 @pytest.mark.parametrize("reason", sorted(TERMINAL_ESCAPES.values()) + ["\x1b]0;PWNED\x07 ok", "a\x9bb", "late\x00"])
 def test_a_reason_with_control_characters_is_refused_on_the_api_and_the_page(watched, api, browser, reason):
     """The reason goes into the pool's event, which the CLI prints: an escape sequence there

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import html
+import re
+
 import pytest
 from django.contrib.staticfiles import finders
 from django.db import connection
@@ -30,6 +33,18 @@ def test_a_member_pastes_the_articles_pod_and_lands_on_its_page(browser, actors)
     assert response.status_code == 302 and response["Location"] == "/pods/algorithm/bert-train-0/"
     page = browser("member").get(response["Location"]).content.decode()
     assert "Waiting for the next scheduler pass." in page and "Pending" in page
+
+
+def test_the_forms_own_prefilled_example_is_accepted_as_it_stands(browser, actors):
+    """The example a lead finds in /pods/new/ must pass the same checks as any pasted pod: it
+    once lacked the container image Kubernetes requires, so "Submit" without editing gave 400."""
+    client = browser("lead")
+    page = client.get("/pods/new/").content.decode()
+    found = re.search(r'<textarea[^>]*name="document"[^>]*>(.*?)</textarea>', page, re.S)
+    assert found, "the form shows a prefilled pod"
+    response = client.post("/pods/new/", {"document": html.unescape(found.group(1))})
+    assert response.status_code == 302, response.content.decode()
+    assert Pod.objects.filter(name="bert-train-0", namespace="algorithm").exists()
 
 
 def test_a_bad_pod_shows_every_field_error_and_creates_nothing(browser, actors):
