@@ -49,6 +49,7 @@ from billing.allocation import (
     PodHour,
     allocate_hour,
 )
+from billing.focus_purchase import purchase_prices
 from billing.lease_costs import (
     add_months,
     lease_month_spans,
@@ -147,6 +148,8 @@ class Lease:
     # purchase's ListCost (FOCUS: the public price). None: unknown, ListCost is what was paid.
     list_monthly_price: Decimal | None = None
     term_months: int = 1  # of the term its order paid at once, up front (quarterly: 3)
+    # A node-month on it (its order's price less the discount): ContractedUnitPrice; None: unknown
+    contracted_monthly_price: Decimal | None = None
     billing_kind: str = MONTHLY  # its node's (monthly or preemptible): its purchase's SKU
 
 
@@ -164,8 +167,9 @@ def purchase_rows(
 
     BilledCost = ContractedCost = what the lease paid (its known payment, or its monthly price ×
     months), ListCost its months at the undiscounted list price (FOCUS 1.2: the public price, so
-    a term's discount is ListCost − ContractedCost); PricingQuantity is its months (a trailing
-    part-month pro rata), the unit prices each cost per month, so unit price × quantity = cost.
+    a term's discount is ListCost − ContractedCost); the unit prices are the lease's prices of a
+    month and PricingQuantity the months paid at its contracted one (`billing.focus_purchase`),
+    so unit price × quantity = cost.
     A multi-month term is paid once, up front (`billing.pricing.Quote.amount`): ``One-Time``; a
     monthly lease ``Recurring``. The charge period is the term (FOCUS: for a non-usage charge
     "the duration of eligibility"): it may end after its billing period, as FOCUS's own
@@ -179,21 +183,18 @@ def purchase_rows(
         amount = quantize_money(Fraction(lease.monthly_price) * lease_months(lease.start, lease.end), quantum)
     else:
         amount = Decimal(lease.payment).quantize(quantum)
-    unit_price = _price(Fraction(amount) / months) if months else amount
-    list_unit, list_cost = unit_price, amount  # the list price unknown: what was paid
-    if lease.list_monthly_price is not None:
-        list_unit, list_cost = _price(Fraction(lease.list_monthly_price)), quantize_money(Fraction(lease.list_monthly_price) * months, quantum)
+    prices = purchase_prices(amount, months, lease.contracted_monthly_price, lease.list_monthly_price)
     period_start, period_end = spans[0][0], spans[-1][1]
     hours = (period_end - period_start) // timedelta(hours=1)
     row = _base(account, lease.currency, period_start, period_end, lease.team, lease.region)
     row.update(
         BilledCost=amount,
         EffectiveCost=_zero(quantum),
-        ListCost=list_cost,
+        ListCost=quantize_money(prices.list_cost, quantum),
         ContractedCost=amount,
-        ListUnitPrice=list_unit,
-        ContractedUnitPrice=unit_price,
-        PricingQuantity=_qty(months),
+        ListUnitPrice=_price(prices.listed),
+        ContractedUnitPrice=_price(prices.contracted),
+        PricingQuantity=_qty(prices.months),
         PricingUnit="Months",
         PricingCategory="Standard",
         ChargeCategory="Purchase",

@@ -29,6 +29,7 @@ from billing.lease_corrections import allocation_rows, commitment_id
 from billing.lease_costs import spread_sum
 from billing.metering import ledger_pool_name
 from billing.models import LeasePeriod, UsageRecord
+from billing.pricing import Quote
 from pools.core.errors import ValidationError
 
 
@@ -46,7 +47,7 @@ def _node_commitments(node, periods: list[LeasePeriod]) -> list[Lease]:
     corrections = []  # last: a usage row of the node in that hour draws down the lease it holds then
     for period in periods:
         # Bought at its order's price and term (a renewal's may differ from the node's order's)
-        terms = {} if period.order is None else {"list_price": period.order.unit_monthly_price, "term_months": period.order.lease_months}
+        terms = {} if period.order is None else _order_terms(period.order)
         if period.charged_in is not None:  # a correction: bought and amortised in its hour, whole
             first = period.charged_in
             corrections.append(node_commitment(node, commitment_id(period, node.name), first, first + HOUR, payment=period.amount, currency=period.currency, bought=first, **terms))
@@ -61,14 +62,18 @@ def _node_commitments(node, periods: list[LeasePeriod]) -> list[Lease]:
     return leases + corrections
 
 
-def node_commitment(node, commitment_id: str, start, end, *, payment=None, currency=None, bought=None, list_price=None, term_months=None) -> Lease:
+def node_commitment(node, commitment_id: str, start, end, *, payment=None, currency=None, bought=None, list_price=None, term_months=None, contracted=None) -> Lease:
     """A node's lease as a FOCUS commitment over [start, end) (the node's pool, team, GPU model,
     zone and order loaded); `payment`: what it was paid exactly, when known, and `currency` what
     in (else the currency of its monthly price); `bought`: the moment the lease began, where its
     hours are counted from the hour it began in (its purchases are months from it);
     `list_price` (undiscounted, a node-month) and `term_months`: the terms it was bought on
-    (else the node's order's, or the price book's at its lease start)."""
+    (else the node's order's, or the price book's at its lease start); `contracted`: what a
+    node-month of it costs, a `node_prices.Monthly` (else the node's, `monthly_price`), its
+    purchase's unit price where it is in the lease's currency (else unknown)."""
     monthly = node_prices.monthly_price(node)
+    contracted = contracted or monthly
+    currency = currency or monthly.currency
     if list_price is None or term_months is None:
         book_price, book_months = _bought_on(node)
         list_price = book_price if list_price is None else list_price
@@ -86,12 +91,21 @@ def node_commitment(node, commitment_id: str, start, end, *, payment=None, curre
         region=node.pool.zone.name,
         labels=node.pool.labels,
         payment=payment,
-        currency=currency or monthly.currency,
+        currency=currency,
         bought=bought,
         list_monthly_price=list_price,
         term_months=term_months,
+        contracted_monthly_price=contracted.price if contracted.currency == currency else None,
         billing_kind=node.billing,
     )
+
+
+def _order_terms(order) -> dict:
+    """The terms a lease period was bought on: its order's undiscounted price of a node-month,
+    its term's months, and what a node-month cost after the term's discount (as it debited)."""
+    quote = Quote(unit_monthly_price=order.unit_monthly_price, nodes=1, months=order.lease_months, discount=order.discount, currency=order.currency)
+    contracted = node_prices.Monthly(quote.node_monthly_price, order.currency)
+    return {"list_price": order.unit_monthly_price, "term_months": order.lease_months, "contracted": contracted}
 
 
 def _bought_on(node) -> tuple[Decimal | None, int]:
