@@ -432,6 +432,14 @@ class PoolStatus:
 CAPACITY_KINDS = ("create", "grow")  # orders that add monthly capacity (a renewal adds none)
 UNPAID = ("Approved", "Paying")  # approved, not paid yet: awaiting payment, or being paid now
 QUOTA_HOLDING = ("Pending", *UNPAID, "Paid")
+WITHDRAWN = "Withdrawn: "  # an order's reason when its own pool took it back (min lowered, pool deleted)
+
+
+def order_refused(status: str, reason: str) -> bool:
+    """Whether an order was refused (by an admin, a quota, a payment), not withdrawn by its pool
+    (`WITHDRAWN`, the order row's one mark of it): a withdrawal the lead chose is neither the
+    pool's last refusal nor a failed scale-up in Diagnose."""
+    return status in ("Rejected", "Failed") and not reason.startswith(WITHDRAWN)
 SLOW_CAPACITY = timedelta(minutes=15)  # O4: over 15 minutes points at prewarming or stock
 
 
@@ -511,7 +519,7 @@ def status_of(s: PoolSnapshot, *, stalls: Sequence[str] = (), now: datetime) -> 
     capacity = [o for o in s.orders if o.status == "Paid" and o.kind in CAPACITY_KINDS]
     monthly_desired = sum(o.node_count - o.retired for o in capacity)
     burst = sum(1 for n in s.nodes if n.billing == "on_demand" and not n.release_reason)
-    refused = max((o for o in s.orders if o.status in ("Rejected", "Failed")), key=lambda o: o.pk, default=None)
+    refused = max((o for o in s.orders if order_refused(o.status, o.reason)), key=lambda o: o.pk, default=None)
     counts = PoolCounts(
         min_nodes=s.min_nodes,
         ordered=sum(o.node_count - o.retired for o in s.orders if o.status in QUOTA_HOLDING and o.kind != "renew"),

@@ -26,6 +26,7 @@ from pools.core.alerting import AlertRules
 from pools.core.documents import merge_patch_bounded, split_server_fields
 from pools.core.durations import format_duration
 from pools.core.errors import ConflictError, FieldError, QuotaExceeded, ValidationError, free_text
+from pools.core.lifecycle import WITHDRAWN
 from pools.core.spec import PoolSpec, parse_document
 from pools.models import GpuModel, GpuNodePool, NodeType, PoolOrder, Quota, Team, Zone
 from pools.providers import get_cloud_provider
@@ -176,7 +177,7 @@ def pool_delete(*, user, pool: GpuNodePool, now: datetime | None = None) -> GpuN
             raise ConflictError(f"pool {pool.name!r} is already deleted")
         withdrawn = list(locked.orders.filter(status=PoolOrder.Status.PENDING).values_list("pk", flat=True))
         locked.orders.filter(pk__in=withdrawn).update(
-            status=PoolOrder.Status.REJECTED, reason="Withdrawn: the pool was deleted", decided_at=now
+            status=PoolOrder.Status.REJECTED, reason=f"{WITHDRAWN}the pool was deleted", decided_at=now
         )
         for order_id in withdrawn:
             event_record(pool=locked, reason="OrderWithdrawn", message=f"Order #{order_id} withdrawn: the pool is being deleted", actor=user, now=now)
@@ -187,7 +188,7 @@ def pool_delete(*, user, pool: GpuNodePool, now: datetime | None = None) -> GpuN
         # being paid. A Paying one is left to the payment (the cloud may have debited it): the
         # pool stays Deleting until the controller settles it, Paid or withdrawn.
         unpaid = list(locked.orders.filter(status=PoolOrder.Status.APPROVED).values_list("pk", flat=True))
-        locked.orders.filter(pk__in=unpaid).update(status=PoolOrder.Status.FAILED, reason="Withdrawn: the pool was deleted")
+        locked.orders.filter(pk__in=unpaid).update(status=PoolOrder.Status.FAILED, reason=f"{WITHDRAWN}the pool was deleted")
         for order_id in unpaid:
             event_record(pool=locked, reason="OrderWithdrawn", message=f"Order #{order_id} withdrawn before payment: the pool is being deleted", actor=user, now=now)
         audit_record(actor=user, action="pool.delete", obj=locked, before=locked.document)
@@ -324,8 +325,8 @@ def _orders_trim(*, pool: GpuNodePool, min_nodes: int, excess: int, user, now: d
             excess -= cut
             before = {"status": order.status, "nodes": order.node_count, "amount": str(order.amount)}
             if cut == order.node_count:
-                PoolOrder.objects.filter(pk=order.pk, status=status).update(status=withdrawn, reason=f"Withdrawn: {why}", decided_at=order.decided_at or now)
-                reason, action, after = "OrderWithdrawn", "order.withdraw", {"status": withdrawn, "reason": f"Withdrawn: {why}"}
+                PoolOrder.objects.filter(pk=order.pk, status=status).update(status=withdrawn, reason=f"{WITHDRAWN}{why}", decided_at=order.decided_at or now)
+                reason, action, after = "OrderWithdrawn", "order.withdraw", {"status": withdrawn, "reason": f"{WITHDRAWN}{why}"}
                 message = f"Order #{order.pk} ({order.node_count} node(s), {order.amount} {order.currency}) withdrawn: {why}"
             else:
                 nodes = order.node_count - cut

@@ -3,6 +3,7 @@ pendingReason with numbers (T1)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -240,3 +241,18 @@ def test_drift_is_found_on_any_node_when_nodes_share_what_was_applied():
     draining = rules.NodeRow(6, "n6", "Draining", "monthly", release_reason="ScaledIn", labels=labels, taints=taints)
     snapshot = rules.PoolSnapshot(pk=1, phase="Ready", min_nodes=6, max_nodes=7, nodes=(*nodes, draining), generation=1, observed_generation=1)
     assert "NodeDrift" in needed({n.name: seen for n in snapshot.nodes})
+
+
+def test_a_withdrawn_order_is_never_the_pools_last_refusal():
+    """An order the pool took back (nodeCount.min lowered) is no refusal: BaselineNotOrdered
+    names the admin's rejection, never the lead's own withdrawal, even when it is the newest."""
+    rejected = rules.OrderRow(pk=7, kind="grow", status="Rejected", node_count=1, reason="budget freeze")
+    withdrawn = rules.OrderRow(pk=9, kind="grow", status="Rejected", node_count=1, reason=f"{rules.WITHDRAWN}nodeCount.min lowered to 2")
+    paid = rules.OrderRow(pk=3, kind="create", status="Paid", node_count=1, holding=1)
+    node = rules.NodeRow(pk=1, name="p-001", phase="Ready", billing="monthly")
+    snapshot = rules.PoolSnapshot(pk=1, phase="Ready", min_nodes=2, max_nodes=4, nodes=(node,), orders=(paid, rejected, withdrawn))
+    status = rules.status_of(snapshot, now=NOW)
+    assert status.pending_reason == "BaselineNotOrdered: nodeCount.min is 2 but 1 monthly node(s) are ordered; order #7 Rejected: budget freeze"
+    only_withdrawn = rules.status_of(replace(snapshot, orders=(paid, withdrawn)), now=NOW)
+    assert only_withdrawn.pending_reason == "BaselineNotOrdered: nodeCount.min is 2 but 1 monthly node(s) are ordered"
+    assert rules.order_refused("Failed", "payment declined") and not rules.order_refused("Failed", f"{rules.WITHDRAWN}the pool was deleted")

@@ -53,7 +53,7 @@ from pools.core.diagnose.snapshot import (  # noqa: F401 - the snapshot types ar
     pending_pod_facts,
 )
 from pools.core.durations import format_duration as go_duration
-from pools.core.lifecycle import PROVISIONING_PHASES
+from pools.core.lifecycle import PROVISIONING_PHASES, order_refused
 from pools.core.lifecycle import format_duration as age
 from pools.core.repair import CUDA_DRIVER_MISMATCH, classify
 from pools.core.scheduling.waiting import USUAL_START
@@ -175,7 +175,7 @@ def check_scale_up(s: PoolSnapshot, now: datetime) -> Check:
             evidence.append((bucket, f"{e.reason}{times} ({age(now - e.last_seen)} ago): {e.message}", e.last_seen >= now - RECENT))
     orders = list(s.orders)
     for o in orders:
-        if o.status in ("Rejected", "Failed") and not o.withdrawn:  # a withdrawal the lead chose failed nothing
+        if order_refused(o.status, o.reason):  # a withdrawal the lead chose failed nothing
             evidence.append((APPROVAL, f"order #{o.id} {o.status}: {o.reason or 'no reason given'}", False))
     if not any(b == APPROVAL for b, _, _ in evidence):
         evidence += [(APPROVAL, f"order #{o.id} awaits approval", False) for o in orders if o.status == "Pending"]

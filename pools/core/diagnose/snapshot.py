@@ -36,8 +36,6 @@ from pools.core.scheduling.nodes import (
 )
 from pools.core.scheduling.waiting import fits_empty
 
-WITHDRAWN = "Withdrawn:"  # how an order's reason starts when its pool took it back (`OrderInfo.withdrawn`)
-
 
 @dataclass(frozen=True)
 class EventInfo:
@@ -57,15 +55,6 @@ class OrderInfo:
     id: int
     status: str
     reason: str = ""
-
-    @property
-    def withdrawn(self) -> bool:
-        """Taken back by the pool's own side (its nodeCount.min lowered, the pool deleted), not
-        refused: no failure of the scale-up. The order row records no other mark of it; every
-        withdrawal (`pools.services.pools._orders_trim` and `pool_delete`, the Deleting path in
-        `pools.controllers.exits`) writes its reason as `Withdrawn: <why>`, beside the
-        `OrderWithdrawn` event."""
-        return self.reason.startswith(WITHDRAWN)
 
 
 @dataclass(frozen=True)
