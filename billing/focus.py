@@ -5,7 +5,7 @@ tools they already use, next to their AWS/Azure/GCP bills. Exporting our pools i
 means a monthly lease looks like what it economically is: a commitment discount.
 
 - A lease = one ``Purchase`` row for its term, billed when paid (BilledCost = the payment,
-  ListCost at the list price, PricingQuantity its months, EffectiveCost 0, ChargeFrequency
+  ListCost at the list price, PricingQuantity the months it bought, EffectiveCost 0, ChargeFrequency
   ``One-Time`` for a multi-month term paid up front, else ``Recurring``), plus hourly ``Usage`` rows priced
   ``Committed`` whose EffectiveCost is the amortised hour (BilledCost 0): the pods' share is
   CommitmentDiscountStatus ``Used``, the idle remainder ``Unused``. Over a whole lease,

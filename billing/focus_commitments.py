@@ -29,7 +29,6 @@ from billing.lease_corrections import allocation_rows, commitment_id
 from billing.lease_costs import spread_sum
 from billing.metering import ledger_pool_name
 from billing.models import LeasePeriod, UsageRecord
-from billing.pricing import Quote
 from pools.core.errors import ValidationError
 
 
@@ -103,22 +102,18 @@ def node_commitment(node, commitment_id: str, start, end, *, payment=None, curre
 def _order_terms(order) -> dict:
     """The terms a lease period was bought on: its order's undiscounted price of a node-month,
     its term's months, and what a node-month cost after the term's discount (as it debited)."""
-    quote = Quote(unit_monthly_price=order.unit_monthly_price, nodes=1, months=order.lease_months, discount=order.discount, currency=order.currency)
-    contracted = node_prices.Monthly(quote.node_monthly_price, order.currency)
+    contracted = node_prices.paid_monthly(order.unit_monthly_price, order.discount, order.currency)
     return {"list_price": order.unit_monthly_price, "term_months": order.lease_months, "contracted": contracted}
 
 
-def _bought_on(node) -> tuple[Decimal | None, int]:
+def _bought_on(node) -> tuple[Decimal, int]:
     """The undiscounted price of a node-month and the term's months the node's lease was bought
-    on: its order's, else the price book's at its lease start (as `node_prices.monthly_price`
-    prices it); what the price book no longer has is unknown (None, and 1 month)."""
+    on: its order's, else the price book's at its lease start, as `node_prices.monthly_price`
+    (called first) found it; a lease term the book no longer has counts as one month."""
     if node.order is not None:
         return node.order.unit_monthly_price, node.order.lease_months
     pool, at = node.pool, node.lease_start
-    try:
-        price = node_prices.price_in_force(node_type_id=pool.node_type_id, gpu_model_id=pool.gpu_model_id, at=at).monthly_price
-    except ValidationError:
-        price = None
+    price = node_prices.price_in_force(node_type_id=pool.node_type_id, gpu_model_id=pool.gpu_model_id, at=at).monthly_price
     try:
         months = node_prices.lease_term_in_force(lease_type=pool.lease_type, at=at).months
     except ValidationError:

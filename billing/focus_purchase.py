@@ -4,11 +4,10 @@ bought at the contracted one.
 
 Why: a node that held a slot for part of a lease paid its cent-rounded share of the slot's
 hours (`billing.lease_costs.spread_sum`), not exactly its calendar months × the monthly price,
-and a whole share recorded late is spread over fewer hours: dividing what it paid by its
-calendar months made a unit price no order holds (2,361.65 a month for a 2,280.00 lease held
-for an hour, 20,003.25 for a 20,000.00 one). Dividing it by the monthly price keeps the price
-and puts the rounding in the quantity, which FOCUS rounds anyway (unit price × quantity = cost
-to its precision). Pure: standard library only, as `billing.focus` is.
+and a whole share recorded late is spread over fewer hours: what it paid over its calendar
+months is a unit price no order holds (2,361.65 a month for a 2,280.00 lease held for an hour).
+What it paid over the monthly price keeps the price and puts the rounding in the quantity,
+which FOCUS rounds anyway (unit price × quantity = cost to its precision). Pure: standard library only, as `billing.focus` is.
 """
 
 from __future__ import annotations

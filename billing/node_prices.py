@@ -216,7 +216,7 @@ def monthly_price(node: Node | BilledNode) -> Monthly:
     order = node.order
     if order is not None:
         paid = (order.unit_monthly_price, order.discount, order.currency)
-        return cached(("paid", *paid), lambda: _paid_monthly(*paid))  # an order's nodes share it
+        return cached(("paid", *paid), lambda: paid_monthly(*paid))  # an order's nodes share it
     at = node.lease_start
     book = price_in_force(node_type_id=pool.node_type_id, gpu_model_id=pool.gpu_model_id, at=at)
     try:
@@ -227,7 +227,8 @@ def monthly_price(node: Node | BilledNode) -> Monthly:
     return Monthly(price.quantize(CENT, ROUND_HALF_UP), book.currency)
 
 
-def _paid_monthly(unit_monthly_price: Decimal, discount: Decimal, currency: str) -> Monthly:
+def paid_monthly(unit_monthly_price: Decimal, discount: Decimal, currency: str) -> Monthly:
+    """What a node-month of an order cost: its unit price less its discount, to the cent."""
     price = Decimal(unit_monthly_price) * (1 - Decimal(discount))
     return Monthly(price.quantize(CENT, ROUND_HALF_UP), currency)
 

@@ -208,8 +208,8 @@ def refill_refused(node: Node, *, pool: GpuNodePool, live: int) -> str:
     is not being deleted and has fewer live nodes than `nodeCount.max` (`live`, from
     `pool_live_count`); the slot a node leaves is vacant unless it retired with it
     (`RETIRING_REASONS`). A burst node fills no slot, so a repair that releases it is over once it
-    is gone: the autoscaler orders burst capacity when pods need it. Before, the repair pages
-    read every released node as waiting for a successor, for a day (`REPLACEMENT_WINDOW`)."""
+    is gone: the autoscaler orders burst capacity when pods need it. Only a node with a successor
+    due is shown as waiting for it (for `REPLACEMENT_WINDOW` at most)."""
     if node.order_id is None:
         if node.billing == Node.Billing.ON_DEMAND:
             return "burst capacity is not replaced: the autoscaler orders nodes when pods need them"
