@@ -17,8 +17,9 @@ empty one: `PoolSpec.autoscaling`):
 4. scale down only burst nodes whose pods may all go (`pools.controllers.scale_down`),
    cordoned with the decision and their pods checked again before the drain (`_scale_down`);
    the lifecycle controller drains and releases them. A cordon whose drain never started (its
-   pass stopped) is drained or lifted by a later pass (`cordons_left_settle`). A pool that no
-   longer bursts gives its burst nodes back by the same rules, at once (`_burst_off`).
+   pass stopped) is lifted by a later pass, whose scale-down decides again
+   (`cordons_left_settle`). A pool that no longer bursts gives its burst nodes back by the
+   same rules, at once (`_burst_off`).
 
 Within one pass over every pool (`autoscale_all`) the pools are decided in the order they were
 created (by id), and a pool's planned nodes count as upcoming nodes for the team's next pools:
@@ -248,8 +249,8 @@ def _autoscale(pool: GpuNodePool, now: datetime, view: FleetView, *, dry_run: bo
     nothing: it says whether acting is needed (anything beyond storing the history), and
     returns the history to store when it is not."""
     spec = parse_document(pool.document, view.catalog)
-    if not dry_run and view.cordoned.get(pool.pk) and cordons_left_settle(pool, spec, now):
-        view = fleet_view([pool], queue_of=view)  # a node drained there counts no more
+    if not dry_run and view.cordoned.get(pool.pk):
+        cordons_left_settle(pool, now)  # lifted only: no node leaves, the view's counts hold
     scaling = spec.autoscaling
     if scaling is None:
         return _burst_off(pool, spec, now, view, dry_run=dry_run)

@@ -9,7 +9,7 @@ cordoned, here and, once the drain had cordoned it there, in the cluster, with n
 or uncordon it: the next scale-down takes it first only if it is empty, and a node with pods
 would stay cordoned for good, its capacity lost. Cluster Autoscaler removes its leftover taints
 when it starts (`CleanAllToBeDeleted`) and un-taints a node whose drain failed; here every
-autoscale pass that acts on the pool settles them first (`cordons_left_settle`), and a pool
+autoscale pass that acts on the pool lifts them first (`cordons_left_settle`), and a pool
 with a cordoned Ready node is acted on (`FleetView.cordoned`).
 
 Which cordon is the decision's is what the decision recorded, never a guess: a
@@ -26,18 +26,25 @@ The bound on the wait for the drain is the pool's claim time (`EBCLOUD_RECONCILE
 `pools.claims.claim_ttl`). The decision and its drain run moments apart in one pass under the
 pool's claim, and a claim expires after that time, when another worker may take the pool over:
 a decision's cordon older than that whose drain has not started belongs to a pass that stopped
-(or one so slow it lost the pool: its late drain and this settling then meet in the conditional
-UPDATEs below, and the node is drained or uncordoned once).
+(or one so slow it lost the pool: its late drain claims the node with a conditional UPDATE,
+and this settling lifts only a row no drain has claimed, so each acts on the node once).
 The drain timeout (`EBCLOUD_DRAIN_TIMEOUT_SECONDS`, ten minutes by default) would be the other
 candidate, but it bounds how long evictions may take, not how long a node waits for its drain
 to begin; a user expects a stopped pass's leftovers to be put right by the next passes (within
 two minutes with the defaults), not the node's capacity held from Pending pods that long.
 
-A leftover is drained now if its pods, checked again as the drain checks them, may go
-(`PodsRecheck`: the decision is carried out, late), else uncordoned, each with an event that
-says which and why. Only under the pool's claim (as the autoscaler serialises its work per pool), and
-idempotent besides: the drain claims the node with a conditional UPDATE, and the uncordon is
-one too, its event written only by the worker whose UPDATE changed the row.
+A leftover's cordon is always lifted, never drained on the stale decision: that decision was
+taken from a cluster that has changed since (kube-scheduler may have filled the free GPUs its
+pods were to move to while the node was cordoned, and the pool may want its capacity now), and
+the drain's own check (`PodsRecheck`) reads the pods' annotations and disruption budgets, not
+whether they fit elsewhere nor whether the pool still scales down. Cluster Autoscaler's
+`CleanAllToBeDeleted` likewise removes the taints and leaves the node to its next decision: the
+scale-down that follows (in the same pass, or a later one) decides again from the current state
+and may choose the node again, with a cordon, check and drain of its own. The cordon is lifted
+in the cluster first, then on the row, with one `ScaleDownUncordoned` event that says why. Only
+under the pool's claim (as the autoscaler serialises its work per pool), and idempotent besides:
+the row's uncordon is a conditional UPDATE, its event written only by the worker whose UPDATE
+changed the row.
 """
 
 from __future__ import annotations
@@ -47,22 +54,18 @@ from datetime import datetime, timedelta
 from django.db import transaction
 
 from pools.claims import claim_ttl
-from pools.controllers.context import ReconcilePass
-from pools.controllers.exits import drain_start
 from pools.controllers.node_sync import REPAIR_CORDONS, REPAIR_UNCORDONS
-from pools.controllers.scale_down import PodsRecheck
 from pools.core import lifecycle as rules
-from pools.core.spec import PoolSpec
+from pools.core.node_labels import LEFTOVER_PHASES
 from pools.models import GpuNodePool, Node, PoolEvent
-from pools.providers import get_cloud_provider, get_cluster_backend
-from pools.providers.base import ProviderError
+from pools.providers import get_cluster_backend
+from pools.providers.base import ClusterBackend, ProviderError
 from pools.services.events import WARNING, event_record
 
 SCALE_DOWN_CORDONED = "ScaleDownCordoned"
 SCALE_DOWN_UNCORDONED = "ScaleDownUncordoned"
 # The events that say who changed a node's cordon last: a scale-down decision, this module, a repair.
 CORDON_EVENTS = (SCALE_DOWN_CORDONED, SCALE_DOWN_UNCORDONED, *REPAIR_CORDONS, *REPAIR_UNCORDONS)
-LEFTOVER_PHASES = (Node.Phase.READY, Node.Phase.UNKNOWN)  # the phases a cordon says nothing of (not a drain's or a repair's)
 
 
 def cordon_bound() -> timedelta:
@@ -102,31 +105,32 @@ def cordons_left(pool: GpuNodePool, now: datetime) -> list[tuple[Node, datetime]
     return [(node, latest[node.pk][1]) for node in nodes if latest.get(node.pk, ("", now))[0] == SCALE_DOWN_CORDONED and latest[node.pk][1] <= before]
 
 
-def cordons_left_settle(pool: GpuNodePool, spec: PoolSpec, now: datetime) -> bool:
-    """Drain or uncordon each of the pool's leftover cordons (`cordons_left`), with an event
-    that says which and why; True when there was one. Call under the pool's claim."""
+def cordons_left_settle(pool: GpuNodePool, now: datetime) -> bool:
+    """Lift each of the pool's leftover cordons (`cordons_left`), with an event that says why;
+    True when there was one. Never drains: the next scale-down decides again (module
+    docstring). Call under the pool's claim."""
     left = cordons_left(pool, now)
     if not left:
         return False
-    p = ReconcilePass(pool=pool, spec=spec, now=now, cloud=get_cloud_provider(), cluster=get_cluster_backend())
+    cluster = get_cluster_backend()
     for node, at in left:
-        stopped = f"the scale-down that cordoned it at {at:%H:%M:%S} UTC did not start its drain within {rules.format_duration(cordon_bound())} (the pass that decided it stopped)"
-        message = f"Autoscaler removes burst node {node.name}: {stopped}; its pods, checked again, may go"
-        if why := drain_start(p, node, reason=rules.SCALED_IN, event_reason="ScaledDown", message=message, recheck=PodsRecheck(p.cluster, [(node, [])])):
-            _uncordon(p, node, f"{stopped}; checked again, it is kept: {why}")
+        said = (f"the scale-down that cordoned it at {at:%H:%M:%S} UTC did not start its drain within {rules.format_duration(cordon_bound())} "
+                "(the pass that decided it stopped); the next scale-down decides again from the current state")  # fmt: skip
+        _uncordon(pool, cluster, node, said, now)
     return True
 
 
-def _uncordon(p: ReconcilePass, node: Node, said: str) -> None:
-    """Make a leftover schedulable again: the cluster's Node first (`drain_start` lifted the
-    cordon it set, but does not say whether the cluster took it), then the row with its event.
-    A cluster that cannot be changed now leaves both cordoned, said, and the next pass tries
-    again (the row's cordon is still the decision's)."""
+def _uncordon(pool: GpuNodePool, cluster: ClusterBackend, node: Node, said: str, now: datetime) -> None:
+    """Make a leftover schedulable again: the cluster's Node first (the stopped pass may have
+    cordoned it there too), then the row with its event, so that the row never says schedulable
+    while kube-scheduler still sees the cordon. A cluster that cannot be changed now leaves both
+    cordoned, said, and the next pass tries again (the row's cordon is still the decision's)."""
     try:
-        p.cluster.uncordon(name=node.name)
+        cluster.uncordon(name=node.name)
     except ProviderError as exc:
-        p.event("NodeUpdateFailed", f"Node {node.name} stays cordoned: {said}; the cluster could not uncordon it now ({exc.message}), the next pass tries again", node=node, type=WARNING)
+        event_record(pool=pool, node=node, reason="NodeUpdateFailed", type=WARNING, now=now,
+                     message=f"Node {node.name} stays cordoned: {said}; the cluster could not uncordon it now ({exc.message}), the next pass tries again")  # fmt: skip
         return
     with transaction.atomic():
         if Node.objects.filter(pk=node.pk, phase__in=LEFTOVER_PHASES, unschedulable=True, release_reason="").update(unschedulable=False):
-            p.event(SCALE_DOWN_UNCORDONED, f"Node {node.name} takes new pods again: {said}", node=node, type=WARNING)
+            event_record(pool=pool, node=node, reason=SCALE_DOWN_UNCORDONED, type=WARNING, now=now, message=f"Node {node.name} takes new pods again: {said}")

@@ -31,6 +31,11 @@ REGISTERED_PHASES = ("Ready", "Cordoned", "Draining", "Repairing", "Unknown")
 # pass sets and lifts these cordons itself (pools/controllers/repair_cordon.py); the drift check
 # makes the cluster follow the row when a pass stopped between the two, or someone uncordoned.
 CORDONED_PHASES = ("Draining", "Cordoned", "Repairing")
+# Phases whose cordon no drain or repair of ours keeps: a Ready (or Unknown: its agent silent) node
+# is cordoned only by a scale-down decision, just before its drain (or by someone else). One such
+# cordon whose drain never started (its pass stopped) is lifted by a later autoscale pass
+# (pools/controllers/scale_down_cordons.py), and the fleet view counts them to act on the pool.
+LEFTOVER_PHASES = ("Ready", "Unknown")
 
 
 @dataclass(frozen=True)

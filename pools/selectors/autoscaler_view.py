@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from django.db.models import Count, OuterRef, Q, Subquery
 
 from monitoring.selectors import gpu_memory_used_pct
+from pools.core.node_labels import LEFTOVER_PHASES
 from pools.core.scale_up import Capacity, QuotaRooms, Shapes
 from pools.core.scheduling.nodes import Pod as CorePod
 from pools.core.spec import Catalog
@@ -67,7 +68,7 @@ def fleet_view(pools: list[GpuNodePool], *, queue_of: FleetView | None = None) -
     nodes: dict[int, tuple[int, int]] = {}
     cordoned: dict[int, int] = {}
     live = Node.objects.filter(pool_id__in=ids, release_reason="").exclude(phase=Node.Phase.TERMINATED)
-    held = Count("pk", filter=Q(unschedulable=True, phase__in=(Node.Phase.READY, Node.Phase.UNKNOWN)))
+    held = Count("pk", filter=Q(unschedulable=True, phase__in=LEFTOVER_PHASES))
     for pool_id, billing, n, k in live.values_list("pool_id", "billing").annotate(n=Count("pk"), k=held).order_by():
         total, burst = nodes.get(pool_id, (0, 0))
         nodes[pool_id] = (total + n, burst + (n if billing == Node.Billing.ON_DEMAND else 0))

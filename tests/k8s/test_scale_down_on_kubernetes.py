@@ -94,22 +94,31 @@ def cordoned_in_cluster(core, name: str) -> bool:
     return bool(core.read_node(name).spec.unschedulable)
 
 
-def test_a_cordon_a_stopped_scale_down_left_is_lifted_in_the_cluster_too(burst_pool, core, namespace):
+@pytest.mark.parametrize("known", [False, True], ids=["unknown-bare-pod", "mirrored-controlled-pod"])
+def test_a_cordon_a_stopped_scale_down_left_is_lifted_in_the_cluster_too(burst_pool, core, namespace, teams, known):
     """The decision cordoned the burst node and its drain cordoned the cluster's Node, then the
-    worker stopped. A pod the read model does not know yet is bound there: past the claim time,
-    the next pass lifts the cordon in the cluster and on the row, and says why."""
+    worker stopped. Past the claim time the next pass lifts the cordon in the cluster and on the
+    row and says why, whatever the node's pod: one the read model does not know yet, or one a
+    ReplicaSet owns that the drain's re-check would let go. The stale decision is never carried
+    out (its pod may have nowhere to go now): the pod stays, and the next scale-down decides."""
     pool, burst = burst_pool
     cluster_node(core, burst.name, cordoned=True)
     try:
         decision_cordon(pool, [burst], LATER)
-        core.create_namespaced_pod(namespace, pod(namespace, "fresh", node=burst.name))
+        owner = [client.V1OwnerReference(api_version="apps/v1", kind="ReplicaSet", name="trainer-5d8f", uid="rs-1", controller=True)] if known else None
+        core.create_namespaced_pod(namespace, pod(namespace, "train", node=burst.name, owner=owner))
+        if known:
+            pods_apply([("ADDED", pod_fields(cluster_pod(burst.name, "train", namespace=namespace, owner=REPLICA_SET, gpus=1), now=T0))],
+                       team_of={namespace: teams["algorithm"].pk}.get, now=T0)  # fmt: skip
         memory_used(pool, 95)  # busy now: no scale-down of its own
         pool_autoscale(pool_id=pool.pk, now=LATER + cordon_bound() + timedelta(seconds=1))
         burst.refresh_from_db()
         assert not burst.unschedulable and burst.release_reason == ""
         assert not cordoned_in_cluster(core, burst.name)
         message = pool.events.get(reason="ScaleDownUncordoned").message
-        assert f"pod {namespace}/fresh is on the node and not known here yet" in message, message
+        assert "did not start its drain within 2m0s (the pass that decided it stopped); the next scale-down decides again from the current state" in message, message
+        assert not pool.events.filter(reason="ScaledDown").exists()
+        assert core.read_namespaced_pod("train", namespace).metadata.deletion_timestamp is None  # not evicted
     finally:
         core.delete_node(burst.name)
 
