@@ -113,15 +113,18 @@ class PoolForm(ScalingFields, AlertFields):
     )  # fmt: skip
 
     def __init__(
-        self, *args, teams=None, editing: GpuNodePool | None = None, budget_hint: str = "", now=None, **kwargs
-    ):
+        self, *args, teams=None, editing: GpuNodePool | None = None, budget_hint: str = "", now=None,
+        new_pool_hint: bool = True, **kwargs,
+    ):  # fmt: skip
         super().__init__(*args, **kwargs)
         self.editing = editing
         if budget_hint:  # what an empty budget means for this pool (billing.budget_selectors)
             self.fields["budget_monthly"].help_text = budget_hint
         self.fields["gpu_model"].choices = [(m, m) for m in GpuModel.objects.order_by("name").values_list("name", flat=True)]
         self.fields["node_type"].choices = [(t, t) for t in NodeType.objects.order_by("gpu_count").values_list("name", flat=True)]
-        if editing is None:  # the Edit form's hint comes from the pool; a new one has only the choices
+        # The Edit form's hint comes from the pool; a new one has only the choices. The htmx preview
+        # (`new_pool_hint=False`) rebuilds the form on every keystroke and never shows the hint.
+        if editing is None and new_pool_hint:
             self.fields["budget_monthly"].help_text = self._new_pool_budget_hint(now or timezone.now()) or self.fields["budget_monthly"].help_text
         self.fields["region"].choices = [(z.name, f"{z.name} ({z.region})") for z in Zone.objects.order_by("name")]
         if editing is not None:
@@ -156,6 +159,9 @@ class PoolForm(ScalingFields, AlertFields):
             value = self.initial.get(name, self.fields[name].initial)
             return fallback if value is None else value
 
+        def offered(field_choices: list, value: Any) -> bool:
+            return any(key == value for key, _ in field_choices)  # `==`: a list sent as the value is no choice
+
         choices = self.fields["gpu_model"].choices, self.fields["node_type"].choices
         gpu_model = chosen("gpu_model", choices[0][0][0] if choices[0] else None)
         node_type = chosen("node_type", choices[1][0][0] if choices[1] else None)
@@ -165,8 +171,10 @@ class PoolForm(ScalingFields, AlertFields):
             min_nodes, max_nodes = (self.fields[name].clean(chosen(name)) for name in ("min_nodes", "max_nodes"))
         except forms.ValidationError:
             return ""
-        model = GpuModel.objects.filter(name=gpu_model).first()
-        kind = NodeType.objects.filter(name=node_type).first()
+        # Only a value among the choices is looked up: a raw one (a NUL byte, say) would fail the
+        # query on PostgreSQL before the field's own validation could refuse it (a 500, not a 400).
+        model = GpuModel.objects.filter(name=gpu_model).first() if offered(choices[0], gpu_model) else None
+        kind = NodeType.objects.filter(name=node_type).first() if offered(choices[1], node_type) else None
         if model is None or kind is None or lease_type not in LEASE_TYPES or max_nodes < min_nodes:
             return ""
         shape = GpuNodePool(

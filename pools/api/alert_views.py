@@ -7,6 +7,8 @@ from __future__ import annotations
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
 from django.utils import timezone
+from drf_spectacular.extensions import OpenApiSerializerFieldExtension
+from drf_spectacular.plumbing import ResolvedComponent
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
@@ -19,13 +21,13 @@ from pools.api import chunking
 from pools.api.pod_views import UNSUPPORTED
 from pools.api.serializers import BodySerializer
 from pools.api.views import _errors
-from pools.core.alerting import RULES
+from pools.core.alerting import RULES, RULES_BY_FIELD, RULES_BY_REASON
 from pools.selectors import pools as selectors
 
 # A rule is named two ways: its key under `spec.alerts` (allocationHigh, what the pool's YAML and
 # the team lead's guide say) and its alert name (HighGpuAllocation, what events, notifications
 # and the stored silence say). The API takes either and stores and answers the alert name.
-RULE_FOR_NAME = {**{info.field: info.reason for info in RULES}, **{info.reason: info.reason for info in RULES}}
+RULE_FOR_NAME = {**{field: info.reason for field, info in RULES_BY_FIELD.items()}, **{reason: reason for reason in RULES_BY_REASON}}
 RULE_CHOICES = list(RULE_FOR_NAME)
 RULE_NAMES_TEXT = (
     f"{', '.join(info.field for info in RULES)} (the keys under spec.alerts) "
@@ -42,6 +44,24 @@ class AlertRuleField(serializers.ChoiceField):
 
     def to_internal_value(self, data):
         return RULE_FOR_NAME[super().to_internal_value(data)]
+
+
+class AlertRuleFieldSchema(OpenApiSerializerFieldExtension):
+    """`AlertRuleField` in the schema: a request takes either name (the `RuleEnum` of its choices),
+    an answer gives only the alert name (its own component: one property with two choice sets
+    would get one enum name for both from drf-spectacular's enum post-processing)."""
+
+    target_class = AlertRuleField
+
+    def map_serializer_field(self, auto_schema, direction):
+        if direction == "request":
+            return auto_schema._map_serializer_field(self.target, direction, bypass_extensions=True)
+        component = ResolvedComponent(
+            name="AlertName", type=ResolvedComponent.SCHEMA, object="AlertName",
+            schema={"type": "string", "enum": list(RULES_BY_REASON)},
+        )  # fmt: skip
+        auto_schema.registry.register_on_missing(component)
+        return component.ref
 
 
 class AsciiDateTimeField(serializers.DateTimeField):

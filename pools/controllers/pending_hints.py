@@ -70,7 +70,7 @@ BILLING_LABEL = "ebcloud.io/billing"  # pools/core/node_labels.py: monthly, on_d
 
 class OrderCatalog:
     """What can be ordered (node types smallest first, GPU models) and every live pool with what
-    it waits for (`pool_prospects`), each read once per pass and only if some Pending pod needs
+    it waits for (`read_prospects`), each read once per pass and only if some Pending pod needs
     it: the pass's statements stay independent of its pods."""
 
     def __init__(self) -> None:
@@ -92,13 +92,14 @@ class OrderCatalog:
             self._prospects, self._unreadable = read_prospects()
         return self._prospects
 
-    def unreadable(self, pod: CorePod) -> list[str]:
-        """The pools of the pod's team whose stored spec no longer parses and whose GPU model and
-        GPUs per node would hold the pod: their labels and taints are unknown, so whether they
-        take it cannot be told, and an order might buy their capacity twice."""
+    def unreadable(self, pod: CorePod) -> list[UnreadablePool]:
+        """The pools the pod's team may use (its own, and those shared with it) whose stored spec
+        no longer parses and whose GPU model and GPUs per node would hold the pod, by name: their
+        labels and taints are unknown, so whether they take it cannot be told, and an order might
+        buy their capacity twice."""
         self.prospects()
-        return sorted(u.name for u in self._unreadable if pod.team in u.teams and u.gpu_count >= pod.gpu_count
-                      and (not pod.gpu_models or u.gpu_model in pod.gpu_models))  # fmt: skip
+        return sorted((u for u in self._unreadable if pod.team in u.teams and u.gpu_count >= pod.gpu_count
+                       and (not pod.gpu_models or u.gpu_model in pod.gpu_models)), key=lambda u: u.name)  # fmt: skip
 
     def by_name(self) -> dict[str, PoolProspect]:
         if self._by_name is None:
@@ -132,16 +133,16 @@ def order_hint(pod: CorePod, usable: list[NodeState], others: list[NodeState], t
     small, or of a GPU model the pod does not allow; pools without a Ready node yet count, so a
     pool on its way is never bought twice), what to order: the smallest node type that fits, of
     the pod's GPU model (else the model such pods run on elsewhere in the fleet, else any), with
-    the order form's address, pre-filled. Other teams' pools are never named: only what to buy.
-    A pool of the team whose stored spec no longer parses, and that might hold the pod, is
-    named instead of an order (`OrderCatalog.unreadable`)."""
+    the order form's address, pre-filled. Other teams' pools are never named: only what to buy
+    (a pool shared with the team, `spec.sharedWith`, is the team's to use, not another's here).
+    A pool the team may use whose stored spec no longer parses, and that might hold the pod, is
+    named instead of an order (`OrderCatalog.unreadable`): the team applies its own pool's YAML
+    again; a pool shared with it is named as such, with the owner team that must (a guest cannot)."""
     if any(fits_empty(pod, node) for node in usable) or catalog.waiting(pod)[1]:
         return []
     unreadable = catalog.unreadable(pod)
     if unreadable:
-        names = ", ".join(unreadable)
-        return [f"Pool(s) {names} of your team may be meant for this pod, but the stored spec of each no longer passes validation, so "
-                f"whether they would take it cannot be told: apply the pool's YAML again (ebcloud node-pool apply -f) before ordering another pool."]
+        return unreadable_hints(unreadable, team_slug)
     node_types, models = catalog.read()
     fitting = [t for t in node_types if t.gpu_count >= pod.gpu_count and t.cpu_milli >= pod.cpu_milli and t.memory_mib >= pod.memory_mib]
     if not fitting:
@@ -154,6 +155,22 @@ def order_hint(pod: CorePod, usable: list[NodeState], others: list[NodeState], t
         f"No pool of your team can run this pod: it needs {what}. Order a pool of node type {fitting[0].name} "
         f"({fitting[0].gpu_count} GPUs per node) with GPU model {model}: {form}"
     ]
+
+
+def unreadable_hints(pools: list[UnreadablePool], team_slug: str) -> list[str]:
+    """One hint for the team's own unreadable pools, one per owner team for those shared with it."""
+    owners: dict[str, list[str]] = defaultdict(list)
+    for pool in pools:
+        owners[pool.owner].append(pool.name)
+    why = "may be meant for this pod, but the stored spec of each no longer passes validation, so whether they would take it cannot be told"
+    hints = []
+    if team_slug in owners:
+        hints.append(f"Pool(s) {', '.join(owners.pop(team_slug))} of your team {why}: apply the pool's YAML again "
+                     f"(ebcloud node-pool apply -f) before ordering another pool.")  # fmt: skip
+    for owner, names in sorted(owners.items()):
+        hints.append(f"Pool(s) {', '.join(names)}, shared with your team by team {owner}, {why}: team {owner} must apply "
+                     f"the pool's YAML again (ebcloud node-pool apply -f); ask its lead before ordering another pool.")  # fmt: skip
+    return hints
 
 
 @dataclass(frozen=True)

@@ -34,9 +34,11 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class UnreadablePool:
     """A live pool whose stored spec no longer parses: what its row alone tells (its node's GPUs
-    and model, the teams that may use it), so a hint can name it instead of suggesting an order."""
+    and model, the teams that may use it, the slug of the team that owns it), so a hint can name
+    it instead of suggesting an order, and tell a team it is shared with whom to ask."""
 
     name: str
+    owner: str
     teams: frozenset[str]
     gpu_model: str
     gpu_count: int
@@ -102,11 +104,6 @@ def pool_templates(pools: Iterable[GpuNodePool]) -> dict[int, NodeState]:
     return templates
 
 
-def pool_prospects() -> list[PoolProspect]:
-    """Every live pool whose stored spec parses (`read_prospects`)."""
-    return read_prospects()[0]
-
-
 def read_prospects() -> tuple[list[PoolProspect], list[UnreadablePool]]:
     """Every live pool with its template and what it waits for: its nodes the scheduler sees,
     those still starting (named, with their phase), its orders awaiting approval or payment;
@@ -115,7 +112,7 @@ def read_prospects() -> tuple[list[PoolProspect], list[UnreadablePool]]:
     templates = pool_templates(pools)
     unread = [pool for pool in pools if pool.pk not in templates]
     teams = pool_teams(unread) if unread else {}
-    unreadable = [UnreadablePool(p.name, teams[p.pk], p.gpu_model.name, p.node_type.gpu_count) for p in unread]
+    unreadable = [UnreadablePool(p.name, p.team.slug, teams[p.pk], p.gpu_model.name, p.node_type.gpu_count) for p in unread]
     live: dict[int, int] = defaultdict(int)
     starting: dict[int, list[tuple[str, str]]] = defaultdict(list)
     rows = (

@@ -193,7 +193,7 @@ def pool_preview(request):
         teams = list(selectors.teams_led_by(user=request.user))
         if not teams:
             raise PermissionDenied("only team leads and platform admins can create pools")
-        pool, form = None, PoolForm(request.POST, teams=teams)
+        pool, form = None, PoolForm(request.POST, teams=teams, new_pool_hint=False)  # the preview shows no hint
     form.read_rows()
     if not form.is_valid():
         problems = "; ".join(f"{form.fields[f].label if f in form.fields else 'form'}: {' '.join(e)}" for f, e in form.errors.items())

@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import pytest
 from django.utils import timezone
+from drf_spectacular.generators import SchemaGenerator
 
 from monitoring.models import AlertSilence
 from pools.models import PoolEvent
@@ -152,3 +153,16 @@ def test_a_reason_may_span_lines(watched, api):
     until_at = (timezone.now() + timedelta(days=1)).isoformat()
     response = api("lead").post("/api/v1/pools/watched-pool/alert-silences/", {"rule": "NodesNotReady", "until": until_at, "reason": "rack move\n\tthen a reboot"}, format="json")
     assert response.status_code == 201, response.content
+
+
+def test_the_schema_answers_with_the_alert_name_only():
+    """A request takes either name of a rule; an answer only ever gives the alert name, and the
+    schema said an answer's `rule` might be a spec key too."""
+    schemas = SchemaGenerator().get_schema(request=None, public=True)["components"]["schemas"]
+
+    def choices(component: str) -> list[str]:
+        ref = schemas[component]["properties"]["rule"]
+        return schemas[ref.get("$ref", ref.get("allOf", [{}])[0].get("$ref", "")).rsplit("/", 1)[-1]]["enum"]
+
+    assert choices("AlertSilence") == ["HighGpuAllocation", "LowGpuUtilization", "PodsPendingTooLong", "NodesNotReady"]
+    assert set(choices("AlertSilenceRequest")) == {"allocationHigh", "utilizationLow", "pendingPods", "nodesNotReady", *choices("AlertSilence")}

@@ -7,8 +7,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
+from billing.models import NodePrice, PriceBookEntry
 from pools.forms import PoolForm
+from pools.models import GpuNodePool
 from tests.pools.test_views import FORM
 
 pytestmark = pytest.mark.django_db
@@ -43,3 +47,25 @@ def test_choices_with_no_shape_keep_the_rule_in_words(actors):
     for changed in ({"min_nodes": "many"}, {"max_nodes": "٦"}, {"min_nodes": "9" * 40}, {"max_nodes": "9" * 40}, {"lease_type": "weekly"}, {"node_type": "GPU_3_CARD"}):
         hint = PoolForm({**FORM, **changed}, teams=[], now=NOW).fields["budget_monthly"].help_text
         assert hint.startswith("Leave empty for the default: the monthly nodes' fee") and "×" not in hint, changed
+
+
+def test_a_nul_byte_in_a_choice_is_a_form_error_not_a_server_error(browser, actors):
+    """The hint looked the raw value up before the field refused it: PostgreSQL refuses a NUL in
+    a query (DataError, a 500) where SQLite accepts it. Only a value among the choices is looked up."""
+    lead = browser("lead")
+    page = lead.get("/pools/new/?gpu_model=%00")
+    assert page.status_code == 200 and "Leave empty for the default" in page.content.decode()
+    sent = lead.post("/pools/new/", {**FORM, "node_type": "GPU_8\x00_CARD"})
+    assert sent.status_code == 400 and "Select a valid choice" in sent.content.decode()
+    assert not GpuNodePool.objects.filter(name=FORM["name"]).exists()
+
+
+def test_the_preview_reads_no_price_book(browser, actors):
+    """The htmx preview rebuilds the form on every keystroke and never shows the hint: it must not
+    compute it (the price book's reads on each keystroke were for nothing)."""
+    lead = browser("lead")
+    with CaptureQueriesContext(connection) as queries:
+        answer = lead.post("/pools/new/preview/", FORM)
+    assert answer.status_code == 200 and "A100_80G" in answer.content.decode()
+    price_tables = {NodePrice._meta.db_table, PriceBookEntry._meta.db_table}
+    assert not [q["sql"] for q in queries if any(table in q["sql"] for table in price_tables)]

@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from pools.controllers.scheduler import scheduler_pass
 from pools.models import GpuNodePool
 from pools.selectors.diagnose import pool_diagnose
-from pools.selectors.prospects import pool_prospects
+from pools.selectors.prospects import read_prospects
 from pools.services import pools as services
 from tests.conftest import make_document
 from tests.pools.pod_helpers import T0, submit
@@ -52,7 +52,7 @@ def test_a_stored_spec_that_no_longer_parses_is_logged_and_named_not_ordered_aga
     GpuNodePool.objects.filter(pk=pool.pk).update(document=document)
     pod = submit(actors["member"], "vis-1", gpus=8)
     with caplog.at_level(logging.WARNING, logger="pools.selectors.prospects"):
-        assert pool_prospects() == []
+        assert read_prospects()[0] == []
     assert any("vision-h100" in r.getMessage() for r in caplog.records)
     scheduler_pass(now=T0)
     pod.refresh_from_db()
@@ -62,12 +62,32 @@ def test_a_stored_spec_that_no_longer_parses_is_logged_and_named_not_ordered_aga
     assert check.status == "unknown" and "cannot be told" in check.found
 
 
+def test_a_team_the_unreadable_pool_is_shared_with_is_told_whose_it_is(actors):
+    """A guest team (`spec.sharedWith`) was told "Pool(s) ... of your team ...: apply the pool's
+    YAML again", which only the owner team can do: it is named as shared, with the owner to ask."""
+    pool = vision_pool(actors)
+    document = pool.document
+    document["spec"]["nodeCount"] = {"min": "many"}
+    document["spec"]["sharedWith"] = ["inference"]
+    GpuNodePool.objects.filter(pk=pool.pk).update(document=document)
+    guest = submit(actors["other_lead"], "inf-1", gpus=8, namespace="inference")
+    own = submit(actors["member"], "vis-1", gpus=8)
+    scheduler_pass(now=T0)
+    guest.refresh_from_db()
+    own.refresh_from_db()
+    assert not any(h.startswith(ORDER_HINT) or "of your team" in h for h in guest.hints), guest.hints
+    assert ("Pool(s) vision-h100, shared with your team by team algorithm, may be meant for this pod, but the stored spec of each "
+            "no longer passes validation, so whether they would take it cannot be told: team algorithm must apply the pool's "
+            "YAML again (ebcloud node-pool apply -f); ask its lead before ordering another pool.") in guest.hints, guest.hints
+    assert any(h.startswith("Pool(s) vision-h100 of your team may be meant for this pod") for h in own.hints), own.hints
+
+
 def test_the_zones_of_all_pools_cost_one_statement(actors):
     """A second pool with a fallback zone adds no statement to reading the prospects."""
 
     def statements() -> int:
         with CaptureQueriesContext(connection) as queries:
-            assert {p.name for p in pool_prospects()} >= {"vision-h100"}
+            assert {p.name for p in read_prospects()[0]} >= {"vision-h100"}
         return len(queries)
 
     vision_pool(actors)
