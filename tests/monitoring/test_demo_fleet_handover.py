@@ -6,7 +6,6 @@ silent, never while the person's agent reports."""
 from __future__ import annotations
 
 import threading
-import time
 from datetime import timedelta
 
 import pytest
@@ -17,17 +16,9 @@ from monitoring.agent_buffer import DiskBuffer
 from monitoring.agent_sources import SimulatedSource
 from monitoring.models import NodeAgentState, NodeReport
 from pools.demo.fleet import AgentFleet
+from tests.monitoring.test_agent import _wait
 
 live = pytest.mark.django_db(transaction=True)
-
-
-def _wait(predicate, timeout=30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def _last_report(node):
