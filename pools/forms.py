@@ -10,9 +10,8 @@ from decimal import Decimal
 from typing import Any
 
 from django import forms
-from django.utils import timezone
 
-from billing.budget_sync import pool_default_budget
+from billing.budget_selectors import PoolShape
 from pools.alerts_form import (
     ALERT_FIELD_FOR_PATH,
     ALERT_FIELD_NAMES,
@@ -112,20 +111,13 @@ class PoolForm(ScalingFields, AlertFields):
         help_text="Other teams whose pods may also run on this pool's nodes, comma-separated (e.g. inference); your team still pays for it",
     )  # fmt: skip
 
-    def __init__(
-        self, *args, teams=None, editing: GpuNodePool | None = None, budget_hint: str = "", now=None,
-        new_pool_hint: bool = True, **kwargs,
-    ):  # fmt: skip
+    def __init__(self, *args, teams=None, editing: GpuNodePool | None = None, budget_hint: str = "", **kwargs):
         super().__init__(*args, **kwargs)
         self.editing = editing
         if budget_hint:  # what an empty budget means for this pool (billing.budget_selectors)
             self.fields["budget_monthly"].help_text = budget_hint
         self.fields["gpu_model"].choices = [(m, m) for m in GpuModel.objects.order_by("name").values_list("name", flat=True)]
         self.fields["node_type"].choices = [(t, t) for t in NodeType.objects.order_by("gpu_count").values_list("name", flat=True)]
-        # The Edit form's hint comes from the pool; a new one has only the choices. The htmx preview
-        # (`new_pool_hint=False`) rebuilds the form on every keystroke and never shows the hint.
-        if editing is None and new_pool_hint:
-            self.fields["budget_monthly"].help_text = self._new_pool_budget_hint(now or timezone.now()) or self.fields["budget_monthly"].help_text
         self.fields["region"].choices = [(z.name, f"{z.name} ({z.region})") for z in Zone.objects.order_by("name")]
         if editing is not None:
             del self.fields["team"]
@@ -146,11 +138,11 @@ class PoolForm(ScalingFields, AlertFields):
         for name, value in alerts_initial(editing.document.get("spec", {}).get("alerts") if editing is not None else None).items():
             self.initial.setdefault(name, value)
 
-    def _new_pool_budget_hint(self, now) -> str:
-        """The default budget's computation for the choices the form shows (its initial ones, or
-        those sent back with an error), by the same rule and price book as the Edit form's hint
-        (`pool_default_budget`): a lead sees the numbers before the pool exists, as the guides
-        promise. Empty when the choices are not yet a priceable shape (the generic hint stays)."""
+    def chosen_shape(self) -> PoolShape | None:
+        """The pool the form's choices describe (its initial ones, or those sent back with an
+        error), for the budget hint (`billing.budget_selectors.pool_form_budget_hint`); None when
+        they are not yet a pool's shape. Only a value among the field's choices is taken: a raw
+        one (a NUL byte, say) would fail a query on PostgreSQL before the field could refuse it."""
 
         def chosen(name: str, fallback: Any = None) -> Any:
             if self.is_bound:
@@ -159,40 +151,20 @@ class PoolForm(ScalingFields, AlertFields):
             value = self.initial.get(name, self.fields[name].initial)
             return fallback if value is None else value
 
-        def offered(field_choices: list, value: Any) -> bool:
-            return any(key == value for key, _ in field_choices)  # `==`: a list sent as the value is no choice
+        def offered(name: str) -> Any:
+            keys = [key for key, _ in self.fields[name].choices]
+            value = chosen(name, keys[0] if keys else None)
+            return value if any(key == value for key in keys) else None  # `==`: a list sent as the value is no choice
 
-        choices = self.fields["gpu_model"].choices, self.fields["node_type"].choices
-        gpu_model = chosen("gpu_model", choices[0][0][0] if choices[0] else None)
-        node_type = chosen("node_type", choices[1][0][0] if choices[1] else None)
-        lease_type = chosen("lease_type", LEASE_TYPES[0])
-        preemptible = bool(chosen("preemptible", False))
-        try:  # the fields' own rules (digits 0-9, bounds): a refused count has no computation
+        try:  # the fields' own rules (digits 0-9, bounds): a refused count has no shape
             min_nodes, max_nodes = (self.fields[name].clean(chosen(name)) for name in ("min_nodes", "max_nodes"))
         except forms.ValidationError:
-            return ""
-        # Only a value among the choices is looked up: a raw one (a NUL byte, say) would fail the
-        # query on PostgreSQL before the field's own validation could refuse it (a 500, not a 400).
-        model = GpuModel.objects.filter(name=gpu_model).first() if offered(choices[0], gpu_model) else None
-        kind = NodeType.objects.filter(name=node_type).first() if offered(choices[1], node_type) else None
-        if model is None or kind is None or lease_type not in LEASE_TYPES or max_nodes < min_nodes:
-            return ""
-        shape = GpuNodePool(
-            gpu_model=model, node_type=kind, lease_type=lease_type, preemptible=preemptible, min_nodes=min_nodes, max_nodes=max_nodes
-        )  # never saved: the price book's reads take only these fields
-        try:
-            default = pool_default_budget(pool=shape, at=now)
-            explanation = default.explanation if default is not None else ""
-        except ArithmeticError:  # a count past any price's digits (the spec refuses it beside its field)
-            return ""
-        if not explanation:
-            return ""
-        which = "sent" if self.is_bound else "first shown here"
-        return (
-            "Leave empty for the default: the monthly nodes' fee plus room for the on-demand nodes above them. "
-            f"For the choices {which} ({min_nodes} to {max_nodes} {node_type} nodes of {gpu_model}, {lease_type} lease"
-            f"{', preemptible' if preemptible else ''}): {explanation}. Other choices change the numbers."
-        )
+            return None
+        gpu_model, node_type, lease_type = offered("gpu_model"), offered("node_type"), chosen("lease_type", LEASE_TYPES[0])
+        if gpu_model is None or node_type is None or lease_type not in LEASE_TYPES or max_nodes < min_nodes:
+            return None
+        preemptible = bool(chosen("preemptible", False))
+        return PoolShape(gpu_model, node_type, lease_type, preemptible, min_nodes, max_nodes, sent=self.is_bound)
 
     @property
     def main_fields(self) -> list:

@@ -123,10 +123,8 @@ def pool_create(request):
         raise PermissionDenied("only team leads and platform admins can create pools")
     # A Pending pod's hint links here with what to order (?team=&gpu_model=&node_type=).
     prefill = {key: request.GET[key] for key in ("team", "gpu_model", "node_type") if request.GET.get(key)}
-    form = PoolForm(
-        request.POST or None, teams=teams, initial={"min_nodes": 2, "max_nodes": 6, "auto_repair": True, **prefill},
-        budget_hint=pool_form_budget_hint(pool=None, now=timezone.now()),
-    )
+    form = PoolForm(request.POST or None, teams=teams, initial={"min_nodes": 2, "max_nodes": 6, "auto_repair": True, **prefill})
+    form.fields["budget_monthly"].help_text = pool_form_budget_hint(pool=None, now=timezone.now(), shape=form.chosen_shape())
     if request.method == "POST":
         form.read_rows()
         if form.is_valid():
@@ -193,7 +191,7 @@ def pool_preview(request):
         teams = list(selectors.teams_led_by(user=request.user))
         if not teams:
             raise PermissionDenied("only team leads and platform admins can create pools")
-        pool, form = None, PoolForm(request.POST, teams=teams, new_pool_hint=False)  # the preview shows no hint
+        pool, form = None, PoolForm(request.POST, teams=teams)
     form.read_rows()
     if not form.is_valid():
         problems = "; ".join(f"{form.fields[f].label if f in form.fields else 'form'}: {' '.join(e)}" for f, e in form.errors.items())

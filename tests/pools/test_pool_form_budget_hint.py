@@ -10,6 +10,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from billing.budget_selectors import pool_form_budget_hint
 from billing.models import NodePrice, PriceBookEntry
 from pools.forms import PoolForm
 from pools.models import GpuNodePool
@@ -18,6 +19,11 @@ from tests.pools.test_views import FORM
 pytestmark = pytest.mark.django_db
 
 NOW = datetime(2026, 3, 15, 9, 0, tzinfo=UTC)  # any time after the demo price book's 2024 epoch
+
+
+def hint_for(data: dict) -> str:
+    """The new-pool page's hint for a form sent back with `data` (as `pools.views.pools.pool_create` builds it)."""
+    return pool_form_budget_hint(pool=None, now=NOW, shape=PoolForm(data, teams=[]).chosen_shape())
 
 
 def test_the_new_pool_page_shows_the_computation_for_its_initial_choices(browser, actors, time_machine):
@@ -37,15 +43,14 @@ def test_the_hint_follows_the_choices_prefilled_from_a_pending_pods_link(browser
 
 
 def test_a_form_sent_back_with_an_error_computes_for_the_choices_sent(actors):
-    form = PoolForm({**FORM, "name": "Bad Name", "lease_type": "yearly", "preemptible": "on", "min_nodes": "1", "max_nodes": "1"}, teams=[], now=NOW)
-    hint = form.fields["budget_monthly"].help_text
+    hint = hint_for({**FORM, "name": "Bad Name", "lease_type": "yearly", "preemptible": "on", "min_nodes": "1", "max_nodes": "1"})
     assert "For the choices sent (1 to 1 GPU_8_CARD nodes of A100_80G, yearly lease, preemptible)" in hint
     assert "1 monthly node(s) × 10200.00 = 10200.00" in hint and "10200.00 CNY a month" in hint  # 60% of 85% of 20000.00
 
 
 def test_choices_with_no_shape_keep_the_rule_in_words(actors):
     for changed in ({"min_nodes": "many"}, {"max_nodes": "٦"}, {"min_nodes": "9" * 40}, {"max_nodes": "9" * 40}, {"lease_type": "weekly"}, {"node_type": "GPU_3_CARD"}):
-        hint = PoolForm({**FORM, **changed}, teams=[], now=NOW).fields["budget_monthly"].help_text
+        hint = hint_for({**FORM, **changed})
         assert hint.startswith("Leave empty for the default: the monthly nodes' fee") and "×" not in hint, changed
 
 
