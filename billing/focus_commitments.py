@@ -29,7 +29,6 @@ from billing.lease_corrections import allocation_rows, commitment_id
 from billing.lease_costs import spread_sum
 from billing.metering import ledger_pool_name
 from billing.models import LeasePeriod, UsageRecord
-from pools.core.errors import ValidationError
 
 
 def ledger_commitments(nodes) -> dict[int, list[Lease]]:
@@ -108,17 +107,12 @@ def _order_terms(order) -> dict:
 
 def _bought_on(node) -> tuple[Decimal, int]:
     """The undiscounted price of a node-month and the term's months the node's lease was bought
-    on: its order's, else the price book's at its lease start, as `node_prices.monthly_price`
-    (called first) found it; a lease term the book no longer has counts as one month."""
+    on: its order's, else the price book's at its lease start (`node_prices.book_terms`, as
+    `monthly_price` prices it); a lease term the book no longer has counts as one month."""
     if node.order is not None:
         return node.order.unit_monthly_price, node.order.lease_months
-    pool, at = node.pool, node.lease_start
-    price = node_prices.price_in_force(node_type_id=pool.node_type_id, gpu_model_id=pool.gpu_model_id, at=at).monthly_price
-    try:
-        months = node_prices.lease_term_in_force(lease_type=pool.lease_type, at=at).months
-    except ValidationError:
-        months = 1
-    return price, months
+    book, term = node_prices.book_terms(node)
+    return book.monthly_price, term.months if term else 1
 
 
 def correction_rows(

@@ -212,19 +212,24 @@ class Monthly:
 def monthly_price(node: Node | BilledNode) -> Monthly:
     """What the node's lease costs a month: the order's price less its discount (what was paid),
     else the price book at the lease start less the pool's lease-term discount."""
-    pool = node.pool
     order = node.order
     if order is not None:
         paid = (order.unit_monthly_price, order.discount, order.currency)
         return cached(("paid", *paid), lambda: paid_monthly(*paid))  # an order's nodes share it
-    at = node.lease_start
+    book, term = book_terms(node)
+    price = Decimal(book.monthly_price) * (1 - Decimal(term.discount if term else 0))
+    return Monthly(price.quantize(CENT, ROUND_HALF_UP), book.currency)
+
+
+def book_terms(node: Node | BilledNode):
+    """The price book's price and the pool's lease term at the node's lease start, for a node
+    with no order: (its `NodePrice`, its `LeaseTerm`, None when the book no longer has it)."""
+    pool, at = node.pool, node.lease_start
     book = price_in_force(node_type_id=pool.node_type_id, gpu_model_id=pool.gpu_model_id, at=at)
     try:
-        discount = lease_term_in_force(lease_type=pool.lease_type, at=at).discount
+        return book, lease_term_in_force(lease_type=pool.lease_type, at=at)
     except ValidationError:
-        discount = Decimal(0)
-    price = Decimal(book.monthly_price) * (1 - Decimal(discount))
-    return Monthly(price.quantize(CENT, ROUND_HALF_UP), book.currency)
+        return book, None
 
 
 def paid_monthly(unit_monthly_price: Decimal, discount: Decimal, currency: str) -> Monthly:
