@@ -51,6 +51,20 @@ def place(kube, core, namespace, unique):
             made["classes"].add(name)
         return name
 
+    def create(pod: dict) -> None:
+        """Submit the pod once the Priority admission plugin knows its new PriorityClass: the
+        plugin reads classes from an informer's cache, so one created a moment ago may still be
+        "not found" (a 403) for a short while under load."""
+        def admitted():
+            try:
+                return core.create_namespaced_pod(namespace, pod)
+            except client.exceptions.ApiException as exc:
+                if exc.status == 403 and "no PriorityClass with name" in (exc.body or ""):
+                    return None
+                raise
+
+        wait_for(admitted, timeout=10, what=f"the PriorityClass of pod {pod['metadata']['name']} to be admitted")
+
     def body(name: str, gpus: int, priority: int, labels=None, node: str | None = None) -> dict:
         spec = {
             "containers": [{"name": "main", "image": "registry.invalid/train:1",
@@ -71,11 +85,11 @@ def place(kube, core, namespace, unique):
             made["nodes"].append(name)
             kubelet.join(name=name, cpu_milli=CPU, memory_mib=MEMORY, gpus=GPUS, labels={key: "yes"}, now=NOW)
             for pod, (gpus, priority, labels) in pods.items():
-                core.create_namespaced_pod(namespace, body(pod, gpus, priority, labels, node=name))
+                create(body(pod, gpus, priority, labels, node=name))
             kubelet.sync_pods(node_name=name, now=started[index] if index < len(started) else NOW)
 
     def pending(name: str, gpus: int, priority: int) -> None:
-        core.create_namespaced_pod(namespace, body(name, gpus, priority))
+        create(body(name, gpus, priority))
 
     yield SimpleNamespace(key=key, nodes=nodes, pending=pending)
     for item in core.list_namespaced_pod(namespace).items:
