@@ -63,6 +63,22 @@ def wait_for(predicate, *, timeout: float = 30, what: str = "condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def pod_create_admitted(core: client.CoreV1Api, namespace: str, body):
+    """Create the pod once the Priority admission plugin knows its PriorityClass: the plugin
+    reads classes from an informer's cache, so one created a moment ago may still be "not
+    found" (a 403) for a short while under load."""
+
+    def admitted():
+        try:
+            return core.create_namespaced_pod(namespace, body)
+        except client.exceptions.ApiException as exc:
+            if exc.status == 403 and "no PriorityClass with name" in (exc.body or ""):
+                return None
+            raise
+
+    return wait_for(admitted, timeout=10, what="the pod's PriorityClass in the admission plugin's cache")
+
+
 def verdict(core: client.CoreV1Api, namespace: str, name: str):
     """What kube-scheduler made of the pod: ("bound", its node), ("pending", the scheduler's
     message), or None while it has not decided."""

@@ -22,7 +22,7 @@ from pools.providers.fake_kubelet import FakeKubelet
 from pools.providers.kubernetes import KubernetesCluster
 from pools.providers.kubernetes_pods import TEAM_LABEL
 from tests.k8s import test_extender
-from tests.k8s.helpers import pod_gone, verdict, wait_for
+from tests.k8s.helpers import pod_create_admitted, pod_gone, verdict, wait_for
 from tests.pools.pod_helpers import T0, pool_with_nodes
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -112,11 +112,11 @@ def test_kube_scheduler_never_preempts_a_teams_pod_for_another_teams_pod(cluster
         ignoring_conflicts(scheduling.create_priority_class, client.V1PriorityClass(metadata=client.V1ObjectMeta(name=name), value=value))
     owner = manifest("owners-job", gpus=8, priority_class="teams-low")
     owner["spec"]["nodeName"] = train_node
-    core.create_namespaced_pod(NAMESPACE, owner)
+    pod_create_admitted(core, NAMESPACE, owner)
     kubelet = FakeKubelet(cluster)
     kubelet.sync_pods(node_name=train_node, now=T0)
 
-    core.create_namespaced_pod(OTHER, manifest("vip-intruder", gpus=1, priority_class="teams-high"))
+    pod_create_admitted(core, OTHER, manifest("vip-intruder", gpus=1, priority_class="teams-high"))
     wait_for(lambda: "preempt" in calls, what="kube-scheduler asking the extender's preempt")
     kind, message = wait_for(lambda: verdict(core, OTHER, "vip-intruder"), what="kube-scheduler's verdict on the intruder")
     time.sleep(3)  # preemption's evictions are asynchronous: give a wrong one time to show
@@ -124,5 +124,5 @@ def test_kube_scheduler_never_preempts_a_teams_pod_for_another_teams_pod(cluster
     assert not pod_gone(core, NAMESPACE, "owners-job"), "the owner's pod was evicted for another team's pod"
     assert verdict(core, OTHER, "vip-intruder")[0] == "pending"
 
-    core.create_namespaced_pod(NAMESPACE, manifest("owners-vip", gpus=1, priority_class="teams-high"))
+    pod_create_admitted(core, NAMESPACE, manifest("owners-vip", gpus=1, priority_class="teams-high"))
     wait_for(lambda: pod_gone(core, NAMESPACE, "owners-job"), what="the owner team's own pod preempting its lower-priority one")

@@ -13,7 +13,7 @@ from kubernetes.client.exceptions import ApiException
 from pools.core.disruption import DisruptionBudget
 from pools.providers.fake_kubelet import FakeKubelet
 from pools.providers.kubernetes import KubernetesCluster, NodeNotRegistered
-from tests.k8s.helpers import pod, wait_for
+from tests.k8s.helpers import pod, pod_create_admitted, wait_for
 
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 TRAIN_TAINT = {"key": "pool", "value": "train", "effect": "NoSchedule"}
@@ -134,7 +134,7 @@ def test_a_drain_moves_what_kubectl_drain_moves(cluster, kubelet, core, kube, no
     owner = [client.V1OwnerReference(api_version="apps/v1", kind="DaemonSet", name="dcgm-exporter", uid="0b6a8c4e-5b1e-4b8e-9d7a-2f4f3c1d9e01", controller=True)]
     core.create_namespaced_pod(namespace, pod(namespace, "exporter", node=node, owner=owner, gpus=0))
     core.create_namespaced_pod(namespace, pod(namespace, "static", node=node, annotations={"kubernetes.io/config.mirror": "x"}, gpus=0))
-    core.create_namespaced_pod(namespace, pod(namespace, "trainer", node=node, priority_class_name=high, annotations={"ebcloud.io/checkpointable": "true"}))
+    pod_create_admitted(core, namespace, pod(namespace, "trainer", node=node, priority_class_name=high, annotations={"ebcloud.io/checkpointable": "true"}))
     core.create_namespaced_pod(namespace, pod(namespace, "done", node=node, annotations={"ebcloud.io/duration": "1s"}))
     kubelet.sync_pods(node_name=node, now=NOW)
     kubelet.sync_pods(node_name=node, now=NOW.replace(minute=1))  # "done" ran its second: Succeeded

@@ -29,7 +29,7 @@ from pools.providers.fake_kubelet import FakeKubelet
 from pools.providers.kubernetes import KubernetesCluster
 from pools.providers.kubernetes_pods import ClusterPods, pod_fields
 from pools.selectors.cluster import core_pod_of
-from tests.k8s.helpers import pod_gone, verdict, wait_for
+from tests.k8s.helpers import pod_create_admitted, pod_gone, verdict, wait_for
 
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 CPU, MEMORY, GPUS = 64_000, 262_144, 8
@@ -51,20 +51,6 @@ def place(kube, core, namespace, unique):
             made["classes"].add(name)
         return name
 
-    def create(pod: dict) -> None:
-        """Submit the pod once the Priority admission plugin knows its new PriorityClass: the
-        plugin reads classes from an informer's cache, so one created a moment ago may still be
-        "not found" (a 403) for a short while under load."""
-        def admitted():
-            try:
-                return core.create_namespaced_pod(namespace, pod)
-            except client.exceptions.ApiException as exc:
-                if exc.status == 403 and "no PriorityClass with name" in (exc.body or ""):
-                    return None
-                raise
-
-        wait_for(admitted, timeout=10, what=f"the PriorityClass of pod {pod['metadata']['name']} to be admitted")
-
     def body(name: str, gpus: int, priority: int, labels=None, node: str | None = None) -> dict:
         spec = {
             "containers": [{"name": "main", "image": "registry.invalid/train:1",
@@ -85,11 +71,11 @@ def place(kube, core, namespace, unique):
             made["nodes"].append(name)
             kubelet.join(name=name, cpu_milli=CPU, memory_mib=MEMORY, gpus=GPUS, labels={key: "yes"}, now=NOW)
             for pod, (gpus, priority, labels) in pods.items():
-                create(body(pod, gpus, priority, labels, node=name))
+                pod_create_admitted(core, namespace, body(pod, gpus, priority, labels, node=name))
             kubelet.sync_pods(node_name=name, now=started[index] if index < len(started) else NOW)
 
     def pending(name: str, gpus: int, priority: int) -> None:
-        create(body(name, gpus, priority))
+        pod_create_admitted(core, namespace, body(name, gpus, priority))
 
     yield SimpleNamespace(key=key, nodes=nodes, pending=pending)
     for item in core.list_namespaced_pod(namespace).items:
