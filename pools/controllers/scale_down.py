@@ -261,8 +261,8 @@ class PodsRecheck:
     def __call__(self, node: Node) -> str:
         self.asked.add(node.pk)
         if node.pk not in self.reasons:
-            at = next((i for i, n in enumerate(self.nodes) if n.pk == node.pk), None)
-            self.reasons.update(self._judged([node] if at is None else self.nodes[at:]))
+            at = next(i for i, n in enumerate(self.nodes) if n.pk == node.pk)  # one of the chosen nodes
+            self.reasons.update(self._judged(self.nodes[at:]))
         return self.reasons[node.pk]
 
     def cordons_lift(self, nodes: list[Node]) -> None:
