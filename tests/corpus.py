@@ -298,6 +298,7 @@ HOSTILE_NAMES = {"script": SCRIPT, "sql": SQL, "unicode": "pöol-ä", "overlong"
 # Control characters a terminal obeys: an OSC that retitles the window, a C1 CSI, a bell, a clear.
 TERMINAL_ESCAPES = {"osc-title": "\x1b]0;PWNED\x07", "c1-csi": "no\x9b31mcapacity", "bell": "ring\x07", "clear": "\x1b[2Jgone", "del": "a\x7fb"}
 REASONS = {"overlong": "x" * 501, "blank": "   ", "nul": "late\x00", "list": ["a"], "object": {"a": 1},
+           "withdrawal": "withdrawn: the pool was deleted",  # would read as its pool's own withdrawal
            **{f"escape-{case}": text for case, text in TERMINAL_ESCAPES.items()}}
 BAD_IDS = {"string": "abc", "negative": "-1", "float": "1.5", "beyond-int64": BEYOND_INT64, "script": SCRIPT}
 MAX_NODES = {"negative": "-1", "zero": "0", "huge": "1000000000000", "beyond-int64": BEYOND_INT64, "float": "1.5", "string": "lots", "script": SCRIPT, "empty": ""}

@@ -249,6 +249,8 @@ def order_reject(*, user, order: PoolOrder, reason: str, now: datetime | None = 
     _require_admin(user)
     reason = free_text("" if reason is None else reason, field="reason", max_length=500,
                        required="a reason is required to reject an order")
+    if reason.lower().startswith(WITHDRAWN.strip().lower()):  # the one mark of an order its own pool took back
+        raise ValidationError(f"may not begin with {WITHDRAWN.strip()!r}: that marks an order its pool withdrew, not a rejection", field="reason")
     with transaction.atomic():
         pool = _order_pool_lock(order, quotas=False)
         _decide(order=order, status=PoolOrder.Status.REJECTED, user=user, reason=reason, now=now)
