@@ -112,7 +112,7 @@ def reconcile_all(*, now: datetime | None = None, cloud: CloudProvider | None = 
             changed.append((pool, status))
         results[pool.pk] = ReconcileResult(pool_id=pool.pk, claimed=True, phase=status.phase, pending_reason=status.pending_reason)
     for pool, status in statuses_write(changed, seen=seen):
-        event_record(pool=pool, reason="PoolReady", message=f"All {status.desired} node(s) of {pool.name} are Ready", now=moment)
+        event_record(pool=pool, reason="PoolReady", message=status.ready_news(pool.name, pool.phase), now=moment)
     with Claims([p.pk for p in work], owner=WORKER_ID) as claims:
         for pool in work:
             if pool.pk not in claims:
@@ -492,10 +492,8 @@ def _status_write(p: ReconcilePass, generation: int, snapshot: rules.PoolSnapsho
         rows = rows.exclude(phase=GpuNodePool.Phase.DELETING)
     observed = p.pool.observed_generation if p.hold_generation else generation  # a spec not on every node yet is not observed
     with transaction.atomic():
-        written = rows.update(
-            phase=status.phase, pending_reason=status.pending_reason, observed_generation=observed, conditions=status.conditions, node_counts=status.node_counts
-        )
-        if written and status.phase != p.pool.phase and status.phase == GpuNodePool.Phase.READY:
-            p.event("PoolReady", f"All {status.desired} node(s) of {p.pool.name} are Ready")
+        written = rows.update(**status.columns(), observed_generation=observed)
+        if written and (news := status.ready_news(p.pool.name, p.pool.phase)):
+            p.event("PoolReady", news)
     return status.phase, status.pending_reason
 

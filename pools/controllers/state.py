@@ -92,16 +92,10 @@ def statuses_write(changes: list[tuple[GpuNodePool, rules.PoolStatus]], *, seen:
     if not changes:
         return []
     pools_update(
-        {
-            pool.pk: {
-                "phase": status.phase, "pending_reason": status.pending_reason, "observed_generation": pool.generation,
-                "conditions": status.conditions, "node_counts": status.node_counts,
-            }  # fmt: skip
-            for pool, status in changes
-        },
+        {pool.pk: {**status.columns(), "observed_generation": pool.generation} for pool, status in changes},
         seen=seen,
     )
-    became_ready = [pool.pk for pool, status in changes if status.phase == GpuNodePool.Phase.READY and pool.phase != status.phase]
+    became_ready = [pool.pk for pool, status in changes if status.ready_news(pool.name, pool.phase)]
     if not became_ready:
         return []
     ready = set(

@@ -428,6 +428,18 @@ class PoolStatus:
             and dict(snapshot.node_counts or {}) == self.node_counts
         )
 
+    def columns(self) -> dict[str, object]:
+        """The pool row's status columns, as every writer sets them (the observed generation is
+        the writer's own: a pass that left a spec off some node has not observed it)."""
+        return {"phase": self.phase, "pending_reason": self.pending_reason, "conditions": self.conditions, "node_counts": self.node_counts}
+
+    def ready_news(self, pool_name: str, phase_before: str) -> str:
+        """The `PoolReady` event's message when this status makes the pool Ready (from
+        `phase_before`); "" when it does not."""
+        if self.phase != "Ready" or phase_before == self.phase:
+            return ""
+        return f"All {self.desired} node(s) of {pool_name} are Ready"
+
 
 CAPACITY_KINDS = ("create", "grow")  # orders that add monthly capacity (a renewal adds none)
 UNPAID = ("Approved", "Paying")  # approved, not paid yet: awaiting payment, or being paid now
@@ -440,6 +452,8 @@ def order_refused(status: str, reason: str) -> bool:
     (`WITHDRAWN`, the order row's one mark of it): a withdrawal the lead chose is neither the
     pool's last refusal nor a failed scale-up in Diagnose."""
     return status in ("Rejected", "Failed") and not reason.startswith(WITHDRAWN)
+
+
 SLOW_CAPACITY = timedelta(minutes=15)  # O4: over 15 minutes points at prewarming or stock
 
 

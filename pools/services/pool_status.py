@@ -22,10 +22,9 @@ def pool_status_refresh(*, pool: GpuNodePool, user, now: datetime) -> None:
     """Write `pool`'s status from its rows now. The caller holds the pool's lock
     (`pool_orders_lock`); `pool` is the row it returned, updated here too."""
     status = rules.status_of(snapshots_load([pool])[pool.pk], now=now)
-    became_ready = status.phase == GpuNodePool.Phase.READY and pool.phase != status.phase
-    fields = {"phase": status.phase, "pending_reason": status.pending_reason, "conditions": status.conditions, "node_counts": status.node_counts}
-    GpuNodePool.objects.filter(pk=pool.pk, deleted_at__isnull=True).exclude(phase=GpuNodePool.Phase.DELETING).update(**fields)
-    for name, value in fields.items():
+    news = status.ready_news(pool.name, pool.phase)
+    GpuNodePool.objects.filter(pk=pool.pk, deleted_at__isnull=True).exclude(phase=GpuNodePool.Phase.DELETING).update(**status.columns())
+    for name, value in status.columns().items():
         setattr(pool, name, value)
-    if became_ready:  # the controller's next pass finds it Ready already and says nothing
-        event_record(pool=pool, reason="PoolReady", message=f"All {status.desired} node(s) of {pool.name} are Ready", actor=user, now=now)
+    if news:  # the controller's next pass finds it Ready already and says nothing
+        event_record(pool=pool, reason="PoolReady", message=news, actor=user, now=now)
