@@ -219,5 +219,5 @@ def refill_refused(node: Node, *, pool: GpuNodePool, live: int) -> str:
     if pool.phase == GpuNodePool.Phase.DELETING or pool.deleted_at is not None:
         return "the pool is being deleted: its nodes leave for good, so no replacement is ordered"
     if live >= pool.max_nodes:
-        return f"the pool already has {live} live node(s), its nodeCount.max: no room for a replacement"
+        return f"the pool already has {live} live node(s), its nodeCount.max: a replacement is ordered only once fewer remain"
     return ""

@@ -64,7 +64,8 @@ def test_a_repaired_burst_node_is_done_once_released_and_says_why_nothing_replac
 
 def test_a_repaired_node_of_a_pool_shrunk_to_its_live_nodes_is_not_waited_for(actors):
     """A monthly node released by a repair while the pool shrank to the nodes it has left: no
-    room under `nodeCount.max`, so no successor; the repair is over, and the outcome says why."""
+    room under `nodeCount.max`, so no successor; the repair is over, and the outcome says why:
+    only until there is room again, when the lifecycle refills the slot with its successor."""
     pool = approved_pool(actors, make_document("shrunk", nodeCount={"min": 2, "max": 2}))
     ready = run_until(pool, T0)
     old, kept = live_nodes(pool)
@@ -77,7 +78,11 @@ def test_a_repaired_node_of_a_pool_shrunk_to_its_live_nodes_is_not_waited_for(ac
     later = ready + timedelta(minutes=31)
     assert repairs_in_progress(user=actors["admin"], pool=pool, now=later) == []
     (released,) = [e for e in repair_outcomes(user=actors["lead"], pool=pool, now=later) if e.reason == "NodeReleased"]
-    assert released.refill_note == "the pool already has 1 live node(s), its nodeCount.max: no room for a replacement"
+    assert released.refill_note == "the pool already has 1 live node(s), its nodeCount.max: a replacement is ordered only once fewer remain"
+    pool_services.pool_resize(user=actors["lead"], pool=pool, min_nodes=1, max_nodes=2, now=later)  # room again: the slot is refilled
+    passes(pool, later + timedelta(seconds=10), 30)
+    old.refresh_from_db()
+    assert old.successor is not None and old.successor.phase == "Ready", old.successor
 
 
 def test_a_released_node_whose_successor_is_due_stays_in_progress(actors):
