@@ -236,7 +236,7 @@ def usage_rows(
         row["Tags"] = _tags(
             alloc.labels, account, pool=alloc.pool, node=alloc.node,
             namespace=alloc.namespace, pod=alloc.pod, pods=str(alloc.pods) if alloc.pods > 1 else "",
-            **{"cost-kind": alloc.cost_kind},
+            team=alloc.team, **{"cost-kind": alloc.cost_kind},  # the charged team, not the node label's owner
         )  # fmt: skip
         if alloc.component == GPU:
             node = by_node[alloc.node]

@@ -88,6 +88,21 @@ def test_the_owner_s_lead_never_sees_the_guest_s_rows_and_the_guest_s_lead_sees_
     }
 
 
+def test_every_usage_row_is_tagged_with_the_team_it_is_charged_to_in_every_form(actors, lent):
+    """The `ebcloud.io/team` tag is the charged team (the finance guide splits by it): a guest's
+    pod on the lent pool is its own team's, not the owner's whose node label says otherwise, and
+    a node without that label (the on-demand one) is tagged too. Summed by the tag, each form
+    gives every team what the chargeback charges it."""
+    for form in EXPORTS:
+        by_tag: dict[str | None, Decimal] = {}
+        for row in focus_export(actors["finance"], CostQuery(), form):
+            if row["ChargeCategory"] == "Usage":
+                team = tags(row).get("ebcloud.io/team")
+                by_tag[team] = by_tag.get(team, Decimal(0)) + Decimal(row["EffectiveCost"])
+        charged = {team: chargeback_total(actors["finance"], CostQuery(team=team)) for team in ("algorithm", "inference")}
+        assert by_tag == charged, form
+
+
 def test_a_lease_s_purchases_are_in_the_export_of_the_team_that_paid_for_it(actors, lent):
     def purchases(who, query=QUERIES["everything"], form="daily"):
         return [r for r in focus_export(actors[who], query, form) if r["ChargeCategory"] == "Purchase"]
