@@ -21,9 +21,7 @@ from pools.core.autoscaling import burst_ceiling
 from pools.core.scale_up import first_fit
 from pools.core.scheduling.explain import explain, plural
 from pools.core.scheduling.nodes import (
-    REASON_CPU,
-    REASON_GPU,
-    REASON_MEMORY,
+    REASONS_INSUFFICIENT,
     NodeState,
     may_use,
 )
@@ -64,7 +62,6 @@ def pending_hints_write(*, now: datetime) -> list[str]:
     return waiting
 
 
-INSUFFICIENT = (REASON_CPU, REASON_MEMORY, REASON_GPU)
 BILLING_LABEL = "ebcloud.io/billing"  # pools/core/node_labels.py: monthly, on_demand (a burst node) or preemptible
 
 
@@ -201,7 +198,7 @@ def capacity_hints(pod: CorePod, node_reasons: dict[str, str], states: dict[str,
     hints = []
     full: dict[str, int] = defaultdict(int)
     for name, reason in node_reasons.items():
-        if reason in INSUFFICIENT:
+        if reason in REASONS_INSUFFICIENT:
             full[states[name].pool] += 1
     for pool_name in sorted(full):
         pool = pools.get(pool_name)

@@ -34,7 +34,7 @@ from bench.scheduler_trace import load_pods
 from pools.controllers.pod_mirror import PodMirror
 from pools.controllers.scheduler import scheduler_pass
 from pools.core.scheduling.extender import MAX_EXTENDER_PRIORITY, REASON_UNMANAGED
-from pools.core.scheduling.nodes import REASON_GPU, REASON_GPU_MODEL
+from pools.core.scheduling.nodes import REASON_GPU, REASON_GPU_MODEL, REASON_GPU_SHARE
 from pools.models import GpuModel, Node, NodeType
 from pools.models.pods import Pod
 from pools.providers.fake_kubelet import FakeKubelet
@@ -255,7 +255,7 @@ def test_half_gpu_shares_fill_a_real_node_and_a_whole_gpu_is_refused_there(plane
     assert set(Pod.objects.live().filter(name__startswith="half-").values_list("phase", "gpu_count", "gpu_milli")) == {("Running", 1, 500)}
     core.create_namespaced_pod(NAMESPACE, cluster_document(pod_document("half-16", milli=500, cpu="1", memory="4Gi")))
     kind, message = wait_for(lambda: verdict(core, "half-16"), timeout=30, what="kube-scheduler's verdict on half-16")
-    assert kind == "pending" and "1 Insufficient ebcloud.io/gpu-milli" in message, message
+    assert kind == "pending" and f"1 {REASON_GPU_SHARE}" in message, message  # the simulated cluster says the same
     core.create_namespaced_pod(NAMESPACE, cluster_document(pod_document("whole-1", gpus=1, cpu="1", memory="4Gi")))
     kind, message = wait_for(lambda: verdict(core, "whole-1"), timeout=30, what="kube-scheduler's verdict on whole-1")
     assert kind == "pending" and f"1 {REASON_GPU}" in message, message

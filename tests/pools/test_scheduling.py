@@ -18,6 +18,7 @@ from pools.core.scheduling.nodes import (
     REASON_CPU,
     REASON_GPU,
     REASON_GPU_MODEL,
+    REASON_GPU_SHARE,
     REASON_MEMORY,
     REASON_UNSCHEDULABLE,
     NodeSelectorRequirement,
@@ -192,8 +193,10 @@ def test_it_rejects_insufficient_cpu_memory_and_gpus():
 
 
 def test_a_share_needs_one_gpu_with_enough_free_milli():
+    """A share is refused naming the resource it asks for, as kube-scheduler's NodeResourcesFit
+    names the one that is short (tests/k8s/test_extender.py sees the same from the real one)."""
     node = gpu_node(gpus=2, gpu_free=[400, 400])
-    assert filter_node(pod(gpus=1, milli=500), node) == REASON_GPU
+    assert filter_node(pod(gpus=1, milli=500), node) == REASON_GPU_SHARE == "Insufficient ebcloud.io/gpu-milli"
     assert filter_node(pod(gpus=1, milli=400), node) is None
     assert filter_node(pod(gpus=1), node) == REASON_GPU  # a whole GPU needs an idle one
 

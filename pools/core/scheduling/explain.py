@@ -25,7 +25,8 @@ from pools.core.scheduling.nodes import (
     MILLI,
     REASON_CPU,
     REASON_GPU,
-    REASON_MEMORY,
+    REASON_GPU_SHARE,
+    REASONS_INSUFFICIENT,
     NodeState,
     Pod,
     insufficient_resources,
@@ -194,12 +195,12 @@ def _taken(pod: Pod, members: Sequence[NodeState]) -> list[str]:
     where it is short on all of them."""
     short = [{reason for reason, _ in insufficient_resources(pod, node)} for node in members]
     found = []
-    for reason in (REASON_CPU, REASON_MEMORY, REASON_GPU):
+    for reason in REASONS_INSUFFICIENT:
         lacking = sum(1 for reasons in short if reason in reasons)
         if not lacking:
             continue
         some = "" if lacking == len(members) else f"{plural(lacking, 'node')} {'has' if lacking == 1 else 'have'}"
-        if reason == REASON_GPU and pod.is_sharing:
+        if reason == REASON_GPU_SHARE:
             best = max((f for n in members for f in n.gpu_free), default=0)
             found.append(f"{some} no GPU with {pod.gpu_milli} milli free" if some else
                          f"no GPU has {pod.gpu_milli} milli free (the largest free share is {best} milli)")  # fmt: skip

@@ -38,6 +38,8 @@ REASON_GPU_MODEL = "node(s) didn't match pod's GPU model"
 REASON_CPU = "Insufficient cpu"
 REASON_MEMORY = "Insufficient memory"
 REASON_GPU = "Insufficient nvidia.com/gpu"
+REASON_GPU_SHARE = "Insufficient ebcloud.io/gpu-milli"  # a share of one GPU: the resource it asks for (podspec.GPU_SHARE_RESOURCE)
+REASONS_INSUFFICIENT = (REASON_CPU, REASON_MEMORY, REASON_GPU, REASON_GPU_SHARE)  # NodeResourcesFit's, in its order
 # Ours: a pool's nodes take only its team's pods (and those of teams it is shared with).
 REASON_TEAM = "node(s) belong to a pool the pod's team may not use"
 
@@ -337,7 +339,7 @@ class NodeState:
             raise ValueError(f"pod {pod.name} needs {pod.gpu_count} distinct GPU indices")
         for i in gpus:
             if not 0 <= i < self.gpu_count or self.gpu_free[i] < pod.gpu_milli:
-                raise OversubscribedError(f"{self.name}: {REASON_GPU} (GPU {i})")
+                raise OversubscribedError(f"{self.name}: {REASON_GPU_SHARE if pod.is_sharing else REASON_GPU} (GPU {i})")
         for i in gpus:
             self.gpu_free[i] -= pod.gpu_milli
         self.cpu_used += pod.cpu_milli
@@ -463,7 +465,7 @@ def resource_filter_reason(pod: Pod, node: NodeState) -> str | None:
         free = node.gpu_free
         if pod.gpu_milli < MILLI:
             if not free or max(free) < pod.gpu_milli:
-                return REASON_GPU
+                return REASON_GPU_SHARE
         elif free.count(MILLI) < pod.gpu_count:
             return REASON_GPU
     return None
@@ -489,7 +491,7 @@ def insufficient_resources(pod: Pod, node: NodeState) -> list[tuple[str, bool]]:
     if node.memory_used + pod.memory_mib > node.memory_mib:
         short.append((REASON_MEMORY, pod.memory_mib > node.memory_mib))
     if _gpus_short(pod, node):
-        short.append((REASON_GPU, pod.gpu_count > node.gpu_count))
+        short.append((REASON_GPU_SHARE if pod.is_sharing else REASON_GPU, pod.gpu_count > node.gpu_count))
     return short
 
 
