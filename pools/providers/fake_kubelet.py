@@ -17,6 +17,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from pools.core.durations import parse_duration
+from pools.core.scheduling.nodes import MAX_PODS
 from pools.providers.kubernetes import api_client
 
 DURATION_ANNOTATION = "ebcloud.io/duration"
@@ -36,7 +37,7 @@ class FakeKubelet:
         except ApiException as exc:
             if exc.status != 409:
                 raise
-        capacity = {"cpu": f"{cpu_milli}m", "memory": f"{memory_mib}Mi", "pods": "110", "nvidia.com/gpu": str(gpus)}
+        capacity = {"cpu": f"{cpu_milli}m", "memory": f"{memory_mib}Mi", "pods": str(MAX_PODS), "nvidia.com/gpu": str(gpus)}
         status = {
             "capacity": capacity,
             "allocatable": capacity,

@@ -26,6 +26,7 @@ from pools.core.scheduling.nodes import (
     REASON_CPU,
     REASON_GPU,
     REASON_GPU_SHARE,
+    REASON_PODS,
     REASONS_INSUFFICIENT,
     NodeState,
     Pod,
@@ -204,6 +205,8 @@ def _taken(pod: Pod, members: Sequence[NodeState]) -> list[str]:
             best = max((f for n in members for f in n.gpu_free), default=0)
             found.append(f"{some} no GPU with {pod.gpu_milli} milli free" if some else
                          f"no GPU has {pod.gpu_milli} milli free (the largest free share is {best} milli)")  # fmt: skip
+        elif reason == REASON_PODS:
+            found.append(f"{some} reached the pod limit" if some else f"every node has reached the pod limit ({members[0].max_pods} pods)")
         elif reason == REASON_GPU:
             idle = max((n.gpu_free.count(MILLI) for n in members), default=0)
             found.append(f"{some} fewer than {pod.gpu_count} idle GPUs" if some else

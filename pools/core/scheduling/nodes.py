@@ -35,11 +35,13 @@ NOT_READY_TAINT_KEY = "node.kubernetes.io/not-ready"
 REASON_UNSCHEDULABLE = "node(s) were unschedulable"
 REASON_AFFINITY = "node(s) didn't match Pod's node affinity/selector"
 REASON_GPU_MODEL = "node(s) didn't match pod's GPU model"
+REASON_PODS = "Too many pods"  # the node holds its allocatable pod count (`max_pods`)
 REASON_CPU = "Insufficient cpu"
 REASON_MEMORY = "Insufficient memory"
 REASON_GPU = "Insufficient nvidia.com/gpu"
 REASON_GPU_SHARE = "Insufficient ebcloud.io/gpu-milli"  # a share of one GPU: the resource it asks for (podspec.GPU_SHARE_RESOURCE)
-REASONS_INSUFFICIENT = (REASON_CPU, REASON_MEMORY, REASON_GPU, REASON_GPU_SHARE)  # NodeResourcesFit's, in its order
+REASONS_INSUFFICIENT = (REASON_PODS, REASON_CPU, REASON_MEMORY, REASON_GPU, REASON_GPU_SHARE)  # NodeResourcesFit's, in its order
+MAX_PODS = 110  # kubelet's default --max-pods: a node's allocatable "pods", which kube-scheduler counts
 # Ours: a pool's nodes take only its team's pods (and those of teams it is shared with).
 REASON_TEAM = "node(s) belong to a pool the pod's team may not use"
 
@@ -270,6 +272,7 @@ class NodeState:
     ``teams``: the teams whose pods may run here (its pool's team and the teams the pool is
     shared with); None puts no limit (the trace benchmark, one team's what-if). ``owner``: its
     pool's team, whose pods a guest's never preempt (:func:`may_preempt`); None: no owner.
+    ``max_pods``: how many pods it holds at most (its allocatable ``pods``), whatever they ask.
     """
 
     name: str
@@ -289,6 +292,7 @@ class NodeState:
     memory_used: int = 0
     bound: dict[str, Binding] = field(default_factory=dict)
     version: int = 0
+    max_pods: int = MAX_PODS
 
     def __post_init__(self) -> None:
         if self.gpu_free is None:
@@ -331,6 +335,8 @@ class NodeState:
         gpus = tuple(gpu_indices)
         if pod.name in self.bound:
             raise ValueError(f"pod {pod.name} is already bound to {self.name}")
+        if len(self.bound) >= self.max_pods:
+            raise OversubscribedError(f"{self.name}: {REASON_PODS}")
         if self.cpu_used + pod.cpu_milli > self.cpu_milli:
             raise OversubscribedError(f"{self.name}: {REASON_CPU}")
         if self.memory_used + pod.memory_mib > self.memory_mib:
@@ -378,6 +384,7 @@ class NodeState:
             cpu_used=self.cpu_used,
             memory_used=self.memory_used,
             bound=dict(self.bound),
+            max_pods=self.max_pods,
         )
 
 
@@ -455,8 +462,10 @@ def best_fit_gpus(pod: Pod, gpu_free: Sequence[int]) -> tuple[int, ...] | None:
 
 
 def resource_filter_reason(pod: Pod, node: NodeState) -> str | None:
-    """NodeResourcesFit: cpu, then memory, then GPUs (count or a share of one GPU); the first
-    that is short (`insufficient_resources` lists them all)."""
+    """NodeResourcesFit: the pod count, cpu, then memory, then GPUs (count or a share of one
+    GPU); the first that is short (`insufficient_resources` lists them all)."""
+    if len(node.bound) >= node.max_pods:
+        return REASON_PODS
     if node.cpu_used + pod.cpu_milli > node.cpu_milli:
         return REASON_CPU
     if node.memory_used + pod.memory_mib > node.memory_mib:
@@ -486,6 +495,8 @@ def insufficient_resources(pod: Pod, node: NodeState) -> list[tuple[str, bool]]:
     it is *unresolvable* there (the pod asks for more than the node has at all), which is what
     tells the scheduler's preemption that evicting pods cannot help."""
     short = []
+    if len(node.bound) >= node.max_pods:
+        short.append((REASON_PODS, node.max_pods == 0))
     if node.cpu_used + pod.cpu_milli > node.cpu_milli:
         short.append((REASON_CPU, pod.cpu_milli > node.cpu_milli))
     if node.memory_used + pod.memory_mib > node.memory_mib:
