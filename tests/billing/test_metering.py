@@ -111,6 +111,20 @@ def test_on_demand_nodes_are_billed_pro_rata_until_terminated(actors):
     assert amounts == {"od-0": Decimal("50.00"), "od-1": Decimal("25.00")}
 
 
+def test_an_hour_is_priced_at_the_price_in_force_when_it_began(actors):
+    """A price that takes effect mid-hour applies from the next hour, as docs/guide-finance.md
+    says: metering prices whole hours, so a node launched after the change still pays the old
+    price for the rest of that hour."""
+    p = pool(actors["lead"])
+    old = NodePrice.objects.get(node_type=p.node_type, gpu_model=p.gpu_model)
+    NodePrice.objects.create(node_type=old.node_type, gpu_model=old.gpu_model, monthly_price=old.monthly_price,
+                             hourly_price=old.hourly_price * 2, effective_from=T0 + timedelta(minutes=30))
+    node(p, "od-0", billing="on_demand", created=T0 + timedelta(minutes=40))
+    meter(hours=2)
+    hours = dict(UsageRecord.objects.filter(kind="node", resource="od-0").values_list("hour", "amount"))
+    assert hours == {T0: (old.hourly_price / 3).quantize(Decimal("0.01")), T0 + HOUR: old.hourly_price * 2}
+
+
 def test_nodes_priced_once_per_shape_still_differ_in_every_column_that_prices_them(actors):
     """Within an hour nodes alike in every column a price reads share one computation; each
     column that differs still gives the node its own price (the memo's key names them all)."""
