@@ -14,6 +14,7 @@ here). The other nodes of the shared control plane keep the pods off by taint an
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
@@ -22,7 +23,7 @@ import pytest
 from kubernetes import client
 
 from pools.core.scheduling.explain import explain
-from pools.core.scheduling.nodes import NodeState, Pod, best_fit_gpus
+from pools.core.scheduling.nodes import NodeSelectorRequirement, NodeState, Pod, best_fit_gpus
 from pools.core.scheduling.preempt import preempt
 from pools.models.pods import Pod as PodRow
 from pools.providers.fake_kubelet import FakeKubelet
@@ -51,7 +52,7 @@ def place(kube, core, namespace, unique):
             made["classes"].add(name)
         return name
 
-    def body(name: str, gpus: int, priority: int, labels=None, node: str | None = None) -> dict:
+    def body(name: str, gpus: int, priority: int, labels=None, node: str | None = None, pinned: str | None = None) -> dict:
         spec = {
             "containers": [{"name": "main", "image": "registry.invalid/train:1",
                             "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"nvidia.com/gpu": str(gpus)}}}],
@@ -60,6 +61,9 @@ def place(kube, core, namespace, unique):
         }  # fmt: skip
         if node:
             spec["nodeName"] = node
+        if pinned:  # required affinity naming the node, as a DaemonSet's pods are pinned
+            term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [pinned]}]}
+            spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
         return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace, "labels": labels or {}}, "spec": spec}
 
     def nodes(*layout: dict[str, tuple], started: tuple[datetime, ...] = ()) -> None:
@@ -74,8 +78,8 @@ def place(kube, core, namespace, unique):
                 pod_create_admitted(core, namespace, body(pod, gpus, priority, labels, node=name))
             kubelet.sync_pods(node_name=name, now=started[index] if index < len(started) else NOW)
 
-    def pending(name: str, gpus: int, priority: int) -> None:
-        pod_create_admitted(core, namespace, body(name, gpus, priority))
+    def pending(name: str, gpus: int, priority: int, pinned: str | None = None) -> None:
+        pod_create_admitted(core, namespace, body(name, gpus, priority, pinned=pinned))
 
     yield SimpleNamespace(key=key, nodes=nodes, pending=pending)
     for item in core.list_namespaced_pod(namespace).items:
@@ -153,6 +157,25 @@ def test_where_preemption_finds_nothing_the_verdict_is_kube_schedulers_node_by_n
     ours = explain(incoming(namespace, place.key, "mid", 4, 50), states(namespace, place.key, *layout) + others).message
     assert ours.split(" preemption: ")[1] == theirs[1].split(" preemption: ")[1], (ours, theirs[1])
     assert f"preemption: 0/{total} nodes are available: 1 Insufficient nvidia.com/gpu, 1 No preemption victims found for incoming pod" in theirs[1]
+
+
+def test_a_pod_pinned_to_its_node_by_name_gets_kube_scheduler_s_verdict_word_for_word(kube, core, namespace, place):
+    """Required affinity naming the node (`matchFields metadata.name In`): kube-scheduler's
+    NodeAffinity PreFilter runs the filters on that node only, and counts every other node,
+    the cordoned -1 included, as not satisfying NodeAffinity (`explain.named_nodes`)."""
+    layout = ({"peer": (6, 50, None)}, {})
+    place.nodes(*layout)
+    core.patch_node(f"{place.key}-1", {"spec": {"unschedulable": True}})
+    place.pending("pinned", 4, 50, pinned=f"{place.key}-0")
+    theirs = wait_for(lambda: (found := verdict(core, namespace, "pinned")) and "1 No preemption victims" in found[1] and found,
+                      timeout=30, what="kube-scheduler's verdict with its preemption's")  # fmt: skip
+    total = len(core.list_node().items)
+    nodes = states(namespace, place.key, *layout) + [NodeState(f"other-{i}", CPU, MEMORY, GPUS, "") for i in range(total - len(layout))]
+    nodes[1].unschedulable = True
+    pinned = dataclasses.replace(incoming(namespace, place.key, "pinned", 4, 50),
+                                 affinity_terms=((NodeSelectorRequirement("metadata.name", "In", (f"{place.key}-0",), field=True),),))  # fmt: skip
+    assert explain(pinned, nodes).message == theirs[1]
+    assert theirs[1].startswith(f"0/{total} nodes are available: 1 Insufficient nvidia.com/gpu, {total - 1} node(s) didn't satisfy plugin(s) [NodeAffinity].")
 
 
 def mirrored_states(kube, namespace: str, key: str, count: int) -> list[NodeState]:

@@ -192,6 +192,24 @@ def test_it_rejects_insufficient_cpu_memory_and_gpus():
     assert filter_node(pod(gpus=1), gpu_node(gpus=0)) == REASON_GPU
 
 
+def test_a_pod_pinned_by_node_name_counts_the_nodes_it_does_not_name_under_node_affinity():
+    """kube-scheduler's NodeAffinity PreFilter (tests/k8s/test_preemption_on_kubernetes.py checks
+    the same against the real one): the nodes the required affinity does not name fail it before
+    any filter, a cordoned one included; a name no node has leaves every node so."""
+    nodes = [gpu_node("n-0"), gpu_node("n-1"), gpu_node("n-2", unschedulable=True)]
+
+    def pinned(*names, gpus=9):
+        return pod(gpus=gpus, affinity_terms=((NodeSelectorRequirement("metadata.name", "In", names, field=True),),))
+
+    assert explain(pinned("n-0"), nodes).message.startswith(
+        "0/3 nodes are available: 1 Insufficient nvidia.com/gpu, 2 node(s) didn't satisfy plugin(s) [NodeAffinity]."
+    )
+    assert explain(pinned("no-such-node"), nodes).message.startswith("0/3 nodes are available: 3 node(s) didn't satisfy plugin(s) [NodeAffinity].")
+    assert explain(pinned("n-2", gpus=1), nodes).message.startswith(
+        "0/3 nodes are available: 1 node(s) were unschedulable, 2 node(s) didn't satisfy plugin(s) [NodeAffinity]."
+    )
+
+
 def test_a_share_needs_one_gpu_with_enough_free_milli():
     """A share is refused naming the resource it asks for, as kube-scheduler's NodeResourcesFit
     names the one that is short (tests/k8s/test_extender.py sees the same from the real one)."""

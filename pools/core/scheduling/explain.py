@@ -70,6 +70,27 @@ def kube_message(node_count: int, available: int, reasons: dict[str, int], preem
     return f"{message} preemption: {preemption}" if preemption else message
 
 
+REASON_NOT_NAMED = "node(s) didn't satisfy plugin(s) [NodeAffinity]"  # kube-scheduler's, for a node its PreFilter left out
+
+
+def named_nodes(pod: Pod) -> frozenset[str] | None:
+    """NodeAffinity's PreFilter: the nodes a pod's required affinity names, when every term
+    names some (`matchFields metadata.name In`, intersected within a term, united across
+    terms); None when a term names none (any node may match it). kube-scheduler runs the
+    filters on these nodes only: the others fail NodeAffinity before any filter, cordon
+    included, which is what its message counts them under."""
+    names: set[str] = set()
+    for term in pod.affinity_terms or ((),):
+        named = None
+        for requirement in term:
+            if requirement.field and requirement.operator == "In":
+                named = set(requirement.values) if named is None else named & set(requirement.values)
+        if named is None:
+            return None
+        names |= named
+    return frozenset(names) or None  # terms naming no node in common: the filters say why, node by node
+
+
 def explain(pod: Pod, nodes: Sequence[NodeState]) -> Explanation:
     """Run every filter on every node the pod's team may use and explain the outcome for
     ``pod``. Other teams' nodes are neither counted nor named: a lead's "0/N nodes" and the
@@ -83,8 +104,9 @@ def explain(pod: Pod, nodes: Sequence[NodeState]) -> Explanation:
     node_reasons: dict[str, str] = {}
     reasons: Counter[str] = Counter()
     resolvable: list[NodeState] = []  # short only of what evicting pods could free
+    named = named_nodes(pod)
     for node in nodes:
-        if (reason := static_filter_reason(pod, node)) is not None:
+        if (reason := REASON_NOT_NAMED if named is not None and node.name not in named else static_filter_reason(pod, node)) is not None:
             node_reasons[node.name] = reason
             reasons[reason] += 1
         elif short := insufficient_resources(pod, node):
