@@ -14,9 +14,9 @@ from __future__ import annotations
 import logging
 
 from pools.core.isolation import POLICY_NAME, admission_policy
-from pools.models import NamespaceTeam
 from pools.providers.kubernetes_admission import AdmissionPolicies
 from pools.providers.kubernetes_pods import ClusterPods
+from pools.selectors.namespaces import namespace_teams
 from pools.selectors.pools import pools_access
 from pools.services.pod_mirror import priority_classes_replace
 
@@ -30,7 +30,7 @@ def admission_policy_sync(policies: AdmissionPolicies | None = None) -> list[str
     WARNING naming what was changed: the operator learns that someone can edit the policy, and
     the pods admitted meanwhile were not checked (the cluster's other problems with this
     sync are WARNINGs of the same logger, `ebcloud.scheduler`)."""
-    namespaces = dict(NamespaceTeam.objects.values_list("namespace", "team__slug"))
+    namespaces = namespace_teams()  # a team's own namespace (its slug) has no mapping row until its first pod
     pools = pools_access()
     policies = policies or AdmissionPolicies()
     applied = policies.sync(*admission_policy(pools, namespaces))

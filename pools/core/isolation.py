@@ -139,7 +139,8 @@ def admission_policy(pools: Sequence[PoolAccess], namespaces: Mapping[str, str])
     """The ValidatingAdmissionPolicy and its binding that refuse, on pod create (and on an
     update that changes its nodeSelector or affinity, which a gated pod may), a pod of a team's
     namespace that selects only pools its team may not use. `namespaces` is the admins'
-    namespace -> team mapping, which wins over the namespace's `ebcloud.io/team` label."""
+    namespace -> team mapping (`namespace_teams`: the admins' mappings and each team's own
+    namespace), which wins over the namespace's `ebcloud.io/team` label."""
     # Each pool is a map of mixed values (CEL map literals are of one value type, hence dyn()).
     entries = [f"{{'teams': dyn({_cel(sorted(p.teams))}), 'labels': dyn({_cel(dict(p.labels))})}}" for p in sorted(pools, key=lambda p: p.name)]
     chunks: list[list[str]] = [[]]

@@ -18,6 +18,13 @@ def namespace_owner(namespace: str) -> Team | None:
     return mapped.team if mapped is not None else Team.objects.filter(slug=namespace).first()
 
 
+def namespace_teams() -> dict[str, str]:
+    """Every namespace a team owns by `namespace_owner`'s rule, namespace -> team slug: each
+    team's own namespace (its slug), the admins' mappings winning. For a reader that applies the
+    rule to many namespaces at once (the admission policy): two queries."""
+    return {slug: slug for slug in Team.objects.values_list("slug", flat=True)} | dict(NamespaceTeam.objects.values_list("namespace", "team__slug"))
+
+
 def team_slug_problem(slug: str, *, team_id: int | None = None) -> str:
     """Why `slug` cannot be the slug of team `team_id` (None: a new team), "" when it can. A team's slug
     is its namespace, so it must be a namespace a team may have, and not one another team holds

@@ -51,9 +51,11 @@ class ApplyStats:
 
 
 class TeamOf:
-    """A namespace's team: the admins' mapping first, then the namespace's `ebcloud.io/team`
-    label (`label_of` reads it from the cluster; asked once per namespace); None when neither
-    names a team."""
+    """A namespace's team, by `namespace_owner`'s rule: the admins' mapping first, then the team
+    named like it (a team's own namespace, which has no mapping until a pod is submitted through
+    the product: pods made with kubectl there are the team's, and billed to it), then the
+    namespace's `ebcloud.io/team` label (`label_of` reads it from the cluster; asked once per
+    namespace); None when none names a team."""
 
     def __init__(self, label_of: Callable[[str], str], labels: Mapping[str, str] | None = None):
         self.mapped = dict(NamespaceTeam.objects.values_list("namespace", "team_id"))
@@ -64,6 +66,8 @@ class TeamOf:
     def __call__(self, namespace: str) -> int | None:
         if namespace in self.mapped:
             return self.mapped[namespace]
+        if namespace in self.by_slug:
+            return self.by_slug[namespace]
         if namespace not in self.labels:
             self.labels[namespace] = self.label_of(namespace)
         return self.by_slug.get(self.labels[namespace])

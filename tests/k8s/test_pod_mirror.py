@@ -14,6 +14,7 @@ from kubernetes import client
 from pools.controllers.pod_mirror import PodMirror
 from pools.models import NamespaceTeam, Pod, Team, WatchCursor
 from pools.providers.kubernetes_pods import ClusterPods
+from pools.selectors.namespaces import namespace_owner
 from tests.k8s.helpers import pod, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -118,6 +119,17 @@ def test_namespaces_belong_to_the_team_of_their_label_or_an_admins_mapping(
     NamespaceTeam.objects.create(namespace=namespace, team=other)
     mirror.relist()
     assert ours(namespace).get().team == other  # the admin's mapping wins over the label
+
+
+def test_a_pod_made_with_kubectl_in_a_team_s_own_namespace_is_the_team_s(mirror, core, namespace, team):
+    """`namespace_owner`'s rule (docs/operator.md, Teams): a team's own namespace (its slug) is
+    the team's before any pod was submitted through the product there (no mapping yet), and
+    over a label naming another team; its pods are billed to it, not to the pool's owner."""
+    own = Team.objects.create(slug=namespace, name="Own")
+    label_namespace(core, namespace, team.slug)
+    core.create_namespaced_pod(namespace, waiting(namespace, "kubectl-made"))
+    mirror.relist()
+    assert ours(namespace).get().team == own == namespace_owner(namespace)
 
 
 def test_the_watch_follows_creates_status_changes_and_deletes(mirror, core, namespace, team):

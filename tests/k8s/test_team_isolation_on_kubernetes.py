@@ -13,7 +13,7 @@ from kubernetes.client.exceptions import ApiException
 
 from pools.controllers.cluster_sync import admission_policy_sync
 from pools.core.isolation import POLICY_NAME, TEAM_LABEL, PoolAccess, admission_policy, refusal
-from pools.models import NamespaceTeam
+from pools.models import NamespaceTeam, Team
 from pools.providers.kubernetes_admission import AdmissionPolicies
 from pools.services import pools as services
 from tests.conftest import make_document
@@ -86,6 +86,17 @@ def test_the_api_server_refuses_another_teams_pod_on_a_pool_until_its_lead_share
     assert admission_policy_sync(policies) == ["ValidatingAdmissionPolicy"]
     wait_for(lambda: admitted(core, inference, pinned) is None, what="the shared pool to admit the borrower's pod")
     assert admission_policy_sync(policies) == []  # in step: two reads, nothing applied
+
+
+def test_a_team_s_own_namespace_is_its_team_s_to_the_policy_without_a_label(actors, core, policies, namespace):
+    """A team's own namespace (its slug) is the team's by the product's rule (`namespace_owner`)
+    before any mapping or label says so: the API server refuses its pod that selects only
+    another team's pool, as the extender would keep it off."""
+    services.pool_create(user=actors["lead"], document=make_document("train-pool-a", nodeCount={"min": 0, "max": 4}))
+    Team.objects.create(slug=namespace, name="Own namespace")
+    admission_policy_sync(policies)
+    pinned = pod("pinned", selector={"ebcloud.io/pool": "train-pool-a"})
+    assert refusal(namespace) in wait_for(lambda: admitted(core, namespace, pinned), what="the policy to take effect")
 
 
 def test_an_admins_namespace_mapping_wins_and_a_policy_someone_removed_comes_back(actors, teams, core, policies, team_namespace, unique):
