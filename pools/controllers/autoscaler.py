@@ -19,7 +19,9 @@ empty one: `PoolSpec.autoscaling`):
    the lifecycle controller drains and releases them. A cordon whose drain never started (its
    pass stopped) is lifted by a later pass, whose scale-down decides again
    (`cordons_left_settle`). A pool that no longer bursts gives its burst nodes back by the
-   same rules, at once (`_burst_off`).
+   same rules, at once (`_burst_off`). A Ready burst node that held no pod for the whole
+   scale-down window goes even where HPA's arithmetic keeps the count: Cluster Autoscaler's
+   unneeded-node rule, as the offline replay applies it (`_unneeded`).
 
 Within one pass over every pool (`autoscale_all`) the pools are decided in the order they were
 created (by id), and a pool's planned nodes count as upcoming nodes for the team's next pools:
@@ -41,7 +43,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.utils import timezone
@@ -71,7 +73,15 @@ from pools.controllers.scale_down_cordons import cordons_left_settle, decision_c
 from pools.controllers.scheduler import scheduler_lock
 from pools.controllers.state import pools_update
 from pools.core import lifecycle as rules
-from pools.core.autoscaling import READY_FOR_NEW_SCALE, ScalingDecision, burst_ceiling, decide
+from pools.core.autoscaling import (
+    READY_FOR_NEW_SCALE,
+    SCALE_DOWN_UNNEEDED,
+    ScalingDecision,
+    burst_ceiling,
+    decide,
+    unneeded_removals,
+)
+from pools.core.durations import format_duration
 from pools.core.scale_up import QuotaRooms, QuotaScope, scale_up_need
 from pools.core.scaling_history import ScalingHistory
 from pools.core.scheduling.nodes import NodeState, filter_node
@@ -273,6 +283,9 @@ def _autoscale(pool: GpuNodePool, now: datetime, view: FleetView, *, dry_run: bo
         return _scale_up(d, [pod for group in fits for pod in group], pending, dry_run=dry_run)
     if decision.desired < current:
         return Plan(d.result, acts=True) if dry_run else _scale_down(d, spec)
+    if unneeded := _unneeded(d, scaling, baseline):
+        removal, idle = unneeded
+        return Plan(d.result, acts=True) if dry_run else _scale_down(removal, spec, only=idle)
     # A limit that holds back the recommendation is recorded once (a Normal event), not each pass.
     limited = (
         decision.reason in ("ScaleUpLimit", "ScaleDownStabilized", "TooManyReplicas")
@@ -285,6 +298,25 @@ def _autoscale(pool: GpuNodePool, now: datetime, view: FleetView, *, dry_run: bo
         _record(pool, now, current, current, decision.reason, decision.message, shown, policy_text)
     _store(pool, decision.history)
     return Plan(d.result)
+
+
+def _unneeded(d: _Decided, scaling, baseline: int) -> tuple[_Decided, set[int]] | None:
+    """The decision again as a scale-down of the burst nodes idle for the whole scale-down
+    window (Cluster Autoscaler's unneeded-node rule, `burst_idle`), with those nodes, when HPA's
+    arithmetic keeps the count and the scale-down policies let some go (`unneeded_removals`);
+    None otherwise. The removal is stored in the history like any scale event, as the offline
+    replay does."""
+    window = scaling.scale_down.stabilization_window_seconds
+    due = [pk for since, pk in d.view.idle.get(d.pool.pk, ()) if since <= d.now - timedelta(seconds=window)]
+    count = unneeded_removals(due=len(due), current=d.current, baseline=baseline, rules=scaling.scale_down, history=d.history, now=d.now) if due else 0
+    if not count:
+        return None
+    decision = replace(
+        d.decision, desired=d.current - count, reason=SCALE_DOWN_UNNEEDED,
+        message=f"{count} burst node(s) held no pod for the scale-down window ({format_duration(window)})",
+        history=d.history.record(at=d.now, recommendation=d.decision.raw_recommendation, change=-count),
+    )  # fmt: skip
+    return replace(d, decision=decision), set(due)
 
 
 def _scale_up(d: _Decided, fits: list[CorePod], pending: list[CorePod], *, dry_run: bool) -> Plan:
@@ -388,8 +420,9 @@ def _quota_text(pool: GpuNodePool, rooms: QuotaRooms, scope: QuotaScope | None) 
     return f"GPU quota{whose} for {pool.gpu_model.name} in {region}: {rooms.in_use.get(scope, 0)} of {rooms.limits[scope]} GPU(s) in use"
 
 
-def _scale_down(d: _Decided, spec) -> Plan:
-    """Remove the burst nodes that may go (`removable_burst_nodes`); in the simulated cluster
+def _scale_down(d: _Decided, spec, *, only: set[int] | None = None) -> Plan:
+    """Remove the burst nodes that may go (`removable_burst_nodes`; of `only`, when given, the
+    idle ones the unneeded-node rule chose, `_unneeded`); in the simulated cluster
     their pods move first, planned and moved under the scheduler's lock, so that a scheduler
     pass that committed meanwhile is seen by the plan. The nodes chosen are cordoned in the
     plan's transaction (`decision_cordon`), as Cluster Autoscaler taints a node ToBeDeletedByClusterAutoscaler
@@ -400,7 +433,7 @@ def _scale_down(d: _Decided, spec) -> Plan:
 
     def plan() -> tuple[list[Node], Removable]:
         live = list(pool.nodes.exclude(phase=Node.Phase.TERMINATED).filter(release_reason="").select_related("pool__node_type", "pool__gpu_model", "pool"))
-        burst = [n for n in live if n.billing == Node.Billing.ON_DEMAND]
+        burst = [n for n in live if n.billing == Node.Billing.ON_DEMAND and (only is None or n.pk in only)]
         pending = [pod for pods in d.view.pending.values() for pod in pods]  # they keep the nodes they would be scheduled on
         return live, removable_burst_nodes(burst, live, limit=len(live) - decision.desired, pending=pending)
 

@@ -44,8 +44,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.conf import settings
-
 from pools.core.disruption import SAFE_TO_EVICT, DisruptionBudget, eviction_opted_out, refused
 from pools.core.lifecycle import PROVISIONING_PHASES
 from pools.core.node_labels import CORDONED_PHASES
@@ -55,7 +53,8 @@ from pools.models import GpuNodePool, Node
 from pools.models.pods import Pod
 from pools.providers import get_cluster_backend, real_cluster
 from pools.providers.base import ProviderError
-from pools.providers.kubernetes import CLUSTER_UNREACHABLE, MIRROR_ANNOTATION
+from pools.providers.kubernetes import CLUSTER_UNREACHABLE
+from pools.selectors.burst_idle import moved_by_scale_down
 from pools.selectors.cluster import cluster_state, core_pod_of
 from pools.services.events import event_record
 from pools.services.pod_placements import placements_end
@@ -118,17 +117,6 @@ def removable_burst_nodes(burst: list[Node], live: list[Node], *, limit: int, pe
                 continue
         out.kept[node.name] = why
     return out
-
-
-def moved_by_scale_down(pod: Pod) -> bool:
-    """Whether a Running pod counts in the scale-down simulation (it must be allowed to go and
-    find room elsewhere). Not an expendable pod (CA's --expendable-pods-priority-cutoff), nor a
-    DaemonSet's or a mirror (static) pod: those belong to their node, go with it and would fit
-    on no other (a DaemonSet pins each pod to its node by name), as CA and `kubectl drain`
-    leave them (pools/providers/kubernetes.py evicts neither)."""
-    if pod.priority < settings.EBCLOUD_EXPENDABLE_PODS_PRIORITY_CUTOFF:
-        return False
-    return pod.controller_kind != "DaemonSet" and MIRROR_ANNOTATION not in pod.annotations
 
 
 def _pending_placed(pending: Sequence[CorePod], nodes: list[Node], states: dict[str, NodeState], *, running: set[str]) -> dict[int, str]:

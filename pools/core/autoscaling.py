@@ -279,6 +279,18 @@ def scale_down_limit(
     return _policy_limit(False, current, rules, history, now)
 
 
+SCALE_DOWN_UNNEEDED = "ScaleDownUnneeded"  # a removal by the unneeded-node rule, live and in the replay
+
+
+def unneeded_removals(*, due: int, current: int, baseline: int, rules: ScalingRules, history: ScalingHistory, now: datetime) -> int:
+    """How many of `due` burst nodes idle for the scale-down window (Cluster Autoscaler's
+    unneeded-node rule) go now: within what the scale-down policies allow (`history` without
+    this decision's change) and never below the `baseline` of monthly nodes. The live autoscaler
+    and the offline replay both ask this."""
+    limit, _ = scale_down_limit(current=current, rules=rules, history=history, now=now)
+    return max(0, min(due, current - max(min(limit, current), baseline)))
+
+
 # ---------------------------------------------------------------------------------------------
 # The decision
 

@@ -1,13 +1,14 @@
 """What the autoscaler decides from (pools/controllers/autoscaler.py), read for many pools in a
 fixed number of queries (issue 9): the fleet view (node counts, the teams' Pending pods grouped by
-shape, GPU memory, the latest activities) and, for the pools that scale up, the scale-up inputs
-(the room of each team's pools, the GPU quotas)."""
+shape, GPU memory, the latest activities, the idle burst nodes) and, for the pools that scale
+up, the scale-up inputs (the room of each team's pools, the GPU quotas)."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from django.db.models import Count, OuterRef, Q, Subquery
 
@@ -17,6 +18,7 @@ from pools.core.scale_up import Capacity, QuotaRooms, Shapes
 from pools.core.scheduling.nodes import Pod as CorePod
 from pools.core.spec import Catalog
 from pools.models import GpuNodePool, Node, ScalingActivity
+from pools.selectors.burst_idle import burst_idle
 from pools.selectors.cluster import core_pods_of
 from pools.selectors.pools import catalog_current
 from pools.selectors.queue import scale_up_queue
@@ -58,6 +60,8 @@ class FleetView:
     # pool -> its Ready (or Unknown) nodes cordoned and not leaving: a scale-down decision's
     # cordon, maybe left by a pass that stopped before its drain (pools/controllers/scale_down_cordons.py)
     cordoned: dict[int, int] = field(default_factory=dict)
+    # pool -> its Ready burst nodes holding no pod, (idle since, node id), longest idle first
+    idle: dict[int, list[tuple[datetime, int]]] = field(default_factory=dict)
 
 
 def fleet_view(pools: list[GpuNodePool], *, queue_of: FleetView | None = None) -> FleetView:
@@ -87,7 +91,8 @@ def fleet_view(pools: list[GpuNodePool], *, queue_of: FleetView | None = None) -
         .values_list("pk", "reason", "before")
         if reason is not None
     } if ids else {}
-    return FleetView(catalog=catalog, nodes=nodes, pending=pending, shapes=shapes, memory=memory, last=last, cordoned=cordoned)
+    idle = burst_idle([pool_id for pool_id, (_, burst) in nodes.items() if burst])
+    return FleetView(catalog=catalog, nodes=nodes, pending=pending, shapes=shapes, memory=memory, last=last, cordoned=cordoned, idle=idle)
 
 
 def queues_read(team_ids: Collection[int]) -> tuple[dict[int, list[CorePod]], dict[int, Shapes]]:

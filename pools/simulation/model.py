@@ -24,7 +24,6 @@ DAY = 86400
 HOUR = 3600
 NOT_TRIGGER_SCALE_UP = "NotTriggerScaleUp"
 NO_PENDING_FIT = "NoNewNodeNeeded"
-SCALE_DOWN_UNNEEDED = "ScaleDownUnneeded"
 SCALE_DOWN_BLOCKED = "ScaleDownBlocked"
 MONTHLY, ON_DEMAND = "monthly", "on_demand"
 

@@ -71,7 +71,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from billing.lease_costs import quantize_money
-from pools.core.autoscaling import decide
+from pools.core.autoscaling import SCALE_DOWN_UNNEEDED, decide
 from pools.core.scaling_history import ScalingHistory
 from pools.core.scheduling.cluster import ClusterScheduler
 from pools.core.scheduling.nodes import MILLI, NodeState, best_fit_gpus, filter_node
@@ -81,7 +81,6 @@ from pools.simulation.model import (
     NO_PENDING_FIT,
     NOT_TRIGGER_SCALE_UP,
     SCALE_DOWN_BLOCKED,
-    SCALE_DOWN_UNNEEDED,
     Activity,
     PoolConfig,
     PriceModel,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from datetime import datetime
 
-from pools.core.autoscaling import scale_down_limit
+from pools.core.autoscaling import unneeded_removals
 from pools.core.scaling_history import ScalingHistory
 from pools.core.scheduling.nodes import Pod, best_fit_gpus, filter_node
 
@@ -112,12 +112,12 @@ class ScaleDown:
         if not due:
             return 0
         pending_history = history.record(at=moment, change=change) if change else history
-        limit, _ = scale_down_limit(
-            current=current, rules=self.pool.spec.scale_down, history=pending_history, now=moment
-        )
-        allowed = current - max(min(limit, current), self.pool.monthly_nodes)
+        allowed = unneeded_removals(
+            due=len(due), current=current, baseline=self.pool.monthly_nodes,
+            rules=self.pool.spec.scale_down, history=pending_history, now=moment,
+        )  # fmt: skip
         removed = 0
-        for _, name in due[: max(allowed, 0)]:
+        for _, name in due[:allowed]:
             self._release(name, now)
             removed += 1
         return removed
