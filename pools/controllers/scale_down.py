@@ -10,6 +10,8 @@ cluster-autoscaler/FAQ.md, "What types of pods can prevent CA from removing a no
   (`SimulatedCluster.evict_pods`), so none of them is lost and none keeps a node;
 - a pod whose PodDisruptionBudget allows no more disruptions now keeps its node (the moves of
   one pass are evictions: they spend the budgets in turn, `pools.core.disruption.refused`);
+- a pod with local storage (a hostPath or an emptyDir volume not in memory) keeps its node,
+  unless annotated `safe-to-evict-local-volumes` with those volumes (or `safe-to-evict: "true"`);
 - a pod that fits on no other node keeps its node.
 DaemonSet pods and mirror (static) pods keep no node and are not moved: they belong to their
 node (a DaemonSet's pod is pinned to it by name) and go with it, as CA and `kubectl drain` leave
@@ -44,7 +46,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from pools.core.disruption import SAFE_TO_EVICT, DisruptionBudget, eviction_opted_out, refused
+from pools.core.disruption import (
+    SAFE_TO_EVICT,
+    DisruptionBudget,
+    eviction_opted_out,
+    local_storage_kept,
+    refused,
+)
 from pools.core.lifecycle import PROVISIONING_PHASES
 from pools.core.node_labels import CORDONED_PHASES
 from pools.core.scheduling.nodes import NodeState, best_fit_gpus, filter_node
@@ -159,8 +167,9 @@ def _kept_by_pod(pods: list[Pod], evicting: list[str], budgets: list[DisruptionB
 
 def pod_keeps_node(pod: Pod) -> str | None:
     """Why the pod's own metadata keeps its node, or None: annotated safe-to-evict "false" or
-    do-not-disrupt "true" (`eviction_opted_out`), or, on a real cluster, owned by no controller
-    and not annotated safe-to-evict "true": evicted, such a pod is gone for good (CA's FAQ:
+    do-not-disrupt "true" (`eviction_opted_out`); unless annotated safe-to-evict "true", data in
+    a local volume it has not said it may lose (`local_storage_kept`), or, on a real cluster,
+    owned by no controller: evicted, such a pod is gone for good (CA's FAQ:
     "pods that are not backed by a controller object" block a scale-down unless so annotated;
     `kubectl drain` refuses them without --force). Any controller counts (ReplicaSet, Job,
     StatefulSet, a training operator's custom resource...), as for `kubectl drain`. The
@@ -168,7 +177,11 @@ def pod_keeps_node(pod: Pod) -> str | None:
     docstring). Public for the drain's re-check of a node's pods before it evicts."""
     if why := eviction_opted_out(pod.key, pod.annotations):
         return why
-    if not real_cluster() or pod.controller_kind or str(pod.annotations.get(SAFE_TO_EVICT, "")).lower() == "true":
+    if str(pod.annotations.get(SAFE_TO_EVICT, "")).lower() == "true":
+        return None
+    if why := local_storage_kept(pod.key, pod.annotations, (pod.document or {}).get("spec") or {}):
+        return why
+    if not real_cluster() or pod.controller_kind:
         return None
     return f'pod {pod.key} has no controller (no ownerReference with controller: true): evicted, nothing would create it again; annotate it {SAFE_TO_EVICT}: "true" to let its node go'
 

@@ -33,6 +33,7 @@ from math import ceil
 MAX_DISRUPTED_PODS = 2000  # kube-apiserver's MaxDisruptedPodSize
 SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+SAFE_TO_EVICT_LOCAL_VOLUMES = "cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes"
 
 
 def eviction_opted_out(key: str, annotations: Mapping[str, str]) -> str | None:
@@ -45,6 +46,23 @@ def eviction_opted_out(key: str, annotations: Mapping[str, str]) -> str | None:
         return f'pod {key} is annotated {SAFE_TO_EVICT}: "false"'
     if str(annotations.get(DO_NOT_DISRUPT, "")).lower() == "true":
         return f'pod {key} is annotated {DO_NOT_DISRUPT}: "true"'
+    return None
+
+
+def local_storage_kept(key: str, annotations: Mapping[str, str], spec: Mapping) -> str | None:
+    """Why pod `key`'s local storage keeps its node from a scale-down, or None. Cluster
+    Autoscaler (FAQ: "pods with local storage", --skip-nodes-with-local-storage, on by default)
+    keeps a node whose pod has a hostPath or an emptyDir volume not in memory: what the pod wrote
+    there is lost if it moves. The pod's `safe-to-evict-local-volumes` annotation names the
+    volumes it may lose; `safe-to-evict: "true"` lets it go whatever it holds (the caller's)."""
+    allowed = {name.strip() for name in str(annotations.get(SAFE_TO_EVICT_LOCAL_VOLUMES, "")).split(",")}
+    for volume in spec.get("volumes") or ():
+        if not isinstance(volume, Mapping) or volume.get("name") in allowed:
+            continue
+        empty_dir = volume.get("emptyDir")
+        if volume.get("hostPath") is not None or (isinstance(empty_dir, Mapping) and empty_dir.get("medium") != "Memory"):
+            return (f"pod {key} keeps data in its local volume {volume.get('name')!r} (emptyDir or hostPath), lost if it moves; "
+                    f'annotate it {SAFE_TO_EVICT_LOCAL_VOLUMES}: "{volume.get("name")}" to let its node go')  # fmt: skip
     return None
 
 

@@ -2,7 +2,7 @@
 mirror (static) pods keep no node (Cluster Autoscaler and `kubectl drain` leave them; a
 DaemonSet pins each pod to its node by name, so it would fit nowhere else), and a pod no
 controller owns keeps its node unless annotated safe-to-evict "true" (evicted, nothing would
-create it again). The API server is out of reach here: the disruption budgets cannot be read,
+create it again), as does one with data in a local volume. The API server is out of reach here: the disruption budgets cannot be read,
 so a node with pods is kept for that, after the reasons a pod's own metadata gives
 (tests/k8s/test_scale_down_on_kubernetes.py runs the whole scale-down against a real one)."""
 
@@ -91,6 +91,27 @@ def test_a_controlled_pod_or_one_safe_to_evict_is_not_kept_for_lacking_a_control
     pool, burst = pool_with_burst_node(actors)
     mirrored(teams, cluster_pod(burst.name, "train", gpus=1, **metadata))
     assert scale_down_plan(pool).kept == {burst.name: "the cluster's disruption budgets could not be read"}
+
+
+@pytest.mark.parametrize("volume, annotations, kept", [
+    ({"name": "scratch", "emptyDir": {}}, {}, True),
+    ({"name": "host", "hostPath": {"path": "/data"}}, {}, True),
+    ({"name": "scratch", "emptyDir": {}}, {"cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes": "other, scratch"}, False),
+    ({"name": "scratch", "emptyDir": {}}, {"cluster-autoscaler.kubernetes.io/safe-to-evict": "true"}, False),
+    ({"name": "shm", "emptyDir": {"medium": "Memory"}}, {}, False),
+    ({"name": "claim", "persistentVolumeClaim": {"claimName": "ckpt"}}, {}, False),
+], ids=["emptydir", "hostpath", "listed", "safe-to-evict", "in-memory", "claim"])  # fmt: skip
+def test_a_pod_with_local_storage_keeps_its_burst_node_unless_it_says_it_may_lose_it(actors, teams, on_cluster_away, volume, annotations, kept):
+    """Cluster Autoscaler's local-storage rule (FAQ: "pods with local storage"): what a pod wrote
+    to a hostPath or a disk-backed emptyDir is lost if it moves. Otherwise the node is weighed as
+    any other: kept here only because the cluster's disruption budgets cannot be read."""
+    pool, burst = pool_with_burst_node(actors)
+    document = cluster_pod(burst.name, "train", gpus=1, owner=OWNER, annotations=annotations)
+    document["spec"]["volumes"] = [volume]
+    mirrored(teams, document)
+    because = (f"pod algorithm/train keeps data in its local volume {volume['name']!r} (emptyDir or hostPath), lost if it moves; "
+               f'annotate it cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes: "{volume["name"]}" to let its node go')  # fmt: skip
+    assert scale_down_plan(pool).kept == {burst.name: because if kept else "the cluster's disruption budgets could not be read"}
 
 
 def test_the_mirror_lists_the_cluster_again_once_so_stored_pods_gain_their_owner_references():
