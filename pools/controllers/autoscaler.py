@@ -435,7 +435,7 @@ def _scale_down(d: _Decided, spec, *, only: set[int] | None = None) -> Plan:
         live = list(pool.nodes.exclude(phase=Node.Phase.TERMINATED).filter(release_reason="").select_related("pool__node_type", "pool__gpu_model", "pool"))
         burst = [n for n in live if n.billing == Node.Billing.ON_DEMAND and (only is None or n.pk in only)]
         pending = [pod for pods in d.view.pending.values() for pod in pods]  # they keep the nodes they would be scheduled on
-        return live, removable_burst_nodes(burst, live, limit=len(live) - decision.desired, pending=pending)
+        return live, removable_burst_nodes(burst, live, limit=len(live) - decision.desired, pending=pending, empty=only is not None)
 
     if real_cluster():  # a real cluster's pods are evicted by the drain and placed again by kube-scheduler
         live, removable = plan()

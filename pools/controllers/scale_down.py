@@ -85,11 +85,12 @@ class Removable:
     kept: dict[str, str] = field(default_factory=dict)
 
 
-def removable_burst_nodes(burst: list[Node], live: list[Node], *, limit: int, pending: Sequence[CorePod] = ()) -> Removable:
+def removable_burst_nodes(burst: list[Node], live: list[Node], *, limit: int, pending: Sequence[CorePod] = (), empty: bool = False) -> Removable:
     """Burst nodes that can go (at most `limit`), with where their pods move; the moves of one
     choice are reserved (and its evictions spent from the budgets) before the next is tried.
     `pending`: the Pending pods (the core's, expendable ones left out) that may wait for room
-    here; any team's (a node's filters take only the pods its pool admits)."""
+    here; any team's (a node's filters take only the pods its pool admits). `empty`: only nodes
+    that hold no pod now (the unneeded-node rule's, chosen idle moments before)."""
     running = list(Pod.objects.filter(node__in=live, phase=Pod.Phase.RUNNING).order_by("pk"))
     states = cluster_state(live, running)
     by_node: dict[int, list[Pod]] = {}
@@ -110,7 +111,9 @@ def removable_burst_nodes(burst: list[Node], live: list[Node], *, limit: int, pe
         if len(out.chosen) == limit:
             break
         pods = by_node.get(node.pk, [])
-        if node.pk in awaited:
+        if empty and pods:
+            why = f"pod {pods[0].key} runs on it now: it is not idle any more"
+        elif node.pk in awaited:
             why = f"Pending pod {awaited[node.pk]} would be scheduled here: no node that stays has room for it"
         else:
             why = _kept_by_pod(pods, evicting, budgets)

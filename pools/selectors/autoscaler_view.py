@@ -65,9 +65,10 @@ class FleetView:
 
 
 def fleet_view(pools: list[GpuNodePool], *, queue_of: FleetView | None = None) -> FleetView:
-    """The view of these pools. With `queue_of`, the Pending pods (and the catalog) are taken
-    from that view, read moments before: a pool decided again before it acts re-reads only
-    its own rows."""
+    """The view of these pools. With `queue_of`, the Pending pods, the idle burst nodes (and
+    the catalog) are taken from that view, read moments before: a pool decided again before it
+    acts re-reads only its own rows (the scale-down plans on fresh ones, and removes only an
+    idle node still empty: `removable_burst_nodes`)."""
     ids = [p.pk for p in pools]
     nodes: dict[int, tuple[int, int]] = {}
     cordoned: dict[int, int] = {}
@@ -79,9 +80,10 @@ def fleet_view(pools: list[GpuNodePool], *, queue_of: FleetView | None = None) -
         if k:
             cordoned[pool_id] = cordoned.get(pool_id, 0) + k
     if queue_of is not None:
-        pending, shapes, catalog = queue_of.pending, queue_of.shapes, queue_of.catalog
+        pending, shapes, catalog, idle = queue_of.pending, queue_of.shapes, queue_of.catalog, queue_of.idle
     else:
         (pending, shapes), catalog = queues_read({p.team_id for p in pools}), catalog_current()
+        idle = burst_idle([pool_id for pool_id, (_, burst) in nodes.items() if burst])
     memory = gpu_memory_used_pct(pool_ids=ids) if ids else {}
     latest = ScalingActivity.objects.filter(pool=OuterRef("pk")).order_by("-at", "-id")
     last = {
@@ -91,7 +93,6 @@ def fleet_view(pools: list[GpuNodePool], *, queue_of: FleetView | None = None) -
         .values_list("pk", "reason", "before")
         if reason is not None
     } if ids else {}
-    idle = burst_idle([pool_id for pool_id, (_, burst) in nodes.items() if burst])
     return FleetView(catalog=catalog, nodes=nodes, pending=pending, shapes=shapes, memory=memory, last=last, cordoned=cordoned, idle=idle)
 
 

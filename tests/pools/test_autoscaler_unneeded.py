@@ -12,6 +12,7 @@ import pytest
 
 from monitoring.models import NodeAgentState
 from pools.controllers.autoscaler import pool_autoscale
+from pools.controllers.scale_down import removable_burst_nodes
 from pools.models import Node, ScalingActivity
 from pools.models.pods import Pod
 from tests.pools.autoscaler_helpers import SCALING
@@ -95,3 +96,13 @@ def test_only_a_node_idle_for_the_whole_window_goes_not_another_idle_one(actors)
     memory(pool, {later.name: 40, burst.name: 40})
     result = pool_autoscale(pool_id=pool.pk, now=T0 + WINDOW)
     assert (result.current, result.desired) == (4, 3) and leaving(burst) and not leaving(later)
+
+
+def test_an_idle_node_a_pod_landed_on_since_the_view_was_read_is_kept(actors):
+    """The acting pass decides on the idle nodes the pass's view read moments before; its plan,
+    on fresh rows, removes only a node still empty rather than moving the pod that just landed."""
+    pool, burst = busy_pool_with_idle_burst_node(actors, None)
+    run_on(submit(actors["member"], "newcomer", gpus=1, cpu="1", duration="1h"), burst, [0])
+    live = list(pool.nodes.select_related("pool__node_type", "pool__gpu_model", "pool"))
+    plan = removable_burst_nodes([burst], live, limit=1, empty=True)
+    assert plan.chosen == [] and plan.kept == {burst.name: "pod algorithm/newcomer runs on it now: it is not idle any more"}
