@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import os
 import re
+import signal
 from datetime import timedelta
 from pathlib import Path
 
@@ -50,6 +51,20 @@ def realistic_simulated_cloud(settings):
     """Tests assume the simulated cloud's realistic step durations, whatever the shell exports
     (`make run` sets EBCLOUD_SIM_FAST for the demo)."""
     settings.EBCLOUD_SIM_STEP_SECONDS = settings.SIM_STEP_SECONDS_REALISTIC
+
+
+@pytest.fixture(autouse=True)
+def signal_handlers_restored():
+    """A command run in the test's process (`call_command("demo_fleet")`, the agent's `main`, a
+    django-q cluster) sets its own SIGINT and SIGTERM handlers, for the stop event of a run that
+    has ended; left in place, a later test's Ctrl-C (tests/k8s/test_mirror_pods_command.py) set
+    that dead event instead of raising KeyboardInterrupt, and the suite hung. Each test starts
+    with the handlers the one before it started with."""
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for sig, handler in before.items():
+        if signal.getsignal(sig) is not handler:
+            signal.signal(sig, handler)
 
 
 @pytest.fixture(autouse=True)

@@ -47,10 +47,12 @@ def test_mirror_pods_by_default_mirrors_until_interrupted(on_kubernetes, core, n
             os.kill(os.getpid(), signal.SIGINT)
 
     watcher = threading.Thread(target=interrupt_once_mirrored)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C as a process starts with it
     watcher.start()
     try:
         call_command("mirror_pods")
     finally:
         returned.set()
         watcher.join()
+        signal.signal(signal.SIGINT, previous)
     assert Pod.objects.filter(namespace=namespace, name="waiting-0").exists()
