@@ -62,12 +62,20 @@ class ClusterPods:
 
     def list(self) -> tuple[list[dict[str, Any]], str]:
         """Every pod of the cluster (pages of `PAGE_SIZE`, one consistent snapshot) and the
-        resourceVersion to watch from."""
+        resourceVersion to watch from. A continue token that expired between two pages (410:
+        etcd compacted the snapshot meanwhile) is answered by one list of them all, as
+        client-go's pager falls back to (`FullListIfExpired`); before, the mirror stopped."""
         pods, token = [], None
         while True:
-            response = self.core.list_pod_for_all_namespaces(
-                limit=PAGE_SIZE, _continue=token, _preload_content=False, _request_timeout=request_timeout()
-            )
+            try:
+                response = self.core.list_pod_for_all_namespaces(
+                    limit=PAGE_SIZE, _continue=token, _preload_content=False, _request_timeout=request_timeout()
+                )
+            except ApiException as exc:
+                if exc.status != 410 or token is None:
+                    raise
+                body = json.loads(self.core.list_pod_for_all_namespaces(_preload_content=False, _request_timeout=request_timeout()).data)
+                return list(body.get("items") or ()), body["metadata"]["resourceVersion"]
             body = json.loads(response.data)
             pods.extend(body.get("items") or ())
             token = body["metadata"].get("continue")

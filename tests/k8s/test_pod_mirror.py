@@ -13,6 +13,7 @@ from kubernetes import client
 
 from pools.controllers.pod_mirror import PodMirror
 from pools.models import NamespaceTeam, Pod, Team, WatchCursor
+from pools.providers import kubernetes_pods
 from pools.providers.kubernetes_pods import ClusterPods
 from pools.selectors.namespaces import namespace_owner
 from tests.k8s.helpers import pod, wait_for
@@ -166,6 +167,29 @@ def test_the_watch_follows_creates_status_changes_and_deletes(mirror, core, name
         ours(namespace).filter(name="job-2").count() == 2
         and Pod.objects.live().filter(namespace=namespace, name="job-2").count() == 1
     )
+
+
+def test_a_list_whose_continue_token_expired_between_pages_is_listed_again_whole(control_plane, kube, core, namespace, monkeypatch):
+    """Pages of one pod; between the first and the second, a pod is added and etcd compacted
+    (the API server restarted, its watch cache after the compaction): the second page's token
+    has expired (410), and the list is made again whole, the new pod in it."""
+    for i in range(3):
+        core.create_namespaced_pod(namespace, waiting(namespace, f"p{i}"))
+    monkeypatch.setattr(kubernetes_pods, "PAGE_SIZE", 1)
+    source, compacted = ClusterPods(kube), []
+    paged = source.core.list_pod_for_all_namespaces
+
+    def listing(*args, **kwargs):
+        if kwargs.get("_continue") and not compacted:
+            core.create_namespaced_pod(namespace, waiting(namespace, "late"))
+            control_plane.compact_etcd()
+            control_plane.restart_apiserver()
+            compacted.append(True)
+        return paged(*args, **kwargs)
+
+    monkeypatch.setattr(source.core, "list_pod_for_all_namespaces", listing)
+    pods, _ = source.list()
+    assert compacted and {p["metadata"]["name"] for p in pods if p["metadata"]["namespace"] == namespace} == {"p0", "p1", "p2", "late"}
 
 
 def test_a_cursor_the_server_no_longer_keeps_is_answered_by_a_relist(
