@@ -49,7 +49,7 @@ from pools.claims import (
 from pools.controllers import exits, node_sync, provisioning, repair_outcome
 from pools.controllers.context import ReconcilePass
 from pools.controllers.state import snapshots_load, statuses_write
-from pools.core import leases
+from pools.core import leases, stall_messages
 from pools.core import lifecycle as rules
 from pools.core.node_labels import REGISTERED_PHASES, ClusterNodeState
 from pools.core.spec import parse_document
@@ -291,7 +291,7 @@ def _pay_order(p: ReconcilePass, order: PoolOrder, quota_note: str) -> None:
             if not PoolOrder.objects.filter(pk=order.pk, status=PoolOrder.Status.PAYING).update(status=PoolOrder.Status.APPROVED):
                 return
             if isinstance(exc, InsufficientBalance):
-                detail = rules.insufficient_balance_reason(need=exc.need, balance=exc.balance, currency=exc.currency)
+                detail = stall_messages.insufficient_balance_reason(need=exc.need, balance=exc.balance, currency=exc.currency)
                 p.stall(detail)
             else:
                 detail = exc.message

@@ -25,6 +25,7 @@ from monitoring.services import credential_revoke_for_node
 from pools.controllers import node_sync, repair_outcome
 from pools.controllers.context import ReconcilePass
 from pools.core import lifecycle as rules
+from pools.core import stall_messages
 from pools.core.scale_up import scale_up_backoff
 from pools.models import Node, PoolEvent, Zone
 from pools.providers.base import (
@@ -108,7 +109,7 @@ def _place(p: ReconcilePass, node: Node) -> bool:
             return False
     else:
         _order_refused(node)
-        _failed(p, node, reason="OutOfStock", summary=rules.out_of_stock_reason(tried=tried, alternatives=alternatives), machine=False)
+        _failed(p, node, reason="OutOfStock", summary=stall_messages.out_of_stock_reason(tried=tried, alternatives=alternatives), machine=False)
         return False
     if machine.zone != node.zone.name:
         _zone_fallback(p, node, machine.zone)
@@ -139,7 +140,7 @@ def _zone_fallback(p: ReconcilePass, node: Node, zone: str) -> None:
     zones = p.spec.zones
     skipped = list(zones[: zones.index(zone)]) if zone in zones else [node.zone.name]
     price = p.cloud.cross_zone_price(at=p.now)
-    message = rules.zone_fallback_message(
+    message = stall_messages.zone_fallback_message(
         node=node.name, ordered_in=zone, out_of_stock=skipped, preferred=zones[0],
         price_per_gb=price.per_gb if price else None, currency=price.currency if price else "",
     )  # fmt: skip

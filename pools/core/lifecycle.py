@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from decimal import Decimal
 
 from pools.core.leases import NONE, lease_action
 from pools.core.node_labels import CORDONED_PHASES, REGISTERED_PHASES, ClusterNodeState, drifted
@@ -189,42 +188,6 @@ def full_disruption(*, silent: int, reporting: int) -> bool:
 
 # ---------------------------------------------------------------------------------------------
 # pendingReason (T1: explain every stall with numbers)
-
-
-def out_of_stock_reason(*, tried: Sequence[str], alternatives: Mapping[str, int]) -> str:
-    """`OutOfStock in cn-east-2a, 3 in cn-east-2b`: every zone tried, in the order of the pool's
-    `spec.zones` (`OutOfStock in cn-east-2a and cn-east-2b, ...`), then the nodes available in
-    the region's other zones, the ones a fallback zone could name."""
-    others = [f"{count} in {name}" for name, count in sorted(alternatives.items()) if name not in tried and count > 0]
-    return f"OutOfStock in {zones_listed(tried)}, " + (", ".join(others) if others else "none in the region's other zones")
-
-
-def zones_listed(zones: Sequence[str]) -> str:
-    """`a`, `a and b`, `a, b and c`."""
-    return zones[0] if len(zones) == 1 else f"{', '.join(zones[:-1])} and {zones[-1]}"
-
-
-def _price(amount: Decimal) -> str:
-    """`0.50`, `500.00`; finer prices keep their digits (`0.0125`)."""
-    cents = amount.quantize(Decimal("0.01"))
-    return f"{cents:f}" if cents == amount else f"{amount.normalize():f}"
-
-
-def zone_fallback_message(*, node: str, ordered_in: str, out_of_stock: Sequence[str], preferred: str, price_per_gb: Decimal | None, currency: str = "") -> str:
-    """The event of a node ordered in a fallback zone (seed T1, D4): both zones, and what the
-    traffic between them costs, since the pool's data lives near its preferred zone."""
-    if price_per_gb is None:
-        cost = "the price book has no cross-zone network price, ask a platform admin what it costs"
-    else:
-        cost = f"billed at {_price(price_per_gb)} {currency} per GB ({_price(price_per_gb * 1000)} {currency} per TB)"
-    return (
-        f"Node {node} ordered in fallback zone {ordered_in}: OutOfStock in {zones_listed(out_of_stock)}. "
-        f"Traffic between {ordered_in} and data in the preferred zone {preferred} crosses zones, {cost}"
-    )
-
-
-def insufficient_balance_reason(*, need: Decimal, balance: Decimal, currency: str) -> str:
-    return f"InsufficientBalance: need {need:.2f} {currency}, balance {balance:.2f} {currency}"
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from decimal import Decimal
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pools.core import leases
+from pools.core import leases, stall_messages
 from pools.core import lifecycle as rules
 
 NOW = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
@@ -141,10 +141,10 @@ def test_a_silent_node_is_unknown_only_after_the_grace_period():
 
 def test_pending_reasons_carry_the_numbers():
     """T1: stock in the zone (and where else there is some); the balance against the price."""
-    assert rules.out_of_stock_reason(tried=["cn-east-2a"], alternatives={"cn-east-2a": 0, "cn-east-2b": 3}) == "OutOfStock in cn-east-2a, 3 in cn-east-2b"
-    assert rules.out_of_stock_reason(tried=["cn-east-2a"], alternatives={"cn-east-2b": 0}) == "OutOfStock in cn-east-2a, none in the region's other zones"
+    assert stall_messages.out_of_stock_reason(tried=["cn-east-2a"], alternatives={"cn-east-2a": 0, "cn-east-2b": 3}) == "OutOfStock in cn-east-2a, 3 in cn-east-2b"
+    assert stall_messages.out_of_stock_reason(tried=["cn-east-2a"], alternatives={"cn-east-2b": 0}) == "OutOfStock in cn-east-2a, none in the region's other zones"
     assert (
-        rules.insufficient_balance_reason(need=Decimal("40000"), balance=Decimal("1000"), currency="CNY")
+        stall_messages.insufficient_balance_reason(need=Decimal("40000"), balance=Decimal("1000"), currency="CNY")
         == "InsufficientBalance: need 40000.00 CNY, balance 1000.00 CNY"
     )
 
