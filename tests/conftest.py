@@ -57,9 +57,10 @@ def realistic_simulated_cloud(settings):
 def signal_handlers_restored():
     """A command run in the test's process (`call_command("demo_fleet")`, the agent's `main`, a
     django-q cluster) sets its own SIGINT and SIGTERM handlers, for the stop event of a run that
-    has ended; left in place, a later test's Ctrl-C (tests/k8s/test_mirror_pods_command.py) set
-    that dead event instead of raising KeyboardInterrupt, and the suite hung. Each test starts
-    with the handlers the one before it started with."""
+    has ended; left in place, they changed what a later test's Ctrl-C does, so a test passed or
+    hung by the order it ran in. Each test starts with the handlers the suite started with; a
+    test that sends Ctrl-C sets what it relies on (a suite started in the background, `cmd &`,
+    starts with SIGINT ignored)."""
     before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     yield
     for sig, handler in before.items():

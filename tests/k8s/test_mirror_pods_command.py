@@ -47,7 +47,7 @@ def test_mirror_pods_by_default_mirrors_until_interrupted(on_kubernetes, core, n
             os.kill(os.getpid(), signal.SIGINT)
 
     watcher = threading.Thread(target=interrupt_once_mirrored)
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C as a process starts with it
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C as from a terminal (ignored in a suite run with `&`)
     watcher.start()
     try:
         call_command("mirror_pods")

@@ -172,9 +172,12 @@ class Demo:
         return result
 
     def _follow(self, command: str) -> subprocess.CompletedProcess:
-        """A command that prints until Ctrl-C: it must print and keep running; then Ctrl-C."""
+        """A command that prints until Ctrl-C: it must print and keep running; then Ctrl-C. It
+        starts with Ctrl-C's default action, as from a terminal: a suite started in the
+        background (`cmd &`) has SIGINT ignored, and its children would inherit that."""
         process = subprocess.Popen(["bash", "-c", "exec " + command.replace(DEMO_URL, self.url)], cwd=self.home,
-                                   env=self.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                   env=self.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
         time.sleep(FOLLOW_S)
         alive = process.poll() is None
         process.send_signal(signal.SIGINT)
