@@ -20,7 +20,8 @@ from django.db import transaction
 
 from pools.core.priority import PriorityClass as CorePriorityClass
 from pools.core.priority import default_class
-from pools.models import NamespaceTeam, Node, Pod, PoolEvent, PriorityClass, Team, WatchCursor
+from pools.models import Node, Pod, PoolEvent, PriorityClass, Team, WatchCursor
+from pools.selectors.namespaces import namespace_teams
 from pools.services.events import NORMAL
 
 PODS = "pods"
@@ -58,16 +59,14 @@ class TeamOf:
     namespace); None when none names a team."""
 
     def __init__(self, label_of: Callable[[str], str], labels: Mapping[str, str] | None = None):
-        self.mapped = dict(NamespaceTeam.objects.values_list("namespace", "team_id"))
         self.by_slug = dict(Team.objects.values_list("slug", "pk"))
+        self.owned = {namespace: self.by_slug[slug] for namespace, slug in namespace_teams().items()}  # mappings and own namespaces
         self.labels = dict(labels or {})
         self.label_of = label_of
 
     def __call__(self, namespace: str) -> int | None:
-        if namespace in self.mapped:
-            return self.mapped[namespace]
-        if namespace in self.by_slug:
-            return self.by_slug[namespace]
+        if namespace in self.owned:
+            return self.owned[namespace]
         if namespace not in self.labels:
             self.labels[namespace] = self.label_of(namespace)
         return self.by_slug.get(self.labels[namespace])
