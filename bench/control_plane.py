@@ -271,8 +271,11 @@ def measure_pass_workers(*, now, hour, workers: QueueWorkers, tick_parts: int | 
         return steps
     jobs = [(f"meter part {i + 1}", "job_meter_part", {"hour": hour.isoformat(), "index": i, "count": count, "now": now.isoformat()}) for i in range(count)]
     wall, parts = workers.at_once(jobs)
-    slowest = max(parts, key=lambda s: s.seconds)
-    note = f"{count} parts at once, one worker process each; parts took {', '.join(f'{p.seconds:.2f}' for p in parts)} s; the last: {slowest.note}"
+    # The part that completes the hour is whichever commits last, not the slowest to run:
+    # with parts of equal length either can be it.
+    completing = [p for p in parts if "'complete': 1" in p.note]
+    ended = f"{completing[0].name} completed the hour: {completing[0].note}" if completing else f"no part completed the hour: {'; '.join(p.note for p in parts)}"
+    note = f"{count} parts at once, one worker process each; parts took {', '.join(f'{p.seconds:.2f}' for p in parts)} s; {ended}"
     steps.append(Step("meter", wall, sum(s.queries for s in parts), note))
     steps.append(Step("pass total", steps[2].seconds + wall, steps[2].queries + steps[3].queries, "loops at once, then the hour's parts at once"))
     return steps
