@@ -27,7 +27,6 @@ from pools.controllers import node_sync
 from pools.controllers.context import ReconcilePass
 from pools.core import leases
 from pools.core import lifecycle as rules
-from pools.core.node_labels import CORDONED_PHASES
 from pools.models import GpuNodePool, Node, PoolEvent, PoolOrder
 from pools.providers.base import PodInfo, ProviderError
 from pools.services.events import NORMAL, WARNING
@@ -58,9 +57,9 @@ def drain_start(
     `recheck` (the autoscaler's scale-down) judges the node's pods once it is cordoned, right
     before the drain claims it and evicts, as Cluster Autoscaler re-checks a node's pods once
     it has tainted it: a reason it returns cancels the drain and is returned ("" when the drain
-    started, or another exit has the node already). A cancelled drain lifts the cordon it set
-    (not a repair's: a node in a cordoned phase stays cordoned); a cordon the cluster cannot
-    take now cancels it too, as a pod could still land on the node."""
+    started, or another exit has the node already), and the caller lifts the cordon where it was
+    the scale-down's (`PodsRecheck.cordons_lift`: it read who had cordoned the node before); a
+    cordon the cluster cannot take now cancels it too, as a pod could still land on the node."""
     deadline = deadline or p.now + timedelta(seconds=settings.EBCLOUD_DRAIN_TIMEOUT_SECONDS)
     registered = node.ready_at is not None
     cordoned, said = True, f"Node {node.name} cordoned: no new pods are scheduled on it"
@@ -74,11 +73,6 @@ def drain_start(
     if recheck is not None and registered:
         why = recheck(node) if cordoned else f"node {node.name} could not be cordoned in the cluster now"
         if why:
-            if cordoned and node.phase not in CORDONED_PHASES:
-                try:
-                    p.cluster.uncordon(name=node.name)
-                except ProviderError as exc:  # the drift check does not lift it: said, for whoever looks
-                    logger.warning("node %s stays cordoned in the cluster after its drain was cancelled: %s", node.name, exc.message)
             return why
     with transaction.atomic():
         claimed = Node.objects.filter(pk=node.pk, release_reason="").exclude(phase=Node.Phase.TERMINATED).update(

@@ -46,6 +46,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from pools.controllers.node_sync import observe
 from pools.core.disruption import (
     SAFE_TO_EVICT,
     DisruptionBudget,
@@ -261,6 +262,12 @@ class PodsRecheck:
         self.reasons: dict[int, str] = {}
         self.cordoned_ahead: set[int] = set()  # nodes this cordoned in the cluster before their drain reached them
         self.asked: set[int] = set()
+        # Read before any drain cordons them: a node someone cordoned in the cluster (`kubectl
+        # cordon`) keeps that cordon whatever becomes of the scale-down, as Cluster Autoscaler,
+        # which marks its nodes with a taint of its own, never touches `spec.unschedulable`.
+        registered = [node.name for node in self.nodes if node.ready_at is not None]
+        seen = observe(cluster, registered) if registered else {}
+        self.cordoned_before = {node.pk for node in self.nodes if getattr(seen.get(node.name), "unschedulable", False)}
 
     def __call__(self, node: Node) -> str:
         self.asked.add(node.pk)
@@ -270,12 +277,15 @@ class PodsRecheck:
         return self.reasons[node.pk]
 
     def cordons_lift(self, nodes: list[Node]) -> None:
-        """Lift the cluster's cordon this set ahead of a node whose drain was then cancelled
-        before it asked here (its own cordon failed): nothing else would (a Ready node cordoned
-        in the cluster is an administrator's, for the drift check). A node in a cordoned phase
-        keeps its cordon (a repair's), as `drain_start` leaves it."""
+        """Lift the cluster's cordon of these nodes whose drain was cancelled, where this
+        scale-down set it: ahead of the drain (`_pods_on`), or by the drain before it asked here
+        (`drain_start` asks only once the cluster has the node cordoned). Nothing else would: a
+        Ready node cordoned in the cluster is an administrator's, for the drift check. A cordon
+        the cluster had before (`cordoned_before`) stays, and so does a repair's (a node in a
+        cordoned phase)."""
         for node in nodes:
-            if node.pk in self.cordoned_ahead and node.pk not in self.asked and node.phase not in CORDONED_PHASES:
+            ours = node.pk in self.cordoned_ahead or node.pk in self.asked
+            if ours and node.pk not in self.cordoned_before and node.phase not in CORDONED_PHASES:
                 try:
                     self.cluster.uncordon(name=node.name)
                 except ProviderError as exc:

@@ -19,8 +19,9 @@ latest cordon event of any kind on it is that one (`CORDON_EVENTS`). A repair's 
 row in a cordoned phase (Cordoned, Repairing) and records its own events after the decision's,
 and a row cordoned without the decision's event (by anyone else) has none to find: neither is
 ever lifted here. (What the rows cannot tell: an administrator's `kubectl cordon` of a node
-the decision chose, set in the cluster alone, is lifted with the decision's cordon, as the
-drain's own cancel lifts it, `drain_start`.)
+the decision chose, set in the cluster alone, is lifted with a stopped pass's cordon. A drain
+the pass itself cancels keeps it: the pass read the cluster's cordons before it set its own,
+`PodsRecheck.cordons_lift`.)
 
 The bound on the wait for the drain is the pool's claim time (`EBCLOUD_RECONCILE_CLAIM_SECONDS`,
 `pools.claims.claim_ttl`). The decision and its drain run moments apart in one pass under the

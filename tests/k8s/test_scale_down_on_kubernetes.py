@@ -143,3 +143,23 @@ def test_the_recheck_cordons_the_chosen_nodes_in_the_cluster_before_it_lists_the
     finally:
         for node in (burst, second):
             core.delete_node(node.name)
+
+
+@pytest.mark.parametrize("before", [False, True], ids=["not-cordoned", "cordoned-by-an-administrator"])
+def test_a_cancelled_scale_down_lifts_only_the_cordon_it_set(burst_pool, core, namespace, before):
+    """A pod the plan did not see (not in the read model yet) keeps the chosen burst node, and the
+    scale-down is cancelled: its own cordon is lifted, in the cluster and on the row, but a
+    `kubectl cordon` from before the decision stays, as Cluster Autoscaler (whose mark is a
+    taint of its own) never touches `spec.unschedulable`."""
+    pool, burst = burst_pool
+    cluster_node(core, burst.name, cordoned=before)
+    try:
+        core.create_namespaced_pod(namespace, pod(namespace, "newcomer", node=burst.name))
+        assert pool_autoscale(pool_id=pool.pk, now=LATER).reason == "ScaleDownBlocked"
+        burst.refresh_from_db()
+        assert burst.release_reason == "" and not burst.unschedulable
+        assert cordoned_in_cluster(core, burst.name) is before
+        message = ScalingActivity.objects.get(pool=pool, reason="ScaleDownBlocked").message
+        assert f"{burst.name}: pod {namespace}/newcomer is on the node and not known here yet" in message, message
+    finally:
+        core.delete_node(burst.name)
