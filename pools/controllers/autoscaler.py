@@ -62,6 +62,7 @@ from pools.claims import (
 from pools.controllers.context import ReconcilePass
 from pools.controllers.exits import drain_start
 from pools.controllers.lifecycle import node_names_next
+from pools.controllers.node_sync import observe
 from pools.controllers.provisioning import burst_cancel
 from pools.controllers.scale_down import (
     PodsRecheck,
@@ -435,7 +436,10 @@ def _scale_down(d: _Decided, spec, *, only: set[int] | None = None) -> Plan:
         live = list(pool.nodes.exclude(phase=Node.Phase.TERMINATED).filter(release_reason="").select_related("pool__node_type", "pool__gpu_model", "pool"))
         burst = [n for n in live if n.billing == Node.Billing.ON_DEMAND and (only is None or n.pk in only)]
         pending = [pod for pods in d.view.pending.values() for pod in pods]  # they keep the nodes they would be scheduled on
-        return live, removable_burst_nodes(burst, live, limit=len(live) - decision.desired, pending=pending, empty=only is not None)
+        seen = observe(cluster, [n.name for n in burst if n.ready_at is not None])  # their annotations and cordons
+        return live, removable_burst_nodes(burst, live, limit=len(live) - decision.desired, pending=pending, empty=only is not None, seen=seen)
+
+    cluster = get_cluster_backend()
 
     if real_cluster():  # a real cluster's pods are evicted by the drain and placed again by kube-scheduler
         live, removable = plan()
@@ -453,8 +457,8 @@ def _scale_down(d: _Decided, spec, *, only: set[int] | None = None) -> Plan:
             return d.quiet(SCALE_DOWN_BLOCKED, dry_run=False, current=len(live))
         kept = "; ".join(f"{name}: {why}" for name, why in removable.kept.items()) or "no burst node to remove"
         return d.blocked(SCALE_DOWN_BLOCKED, f"Scale-down to {decision.desired} not done: every burst node is kept ({kept})", current=len(live))
-    p = ReconcilePass(pool=pool, spec=spec, now=now, cloud=get_cloud_provider(), cluster=get_cluster_backend())
-    recheck, cancelled = PodsRecheck(p.cluster, victims), {}
+    p = ReconcilePass(pool=pool, spec=spec, now=now, cloud=get_cloud_provider(), cluster=cluster)
+    recheck, cancelled = PodsRecheck(cluster, victims, removable.seen), {}
     for node, _ in victims:
         message = f"Autoscaler removes burst node {node.name}: {decision.message}"
         if why := drain_start(p, node, reason=rules.SCALED_IN, event_reason="ScaledDown", message=message, recheck=recheck):

@@ -42,7 +42,7 @@ them again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -52,10 +52,11 @@ from pools.core.disruption import (
     DisruptionBudget,
     eviction_opted_out,
     local_storage_kept,
+    node_opted_out,
     refused,
 )
 from pools.core.lifecycle import PROVISIONING_PHASES
-from pools.core.node_labels import CORDONED_PHASES
+from pools.core.node_labels import CORDONED_PHASES, ClusterNodeState
 from pools.core.scheduling.nodes import NodeState, best_fit_gpus, filter_node
 from pools.core.scheduling.nodes import Pod as CorePod
 from pools.models import GpuNodePool, Node
@@ -84,21 +85,28 @@ class Removable:
 
     chosen: list[tuple[Node, list[Move]]] = field(default_factory=list)
     kept: dict[str, str] = field(default_factory=dict)
+    seen: Mapping[str, ClusterNodeState] = field(default_factory=dict)  # the burst nodes as the cluster had them
 
 
-def removable_burst_nodes(burst: list[Node], live: list[Node], *, limit: int, pending: Sequence[CorePod] = (), empty: bool = False) -> Removable:
+def removable_burst_nodes(
+    burst: list[Node], live: list[Node], *, limit: int, pending: Sequence[CorePod] = (), empty: bool = False,
+    seen: Mapping[str, ClusterNodeState] | None = None,
+) -> Removable:
     """Burst nodes that can go (at most `limit`), with where their pods move; the moves of one
     choice are reserved (and its evictions spent from the budgets) before the next is tried.
     `pending`: the Pending pods (the core's, expendable ones left out) that may wait for room
     here; any team's (a node's filters take only the pods its pool admits). `empty`: only nodes
-    that hold no pod now (the unneeded-node rule's, chosen idle moments before)."""
+    that hold no pod now (the unneeded-node rule's, chosen idle moments before). `seen`: the
+    burst nodes as the cluster has them (`node_sync.observe`): one annotated to opt out of
+    scale-down stays (`node_opted_out`)."""
+    seen = seen if seen is not None else {}
     running = list(Pod.objects.filter(node__in=live, phase=Pod.Phase.RUNNING).order_by("pk"))
     states = cluster_state(live, running)
     by_node: dict[int, list[Pod]] = {}
     for pod in running:
         if moved_by_scale_down(pod):
             by_node.setdefault(pod.node_id, []).append(pod)
-    out, evicting = Removable(), []
+    out, evicting = Removable(seen=seen), []
     for node in burst:
         if node.phase in PROVISIONING_PHASES:
             out.kept[node.name] = f"it is still {node.phase}: a node that has not become Ready is not scaled down (a Pending pod may wait for it)"
@@ -112,7 +120,9 @@ def removable_burst_nodes(burst: list[Node], live: list[Node], *, limit: int, pe
         if len(out.chosen) == limit:
             break
         pods = by_node.get(node.pk, [])
-        if empty and pods:
+        if opted_out := node_opted_out(node.name, getattr(seen.get(node.name), "annotations", {})):
+            why = opted_out
+        elif empty and pods:
             why = f"pod {pods[0].key} runs on it now: it is not idle any more"
         elif node.pk in awaited:
             why = f"Pending pod {awaited[node.pk]} would be scheduled here: no node that stays has room for it"
@@ -255,18 +265,19 @@ class PodsRecheck:
     once per node (a field selector names one node; one list of every pod in the cluster would
     cost more) and looked up in the read model in one query."""
 
-    def __init__(self, cluster, victims: list[tuple[Node, list]]):
+    def __init__(self, cluster, victims: list[tuple[Node, list]], seen: Mapping[str, ClusterNodeState] | None = None):
         self.cluster = cluster
         self.nodes = [node for node, _ in victims]
         self.planned = {node.pk: {move.pod.key for move in moves} for node, moves in victims}
         self.reasons: dict[int, str] = {}
         self.cordoned_ahead: set[int] = set()  # nodes this cordoned in the cluster before their drain reached them
         self.asked: set[int] = set()
-        # Read before any drain cordons them: a node someone cordoned in the cluster (`kubectl
-        # cordon`) keeps that cordon whatever becomes of the scale-down, as Cluster Autoscaler,
-        # which marks its nodes with a taint of its own, never touches `spec.unschedulable`.
+        # As the plan read them (`seen`), before any drain cordoned them: a node someone cordoned
+        # in the cluster (`kubectl cordon`) keeps that cordon whatever becomes of the scale-down,
+        # as Cluster Autoscaler, which marks its nodes with a taint of its own, never touches
+        # `spec.unschedulable`.
         registered = [node.name for node in self.nodes if node.ready_at is not None]
-        seen = observe(cluster, registered) if registered else {}
+        seen = seen if seen is not None else observe(cluster, registered) if registered else {}
         self.cordoned_before = {node.pk for node in self.nodes if getattr(seen.get(node.name), "unschedulable", False)}
 
     def __call__(self, node: Node) -> str:

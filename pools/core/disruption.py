@@ -34,6 +34,19 @@ MAX_DISRUPTED_PODS = 2000  # kube-apiserver's MaxDisruptedPodSize
 SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 SAFE_TO_EVICT_LOCAL_VOLUMES = "cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes"
+SCALE_DOWN_DISABLED = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
+NODE_OPT_OUTS = (SCALE_DOWN_DISABLED, DO_NOT_DISRUPT)  # the annotations by which a Node keeps itself
+
+
+def node_opted_out(name: str, annotations: Mapping[str, str]) -> str | None:
+    """Why node `name`'s own annotations keep it from a scale-down, or None: Cluster Autoscaler
+    never removes a node annotated `scale-down-disabled: "true"` (its FAQ's answer to "How can I
+    prevent Cluster Autoscaler from scaling down a particular node?"), nor Karpenter one
+    annotated `do-not-disrupt: "true"`. Both compare the value exactly, as here."""
+    for key in NODE_OPT_OUTS:
+        if annotations.get(key) == "true":
+            return f'node {name} is annotated {key}: "true"'
+    return None
 
 
 def eviction_opted_out(key: str, annotations: Mapping[str, str]) -> str | None:

@@ -45,6 +45,8 @@ class ClusterNodeState:
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[tuple[str, str, str], ...] = ()  # (key, value, effect)
     unschedulable: bool = False
+    # Of its annotations, those by which a Node opts out of scale-down (`disruption.NODE_OPT_OUTS`).
+    annotations: Mapping[str, str] = field(default_factory=dict)
     # Whether the Node's capacity shows the GPU-share resource for each of its GPUs (a real
     # cluster's kubelet drops it on restart; a simulated node has no capacity of its own).
     gpu_shares_advertised: bool = True

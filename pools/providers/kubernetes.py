@@ -48,7 +48,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.utils.quantity import parse_quantity
 
-from pools.core.disruption import DisruptionBudget, disruption_budgets
+from pools.core.disruption import NODE_OPT_OUTS, DisruptionBudget, disruption_budgets
 from pools.core.podspec import GPU_RESOURCE, GPU_SHARE_RESOURCE
 from pools.core.scheduling.nodes import MILLI
 from pools.core.scheduling.taint_eviction import TIME_ADDED, carried_time_added
@@ -197,6 +197,7 @@ class KubernetesCluster:
                 labels=dict(node["metadata"].get("labels") or {}),
                 taints=tuple((t["key"], t.get("value") or "", t["effect"]) for t in node.get("spec", {}).get("taints") or ()),
                 unschedulable=bool(node.get("spec", {}).get("unschedulable")),
+                annotations={k: v for k, v in (node["metadata"].get("annotations") or {}).items() if k in NODE_OPT_OUTS},
                 gpu_shares_advertised=_shares_advertised(node.get("status", {}).get("capacity"), node.get("status", {}).get("allocatable")),
             )
             for node in items

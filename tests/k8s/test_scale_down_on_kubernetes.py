@@ -86,8 +86,9 @@ def test_the_mirror_reads_the_controller_of_a_pod_the_api_server_lists(kube, cor
     assert kinds == {"owned": "ReplicaSet", "bare": ""}
 
 
-def cluster_node(core, name: str, *, cordoned: bool = False) -> None:
-    core.create_node(client.V1Node(metadata=client.V1ObjectMeta(name=name, labels={"kubernetes.io/hostname": name}), spec=client.V1NodeSpec(unschedulable=cordoned or None)))
+def cluster_node(core, name: str, *, cordoned: bool = False, annotations: dict[str, str] | None = None) -> None:
+    metadata = client.V1ObjectMeta(name=name, labels={"kubernetes.io/hostname": name}, annotations=annotations)
+    core.create_node(client.V1Node(metadata=metadata, spec=client.V1NodeSpec(unschedulable=cordoned or None)))
 
 
 def cordoned_in_cluster(core, name: str) -> bool:
@@ -163,3 +164,34 @@ def test_a_cancelled_scale_down_lifts_only_the_cordon_it_set(burst_pool, core, n
         assert f"{burst.name}: pod {namespace}/newcomer is on the node and not known here yet" in message, message
     finally:
         core.delete_node(burst.name)
+
+
+@pytest.mark.parametrize(
+    ("annotations", "kept"),
+    [
+        ({"cluster-autoscaler.kubernetes.io/scale-down-disabled": "true"}, 'annotated cluster-autoscaler.kubernetes.io/scale-down-disabled: "true"'),
+        ({"karpenter.sh/do-not-disrupt": "true"}, 'annotated karpenter.sh/do-not-disrupt: "true"'),
+        ({"cluster-autoscaler.kubernetes.io/scale-down-disabled": "True"}, None),  # compared exactly, as Cluster Autoscaler does
+    ],
+    ids=["scale-down-disabled", "do-not-disrupt", "not-exactly-true"],
+)
+def test_a_burst_node_annotated_to_opt_out_of_scale_down_stays(burst_pool, core, annotations, kept):
+    """An idle burst node whose Node is annotated `scale-down-disabled` (Cluster Autoscaler) or
+    `do-not-disrupt` (Karpenter) is never chosen: it stays, uncordoned, and the scale-down says
+    why; any other value of the annotation lets the node go."""
+    pool, burst = burst_pool
+    cluster_node(core, burst.name, annotations=annotations)
+    try:
+        result = pool_autoscale(pool_id=pool.pk, now=LATER)
+        burst.refresh_from_db()
+        if kept is None:  # drained and released: its Node is deleted
+            assert result.reason == "ScaledDown" and burst.release_reason
+            assert not core.list_node(field_selector=f"metadata.name={burst.name}").items
+            return
+        assert result.reason == "ScaleDownBlocked" and burst.release_reason == "" and not burst.unschedulable
+        assert not cordoned_in_cluster(core, burst.name)
+        message = ScalingActivity.objects.get(pool=pool, reason="ScaleDownBlocked").message
+        assert f"{burst.name}: node {burst.name} is {kept}" in message, message
+    finally:
+        if core.list_node(field_selector=f"metadata.name={burst.name}").items:
+            core.delete_node(burst.name)
