@@ -249,10 +249,13 @@ class _Decided:
         _store(self.pool, self.history.record(at=self.now, recommendation=self.decision.raw_recommendation))
         return Plan(AutoscaleResult(pool=self.pool.name, claimed=True, current=current, desired=current, reason=reason))
 
-    def said_already(self, reason: str, current: int | None = None) -> bool:
-        """Whether the pool's latest activity is this blocked reason from the same size: said
-        once, as a limit that holds a decision back is, not every pass."""
-        return self.view.last.get(self.pool.pk) == (reason, self.current if current is None else current)
+    def said_already(self, reason: str, current: int | None = None, message: str | None = None) -> bool:
+        """Whether the pool's latest activity is this blocked reason from the same size (and,
+        given `message`, in the same words): said once, as a limit that holds a decision back
+        is, not every pass."""
+        last = self.view.last.get(self.pool.pk)
+        same = last is not None and last[:2] == (reason, self.current if current is None else current)
+        return same and (message is None or last[2] == message)
 
 
 def _autoscale(pool: GpuNodePool, now: datetime, view: FleetView, *, dry_run: bool = False) -> Plan:
@@ -352,11 +355,12 @@ def _no_fit(d: _Decided, pending: list[CorePod], *, dry_run: bool) -> Plan:
     and says nothing; else why not, once."""
     if not pending:
         return d.quiet("NoPendingPods", dry_run=dry_run)
-    if d.said_already(NOT_TRIGGER_SCALE_UP):
+    # Said again when the pods or their reasons change (Cluster Autoscaler tells each pod).
+    message = f"Scale-up to {d.decision.desired} not done: no Pending pod would fit a new {d.pool.node_type.name} node of this pool ({_why_not(pending, d.template)})"
+    if d.said_already(NOT_TRIGGER_SCALE_UP, message=message):
         return d.quiet(NOT_TRIGGER_SCALE_UP, dry_run=dry_run)
     if dry_run:
         return Plan(d.result, acts=True)
-    message = f"Scale-up to {d.decision.desired} not done: no Pending pod would fit a new {d.pool.node_type.name} node of this pool ({_why_not(pending, d.template)})"
     return d.blocked(NOT_TRIGGER_SCALE_UP, message)
 
 

@@ -55,7 +55,7 @@ class FleetView:
     pending: dict[int, list[CorePod]]  # team -> Pending pods (not expendable), oldest first
     shapes: dict[int, Shapes]  # team -> its Pending pods (core), grouped by shape
     memory: dict[int, float]  # pool -> GPU memory used (%), where agents report it
-    last: dict[int, tuple[str, int]]  # pool -> (reason, from_nodes) of its latest ScalingActivity
+    last: dict[int, tuple[str, int, str]]  # pool -> (reason, from_nodes, message) of its latest ScalingActivity
     inputs: ScaleUpInputs = field(default_factory=ScaleUpInputs)
     # pool -> its Ready (or Unknown) nodes cordoned and not leaving: a scale-down decision's
     # cordon, maybe left by a pass that stopped before its drain (pools/controllers/scale_down_cordons.py)
@@ -87,10 +87,10 @@ def fleet_view(pools: list[GpuNodePool], *, queue_of: FleetView | None = None) -
     memory = gpu_memory_used_pct(pool_ids=ids) if ids else {}
     latest = ScalingActivity.objects.filter(pool=OuterRef("pk")).order_by("-at", "-id")
     last = {
-        pk: (reason, before)
-        for pk, reason, before in GpuNodePool.objects.filter(pk__in=ids)
-        .annotate(reason=Subquery(latest.values("reason")[:1]), before=Subquery(latest.values("from_nodes")[:1]))
-        .values_list("pk", "reason", "before")
+        pk: (reason, before, message)
+        for pk, reason, before, message in GpuNodePool.objects.filter(pk__in=ids)
+        .annotate(reason=Subquery(latest.values("reason")[:1]), before=Subquery(latest.values("from_nodes")[:1]), said=Subquery(latest.values("message")[:1]))
+        .values_list("pk", "reason", "before", "said")
         if reason is not None
     } if ids else {}
     return FleetView(catalog=catalog, nodes=nodes, pending=pending, shapes=shapes, memory=memory, last=last, cordoned=cordoned, idle=idle)

@@ -236,3 +236,22 @@ def test_h_a_pod_no_new_node_would_fit_is_reported_once(actors, batched):
     activity = ScalingActivity.objects.get()
     assert activity.reason == "NotTriggerScaleUp" and "Insufficient nvidia.com/gpu" in activity.message
     assert pool.events.get(reason="NotTriggerScaleUp").count == 1
+
+
+def test_h_a_pod_that_comes_later_and_fits_no_new_node_is_reported_too(actors):
+    """Said once while the Pending pods and their reasons stay the same, not once per pool size:
+    a pod that arrives later, for another reason, is reported when it comes, as Cluster
+    Autoscaler tells each pod NotTriggerScaleUp."""
+    pool = train_pool(actors)
+    fill(actors)
+    submit(actors["member"], "too-big", gpus=16)
+    memory_used(pool, 95)
+    pool_autoscale(pool_id=pool.pk, now=T0)
+    pool_autoscale(pool_id=pool.pk, now=T0 + timedelta(minutes=1))
+    submit(actors["member"], "too-much-memory", gpus=1, memory="100Ti")
+    for minutes in (2, 3):
+        pool_autoscale(pool_id=pool.pk, now=T0 + timedelta(minutes=minutes))
+    first, second = ScalingActivity.objects.order_by("at")
+    assert (first.at, second.at) == (T0, T0 + timedelta(minutes=2))
+    assert "too-big: Insufficient nvidia.com/gpu" in first.message and "too-much-memory" not in first.message
+    assert "too-big: Insufficient nvidia.com/gpu" in second.message and "too-much-memory: Insufficient memory" in second.message
