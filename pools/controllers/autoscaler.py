@@ -272,7 +272,7 @@ def _autoscale(pool: GpuNodePool, now: datetime, view: FleetView, *, dry_run: bo
     baseline = current - burst_count
     upper = burst_ceiling(baseline=baseline, max_nodes=spec.max_nodes, burst_max_nodes=spec.burst.max_nodes)
     pending = view.pending.get(pool.team_id, [])
-    template = template_node(pool, spec)
+    template = template_node(pool, spec, daemon_sets=real_cluster() and pool.team_id in view.shapes)  # a real cluster's DaemonSets
     fits = view.shapes[pool.team_id].fitting(template) if pool.team_id in view.shapes else []
     metrics = {QUEUED_PODS: float(sum(len(group) for group in fits))}
     if pool.pk in view.memory:

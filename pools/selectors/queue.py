@@ -7,7 +7,13 @@ from __future__ import annotations
 
 from django.conf import settings
 
-from pools.core.scheduling.nodes import NodeState, Taint, filter_node
+from pools.core.scheduling.nodes import (
+    NodeState,
+    Taint,
+    best_fit_gpus,
+    filter_node,
+    resource_filter_reason,
+)
 from pools.core.scheduling.nodes import Pod as CorePod
 from pools.core.spec import PoolSpec, effective_node_labels, parse_document
 from pools.models import GpuNodePool, Node
@@ -49,10 +55,11 @@ def pool_queue_length(pool: GpuNodePool) -> int:
     return len(queued_pods(list(scale_up_queue().filter(team=pool.team)), template_node(pool, spec)))
 
 
-def template_node(pool: GpuNodePool, spec: PoolSpec, *, billing: str = Node.Billing.ON_DEMAND) -> NodeState:
+def template_node(pool: GpuNodePool, spec: PoolSpec, *, billing: str = Node.Billing.ON_DEMAND, daemon_sets: bool = False) -> NodeState:
     """An empty node of the pool as it would register (a burst node unless `billing` says
-    otherwise): its labels, taints and resources."""
-    return NodeState(
+    otherwise): its labels, taints and resources; with `daemon_sets`, running the DaemonSet
+    pods a new node of the pool would run (`daemon_set_pods_bind`)."""
+    template = NodeState(
         name=f"{pool.name}-template",
         cpu_milli=pool.node_type.cpu_milli,
         memory_mib=pool.node_type.memory_mib,
@@ -62,3 +69,25 @@ def template_node(pool: GpuNodePool, spec: PoolSpec, *, billing: str = Node.Bill
         labels=effective_node_labels(spec, zone=pool.zone.name, billing=billing, team=pool.team.slug),
         taints=tuple(Taint(t.key, t.value, t.effect) for t in spec.node_taints),
     )
+    if daemon_sets:
+        daemon_set_pods_bind(template, pool)
+    return template
+
+
+def daemon_set_pods_bind(template: NodeState, pool: GpuNodePool) -> None:
+    """Bind to `template` the DaemonSet pods a new node of the pool would run, as Cluster
+    Autoscaler builds a node group's template from one of its nodes with that node's DaemonSet
+    pods (`TemplateNodeInfo`): a Pending pod that fits only an empty node fits no new node, and
+    one bought for it would leave it Pending. The DaemonSets themselves are not read here (the
+    pod mirror keeps pods), so they are those Running on the pool's Ready node that runs the most
+    of them; a pool with no Ready node has none to go by. One query."""
+    rows = Pod.objects.live().filter(node__pool=pool, node__phase=Node.Phase.READY, phase=Pod.Phase.RUNNING).order_by("node_id", "pk")
+    by_node: dict[int, list[Pod]] = {}
+    for pod in rows:
+        if pod.controller_kind == "DaemonSet":
+            by_node.setdefault(pod.node_id, []).append(pod)
+    for pod in max(by_node.values(), key=len, default=()):
+        core = core_pod_of(pod)
+        gpus = best_fit_gpus(core, template.gpu_free)
+        if gpus is not None and resource_filter_reason(core, template) is None:
+            template.bind(core, gpus)

@@ -1,0 +1,62 @@
+"""The node a scale-up would buy, as Cluster Autoscaler pictures it on a real cluster: a node of
+the pool running the DaemonSet pods its Ready nodes run (the GPU device plugin, a log agent),
+so a Pending pod that fits only an empty node buys nothing (`NotTriggerScaleUp`, with the
+resource it would lack), rather than a node that would leave it Pending."""
+
+from __future__ import annotations
+
+import pytest
+
+from pools.controllers.autoscaler import pool_autoscale
+from pools.models import Node, ScalingActivity
+from pools.providers.kubernetes_pods import pod_fields
+from pools.services.pod_mirror import pods_apply
+from tests.pools.autoscaler_helpers import SCALING, memory_used
+from tests.pools.pod_helpers import T0, cluster_pod, pool_with_nodes
+
+pytestmark = pytest.mark.django_db
+DAEMON_SET = {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "log-agent", "uid": "ds-2", "controller": True}
+JOB = {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "job-1", "controller": True}
+
+
+def requesting(document: dict, *, cpu: str, gpus: int = 0, pending: bool = False) -> dict:
+    """`document` asking for this cpu (and GPUs); Pending (no node yet) when `pending`."""
+    resources = {"requests": {"cpu": cpu, "memory": "1Gi"}, **({"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {})}
+    document["spec"]["containers"][0]["resources"] = resources
+    if pending:
+        del document["spec"]["nodeName"]
+        document["status"] = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
+    return document
+
+
+@pytest.fixture
+def full_pool(actors, teams, on_kubernetes, unique):
+    """A pool with burst nodes allowed, whose two Ready nodes run a DaemonSet pod that takes all
+    but 2 CPUs of a node, and a Job's pods on all their GPUs."""
+    pool = pool_with_nodes(actors["lead"], name=f"tpl-{unique}", scaling=SCALING, burst={"enabled": True, "maxNodes": 4})
+    cpus = pool.node_type.cpu_milli // 1000
+    documents = []
+    for node in pool.nodes.all():
+        documents.append(requesting(cluster_pod(node.name, f"log-agent-{node.name}", namespace="kube-system", owner=DAEMON_SET, pinned=True), cpu=str(cpus - 2)))
+        documents.append(requesting(cluster_pod(node.name, f"train-{node.name}", owner=JOB), cpu="0", gpus=node.gpu_count))
+    mirrored(teams, *documents)
+    memory_used(pool, 95)
+    return pool
+
+
+def mirrored(teams, *documents) -> None:
+    pods_apply([("ADDED", pod_fields(document, now=T0)) for document in documents], team_of={"algorithm": teams["algorithm"].pk}.get, now=T0)
+
+
+def test_a_pod_that_fits_a_new_node_beside_its_daemon_set_pods_buys_one(full_pool, teams):
+    mirrored(teams, requesting(cluster_pod("", "small", owner=JOB), cpu="1", gpus=1, pending=True))
+    assert pool_autoscale(pool_id=full_pool.pk, now=T0).reason == "ScaledUp"
+    assert full_pool.nodes.filter(billing=Node.Billing.ON_DEMAND).count() == 1
+
+
+def test_a_pod_that_fits_only_an_empty_node_buys_none(full_pool, teams):
+    mirrored(teams, requesting(cluster_pod("", "wide", owner=JOB), cpu="4", gpus=1, pending=True))
+    assert pool_autoscale(pool_id=full_pool.pk, now=T0).reason == "NotTriggerScaleUp"
+    assert not full_pool.nodes.filter(billing=Node.Billing.ON_DEMAND).exists()
+    message = ScalingActivity.objects.get(pool=full_pool).message
+    assert "wide: Insufficient cpu" in message, message
