@@ -98,8 +98,14 @@ def removable_burst_nodes(
     here; any team's (a node's filters take only the pods its pool admits). `empty`: only nodes
     that hold no pod now (the unneeded-node rule's, chosen idle moments before). `seen`: the
     burst nodes as the cluster has them (`node_sync.observe`): one annotated to opt out of
-    scale-down stays (`node_opted_out`)."""
+    scale-down stays (`node_opted_out`). So does one a Pending pod is nominated to (a real
+    cluster's preemption makes room there), as Cluster Autoscaler counts such a pod on its node."""
     seen = seen if seen is not None else {}
+    nominated = {
+        node: f"{namespace}/{name}"
+        for node, namespace, name in Pod.objects.live().filter(phase=Pod.Phase.PENDING, nominated_node_name__in=[n.name for n in burst])
+        .order_by("-pk").values_list("nominated_node_name", "namespace", "name")
+    }  # fmt: skip
     running = list(Pod.objects.filter(node__in=live, phase=Pod.Phase.RUNNING).order_by("pk"))
     states = cluster_state(live, running)
     by_node: dict[int, list[Pod]] = {}
@@ -122,6 +128,8 @@ def removable_burst_nodes(
         pods = by_node.get(node.pk, [])
         if opted_out := node_opted_out(node.name, getattr(seen.get(node.name), "annotations", {})):
             why = opted_out
+        elif node.name in nominated:
+            why = f"Pending pod {nominated[node.name]} is nominated to it: it waits there for the lower-priority pods it preempts to go"
         elif empty and pods:
             why = f"pod {pods[0].key} runs on it now: it is not idle any more"
         elif node.pk in awaited:

@@ -207,6 +207,7 @@ def pod_fields(pod: Mapping[str, Any], *, now: datetime) -> dict[str, Any]:
         else (status.get("reason") or ("Scheduled" if spec.get("nodeName") else "")),
         "explanation": scheduled.get("message", "") if unschedulable else "",
         "node_name": spec.get("nodeName") or "",
+        "nominated_node_name": (status.get("nominatedNodeName") or "") if phase == "Pending" else "",
         "submitted_at": _time(meta.get("creationTimestamp")) or now,
         "started_at": _time(status.get("startTime")) if phase != "Pending" else None,
         "finished_at": _finished_at(status, now) if phase in ("Succeeded", "Failed") else None,

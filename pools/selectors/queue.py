@@ -45,8 +45,10 @@ def fitting_pods(pods: list[CorePod], template: NodeState) -> list[CorePod]:
 def scale_up_queue():
     """The Pending pods that may make the autoscaler buy a node: all but the expendable ones
     (priority below `EBCLOUD_EXPENDABLE_PODS_PRIORITY_CUTOFF`, Cluster Autoscaler's
-    --expendable-pods-priority-cutoff), which wait for spare room."""
-    return Pod.objects.filter(phase=Pod.Phase.PENDING, priority__gte=settings.EBCLOUD_EXPENDABLE_PODS_PRIORITY_CUTOFF)
+    --expendable-pods-priority-cutoff), which wait for spare room, and those kube-scheduler's
+    preemption nominated a node for, which wait for their victims to go (Cluster Autoscaler's
+    "waiting for lower priority pods preemption": they need no new node)."""
+    return Pod.objects.filter(phase=Pod.Phase.PENDING, priority__gte=settings.EBCLOUD_EXPENDABLE_PODS_PRIORITY_CUTOFF, nominated_node_name="")
 
 
 def pool_queue_length(pool: GpuNodePool) -> int:

@@ -195,3 +195,18 @@ def test_a_burst_node_annotated_to_opt_out_of_scale_down_stays(burst_pool, core,
     finally:
         if core.list_node(field_selector=f"metadata.name={burst.name}").items:
             core.delete_node(burst.name)
+
+
+def test_a_burst_node_a_pending_pod_is_nominated_to_stays(burst_pool, teams):
+    """kube-scheduler's preemption nominated the burst node for a Pending pod: the node stays
+    while the pod waits there for its victims, as Cluster Autoscaler counts the pod on it."""
+    pool, burst = burst_pool
+    waiting = cluster_pod("", "urgent", gpus=1, owner=REPLICA_SET)
+    del waiting["spec"]["nodeName"]
+    waiting["status"] = {"phase": "Pending", "nominatedNodeName": burst.name, "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
+    mirrored(teams, waiting)
+    assert pool_autoscale(pool_id=pool.pk, now=LATER).reason == "ScaleDownBlocked"
+    burst.refresh_from_db()
+    assert burst.release_reason == "" and not burst.unschedulable
+    message = ScalingActivity.objects.get(pool=pool, reason="ScaleDownBlocked").message
+    assert f"{burst.name}: Pending pod algorithm/urgent is nominated to it" in message, message

@@ -1,14 +1,15 @@
 """The node a scale-up would buy, as Cluster Autoscaler pictures it on a real cluster: a node of
 the pool running the DaemonSet pods its Ready nodes run (the GPU device plugin, a log agent),
 so a Pending pod that fits only an empty node buys nothing (`NotTriggerScaleUp`, with the
-resource it would lack), rather than a node that would leave it Pending."""
+resource it would lack), rather than a node that would leave it Pending. A Pending pod that
+kube-scheduler's preemption nominated a node for buys nothing either: it waits for its victims."""
 
 from __future__ import annotations
 
 import pytest
 
 from pools.controllers.autoscaler import pool_autoscale
-from pools.models import Node, ScalingActivity
+from pools.models import Node, Pod, ScalingActivity
 from pools.providers.kubernetes_pods import pod_fields
 from pools.services.pod_mirror import pods_apply
 from tests.pools.autoscaler_helpers import SCALING, memory_used
@@ -19,13 +20,16 @@ DAEMON_SET = {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "log-agent",
 JOB = {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "job-1", "controller": True}
 
 
-def requesting(document: dict, *, cpu: str, gpus: int = 0, pending: bool = False) -> dict:
-    """`document` asking for this cpu (and GPUs); Pending (no node yet) when `pending`."""
+def requesting(document: dict, *, cpu: str, gpus: int = 0, pending: bool = False, nominated: str = "") -> dict:
+    """`document` asking for this cpu (and GPUs); Pending (no node yet) when `pending`, with
+    the node kube-scheduler's preemption `nominated` for it."""
     resources = {"requests": {"cpu": cpu, "memory": "1Gi"}, **({"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {})}
     document["spec"]["containers"][0]["resources"] = resources
     if pending:
         del document["spec"]["nodeName"]
         document["status"] = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
+        if nominated:
+            document["status"]["nominatedNodeName"] = nominated
     return document
 
 
@@ -60,3 +64,11 @@ def test_a_pod_that_fits_only_an_empty_node_buys_none(full_pool, teams):
     assert not full_pool.nodes.filter(billing=Node.Billing.ON_DEMAND).exists()
     message = ScalingActivity.objects.get(pool=full_pool).message
     assert "wide: Insufficient cpu" in message, message
+
+
+def test_a_pod_waiting_for_its_preemption_buys_no_node(full_pool, teams):
+    node = full_pool.nodes.order_by("name").first()
+    mirrored(teams, requesting(cluster_pod("", "urgent", owner=JOB), cpu="1", gpus=1, pending=True, nominated=node.name))
+    assert Pod.objects.get(name="urgent").nominated_node_name == node.name
+    assert pool_autoscale(pool_id=full_pool.pk, now=T0).reason == "NoPendingPods"
+    assert not full_pool.nodes.filter(billing=Node.Billing.ON_DEMAND).exists()
