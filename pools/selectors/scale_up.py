@@ -25,6 +25,7 @@ from pools.core.scheduling.nodes import Pod as CorePod
 from pools.core.spec import Catalog, parse_document
 from pools.models import GpuNodePool, Node, PoolEvent, Quota
 from pools.models.pods import Pod
+from pools.providers import real_cluster
 from pools.selectors.cluster import SCHEDULER_PHASES, node_state_from, pool_teams, team_identity
 from pools.selectors.queue import template_node
 from pools.selectors.quotas import quota_use
@@ -79,10 +80,10 @@ def team_capacity(*, team_ids: Collection[int], catalog: Catalog) -> dict[int, C
         node = states.get(pk)
         if node is None and pools[pool_id].team_id not in out:
             continue  # upcoming on a pool lent to the teams asked for: its owner's own Pending pods come first
-        if node is None:  # upcoming: an empty node of its own pool
+        if node is None:  # upcoming: a new node of its own pool (with the DaemonSet pods of a real cluster)
             if (pool_id, billing) not in templates:
                 pool = pools[pool_id]
-                templates[(pool_id, billing)] = template = template_node(pool, parse_document(pool.document, catalog), billing=billing)
+                templates[(pool_id, billing)] = template = template_node(pool, parse_document(pool.document, catalog), billing=billing, daemon_sets=real_cluster())
                 template.teams = teams[pool_id]
             node = templates[(pool_id, billing)].clone()
             node.name = name

@@ -35,13 +35,17 @@ def requesting(document: dict, *, cpu: str, gpus: int = 0, pending: bool = False
 
 @pytest.fixture
 def full_pool(actors, teams, on_kubernetes, unique):
+    return pool_of_full_nodes(actors, teams, f"tpl-{unique}", cpus_left=2)
+
+
+def pool_of_full_nodes(actors, teams, name: str, *, cpus_left: int):
     """A pool with burst nodes allowed, whose two Ready nodes run a DaemonSet pod that takes all
-    but 2 CPUs of a node, and a Job's pods on all their GPUs."""
-    pool = pool_with_nodes(actors["lead"], name=f"tpl-{unique}", scaling=SCALING, burst={"enabled": True, "maxNodes": 4})
+    but `cpus_left` CPUs of a node, and a Job's pods on all their GPUs."""
+    pool = pool_with_nodes(actors["lead"], name=name, scaling=SCALING, burst={"enabled": True, "maxNodes": 4})
     cpus = pool.node_type.cpu_milli // 1000
     documents = []
     for node in pool.nodes.all():
-        documents.append(requesting(cluster_pod(node.name, f"log-agent-{node.name}", namespace="kube-system", owner=DAEMON_SET, pinned=True), cpu=str(cpus - 2)))
+        documents.append(requesting(cluster_pod(node.name, f"log-agent-{node.name}", namespace="kube-system", owner=DAEMON_SET, pinned=True), cpu=str(cpus - cpus_left)))
         documents.append(requesting(cluster_pod(node.name, f"train-{node.name}", owner=JOB), cpu="0", gpus=node.gpu_count))
     mirrored(teams, *documents)
     memory_used(pool, 95)
@@ -72,3 +76,15 @@ def test_a_pod_waiting_for_its_preemption_buys_no_node(full_pool, teams):
     assert Pod.objects.get(name="urgent").nominated_node_name == node.name
     assert pool_autoscale(pool_id=full_pool.pk, now=T0).reason == "NoPendingPods"
     assert not full_pool.nodes.filter(billing=Node.Billing.ON_DEMAND).exists()
+
+
+def test_a_node_on_its_way_is_pictured_with_the_daemon_set_pods_too(actors, teams, on_kubernetes, unique):
+    """A burst node being provisioned holds what a new node holds: with 3 CPUs beside the
+    DaemonSet pods, one of two 2-CPU pods waits for it and the other buys a node."""
+    pool = pool_of_full_nodes(actors, teams, f"tpl-{unique}", cpus_left=3)
+    first = pool.nodes.first()
+    Node.objects.create(pool=pool, name=f"{pool.name}-burst", billing=Node.Billing.ON_DEMAND, phase=Node.Phase.PROVISIONING, zone=pool.zone,
+                        gpu_count=first.gpu_count, labels=first.labels, taints=first.taints, created_at=T0)  # fmt: skip
+    mirrored(teams, *(requesting(cluster_pod("", name, owner=JOB), cpu="2", gpus=1, pending=True) for name in ("a", "b")))
+    result = pool_autoscale(pool_id=pool.pk, now=T0)
+    assert (result.reason, result.desired - result.current) == ("ScaledUp", 1), result
