@@ -23,7 +23,7 @@ from pools.providers import get_cloud_provider, simulated
 from pools.providers.base import MachineRequest
 from pools.services import pods as pod_services
 from pools.services.pools import pool_patch
-from tests.pools.autoscaler_helpers import SCALING, memory_used
+from tests.pools.autoscaler_helpers import SCALING, memory_used, run_on
 from tests.pools.pod_helpers import T0, pod_document, pool_with_nodes, submit
 
 pytestmark = pytest.mark.django_db
@@ -37,10 +37,6 @@ def burst_node(pool, name: str) -> Node:
     first = pool.nodes.filter(billing=Node.Billing.MONTHLY).first()
     return Node.objects.create(pool=pool, name=name, billing=Node.Billing.ON_DEMAND, phase=Node.Phase.READY, zone=pool.zone,
                                gpu_count=8, labels=first.labels, taints=first.taints, ready_at=T0)  # fmt: skip
-
-
-def run_on(pod: Pod, node: Node, gpus: list[int]) -> None:
-    Pod.objects.filter(pk=pod.pk).update(phase=Pod.Phase.RUNNING, node=node, gpu_indices=gpus, started_at=T0)
 
 
 def test_turning_burst_off_gives_the_burst_nodes_back_at_once(actors):

@@ -15,7 +15,7 @@ from pools.models import Node, PoolEvent, ScalingActivity
 from pools.models.pods import Pod
 from pools.services import pods as pod_services
 from pools.services.disruption_budgets import budget_create
-from tests.pools.autoscaler_helpers import SCALING, memory_used
+from tests.pools.autoscaler_helpers import SCALING, memory_used, run_on
 from tests.pools.pod_helpers import T0, pod_document, pool_with_nodes, submit
 
 LATER = T0 + timedelta(hours=1)  # past the scale-down window
@@ -28,10 +28,6 @@ def pool_with_burst_node(actors):
     burst = Node.objects.create(pool=pool, name="train-pool-a-burst", billing=Node.Billing.ON_DEMAND, phase=Node.Phase.READY, zone=pool.zone,
                                 gpu_count=8, labels=first.labels, taints=first.taints, ready_at=T0)  # fmt: skip
     return pool, burst
-
-
-def run_on(pod: Pod, node: Node, gpus: list[int]) -> None:
-    Pod.objects.filter(pk=pod.pk).update(phase=Pod.Phase.RUNNING, node=node, gpu_indices=gpus, started_at=T0)
 
 
 def budget(actors, name: str, spec: dict) -> None:

@@ -18,15 +18,11 @@ from pools.controllers.scheduler import scheduler_pass
 from pools.models import Node, PoolEvent, ScalingActivity
 from pools.models.pods import Pod
 from pools.services import pods as pod_services
-from tests.pools.autoscaler_helpers import SCALING, memory_used
+from tests.pools.autoscaler_helpers import SCALING, memory_used, run_on
 from tests.pools.pod_helpers import T0, pod_document, pool_with_nodes, submit
 
 pytestmark = pytest.mark.django_db
 LATER = T0 + timedelta(hours=1)  # past the scale-down window
-
-
-def run_on(pod: Pod, node: Node, gpus: list[int]) -> None:
-    Pod.objects.filter(pk=pod.pk).update(phase=Pod.Phase.RUNNING, node=node, gpu_indices=gpus, started_at=T0)
 
 
 def pinned_document(name: str = "pinned") -> dict:

@@ -15,9 +15,8 @@ from pools.controllers.autoscaler import pool_autoscale
 from pools.controllers.scale_down import removable_burst_nodes
 from pools.models import Node, ScalingActivity
 from pools.models.pods import Pod
-from tests.pools.autoscaler_helpers import SCALING
+from tests.pools.autoscaler_helpers import SCALING, run_on
 from tests.pools.pod_helpers import T0, pool_with_nodes, submit
-from tests.pools.test_autoscaler_scale_down import run_on
 
 pytestmark = pytest.mark.django_db
 WINDOW = timedelta(minutes=30)  # the scale-down stabilization window of SCALING and of the defaults

@@ -26,12 +26,11 @@ from pools.models.pods import Pod
 from pools.providers import get_cluster_backend
 from pools.services import pods as pod_services
 from pools.services.disruption_budgets import budget_create
-from tests.pools.autoscaler_helpers import memory_used
+from tests.pools.autoscaler_helpers import memory_used, run_on
 from tests.pools.pod_helpers import submit
 from tests.pools.test_autoscaler_scale_down_cordon import (
     LATER,
     pinned_document,
-    run_on,
     scaling_down_pool,
 )
 from tests.race import concurrently
