@@ -249,13 +249,13 @@ class _Decided:
         _store(self.pool, self.history.record(at=self.now, recommendation=self.decision.raw_recommendation))
         return Plan(AutoscaleResult(pool=self.pool.name, claimed=True, current=current, desired=current, reason=reason))
 
-    def said_already(self, reason: str, current: int | None = None, message: str | None = None) -> bool:
+    def said_already(self, reason: str, current: int | None = None, detail: str | None = None) -> bool:
         """Whether the pool's latest activity is this blocked reason from the same size (and,
-        given `message`, in the same words): said once, as a limit that holds a decision back
-        is, not every pass."""
+        given `detail`, its message ends with it in parentheses): said once, as a limit that
+        holds a decision back is, not every pass."""
         last = self.view.last.get(self.pool.pk)
         same = last is not None and last[:2] == (reason, self.current if current is None else current)
-        return same and (message is None or last[2] == message)
+        return same and (detail is None or last[2].endswith(f"({detail})"))
 
 
 def _autoscale(pool: GpuNodePool, now: datetime, view: FleetView, *, dry_run: bool = False) -> Plan:
@@ -272,7 +272,7 @@ def _autoscale(pool: GpuNodePool, now: datetime, view: FleetView, *, dry_run: bo
     baseline = current - burst_count
     upper = burst_ceiling(baseline=baseline, max_nodes=spec.max_nodes, burst_max_nodes=spec.burst.max_nodes)
     pending = view.pending.get(pool.team_id, [])
-    template = template_node(pool, spec, daemon_sets=real_cluster() and pool.team_id in view.shapes)  # a real cluster's DaemonSets
+    template = template_node(pool, spec, daemon_sets=view.daemon_sets.get(pool.pk, ()))
     fits = view.shapes[pool.team_id].fitting(template) if pool.team_id in view.shapes else []
     metrics = {QUEUED_PODS: float(sum(len(group) for group in fits))}
     if pool.pk in view.memory:
@@ -355,13 +355,12 @@ def _no_fit(d: _Decided, pending: list[CorePod], *, dry_run: bool) -> Plan:
     and says nothing; else why not, once."""
     if not pending:
         return d.quiet("NoPendingPods", dry_run=dry_run)
-    # Said again when the pods or their reasons change (Cluster Autoscaler tells each pod).
-    message = f"Scale-up to {d.decision.desired} not done: no Pending pod would fit a new {d.pool.node_type.name} node of this pool ({_why_not(pending, d.template)})"
-    if d.said_already(NOT_TRIGGER_SCALE_UP, message=message):
+    why = _why_not(pending, d.template)  # said again when the pods or their reasons change (Cluster Autoscaler tells each pod)
+    if d.said_already(NOT_TRIGGER_SCALE_UP, detail=why):
         return d.quiet(NOT_TRIGGER_SCALE_UP, dry_run=dry_run)
     if dry_run:
         return Plan(d.result, acts=True)
-    return d.blocked(NOT_TRIGGER_SCALE_UP, message)
+    return d.blocked(NOT_TRIGGER_SCALE_UP, f"Scale-up to {d.decision.desired} not done: no Pending pod would fit a new {d.pool.node_type.name} node of this pool ({why})")
 
 
 def _team_lock(team_id: int) -> None:

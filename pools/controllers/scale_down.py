@@ -46,7 +46,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from pools.controllers.node_sync import observe
+from django.conf import settings
+
+from pools.controllers.node_sync import Unread, observe
 from pools.core.disruption import (
     SAFE_TO_EVICT,
     DisruptionBudget,
@@ -98,12 +100,14 @@ def removable_burst_nodes(
     here; any team's (a node's filters take only the pods its pool admits). `empty`: only nodes
     that hold no pod now (the unneeded-node rule's, chosen idle moments before). `seen`: the
     burst nodes as the cluster has them (`node_sync.observe`): one annotated to opt out of
-    scale-down stays (`node_opted_out`). So does one a Pending pod is nominated to (a real
-    cluster's preemption makes room there), as Cluster Autoscaler counts such a pod on its node."""
+    scale-down stays (`node_opted_out`), and every one stays while they cannot be read (`Unread`).
+    So does one a Pending pod not expendable is nominated to (a real cluster's preemption makes
+    room there), as Cluster Autoscaler counts such a pod on its node."""
     seen = seen if seen is not None else {}
     nominated = {
         node: f"{namespace}/{name}"
-        for node, namespace, name in Pod.objects.live().filter(phase=Pod.Phase.PENDING, nominated_node_name__in=[n.name for n in burst])
+        for node, namespace, name in Pod.objects.live()
+        .filter(phase=Pod.Phase.PENDING, nominated_node_name__in=[n.name for n in burst], priority__gte=settings.EBCLOUD_EXPENDABLE_PODS_PRIORITY_CUTOFF)
         .order_by("-pk").values_list("nominated_node_name", "namespace", "name")
     }  # fmt: skip
     running = list(Pod.objects.filter(node__in=live, phase=Pod.Phase.RUNNING).order_by("pk"))
@@ -126,7 +130,9 @@ def removable_burst_nodes(
         if len(out.chosen) == limit:
             break
         pods = by_node.get(node.pk, [])
-        if opted_out := node_opted_out(node.name, getattr(seen.get(node.name), "annotations", {})):
+        if isinstance(seen, Unread):
+            why = f"the cluster's Nodes could not be read now ({seen.why}): whether it opted out of scale-down is not known"
+        elif opted_out := node_opted_out(node.name, getattr(seen.get(node.name), "annotations", {})):
             why = opted_out
         elif node.name in nominated:
             why = f"Pending pod {nominated[node.name]} is nominated to it: it waits there for the lower-priority pods it preempts to go"

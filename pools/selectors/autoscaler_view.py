@@ -21,7 +21,7 @@ from pools.models import GpuNodePool, Node, ScalingActivity
 from pools.selectors.burst_idle import burst_idle
 from pools.selectors.cluster import core_pods_of
 from pools.selectors.pools import catalog_current
-from pools.selectors.queue import scale_up_queue
+from pools.selectors.queue import daemon_set_pods, scale_up_queue
 from pools.selectors.scale_up import quota_rooms, team_capacity
 
 logger = logging.getLogger("ebcloud.autoscaler")
@@ -62,6 +62,8 @@ class FleetView:
     cordoned: dict[int, int] = field(default_factory=dict)
     # pool -> its Ready burst nodes holding no pod, (idle since, node id), longest idle first
     idle: dict[int, list[tuple[datetime, int]]] = field(default_factory=dict)
+    # pool -> the DaemonSet pods a new node of it runs, on a real cluster (`daemon_set_pods`)
+    daemon_sets: dict[int, list[CorePod]] = field(default_factory=dict)
 
 
 def fleet_view(pools: list[GpuNodePool], *, queue_of: FleetView | None = None) -> FleetView:
@@ -81,9 +83,11 @@ def fleet_view(pools: list[GpuNodePool], *, queue_of: FleetView | None = None) -
             cordoned[pool_id] = cordoned.get(pool_id, 0) + k
     if queue_of is not None:
         pending, shapes, catalog, idle = queue_of.pending, queue_of.shapes, queue_of.catalog, queue_of.idle
+        daemon_sets = queue_of.daemon_sets
     else:
         (pending, shapes), catalog = queues_read({p.team_id for p in pools}), catalog_current()
         idle = burst_idle([pool_id for pool_id, (_, burst) in nodes.items() if burst])
+        daemon_sets = daemon_set_pods(ids)
     memory = gpu_memory_used_pct(pool_ids=ids) if ids else {}
     latest = ScalingActivity.objects.filter(pool=OuterRef("pk")).order_by("-at", "-id")
     last = {
@@ -93,7 +97,7 @@ def fleet_view(pools: list[GpuNodePool], *, queue_of: FleetView | None = None) -
         .values_list("pk", "reason", "before", "said")
         if reason is not None
     } if ids else {}
-    return FleetView(catalog=catalog, nodes=nodes, pending=pending, shapes=shapes, memory=memory, last=last, cordoned=cordoned, idle=idle)
+    return FleetView(catalog=catalog, nodes=nodes, pending=pending, shapes=shapes, memory=memory, last=last, cordoned=cordoned, idle=idle, daemon_sets=daemon_sets)
 
 
 def queues_read(team_ids: Collection[int]) -> tuple[dict[int, list[CorePod]], dict[int, Shapes]]:

@@ -26,7 +26,7 @@ from pools.core.scheduling.waiting import PoolProspect
 from pools.core.spec import Catalog, PoolSpec, parse_document
 from pools.models import GpuNodePool, Node, PoolOrder, Zone
 from pools.selectors.cluster import SCHEDULER_PHASES, pool_teams
-from pools.selectors.queue import template_node
+from pools.selectors.queue import daemon_set_pods, template_node
 
 logger = logging.getLogger(__name__)
 
@@ -92,13 +92,13 @@ def pool_templates(pools: Iterable[GpuNodePool]) -> dict[int, NodeState]:
     pools = list(pools)
     teams = pool_teams(pools)
     zones = zone_regions(pools)
-    templates = {}
+    templates, daemon_sets = {}, daemon_set_pods([pool.pk for pool in pools])
     for pool in pools:
         spec = stored_spec(pool, zones)
         if spec is None:
             continue
         billing = Node.Billing.PREEMPTIBLE if pool.preemptible else Node.Billing.MONTHLY if pool.min_nodes else Node.Billing.ON_DEMAND
-        template = template_node(pool, spec, billing=billing)
+        template = template_node(pool, spec, billing=billing, daemon_sets=daemon_sets.get(pool.pk, ()))
         template.teams = teams[pool.pk]
         templates[pool.pk] = template
     return templates

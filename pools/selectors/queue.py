@@ -5,8 +5,14 @@ autoscaler, the water-level samples, /metrics and the self-checks read the queue
 
 from __future__ import annotations
 
-from django.conf import settings
+import json
+from collections.abc import Collection, Sequence
 
+from django.conf import settings
+from django.db.models import Exists, OuterRef, Q
+from django.db.models.fields.json import KT
+
+from pools.core.podspec import core_pod
 from pools.core.scheduling.nodes import (
     NodeState,
     Taint,
@@ -18,6 +24,7 @@ from pools.core.scheduling.nodes import Pod as CorePod
 from pools.core.spec import PoolSpec, effective_node_labels, parse_document
 from pools.models import GpuNodePool, Node
 from pools.models.pods import Pod
+from pools.providers import real_cluster
 from pools.selectors.cluster import core_pod_of
 from pools.selectors.pools import catalog_current
 
@@ -47,20 +54,25 @@ def scale_up_queue():
     (priority below `EBCLOUD_EXPENDABLE_PODS_PRIORITY_CUTOFF`, Cluster Autoscaler's
     --expendable-pods-priority-cutoff), which wait for spare room, and those kube-scheduler's
     preemption nominated a node for, which wait for their victims to go (Cluster Autoscaler's
-    "waiting for lower priority pods preemption": they need no new node)."""
-    return Pod.objects.filter(phase=Pod.Phase.PENDING, priority__gte=settings.EBCLOUD_EXPENDABLE_PODS_PRIORITY_CUTOFF, nominated_node_name="")
+    "waiting for lower priority pods preemption": they need no new node), while that node is
+    still there: a pod nominated to a node gone since waits for nothing."""
+    nominated_live = Node.objects.filter(name=OuterRef("nominated_node_name")).exclude(phase=Node.Phase.TERMINATED)
+    return Pod.objects.filter(Q(nominated_node_name="") | ~Exists(nominated_live), phase=Pod.Phase.PENDING, priority__gte=settings.EBCLOUD_EXPENDABLE_PODS_PRIORITY_CUTOFF)
 
 
 def pool_queue_length(pool: GpuNodePool) -> int:
     """`queued_pods` for one pool, for the water-level samples and /metrics."""
     spec = parse_document(pool.document, catalog_current())
-    return len(queued_pods(list(scale_up_queue().filter(team=pool.team)), template_node(pool, spec)))
+    template = template_node(pool, spec, daemon_sets=daemon_set_pods([pool.pk]).get(pool.pk, ()))
+    return len(queued_pods(list(scale_up_queue().filter(team=pool.team)), template))
 
 
-def template_node(pool: GpuNodePool, spec: PoolSpec, *, billing: str = Node.Billing.ON_DEMAND, daemon_sets: bool = False) -> NodeState:
+def template_node(
+    pool: GpuNodePool, spec: PoolSpec, *, billing: str = Node.Billing.ON_DEMAND, daemon_sets: Sequence[CorePod] = ()
+) -> NodeState:
     """An empty node of the pool as it would register (a burst node unless `billing` says
-    otherwise): its labels, taints and resources; with `daemon_sets`, running the DaemonSet
-    pods a new node of the pool would run (`daemon_set_pods_bind`)."""
+    otherwise): its labels, taints and resources, running the pool's `daemon_sets` pods
+    (`daemon_set_pods`) where they fit."""
     template = NodeState(
         name=f"{pool.name}-template",
         cpu_milli=pool.node_type.cpu_milli,
@@ -71,25 +83,36 @@ def template_node(pool: GpuNodePool, spec: PoolSpec, *, billing: str = Node.Bill
         labels=effective_node_labels(spec, zone=pool.zone.name, billing=billing, team=pool.team.slug),
         taints=tuple(Taint(t.key, t.value, t.effect) for t in spec.node_taints),
     )
-    if daemon_sets:
-        daemon_set_pods_bind(template, pool)
+    for pod in daemon_sets:
+        gpus = best_fit_gpus(pod, template.gpu_free)
+        if gpus is not None and resource_filter_reason(pod, template) is None:
+            template.bind(pod, gpus)
     return template
 
 
-def daemon_set_pods_bind(template: NodeState, pool: GpuNodePool) -> None:
-    """Bind to `template` the DaemonSet pods a new node of the pool would run, as Cluster
-    Autoscaler builds a node group's template from one of its nodes with that node's DaemonSet
-    pods (`TemplateNodeInfo`): a Pending pod that fits only an empty node fits no new node, and
-    one bought for it would leave it Pending. The DaemonSets themselves are not read here (the
-    pod mirror keeps pods), so they are those Running on the pool's Ready node that runs the most
-    of them; a pool with no Ready node has none to go by. One query."""
-    rows = Pod.objects.live().filter(node__pool=pool, node__phase=Node.Phase.READY, phase=Pod.Phase.RUNNING).order_by("node_id", "pk")
-    by_node: dict[int, list[Pod]] = {}
-    for pod in rows:
-        if pod.controller_kind == "DaemonSet":
-            by_node.setdefault(pod.node_id, []).append(pod)
-    for pod in max(by_node.values(), key=len, default=()):
-        core = core_pod_of(pod)
-        gpus = best_fit_gpus(core, template.gpu_free)
-        if gpus is not None and resource_filter_reason(core, template) is None:
-            template.bind(core, gpus)
+def daemon_set_pods(pool_ids: Collection[int]) -> dict[int, list[CorePod]]:
+    """Per pool, the DaemonSet pods a new node of it would run on a real cluster (the simulated
+    one has none), for its template: Cluster Autoscaler builds a node group's template from one
+    of its nodes with that node's DaemonSet pods (`TemplateNodeInfo`), so that a Pending pod
+    that fits only an empty node buys no node that would leave it Pending. The DaemonSets
+    themselves are not read here (the pod mirror keeps pods): they are the DaemonSet pods Running
+    on the pool's Ready node that runs the most of them; a pool with no Ready node has none to
+    go by. One query for all the pools, which reads the pods' owners, not their documents."""
+    if not pool_ids or not real_cluster():
+        return {}
+    rows = (
+        Pod.objects.live().filter(node__pool__in=pool_ids, node__phase=Node.Phase.READY, phase=Pod.Phase.RUNNING)
+        .annotate(owners=KT("document__metadata__ownerReferences")).filter(owners__contains='"DaemonSet"')
+        .order_by("node_id", "pk").values_list("node__pool_id", "node_id", "namespace", "name", "cpu_milli", "memory_mib", "gpu_count", "gpu_milli", "owners")
+    )  # fmt: skip
+    by_node: dict[tuple[int, int], list[CorePod]] = {}
+    for pool_id, node_id, namespace, name, cpu, memory, gpus, milli, owners in rows:
+        references = json.loads(owners) if isinstance(owners, str) else owners
+        if any(isinstance(r, dict) and r.get("controller") is True and r.get("kind") == "DaemonSet" for r in references or ()):
+            pod = core_pod(key=f"{namespace}/{name}", cpu_milli=cpu, memory_mib=memory, gpu_count=gpus, gpu_milli=milli)
+            by_node.setdefault((pool_id, node_id), []).append(pod)
+    out: dict[int, list[CorePod]] = {}
+    for (pool_id, _), pods in by_node.items():
+        if len(pods) > len(out.get(pool_id, ())):
+            out[pool_id] = pods
+    return out

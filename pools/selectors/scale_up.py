@@ -25,9 +25,8 @@ from pools.core.scheduling.nodes import Pod as CorePod
 from pools.core.spec import Catalog, parse_document
 from pools.models import GpuNodePool, Node, PoolEvent, Quota
 from pools.models.pods import Pod
-from pools.providers import real_cluster
 from pools.selectors.cluster import SCHEDULER_PHASES, node_state_from, pool_teams, team_identity
-from pools.selectors.queue import template_node
+from pools.selectors.queue import daemon_set_pods, template_node
 from pools.selectors.quotas import quota_use
 
 
@@ -45,9 +44,10 @@ def team_capacity(*, team_ids: Collection[int], catalog: Catalog) -> dict[int, C
     its own pools is given up unless Ready (requested + `EBCLOUD_MAX_NODE_PROVISION_SECONDS`),
     and when each of its own pools' latest burst nodes were given up (their `ProvisionTimeout`
     events, the few latest per pool that the backoff depends on).
-    Six queries at most: the pools, the slugs they lend to, the nodes, the given-up nodes'
-    events; the Running pods are summed per node, and read one by one only on nodes whose GPUs
-    are partly used (a full node's sums say it all)."""
+    Seven queries at most: the pools, the slugs they lend to, the nodes, the given-up nodes'
+    events, and on a real cluster the DaemonSet pods of the pools' nodes on their way
+    (`daemon_set_pods`); the Running pods are summed per node, and read one by one only on nodes
+    whose GPUs are partly used (a full node's sums say it all)."""
     out: dict[int, Capacity] = {team_id: Capacity() for team_id in team_ids}
     if not team_ids:
         return out
@@ -75,7 +75,7 @@ def team_capacity(*, team_ids: Collection[int], catalog: Catalog) -> dict[int, C
         except ValueError:  # a stored row the core refuses takes nothing, as `cluster_state` skips it
             continue
         take_requests(states[node_id], pod, indices or ())
-    templates = {}
+    templates, daemon_sets = {}, None
     for pk, name, pool_id, _, billing, *_, created_at in nodes:
         node = states.get(pk)
         if node is None and pools[pool_id].team_id not in out:
@@ -83,7 +83,8 @@ def team_capacity(*, team_ids: Collection[int], catalog: Catalog) -> dict[int, C
         if node is None:  # upcoming: a new node of its own pool (with the DaemonSet pods of a real cluster)
             if (pool_id, billing) not in templates:
                 pool = pools[pool_id]
-                templates[(pool_id, billing)] = template = template_node(pool, parse_document(pool.document, catalog), billing=billing, daemon_sets=real_cluster())
+                daemon_sets = daemon_set_pods(list(pools)) if daemon_sets is None else daemon_sets  # read once, for the first upcoming node
+                templates[(pool_id, billing)] = template = template_node(pool, parse_document(pool.document, catalog), billing=billing, daemon_sets=daemon_sets.get(pool_id, ()))
                 template.teams = teams[pool_id]
             node = templates[(pool_id, billing)].clone()
             node.name = name

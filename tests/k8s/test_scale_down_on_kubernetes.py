@@ -16,6 +16,8 @@ from pools.controllers.scale_down import PodsRecheck
 from pools.controllers.scale_down_cordons import cordon_bound, decision_cordon
 from pools.models import Node, Pod, ScalingActivity
 from pools.providers import get_cluster_backend
+from pools.providers.base import ClusterRefused
+from pools.providers.kubernetes import KubernetesCluster
 from pools.providers.kubernetes_pods import ClusterPods, pod_fields
 from pools.services.pod_mirror import pods_apply
 from tests.k8s.helpers import pod
@@ -197,16 +199,42 @@ def test_a_burst_node_annotated_to_opt_out_of_scale_down_stays(burst_pool, core,
             core.delete_node(burst.name)
 
 
-def test_a_burst_node_a_pending_pod_is_nominated_to_stays(burst_pool, teams):
+@pytest.mark.parametrize("expendable", [False, True], ids=["pod", "expendable-pod"])
+def test_a_burst_node_a_pending_pod_is_nominated_to_stays(burst_pool, teams, expendable):
     """kube-scheduler's preemption nominated the burst node for a Pending pod: the node stays
-    while the pod waits there for its victims, as Cluster Autoscaler counts the pod on it."""
+    while the pod waits there for its victims, as Cluster Autoscaler counts the pod on it; an
+    expendable pod (priority below the cutoff) keeps no node, nominated or not."""
     pool, burst = burst_pool
     waiting = cluster_pod("", "urgent", gpus=1, owner=REPLICA_SET)
     del waiting["spec"]["nodeName"]
+    waiting["spec"]["priority"] = -100 if expendable else 1000
     waiting["status"] = {"phase": "Pending", "nominatedNodeName": burst.name, "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
     mirrored(teams, waiting)
+    if expendable:
+        assert pool_autoscale(pool_id=pool.pk, now=LATER).reason == "ScaledDown"
+        return
     assert pool_autoscale(pool_id=pool.pk, now=LATER).reason == "ScaleDownBlocked"
     burst.refresh_from_db()
     assert burst.release_reason == "" and not burst.unschedulable
     message = ScalingActivity.objects.get(pool=pool, reason="ScaleDownBlocked").message
     assert f"{burst.name}: Pending pod algorithm/urgent is nominated to it" in message, message
+
+
+def test_no_burst_node_goes_while_the_cluster_s_nodes_cannot_be_read(burst_pool, core, monkeypatch):
+    """Whether a node opted out of scale-down (or was cordoned by someone) is read from the
+    cluster: while that read fails, every burst node stays, and the scale-down says why."""
+    pool, burst = burst_pool
+    cluster_node(core, burst.name, annotations={"cluster-autoscaler.kubernetes.io/scale-down-disabled": "true"})
+
+    def refused(self, *, names):
+        raise ClusterRefused("list nodes: timed out")
+
+    monkeypatch.setattr(KubernetesCluster, "nodes_state", refused)
+    try:
+        assert pool_autoscale(pool_id=pool.pk, now=LATER).reason == "ScaleDownBlocked"
+        burst.refresh_from_db()
+        assert burst.release_reason == "" and not burst.unschedulable
+        message = ScalingActivity.objects.get(pool=pool, reason="ScaleDownBlocked").message
+        assert f"{burst.name}: the cluster's Nodes could not be read now (list nodes: timed out)" in message, message
+    finally:
+        core.delete_node(burst.name)

@@ -9,8 +9,10 @@ from __future__ import annotations
 import pytest
 
 from pools.controllers.autoscaler import pool_autoscale
-from pools.models import Node, Pod, ScalingActivity
+from pools.models import GpuNodePool, Node, Pod, ScalingActivity
 from pools.providers.kubernetes_pods import pod_fields
+from pools.selectors.prospects import pool_templates
+from pools.selectors.queue import pool_queue_length
 from pools.services.pod_mirror import pods_apply
 from tests.pools.autoscaler_helpers import SCALING, memory_used
 from tests.pools.pod_helpers import T0, cluster_pod, pool_with_nodes
@@ -58,6 +60,7 @@ def mirrored(teams, *documents) -> None:
 
 def test_a_pod_that_fits_a_new_node_beside_its_daemon_set_pods_buys_one(full_pool, teams):
     mirrored(teams, requesting(cluster_pod("", "small", owner=JOB), cpu="1", gpus=1, pending=True))
+    assert pool_queue_length(full_pool) == 1
     assert pool_autoscale(pool_id=full_pool.pk, now=T0).reason == "ScaledUp"
     assert full_pool.nodes.filter(billing=Node.Billing.ON_DEMAND).count() == 1
 
@@ -68,14 +71,21 @@ def test_a_pod_that_fits_only_an_empty_node_buys_none(full_pool, teams):
     assert not full_pool.nodes.filter(billing=Node.Billing.ON_DEMAND).exists()
     message = ScalingActivity.objects.get(pool=full_pool).message
     assert "wide: Insufficient cpu" in message, message
+    # The pool's queue (samples, /metrics) and Diagnose picture the same node.
+    assert pool_queue_length(full_pool) == 0
+    template = pool_templates([GpuNodePool.objects.select_related("team", "node_type", "gpu_model", "zone").get(pk=full_pool.pk)])[full_pool.pk]
+    assert template.cpu_free == 2000 and len(template.bound) == 1
 
 
-def test_a_pod_waiting_for_its_preemption_buys_no_node(full_pool, teams):
-    node = full_pool.nodes.order_by("name").first()
-    mirrored(teams, requesting(cluster_pod("", "urgent", owner=JOB), cpu="1", gpus=1, pending=True, nominated=node.name))
-    assert Pod.objects.get(name="urgent").nominated_node_name == node.name
-    assert pool_autoscale(pool_id=full_pool.pk, now=T0).reason == "NoPendingPods"
-    assert not full_pool.nodes.filter(billing=Node.Billing.ON_DEMAND).exists()
+@pytest.mark.parametrize("there", [True, False], ids=["nominated-node-there", "nominated-node-gone"])
+def test_a_pod_waiting_for_its_preemption_buys_no_node(full_pool, teams, there):
+    """While the node kube-scheduler nominated is there; a pod nominated to a node gone since
+    waits for nothing, and buys one as any Pending pod."""
+    name = full_pool.nodes.order_by("name").first().name if there else "gone-since"
+    mirrored(teams, requesting(cluster_pod("", "urgent", owner=JOB), cpu="1", gpus=1, pending=True, nominated=name))
+    assert Pod.objects.get(name="urgent").nominated_node_name == name
+    assert pool_autoscale(pool_id=full_pool.pk, now=T0).reason == ("NoPendingPods" if there else "ScaledUp")
+    assert full_pool.nodes.filter(billing=Node.Billing.ON_DEMAND).exists() is not there
 
 
 def test_a_node_on_its_way_is_pictured_with_the_daemon_set_pods_too(actors, teams, on_kubernetes, unique):

@@ -238,6 +238,22 @@ def test_h_a_pod_no_new_node_would_fit_is_reported_once(actors, batched):
     assert pool.events.get(reason="NotTriggerScaleUp").count == 1
 
 
+EAGER_UP = {**SCALING, "scaleUp": EAGER["scaleUp"]}  # GPU memory alone sets the target: a node per 85% of one
+
+
+def test_h_the_same_unfit_pod_is_not_reported_again_as_the_target_size_moves(actors):
+    """The GPU memory moves the target size from pass to pass; the pod and its reason stay the
+    same, and so it is said once."""
+    pool = train_pool(actors, nodes=8, nodeCount={"min": 0, "max": 12}, scaling=EAGER_UP)
+    fill(actors, nodes=8)
+    submit(actors["member"], "too-big", gpus=16)
+    for minutes, percent in enumerate((95, 100, 95, 100)):
+        memory_used(pool, percent)
+        pool_autoscale(pool_id=pool.pk, now=T0 + timedelta(minutes=minutes))
+    assert ScalingActivity.objects.filter(reason="NotTriggerScaleUp").count() == 1
+    assert pool.events.get(reason="NotTriggerScaleUp").count == 1
+
+
 def test_h_a_pod_that_comes_later_and_fits_no_new_node_is_reported_too(actors):
     """Said once while the Pending pods and their reasons stay the same, not once per pool size:
     a pod that arrives later, for another reason, is reported when it comes, as Cluster
