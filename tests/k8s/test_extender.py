@@ -95,6 +95,7 @@ def cluster(plane, settings):
     yield api
     for item in core.list_namespaced_pod(NAMESPACE).items:
         core.delete_namespaced_pod(item.metadata.name, NAMESPACE, grace_period_seconds=0)
+    core.delete_collection_node()  # the next test starts on an empty cluster, as on an emptied database
     connection.close()
 
 
@@ -213,6 +214,26 @@ def test_the_filters_refusals_are_in_kube_schedulers_message(plane, cluster, act
     assert f"{len(nodes)} {REASON_GPU_MODEL}" in message, message
     assert REASON_UNMANAGED in message, message
     assert "filter" in calls
+
+
+def test_our_gpu_model_check_counts_only_the_nodes_kube_scheduler_s_filters_passed(plane, cluster, actors, calls):
+    """kube-scheduler asks the extender only about the nodes its own filters passed: a pod of 4
+    GPUs of a model no node has is "Insufficient nvidia.com/gpu" on the 2-GPU nodes and "didn't
+    match pod's GPU model" on the others. The simulated scheduler's verdict is the same, word
+    for word."""
+    fleet(actors, cluster, "order")
+    core = client.CoreV1Api(cluster)
+    document = pod_document("wants-4-h100", gpus=4, models="H100_80G")
+    core.create_namespaced_pod(NAMESPACE, cluster_document(pod_document("wants-4-h100", gpus=4, models="H100_80G")))
+    kind, message = wait_for(lambda: verdict(core, "wants-4-h100"), timeout=30, what="kube-scheduler's verdict")
+    assert kind == "pending" and f"8 {REASON_GPU}" in message, message
+    with override_settings(EBCLOUD_CLUSTER_BACKEND="simulated"), transaction.atomic():
+        document["metadata"]["name"] = "wants-4-h100-simulated"
+        pod_services.pod_create(user=actors["member"], document=document, now=T0)
+        scheduler_pass(now=T0)
+        simulated = Pod.objects.live().get(namespace=NAMESPACE, name="wants-4-h100-simulated").explanation
+        transaction.set_rollback(True)
+    assert simulated == message
 
 
 def test_a_scheduler_with_another_secret_is_refused_and_schedules_without_us(plane, cluster, actors, calls, live_server):

@@ -30,11 +30,12 @@ from pools.core.scheduling.nodes import (
     REASONS_INSUFFICIENT,
     NodeState,
     Pod,
+    builtin_filter_reason,
+    gpu_model_reason,
     insufficient_resources,
     may_preempt,
     may_use,
     resource_filter_reason,
-    static_filter_reason,
 )
 from pools.core.scheduling.pod_fixes import fix_text, pool_fixes
 from pools.core.scheduling.preempt import victims_on
@@ -98,22 +99,26 @@ def explain(pod: Pod, nodes: Sequence[NodeState]) -> Explanation:
 
     As kube-scheduler 1.37 counts: a node is counted under the first filter plugin it fails,
     and under every resource NodeResourcesFit finds short (so the counts may add up to more
-    than the nodes); where no node fits and no preemption could help, the message ends with
-    its preemption's verdict per node."""
+    than the nodes); our GPU-model check, the extender's, only where every plugin passed (the
+    extender is asked about those nodes alone); where no node fits and no preemption could
+    help, the message ends with its preemption's verdict per node."""
     nodes = [node for node in nodes if may_use(pod, node)]
     node_reasons: dict[str, str] = {}
     reasons: Counter[str] = Counter()
     resolvable: list[NodeState] = []  # short only of what evicting pods could free
     named = named_nodes(pod)
     for node in nodes:
-        if (reason := REASON_NOT_NAMED if named is not None and node.name not in named else static_filter_reason(pod, node)) is not None:
+        if (reason := REASON_NOT_NAMED if named is not None and node.name not in named else builtin_filter_reason(pod, node)) is not None:
             node_reasons[node.name] = reason
             reasons[reason] += 1
         elif short := insufficient_resources(pod, node):
             node_reasons[node.name] = short[0][0]
             reasons.update(reason for reason, _ in short)
-            if not any(unresolvable for _, unresolvable in short):
+            if not any(unresolvable for _, unresolvable in short) and gpu_model_reason(pod, node) is None:
                 resolvable.append(node)
+        elif (reason := gpu_model_reason(pod, node)) is not None:
+            node_reasons[node.name] = reason
+            reasons[reason] += 1
     available = len(nodes) - len(node_reasons)
     return Explanation(
         pod=pod.name,

@@ -422,10 +422,21 @@ def static_filter_reason(pod: Pod, node: NodeState) -> str | None:
 
 
 def node_filter_reason(pod: Pod, node: NodeState) -> str | None:
-    """The node-attribute filters but the team rule, in kube-scheduler's default order:
-    NodeUnschedulable, TaintToleration, NodeAffinity (selector + required affinity), then our
-    GPU-model check (the scheduler extender applies the team rule its own way to pods of no
-    team). Preemption can change none of them. Returns the first failing reason, or None."""
+    """The node-attribute filters but the team rule: kube-scheduler's (`builtin_filter_reason`),
+    then our GPU-model check (the scheduler extender applies the team rule its own way to pods
+    of no team). Preemption can change none of them. Returns the first failing reason, or None."""
+    return builtin_filter_reason(pod, node) or gpu_model_reason(pod, node)
+
+
+def gpu_model_reason(pod: Pod, node: NodeState) -> str | None:
+    """Our GPU-model check (the pod's `ebcloud.io/gpu-models`), which kube-scheduler leaves to
+    the extender: on a real cluster it judges only the nodes every built-in filter passed."""
+    return REASON_GPU_MODEL if pod.gpu_count and pod.gpu_models and node.gpu_model not in pod.gpu_models else None
+
+
+def builtin_filter_reason(pod: Pod, node: NodeState) -> str | None:
+    """kube-scheduler's node-attribute filters in its default order: NodeUnschedulable,
+    TaintToleration, NodeAffinity (selector + required affinity)."""
     tolerations = pod.tolerations
     if node.unschedulable and not any(
         t.tolerates(Taint(UNSCHEDULABLE_TAINT_KEY, "", NO_SCHEDULE)) for t in tolerations
@@ -440,8 +451,6 @@ def node_filter_reason(pod: Pod, node: NodeState) -> str | None:
         return REASON_AFFINITY
     if pod.affinity_terms and not matches_affinity(pod.affinity_terms, labels, node.name):
         return REASON_AFFINITY
-    if pod.gpu_count and pod.gpu_models and node.gpu_model not in pod.gpu_models:
-        return REASON_GPU_MODEL
     return None
 
 
