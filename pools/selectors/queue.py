@@ -1,7 +1,7 @@
 """The queue a pool sees: the Pending pods of its team that would fit one of its nodes (the
-autoscaler's `queued_pods` metric; expendable pods left out, `scale_up_queue`), and the empty
-template node that decides it. The
-autoscaler, the water-level samples, /metrics and the self-checks read the queue here."""
+autoscaler's `queued_pods` metric; expendable pods left out, `scale_up_queue`), and the
+template node that decides it (a new node of the pool, with a real cluster's DaemonSet pods).
+The autoscaler, the water-level samples, /metrics and the self-checks read the queue here."""
 
 from __future__ import annotations
 
