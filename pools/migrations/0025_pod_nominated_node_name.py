@@ -13,6 +13,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='pod',
             name='nominated_node_name',
-            field=models.CharField(blank=True, help_text="A Pending pod's status.nominatedNodeName in a real cluster: where kube-scheduler's preemption makes room for it", max_length=253),
+            field=models.CharField(blank=True, db_default='', default='', help_text="A Pending pod's status.nominatedNodeName in a real cluster: where kube-scheduler's preemption makes room for it", max_length=253),
         ),
     ]

@@ -120,8 +120,9 @@ class Pod(models.Model):
     reason = models.CharField(max_length=40, blank=True, help_text="Unschedulable, Preempted, NodeLost, Completed, ...")
     node = models.ForeignKey(Node, null=True, blank=True, on_delete=models.SET_NULL, related_name="pods")
     nominated_node_name = models.CharField(
-        max_length=253, blank=True, help_text="A Pending pod's status.nominatedNodeName in a real cluster: where kube-scheduler's preemption makes room for it"
-    )
+        max_length=253, blank=True, default="", db_default="",
+        help_text="A Pending pod's status.nominatedNodeName in a real cluster: where kube-scheduler's preemption makes room for it",
+    )  # fmt: skip
     gpu_indices = models.JSONField(default=list, blank=True)
     explanation = models.TextField(blank=True, help_text="The scheduler's last message (kube-scheduler style)")
     hints = models.JSONField(default=list, blank=True)
