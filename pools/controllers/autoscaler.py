@@ -461,7 +461,7 @@ def _scale_down(d: _Decided, spec, *, only: set[int] | None = None) -> Plan:
         kept = "; ".join(f"{name}: {why}" for name, why in removable.kept.items()) or "no burst node to remove"
         return d.blocked(SCALE_DOWN_BLOCKED, f"Scale-down to {decision.desired} not done: every burst node is kept ({kept})", current=len(live))
     p = ReconcilePass(pool=pool, spec=spec, now=now, cloud=get_cloud_provider(), cluster=cluster)
-    recheck, cancelled = PodsRecheck(cluster, victims, removable.seen), {}
+    recheck, cancelled = PodsRecheck(cluster, victims), {}
     for node, _ in victims:
         message = f"Autoscaler removes burst node {node.name}: {decision.message}"
         if why := drain_start(p, node, reason=rules.SCALED_IN, event_reason="ScaledDown", message=message, recheck=recheck):

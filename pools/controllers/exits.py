@@ -48,7 +48,8 @@ def drain_start(
 ) -> str:
     """Cordon the node and start draining it; a node that never became Ready is released at once.
 
-    The cordon is idempotent (a rerun after a crash cordons again). A Node the cluster no longer
+    The cordon is idempotent (a rerun after a crash cordons again) and marked as the drain's own
+    where the Node was schedulable (`ClusterBackend.cordon`). A Node the cluster no longer
     has (`kubectl delete node`, the cloud's node controller) has nothing to cordon: the drain
     goes on, to no pods and the release, as `remove_node` takes a gone Node. A cordon the
     cluster cannot take now still starts the drain (deadline and all) but evicts nothing this
@@ -58,14 +59,14 @@ def drain_start(
     before the drain claims it and evicts, as Cluster Autoscaler re-checks a node's pods once
     it has tainted it: a reason it returns cancels the drain and is returned ("" when the drain
     started, or another exit has the node already), and the caller lifts the cordon where it was
-    the scale-down's (`PodsRecheck.cordons_lift`: it read who had cordoned the node before); a
-    cordon the cluster cannot take now cancels it too, as a pod could still land on the node."""
+    the scale-down's (`PodsRecheck.cordons_lift`: by its mark); a cordon the cluster cannot take
+    now cancels it too, as a pod could still land on the node."""
     deadline = deadline or p.now + timedelta(seconds=settings.EBCLOUD_DRAIN_TIMEOUT_SECONDS)
     registered = node.ready_at is not None
     cordoned, said = True, f"Node {node.name} cordoned: no new pods are scheduled on it"
     if registered:
         try:
-            if p.cluster.cordon(name=node.name) is False:
+            if p.cluster.cordon(name=node.name, mark=True) is False:
                 said = f"Node {node.name} is no longer in the cluster (its Node object was deleted): nothing to cordon there"
         except ProviderError as exc:
             cordoned = False

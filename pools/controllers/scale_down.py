@@ -48,7 +48,7 @@ from datetime import datetime
 
 from django.conf import settings
 
-from pools.controllers.node_sync import Unread, observe
+from pools.controllers.node_sync import Unread
 from pools.core.disruption import (
     SAFE_TO_EVICT,
     DisruptionBudget,
@@ -87,7 +87,6 @@ class Removable:
 
     chosen: list[tuple[Node, list[Move]]] = field(default_factory=list)
     kept: dict[str, str] = field(default_factory=dict)
-    seen: Mapping[str, ClusterNodeState] = field(default_factory=dict)  # the burst nodes as the cluster had them
 
 
 def removable_burst_nodes(
@@ -116,7 +115,7 @@ def removable_burst_nodes(
     for pod in running:
         if moved_by_scale_down(pod):
             by_node.setdefault(pod.node_id, []).append(pod)
-    out, evicting = Removable(seen=seen), []
+    out, evicting = Removable(), []
     for node in burst:
         if node.phase in PROVISIONING_PHASES:
             out.kept[node.name] = f"it is still {node.phase}: a node that has not become Ready is not scaled down (a Pending pod may wait for it)"
@@ -279,20 +278,13 @@ class PodsRecheck:
     once per node (a field selector names one node; one list of every pod in the cluster would
     cost more) and looked up in the read model in one query."""
 
-    def __init__(self, cluster, victims: list[tuple[Node, list]], seen: Mapping[str, ClusterNodeState] | None = None):
+    def __init__(self, cluster, victims: list[tuple[Node, list]]):
         self.cluster = cluster
         self.nodes = [node for node, _ in victims]
         self.planned = {node.pk: {move.pod.key for move in moves} for node, moves in victims}
         self.reasons: dict[int, str] = {}
         self.cordoned_ahead: set[int] = set()  # nodes this cordoned in the cluster before their drain reached them
         self.asked: set[int] = set()
-        # As the plan read them (`seen`), before any drain cordoned them: a node someone cordoned
-        # in the cluster (`kubectl cordon`) keeps that cordon whatever becomes of the scale-down,
-        # as Cluster Autoscaler, which marks its nodes with a taint of its own, never touches
-        # `spec.unschedulable`.
-        registered = [node.name for node in self.nodes if node.ready_at is not None]
-        seen = seen if seen is not None else observe(cluster, registered) if registered else {}
-        self.cordoned_before = {node.pk for node in self.nodes if getattr(seen.get(node.name), "unschedulable", False)}
 
     def __call__(self, node: Node) -> str:
         self.asked.add(node.pk)
@@ -305,14 +297,15 @@ class PodsRecheck:
         """Lift the cluster's cordon of these nodes whose drain was cancelled, where this
         scale-down set it: ahead of the drain (`_pods_on`), or by the drain before it asked here
         (`drain_start` asks only once the cluster has the node cordoned). Nothing else would: a
-        Ready node cordoned in the cluster is an administrator's, for the drift check. A cordon
-        the cluster had before (`cordoned_before`) stays, and so does a repair's (a node in a
-        cordoned phase)."""
+        Ready node cordoned in the cluster is an administrator's, for the drift check. Only the
+        drain's marked cordon is lifted: one someone set before (`kubectl cordon`) stays theirs,
+        as Cluster Autoscaler, which marks its nodes with a taint of its own, never touches
+        `spec.unschedulable`; so does a repair's (a node in a cordoned phase)."""
         for node in nodes:
             ours = node.pk in self.cordoned_ahead or node.pk in self.asked
-            if ours and node.pk not in self.cordoned_before and node.phase not in CORDONED_PHASES:
+            if ours and node.phase not in CORDONED_PHASES:
                 try:
-                    self.cluster.uncordon(name=node.name)
+                    self.cluster.uncordon(name=node.name, mark=True)
                 except ProviderError as exc:
                     logger.warning("node %s stays cordoned in the cluster after its scale-down was cancelled: %s", node.name, exc.message)
 
@@ -366,7 +359,7 @@ class PodsRecheck:
             return out
         for node in (n for n in nodes[1:] if n.ready_at is not None):  # one never registered has no Node to cordon
             try:
-                self.cluster.cordon(name=node.name)
+                self.cluster.cordon(name=node.name, mark=True)
                 self.cordoned_ahead.add(node.pk)
             except ProviderError as exc:
                 reasons[node.pk] = f"node {node.name} could not be cordoned in the cluster now ({exc.message})"

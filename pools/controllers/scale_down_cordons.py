@@ -18,10 +18,10 @@ leftover while its row is Ready (or Unknown: its agent silent), cordoned and not
 latest cordon event of any kind on it is that one (`CORDON_EVENTS`). A repair's cordon puts the
 row in a cordoned phase (Cordoned, Repairing) and records its own events after the decision's,
 and a row cordoned without the decision's event (by anyone else) has none to find: neither is
-ever lifted here. (What the rows cannot tell: an administrator's `kubectl cordon` of a node
-the decision chose, set in the cluster alone, is lifted with a stopped pass's cordon. A drain
-the pass itself cancels keeps it: the pass read the cluster's cordons before it set its own,
-`PodsRecheck.cordons_lift`.)
+ever lifted here. What the rows cannot tell, the cluster's Node does: an administrator's
+`kubectl cordon` of a node the decision chose, set in the cluster alone, carries no drain's
+mark (`ClusterBackend.cordon`), so the cluster keeps it while the row's cordon is lifted, as a
+drain the pass itself cancels keeps it (`PodsRecheck.cordons_lift`).
 
 The bound on the wait for the drain is the pool's claim time (`EBCLOUD_RECONCILE_CLAIM_SECONDS`,
 `pools.claims.claim_ttl`). The decision and its drain run moments apart in one pass under the
@@ -123,15 +123,18 @@ def cordons_left_settle(pool: GpuNodePool, now: datetime) -> bool:
 
 def _uncordon(pool: GpuNodePool, cluster: ClusterBackend, node: Node, said: str, now: datetime) -> None:
     """Make a leftover schedulable again: the cluster's Node first (the stopped pass may have
-    cordoned it there too), then the row with its event, so that the row never says schedulable
-    while kube-scheduler still sees the cordon. A cluster that cannot be changed now leaves both
-    cordoned, said, and the next pass tries again (the row's cordon is still the decision's)."""
+    cordoned it there too, with the drain's mark), then the row with its event, so that the row
+    never says schedulable while kube-scheduler still sees the drain's cordon. A cordon someone
+    else set in the cluster stays, and the event says so. A cluster that cannot be changed now
+    leaves both cordoned, said, and the next pass tries again (the row's cordon is still the
+    decision's)."""
     try:
-        cluster.uncordon(name=node.name)
+        schedulable = cluster.uncordon(name=node.name, mark=True)
     except ProviderError as exc:
         event_record(pool=pool, node=node, reason="NodeUpdateFailed", type=WARNING, now=now,
                      message=f"Node {node.name} stays cordoned: {said}; the cluster could not uncordon it now ({exc.message}), the next pass tries again")  # fmt: skip
         return
+    kept = "" if schedulable else "; the cluster keeps any cordon of its Node that the autoscaler did not set (kubectl cordon)"
     with transaction.atomic():
         if Node.objects.filter(pk=node.pk, phase__in=LEFTOVER_PHASES, unschedulable=True, release_reason="").update(unschedulable=False):
-            event_record(pool=pool, node=node, reason=SCALE_DOWN_UNCORDONED, type=WARNING, now=now, message=f"Node {node.name} takes new pods again: {said}")
+            event_record(pool=pool, node=node, reason=SCALE_DOWN_UNCORDONED, type=WARNING, now=now, message=f"Node {node.name} takes new pods again: {said}{kept}")

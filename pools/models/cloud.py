@@ -116,6 +116,9 @@ class SimClusterNode(models.Model):
     labels = models.JSONField(default=dict)
     taints = models.JSONField(default=list)
     unschedulable = models.BooleanField(default=False)
+    # A real Node's `ebcloud.io/cordoned-for-drain` annotation: the cordon is a drain's own
+    # (`ClusterBackend.cordon(mark=True)`), not someone else's.
+    cordoned_for_drain = models.BooleanField(default=False, db_default=False)
     registered_at = models.DateTimeField(default=timezone.now)
     managed = models.JSONField(
         default=dict, blank=True, help_text="What the control plane applied last: label keys and taint (key, effect) pairs (a field manager's set)"

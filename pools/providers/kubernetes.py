@@ -52,7 +52,14 @@ from pools.core.disruption import NODE_OPT_OUTS, DisruptionBudget, disruption_bu
 from pools.core.podspec import GPU_RESOURCE, GPU_SHARE_RESOURCE
 from pools.core.scheduling.nodes import MILLI
 from pools.core.scheduling.taint_eviction import TIME_ADDED, carried_time_added
-from pools.providers.base import ClusterRefused, EvictionRefused, NodeState, PodInfo, ProviderError
+from pools.providers.base import (
+    DRAIN_CORDON_ANNOTATION,
+    ClusterRefused,
+    EvictionRefused,
+    NodeState,
+    PodInfo,
+    ProviderError,
+)
 
 FIELD_MANAGER = "ebcloud.io/node-pools"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
@@ -204,22 +211,56 @@ class KubernetesCluster:
             if node["metadata"]["name"] in wanted
         }
 
-    def cordon(self, *, name: str) -> bool:
-        """Like `kubectl cordon`; False when the Node is gone (404): nothing to cordon."""
-        return self._unschedulable(name, True)
+    def cordon(self, *, name: str, mark: bool = False) -> bool:
+        """Like `kubectl cordon`; False when the Node is gone (404): nothing to cordon. With
+        `mark`, read first and changed only if schedulable (`_marked`)."""
+        return self._marked(name, cordon=True) if mark else self._cordon_patch(name, True)
 
-    def uncordon(self, *, name: str) -> bool:
-        """Like `kubectl uncordon`: a merge patch that removes `spec.unschedulable`."""
-        return self._unschedulable(name, None)
+    def uncordon(self, *, name: str, mark: bool = False) -> bool:
+        """Like `kubectl uncordon`: a merge patch that removes `spec.unschedulable` (and the
+        drain's mark). With `mark`, only the drain's own cordon (`_marked`)."""
+        return self._marked(name, cordon=False) if mark else self._cordon_patch(name, None)
 
-    def _unschedulable(self, name: str, value: bool | None) -> bool:
+    def _cordon_patch(self, name: str, value: bool | None, resource_version: str = "") -> bool:
+        """One merge patch of `spec.unschedulable` that sets the drain's mark with a marked cordon
+        and drops it otherwise; conditional on `resource_version` where given (409 raises
+        `ApiException` for the caller to read again). False when the Node is gone (404)."""
+        metadata: dict = {"annotations": {DRAIN_CORDON_ANNOTATION: "true" if value and resource_version else None}}
+        if resource_version:
+            metadata["resourceVersion"] = resource_version
         try:
-            self.core.patch_node(name, {"spec": {"unschedulable": value}}, _request_timeout=request_timeout())
+            self.core.patch_node(name, {"metadata": metadata, "spec": {"unschedulable": value}}, _request_timeout=request_timeout())
         except CLUSTER_UNREACHABLE as exc:
-            if getattr(exc, "status", None) == 404:
+            status = getattr(exc, "status", None)
+            if status == 404:
                 return False
+            if status == 409 and resource_version:
+                raise
             raise refused(f"patch nodes/{name} ({'cordon' if value else 'uncordon'})", exc) from exc
         return True
+
+    def _marked(self, name: str, *, cordon: bool) -> bool:
+        """A drain's cordon, or its lifting, decided on the Node as read and written only if it is
+        unchanged since (its resourceVersion: a change meanwhile, 409, is read again): a cordon
+        someone else sets between the read and the write is never taken for ours."""
+        for _ in range(5):
+            try:
+                node = json.loads(self.core.read_node(name, _preload_content=False, _request_timeout=request_timeout()).data)
+            except CLUSTER_UNREACHABLE as exc:
+                if getattr(exc, "status", None) == 404:
+                    return not cordon  # gone: nothing to cordon, and no cordon stays
+                raise refused(f"get nodes/{name}", exc) from exc
+            cordoned = bool(node.get("spec", {}).get("unschedulable"))
+            ours = (node["metadata"].get("annotations") or {}).get(DRAIN_CORDON_ANNOTATION) == "true"
+            if cordon and cordoned:
+                return True  # cordoned already, by a drain or by someone: kept as it is
+            if not cordon and not ours:
+                return not cordoned  # someone else's cordon stays; no cordon, nothing to lift
+            try:
+                return self._cordon_patch(name, True if cordon else None, node["metadata"]["resourceVersion"]) or not cordon
+            except ApiException:  # 409: changed since the read
+                continue
+        raise ProviderError(f"node {name} kept changing while it was {'cordoned' if cordon else 'uncordoned'}; the next pass retries")
 
     def evict_pod(self, *, namespace: str, name: str, reason: str) -> bool:
         """True when the pod is evicted (or already gone); False when a disruption budget

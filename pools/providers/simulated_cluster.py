@@ -13,7 +13,7 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 
 from django.db import transaction
-from django.db.models import TextField
+from django.db.models import Q, TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
 
@@ -69,13 +69,22 @@ class SimulatedCluster:
                 states[name] = NodeState(labels=labels, taints=taints, unschedulable=unschedulable)
         return states
 
-    def cordon(self, *, name: str) -> bool:
+    def cordon(self, *, name: str, mark: bool = False) -> bool:
         """False when the node is not in the cluster (removed, or never registered): nothing
-        to cordon, as a real API server's 404."""
-        return bool(SimClusterNode.objects.filter(name=name).update(unschedulable=True))
+        to cordon, as a real API server's 404. Each is one conditional UPDATE: a marked cordon
+        changes only a schedulable node, so a cordon someone set first is never taken for ours."""
+        if not mark:
+            return bool(SimClusterNode.objects.filter(name=name).update(unschedulable=True, cordoned_for_drain=False))
+        rows = SimClusterNode.objects.filter(name=name)
+        return bool(rows.filter(unschedulable=False).update(unschedulable=True, cordoned_for_drain=True)) or rows.exists()
 
-    def uncordon(self, *, name: str) -> bool:
-        return bool(SimClusterNode.objects.filter(name=name).update(unschedulable=False))
+    def uncordon(self, *, name: str, mark: bool = False) -> bool:
+        rows = SimClusterNode.objects.filter(name=name)
+        if not mark:
+            return bool(rows.update(unschedulable=False, cordoned_for_drain=False))
+        # Only the drain's own cordon (a node not cordoned drops a mark left over); False only
+        # where someone else's stays.
+        return bool(rows.filter(Q(unschedulable=False) | Q(cordoned_for_drain=True)).update(unschedulable=False, cordoned_for_drain=False)) or not rows.exists()
 
     def evict_pod(self, *, namespace: str, name: str, reason: str) -> bool:
         """Evict like the Eviction API: the pod leaves its node and is Pending again (its owner

@@ -11,6 +11,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from pools.core.disruption import DisruptionBudget
+from pools.providers.base import DRAIN_CORDON_ANNOTATION
 from pools.providers.fake_kubelet import FakeKubelet
 from pools.providers.kubernetes import KubernetesCluster, NodeNotRegistered
 from tests.k8s.helpers import pod, pod_create_admitted, wait_for
@@ -98,6 +99,49 @@ def test_cordon_marks_the_node_unschedulable_and_keeps_our_labels(cluster, node)
     cluster.uncordon(name=node)  # a repair that cordoned the node is over (issue 21)
     labels, taints, unschedulable = state_of(cluster, node)
     assert not unschedulable and labels["pool"] == "train" and taints[0]["key"] == "pool"
+
+
+def drain_mark(core, node: str) -> str | None:
+    return (core.read_node(node).metadata.annotations or {}).get(DRAIN_CORDON_ANNOTATION)
+
+
+def test_a_drains_cordon_is_marked_and_lifting_it_lifts_no_one_elses(cluster, node, core):
+    """A drain's cordon (`mark=True`) records itself on the Node, and lifting it by the mark lifts
+    only that: an administrator's `kubectl cordon` carries no mark and stays, and a repair's
+    cordon (unmarked) over a drain's takes it over."""
+    assert cluster.cordon(name=node, mark=True) is True
+    assert core.read_node(node).spec.unschedulable and drain_mark(core, node) == "true"
+    assert cluster.uncordon(name=node, mark=True) is True
+    assert not core.read_node(node).spec.unschedulable and drain_mark(core, node) is None
+    core.patch_node(node, {"spec": {"unschedulable": True}})  # kubectl cordon
+    assert cluster.cordon(name=node, mark=True) is True  # cordoned already: kept as it is, unmarked
+    assert drain_mark(core, node) is None
+    assert cluster.uncordon(name=node, mark=True) is False
+    assert core.read_node(node).spec.unschedulable
+    cluster.uncordon(name=node)
+    cluster.cordon(name=node, mark=True)
+    cluster.cordon(name=node)  # a repair's
+    assert drain_mark(core, node) is None and cluster.uncordon(name=node, mark=True) is False
+    assert cluster.cordon(name="never-joined", mark=True) is False  # nothing to cordon
+    assert cluster.uncordon(name="never-joined", mark=True) is True  # and no one's cordon stays
+
+
+def test_a_cordon_set_between_the_drains_read_and_its_write_stays_theirs(cluster, node, core, monkeypatch):
+    """Someone cordons the Node after the drain's cordon read it schedulable and before it wrote:
+    the write, conditional on the resourceVersion it read, is refused (409), the Node is read
+    again, found cordoned, and left unmarked, so that lifting the drain's cordon leaves theirs."""
+    read = cluster.core.read_node
+
+    def read_then_cordoned_by_someone(name, **kwargs):
+        answer = read(name, **kwargs)
+        core.patch_node(name, {"spec": {"unschedulable": True}})
+        monkeypatch.setattr(cluster.core, "read_node", read)
+        return answer
+
+    monkeypatch.setattr(cluster.core, "read_node", read_then_cordoned_by_someone)
+    assert cluster.cordon(name=node, mark=True) is True
+    assert drain_mark(core, node) is None
+    assert cluster.uncordon(name=node, mark=True) is False and core.read_node(node).spec.unschedulable
 
 
 def test_eviction_goes_through_the_eviction_api_and_a_disruption_budget_makes_it_wait(cluster, kubelet, core, kube, node, namespace):

@@ -97,15 +97,21 @@ def cordoned_in_cluster(core, name: str) -> bool:
     return bool(core.read_node(name).spec.unschedulable)
 
 
-@pytest.mark.parametrize("known", [False, True], ids=["unknown-bare-pod", "mirrored-controlled-pod"])
-def test_a_cordon_a_stopped_scale_down_left_is_lifted_in_the_cluster_too(burst_pool, core, namespace, teams, known):
+@pytest.mark.parametrize(
+    ("known", "cordoned_by"),
+    [(False, "drain"), (True, "drain"), (True, "administrator")],
+    ids=["unknown-bare-pod", "mirrored-controlled-pod", "cordoned-by-an-administrator-before"],
+)
+def test_a_cordon_a_stopped_scale_down_left_is_lifted_in_the_cluster_too(burst_pool, core, namespace, teams, known, cordoned_by):
     """The decision cordoned the burst node and its drain cordoned the cluster's Node, then the
     worker stopped. Past the claim time the next pass lifts the cordon in the cluster and on the
     row and says why, whatever the node's pod: one the read model does not know yet, or one a
     ReplicaSet owns that the drain's re-check would let go. The stale decision is never carried
-    out (its pod may have nowhere to go now): the pod stays, and the next scale-down decides."""
+    out (its pod may have nowhere to go now): the pod stays, and the next scale-down decides.
+    A `kubectl cordon` the Node had before the decision carries no drain's mark and stays."""
     pool, burst = burst_pool
-    cluster_node(core, burst.name, cordoned=True)
+    cluster_node(core, burst.name, cordoned=cordoned_by == "administrator")
+    get_cluster_backend().cordon(name=burst.name, mark=True)  # as the drain did, before the worker stopped
     try:
         decision_cordon(pool, [burst], LATER)
         owner = [client.V1OwnerReference(api_version="apps/v1", kind="ReplicaSet", name="trainer-5d8f", uid="rs-1", controller=True)] if known else None
@@ -117,9 +123,10 @@ def test_a_cordon_a_stopped_scale_down_left_is_lifted_in_the_cluster_too(burst_p
         pool_autoscale(pool_id=pool.pk, now=LATER + cordon_bound() + timedelta(seconds=1))
         burst.refresh_from_db()
         assert not burst.unschedulable and burst.release_reason == ""
-        assert not cordoned_in_cluster(core, burst.name)
+        assert cordoned_in_cluster(core, burst.name) is (cordoned_by == "administrator")
         message = pool.events.get(reason="ScaleDownUncordoned").message
         assert "did not start its drain within 2m0s (the pass that decided it stopped); the next scale-down decides again from the current state" in message, message
+        assert ("the cluster keeps any cordon of its Node that the autoscaler did not set (kubectl cordon)" in message) is (cordoned_by == "administrator")
         assert not pool.events.filter(reason="ScaledDown").exists()
         assert core.read_namespaced_pod("train", namespace).metadata.deletion_timestamp is None  # not evicted
     finally:
@@ -138,7 +145,7 @@ def test_the_recheck_cordons_the_chosen_nodes_in_the_cluster_before_it_lists_the
     try:
         cluster = get_cluster_backend()
         recheck = PodsRecheck(cluster, [(burst, []), (second, [])])
-        cluster.cordon(name=burst.name)  # as the drain does before it asks
+        cluster.cordon(name=burst.name, mark=True)  # as the drain does before it asks
         assert recheck(burst) == ""
         assert cordoned_in_cluster(core, second.name)
         recheck.cordons_lift([second])  # its drain did not get as far as asking

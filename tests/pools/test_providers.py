@@ -242,6 +242,25 @@ def test_the_cluster_registers_labels_taints_cordons_and_evicts(actors, train_do
     assert not SimClusterNode.objects.exists() and (lost.phase, lost.reason, lost.node) == ("Pending", "NodeLost", None)
 
 
+def test_the_simulated_clusters_drain_cordon_is_marked_as_a_real_nodes_is():
+    """As tests/k8s/test_kubernetes_cluster.py shows of a real Node: a drain's cordon (`mark`) is
+    marked as its own where the node was schedulable, and lifting it by the mark lifts no one
+    else's cordon; a repair's (unmarked) takes a drain's over."""
+    cluster = SimulatedCluster()
+    cluster.register_node(name="n1", now=T0)
+    row = SimClusterNode.objects.filter(name="n1")
+    assert cluster.cordon(name="n1", mark=True) is True and row.get().cordoned_for_drain
+    assert cluster.uncordon(name="n1", mark=True) is True and not row.get().unschedulable
+    cluster.cordon(name="n1")  # someone's
+    assert cluster.cordon(name="n1", mark=True) is True and not row.get().cordoned_for_drain
+    assert cluster.uncordon(name="n1", mark=True) is False and row.get().unschedulable
+    cluster.uncordon(name="n1")
+    cluster.cordon(name="n1", mark=True)
+    cluster.cordon(name="n1")  # a repair's
+    assert cluster.uncordon(name="n1", mark=True) is False and row.get().unschedulable
+    assert cluster.cordon(name="gone", mark=True) is False and cluster.uncordon(name="gone", mark=True) is True
+
+
 def test_evicting_a_nodes_pods_together_refuses_and_evicts_like_one_by_one(actors, train_document):
     """`evict_pods` (one drain, a fixed number of queries) gives what `evict_pod` per pod gives:
     a standing refusal, a refusal counted down (it refuses the first matching pod only), the

@@ -22,6 +22,7 @@ from pools.controllers.scale_down import PodsRecheck
 from pools.controllers.scale_down_cordons import cordon_bound, cordons_left_settle
 from pools.controllers.scheduler import scheduler_pass
 from pools.models import Node, PoolEvent
+from pools.models.cloud import SimClusterNode
 from pools.models.pods import Pod
 from pools.providers import get_cluster_backend
 from pools.services import pods as pod_services
@@ -131,6 +132,21 @@ def test_a_leftover_whose_pods_lost_their_room_is_lifted_not_drained_into_a_scal
     scheduler_pass(now=SETTLED + timedelta(seconds=5))
     another.refresh_from_db()
     assert another.node_id == burst.pk
+
+
+@pytest.mark.django_db
+def test_a_cordon_someone_set_in_the_cluster_before_the_decision_stays_when_the_stopped_pass_is_settled(actors):
+    """Only the row's cordon is the decision's: the cluster's Node, cordoned by someone else
+    before the decision (no drain's mark), keeps that cordon, and the event says so."""
+    pool, burst = scaling_down_pool(actors)
+    SimClusterNode.objects.create(name=burst.name, unschedulable=True)
+    decided_then_stopped(pool)
+    memory_used(pool, 95)
+    autoscale_all(now=SETTLED)
+    burst.refresh_from_db()
+    assert not burst.unschedulable and SimClusterNode.objects.get(name=burst.name).unschedulable
+    message = pool.events.get(reason="ScaleDownUncordoned").message
+    assert STALE in message and message.endswith("the cluster keeps any cordon of its Node that the autoscaler did not set (kubectl cordon)"), message
 
 
 @pytest.mark.django_db
