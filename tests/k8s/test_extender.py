@@ -43,7 +43,7 @@ from pools.providers.kubernetes_pods import TEAM_LABEL, ClusterPods
 from pools.selectors.extender import extender_pod, extender_scores
 from pools.services import pods as pod_services
 from tests.k8s.control_plane import ROOT
-from tests.k8s.helpers import plane_running, wait_for
+from tests.k8s.helpers import plane_running, pod_create_admitted, wait_for
 from tests.pools.pod_helpers import T0, pod_document, pool_with_nodes
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -223,17 +223,67 @@ def test_our_gpu_model_check_counts_only_the_nodes_kube_scheduler_s_filters_pass
     for word."""
     fleet(actors, cluster, "order")
     core = client.CoreV1Api(cluster)
-    document = pod_document("wants-4-h100", gpus=4, models="H100_80G")
     core.create_namespaced_pod(NAMESPACE, cluster_document(pod_document("wants-4-h100", gpus=4, models="H100_80G")))
     kind, message = wait_for(lambda: verdict(core, "wants-4-h100"), timeout=30, what="kube-scheduler's verdict")
     assert kind == "pending" and f"8 {REASON_GPU}" in message, message
+    assert simulated_explanation(actors["member"], pod_document("wants-4-h100-simulated", gpus=4, models="H100_80G")) == message
+
+
+def test_a_full_node_of_another_gpu_model_is_told_as_kube_scheduler_s_preemption_tells_it(plane, cluster, actors, calls):
+    """A node of another GPU model whose GPUs are all taken: kube-scheduler's own filters refuse
+    it for its GPUs (the extender is never asked), and its preemption, which knows nothing of
+    GPU models, looks for victims there and finds none (pods of the pod's own priority). The
+    simulated scheduler's verdict is the same, word for word."""
+    full = filled(cluster, fleet(actors, cluster, "full"))
+    core = client.CoreV1Api(cluster)
+    assert Pod.objects.live().get(name="filler").node_id == full.pk
+    core.create_namespaced_pod(NAMESPACE, cluster_document(pod_document("wants-4-h100", gpus=4, models="H100_80G")))
+    kind, message = wait_for(lambda: verdict(core, "wants-4-h100"), timeout=30, what="kube-scheduler's verdict")
+    assert kind == "pending" and "No preemption victims found for incoming pod" in message, message
+    assert simulated_explanation(actors["member"], pod_document("wants-4-h100-simulated", gpus=4, models="H100_80G")) == message
+
+
+def test_preemption_s_only_candidate_on_a_node_of_another_gpu_model_is_dropped_as_kube_scheduler_says(plane, cluster, actors, calls):
+    """A pod of higher priority finds its victims only on a full node of another GPU model:
+    kube-scheduler's preemption takes the node for a candidate, the extender's `preempt` drops
+    it, and nothing is evicted. The simulated scheduler's verdict is the same, word for word."""
+    filled(cluster, fleet(actors, cluster, "drop"))
+    core = client.CoreV1Api(cluster)
+    scheduling = client.SchedulingV1Api(cluster)
+    scheduling.create_priority_class(client.V1PriorityClass(metadata=client.V1ObjectMeta(name="priority-1000"), value=1000))
+    try:
+        document = cluster_document(pod_document("wants-8-h100", gpus=8, models="H100_80G", priority=1000))
+        pod_create_admitted(core, NAMESPACE, document)
+        kind, message = wait_for(lambda: verdict(core, "wants-8-h100"), timeout=30, what="kube-scheduler's verdict")
+        assert kind == "pending" and message.endswith("preemption: no candidate node for preemption"), message
+        assert core.read_namespaced_pod("filler", NAMESPACE).metadata.deletion_timestamp is None  # not evicted
+        simulated = pod_document("wants-8-h100-simulated", gpus=8, models="H100_80G", priority=1000)
+        assert simulated_explanation(actors["member"], simulated) == message
+    finally:
+        scheduling.delete_priority_class("priority-1000")
+
+
+def filled(cluster, nodes: list[Node]) -> Node:
+    """The first 8-GPU node with all its GPUs taken by a pod of priority 0 (bound by name, run
+    by its kubelet, mirrored into the read model)."""
+    full = next(node for node in nodes if node.gpu_count == 8)
+    filler = cluster_document(pod_document("filler", gpus=8, cpu="1", memory="1Gi"))
+    filler["spec"]["nodeName"] = full.name
+    client.CoreV1Api(cluster).create_namespaced_pod(NAMESPACE, filler)
+    FakeKubelet(cluster).sync_pods(node_name=full.name, now=T0)
+    PodMirror(ClusterPods(cluster), clock=lambda: T0).relist()
+    return full
+
+
+def simulated_explanation(member, document: dict) -> str:
+    """The Pending pod's message after the product's simulated scheduler pass on the current
+    state (a savepoint, rolled back: nothing of it stays)."""
     with override_settings(EBCLOUD_CLUSTER_BACKEND="simulated"), transaction.atomic():
-        document["metadata"]["name"] = "wants-4-h100-simulated"
-        pod_services.pod_create(user=actors["member"], document=document, now=T0)
+        pod_services.pod_create(user=member, document=document, now=T0)
         scheduler_pass(now=T0)
-        simulated = Pod.objects.live().get(namespace=NAMESPACE, name="wants-4-h100-simulated").explanation
+        explanation = Pod.objects.live().get(namespace=NAMESPACE, name=document["metadata"]["name"]).explanation
         transaction.set_rollback(True)
-    assert simulated == message
+    return explanation
 
 
 def test_a_scheduler_with_another_secret_is_refused_and_schedules_without_us(plane, cluster, actors, calls, live_server):

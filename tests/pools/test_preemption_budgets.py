@@ -190,6 +190,23 @@ def test_the_preemption_verdict_counts_each_nodes_reasons():
     )
 
 
+def test_candidates_the_scheduler_extender_drops_leave_no_candidate_node():
+    """kube-scheduler looks for victims by its own filters; the extender's preempt then drops a
+    node of another GPU model, or one whose victims include the owner's pods for a guest's pod
+    of a lent pool: with every candidate dropped its message is "no candidate node for
+    preemption" (tests/k8s/test_extender.py checks the words on a real kube-scheduler)."""
+    lent = node("lent", (Pod("owner/train", cpu_milli=1000, gpu_count=8, team="owner"), tuple(range(8))), teams=frozenset({"owner", "guest"}), owner="owner")
+    other_model = NodeState(name="h100", cpu_milli=64_000, memory_mib=512_000, gpu_count=8, gpu_model="H100")
+    other_model.bind(pod("low"), tuple(range(8)))
+    guest = Pod("guest/eval", cpu_milli=1000, gpu_count=8, priority=100, team="guest", gpu_models=frozenset({"A100"}))
+    assert preempt(guest, [lent, other_model]) is None
+    assert explain(guest, [lent, other_model]).message == (
+        "0/2 nodes are available: 2 Insufficient nvidia.com/gpu. preemption: no candidate node for preemption"
+    )
+    own = node("own", (Pod("guest/low", cpu_milli=1000, gpu_count=8, team="guest"), tuple(range(8))), teams=frozenset({"owner", "guest"}), owner="owner")
+    assert preempt(guest, [lent, other_model, own]).node == "own"
+
+
 # --- through the simulated scheduler pass -------------------------------------------------------
 
 

@@ -105,7 +105,7 @@ def explain(pod: Pod, nodes: Sequence[NodeState]) -> Explanation:
     nodes = [node for node in nodes if may_use(pod, node)]
     node_reasons: dict[str, str] = {}
     reasons: Counter[str] = Counter()
-    resolvable: list[NodeState] = []  # short only of what evicting pods could free
+    resolvable: list[NodeState] = []  # short, for kube-scheduler's filters, only of what evicting pods could free
     named = named_nodes(pod)
     for node in nodes:
         if (reason := REASON_NOT_NAMED if named is not None and node.name not in named else builtin_filter_reason(pod, node)) is not None:
@@ -114,7 +114,7 @@ def explain(pod: Pod, nodes: Sequence[NodeState]) -> Explanation:
         elif short := insufficient_resources(pod, node):
             node_reasons[node.name] = short[0][0]
             reasons.update(reason for reason, _ in short)
-            if not any(unresolvable for _, unresolvable in short) and gpu_model_reason(pod, node) is None:
+            if not any(unresolvable for _, unresolvable in short):
                 resolvable.append(node)
         elif (reason := gpu_model_reason(pod, node)) is not None:
             node_reasons[node.name] = reason
@@ -127,31 +127,42 @@ def explain(pod: Pod, nodes: Sequence[NodeState]) -> Explanation:
         reasons=dict(reasons),
         node_reasons=node_reasons,
         message=kube_message(len(nodes), available, dict(reasons), _preemption(pod, len(nodes), available, resolvable)),
-        hints=tuple(_hints(pod, nodes, resolvable)) if node_reasons else (),
+        hints=tuple(_hints(pod, nodes, [node for node in resolvable if gpu_model_reason(pod, node) is None])) if node_reasons else (),
     )
+
+
+NO_CANDIDATE = "no candidate node for preemption"  # kube-scheduler's, when the extender dropped every candidate
 
 
 def _preemption(pod: Pod, node_count: int, available: int, resolvable: Sequence[NodeState]) -> str:
     """What kube-scheduler's DefaultPreemption says when it runs (no node fits) and fails: the
     pod may not preempt, or no node has victims whose eviction would make room. Its FitError
     counts each node's reasons: "not helpful" where evicting cannot fix what keeps the pod off,
-    "No preemption victims found" on a node without a pod it may evict, and the filters' own
+    "No preemption victims found" on a node without a lower-priority pod, and the filters' own
     reasons ("Insufficient nvidia.com/gpu") where even evicting every such pod leaves it short.
-    Empty where it would find victims (the scheduler then preempts) or did not run. The victims
-    are looked for only here, and only until a node has some."""
+    It looks for victims by its own filters (`victims_on(ours=False)`): a node of another GPU
+    model, or one whose victims include pods the pod may not evict (`may_preempt`), is a
+    candidate until the scheduler extender's `preempt` drops it, and when it drops every one the
+    message is NO_CANDIDATE. Empty where a candidate is left (the scheduler then preempts) or
+    preemption did not run."""
     if available or not node_count:
         return ""
     if not pod.may_preempt:
         return "not eligible due to preemptionPolicy=Never."
     verdicts: Counter[str] = Counter({NOT_HELPFUL: node_count - len(resolvable)})
+    candidates = False
     for node in resolvable:
-        found = victims_on(pod, node)
+        found = victims_on(pod, node, ours=False)
         if found is None:  # not reached: a resolvable node passes every filter preemption cannot mend
             verdicts[NOT_HELPFUL] += 1
-        elif found.victims:
+        elif not found.victims:
+            verdicts.update(found.reasons)
+        elif gpu_model_reason(pod, node) is None and all(may_preempt(pod, victim.team, node) for victim in found.victims):
             return ""
         else:
-            verdicts.update(found.reasons)
+            candidates = True
+    if candidates:
+        return NO_CANDIDATE
     return kube_message(node_count, 0, {reason: count for reason, count in verdicts.items() if count})
 
 

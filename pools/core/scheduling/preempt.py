@@ -47,6 +47,7 @@ from pools.core.scheduling.nodes import (
     NodeState,
     Pod,
     best_fit_gpus,
+    builtin_filter_reason,
     filter_node,
     insufficient_resources,
     may_preempt,
@@ -101,13 +102,15 @@ def past_budget(pods: Iterable[Pod], budgets: Sequence[PreemptionBudget]) -> set
     return past
 
 
-def victims_on(pod: Pod, node: NodeState, budgets: Sequence[PreemptionBudget] = ()) -> NodeVictims | None:
+def victims_on(pod: Pod, node: NodeState, budgets: Sequence[PreemptionBudget] = (), *, ours: bool = True) -> NodeVictims | None:
     """kube-scheduler's SelectVictimsOnNode for ``pod`` on ``node`` (see the module docstring);
     None where a filter that evicting pods cannot change refuses the pod (kube-scheduler does
-    not try the node: "Preemption is not helpful for scheduling")."""
-    if static_filter_reason(pod, node) is not None:
+    not try the node: "Preemption is not helpful for scheduling"). `ours=False`: as a real
+    kube-scheduler finds them, without the rules it leaves to the scheduler extender (the team,
+    the GPU model, `may_preempt`), whose `preempt` then judges the node by them."""
+    if (static_filter_reason if ours else builtin_filter_reason)(pod, node) is not None:
         return None
-    candidates = [b for b in node.bound.values() if b.pod.priority < pod.priority and may_preempt(pod, b.pod.team, node)]
+    candidates = [b for b in node.bound.values() if b.pod.priority < pod.priority and (not ours or may_preempt(pod, b.pod.team, node))]
     if not candidates:
         return NodeVictims(reasons=(NO_VICTIMS,))
     sim = node.clone()
