@@ -207,6 +207,18 @@ def test_candidates_the_scheduler_extender_drops_leave_no_candidate_node():
     assert preempt(guest, [lent, other_model, own]).node == "own"
 
 
+def test_no_hint_offers_a_preemption_the_scheduler_extender_would_drop():
+    """kube-scheduler gives the guest's own pod back first (the higher priority) and picks the
+    owner's as the victim, which the extender's preempt refuses: the hint offers waiting, not
+    preemption, beside the message that says none happens."""
+    members = frozenset({"owner", "guest"})
+    lent = node("lent", (Pod("owner/train", cpu_milli=1000, gpu_count=1, priority=5, team="owner"), (0,)),
+                (Pod("guest/eval", cpu_milli=1000, gpu_count=1, priority=10, team="guest"), (1,)), gpus=2, teams=members, owner="owner")  # fmt: skip
+    verdict = explain(Pod("guest/urgent", cpu_milli=1000, gpu_count=1, priority=100, team="guest"), [lent])
+    assert verdict.message.endswith("preemption: no candidate node for preemption"), verdict.message
+    assert "preempt" not in verdict.hints[-1] and "Wait for the pods there to finish" in verdict.hints[-1], verdict.hints
+
+
 # --- through the simulated scheduler pass -------------------------------------------------------
 
 

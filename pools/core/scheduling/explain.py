@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pools.core.priority import HIGHEST_USER_DEFINABLE_PRIORITY
+from pools.core.scheduling.extender import preemption_nodes
 from pools.core.scheduling.nodes import (
     MILLI,
     REASON_CPU,
@@ -33,9 +34,7 @@ from pools.core.scheduling.nodes import (
     builtin_filter_reason,
     gpu_model_reason,
     insufficient_resources,
-    may_preempt,
     may_use,
-    resource_filter_reason,
 )
 from pools.core.scheduling.pod_fixes import fix_text, pool_fixes
 from pools.core.scheduling.preempt import victims_on
@@ -157,13 +156,27 @@ def _preemption(pod: Pod, node_count: int, available: int, resolvable: Sequence[
             verdicts[NOT_HELPFUL] += 1
         elif not found.victims:
             verdicts.update(found.reasons)
-        elif gpu_model_reason(pod, node) is None and all(may_preempt(pod, victim.team, node) for victim in found.victims):
+        elif _kept_by_extender(pod, node, found.victims):
             return ""
         else:
             candidates = True
     if candidates:
         return NO_CANDIDATE
     return kube_message(node_count, 0, {reason: count for reason, count in verdicts.items() if count})
+
+
+def _kept_by_extender(pod: Pod, node: NodeState, victims: Sequence[Pod]) -> bool:
+    """Whether the scheduler extender's `preempt` keeps this candidate of kube-scheduler's, with
+    these victims: the very function that answers it on a real cluster."""
+    return bool(preemption_nodes(pod, {node.name: node}, {node.name: [victim.team for victim in victims]}))
+
+
+def _preempts_on(pod: Pod, node: NodeState) -> bool:
+    """Whether a real cluster's preemption evicts pods on `node` for `pod` (whatever its
+    preemptionPolicy): kube-scheduler finds victims there by its own filters and the scheduler
+    extender keeps the node."""
+    found = victims_on(pod, node, ours=False)
+    return found is not None and bool(found.victims) and _kept_by_extender(pod, node, found.victims)
 
 
 def plural(n: int, word: str) -> str:
@@ -257,36 +270,22 @@ def _taken(pod: Pod, members: Sequence[NodeState]) -> list[str]:
 
 def _levers(pod: Pod, pool: str, members: Sequence[NodeState]) -> str:
     """What makes room on these nodes, each only where it can: waiting (what is taken there is
-    held by pods, which end, and an empty node holds the pod); preemption where the pods of
-    lower priority that the pod may evict would make room on one node (what kube-scheduler's
-    preemption looks for: its message then has no "preemption:" verdict), else a higher
-    PriorityClass where the pods there would then make room; a repack where the free capacity
-    of the pool's nodes, put together, holds the pod."""
+    held by pods, which end, and an empty node holds the pod); preemption where a real cluster's
+    preempts on one of them (`_preempts_on`, as `_preemption` judges it: its message then has no
+    "preemption:" verdict), else a higher PriorityClass where that one would then preempt; a
+    repack where the free capacity of the pool's nodes, put together, holds the pod."""
     levers = ["wait for shares to free up" if pod.is_sharing else "wait for the pods there to finish"]
-    if any(_room_once_gone(pod, node, below=pod.priority) for node in members):
+    if any(_preempts_on(pod, node) for node in members):
         if pod.may_preempt:
             levers.append("preempt lower-priority pods")
         else:
             levers[0] += " (its preemptionPolicy is Never: it preempts nobody)"
-    elif any(_room_once_gone(pod, node, below=HIGHEST_USER_DEFINABLE_PRIORITY) for node in members):
+    elif any(_preempts_on(replace(pod, priority=HIGHEST_USER_DEFINABLE_PRIORITY), node) for node in members):
         levers.append("give the pod a PriorityClass above theirs (spec.priorityClassName) to preempt pods there")
     if _repack_holds(pod, members):
         levers.append("repack the pool" + (f" (`ebcloud node-pool fragmentation {pool} --plan`)" if pool != NO_POOL else ""))
     text = levers[0] if len(levers) == 1 else ", ".join(levers[:-1]) + (", or " if len(levers) > 2 else " or ") + levers[-1]
     return text[0].upper() + text[1:]
-
-
-def _room_once_gone(pod: Pod, node: NodeState, *, below: int) -> bool:
-    """Whether the pod fits `node` once every pod there of priority under `below` that it may
-    evict (`may_preempt`: a guest never evicts the owner's) is gone: `victims_on`'s question,
-    without choosing the fewest victims."""
-    gone = [b.pod.name for b in node.bound.values() if b.pod.priority < below and may_preempt(pod, b.pod.team, node)]
-    if not gone:
-        return False
-    sim = node.clone()
-    for name in gone:
-        sim.unbind(name)
-    return resource_filter_reason(pod, sim) is None
 
 
 def _repack_holds(pod: Pod, members: Sequence[NodeState]) -> bool:

@@ -107,9 +107,11 @@ def victims_on(pod: Pod, node: NodeState, budgets: Sequence[PreemptionBudget] = 
     None where a filter that evicting pods cannot change refuses the pod (kube-scheduler does
     not try the node: "Preemption is not helpful for scheduling"). `ours=False`: as a real
     kube-scheduler finds them, without the rules it leaves to the scheduler extender (the team,
-    the GPU model, `may_preempt`), whose `preempt` then judges the node by them."""
+    the GPU model, `may_preempt`), whose `preempt` then judges the node by them, and giving
+    pods back in its own order (MoreImportantPod: checkpointable pods are not ours to prefer)."""
     if (static_filter_reason if ours else builtin_filter_reason)(pod, node) is not None:
         return None
+    importance = _importance if ours else _kube_importance
     candidates = [b for b in node.bound.values() if b.pod.priority < pod.priority and (not ours or may_preempt(pod, b.pod.team, node))]
     if not candidates:
         return NodeVictims(reasons=(NO_VICTIMS,))
@@ -118,7 +120,7 @@ def victims_on(pod: Pod, node: NodeState, budgets: Sequence[PreemptionBudget] = 
         sim.unbind(binding.pod.name)
     if short := insufficient_resources(pod, sim):
         return NodeVictims(reasons=tuple(reason for reason, _ in short))
-    candidates.sort(key=lambda b: _importance(b.pod))  # most important first
+    candidates.sort(key=lambda b: importance(b.pod))  # most important first
     past = past_budget((b.pod for b in candidates), budgets)
     victims = []
     # Give pods back, those past their budget first; each stays if the preemptor still fits.
@@ -127,7 +129,7 @@ def victims_on(pod: Pod, node: NodeState, budgets: Sequence[PreemptionBudget] = 
         if resource_filter_reason(pod, sim) is not None:
             sim.unbind(binding.pod.name)
             victims.append(binding.pod)
-    victims.sort(key=_importance)  # kube-scheduler sorts them again: the two groups merged, most important first
+    victims.sort(key=importance)  # kube-scheduler sorts them again: the two groups merged, most important first
     return NodeVictims(tuple(victims), sum(1 for v in victims if v.name in past), best_fit_gpus(pod, sim.gpu_free) or ())
 
 
@@ -181,6 +183,11 @@ def _importance(pod: Pod) -> tuple:
     """Most important first: (+) not checkpointable, then kube-scheduler's MoreImportantPod (the
     higher priority, then the earlier start), then the name, so that the order is total."""
     return (pod.checkpointable, -pod.priority, _started(pod), pod.name)
+
+
+def _kube_importance(pod: Pod) -> tuple:
+    """kube-scheduler's own MoreImportantPod, then the name."""
+    return (-pod.priority, _started(pod), pod.name)
 
 
 def _latest_start_first(victims: Sequence[Pod]) -> tuple[int, float]:
