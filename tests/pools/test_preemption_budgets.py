@@ -219,20 +219,6 @@ def test_no_hint_offers_a_preemption_the_scheduler_extender_would_drop():
     assert "preempt" not in verdict.hints[-1] and "Wait for the pods there to finish" in verdict.hints[-1], verdict.hints
 
 
-def test_a_whole_gpu_finds_no_victim_where_kube_scheduler_counts_the_shares_apart():
-    """kube-scheduler counts whole GPUs and GPU shares apart: a node whose 8 GPUs are each partly
-    shared by lower-priority pods has 8 whole GPUs free by its count, so its preemption removes
-    them, gives every one back and finds no victim, an error it says as such
-    (tests/k8s/test_extender.py has the words from a real kube-scheduler); no hint offers
-    preemption there."""
-    shared = node("halves-0", *((Pod(f"{NS}/share-{i}", cpu_milli=1000, gpu_count=1, gpu_milli=600), (i,)) for i in range(8)))
-    whole = pod("whole", gpus=1, priority=1000)
-    verdict = explain(whole, [shared])
-    assert verdict.message == '0/1 nodes are available: 1 Insufficient nvidia.com/gpu. preemption: expected at least one victim pod on node "halves-0"'
-    assert "preempt" not in verdict.hints[-1], verdict.hints
-    assert victims_on(whole, shared).victims  # the simulated cluster's own preemption does evict shares (ours)
-
-
 # --- through the simulated scheduler pass -------------------------------------------------------
 
 

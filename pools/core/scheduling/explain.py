@@ -142,22 +142,18 @@ def _preemption(pod: Pod, node_count: int, available: int, resolvable: Sequence[
     It looks for victims by its own filters (`victims_on(ours=False)`): a node of another GPU
     model, or one whose victims include pods the pod may not evict (`may_preempt`), is a
     candidate until the scheduler extender's `preempt` drops it, and when it drops every one the
-    message is NO_CANDIDATE. A node it finds no victim on though it has lower-priority pods (a
-    whole GPU on a node whose GPUs are all partly shared: its own count fits the pod there) is
-    an error it says instead, when no node is a candidate. Empty where a candidate is left (the
-    scheduler then preempts) or preemption did not run."""
+    message is NO_CANDIDATE. Empty where a candidate is left (the scheduler then preempts) or
+    preemption did not run."""
     if available or not node_count:
         return ""
     if not pod.may_preempt:
         return "not eligible due to preemptionPolicy=Never."
     verdicts: Counter[str] = Counter({NOT_HELPFUL: node_count - len(resolvable)})
-    candidates, errors = False, set()
+    candidates = False
     for node in resolvable:
         found = victims_on(pod, node, ours=False)
         if found is None:  # not reached: a resolvable node passes every filter preemption cannot mend
             verdicts[NOT_HELPFUL] += 1
-        elif found.error:
-            errors.add(found.error)
         elif not found.victims:
             verdicts.update(found.reasons)
         elif _kept_by_extender(pod, node, found.victims):
@@ -166,8 +162,6 @@ def _preemption(pod: Pod, node_count: int, available: int, resolvable: Sequence[
             candidates = True
     if candidates:
         return NO_CANDIDATE
-    if errors:  # its errors aggregated (kube-scheduler lists several in the order its workers met them; here by node)
-        return errors.pop() if len(errors) == 1 else f"[{', '.join(sorted(errors))}]"
     return kube_message(node_count, 0, {reason: count for reason, count in verdicts.items() if count})
 
 

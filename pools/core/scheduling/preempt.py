@@ -44,9 +44,6 @@ from dataclasses import dataclass
 
 from pools.core.disruption import DisruptionBudget, PreemptionBudget, preemption_budgets
 from pools.core.scheduling.nodes import (
-    MILLI,
-    REASON_GPU,
-    REASON_GPU_SHARE,
     NodeState,
     Pod,
     best_fit_gpus,
@@ -54,6 +51,7 @@ from pools.core.scheduling.nodes import (
     filter_node,
     insufficient_resources,
     may_preempt,
+    resource_filter_reason,
     static_filter_reason,
 )
 
@@ -86,9 +84,6 @@ class NodeVictims:
     violations: int = 0
     gpu_indices: tuple[int, ...] = ()
     reasons: tuple[str, ...] = ()
-    # kube-scheduler's Error for a node with lower-priority pods none of which is a victim: by its
-    # own count the pod fits with all of them there (only the extender refused it).
-    error: str = ""
 
 
 def past_budget(pods: Iterable[Pod], budgets: Sequence[PreemptionBudget]) -> set[str]:
@@ -117,26 +112,23 @@ def victims_on(pod: Pod, node: NodeState, budgets: Sequence[PreemptionBudget] = 
     if (static_filter_reason if ours else builtin_filter_reason)(pod, node) is not None:
         return None
     importance = _importance if ours else _kube_importance
-    short_of = (lambda state: [reason for reason, _ in insufficient_resources(pod, state)]) if ours else (lambda state: kube_resources_short(pod, state))
     candidates = [b for b in node.bound.values() if b.pod.priority < pod.priority and (not ours or may_preempt(pod, b.pod.team, node))]
     if not candidates:
         return NodeVictims(reasons=(NO_VICTIMS,))
     sim = node.clone()
     for binding in candidates:
         sim.unbind(binding.pod.name)
-    if short := short_of(sim):
-        return NodeVictims(reasons=tuple(short))
+    if short := insufficient_resources(pod, sim):
+        return NodeVictims(reasons=tuple(reason for reason, _ in short))
     candidates.sort(key=lambda b: importance(b.pod))  # most important first
     past = past_budget((b.pod for b in candidates), budgets)
     victims = []
     # Give pods back, those past their budget first; each stays if the preemptor still fits.
     for binding in [b for b in candidates if b.pod.name in past] + [b for b in candidates if b.pod.name not in past]:
         sim.bind(binding.pod, binding.gpu_indices)
-        if short_of(sim):
+        if resource_filter_reason(pod, sim) is not None:
             sim.unbind(binding.pod.name)
             victims.append(binding.pod)
-    if not victims:  # not ours: kube-scheduler's count fits the pod with every pod there
-        return NodeVictims(error=f'expected at least one victim pod on node "{node.name}"')
     victims.sort(key=importance)  # kube-scheduler sorts them again: the two groups merged, most important first
     return NodeVictims(tuple(victims), sum(1 for v in victims if v.name in past), best_fit_gpus(pod, sim.gpu_free) or ())
 
@@ -191,21 +183,6 @@ def _importance(pod: Pod) -> tuple:
     """Most important first: (+) not checkpointable, then kube-scheduler's MoreImportantPod (the
     higher priority, then the earlier start), then the name, so that the order is total."""
     return (pod.checkpointable, -pod.priority, _started(pod), pod.name)
-
-
-def kube_resources_short(pod: Pod, node: NodeState) -> list[str]:
-    """What NodeResourcesFit finds short as kube-scheduler itself counts, without the extender:
-    whole GPUs (`nvidia.com/gpu`) and GPU shares (`ebcloud.io/gpu-milli`, 1000 a GPU) are two
-    resources counted apart, so a whole GPU fits a node whose GPUs are all partly shared, which
-    only our filter refuses (the extender's: a GPU is held whole or shared)."""
-    short = [reason for reason, _ in insufficient_resources(pod, node) if reason not in (REASON_GPU, REASON_GPU_SHARE)]
-    bound = [b.pod for b in node.bound.values()]
-    if pod.is_sharing:
-        if sum(p.gpu_milli for p in bound if p.is_sharing) + pod.gpu_milli > node.gpu_count * MILLI:
-            short.append(REASON_GPU_SHARE)
-    elif pod.gpu_count and sum(p.gpu_count for p in bound if not p.is_sharing) + pod.gpu_count > node.gpu_count:
-        short.append(REASON_GPU)
-    return short
 
 
 def _kube_importance(pod: Pod) -> tuple:
