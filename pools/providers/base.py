@@ -243,7 +243,8 @@ class ClusterBackend(Protocol):
         set before (`kubectl cordon`) stays theirs, and `uncordon(mark=True)` never lifts it,
         as Cluster Autoscaler marks its nodes with a taint of its own and never touches anyone's
         `spec.unschedulable`. A cordon without `mark` (a repair's) is nobody else's: it drops
-        the mark."""
+        the mark. A cordon set by someone after lifting a drain's (the mark stays on a real
+        Node) is theirs too: the cluster records who set `spec.unschedulable` last."""
         ...
 
     def uncordon(self, *, name: str, mark: bool = False) -> bool:

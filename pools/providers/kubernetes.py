@@ -62,6 +62,10 @@ from pools.providers.base import (
 )
 
 FIELD_MANAGER = "ebcloud.io/node-pools"
+# Who wrote a drain's cordon: the API server records the field manager of `spec.unschedulable`
+# and hands the field to whoever changes it next (`kubectl uncordon`, then `kubectl cordon`),
+# which the drain's annotation alone would outlive.
+DRAIN_FIELD_MANAGER = "ebcloud.io/node-drain"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 MANAGED_TAINTS_ANNOTATION = "ebcloud.io/managed-taints"  # (key, effect) of the taints we applied last
 CHECKPOINTABLE_ANNOTATION = "ebcloud.io/checkpointable"
@@ -221,15 +225,17 @@ class KubernetesCluster:
         drain's mark). With `mark`, only the drain's own cordon (`_marked`)."""
         return self._marked(name, cordon=False) if mark else self._cordon_patch(name, None)
 
-    def _cordon_patch(self, name: str, value: bool | None, resource_version: str = "") -> bool:
-        """One merge patch of `spec.unschedulable` that sets the drain's mark with a marked cordon
-        and drops it otherwise; conditional on `resource_version` where given (409 raises
-        `ApiException` for the caller to read again). False when the Node is gone (404)."""
-        metadata: dict = {"annotations": {DRAIN_CORDON_ANNOTATION: "true" if value and resource_version else None}}
+    def _cordon_patch(self, name: str, value: bool | None, resource_version: str = "", *, mark: bool = False) -> bool:
+        """One merge patch of `spec.unschedulable` that sets the drain's mark with `mark` (written
+        by the drain's field manager) and drops it otherwise; conditional on `resource_version`
+        where given (409 raises `ApiException` for the caller to read again). False when the
+        Node is gone (404)."""
+        metadata: dict = {"annotations": {DRAIN_CORDON_ANNOTATION: "true" if mark else None}}
         if resource_version:
             metadata["resourceVersion"] = resource_version
+        manager = {"field_manager": DRAIN_FIELD_MANAGER} if mark else {}
         try:
-            self.core.patch_node(name, {"metadata": metadata, "spec": {"unschedulable": value}}, _request_timeout=request_timeout())
+            self.core.patch_node(name, {"metadata": metadata, "spec": {"unschedulable": value}}, **manager, _request_timeout=request_timeout())
         except CLUSTER_UNREACHABLE as exc:
             status = getattr(exc, "status", None)
             if status == 404:
@@ -251,13 +257,13 @@ class KubernetesCluster:
                     return not cordon  # gone: nothing to cordon, and no cordon stays
                 raise refused(f"get nodes/{name}", exc) from exc
             cordoned = bool(node.get("spec", {}).get("unschedulable"))
-            ours = (node["metadata"].get("annotations") or {}).get(DRAIN_CORDON_ANNOTATION) == "true"
             if cordon and cordoned:
                 return True  # cordoned already, by a drain or by someone: kept as it is
-            if not cordon and not ours:
+            if not cordon and not _drains_own_cordon(node):
                 return not cordoned  # someone else's cordon stays; no cordon, nothing to lift
             try:
-                return self._cordon_patch(name, True if cordon else None, node["metadata"]["resourceVersion"]) or not cordon
+                version = node["metadata"]["resourceVersion"]
+                return self._cordon_patch(name, True if cordon else None, version, mark=cordon) or not cordon
             except ApiException:  # 409: changed since the read
                 continue
         raise ProviderError(f"node {name} kept changing while it was {'cordoned' if cordon else 'uncordoned'}; the next pass retries")
@@ -386,3 +392,16 @@ def _drain_moves(pod: client.V1Pod) -> bool:
     if MIRROR_ANNOTATION in (pod.metadata.annotations or {}):
         return False
     return not any(ref.kind == "DaemonSet" and ref.controller for ref in pod.metadata.owner_references or ())
+
+
+def _drains_own_cordon(node: Mapping) -> bool:
+    """The Node's cordon is a drain's: marked, and `spec.unschedulable` last set by the drain's
+    field manager. Anyone who has set it since (`kubectl uncordon`, then `kubectl cordon`) owns
+    the field now, though the mark stays; a repair's cordon drops the mark."""
+    metadata = node.get("metadata", {})
+    if (metadata.get("annotations") or {}).get(DRAIN_CORDON_ANNOTATION) != "true":
+        return False
+    return any(
+        entry.get("manager") == DRAIN_FIELD_MANAGER and "f:unschedulable" in ((entry.get("fieldsV1") or {}).get("f:spec") or {})
+        for entry in metadata.get("managedFields") or ()
+    )

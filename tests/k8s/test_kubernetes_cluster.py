@@ -126,6 +126,20 @@ def test_a_drains_cordon_is_marked_and_lifting_it_lifts_no_one_elses(cluster, no
     assert cluster.uncordon(name="never-joined", mark=True) is True  # and no one's cordon stays
 
 
+def test_a_cordon_set_after_someone_lifted_the_drains_is_theirs_though_the_mark_stays(cluster, node, core):
+    """`kubectl uncordon` of a node a drain cordoned leaves the drain's annotation, and a later
+    `kubectl cordon` is theirs: the API server gives `spec.unschedulable` to whoever set it last,
+    so lifting the drain's cordon leaves it. A cordon lifted and set again by the drain is its own."""
+    cluster.cordon(name=node, mark=True)
+    core.patch_node(node, {"spec": {"unschedulable": None}}, field_manager="kubectl-cordon")  # kubectl uncordon
+    core.patch_node(node, {"spec": {"unschedulable": True}}, field_manager="kubectl-cordon")  # kubectl cordon
+    assert drain_mark(core, node) == "true"
+    assert cluster.uncordon(name=node, mark=True) is False and core.read_node(node).spec.unschedulable
+    core.patch_node(node, {"spec": {"unschedulable": None}})
+    assert cluster.cordon(name=node, mark=True) is True
+    assert cluster.uncordon(name=node, mark=True) is True and not core.read_node(node).spec.unschedulable
+
+
 def test_a_cordon_set_between_the_drains_read_and_its_write_stays_theirs(cluster, node, core, monkeypatch):
     """Someone cordons the Node after the drain's cordon read it schedulable and before it wrote:
     the write, conditional on the resourceVersion it read, is refused (409), the Node is read
