@@ -37,7 +37,7 @@ from pools.core.scheduling.nodes import (
     may_use,
 )
 from pools.core.scheduling.pod_fixes import fix_text, pool_fixes
-from pools.core.scheduling.preempt import victims_on
+from pools.core.scheduling.preempt import NodeVictims, victims_on
 
 NO_POOL = "(no pool)"
 
@@ -151,32 +151,29 @@ def _preemption(pod: Pod, node_count: int, available: int, resolvable: Sequence[
     verdicts: Counter[str] = Counter({NOT_HELPFUL: node_count - len(resolvable)})
     candidates = False
     for node in resolvable:
-        found = victims_on(pod, node, ours=False)
+        found, preempts = _candidate(pod, node)
+        if preempts:
+            return ""
         if found is None:  # not reached: a resolvable node passes every filter preemption cannot mend
             verdicts[NOT_HELPFUL] += 1
         elif not found.victims:
             verdicts.update(found.reasons)
-        elif _kept_by_extender(pod, node, found.victims):
-            return ""
-        else:
+        else:  # a candidate the extender drops
             candidates = True
     if candidates:
         return NO_CANDIDATE
     return kube_message(node_count, 0, {reason: count for reason, count in verdicts.items() if count})
 
 
-def _kept_by_extender(pod: Pod, node: NodeState, victims: Sequence[Pod]) -> bool:
-    """Whether the scheduler extender's `preempt` keeps this candidate of kube-scheduler's, with
-    these victims: the very function that answers it on a real cluster."""
-    return bool(preemption_nodes(pod, {node.name: node}, {node.name: [victim.team for victim in victims]}))
-
-
-def _preempts_on(pod: Pod, node: NodeState) -> bool:
-    """Whether a real cluster's preemption evicts pods on `node` for `pod` (whatever its
-    preemptionPolicy): kube-scheduler finds victims there by its own filters and the scheduler
-    extender keeps the node."""
+def _candidate(pod: Pod, node: NodeState) -> tuple[NodeVictims | None, bool]:
+    """kube-scheduler's victims on `node` for `pod` by its own filters (None where evicting cannot
+    help), and whether a real cluster's preemption evicts them (whatever the pod's
+    preemptionPolicy): there are some and the scheduler extender's `preempt`, the very function
+    that answers it on a real cluster, keeps the node."""
     found = victims_on(pod, node, ours=False)
-    return found is not None and bool(found.victims) and _kept_by_extender(pod, node, found.victims)
+    if found is None or not found.victims:
+        return found, False
+    return found, bool(preemption_nodes(pod, {node.name: node}, {node.name: [victim.team for victim in found.victims]}))
 
 
 def plural(n: int, word: str) -> str:
@@ -271,16 +268,16 @@ def _taken(pod: Pod, members: Sequence[NodeState]) -> list[str]:
 def _levers(pod: Pod, pool: str, members: Sequence[NodeState]) -> str:
     """What makes room on these nodes, each only where it can: waiting (what is taken there is
     held by pods, which end, and an empty node holds the pod); preemption where a real cluster's
-    preempts on one of them (`_preempts_on`, as `_preemption` judges it: its message then has no
+    preempts on one of them (`_candidate`, as `_preemption` judges it: its message then has no
     "preemption:" verdict), else a higher PriorityClass where that one would then preempt; a
     repack where the free capacity of the pool's nodes, put together, holds the pod."""
     levers = ["wait for shares to free up" if pod.is_sharing else "wait for the pods there to finish"]
-    if any(_preempts_on(pod, node) for node in members):
+    if any(_candidate(pod, node)[1] for node in members):
         if pod.may_preempt:
             levers.append("preempt lower-priority pods")
         else:
             levers[0] += " (its preemptionPolicy is Never: it preempts nobody)"
-    elif any(_preempts_on(replace(pod, priority=HIGHEST_USER_DEFINABLE_PRIORITY), node) for node in members):
+    elif any(_candidate(replace(pod, priority=HIGHEST_USER_DEFINABLE_PRIORITY), node)[1] for node in members):
         levers.append("give the pod a PriorityClass above theirs (spec.priorityClassName) to preempt pods there")
     if _repack_holds(pod, members):
         levers.append("repack the pool" + (f" (`ebcloud node-pool fragmentation {pool} --plan`)" if pool != NO_POOL else ""))
