@@ -134,7 +134,7 @@ def _uncordon(pool: GpuNodePool, cluster: ClusterBackend, node: Node, said: str,
         event_record(pool=pool, node=node, reason="NodeUpdateFailed", type=WARNING, now=now,
                      message=f"Node {node.name} stays cordoned: {said}; the cluster could not uncordon it now ({exc.message}), the next pass tries again")  # fmt: skip
         return
-    kept = "" if schedulable else "; the cluster keeps any cordon of its Node that the autoscaler did not set (kubectl cordon)"
+    kept = "" if schedulable else f"; the cluster keeps the cordon of its Node, which someone else set (kubectl cordon), or which the cluster no longer records as the autoscaler's (kubectl uncordon {node.name} lifts it)"
     with transaction.atomic():
         if Node.objects.filter(pk=node.pk, phase__in=LEFTOVER_PHASES, unschedulable=True, release_reason="").update(unschedulable=False):
             event_record(pool=pool, node=node, reason=SCALE_DOWN_UNCORDONED, type=WARNING, now=now, message=f"Node {node.name} takes new pods again: {said}{kept}")

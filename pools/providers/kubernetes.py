@@ -66,6 +66,8 @@ FIELD_MANAGER = "ebcloud.io/node-pools"
 # and hands the field to whoever changes it next (`kubectl uncordon`, then `kubectl cordon`),
 # which the drain's annotation alone would outlive.
 DRAIN_FIELD_MANAGER = "ebcloud.io/node-drain"
+# The client's default field manager, which wrote a drain's cordon before it had one of its own.
+EARLIER_DRAIN_FIELD_MANAGER = "OpenAPI-Generator"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 MANAGED_TAINTS_ANNOTATION = "ebcloud.io/managed-taints"  # (key, effect) of the taints we applied last
 CHECKPOINTABLE_ANNOTATION = "ebcloud.io/checkpointable"
@@ -395,13 +397,17 @@ def _drain_moves(pod: client.V1Pod) -> bool:
 
 
 def _drains_own_cordon(node: Mapping) -> bool:
-    """The Node's cordon is a drain's: marked, and `spec.unschedulable` last set by the drain's
-    field manager. Anyone who has set it since (`kubectl uncordon`, then `kubectl cordon`) owns
-    the field now, though the mark stays; a repair's cordon drops the mark."""
+    """The Node's cordon is a drain's: marked, and `spec.unschedulable` held by the drain's field
+    manager alone. Anyone who set it since (`kubectl uncordon`, then `kubectl cordon`) holds the
+    field, though the mark stays, and so does one who declared it too (server-side apply of the
+    same value); a repair's cordon drops the mark. Where the API server has merged the drain's
+    entry into `ancient-changes` (it keeps ten), nobody can tell whose the cordon is: it stays."""
     metadata = node.get("metadata", {})
     if (metadata.get("annotations") or {}).get(DRAIN_CORDON_ANNOTATION) != "true":
         return False
-    return any(
-        entry.get("manager") == DRAIN_FIELD_MANAGER and "f:unschedulable" in ((entry.get("fieldsV1") or {}).get("f:spec") or {})
+    holders = {
+        entry.get("manager")
         for entry in metadata.get("managedFields") or ()
-    )
+        if "f:unschedulable" in ((entry.get("fieldsV1") or {}).get("f:spec") or {})
+    }
+    return holders in ({DRAIN_FIELD_MANAGER}, {EARLIER_DRAIN_FIELD_MANAGER})

@@ -140,6 +140,39 @@ def test_a_cordon_set_after_someone_lifted_the_drains_is_theirs_though_the_mark_
     assert cluster.uncordon(name=node, mark=True) is True and not core.read_node(node).spec.unschedulable
 
 
+def declared_too(core, node):
+    """An administrator declares the cordon by server-side apply: a second holder of the field."""
+    declared = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}, "spec": {"unschedulable": True}}
+    core.patch_node(node, declared, field_manager="admin", _content_type="application/apply-patch+yaml")
+
+
+def forgotten(core, node):
+    """Ten tools write the Node after the drain: the API server keeps ten entries of who holds
+    what and merges the oldest, the drain's, into `ancient-changes`."""
+    for i in range(10):
+        core.patch_node(node, {"metadata": {"labels": {f"tool-{i}": "x"}}}, field_manager=f"tool-{i}")
+    node_read = core.read_node(node)
+    holders = {m.manager for m in node_read.metadata.managed_fields if "f:unschedulable" in (m.fields_v1 or {}).get("f:spec", {})}
+    assert holders == {"ancient-changes"}
+
+
+@pytest.mark.parametrize("meanwhile", [declared_too, forgotten])
+def test_a_drains_cordon_someone_else_also_holds_or_the_cluster_forgot_stays(cluster, node, core, meanwhile):
+    """Lifting the drain's cordon needs the drain's field manager to hold `spec.unschedulable`
+    alone: one who declared the same cordon by server-side apply holds it too, and where the API
+    server merged the drain's entry into `ancient-changes`, whose the cordon is cannot be told.
+    Either way the cordon stays."""
+    cluster.cordon(name=node, mark=True)
+    meanwhile(core, node)
+    assert cluster.uncordon(name=node, mark=True) is False and core.read_node(node).spec.unschedulable
+
+
+def test_a_drains_cordon_from_before_the_drain_had_a_field_manager_is_still_the_drains(cluster, node, core):
+    """An earlier release wrote the drain's mark and cordon by the client's default field manager."""
+    core.patch_node(node, {"metadata": {"annotations": {DRAIN_CORDON_ANNOTATION: "true"}}, "spec": {"unschedulable": True}})
+    assert cluster.uncordon(name=node, mark=True) is True and not core.read_node(node).spec.unschedulable
+
+
 def test_a_cordon_set_between_the_drains_read_and_its_write_stays_theirs(cluster, node, core, monkeypatch):
     """Someone cordons the Node after the drain's cordon read it schedulable and before it wrote:
     the write, conditional on the resourceVersion it read, is refused (409), the Node is read

@@ -126,7 +126,7 @@ def test_a_cordon_a_stopped_scale_down_left_is_lifted_in_the_cluster_too(burst_p
         assert cordoned_in_cluster(core, burst.name) is (cordoned_by == "administrator")
         message = pool.events.get(reason="ScaleDownUncordoned").message
         assert "did not start its drain within 2m0s (the pass that decided it stopped); the next scale-down decides again from the current state" in message, message
-        assert ("the cluster keeps any cordon of its Node that the autoscaler did not set (kubectl cordon)" in message) is (cordoned_by == "administrator")
+        assert ("the cluster keeps the cordon of its Node, which someone else set (kubectl cordon)" in message) is (cordoned_by == "administrator")
         assert not pool.events.filter(reason="ScaledDown").exists()
         assert core.read_namespaced_pod("train", namespace).metadata.deletion_timestamp is None  # not evicted
     finally:

@@ -146,7 +146,7 @@ def test_a_cordon_someone_set_in_the_cluster_before_the_decision_stays_when_the_
     burst.refresh_from_db()
     assert not burst.unschedulable and SimClusterNode.objects.get(name=burst.name).unschedulable
     message = pool.events.get(reason="ScaleDownUncordoned").message
-    assert STALE in message and message.endswith("the cluster keeps any cordon of its Node that the autoscaler did not set (kubectl cordon)"), message
+    assert STALE in message and "the cluster keeps the cordon of its Node, which someone else set (kubectl cordon)" in message, message
 
 
 @pytest.mark.django_db
