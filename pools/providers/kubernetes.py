@@ -401,13 +401,23 @@ def _drains_own_cordon(node: Mapping) -> bool:
     manager alone. Anyone who set it since (`kubectl uncordon`, then `kubectl cordon`) holds the
     field, though the mark stays, and so does one who declared it too (server-side apply of the
     same value); a repair's cordon drops the mark. Where the API server has merged the drain's
-    entry into `ancient-changes` (it keeps ten), nobody can tell whose the cordon is: it stays."""
+    entry into `ancient-changes` (it keeps ten), nobody can tell whose the cordon is: it stays.
+    An earlier release wrote the mark and the cordon in one patch by the client's default
+    manager: that entry holds both (a script's cordon by the same default manager after someone
+    lifted the drain's holds the cordon only, and stays theirs)."""
     metadata = node.get("metadata", {})
     if (metadata.get("annotations") or {}).get(DRAIN_CORDON_ANNOTATION) != "true":
         return False
-    holders = {
-        entry.get("manager")
-        for entry in metadata.get("managedFields") or ()
-        if "f:unschedulable" in ((entry.get("fieldsV1") or {}).get("f:spec") or {})
-    }
-    return holders in ({DRAIN_FIELD_MANAGER}, {EARLIER_DRAIN_FIELD_MANAGER})
+    holders = [entry for entry in metadata.get("managedFields") or () if "f:unschedulable" in _fields(entry, "f:spec")]
+    if len(holders) != 1:
+        return False
+    holder = holders[0]
+    if holder.get("manager") == DRAIN_FIELD_MANAGER:
+        return True
+    marked = f"f:{DRAIN_CORDON_ANNOTATION}" in _fields(holder, "f:metadata").get("f:annotations", {})
+    return holder.get("manager") == EARLIER_DRAIN_FIELD_MANAGER and marked
+
+
+def _fields(entry: Mapping, part: str) -> Mapping:
+    """One part (`f:spec`, `f:metadata`) of the fields a managedFields entry holds."""
+    return (entry.get("fieldsV1") or {}).get(part) or {}

@@ -156,7 +156,14 @@ def forgotten(core, node):
     assert holders == {"ancient-changes"}
 
 
-@pytest.mark.parametrize("meanwhile", [declared_too, forgotten])
+def lifted_and_set_by_a_script(core, node):
+    """Someone's script (by the client's default field manager, as an earlier release's drain)
+    uncordons the node and cordons it again: the drain's mark stays, the cordon is theirs."""
+    core.patch_node(node, {"spec": {"unschedulable": None}})
+    core.patch_node(node, {"spec": {"unschedulable": True}})
+
+
+@pytest.mark.parametrize("meanwhile", [declared_too, forgotten, lifted_and_set_by_a_script])
 def test_a_drains_cordon_someone_else_also_holds_or_the_cluster_forgot_stays(cluster, node, core, meanwhile):
     """Lifting the drain's cordon needs the drain's field manager to hold `spec.unschedulable`
     alone: one who declared the same cordon by server-side apply holds it too, and where the API
