@@ -22,7 +22,9 @@ from django.utils import timezone
 
 from pools.core.scheduling.extender import (
     TEAM_UNKNOWN,
+    UNKNOWN_VICTIM,
     FilterResult,
+    Victim,
     filter_nodes,
     node_scores,
     preemption_nodes,
@@ -59,15 +61,16 @@ def extender_filter(pod: CorePod, names: list[str]) -> FilterResult:
 
 def extender_preemption(pod: CorePod, victims: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """The preemption candidates (node name -> kube-scheduler's MetaVictims there) where
-    evicting those pods could let `pod` run and may (`preemption_nodes`); the victims' teams
-    are the mirrored pods' (one query), None for a pod not mirrored yet (or whose UID is no
-    string: the API refuses those, and a list as a UID was a 500 here, unhashable)."""
+    evicting those pods lets `pod` run and may (`preemption_nodes`); the victims are the
+    mirrored pods (one query), unknown for a pod not mirrored yet (or whose UID is no string:
+    the API refuses those, and a list as a UID was a 500 here, unhashable)."""
     uids = {name: [_uid(v) for v in entry["Pods"]] for name, entry in victims.items()}
     wanted = {uid for node_uids in uids.values() for uid in node_uids} - {None}
-    teams = dict(Pod.objects.live().filter(uid__in=wanted).values_list("uid", "team_id")) if wanted else {}
-    victim_teams = {name: [team_identity(teams[uid]) if uid in teams else None for uid in node_uids] for name, node_uids in uids.items()}
+    rows = Pod.objects.live().filter(uid__in=wanted).values_list("uid", "namespace", "name", "team_id") if wanted else ()
+    known = {uid: Victim(f"{namespace}/{name}", team_identity(team)) for uid, namespace, name, team in rows}
+    chosen = {name: [known.get(uid, UNKNOWN_VICTIM) for uid in node_uids] for name, node_uids in uids.items()}
     with STATE.lock:
-        return preemption_nodes(pod, STATE.refresh(), victim_teams)
+        return preemption_nodes(pod, STATE.refresh(), chosen)
 
 
 def _uid(victim: Any) -> str | None:

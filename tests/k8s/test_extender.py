@@ -332,3 +332,38 @@ def test_half_gpu_shares_fill_a_real_node_and_a_whole_gpu_is_refused_there(plane
     assert kind == "pending" and f"1 {REASON_GPU}" in message, message
     skipped = [line for line in plane.log_tail("kube-scheduler", 400).splitlines() if "Skipping extender" in line and ("/half-" in line or "/whole-1" in line)]
     assert "filter" in calls and not skipped, skipped
+
+
+def test_a_preemption_whose_victims_would_not_make_room_per_gpu_is_dropped_and_evicts_nobody(plane, cluster, actors, calls):
+    """kube-scheduler counts a node's GPUs as one number: seven whole-GPU pods and a GPU share on
+    an 8-GPU node leave it one `nvidia.com/gpu` to spare, so for a two-GPU pod of higher priority
+    its preemption picks one whole-GPU pod as the victim. Once it went, the pod would still not
+    fit (the eighth GPU is partly used), so the extender's `preempt` drops the node: nobody is
+    evicted for nothing, and the message says so as kube-scheduler says it."""
+    GpuModel.objects.get_or_create(name="G2", defaults={"memory_gib": 16})
+    NodeType.objects.get_or_create(name="OPENB_G2", defaults={"gpu_count": 8, "cpu_milli": 96_000, "memory_mib": 393_216})
+    pool = pool_with_nodes(actors["lead"], name="sevens", nodes=1, node_labels={"pool": "train"}, taints=[], nodeType="OPENB_G2", gpuModel="G2")
+    node = pool.nodes.get()
+    core, kubelet = client.CoreV1Api(cluster), FakeKubelet(cluster)
+    kubelet.join(name=node.name, cpu_milli=96_000, memory_mib=393_216, gpus=8, labels=node.labels, now=T0)
+    KubernetesCluster(cluster).register_node(name=node.name, now=T0)
+    mirror = PodMirror(ClusterPods(cluster), clock=lambda: T0)
+    mirror.relist()
+    running = [pod_document(f"whole-{i}", gpus=1, cpu="1", memory="4Gi") for i in range(7)] + [pod_document("share", milli=600, cpu="1", memory="4Gi")]
+    for document in running:
+        name = document["metadata"]["name"]
+        core.create_namespaced_pod(NAMESPACE, cluster_document(document))
+        assert wait_for(lambda name=name: verdict(core, name), timeout=30, what=f"{name} scheduled") == ("bound", node.name)
+        kubelet.sync_pods(node_name=node.name, now=T0)
+        mirror.relist()
+    scheduling = client.SchedulingV1Api(cluster)
+    scheduling.create_priority_class(client.V1PriorityClass(metadata=client.V1ObjectMeta(name="priority-1000"), value=1000))
+    try:
+        pod_create_admitted(core, NAMESPACE, cluster_document(pod_document("wants-2", gpus=2, cpu="1", memory="4Gi", priority=1000)))
+        kind, message = wait_for(lambda: verdict(core, "wants-2"), timeout=30, what="kube-scheduler's verdict on wants-2")
+        assert kind == "pending" and message.endswith("preemption: no candidate node for preemption"), message
+        assert "preempt" in calls
+        evicted = [p.metadata.name for p in core.list_namespaced_pod(NAMESPACE).items if p.metadata.deletion_timestamp is not None]
+        assert evicted == [], evicted
+    finally:
+        scheduling.delete_priority_class("priority-1000")

@@ -12,7 +12,9 @@ from pools.core.scheduling.extender import (
     NO_TEAM,
     REASON_UNMANAGED,
     TEAM_UNKNOWN,
+    UNKNOWN_VICTIM,
     Refusal,
+    Victim,
     filter_nodes,
     node_scores,
     preemption_nodes,
@@ -119,15 +121,34 @@ def test_preemption_keeps_only_the_candidates_where_evicting_pods_lets_the_pod_r
     """The owners' node, full: kube-scheduler would evict its pods for another team's pod; and
     on a lent node a guest's pod runs on the free capacity: it never evicts the owner's pods."""
     states = {"owners": pool_node("owners", gpus_free=0), "lent": pool_node("lent", teams=frozenset({ALGORITHM, INFERENCE}), gpus_free=0)}
-    owners_pods = {name: [ALGORITHM] for name in ("owners", "lent", "plain")}
+    owners_pods = {name: [Victim("algorithm/owner", ALGORITHM)] for name in ("owners", "lent", "plain")}
+    guests_pods = [Victim("algorithm/owner", INFERENCE)]
     assert preemption_nodes(pod(INFERENCE, gpus=1), states, owners_pods) == []
-    assert preemption_nodes(pod(INFERENCE, gpus=1), states, {"lent": [INFERENCE], "owners": [INFERENCE]}) == ["lent"]  # its own team's pods
-    assert preemption_nodes(pod(INFERENCE, gpus=1), states, {"lent": [None]}) == []  # a victim not mirrored yet counts as the owner's
+    assert preemption_nodes(pod(INFERENCE, gpus=1), states, {"lent": guests_pods, "owners": guests_pods}) == ["lent"]  # its own team's pods
+    assert preemption_nodes(pod(INFERENCE, gpus=1), states, {"lent": [UNKNOWN_VICTIM]}) == []  # a victim not mirrored yet counts as the owner's
     assert preemption_nodes(pod(ALGORITHM, gpus=1), states, owners_pods) == ["owners", "lent"]
     assert preemption_nodes(pod(ALGORITHM, gpus=1, gpu_models=("H100",)), states, owners_pods) == []
-    assert preemption_nodes(pod(INFERENCE), states, {"lent": [INFERENCE], "plain": [ALGORITHM]}) == ["lent", "plain"]  # CPU only: plain nodes are not ours
+    assert preemption_nodes(pod(INFERENCE), states, {"lent": guests_pods, "plain": owners_pods["plain"]}) == ["lent", "plain"]  # CPU only: plain nodes are not ours
     assert preemption_nodes(pod(NO_TEAM, gpus=1), states, owners_pods) == list(owners_pods)  # a critical DaemonSet pod may preempt
     assert preemption_nodes(pod(TEAM_UNKNOWN, gpus=1), states, owners_pods) == []
+
+
+def test_preemption_drops_a_candidate_whose_victims_would_not_make_room_on_its_gpus():
+    """kube-scheduler counts a node's GPUs as one number: with seven whole-GPU pods and a share
+    of the eighth GPU, it evicts one whole-GPU pod for a two-GPU pod, which would then still not
+    fit (one whole GPU free, the other partly used). Two whole-GPU victims make room; so does
+    one with the share."""
+    node = pool_node("sevens", gpus_free=8)
+    for i in range(7):
+        node.bind(Pod(f"algorithm/whole-{i}", cpu_milli=1_000, memory_mib=1_024, gpu_count=1, team=ALGORITHM), (i,))
+    node.bind(Pod("algorithm/share", cpu_milli=1_000, memory_mib=1_024, gpu_count=1, gpu_milli=600, team=ALGORITHM), (7,))
+    two = pod(ALGORITHM, gpus=2)
+    whole, share = (Victim(f"algorithm/{name}", ALGORITHM) for name in ("whole-6", "share"))
+    assert preemption_nodes(two, {"sevens": node}, {"sevens": [whole]}) == []
+    assert preemption_nodes(two, {"sevens": node}, {"sevens": [whole, Victim("algorithm/whole-5", ALGORITHM)]}) == ["sevens"]
+    assert preemption_nodes(two, {"sevens": node}, {"sevens": [whole, share]}) == ["sevens"]
+    assert preemption_nodes(two, {"sevens": node}, {"sevens": [whole, UNKNOWN_VICTIM]}) == []  # frees nothing in our view
+    assert len(node.bound) == 8  # judged on a copy
 
 
 @given(gpus=st.integers(0, 9), free=st.integers(0, 8), teams=st.sampled_from([ALGORITHM, INFERENCE, NO_TEAM, TEAM_UNKNOWN]),
@@ -138,7 +159,7 @@ def test_a_kept_candidate_is_never_one_the_filter_refuses_for_good(gpus, free, t
     names = ["n"] if known else ["m"]
     p = pod(teams, gpus=gpus)
     result = filter_nodes(p, states, names)
-    assert (preemption_nodes(p, states, {name: [teams] for name in names}) == names) == (not result.unresolvable)
+    assert (preemption_nodes(p, states, {name: [Victim("algorithm/owner", teams)] for name in names}) == names) == (not result.unresolvable)
     assert len(result.passed) + len(result.failed) + len(result.unresolvable) == 1
 
 

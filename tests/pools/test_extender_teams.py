@@ -44,9 +44,18 @@ def test_preempt_drops_the_candidates_of_a_pool_the_pods_team_may_not_use(schedu
 
 
 def test_preempt_keeps_the_owners_candidates_with_their_victims_as_given(scheduler, pool):
+    Pod.objects.filter(name="big").update(uid="uid-of-big")
     body = preemption(cluster_pod("owners-vip", gpus=4), ["train-pool-a-1", "cpu-node-7"])
     response = scheduler.post(PREEMPT, body, format="json")
     assert response.json() == {"NodeNameToMetaVictims": {"train-pool-a-1": VICTIMS}}  # a team's GPU pod: no plain node
+
+
+def test_preempt_drops_a_candidate_whose_victims_free_nothing_the_pod_lacks(scheduler, pool):
+    """`big` holds the GPUs the pod lacks; a victim the read model does not know yet frees
+    nothing there in its view, so evicting it would not let the pod run."""
+    body = preemption(cluster_pod("owners-vip", gpus=4), ["train-pool-a-1"])
+    body["NodeNameToMetaVictims"]["train-pool-a-1"] = {"Pods": [{"UID": "not-mirrored-yet"}], "NumPDBViolations": 0}
+    assert scheduler.post(PREEMPT, body, format="json").json() == {"NodeNameToMetaVictims": {}}
 
 
 def test_a_guest_of_a_lent_pool_never_preempts_the_owners_pods(scheduler, pool):
@@ -70,6 +79,7 @@ def test_a_guest_of_a_lent_pool_never_preempts_the_owners_pods(scheduler, pool):
 def test_preempt_answers_whole_victim_pods_as_their_uids(scheduler, pool):
     """Without nodeCacheCapable kube-scheduler sends the victims' Pods; it always reads MetaVictims back."""
     victim = cluster_pod("big")
+    Pod.objects.filter(name="big").update(uid=victim["metadata"]["uid"])
     body = {"Pod": cluster_pod("owners-vip", gpus=4), "NodeNameToVictims": {"train-pool-a-1": {"Pods": [victim], "NumPDBViolations": 0}}}
     response = scheduler.post(PREEMPT, body, format="json")
     assert response.json() == {"NodeNameToMetaVictims": {"train-pool-a-1": {"Pods": [{"UID": victim["metadata"]["uid"]}], "NumPDBViolations": 0}}}

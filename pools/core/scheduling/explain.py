@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from pools.core.priority import HIGHEST_USER_DEFINABLE_PRIORITY
-from pools.core.scheduling.extender import preemption_nodes
+from pools.core.scheduling.extender import Victim, preemption_nodes
 from pools.core.scheduling.nodes import (
     MILLI,
     REASON_CPU,
@@ -173,7 +173,7 @@ def _candidate(pod: Pod, node: NodeState) -> tuple[NodeVictims | None, bool]:
     found = victims_on(pod, node, ours=False)
     if found is None or not found.victims:
         return found, False
-    return found, bool(preemption_nodes(pod, {node.name: node}, {node.name: [victim.team for victim in found.victims]}))
+    return found, bool(preemption_nodes(pod, {node.name: node}, {node.name: [Victim(victim.name, victim.team) for victim in found.victims]}))
 
 
 def plural(n: int, word: str) -> str:

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from pools.core.scheduling.nodes import (
     MAX_NODE_SCORE,
@@ -106,24 +107,49 @@ def filter_nodes(pod: Pod, states: Mapping[str, NodeState], names: Iterable[str]
     return FilterResult(passed, failed, unresolvable)
 
 
-def preemption_nodes(pod: Pod, states: Mapping[str, NodeState], victims: Mapping[str, Collection[str | None]]) -> list[str]:
-    """Of kube-scheduler's preemption candidates (node name -> the teams of the victims it
-    chose there; None for a pod the read model does not know yet), the nodes where evicting
-    those pods could let ``pod`` run and may: our filter passes it or refuses it for resources
-    other pods hold, and no victim is a pod it may not preempt (a guest of a lent pool never
-    evicts the owner's pods: `may_preempt`; a victim of unknown team counts as the owner's).
-    Every other candidate is dropped, so that no pod is evicted for nothing, or for a pod that
-    may not take its place."""
+class Victim(NamedTuple):
+    """A pod kube-scheduler's preemption would evict: its "namespace/name" and its team as the
+    read model knows them (None, both, for a pod not mirrored yet)."""
+
+    key: str | None
+    team: str | None
+
+
+UNKNOWN_VICTIM = Victim(None, None)
+
+
+def preemption_nodes(pod: Pod, states: Mapping[str, NodeState], victims: Mapping[str, Collection[Victim]]) -> list[str]:
+    """Of kube-scheduler's preemption candidates (node name -> the victims it chose there), the
+    nodes where evicting those pods lets ``pod`` run and may: our filter passes it, or refuses
+    it for resources other pods hold and passes it once those pods are gone, and no victim is a
+    pod it may not preempt (a guest of a lent pool never evicts the owner's pods: `may_preempt`;
+    a victim of unknown team counts as the owner's). kube-scheduler counts a node's GPUs as one
+    number, so the victims it chose may free a GPU where the pod needs two, or shares spread
+    over several GPUs: the pod would still not fit there. Every other candidate is dropped, so
+    that no pod is evicted for nothing, or for a pod that may not take its place."""
     kept = []
-    for name, teams in victims.items():
+    for name, chosen in victims.items():
         node = states.get(name)
         refused = refusal(pod, node)
         if refused is not None and refused.unresolvable:
             continue
-        if node is not None and not all(may_preempt(pod, (node.owner or "") if team is None else team, node) for team in teams):
-            continue
+        if node is not None:
+            if not all(may_preempt(pod, (node.owner or "") if v.team is None else v.team, node) for v in chosen):
+                continue
+            if refused is not None and not _room_once_evicted(pod, node, chosen):
+                continue
         kept.append(name)
     return kept
+
+
+def _room_once_evicted(pod: Pod, node: NodeState, victims: Collection[Victim]) -> bool:
+    """Whether our filter passes ``pod`` on ``node`` without these victims. A victim the read
+    model does not know yet holds nothing there in its view either: nothing is freed for it."""
+    rest = node.clone()
+    for victim in victims:
+        if victim.key in rest.bound:
+            rest.unbind(victim.key)
+    return refusal(pod, rest) is None
 
 
 def node_scores(
