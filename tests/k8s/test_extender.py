@@ -31,6 +31,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from bench.scheduler_trace import load_pods
+from pools.controllers.pending_hints import pending_hints_write
 from pools.controllers.pod_mirror import PodMirror
 from pools.controllers.scheduler import scheduler_pass
 from pools.core.scheduling.extender import MAX_EXTENDER_PRIORITY, REASON_UNMANAGED
@@ -263,6 +264,48 @@ def test_preemption_s_only_candidate_on_a_node_of_another_gpu_model_is_dropped_a
         scheduling.delete_priority_class("priority-1000")
 
 
+def test_a_whole_gpu_of_higher_priority_finds_no_victim_among_gpu_shares_as_kube_scheduler_counts_them(plane, cluster, actors, calls):
+    """kube-scheduler counts whole GPUs and GPU shares apart: on a node whose 8 GPUs each hold a
+    share of 600 milli, a whole GPU fits by its count and only our filter refuses it, so its
+    preemption finds no victim among the shares, evicts nothing and says so in its own words,
+    which the product's message says too (tests/pools/test_preemption_budgets.py); the hints
+    written beside it offer no preemption."""
+    node = one_g2_node(actors, cluster)
+    core, kubelet = client.CoreV1Api(cluster), FakeKubelet(cluster)
+    for i in range(8):
+        share = cluster_document(pod_document(f"share-{i}", milli=600, cpu="1", memory="4Gi"))
+        share["spec"]["nodeName"] = node.name
+        core.create_namespaced_pod(NAMESPACE, share)
+    kubelet.sync_pods(node_name=node.name, now=T0)
+    mirror = PodMirror(ClusterPods(cluster), clock=lambda: T0)
+    mirror.relist()  # the extender's read model has the shares
+    scheduling = client.SchedulingV1Api(cluster)
+    scheduling.create_priority_class(client.V1PriorityClass(metadata=client.V1ObjectMeta(name="priority-1000"), value=1000))
+    try:
+        pod_create_admitted(core, NAMESPACE, cluster_document(pod_document("whole-1", gpus=1, cpu="1", memory="4Gi", priority=1000)))
+        kind, message = wait_for(lambda: verdict(core, "whole-1"), timeout=30, what="kube-scheduler's verdict on whole-1")
+        assert (kind, message) == ("pending", f'0/1 nodes are available: 1 {REASON_GPU}. preemption: expected at least one victim pod on node "{node.name}"')
+        assert not any(p.metadata.deletion_timestamp for p in core.list_namespaced_pod(NAMESPACE).items)
+        mirror.relist()
+        assert "whole-1" in " ".join(pending_hints_write(now=T0))
+        hints = Pod.objects.live().get(name="whole-1").hints
+        assert hints and not any("preempt" in hint for hint in hints), hints
+    finally:
+        scheduling.delete_priority_class("priority-1000")
+
+
+def one_g2_node(actors, cluster) -> Node:
+    """Pool "halves": one Ready 8-GPU node joined to the API server, its GPU shares advertised
+    (as the lifecycle's join step does)."""
+    GpuModel.objects.get_or_create(name="G2", defaults={"memory_gib": 16})
+    NodeType.objects.get_or_create(name="OPENB_G2", defaults={"gpu_count": 8, "cpu_milli": 96_000, "memory_mib": 393_216})
+    pool = pool_with_nodes(actors["lead"], name="halves", nodes=1, node_labels={"pool": "train"}, taints=[], nodeType="OPENB_G2", gpuModel="G2")
+    node = pool.nodes.get()
+    FakeKubelet(cluster).join(name=node.name, cpu_milli=96_000, memory_mib=393_216, gpus=8, labels=node.labels, now=T0)
+    KubernetesCluster(cluster).register_node(name=node.name, now=T0)
+    return node
+
+
 def filled(cluster, nodes: list[Node]) -> Node:
     """The first 8-GPU node with all its GPUs taken by a pod of priority 0 (bound by name, run
     by its kubelet, mirrored into the read model)."""
@@ -309,13 +352,8 @@ def test_half_gpu_shares_fill_a_real_node_and_a_whole_gpu_is_refused_there(plane
     the extender, as the simulated cluster packs them; the seventeenth is refused by
     kube-scheduler's own count of the advertised resource; a pod of one whole GPU is refused by
     our filter (kube-scheduler sees 8 of 8 nvidia.com/gpu free)."""
-    GpuModel.objects.get_or_create(name="G2", defaults={"memory_gib": 16})
-    NodeType.objects.get_or_create(name="OPENB_G2", defaults={"gpu_count": 8, "cpu_milli": 96_000, "memory_mib": 393_216})
-    pool = pool_with_nodes(actors["lead"], name="halves", nodes=1, node_labels={"pool": "train"}, taints=[], nodeType="OPENB_G2", gpuModel="G2")
-    node = pool.nodes.get()
+    node = one_g2_node(actors, cluster)
     core, kubelet = client.CoreV1Api(cluster), FakeKubelet(cluster)
-    kubelet.join(name=node.name, cpu_milli=96_000, memory_mib=393_216, gpus=8, labels=node.labels, now=T0)
-    KubernetesCluster(cluster).register_node(name=node.name, now=T0)  # the lifecycle's join step advertises the shares
     mirror = PodMirror(ClusterPods(cluster), clock=lambda: T0)
     mirror.relist()
     for i in range(16):
@@ -339,14 +377,10 @@ def test_a_preemption_whose_victims_would_not_make_room_per_gpu_is_dropped_and_e
     an 8-GPU node leave it one `nvidia.com/gpu` to spare, so for a two-GPU pod of higher priority
     its preemption picks one whole-GPU pod as the victim. Once it went, the pod would still not
     fit (the eighth GPU is partly used), so the extender's `preempt` drops the node: nobody is
-    evicted for nothing, and the message says so as kube-scheduler says it."""
-    GpuModel.objects.get_or_create(name="G2", defaults={"memory_gib": 16})
-    NodeType.objects.get_or_create(name="OPENB_G2", defaults={"gpu_count": 8, "cpu_milli": 96_000, "memory_mib": 393_216})
-    pool = pool_with_nodes(actors["lead"], name="sevens", nodes=1, node_labels={"pool": "train"}, taints=[], nodeType="OPENB_G2", gpuModel="G2")
-    node = pool.nodes.get()
+    evicted for nothing, kube-scheduler says so, and the product's hints offer no preemption
+    (tests/pools/test_preemption_budgets.py has its message)."""
+    node = one_g2_node(actors, cluster)
     core, kubelet = client.CoreV1Api(cluster), FakeKubelet(cluster)
-    kubelet.join(name=node.name, cpu_milli=96_000, memory_mib=393_216, gpus=8, labels=node.labels, now=T0)
-    KubernetesCluster(cluster).register_node(name=node.name, now=T0)
     mirror = PodMirror(ClusterPods(cluster), clock=lambda: T0)
     mirror.relist()
     running = [pod_document(f"whole-{i}", gpus=1, cpu="1", memory="4Gi") for i in range(7)] + [pod_document("share", milli=600, cpu="1", memory="4Gi")]
@@ -365,5 +399,9 @@ def test_a_preemption_whose_victims_would_not_make_room_per_gpu_is_dropped_and_e
         assert "preempt" in calls
         evicted = [p.metadata.name for p in core.list_namespaced_pod(NAMESPACE).items if p.metadata.deletion_timestamp is not None]
         assert evicted == [], evicted
+        mirror.relist()
+        assert "wants-2" in " ".join(pending_hints_write(now=T0))
+        hints = Pod.objects.live().get(name="wants-2").hints
+        assert hints and not any("preempt" in hint for hint in hints), hints
     finally:
         scheduling.delete_priority_class("priority-1000")

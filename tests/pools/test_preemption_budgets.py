@@ -219,6 +219,36 @@ def test_no_hint_offers_a_preemption_the_scheduler_extender_would_drop():
     assert "preempt" not in verdict.hints[-1] and "Wait for the pods there to finish" in verdict.hints[-1], verdict.hints
 
 
+def test_a_whole_gpu_finds_no_victim_where_kube_scheduler_counts_the_shares_apart():
+    """kube-scheduler counts whole GPUs and GPU shares apart: a node whose 8 GPUs are each partly
+    shared by lower-priority pods has 8 whole GPUs free by its count, so its preemption removes
+    them, gives every one back and finds no victim, an error it says as such
+    (tests/k8s/test_extender.py has the words from a real kube-scheduler); no hint offers
+    preemption there."""
+    shared = node("halves-0", *((Pod(f"{NS}/share-{i}", cpu_milli=1000, gpu_count=1, gpu_milli=600), (i,)) for i in range(8)))
+    whole = pod("whole", gpus=1, priority=1000)
+    verdict = explain(whole, [shared])
+    assert verdict.message == '0/1 nodes are available: 1 Insufficient nvidia.com/gpu. preemption: expected at least one victim pod on node "halves-0"'
+    assert "preempt" not in verdict.hints[-1], verdict.hints
+    assert victims_on(whole, shared).victims  # the simulated cluster's own preemption does evict shares (ours)
+
+
+def test_kube_schedulers_victims_that_would_not_make_room_on_the_gpus_are_no_candidate():
+    """Seven whole-GPU pods and a share of the eighth GPU: kube-scheduler's count leaves one GPU
+    to spare, so for a two-GPU pod it picks one whole-GPU victim, after which the pod would
+    still not fit; the extender drops the node (tests/k8s/test_extender.py, on a real
+    kube-scheduler) and no hint offers preemption. The simulated cluster's own preemption
+    frees two GPUs."""
+    running = [(Pod(f"{NS}/whole-{i}", cpu_milli=1000, gpu_count=1), (i,)) for i in range(7)]
+    sevens = node("sevens-0", *running, (Pod(f"{NS}/share", cpu_milli=1000, gpu_count=1, gpu_milli=600), (7,)))
+    two = pod("two", gpus=2, priority=1000)
+    verdict = explain(two, [sevens])
+    assert verdict.message == "0/1 nodes are available: 1 Insufficient nvidia.com/gpu. preemption: no candidate node for preemption"
+    assert "preempt" not in verdict.hints[-1], verdict.hints
+    assert len(victims_on(two, sevens, ours=False).victims) == 1
+    assert len(victims_on(two, sevens).victims) == 2
+
+
 # --- through the simulated scheduler pass -------------------------------------------------------
 
 

@@ -142,26 +142,33 @@ def _preemption(pod: Pod, node_count: int, available: int, resolvable: Sequence[
     It looks for victims by its own filters (`victims_on(ours=False)`): a node of another GPU
     model, or one whose victims include pods the pod may not evict (`may_preempt`), is a
     candidate until the scheduler extender's `preempt` drops it, and when it drops every one the
-    message is NO_CANDIDATE. Empty where a candidate is left (the scheduler then preempts) or
-    preemption did not run."""
+    message is NO_CANDIDATE; so is one whose victims, chosen by its own count of GPUs
+    (`KubeCount`), would not make room on the GPUs one by one. A node it finds no victim on
+    though it has lower-priority pods (by its count the pod fits there with all of them) is an
+    error it says instead, when no node is a candidate. Empty where a candidate is left (the
+    scheduler then preempts) or preemption did not run."""
     if available or not node_count:
         return ""
     if not pod.may_preempt:
         return "not eligible due to preemptionPolicy=Never."
     verdicts: Counter[str] = Counter({NOT_HELPFUL: node_count - len(resolvable)})
-    candidates = False
+    candidates, errors = False, set()
     for node in resolvable:
         found, preempts = _candidate(pod, node)
         if preempts:
             return ""
         if found is None:  # not reached: a resolvable node passes every filter preemption cannot mend
             verdicts[NOT_HELPFUL] += 1
+        elif found.error:
+            errors.add(found.error)
         elif not found.victims:
             verdicts.update(found.reasons)
         else:  # a candidate the extender drops
             candidates = True
     if candidates:
         return NO_CANDIDATE
+    if errors:  # its errors aggregated (kube-scheduler lists several in the order its workers met them; here by node)
+        return errors.pop() if len(errors) == 1 else f"[{', '.join(sorted(errors))}]"
     return kube_message(node_count, 0, {reason: count for reason, count in verdicts.items() if count})
 
 

@@ -25,6 +25,11 @@ our victims are expensive GPU jobs:
   refuses a pod that two budgets select), so each pod, most important first, spends one
   disruption of every budget that counts it (pools/core/disruption.py `PreemptionBudget`) and is
   past its budget once one of them has none left; the victims past it are the node's violations;
+* a real kube-scheduler's own search (`victims_on(ours=False)`, what the Pending message and
+  its hints tell) counts a node's resources as sums (`KubeCount`: whole GPUs and GPU shares two
+  resources apart, never GPU by GPU), so it may find no victim where only the scheduler
+  extender refuses the pod (an error it reports), or victims whose eviction would not free the
+  GPUs the pod needs, which the extender's `preempt` then drops;
 * among nodes (kube-scheduler's pickOneNodeForPreemption) the one whose victims hurt least
   wins: fewest violations (preemption may violate a budget, but only where no node avoids it),
   (+) then fewest non-checkpointable victims, then the lowest highest-victim priority, the
@@ -39,11 +44,18 @@ The plan lists its victims least important first: the reverse of that order, but
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from pools.core.disruption import DisruptionBudget, PreemptionBudget, preemption_budgets
 from pools.core.scheduling.nodes import (
+    MILLI,
+    REASON_CPU,
+    REASON_GPU,
+    REASON_GPU_SHARE,
+    REASON_MEMORY,
+    REASON_PODS,
+    Binding,
     NodeState,
     Pod,
     best_fit_gpus,
@@ -84,6 +96,9 @@ class NodeVictims:
     violations: int = 0
     gpu_indices: tuple[int, ...] = ()
     reasons: tuple[str, ...] = ()
+    # kube-scheduler's Error for a node with lower-priority pods none of which is a victim: by its
+    # own count the pod fits with all of them there (only the extender refused it).
+    error: str = ""
 
 
 def past_budget(pods: Iterable[Pod], budgets: Sequence[PreemptionBudget]) -> set[str]:
@@ -106,31 +121,108 @@ def victims_on(pod: Pod, node: NodeState, budgets: Sequence[PreemptionBudget] = 
     """kube-scheduler's SelectVictimsOnNode for ``pod`` on ``node`` (see the module docstring);
     None where a filter that evicting pods cannot change refuses the pod (kube-scheduler does
     not try the node: "Preemption is not helpful for scheduling"). `ours=False`: as a real
-    kube-scheduler finds them, without the rules it leaves to the scheduler extender (the team,
-    the GPU model, `may_preempt`), whose `preempt` then judges the node by them, and giving
-    pods back in its own order (MoreImportantPod: checkpointable pods are not ours to prefer)."""
+    kube-scheduler finds them (`_kube_victims`)."""
     if (static_filter_reason if ours else builtin_filter_reason)(pod, node) is not None:
         return None
-    importance = _importance if ours else _kube_importance
     candidates = [b for b in node.bound.values() if b.pod.priority < pod.priority and (not ours or may_preempt(pod, b.pod.team, node))]
     if not candidates:
         return NodeVictims(reasons=(NO_VICTIMS,))
+    if not ours:
+        return _kube_victims(pod, node, candidates, budgets)
     sim = node.clone()
     for binding in candidates:
         sim.unbind(binding.pod.name)
     if short := insufficient_resources(pod, sim):
         return NodeVictims(reasons=tuple(reason for reason, _ in short))
-    candidates.sort(key=lambda b: importance(b.pod))  # most important first
-    past = past_budget((b.pod for b in candidates), budgets)
+    order, past = _reprieve_order(candidates, budgets, _importance)
     victims = []
-    # Give pods back, those past their budget first; each stays if the preemptor still fits.
-    for binding in [b for b in candidates if b.pod.name in past] + [b for b in candidates if b.pod.name not in past]:
+    for binding in order:  # each stays if the preemptor still fits
         sim.bind(binding.pod, binding.gpu_indices)
         if resource_filter_reason(pod, sim) is not None:
             sim.unbind(binding.pod.name)
             victims.append(binding.pod)
-    victims.sort(key=importance)  # kube-scheduler sorts them again: the two groups merged, most important first
+    victims.sort(key=_importance)  # kube-scheduler sorts them again: the two groups merged, most important first
     return NodeVictims(tuple(victims), sum(1 for v in victims if v.name in past), best_fit_gpus(pod, sim.gpu_free) or ())
+
+
+def _kube_victims(pod: Pod, node: NodeState, candidates: list[Binding], budgets: Sequence[PreemptionBudget]) -> NodeVictims:
+    """The victims a real kube-scheduler finds: without the rules it leaves to the scheduler
+    extender (the team, the GPU model, `may_preempt`, GPUs one by one), whose `preempt` then
+    judges the node by them, by its own count of the node's resources (`KubeCount`), giving pods
+    back in its own order (MoreImportantPod: checkpointable pods are not ours to prefer). Where
+    its count fits the pod with every pod there, none is a victim: an error, as it says."""
+    kube = KubeCount.of(node)
+    if not kube.short(pod):
+        return NodeVictims(error=f'expected at least one victim pod on node "{node.name}"')
+    for binding in candidates:
+        kube.add(binding.pod, -1)
+    if short := kube.short(pod):
+        return NodeVictims(reasons=tuple(short))
+    order, past = _reprieve_order(candidates, budgets, _kube_importance)
+    victims = []
+    for binding in order:
+        kube.add(binding.pod)
+        if kube.short(pod):
+            kube.add(binding.pod, -1)
+            victims.append(binding.pod)
+    victims.sort(key=_kube_importance)
+    return NodeVictims(tuple(victims), sum(1 for v in victims if v.name in past))
+
+
+def _reprieve_order(candidates: Sequence[Binding], budgets: Sequence[PreemptionBudget], importance: Callable[[Pod], tuple]) -> tuple[list[Binding], set[str]]:
+    """The order the candidates are given back in (those that would be past their disruption
+    budget first, then the others, each group most important first), and the names of the
+    former."""
+    ranked = sorted(candidates, key=lambda b: importance(b.pod))
+    past = past_budget((b.pod for b in ranked), budgets)
+    return [b for b in ranked if b.pod.name in past] + [b for b in ranked if b.pod.name not in past], past
+
+
+@dataclass(eq=False)
+class KubeCount:
+    """What kube-scheduler's own NodeResourcesFit counts on a node: sums of the pods' requests,
+    whole GPUs (`nvidia.com/gpu`) and GPU shares (`ebcloud.io/gpu-milli`, 1000 a GPU) two
+    resources apart, never GPU by GPU as our filter does (the extender's). So a whole GPU fits a
+    node whose GPUs are all partly shared, and two GPUs fit where one is free and another shared.
+    A pod that asks for 1000 shares is counted as a whole GPU: the core pod does not say which."""
+
+    node: NodeState
+    pods: int = 0
+    cpu: int = 0
+    memory: int = 0
+    gpus: int = 0
+    shares: int = 0
+
+    @classmethod
+    def of(cls, node: NodeState) -> KubeCount:
+        shares = gpus = 0
+        for binding in node.bound.values():
+            if binding.pod.is_sharing:
+                shares += binding.pod.gpu_milli
+            else:
+                gpus += binding.pod.gpu_count
+        return cls(node, len(node.bound), node.cpu_used, node.memory_used, gpus, shares)
+
+    def add(self, pod: Pod, sign: int = 1) -> None:
+        self.pods += sign
+        self.cpu += sign * pod.cpu_milli
+        self.memory += sign * pod.memory_mib
+        if pod.is_sharing:
+            self.shares += sign * pod.gpu_milli
+        else:
+            self.gpus += sign * pod.gpu_count
+
+    def short(self, pod: Pod) -> list[str]:
+        """NodeResourcesFit's reasons for ``pod`` on this count, in its order."""
+        node = self.node
+        short = [REASON_PODS] if self.pods >= node.max_pods else []
+        short += [REASON_CPU] if self.cpu + pod.cpu_milli > node.cpu_milli else []
+        short += [REASON_MEMORY] if self.memory + pod.memory_mib > node.memory_mib else []
+        if pod.is_sharing and self.shares + pod.gpu_milli > node.gpu_count * MILLI:
+            short.append(REASON_GPU_SHARE)
+        elif not pod.is_sharing and self.gpus + pod.gpu_count > node.gpu_count:
+            short.append(REASON_GPU)
+        return short
 
 
 def preempt(pod: Pod, nodes: Sequence[NodeState], budgets: Sequence[DisruptionBudget] = ()) -> PreemptionPlan | None:
