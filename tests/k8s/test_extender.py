@@ -279,17 +279,27 @@ def test_a_whole_gpu_of_higher_priority_finds_no_victim_among_gpu_shares_as_kube
     kubelet.sync_pods(node_name=node.name, now=T0)
     mirror = PodMirror(ClusterPods(cluster), clock=lambda: T0)
     mirror.relist()  # the extender's read model has the shares
-    scheduling = client.SchedulingV1Api(cluster)
+    message = pending_without_preemption(cluster, mirror, pod_document("whole-1", gpus=1, cpu="1", memory="4Gi", priority=1000))
+    assert message == f'0/1 nodes are available: 1 {REASON_GPU}. preemption: expected at least one victim pod on node "{node.name}"'
+
+
+def pending_without_preemption(cluster, mirror: PodMirror, document: dict) -> str:
+    """kube-scheduler's message for a pod of priority 1000 (its PriorityClass made for it) that
+    stays Pending, nobody evicted for it, the product's hints beside it offering no preemption."""
+    core, scheduling = client.CoreV1Api(cluster), client.SchedulingV1Api(cluster)
+    name = document["metadata"]["name"]
     scheduling.create_priority_class(client.V1PriorityClass(metadata=client.V1ObjectMeta(name="priority-1000"), value=1000))
     try:
-        pod_create_admitted(core, NAMESPACE, cluster_document(pod_document("whole-1", gpus=1, cpu="1", memory="4Gi", priority=1000)))
-        kind, message = wait_for(lambda: verdict(core, "whole-1"), timeout=30, what="kube-scheduler's verdict on whole-1")
-        assert (kind, message) == ("pending", f'0/1 nodes are available: 1 {REASON_GPU}. preemption: expected at least one victim pod on node "{node.name}"')
-        assert not any(p.metadata.deletion_timestamp for p in core.list_namespaced_pod(NAMESPACE).items)
+        pod_create_admitted(core, NAMESPACE, cluster_document(document))
+        kind, message = wait_for(lambda: verdict(core, name), timeout=30, what=f"kube-scheduler's verdict on {name}")
+        assert kind == "pending", message
+        evicted = [p.metadata.name for p in core.list_namespaced_pod(NAMESPACE).items if p.metadata.deletion_timestamp is not None]
+        assert evicted == [], evicted
         mirror.relist()
-        assert "whole-1" in " ".join(pending_hints_write(now=T0))
-        hints = Pod.objects.live().get(name="whole-1").hints
+        assert name in " ".join(pending_hints_write(now=T0))
+        hints = Pod.objects.live().get(name=name).hints
         assert hints and not any("preempt" in hint for hint in hints), hints
+        return message
     finally:
         scheduling.delete_priority_class("priority-1000")
 
@@ -390,18 +400,5 @@ def test_a_preemption_whose_victims_would_not_make_room_per_gpu_is_dropped_and_e
         assert wait_for(lambda name=name: verdict(core, name), timeout=30, what=f"{name} scheduled") == ("bound", node.name)
         kubelet.sync_pods(node_name=node.name, now=T0)
         mirror.relist()
-    scheduling = client.SchedulingV1Api(cluster)
-    scheduling.create_priority_class(client.V1PriorityClass(metadata=client.V1ObjectMeta(name="priority-1000"), value=1000))
-    try:
-        pod_create_admitted(core, NAMESPACE, cluster_document(pod_document("wants-2", gpus=2, cpu="1", memory="4Gi", priority=1000)))
-        kind, message = wait_for(lambda: verdict(core, "wants-2"), timeout=30, what="kube-scheduler's verdict on wants-2")
-        assert kind == "pending" and message.endswith("preemption: no candidate node for preemption"), message
-        assert "preempt" in calls
-        evicted = [p.metadata.name for p in core.list_namespaced_pod(NAMESPACE).items if p.metadata.deletion_timestamp is not None]
-        assert evicted == [], evicted
-        mirror.relist()
-        assert "wants-2" in " ".join(pending_hints_write(now=T0))
-        hints = Pod.objects.live().get(name="wants-2").hints
-        assert hints and not any("preempt" in hint for hint in hints), hints
-    finally:
-        scheduling.delete_priority_class("priority-1000")
+    message = pending_without_preemption(cluster, mirror, pod_document("wants-2", gpus=2, cpu="1", memory="4Gi", priority=1000))
+    assert message.endswith("preemption: no candidate node for preemption") and "preempt" in calls, message
