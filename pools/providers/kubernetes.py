@@ -404,7 +404,9 @@ def _drains_own_cordon(node: Mapping) -> bool:
     entry into `ancient-changes` (it keeps ten), nobody can tell whose the cordon is: it stays.
     An earlier release wrote the mark and the cordon in one patch by the client's default
     manager: that entry holds both (a script's cordon by the same default manager after someone
-    lifted the drain's holds the cordon only, and stays theirs)."""
+    lifted a drain's of this release holds the cordon only, and stays theirs; after lifting an
+    earlier release's, the entry that holds the mark takes the script's cordon too, and nothing
+    on the Node tells the two apart)."""
     metadata = node.get("metadata", {})
     if (metadata.get("annotations") or {}).get(DRAIN_CORDON_ANNOTATION) != "true":
         return False
