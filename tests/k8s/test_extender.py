@@ -270,17 +270,24 @@ def test_a_whole_gpu_of_higher_priority_finds_no_victim_among_gpu_shares_as_kube
     preemption finds no victim among the shares, evicts nothing and says so in its own words,
     which the product's message says too (tests/pools/test_preemption_budgets.py); the hints
     written beside it offer no preemption."""
+    node, mirror = g2_node_of_shares(actors, cluster)
+    message = pending_without_preemption(cluster, mirror, pod_document("whole-1", gpus=1, cpu="1", memory="4Gi", priority=1000))
+    assert message == f'0/1 nodes are available: 1 {REASON_GPU}. preemption: expected at least one victim pod on node "{node.name}"'
+
+
+def g2_node_of_shares(actors, cluster) -> tuple[Node, PodMirror]:
+    """`one_g2_node` with a running share of 600 milli on each of its 8 GPUs, bound by name and
+    mirrored into the extender's read model (the mirror is returned for the test to relist)."""
     node = one_g2_node(actors, cluster)
-    core, kubelet = client.CoreV1Api(cluster), FakeKubelet(cluster)
+    core = client.CoreV1Api(cluster)
     for i in range(8):
         share = cluster_document(pod_document(f"share-{i}", milli=600, cpu="1", memory="4Gi"))
         share["spec"]["nodeName"] = node.name
         core.create_namespaced_pod(NAMESPACE, share)
-    kubelet.sync_pods(node_name=node.name, now=T0)
+    FakeKubelet(cluster).sync_pods(node_name=node.name, now=T0)
     mirror = PodMirror(ClusterPods(cluster), clock=lambda: T0)
-    mirror.relist()  # the extender's read model has the shares
-    message = pending_without_preemption(cluster, mirror, pod_document("whole-1", gpus=1, cpu="1", memory="4Gi", priority=1000))
-    assert message == f'0/1 nodes are available: 1 {REASON_GPU}. preemption: expected at least one victim pod on node "{node.name}"'
+    mirror.relist()
+    return node, mirror
 
 
 def pending_without_preemption(cluster, mirror: PodMirror, document: dict) -> str:
@@ -402,3 +409,21 @@ def test_a_preemption_whose_victims_would_not_make_room_per_gpu_is_dropped_and_e
         mirror.relist()
     message = pending_without_preemption(cluster, mirror, pod_document("wants-2", gpus=2, cpu="1", memory="4Gi", priority=1000))
     assert message.endswith("preemption: no candidate node for preemption") and "preempt" in calls, message
+
+
+def test_a_node_of_another_gpu_model_whose_gpus_kube_scheduler_counts_free_is_not_tried_for_preemption(plane, cluster, actors, calls):
+    """A whole H100 asked of a G2 node whose GPUs each hold a share: kube-scheduler's own count
+    passes the node, so the extender is asked and refuses it for its GPU model, which preemption
+    cannot mend; kube-scheduler's message says so, and the simulated scheduler's, word for word."""
+    GpuModel.objects.get_or_create(name="H100_80G", defaults={"memory_gib": 80})
+    g2_node_of_shares(actors, cluster)
+    core, scheduling = client.CoreV1Api(cluster), client.SchedulingV1Api(cluster)
+    scheduling.create_priority_class(client.V1PriorityClass(metadata=client.V1ObjectMeta(name="priority-1000"), value=1000))
+    try:
+        asked = {"gpus": 1, "models": "H100_80G", "cpu": "1", "memory": "4Gi", "priority": 1000}
+        pod_create_admitted(core, NAMESPACE, cluster_document(pod_document("whole-h100", **asked)))
+        kind, message = wait_for(lambda: verdict(core, "whole-h100"), timeout=30, what="kube-scheduler's verdict on whole-h100")
+        assert (kind, message) == ("pending", f"0/1 nodes are available: 1 {REASON_GPU_MODEL}. preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.")
+        assert simulated_explanation(actors["member"], pod_document("whole-h100-simulated", **asked)) == message
+    finally:
+        scheduling.delete_priority_class("priority-1000")

@@ -249,6 +249,18 @@ def test_kube_schedulers_victims_that_would_not_make_room_on_the_gpus_are_no_can
     assert len(victims_on(two, sevens).victims) == 2
 
 
+def test_a_node_of_another_gpu_model_that_kube_schedulers_count_passes_is_no_preemption_candidate():
+    """kube-scheduler's own count passes a B200 node whose GPUs each hold a share for a whole
+    A100, so the extender is asked and refuses the node for its GPU model: unresolvable, not
+    tried by preemption (tests/k8s/test_extender.py has the words of a real kube-scheduler)."""
+    shared = node("b200-0", *((Pod(f"{NS}/share-{i}", cpu_milli=1000, gpu_count=1, gpu_milli=600), (i,)) for i in range(8)))
+    shared.gpu_model = "B200"
+    whole = pod("whole", gpus=1, priority=1000, gpu_models=("A100",))
+    assert explain(whole, [shared]).message == (
+        "0/1 nodes are available: 1 node(s) didn't match pod's GPU model. preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
+    )
+
+
 # --- through the simulated scheduler pass -------------------------------------------------------
 
 

@@ -37,7 +37,7 @@ from pools.core.scheduling.nodes import (
     may_use,
 )
 from pools.core.scheduling.pod_fixes import fix_text, pool_fixes
-from pools.core.scheduling.preempt import NodeVictims, victims_on
+from pools.core.scheduling.preempt import KubeCount, NodeVictims, victims_on
 
 NO_POOL = "(no pool)"
 
@@ -97,10 +97,11 @@ def explain(pod: Pod, nodes: Sequence[NodeState]) -> Explanation:
     hints speak of the team's own pools only, and never suggest another team's pool as a fix.
 
     As kube-scheduler 1.37 counts: a node is counted under the first filter plugin it fails,
-    and under every resource NodeResourcesFit finds short (so the counts may add up to more
-    than the nodes); our GPU-model check, the extender's, only where every plugin passed (the
-    extender is asked about those nodes alone); where no node fits and no preemption could
-    help, the message ends with its preemption's verdict per node."""
+    and under every resource NodeResourcesFit finds short by its own count (`_kube_short`; so
+    the counts may add up to more than the nodes); the extender's checks, the GPU model and
+    then the GPUs one by one, only where every plugin passed (the extender is asked about those
+    nodes alone); where no node fits and no preemption could help, the message ends with its
+    preemption's verdict per node."""
     nodes = [node for node in nodes if may_use(pod, node)]
     node_reasons: dict[str, str] = {}
     reasons: Counter[str] = Counter()
@@ -110,14 +111,20 @@ def explain(pod: Pod, nodes: Sequence[NodeState]) -> Explanation:
         if (reason := REASON_NOT_NAMED if named is not None and node.name not in named else builtin_filter_reason(pod, node)) is not None:
             node_reasons[node.name] = reason
             reasons[reason] += 1
-        elif short := insufficient_resources(pod, node):
-            node_reasons[node.name] = short[0][0]
-            reasons.update(reason for reason, _ in short)
-            if not any(unresolvable for _, unresolvable in short):
+            continue
+        short = insufficient_resources(pod, node)
+        if kube := _kube_short(pod, node, short):
+            node_reasons[node.name] = kube[0][0]
+            reasons.update(reason for reason, _ in kube)
+            if not any(unresolvable for _, unresolvable in kube):
                 resolvable.append(node)
-        elif (reason := gpu_model_reason(pod, node)) is not None:
+        elif (reason := gpu_model_reason(pod, node)) is not None:  # the extender's, which evicting pods cannot mend
             node_reasons[node.name] = reason
             reasons[reason] += 1
+        elif short:  # the extender's count of the GPUs one by one: the one it finds short
+            node_reasons[node.name] = short[0][0]
+            reasons[short[0][0]] += 1
+            resolvable.append(node)
     available = len(nodes) - len(node_reasons)
     return Explanation(
         pod=pod.name,
@@ -128,6 +135,16 @@ def explain(pod: Pod, nodes: Sequence[NodeState]) -> Explanation:
         message=kube_message(len(nodes), available, dict(reasons), _preemption(pod, len(nodes), available, resolvable)),
         hints=tuple(_hints(pod, nodes, [node for node in resolvable if gpu_model_reason(pod, node) is None])) if node_reasons else (),
     )
+
+
+def _kube_short(pod: Pod, node: NodeState, short: list[tuple[str, bool]]) -> list[tuple[str, bool]]:
+    """Of what our filter finds short on the node (`short`, GPUs one by one), what kube-scheduler's
+    own NodeResourcesFit finds short: the same pods, cpu and memory, GPUs by its own count
+    (`KubeCount`), which never finds them short where ours does not."""
+    if not short or short[-1][0] not in (REASON_GPU, REASON_GPU_SHARE):
+        return short
+    beyond = dict(short)
+    return [(reason, beyond[reason]) for reason in KubeCount.of(node).short(pod)]
 
 
 NO_CANDIDATE = "no candidate node for preemption"  # kube-scheduler's, when the extender dropped every candidate
