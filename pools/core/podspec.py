@@ -97,6 +97,7 @@ class PodSpec:
     memory_mib: int = 0
     gpu_count: int = 0
     gpu_milli: int = 0
+    gpu_shares: bool = False  # asked as ebcloud.io/gpu-milli (`asks_shares`)
     gpu_models: tuple[str, ...] = ()
     tolerations: tuple[dict, ...] = ()
     node_selector: Mapping[str, str] = field(default_factory=dict)
@@ -141,6 +142,7 @@ def parse_pod(document: Any, *, default_namespace: str = "") -> PodSpec:
     node_selector = check.labels(spec.get("nodeSelector", {}), "spec.nodeSelector")
     affinity = node_affinity(check, spec.get("affinity", {}))
 
+    gpus_asked = gpus
     gpus, gpu_milli = gpu_request(gpus, shares)
     if GPU_SHARE_RESOURCE in annotations:  # where shares were asked for before they were a resource
         check.error(f"metadata.annotations.{GPU_SHARE_RESOURCE}",
@@ -172,6 +174,7 @@ def parse_pod(document: Any, *, default_namespace: str = "") -> PodSpec:
         memory_mib=memory,
         gpu_count=gpus,
         gpu_milli=gpu_milli,
+        gpu_shares=asks_shares(gpus_asked, shares),
         gpu_models=models,
         tolerations=placement,
         node_selector=node_selector,
@@ -336,6 +339,13 @@ def _containers(check: Checker, value: Any) -> tuple[int, int, int, int]:
     return cpu, memory, gpus, shares
 
 
+def asks_shares(gpus: int, shares: int) -> bool:
+    """Whether a pod asking for `gpus` whole GPUs and `shares` thousandths of one holds its GPU as
+    a share (`gpu_request`), which kube-scheduler counts under `ebcloud.io/gpu-milli`, not
+    `nvidia.com/gpu`, even all 1000 of it."""
+    return bool(shares) and not gpus and shares <= MILLI
+
+
 def gpu_request(gpus: int, shares: int) -> tuple[int, int]:
     """(GPU count, thousandths of each GPU) of a pod asking for `gpus` whole GPUs and `shares`
     thousandths of one (Alibaba's trace model: a share is one GPU used in part). A pod of a real
@@ -372,6 +382,7 @@ def core_pod(
     memory_mib: int = 0,
     gpu_count: int = 0,
     gpu_milli: int = 0,
+    gpu_shares: bool = False,
     gpu_models=(),
     priority: int = 0,
     preemption_policy: str = PREEMPT_LOWER_PRIORITY,
@@ -392,6 +403,7 @@ def core_pod(
         memory_mib=memory_mib,
         gpu_count=gpu_count,
         gpu_milli=gpu_milli if gpu_count else 0,
+        gpu_shares=gpu_shares,
         gpu_models=tuple(gpu_models or ()),
         priority=priority,
         preemption_policy=preemption_policy or PREEMPT_LOWER_PRIORITY,
@@ -413,6 +425,7 @@ def core_pod_from_spec(spec: PodSpec) -> CorePod:
         memory_mib=spec.memory_mib,
         gpu_count=spec.gpu_count,
         gpu_milli=spec.gpu_milli,
+        gpu_shares=spec.gpu_shares,
         gpu_models=spec.gpu_models,
         priority=spec.priority,
         preemption_policy=spec.preemption_policy,

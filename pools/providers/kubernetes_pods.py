@@ -30,6 +30,7 @@ from pools.core.podspec import (
     ANNOTATION_GPU_MODELS,
     GPU_RESOURCE,
     GPU_SHARE_RESOURCE,
+    asks_shares,
     gpu_request,
 )
 from pools.core.priority import PREEMPT_LOWER_PRIORITY, SYSTEM_PREFIX
@@ -164,7 +165,8 @@ def pod_fields(pod: Mapping[str, Any], *, now: datetime) -> dict[str, Any]:
     meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
     annotations = meta.get("annotations") or {}
     requests = pod_requests(spec)
-    gpus, gpu_milli = gpu_request(math.ceil(requests.get(GPU_RESOURCE, 0)), math.ceil(requests.get(GPU_SHARE_RESOURCE, 0)))
+    asked = math.ceil(requests.get(GPU_RESOURCE, 0)), math.ceil(requests.get(GPU_SHARE_RESOURCE, 0))
+    gpus, gpu_milli = gpu_request(*asked)
     scheduled = next(
         (c for c in status.get("conditions") or () if c.get("type") == "PodScheduled"), {}
     )
@@ -186,6 +188,7 @@ def pod_fields(pod: Mapping[str, Any], *, now: datetime) -> dict[str, Any]:
         "memory_mib": math.ceil(requests.get("memory", 0) / 2**20),
         "gpu_count": gpus,
         "gpu_milli": gpu_milli,
+        "gpu_shares": asks_shares(*asked),
         "gpu_models": [
             m.strip() for m in annotations.get(ANNOTATION_GPU_MODELS, "").split(",") if m.strip()
         ],

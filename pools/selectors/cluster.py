@@ -39,6 +39,7 @@ def core_pod_of(pod: Pod) -> CorePod:
         memory_mib=pod.memory_mib,
         gpu_count=pod.gpu_count,
         gpu_milli=pod.gpu_milli,
+        gpu_shares=pod.gpu_shares,
         gpu_models=pod.gpu_models,
         priority=pod.priority,
         preemption_policy=pod.preemption_policy,
@@ -51,7 +52,7 @@ def core_pod_of(pod: Pod) -> CorePod:
     )
 
 
-_POD_COLUMNS = ("team_id", "namespace", "name", "cpu_milli", "memory_mib", "gpu_count", "gpu_milli", "priority", "preemption_policy", "checkpointable")
+_POD_COLUMNS = ("team_id", "namespace", "name", "cpu_milli", "memory_mib", "gpu_count", "gpu_milli", "gpu_shares", "priority", "preemption_policy", "checkpointable")
 _POD_JSON = ("labels", "gpu_models", "tolerations", "node_selector", "affinity")
 
 
@@ -75,12 +76,12 @@ def core_pods_of(pods: QuerySet[Pod]) -> Iterator[tuple[int, str, CorePod | Exce
 
 def _core_pod_of_row(key: str, row: tuple) -> CorePod | Exception:
     """The core's pod from a `core_pods_of` row past its namespace and name, or why it is invalid."""
-    team_id, cpu_milli, memory_mib, gpu_count, gpu_milli, priority, preemption_policy, checkpointable, *texts = row
+    team_id, cpu_milli, memory_mib, gpu_count, gpu_milli, gpu_shares, priority, preemption_policy, checkpointable, *texts = row
     try:
         labels, gpu_models, tolerations, node_selector, affinity = (None if text is None else json.loads(text) for text in texts)
         return core_pod(
             key=key, team=team_identity(team_id), cpu_milli=cpu_milli, memory_mib=memory_mib, gpu_count=gpu_count, gpu_milli=gpu_milli,
-            gpu_models=gpu_models, priority=priority, preemption_policy=preemption_policy, checkpointable=checkpointable, labels=labels,
+            gpu_shares=gpu_shares, gpu_models=gpu_models, priority=priority, preemption_policy=preemption_policy, checkpointable=checkpointable, labels=labels,
             tolerations=tolerations, node_selector=node_selector, affinity=affinity,
         )  # fmt: skip
     except Exception as exc:  # noqa: BLE001 (a stored pod the core refuses is the caller's to report)

@@ -46,7 +46,7 @@ from pools.selectors.cluster import SCHEDULER_PHASES, node_state_of, pool_teams
 FREEZE_AFTER_NODES = 100  # nodes whose pods were read again in one refresh: a first read, or a large change
 _NODE_ROW = ("id", "name", "phase", "unschedulable", "gpu_count", "pool_id", "labels_text", "taints_text")
 _POOL_ROW = ("id", "document_text", "team_id", "node_type_id", "gpu_model_id")
-_POD_ROW = ("id", "node_id", "namespace", "name", "cpu_milli", "memory_mib", "gpu_count", "gpu_milli", "gpu_indices_text", "priority", "submitted_at")
+_POD_ROW = ("id", "node_id", "namespace", "name", "cpu_milli", "memory_mib", "gpu_count", "gpu_milli", "gpu_shares", "gpu_indices_text", "priority", "submitted_at")
 
 
 @dataclass
@@ -146,9 +146,9 @@ class ExtenderState:
         if rows is None:
             return
         rows = rows.annotate(gpu_indices_text=Cast("gpu_indices", TextField()))
-        for pk, node_id, namespace, name, cpu, memory, gpus, milli, indices, priority, submitted in rows.values_list(*_POD_ROW).iterator(chunk_size=10_000):
+        for pk, node_id, namespace, name, cpu, memory, gpus, milli, shares, indices, priority, submitted in rows.values_list(*_POD_ROW).iterator(chunk_size=10_000):
             try:
-                pod = CorePod(f"{namespace}/{name}", cpu_milli=cpu, memory_mib=memory, gpu_count=gpus, gpu_milli=milli if gpus else 0)
+                pod = CorePod(f"{namespace}/{name}", cpu_milli=cpu, memory_mib=memory, gpu_count=gpus, gpu_milli=milli if gpus else 0, gpu_shares=shares)
             except ValueError:
                 pod = None  # a row the core refuses takes nothing, as in cluster_state
             recorded = tuple(json.loads(indices)) if indices and indices != "[]" else ()

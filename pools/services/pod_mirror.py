@@ -26,8 +26,8 @@ from pools.services.events import NORMAL
 
 PODS = "pods"
 _ROW_FIELDS = (
-    "labels", "priority", "preemption_policy", "checkpointable", "cpu_milli", "memory_mib", "gpu_count", "gpu_milli", "gpu_models",
-    "tolerations", "node_selector", "affinity", "duration_seconds", "document", "phase", "reason", "explanation",
+    "labels", "priority", "preemption_policy", "checkpointable", "cpu_milli", "memory_mib", "gpu_count", "gpu_milli", "gpu_shares",
+    "gpu_models", "tolerations", "node_selector", "affinity", "duration_seconds", "document", "phase", "reason", "explanation",
     "nominated_node_name", "submitted_at", "started_at", "finished_at",
 )  # fmt: skip
 _UPDATED = (*_ROW_FIELDS, "team", "node", "gpu_indices", "hints", "deleted_at")

@@ -105,6 +105,7 @@ def pod_create(*, user, document: Any, team_slug: str = "", now: datetime | None
                 memory_mib=spec.memory_mib,
                 gpu_count=spec.gpu_count,
                 gpu_milli=spec.gpu_milli,
+                gpu_shares=spec.gpu_shares,
                 gpu_models=list(spec.gpu_models),
                 tolerations=list(spec.tolerations),
                 node_selector=dict(spec.node_selector),

@@ -275,13 +275,13 @@ def test_a_whole_gpu_of_higher_priority_finds_no_victim_among_gpu_shares_as_kube
     assert message == f'0/1 nodes are available: 1 {REASON_GPU}. preemption: expected at least one victim pod on node "{node.name}"'
 
 
-def g2_node_of_shares(actors, cluster) -> tuple[Node, PodMirror]:
-    """`one_g2_node` with a running share of 600 milli on each of its 8 GPUs, bound by name and
+def g2_node_of_shares(actors, cluster, milli: int = 600) -> tuple[Node, PodMirror]:
+    """`one_g2_node` with a running share of `milli` on each of its 8 GPUs, bound by name and
     mirrored into the extender's read model (the mirror is returned for the test to relist)."""
     node = one_g2_node(actors, cluster)
     core = client.CoreV1Api(cluster)
     for i in range(8):
-        share = cluster_document(pod_document(f"share-{i}", milli=600, cpu="1", memory="4Gi"))
+        share = cluster_document(pod_document(f"share-{i}", milli=milli, cpu="1", memory="4Gi"))
         share["spec"]["nodeName"] = node.name
         core.create_namespaced_pod(NAMESPACE, share)
     FakeKubelet(cluster).sync_pods(node_name=node.name, now=T0)
@@ -411,19 +411,32 @@ def test_a_preemption_whose_victims_would_not_make_room_per_gpu_is_dropped_and_e
     assert message.endswith("preemption: no candidate node for preemption") and "preempt" in calls, message
 
 
-def test_a_node_of_another_gpu_model_whose_gpus_kube_scheduler_counts_free_is_not_tried_for_preemption(plane, cluster, actors, calls):
-    """A whole H100 asked of a G2 node whose GPUs each hold a share: kube-scheduler's own count
-    passes the node, so the extender is asked and refuses it for its GPU model, which preemption
-    cannot mend; kube-scheduler's message says so, and the simulated scheduler's, word for word."""
+@pytest.mark.parametrize(
+    ("milli", "asked", "filters", "preemption"),
+    [
+        (600, {"gpus": 1}, f"1 {REASON_GPU_MODEL}", "0/1 nodes are available: 1 Preemption is not helpful for scheduling."),
+        (1000, {"gpus": 1}, f"1 {REASON_GPU_MODEL}", "0/1 nodes are available: 1 Preemption is not helpful for scheduling."),
+        (1000, {"milli": 300}, f"1 {REASON_GPU_SHARE}", "no candidate node for preemption"),
+    ],
+)
+def test_a_node_of_another_gpu_model_is_tried_for_preemption_only_where_kube_schedulers_count_finds_it_short(
+    plane, cluster, actors, calls, milli, asked, filters, preemption
+):
+    """An H100 asked of a G2 node whose GPUs each hold a share (all 1000 thousandths of it, or
+    600): where kube-scheduler's own count (whole GPUs and shares apart, a share of 1000 among
+    the shares) passes the node, the extender refuses it for its GPU model, which preemption
+    cannot mend; where its count finds the shares short, preemption tries the node and the
+    extender drops it. kube-scheduler's message says so, and the simulated scheduler's, word for
+    word."""
     GpuModel.objects.get_or_create(name="H100_80G", defaults={"memory_gib": 80})
-    g2_node_of_shares(actors, cluster)
+    g2_node_of_shares(actors, cluster, milli)
     core, scheduling = client.CoreV1Api(cluster), client.SchedulingV1Api(cluster)
     scheduling.create_priority_class(client.V1PriorityClass(metadata=client.V1ObjectMeta(name="priority-1000"), value=1000))
     try:
-        asked = {"gpus": 1, "models": "H100_80G", "cpu": "1", "memory": "4Gi", "priority": 1000}
-        pod_create_admitted(core, NAMESPACE, cluster_document(pod_document("whole-h100", **asked)))
-        kind, message = wait_for(lambda: verdict(core, "whole-h100"), timeout=30, what="kube-scheduler's verdict on whole-h100")
-        assert (kind, message) == ("pending", f"0/1 nodes are available: 1 {REASON_GPU_MODEL}. preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.")
-        assert simulated_explanation(actors["member"], pod_document("whole-h100-simulated", **asked)) == message
+        asked = {**asked, "models": "H100_80G", "cpu": "1", "memory": "4Gi", "priority": 1000}
+        pod_create_admitted(core, NAMESPACE, cluster_document(pod_document("h100", **asked)))
+        kind, message = wait_for(lambda: verdict(core, "h100"), timeout=30, what="kube-scheduler's verdict on h100")
+        assert (kind, message) == ("pending", f"0/1 nodes are available: {filters}. preemption: {preemption}")
+        assert simulated_explanation(actors["member"], pod_document("h100-simulated", **asked)) == message
     finally:
         scheduling.delete_priority_class("priority-1000")

@@ -143,8 +143,8 @@ def _kube_short(pod: Pod, node: NodeState, short: list[tuple[str, bool]]) -> lis
     (`KubeCount`), which never finds them short where ours does not."""
     if not short or short[-1][0] not in (REASON_GPU, REASON_GPU_SHARE):
         return short
-    beyond = dict(short)
-    return [(reason, beyond[reason]) for reason in KubeCount.of(node).short(pod)]
+    counted = [reason for reason in KubeCount.of(node).short(pod) if reason in (REASON_GPU, REASON_GPU_SHARE)]
+    return short[:-1] + [(reason, pod.gpu_count > node.gpu_count) for reason in counted]
 
 
 NO_CANDIDATE = "no candidate node for preemption"  # kube-scheduler's, when the extender dropped every candidate

@@ -180,6 +180,9 @@ class Pod:
     ``started_at`` is a running pod's start (its ``status.startTime``; None when it has none
     yet): only preemption reads it, as kube-scheduler does (the older of two pods of equal
     priority is the more important), so it is in neither ``shape_key`` nor equality.
+    ``gpu_shares`` says the pod asks for its GPU as a share (``ebcloud.io/gpu-milli``), not as
+    ``nvidia.com/gpu``: set for every sharing pod, and for one that asks all 1000 thousandths
+    (held whole here, but counted among the shares by kube-scheduler).
     """
 
     name: str
@@ -197,6 +200,7 @@ class Pod:
     affinity_terms: tuple[tuple[NodeSelectorRequirement, ...], ...] = ()
     preferred_terms: tuple[tuple[int, tuple[NodeSelectorRequirement, ...]], ...] = ()  # (weight, term)
     team: str = ""
+    gpu_shares: bool = False
     started_at: datetime | None = field(default=None, compare=False)
     shape_key: tuple = field(init=False, repr=False, compare=False)
 
@@ -210,6 +214,7 @@ class Pod:
             setattr_(self, "gpu_milli", MILLI)
         if not 0 <= self.gpu_milli <= MILLI or (self.gpu_count > 1 and self.gpu_milli != MILLI):
             raise ValueError("a GPU share (gpu_milli < 1000) is only allowed with gpu_count == 1")
+        setattr_(self, "gpu_shares", self.is_sharing or (self.gpu_shares and self.gpu_count == 1))
         setattr_(self, "gpu_models", tuple(self.gpu_models))
         setattr_(self, "tolerations", tuple(self.tolerations))
         setattr_(self, "affinity_terms", tuple(tuple(t) for t in self.affinity_terms))
@@ -221,7 +226,7 @@ class Pod:
             self.preferred_terms,
             self.team,
         )
-        resources = (self.cpu_milli, self.memory_mib, self.gpu_count, self.gpu_milli)
+        resources = (self.cpu_milli, self.memory_mib, self.gpu_count, self.gpu_milli, self.gpu_shares)
         setattr_(self, "shape_key", resources + (self.gpu_models, constraints))
 
     def __hash__(self) -> int:

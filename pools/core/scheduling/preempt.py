@@ -184,7 +184,7 @@ class KubeCount:
     whole GPUs (`nvidia.com/gpu`) and GPU shares (`ebcloud.io/gpu-milli`, 1000 a GPU) two
     resources apart, never GPU by GPU as our filter does (the extender's). So a whole GPU fits a
     node whose GPUs are all partly shared, and two GPUs fit where one is free and another shared.
-    A pod that asks for 1000 shares is counted as a whole GPU: the core pod does not say which."""
+    A pod that asks for all 1000 shares of a GPU counts among the shares (`Pod.gpu_shares`)."""
 
     node: NodeState
     pods: int = 0
@@ -197,7 +197,7 @@ class KubeCount:
     def of(cls, node: NodeState) -> KubeCount:
         shares = gpus = 0
         for binding in node.bound.values():
-            if binding.pod.is_sharing:
+            if binding.pod.gpu_shares:
                 shares += binding.pod.gpu_milli
             else:
                 gpus += binding.pod.gpu_count
@@ -207,7 +207,7 @@ class KubeCount:
         self.pods += sign
         self.cpu += sign * pod.cpu_milli
         self.memory += sign * pod.memory_mib
-        if pod.is_sharing:
+        if pod.gpu_shares:
             self.shares += sign * pod.gpu_milli
         else:
             self.gpus += sign * pod.gpu_count
@@ -218,9 +218,9 @@ class KubeCount:
         short = [REASON_PODS] if self.pods >= node.max_pods else []
         short += [REASON_CPU] if self.cpu + pod.cpu_milli > node.cpu_milli else []
         short += [REASON_MEMORY] if self.memory + pod.memory_mib > node.memory_mib else []
-        if pod.is_sharing and self.shares + pod.gpu_milli > node.gpu_count * MILLI:
+        if pod.gpu_shares and self.shares + pod.gpu_milli > node.gpu_count * MILLI:
             short.append(REASON_GPU_SHARE)
-        elif not pod.is_sharing and self.gpus + pod.gpu_count > node.gpu_count:
+        elif not pod.gpu_shares and self.gpus + pod.gpu_count > node.gpu_count:
             short.append(REASON_GPU)
         return short
 
