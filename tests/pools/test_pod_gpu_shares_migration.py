@@ -1,0 +1,41 @@
+"""Migration 0027 tells which pods already stored asked their GPU as shares (`Pod.gpu_shares`):
+every pod holding part of one GPU, and one holding a whole GPU whose document asks all 1000
+thousandths as `ebcloud.io/gpu-milli`, which the pod mirror's watch may never read again."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+
+from pools.models.pods import Pod
+
+BEFORE = ("pools", "0026_sim_node_cordoned_for_drain")
+
+
+def document(limits: dict) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "spec": {"containers": [{"name": "main", "resources": {"limits": limits}}]}}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_pods_stored_before_say_which_resource_they_asked():
+    executor = MigrationExecutor(connection)
+    try:
+        executor.migrate([BEFORE])
+        old = executor.loader.project_state([BEFORE]).apps.get_model("pools", "Pod")
+        rows = {
+            "share": (1, 600, {"ebcloud.io/gpu-milli": "600"}),
+            "all-shares": (1, 1000, {"ebcloud.io/gpu-milli": "1000"}),
+            "whole": (1, 1000, {"nvidia.com/gpu": "1"}),
+            "both": (1, 1000, {"nvidia.com/gpu": "1", "ebcloud.io/gpu-milli": "0"}),
+            "cpu": (0, 0, {"cpu": "1"}),
+        }
+        for name, (gpus, milli, limits) in rows.items():
+            old.objects.create(namespace="algorithm", name=name, gpu_count=gpus, gpu_milli=milli, document=document(limits))
+        executor = MigrationExecutor(connection)
+        executor.migrate(executor.loader.graph.leaf_nodes())
+        assert dict(Pod.objects.values_list("name", "gpu_shares")) == {"share": True, "all-shares": True, "whole": False, "both": False, "cpu": False}
+    finally:
+        Pod.objects.all().delete()
+        executor = MigrationExecutor(connection)
+        executor.migrate(executor.loader.graph.leaf_nodes())
