@@ -11,8 +11,7 @@ predict the outcome: taints and tolerations (``ToleratesTaint``), required node 
 reason strings. The rest of the package builds on this module: score policies in
 :mod:`pools.core.scheduling.policies`, one placement in :mod:`pools.core.scheduling.schedule`,
 the incremental :class:`ClusterScheduler` in :mod:`pools.core.scheduling.cluster`, explanations
-in :mod:`pools.core.scheduling.explain` and preemption in :mod:`pools.core.scheduling.preempt`.
-"""
+in :mod:`pools.core.scheduling.explain` and preemption in :mod:`pools.core.scheduling.preempt`."""
 
 from __future__ import annotations
 
@@ -170,7 +169,9 @@ class Pod:
     """A pod's scheduling request. ``name`` is ``namespace/name``.
 
     GPUs: ``gpu_count`` whole GPUs (``gpu_milli`` is then 1000), or a *sharing* pod with
-    ``gpu_count == 1`` and ``0 < gpu_milli < 1000`` (a share of one GPU in 1/1000).
+    ``gpu_count == 1`` and ``0 < gpu_milli < 1000`` (a share of one GPU in 1/1000);
+    ``gpu_shares``: asked as ``ebcloud.io/gpu-milli``, as every sharing pod and one asking all
+    1000 thousandths (held whole here; kube-scheduler counts it among the shares).
     ``gpu_models`` lists the allowed GPU models (gpuSpec; empty = any). ``priority`` and
     ``checkpointable`` decide who may be preempted; a ``preemption_policy`` of ``Never`` (its
     PriorityClass's) means the pod preempts nobody, though it may itself be preempted.
@@ -179,11 +180,7 @@ class Pod:
     and score identically, which is what the schedulers cache on.
     ``started_at`` is a running pod's start (its ``status.startTime``; None when it has none
     yet): only preemption reads it, as kube-scheduler does (the older of two pods of equal
-    priority is the more important), so it is in neither ``shape_key`` nor equality.
-    ``gpu_shares`` says the pod asks for its GPU as a share (``ebcloud.io/gpu-milli``), not as
-    ``nvidia.com/gpu``: set for every sharing pod, and for one that asks all 1000 thousandths
-    (held whole here, but counted among the shares by kube-scheduler).
-    """
+    priority is the more important), so it is in neither ``shape_key`` nor equality."""
 
     name: str
     cpu_milli: int = 0
@@ -277,8 +274,7 @@ class NodeState:
     ``teams``: the teams whose pods may run here (its pool's team and the teams the pool is
     shared with); None puts no limit (the trace benchmark, one team's what-if). ``owner``: its
     pool's team, whose pods a guest's never preempt (:func:`may_preempt`); None: no owner.
-    ``max_pods``: how many pods it holds at most (its allocatable ``pods``), whatever they ask.
-    """
+    ``max_pods``: how many pods it holds at most (its allocatable ``pods``), whatever they ask."""
 
     name: str
     cpu_milli: int
