@@ -23,6 +23,7 @@ from pools.core.scheduling.explain import explain, plural
 from pools.core.scheduling.nodes import (
     REASONS_INSUFFICIENT,
     NodeState,
+    gpu_model_reason,
     may_use,
 )
 from pools.core.scheduling.nodes import Pod as CorePod
@@ -208,6 +209,8 @@ def capacity_hints(pod: CorePod, node_reasons: dict[str, str], states: dict[str,
         empty = members[0]
         if pod.gpu_count > empty.gpu_count or pod.cpu_milli > empty.cpu_milli or pod.memory_mib > empty.memory_mib:
             continue  # even an empty node of this pool is too small: more nodes will not help
+        if gpu_model_reason(pod, empty) is not None:
+            continue  # its nodes are of a GPU model the pod does not take: a new one would not take it either
         prospect = catalog.by_name().get(pool_name)
         if catalog.starting_takes(pool_name, pod):
             hints.append(starting_hint(prospect, len(members)))

@@ -93,6 +93,16 @@ def test_a_busy_pool_below_its_max_without_burst_is_told_to_raise_min_not_max(ac
     assert "does not burst" in check.cause and "raise nodeCount.min" in check.action and "nodeCount.max" not in check.action
 
 
+def test_a_full_pool_of_another_gpu_model_is_not_told_to_grow_for_the_pod(actors):
+    """A new node of the pool would be of its own GPU model, which the pod does not take: no
+    growth hint for it, only what the pod can change."""
+    demo_pool(actors)
+    for i in range(2):
+        submit(actors["member"], f"full-{i}", gpus=8, priority=100)
+    pod = pending_after_pass(submit(actors["member"], "h100-only", gpus=2, priority=100, models="H100_80G"))
+    assert pod.hints and not any("a new node would fit" in hint or "nodeCount" in hint for hint in pod.hints), pod.hints
+
+
 @pytest.mark.parametrize(
     ("spec", "on_demand", "hint", "cause", "action"),
     [
