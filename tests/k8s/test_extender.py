@@ -44,7 +44,7 @@ from pools.providers.kubernetes_pods import TEAM_LABEL, ClusterPods
 from pools.selectors.extender import extender_pod, extender_scores
 from pools.services import pods as pod_services
 from tests.k8s.control_plane import ROOT
-from tests.k8s.helpers import plane_running, pod_create_admitted, wait_for
+from tests.k8s.helpers import SCHEDULER_WAIT, plane_running, pod_create_admitted, wait_for
 from tests.pools.pod_helpers import T0, pod_document, pool_with_nodes
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -181,7 +181,7 @@ def test_kube_scheduler_places_a_trace_slice_where_the_simulated_scheduler_does(
         document = cluster_document(pod_document(name, gpus=trace_pod.gpu_count, cpu=f"{trace_pod.cpu_milli}m", memory=f"{trace_pod.memory_mib}Mi"))
         expected, tied = simulated_choice(actors["member"], document), top_nodes(document)
         core.create_namespaced_pod(NAMESPACE, document)
-        kind, detail = wait_for(lambda name=name: verdict(core, name), timeout=30, what=f"kube-scheduler's verdict on {name}")
+        kind, detail = wait_for(lambda name=name: verdict(core, name), timeout=SCHEDULER_WAIT, what=f"kube-scheduler's verdict on {name}")
         if kind == "pending":
             assert expected is None, f"{name}: kube-scheduler found no node ({detail}); the simulated scheduler chose {expected}"
             core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
@@ -210,7 +210,7 @@ def test_the_filters_refusals_are_in_kube_schedulers_message(plane, cluster, act
     FakeKubelet(cluster).join(name="stray-gpu-node", cpu_milli=96_000, memory_mib=393_216, gpus=8, labels={"pool": "train"}, now=T0)
     core = client.CoreV1Api(cluster)
     core.create_namespaced_pod(NAMESPACE, cluster_document(pod_document("wants-h100", gpus=1, models="H100_80G")))
-    kind, message = wait_for(lambda: verdict(core, "wants-h100"), timeout=30, what="kube-scheduler's verdict")
+    kind, message = wait_for(lambda: verdict(core, "wants-h100"), timeout=SCHEDULER_WAIT, what="kube-scheduler's verdict")
     assert kind == "pending", message
     assert f"{len(nodes)} {REASON_GPU_MODEL}" in message, message
     assert REASON_UNMANAGED in message, message
@@ -225,7 +225,7 @@ def test_our_gpu_model_check_counts_only_the_nodes_kube_scheduler_s_filters_pass
     fleet(actors, cluster, "order")
     core = client.CoreV1Api(cluster)
     core.create_namespaced_pod(NAMESPACE, cluster_document(pod_document("wants-4-h100", gpus=4, models="H100_80G")))
-    kind, message = wait_for(lambda: verdict(core, "wants-4-h100"), timeout=30, what="kube-scheduler's verdict")
+    kind, message = wait_for(lambda: verdict(core, "wants-4-h100"), timeout=SCHEDULER_WAIT, what="kube-scheduler's verdict")
     assert kind == "pending" and f"8 {REASON_GPU}" in message, message
     assert simulated_explanation(actors["member"], pod_document("wants-4-h100-simulated", gpus=4, models="H100_80G")) == message
 
@@ -239,7 +239,7 @@ def test_a_full_node_of_another_gpu_model_is_told_as_kube_scheduler_s_preemption
     core = client.CoreV1Api(cluster)
     assert Pod.objects.live().get(name="filler").node_id == full.pk
     core.create_namespaced_pod(NAMESPACE, cluster_document(pod_document("wants-4-h100", gpus=4, models="H100_80G")))
-    kind, message = wait_for(lambda: verdict(core, "wants-4-h100"), timeout=30, what="kube-scheduler's verdict")
+    kind, message = wait_for(lambda: verdict(core, "wants-4-h100"), timeout=SCHEDULER_WAIT, what="kube-scheduler's verdict")
     assert kind == "pending" and "No preemption victims found for incoming pod" in message, message
     assert simulated_explanation(actors["member"], pod_document("wants-4-h100-simulated", gpus=4, models="H100_80G")) == message
 
@@ -255,7 +255,7 @@ def test_preemption_s_only_candidate_on_a_node_of_another_gpu_model_is_dropped_a
     try:
         document = cluster_document(pod_document("wants-8-h100", gpus=8, models="H100_80G", priority=1000))
         pod_create_admitted(core, NAMESPACE, document)
-        kind, message = wait_for(lambda: verdict(core, "wants-8-h100"), timeout=30, what="kube-scheduler's verdict")
+        kind, message = wait_for(lambda: verdict(core, "wants-8-h100"), timeout=SCHEDULER_WAIT, what="kube-scheduler's verdict")
         assert kind == "pending" and message.endswith("preemption: no candidate node for preemption"), message
         assert core.read_namespaced_pod("filler", NAMESPACE).metadata.deletion_timestamp is None  # not evicted
         simulated = pod_document("wants-8-h100-simulated", gpus=8, models="H100_80G", priority=1000)
@@ -298,7 +298,7 @@ def pending_without_preemption(cluster, mirror: PodMirror, document: dict) -> st
     scheduling.create_priority_class(client.V1PriorityClass(metadata=client.V1ObjectMeta(name="priority-1000"), value=1000))
     try:
         pod_create_admitted(core, NAMESPACE, cluster_document(document))
-        kind, message = wait_for(lambda: verdict(core, name), timeout=30, what=f"kube-scheduler's verdict on {name}")
+        kind, message = wait_for(lambda: verdict(core, name), timeout=SCHEDULER_WAIT, what=f"kube-scheduler's verdict on {name}")
         assert kind == "pending", message
         evicted = [p.metadata.name for p in core.list_namespaced_pod(NAMESPACE).items if p.metadata.deletion_timestamp is not None]
         assert evicted == [], evicted
@@ -355,7 +355,7 @@ def test_a_scheduler_with_another_secret_is_refused_and_schedules_without_us(pla
     plane.start_scheduler(config=scheduler_config(plane, live_server.url, secret="not-" + SECRET))
     try:
         core.create_namespaced_pod(NAMESPACE, cluster_document(pod_document("wants-h100-anyway", gpus=1, models="H100_80G")))
-        kind, node = wait_for(lambda: verdict(core, "wants-h100-anyway"), timeout=30, what="kube-scheduler's verdict")
+        kind, node = wait_for(lambda: verdict(core, "wants-h100-anyway"), timeout=SCHEDULER_WAIT, what="kube-scheduler's verdict")
         assert kind == "bound", node
         assert "filter" in calls
         log = plane.log_tail("kube-scheduler", 200)
@@ -375,15 +375,15 @@ def test_half_gpu_shares_fill_a_real_node_and_a_whole_gpu_is_refused_there(plane
     mirror.relist()
     for i in range(16):
         core.create_namespaced_pod(NAMESPACE, cluster_document(pod_document(f"half-{i}", milli=500, cpu="1", memory="4Gi")))
-        assert wait_for(lambda i=i: verdict(core, f"half-{i}"), timeout=30, what=f"half-{i} scheduled") == ("bound", node.name)
+        assert wait_for(lambda i=i: verdict(core, f"half-{i}"), timeout=SCHEDULER_WAIT, what=f"half-{i} scheduled") == ("bound", node.name)
         kubelet.sync_pods(node_name=node.name, now=T0)
         mirror.relist()
     assert set(Pod.objects.live().filter(name__startswith="half-").values_list("phase", "gpu_count", "gpu_milli")) == {("Running", 1, 500)}
     core.create_namespaced_pod(NAMESPACE, cluster_document(pod_document("half-16", milli=500, cpu="1", memory="4Gi")))
-    kind, message = wait_for(lambda: verdict(core, "half-16"), timeout=30, what="kube-scheduler's verdict on half-16")
+    kind, message = wait_for(lambda: verdict(core, "half-16"), timeout=SCHEDULER_WAIT, what="kube-scheduler's verdict on half-16")
     assert kind == "pending" and f"1 {REASON_GPU_SHARE}" in message, message  # the simulated cluster says the same
     core.create_namespaced_pod(NAMESPACE, cluster_document(pod_document("whole-1", gpus=1, cpu="1", memory="4Gi")))
-    kind, message = wait_for(lambda: verdict(core, "whole-1"), timeout=30, what="kube-scheduler's verdict on whole-1")
+    kind, message = wait_for(lambda: verdict(core, "whole-1"), timeout=SCHEDULER_WAIT, what="kube-scheduler's verdict on whole-1")
     assert kind == "pending" and f"1 {REASON_GPU}" in message, message
     skipped = [line for line in plane.log_tail("kube-scheduler", 400).splitlines() if "Skipping extender" in line and ("/half-" in line or "/whole-1" in line)]
     assert "filter" in calls and not skipped, skipped
@@ -404,7 +404,7 @@ def test_a_preemption_whose_victims_would_not_make_room_per_gpu_is_dropped_and_e
     for document in running:
         name = document["metadata"]["name"]
         core.create_namespaced_pod(NAMESPACE, cluster_document(document))
-        assert wait_for(lambda name=name: verdict(core, name), timeout=30, what=f"{name} scheduled") == ("bound", node.name)
+        assert wait_for(lambda name=name: verdict(core, name), timeout=SCHEDULER_WAIT, what=f"{name} scheduled") == ("bound", node.name)
         kubelet.sync_pods(node_name=node.name, now=T0)
         mirror.relist()
     message = pending_without_preemption(cluster, mirror, pod_document("wants-2", gpus=2, cpu="1", memory="4Gi", priority=1000))
@@ -435,7 +435,7 @@ def test_a_node_of_another_gpu_model_is_tried_for_preemption_only_where_kube_sch
     try:
         asked = {**asked, "models": "H100_80G", "cpu": "1", "memory": "4Gi", "priority": 1000}
         pod_create_admitted(core, NAMESPACE, cluster_document(pod_document("h100", **asked)))
-        kind, message = wait_for(lambda: verdict(core, "h100"), timeout=30, what="kube-scheduler's verdict on h100")
+        kind, message = wait_for(lambda: verdict(core, "h100"), timeout=SCHEDULER_WAIT, what="kube-scheduler's verdict on h100")
         assert (kind, message) == ("pending", f"0/1 nodes are available: {filters}. preemption: {preemption}")
         assert simulated_explanation(actors["member"], pod_document("h100-simulated", **asked)) == message
     finally:

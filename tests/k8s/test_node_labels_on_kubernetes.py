@@ -16,7 +16,7 @@ from pools.controllers import lifecycle
 from pools.models import GpuNodePool, Node, PoolEvent
 from pools.providers.fake_kubelet import FakeKubelet
 from pools.providers.kubernetes import KubernetesCluster
-from tests.k8s.helpers import verdict, wait_for
+from tests.k8s.helpers import SCHEDULER_WAIT, verdict, wait_for
 from tests.pools.lifecycle_helpers import T0, TICK, approved_pool, live_nodes, run_until
 from tests.pools.pod_helpers import pool_with_nodes
 from tests.pools.pool_helpers import edit_spec
@@ -176,12 +176,12 @@ def test_gpu_shares_follow_the_gpus_the_device_plugin_reports_none_where_none_is
     assert shares() == ("0", "0")
     assert KubernetesCluster(kube).nodes_state(names=[node.name])[node.name].gpu_shares_advertised
     core.create_namespaced_pod(namespace, share_pod(namespace, node.name))
-    kind, message = wait_for(lambda: verdict(core, namespace, "half"), timeout=30, what="kube-scheduler's verdict")
+    kind, message = wait_for(lambda: verdict(core, namespace, "half"), timeout=SCHEDULER_WAIT, what="kube-scheduler's verdict")
     assert kind == "pending" and "Insufficient ebcloud.io/gpu-milli" in message, message
     gpus("8", "7")  # the GPUs back, one of them unhealthy: in the capacity, not allocatable
     lifecycle.reconcile_all(now=T0 + 2 * TICK)
     assert shares() == ("8k", "7k")
-    assert wait_for(lambda: verdict(core, namespace, "half")[0] == "bound", timeout=30, what="the share pod bound once GPUs are back")
+    assert wait_for(lambda: verdict(core, namespace, "half")[0] == "bound", timeout=SCHEDULER_WAIT, what="the share pod bound once GPUs are back")
     gpus(None, None)  # the resource itself gone from the status (the device plugin stopped): no shares either
     assert not KubernetesCluster(kube).nodes_state(names=[node.name])[node.name].gpu_shares_advertised
     lifecycle.reconcile_all(now=T0 + 3 * TICK)

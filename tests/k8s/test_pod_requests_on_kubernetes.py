@@ -20,7 +20,7 @@ from pools.controllers.pod_mirror import PodMirror
 from pools.models import Pod
 from pools.providers.fake_kubelet import FakeKubelet
 from pools.providers.kubernetes_pods import ClusterPods
-from tests.k8s.helpers import verdict
+from tests.k8s.helpers import SCHEDULER_WAIT, verdict
 
 pytestmark = pytest.mark.django_db(transaction=True)
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
@@ -40,7 +40,7 @@ CASES = {
 }
 
 
-def settled(core: client.CoreV1Api, namespace: str, name: str, short: str | None, timeout: float = 30):
+def settled(core: client.CoreV1Api, namespace: str, name: str, short: str | None, timeout: float = SCHEDULER_WAIT):
     """kube-scheduler's verdict once it has seen the node whole: its first try may come before
     the fake kubelet's status (capacity, Ready) and taint updates reach its cache, and a node
     update sends a refused pod back to the queue. Bound, or refused for `short` alone; after

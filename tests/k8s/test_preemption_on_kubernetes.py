@@ -30,7 +30,7 @@ from pools.providers.fake_kubelet import FakeKubelet
 from pools.providers.kubernetes import KubernetesCluster
 from pools.providers.kubernetes_pods import ClusterPods, pod_fields
 from pools.selectors.cluster import core_pod_of
-from tests.k8s.helpers import pod_create_admitted, pod_gone, verdict, wait_for
+from tests.k8s.helpers import SCHEDULER_WAIT, pod_create_admitted, pod_gone, verdict, wait_for
 
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 CPU, MEMORY, GPUS = 64_000, 262_144, 8
@@ -168,7 +168,7 @@ def test_a_pod_pinned_to_its_node_by_name_gets_kube_scheduler_s_verdict_word_for
     core.patch_node(f"{place.key}-1", {"spec": {"unschedulable": True}})
     place.pending("pinned", 4, 50, pinned=f"{place.key}-0")
     theirs = wait_for(lambda: (found := verdict(core, namespace, "pinned")) and "1 No preemption victims" in found[1] and found,
-                      timeout=30, what="kube-scheduler's verdict with its preemption's")  # fmt: skip
+                      timeout=SCHEDULER_WAIT, what="kube-scheduler's verdict with its preemption's")  # fmt: skip
     total = len(core.list_node().items)
     nodes = states(namespace, place.key, *layout) + [NodeState(f"other-{i}", CPU, MEMORY, GPUS, "") for i in range(total - len(layout))]
     nodes[1].unschedulable = True
