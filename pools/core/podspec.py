@@ -97,7 +97,7 @@ class PodSpec:
     memory_mib: int = 0
     gpu_count: int = 0
     gpu_milli: int = 0
-    gpu_shares: bool = False  # asked as ebcloud.io/gpu-milli (`asks_shares`)
+    gpu_shares: int = 0  # thousandths asked as ebcloud.io/gpu-milli (core `Pod.gpu_shares`)
     gpu_models: tuple[str, ...] = ()
     tolerations: tuple[dict, ...] = ()
     node_selector: Mapping[str, str] = field(default_factory=dict)
@@ -142,7 +142,6 @@ def parse_pod(document: Any, *, default_namespace: str = "") -> PodSpec:
     node_selector = check.labels(spec.get("nodeSelector", {}), "spec.nodeSelector")
     affinity = node_affinity(check, spec.get("affinity", {}))
 
-    gpus_asked = gpus
     gpus, gpu_milli = gpu_request(gpus, shares)
     if GPU_SHARE_RESOURCE in annotations:  # where shares were asked for before they were a resource
         check.error(f"metadata.annotations.{GPU_SHARE_RESOURCE}",
@@ -174,7 +173,7 @@ def parse_pod(document: Any, *, default_namespace: str = "") -> PodSpec:
         memory_mib=memory,
         gpu_count=gpus,
         gpu_milli=gpu_milli,
-        gpu_shares=asks_shares(gpus_asked, shares),
+        gpu_shares=shares,
         gpu_models=models,
         tolerations=placement,
         node_selector=node_selector,
@@ -339,13 +338,6 @@ def _containers(check: Checker, value: Any) -> tuple[int, int, int, int]:
     return cpu, memory, gpus, shares
 
 
-def asks_shares(gpus: int, shares: int) -> bool:
-    """Whether a pod asking for `gpus` whole GPUs and `shares` thousandths of one holds its GPU as
-    a share (`gpu_request`), which kube-scheduler counts under `ebcloud.io/gpu-milli`, not
-    `nvidia.com/gpu`, even all 1000 of it."""
-    return bool(shares) and not gpus and shares <= MILLI
-
-
 def gpu_request(gpus: int, shares: int) -> tuple[int, int]:
     """(GPU count, thousandths of each GPU) of a pod asking for `gpus` whole GPUs and `shares`
     thousandths of one (Alibaba's trace model: a share is one GPU used in part). A pod of a real
@@ -382,7 +374,7 @@ def core_pod(
     memory_mib: int = 0,
     gpu_count: int = 0,
     gpu_milli: int = 0,
-    gpu_shares: bool = False,
+    gpu_shares: int = 0,
     gpu_models=(),
     priority: int = 0,
     preemption_policy: str = PREEMPT_LOWER_PRIORITY,

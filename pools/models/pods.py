@@ -109,9 +109,9 @@ class Pod(models.Model):
     memory_mib = models.PositiveIntegerField(default=0)
     gpu_count = models.PositiveSmallIntegerField(default=0)
     gpu_milli = models.PositiveIntegerField(default=0, help_text="Share of one GPU in 1/1000 (1000 = whole GPUs)")
-    gpu_shares = models.BooleanField(
-        default=False, db_default=False,
-        help_text="Asked as ebcloud.io/gpu-milli (a share of one GPU, all 1000 of it included), not nvidia.com/gpu",
+    gpu_shares = models.PositiveIntegerField(
+        default=0, db_default=0,
+        help_text="Thousandths of a GPU asked as ebcloud.io/gpu-milli, which kube-scheduler counts apart from nvidia.com/gpu",
     )  # fmt: skip
     gpu_models = models.JSONField(default=list, blank=True, help_text="Allowed GPU models (gpuSpec); empty = any")
     tolerations = models.JSONField(default=list, blank=True)

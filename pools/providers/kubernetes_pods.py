@@ -30,7 +30,6 @@ from pools.core.podspec import (
     ANNOTATION_GPU_MODELS,
     GPU_RESOURCE,
     GPU_SHARE_RESOURCE,
-    asks_shares,
     gpu_request,
 )
 from pools.core.priority import PREEMPT_LOWER_PRIORITY, SYSTEM_PREFIX
@@ -188,7 +187,7 @@ def pod_fields(pod: Mapping[str, Any], *, now: datetime) -> dict[str, Any]:
         "memory_mib": math.ceil(requests.get("memory", 0) / 2**20),
         "gpu_count": gpus,
         "gpu_milli": gpu_milli,
-        "gpu_shares": asks_shares(*asked),
+        "gpu_shares": asked[1],
         "gpu_models": [
             m.strip() for m in annotations.get(ANNOTATION_GPU_MODELS, "").split(",") if m.strip()
         ],

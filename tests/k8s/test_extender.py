@@ -275,6 +275,28 @@ def test_a_whole_gpu_of_higher_priority_finds_no_victim_among_gpu_shares_as_kube
     assert message == f'0/1 nodes are available: 1 {REASON_GPU}. preemption: expected at least one victim pod on node "{node.name}"'
 
 
+def test_pods_asking_whole_gpus_and_shares_too_leave_gpus_free_by_kube_scheduler_s_count(plane, cluster, actors, calls):
+    """Pods a real cluster takes and the product's API refuses: each asks `nvidia.com/gpu: 1` and
+    `ebcloud.io/gpu-milli: 500`, so it holds two whole GPUs in the read model while
+    kube-scheduler counts one GPU and 500 thousandths. Four of them fill an 8-GPU node for our
+    filter; kube-scheduler's count has four GPUs to spare, so for a two-GPU pod of higher
+    priority its preemption finds no victim, and the product's message and hints say as much
+    (tests/pools/test_preemption_budgets.py)."""
+    node = one_g2_node(actors, cluster)
+    core = client.CoreV1Api(cluster)
+    for i in range(4):
+        both = cluster_document(pod_document(f"both-{i}", gpus=1, cpu="1", memory="4Gi"))
+        both["spec"]["containers"][0]["resources"]["limits"]["ebcloud.io/gpu-milli"] = "500"
+        both["spec"]["nodeName"] = node.name
+        core.create_namespaced_pod(NAMESPACE, both)
+    FakeKubelet(cluster).sync_pods(node_name=node.name, now=T0)
+    mirror = PodMirror(ClusterPods(cluster), clock=lambda: T0)
+    mirror.relist()
+    assert set(Pod.objects.live().filter(name__startswith="both-").values_list("gpu_count", "gpu_milli", "gpu_shares")) == {(2, 1000, 500)}
+    message = pending_without_preemption(cluster, mirror, pod_document("wants-2", gpus=2, cpu="1", memory="4Gi", priority=1000))
+    assert message == f'0/1 nodes are available: 1 {REASON_GPU}. preemption: expected at least one victim pod on node "{node.name}"'
+
+
 def g2_node_of_shares(actors, cluster, milli: int = 600) -> tuple[Node, PodMirror]:
     """`one_g2_node` with a running share of `milli` on each of its 8 GPUs, bound by name and
     mirrored into the extender's read model (the mirror is returned for the test to relist)."""

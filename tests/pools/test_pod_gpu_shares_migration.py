@@ -1,6 +1,7 @@
-"""Migration 0027 tells which pods already stored asked their GPU as shares (`Pod.gpu_shares`):
-every pod holding part of one GPU, and one holding a whole GPU whose document asks all 1000
-thousandths as `ebcloud.io/gpu-milli`, which the pod mirror's watch may never read again."""
+"""Migrations 0027 and 0028 tell how many thousandths each pod already stored asked as
+`ebcloud.io/gpu-milli` (`Pod.gpu_shares`), which the pod mirror's watch may never read again:
+every pod holding part of one GPU asked its share, one holding a whole GPU may have asked all
+1000, and a real cluster's pod may have asked whole GPUs and shares too, or more than 1000."""
 
 from __future__ import annotations
 
@@ -28,13 +29,17 @@ def test_pods_stored_before_say_which_resource_they_asked():
             "all-shares": (1, 1000, {"ebcloud.io/gpu-milli": "1000"}),
             "whole": (1, 1000, {"nvidia.com/gpu": "1"}),
             "both": (1, 1000, {"nvidia.com/gpu": "1", "ebcloud.io/gpu-milli": "0"}),
+            "whole-and-share": (2, 1000, {"nvidia.com/gpu": "1", "ebcloud.io/gpu-milli": "500"}),
+            "over-one": (2, 1000, {"ebcloud.io/gpu-milli": "1500"}),
             "cpu": (0, 0, {"cpu": "1"}),
         }
         for name, (gpus, milli, limits) in rows.items():
             old.objects.create(namespace="algorithm", name=name, gpu_count=gpus, gpu_milli=milli, document=document(limits))
         executor = MigrationExecutor(connection)
         executor.migrate(executor.loader.graph.leaf_nodes())
-        assert dict(Pod.objects.values_list("name", "gpu_shares")) == {"share": True, "all-shares": True, "whole": False, "both": False, "cpu": False}
+        assert dict(Pod.objects.values_list("name", "gpu_shares")) == {
+            "share": 600, "all-shares": 1000, "whole": 0, "both": 0, "whole-and-share": 500, "over-one": 1500, "cpu": 0,
+        }  # fmt: skip
     finally:
         Pod.objects.all().delete()
         executor = MigrationExecutor(connection)

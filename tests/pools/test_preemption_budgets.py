@@ -19,8 +19,8 @@ from pools.core.disruption import (
     preemption_budgets,
 )
 from pools.core.scheduling.explain import explain
-from pools.core.scheduling.nodes import NodeState, Pod, Taint
-from pools.core.scheduling.preempt import NO_VICTIMS, past_budget, preempt, victims_on
+from pools.core.scheduling.nodes import REASON_GPU, REASON_GPU_SHARE, NodeState, Pod, Taint
+from pools.core.scheduling.preempt import NO_VICTIMS, KubeCount, past_budget, preempt, victims_on
 
 NS = "algorithm"
 
@@ -231,6 +231,23 @@ def test_a_whole_gpu_finds_no_victim_where_kube_scheduler_counts_the_shares_apar
     assert verdict.message == '0/1 nodes are available: 1 Insufficient nvidia.com/gpu. preemption: expected at least one victim pod on node "halves-0"'
     assert "preempt" not in verdict.hints[-1], verdict.hints
     assert victims_on(whole, shared).victims  # the simulated cluster's own preemption does evict shares (ours)
+
+
+def test_a_pod_asking_whole_gpus_and_shares_too_counts_each_as_kube_scheduler_does():
+    """A real cluster's pod may ask `nvidia.com/gpu: 1` and `ebcloud.io/gpu-milli: 500` both (the
+    product's API refuses that): it holds two whole GPUs here, and kube-scheduler counts one GPU
+    and 500 thousandths. Four of them fill an 8-GPU node for our filter, while kube-scheduler's
+    count has four GPUs to spare: its preemption for a two-GPU pod finds no victim, and says so
+    (tests/k8s/test_extender.py has the words from a real kube-scheduler)."""
+    both = [(Pod(f"{NS}/both-{i}", cpu_milli=1000, gpu_count=2, gpu_shares=500), (2 * i, 2 * i + 1)) for i in range(4)]
+    full = node("both-0", *both)
+    counted = KubeCount.of(full)
+    assert (counted.gpus, counted.shares) == (4, 2000)
+    verdict = explain(pod("two", gpus=2, priority=1000), [full])
+    assert verdict.message == '0/1 nodes are available: 1 Insufficient nvidia.com/gpu. preemption: expected at least one victim pod on node "both-0"'
+    assert "preempt" not in verdict.hints[-1], verdict.hints
+    five_and_shares = Pod(f"{NS}/five", gpu_count=12, gpu_shares=6500)  # asked 5 GPUs and 6500 thousandths
+    assert counted.short(five_and_shares) == [REASON_GPU, REASON_GPU_SHARE]
 
 
 def test_kube_schedulers_victims_that_would_not_make_room_on_the_gpus_are_no_candidate():

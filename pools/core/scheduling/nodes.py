@@ -166,13 +166,11 @@ REASON_TAINT = "node(s) had untolerated taint(s)"  # kube-scheduler 1.37's Taint
 
 @dataclass(frozen=True)
 class Pod:
-    """A pod's scheduling request. ``name`` is ``namespace/name``.
-
-    GPUs: ``gpu_count`` whole GPUs (``gpu_milli`` is then 1000), or a *sharing* pod with
-    ``gpu_count == 1`` and ``0 < gpu_milli < 1000`` (a share of one GPU in 1/1000);
-    ``gpu_shares``: asked as ``ebcloud.io/gpu-milli``, as every sharing pod and one asking all
-    1000 thousandths (held whole here; kube-scheduler counts it among the shares).
-    ``gpu_models`` lists the allowed GPU models (gpuSpec; empty = any). ``priority`` and
+    """A pod's scheduling request. ``name`` is ``namespace/name``. GPUs: ``gpu_count`` whole GPUs
+    (``gpu_milli`` is then 1000), or a *sharing* pod with ``gpu_count == 1`` and ``0 < gpu_milli <
+    1000`` (a share of one GPU in 1/1000); ``gpu_shares``: the thousandths asked as
+    ``ebcloud.io/gpu-milli`` (kube-scheduler counts them apart), a sharing pod's share or any a
+    real cluster's pod asks (held whole). ``gpu_models`` lists the allowed GPU models (gpuSpec; empty = any). ``priority`` and
     ``checkpointable`` decide who may be preempted; a ``preemption_policy`` of ``Never`` (its
     PriorityClass's) means the pod preempts nobody, though it may itself be preempted.
     ``team`` is an opaque identity of the pod's team (its namespace's): a node whose ``teams``
@@ -197,7 +195,7 @@ class Pod:
     affinity_terms: tuple[tuple[NodeSelectorRequirement, ...], ...] = ()
     preferred_terms: tuple[tuple[int, tuple[NodeSelectorRequirement, ...]], ...] = ()  # (weight, term)
     team: str = ""
-    gpu_shares: bool = False
+    gpu_shares: int = 0
     started_at: datetime | None = field(default=None, compare=False)
     shape_key: tuple = field(init=False, repr=False, compare=False)
 
@@ -211,7 +209,9 @@ class Pod:
             setattr_(self, "gpu_milli", MILLI)
         if not 0 <= self.gpu_milli <= MILLI or (self.gpu_count > 1 and self.gpu_milli != MILLI):
             raise ValueError("a GPU share (gpu_milli < 1000) is only allowed with gpu_count == 1")
-        setattr_(self, "gpu_shares", self.is_sharing or (self.gpu_shares and self.gpu_count == 1))
+        setattr_(self, "gpu_shares", self.gpu_milli if self.is_sharing else self.gpu_shares)
+        if not 0 <= self.gpu_shares <= self.gpu_count * MILLI:
+            raise ValueError("gpu_shares must be held: at most 1000 for each GPU in gpu_count")
         setattr_(self, "gpu_models", tuple(self.gpu_models))
         setattr_(self, "tolerations", tuple(self.tolerations))
         setattr_(self, "affinity_terms", tuple(tuple(t) for t in self.affinity_terms))

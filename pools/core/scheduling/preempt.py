@@ -44,6 +44,7 @@ The plan lists its victims least important first: the reverse of that order, but
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -184,7 +185,7 @@ class KubeCount:
     whole GPUs (`nvidia.com/gpu`) and GPU shares (`ebcloud.io/gpu-milli`, 1000 a GPU) two
     resources apart, never GPU by GPU as our filter does (the extender's). So a whole GPU fits a
     node whose GPUs are all partly shared, and two GPUs fit where one is free and another shared.
-    A pod that asks for all 1000 shares of a GPU counts among the shares (`Pod.gpu_shares`)."""
+    A pod counts what it asked of each (`asked`), not the GPUs it holds here."""
 
     node: NodeState
     pods: int = 0
@@ -195,34 +196,36 @@ class KubeCount:
 
     @classmethod
     def of(cls, node: NodeState) -> KubeCount:
-        shares = gpus = 0
+        count = cls(node, len(node.bound), node.cpu_used, node.memory_used)
         for binding in node.bound.values():
-            if binding.pod.gpu_shares:
-                shares += binding.pod.gpu_milli
-            else:
-                gpus += binding.pod.gpu_count
-        return cls(node, len(node.bound), node.cpu_used, node.memory_used, gpus, shares)
+            gpus, shares = asked(binding.pod)
+            count.gpus += gpus
+            count.shares += shares
+        return count
 
     def add(self, pod: Pod, sign: int = 1) -> None:
+        gpus, shares = asked(pod)
         self.pods += sign
         self.cpu += sign * pod.cpu_milli
         self.memory += sign * pod.memory_mib
-        if pod.gpu_shares:
-            self.shares += sign * pod.gpu_milli
-        else:
-            self.gpus += sign * pod.gpu_count
+        self.gpus += sign * gpus
+        self.shares += sign * shares
 
     def short(self, pod: Pod) -> list[str]:
-        """NodeResourcesFit's reasons for ``pod`` on this count, in its order."""
-        node = self.node
+        """NodeResourcesFit's reasons for ``pod`` on this count, for the resources it asks."""
+        node, (gpus, shares) = self.node, asked(pod)
         short = [REASON_PODS] if self.pods >= node.max_pods else []
         short += [REASON_CPU] if self.cpu + pod.cpu_milli > node.cpu_milli else []
         short += [REASON_MEMORY] if self.memory + pod.memory_mib > node.memory_mib else []
-        if pod.gpu_shares and self.shares + pod.gpu_milli > node.gpu_count * MILLI:
-            short.append(REASON_GPU_SHARE)
-        elif not pod.gpu_shares and self.gpus + pod.gpu_count > node.gpu_count:
-            short.append(REASON_GPU)
+        short += [REASON_GPU] if gpus and self.gpus + gpus > node.gpu_count else []
+        short += [REASON_GPU_SHARE] if shares and self.shares + shares > node.gpu_count * MILLI else []
         return short
+
+
+def asked(pod: Pod) -> tuple[int, int]:
+    """(`nvidia.com/gpu`, `ebcloud.io/gpu-milli`) as the pod asked them: the GPUs it holds here
+    are the whole ones it asked plus those its shares need (`podspec.gpu_request`)."""
+    return pod.gpu_count - math.ceil(pod.gpu_shares / MILLI), pod.gpu_shares
 
 
 def preempt(pod: Pod, nodes: Sequence[NodeState], budgets: Sequence[DisruptionBudget] = ()) -> PreemptionPlan | None:
