@@ -30,9 +30,12 @@ from pools.core.podspec import (
     ANNOTATION_GPU_MODELS,
     GPU_RESOURCE,
     GPU_SHARE_RESOURCE,
+    MAX_DURATION_SECONDS,
+    MAX_REQUEST,
     gpu_request,
 )
 from pools.core.priority import PREEMPT_LOWER_PRIORITY, SYSTEM_PREFIX
+from pools.core.scheduling.nodes import MILLI
 from pools.providers.kubernetes import api_client, request_timeout
 
 TEAM_LABEL = "ebcloud.io/team"
@@ -160,12 +163,19 @@ class ClusterPods:
 
 def pod_fields(pod: Mapping[str, Any], *, now: datetime) -> dict[str, Any]:
     """The read model's fields of one pod (all but `team` and `node`, which the mirror resolves:
-    `node_name` names the Node it is bound to)."""
+    `node_name` names the Node it is bound to).
+
+    The API server takes a pod asking for any amount (`nvidia.com/gpu: 40000`) or to run for any
+    time; the read model's columns do not hold every such number. What is past the most the
+    product's own API lets a pod ask (`MAX_REQUEST`, `MAX_DURATION_SECONDS`) is recorded as that
+    most, which no node has either: the pod stays as Pending as it would, and one such pod does
+    not fail the mirror's every write."""
     meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
     annotations = meta.get("annotations") or {}
     requests = pod_requests(spec)
-    asked = math.ceil(requests.get(GPU_RESOURCE, 0)), math.ceil(requests.get(GPU_SHARE_RESOURCE, 0))
-    gpus, gpu_milli = gpu_request(*asked)
+    whole = min(math.ceil(requests.get(GPU_RESOURCE, 0)), MAX_REQUEST[GPU_RESOURCE])
+    shares = min(math.ceil(requests.get(GPU_SHARE_RESOURCE, 0)), (MAX_REQUEST[GPU_RESOURCE] - whole) * MILLI)
+    gpus, gpu_milli = gpu_request(whole, shares)
     scheduled = next(
         (c for c in status.get("conditions") or () if c.get("type") == "PodScheduled"), {}
     )
@@ -183,11 +193,11 @@ def pod_fields(pod: Mapping[str, Any], *, now: datetime) -> dict[str, Any]:
         "priority": int(spec.get("priority") or 0),
         "preemption_policy": spec.get("preemptionPolicy") or PREEMPT_LOWER_PRIORITY,
         "checkpointable": annotations.get(ANNOTATION_CHECKPOINTABLE, "").lower() == "true",
-        "cpu_milli": math.ceil(requests.get("cpu", 0) * 1000),
-        "memory_mib": math.ceil(requests.get("memory", 0) / 2**20),
+        "cpu_milli": min(math.ceil(requests.get("cpu", 0) * 1000), MAX_REQUEST["cpu"]),
+        "memory_mib": min(math.ceil(requests.get("memory", 0) / 2**20), MAX_REQUEST["memory"]),
         "gpu_count": gpus,
         "gpu_milli": gpu_milli,
-        "gpu_shares": asked[1],
+        "gpu_shares": shares,
         "gpu_models": [
             m.strip() for m in annotations.get(ANNOTATION_GPU_MODELS, "").split(",") if m.strip()
         ],
@@ -316,7 +326,7 @@ def _add(total: dict[str, Decimal], more: Mapping[str, Decimal]) -> None:
 def _duration(annotations: Mapping[str, str]) -> int | None:
     try:
         return (
-            parse_duration(annotations[ANNOTATION_DURATION])
+            min(parse_duration(annotations[ANNOTATION_DURATION]), MAX_DURATION_SECONDS)
             if ANNOTATION_DURATION in annotations
             else None
         )

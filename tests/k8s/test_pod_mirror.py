@@ -107,6 +107,34 @@ def test_a_relist_mirrors_every_pod_with_the_requests_kube_scheduler_counts(mirr
     assert WatchCursor.objects.get(resource="pods").resource_version
 
 
+@pytest.mark.parametrize(
+    ("asked", "annotations", "recorded"),
+    [
+        ({"nvidia.com/gpu": "40000"}, {}, {"gpu_count": 32_767, "gpu_milli": 1000}),
+        ({"nvidia.com/gpu": "9223372036854775807", "ebcloud.io/gpu-milli": "5000"}, {}, {"gpu_count": 32_767, "gpu_shares": 0}),
+        ({"ebcloud.io/gpu-milli": "9000000000000"}, {}, {"gpu_count": 32_767, "gpu_shares": 32_767_000}),
+        ({"cpu": "3000000"}, {}, {"cpu_milli": 2**31 - 1}),
+        ({"memory": "10Ei"}, {}, {"memory_mib": 2**31 - 1}),
+        ({"cpu": "1"}, {"ebcloud.io/duration": "100000000h"}, {"duration_seconds": 10 * 365 * 86400}),
+    ],
+)
+def test_a_pod_asking_more_than_the_read_model_holds_is_recorded_at_the_most_a_pod_may_ask(mirror, core, namespace, asked, annotations, recorded):
+    """The API server takes a pod asking 40,000 GPUs, 3 million CPUs or 10 EiB, or annotated to
+    run for 100 million hours; the read model's columns hold none of those numbers (on
+    PostgreSQL the INSERT fails), and one such pod failed every write of the mirror's batch, so
+    no pod was mirrored any more. It is recorded at the most the product's API lets a pod ask,
+    which no node has, and the pods beside it are mirrored."""
+    body = waiting(namespace, "greedy")
+    body.metadata.annotations = annotations
+    body.spec.containers[0].resources = client.V1ResourceRequirements(limits=asked, requests=asked)
+    core.create_namespaced_pod(namespace, body)
+    core.create_namespaced_pod(namespace, waiting(namespace, "modest"))
+    mirror.relist()
+    assert set(ours(namespace).values_list("name", flat=True)) == {"greedy", "modest"}
+    row = ours(namespace).get(name="greedy")
+    assert {field: getattr(row, field) for field in recorded} == recorded
+
+
 def test_namespaces_belong_to_the_team_of_their_label_or_an_admins_mapping(
     mirror, core, namespace, unique, team
 ):
