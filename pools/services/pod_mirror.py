@@ -31,6 +31,7 @@ _ROW_FIELDS = (
     "nominated_node_name", "submitted_at", "started_at", "finished_at",
 )  # fmt: skip
 _UPDATED = (*_ROW_FIELDS, "team", "node", "gpu_indices", "hints", "deleted_at")
+_REASON_LENGTH = Pod._meta.get_field("reason").max_length
 
 
 @dataclass
@@ -190,8 +191,10 @@ def _live_by_key(keys: set[tuple[str, str]]) -> dict[tuple[str, str], Pod]:
 
 
 def _set(pod: Pod, fields: Mapping[str, Any], team_id: int | None, node_id: int | None) -> bool:
-    """Make the row state the pod as given; False when it already did."""
+    """Make the row state the pod as given; False when it already did. A reason is free text
+    (a kubelet's `OutOf<resource>`, whatever a status writer sets): its start is kept."""
     wanted = {name: fields[name] for name in _ROW_FIELDS}
+    wanted["reason"] = wanted["reason"][:_REASON_LENGTH]
     wanted["team_id"], wanted["node_id"] = team_id, node_id
     if fields["phase"] != "Pending":
         wanted["hints"] = []

@@ -135,6 +135,20 @@ def test_a_pod_asking_more_than_the_read_model_holds_is_recorded_at_the_most_a_p
     assert {field: getattr(row, field) for field in recorded} == recorded
 
 
+def test_a_reason_longer_than_the_read_model_holds_is_cut_to_it(mirror, core, namespace):
+    """A kubelet that refuses a pod for an extended resource says `OutOf<resource>`, and a
+    resource's name may be as long as 316 characters; anyone allowed to write a pod's status
+    may set a reason of any length. The row keeps its first 40 characters, and the pods beside
+    it are mirrored."""
+    reason = "OutOf" + "example.com/" + "r" * 60
+    core.create_namespaced_pod(namespace, waiting(namespace, "refused"))
+    core.patch_namespaced_pod_status("refused", namespace, {"status": {"phase": "Failed", "reason": reason}})
+    core.create_namespaced_pod(namespace, waiting(namespace, "modest"))
+    mirror.relist()
+    assert set(ours(namespace).values_list("name", flat=True)) == {"refused", "modest"}
+    assert ours(namespace).get(name="refused").reason == reason[:40]
+
+
 def test_namespaces_belong_to_the_team_of_their_label_or_an_admins_mapping(
     mirror, core, namespace, unique, team
 ):
