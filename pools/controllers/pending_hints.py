@@ -19,7 +19,7 @@ from django.urls import reverse
 
 from pools.core.autoscaling import burst_ceiling
 from pools.core.scale_up import first_fit
-from pools.core.scheduling.explain import explain, plural
+from pools.core.scheduling.explain import explain
 from pools.core.scheduling.nodes import (
     REASONS_INSUFFICIENT,
     NodeState,
@@ -34,6 +34,7 @@ from pools.core.scheduling.waiting import (
     starting_hint,
     waiting_hints,
 )
+from pools.core.words import plural
 from pools.models import GpuModel, GpuNodePool, Node, NodeType
 from pools.models.pods import Pod
 from pools.selectors.cluster import cluster_state, core_pod_of, live_nodes
@@ -151,7 +152,7 @@ def order_hint(pod: CorePod, usable: list[NodeState], others: list[NodeState], t
     form = reverse("pools:create") + "?" + urlencode({"team": team_slug, "gpu_model": model, "node_type": fitting[0].name})
     return [
         f"No pool of your team can run this pod: it needs {what}. Order a pool of node type {fitting[0].name} "
-        f"({fitting[0].gpu_count} GPUs per node) with GPU model {model}: {form}"
+        f"({plural(fitting[0].gpu_count, 'GPU')} per node) with GPU model {model}: {form}"
     ]
 
 

@@ -60,7 +60,7 @@ def test_a_pool_whose_nodes_can_never_hold_the_pod_gets_only_that_hint():
     assert explanation.message == ("0/4 nodes are available: 2 Insufficient nvidia.com/gpu, 2 node(s) didn't match Pod's node affinity/selector. "
                                    "preemption: 0/4 nodes are available: 4 Preemption is not helpful for scheduling.")  # fmt: skip
     assert explanation.hints == (
-        "pool fh-l40s (2 nodes): the pod requests 2 GPUs and a node has 1. To run there, ask for at most 1 GPUs per pod "
+        "pool fh-l40s (2 nodes): the pod requests 2 GPUs and a node has 1. To run there, ask for at most 1 GPU per pod "
         "(split the job, e.g. into data-parallel workers).",
         "pool train-pool-demo (2 nodes): required node affinity not met, failing (pool In [fh]). To run there, change the "
         "required node affinity to (pool In [fh, train]). (Or, instead of changing the pod's node selection, add nodeLabels: "
@@ -73,9 +73,9 @@ def test_the_same_pool_busy_with_one_gpu_pods_still_gets_only_the_never_fits_hin
     larger node in reach the fleet-wide "largest node" hint says the same."""
     nodes = [busy(l40s("fh-l40s-0"), ("small", 1, 10)), l40s("fh-l40s-1")]
     assert explain(fh_big(), nodes).hints == (
-        "pool fh-l40s (2 nodes): the pod requests 2 GPUs and a node has 1. To run there, ask for at most 1 GPUs per pod "
+        "pool fh-l40s (2 nodes): the pod requests 2 GPUs and a node has 1. To run there, ask for at most 1 GPU per pod "
         "(split the job, e.g. into data-parallel workers).",
-        "The pod requests 2 GPUs but the largest node has 1: no node can ever fit it. Split the job into pods of at most 1 GPUs "
+        "The pod requests 2 GPUs but the largest node has 1: no node can ever fit it. Split the job into pods of at most 1 GPU "
         "(e.g. data-parallel workers), or add a pool of larger nodes.",
     )
 
@@ -157,4 +157,20 @@ def test_each_resource_taken_is_said_of_the_nodes_it_is_short_on():
         "pool p (2 nodes): 1 node has less than 4000 milli-CPU of cpu free; 1 node has fewer than 2 idle GPUs. Wait for the "
         "pods there to finish, give the pod a PriorityClass above theirs (spec.priorityClassName) to preempt pods there, or "
         "repack the pool (`ebcloud node-pool fragmentation p --plan`).",
+    )
+
+
+def test_one_gpu_is_said_as_one():
+    """A one-GPU pod's hints speak of one idle GPU, on every node or some, and a pod that needs a
+    GPU where a node has none is told to ask for none (not to split the job into pods of 0 GPUs)."""
+    full = busy(a100("a"), ("x", 8, 100))
+    assert explain(wants(gpus=1), [full]).hints[0].startswith("pool p (1 node): no node has 1 idle GPU (at most 0 on any one). ")
+    cpu_bound = a100("b")
+    cpu_bound.bind(Pod("algorithm/cpu", cpu_milli=126_000, priority=100, team="algorithm"), ())
+    assert explain(wants(gpus=1), [full, cpu_bound]).hints[0].startswith(
+        "pool p (2 nodes): 1 node has less than 4000 milli-CPU of cpu free; 1 node has no idle GPU. "
+    )
+    cpu_node = NodeState("c-0", 16000, 64 * 1024, 0, "", pool="cpu")
+    assert explain(wants(gpus=1), [cpu_node]).hints[0] == (
+        "pool cpu (1 node): the pod requests 1 GPU and a node has 0. To run there, ask for no GPU."
     )

@@ -23,7 +23,7 @@ from pools.selectors import diagnose as diagnose_service
 from pools.services import pods as pod_services
 from tests.pools.pod_helpers import T0, pool_with_nodes, submit, train_pod_document
 
-NEVER_FITS = ("pool fh-l40s (2 nodes): the pod requests 2 GPUs and a node has 1. To run there, ask for at most 1 GPUs per pod "
+NEVER_FITS = ("pool fh-l40s (2 nodes): the pod requests 2 GPUs and a node has 1. To run there, ask for at most 1 GPU per pod "
               "(split the job, e.g. into data-parallel workers).")  # fmt: skip
 TRAIN_DEMO_AFFINITY = ("pool train-pool-demo (2 nodes): required node affinity not met, failing (pool In [fh]). To run there, "
                        "change the required node affinity to (pool In [fh, train]). (Or, instead of changing the pod's node "

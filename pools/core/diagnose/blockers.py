@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from pools.core.scheduling.nodes import NodeSelectorRequirement, NodeState, Pod, Taint
 from pools.core.scheduling.pod_fixes import node_checks
+from pools.core.words import plural
 
 # Why a Pending pod cannot use a pool (`snapshot.pending_pod_facts`).
 FITS, TAINT, AFFINITY, GPU_MODEL, TOO_LARGE = "fits", "taint", "affinity", "gpu-model", "too-large"
@@ -50,7 +51,7 @@ def pool_blockers(pod: Pod, template: NodeState) -> tuple[Blocker, ...]:
     if found.gpu_models:
         blockers.append(Blocker(GPU_MODEL, next(checks), f"allow {template.gpu_model} too in the pod's ebcloud.io/gpu-models annotation"))
     for name, size in found.requests.items():
-        fix = {"gpu_count": f"ask for at most {size} GPUs per pod (split the job)",
+        fix = {"gpu_count": f"ask for at most {plural(size, 'GPU')} per pod (split the job)" if size else "ask for no GPU",
                "cpu_milli": f"lower the pod's cpu request to at most {size}m",
                "memory_mib": f"lower the pod's memory request to at most {size}Mi"}[name]  # fmt: skip
         blockers.append(Blocker(TOO_LARGE, next(checks), fix))

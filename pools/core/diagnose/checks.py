@@ -58,6 +58,7 @@ from pools.core.lifecycle import format_duration as age
 from pools.core.repair import CUDA_DRIVER_MISMATCH, classify
 from pools.core.scheduling.waiting import USUAL_START
 from pools.core.spec import POOL_SCALING_DEFAULTS
+from pools.core.words import plural
 
 OK, WARNING, FAILING, UNKNOWN = "ok", "warning", "failing", "unknown"
 STATUSES = (FAILING, WARNING, UNKNOWN, OK)  # worst first
@@ -93,10 +94,6 @@ def overall(checks: Sequence[Check]) -> str:
     """The worst status: failing, then warning, then unknown, then ok."""
     present = {c.status for c in checks}
     return next((s for s in STATUSES if s in present), OK)
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def _gpus(value: float) -> str:
@@ -192,7 +189,7 @@ def check_scale_up(s: PoolSnapshot, now: datetime) -> Check:
     cause, action = _scale_up_advice(s, first, orders)
     status = FAILING if any(now_ for _, _, now_ in evidence) else WARNING
     lines = [line for _, line, _ in evidence]
-    found = f"{_plural(len(lines), 'sign')} of a stalled scale-up: " + "; ".join(lines[:3]) + ("; …" if len(lines) > 3 else "")
+    found = f"{plural(len(lines), 'sign')} of a stalled scale-up: " + "; ".join(lines[:3]) + ("; …" if len(lines) > 3 else "")
     return Check("scale-up", title, status, found, cause, action, reqs, tuple(lines[:MAX_DETAILS]))
 
 
@@ -245,7 +242,7 @@ def _category_advice(s: PoolSnapshot, category: str, pod: PendingPod) -> tuple[s
     order, starting = _on_the_way(s)
     models = ", ".join(pod.gpu_models) or "other models"
     return {
-        TOO_LARGE: (f"The request exceeds allocatable: {pod.key} asks for {_gpus(pod.gpus)} GPU(s) and its CPU/memory, a {s.node_type} node has {s.gpus_per_node} GPUs ({pod.reason}).",
+        TOO_LARGE: (f"The request exceeds allocatable: {pod.key} asks for {_gpus(pod.gpus)} GPU(s) and its CPU/memory, a {s.node_type} node has {plural(s.gpus_per_node, 'GPU')} ({pod.reason}).",
                     f"Run {why}; split the job into pods that fit one node, or use a pool of larger nodes."),
         TAINT: (f"Taint not tolerated: the pool's nodes carry {taints} and {pod.key} has no matching toleration" + (f" for {missing}." if missing else "."),
                 f"Run {why}, then add the toleration to the pod spec."),
@@ -256,7 +253,7 @@ def _category_advice(s: PoolSnapshot, category: str, pod: PendingPod) -> tuple[s
         SKEW: ("A Ready node of the pool has the GPUs free, yet the pod stays Pending: the scheduler may not see the pool's nodes (a scheduler plugin whose version or configuration lags hides new nodes).",
                f"Run {why}: if it counts fewer nodes than the pool has Ready, check the scheduler plugin's version and configuration."),
         ON_THE_WAY: (("No Ready node has room yet; the pool's capacity is on its way: "
-                      + (f"order #{order.id} awaits approval by a platform admin." if order else f"{_plural(starting, 'node')} starting.")),
+                      + (f"order #{order.id} awaits approval by a platform admin." if order else f"{plural(starting, 'node')} starting.")),
                      (f"Ask a platform admin to approve order #{order.id} (`ebcloud order approve {order.id}`); the pod runs once a node is Ready." if order
                       else f"Wait: a new node is usually Ready within {USUAL_START}; past 15 minutes see the check 'Scale-up keeps failing' and `ebcloud node-pool events {s.name}`.")),
         AT_MAX: at_limit_advice(s, why),
@@ -286,7 +283,7 @@ def check_pending(s: PoolSnapshot, now: datetime) -> Check:
     counts = Counter(categories.values())
     by_cause = ", ".join(f"{counts[c]} {c}" for c in PENDING_ORDER if c in counts)
     oldest = pods[0]
-    found = (f"{_plural(len(pods), 'Pending pod')} aimed at this pool, {len(long)} of them for over {go_duration(int(SLOW.total_seconds()))}; "
+    found = (f"{plural(len(pods), 'Pending pod')} aimed at this pool, {len(long)} of them for over {go_duration(int(SLOW.total_seconds()))}; "
              f"oldest {oldest.key} for {age(now - oldest.submitted_at)}. By cause: {by_cause}.")  # fmt: skip
     details = tuple(f"{p.key}: Pending {age(now - p.submitted_at)}, {_gpus(p.gpus)} GPU(s), {_kinds(p, categories[p.key])} — {p.explanation or p.reason or 'not evaluated yet'}" for p in pods[:MAX_DETAILS])
     if not long and not stuck:
@@ -316,10 +313,10 @@ def check_gpu_errors(s: PoolSnapshot, now: datetime) -> Check:
         if not reporting:
             return Check("gpu-errors", title, UNKNOWN, f"No node agent of this pool has reported ({len(live)} live node(s)), so Xid errors and driver versions are not known.",
                          "The node agents are not joined or not running.", "Join the node agents (join token on the node page, then `python -m monitoring.agent`) so they report Xids and driver/CUDA versions.", reqs)  # fmt: skip
-        return Check("gpu-errors", title, OK, f"No Xid error in the last 24 h; driver and CUDA match on the {_plural(reporting, 'reporting node')}; no node Repairing or Unknown.", requirements=reqs)
+        return Check("gpu-errors", title, OK, f"No Xid error in the last 24 h; driver and CUDA match on the {plural(reporting, 'reporting node')}; no node Repairing or Unknown.", requirements=reqs)
     total = sum(e.count for e in errors)
-    parts = [f"{_plural(total, 'Xid error')} in the last 24 h on {_plural(len({e.node for e in errors}), 'node')}" if errors else ""]
-    parts += [_plural(len(mismatches), "driver/CUDA mismatch") if mismatches else "", f"{_plural(len(broken), 'node')} Repairing or Unknown" if broken else ""]
+    parts = [f"{plural(total, 'Xid error')} in the last 24 h on {plural(len({e.node for e in errors}), 'node')}" if errors else ""]
+    parts += [plural(len(mismatches), "driver/CUDA mismatch") if mismatches else "", f"{plural(len(broken), 'node')} Repairing or Unknown" if broken else ""]
     found = ", ".join(p for p in parts if p) + ": " + "; ".join(details[:3])
     real = [(name, c) for name, c in mismatches if c.get("status") == "True"]
     events = f"`ebcloud node-pool events {s.name}` (reasons XidError, CudaDriverMismatch)"
@@ -358,12 +355,12 @@ def check_utilisation(s: PoolSnapshot, now: datetime) -> Check:
     covered = u.first_minute is not None and u.first_minute <= now - WINDOW + timedelta(minutes=2)
     span = "24 h" if covered else f"{age(now - u.first_minute)}" if u.first_minute else "the window"
     alloc = f", {u.allocated_pct:.0f}% of GPUs allocated" if u.allocated_pct is not None else ""
-    found = f"Mean GPU utilisation {u.mean_util_pct:.1f}% over {span} ({_plural(u.samples, 'sample')}, highest {u.max_util_pct:.0f}%){alloc}; threshold {LOW_UTILISATION_PCT:.0f}%."
+    found = f"Mean GPU utilisation {u.mean_util_pct:.1f}% over {span} ({plural(u.samples, 'sample')}, highest {u.max_util_pct:.0f}%){alloc}; threshold {LOW_UTILISATION_PCT:.0f}%."
     if u.mean_util_pct >= LOW_UTILISATION_PCT:
         return Check("low-utilisation", title, OK, found, requirements=reqs)
     f = s.fragmentation
     report = f"`ebcloud node-pool fragmentation {s.name} --plan` (the pool's Fragmentation page)"
-    packing = f" — {_plural(f.underused_nodes, 'node')} under 50% allocated, repacking frees {f.freeable_nodes}" if f else ""
+    packing = f" — {plural(f.underused_nodes, 'node')} under 50% allocated, repacking frees {f.freeable_nodes}" if f else ""
     if u.allocated_pct is not None and u.allocated_pct >= BUSY_ALLOCATION_PCT:
         cause = f"IO-bound data loading: {u.allocated_pct:.0f}% of the GPUs are held by pods but busy only {u.mean_util_pct:.0f}% of the time, so the jobs wait on data."
         action = "Look at the data-loading share in the training logs: above a third of step time, fix the data pipeline and prefetching (warm the dataset on local NVMe)."
@@ -380,7 +377,7 @@ def check_utilisation(s: PoolSnapshot, now: datetime) -> Check:
 
 def _bill_line(c: CostInfo) -> str:
     previous = sum(c.previous_daily.values(), Decimal(0))
-    against = f", against {previous:.2f} a day over the previous {_plural(c.previous_days, 'day')}" if c.previous_days else ", no earlier day to compare"
+    against = f", against {previous:.2f} a day over the previous {plural(c.previous_days, 'day')}" if c.previous_days else ", no earlier day to compare"
     return f"Last 24 h billed {c.recent_total:.2f} {c.currency}{against}"
 
 
@@ -417,10 +414,10 @@ def check_idle_nodes(s: PoolSnapshot, now: datetime) -> Check:
     costs = f" {_bill_line(s.costs)}, of which idle GPU cost {s.costs.recent_idle:.2f} {s.costs.currency}." if s.costs and s.costs.recent_total else ""
     shown = go_duration(int(window.total_seconds()))
     if not excess:
-        held = f"{_plural(len(idle), 'node')} idle over {shown}, but the pool is at nodeCount.min ({s.min_nodes}): the paid baseline." if idle else f"No node idle longer than the {shown} scale-down window."
+        held = f"{plural(len(idle), 'node')} idle over {shown}, but the pool is at nodeCount.min ({s.min_nodes}): the paid baseline." if idle else f"No node idle longer than the {shown} scale-down window."
         return Check("bill-idle-nodes", title, OK, held + costs, requirements=reqs)
     details = tuple(f"{n.name} ({n.billing}) idle for {age(now - n.idle_since())}" for n in excess[:MAX_DETAILS])
-    found = f"{_plural(len(excess), 'node')} above nodeCount.min ({s.min_nodes}) idle longer than the {shown} scale-down window: " + ", ".join(details[:3]) + "." + costs
+    found = f"{plural(len(excess), 'node')} above nodeCount.min ({s.min_nodes}) idle longer than the {shown} scale-down window: " + ", ".join(details[:3]) + "." + costs
     burst = [n for n in excess if n.billing == "on_demand"]
     export = f"Export the cost detail by labels (`{COST_EXPORT}`) to confirm the idle node-hours; then"
     if burst:
@@ -479,8 +476,8 @@ def check_whole_node_burst(s: PoolSnapshot, now: datetime) -> Check:
     if not whole and not running:
         return Check("scaling-whole-node", title, OK, f"Bursts need {threshold} or more queued pods, but no pod of this pool asks for a whole {s.gpus_per_node}-GPU node, so small pods reach that queue.", requirements=reqs)
     waiting = [p for p in whole if p.blocker == FITS]
-    seen = f"{_plural(len(running), 'node')} run one, {len(waiting)} Pending now"
-    tail = (f"up to {threshold - 1} of them can wait — more than the {_plural(room, 'burst node')} this pool may add — and the pool never bursts for them."
+    seen = f"{plural(len(running), 'node')} run one, {len(waiting)} Pending now"
+    tail = (f"up to {threshold - 1} of them can wait — more than the {plural(room, 'burst node')} this pool may add — and the pool never bursts for them."
             if threshold - 1 >= room else f"up to {threshold - 1} of them wait without a single burst node.")  # fmt: skip
     whole_pods = f"Pods here ask for whole {s.gpus_per_node}-GPU nodes ({seen}), one node each: {tail}"
     if memory is not None:  # combine: All
@@ -519,7 +516,7 @@ def check_preemptible_work(s: PoolSnapshot, now: datetime) -> Check:
     if not exposed:
         return Check("preemption-checkpointable", title, OK, "Every pod that may be preempted here can resume from a checkpoint.", requirements=reqs)
     details = tuple(f"{pod.key} (priority {pod.priority}): {why}" for pod, why in exposed[:MAX_DETAILS])
-    found = f"{_plural(len(exposed), 'pod')} without checkpoints may be preempted: " + "; ".join(details[:3]) + "."
+    found = f"{plural(len(exposed), 'pod')} without checkpoints may be preempted: " + "; ".join(details[:3]) + "."
     cause = "A preempted pod that does not save checkpoints starts again from the beginning: its GPU hours so far are lost."
     if s.preemptible:
         action = ("Run work that cannot resume on a pool that is not preemptible; keep this pool for jobs that save checkpoints "

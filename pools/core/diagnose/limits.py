@@ -8,7 +8,7 @@ reads both is never told two different things. Pure: no Django.
 from __future__ import annotations
 
 from pools.core.diagnose.snapshot import PoolSnapshot
-from pools.core.scheduling.explain import plural
+from pools.core.words import plural
 
 
 def at_limit_advice(s: PoolSnapshot, why: str) -> tuple[str, str]:

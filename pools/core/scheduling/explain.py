@@ -38,6 +38,7 @@ from pools.core.scheduling.nodes import (
 )
 from pools.core.scheduling.pod_fixes import fix_text, pool_fixes
 from pools.core.scheduling.preempt import KubeCount, NodeVictims, victims_on
+from pools.core.words import plural
 
 NO_POOL = "(no pool)"
 
@@ -200,10 +201,6 @@ def _candidate(pod: Pod, node: NodeState) -> tuple[NodeVictims | None, bool]:
     return found, bool(preemption_nodes(pod, {node.name: node}, {node.name: [Victim(victim.name, victim.team) for victim in found.victims]}))
 
 
-def plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
 def _pools(nodes: Sequence[NodeState]) -> str:
     counts = Counter(n.pool or NO_POOL for n in nodes)
     return ", ".join(f"pool {p} ({plural(c, 'node')})" for p, c in sorted(counts.items()))
@@ -216,8 +213,8 @@ def _never_fits_hints(pod: Pod, nodes: Sequence[NodeState]) -> list[str]:
     largest_gpus = max((n.gpu_count for n in nodes), default=0)
     if pod.gpu_count > largest_gpus:
         hints.append(
-            f"The pod requests {pod.gpu_count} GPUs but the largest node has {largest_gpus}: no "
-            f"node can ever fit it. Split the job into pods of at most {largest_gpus} GPUs "
+            f"The pod requests {plural(pod.gpu_count, 'GPU')} but the largest node has {largest_gpus}: no "
+            f"node can ever fit it. Split the job into pods of at most {plural(largest_gpus, 'GPU')} "
             "(e.g. data-parallel workers), or add a pool of larger nodes."
         )
     for resource, unit, request, largest in (
@@ -281,8 +278,8 @@ def _taken(pod: Pod, members: Sequence[NodeState]) -> list[str]:
             found.append(f"{some} reached the pod limit" if some else f"every node has reached the pod limit ({members[0].max_pods} pods)")
         elif reason == REASON_GPU:
             idle = max((n.gpu_free.count(MILLI) for n in members), default=0)
-            found.append(f"{some} fewer than {pod.gpu_count} idle GPUs" if some else
-                         f"no node has {pod.gpu_count} idle GPUs (at most {idle} on any one)")  # fmt: skip
+            lacks = "no idle GPU" if pod.gpu_count == 1 else f"fewer than {pod.gpu_count} idle GPUs"
+            found.append(f"{some} {lacks}" if some else f"no node has {plural(pod.gpu_count, 'idle GPU')} (at most {idle} on any one)")
         else:
             request, what = (pod.cpu_milli, "milli-CPU of cpu") if reason == REASON_CPU else (pod.memory_mib, "MiB of memory")
             found.append(f"{some} less than {request} {what} free" if some else f"no node has {request} {what} free")

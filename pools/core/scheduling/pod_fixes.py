@@ -34,6 +34,7 @@ from pools.core.scheduling.nodes import (
     go_int64,
     matches_affinity,
 )
+from pools.core.words import plural
 
 CORDONED = "cordoned"
 NOT_READY = "not Ready"
@@ -92,13 +93,13 @@ def node_checks(pod: Pod, node: NodeState) -> PodFix | None:
         checks.append(f"the pod allows GPU models {', '.join(pod.gpu_models)} but these nodes offer {node.gpu_model or 'no GPU'}")
         models = (node.gpu_model,)
     requests = {}
-    for name, asked, size, unit in (
-        ("gpu_count", pod.gpu_count, node.gpu_count, "GPUs"),
-        ("cpu_milli", pod.cpu_milli, node.cpu_milli, "milli-CPU"),
-        ("memory_mib", pod.memory_mib, node.memory_mib, "MiB of memory"),
+    for name, asked, size, said in (
+        ("gpu_count", pod.gpu_count, node.gpu_count, plural(pod.gpu_count, "GPU")),
+        ("cpu_milli", pod.cpu_milli, node.cpu_milli, f"{pod.cpu_milli} milli-CPU"),
+        ("memory_mib", pod.memory_mib, node.memory_mib, f"{pod.memory_mib} MiB of memory"),
     ):
         if asked > size:
-            checks.append(f"the pod requests {asked} {unit} and a node has {size}")
+            checks.append(f"the pod requests {said} and a node has {size}")
             requests[name] = size
     if not (checks or problems):
         return None
@@ -150,7 +151,8 @@ def fix_text(fix: PodFix, *, where: str) -> str:
     if fix.gpu_models:
         changes.append(f"allow GPU model {', '.join(fix.gpu_models)} (annotation ebcloud.io/gpu-models)")
     for name, size in fix.requests.items():
-        changes.append({"gpu_count": f"ask for at most {size} GPUs per pod (split the job, e.g. into data-parallel workers)",
+        changes.append({"gpu_count": f"ask for at most {plural(size, 'GPU')} per pod (split the job, e.g. into data-parallel workers)"
+                                     if size else "ask for no GPU",
                         "cpu_milli": f"lower the cpu request to at most {size}m",
                         "memory_mib": f"lower the memory request to at most {size}Mi"}[name])  # fmt: skip
     text = head + (" To run there, " + "; ".join(changes) + "." if changes else "")

@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pools.core.scheduling.explain import plural
 from pools.core.scheduling.nodes import NodeState, Pod, may_use
 from pools.core.scheduling.pod_fixes import fix_text, node_checks
+from pools.core.words import plural
 
 # How long a new node usually takes from order to Ready (docs/guide-team-lead.md, O4).
 USUAL_START = "5–10 minutes"
