@@ -13,6 +13,8 @@ from __future__ import annotations
 from django.db import models
 from django.utils import timezone
 
+from pools.core.words import plural
+
 
 class SimStock(models.Model):
     """GPUs the simulated cloud still has in a zone for one GPU model (seed T1: stock)."""
@@ -25,7 +27,7 @@ class SimStock(models.Model):
         constraints = [models.UniqueConstraint(fields=["zone", "gpu_model"], name="simstock_unique_zone_model")]
 
     def __str__(self) -> str:
-        return f"{self.zone} {self.gpu_model}: {self.available_gpus} GPUs"
+        return f"{self.zone} {self.gpu_model}: {plural(self.available_gpus, 'GPU')}"
 
 
 class SimMachine(models.Model):

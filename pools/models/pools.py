@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from pools import roles
 from pools.core.spec import DEFAULT_SCHEDULING_POLICY, spec_autoscales, spec_burst_max_nodes
+from pools.core.words import plural
 
 
 class TeamScopedQuerySet(models.QuerySet):
@@ -119,7 +120,7 @@ class Quota(models.Model):
 
     def __str__(self) -> str:
         scope = self.team.slug if self.team_id else "all teams"
-        return f"{self.region} {self.gpu_model}: {self.limit_gpus} GPUs ({scope})"
+        return f"{self.region} {self.gpu_model}: {plural(self.limit_gpus, 'GPU')} ({scope})"
 
 
 class PoolQuerySet(TeamScopedQuerySet):

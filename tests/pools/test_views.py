@@ -145,6 +145,18 @@ def test_the_detail_page_shows_spec_orders_nodes_and_events(browser, algorithm_p
     assert 'hx-trigger="every 5s"' in html
 
 
+@pytest.mark.django_db
+def test_one_gpu_is_said_as_one_on_the_pool_and_order_pages(browser, actors):
+    """A pool of one-GPU nodes (the demo's L40S and T4 pools): "GPU_1_CARD (1 GPU)", and its
+    one-node order "1 (1 GPU)", never "1 GPUs"."""
+    pool = services.pool_create(user=actors["lead"], document=make_document("one-card", region="cn-north-1a", gpuModel="T4",
+                                                                                 nodeType="GPU_1_CARD", nodeCount={"min": 1, "max": 2}))  # fmt: skip
+    html = browser("lead").get(f"/pools/{pool.name}/").content.decode()
+    assert "GPU_1_CARD (1 GPU)</dd>" in html and "(1 GPU)</td>" in html and "1 GPUs" not in html
+    orders = browser("admin").get("/orders/").content.decode()
+    assert "(1 GPU)</td>" in orders and "1 GPUs" not in orders
+
+
 def test_conditions_show_their_transition_time_like_every_other_time(browser, algorithm_pool):
     conditions = [{"type": "Ready", "status": "False", "reason": "OrderPending", "message": "m", "lastTransitionTime": "2026-11-30T21:15:48.208049+00:00"},
                   {"type": "Progressing", "status": "False", "reason": "Stable", "message": "m", "lastTransitionTime": "not a time"}]  # fmt: skip

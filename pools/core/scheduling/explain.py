@@ -275,7 +275,7 @@ def _taken(pod: Pod, members: Sequence[NodeState]) -> list[str]:
             found.append(f"{some} no GPU with {pod.gpu_milli} milli free" if some else
                          f"no GPU has {pod.gpu_milli} milli free (the largest free share is {best} milli)")  # fmt: skip
         elif reason == REASON_PODS:
-            found.append(f"{some} reached the pod limit" if some else f"every node has reached the pod limit ({members[0].max_pods} pods)")
+            found.append(f"{some} reached the pod limit" if some else f"every node has reached the pod limit ({plural(members[0].max_pods, 'pod')})")
         elif reason == REASON_GPU:
             idle = max((n.gpu_free.count(MILLI) for n in members), default=0)
             lacks = "no idle GPU" if pod.gpu_count == 1 else f"fewer than {pod.gpu_count} idle GPUs"
