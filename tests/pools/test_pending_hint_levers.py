@@ -171,6 +171,7 @@ def test_one_gpu_is_said_as_one():
         "pool p (2 nodes): 1 node has less than 4000 milli-CPU of cpu free; 1 node has no idle GPU. "
     )
     cpu_node = NodeState("c-0", 16000, 64 * 1024, 0, "", pool="cpu")
-    assert explain(wants(gpus=1), [cpu_node]).hints[0] == (
-        "pool cpu (1 node): the pod requests 1 GPU and a node has 0. To run there, ask for no GPU."
+    assert explain(wants(gpus=1), [cpu_node]).hints == (
+        "pool cpu (1 node): the pod requests 1 GPU and a node has 0. To run there, ask for no GPU.",
+        "The pod requests 1 GPU but no node has a GPU: ask for no GPU, or add a pool of GPU nodes.",
     )

@@ -41,7 +41,8 @@ def fleets(draw) -> list[NodeState]:
     nodes = []
     for p in range(draw(st.integers(1, 3))):
         pool_labels, pool_taints = draw(labels), tuple(draw(st.lists(st.sampled_from(TAINTS), max_size=3, unique=True)))
-        model, gpus = draw(st.sampled_from(MODELS)), draw(st.sampled_from((1, 2, 4, 8)))
+        gpus = draw(st.sampled_from((0, 1, 2, 4, 8)))
+        model = draw(st.sampled_from(MODELS)) if gpus else ""
         for i in range(draw(st.integers(1, 3))):
             nodes.append(NodeState(
                 name=f"pool{p}-{i}", pool=f"pool{p}", cpu_milli=draw(st.sampled_from((16_000, 96_000))), memory_mib=131_072,
@@ -55,10 +56,12 @@ def fleets(draw) -> list[NodeState]:
 def pods(draw) -> Pod:
     gpus = draw(st.sampled_from((0, 1, 2, 8, 16)))
     milli = draw(st.sampled_from((250, 1000))) if gpus == 1 else 0
+    # what a real cluster's pod may ask as ebcloud.io/gpu-milli beside or instead of whole GPUs
+    shares = draw(st.sampled_from((0, 500, 1500))) if gpus >= 2 else draw(st.sampled_from((0, 1000))) if milli == 1000 else 0
     tolerations = [Toleration(t.key, "Equal" if t.value else "Exists", t.value, t.effect) for t in draw(st.lists(st.sampled_from(TAINTS), max_size=2, unique=True))]
     return Pod(
         name="team/p", cpu_milli=draw(st.sampled_from((1_000, 32_000, 200_000))), memory_mib=draw(st.sampled_from((1_024, 262_144))),
-        gpu_count=gpus, gpu_milli=milli, gpu_models=tuple(draw(st.lists(st.sampled_from(MODELS), max_size=2, unique=True))) if gpus else (),
+        gpu_count=gpus, gpu_milli=milli, gpu_shares=shares, gpu_models=tuple(draw(st.lists(st.sampled_from(MODELS), max_size=2, unique=True))) if gpus else (),
         tolerations=tuple(tolerations), node_selector=draw(labels),
         affinity_terms=tuple(tuple(term) for term in draw(st.lists(st.lists(requirements, min_size=1, max_size=3), max_size=2))),
     )  # fmt: skip

@@ -216,7 +216,9 @@ def _never_fits_hints(pod: Pod, nodes: Sequence[NodeState]) -> list[str]:
             f"The pod requests {plural(pod.gpu_count, 'GPU')} but the largest node has {largest_gpus}: no "
             f"node can ever fit it. Split the job into pods of at most {plural(largest_gpus, 'GPU')} "
             "(e.g. data-parallel workers), or add a pool of larger nodes."
-        )
+            if largest_gpus else
+            f"The pod requests {plural(pod.gpu_count, 'GPU')} but no node has a GPU: ask for no GPU, or add a pool of GPU nodes."
+        )  # fmt: skip
     for resource, unit, request, largest in (
         ("cpu", "milli-CPU", pod.cpu_milli, max((n.cpu_milli for n in nodes), default=0)),
         ("memory", "MiB", pod.memory_mib, max((n.memory_mib for n in nodes), default=0)),

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from pools.core.scheduling.nodes import (
+    MILLI,
     NOT_READY_TAINT_KEY,
     NodeSelectorRequirement,
     NodeState,
@@ -132,7 +133,9 @@ def apply_fix(pod: Pod, fix: PodFix) -> Pod:
     models = pod.gpu_models + fix.gpu_models if pod.gpu_models else ()
     terms = pod.affinity_terms if fix.affinity_terms is None else fix.affinity_terms
     requests = dict(fix.requests)
-    if requests.get("gpu_count") == 0:  # a node without GPUs: no share of one either
+    if "gpu_count" in requests:  # the shares asked fit in the GPUs left: none on a node without GPUs
+        requests["gpu_shares"] = min(pod.gpu_shares, requests["gpu_count"] * MILLI)
+    if requests.get("gpu_count") == 0:
         requests["gpu_milli"] = 0
     return replace(pod, tolerations=tolerations, node_selector=selector, affinity_terms=terms, gpu_models=models, **requests)
 
