@@ -16,7 +16,7 @@ def thousandths_asked(apps, schema_editor):
     GPU in shares, was held whole and unmarked: its stored document tells what it asked, which
     no later read of it may bring (the pod mirror resumes its watch)."""
     Pod = apps.get_model("pools", "Pod")
-    Pod.objects.filter(gpu_shares=1).update(gpu_shares=F("gpu_milli"))
+    Pod.objects.filter(gpu_shares=1, gpu_count=1).update(gpu_shares=F("gpu_milli"))
     from pools.providers.kubernetes_pods import pod_requests  # the mirror's own count of a stored spec
 
     unmarked = Pod.objects.filter(gpu_shares=0, gpu_count__gte=1).annotate(text=Cast("document", TextField())).filter(text__contains=SHARES)
@@ -24,6 +24,15 @@ def thousandths_asked(apps, schema_editor):
         asked = math.ceil(pod_requests(((document or {}).get("spec")) or {}).get(SHARES, 0))
         if asked:
             Pod.objects.filter(pk=pk).update(gpu_shares=asked)
+
+
+def flag_again(apps, schema_editor):
+    """Back to 0027's flag before the column is a boolean again (a plain cast would mark every
+    pod that asked any thousandths, and SQLite would read 600 as False): set where the pod holds
+    one GPU it asked as shares."""
+    Pod = apps.get_model("pools", "Pod")
+    Pod.objects.filter(gpu_shares__gt=0).exclude(gpu_count=1).update(gpu_shares=0)
+    Pod.objects.filter(gpu_shares__gt=1).update(gpu_shares=1)
 
 
 class Migration(migrations.Migration):
@@ -44,5 +53,5 @@ class Migration(migrations.Migration):
             name='gpu_shares',
             field=models.PositiveIntegerField(db_default=0, default=0, help_text='Thousandths of a GPU asked as ebcloud.io/gpu-milli, which kube-scheduler counts apart from nvidia.com/gpu'),
         ),
-        migrations.RunPython(thousandths_asked, migrations.RunPython.noop),
+        migrations.RunPython(thousandths_asked, flag_again),
     ]

@@ -12,6 +12,7 @@ from django.db.migrations.executor import MigrationExecutor
 from pools.models.pods import Pod
 
 BEFORE = ("pools", "0026_sim_node_cordoned_for_drain")
+FLAGGED = ("pools", "0027_pod_gpu_shares")
 
 
 def document(limits: dict) -> dict:
@@ -37,9 +38,15 @@ def test_pods_stored_before_say_which_resource_they_asked():
             old.objects.create(namespace="algorithm", name=name, gpu_count=gpus, gpu_milli=milli, document=document(limits))
         executor = MigrationExecutor(connection)
         executor.migrate(executor.loader.graph.leaf_nodes())
-        assert dict(Pod.objects.values_list("name", "gpu_shares")) == {
-            "share": 600, "all-shares": 1000, "whole": 0, "both": 0, "whole-and-share": 500, "over-one": 1500, "cpu": 0,
-        }  # fmt: skip
+        asked = {"share": 600, "all-shares": 1000, "whole": 0, "both": 0, "whole-and-share": 500, "over-one": 1500, "cpu": 0}
+        assert dict(Pod.objects.values_list("name", "gpu_shares")) == asked
+        executor = MigrationExecutor(connection)
+        executor.migrate([FLAGGED])  # rolled back: 0027's flag, as 0027 set it
+        flagged = executor.loader.project_state([FLAGGED]).apps.get_model("pools", "Pod")
+        assert dict(flagged.objects.values_list("name", "gpu_shares")) == {name: name in ("share", "all-shares") for name in asked}
+        executor = MigrationExecutor(connection)
+        executor.migrate(executor.loader.graph.leaf_nodes())
+        assert dict(Pod.objects.values_list("name", "gpu_shares")) == asked
     finally:
         Pod.objects.all().delete()
         executor = MigrationExecutor(connection)
