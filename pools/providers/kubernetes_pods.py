@@ -77,9 +77,9 @@ class ClusterPods:
             except ApiException as exc:
                 if exc.status != 410 or token is None:
                     raise
-                body = json.loads(self.core.list_pod_for_all_namespaces(_preload_content=False, _request_timeout=request_timeout()).data)
+                body = _loads(self.core.list_pod_for_all_namespaces(_preload_content=False, _request_timeout=request_timeout()).data)
                 return list(body.get("items") or ()), body["metadata"]["resourceVersion"]
-            body = json.loads(response.data)
+            body = _loads(response.data)
             pods.extend(body.get("items") or ())
             token = body["metadata"].get("continue")
             if not token:
@@ -88,7 +88,7 @@ class ClusterPods:
     def priority_classes(self) -> list[dict[str, Any]]:
         """The cluster's PriorityClasses (scheduling.k8s.io/v1) but the built-in `system-`
         ones, as (name, value, preemptionPolicy, globalDefault, description) fields."""
-        body = json.loads(client.SchedulingV1Api(self.api).list_priority_class(_preload_content=False, _request_timeout=request_timeout()).data)
+        body = _loads(client.SchedulingV1Api(self.api).list_priority_class(_preload_content=False, _request_timeout=request_timeout()).data)
         return [
             {
                 "name": item["metadata"]["name"],
@@ -122,7 +122,7 @@ class ClusterPods:
             raise
         try:
             for line in iter_resp_lines(response):
-                event = json.loads(line)
+                event = _loads(line)
                 obj = event.get("object") or {}
                 if event.get("type") == "ERROR":
                     if obj.get("code") == 410:
@@ -359,6 +359,30 @@ def _finished_at(status: Mapping[str, Any], now: datetime) -> datetime:
 
 
 def _time(text: str | None) -> datetime | None:
+    """The time the API server gives; None for none, or for one Python cannot hold (a status
+    writer may set the year 0000, which Go's time keeps)."""
     if not text:
         return None
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
+    except (ValueError, OverflowError):
+        return None
+
+
+def _loads(data: bytes | str) -> Any:
+    """The API server's JSON, each NUL character (U+0000, which a Go string may hold: in an
+    annotation, a container's args, a status reason) read as U+FFFD, for PostgreSQL's text and
+    jsonb hold none and would refuse the mirror's whole batch. JSON spells NUL `\\u0000`, so
+    text without that is read as it is."""
+    body = json.loads(data)
+    return _without_nul(body) if (b"\\u0000" if isinstance(data, bytes) else "\\u0000") in data else body
+
+
+def _without_nul(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {_without_nul(key): _without_nul(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_without_nul(item) for item in value]
+    return value

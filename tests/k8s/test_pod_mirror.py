@@ -4,6 +4,7 @@ mid-watch that loses and duplicates nothing."""
 
 from __future__ import annotations
 
+import json
 import threading
 from datetime import UTC, datetime
 
@@ -147,6 +148,48 @@ def test_a_reason_longer_than_the_read_model_holds_is_cut_to_it(mirror, core, na
     mirror.relist()
     assert set(ours(namespace).values_list("name", flat=True)) == {"refused", "modest"}
     assert ours(namespace).get(name="refused").reason == reason[:40]
+
+
+def hostile_annotation(body: client.V1Pod) -> None:
+    body.metadata.annotations = {"note": "a\x00b"}
+
+
+def hostile_args(body: client.V1Pod) -> None:
+    body.spec.containers[0].args = ["--sep=\x00"]
+
+
+@pytest.mark.parametrize("make_hostile", [hostile_annotation, hostile_args])
+def test_a_nul_character_in_a_pod_is_read_as_a_replacement_character(mirror, core, namespace, make_hostile):
+    """Go's strings, and so the API server, hold U+0000 (an annotation, a container's argument);
+    PostgreSQL's jsonb and text refuse it, and one such pod failed the mirror's whole batch. It
+    is read as U+FFFD, and the pods beside it are mirrored."""
+    body = waiting(namespace, "nul")
+    make_hostile(body)
+    core.create_namespaced_pod(namespace, body)
+    core.create_namespaced_pod(namespace, waiting(namespace, "modest"))
+    mirror.relist()
+    assert set(ours(namespace).values_list("name", flat=True)) == {"nul", "modest"}
+    document = json.dumps(ours(namespace).get(name="nul").document)
+    assert "\\u0000" not in document and "\\ufffd" in document
+
+
+@pytest.mark.parametrize("status", [{"phase": "Failed", "reason": "Out\x00Of"}, {"phase": "Running", "startTime": "0000-01-01T00:00:01Z"}])
+def test_a_status_writer_s_nul_or_year_zero_does_not_stop_the_mirror(mirror, core, namespace, status):
+    """Anyone allowed to write a pod's status may set a reason with a NUL in it, or a start in
+    the year 0000, which the API server keeps and Python's datetime cannot hold: the relist
+    raised, and the watch ended the mirror's process. The reason's NUL is read as U+FFFD, the
+    start as unknown; the pods beside it are mirrored, by the relist and by the watch."""
+    core.create_namespaced_pod(namespace, waiting(namespace, "odd"))
+    core.patch_namespaced_pod_status("odd", namespace, {"status": status}, _preload_content=False)  # the client's own model refuses year 0
+    core.create_namespaced_pod(namespace, waiting(namespace, "modest"))
+    mirror.relist()
+    assert set(ours(namespace).values_list("name", flat=True)) == {"odd", "modest"}
+    row = ours(namespace).get(name="odd")
+    assert "\x00" not in row.reason and row.started_at is None
+    core.patch_namespaced_pod_status("odd", namespace, {"status": {**status, "message": "again"}}, _preload_content=False)
+    core.create_namespaced_pod(namespace, waiting(namespace, "later"))
+    mirror.sync(seconds=3)
+    assert set(ours(namespace).values_list("name", flat=True)) == {"odd", "modest", "later"}
 
 
 def test_namespaces_belong_to_the_team_of_their_label_or_an_admins_mapping(

@@ -143,3 +143,16 @@ def test_two_default_classes_in_the_cluster_are_mirrored_as_its_admission_resolv
                     raise
     priority_classes_sync(ClusterPods(kube))
     assert not PriorityClass.objects.filter(name__in=[first, second]).exists()
+
+
+def test_a_nul_character_in_a_class_s_description_is_read_as_a_replacement_character(kube, unique, db):
+    """The API server keeps a description with U+0000 in it; PostgreSQL's text refuses it, and
+    every sync of the classes failed while that class existed."""
+    scheduling = client.SchedulingV1Api(kube)
+    name = f"nul-{unique}"
+    scheduling.create_priority_class(client.V1PriorityClass(metadata=client.V1ObjectMeta(name=name), value=10, description="a\x00b"))
+    try:
+        assert name in priority_classes_sync(ClusterPods(kube))
+        assert PriorityClass.objects.get(name=name).description == "a\ufffdb"
+    finally:
+        scheduling.delete_priority_class(name)
