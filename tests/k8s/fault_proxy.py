@@ -40,9 +40,10 @@ class Fault:
     path: str  # a regular expression searched in the request's path and query
     status: int  # HANG, or the HTTP status to answer
     message: str = "etcdserver: request timed out"
+    times: int | None = None  # how many of the requests it matches it answers (None: all); the later ones go through
 
     def matches(self, method: str, path: str) -> bool:
-        return self.method in ("*", method) and re.search(self.path, path) is not None
+        return self.method in ("*", method) and re.search(self.path, path) is not None and self.times != 0
 
 
 class FaultProxy:
@@ -50,7 +51,7 @@ class FaultProxy:
 
     def __init__(self, api_port: int, cafile: Path):
         self.faults: list[Fault] = []
-        self.seen: list[tuple[str, str, int]] = []  # (method, path, status answered)
+        self.seen: list[tuple[str, str, int, float]] = []  # (method, path, status answered, time.monotonic() then)
         proxy, context = self, ssl.create_default_context(cafile=str(cafile))
 
         class Handler(BaseHTTPRequestHandler):
@@ -64,7 +65,9 @@ class FaultProxy:
                 body = self.rfile.read(length) if length else None
                 fault = next((f for f in proxy.faults if f.matches(self.command, self.path)), None)
                 if fault is not None:
-                    proxy.seen.append((self.command, self.path, fault.status))
+                    proxy.seen.append((self.command, self.path, fault.status, time.monotonic()))
+                    if fault.times is not None:
+                        fault.times -= 1
                     if fault.status == HANG:
                         time.sleep(3600)
                         return
@@ -79,7 +82,7 @@ class FaultProxy:
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection", "content-length")}
                 upstream.request(self.command, self.path, body=body, headers=headers)
                 answer = upstream.getresponse()
-                proxy.seen.append((self.command, self.path, answer.status))
+                proxy.seen.append((self.command, self.path, answer.status, time.monotonic()))
                 self.send_response(answer.status)
                 for key, value in answer.getheaders():
                     if key.lower() not in ("transfer-encoding", "connection", "content-length"):
@@ -101,7 +104,7 @@ class FaultProxy:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
-    def requests(self, method: str, path: str) -> list[tuple[str, str, int]]:
+    def requests(self, method: str, path: str) -> list[tuple[str, str, int, float]]:
         """The requests seen so far of this method whose path the pattern matches."""
         return [r for r in self.seen if r[0] == method and re.search(path, r[1])]
 

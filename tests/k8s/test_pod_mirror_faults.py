@@ -66,12 +66,13 @@ def test_a_failing_api_server_is_retried_with_a_growing_delay_and_one_warning(fa
     proxy = FaultProxy(control_plane.api_port, control_plane.work / "ca.crt")
     mirror = mirror_through(proxy.url, control_plane, tmp_path, tls=False)
     mirror.relist()
-    proxy.faults.append(Fault("GET", r"/api/v1/pods\?.*watch=true", 500, "etcdserver: leader changed"))
-    threading.Timer(5, proxy.faults.clear).start()
+    proxy.faults.append(Fault("GET", r"/api/v1/pods\?.*watch=true", 500, "etcdserver: leader changed", times=3))
     with caplog.at_level(logging.DEBUG, logger="ebcloud.pod_mirror"):
-        mirror.sync(seconds=10)
+        mirror.sync(seconds=8)
     refused = [r for r in proxy.requests("GET", r"/api/v1/pods\?.*watch=true") if r[2] == 500]
-    assert 3 <= len(refused) <= 4  # at 0 s, then after 0.8 and 1.6 s more (the next try, 3.2 s on, is past the fault): not 5 one a second
+    assert len(refused) == 3
+    first, second, third = (at for *_, at in refused)
+    assert second - first >= 0.8 and third - second >= 1.6  # the delay doubles: not one try a second
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "InternalError" not in warnings[0]
     assert "(etcdserver: leader changed (500)): retrying from the last stored resourceVersion in 0.8 s (failure 1 in a row" in warnings[0]
