@@ -75,11 +75,7 @@ from pools.models import Node, PoolEvent
 from pools.models.pods import Pod
 from pools.providers import get_cluster_backend, real_cluster
 from pools.providers.kubernetes import CLUSTER_UNREACHABLE
-from pools.selectors.cluster import (
-    cluster_state,
-    core_pod_of,
-    live_nodes,
-)
+from pools.selectors.cluster import cluster_state, live_nodes, readable_core_pod
 from pools.services.pod_placements import placements_end
 from pools.services.pods import by_pk, pods_bind
 
@@ -198,14 +194,16 @@ def scheduler_pass(*, now: datetime | None = None) -> PassResult:
             events.add(node, EVICTION_REASON, eviction_message(pod.key, node.name, eviction), PoolEvent.Type.WARNING)
             result.requeued.append(pod.key)
 
-        pending = [p for p in pods if p.phase == Pod.Phase.PENDING]
-        core = {p.pk: core_pod_of(p) for p in pending}
+        core, unreadable = _core_pods([p for p in pods if p.phase == Pod.Phase.PENDING])
+        pending = [p for p in pods if p.pk in core]
+        explanations: list[Pod] = [pod for pod in unreadable if pod.reason != UNREADABLE_REASON]
+        for pod in explanations:  # told once; every pass then leaves it waiting, and the others go on
+            pod.explanation, pod.hints, pod.reason = UNREADABLE_MESSAGE, [], UNREADABLE_REASON
         observed = [b.pod for s in states.values() for b in s.bound.values()] + list(core.values())
         scorer = _Scorer(states, nodes, workload_from_pods(observed) if observed else None)
         ordered_states = [states[n.name] for n in nodes]
         row_of = {p.key: p for p in running}
         binds: dict[int, tuple[int, tuple[int, ...]]] = {}
-        explanations: list[Pod] = []
         catalog = OrderCatalog()
         budgets = None  # the running pods' disruption budgets, read once, when a pod first needs to preempt
         for pod in pending:
@@ -305,3 +303,21 @@ def _fmt(seconds: int | None) -> str:
 def _resources(pod: Pod) -> str:
     gpus = f"{pod.gpu_milli} milli of 1 GPU" if pod.gpu_count == 1 and pod.gpu_milli < 1000 else f"{pod.gpu_count} GPU(s)"
     return f"{gpus}, {pod.cpu_milli}m CPU, {pod.memory_mib}Mi memory"
+
+
+UNREADABLE_REASON = "InvalidSpec"
+UNREADABLE_MESSAGE = ("The pod's stored spec is not one the scheduler can read (an earlier release accepted it): "
+                      "it is not scheduled. Delete the pod and create it again.")  # fmt: skip
+
+
+def _core_pods(pending: list[Pod]) -> tuple[dict[int, CorePod], list[Pod]]:
+    """The scheduling core's pod of each Pending pod it can read (by row id), and the pods it
+    cannot: one stored before a check of its spec existed (a node-affinity key of null) made
+    every pass fail, for every team. Such a pod waits, and says why."""
+    core, unreadable = {}, []
+    for pod in pending:
+        if (read := readable_core_pod(pod)) is None:
+            unreadable.append(pod)
+        else:
+            core[pod.pk] = read
+    return core, unreadable

@@ -122,6 +122,9 @@ def _term(check: Checker, value: Any, path: str) -> dict:
 
 def _parts(check: Checker, value: Any, path: str) -> tuple[Any, Any, list]:
     entry = check.mapping(value, path, _EXPRESSION, ("key", "operator"))
+    for required in ("key", "operator"):
+        if required in entry and entry[required] is None:  # present but null: as missing
+            check.error(f"{path}.{required}", "must not be null")
     values = entry.get("values", [])
     if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
         check.error(f"{path}.values", "must be a list of strings (quote numbers)")

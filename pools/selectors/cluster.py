@@ -6,6 +6,7 @@ read the cluster through these."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 
 from django.db.models import QuerySet, TextField
@@ -16,6 +17,8 @@ from pools.core.scheduling.nodes import NodeState, OversubscribedError, Taint, b
 from pools.core.scheduling.nodes import Pod as CorePod
 from pools.models import Node, Team
 from pools.models.pods import Pod
+
+logger = logging.getLogger("ebcloud.scheduler")
 
 # Nodes the scheduler sees: Ready ones take pods; cordoned/draining ones keep theirs.
 SCHEDULER_PHASES = (Node.Phase.READY, Node.Phase.CORDONED, Node.Phase.DRAINING, Node.Phase.UNKNOWN)
@@ -50,6 +53,17 @@ def core_pod_of(pod: Pod) -> CorePod:
         affinity=pod.affinity,
         started_at=pod.started_at,
     )
+
+
+def readable_core_pod(pod: Pod) -> CorePod | None:
+    """`core_pod_of`, or None (logged) for a pod stored before a check of its spec existed (a
+    node-affinity key of null) that the scheduling core refuses: it fits nowhere, and it must not
+    fail the pass, the page or the metric that reads it beside every other team's pods."""
+    try:
+        return core_pod_of(pod)
+    except (TypeError, ValueError) as exc:
+        logger.error("pending pod %s is not a valid pod for the scheduling core: %s", pod.key, exc)
+        return None
 
 
 _POD_COLUMNS = ("team_id", "namespace", "name", "cpu_milli", "memory_mib", "gpu_count", "gpu_milli", "gpu_shares", "priority", "preemption_policy", "checkpointable")

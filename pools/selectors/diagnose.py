@@ -20,7 +20,7 @@ from pools.core.diagnose import checks as core
 from pools.core.spec import PoolSpec
 from pools.models import GpuNodePool, Node, PoolEvent, PoolOrder
 from pools.models.pods import FragmentationSample, Pod, PriorityClass
-from pools.selectors.cluster import core_pod_of, team_id_of
+from pools.selectors.cluster import readable_core_pod, team_id_of
 from pools.selectors.prospects import live_pools, pool_templates, stored_spec
 
 MAX_PENDING = 500  # the oldest Pending pods of the team are read; more would not change a finding
@@ -160,8 +160,9 @@ def _pending(pool: GpuNodePool, spec: PoolSpec | None) -> tuple[core.PendingPod,
     others = [t for pk, t in templates.items() if pk != pool.pk]
     pods = Pod.objects.filter(phase=Pod.Phase.PENDING, team_id__in=teams).order_by("submitted_at", "pk")[:MAX_PENDING]
     facts = (
-        core.pending_pod_facts(core_pod_of(p), template, submitted_at=p.submitted_at, others=others, explanation=p.explanation, hints=p.hints or ())
+        core.pending_pod_facts(read, template, submitted_at=p.submitted_at, others=others, explanation=p.explanation, hints=p.hints or ())
         for p in pods
+        if (read := readable_core_pod(p)) is not None
     )
     return tuple(f for f in facts if f is not None)
 

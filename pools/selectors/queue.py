@@ -25,13 +25,13 @@ from pools.core.spec import PoolSpec, effective_node_labels, parse_document
 from pools.models import GpuNodePool, Node
 from pools.models.pods import Pod
 from pools.providers import real_cluster
-from pools.selectors.cluster import core_pod_of
+from pools.selectors.cluster import readable_core_pod
 from pools.selectors.pools import catalog_current
 
 
 def queued_pods(pending: list[Pod], template: NodeState) -> list[CorePod]:
     """The `queued_pods` metric: Pending pods of the pool's team that would fit one of its nodes."""
-    return fitting_pods([core_pod_of(p) for p in pending], template)
+    return fitting_pods([core for p in pending if (core := readable_core_pod(p)) is not None], template)
 
 
 def fitting_pods(pods: list[CorePod], template: NodeState) -> list[CorePod]:

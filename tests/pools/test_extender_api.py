@@ -195,6 +195,24 @@ def test_a_pod_that_cannot_be_read_is_the_filters_error_and_a_400_from_prioritiz
         assert response.status_code == 400 and response.json()["errors"][0]["field"] == "Pod", response.content
 
 
+@pytest.mark.parametrize(
+    ("key", "operator", "values"),
+    [(["a", 1], "In", ["x"]), ({}, "Exists", []), ("pool", "In", [["train"]]), ("gen", "Gt", [{"a": 1}]), ("pool", None, ["train"]), (None, "In", ["x"])],
+)
+def test_a_node_affinity_of_other_json_types_is_the_filters_error_and_a_400_from_prioritize(scheduler, pool, key, operator, values):
+    """kube-scheduler sends what the API server stored, and no such pod passes its validation,
+    but the extender may not answer a 500 (a list as the requirement's key was one, at filter
+    and preempt alike): the pod cannot be read, and says so."""
+    pod = cluster_pod("p")
+    term = {"matchExpressions": [{"key": key, "operator": operator, "values": values}]}
+    pod["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+    response = scheduler.post(FILTER, args(pod, ["train-pool-a-0"]), format="json")
+    assert response.status_code == 200 and response.json()["Error"].startswith("Pod: not a readable Pod"), response.content
+    for path in (PRIORITIZE, PREEMPT):
+        response = scheduler.post(path, {**args(pod, ["train-pool-a-0"]), "NodeNameToMetaVictims": {}}, format="json")
+        assert response.status_code == 400 and response.json()["errors"][0]["field"] == "Pod", response.content
+
+
 def test_prioritize_refuses_a_node_it_does_not_know(scheduler, pool):
     response = scheduler.post(PRIORITIZE, args(cluster_pod("p"), ["train-pool-a-0", "ghost"]), format="json")
     assert response.status_code == 400

@@ -105,9 +105,9 @@ class NodeSelectorRequirement:
     field: bool = False
 
     def __post_init__(self) -> None:
-        if self.operator not in NODE_SELECTOR_OPERATORS:
-            raise ValueError(f"operator must be one of {NODE_SELECTOR_OPERATORS}")
         object.__setattr__(self, "values", tuple(self.values))
+        if self.operator not in NODE_SELECTOR_OPERATORS or not isinstance(self.key, str) or not all(isinstance(v, str) for v in self.values):
+            raise ValueError(f"key and values must be strings, and operator one of {NODE_SELECTOR_OPERATORS}")
 
     def matches(self, labels: Mapping[str, str], node_name: str | None = None) -> bool:
         """Kubernetes label-selector semantics. Gt/Lt compare integers as Go's ParseInt reads
