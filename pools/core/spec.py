@@ -403,9 +403,10 @@ def _parse_budget(check: Checker, value: Any) -> Budget | None:
     if not isinstance(thresholds, list) or not thresholds:
         check.error("spec.budget.thresholds", "must be a list of percentages")
         thresholds = []
+    before = len(check.errors)
     for index, item in enumerate(thresholds):
         check.integer(item, f"spec.budget.thresholds[{index}]", minimum=1, maximum=1000)
-    if amount is None:
+    if amount is None or len(check.errors) > before:  # refused: the thresholds are not all numbers to sort
         return None
     return Budget(monthly=amount, currency=currency, thresholds=tuple(sorted(set(thresholds))))
 

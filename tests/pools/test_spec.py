@@ -331,3 +331,13 @@ def test_durations_are_written_in_ascii_digits(text):
     document = article()
     document["spec"]["scaling"] = {"scaleDown": {"stabilizationWindow": text}}
     assert "not a duration" in errors_of(document)["spec.scaling.scaleDown.stabilizationWindow"]
+
+
+@pytest.mark.parametrize("thresholds", [["x", 1], [[1]], [{"a": 1}], [None, 5], [80, "80"]])
+def test_thresholds_that_are_not_all_integers_are_refused_on_the_item(thresholds):
+    """They were sorted after the error was noted, and a mixed or unhashable list was a 500
+    (API, import page, CLI)."""
+    document = article()
+    document["spec"]["budget"] = {"monthly": 100, "thresholds": thresholds}
+    bad = next(i for i, item in enumerate(thresholds) if type(item) is not int)
+    assert f"spec.budget.thresholds[{bad}]" in errors_of(document)
