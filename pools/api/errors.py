@@ -159,6 +159,8 @@ class ApiErrorsMiddleware:
         if response.status_code >= 400 and not response.streaming and not _in_shape(response):
             response.content = json.dumps({"errors": [{"field": "", "message": _phrase(response.status_code)}]}).encode()
             response["Content-Type"] = "application/json"
+            if response.has_header("Content-Length"):  # set for the body replaced (CommonMiddleware runs inside this one)
+                response["Content-Length"] = str(len(response.content))
         return response
 
 

@@ -30,7 +30,9 @@ def test_repeated_failed_logins_lock_the_username_from_that_address(client, acto
 def test_the_token_endpoint_is_throttled_too(client, actors):
     for _ in range(5):
         client.post("/api/v1/auth/token/", {"username": "member", "password": "nope"})
-    assert client.post("/api/v1/auth/token/", {"username": "member", "password": "pw-member"}).status_code == 429
+    locked = client.post("/api/v1/auth/token/", {"username": "member", "password": "pw-member"})
+    assert locked.status_code == 429 and locked.json()["errors"]
+    assert int(locked["Content-Length"]) == len(locked.content)  # the body was replaced: a client read 5 bytes more and hung
 
 
 def test_production_settings_pass_the_deploy_check():
