@@ -36,6 +36,7 @@ INTERNAL = (
     re.compile(rf"\((?:{SEED_ID})(?:\s*[,;/]\s*(?:and\s+)?{SEED_ID})*\)"),  # "(D4)", "(C3, P3)"
     re.compile(rf"\b{SEED_ID}(?:,\s*{SEED_ID})+\b"),  # "T1, T5, O4"
     re.compile(rf"[,:;]\s*{SEED_ID}\)|\({SEED_ID}:"),  # "(5-10 min, O4)", "(T2: ...)"
+    re.compile(r"^\s*- (?:[PGDOC][1-6]|T[1-35-6])$|\[\"(?:[PGDOC][1-6]|T[1-35-6])\"", re.MULTILINE),  # a YAML or JSON list of them (T4 is a GPU)
 )
 ROLES = ("lead", "member", "other_lead", "finance", "admin")
 START = "/"
@@ -57,9 +58,9 @@ def internal_references(text: str) -> list[str]:
 
 def test_the_scanner_finds_what_it_must_and_leaves_gpu_models_alone():
     for text in ("the article's estimate", "cross-zone traffic (D4)", "see §5.4", "T1, T5, O4", "(C3, P3)", "issue 12", "the seed",
-                 "a normal scale-up (5-10 min, O4)", "(T2: a scheduler plugin)"):  # fmt: skip
+                 "a normal scale-up (5-10 min, O4)", "(T2: a scheduler plugin)", "requirements:\n  - T1\n  - O4\n", '"requirements": ["T1", "O4"]'):  # fmt: skip
         assert internal_references(text), text
-    for text in ("an NVIDIA T4 node", "batch-spot-t4", "P4 and T4 GPUs", "A100_80G", "T4_16G (16 GB)"):
+    for text in ("an NVIDIA T4 node", "batch-spot-t4", "P4 and T4 GPUs", "A100_80G", "T4_16G (16 GB)", "gpuModels:\n- T4\n", '["T4"]'):
         assert not internal_references(text), text
 
 
@@ -143,7 +144,8 @@ def test_no_page_any_role_reaches_shows_an_internal_reference(actors, teams):
 
 CLI_RUNS = (
     ("node-pool", "list"), ("node-pool", "describe", "train-pool-a"), ("node-pool", "events", "train-pool-a"),
-    ("node-pool", "diagnose", "train-pool-a"), ("node-pool", "diagnose", "awaiting-approval"), ("node-pool", "fragmentation", "train-pool-a"),
+    ("node-pool", "diagnose", "train-pool-a"), ("node-pool", "diagnose", "awaiting-approval"), ("node-pool", "diagnose", "train-pool-a", "-o", "yaml"),
+    ("node-pool", "fragmentation", "train-pool-a"),
     ("node-pool", "get", "train-pool-a"), ("pod", "list"), ("pod", "why", "lost"), ("order", "list"),
     ("cost", "export", "--by-labels", "team,project,gpu-class", "--from", "2026-12-01", "--to", "2026-12-02"),
 )  # fmt: skip

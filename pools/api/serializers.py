@@ -220,7 +220,6 @@ class DiagnoseCheckSerializer(serializers.Serializer):
     found = serializers.CharField(help_text="What the check saw, with numbers and names")
     cause = serializers.CharField(allow_blank=True, help_text="The likely cause (empty when ok)")
     action = serializers.CharField(allow_blank=True, help_text="The first action: a command or a page")
-    requirements = serializers.ListField(child=serializers.CharField(), help_text="Identifiers of the design requirements the check covers, for the product's maintainers (the page and the CLI leave them out)")
     details = serializers.ListField(child=serializers.CharField(), help_text="One line per pod, node or event found")
 
 

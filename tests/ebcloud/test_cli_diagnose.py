@@ -94,8 +94,8 @@ def test_the_text_shows_cause_and_action_only_for_checks_that_are_not_ok():
     diagnosis = {
         "pool": "p", "checkedAt": "2026-12-01T08:00:00Z", "summary": {"status": "warning", "failing": 0, "warning": 1, "unknown": 0, "ok": 1},
         "checks": [
-            {"id": "a", "title": "A", "status": "ok", "found": "fine", "cause": "", "action": "", "requirements": ["T1"], "details": []},
-            {"id": "b", "title": "B", "status": "warning", "found": "odd", "cause": "why", "action": "do", "requirements": [], "details": ["x\n y"]},
+            {"id": "a", "title": "A", "status": "ok", "found": "fine", "cause": "", "action": "", "details": []},
+            {"id": "b", "title": "B", "status": "warning", "found": "odd", "cause": "why", "action": "do", "details": ["x\n y"]},
         ],
     }  # fmt: skip
     text = diagnosis_text(diagnosis)
