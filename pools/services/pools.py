@@ -127,15 +127,15 @@ def pool_update(*, user, pool: GpuNodePool, document: Any, now: datetime | None 
         if grow:
             _check_quota(spec=spec, refs=refs, team=locked.team, requested_gpus=grow * refs.node_type.gpu_count)
         before = locked.document
-        changed = before != document
-        if changed:
+        if before != document:
             for key, value in _columns(spec, refs).items():
                 setattr(locked, key, value)
             locked.document = document
             locked.generation += 1
             locked.updated_at = now
             locked.save()
-            event_record(pool=locked, reason="SpecUpdated", message=_describe_change(old, spec), actor=user, now=now)
+            current = old if before == pool.document else parse_document(before, catalog_current())  # another update came first
+            event_record(pool=locked, reason="SpecUpdated", message=_describe_change(current, spec), actor=user, now=now)
             audit_record(actor=user, action="pool.update", obj=locked, before=before, after=document)
             budget_sync_pool(pool=locked, now=now)
         if ordered > spec.min_nodes:  # the stored status may name an order withdrawn here: written anew

@@ -55,3 +55,16 @@ def test_adding_and_dropping_an_alerts_block_is_on_the_pool_s_timeline(actors):
     assert updates.last().message == "Spec updated: alerts.pendingPods.olderThan 15m → 30m"
     services.pool_update(user=actors["lead"], pool=pool, document=document, now=T0)
     assert updates.last().message == "Spec updated: alerts.pendingPods.olderThan 30m → 15m"
+
+
+def test_an_update_made_on_a_pool_read_before_another_names_what_it_changed_from_then(actors):
+    """Two resizes at once (the web and the CLI): the second is applied under the pool's lock
+    after the first, and its event says what it changed from the first's value, not from the
+    value both read (six concurrent scales each said "nodeCount.min 0 → N")."""
+    pool = services.pool_create(user=actors["lead"], document=load_yaml(EXAMPLE.read_text()), now=T0)
+    read_before = type(pool).objects.get(pk=pool.pk)
+    before = spec(pool.document).max_nodes
+    services.pool_resize(user=actors["lead"], pool=pool, max_nodes=before + 1, now=T0)
+    services.pool_resize(user=actors["lead"], pool=read_before, max_nodes=before + 2, now=T0)
+    messages = list(PoolEvent.objects.filter(pool=pool, reason="SpecUpdated").order_by("pk").values_list("message", flat=True))
+    assert messages == [f"Spec updated: nodeCount.max {before} → {before + 1}", f"Spec updated: nodeCount.max {before + 1} → {before + 2}"]
