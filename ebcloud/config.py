@@ -62,6 +62,8 @@ def read_file(path: Path | None = None) -> Config:
         return Config()
     except OSError as exc:
         raise CliError(f"cannot read the config file {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise CliError(f"cannot read the config file {path}: not UTF-8 text (byte {exc.start + 1})") from exc
     try:
         data = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:

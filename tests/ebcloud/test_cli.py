@@ -134,6 +134,12 @@ def test_a_broken_config_file_is_one_line(ebcloud, config_file):
     )
 
 
+def test_a_config_file_that_is_not_utf8_says_so(ebcloud, config_file):
+    config_file.parent.mkdir(parents=True)
+    config_file.write_bytes(b"server: http://caf\xe9:8000\n")
+    assert one_error_line(ebcloud("node-pool", "list")) == f"error: cannot read the config file {config_file}: not UTF-8 text (byte 19)"
+
+
 def test_an_unexpected_failure_is_one_line_not_a_traceback(ebcloud, monkeypatch):
     def boom(self, **filters):
         raise RuntimeError("kaput")
