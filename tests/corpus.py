@@ -278,8 +278,8 @@ PATCHES = {
 }
 SCALES = {
     "negative-min": ({"min": -1}, "min"),
-    "huge-min": ({"min": 10**12}, "min"),
-    "beyond-int64": ({"max": 10**30}, "max"),
+    "huge-min": ({"min": 10**12}, "spec.nodeCount.min"),  # past the site's most nodes a pool may have, which the spec says
+    "beyond-int64": ({"max": 10**30}, "spec.nodeCount.max"),
     "float-max": ({"max": 1.5}, "max"),
     "string-min": ({"min": "lots"}, "min"),
     "script-min": ({"min": SCRIPT}, "min"),

@@ -136,8 +136,9 @@ class StrictIntegerField(serializers.IntegerField):
 
 
 class PoolScaleSerializer(BodySerializer):
-    min = StrictIntegerField(required=False, min_value=0, max_value=10000)
-    max = StrictIntegerField(required=False, min_value=1, max_value=10000)
+    # The most is the site's (EBCLOUD_MAX_NODES_PER_POOL), which the pool's spec says on its field.
+    min = StrictIntegerField(required=False, min_value=0)
+    max = StrictIntegerField(required=False, min_value=1)
 
 
 class OrderSerializer(serializers.ModelSerializer):

@@ -101,6 +101,9 @@ def test_scale_sets_min_and_max(api, algorithm_pool):
     response = api("lead").post("/api/v1/pools/train-pool-a/scale/", {"min": 5}, format="json")
     assert response.status_code == 400
     assert "spec.nodeCount.min" in fields(response)
+    for huge in (101, 10**27):  # the site's most, not a bound of the request's own
+        response = api("lead").post("/api/v1/pools/train-pool-a/scale/", {"max": huge}, format="json")
+        assert response.status_code == 400 and response.json()["errors"] == [{"field": "spec.nodeCount.max", "message": "must be at most 100"}], response.json()
 
 
 def test_delete_withdraws_orders_and_removes_a_pool_without_nodes(api, algorithm_pool):
