@@ -21,13 +21,11 @@ from django.utils import timezone
 from billing import lease_ledger, pricing
 from billing.budget_sync import budget_sync_pool
 from pools import roles
-from pools.core.alerting import RULES as ALERT_RULES
-from pools.core.alerting import AlertRules
 from pools.core.documents import merge_patch_bounded, split_server_fields
-from pools.core.durations import format_duration
 from pools.core.errors import ConflictError, FieldError, QuotaExceeded, ValidationError, free_text
 from pools.core.lifecycle import WITHDRAWN
 from pools.core.spec import PoolSpec, parse_document
+from pools.core.spec_changes import describe_change
 from pools.models import GpuModel, GpuNodePool, NodeType, PoolOrder, Quota, Team, Zone
 from pools.providers import get_cloud_provider
 from pools.selectors.pools import (
@@ -85,8 +83,10 @@ def pool_create(*, user, document: Any, team_slug: str = "", now: datetime | Non
     return pool
 
 
-def pool_update(*, user, pool: GpuNodePool, document: Any, now: datetime | None = None) -> GpuNodePool:
-    """Replace the pool's document. Raising `nodeCount.min` above what is ordered requests more."""
+def pool_update(*, user, pool: GpuNodePool, document: Any, now: datetime | None = None, based_on: dict | None = None) -> GpuNodePool:
+    """Replace the pool's document. Raising `nodeCount.min` above what is ordered requests more.
+    `based_on`: the document `document` was made from (a patch's); if the pool's is another by
+    the time the update holds the pool's lock, `_Outdated` is raised and nothing is written."""
     now = now or timezone.now()
     _require_manage(user, pool)
     if pool.phase == GpuNodePool.Phase.DELETING:
@@ -116,6 +116,8 @@ def pool_update(*, user, pool: GpuNodePool, document: Any, now: datetime | None 
         locked = pool_orders_lock(pool=pool)
         if locked.deleted_at is not None or locked.phase == GpuNodePool.Phase.DELETING:
             raise ConflictError(f"pool {pool.name!r} is being deleted")
+        if based_on is not None and locked.document != based_on:
+            raise _Outdated(f"pool {pool.name!r} changed while this update was being made; send it again")
         # Counted again under the pool's lock: two identical updates at once (a double-click,
         # the web and the CLI) each counted before the other's order existed, and both ordered
         # the growth. The second now finds the first's order and orders nothing.
@@ -135,7 +137,7 @@ def pool_update(*, user, pool: GpuNodePool, document: Any, now: datetime | None 
             locked.updated_at = now
             locked.save()
             current = old if before == pool.document else parse_document(before, catalog_current())  # another update came first
-            event_record(pool=locked, reason="SpecUpdated", message=_describe_change(current, spec), actor=user, now=now)
+            event_record(pool=locked, reason="SpecUpdated", message=describe_change(current, spec), actor=user, now=now)
             audit_record(actor=user, action="pool.update", obj=locked, before=before, after=document)
             budget_sync_pool(pool=locked, now=now)
         if ordered > spec.min_nodes:  # the stored status may name an order withdrawn here: written anew
@@ -147,10 +149,28 @@ def pool_update(*, user, pool: GpuNodePool, document: Any, now: datetime | None 
     return locked
 
 
+class _Outdated(ConflictError):
+    """The pool's document is no longer the one an update was made from."""
+
+
+PATCH_TRIES = 3
+
+
 def pool_patch(*, user, pool: GpuNodePool, patch: Any, now: datetime | None = None) -> GpuNodePool:
-    """Apply a JSON merge patch (RFC 7386) to the pool's document, then update; the merged document is held to the size limit."""
-    document = merge_patch_bounded(pool.document, patch, max_bytes=settings.EBCLOUD_MAX_SPEC_BYTES)
-    return pool_update(user=user, pool=pool, document=document, now=now)
+    """Apply a JSON merge patch (RFC 7386) to the pool's document as it is when the update is
+    made, as the API server applies a patch to the object it stores: two resizes at once (the
+    web and the CLI, one of min and one of max) both take effect, where the later one wrote the
+    document both had read and undid the other. The merged document is held to the size limit."""
+    for _ in range(PATCH_TRIES - 1):
+        try:
+            return pool_update(user=user, pool=pool, document=_merged(pool, patch), now=now, based_on=pool.document)
+        except _Outdated:
+            pool = GpuNodePool.objects.get(pk=pool.pk)
+    return pool_update(user=user, pool=pool, document=_merged(pool, patch), now=now, based_on=pool.document)
+
+
+def _merged(pool: GpuNodePool, patch: Any) -> dict:
+    return merge_patch_bounded(pool.document, patch, max_bytes=settings.EBCLOUD_MAX_SPEC_BYTES)
 
 
 def pool_resize(*, user, pool: GpuNodePool, min_nodes: int | None = None, max_nodes: int | None = None, now: datetime | None = None) -> GpuNodePool:
@@ -508,43 +528,3 @@ def _require_manage(user, pool: GpuNodePool) -> None:
 def _require_admin(user) -> None:
     if not roles.is_admin(user):
         raise PermissionDenied("only platform admins can decide orders")
-
-
-# Every PoolSpec field an update may change, named as in the document; the others are immutable (IMMUTABLE_FIELDS,
-# metadata.name). A field in neither changed pools as "formatting only", as `alerts` did (tests/pools/test_spec_changes.py).
-DESCRIBED_FIELDS = (
-    ("min_nodes", "nodeCount.min"), ("max_nodes", "nodeCount.max"), ("lease_type", "leaseType"),
-    ("system_image", "systemImage"), ("auto_repair", "autoRepair"), ("auto_renew", "autoRenew"),
-    ("repair_requires_approval", "autoRepairPolicy.requireApproval"),
-    ("repair_max_unhealthy", "autoRepairPolicy.maxUnhealthy"),
-    ("node_labels", "nodeLabels"), ("node_taints", "nodeTaints"), ("labels", "labels"),
-    ("scaling", "scaling"), ("burst", "burst"), ("budget", "budget"), ("scheduling_policy", "schedulingPolicy"),
-    ("shared_with", "sharedWith"), ("zones", "zones"), ("alerts", "alerts"),
-)  # fmt: skip
-
-
-def _describe_change(old: PoolSpec, new: PoolSpec) -> str:
-    changes = []
-    for attr, label in DESCRIBED_FIELDS:
-        before, after = getattr(old, attr), getattr(new, attr)
-        if before != after:
-            if attr == "zones":
-                changes.append(f"zones {', '.join(before)} → {', '.join(after)}")
-            elif attr == "alerts":
-                changes += _alerts_changes(before, after)
-            elif isinstance(before, int | str | bool) and isinstance(after, int | str | bool):
-                changes.append(f"{label} {before} → {after}")
-            else:
-                changes.append(f"{label} changed")
-    return "Spec updated: " + (", ".join(changes) if changes else "formatting only")
-
-
-def _alerts_changes(before: AlertRules, after: AlertRules) -> list[str]:
-    """Each alert setting that changed; a dropped rule goes back to its defaults (`alerts.pendingPods.olderThan 30m → 15m`)."""
-    out = []
-    for info in ALERT_RULES:
-        a, b, path = before.rule(info.reason), after.rule(info.reason), f"alerts.{info.field}"
-        out += [f"{path}.enabled {str(a.enabled).lower()} → {str(b.enabled).lower()}"] if a.enabled != b.enabled else []
-        out += [f"{path}.{info.threshold_field} {a.threshold} → {b.threshold}"] if info.threshold_field and a.threshold != b.threshold else []
-        out += [f"{path}.{info.window_field} {format_duration(a.window_s)} → {format_duration(b.window_s)}"] if a.window_s != b.window_s else []
-    return out

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from pools.core.documents import load_yaml
 from pools.core.spec import PoolSpec, parse_document
+from pools.core.spec_changes import DESCRIBED_FIELDS, describe_change
 from pools.models import PoolEvent
 from pools.selectors.pools import catalog_current
 from pools.services import pools as services
@@ -20,7 +21,7 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train-pool-with-sc
 
 def test_every_spec_field_is_described_when_it_changes_or_is_immutable():
     """A field added to PoolSpec without a description here would change pools silently."""
-    described = {attr for attr, _ in services.DESCRIBED_FIELDS}
+    described = {attr for attr, _ in DESCRIBED_FIELDS}
     immutable = {attr for _, attr in services.IMMUTABLE_FIELDS} | {"name"}
     assert not described & immutable
     assert {f.name for f in fields(PoolSpec)} == described | immutable
@@ -35,7 +36,7 @@ def test_each_alert_setting_that_changes_is_named_as_the_document_spells_it(acto
     changed = copy.deepcopy(base)
     changed["spec"]["alerts"] = {"allocationHigh": {"percent": 80}, "utilizationLow": {"enabled": False},
                                  "nodesNotReady": {"count": 2, "for": "15m"}}  # fmt: skip
-    message = services._describe_change(spec(base), spec(changed))
+    message = describe_change(spec(base), spec(changed))
     assert message == (
         "Spec updated: alerts.allocationHigh.percent 90 → 80, alerts.utilizationLow.enabled true → false, "
         "alerts.nodesNotReady.count 1 → 2, alerts.nodesNotReady.for 5m → 15m"
@@ -57,14 +58,21 @@ def test_adding_and_dropping_an_alerts_block_is_on_the_pool_s_timeline(actors):
     assert updates.last().message == "Spec updated: alerts.pendingPods.olderThan 30m → 15m"
 
 
-def test_an_update_made_on_a_pool_read_before_another_names_what_it_changed_from_then(actors):
-    """Two resizes at once (the web and the CLI): the second is applied under the pool's lock
-    after the first, and its event says what it changed from the first's value, not from the
-    value both read (six concurrent scales each said "nodeCount.min 0 → N")."""
+def test_a_resize_made_on_a_pool_read_before_another_keeps_the_other_and_names_what_it_changed_from(actors):
+    """Two resizes at once (the web and the CLI), one of max and one of min: the second is
+    applied under the pool's lock after the first, to the document as the first left it, so
+    both take effect (the second wrote back the document both had read, undoing the first), and
+    its event names the value it changed from then (six concurrent scales each said
+    "nodeCount.min 0 → N")."""
     pool = services.pool_create(user=actors["lead"], document=load_yaml(EXAMPLE.read_text()), now=T0)
     read_before = type(pool).objects.get(pk=pool.pk)
-    before = spec(pool.document).max_nodes
-    services.pool_resize(user=actors["lead"], pool=pool, max_nodes=before + 1, now=T0)
-    services.pool_resize(user=actors["lead"], pool=read_before, max_nodes=before + 2, now=T0)
+    first = spec(pool.document)
+    services.pool_resize(user=actors["lead"], pool=pool, max_nodes=first.max_nodes + 2, now=T0)
+    services.pool_resize(user=actors["lead"], pool=read_before, min_nodes=first.min_nodes + 1, now=T0)
+    pool.refresh_from_db()
+    assert pool.document["spec"]["nodeCount"] == {"min": first.min_nodes + 1, "max": first.max_nodes + 2}
     messages = list(PoolEvent.objects.filter(pool=pool, reason="SpecUpdated").order_by("pk").values_list("message", flat=True))
-    assert messages == [f"Spec updated: nodeCount.max {before} → {before + 1}", f"Spec updated: nodeCount.max {before + 1} → {before + 2}"]
+    assert messages == [f"Spec updated: nodeCount.max {first.max_nodes} → {first.max_nodes + 2}",
+                        f"Spec updated: nodeCount.min {first.min_nodes} → {first.min_nodes + 1}"]  # fmt: skip
+    services.pool_resize(user=actors["lead"], pool=read_before, max_nodes=first.max_nodes + 3, now=T0)  # still the old read
+    assert PoolEvent.objects.filter(reason="SpecUpdated").latest("pk").message == f"Spec updated: nodeCount.max {first.max_nodes + 2} → {first.max_nodes + 3}"
