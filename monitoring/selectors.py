@@ -13,7 +13,7 @@ from pools.core.errors import ValidationError
 from pools.core.spec import parse_document
 from pools.models import GpuNodePool, Node, NodeType, PoolEvent
 from pools.models.pods import Pod
-from pools.selectors.cluster import core_pod_of
+from pools.selectors.cluster import readable_core_pod
 from pools.selectors.pools import catalog_current
 from pools.selectors.queue import fitting_pods, template_node
 
@@ -149,7 +149,8 @@ def pending_pods_by_pool(pools) -> dict[int, list[Pod]]:
     pending: dict[int, list[tuple[Pod, object]]] = defaultdict(list)
     rows = Pod.objects.filter(phase=Pod.Phase.PENDING, team_id__in={p.team_id for p in pools}).order_by("submitted_at", "pk")
     for pod in rows:
-        pending[pod.team_id].append((pod, core_pod_of(pod)))
+        if (core := readable_core_pod(pod)) is not None:
+            pending[pod.team_id].append((pod, core))
     out = {}
     for pool in pools:
         pool.node_type = node_types[pool.node_type_id]

@@ -67,7 +67,7 @@ from pools.providers import get_cluster_backend, real_cluster
 from pools.providers.base import ProviderError
 from pools.providers.kubernetes import CLUSTER_UNREACHABLE
 from pools.selectors.burst_idle import moved_by_scale_down
-from pools.selectors.cluster import cluster_state, core_pod_of
+from pools.selectors.cluster import cluster_state, readable_core_pod
 from pools.services.events import event_record
 from pools.services.pod_placements import placements_end
 
@@ -232,8 +232,8 @@ def _place_elsewhere(pods: list[Pod], targets: list[Node], states: dict[str, Nod
     trial = {t.name: states[t.name].clone() for t in targets}
     moves = []
     for pod in pods:
-        core = core_pod_of(pod)
-        target = next((t for t in targets if filter_node(core, trial[t.name]) is None), None)
+        core = readable_core_pod(pod)  # None: its affinity cannot be read, so nowhere is known to take it
+        target = None if core is None else next((t for t in targets if filter_node(core, trial[t.name]) is None), None)
         if target is None:
             return pod.key
         gpus = best_fit_gpus(core, trial[target.name].gpu_free)

@@ -306,8 +306,8 @@ def _resources(pod: Pod) -> str:
 
 
 UNREADABLE_REASON = "InvalidSpec"
-UNREADABLE_MESSAGE = ("The pod's stored spec is not one the scheduler can read (an earlier release accepted it): "
-                      "it is not scheduled. Delete the pod and create it again.")  # fmt: skip
+UNREADABLE_MESSAGE = ("The pod's node affinity has a requirement the scheduler cannot read (a key or operator of null): "
+                      "it is not scheduled. Delete the pod, fix or remove that requirement, and create it again.")  # fmt: skip
 
 
 def _core_pods(pending: list[Pod]) -> tuple[dict[int, CorePod], list[Pod]]:

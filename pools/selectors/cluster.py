@@ -34,7 +34,19 @@ def team_id_of(identity: str) -> int | None:
     return int(identity) if identity else None
 
 
-def core_pod_of(pod: Pod) -> CorePod:
+def core_pod_of(pod: Pod, *, placed: bool = False) -> CorePod:
+    """The scheduling core's pod. `placed`: for what a pod on a node holds, which its node affinity
+    does not change: one stored before a check of that affinity existed (a key of null, which the
+    core refuses) is read without it, rather than failing every reader of the cluster's state."""
+    try:
+        return _core_pod_of(pod, pod.affinity)
+    except (TypeError, ValueError):
+        if not placed:
+            raise
+        return _core_pod_of(pod, None)
+
+
+def _core_pod_of(pod: Pod, affinity) -> CorePod:
     return core_pod(
         key=pod.key,
         team=team_identity(pod.team_id),
@@ -50,7 +62,7 @@ def core_pod_of(pod: Pod) -> CorePod:
         labels=pod.labels,
         tolerations=pod.tolerations,
         node_selector=pod.node_selector,
-        affinity=pod.affinity,
+        affinity=affinity,
         started_at=pod.started_at,
     )
 
@@ -158,7 +170,7 @@ def cluster_state(nodes: list[Node], pods: list[Pod]) -> dict[str, NodeState]:
     for pod in pods:
         node = by_id.get(pod.node_id)
         if pod.phase == Pod.Phase.RUNNING and node is not None:
-            state, core = states[node.name], core_pod_of(pod)
+            state, core = states[node.name], core_pod_of(pod, placed=True)
             gpus = pod.gpu_indices or (best_fit_gpus(core, state.gpu_free) if core.gpu_count else ()) or ()
             try:
                 state.bind(core, gpus)

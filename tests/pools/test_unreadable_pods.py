@@ -1,17 +1,25 @@
-"""A Pending pod stored before a check of its spec existed: its node affinity has a key of null,
-which the API now refuses (tests/pools/pod_document_cases.py) and the scheduling core cannot
-read. One such pod made every scheduler pass fail, for every team; now it waits, says why, and
-the pass, the Diagnose page and the queue metric go on with the others."""
+"""Pods stored before a check of their spec existed: a node affinity with a key of null, which
+the API now refuses (tests/pools/pod_document_cases.py) and the scheduling core cannot read. One
+such Pending pod made every scheduler pass fail, for every team; now it waits, says why, and the
+pass, the Diagnose page, the queue metric and /metrics go on with the others. A Running one (an
+earlier release placed it: a key of null was "no such label") is counted for what it holds, and
+the pass, the fragmentation pages and the scale-down read the cluster as before."""
 
 from __future__ import annotations
 
 import pytest
+from django.test import Client
 
+from pools.controllers.scale_down import removable_burst_nodes
 from pools.controllers.scheduler import UNREADABLE_REASON, scheduler_pass
 from pools.core.scheduling.nodes import NodeState, Taint
 from pools.models.pods import Pod
+from pools.selectors.cluster import live_nodes
 from pools.selectors.queue import queued_pods
 from tests.pools.pod_helpers import T0, pool_with_nodes, submit
+
+NULL_KEY = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+    {"matchExpressions": [{"key": None, "operator": "NotIn", "values": ["x"]}, {"key": "pool", "operator": "In", "values": ["train"]}]}]}}}  # fmt: skip
 
 pytestmark = pytest.mark.django_db
 
@@ -27,8 +35,26 @@ def test_a_pod_the_core_cannot_read_waits_and_says_why_while_the_others_are_plac
     assert Pod.objects.get(name="fine").node is not None
     old.refresh_from_db()
     assert (old.phase, old.reason, old.node) == ("Pending", UNREADABLE_REASON, None)
-    assert "Delete the pod and create it again" in old.explanation
+    assert "Delete the pod, fix or remove that requirement, and create it again" in old.explanation
     scheduler_pass(now=T0)  # told once; the next pass goes on as well
     assert browser("lead").get(f"/pools/{pool.name}/diagnose/").status_code == 200
     template = NodeState("template", 96_000, 393_216, 8, "A100_80G", labels={"pool": "train"}, taints=(Taint("pool", "train", "NoSchedule"),))
     assert queued_pods([old], template) == []
+    assert Client(REMOTE_ADDR="127.0.0.1").get("/metrics").status_code == 200
+
+
+def test_a_running_pod_whose_affinity_the_core_cannot_read_is_counted_and_the_rest_goes_on(actors, browser):
+    pool = pool_with_nodes(actors["lead"], nodes=2, node_labels={"pool": "train"})
+    submit(actors["member"], "placed-before", gpus=4)
+    scheduler_pass(now=T0)
+    Pod.objects.filter(name="placed-before").update(affinity=NULL_KEY)
+    submit(actors["member"], "next", gpus=8)
+    submit(actors["member"], "no-room", gpus=8)
+    scheduler_pass(now=T0)
+    placed = dict(Pod.objects.values_list("name", "phase"))
+    assert placed == {"placed-before": "Running", "next": "Running", "no-room": "Pending"}  # its 4 GPUs are counted on its node
+    for url in ("/fragmentation/", f"/pools/{pool.name}/fragmentation/"):
+        assert browser("lead").get(url).status_code == 200, url
+    held = Pod.objects.get(name="placed-before").node
+    removable = removable_burst_nodes([held], live_nodes(), limit=1)
+    assert removable.chosen == [] and held.name in removable.kept  # nowhere is known to take it
