@@ -37,7 +37,7 @@ from pools.core.scheduling.waiting import (
 from pools.core.words import plural
 from pools.models import GpuModel, GpuNodePool, Node, NodeType
 from pools.models.pods import Pod
-from pools.selectors.cluster import cluster_state, core_pod_of, live_nodes
+from pools.selectors.cluster import cluster_state, live_nodes, readable_core_pod
 from pools.selectors.prospects import UnreadablePool, read_prospects
 
 
@@ -55,7 +55,9 @@ def pending_hints_write(*, now: datetime) -> list[str]:
         for pod in pods:
             if pod.phase != Pod.Phase.PENDING or pod.reason != "Unschedulable":
                 continue
-            hints = pending_hints(core_pod_of(pod), ordered, pools, pod.team.slug, catalog).hints
+            if (core := readable_core_pod(pod)) is None:
+                continue
+            hints = pending_hints(core, ordered, pools, pod.team.slug, catalog).hints
             waiting.append(pod.key)
             if pod.hints != hints:
                 pod.hints = hints

@@ -19,7 +19,7 @@ from pools.core.scheduling.nodes import Pod as CorePod
 from pools.core.spec import Catalog
 from pools.models import GpuNodePool, Node, ScalingActivity
 from pools.selectors.burst_idle import burst_idle
-from pools.selectors.cluster import core_pods_of
+from pools.selectors.cluster import core_pods_of, log_unreadable
 from pools.selectors.pools import catalog_current
 from pools.selectors.queue import daemon_set_pods, scale_up_queue
 from pools.selectors.scale_up import quota_rooms, team_capacity
@@ -110,7 +110,7 @@ def queues_read(team_ids: Collection[int]) -> tuple[dict[int, list[CorePod]], di
     queue = scale_up_queue().filter(team_id__in=set(team_ids)).order_by("submitted_at", "pk")
     for team_id, key, core in core_pods_of(queue):
         if isinstance(core, Exception):  # a pod the scheduling core refuses fits nowhere; it must not stop the pass
-            logger.error("pending pod %s is not a valid pod for the scheduling core: %s", key, core)
+            log_unreadable(key, core, logger)
             continue
         pending.setdefault(team_id, []).append(core)
         if team_id not in shapes:

@@ -74,8 +74,13 @@ def readable_core_pod(pod: Pod) -> CorePod | None:
     try:
         return core_pod_of(pod)
     except (TypeError, ValueError) as exc:
-        logger.error("pending pod %s is not a valid pod for the scheduling core: %s", pod.key, exc)
+        log_unreadable(pod.key, exc)
         return None
+
+
+def log_unreadable(key: str, exc: BaseException, log: logging.Logger = logger) -> None:
+    """The one line said of a stored pod the scheduling core refuses (the reader skips it)."""
+    log.error("pending pod %s is not a valid pod for the scheduling core: %s", key, exc)
 
 
 _POD_COLUMNS = ("team_id", "namespace", "name", "cpu_milli", "memory_mib", "gpu_count", "gpu_milli", "gpu_shares", "priority", "preemption_policy", "checkpointable")
