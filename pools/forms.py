@@ -111,6 +111,10 @@ class PoolForm(ScalingFields, AlertFields):
         help_text="Other teams whose pods may also run on this pool's nodes, comma-separated (e.g. inference); your team still pays for it",
     )  # fmt: skip
 
+    # The pool's version when the form was opened (its generation): saving it is refused if the
+    # pool has changed since, rather than silently putting back what another lead just changed.
+    resource_version = forms.IntegerField(widget=forms.HiddenInput, required=False, min_value=0)
+
     def __init__(self, *args, teams=None, editing: GpuNodePool | None = None, budget_hint: str = "", **kwargs):
         super().__init__(*args, **kwargs)
         self.editing = editing
@@ -120,6 +124,7 @@ class PoolForm(ScalingFields, AlertFields):
         self.fields["node_type"].choices = [(t, t) for t in NodeType.objects.order_by("gpu_count").values_list("name", flat=True)]
         self.fields["region"].choices = [(z.name, f"{z.name} ({z.region})") for z in Zone.objects.order_by("name")]
         if editing is not None:
+            self.initial.setdefault("resource_version", editing.generation)
             del self.fields["team"]
             for immutable in ("name", "gpu_model", "node_type", "region", "preemptible"):
                 self.fields[immutable].disabled = True
@@ -236,6 +241,14 @@ class PoolForm(ScalingFields, AlertFields):
         _set_or_drop(spec, "sharedWith", [team.strip() for team in data.get("shared_with", "").split(",") if team.strip()])
         if self.data.get(ALERTS_SHOWN):  # a post without the section (a script) keeps the stored block
             _set_or_drop(spec, "alerts", alerts_block(data, spec.get("alerts") if isinstance(spec.get("alerts"), dict) else None))
+        return document
+
+    def to_update(self, pool: GpuNodePool) -> dict[str, Any]:
+        """The document for an edit of `pool`, carrying the version the form was opened at (the
+        preview and the export show the document alone)."""
+        document = self.to_document(base=pool.document)
+        if self.cleaned_data.get("resource_version") is not None:
+            document["metadata"]["resourceVersion"] = str(self.cleaned_data["resource_version"])
         return document
 
     def add_spec_errors(self, error: ValidationError) -> None:

@@ -32,6 +32,7 @@ def pool_representation(pool: GpuNodePool) -> dict[str, Any]:
         {
             "team": pool.team.slug,
             "generation": pool.generation,
+            "resourceVersion": str(pool.generation),
             "creationTimestamp": _iso(pool.created_at),
         }
     )
@@ -57,6 +58,11 @@ class PoolMetadataSerializer(serializers.Serializer):
     labels = serializers.DictField(child=serializers.CharField(), required=False)
     team = serializers.CharField(read_only=True, help_text="Owning team (slug), set by the server")
     generation = serializers.IntegerField(read_only=True)
+    resourceVersion = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        help_text="The version this document was read at; sent back with a PUT or a PATCH, the change is refused (409) if the pool has changed since. Left out, the change is unconditional",
+    )
     creationTimestamp = serializers.DateTimeField(read_only=True)
 
 

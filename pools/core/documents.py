@@ -175,3 +175,18 @@ def split_server_fields(document: Any) -> tuple[Any, dict[str, Any]]:
         cleaned["metadata"] = {key: value for key, value in metadata.items() if key not in SERVER_METADATA}
     return cleaned, server
 
+
+def read_version(server: dict[str, Any]) -> int | None:
+    """The `metadata.resourceVersion` a client sent back with a document, or None where it sent
+    none: as on the Kubernetes API server, a replace that carries the version it was read at is
+    refused when the object has changed since, and one without is unconditional. A pool's version
+    is its generation, which moves whenever its document does."""
+    value = server.get("resourceVersion")
+    if value is None or value == "":
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 18:
+        return int(value)
+    raise ValidationError("must be the resourceVersion a GET returned (a number as a string), or left out", field="metadata.resourceVersion")
+

@@ -71,6 +71,18 @@ class ConflictError(Exception):
     """The request is valid but the object's state forbids it: HTTP 409."""
 
 
+class StaleVersion(ConflictError):
+    """A replace made from a version of the object older than the stored one (optimistic
+    concurrency, as the Kubernetes API server's 409 "the object has been modified")."""
+
+    def __init__(self, what: str, read: int, current: int):
+        self.read, self.current = read, current
+        super().__init__(
+            f"{what} has changed since it was read (resourceVersion {read}, now {current}); "
+            "get it again, make your change on that and send it again"
+        )
+
+
 class Unavailable(Exception):
     """What the answer needs cannot be reached now (a real cluster's API server): HTTP 503."""
 

@@ -151,6 +151,13 @@ def pool_events(*, pool: GpuNodePool, limit: int = 100, warnings_only: bool = Fa
     return events.select_related("node", "actor").order_by("-last_timestamp", "-id")[:limit]
 
 
+def latest_spec_changes(*, pool: GpuNodePool, count: int) -> list[str]:
+    """Who changed the pool's spec last, and what (its `count` latest SpecUpdated events): what
+    a lead whose edit was refused as outdated needs to know."""
+    events = pool.events.filter(reason="SpecUpdated").select_related("actor").order_by("-last_timestamp", "-id")[: max(count, 0)]
+    return [f"{event.actor.get_username() if event.actor else 'the system'}: {event.message.removeprefix('Spec updated: ')}" for event in events]
+
+
 def orders_for_user(*, user, status: str = "") -> QuerySet[PoolOrder]:
     orders = PoolOrder.objects.for_user(user).select_related(
         "pool", "pool__team", "pool__gpu_model", "pool__node_type", "pool__zone", "requested_by", "decided_by"

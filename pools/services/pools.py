@@ -21,8 +21,15 @@ from django.utils import timezone
 from billing import lease_ledger, pricing
 from billing.budget_sync import budget_sync_pool
 from pools import roles
-from pools.core.documents import merge_patch_bounded, split_server_fields
-from pools.core.errors import ConflictError, FieldError, QuotaExceeded, ValidationError, free_text
+from pools.core.documents import merge_patch_bounded, read_version, split_server_fields
+from pools.core.errors import (
+    ConflictError,
+    FieldError,
+    QuotaExceeded,
+    StaleVersion,
+    ValidationError,
+    free_text,
+)
 from pools.core.lifecycle import WITHDRAWN
 from pools.core.spec import PoolSpec, parse_document
 from pools.core.spec_changes import describe_change
@@ -86,12 +93,16 @@ def pool_create(*, user, document: Any, team_slug: str = "", now: datetime | Non
 def pool_update(*, user, pool: GpuNodePool, document: Any, now: datetime | None = None, based_on: dict | None = None) -> GpuNodePool:
     """Replace the pool's document. Raising `nodeCount.min` above what is ordered requests more.
     `based_on`: the document `document` was made from (a patch's); if the pool's is another by
-    the time the update holds the pool's lock, `_Outdated` is raised and nothing is written."""
+    the time the update holds the pool's lock, `_Outdated` is raised and nothing is written.
+    A `metadata.resourceVersion` in the document is the version the client read: another one
+    under the lock raises `StaleVersion` (409), so that a form or a file edited from an older
+    read does not silently undo a change made since."""
     now = now or timezone.now()
     _require_manage(user, pool)
     if pool.phase == GpuNodePool.Phase.DELETING:
         raise ConflictError(f"pool {pool.name!r} is being deleted")
-    document, _ = split_server_fields(document)
+    document, server = split_server_fields(document)
+    read_at = read_version(server)
     spec = parse_document(document, catalog_current(writing=True))
     old = parse_document(pool.document, catalog_current())
     errors = []
@@ -118,6 +129,8 @@ def pool_update(*, user, pool: GpuNodePool, document: Any, now: datetime | None 
             raise ConflictError(f"pool {pool.name!r} is being deleted")
         if based_on is not None and locked.document != based_on:
             raise _Outdated(f"pool {pool.name!r} changed while this update was being made; send it again")
+        if read_at is not None and read_at != locked.generation:
+            raise StaleVersion(f"pool {pool.name!r}", read=read_at, current=locked.generation)
         # Counted again under the pool's lock: two identical updates at once (a double-click,
         # the web and the CLI) each counted before the other's order existed, and both ordered
         # the growth. The second now finds the first's order and orders nothing.
@@ -174,7 +187,7 @@ def _merged(pool: GpuNodePool, patch: Any) -> dict:
 
 
 def pool_resize(*, user, pool: GpuNodePool, min_nodes: int | None = None, max_nodes: int | None = None, now: datetime | None = None) -> GpuNodePool:
-    """Change `nodeCount.min`/`max` (the CLI's `scale`, the web's size form)."""
+    """Change `nodeCount.min`/`max` (`POST /api/v1/pools/NAME/scale/`, which the CLI's `scale` sends)."""
     count = {key: value for key, value in (("min", min_nodes), ("max", max_nodes)) if value is not None}
     if not count:
         raise ValidationError("give a new min, max or both", field="spec.nodeCount")

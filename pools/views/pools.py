@@ -26,7 +26,7 @@ from pools import roles
 from pools.controllers.lifecycle import pool_capacity_times
 from pools.core.charts import pool_figures, samples_window
 from pools.core.documents import dump_yaml
-from pools.core.errors import ConflictError, ValidationError
+from pools.core.errors import ConflictError, StaleVersion, ValidationError
 from pools.core.spec import TAINT_EFFECTS
 from pools.forms import PoolFilterForm, PoolForm, PoolImportForm
 from pools.models import PoolEvent
@@ -154,9 +154,11 @@ def pool_edit(request, name: str):
         form.read_rows()
         if form.is_valid():
             try:
-                services.pool_update(user=request.user, pool=pool, document=form.to_document(base=pool.document))
+                services.pool_update(user=request.user, pool=pool, document=form.to_update(pool))
             except ValidationError as exc:
                 form.add_spec_errors(exc)
+            except StaleVersion as exc:
+                _refuse_outdated(form, pool, exc)
             except ConflictError as exc:
                 form.add_error(None, str(exc))
             else:
@@ -165,6 +167,16 @@ def pool_edit(request, name: str):
     else:
         form.rows = rows
     return htmx_render(request, "pools/pool_form.html", {"form": form, "editing": pool, "taint_effects": TAINT_EFFECTS}, status=400 if form.errors or any(form.row_errors.values()) else 200)
+
+
+def _refuse_outdated(form: PoolForm, pool, stale: StaleVersion) -> None:
+    """Another change landed while the form was open: say whose and what, keep what this lead
+    typed, and take the form to the current version, so that saving again is a choice made
+    knowing that change."""
+    changes = "; ".join(selectors.latest_spec_changes(pool=pool, count=min(stale.current - stale.read, 3))) or "its spec changed"
+    form.add_error(None, f"This pool was changed after you opened this form ({changes}). Nothing was saved: check your values against that change, then save again to keep them, or reload the page to start from the pool as it is now.")
+    form.data = form.data.copy()
+    form.data["resource_version"] = str(stale.current)
 
 
 @login_required

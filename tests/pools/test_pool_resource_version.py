@@ -1,0 +1,123 @@
+"""Optimistic concurrency on a pool's document, as the Kubernetes API server's resourceVersion:
+a replace (PUT, a PATCH that names the version, the web's edit form, `ebcloud node-pool apply`
+of a `get -o yaml` file) made from an older read is refused with 409 and writes nothing, so that
+one lead's save does not silently put back what another lead changed meanwhile (the brief's
+"nothing is lost"); one that names no version stays unconditional."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from pools.models import GpuNodePool
+from pools.services import pools as services
+from tests.conftest import make_document
+from tests.ebcloud.cli_helpers import live, one_error_line
+from tests.pools.test_views import FORM, db_state
+
+pytestmark = pytest.mark.django_db
+
+URL = "/api/v1/pools/resourcing/"
+
+
+@pytest.fixture
+def pool(actors):
+    return services.pool_create(user=actors["lead"], document=make_document("resourcing", nodeCount={"min": 0, "max": 4}))
+
+
+def _read(api) -> dict:
+    return api("lead").get(URL).json()
+
+
+def test_a_read_carries_the_version_and_a_replace_from_it_moves_it(api, pool):
+    document = _read(api)
+    assert document["metadata"]["resourceVersion"] == "1"
+    document["spec"]["nodeCount"]["max"] = 5
+    response = api("lead").put(URL, document, format="json")
+    assert response.status_code == 200, response.json()
+    assert response.json()["metadata"]["resourceVersion"] == "2"
+    assert GpuNodePool.objects.get(pk=pool.pk).max_nodes == 5
+
+
+def test_a_replace_from_an_older_read_is_refused_and_writes_nothing(api, actors, pool):
+    document = _read(api)
+    services.pool_patch(user=actors["admin"], pool=pool, patch={"spec": {"nodeCount": {"max": 6}}})
+    before = db_state()
+    document["spec"]["nodeCount"]["max"] = 5
+    response = api("lead").put(URL, document, format="json")
+    assert response.status_code == 409
+    assert "has changed since it was read (resourceVersion 1, now 2)" in str(response.json())
+    assert db_state() == before
+    assert GpuNodePool.objects.get(pk=pool.pk).max_nodes == 6
+
+
+def test_a_replace_without_a_version_is_unconditional(api, actors, pool):
+    document = _read(api)
+    services.pool_patch(user=actors["admin"], pool=pool, patch={"spec": {"nodeCount": {"max": 6}}})
+    del document["metadata"]["resourceVersion"]
+    document["spec"]["nodeCount"]["max"] = 5
+    assert api("lead").put(URL, document, format="json").status_code == 200
+    assert GpuNodePool.objects.get(pk=pool.pk).max_nodes == 5
+
+
+@pytest.mark.parametrize("version", ["abc", "-1", "1.0", "٣", True, [1], {"a": 1}, "9" * 19])
+def test_a_version_that_no_read_returns_is_a_field_error(api, pool, version):
+    document = _read(api)
+    document["metadata"]["resourceVersion"] = version
+    before = db_state()
+    response = api("lead").put(URL, document, format="json")
+    assert response.status_code == 400
+    assert [e["field"] for e in response.json()["errors"]] == ["metadata.resourceVersion"]
+    assert db_state() == before
+
+
+def test_a_patch_that_names_the_version_is_conditional_and_is_not_retried(api, actors, pool):
+    assert api("lead").patch(URL, {"metadata": {"resourceVersion": "1"}, "spec": {"nodeCount": {"max": 5}}}, format="json").status_code == 200
+    response = api("lead").patch(URL, {"metadata": {"resourceVersion": "1"}, "spec": {"nodeCount": {"max": 3}}}, format="json")
+    assert response.status_code == 409
+    assert GpuNodePool.objects.get(pk=pool.pk).max_nodes == 5
+    assert api("lead").patch(URL, {"spec": {"nodeCount": {"max": 3}}}, format="json").status_code == 200
+
+
+def _edit_form(pool: GpuNodePool, **changes) -> dict:
+    form = {**FORM, "name": pool.name, "min_nodes": "0", "max_nodes": "4", **changes}
+    return form
+
+
+def test_the_edit_form_refuses_a_save_over_a_change_made_while_it_was_open(browser, actors, pool):
+    client = browser("lead")
+    page = client.get(f"/pools/{pool.name}/edit/").content.decode()
+    assert 'name="resource_version" value="1"' in page
+    services.pool_patch(user=actors["admin"], pool=pool, patch={"spec": {"nodeCount": {"max": 6}}})
+    before = db_state()
+    response = client.post(f"/pools/{pool.name}/edit/", _edit_form(pool, resource_version="1", system_image="ubuntu-24.04-cuda-12.4"))
+    assert response.status_code == 400
+    error = " ".join(response.context["form"].non_field_errors())
+    assert "admin: nodeCount.max 4 → 6" in error and "Nothing was saved" in error
+    assert db_state() == before
+    page = response.content.decode()
+    assert 'name="resource_version" value="2"' in page and 'value="ubuntu-24.04-cuda-12.4"' in page
+    again = client.post(f"/pools/{pool.name}/edit/", _edit_form(pool, resource_version="2", system_image="ubuntu-24.04-cuda-12.4"))
+    assert again.status_code == 302, again.context["form"].errors
+    saved = GpuNodePool.objects.get(pk=pool.pk)
+    assert saved.document["spec"]["systemImage"] == "ubuntu-24.04-cuda-12.4" and saved.max_nodes == 4  # a choice made knowing
+
+
+def test_a_form_posted_without_the_version_saves_as_before(browser, pool):
+    response = browser("lead").post(f"/pools/{pool.name}/edit/", _edit_form(pool, max_nodes="5"))
+    assert response.status_code == 302, response.context["form"].errors
+    assert GpuNodePool.objects.get(pk=pool.pk).max_nodes == 5
+
+
+@live
+def test_applying_an_outdated_get_is_one_line_and_changes_nothing(ebcloud, login_as, actors, pool, tmp_path):
+    login_as("lead")
+    saved = tmp_path / "pool.yaml"
+    saved.write_text(ebcloud("node-pool", "get", pool.name, "-o", "yaml").stdout)
+    services.pool_patch(user=actors["admin"], pool=pool, patch={"spec": {"nodeCount": {"max": 6}}})
+    edited = yaml.safe_load(saved.read_text())
+    edited["spec"]["nodeCount"]["max"] = 5
+    saved.write_text(yaml.safe_dump(edited))
+    line = one_error_line(ebcloud("node-pool", "apply", "-f", str(saved)))
+    assert "has changed since it was read (resourceVersion 1, now 2)" in line
+    assert GpuNodePool.objects.get(pk=pool.pk).max_nodes == 6
