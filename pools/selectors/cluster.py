@@ -20,6 +20,10 @@ from pools.models.pods import Pod
 
 logger = logging.getLogger("ebcloud.scheduler")
 
+# How the scheduling core refuses a stored pod's fields (a node affinity of an earlier release
+# with a key of null, a term that is not a mapping): a fault of that row, which its readers skip.
+UNREADABLE = (TypeError, ValueError, LookupError, AttributeError)
+
 # Nodes the scheduler sees: Ready ones take pods; cordoned/draining ones keep theirs.
 SCHEDULER_PHASES = (Node.Phase.READY, Node.Phase.CORDONED, Node.Phase.DRAINING, Node.Phase.UNKNOWN)
 UNSCHEDULABLE_PHASES = (Node.Phase.CORDONED, Node.Phase.DRAINING)
@@ -40,7 +44,7 @@ def core_pod_of(pod: Pod, *, placed: bool = False) -> CorePod:
     core refuses) is read without it, rather than failing every reader of the cluster's state."""
     try:
         return _core_pod_of(pod, pod.affinity)
-    except (TypeError, ValueError):
+    except UNREADABLE:
         if not placed:
             raise
         return _core_pod_of(pod, None)
@@ -73,13 +77,25 @@ def readable_core_pod(pod: Pod) -> CorePod | None:
     fail the pass, the page or the metric that reads it beside every other team's pods."""
     try:
         return core_pod_of(pod)
-    except (TypeError, ValueError) as exc:
+    except UNREADABLE as exc:
         log_unreadable(pod.key, exc)
         return None
 
 
+_TOLD: dict[tuple[str, str], None] = {}  # what log_unreadable said, oldest first
+_TOLD_MOST = 1000
+
+
 def log_unreadable(key: str, exc: BaseException, log: logging.Logger = logger) -> None:
-    """The one line said of a stored pod the scheduling core refuses (the reader skips it)."""
+    """The one line said of a stored pod the scheduling core refuses (the reader skips it): once
+    per pod and fault in a process, not once per reader and pass (every few seconds, while the
+    pod waits for its owner to delete it)."""
+    told = (key, str(exc))
+    if told in _TOLD:
+        return
+    if len(_TOLD) >= _TOLD_MOST:
+        del _TOLD[next(iter(_TOLD))]
+    _TOLD[told] = None
     log.error("pending pod %s is not a valid pod for the scheduling core: %s", key, exc)
 
 
@@ -115,7 +131,7 @@ def _core_pod_of_row(key: str, row: tuple) -> CorePod | Exception:
             gpu_shares=gpu_shares, gpu_models=gpu_models, priority=priority, preemption_policy=preemption_policy, checkpointable=checkpointable, labels=labels,
             tolerations=tolerations, node_selector=node_selector, affinity=affinity,
         )  # fmt: skip
-    except Exception as exc:  # noqa: BLE001 (a stored pod the core refuses is the caller's to report)
+    except UNREADABLE as exc:  # a stored pod the core refuses is the caller's to report
         return exc
 
 

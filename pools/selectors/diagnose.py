@@ -20,7 +20,7 @@ from pools.core.diagnose import checks as core
 from pools.core.spec import PoolSpec
 from pools.models import GpuNodePool, Node, PoolEvent, PoolOrder
 from pools.models.pods import FragmentationSample, Pod, PriorityClass
-from pools.selectors.cluster import readable_core_pod, team_id_of
+from pools.selectors.cluster import UNREADABLE, core_pod_of, readable_core_pod, team_id_of
 from pools.selectors.prospects import live_pools, pool_templates, stored_spec
 
 MAX_PENDING = 500  # the oldest Pending pods of the team are read; more would not change a finding
@@ -159,12 +159,21 @@ def _pending(pool: GpuNodePool, spec: PoolSpec | None) -> tuple[core.PendingPod,
     teams = [team_id_of(team) for team in template.teams or () if team]
     others = [t for pk, t in templates.items() if pk != pool.pk]
     pods = Pod.objects.filter(phase=Pod.Phase.PENDING, team_id__in=teams).order_by("submitted_at", "pk")[:MAX_PENDING]
-    facts = (
-        core.pending_pod_facts(read, template, submitted_at=p.submitted_at, others=others, explanation=p.explanation, hints=p.hints or ())
-        for p in pods
-        if (read := readable_core_pod(p)) is not None
-    )
+    facts = (_pending_fact(p, template, others) for p in pods)
     return tuple(f for f in facts if f is not None)
+
+
+def _pending_fact(pod: Pod, template, others) -> core.PendingPod | None:
+    """`pending_pod_facts` of one pod. One the scheduling core refuses (a node affinity stored
+    before its check) waits on no node: it is shown where it would be aimed but for that
+    affinity, as what to fix, rather than left out of every pool's count."""
+    read = readable_core_pod(pod)
+    try:
+        aimed = read or core_pod_of(pod, placed=True)
+    except UNREADABLE:  # refused for more than its affinity: nowhere to show it
+        return None
+    fact = core.pending_pod_facts(aimed, template, submitted_at=pod.submitted_at, others=others, explanation=pod.explanation, hints=pod.hints or ())
+    return replace(fact, blocker=core.INVALID_SPEC, reason="InvalidSpec", blockers=()) if read is None and fact is not None else fact
 
 
 def _gpu_errors(pool: GpuNodePool, since: datetime) -> tuple[core.GpuErrorInfo, ...]:

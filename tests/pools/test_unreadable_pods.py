@@ -7,6 +7,8 @@ the pass, the fragmentation pages and the scale-down read the cluster as before.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.test import Client
 
@@ -15,6 +17,7 @@ from pools.controllers.scheduler import UNREADABLE_REASON, scheduler_pass
 from pools.core.scheduling.nodes import NodeState, Taint
 from pools.models.pods import Pod
 from pools.selectors.cluster import live_nodes
+from pools.selectors.diagnose import pool_diagnose
 from pools.selectors.queue import queued_pods
 from tests.pools.pod_helpers import T0, pool_with_nodes, submit
 
@@ -38,6 +41,9 @@ def test_a_pod_the_core_cannot_read_waits_and_says_why_while_the_others_are_plac
     assert "Delete the pod, fix or remove that requirement, and create it again" in old.explanation
     scheduler_pass(now=T0)  # told once; the next pass goes on as well
     assert browser("lead").get(f"/pools/{pool.name}/diagnose/").status_code == 200
+    pending = next(c for c in pool_diagnose(pool=pool, now=T0 + timedelta(minutes=20)).checks if c.id == "pods-pending")
+    assert pending.status == "failing" and f"The scheduler cannot read {old.key}: its node affinity" in pending.cause
+    assert pending.action.startswith(f"Delete {old.key}, fix or remove that requirement") and any(d.startswith(f"{old.key}: Pending") for d in pending.details)
     template = NodeState("template", 96_000, 393_216, 8, "A100_80G", labels={"pool": "train"}, taints=(Taint("pool", "train", "NoSchedule"),))
     assert queued_pods([old], template) == []
     assert Client(REMOTE_ADDR="127.0.0.1").get("/metrics").status_code == 200
@@ -58,3 +64,17 @@ def test_a_running_pod_whose_affinity_the_core_cannot_read_is_counted_and_the_re
     held = Pod.objects.get(name="placed-before").node
     removable = removable_burst_nodes([held], live_nodes(), limit=1)
     assert removable.chosen == [] and held.name in removable.kept  # nowhere is known to take it
+
+
+def test_a_pod_whose_stored_affinity_is_no_mapping_is_told_once_and_waits(actors, caplog):
+    pool_with_nodes(actors["lead"], node_labels={"pool": "train"})
+    submit(actors["member"], "list-affinity")
+    Pod.objects.filter(name="list-affinity").update(affinity=[{"nodeAffinity": {}}])  # an AttributeError in the core, not a TypeError
+    submit(actors["member"], "beside-it")
+    with caplog.at_level("ERROR", logger="ebcloud.scheduler"):
+        for _ in range(3):
+            scheduler_pass(now=T0)
+    assert dict(Pod.objects.values_list("name", "reason")) == {"list-affinity": UNREADABLE_REASON, "beside-it": "Scheduled"}
+    assert Pod.objects.get(name="beside-it").node is not None
+    told = [r.getMessage() for r in caplog.records if "list-affinity" in r.getMessage()]
+    assert len(told) == 1 and "is not a valid pod for the scheduling core" in told[0]

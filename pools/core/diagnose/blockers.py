@@ -20,6 +20,7 @@ from pools.core.words import plural
 
 # Why a Pending pod cannot use a pool (`snapshot.pending_pod_facts`).
 FITS, TAINT, AFFINITY, GPU_MODEL, TOO_LARGE = "fits", "taint", "affinity", "gpu-model", "too-large"
+INVALID_SPEC = "invalid-spec"  # the scheduling core cannot read the pod (a node affinity stored before its check)
 
 
 @dataclass(frozen=True)

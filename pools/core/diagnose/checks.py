@@ -33,6 +33,7 @@ from pools.core.diagnose.blockers import (  # noqa: F401 - the blocker kinds are
     AFFINITY,
     FITS,
     GPU_MODEL,
+    INVALID_SPEC,
     TAINT,
     TOO_LARGE,
     blockers_finding,
@@ -197,8 +198,8 @@ def check_scale_up(s: PoolSnapshot, now: datetime) -> Check:
 
 SKEW, ON_THE_WAY, AT_MAX, NO_BURST, WAITING = "scheduler-skew", "nodes-on-the-way", "at-max", "no-burst", "waiting"
 # What the pod cannot change about the pool (model, size) first: no taint or label advice helps those.
-PENDING_ORDER = (TOO_LARGE, GPU_MODEL, TAINT, AFFINITY, SKEW, ON_THE_WAY, AT_MAX, NO_BURST, WAITING)
-STUCK = (TOO_LARGE, GPU_MODEL, TAINT, AFFINITY)  # waiting does not fix these
+PENDING_ORDER = (INVALID_SPEC, TOO_LARGE, GPU_MODEL, TAINT, AFFINITY, SKEW, ON_THE_WAY, AT_MAX, NO_BURST, WAITING)
+STUCK = (INVALID_SPEC, TOO_LARGE, GPU_MODEL, TAINT, AFFINITY)  # waiting does not fix these
 
 
 def _on_the_way(s: PoolSnapshot) -> tuple[OrderInfo | None, int]:
@@ -242,6 +243,8 @@ def _category_advice(s: PoolSnapshot, category: str, pod: PendingPod) -> tuple[s
     order, starting = _on_the_way(s)
     models = ", ".join(pod.gpu_models) or "other models"
     return {
+        INVALID_SPEC: (f"The scheduler cannot read {pod.key}: its node affinity has a requirement with a key or operator of null, so no node is tried for it.",
+                       f"Delete {pod.key}, fix or remove that requirement (`ebcloud pod get {pod.key} -o yaml` shows it), and create it again."),
         TOO_LARGE: (f"The request exceeds allocatable: {pod.key} asks for {_gpus(pod.gpus)} GPU(s) and its CPU/memory, a {s.node_type} node has {plural(s.gpus_per_node, 'GPU')} ({pod.reason}).",
                     f"Run {why}; split the job into pods that fit one node, or use a pool of larger nodes."),
         TAINT: (f"Taint not tolerated: the pool's nodes carry {taints} and {pod.key} has no matching toleration" + (f" for {missing}." if missing else "."),
