@@ -147,7 +147,7 @@ def nodes_sync(p: ReconcilePass) -> None:
             continue
         try:
             if fix.apply:
-                p.cluster.node_apply(name=node.name, labels=labels, taints=taints)
+                p.cluster.node_apply(name=node.name, labels=labels, taints=taints, applied_taints=node.taints or ())
             if fix.cordon:
                 p.cluster.cordon(name=node.name)
             if uncordon:

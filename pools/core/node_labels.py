@@ -50,6 +50,16 @@ class ClusterNodeState:
     # Whether the Node's capacity shows the GPU-share resource for each of its GPUs (a real
     # cluster's kubelet drops it on restart; a simulated node has no capacity of its own).
     gpu_shares_advertised: bool = True
+    # (key, effect) of the taints our last apply recorded on the Node (a real cluster's
+    # annotation, read as none when someone removed or garbled it); None where the cluster
+    # keeps that record out of others' reach (the simulated one).
+    managed_taints: frozenset[tuple[str, str]] | None = None
+
+
+def record_lost(applied_taints: Iterable[Mapping[str, str]], observed: ClusterNodeState) -> bool:
+    """Whether the Node's record of which taints are ours differs from what we applied: the next
+    apply writes it again, so that a taint we later stop applying is known as ours to remove."""
+    return observed.managed_taints is not None and observed.managed_taints != {(t["key"], t["effect"]) for t in applied_taints}
 
 
 def system_labels(*, pool: str, team: str, gpu_model: str, node_type: str, billing: str, zone: str) -> dict[str, str]:
@@ -103,12 +113,12 @@ def taint_dict(key: str, value: str, effect: str) -> dict[str, str]:
 
 def drifted(*, applied_labels: Mapping[str, str], applied_taints: Iterable[Mapping[str, str]], cordoned: bool, observed: ClusterNodeState) -> bool:
     """Whether the cluster lost something we applied: a label of ours removed or changed, a taint
-    of ours gone, or the cordon of a drained (or repaired) node lifted. Reads only what we applied (no spec),
+    of ours gone or no longer recorded as ours, or the cordon of a drained (or repaired) node lifted. Reads only what we applied (no spec),
     so a pass over every pool checks it without parsing any spec."""
     if any(observed.labels.get(k) != v for k, v in applied_labels.items()):
         return True
     have = set(observed.taints)
-    if any(taint_tuple(t) not in have for t in applied_taints):
+    if any(taint_tuple(t) not in have for t in applied_taints) or record_lost(applied_taints, observed):
         return True
     return cordoned and not observed.unschedulable or not observed.gpu_shares_advertised
 
@@ -157,7 +167,7 @@ def node_fix(
     missing = any(observed.labels.get(k) != v for k, v in wanted_labels.items()) or any(t not in have for t in wanted_set)
     rows_changed = dict(applied_labels) != dict(wanted_labels) or applied_set != wanted_set
     return NodeFix(
-        apply=missing or rows_changed,
+        apply=missing or rows_changed or record_lost(applied_taints, observed),
         cordon=cordoned and not observed.unschedulable,
         advertise=not observed.gpu_shares_advertised,
         labels="; ".join(label_parts),

@@ -222,9 +222,11 @@ class CloudProvider(Protocol):
 class ClusterBackend(Protocol):
     def register_node(self, *, name: str, now: datetime) -> None: ...
 
-    def node_apply(self, *, name: str, labels: Mapping[str, str], taints: Sequence[Mapping[str, str]]) -> None:
+    def node_apply(self, *, name: str, labels: Mapping[str, str], taints: Sequence[Mapping[str, str]], applied_taints: Sequence[Mapping[str, str]] = ()) -> None:
         """Make the node carry the pool's labels and taints: the whole wanted set each time (what
-        was ours and is no longer wanted goes; what others set stays)."""
+        was ours and is no longer wanted goes; what others set stays). `applied_taints`: those
+        the Node row says we applied last, ours as well as those the cluster records as ours,
+        so that a record someone removed or garbled leaves none of ours behind."""
 
     def nodes_state(self, *, names: Sequence[str]) -> dict[str, ClusterNodeState]:
         """Labels, taints and `spec.unschedulable` of these nodes as the cluster has them now, in

@@ -146,7 +146,7 @@ class KubernetesCluster:
         except CLUSTER_UNREACHABLE as exc:
             raise refused(f"get nodes/{name}", exc) from exc
 
-    def node_apply(self, *, name: str, labels: Mapping[str, str], taints: Sequence[Mapping[str, str]]) -> None:
+    def node_apply(self, *, name: str, labels: Mapping[str, str], taints: Sequence[Mapping[str, str]], applied_taints: Sequence[Mapping[str, str]] = ()) -> None:
         """Labels and taints in one server-side apply under our field manager.
 
         Labels are a map: our manager owns exactly the keys we apply, so another manager's labels
@@ -164,7 +164,7 @@ class KubernetesCluster:
         for _ in range(5):
             node = node or self._read(name)
             annotations = node["metadata"].get("annotations") or {}
-            ours_before = {tuple(k) for k in json.loads(annotations.get(MANAGED_TAINTS_ANNOTATION, "[]"))}
+            ours_before = recorded_taints(annotations) | {(t["key"], t["effect"]) for t in applied_taints}
             present = node.get("spec", {}).get("taints") or ()
             others = [
                 _taint(t) for t in present
@@ -212,6 +212,7 @@ class KubernetesCluster:
                 unschedulable=bool(node.get("spec", {}).get("unschedulable")),
                 annotations={k: v for k, v in (node["metadata"].get("annotations") or {}).items() if k in NODE_OPT_OUTS},
                 gpu_shares_advertised=_shares_advertised(node.get("status", {}).get("capacity"), node.get("status", {}).get("allocatable")),
+                managed_taints=recorded_taints(node["metadata"].get("annotations") or {}),
             )
             for node in items
             if node["metadata"]["name"] in wanted
@@ -354,6 +355,19 @@ def _shares_wanted(resources: Mapping[str, str] | None) -> int:
     """1000 GPU shares per GPU of these resources (a Node's capacity or its allocatable): the
     kubelet's allocatable leaves out the GPUs its device plugin reports unhealthy."""
     return int(parse_quantity((resources or {}).get(GPU_RESOURCE) or 0)) * MILLI
+
+
+def recorded_taints(annotations: Mapping[str, str]) -> frozenset[tuple[str, str]]:
+    """The (key, effect) pairs our annotation records as the taints we applied last; none where
+    anyone can have edited it into something else (not JSON, not a list of two strings each):
+    the Node row's record then stands in (`node_apply`), and the apply writes it again."""
+    try:
+        recorded = json.loads(annotations.get(MANAGED_TAINTS_ANNOTATION) or "[]")
+    except ValueError:
+        return frozenset()
+    if not isinstance(recorded, list) or not all(isinstance(k, list) and len(k) == 2 and all(isinstance(part, str) for part in k) for k in recorded):
+        return frozenset()
+    return frozenset((key, effect) for key, effect in recorded)
 
 
 def _shares_advertised(capacity: Mapping[str, str] | None, allocatable: Mapping[str, str] | None) -> bool:

@@ -34,7 +34,7 @@ class SimulatedCluster:
     def register_node(self, *, name: str, now: datetime) -> None:
         SimClusterNode.objects.get_or_create(name=name, defaults={"registered_at": now})
 
-    def node_apply(self, *, name: str, labels: Mapping[str, str], taints: Sequence[Mapping[str, str]]) -> None:
+    def node_apply(self, *, name: str, labels: Mapping[str, str], taints: Sequence[Mapping[str, str]], applied_taints: Sequence[Mapping[str, str]] = ()) -> None:
         """Like server-side apply with a field manager (pools/providers/kubernetes.py): the node
         keeps labels and taints others set; ours are those in `managed`, from the last apply,
         so a label or taint we stop applying is removed. A (key, effect) we apply replaces
@@ -48,7 +48,7 @@ class SimulatedCluster:
             kept = {k: v for k, v in (row.labels or {}).items() if k not in ours_before}
             wanted = [{"key": t["key"], "value": t.get("value") or "", "effect": t["effect"]} for t in taints]
             keys = {(t["key"], t["effect"]) for t in wanted}
-            taints_before = {tuple(k) for k in managed.get("taints", ())}
+            taints_before = {tuple(k) for k in managed.get("taints", ())} | {(t["key"], t["effect"]) for t in applied_taints}
             others = [t for t in row.taints or () if (t["key"], t["effect"]) not in taints_before and (t["key"], t["effect"]) not in keys]
             row.labels = {**kept, **labels}
             row.taints = others + wanted

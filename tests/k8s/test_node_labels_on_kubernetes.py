@@ -186,3 +186,23 @@ def test_gpu_shares_follow_the_gpus_the_device_plugin_reports_none_where_none_is
     assert not KubernetesCluster(kube).nodes_state(names=[node.name])[node.name].gpu_shares_advertised
     lifecycle.reconcile_all(now=T0 + 3 * TICK)
     assert shares() == ("0", "0")
+
+
+@pytest.mark.parametrize("record", ["not json", "[1]", "null", '{"a": 1}', '[["pool"]]', None])
+def test_a_garbled_or_removed_record_of_our_taints_stalls_no_pass_and_leaves_none_of_ours(on_kubernetes, actors, kube, core, unique, record):
+    """The Node's annotation of the taints we applied is anyone's to edit: garbled, it failed
+    the pool's whole pass with the JSON error, every pass (a label lost on the pool's other node
+    never came back); removed, a taint the spec then dropped stayed on the Node for good while
+    the row said it was gone. The Node row's record stands in, and the apply writes it again."""
+    pool = pool_on_cluster(actors, kube, f"rec-{unique}", 2)
+    lifecycle.reconcile_all(now=T0)
+    first, second = Node.objects.filter(pool=pool).order_by("pk")
+    core.patch_node(first.name, {"metadata": {"annotations": {"ebcloud.io/managed-taints": record}}})
+    core.patch_node(second.name, {"metadata": {"labels": {"gpu-class": None}}})
+    results = [r for r in lifecycle.reconcile_all(now=T0 + TICK) if r.pool_id == pool.pk]
+    assert not any(r.error for r in results), results
+    assert core.read_node(second.name).metadata.labels.get("gpu-class") == "a100"
+    assert core.read_node(first.name).metadata.annotations.get("ebcloud.io/managed-taints") == '[["pool", "NoSchedule"]]'  # written again
+    edit_spec(actors, pool, T0, nodeTaints=[])
+    lifecycle.reconcile_all(now=T0 + 2 * TICK)
+    assert taints_of(core, first.name) == taints_of(core, second.name) == []

@@ -112,10 +112,10 @@ def test_a_spec_that_could_not_reach_a_node_stays_unobserved_and_is_retried(acto
     failing = live_nodes(pool)[0].name
     apply = simulated_cluster.SimulatedCluster.node_apply
 
-    def flaky(self, *, name, labels, taints):
+    def flaky(self, *, name, labels, taints, applied_taints=()):
         if name == failing:
             raise ProviderError("the API server refused the patch")
-        return apply(self, name=name, labels=labels, taints=taints)
+        return apply(self, name=name, labels=labels, taints=taints, applied_taints=applied_taints)
 
     monkeypatch.setattr(simulated_cluster.SimulatedCluster, "node_apply", flaky)
     edit_spec(actors, pool, now, nodeLabels={"gpu-class": "a100", "pool": "train"})
