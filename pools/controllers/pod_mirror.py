@@ -1,8 +1,9 @@
 """The pod mirror: a real cluster's pods, kept in the read model the pages, the autoscaler,
 metering and chargeback use (`pools.models.Pod`), by list + watch as client-go's informers do.
 
-- No cursor yet, or the API server answers 410 Gone (the resourceVersion is older than it
-  keeps): list every pod (one consistent snapshot, paginated), state them all, mark deleted
+- No cursor yet, the API server answers 410 Gone (the resourceVersion is older than it
+  keeps), or it has not reached the cursor (its etcd restored from a backup, or another
+  cluster): list every pod (one consistent snapshot, paginated), state them all, mark deleted
   the mirrored pods the list lacks, and watch from the list's resourceVersion.
 - Watch with bookmarks; after each batch of events the cursor (`WatchCursor`) stores the last
   resourceVersion in the same database, so a mirror that stops (or an API server that
@@ -37,7 +38,7 @@ from django.utils import timezone
 from kubernetes.client.exceptions import ApiException
 
 from pools.providers.kubernetes import refusal_text
-from pools.providers.kubernetes_pods import ClusterPods, WatchExpired, pod_fields
+from pools.providers.kubernetes_pods import ClusterPods, CursorAhead, WatchExpired, pod_fields
 from pools.services.pod_mirror import (
     ApplyStats,
     TeamOf,
@@ -149,6 +150,9 @@ class PodMirror:
                 self.teams_refresh()
                 self._watch(resource_version, timeout, stop, deadline)
                 self.backoff.healthy()
+            except CursorAhead as exc:
+                logger.warning("pod watch cannot resume from the stored cursor (%s): listing again", exc)
+                relist = True
             except WatchExpired:
                 logger.info("pod watch expired (410 Gone): listing again")
                 relist = True

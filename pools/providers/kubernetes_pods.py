@@ -49,6 +49,12 @@ class WatchExpired(Exception):
     """410 Gone: the resourceVersion is older than the API server keeps; list again."""
 
 
+class CursorAhead(WatchExpired):
+    """The resourceVersion is ahead of the API server's (its etcd was restored from a backup, or
+    the kubeconfig now names another cluster): a watch from it would wait in silence until the
+    server caught up, missing every change meanwhile; list again."""
+
+
 @dataclass(frozen=True)
 class WatchEvent:
     type: str  # ADDED | MODIFIED | DELETED | BOOKMARK
@@ -103,13 +109,15 @@ class ClusterPods:
 
     def watch(self, *, resource_version: str, timeout_seconds: int) -> Iterator[WatchEvent]:
         """The changes after `resource_version` until the server ends the watch (after
-        `timeout_seconds`). Raises WatchExpired on 410 Gone; connection errors propagate (the
+        `timeout_seconds`). Raises WatchExpired on 410 Gone, CursorAhead where the server has not
+        reached `resource_version`; connection errors propagate (the
         caller watches again from the last resourceVersion it stored).
 
         A healthy watch is never silent for longer than `timeout_seconds` (the server ends it
         then), so a read that waits `EBCLOUD_KUBE_TIMEOUT_SECONDS` past that is a dead link (a
         partition: no FIN, no RST) and fails with a read timeout, as client-go's HTTP/2 health
         check drops such a connection."""
+        self._reachable(resource_version)
         try:
             response = self.core.list_pod_for_all_namespaces(
                 watch=True, resource_version=resource_version, allow_watch_bookmarks=True,
@@ -135,6 +143,24 @@ class ClusterPods:
                 )
         finally:
             response.release_conn()
+
+    def _reachable(self, resource_version: str) -> None:
+        """Raise CursorAhead where the server has not reached `resource_version`: one list of at
+        most one pod "not older than" it, which the server answers at once where it has, and
+        with 504 `ResourceVersionTooLarge` after a few seconds where it has not (client-go's
+        reflector lists again on that answer too). The mirror keeps its cursor across restarts,
+        so a process that starts after a restore would otherwise resume into that silence."""
+        try:
+            response = self.core.list_pod_for_all_namespaces(
+                limit=1, resource_version=resource_version, resource_version_match="NotOlderThan",
+                _preload_content=False, _request_timeout=request_timeout(),
+            )  # fmt: skip
+            response.data  # read whole: a connection given back with its body unread garbles the next request on it  # noqa: B018
+            response.release_conn()
+        except ApiException as exc:
+            if exc.status == 504 and "ResourceVersionTooLarge" in str(exc.body or ""):
+                raise CursorAhead(f"the API server has not reached resourceVersion {resource_version}: {_status_message(exc)}") from exc
+            raise
 
     def namespace_teams(self) -> dict[str, str]:
         """Each namespace's `ebcloud.io/team` label (namespaces without one are left out)."""
@@ -367,6 +393,14 @@ def _time(text: str | None) -> datetime | None:
         return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
     except (ValueError, OverflowError):
         return None
+
+
+def _status_message(exc: ApiException) -> str:
+    """The message of the API server's Status in an error's body, else its reason."""
+    try:
+        return str(json.loads(exc.body).get("message") or exc.reason)
+    except (TypeError, ValueError, AttributeError):
+        return str(exc.reason)
 
 
 def _loads(data: bytes | str) -> Any:

@@ -296,6 +296,23 @@ def test_a_cursor_the_server_no_longer_keeps_is_answered_by_a_relist(
     assert ours(namespace).get(name="ghost").deleted_at is not None  # deleted while nobody watched
 
 
+def test_a_cursor_ahead_of_the_server_is_answered_by_a_relist(mirror, core, namespace, team, caplog):
+    """A cursor the server has not reached (its etcd restored from a backup, or the kubeconfig
+    now names another cluster): a watch from it was silent until the server caught up, and the
+    mirror, which keeps its cursor across restarts, watched again from it for ever, without a
+    line, while pods deleted meanwhile stayed Running in the read model."""
+    ahead = str(int(core.list_namespaced_pod(namespace).metadata.resource_version) + 10_000_000)
+    WatchCursor.objects.update_or_create(resource="pods", defaults={"resource_version": ahead})
+    Pod.objects.create(namespace=namespace, name="ghost", team=team, uid="00000000-dead-beef-0000-000000000001")
+    core.create_namespaced_pod(namespace, waiting(namespace, "new"))
+    with caplog.at_level("WARNING", logger="ebcloud.pod_mirror"):
+        stats = mirror.sync(seconds=8)
+    assert stats.relists == 1
+    assert ours(namespace).get(name="new").uid and ours(namespace).get(name="ghost").deleted_at is not None
+    assert WatchCursor.objects.get(resource="pods").resource_version != ahead
+    assert any("has not reached resourceVersion" in r.getMessage() for r in caplog.records)
+
+
 def test_an_api_server_restarted_mid_watch_loses_and_duplicates_nothing(
     control_plane, mirror, core, namespace, team
 ):
