@@ -13,7 +13,10 @@ Two guards, one rule each:
   pools, so both front doors answer alike.
 
 A pod with neither nodeSelector nor required node affinity targets no pool in particular and is
-never refused here (placement keeps it on its team's pools). Terms that only use `matchFields`
+never refused here (placement keeps it on its team's pools). A pod created with `spec.nodeName`
+skips both schedulers, and a kubelet admits it whatever NoSchedule taint its node has: on a real
+cluster the policy refuses one that names a node of a pool its team may not use (the product's
+own pod API takes no nodeName). Terms that only use `matchFields`
 (a DaemonSet's pods pin a node by name) are treated as matching any pool, as both guards can
 tell nothing from them.
 """
@@ -38,6 +41,7 @@ class PoolAccess:
     name: str
     labels: Mapping[str, str]
     teams: frozenset[str]
+    nodes: frozenset[str] = frozenset()  # its nodes' names, for a pod that names its node (spec.nodeName)
 
 
 def refusal(team: str) -> str:
@@ -46,6 +50,15 @@ def refusal(team: str) -> str:
         f"pods of team {team!r} may not use the node pools their nodeSelector/affinity selects: they belong "
         "to other teams. A pool's nodes run only its own team's pods and those of teams it is shared with "
         "(spec.sharedWith, set by the pool's lead); tolerating its taints does not change that."
+    )
+
+
+def node_refusal(team: str, node: str) -> str:
+    """Why a pod of `team` that names its node is refused (the CEL policy builds the same text)."""
+    return (
+        f"pods of team {team!r} may not run on node {node!r} (spec.nodeName): it belongs to a node pool of "
+        "another team. A pool's nodes run only its own team's pods and those of teams it is shared with "
+        "(spec.sharedWith, set by the pool's lead)."
     )
 
 
@@ -129,20 +142,28 @@ def _cel(value) -> str:
     return "[" + ", ".join(_cel(v) for v in value) + "]"
 
 
-def _message_expression() -> str:
-    """`refusal` as CEL, the namespace's team put in where the Python text has it."""
-    before, after = refusal("\x00").split(repr("\x00"))
-    return f"{_cel(before)} + \"'\" + variables.team + \"'\" + {_cel(after)}"
+def _message_expression(text: str, *values: str) -> str:
+    """A message as CEL: `text` with each quoted NUL placeholder replaced by a CEL value, quoted
+    as the Python text quotes it (`refusal("\\x00")`)."""
+    parts = text.split(repr("\x00"))
+    pieces = [_cel(parts[0])]
+    for value, part in zip(values, parts[1:], strict=True):
+        pieces += [f"\"'\" + {value} + \"'\"", _cel(part)]
+    return " + ".join(pieces)
 
 
 def admission_policy(pools: Sequence[PoolAccess], namespaces: Mapping[str, str]) -> tuple[dict, dict]:
     """The ValidatingAdmissionPolicy and its binding that refuse, on pod create (and on an
     update that changes its nodeSelector or affinity, which a gated pod may), a pod of a team's
-    namespace that selects only pools its team may not use. `namespaces` is the admins'
+    namespace that selects only pools its team may not use, or that is created on a node
+    (`spec.nodeName`, which only a create sets) of a pool its team may not use. `namespaces` is the admins'
     namespace -> team mapping (`namespace_teams`: the admins' mappings and each team's own
     namespace), which wins over the namespace's `ebcloud.io/team` label."""
     # Each pool is a map of mixed values (CEL map literals are of one value type, hence dyn()).
-    entries = [f"{{'teams': dyn({_cel(sorted(p.teams))}), 'labels': dyn({_cel(dict(p.labels))})}}" for p in sorted(pools, key=lambda p: p.name)]
+    entries = [
+        f"{{'teams': dyn({_cel(sorted(p.teams))}), 'labels': dyn({_cel(dict(p.labels))}), 'nodes': dyn({_cel(sorted(p.nodes))})}}"
+        for p in sorted(pools, key=lambda p: p.name)
+    ]
     chunks: list[list[str]] = [[]]
     size = 0
     for entry in entries:
@@ -153,6 +174,7 @@ def admission_policy(pools: Sequence[PoolAccess], namespaces: Mapping[str, str])
         size += len(entry) + 2
     pool_variables = [{"name": f"pools{i}", "expression": "[" + ", ".join(chunk) + "]"} for i, chunk in enumerate(chunks)]
     matched = " + ".join(_MATCHED.replace("{pools}", f"variables.{v['name']}") for v in pool_variables)
+    placed = " + ".join(f"variables.{v['name']}.filter(p, variables.node in p.nodes)" for v in pool_variables)
     policy = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
@@ -169,13 +191,16 @@ def admission_policy(pools: Sequence[PoolAccess], namespaces: Mapping[str, str])
                 {"name": "team", "expression": _TEAM},
                 {"name": "selector", "expression": "has(object.spec.nodeSelector) ? object.spec.nodeSelector : {}"},
                 {"name": "terms", "expression": _TERMS},
+                {"name": "node", "expression": "has(object.spec.nodeName) ? object.spec.nodeName : ''"},
                 *pool_variables,
                 {"name": "matched", "expression": matched},
+                {"name": "placed", "expression": f"variables.node == '' ? [] : {placed}"},
             ],
             "matchConditions": [
                 {
                     "name": "constraints-set",
                     "expression": (
+                        "request.operation == 'CREATE' && has(object.spec.nodeName) || "
                         "(has(object.spec.nodeSelector) || has(object.spec.affinity)) && "
                         "(request.operation == 'CREATE' || !has(oldObject.spec) || "
                         "(has(oldObject.spec.nodeSelector) ? oldObject.spec.nodeSelector : {}) != "
@@ -191,9 +216,14 @@ def admission_policy(pools: Sequence[PoolAccess], namespaces: Mapping[str, str])
                         "variables.team == '' || size(variables.terms) == 0 && size(variables.selector) == 0 || "
                         "size(variables.matched) == 0 || variables.matched.exists(p, variables.team in p.teams)"
                     ),
-                    "messageExpression": _message_expression(),
+                    "messageExpression": _message_expression(refusal("\x00"), "variables.team"),
                     "reason": "Forbidden",
-                }
+                },
+                {
+                    "expression": "variables.team == '' || size(variables.placed) == 0 || variables.placed.exists(p, variables.team in p.teams)",
+                    "messageExpression": _message_expression(node_refusal("\x00", "\x00"), "variables.team", "variables.node"),
+                    "reason": "Forbidden",
+                },
             ],
         },
     }

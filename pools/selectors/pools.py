@@ -59,9 +59,13 @@ def catalog_current(*, writing: bool = False) -> Catalog:
 
 def pools_access() -> list[PoolAccess]:
     """Every live pool as the admission rule sees it: the labels all its nodes carry (their
-    billing kind varies by node and is left out) and the teams (slugs) that may use it."""
+    billing kind varies by node and is left out), the teams (slugs) that may use it, and its
+    nodes' names (all but those terminated: one being made has its name already)."""
     pools = list(GpuNodePool.objects.active().select_related("team", "node_type", "gpu_model", "zone"))
     slugs = frozenset(Team.objects.values_list("slug", flat=True)) if any(p.shared_with for p in pools) else frozenset()
+    nodes: dict[int, set[str]] = {}
+    for pool_id, name in Node.objects.filter(pool__in=pools).exclude(phase=Node.Phase.TERMINATED).values_list("pool_id", "name"):
+        nodes.setdefault(pool_id, set()).add(name)
     access = []
     for pool in pools:
         spec = PoolSpec(
@@ -71,7 +75,8 @@ def pools_access() -> list[PoolAccess]:
         )  # fmt: skip
         labels = effective_node_labels(spec, zone=pool.zone.name, billing="", team=pool.team.slug)
         labels.pop("ebcloud.io/billing")
-        access.append(PoolAccess(pool.name, labels, frozenset({pool.team.slug, *(s for s in pool.shared_with if s in slugs)})))
+        teams = frozenset({pool.team.slug, *(s for s in pool.shared_with if s in slugs)})
+        access.append(PoolAccess(pool.name, labels, teams, frozenset(nodes.get(pool.pk, ()))))
     return access
 
 

@@ -12,12 +12,20 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from pools.controllers.cluster_sync import admission_policy_sync
-from pools.core.isolation import POLICY_NAME, TEAM_LABEL, PoolAccess, admission_policy, refusal
+from pools.core.isolation import (
+    POLICY_NAME,
+    TEAM_LABEL,
+    PoolAccess,
+    admission_policy,
+    node_refusal,
+    refusal,
+)
 from pools.models import NamespaceTeam, Team
 from pools.providers.kubernetes_admission import AdmissionPolicies
 from pools.services import pools as services
 from tests.conftest import make_document
 from tests.k8s.helpers import wait_for
+from tests.pools.pod_helpers import pool_with_nodes
 
 
 @pytest.fixture
@@ -46,13 +54,15 @@ def team_namespace(core, unique):
     return make
 
 
-def pod(name: str, *, selector=None, pool_affinity=None) -> dict:
+def pod(name: str, *, selector=None, pool_affinity=None, node_name=None) -> dict:
     spec = {
         "containers": [{"name": "main", "image": "registry.example/train:1", "resources": {"limits": {"nvidia.com/gpu": "8"}}}],
         "tolerations": [{"key": "pool", "operator": "Equal", "value": "train", "effect": "NoSchedule"}],
     }
     if selector:
         spec["nodeSelector"] = selector
+    if node_name:
+        spec["nodeName"] = node_name
     if pool_affinity:
         spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchExpressions": [{"key": "pool", "operator": "In", "values": [pool_affinity]}]}]}}}  # fmt: skip
@@ -88,6 +98,24 @@ def test_the_api_server_refuses_another_teams_pod_on_a_pool_until_its_lead_share
     assert admission_policy_sync(policies) == []  # in step: two reads, nothing applied
 
 
+def test_a_pod_created_on_a_node_of_another_teams_pool_by_name_is_refused_until_the_pool_is_shared(actors, core, policies, team_namespace):
+    """`spec.nodeName` skips kube-scheduler and the extender, and a kubelet admits the pod
+    whatever NoSchedule taint its node has: that pod of another team ran on the pool, without a
+    word (found by a QA sweep). The policy knows each pool's nodes by name."""
+    pool = pool_with_nodes(actors["lead"], nodes=2)
+    inference, algorithm = team_namespace("inference"), team_namespace("algorithm")
+    admission_policy_sync(policies)
+    direct = pod("direct", node_name="train-pool-a-1")
+    message = wait_for(lambda: admitted(core, inference, direct), what="the policy to take effect")
+    assert node_refusal("inference", "train-pool-a-1") in message
+    assert admitted(core, algorithm, direct) is None  # the owner's own namespace
+    assert admitted(core, inference, pod("elsewhere", node_name="cpu-node-7")) is None  # a node of no pool
+    spec = {**pool.document["spec"], "sharedWith": ["inference"]}
+    services.pool_update(user=actors["lead"], pool=pool, document={**pool.document, "spec": spec})
+    admission_policy_sync(policies)
+    wait_for(lambda: admitted(core, inference, direct) is None, what="the shared pool to admit the borrower's pod")
+
+
 def test_a_team_s_own_namespace_is_its_team_s_to_the_policy_without_a_label(actors, core, policies, namespace):
     """A team's own namespace (its slug) is the team's by the product's rule (`namespace_owner`)
     before any mapping or label says so: the API server refuses its pod that selects only
@@ -119,7 +147,7 @@ def test_the_api_server_takes_the_policy_for_a_thousand_pools(core, policies, te
     pools are data of one variable, so the policy stays valid however many pools there are."""
     pools = [
         PoolAccess(f"pool-{i}", {"ebcloud.io/pool": f"pool-{i}", "ebcloud.io/team": f"team-{i % 20}", "pool": "train", "gpu-class": "a100"},
-                   frozenset({f"team-{i % 20}", f"team-{(i + 1) % 20}"}))
+                   frozenset({f"team-{i % 20}", f"team-{(i + 1) % 20}"}), frozenset(f"pool-{i}-{n}" for n in range(4)))
         for i in range(1000)
     ]  # fmt: skip
     policy, binding = admission_policy(pools, {f"ns-{i}": f"team-{i}" for i in range(200)})
@@ -128,3 +156,4 @@ def test_the_api_server_takes_the_policy_for_a_thousand_pools(core, policies, te
     message = wait_for(lambda: admitted(core, namespace, pod("far", selector={"ebcloud.io/pool": "pool-0"})), what="the policy to take effect")
     assert refusal("team-3") in message
     assert admitted(core, namespace, pod("near", selector={"ebcloud.io/pool": "pool-2"})) is None  # lent to team-3
+    assert node_refusal("team-3", "pool-999-3") in admitted(core, namespace, pod("named", node_name="pool-999-3"))
