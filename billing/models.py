@@ -52,13 +52,21 @@ class NodePrice(models.Model):
         return f"{self.node_type} {self.gpu_model}: {self.monthly_price} {self.currency}/month"
 
 
+MAX_LEASE_MONTHS = 120
+
+
 class LeaseTerm(models.Model):
     """How long a lease type runs and the discount it earns (D2: longer lease, bigger discount)."""
 
     # A pool's spec can only name these (`spec.leaseType`): a term under any other name could
     # never be bought, and an admin who typed "Monthly" would wonder why no pool gets it.
     lease_type = models.CharField(max_length=10, choices=[(name, name.capitalize()) for name in LEASE_TYPES])
-    months = models.PositiveSmallIntegerField(validators=[MinValueValidator(1, message="A lease runs at least 1 month.")])
+    # A lease's end must be a date the controllers can count with: a term of 2**31 months was
+    # saved, and every pass over a pool whose order it priced failed for good.
+    months = models.PositiveSmallIntegerField(validators=[
+        MinValueValidator(1, message="A lease runs at least 1 month."),
+        MaxValueValidator(MAX_LEASE_MONTHS, message=f"A lease runs at most {MAX_LEASE_MONTHS} months ({MAX_LEASE_MONTHS // 12} years)."),
+    ])  # fmt: skip
     discount = models.DecimalField(max_digits=5, decimal_places=4, validators=list(FRACTION), help_text="0.15 = 15% off")
     preemptible_discount = models.DecimalField(
         max_digits=5, decimal_places=4, null=True, blank=True, validators=list(FRACTION),

@@ -109,9 +109,15 @@ def test_a_lease_term_names_a_lease_type_a_pool_can_ask_for(admin_client):
     assert LeaseTerm.objects.count() == terms
 
 
-def test_a_lease_term_of_no_months_is_refused(admin_client):
-    form = {"lease_type": "monthly", "months": "0", "discount": "0", "preemptible_discount": "", **EFFECTIVE}
-    assert "at least 1 month" in refused(admin_client.post(reverse("admin:billing_leaseterm_add"), form), "months")
+@pytest.mark.parametrize(("months", "said"), [("0", "at least 1 month"), ("121", "at most 120 months"), ("2147483648", "at most 120 months")])
+def test_a_lease_term_of_no_months_or_of_more_than_ten_years_is_refused(admin_client, months, said):
+    """A term of 2**31 months was saved (SQLite does not bound a small integer): the order it
+    priced ended in a year no date can hold, and every pass over its pool failed for good, its
+    deletion too (found by a QA sweep)."""
+    terms = LeaseTerm.objects.count()
+    form = {"lease_type": "monthly", "months": months, "discount": "0", "preemptible_discount": "", **EFFECTIVE}
+    assert said in refused(admin_client.post(reverse("admin:billing_leaseterm_add"), form), "months")
+    assert LeaseTerm.objects.count() == terms
 
 
 @pytest.mark.parametrize(
