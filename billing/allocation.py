@@ -390,6 +390,11 @@ def fee_splits(
 # --------------------------------------------------------------------------- aggregation
 
 
+# The columns every report ends with, after the label keys: a label key of one of these names
+# would be a second column of that name, whose value the row's own overwrote.
+FIXED_COLUMNS = ("kind", "status", "amount", "currency")
+
+
 def group_columns(
     by_labels: Sequence[str] = DEFAULT_GROUP_LABELS, include_namespace: bool = True
 ) -> tuple[str, ...]:
@@ -401,7 +406,7 @@ def group_columns(
         cols.append("namespace")
     if "billing" not in by_labels:
         cols.append("billing")
-    return (*cols, "kind", "status", "amount", "currency")
+    return (*cols, *FIXED_COLUMNS)
 
 
 def group_key(
@@ -436,8 +441,8 @@ def check_group_labels(by_labels: Sequence[str]) -> None:
     labels = list(by_labels)
     if len(set(labels)) != len(labels) or any(not k for k in labels):
         raise ValueError("by_labels must be distinct, non-empty label keys")
-    if CHARGED_TEAM in labels:
-        raise ValueError(f"{CHARGED_TEAM} is always a column; it is not a label key")
+    if CHARGED_TEAM in labels or set(labels) & set(FIXED_COLUMNS):
+        raise ValueError(f"{', '.join(k for k in labels if k in (CHARGED_TEAM, *FIXED_COLUMNS))} is always a column; it is not a label key")
 
 
 def group_rows(

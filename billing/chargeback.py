@@ -143,6 +143,9 @@ def _sorted(groups: list[GroupTotal], sort: str) -> list[GroupTotal]:
     return sorted(groups, key=sort_key, reverse=reverse)
 
 
+NO_MONEY = Decimal("0.00")  # with the two decimals every amount has
+
+
 @dataclass(frozen=True)
 class CurrencyTotal:
     """The rows' totals in one currency. Why per currency: a pool's nodes and its fees may be
@@ -158,7 +161,7 @@ class CurrencyTotal:
     @property
     def idle_share(self) -> Decimal:
         if not self.total:
-            return Decimal(0)
+            return Decimal("0.0")
         return (self.idle / self.total * 100).quantize(Decimal("0.1"))
 
 
@@ -182,7 +185,7 @@ class Summary:
     @property
     def lines(self) -> tuple[CurrencyTotal, ...]:
         """One total line per currency; the zero of the default currency without rows."""
-        return self.by_currency or (CurrencyTotal(DEFAULT_CURRENCY, Decimal(0), Decimal(0), Decimal(0)),)
+        return self.by_currency or (CurrencyTotal(DEFAULT_CURRENCY, NO_MONEY, NO_MONEY, NO_MONEY),)
 
     @property
     def accruing_lines(self) -> tuple[CurrencyTotal, ...]:

@@ -18,6 +18,7 @@ from django.db.models.functions import Cast, Concat
 from billing.allocation import (
     CHARGED_TEAM,
     DEFAULT_GROUP_LABELS,
+    FIXED_COLUMNS,
     group_columns,
 )
 from billing.budget_sync import budgets_in_force_q
@@ -69,13 +70,17 @@ def cost_query_parse(
     if "namespace" in by:
         by = tuple(k for k in by if k != "namespace")
         include_namespace = True
-    if len(by) > MAX_GROUP_KEYS or len(set(by)) != len(by):
-        errors.append(("by", f"at most {MAX_GROUP_KEYS} distinct label keys"))
-    for key in by:
+    if len(set(by)) > MAX_GROUP_KEYS:
+        errors.append(("by", f"at most {MAX_GROUP_KEYS} label keys"))
+    for key in dict.fromkeys(k for k in by if by.count(k) > 1):
+        errors.append(("by", f"{key!r} is given twice"))
+    for key in dict.fromkeys(by):
         if len(key) > 317 or not LABEL_KEY.match(key):
             errors.append(("by", f"{key!r} is not a label key"))
         elif key == CHARGED_TEAM:
             errors.append(("by", f"{key} is always a column; group by team for the team label"))
+        elif key in FIXED_COLUMNS:
+            errors.append(("by", f"{key} is always a column (the kind of cost, metered or accruing, the amount and its currency); it cannot be a label key"))
     start = _date(params.get("from"), "from", errors) or default_start
     end = _date(params.get("to"), "to", errors) or default_end
     if start and end and end < start:
