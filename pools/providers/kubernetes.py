@@ -363,7 +363,7 @@ def recorded_taints(annotations: Mapping[str, str]) -> frozenset[tuple[str, str]
     the Node row's record then stands in (`node_apply`), and the apply writes it again."""
     try:
         recorded = json.loads(annotations.get(MANAGED_TAINTS_ANNOTATION) or "[]")
-    except ValueError:
+    except (ValueError, RecursionError):  # "[" nested 100,000 deep: a Node's annotation may hold 256 KiB
         return frozenset()
     if not isinstance(recorded, list) or not all(isinstance(k, list) and len(k) == 2 and all(isinstance(part, str) for part in k) for k in recorded):
         return frozenset()

@@ -188,7 +188,7 @@ def test_gpu_shares_follow_the_gpus_the_device_plugin_reports_none_where_none_is
     assert shares() == ("0", "0")
 
 
-@pytest.mark.parametrize("record", ["not json", "[1]", "null", '{"a": 1}', '[["pool"]]', None])
+@pytest.mark.parametrize("record", ["not json", "[1]", "null", '{"a": 1}', '[["pool"]]', None, "[" * 100_000])
 def test_a_garbled_or_removed_record_of_our_taints_stalls_no_pass_and_leaves_none_of_ours(on_kubernetes, actors, kube, core, unique, record):
     """The Node's annotation of the taints we applied is anyone's to edit: garbled, it failed
     the pool's whole pass with the JSON error, every pass (a label lost on the pool's other node
