@@ -31,7 +31,7 @@ def admission_policy_sync(policies: AdmissionPolicies | None = None) -> list[str
     the pods admitted meanwhile were not checked (the cluster's other problems with this
     sync are WARNINGs of the same logger, `ebcloud.scheduler`)."""
     namespaces = namespace_teams()  # a team's own namespace (its slug) has no mapping row until its first pod
-    pools = pools_access()
+    pools = pools_access(with_nodes=True)
     policies = policies or AdmissionPolicies()
     applied = policies.sync(*admission_policy(pools, namespaces))
     for kind, changes in policies.restored.items():

@@ -152,18 +152,9 @@ def _message_expression(text: str, *values: str) -> str:
     return " + ".join(pieces)
 
 
-def admission_policy(pools: Sequence[PoolAccess], namespaces: Mapping[str, str]) -> tuple[dict, dict]:
-    """The ValidatingAdmissionPolicy and its binding that refuse, on pod create (and on an
-    update that changes its nodeSelector or affinity, which a gated pod may), a pod of a team's
-    namespace that selects only pools its team may not use, or that is created on a node
-    (`spec.nodeName`, which only a create sets) of a pool its team may not use. `namespaces` is the admins'
-    namespace -> team mapping (`namespace_teams`: the admins' mappings and each team's own
-    namespace), which wins over the namespace's `ebcloud.io/team` label."""
-    # Each pool is a map of mixed values (CEL map literals are of one value type, hence dyn()).
-    entries = [
-        f"{{'teams': dyn({_cel(sorted(p.teams))}), 'labels': dyn({_cel(dict(p.labels))}), 'nodes': dyn({_cel(sorted(p.nodes))})}}"
-        for p in sorted(pools, key=lambda p: p.name)
-    ]
+def _chunks(entries: Sequence[str]) -> list[str]:
+    """The entries joined into texts of at most CHUNK_CHARS each (one text at least, maybe
+    empty): a variable's expression each."""
     chunks: list[list[str]] = [[]]
     size = 0
     for entry in entries:
@@ -172,9 +163,25 @@ def admission_policy(pools: Sequence[PoolAccess], namespaces: Mapping[str, str])
             size = 0
         chunks[-1].append(entry)
         size += len(entry) + 2
-    pool_variables = [{"name": f"pools{i}", "expression": "[" + ", ".join(chunk) + "]"} for i, chunk in enumerate(chunks)]
+    return [", ".join(chunk) for chunk in chunks]
+
+
+def admission_policy(pools: Sequence[PoolAccess], namespaces: Mapping[str, str]) -> tuple[dict, dict]:
+    """The ValidatingAdmissionPolicy and its binding that refuse, on pod create (and on an
+    update that changes its nodeSelector or affinity, which a gated pod may), a pod of a team's
+    namespace that selects only pools its team may not use, or that is created on a node
+    (`spec.nodeName`, which only a create sets) of a pool its team may not use. `namespaces` is the admins'
+    namespace -> team mapping (`namespace_teams`: the admins' mappings and each team's own
+    namespace), which wins over the namespace's `ebcloud.io/team` label."""
+    # Each pool is a map of mixed values (CEL map literals are of one value type, hence dyn()).
+    pool_entries = [f"{{'teams': dyn({_cel(sorted(p.teams))}), 'labels': dyn({_cel(dict(p.labels))})}}" for p in sorted(pools, key=lambda p: p.name)]
+    pool_variables = [{"name": f"pools{i}", "expression": f"[{chunk}]"} for i, chunk in enumerate(_chunks(pool_entries))]
     matched = " + ".join(_MATCHED.replace("{pools}", f"variables.{v['name']}") for v in pool_variables)
-    placed = " + ".join(f"variables.{v['name']}.filter(p, variables.node in p.nodes)" for v in pool_variables)
+    # Each node's teams, by its name: a map looked up once per chunk, however many nodes a pool has.
+    teams_of = {node: sorted(p.teams) for p in pools for node in p.nodes}
+    node_entries = [f"{_cel(node)}: {_cel(teams)}" for node, teams in sorted(teams_of.items())]
+    node_variables = [{"name": f"nodes{i}", "expression": f"{{{chunk}}}"} for i, chunk in enumerate(_chunks(node_entries))]
+    placed = " + ".join(f"(variables.node in variables.{v['name']} ? [variables.{v['name']}[variables.node]] : [])" for v in node_variables)
     policy = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
@@ -194,6 +201,7 @@ def admission_policy(pools: Sequence[PoolAccess], namespaces: Mapping[str, str])
                 {"name": "node", "expression": "has(object.spec.nodeName) ? object.spec.nodeName : ''"},
                 *pool_variables,
                 {"name": "matched", "expression": matched},
+                *node_variables,
                 {"name": "placed", "expression": f"variables.node == '' ? [] : {placed}"},
             ],
             "matchConditions": [
@@ -220,7 +228,7 @@ def admission_policy(pools: Sequence[PoolAccess], namespaces: Mapping[str, str])
                     "reason": "Forbidden",
                 },
                 {
-                    "expression": "variables.team == '' || size(variables.placed) == 0 || variables.placed.exists(p, variables.team in p.teams)",
+                    "expression": "variables.team == '' || size(variables.placed) == 0 || variables.placed.exists(teams, variables.team in teams)",
                     "messageExpression": _message_expression(node_refusal("\x00", "\x00"), "variables.team", "variables.node"),
                     "reason": "Forbidden",
                 },

@@ -57,14 +57,16 @@ def catalog_current(*, writing: bool = False) -> Catalog:
     )
 
 
-def pools_access() -> list[PoolAccess]:
+def pools_access(*, with_nodes: bool = False) -> list[PoolAccess]:
     """Every live pool as the admission rule sees it: the labels all its nodes carry (their
-    billing kind varies by node and is left out), the teams (slugs) that may use it, and its
-    nodes' names (all but those terminated: one being made has its name already)."""
+    billing kind varies by node and is left out), the teams (slugs) that may use it, and, with
+    `with_nodes` (the real cluster's policy), its nodes' names (all but those terminated: one
+    being made has its name already)."""
     pools = list(GpuNodePool.objects.active().select_related("team", "node_type", "gpu_model", "zone"))
     slugs = frozenset(Team.objects.values_list("slug", flat=True)) if any(p.shared_with for p in pools) else frozenset()
     nodes: dict[int, set[str]] = {}
-    for pool_id, name in Node.objects.filter(pool__in=pools).exclude(phase=Node.Phase.TERMINATED).values_list("pool_id", "name"):
+    live = Node.objects.filter(pool__in=pools).exclude(phase=Node.Phase.TERMINATED) if with_nodes else Node.objects.none()
+    for pool_id, name in live.values_list("pool_id", "name"):
         nodes.setdefault(pool_id, set()).add(name)
     access = []
     for pool in pools:

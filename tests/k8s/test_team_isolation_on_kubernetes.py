@@ -150,10 +150,15 @@ def test_the_api_server_takes_the_policy_for_a_thousand_pools(core, policies, te
                    frozenset({f"team-{i % 20}", f"team-{(i + 1) % 20}"}), frozenset(f"pool-{i}-{n}" for n in range(4)))
         for i in range(1000)
     ]  # fmt: skip
+    big = frozenset(f"{'n' * 50}-{i:05d}" for i in range(2500))  # one pool's node names alone are more than one expression may hold
+    pools.append(PoolAccess("big", {"ebcloud.io/pool": "big"}, frozenset({"team-19"}), big))
     policy, binding = admission_policy(pools, {f"ns-{i}": f"team-{i}" for i in range(200)})
+    assert len([v for v in policy["spec"]["variables"] if v["name"].startswith("nodes")]) >= 3
     assert policies.sync(policy, binding) == ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
     namespace = team_namespace("team-3")
     message = wait_for(lambda: admitted(core, namespace, pod("far", selector={"ebcloud.io/pool": "pool-0"})), what="the policy to take effect")
     assert refusal("team-3") in message
     assert admitted(core, namespace, pod("near", selector={"ebcloud.io/pool": "pool-2"})) is None  # lent to team-3
     assert node_refusal("team-3", "pool-999-3") in admitted(core, namespace, pod("named", node_name="pool-999-3"))
+    assert node_refusal("team-3", f"{'n' * 50}-02499") in admitted(core, namespace, pod("big", node_name=f"{'n' * 50}-02499"))
+    assert admitted(core, namespace, pod("lent", node_name="pool-2-0")) is None
