@@ -111,9 +111,11 @@ class PoolForm(ScalingFields, AlertFields):
         help_text="Other teams whose pods may also run on this pool's nodes, comma-separated (e.g. inference); your team still pays for it",
     )  # fmt: skip
 
-    # The pool's version when the form was opened (its generation): saving it is refused if the
+    # The pool's version when the form was opened (its generation) and the pool it was (a pool
+    # of the same name created since has a generation of its own): saving it is refused if the
     # pool has changed since, rather than silently putting back what another lead just changed.
     resource_version = forms.IntegerField(widget=forms.HiddenInput, required=False, min_value=0)
+    uid = forms.CharField(widget=forms.HiddenInput, required=False, max_length=36)
 
     def __init__(self, *args, teams=None, editing: GpuNodePool | None = None, budget_hint: str = "", **kwargs):
         super().__init__(*args, **kwargs)
@@ -125,6 +127,7 @@ class PoolForm(ScalingFields, AlertFields):
         self.fields["region"].choices = [(z.name, f"{z.name} ({z.region})") for z in Zone.objects.order_by("name")]
         if editing is not None:
             self.initial.setdefault("resource_version", editing.generation)
+            self.initial.setdefault("uid", editing.uid)
             del self.fields["team"]
             for immutable in ("name", "gpu_model", "node_type", "region", "preemptible"):
                 self.fields[immutable].disabled = True
@@ -249,6 +252,8 @@ class PoolForm(ScalingFields, AlertFields):
         document = self.to_document(base=pool.document)
         if self.cleaned_data.get("resource_version") is not None:
             document["metadata"]["resourceVersion"] = str(self.cleaned_data["resource_version"])
+        if self.cleaned_data.get("uid"):
+            document["metadata"]["uid"] = self.cleaned_data["uid"]
         return document
 
     def add_spec_errors(self, error: ValidationError) -> None:

@@ -33,6 +33,7 @@ def pool_representation(pool: GpuNodePool) -> dict[str, Any]:
             "team": pool.team.slug,
             "generation": pool.generation,
             "resourceVersion": str(pool.generation),
+            "uid": pool.uid,
             "creationTimestamp": _iso(pool.created_at),
         }
     )
@@ -62,6 +63,10 @@ class PoolMetadataSerializer(serializers.Serializer):
         required=False,
         allow_blank=True,
         help_text="The version this document was read at; sent back with a PUT or a PATCH, the change is refused (409) if the pool has changed since. Left out, the change is unconditional",
+    )
+    uid = serializers.CharField(
+        required=False,
+        help_text="The pool's own id, never another's of the same name created after it was deleted; sent back with a PUT or a PATCH, the change is refused (409) if it names another pool",
     )
     creationTimestamp = serializers.DateTimeField(read_only=True)
 

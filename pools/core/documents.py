@@ -184,7 +184,7 @@ def read_version(server: dict[str, Any]) -> int | None:
     value = server.get("resourceVersion")
     if value is None or value == "":
         return None
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 10**18:
         return value
     if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 18:
         return int(value)

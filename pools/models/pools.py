@@ -7,6 +7,8 @@ found (404), never "forbidden".
 
 from __future__ import annotations
 
+import uuid
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -134,6 +136,9 @@ class PoolQuerySet(TeamScopedQuerySet):
         return self.defer("conditions", "scaling_history", "node_counts")
 
 
+POOL_UID_NAMESPACE = uuid.UUID("5b0c6a52-7a43-4f0e-9d55-2f1a3c7e8b10")
+
+
 class GpuNodePool(models.Model):
     """A declared group of identical GPU nodes; `document` is the user's GpuNodePool as given."""
 
@@ -193,6 +198,13 @@ class GpuNodePool(models.Model):
         new pool may take its name: reports, budgets, alerts and metrics must keep the two
         apart. `billing.selectors.ledger_pool_name_of` is the same rule in SQL."""
         return self.name if self.deleted_at is None else f"{self.name}#{self.pk}"
+
+    @property
+    def uid(self) -> str:
+        """`metadata.uid`, as a Kubernetes object's: one pool's, never another's of the same name
+        made after it was deleted (whose generation starts at 1 again), so that a document read
+        from the first cannot replace the second (`pool_update`)."""
+        return str(uuid.uuid5(POOL_UID_NAMESPACE, f"gpunodepool/{self.pk}"))
 
     @property
     def labels(self) -> dict[str, str]:

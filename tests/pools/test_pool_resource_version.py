@@ -60,7 +60,7 @@ def test_a_replace_without_a_version_is_unconditional(api, actors, pool):
     assert GpuNodePool.objects.get(pk=pool.pk).max_nodes == 5
 
 
-@pytest.mark.parametrize("version", ["abc", "-1", "1.0", "٣", True, [1], {"a": 1}, "9" * 19])
+@pytest.mark.parametrize("version", ["abc", "-1", "1.0", "٣", True, [1], {"a": 1}, "9" * 19, 10**25, -1])
 def test_a_version_that_no_read_returns_is_a_field_error(api, pool, version):
     document = _read(api)
     document["metadata"]["resourceVersion"] = version
@@ -121,3 +121,20 @@ def test_applying_an_outdated_get_is_one_line_and_changes_nothing(ebcloud, login
     line = one_error_line(ebcloud("node-pool", "apply", "-f", str(saved)))
     assert "has changed since it was read (resourceVersion 1, now 2)" in line
     assert GpuNodePool.objects.get(pk=pool.pk).max_nodes == 6
+
+
+def test_a_document_read_from_a_pool_deleted_since_does_not_replace_the_one_made_after_it(api, actors, browser, pool):
+    """A pool made again under the same name starts at generation 1 again: its uid, as a
+    Kubernetes object's, tells the two apart (found by review)."""
+    document = _read(api)
+    form = browser("lead").get(f"/pools/{pool.name}/edit/").content.decode()
+    assert f'name="uid" value="{pool.uid}"' in form
+    services.pool_delete(user=actors["lead"], pool=pool)
+    again = services.pool_create(user=actors["lead"], document=make_document("resourcing", nodeCount={"min": 0, "max": 2}))
+    assert (again.generation, again.uid != pool.uid) == (1, True)
+    document["spec"]["nodeCount"]["max"] = 7
+    response = api("lead").put(URL, document, format="json")
+    assert response.status_code == 409 and "was deleted and created again since it was read" in str(response.json())
+    posted = browser("lead").post(f"/pools/{pool.name}/edit/", _edit_form(again, resource_version="1", uid=pool.uid, max_nodes="7"))
+    assert posted.status_code == 400 and "deleted and created again" in " ".join(posted.context["form"].non_field_errors())
+    assert GpuNodePool.objects.get(pk=again.pk).max_nodes == 2
