@@ -75,7 +75,7 @@ from pools.models import Node, PoolEvent
 from pools.models.pods import Pod
 from pools.providers import get_cluster_backend, real_cluster
 from pools.providers.kubernetes import CLUSTER_UNREACHABLE
-from pools.selectors.cluster import cluster_state, live_nodes, readable_core_pod
+from pools.selectors.cluster import cluster_state, core_pod_or_fault, live_nodes, log_unreadable
 from pools.services.pod_placements import placements_end
 from pools.services.pods import by_pk, pods_bind
 
@@ -196,9 +196,11 @@ def scheduler_pass(*, now: datetime | None = None) -> PassResult:
 
         core, unreadable = _core_pods([p for p in pods if p.phase == Pod.Phase.PENDING])
         pending = [p for p in pods if p.pk in core]
-        explanations: list[Pod] = [pod for pod in unreadable if pod.reason != UNREADABLE_REASON]
-        for pod in explanations:  # told once; every pass then leaves it waiting, and the others go on
-            pod.explanation, pod.hints, pod.reason = UNREADABLE_MESSAGE, [], UNREADABLE_REASON
+        explanations: list[Pod] = []
+        for pod, fault in unreadable:  # told once; every pass then leaves it waiting, and the others go on
+            if pod.reason != UNREADABLE_REASON:
+                pod.explanation, pod.hints, pod.reason = unreadable_message(fault), [], UNREADABLE_REASON
+                explanations.append(pod)
         observed = [b.pod for s in states.values() for b in s.bound.values()] + list(core.values())
         scorer = _Scorer(states, nodes, workload_from_pods(observed) if observed else None)
         ordered_states = [states[n.name] for n in nodes]
@@ -306,18 +308,23 @@ def _resources(pod: Pod) -> str:
 
 
 UNREADABLE_REASON = "InvalidSpec"
-UNREADABLE_MESSAGE = ("The pod's node affinity has a requirement the scheduler cannot read (a key or operator of null): "
-                      "it is not scheduled. Delete the pod, fix or remove that requirement, and create it again.")  # fmt: skip
 
 
-def _core_pods(pending: list[Pod]) -> tuple[dict[int, CorePod], list[Pod]]:
+def unreadable_message(fault: Exception) -> str:
+    return (f"The pod was stored by an earlier release with a field the scheduler cannot read ({fault}): it is not "
+            "scheduled. Delete the pod and create it again from its manifest.")  # fmt: skip
+
+
+def _core_pods(pending: list[Pod]) -> tuple[dict[int, CorePod], list[tuple[Pod, Exception]]]:
     """The scheduling core's pod of each Pending pod it can read (by row id), and the pods it
-    cannot: one stored before a check of its spec existed (a node-affinity key of null) made
-    every pass fail, for every team. Such a pod waits, and says why."""
+    cannot, each with why: one stored before a check of its spec existed (a node-affinity key
+    of null) made every pass fail, for every team. Such a pod waits, and says why."""
     core, unreadable = {}, []
     for pod in pending:
-        if (read := readable_core_pod(pod)) is None:
-            unreadable.append(pod)
+        read = core_pod_or_fault(pod)
+        if isinstance(read, Exception):
+            log_unreadable(pod.key, read)
+            unreadable.append((pod, read))
         else:
             core[pod.pk] = read
     return core, unreadable

@@ -155,8 +155,10 @@ class ClusterPods:
                 limit=1, resource_version=resource_version, resource_version_match="NotOlderThan",
                 _preload_content=False, _request_timeout=request_timeout(),
             )  # fmt: skip
-            response.data  # read whole: a connection given back with its body unread garbles the next request on it  # noqa: B018
-            response.release_conn()
+            try:
+                response.data  # read whole: a connection given back with its body unread garbles the next request on it  # noqa: B018
+            finally:
+                response.release_conn()
         except ApiException as exc:
             if exc.status == 504 and "ResourceVersionTooLarge" in str(exc.body or ""):
                 raise CursorAhead(f"the API server has not reached resourceVersion {resource_version}: {_status_message(exc)}") from exc

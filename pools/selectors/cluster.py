@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Iterator
 
 from django.db.models import QuerySet, TextField
@@ -22,7 +23,7 @@ logger = logging.getLogger("ebcloud.scheduler")
 
 # How the scheduling core refuses a stored pod's fields (a node affinity of an earlier release
 # with a key of null, a term that is not a mapping): a fault of that row, which its readers skip.
-UNREADABLE = (TypeError, ValueError, LookupError, AttributeError)
+UNREADABLE = (TypeError, ValueError, LookupError, AttributeError, ArithmeticError, RecursionError)
 
 # Nodes the scheduler sees: Ready ones take pods; cordoned/draining ones keep theirs.
 SCHEDULER_PHASES = (Node.Phase.READY, Node.Phase.CORDONED, Node.Phase.DRAINING, Node.Phase.UNKNOWN)
@@ -50,8 +51,10 @@ def core_pod_of(pod: Pod, *, placed: bool = False) -> CorePod:
         return _core_pod_of(pod, None)
 
 
-def _core_pod_of(pod: Pod, affinity) -> CorePod:
-    return core_pod(
+def _core_pod_of(pod: Pod, affinity, **fields) -> CorePod:
+    """The core's pod from the row, with `affinity` and any of `fields` read in place of the
+    row's (`core_pod_or_fault` leaves each out in turn to find the one the core refuses)."""
+    return core_pod(**{**dict(
         key=pod.key,
         team=team_identity(pod.team_id),
         cpu_milli=pod.cpu_milli,
@@ -68,22 +71,47 @@ def _core_pod_of(pod: Pod, affinity) -> CorePod:
         node_selector=pod.node_selector,
         affinity=affinity,
         started_at=pod.started_at,
-    )
+    ), **fields})
 
 
 def readable_core_pod(pod: Pod) -> CorePod | None:
     """`core_pod_of`, or None (logged) for a pod stored before a check of its spec existed (a
     node-affinity key of null) that the scheduling core refuses: it fits nowhere, and it must not
     fail the pass, the page or the metric that reads it beside every other team's pods."""
+    read = core_pod_or_fault(pod)
+    if isinstance(read, Exception):
+        log_unreadable(pod.key, read)
+        return None
+    return read
+
+
+class UnreadablePod(ValueError):
+    """Why the scheduling core refuses a stored pod, with the field (of the pod's manifest) to fix."""
+
+
+# The stored fields the core reads as structures, each by its path in the pod's manifest.
+_STRUCTURED = (("affinity", "spec.affinity"), ("node_selector", "spec.nodeSelector"), ("tolerations", "spec.tolerations"),
+               ("labels", "metadata.labels"), ("gpu_models", "the ebcloud.io/gpu-models annotation"))  # fmt: skip
+
+
+def core_pod_or_fault(pod: Pod) -> CorePod | UnreadablePod:
+    """`core_pod_of`, or the fault by which the scheduling core refuses the stored pod, naming
+    the first field without which it would read (what the pod's owner must fix)."""
     try:
         return core_pod_of(pod)
     except UNREADABLE as exc:
-        log_unreadable(pod.key, exc)
-        return None
+        for field, path in _STRUCTURED:
+            try:
+                _core_pod_of(pod, None if field == "affinity" else pod.affinity, **({} if field == "affinity" else {field: None}))
+            except UNREADABLE:
+                continue
+            return UnreadablePod(f"{path}: {exc}")
+        return UnreadablePod(str(exc))
 
 
 _TOLD: dict[tuple[str, str], None] = {}  # what log_unreadable said, oldest first
 _TOLD_MOST = 1000
+_TOLD_LOCK = threading.Lock()  # the extender's threads read pods too
 
 
 def log_unreadable(key: str, exc: BaseException, log: logging.Logger = logger) -> None:
@@ -91,11 +119,12 @@ def log_unreadable(key: str, exc: BaseException, log: logging.Logger = logger) -
     per pod and fault in a process, not once per reader and pass (every few seconds, while the
     pod waits for its owner to delete it)."""
     told = (key, str(exc))
-    if told in _TOLD:
-        return
-    if len(_TOLD) >= _TOLD_MOST:
-        del _TOLD[next(iter(_TOLD))]
-    _TOLD[told] = None
+    with _TOLD_LOCK:
+        if told in _TOLD:
+            return
+        if len(_TOLD) >= _TOLD_MOST:
+            del _TOLD[next(iter(_TOLD))]
+        _TOLD[told] = None
     log.error("pending pod %s is not a valid pod for the scheduling core: %s", key, exc)
 
 

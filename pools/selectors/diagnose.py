@@ -11,6 +11,7 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from decimal import Decimal
+from functools import partial
 
 from django.db.models import Avg, Count, F, Max, Min, Q, Sum
 
@@ -20,7 +21,13 @@ from pools.core.diagnose import checks as core
 from pools.core.spec import PoolSpec
 from pools.models import GpuNodePool, Node, PoolEvent, PoolOrder
 from pools.models.pods import FragmentationSample, Pod, PriorityClass
-from pools.selectors.cluster import UNREADABLE, core_pod_of, readable_core_pod, team_id_of
+from pools.selectors.cluster import (
+    UNREADABLE,
+    core_pod_of,
+    core_pod_or_fault,
+    log_unreadable,
+    team_id_of,
+)
 from pools.selectors.prospects import live_pools, pool_templates, stored_spec
 
 MAX_PENDING = 500  # the oldest Pending pods of the team are read; more would not change a finding
@@ -164,16 +171,20 @@ def _pending(pool: GpuNodePool, spec: PoolSpec | None) -> tuple[core.PendingPod,
 
 
 def _pending_fact(pod: Pod, template, others) -> core.PendingPod | None:
-    """`pending_pod_facts` of one pod. One the scheduling core refuses (a node affinity stored
-    before its check) waits on no node: it is shown where it would be aimed but for that
-    affinity, as what to fix, rather than left out of every pool's count."""
-    read = readable_core_pod(pod)
+    """`pending_pod_facts` of one pod. One the scheduling core refuses (a field stored before
+    its check) waits on no node: it is shown, as what to fix, where it would be aimed but for its
+    node affinity, or on every pool of its team where more than that cannot be read, rather
+    than left out of every pool's count."""
+    read = core_pod_or_fault(pod)
+    facts = partial(core.pending_pod_facts, template=template, submitted_at=pod.submitted_at, others=others, explanation=pod.explanation, hints=pod.hints or ())
+    if not isinstance(read, Exception):
+        return facts(read)
+    log_unreadable(pod.key, read)
     try:
-        aimed = read or core_pod_of(pod, placed=True)
-    except UNREADABLE:  # refused for more than its affinity: nowhere to show it
-        return None
-    fact = core.pending_pod_facts(aimed, template, submitted_at=pod.submitted_at, others=others, explanation=pod.explanation, hints=pod.hints or ())
-    return replace(fact, blocker=core.INVALID_SPEC, reason="InvalidSpec", blockers=()) if read is None and fact is not None else fact
+        fact = facts(core_pod_of(pod, placed=True))
+    except UNREADABLE:
+        fact = core.PendingPod(key=pod.key, submitted_at=pod.submitted_at, gpus=pod.gpu_count, blocker=core.INVALID_SPEC, explanation=pod.explanation)
+    return None if fact is None else replace(fact, blocker=core.INVALID_SPEC, reason=str(read), blockers=())
 
 
 def _gpu_errors(pool: GpuNodePool, since: datetime) -> tuple[core.GpuErrorInfo, ...]:

@@ -38,12 +38,13 @@ def test_a_pod_the_core_cannot_read_waits_and_says_why_while_the_others_are_plac
     assert Pod.objects.get(name="fine").node is not None
     old.refresh_from_db()
     assert (old.phase, old.reason, old.node) == ("Pending", UNREADABLE_REASON, None)
-    assert "Delete the pod, fix or remove that requirement, and create it again" in old.explanation
+    assert "cannot read (spec.affinity: key and values must be strings" in old.explanation
+    assert old.explanation.endswith("Delete the pod and create it again from its manifest.")
     scheduler_pass(now=T0)  # told once; the next pass goes on as well
     assert browser("lead").get(f"/pools/{pool.name}/diagnose/").status_code == 200
     pending = next(c for c in pool_diagnose(pool=pool, now=T0 + timedelta(minutes=20)).checks if c.id == "pods-pending")
-    assert pending.status == "failing" and f"The scheduler cannot read {old.key}: its node affinity" in pending.cause
-    assert pending.action.startswith(f"Delete {old.key}, fix or remove that requirement") and any(d.startswith(f"{old.key}: Pending") for d in pending.details)
+    assert pending.status == "failing" and f"The scheduler cannot read {old.key}: an earlier release stored it" in pending.cause
+    assert pending.action.startswith(f"Delete {old.key} and create it again") and any(d.startswith(f"{old.key}: Pending") for d in pending.details)
     template = NodeState("template", 96_000, 393_216, 8, "A100_80G", labels={"pool": "train"}, taints=(Taint("pool", "train", "NoSchedule"),))
     assert queued_pods([old], template) == []
     assert Client(REMOTE_ADDR="127.0.0.1").get("/metrics").status_code == 200
@@ -78,3 +79,17 @@ def test_a_pod_whose_stored_affinity_is_no_mapping_is_told_once_and_waits(actors
     assert Pod.objects.get(name="beside-it").node is not None
     told = [r.getMessage() for r in caplog.records if "list-affinity" in r.getMessage()]
     assert len(told) == 1 and "is not a valid pod for the scheduling core" in told[0]
+
+
+@pytest.mark.parametrize(("field", "path"), [("labels", "metadata.labels"), ("node_selector", "spec.nodeSelector")])
+def test_a_pod_whose_other_stored_fields_the_core_refuses_is_in_every_pool_s_diagnose_of_its_team(actors, field, path):
+    """Read without its affinity it is still refused: it is shown on each pool of its team, not
+    left out as though nothing waited (found by review)."""
+    pool = pool_with_nodes(actors["lead"], node_labels={"pool": "train"})
+    submit(actors["member"], "odd")
+    Pod.objects.filter(name="odd").update(**{field: ["x"]})
+    scheduler_pass(now=T0)
+    odd = Pod.objects.get(name="odd")
+    assert odd.reason == UNREADABLE_REASON and f"cannot read ({path}: " in odd.explanation
+    pending = next(c for c in pool_diagnose(pool=pool, now=T0 + timedelta(minutes=20)).checks if c.id == "pods-pending")
+    assert f"The scheduler cannot read {odd.key}" in pending.cause and f"({path}: " in pending.cause

@@ -243,8 +243,8 @@ def _category_advice(s: PoolSnapshot, category: str, pod: PendingPod) -> tuple[s
     order, starting = _on_the_way(s)
     models = ", ".join(pod.gpu_models) or "other models"
     return {
-        INVALID_SPEC: (f"The scheduler cannot read {pod.key}: its node affinity has a requirement with a key or operator of null, so no node is tried for it.",
-                       f"Delete {pod.key}, fix or remove that requirement (`ebcloud pod get {pod.key} -o yaml` shows it), and create it again."),
+        INVALID_SPEC: (f"The scheduler cannot read {pod.key}: an earlier release stored it with a field the scheduler refuses ({pod.reason}), so no node is tried for it.",
+                       f"Delete {pod.key} and create it again from its manifest (`ebcloud pod get {pod.key} -o yaml` shows what was stored)."),
         TOO_LARGE: (f"The request exceeds allocatable: {pod.key} asks for {_gpus(pod.gpus)} GPU(s) and its CPU/memory, a {s.node_type} node has {plural(s.gpus_per_node, 'GPU')} ({pod.reason}).",
                     f"Run {why}; split the job into pods that fit one node, or use a pool of larger nodes."),
         TAINT: (f"Taint not tolerated: the pool's nodes carry {taints} and {pod.key} has no matching toleration" + (f" for {missing}." if missing else "."),
