@@ -24,11 +24,14 @@ from pools.core.errors import ValidationError
 from pools.core.spec import (
     API_VERSION,
     DEFAULT_SCHEDULING_POLICY,
+    DEFAULT_SYSTEM_IMAGE,
     KIND,
     LEASE_TYPES,
     SCHEDULING_POLICIES,
     SCHEDULING_POLICY_HELP,
     TAINT_EFFECTS,
+    Catalog,
+    parse_document,
 )
 from pools.models import GpuModel, GpuNodePool, NodeType, PoolOrder, Zone
 from pools.scaling_form import (
@@ -220,12 +223,12 @@ class PoolForm(ScalingFields, AlertFields):
                 "gpuModel": data["gpu_model"],
                 "nodeCount": {"min": data["min_nodes"], "max": data["max_nodes"]},
                 **zones,
-                "leaseType": data["lease_type"],
-                "systemImage": data["system_image"],
-                "autoRepair": data["auto_repair"],
-                "preemptible": data["preemptible"],
             }
         )
+        for key, value in (("leaseType", data["lease_type"]), ("systemImage", data["system_image"]),
+                           ("autoRepair", data["auto_repair"]), ("preemptible", data["preemptible"])):  # fmt: skip
+            if key in spec or value != SPEC_DEFAULTS[key]:  # a field left at its default stays unwritten
+                spec[key] = value
         _set_or_drop(spec, "autoRenew", data["auto_renew"])
         _set_or_drop(spec, "nodeLabels", {r["key"]: r["value"] for r in self.rows["nodelabel"]})
         _set_or_drop(spec, "nodeTaints", [dict(r) for r in self.rows["taint"]])
@@ -234,22 +237,28 @@ class PoolForm(ScalingFields, AlertFields):
             _set_or_drop(spec, "scaling", scaling_block(data))
         if burst is None and "scaling" in spec:  # a scaling block alone bursts: unticked says no
             burst = {"enabled": False}
+        elif burst == {"enabled": True, "maxNodes": 0} and "scaling" in spec and "burst" not in spec:
+            burst = None  # ticked without a limit says what the scaling block alone does
         _set_or_drop(spec, "burst", burst)
-        budget = data.get("budget_monthly")
-        if budget:
-            spec["budget"] = {**spec.get("budget", {}), "monthly": str(budget), "currency": spec.get("budget", {}).get("currency", "CNY")}
-        else:
+        budget, stored = data.get("budget_monthly"), spec.get("budget") or {}
+        if not budget:
             spec.pop("budget", None)
+        elif not _same_amount(stored.get("monthly"), budget):  # an unchanged amount stays as stored (a number a number)
+            spec["budget"] = {**stored, "monthly": str(budget), "currency": stored.get("currency", "CNY")}
         _set_or_drop(spec, "schedulingPolicy", data["scheduling_policy"] if data["scheduling_policy"] != DEFAULT_SCHEDULING_POLICY else None)
         _set_or_drop(spec, "sharedWith", [team.strip() for team in data.get("shared_with", "").split(",") if team.strip()])
         if self.data.get(ALERTS_SHOWN):  # a post without the section (a script) keeps the stored block
             _set_or_drop(spec, "alerts", alerts_block(data, spec.get("alerts") if isinstance(spec.get("alerts"), dict) else None))
         return document
 
-    def to_update(self, pool: GpuNodePool) -> dict[str, Any]:
+    def to_update(self, pool: GpuNodePool, catalog: Catalog) -> dict[str, Any]:
         """The document for an edit of `pool`, carrying the version the form was opened at (the
-        preview and the export show the document alone)."""
+        preview and the export show the document alone). A save that changes nothing the spec
+        means (the form writes its own shape: a default, a block's layout) keeps the document as
+        written, so that Export YAML gives it back and its version does not move."""
         document = self.to_document(base=pool.document)
+        if _same_spec(document, pool.document, catalog):
+            document = copy.deepcopy(pool.document)
         if self.cleaned_data.get("resource_version") is not None:
             document["metadata"]["resourceVersion"] = str(self.cleaned_data["resource_version"])
         if self.cleaned_data.get("uid"):
@@ -302,6 +311,24 @@ class PoolForm(ScalingFields, AlertFields):
             "taint": [dict(t) for t in spec.get("nodeTaints", [])],
         }
         return initial, rows
+
+
+# What the spec reads for these when they are left out (pools.core.spec.parse_document).
+SPEC_DEFAULTS = {"leaseType": "monthly", "systemImage": DEFAULT_SYSTEM_IMAGE, "autoRepair": True, "preemptible": False}
+
+
+def _same_spec(document: dict[str, Any], stored: dict[str, Any], catalog: Catalog) -> bool:
+    try:
+        return parse_document(document, catalog) == parse_document(stored, catalog)
+    except ValidationError:  # the update says what is wrong with it
+        return False
+
+
+def _same_amount(stored: Any, amount: Decimal) -> bool:
+    try:
+        return Decimal(str(stored)) == amount
+    except ArithmeticError:
+        return False
 
 
 def _set_or_drop(mapping: dict[str, Any], key: str, value: Any) -> None:

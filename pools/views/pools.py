@@ -154,7 +154,7 @@ def pool_edit(request, name: str):
         form.read_rows()
         if form.is_valid():
             try:
-                services.pool_update(user=request.user, pool=pool, document=form.to_update(pool))
+                services.pool_update(user=request.user, pool=pool, document=form.to_update(pool, selectors.catalog_current()))
             except ValidationError as exc:
                 form.add_spec_errors(exc)
             except StaleVersion as exc:
