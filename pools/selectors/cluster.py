@@ -100,13 +100,23 @@ def core_pod_or_fault(pod: Pod) -> CorePod | UnreadablePod:
     try:
         return core_pod_of(pod)
     except UNREADABLE as exc:
-        for field, path in _STRUCTURED:
-            try:
-                _core_pod_of(pod, None if field == "affinity" else pod.affinity, **({} if field == "affinity" else {field: None}))
-            except UNREADABLE:
-                continue
-            return UnreadablePod(f"{path}: {exc}")
-        return UnreadablePod(str(exc))
+        path, _ = _read_leaving_out_fault(pod)
+        return UnreadablePod(f"{path}: {exc}" if path else str(exc))
+
+
+def core_pod_leaving_out_fault(pod: Pod) -> CorePod | None:
+    """The core's pod of a stored pod it refuses, read with the field it refuses left out (which
+    pools the pod is aimed at, but for that field); None where no one field explains it."""
+    return _read_leaving_out_fault(pod)[1]
+
+
+def _read_leaving_out_fault(pod: Pod) -> tuple[str, CorePod | None]:
+    for field, path in _STRUCTURED:
+        try:
+            return path, _core_pod_of(pod, None if field == "affinity" else pod.affinity, **({} if field == "affinity" else {field: None}))
+        except UNREADABLE:
+            continue
+    return "", None
 
 
 _TOLD: dict[tuple[str, str], None] = {}  # what log_unreadable said, oldest first

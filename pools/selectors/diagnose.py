@@ -22,8 +22,7 @@ from pools.core.spec import PoolSpec
 from pools.models import GpuNodePool, Node, PoolEvent, PoolOrder
 from pools.models.pods import FragmentationSample, Pod, PriorityClass
 from pools.selectors.cluster import (
-    UNREADABLE,
-    core_pod_of,
+    core_pod_leaving_out_fault,
     core_pod_or_fault,
     log_unreadable,
     team_id_of,
@@ -166,24 +165,24 @@ def _pending(pool: GpuNodePool, spec: PoolSpec | None) -> tuple[core.PendingPod,
     teams = [team_id_of(team) for team in template.teams or () if team]
     others = [t for pk, t in templates.items() if pk != pool.pk]
     pods = Pod.objects.filter(phase=Pod.Phase.PENDING, team_id__in=teams).order_by("submitted_at", "pk")[:MAX_PENDING]
-    facts = (_pending_fact(p, template, others) for p in pods)
+    facts = (_pending_fact(p, template, others, owned=p.team_id == pool.team_id) for p in pods)
     return tuple(f for f in facts if f is not None)
 
 
-def _pending_fact(pod: Pod, template, others) -> core.PendingPod | None:
+def _pending_fact(pod: Pod, template, others, *, owned: bool) -> core.PendingPod | None:
     """`pending_pod_facts` of one pod. One the scheduling core refuses (a field stored before
-    its check) waits on no node: it is shown, as what to fix, where it would be aimed but for its
-    node affinity, or on every pool of its team where more than that cannot be read, rather
-    than left out of every pool's count."""
+    its check) waits on no node: it is shown, as what to fix, where it would be aimed but for
+    the field refused, or, where no one field explains it, on the pools of its own team (never
+    on a pool lent to it: its lender can do nothing about it), rather than left out."""
     read = core_pod_or_fault(pod)
     facts = partial(core.pending_pod_facts, template=template, submitted_at=pod.submitted_at, others=others, explanation=pod.explanation, hints=pod.hints or ())
     if not isinstance(read, Exception):
         return facts(read)
     log_unreadable(pod.key, read)
-    try:
-        fact = facts(core_pod_of(pod, placed=True))
-    except UNREADABLE:
-        fact = core.PendingPod(key=pod.key, submitted_at=pod.submitted_at, gpus=pod.gpu_count, blocker=core.INVALID_SPEC, explanation=pod.explanation)
+    if (aimed := core_pod_leaving_out_fault(pod)) is not None:
+        fact = facts(aimed)
+    else:
+        fact = core.PendingPod(key=pod.key, submitted_at=pod.submitted_at, gpus=pod.gpu_count, blocker=core.INVALID_SPEC, explanation=pod.explanation) if owned else None
     return None if fact is None else replace(fact, blocker=core.INVALID_SPEC, reason=str(read), blockers=())
 
 

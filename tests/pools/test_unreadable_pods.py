@@ -93,3 +93,18 @@ def test_a_pod_whose_other_stored_fields_the_core_refuses_is_in_every_pool_s_dia
     assert odd.reason == UNREADABLE_REASON and f"cannot read ({path}: " in odd.explanation
     pending = next(c for c in pool_diagnose(pool=pool, now=T0 + timedelta(minutes=20)).checks if c.id == "pods-pending")
     assert f"The scheduler cannot read {odd.key}" in pending.cause and f"({path}: " in pending.cause
+
+
+def test_a_borrowers_unreadable_pod_is_not_on_the_lenders_diagnose(actors):
+    """Read without its refused field, the pod is aimed at its own team's pool only: the pool lent
+    to its team is not told to delete a pod its team cannot touch (found by review)."""
+    lender = pool_with_nodes(actors["lead"], node_labels={"pool": "train"}, sharedWith=["inference"])
+    own = pool_with_nodes(actors["other_lead"], name="infer-pool", node_labels={"pool": "infer"}, taints=[{"key": "pool", "value": "infer", "effect": "NoSchedule"}])
+    submit(actors["other_lead"], "theirs", namespace="inference", pool_affinity="infer", tolerate="infer")
+    Pod.objects.filter(name="theirs").update(labels=["x"])
+    scheduler_pass(now=T0)
+    later = T0 + timedelta(minutes=20)
+    lenders = next(c for c in pool_diagnose(pool=lender, now=later).checks if c.id == "pods-pending")
+    owners = next(c for c in pool_diagnose(pool=own, now=later).checks if c.id == "pods-pending")
+    assert lenders.status == "ok" and "inference/theirs" not in lenders.found + " ".join(lenders.details)
+    assert "The scheduler cannot read inference/theirs" in owners.cause
