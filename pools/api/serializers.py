@@ -66,6 +66,7 @@ class PoolMetadataSerializer(serializers.Serializer):
     )
     uid = serializers.CharField(
         required=False,
+        allow_blank=True,
         help_text="The pool's own id, never another's of the same name created after it was deleted; sent back with a PUT or a PATCH, the change is refused (409) if it names another pool",
     )
     creationTimestamp = serializers.DateTimeField(read_only=True)

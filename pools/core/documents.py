@@ -190,3 +190,14 @@ def read_version(server: dict[str, Any]) -> int | None:
         return int(value)
     raise ValidationError("must be the resourceVersion a GET returned (a number as a string), or left out", field="metadata.resourceVersion")
 
+
+def read_uid(server: dict[str, Any]) -> str | None:
+    """The `metadata.uid` a client sent back with a document, or None where it sent none: a
+    replace that names another object than the stored one of that name is refused."""
+    value = server.get("uid")
+    if value is None or value == "":
+        return None
+    if isinstance(value, str) and value.strip() and len(value) <= 64:
+        return value
+    raise ValidationError("must be the uid a GET returned, or left out", field="metadata.uid")
+

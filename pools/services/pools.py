@@ -21,7 +21,7 @@ from django.utils import timezone
 from billing import lease_ledger, pricing
 from billing.budget_sync import budget_sync_pool
 from pools import roles
-from pools.core.documents import merge_patch_bounded, read_version, split_server_fields
+from pools.core.documents import merge_patch_bounded, read_uid, read_version, split_server_fields
 from pools.core.errors import (
     ConflictError,
     FieldError,
@@ -102,7 +102,7 @@ def pool_update(*, user, pool: GpuNodePool, document: Any, now: datetime | None 
     if pool.phase == GpuNodePool.Phase.DELETING:
         raise ConflictError(f"pool {pool.name!r} is being deleted")
     document, server = split_server_fields(document)
-    read_at = read_version(server)
+    read_at, read_as = read_version(server), read_uid(server)
     spec = parse_document(document, catalog_current(writing=True))
     old = parse_document(pool.document, catalog_current())
     errors = []
@@ -129,7 +129,7 @@ def pool_update(*, user, pool: GpuNodePool, document: Any, now: datetime | None 
             raise ConflictError(f"pool {pool.name!r} is being deleted")
         if based_on is not None and locked.document != based_on:
             raise _Outdated(f"pool {pool.name!r} changed while this update was being made; send it again")
-        if server.get("uid") not in (None, "", locked.uid):
+        if read_as is not None and read_as != locked.uid:
             raise ConflictError(f"pool {pool.name!r} was deleted and created again since it was read (its metadata.uid is now {locked.uid}); get it again and make your change on that")
         if read_at is not None and read_at != locked.generation:
             raise StaleVersion(f"pool {pool.name!r}", read=read_at, current=locked.generation)

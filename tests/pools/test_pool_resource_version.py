@@ -60,14 +60,20 @@ def test_a_replace_without_a_version_is_unconditional(api, actors, pool):
     assert GpuNodePool.objects.get(pk=pool.pk).max_nodes == 5
 
 
-@pytest.mark.parametrize("version", ["abc", "-1", "1.0", "٣", True, [1], {"a": 1}, "9" * 19, 10**25, -1])
-def test_a_version_that_no_read_returns_is_a_field_error(api, pool, version):
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        *(("resourceVersion", v) for v in ["abc", "-1", "1.0", "٣", True, [1], {"a": 1}, "9" * 19, 10**25, -1]),
+        *(("uid", v) for v in [["x"], 0, 123, {"a": 1}, True, "   ", "u" * 65]),
+    ],
+)
+def test_a_version_or_uid_that_no_read_returns_is_a_field_error(api, pool, field, value):
     document = _read(api)
-    document["metadata"]["resourceVersion"] = version
+    document["metadata"][field] = value
     before = db_state()
     response = api("lead").put(URL, document, format="json")
     assert response.status_code == 400
-    assert [e["field"] for e in response.json()["errors"]] == ["metadata.resourceVersion"]
+    assert [e["field"] for e in response.json()["errors"]] == [f"metadata.{field}"]
     assert db_state() == before
 
 
