@@ -177,11 +177,19 @@ def admission_policy(pools: Sequence[PoolAccess], namespaces: Mapping[str, str])
     pool_entries = [f"{{'teams': dyn({_cel(sorted(p.teams))}), 'labels': dyn({_cel(dict(p.labels))})}}" for p in sorted(pools, key=lambda p: p.name)]
     pool_variables = [{"name": f"pools{i}", "expression": f"[{chunk}]"} for i, chunk in enumerate(_chunks(pool_entries))]
     matched = " + ".join(_MATCHED.replace("{pools}", f"variables.{v['name']}") for v in pool_variables)
-    # Each node's teams, by its name: a map looked up once per chunk, however many nodes a pool has.
-    teams_of = {node: sorted(p.teams) for p in pools for node in p.nodes}
-    node_entries = [f"{_cel(node)}: {_cel(teams)}" for node, teams in sorted(teams_of.items())]
-    node_variables = [{"name": f"nodes{i}", "expression": f"{{{chunk}}}"} for i, chunk in enumerate(_chunks(node_entries))]
+    # A named node's pool, then that pool's teams: maps looked up once per chunk, each entry of
+    # a size of its own (a node's teams repeated per node grew with nodes x teams).
+    pool_of = {node: p.name for p in pools for node in p.nodes}
+    node_variables = [
+        {"name": f"nodes{i}", "expression": f"{{{chunk}}}"}
+        for i, chunk in enumerate(_chunks([f"{_cel(node)}: {_cel(name)}" for node, name in sorted(pool_of.items())]))
+    ]
+    team_variables = [
+        {"name": f"teams{i}", "expression": f"{{{chunk}}}"}
+        for i, chunk in enumerate(_chunks([f"{_cel(p.name)}: {_cel(sorted(p.teams))}" for p in sorted(pools, key=lambda p: p.name) if p.nodes]))
+    ]
     placed = " + ".join(f"(variables.node in variables.{v['name']} ? [variables.{v['name']}[variables.node]] : [])" for v in node_variables)
+    teams = " + ".join(f"(p in variables.{v['name']} ? variables.{v['name']}[p] : [])" for v in team_variables)
     policy = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
@@ -202,6 +210,7 @@ def admission_policy(pools: Sequence[PoolAccess], namespaces: Mapping[str, str])
                 *pool_variables,
                 {"name": "matched", "expression": matched},
                 *node_variables,
+                *team_variables,
                 {"name": "placed", "expression": f"variables.node == '' ? [] : {placed}"},
             ],
             "matchConditions": [
@@ -228,7 +237,7 @@ def admission_policy(pools: Sequence[PoolAccess], namespaces: Mapping[str, str])
                     "reason": "Forbidden",
                 },
                 {
-                    "expression": "variables.team == '' || size(variables.placed) == 0 || variables.placed.exists(teams, variables.team in teams)",
+                    "expression": f"variables.team == '' || size(variables.placed) == 0 || variables.placed.exists(p, variables.team in ({teams}))",
                     "messageExpression": _message_expression(node_refusal("\x00", "\x00"), "variables.team", "variables.node"),
                     "reason": "Forbidden",
                 },
