@@ -134,7 +134,10 @@ class CostsView(APIView):
             OpenApiParameter(
                 "by",
                 str,
-                description="Comma-separated label keys, verbatim (default team,project,gpu-class)",
+                description=(
+                    "Comma-separated label keys, verbatim (default team,project,gpu-class), at most 8, each once; "
+                    "`namespace` groups by namespace; charged_team, kind, status, amount and currency are columns of every report, not label keys"
+                ),
             ),
             OpenApiParameter(
                 "from",

@@ -77,7 +77,7 @@ def _costs(user, query: selectors.CostQuery, *, now) -> dict:
     summary = chargeback.summarize(groups)
     series = chargeback.cost_series(user=user, query=query, accruing=accruing)
     state = {
-        "by": ",".join(query.by) or "namespace",  # grouped by namespace alone (`cost_query_parse`)
+        "by": ",".join(query.by) or ("namespace" if query.include_namespace else ""),  # by namespace alone (`cost_query_parse`)
         "from": query.start.isoformat() if query.start else "",
         "to": query.end.isoformat() if query.end else "",
         "team": query.team,
