@@ -28,6 +28,7 @@ from pools.core.charts import pool_figures, samples_window
 from pools.core.documents import dump_yaml
 from pools.core.errors import ConflictError, StaleVersion, ValidationError
 from pools.core.spec import TAINT_EFFECTS
+from pools.core.words import plural
 from pools.forms import PoolFilterForm, PoolForm, PoolImportForm
 from pools.models import PoolEvent
 from pools.selectors import pools as selectors
@@ -153,6 +154,7 @@ def pool_edit(request, name: str):
     if request.method == "POST":
         form.read_rows()
         if form.is_valid():
+            ordered = set(pool.orders.values_list("pk", flat=True))
             try:
                 services.pool_update(user=request.user, pool=pool, document=form.to_update(pool, selectors.catalog_current()))
             except ValidationError as exc:
@@ -162,7 +164,8 @@ def pool_edit(request, name: str):
             except ConflictError as exc:
                 form.add_error(None, str(exc))
             else:
-                messages.success(request, f"Pool {pool.name} updated.")
+                new = pool.orders.exclude(pk__in=ordered).order_by("pk").first()  # a baseline it lacks, asked again
+                messages.success(request, f"Pool {pool.name} updated." + (f" Order #{new.pk} for {plural(new.node_count, 'node')} awaits approval." if new else ""))
                 return HttpResponseRedirect(reverse("pools:detail", args=[pool.name]))
     else:
         form.rows = rows

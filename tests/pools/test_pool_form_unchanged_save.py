@@ -74,3 +74,17 @@ def test_an_unchanged_save_leaves_the_document_and_its_version_as_they_were(acto
     assert response.status_code == 302, response.context["form"].errors if response.context else response
     saved = GpuNodePool.objects.get(pk=pool.pk)
     assert saved.document == pool.document and saved.generation == pool.generation
+
+
+def test_a_save_that_orders_again_a_refused_baseline_says_so(actors, browser):
+    """Saving the pool asks again for the baseline it lacks (its nodeCount.min stands): the
+    page says which order that filed, rather than the lead finding it in the events (found by a
+    QA sweep, who took it for a silent re-order)."""
+    document = load_yaml((EXAMPLES / "create-train-pool.yaml").read_text())
+    pool = services.pool_create(user=actors["lead"], document=document)
+    services.order_reject(user=actors["admin"], order=pool.orders.get(), reason="no A100 this month")
+    client = browser("lead")
+    page = client.get(f"/pools/{pool.name}/edit/").content.decode()
+    response = client.post(f"/pools/{pool.name}/edit/", _as_shown(page), follow=True)
+    again = pool.orders.get(status="Pending")
+    assert f"Pool {pool.name} updated. Order #{again.pk} for {again.node_count} nodes awaits approval." in response.content.decode()
