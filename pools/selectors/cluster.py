@@ -44,16 +44,16 @@ def core_pod_of(pod: Pod, *, placed: bool = False) -> CorePod:
     does not change: one stored before a check of that affinity existed (a key of null, which the
     core refuses) is read without it, rather than failing every reader of the cluster's state."""
     try:
-        return _core_pod_of(pod, pod.affinity)
+        return _core_pod_of(pod)
     except UNREADABLE:
         if not placed:
             raise
-        return _core_pod_of(pod, None)
+        return _core_pod_of(pod, affinity=None)
 
 
-def _core_pod_of(pod: Pod, affinity, **fields) -> CorePod:
-    """The core's pod from the row, with `affinity` and any of `fields` read in place of the
-    row's (`core_pod_or_fault` leaves each out in turn to find the one the core refuses)."""
+def _core_pod_of(pod: Pod, **instead) -> CorePod:
+    """The core's pod from the row, with any of its fields read as `instead` gives them (None:
+    left out; `core_pod_or_fault` leaves each out in turn to find the one the core refuses)."""
     return core_pod(**{**dict(
         key=pod.key,
         team=team_identity(pod.team_id),
@@ -69,9 +69,9 @@ def _core_pod_of(pod: Pod, affinity, **fields) -> CorePod:
         labels=pod.labels,
         tolerations=pod.tolerations,
         node_selector=pod.node_selector,
-        affinity=affinity,
+        affinity=pod.affinity,
         started_at=pod.started_at,
-    ), **fields})
+    ), **instead})
 
 
 def readable_core_pod(pod: Pod) -> CorePod | None:
@@ -113,7 +113,7 @@ def core_pod_leaving_out_fault(pod: Pod) -> CorePod | None:
 def _read_leaving_out_fault(pod: Pod) -> tuple[str, CorePod | None]:
     for field, path in _STRUCTURED:
         try:
-            return path, _core_pod_of(pod, None if field == "affinity" else pod.affinity, **({} if field == "affinity" else {field: None}))
+            return path, _core_pod_of(pod, **{field: None})
         except UNREADABLE:
             continue
     return "", None
