@@ -96,7 +96,8 @@ def pool_update(*, user, pool: GpuNodePool, document: Any, now: datetime | None 
     the time the update holds the pool's lock, `_Outdated` is raised and nothing is written.
     A `metadata.resourceVersion` in the document is the version the client read: another one
     under the lock raises `StaleVersion` (409), so that a form or a file edited from an older
-    read does not silently undo a change made since."""
+    read does not silently undo a change made since; a `metadata.uid` of another pool (one of
+    that name deleted since, whose generations this one repeats) is refused as well."""
     now = now or timezone.now()
     _require_manage(user, pool)
     if pool.phase == GpuNodePool.Phase.DELETING:
