@@ -54,7 +54,7 @@ def core_pod_of(pod: Pod, *, placed: bool = False) -> CorePod:
 def _core_pod_of(pod: Pod, **instead) -> CorePod:
     """The core's pod from the row, with any of its fields read as `instead` gives them (None:
     left out; `core_pod_or_fault` leaves each out in turn to find the one the core refuses)."""
-    return core_pod(**{**dict(
+    return core_pod(**dict(
         key=pod.key,
         team=team_identity(pod.team_id),
         cpu_milli=pod.cpu_milli,
@@ -71,7 +71,7 @@ def _core_pod_of(pod: Pod, **instead) -> CorePod:
         node_selector=pod.node_selector,
         affinity=pod.affinity,
         started_at=pod.started_at,
-    ), **instead})
+    ) | instead)
 
 
 def readable_core_pod(pod: Pod) -> CorePod | None:
