@@ -16,7 +16,8 @@ A pod with neither nodeSelector nor required node affinity targets no pool in pa
 never refused here (placement keeps it on its team's pools). A pod created with `spec.nodeName`
 skips both schedulers, and a kubelet admits it whatever NoSchedule taint its node has: on a real
 cluster the policy refuses one that names a node of a pool its team may not use (the product's
-own pod API takes no nodeName). Terms that only use `matchFields`
+own pod API takes no nodeName). So does a Binding of a pod to such a node: what a second
+scheduler, one our extender does not advise, or anyone allowed to bind pods, would send. Terms that only use `matchFields`
 (a DaemonSet's pods pin a node by name) are treated as matching any pool, as both guards can
 tell nothing from them.
 """
@@ -116,6 +117,9 @@ _TEAM = (
     f"(has(namespaceObject.metadata.labels) && '{TEAM_LABEL}' in namespaceObject.metadata.labels ? "
     f"namespaceObject.metadata.labels['{TEAM_LABEL}'] : '')"
 )
+# A Binding (pods/binding, or the older namespaced bindings) puts an existing pod on a node: what
+# a scheduler sends, kube-scheduler or a second one. It carries no pod spec, only its target.
+_BINDING = "(request.kind.kind == 'Binding')"
 _TERMS = (
     "has(object.spec.affinity) && has(object.spec.affinity.nodeAffinity) && "
     "has(object.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution) ? "
@@ -170,7 +174,8 @@ def admission_policy(pools: Sequence[PoolAccess], namespaces: Mapping[str, str])
     """The ValidatingAdmissionPolicy and its binding that refuse, on pod create (and on an
     update that changes its nodeSelector or affinity, which a gated pod may), a pod of a team's
     namespace that selects only pools its team may not use, or that is created on a node
-    (`spec.nodeName`, which only a create sets) of a pool its team may not use. `namespaces` is the admins'
+    (`spec.nodeName`, which only a create sets) of a pool its team may not use, or bound to one (a
+    Binding: pods/binding, or the older namespaced bindings). `namespaces` is the admins'
     namespace -> team mapping (`namespace_teams`: the admins' mappings and each team's own
     namespace), which wins over the namespace's `ebcloud.io/team` label."""
     # Each pool is a map of mixed values (CEL map literals are of one value type, hence dyn()).
@@ -198,15 +203,16 @@ def admission_policy(pools: Sequence[PoolAccess], namespaces: Mapping[str, str])
             "failurePolicy": "Fail",
             "matchConstraints": {
                 "resourceRules": [
-                    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["pods"]}
+                    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["pods"]},
+                    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods/binding", "bindings"]},
                 ]
             },
             "variables": [
                 {"name": "mapped", "expression": _cel(dict(namespaces))},
                 {"name": "team", "expression": _TEAM},
-                {"name": "selector", "expression": "has(object.spec.nodeSelector) ? object.spec.nodeSelector : {}"},
-                {"name": "terms", "expression": _TERMS},
-                {"name": "node", "expression": "has(object.spec.nodeName) ? object.spec.nodeName : ''"},
+                {"name": "selector", "expression": f"!{_BINDING} && has(object.spec.nodeSelector) ? object.spec.nodeSelector : {{}}"},
+                {"name": "terms", "expression": f"!{_BINDING} && {_TERMS}"},
+                {"name": "node", "expression": f"{_BINDING} ? object.target.name : has(object.spec.nodeName) ? object.spec.nodeName : ''"},
                 *pool_variables,
                 {"name": "matched", "expression": matched},
                 *node_variables,
@@ -217,7 +223,7 @@ def admission_policy(pools: Sequence[PoolAccess], namespaces: Mapping[str, str])
                 {
                     "name": "constraints-set",
                     "expression": (
-                        "request.operation == 'CREATE' && has(object.spec.nodeName) || "
+                        f"{_BINDING} || request.operation == 'CREATE' && has(object.spec.nodeName) || "
                         "(has(object.spec.nodeSelector) || has(object.spec.affinity)) && "
                         "(request.operation == 'CREATE' || !has(oldObject.spec) || "
                         "(has(oldObject.spec.nodeSelector) ? oldObject.spec.nodeSelector : {}) != "

@@ -116,6 +116,42 @@ def test_a_pod_created_on_a_node_of_another_teams_pool_by_name_is_refused_until_
     wait_for(lambda: admitted(core, inference, direct) is None, what="the shared pool to admit the borrower's pod")
 
 
+def bound(core, namespace: str, pod_name: str, node: str, *, dry_run: bool = True) -> str | None:
+    """None if the API server binds the pod to the node (as a scheduler does), else its refusal."""
+    body = client.V1Binding(metadata=client.V1ObjectMeta(name=pod_name), target=client.V1ObjectReference(kind="Node", name=node))
+    try:  # the answer is a Status, which the client cannot read back as a Binding
+        core.create_namespaced_pod_binding(pod_name, namespace, body, dry_run="All" if dry_run else None, _preload_content=False)
+    except ApiException as exc:
+        return json.loads(exc.body)["message"]
+    return None
+
+
+def test_a_second_scheduler_cannot_bind_a_pod_to_another_teams_pool_node(actors, core, policies, team_namespace):
+    """A Binding skips the extender as `spec.nodeName` does: a second scheduler (one the
+    extender does not advise), or anyone allowed to bind pods, could put a pod of another team
+    on the pool (found by review). The policy refuses it, by pods/binding and by the older
+    namespaced bindings, and still lets the pool's own team's pods and a shared pool's be bound."""
+    pool = pool_with_nodes(actors["lead"], nodes=2)
+    inference, algorithm = team_namespace("inference"), team_namespace("algorithm")
+    admission_policy_sync(policies)
+    for namespace in (inference, algorithm):
+        core.create_namespaced_pod(namespace, pod("waiting"))  # selects no pool: admitted, unbound
+    message = wait_for(lambda: bound(core, inference, "waiting", "train-pool-a-1"), what="the policy to take effect")
+    assert node_refusal("inference", "train-pool-a-1") in message
+    older = client.V1Binding(metadata=client.V1ObjectMeta(name="waiting"), target=client.V1ObjectReference(kind="Node", name="train-pool-a-1"))
+    with pytest.raises(ApiException) as refused:
+        core.create_namespaced_binding(inference, older, dry_run="All", _preload_content=False)
+    assert node_refusal("inference", "train-pool-a-1") in json.loads(refused.value.body)["message"]
+    assert bound(core, inference, "waiting", "cpu-node-7") is None  # a node of no pool
+    assert bound(core, algorithm, "waiting", "train-pool-a-1", dry_run=False) is None  # the owner's own pod, for real
+    assert core.read_namespaced_pod("waiting", algorithm).spec.node_name == "train-pool-a-1"
+    spec = {**pool.document["spec"], "sharedWith": ["inference"]}
+    services.pool_update(user=actors["lead"], pool=pool, document={**pool.document, "spec": spec})
+    admission_policy_sync(policies)
+    wait_for(lambda: bound(core, inference, "waiting", "train-pool-a-1") is None, what="the shared pool to take the borrower's pod")
+    assert core.read_namespaced_pod("waiting", inference).spec.node_name is None  # a dry run binds nothing
+
+
 def test_a_team_s_own_namespace_is_its_team_s_to_the_policy_without_a_label(actors, core, policies, namespace):
     """A team's own namespace (its slug) is the team's by the product's rule (`namespace_owner`)
     before any mapping or label says so: the API server refuses its pod that selects only
@@ -162,3 +198,6 @@ def test_the_api_server_takes_the_policy_for_a_thousand_pools(core, policies, te
     assert node_refusal("team-3", "pool-999-3") in admitted(core, namespace, pod("named", node_name="pool-999-3"))
     assert node_refusal("team-3", f"{'n' * 50}-02499") in admitted(core, namespace, pod("big", node_name=f"{'n' * 50}-02499"))
     assert admitted(core, namespace, pod("lent", node_name="pool-2-0")) is None
+    core.create_namespaced_pod(namespace, pod("waiting"))
+    assert node_refusal("team-3", f"{'n' * 50}-02499") in bound(core, namespace, "waiting", f"{'n' * 50}-02499")
+    assert bound(core, namespace, "waiting", "pool-2-0") is None
