@@ -56,6 +56,7 @@ from pools.core.node_labels import (
     CORDONED_PHASES,
     REGISTERED_PHASES,
     ClusterNodeState,
+    cluster_fault,
     node_fix,
     taint_dict,
 )
@@ -116,15 +117,17 @@ def nodes_sync(p: ReconcilePass) -> None:
     Provider calls first, then the rows and one event per node and kind (`NodeLabeled`,
     `NodeTainted`, `NodeCordoned`, `RepairSucceeded` or `NodeUncordoned`, `GpuSharesAdvertised`):
     a pass killed between them applies again (idempotent)."""
-    nodes = list(p.live_nodes().filter(phase__in=REGISTERED_PHASES, ready_at__isnull=False))
-    if not nodes:
+    registered = list(p.live_nodes().filter(phase__in=REGISTERED_PHASES))
+    if not registered:
         return
-    observed = p.observed if p.observed is not None else observe(p.cluster, [n.name for n in nodes])
+    observed = p.observed if p.observed is not None else observe(p.cluster, [n.name for n in registered])
     if isinstance(observed, Unread):  # the spec waits for a cluster that can be read; the pool's other steps go on
         p.hold_generation = True
         p.stall(f"ClusterRefused: {observed.why}; the nodes' labels and taints are checked next pass")
         p.event("NodeDriftDeferred", f"The labels and taints of the pool's nodes could not be checked: {observed.why}; the next pass retries", type=WARNING)
         return
+    faults_record(p, registered, observed)
+    nodes = [n for n in registered if n.ready_at is not None]
     taints = wanted_taints(p)
     left = repair_cordons_left([n for n in nodes if n.phase == Node.Phase.READY and getattr(observed.get(n.name), "unschedulable", False)])
     done = []
@@ -160,6 +163,25 @@ def nodes_sync(p: ReconcilePass) -> None:
             continue
         done.append((node, labels, fix, uncordon))
     _record(p, done, taints)
+
+
+def faults_record(p: ReconcilePass, nodes: Sequence[Node], observed: Mapping[str, ClusterNodeState]) -> None:
+    """Each node's `cluster_fault` as the cluster shows it now, with a `NodeUnavailable` Warning
+    when the cluster stops running pods on it and `NodeAvailable` when it runs them again; the
+    row is what the autoscaler, Diagnose and the extender read its readiness from. Each change
+    is one conditional UPDATE, so two passes write one event."""
+    for node in nodes:
+        fault = cluster_fault(observed.get(node.name), name=node.name, gpu_count=node.gpu_count)
+        if fault == node.cluster_fault:
+            continue
+        with transaction.atomic():
+            if not Node.objects.filter(pk=node.pk, cluster_fault=node.cluster_fault).update(cluster_fault=fault):
+                continue
+            if fault:
+                p.event("NodeUnavailable", f"{node.name} takes no pods in the cluster: {fault}. Its room is not counted until it does", node=node, type=WARNING)
+            else:
+                p.event("NodeAvailable", f"{node.name} takes pods in the cluster again", node=node)
+        node.cluster_fault = fault
 
 
 # The events of the repair pass's cordons and uncordons (pools/controllers/repair.py, repair_cordon.py).

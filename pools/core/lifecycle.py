@@ -12,7 +12,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from pools.core.leases import NONE, lease_action
-from pools.core.node_labels import CORDONED_PHASES, REGISTERED_PHASES, ClusterNodeState, drifted
+from pools.core.node_labels import (
+    CORDONED_PHASES,
+    REGISTERED_PHASES,
+    ClusterNodeState,
+    cluster_fault,
+    drifted,
+)
 
 # Provisioning steps, in order (seed G1: initialise OS -> install driver -> join -> Ready).
 BOOT = "boot"
@@ -340,6 +346,8 @@ class NodeRow:
     last_heartbeat: datetime | None = None
     labels: Mapping[str, str] | None = None  # what we applied to the node in the cluster
     taints: tuple[Mapping[str, str], ...] = ()
+    gpu_count: int = 0
+    cluster_fault: str = ""  # why the cluster ran no pod on it when last looked (`cluster_fault`)
 
 
 @dataclass(frozen=True)
@@ -474,12 +482,15 @@ def steps_needed(
 
 
 def _drifted(nodes: Sequence[NodeRow], observed: Mapping[str, ClusterNodeState] | None) -> bool:
-    """Some node lost in the cluster what we applied (None: the cluster was not read). Nodes and
+    """Some node lost in the cluster what we applied, or the cluster runs pods on it, or not,
+    unlike when last looked (None: the cluster was not read). Nodes and
     the cluster's states share the values decoded from equal texts: each distinct pair is
     compared once, not once per node (a pass reads 20,000 nodes, issue 23)."""
     compared: set[tuple] = set()
     for n in nodes if observed is not None else ():
-        if (state := observed.get(n.name)) is None:
+        if cluster_fault(state := observed.get(n.name), name=n.name, gpu_count=n.gpu_count) != n.cluster_fault:
+            return True
+        if state is None:
             continue
         cordoned = n.phase in CORDONED_PHASES
         key = (id(n.labels), id(n.taints), cordoned, id(state.labels), id(state.taints), state.unschedulable, state.gpu_shares_advertised)

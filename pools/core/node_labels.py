@@ -54,6 +54,26 @@ class ClusterNodeState:
     # annotation, read as none when someone removed or garbled it); None where the cluster
     # keeps that record out of others' reach (the simulated one).
     managed_taints: frozenset[tuple[str, str]] | None = None
+    # What its kubelet reports, None where nothing does (the simulated cluster, a Node made by
+    # hand): its Ready condition's status, and how many GPUs it offers (`nvidia.com/gpu`
+    # allocatable; 0 when the device plugin serves none).
+    ready: str | None = None
+    gpus_allocatable: int | None = None
+
+
+def cluster_fault(observed: ClusterNodeState | None, *, name: str, gpu_count: int) -> str:
+    """Why the cluster runs no pod (no GPU pod) on a registered node now, "" when it does: its
+    Node is gone (deleted; a kubelet registers it again only when it restarts), not Ready, or
+    offers fewer GPUs than the machine has. kube-scheduler places nothing there then, so
+    neither the autoscaler nor Diagnose may count the node's room: it is read as not Ready, as
+    Cluster Autoscaler reads a GPU node whose GPUs are not allocatable."""
+    if observed is None:
+        return f"the cluster has no Node {name!r} (deleted?); its kubelet registers it again when it restarts"
+    if observed.ready not in (None, "True"):
+        return f"its Node is not Ready (Ready={observed.ready})"
+    if observed.gpus_allocatable is not None and observed.gpus_allocatable < gpu_count:
+        return f"its Node offers {observed.gpus_allocatable} of its {gpu_count} GPUs (nvidia.com/gpu allocatable): the GPU device plugin does not serve the others"
+    return ""
 
 
 def record_lost(applied_taints: Iterable[Mapping[str, str]], observed: ClusterNodeState) -> bool:

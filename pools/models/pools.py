@@ -325,6 +325,9 @@ class Node(models.Model):
     labels = models.JSONField(default=dict)
     taints = models.JSONField(default=list)
     unschedulable = models.BooleanField(default=False)
+    cluster_fault = models.CharField(
+        max_length=300, blank=True, help_text="Why the cluster runs no pod on the node now (its Node gone, not Ready, GPUs not allocatable); blank when it does"
+    )
     lease_start = models.DateTimeField(null=True, blank=True)
     lease_end = models.DateTimeField(null=True, blank=True)
     last_heartbeat = models.DateTimeField(null=True, blank=True)

@@ -213,6 +213,8 @@ class KubernetesCluster:
                 annotations={k: v for k, v in (node["metadata"].get("annotations") or {}).items() if k in NODE_OPT_OUTS},
                 gpu_shares_advertised=_shares_advertised(node.get("status", {}).get("capacity"), node.get("status", {}).get("allocatable")),
                 managed_taints=recorded_taints(node["metadata"].get("annotations") or {}),
+                ready=next((c.get("status") for c in node.get("status", {}).get("conditions") or () if c.get("type") == "Ready"), None),
+                gpus_allocatable=_gpus_allocatable(node.get("status", {}).get("allocatable")),
             )
             for node in items
             if node["metadata"]["name"] in wanted
@@ -368,6 +370,13 @@ def recorded_taints(annotations: Mapping[str, str]) -> frozenset[tuple[str, str]
     if not isinstance(recorded, list) or not all(isinstance(k, list) and len(k) == 2 and all(isinstance(part, str) for part in k) for k in recorded):
         return frozenset()
     return frozenset((key, effect) for key, effect in recorded)
+
+
+def _gpus_allocatable(allocatable: Mapping[str, str] | None) -> int | None:
+    """The GPUs a Node offers to pods (None where no kubelet reported its allocatable yet)."""
+    if allocatable is None:
+        return None
+    return int(parse_quantity(allocatable.get(GPU_RESOURCE) or 0))
 
 
 def _shares_advertised(capacity: Mapping[str, str] | None, allocatable: Mapping[str, str] | None) -> bool:

@@ -190,13 +190,17 @@ def node_state_of(node: Node, teams: frozenset[str]) -> NodeState:
     `teams` from `pool_teams`."""
     return node_state_from(
         name=node.name, pool=node.pool, phase=node.phase, gpu_count=node.gpu_count, labels=node.labels,
-        taints=node.taints, unschedulable=node.unschedulable, teams=teams,
+        taints=node.taints, unschedulable=node.unschedulable, teams=teams, cluster_fault=node.cluster_fault,
     )  # fmt: skip
 
 
-def node_state_from(*, name: str, pool, phase: str, gpu_count: int, labels, taints, unschedulable: bool, teams: frozenset[str]) -> NodeState:
+def node_state_from(
+    *, name: str, pool, phase: str, gpu_count: int, labels, taints, unschedulable: bool, teams: frozenset[str], cluster_fault: str = ""
+) -> NodeState:
     """`node_state_of` from a node's fields (read as values, its pool with node type and GPU
-    model selected once for all its nodes)."""
+    model selected once for all its nodes). A node is Ready to the core while its agent reports
+    (not Unknown) and the cluster runs pods on it (no `cluster_fault`: its Node is there, Ready,
+    with its GPUs allocatable)."""
     return NodeState(
         name=name,
         cpu_milli=pool.node_type.cpu_milli,
@@ -206,7 +210,7 @@ def node_state_from(*, name: str, pool, phase: str, gpu_count: int, labels, tain
         pool=pool.name,
         labels=dict(labels or {}),
         taints=tuple(Taint(t["key"], t.get("value", ""), t["effect"]) for t in taints or ()),
-        ready=phase != Node.Phase.UNKNOWN,
+        ready=phase != Node.Phase.UNKNOWN and not cluster_fault,
         unschedulable=unschedulable or phase in UNSCHEDULABLE_PHASES,
         teams=teams,
         owner=team_identity(pool.team_id),

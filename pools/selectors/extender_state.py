@@ -44,7 +44,7 @@ from pools.providers import real_cluster
 from pools.selectors.cluster import SCHEDULER_PHASES, node_state_of, pool_teams
 
 FREEZE_AFTER_NODES = 100  # nodes whose pods were read again in one refresh: a first read, or a large change
-_NODE_ROW = ("id", "name", "phase", "unschedulable", "gpu_count", "pool_id", "labels_text", "taints_text")
+_NODE_ROW = ("id", "name", "phase", "unschedulable", "gpu_count", "pool_id", "labels_text", "taints_text", "cluster_fault")
 _POOL_ROW = ("id", "document_text", "team_id", "node_type_id", "gpu_model_id")
 _POD_ROW = ("id", "node_id", "namespace", "name", "cpu_milli", "memory_mib", "gpu_count", "gpu_milli", "gpu_shares", "gpu_indices_text", "priority", "submitted_at")
 

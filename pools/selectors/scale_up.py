@@ -58,12 +58,12 @@ def team_capacity(*, team_ids: Collection[int], catalog: Catalog) -> dict[int, C
     pools = {p.pk: p for p in candidates if users[p.pk]}
     nodes = list(
         Node.objects.filter(pool_id__in=list(pools), release_reason="", phase__in=(*SCHEDULER_PHASES, *PROVISIONING_PHASES))
-        .order_by("name").values_list("pk", "name", "pool_id", "phase", "billing", "gpu_count", "labels", "taints", "unschedulable", "created_at")
+        .order_by("name").values_list("pk", "name", "pool_id", "phase", "billing", "gpu_count", "labels", "taints", "unschedulable", "created_at", "cluster_fault")
     )  # fmt: skip
     states = {
         pk: node_state_from(name=name, pool=pools[pool_id], phase=phase, gpu_count=gpus, labels=labels, taints=taints,
-                            unschedulable=unschedulable, teams=teams[pool_id])
-        for pk, name, pool_id, phase, _, gpus, labels, taints, unschedulable, _ in nodes if phase in SCHEDULER_PHASES
+                            unschedulable=unschedulable, teams=teams[pool_id], cluster_fault=fault)
+        for pk, name, pool_id, phase, _, gpus, labels, taints, unschedulable, _, fault in nodes if phase in SCHEDULER_PHASES
     }  # fmt: skip
     running = Pod.objects.filter(phase=Pod.Phase.RUNNING, node_id__in=list(states))
     totals = running.values("node_id").annotate(cpu=Sum("cpu_milli"), memory=Sum("memory_mib"), gpu=Sum(F("gpu_count") * F("gpu_milli"))).order_by()
@@ -76,7 +76,7 @@ def team_capacity(*, team_ids: Collection[int], catalog: Catalog) -> dict[int, C
             continue
         take_requests(states[node_id], pod, indices or ())
     templates, daemon_sets = {}, None
-    for pk, name, pool_id, _, billing, *_, created_at in nodes:
+    for pk, name, pool_id, _, billing, *_, created_at, _ in nodes:
         node = states.get(pk)
         if node is None and pools[pool_id].team_id not in out:
             continue  # upcoming on a pool lent to the teams asked for: its owner's own Pending pods come first

@@ -11,10 +11,13 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
+from pools.controllers import lifecycle
 from pools.controllers.autoscaler import autoscale_all, pool_autoscale
 from pools.controllers.scheduler import scheduler_pass
 from pools.core import lifecycle as rules
 from pools.models import Node, PoolEvent, Quota, ScalingActivity
+from pools.models.cloud import SimClusterNode
+from pools.providers.simulated_cluster import SimulatedCluster
 from tests.pools.autoscaler_helpers import SCALING, memory_used
 from tests.pools.pod_helpers import T0, pool_with_nodes, submit
 
@@ -90,6 +93,26 @@ def test_b_the_free_room_of_a_cordoned_node_does_not_count(actors):
     pool.nodes.update(phase=Node.Phase.CORDONED, unschedulable=True)
     submit(actors["member"], "new-0", gpus=1, cpu="1")
     assert pool_autoscale(pool_id=pool.pk, now=T0).reason == "ScaledUp"
+
+
+def test_b_the_free_room_of_a_node_the_cluster_runs_no_pods_on_does_not_count(actors):
+    """A node whose Node is gone from the cluster (`kubectl delete node`) takes no pod whatever
+    its row says: once the lifecycle pass has seen it, the pod that would fit its free GPU buys a
+    node, as one that fits nowhere else does (Cluster Autoscaler reads such a node as unready)."""
+    pool = train_pool(actors)
+    fill(actors, gpus=7)
+    memory_used(pool, 90)
+    cluster = SimulatedCluster()
+    for node in pool.nodes.all():
+        cluster.register_node(name=node.name, now=T0)
+        cluster.node_apply(name=node.name, labels=node.labels, taints=node.taints)
+    gone = pool.nodes.order_by("name").first()
+    SimClusterNode.objects.filter(name=gone.name).delete()
+    lifecycle.reconcile_all(now=T0)
+    assert Node.objects.get(pk=gone.pk).cluster_fault and not Node.objects.exclude(pk=gone.pk).exclude(cluster_fault="").exists()
+    submit(actors["member"], "new-0", gpus=1, cpu="1")
+    submit(actors["member"], "new-1", gpus=1, cpu="1")
+    assert pool_autoscale(pool_id=pool.pk, now=T0 + timedelta(seconds=20)).reason == "ScaledUp"
 
 
 def two_hot_pools(actors):

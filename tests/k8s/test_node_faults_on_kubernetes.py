@@ -1,0 +1,53 @@
+"""A node the rows call Ready but the cluster runs no pod on, read from a real kube-apiserver:
+its Node deleted (`kubectl delete node`), its kubelet reporting NotReady, or its GPU device
+plugin serving fewer GPUs than the machine has. kube-scheduler places nothing there, so the
+node's room must not count: the row records why (`cluster_fault`), the scheduling core reads it
+as not Ready, and one event says when it starts and when it ends (design §1: the cluster's
+state is level-triggered, every change is an event)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pools.controllers import lifecycle
+from pools.models import Node, PoolEvent
+from pools.selectors.cluster import cluster_state, live_nodes
+from tests.k8s.test_node_labels_on_kubernetes import pool_on_cluster
+from tests.pools.lifecycle_helpers import T0, TICK
+
+pytestmark = pytest.mark.django_db
+
+
+def events(reason):
+    return list(PoolEvent.objects.filter(reason=reason).order_by("id").values_list("node__name", "message"))
+
+
+def test_a_deleted_node_a_not_ready_one_and_one_without_its_gpus_take_nothing_until_they_are_back(on_kubernetes, actors, kube, core, unique):
+    pool = pool_on_cluster(actors, kube, f"faults-{unique}", nodes=4)
+    gone, silent, short, fine = names = sorted(Node.objects.filter(pool=pool).values_list("name", flat=True))
+    lifecycle.reconcile_all(now=T0)
+    assert not Node.objects.exclude(cluster_fault="").exists() and not events("NodeUnavailable")
+
+    core.delete_node(gone)
+    core.patch_node_status(silent, {"status": {"conditions": [{"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown"}]}})
+    core.patch_node_status(short, {"status": {"allocatable": {"nvidia.com/gpu": "0"}}})
+    lifecycle.reconcile_all(now=T0 + TICK)
+    faults = dict(Node.objects.filter(pool=pool).values_list("name", "cluster_fault"))
+    assert faults == {
+        gone: f"the cluster has no Node '{gone}' (deleted?); its kubelet registers it again when it restarts",
+        silent: "its Node is not Ready (Ready=Unknown)",
+        short: "its Node offers 0 of its 8 GPUs (nvidia.com/gpu allocatable): the GPU device plugin does not serve the others",
+        fine: "",
+    }
+    assert [name for name, _ in events("NodeUnavailable")] == [gone, silent, short]
+    states = cluster_state(live_nodes(pools=[pool]), [])
+    assert {name for name in names if states[name].ready} == {fine}  # the autoscaler and Diagnose count only its room
+
+    lifecycle.reconcile_all(now=T0 + 2 * TICK)  # level-triggered: the same faults write nothing again
+    assert len(events("NodeUnavailable")) == 3
+
+    core.patch_node_status(silent, {"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}})
+    core.patch_node_status(short, {"status": {"allocatable": {"nvidia.com/gpu": "8"}}})
+    lifecycle.reconcile_all(now=T0 + 3 * TICK)
+    assert [name for name, _ in events("NodeAvailable")] == [silent, short]
+    assert set(Node.objects.filter(pool=pool).exclude(cluster_fault="").values_list("name", flat=True)) == {gone}
