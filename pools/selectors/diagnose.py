@@ -135,7 +135,7 @@ def _nodes(pool: GpuNodePool, since: datetime) -> tuple[core.NodeInfo, ...]:
     rows = (
         Node.objects.filter(pool=pool).exclude(phase=Node.Phase.TERMINATED).order_by("name")
         .values("pk", "name", "phase", "billing", "gpu_count", "created_at", "ready_at", "last_error", "release_reason",
-                "agent_state__last_report_at", "agent_state__conditions")
+                "cluster_fault", "agent_state__last_report_at", "agent_state__conditions")
     )  # fmt: skip
     nodes = []
     for row in rows:
@@ -143,7 +143,7 @@ def _nodes(pool: GpuNodePool, since: datetime) -> tuple[core.NodeInfo, ...]:
         nodes.append(core.NodeInfo(
             name=row["name"], phase=row["phase"], billing=row["billing"], gpu_count=row["gpu_count"],
             created_at=row["created_at"], ready_at=row["ready_at"], last_error=row["last_error"],
-            draining=bool(row["release_reason"]),
+            draining=bool(row["release_reason"]), cluster_fault=row["cluster_fault"],
             allocated_gpus=(use.get("allocated") or 0) / 1000, largest_pod_gpus=(use.get("largest") or 0) / 1000,
             last_pod_finished_at=use.get("finished"),
             reported=row["agent_state__last_report_at"] is not None,

@@ -190,6 +190,19 @@ def test_a_fitting_pod_with_room_on_a_ready_node_points_at_the_scheduler_plugin(
     assert c.status == "failing" and "scheduler plugin" in c.cause
 
 
+def test_room_only_on_a_node_the_cluster_runs_no_pod_on_names_that_node_and_why():
+    """The room of a node whose Node is gone (or not Ready, or without its GPUs) is no skew of
+    the scheduler's: the pod waits because the cluster places nothing there, and the first thing
+    to do is to bring the Node back."""
+    gone = "the cluster has no Node 'b' (deleted?); its kubelet registers it again when it restarts"
+    snapshot = healthy(nodes=(node("a"), node("b", allocated=0, cluster_fault=gone)), pending_pods=(pod("algorithm/y", age=30 * M, gpus=4),))
+    c = check(snapshot, "pods-pending")
+    assert c.status == "failing" and "1 node-unavailable" in c.found
+    assert f"runs no pod on (b: {gone})" in c.cause and c.action.startswith("Bring the Node back")
+    both = healthy(nodes=(node("a", allocated=2), node("b", allocated=0, cluster_fault=gone)), pending_pods=(pod("algorithm/y", age=30 * M, gpus=4),))
+    assert "scheduler plugin" in check(both, "pods-pending").cause  # a node that takes pods has the room too
+
+
 def test_a_full_pool_at_max_or_without_burst_says_so():
     full = tuple(node(f"n{i}") for i in range(6))
     at_max = check(healthy(nodes=full, pending_pods=(pod("algorithm/z", age=30 * M),)), "pods-pending")

@@ -24,11 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from pools.core.autoscaling import (
-    DEFAULT_TOLERANCE,
-    ScalingSpec,
-    evaluate_metric,
-)
+from pools.core.autoscaling import DEFAULT_TOLERANCE, ScalingSpec, evaluate_metric
 from pools.core.diagnose.blockers import (  # noqa: F401 - the blocker kinds are part of this API
     AFFINITY,
     FITS,
@@ -197,8 +193,9 @@ def check_scale_up(s: PoolSnapshot, now: datetime) -> Check:
 # --- T2: pods Pending for a long time --------------------------------------------------------
 
 SKEW, ON_THE_WAY, AT_MAX, NO_BURST, WAITING = "scheduler-skew", "nodes-on-the-way", "at-max", "no-burst", "waiting"
+UNAVAILABLE = "node-unavailable"  # the room is on nodes the cluster runs no pod on (`NodeInfo.cluster_fault`)
 # What the pod cannot change about the pool (model, size) first: no taint or label advice helps those.
-PENDING_ORDER = (INVALID_SPEC, TOO_LARGE, GPU_MODEL, TAINT, AFFINITY, SKEW, ON_THE_WAY, AT_MAX, NO_BURST, WAITING)
+PENDING_ORDER = (INVALID_SPEC, TOO_LARGE, GPU_MODEL, TAINT, AFFINITY, UNAVAILABLE, SKEW, ON_THE_WAY, AT_MAX, NO_BURST, WAITING)
 STUCK = (INVALID_SPEC, TOO_LARGE, GPU_MODEL, TAINT, AFFINITY)  # waiting does not fix these
 
 
@@ -212,8 +209,8 @@ def _pending_category(s: PoolSnapshot, pod: PendingPod) -> str:
     if pod.blocker != FITS:
         return pod.blocker
     live = s.live_nodes()
-    if any(n.phase == "Ready" and n.gpu_count - n.allocated_gpus >= pod.gpus for n in live):
-        return SKEW
+    if roomy := [n for n in live if n.phase == "Ready" and n.gpu_count - n.allocated_gpus >= pod.gpus]:
+        return SKEW if any(not n.cluster_fault for n in roomy) else UNAVAILABLE
     if any(_on_the_way(s)):
         return ON_THE_WAY
     if len(live) >= s.max_nodes or s.at_burst_limit():
@@ -242,6 +239,7 @@ def _category_advice(s: PoolSnapshot, category: str, pod: PendingPod) -> tuple[s
     taints, missing = ", ".join(s.taints) or "none", ", ".join(b.taint for b in pod.blockers if b.kind == TAINT)
     order, starting = _on_the_way(s)
     models = ", ".join(pod.gpu_models) or "other models"
+    unavailable = next((f"{n.name}: {n.cluster_fault}" for n in s.live_nodes() if n.cluster_fault), "")
     return {
         INVALID_SPEC: (f"The scheduler cannot read {pod.key}: an earlier release stored it with a field the scheduler refuses ({pod.reason}), so no node is tried for it.",
                        f"Delete {pod.key} and create it again from its manifest (`ebcloud pod get {pod.key} -o yaml` shows what was stored)."),
@@ -253,6 +251,8 @@ def _category_advice(s: PoolSnapshot, category: str, pod: PendingPod) -> tuple[s
                    f"Run {why}; add the label under spec.nodeLabels of the pool, or fix the pod's affinity."),
         GPU_MODEL: (f"GPU model not allowed: the pod's ebcloud.io/gpu-models annotation asks for {models}, and this pool's nodes have {s.gpu_model}; no label, taint or size of this pool changes that.",
                     f"Run {why}; if the job can run on {s.gpu_model}, add it to the pod's ebcloud.io/gpu-models annotation, otherwise run the pod on a pool of {models} (the pod page says which, or what to order)."),
+        UNAVAILABLE: (f"The pool's free GPUs are on nodes the cluster runs no pod on ({unavailable}), so the scheduler places nothing there and the autoscaler does not count that room.",
+                      f"Bring the Node back: restart its kubelet (a deleted Node registers again then) or its GPU device plugin; `ebcloud node-pool events {s.name}` says when it stopped taking pods."),
         SKEW: ("A Ready node of the pool has the GPUs free, yet the pod stays Pending: the scheduler may not see the pool's nodes (a scheduler plugin whose version or configuration lags hides new nodes).",
                f"Run {why}: if it counts fewer nodes than the pool has Ready, check the scheduler plugin's version and configuration."),
         ON_THE_WAY: (("No Ready node has room yet; the pool's capacity is on its way: "

@@ -74,6 +74,7 @@ class NodeInfo:
     last_pod_finished_at: datetime | None = None
     reported: bool = False  # its node agent has sent a report
     conditions: tuple[Mapping[str, str], ...] = ()
+    cluster_fault: str = ""  # why the cluster runs no pod on it now ("" when it does)
 
     def idle_since(self) -> datetime | None:
         """When it last had work (Ready, or its last pod's end); None while a pod runs."""
