@@ -5,6 +5,7 @@ back onto the form (design §6: forms only validate and shape; `pools.core.spec`
 from __future__ import annotations
 
 import copy
+import json
 import re
 from decimal import Decimal
 from typing import Any
@@ -33,6 +34,7 @@ from pools.core.spec import (
     Catalog,
     parse_document,
 )
+from pools.core.spec_merge import Conflict, merge3
 from pools.models import GpuModel, GpuNodePool, NodeType, PoolOrder, Zone
 from pools.scaling_form import (
     SCALING_FIELD_FOR_PATH,
@@ -119,6 +121,9 @@ class PoolForm(ScalingFields, AlertFields):
     # pool has changed since, rather than silently putting back what another lead just changed.
     resource_version = forms.IntegerField(widget=forms.HiddenInput, required=False, min_value=0)
     uid = forms.CharField(widget=forms.HiddenInput, required=False, max_length=36)
+    # The document at that version: the lead's changes since it are what a save refused as
+    # outdated puts onto the pool as it is now (`merged_onto`).
+    base = forms.CharField(widget=forms.HiddenInput, required=False, strip=False)
 
     def __init__(self, *args, teams=None, editing: GpuNodePool | None = None, budget_hint: str = "", **kwargs):
         super().__init__(*args, **kwargs)
@@ -131,6 +136,7 @@ class PoolForm(ScalingFields, AlertFields):
         if editing is not None:
             self.initial.setdefault("resource_version", editing.generation)
             self.initial.setdefault("uid", editing.uid)
+            self.initial.setdefault("base", json.dumps(editing.document))
             del self.fields["team"]
             for immutable in ("name", "gpu_model", "node_type", "region", "preemptible"):
                 self.fields[immutable].disabled = True
@@ -264,6 +270,18 @@ class PoolForm(ScalingFields, AlertFields):
         if self.cleaned_data.get("uid"):
             document["metadata"]["uid"] = self.cleaned_data["uid"]
         return document
+
+    def merged_onto(self, pool: GpuNodePool, catalog: Catalog) -> tuple[dict[str, Any], list[Conflict]] | None:
+        """The pool's document as it is now with this form's changes since the version it was
+        opened at put on top (`pools.core.spec_merge`), and the values both changed; None when
+        the post carries no document of that version that reads as a pool's (a script's post,
+        a tampered page): then there is nothing to tell the lead's changes by."""
+        try:
+            base = json.loads(self.cleaned_data.get("base") or "null")
+            parse_document(base, catalog)
+        except (ValueError, RecursionError, ValidationError):
+            return None
+        return merge3(base, self.to_document(base=base), pool.document)
 
     def add_spec_errors(self, error: ValidationError) -> None:
         """Show each spec error beside its field (or its row section)."""

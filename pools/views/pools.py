@@ -5,6 +5,8 @@ Pool pages: list, detail (with its charts fragment), create, edit, import, expor
 
 from __future__ import annotations
 
+import copy
+import json
 from datetime import timedelta
 
 from django.contrib import messages
@@ -151,16 +153,18 @@ def pool_edit(request, name: str):
         raise PermissionDenied("only the team's leads and platform admins can change this pool")
     initial, rows = PoolForm.initial_from(pool)
     form = PoolForm(request.POST or None, editing=pool, initial=initial, budget_hint=pool_form_budget_hint(pool=pool, now=timezone.now()))
+    outdated = ""
     if request.method == "POST":
         form.read_rows()
         if form.is_valid():
             ordered = set(pool.orders.values_list("pk", flat=True))
+            catalog = selectors.catalog_current()
             try:
-                services.pool_update(user=request.user, pool=pool, document=form.to_update(pool, selectors.catalog_current()))
+                services.pool_update(user=request.user, pool=pool, document=form.to_update(pool, catalog))
             except ValidationError as exc:
                 form.add_spec_errors(exc)
             except StaleVersion as exc:
-                _refuse_outdated(form, pool, exc)
+                form, outdated = _outdated(form, selectors.pool_get(user=request.user, name=name), exc, catalog)
             except ConflictError as exc:
                 form.add_error(None, str(exc))
             else:
@@ -169,17 +173,36 @@ def pool_edit(request, name: str):
                 return HttpResponseRedirect(reverse("pools:detail", args=[pool.name]))
     else:
         form.rows = rows
-    return htmx_render(request, "pools/pool_form.html", {"form": form, "editing": pool, "taint_effects": TAINT_EFFECTS}, status=400 if form.errors or any(form.row_errors.values()) else 200)
+    status = 409 if outdated else 400 if form.errors or any(form.row_errors.values()) else 200
+    context = {"form": form, "editing": pool, "outdated": outdated, "taint_effects": TAINT_EFFECTS}
+    return htmx_render(request, "pools/pool_form.html", context, status=status)
 
 
-def _refuse_outdated(form: PoolForm, pool, stale: StaleVersion) -> None:
-    """Another change landed while the form was open: say whose and what, keep what this lead
-    typed, and take the form to the current version, so that saving again is a choice made
-    knowing that change."""
+def _outdated(form: PoolForm, pool, stale: StaleVersion, catalog) -> tuple[PoolForm, str]:
+    """Another change landed while the form was open: nothing is saved, and the form comes back
+    as the pool is now with this lead's changes on top (`PoolForm.merged_onto`), saying whose
+    change it was and where both changed the same value, so that saving again keeps both. A
+    post without the document it was opened at keeps what it sent, moved to the current
+    version: saving it again is a choice made knowing that change."""
     changes = "; ".join(selectors.latest_spec_changes(pool=pool, count=min(stale.current - stale.read, 3))) or "its spec changed"
-    form.add_error(None, f"This pool was changed after you opened this form ({changes}). Nothing was saved: check your values against that change, then save again to keep them, or reload the page to start from the pool as it is now.")
-    form.data = form.data.copy()
-    form.data["resource_version"] = str(stale.current)
+    said = f"This pool was changed after you opened this form ({changes}). Nothing was saved"
+    merge = form.merged_onto(pool, catalog)
+    if merge is None:
+        form.data = form.data.copy()
+        form.data["resource_version"] = str(stale.current)
+        return form, f"{said}: check your values against that change, then save again to keep them, or reload the page to start from the pool as it is now."
+    document, conflicts = merge
+    shown = copy.copy(pool)
+    shown.document = document
+    initial, rows = PoolForm.initial_from(shown)
+    merged = PoolForm(editing=shown, initial={**initial, "base": json.dumps(pool.document)}, budget_hint=pool_form_budget_hint(pool=pool, now=timezone.now()))
+    merged.rows = rows
+    both = "".join(f" You and that change both set {c.path.removeprefix('spec.')}: yours ({_shown(c.mine)}) is shown, not {_shown(c.theirs)}." for c in conflicts)
+    return merged, f"{said}. The form now shows the pool as it is now with your changes on top: check it and save again.{both}"
+
+
+def _shown(value) -> str:
+    return "unset" if value is None else json.dumps(value)
 
 
 @login_required

@@ -6,6 +6,8 @@ one lead's save does not silently put back what another lead changed meanwhile (
 
 from __future__ import annotations
 
+import html
+
 import pytest
 import yaml
 
@@ -13,6 +15,7 @@ from pools.models import GpuNodePool
 from pools.services import pools as services
 from tests.conftest import make_document
 from tests.ebcloud.cli_helpers import live, one_error_line
+from tests.pools.test_pool_form_unchanged_save import _as_shown
 from tests.pools.test_views import FORM, db_state
 
 pytestmark = pytest.mark.django_db
@@ -90,16 +93,18 @@ def _edit_form(pool: GpuNodePool, **changes) -> dict:
     return form
 
 
-def test_the_edit_form_refuses_a_save_over_a_change_made_while_it_was_open(browser, actors, pool):
+def test_a_form_posted_without_its_opened_document_is_refused_over_a_change_and_kept_as_sent(browser, actors, pool):
+    """A post that lacks the document the page was opened at (a script's) cannot tell its own
+    changes from the stale values: it is refused, kept as sent, and moved to the current version."""
     client = browser("lead")
     page = client.get(f"/pools/{pool.name}/edit/").content.decode()
     assert 'name="resource_version" value="1"' in page
     services.pool_patch(user=actors["admin"], pool=pool, patch={"spec": {"nodeCount": {"max": 6}}})
     before = db_state()
     response = client.post(f"/pools/{pool.name}/edit/", _edit_form(pool, resource_version="1", system_image="ubuntu-24.04-cuda-12.4"))
-    assert response.status_code == 400
-    error = " ".join(response.context["form"].non_field_errors())
-    assert "admin: nodeCount.max 4 → 6" in error and "Nothing was saved" in error
+    assert response.status_code == 409
+    error = response.context["outdated"]
+    assert "admin: nodeCount.max 4 → 6" in error and "Nothing was saved" in error and error in html.unescape(response.content.decode())
     assert db_state() == before
     page = response.content.decode()
     assert 'name="resource_version" value="2"' in page and 'value="ubuntu-24.04-cuda-12.4"' in page
@@ -107,6 +112,50 @@ def test_the_edit_form_refuses_a_save_over_a_change_made_while_it_was_open(brows
     assert again.status_code == 302, again.context["form"].errors
     saved = GpuNodePool.objects.get(pk=pool.pk)
     assert saved.document["spec"]["systemImage"] == "ubuntu-24.04-cuda-12.4" and saved.max_nodes == 4  # a choice made knowing
+
+
+def _edit_page(client, pool) -> dict[str, list[str]]:
+    return _as_shown(client.get(f"/pools/{pool.name}/edit/").content.decode())
+
+
+def test_a_save_over_a_change_made_while_the_form_was_open_comes_back_merged_and_keeps_both(browser, actors, pool):
+    """Lead A opens the form; another lead lowers max meanwhile; A changes only the system image
+    and saves: refused, and the form comes back as the pool is now with A's change on top (as
+    `kubectl edit` does), so saving it again keeps both. Before, A's page still held the old
+    max, and saving it again put that back without a word."""
+    client = browser("lead")
+    posted = {**_edit_page(client, pool), "system_image": ["ubuntu-24.04-cuda-12.4"]}
+    services.pool_patch(user=actors["admin"], pool=pool, patch={"spec": {"nodeCount": {"max": 6}, "nodeLabels": {"rack": "r7"}}})
+    before = db_state()
+    response = client.post(f"/pools/{pool.name}/edit/", posted)
+    assert response.status_code == 409 and db_state() == before
+    assert "admin: nodeCount.max 4 → 6" in response.context["outdated"] and "your changes on top" in response.context["outdated"]
+    shown = _as_shown(response.content.decode())
+    assert shown["max_nodes"] == ["6"] and shown["system_image"] == ["ubuntu-24.04-cuda-12.4"] and shown["resource_version"] == ["2"]
+    assert "rack" in shown["nodelabel_key"]  # a row the other change added is there too
+    again = client.post(f"/pools/{pool.name}/edit/", shown)
+    assert again.status_code == 302, again.context["form"].errors
+    spec = GpuNodePool.objects.get(pk=pool.pk).document["spec"]
+    assert spec["systemImage"] == "ubuntu-24.04-cuda-12.4" and spec["nodeCount"]["max"] == 6 and spec["nodeLabels"]["rack"] == "r7"
+
+
+def test_a_value_both_changed_shows_the_leads_and_says_which_it_replaces(browser, actors, pool):
+    client = browser("lead")
+    posted = {**_edit_page(client, pool), "max_nodes": ["5"]}
+    services.pool_patch(user=actors["admin"], pool=pool, patch={"spec": {"nodeCount": {"max": 6}}})
+    response = client.post(f"/pools/{pool.name}/edit/", posted)
+    assert response.status_code == 409
+    assert "You and that change both set nodeCount.max: yours (5) is shown, not 6." in response.context["outdated"]
+    assert _as_shown(response.content.decode())["max_nodes"] == ["5"]
+
+
+@pytest.mark.parametrize("base", ["", "not json", "[1]", "{\"spec\": 3}", "[" * 100_000, '{"apiVersion": "x"}'])
+def test_a_tampered_opened_document_falls_back_to_keeping_what_was_sent(browser, actors, pool, base):
+    client = browser("lead")
+    posted = {**_edit_page(client, pool), "system_image": ["ubuntu-24.04-cuda-12.4"], "base": [base]}
+    services.pool_patch(user=actors["admin"], pool=pool, patch={"spec": {"nodeCount": {"max": 6}}})
+    response = client.post(f"/pools/{pool.name}/edit/", posted)
+    assert response.status_code == 409 and "check your values against that change" in response.context["outdated"]
 
 
 def test_a_form_posted_without_the_version_saves_as_before(browser, pool):
