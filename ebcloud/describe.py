@@ -17,6 +17,10 @@ from ebcloud.output import (
 )
 
 MAX_EVENTS = 20
+# What the server reads for these spec fields when a pool leaves them out (the API reference's
+# defaults; the server's own are pools.forms.SPEC_DEFAULTS): a pool that never set autoRepair
+# has auto-repair on, and describe says so rather than `<none>`.
+SPEC_DEFAULTS = {"leaseType": "monthly", "systemImage": "ubuntu-22.04-cuda-12.2", "autoRepair": True, "preemptible": False}
 
 
 def _zones_field(spec: dict) -> tuple[int, str, Any]:
@@ -35,6 +39,7 @@ def describe_pool(pool: dict, events: list[dict], *, now: datetime | None = None
         pool.get("status") or {},
     )
     count = spec.get("nodeCount") or {}
+    spec = {**SPEC_DEFAULTS, **spec}
     nodes = status.get("nodes") if isinstance(status.get("nodes"), dict) else None
     fields: list[tuple[int, str, Any]] = [
         (0, "Name", metadata.get("name")),

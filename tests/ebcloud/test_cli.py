@@ -18,7 +18,9 @@ import yaml
 from rest_framework.authtoken.models import Token
 
 from ebcloud import config as ebcloud_config
+from ebcloud.describe import SPEC_DEFAULTS
 from ebcloud.output import human_duration
+from pools.forms import SPEC_DEFAULTS as SERVER_DEFAULTS
 from pools.models import GpuNodePool, PoolOrder
 from pools.services import pools as services
 from pools.services.events import event_record
@@ -277,6 +279,20 @@ def test_describe_shows_spec_status_pending_reason_and_events(ebcloud, login_as,
     assert lines[events_at + 1].split() == ["Type", "Reason", "Age", "From", "Message"]
     reasons = [line.split()[1] for line in lines[events_at + 3 :]]
     assert reasons == ["PoolCreated", "QuotaValidated", "OrderRequested"]
+
+
+def test_describe_shows_what_the_server_reads_for_a_spec_field_left_out(ebcloud, login_as, actors):
+    """A pool made by the web form leaves its defaults out: describe said `Auto Repair: <none>`
+    of a pool whose auto-repair runs (found by a QA sweep). The CLI's defaults are the server's."""
+    assert SPEC_DEFAULTS == SERVER_DEFAULTS
+    document = make_document()
+    for key in ("leaseType", "systemImage", "autoRepair"):
+        del document["spec"][key]
+    services.pool_create(user=actors["lead"], document=document)
+    login_as("lead")
+    lines = ebcloud("node-pool", "describe", "train-pool-a").stdout.splitlines()
+    shown = {line.split(":")[0].strip(): line.split(":", 1)[1].strip() for line in lines if line.startswith("  ") and ":" in line}
+    assert (shown["Lease Type"], shown["System Image"], shown["Auto Repair"], shown["Preemptible"]) == ("monthly", "ubuntu-22.04-cuda-12.2", "true", "false")
 
 
 @live

@@ -146,6 +146,18 @@ def test_the_detail_page_shows_spec_orders_nodes_and_events(browser, algorithm_p
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize(("spec", "shown"), [({}, "on"), ({"autoRepair": False}, "off"), ({"autoRepairPolicy": {"requireApproval": True}}, "on, each repair after")])
+def test_auto_repair_left_out_of_the_spec_is_on_as_the_server_reads_it(browser, actors, spec, shown):
+    """The web form leaves a default out of the document: its pool page said "Auto-repair off"
+    of a pool whose repairs ran (found by a QA sweep)."""
+    document = make_document("defaults")
+    del document["spec"]["autoRepair"]
+    services.pool_create(user=actors["lead"], document={**document, "spec": {**document["spec"], **spec}})
+    html = browser("lead").get("/pools/defaults/").content.decode()
+    assert f"<dt>Auto-repair</dt><dd>{shown}" in html
+
+
+@pytest.mark.django_db
 def test_one_gpu_is_said_as_one_on_the_pool_and_order_pages(browser, actors):
     """A pool of one-GPU nodes (the demo's L40S and T4 pools): "GPU_1_CARD (1 GPU)", and its
     one-node order "1 (1 GPU)", never "1 GPUs"."""
