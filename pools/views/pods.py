@@ -80,6 +80,7 @@ def pod_list(request):
         "filter_form": form,
         "can_submit": bool(pod_services.teams_submitting_for(user=request.user)),
         "polling": any(p.phase == Pod.Phase.PENDING for p in pods),
+        "pool_teams_seen": _pool_teams_seen(request.user),
     }
     return htmx_render(request, "pools/pod_list.html", context, partial="pod-table")
 
@@ -107,9 +108,16 @@ def pod_detail(request, namespace: str, name: str):
         "yaml": dump_yaml(pod.document),
         "can_delete": roles.is_admin(request.user) or pod.team_id in roles.team_ids(request.user),
         "polling": pod.phase == Pod.Phase.PENDING,
+        "pool_teams_seen": _pool_teams_seen(request.user),
         **_budgets(pod),
     }
     return htmx_render(request, "pools/pod_detail.html", context, partial="pod-status")
+
+
+def _pool_teams_seen(user) -> frozenset[int] | None:
+    """The teams whose pool pages the user may open (None: every team's), so that a pod running
+    on a pool lent to its team names that pool without linking to a page that is a 404."""
+    return None if roles.sees_all_teams(user) else roles.team_ids(user)
 
 
 def _budgets(pod: Pod) -> dict:

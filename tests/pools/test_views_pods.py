@@ -280,3 +280,18 @@ def test_a_pool_without_nodes_says_in_words_that_there_is_nothing_to_chart(brows
     pool_services.pool_create(user=actors["lead"], document=make_document("empty-pool"))
     page = browser("lead").get("/pools/empty-pool/fragmentation/").content.decode()
     assert "No live nodes yet, so nothing to chart" in page and 'id="chart-allocation"' not in page
+
+
+def test_a_pod_on_a_pool_lent_to_its_team_names_the_pool_without_a_link_its_lead_cannot_open(browser, actors):
+    """The lender's pool page is a 404 to the borrowing team: the pod page and list linked to it
+    (found by a QA sweep). They name it; the lender's lead still gets the link."""
+    pool_with_nodes(actors["lead"], node_labels={"pool": "train"}, sharedWith=["inference"])
+    submit(actors["other_lead"], "borrowed", namespace="inference")
+    scheduler_pass(now=T0)
+    assert Pod.objects.get(name="borrowed").phase == Pod.Phase.RUNNING
+    borrower = browser("other_lead")
+    page, listing = (borrower.get(url).content.decode() for url in ("/pods/inference/borrowed/", "/pods/"))
+    assert "in pool train-pool-a (lent to your team)" in page and "/pools/train-pool-a/" not in page + listing
+    assert "train-pool-a-" in listing  # the node is named
+    assert borrower.get("/pools/train-pool-a/").status_code == 404
+    assert 'href="/pools/train-pool-a/"' in browser("admin").get("/pods/inference/borrowed/").content.decode()
