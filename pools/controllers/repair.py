@@ -236,8 +236,9 @@ def _start(pool: GpuNodePool, spec, node: Node, decision, cluster, now: datetime
     before, detail = node_state(node), {"repair": decision.action, "gpu": decision.gpu_index, "reason": decision.reason}  # audit: actor None = the system
     if decision.action == REPLACE:
         p = ReconcilePass(pool=pool, spec=spec, now=now, cloud=get_cloud_provider(), cluster=cluster)
+        after = "released and replaced" if node.billing != Node.Billing.ON_DEMAND else "released (an on-demand node holds no lease to refill: the autoscaler adds a node if its pods need one)"
         drain_start(p, node, reason=REPAIR_RELEASE, event_reason="RepairStarted", type=WARNING,
-                    message=f"Repair started: {what} — {decision.message or decision.reason}; the node is drained, released and replaced")  # fmt: skip
+                    message=f"Repair started: {what} — {decision.message or decision.reason}; the node is drained, {after}")  # fmt: skip
         audit_node_change(actor=None, action="repair.started", node=node, before=before, **detail)
         return
     # One transaction: a worker killed between these writes must not leave a node Repairing
