@@ -188,8 +188,6 @@ def release(p: ReconcilePass, node: Node) -> None:
             phase=Node.Phase.TERMINATED, terminated_at=p.now, unschedulable=True, step="", step_due_at=None
         )
         if done:
-            if node.release_reason == rules.REPAIRED and node.billing == Node.Billing.ON_DEMAND:  # no successor comes to end it (repair_outcome)
-                billed = "; its repair ends here: burst capacity is not replaced, the autoscaler orders a node when pods need one"
             p.event("NodeReleased", f"Node {node.name} released ({node.release_reason or 'released'}){billed}", node=node)
             credential_revoke_for_node(node, reason="NodeTerminated", now=p.now)  # the machine may live on elsewhere
 

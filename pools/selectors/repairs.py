@@ -152,7 +152,9 @@ def repair_outcomes(*, user, pool: GpuNodePool | None = None, now: datetime | No
     is listed, with `refill_note` saying why no replacement comes (`refill_refused`)."""
     now = now or timezone.now()
     released = Q(reason="NodeReleased", node__release_reason=REPAIR_RELEASE, node__successor__isnull=True)
-    events = PoolEvent.objects.for_user(user).filter(
+    # A drain cordons its node too (a scale-down, a lease end): only a repair's cordon is listed.
+    drained = Q(reason="NodeCordoned") & ~Q(node__release_reason__in=("", REPAIR_RELEASE))
+    events = PoolEvent.objects.for_user(user).exclude(drained).filter(
         Q(reason__in=OUTCOME_REASONS) | released, last_timestamp__gt=now - OUTCOME_WINDOW, node__isnull=False, pool__deleted_at__isnull=True
     )
     if pool is not None:

@@ -173,3 +173,15 @@ def test_a_replacement_is_over_once_its_successor_was_ready_whatever_the_success
     Node.objects.filter(pk=successor.pk).update(phase=Node.Phase.TERMINATED)
     page = browser("admin").get(reverse("repairs")).content.decode()
     assert "No repair in progress." in page
+
+
+def test_a_drain_s_cordon_is_not_listed_among_the_repairs(actors, browser, waiting):
+    """A scale-down drain cordons its node with `NodeCordoned` too: the fleet's repairs page
+    listed every burst node the autoscaler removed above the real repairs (found by a QA sweep)."""
+    pool, cordoned = waiting
+    drained = pool.nodes.exclude(pk=cordoned.pk).order_by("name").first()
+    Node.objects.filter(pk=drained.pk).update(release_reason="ScaledIn", phase="Draining")
+    PoolEvent.objects.create(pool=pool, node=drained, reason="NodeCordoned", message=f"Node {drained.name} cordoned: no new pods are scheduled on it")
+    page = browser("admin").get(reverse("repairs")).content.decode()
+    assert f"Node {cordoned.name} cordoned while its GPU fault waits for repair" in page
+    assert f"Node {drained.name} cordoned" not in page
