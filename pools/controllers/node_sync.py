@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from django.conf import settings
 from django.db import transaction
@@ -56,7 +56,9 @@ from pools.core.node_labels import (
     CORDONED_PHASES,
     REGISTERED_PHASES,
     ClusterNodeState,
+    ObservedNodes,
     cluster_fault,
+    judged,
     node_fix,
     taint_dict,
 )
@@ -78,31 +80,24 @@ def wanted_taints(p: ReconcilePass) -> list[dict[str, str]]:
     return [taint_dict(t.key, t.value, t.effect) for t in p.spec.node_taints]
 
 
-class Unread(Mapping[str, ClusterNodeState]):
-    """The cluster's nodes when they could not be read this pass: none is known, so no drift is
-    seen (`lifecycle_rules.steps_needed`), and `nodes_sync` waits a pass rather than asking again
-    for each pool: an API server that hangs costs one timeout per pass, not one per pool."""
+class Unread(ObservedNodes):
+    """The cluster's nodes when they could not be read this pass: none is known or judged, so no
+    drift or fault is seen (`lifecycle_rules.steps_needed`), and `nodes_sync` waits a pass
+    rather than asking again for each pool: an API server that hangs costs one timeout per
+    pass, not one per pool."""
 
     def __init__(self, why: str):
+        super().__init__()
         self.why = why
 
-    def __getitem__(self, name: str) -> ClusterNodeState:
-        raise KeyError(name)
 
-    def __iter__(self) -> Iterator[str]:
-        return iter(())
-
-    def __len__(self) -> int:
-        return 0
-
-
-def observe(cluster: ClusterBackend, names: Sequence[str]) -> Mapping[str, ClusterNodeState]:
+def observe(cluster: ClusterBackend, names: Sequence[str]) -> ObservedNodes:
     """The cluster's view of these nodes in one read; `Unread` when the cluster cannot be read
     now (the pass goes on: drift waits a pass)."""
     if not names:
-        return {}
+        return ObservedNodes()
     try:
-        return cluster.nodes_state(names=names)
+        return ObservedNodes(cluster.nodes_state(names=names), names)
     except ProviderError as exc:
         logger.warning("reading the cluster's nodes failed (%s); drift is checked next pass", exc.message)
         return Unread(exc.message)
@@ -171,6 +166,8 @@ def faults_record(p: ReconcilePass, nodes: Sequence[Node], observed: Mapping[str
     row is what the autoscaler, Diagnose and the extender read its readiness from. Each change
     is one conditional UPDATE, so two passes write one event."""
     for node in nodes:
+        if not judged(observed, node.name):  # registered after the pass read the cluster
+            continue
         fault = cluster_fault(observed.get(node.name), name=node.name, gpu_count=node.gpu_count)
         if fault == node.cluster_fault:
             continue

@@ -180,7 +180,7 @@ def _step_done(p: ReconcilePass, node: Node, *, prewarmed: bool) -> bool:
 def _register(p: ReconcilePass, node: Node, *, prewarmed: bool) -> bool:
     labels, taints = node_sync.wanted_labels(p, node), node_sync.wanted_taints(p)
     try:
-        p.cluster.register_node(name=node.name, now=p.now)
+        p.cluster.register_node(name=node.name, now=p.now, gpus=node.gpu_count)
         p.cluster.node_apply(name=node.name, labels=labels, taints=taints, applied_taints=node.taints or ())
     except ClusterRefused as exc:  # the API server's fault, not the machine's: retried, the machine kept
         _failed(p, node, reason=exc.reason, summary=f"{exc.reason}: {exc.message}", machine=False)

@@ -18,6 +18,7 @@ from pools.core.node_labels import (
     ClusterNodeState,
     cluster_fault,
     drifted,
+    judged,
 )
 
 # Provisioning steps, in order (seed G1: initialise OS -> install driver -> join -> Ready).
@@ -488,7 +489,8 @@ def _drifted(nodes: Sequence[NodeRow], observed: Mapping[str, ClusterNodeState] 
     compared once, not once per node (a pass reads 20,000 nodes, issue 23)."""
     compared: set[tuple] = set()
     for n in nodes if observed is not None else ():
-        if cluster_fault(state := observed.get(n.name), name=n.name, gpu_count=n.gpu_count) != n.cluster_fault:
+        state = observed.get(n.name)
+        if judged(observed, n.name) and cluster_fault(state, name=n.name, gpu_count=n.gpu_count) != n.cluster_fault:
             return True
         if state is None:
             continue

@@ -61,18 +61,36 @@ class ClusterNodeState:
     gpus_allocatable: int | None = None
 
 
+class ObservedNodes(dict):
+    """One read of the cluster's nodes: their states by name, and the names the read asked for
+    (`asked`). A name asked for and absent is a Node the cluster does not have; a name not asked
+    for (a node registered after the read, every node of a read that failed) is not judged."""
+
+    def __init__(self, states: Mapping[str, ClusterNodeState] | None = None, asked: Iterable[str] = ()):
+        super().__init__(states or {})
+        self.asked = frozenset(asked)
+
+
+def judged(observed: Mapping[str, ClusterNodeState], name: str) -> bool:
+    """Whether `observed` says anything of node `name`: its read asked for it (`ObservedNodes`),
+    or, for a plain mapping, it holds it."""
+    return name in (observed.asked if isinstance(observed, ObservedNodes) else observed)
+
+
 def cluster_fault(observed: ClusterNodeState | None, *, name: str, gpu_count: int) -> str:
     """Why the cluster runs no pod (no GPU pod) on a registered node now, "" when it does: its
     Node is gone (deleted; a kubelet registers it again only when it restarts), not Ready, or
-    offers fewer GPUs than the machine has. kube-scheduler places nothing there then, so
-    neither the autoscaler nor Diagnose may count the node's room: it is read as not Ready, as
-    Cluster Autoscaler reads a GPU node whose GPUs are not allocatable."""
+    offers none of its GPUs. kube-scheduler places nothing there then, so neither the
+    autoscaler nor Diagnose may count the node's room: it is read as not Ready, as Cluster
+    Autoscaler reads a GPU node with no GPU allocatable. A node offering some of its GPUs (the
+    device plugin withdraws one it finds unhealthy) still takes pods: the repair of that GPU is
+    the node agent's Xid report's to start."""
     if observed is None:
         return f"the cluster has no Node {name!r} (deleted?); its kubelet registers it again when it restarts"
     if observed.ready not in (None, "True"):
         return f"its Node is not Ready (Ready={observed.ready})"
-    if observed.gpus_allocatable is not None and observed.gpus_allocatable < gpu_count:
-        return f"its Node offers {observed.gpus_allocatable} of its {gpu_count} GPUs (nvidia.com/gpu allocatable): the GPU device plugin does not serve the others"
+    if observed.gpus_allocatable == 0 and gpu_count:
+        return f"its Node offers none of its {gpu_count} GPUs (nvidia.com/gpu allocatable 0): its GPU device plugin serves none"
     return ""
 
 

@@ -220,7 +220,12 @@ class CloudProvider(Protocol):
 
 @runtime_checkable
 class ClusterBackend(Protocol):
-    def register_node(self, *, name: str, now: datetime) -> None: ...
+    def register_node(self, *, name: str, now: datetime, gpus: int = 0) -> None:
+        """The node has joined the cluster and takes pods: Ready, offering GPUs if it has
+        `gpus` (a GPU node's device plugin starts after its kubelet); else `ProviderError`, and
+        the node stays provisioning (counted as upcoming, as Cluster Autoscaler counts a node
+        whose GPUs are not allocatable yet)."""
+        ...
 
     def node_apply(self, *, name: str, labels: Mapping[str, str], taints: Sequence[Mapping[str, str]], applied_taints: Sequence[Mapping[str, str]] = ()) -> None:
         """Make the node carry the pool's labels and taints: the whole wanted set each time (what

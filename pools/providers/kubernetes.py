@@ -113,7 +113,7 @@ class KubernetesCluster:
         self.core = client.CoreV1Api(api or api_client())
         self._listed: dict[str, dict] = {}  # the Nodes of the last `nodes_state`, as JSON
 
-    def register_node(self, *, name: str, now: datetime) -> None:
+    def register_node(self, *, name: str, now: datetime, gpus: int = 0) -> None:
         try:
             node = self.core.read_node(name, _request_timeout=request_timeout())
         except CLUSTER_UNREACHABLE as exc:
@@ -123,6 +123,8 @@ class KubernetesCluster:
         ready = next((c.status for c in node.status.conditions or () if c.type == "Ready"), "Unknown")
         if ready != "True":
             raise NodeNotRegistered(f"node {name} registered but is not Ready (Ready={ready})")
+        if gpus and not _gpus_allocatable(node.status.allocatable):
+            raise NodeNotRegistered(f"node {name} is Ready but offers no GPU yet (nvidia.com/gpu allocatable): its GPU device plugin has not started")
         if not _shares_advertised(node.status.capacity, node.status.allocatable):
             self.advertise_gpu_shares(name=name, status={"capacity": node.status.capacity, "allocatable": node.status.allocatable})
 

@@ -31,7 +31,7 @@ from pools.services.pod_placements import placements_end_of
 class SimulatedCluster:
     """`ClusterBackend` over the database: registered nodes and the pods bound to them."""
 
-    def register_node(self, *, name: str, now: datetime) -> None:
+    def register_node(self, *, name: str, now: datetime, gpus: int = 0) -> None:
         SimClusterNode.objects.get_or_create(name=name, defaults={"registered_at": now})
 
     def node_apply(self, *, name: str, labels: Mapping[str, str], taints: Sequence[Mapping[str, str]], applied_taints: Sequence[Mapping[str, str]] = ()) -> None:

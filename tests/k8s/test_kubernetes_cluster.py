@@ -53,13 +53,28 @@ def test_a_node_counts_as_registered_only_once_its_kubelet_has_joined(cluster, k
     with pytest.raises(NodeNotRegistered, match="has not registered"):
         cluster.register_node(name=name, now=NOW)
     kubelet.join(name=name, cpu_milli=64_000, memory_mib=524_288, gpus=4, now=NOW)
-    cluster.register_node(name=name, now=NOW)
+    cluster.register_node(name=name, now=NOW, gpus=4)
     assert core.read_node(name).status.allocatable["nvidia.com/gpu"] == "4"
     cluster.remove_node(name=name)
     cluster.remove_node(name=name)  # already gone: nothing to do
     with pytest.raises(ApiException) as gone:
         core.read_node(name)
     assert gone.value.status == 404
+
+
+def test_a_gpu_node_joins_only_once_its_device_plugin_offers_gpus(cluster, kubelet, unique, core):
+    """A real kubelet is Ready tens of seconds before the NVIDIA device plugin registers its
+    GPUs: a node taken as joined then was reported as taking no pods, and, no longer counted
+    as upcoming, could make the autoscaler buy another (found by review)."""
+    name = f"plugin-{unique}"
+    kubelet.join(name=name, cpu_milli=64_000, memory_mib=524_288, gpus=4, now=NOW)
+    core.patch_node_status(name, {"status": {"allocatable": {"nvidia.com/gpu": "0"}, "capacity": {"nvidia.com/gpu": "0"}}})
+    with pytest.raises(NodeNotRegistered, match="offers no GPU yet"):
+        cluster.register_node(name=name, now=NOW, gpus=4)
+    cluster.register_node(name=name, now=NOW)  # a node without GPUs needs none
+    core.patch_node_status(name, {"status": {"allocatable": {"nvidia.com/gpu": "4"}, "capacity": {"nvidia.com/gpu": "4"}}})
+    cluster.register_node(name=name, now=NOW, gpus=4)
+    cluster.remove_node(name=name)
 
 
 def test_labels_and_taints_are_ours_by_server_side_apply_and_what_others_set_survives(cluster, control_plane, node):

@@ -1,6 +1,6 @@
 """A node the rows call Ready but the cluster runs no pod on, read from a real kube-apiserver:
 its Node deleted (`kubectl delete node`), its kubelet reporting NotReady, or its GPU device
-plugin serving fewer GPUs than the machine has. kube-scheduler places nothing there, so the
+plugin serving none of its GPUs. kube-scheduler places nothing there, so the
 node's room must not count: the row records why (`cluster_fault`), the scheduling core reads it
 as not Ready, and one event says when it starts and when it ends (design §1: the cluster's
 state is level-triggered, every change is an event)."""
@@ -8,6 +8,7 @@ state is level-triggered, every change is an event)."""
 from __future__ import annotations
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from pools.controllers import lifecycle
 from pools.models import Node, PoolEvent
@@ -22,9 +23,23 @@ def events(reason):
     return list(PoolEvent.objects.filter(reason=reason).order_by("id").values_list("node__name", "message"))
 
 
-def test_a_deleted_node_a_not_ready_one_and_one_without_its_gpus_take_nothing_until_they_are_back(on_kubernetes, actors, kube, core, unique):
+@pytest.fixture
+def cleanup(core):
+    """Nodes to delete after the test: a Ready GPU Node left behind would take other tests' pods."""
+    names: list[str] = []
+    yield names
+    for name in names:
+        try:
+            core.delete_node(name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+def test_a_deleted_node_a_not_ready_one_and_one_without_its_gpus_take_nothing_until_they_are_back(on_kubernetes, actors, kube, core, unique, cleanup):
     pool = pool_on_cluster(actors, kube, f"faults-{unique}", nodes=4)
     gone, silent, short, fine = names = sorted(Node.objects.filter(pool=pool).values_list("name", flat=True))
+    cleanup.extend(names)
     lifecycle.reconcile_all(now=T0)
     assert not Node.objects.exclude(cluster_fault="").exists() and not events("NodeUnavailable")
 
@@ -36,7 +51,7 @@ def test_a_deleted_node_a_not_ready_one_and_one_without_its_gpus_take_nothing_un
     assert faults == {
         gone: f"the cluster has no Node '{gone}' (deleted?); its kubelet registers it again when it restarts",
         silent: "its Node is not Ready (Ready=Unknown)",
-        short: "its Node offers 0 of its 8 GPUs (nvidia.com/gpu allocatable): the GPU device plugin does not serve the others",
+        short: "its Node offers none of its 8 GPUs (nvidia.com/gpu allocatable 0): its GPU device plugin serves none",
         fine: "",
     }
     assert [name for name, _ in events("NodeUnavailable")] == [gone, silent, short]

@@ -54,7 +54,7 @@ def team_namespace(core, unique):
     return make
 
 
-def pod(name: str, *, selector=None, pool_affinity=None, node_name=None) -> dict:
+def pod(name: str, *, selector=None, pool_affinity=None, node_name=None, scheduler=None) -> dict:
     spec = {
         "containers": [{"name": "main", "image": "registry.example/train:1", "resources": {"limits": {"nvidia.com/gpu": "8"}}}],
         "tolerations": [{"key": "pool", "operator": "Equal", "value": "train", "effect": "NoSchedule"}],
@@ -63,6 +63,8 @@ def pod(name: str, *, selector=None, pool_affinity=None, node_name=None) -> dict
         spec["nodeSelector"] = selector
     if node_name:
         spec["nodeName"] = node_name
+    if scheduler:  # one kube-scheduler does not serve: the pod waits for a Binding
+        spec["schedulerName"] = scheduler
     if pool_affinity:
         spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchExpressions": [{"key": "pool", "operator": "In", "values": [pool_affinity]}]}]}}}  # fmt: skip
@@ -116,6 +118,9 @@ def test_a_pod_created_on_a_node_of_another_teams_pool_by_name_is_refused_until_
     wait_for(lambda: admitted(core, inference, direct) is None, what="the shared pool to admit the borrower's pod")
 
 
+SECOND = "second-scheduler"  # a scheduler our extender does not advise
+
+
 def bound(core, namespace: str, pod_name: str, node: str, *, dry_run: bool = True) -> str | None:
     """None if the API server binds the pod to the node (as a scheduler does), else its refusal."""
     body = client.V1Binding(metadata=client.V1ObjectMeta(name=pod_name), target=client.V1ObjectReference(kind="Node", name=node))
@@ -135,7 +140,7 @@ def test_a_second_scheduler_cannot_bind_a_pod_to_another_teams_pool_node(actors,
     inference, algorithm = team_namespace("inference"), team_namespace("algorithm")
     admission_policy_sync(policies)
     for namespace in (inference, algorithm):
-        core.create_namespaced_pod(namespace, pod("waiting"))  # selects no pool: admitted, unbound
+        core.create_namespaced_pod(namespace, pod("waiting", scheduler=SECOND))  # selects no pool: admitted, unbound
     message = wait_for(lambda: bound(core, inference, "waiting", "train-pool-a-1"), what="the policy to take effect")
     assert node_refusal("inference", "train-pool-a-1") in message
     older = client.V1Binding(metadata=client.V1ObjectMeta(name="waiting"), target=client.V1ObjectReference(kind="Node", name="train-pool-a-1"))
@@ -198,6 +203,6 @@ def test_the_api_server_takes_the_policy_for_a_thousand_pools(core, policies, te
     assert node_refusal("team-3", "pool-999-3") in admitted(core, namespace, pod("named", node_name="pool-999-3"))
     assert node_refusal("team-3", f"{'n' * 50}-02499") in admitted(core, namespace, pod("big", node_name=f"{'n' * 50}-02499"))
     assert admitted(core, namespace, pod("lent", node_name="pool-2-0")) is None
-    core.create_namespaced_pod(namespace, pod("waiting"))
+    core.create_namespaced_pod(namespace, pod("waiting", scheduler=SECOND))
     assert node_refusal("team-3", f"{'n' * 50}-02499") in bound(core, namespace, "waiting", f"{'n' * 50}-02499")
     assert bound(core, namespace, "waiting", "pool-2-0") is None
