@@ -201,6 +201,9 @@ def test_room_only_on_a_node_the_cluster_runs_no_pod_on_names_that_node_and_why(
     assert f"runs no pod on (b: {gone})" in c.cause and c.action.startswith("Bring the Node back")
     both = healthy(nodes=(node("a", allocated=2), node("b", allocated=0, cluster_fault=gone)), pending_pods=(pod("algorithm/y", age=30 * M, gpus=4),))
     assert "scheduler plugin" in check(both, "pods-pending").cause  # a node that takes pods has the room too
+    full = healthy(nodes=(node("a", cluster_fault="its Node is not Ready (Ready=Unknown)"), node("b", allocated=0, cluster_fault=gone)),
+                   pending_pods=(pod("algorithm/y", age=30 * M, gpus=4),))  # fmt: skip
+    assert f"(b: {gone})" in check(full, "pods-pending").cause  # the node with the room, not the first faulted one (review)
 
 
 def test_a_full_pool_at_max_or_without_burst_says_so():

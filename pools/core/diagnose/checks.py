@@ -208,16 +208,19 @@ def _on_the_way(s: PoolSnapshot) -> tuple[OrderInfo | None, int]:
 def _pending_category(s: PoolSnapshot, pod: PendingPod) -> str:
     if pod.blocker != FITS:
         return pod.blocker
-    live = s.live_nodes()
-    if roomy := [n for n in live if n.phase == "Ready" and n.gpu_count - n.allocated_gpus >= pod.gpus]:
+    if roomy := _roomy(s, pod):
         return SKEW if any(not n.cluster_fault for n in roomy) else UNAVAILABLE
     if any(_on_the_way(s)):
         return ON_THE_WAY
-    if len(live) >= s.max_nodes or s.at_burst_limit():
+    if len(s.live_nodes()) >= s.max_nodes or s.at_burst_limit():
         return AT_MAX
     if s.scaling is None or not s.burst_enabled:
         return NO_BURST
     return WAITING
+
+
+def _roomy(s: PoolSnapshot, pod: PendingPod) -> list[NodeInfo]:
+    return [n for n in s.live_nodes() if n.phase == "Ready" and n.gpu_count - n.allocated_gpus >= pod.gpus]
 
 
 def _pending_advice(s: PoolSnapshot, category: str, pod: PendingPod) -> tuple[str, str]:
@@ -239,7 +242,7 @@ def _category_advice(s: PoolSnapshot, category: str, pod: PendingPod) -> tuple[s
     taints, missing = ", ".join(s.taints) or "none", ", ".join(b.taint for b in pod.blockers if b.kind == TAINT)
     order, starting = _on_the_way(s)
     models = ", ".join(pod.gpu_models) or "other models"
-    unavailable = next((f"{n.name}: {n.cluster_fault}" for n in s.live_nodes() if n.cluster_fault), "")
+    unavailable = next((f"{n.name}: {n.cluster_fault}" for n in _roomy(s, pod) if n.cluster_fault), "")
     return {
         INVALID_SPEC: (f"The scheduler cannot read {pod.key}: an earlier release stored it with a field the scheduler refuses ({pod.reason}), so no node is tried for it.",
                        f"Delete {pod.key} and create it again from its manifest (`ebcloud pod get {pod.key} -o yaml` shows what was stored)."),
@@ -531,15 +534,8 @@ def check_preemptible_work(s: PoolSnapshot, now: datetime) -> Check:
 
 
 CHECKS: tuple[Callable[[PoolSnapshot, datetime], Check], ...] = (
-    check_scale_up,
-    check_pending,
-    check_gpu_errors,
-    check_utilisation,
-    check_cross_zone,
-    check_idle_nodes,
-    check_whole_node_burst,
-    check_preemptible_work,
-)
+    check_scale_up, check_pending, check_gpu_errors, check_utilisation, check_cross_zone, check_idle_nodes, check_whole_node_burst, check_preemptible_work,
+)  # fmt: skip
 
 
 def diagnose(snapshot: PoolSnapshot, now: datetime) -> list[Check]:

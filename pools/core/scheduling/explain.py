@@ -324,6 +324,6 @@ def _node_problem_hints(members: Sequence[NodeState]) -> list[str]:
     if cordoned := [n for n in members if n.unschedulable]:
         hints.append(f"{_pools(cordoned)}: {plural(len(cordoned), 'node')} cordoned. Uncordon them or wait for the drain or repair to finish.")
     if not_ready := [n for n in members if not n.ready]:
-        hints.append(f"{_pools(not_ready)}: {plural(len(not_ready), 'node')} not Ready. Wait for them to become Ready "
-                     "or let auto-repair replace them; do not tolerate not-ready.")  # fmt: skip
+        hints.append(f"{_pools(not_ready)}: {plural(len(not_ready), 'node')} not Ready. Their events say why (the node agent silent, "
+                     "the Node deleted or not Ready in the cluster, no GPU served); wait for them to become Ready, do not tolerate not-ready.")  # fmt: skip
     return hints
