@@ -67,8 +67,7 @@ def pool_create(*, user, document: Any, team_slug: str = "", now: datetime | Non
     quote = _quote(spec, refs, nodes=spec.min_nodes, now=now) if spec.min_nodes else None
     try:
         with transaction.atomic():
-            if spec.min_nodes:
-                _check_quota(spec=spec, refs=refs, team=team, requested_gpus=spec.min_nodes * refs.node_type.gpu_count)
+            room = _check_quota(spec=spec, refs=refs, team=team, requested_gpus=spec.min_nodes * refs.node_type.gpu_count) if spec.min_nodes else ""
             pool = GpuNodePool.objects.create(
                 name=spec.name,
                 team=team,
@@ -80,7 +79,7 @@ def pool_create(*, user, document: Any, team_slug: str = "", now: datetime | Non
             )
             event_record(pool=pool, reason="PoolCreated", message=f"Pool created by {user.get_username()} for team {team.slug}", actor=user, now=now)
             if quote is not None:
-                _order_request(pool=pool, kind=PoolOrder.Kind.CREATE, nodes=spec.min_nodes, spec=spec, refs=refs, quote=quote, user=user, now=now)
+                _order_request(pool=pool, kind=PoolOrder.Kind.CREATE, nodes=spec.min_nodes, spec=spec, refs=refs, quote=quote, room=room, user=user, now=now)
             else:
                 _set_status(pool, phase=GpuNodePool.Phase.READY, pending_reason="")
             audit_record(actor=user, action="pool.create", obj=pool, after=document)
@@ -142,8 +141,7 @@ def pool_update(*, user, pool: GpuNodePool, document: Any, now: datetime | None 
         if grow and quote is None:  # an order was withdrawn meanwhile: nothing was priced for it
             raise ConflictError(f"pool {pool.name!r} changed while this update was being made; send it again")
         quote = replace(quote, nodes=grow) if grow else None
-        if grow:
-            _check_quota(spec=spec, refs=refs, team=locked.team, requested_gpus=grow * refs.node_type.gpu_count)
+        room = _check_quota(spec=spec, refs=refs, team=locked.team, requested_gpus=grow * refs.node_type.gpu_count) if grow else ""
         before = locked.document
         if before != document:
             for key, value in _columns(spec, refs).items():
@@ -161,7 +159,7 @@ def pool_update(*, user, pool: GpuNodePool, document: Any, now: datetime | None 
             pool_status_refresh(pool=locked, user=user, now=now)
         if quote is not None:
             kind = PoolOrder.Kind.CREATE if ordered == 0 and not locked.orders.exists() else PoolOrder.Kind.GROW
-            _order_request(pool=locked, kind=kind, nodes=grow, spec=spec, refs=refs, quote=quote, user=user, now=now)
+            _order_request(pool=locked, kind=kind, nodes=grow, spec=spec, refs=refs, quote=quote, room=room, user=user, now=now)
     return locked
 
 
@@ -389,7 +387,7 @@ def _decide(*, order: PoolOrder, status: str, user, reason: str, now: datetime) 
     audit_record(actor=user, action=f"order.{status.lower()}", obj=order, before=before, after={"status": status, "reason": reason})
 
 
-def _order_request(*, pool: GpuNodePool, kind: str, nodes: int, spec: PoolSpec, refs: _Refs, quote, user, now: datetime) -> PoolOrder:
+def _order_request(*, pool: GpuNodePool, kind: str, nodes: int, spec: PoolSpec, refs: _Refs, quote, room: str, user, now: datetime) -> PoolOrder:
     order = PoolOrder.objects.create(
         pool=pool,
         kind=kind,
@@ -404,7 +402,7 @@ def _order_request(*, pool: GpuNodePool, kind: str, nodes: int, spec: PoolSpec, 
         requested_by=user,
         created_at=now,
     )
-    event_record(pool=pool, reason="QuotaValidated", message=f"Quota allows {order.gpus} more {spec.gpu_model} GPU(s) in {refs.zone.region}", actor=user, now=now)
+    event_record(pool=pool, reason="QuotaValidated", message=f"Quota allows this order's {order.gpus} {spec.gpu_model} GPU(s): {room} in use or requested with it", actor=user, now=now)
     event_record(
         pool=pool,
         reason="OrderRequested",
@@ -454,9 +452,10 @@ def _quote(spec: PoolSpec, refs: _Refs, *, nodes: int, now: datetime):
     )
 
 
-def _check_quota(*, spec: PoolSpec, refs: _Refs, team: Team, requested_gpus: int, exclude_order_id: int | None = None) -> None:
-    """Refuse when the request would pass a quota, naming region, model, requested, in use, limit (T1)."""
-    region = refs.zone.region
+def _check_quota(*, spec: PoolSpec, refs: _Refs, team: Team, requested_gpus: int, exclude_order_id: int | None = None) -> str:
+    """Refuse when the request would pass a quota, naming region, model, requested, in use, limit
+    (T1); else say how much of each quota it leaves used (`cn-east-2 A100_80G 16 of 48 GPU(s)`)."""
+    region, room = refs.zone.region, []
     limits = quota_limits_lock(region=region, gpu_model_id=refs.gpu_model.pk, team_id=team.pk)
     if not any(q.team_id is None for q in limits):
         raise QuotaExceeded(
@@ -465,12 +464,14 @@ def _check_quota(*, spec: PoolSpec, refs: _Refs, team: Team, requested_gpus: int
         )
     for quota in limits:
         in_use = quota_usage(region=region, gpu_model_id=refs.gpu_model.pk, team_id=quota.team_id, exclude_order_id=exclude_order_id)
+        scope = f" for team {team.slug}" if quota.team_id else ""
+        room.append(f"{region} {spec.gpu_model}{scope} {in_use + requested_gpus} of {quota.limit_gpus} GPU(s)")
         if in_use + requested_gpus > quota.limit_gpus:
-            scope = f" for team {team.slug}" if quota.team_id else ""
             raise QuotaExceeded(
                 f"QuotaExceeded: {region} {spec.gpu_model}{scope} requested {requested_gpus}, in use {in_use}, limit {quota.limit_gpus}",
                 field="spec.nodeCount.min",
             )
+    return "; ".join(room)
 
 
 def quota_limits_lock(*, region: str, gpu_model_id: int, team_id: int) -> list[Quota]:

@@ -25,6 +25,8 @@ def test_creating_the_articles_pool_orders_its_baseline_with_a_quote(actors, tra
     assert "OrderPending" in pool.pending_reason and f"#{order.pk}" in pool.pending_reason
     reasons = list(pool.events.order_by("id").values_list("reason", flat=True))
     assert reasons == ["PoolCreated", "QuotaValidated", "OrderRequested"]
+    # How much of the quota the order leaves used, not its own size read as headroom (QA sweep).
+    assert pool.events.get(reason="QuotaValidated").message == "Quota allows this order's 16 A100_80G GPU(s): cn-east-2 A100_80G 16 of 48 GPU(s) in use or requested with it"
 
 
 def test_a_yearly_lease_is_quoted_for_twelve_months_with_its_discount(actors, train_document):
