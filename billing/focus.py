@@ -94,7 +94,7 @@ _FEE_SERVICE = {
     "registry": ("Developer Tools", "Other (Developer Tools)", "Image Registry"),
 }
 _UNIT_PRICE = Decimal("1e-10")
-_QUANTITY = Decimal("1e-6")
+_QUANTITY = Decimal("1e-10")  # so that unit price × quantity gives the cost to the cent at any price
 
 FocusRow = dict[str, object]
 

@@ -109,7 +109,7 @@ def test_a_lease_is_one_purchase_of_its_months_and_a_part_month_is_pro_rata():
     (row,) = purchase_rows(le, ACCOUNT)
     assert row["BilledCost"] == row["ListCost"] == row["ContractedCost"] == D("38000.00")
     assert (row["ChargePeriodStart"], row["ChargePeriodEnd"]) == (H0, datetime(2025, 2, 11, tzinfo=UTC))
-    assert row["PricingQuantity"] == D("1.357143")
+    assert row["PricingQuantity"] == D("1.3571428571")
     assert (row["ContractedUnitPrice"] * row["PricingQuantity"]).quantize(D("0.01")) == D("38000.00")
 
 
