@@ -41,8 +41,9 @@ def document_form_page(request, form, *, template: str, create: Callable[[dict, 
                        text_field: str = "document") -> HttpResponse:  # fmt: skip
     """On a valid POST, `create(document, team slug)` writes the object the YAML in `text_field`
     describes and the user goes to `done(created)`'s (url, message); a document the server
-    refuses is shown again with its field-path errors (400), nothing written."""
-    spec_errors = []
+    refuses is shown again with its field-path errors (400), nothing written; one naming what the
+    user may not see (another team's namespace) is shown again too, saying it is not found (404)."""
+    spec_errors, not_found = [], False
     if request.method == "POST" and form.is_valid():
         try:
             document = load_yaml(form.cleaned_data[text_field], max_bytes=settings.EBCLOUD_MAX_SPEC_BYTES, max_depth=settings.EBCLOUD_MAX_DOCUMENT_DEPTH)
@@ -51,9 +52,12 @@ def document_form_page(request, form, *, template: str, create: Callable[[dict, 
             spec_errors = exc.errors
         except ConflictError as exc:
             form.add_error(None, str(exc))
+        except Http404 as exc:
+            form.add_error(None, str(exc))
+            not_found = True
         else:
             url, message = done(created)
             messages.success(request, message)
             return HttpResponseRedirect(url)
-    status = 400 if request.method == "POST" and (spec_errors or form.errors) else 200
+    status = 404 if not_found else 400 if request.method == "POST" and (spec_errors or form.errors) else 200
     return htmx_render(request, template, {"form": form, "spec_errors": spec_errors}, status=status)

@@ -45,6 +45,17 @@ def test_a_bad_budget_is_a_400_naming_the_field_and_nothing_is_written(browser, 
     assert not PodDisruptionBudget.objects.exists()
 
 
+def test_a_budget_for_another_teams_namespace_is_not_found_and_the_pasted_yaml_stays(browser, actors):
+    """The namespace stays unrevealed (404), but the form comes back with the document: it was
+    the generic 404 page, the paste lost (found by a QA sweep)."""
+    pasted = GOOD.replace("metadata: {name: nlp-trainers}", "metadata: {name: nlp-trainers, namespace: inference}")
+    response = browser("lead").post("/disruption-budgets/new/", {"document": pasted})
+    assert response.status_code == 404
+    page = response.content.decode()
+    assert "namespace: inference" in page and "not found" in page and "PodDisruptionBudget YAML" in page
+    assert not PodDisruptionBudget.objects.exists()
+
+
 def test_another_teams_budgets_are_not_there_and_finance_only_reads(browser, actors):
     budget_create(user=actors["member"], document={"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "trainers"}, "spec": {"minAvailable": 1}})
     assert "<td>no pod</td>" in browser("lead").get("/disruption-budgets/").content.decode()  # no selector: it selects nothing
