@@ -13,6 +13,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='node',
             name='cluster_fault',
-            field=models.CharField(blank=True, help_text='Why the cluster runs no pod on the node now (its Node gone, not Ready, GPUs not allocatable); blank when it does', max_length=300),
+            field=models.CharField(blank=True, db_default='', default='', help_text='Why the cluster runs no pod on the node now (its Node gone, not Ready, no GPU allocatable); blank when it does', max_length=300),
         ),
     ]

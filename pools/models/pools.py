@@ -326,8 +326,9 @@ class Node(models.Model):
     taints = models.JSONField(default=list)
     unschedulable = models.BooleanField(default=False)
     cluster_fault = models.CharField(
-        max_length=300, blank=True, help_text="Why the cluster runs no pod on the node now (its Node gone, not Ready, GPUs not allocatable); blank when it does"
-    )
+        max_length=300, blank=True, default="", db_default="",
+        help_text="Why the cluster runs no pod on the node now (its Node gone, not Ready, no GPU allocatable); blank when it does",
+    )  # fmt: skip
     lease_start = models.DateTimeField(null=True, blank=True)
     lease_end = models.DateTimeField(null=True, blank=True)
     last_heartbeat = models.DateTimeField(null=True, blank=True)
