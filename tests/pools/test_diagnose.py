@@ -138,6 +138,15 @@ def test_a_rejected_order_is_reported_with_its_reason():
     assert c.status == "warning" and "order #4 Rejected: budget freeze" in c.found
 
 
+def test_a_rejected_order_a_later_order_made_good_is_no_longer_a_failing_scale_up():
+    """The baseline was ordered again, approved and paid: the old rejection advised requesting
+    the capacity again (found by a QA sweep)."""
+    rejected = d.OrderInfo(5, "Rejected", "no A100 this month")
+    assert check(healthy(orders=(rejected, d.OrderInfo(7, "Paid", ""))), "scale-up").status == "ok"
+    assert "order #7 awaits approval" in check(healthy(orders=(rejected, d.OrderInfo(7, "Pending", ""))), "scale-up").found
+    assert "order #5 Rejected" in check(healthy(orders=(d.OrderInfo(3, "Paid", ""), rejected)), "scale-up").found
+
+
 def test_an_order_its_pool_withdrew_is_no_failed_scale_up():
     """A lowered nodeCount.min or a deleted pool withdraws orders (reason `Withdrawn: ...`): the
     lead chose it, nothing failed, and no advice to request the capacity again (T1)."""

@@ -168,8 +168,8 @@ def check_scale_up(s: PoolSnapshot, now: datetime) -> Check:
             times = f" ×{e.count}" if e.count > 1 else ""
             evidence.append((bucket, f"{e.reason}{times} ({age(now - e.last_seen)} ago): {e.message}", e.last_seen >= now - RECENT))
     orders = list(s.orders)
-    for o in orders:
-        if order_refused(o.status, o.reason):  # a withdrawal the lead chose failed nothing
+    for o in orders:  # a withdrawal the lead chose failed nothing; a refusal a later order made good is over
+        if order_refused(o.status, o.reason) and not any(later.id > o.id and not order_refused(later.status, later.reason) for later in orders):
             evidence.append((APPROVAL, f"order #{o.id} {o.status}: {o.reason or 'no reason given'}", False))
     if not any(b == APPROVAL for b, _, _ in evidence):
         evidence += [(APPROVAL, f"order #{o.id} awaits approval", False) for o in orders if o.status == "Pending"]
