@@ -154,12 +154,13 @@ def pool_update(*, user, pool: GpuNodePool, document: Any, now: datetime | None 
             event_record(pool=locked, reason="SpecUpdated", message=describe_change(current, spec), actor=user, now=now)
             audit_record(actor=user, action="pool.update", obj=locked, before=before, after=document)
             budget_sync_pool(pool=locked, now=now)
-        if ordered > spec.min_nodes:  # the stored status may name an order withdrawn here: written anew
+        if ordered > spec.min_nodes:
             _orders_trim(pool=locked, min_nodes=spec.min_nodes, excess=ordered - spec.min_nodes, user=user, now=now)
-            pool_status_refresh(pool=locked, user=user, now=now)
         if quote is not None:
             kind = PoolOrder.Kind.CREATE if ordered == 0 and not locked.orders.exists() else PoolOrder.Kind.GROW
             _order_request(pool=locked, kind=kind, nodes=grow, spec=spec, refs=refs, quote=quote, room=room, user=user, now=now)
+        if ordered != spec.min_nodes:  # the stored status may name an order withdrawn here, or not yet the one filed: written anew
+            pool_status_refresh(pool=locked, user=user, now=now)
     return locked
 
 

@@ -11,6 +11,7 @@ from pools.core.errors import ConflictError, QuotaExceeded, ValidationError
 from pools.models import AuditEntry, PoolOrder, Quota, Team
 from pools.services import pools as services
 from tests.conftest import make_document
+from tests.pools.lifecycle_helpers import T0, approved_pool, run_until
 from tests.pools.pool_helpers import db_state
 
 
@@ -199,3 +200,23 @@ def test_members_cannot_change_their_teams_pools(actors, train_document):
         services.pool_resize(user=actors["member"], pool=pool, max_nodes=3)
     with pytest.raises(PermissionDenied):
         services.pool_delete(user=actors["member"], pool=pool)
+
+
+def test_an_update_that_files_or_withdraws_an_order_answers_with_the_status_that_names_it(actors):
+    """`ebcloud node-pool scale --min`, `apply` and PUT print the pool's status from the answer:
+    it said Ready with no reason although the update had just filed an order to approve, and
+    after a rejection named the rejected order instead of the new one (found by a QA sweep)."""
+    pool = approved_pool(actors, make_document("grown", nodeCount={"min": 1, "max": 4}))
+    run_until(pool, T0)
+    pool.refresh_from_db()
+    assert pool.phase == "Ready"
+    grown = services.pool_update(user=actors["lead"], pool=pool, document={**pool.document, "spec": {**pool.document["spec"], "nodeCount": {"min": 2, "max": 4}}})
+    filed = grown.orders.get(status="Pending")
+    assert grown.phase == "Scaling" and f"order #{filed.pk} awaits approval" in grown.pending_reason
+    services.order_reject(user=actors["admin"], order=filed, reason="no A100 this month")
+    grown.refresh_from_db()
+    again = services.pool_update(user=actors["lead"], pool=grown, document={**grown.document, "spec": {**grown.document["spec"], "nodeCount": {"min": 2, "max": 5}}})
+    refiled = again.orders.get(status="Pending")
+    assert f"order #{refiled.pk} awaits approval" in again.pending_reason and f"#{filed.pk}" not in again.pending_reason
+    shrunk = services.pool_update(user=actors["lead"], pool=again, document={**again.document, "spec": {**again.document["spec"], "nodeCount": {"min": 1, "max": 5}}})
+    assert (shrunk.phase, shrunk.pending_reason) == ("Ready", "")
