@@ -20,7 +20,7 @@ def order() -> None:
 
 
 @order.command("list")
-@click.option("--status", default="", help="Pending, Approved, Paying, Rejected, Paid or Failed")
+@click.option("--status", default="", help="Pending, Approved, Paying, Rejected, Paid, Failed or Withdrawn")
 @click.option("-o", "--output", "fmt", type=LIST_FORMATS, help="wide, yaml or json")
 def order_list(status: str, fmt: str | None) -> None:
     """List the orders you may see, newest first."""

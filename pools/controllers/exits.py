@@ -420,7 +420,7 @@ def delete_step(p: ReconcilePass) -> bool:
     fills, has them put on the ledger first, as capacity released unused
     (`lifecycle._unused_capacity_record`)."""
     for order in p.pool.orders.filter(status=PoolOrder.Status.APPROVED):
-        if PoolOrder.objects.filter(pk=order.pk, status=PoolOrder.Status.APPROVED).update(status=PoolOrder.Status.FAILED, reason=f"{rules.WITHDRAWN}the pool was deleted"):
+        if PoolOrder.objects.filter(pk=order.pk, status=PoolOrder.Status.APPROVED).update(status=PoolOrder.Status.WITHDRAWN, reason="the pool was deleted"):
             p.event("OrderWithdrawn", f"Order #{order.pk} withdrawn before payment: the pool is being deleted")
     for node in p.live_nodes().filter(release_reason=""):
         drain_start(

@@ -421,8 +421,8 @@ WITHDRAWN = "Withdrawn: "  # an order's reason when its own pool took it back (m
 
 def order_refused(status: str, reason: str) -> bool:
     """Whether an order was refused (by an admin, a quota, a payment), not withdrawn by its pool
-    (`WITHDRAWN`, the order row's one mark of it): a withdrawal the lead chose is neither the
-    pool's last refusal nor a failed scale-up in Diagnose."""
+    (status `Withdrawn`; an earlier release marked it by the reason's `WITHDRAWN` alone): a
+    withdrawal the lead chose is neither the pool's last refusal nor a failed scale-up in Diagnose."""
     return status in ("Rejected", "Failed") and not reason.startswith(WITHDRAWN)
 
 

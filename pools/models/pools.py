@@ -267,6 +267,7 @@ class PoolOrder(models.Model):
         REJECTED = "Rejected", "Rejected"
         PAID = "Paid", "Paid"
         FAILED = "Failed", "Failed"
+        WITHDRAWN = "Withdrawn", "Withdrawn"  # taken back by its own pool before payment (min lowered, pool deleted)
 
     pool = models.ForeignKey(GpuNodePool, on_delete=models.CASCADE, related_name="orders")
     kind = models.CharField(max_length=10, choices=Kind.choices)

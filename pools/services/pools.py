@@ -212,7 +212,7 @@ def pool_delete(*, user, pool: GpuNodePool, now: datetime | None = None) -> GpuN
             raise ConflictError(f"pool {pool.name!r} is already deleted")
         withdrawn = list(locked.orders.filter(status=PoolOrder.Status.PENDING).values_list("pk", flat=True))
         locked.orders.filter(pk__in=withdrawn).update(
-            status=PoolOrder.Status.REJECTED, reason=f"{WITHDRAWN}the pool was deleted", decided_at=now
+            status=PoolOrder.Status.WITHDRAWN, reason="the pool was deleted", decided_at=now
         )
         for order_id in withdrawn:
             event_record(pool=locked, reason="OrderWithdrawn", message=f"Order #{order_id} withdrawn: the pool is being deleted", actor=user, now=now)
@@ -223,7 +223,7 @@ def pool_delete(*, user, pool: GpuNodePool, now: datetime | None = None) -> GpuN
         # being paid. A Paying one is left to the payment (the cloud may have debited it): the
         # pool stays Deleting until the controller settles it, Paid or withdrawn.
         unpaid = list(locked.orders.filter(status=PoolOrder.Status.APPROVED).values_list("pk", flat=True))
-        locked.orders.filter(pk__in=unpaid).update(status=PoolOrder.Status.FAILED, reason=f"{WITHDRAWN}the pool was deleted")
+        locked.orders.filter(pk__in=unpaid).update(status=PoolOrder.Status.WITHDRAWN, reason="the pool was deleted")
         for order_id in unpaid:
             event_record(pool=locked, reason="OrderWithdrawn", message=f"Order #{order_id} withdrawn before payment: the pool is being deleted", actor=user, now=now)
         audit_record(actor=user, action="pool.delete", obj=locked, before=locked.document)
@@ -284,7 +284,7 @@ def order_reject(*, user, order: PoolOrder, reason: str, now: datetime | None = 
     _require_admin(user)
     reason = free_text("" if reason is None else reason, field="reason", max_length=500,
                        required="a reason is required to reject an order")
-    if reason.lower().startswith(WITHDRAWN.strip().lower()):  # the one mark of an order its own pool took back
+    if reason.lower().startswith(WITHDRAWN.strip().lower()):  # an earlier release's mark of an order its own pool took back
         raise ValidationError(f"may not begin with {WITHDRAWN.strip()!r}: that marks an order its pool withdrew, not a rejection", field="reason")
     with transaction.atomic():
         pool = _order_pool_lock(order, quotas=False)
@@ -352,9 +352,8 @@ def _orders_trim(*, pool: GpuNodePool, min_nodes: int, excess: int, user, now: d
     their nodes stay until their leases end. A Paying order is left alone too: the cloud may
     have debited it. The caller holds the pool's lock, under which the controller claims an
     order for payment (Approved -> Paying), so no Approved order here starts being paid meanwhile."""
-    statuses = ((PoolOrder.Status.PENDING, PoolOrder.Status.REJECTED), (PoolOrder.Status.APPROVED, PoolOrder.Status.FAILED))
-    why = f"nodeCount.min lowered to {min_nodes}"
-    for status, withdrawn in statuses:
+    why, withdrawn = f"nodeCount.min lowered to {min_nodes}", PoolOrder.Status.WITHDRAWN
+    for status in (PoolOrder.Status.PENDING, PoolOrder.Status.APPROVED):
         for order in pool.orders.filter(status=status).exclude(kind=PoolOrder.Kind.RENEW).order_by("-created_at", "-pk"):
             if excess <= 0:
                 return
@@ -362,8 +361,8 @@ def _orders_trim(*, pool: GpuNodePool, min_nodes: int, excess: int, user, now: d
             excess -= cut
             before = {"status": order.status, "nodes": order.node_count, "amount": str(order.amount)}
             if cut == order.node_count:
-                PoolOrder.objects.filter(pk=order.pk, status=status).update(status=withdrawn, reason=f"{WITHDRAWN}{why}", decided_at=order.decided_at or now)
-                reason, action, after = "OrderWithdrawn", "order.withdraw", {"status": withdrawn, "reason": f"{WITHDRAWN}{why}"}
+                PoolOrder.objects.filter(pk=order.pk, status=status).update(status=withdrawn, reason=why, decided_at=order.decided_at or now)
+                reason, action, after = "OrderWithdrawn", "order.withdraw", {"status": withdrawn, "reason": why}
                 message = f"Order #{order.pk} ({order.node_count} node(s), {order.amount} {order.currency}) withdrawn: {why}"
             else:
                 nodes = order.node_count - cut

@@ -86,7 +86,7 @@ def test_scaling_back_down_prints_the_status_after_the_withdrawal_and_diagnose_s
     result = ebcloud("node-pool", "scale", "train-pool-a", "--min", "2")
     assert result.exit_code == 0, result.stderr
     assert result.stdout == "gpunodepool/train-pool-a scaled (min 2, max 8) (Ready)\n"
-    assert pool.orders.get(pk=grow.pk).status == "Rejected"
+    assert pool.orders.get(pk=grow.pk).status == "Withdrawn"
     diagnosis = ebcloud("node-pool", "diagnose", "train-pool-a").stdout
     assert "scale-up: Scale-up keeps failing [OK]" in diagnosis and f"order #{grow.pk}" not in diagnosis
 

@@ -87,7 +87,7 @@ def test_a_payment_refused_after_the_delete_withdraws_the_order_and_debits_nothi
     simulated.failure_inject(step="pay", token_prefix=str(order.pk), message="card expired")
     reconcile(pool, T0 + TICK)
     order.refresh_from_db()
-    assert (order.status, order.reason) == ("Failed", "Withdrawn: the pool was deleted")
+    assert (order.status, order.reason) == ("Withdrawn", "the pool was deleted")
     assert not SimPayment.objects.exists()
     assert _reasons(pool)[-3:] == ["PaymentDeclined", "OrderWithdrawn", "PoolDeleted"]
 
@@ -104,7 +104,7 @@ def test_a_payment_refused_after_the_minimum_was_lowered_withdraws_the_order(act
     reconcile(pool, T0 + TICK)
     reconcile(pool, T0 + 2 * TICK)
     order.refresh_from_db()
-    assert (order.status, order.reason) == ("Failed", "Withdrawn: nodeCount.min lowered to 0")
+    assert (order.status, order.reason) == ("Withdrawn", "nodeCount.min lowered to 0")
     assert not SimPayment.objects.exists() and not Node.objects.filter(pool=pool).exists()
     reasons = _reasons(pool)
     assert reasons.index("OrderWithdrawn") == reasons.index("PaymentDeclined") + 1

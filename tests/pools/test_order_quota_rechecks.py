@@ -8,6 +8,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
 
 from billing.models import Account
 from pools.core.errors import ConflictError
@@ -66,7 +68,7 @@ def test_lowering_min_withdraws_whole_orders_newest_first_and_reduces_the_next(a
     services.pool_resize(user=actors["lead"], pool=GpuNodePool.objects.get(pk=pool.pk), min_nodes=2, now=T0)
     older.refresh_from_db()
     newer.refresh_from_db()
-    assert (newer.status, newer.reason) == ("Rejected", "Withdrawn: nodeCount.min lowered to 2")
+    assert (newer.status, newer.reason) == ("Withdrawn", "nodeCount.min lowered to 2")
     assert (older.status, older.node_count) == ("Pending", 1)
     assert ordered_baseline(pool=pool) == 2
     assert _messages(pool, "OrderWithdrawn") == [f"Order #{newer.pk} (1 node(s), {newer.amount} CNY) withdrawn: nodeCount.min lowered to 2"]
@@ -88,7 +90,7 @@ def test_lowering_min_to_nothing_withdraws_an_approved_order_and_nothing_is_paid
     order = pool.orders.get()
     services.pool_resize(user=actors["lead"], pool=pool, min_nodes=0, now=T0)
     order.refresh_from_db()
-    assert (order.status, order.reason) == ("Failed", "Withdrawn: nodeCount.min lowered to 0")
+    assert (order.status, order.reason) == ("Withdrawn", "nodeCount.min lowered to 0")
     _run(pool, T0, passes=5)
     assert not SimPayment.objects.exists() and live_nodes(pool) == []
 
@@ -112,7 +114,7 @@ def test_lowering_min_back_answers_with_the_status_after_the_withdrawal_and_no_f
     assert GpuNodePool.objects.get(pk=pool.pk).pending_reason == f"OrderPending: order #{grow.pk} awaits approval by a platform admin"
     resized = services.pool_resize(user=actors["lead"], pool=GpuNodePool.objects.get(pk=pool.pk), min_nodes=2, now=ready + TICK)
     stored = GpuNodePool.objects.get(pk=pool.pk)
-    assert pool.orders.get(pk=grow.pk).status == "Rejected"
+    assert pool.orders.get(pk=grow.pk).status == "Withdrawn"
     assert (resized.phase, resized.pending_reason) == (stored.phase, stored.pending_reason) == ("Ready", "")
     assert [c["status"] for c in stored.conditions if c["type"] == "Ready"] == ["True"]
     scale_up = next(c for c in pool_diagnose(pool=stored, now=ready + TICK).checks if c.id == "scale-up")
@@ -148,7 +150,7 @@ def test_deleting_a_pool_withdraws_its_approved_order_before_payment(actors):
     order = pool.orders.get()
     services.pool_delete(user=actors["lead"], pool=GpuNodePool.objects.get(pk=pool.pk), now=T0)
     order.refresh_from_db()
-    assert (order.status, order.reason) == ("Failed", "Withdrawn: the pool was deleted")
+    assert (order.status, order.reason) == ("Withdrawn", "the pool was deleted")
     assert _messages(pool, "OrderWithdrawn") == [f"Order #{order.pk} withdrawn before payment: the pool is being deleted"]
     _run(pool, T0, passes=5)
     assert not SimPayment.objects.exists() and not PoolOrder.objects.filter(status="Approved").exists()
@@ -190,3 +192,37 @@ def test_an_approved_order_of_another_team_counts_and_the_reason_says_so(actors)
     Quota.objects.filter(region="cn-east-2", gpu_model=a.gpu_model, team__isnull=True).update(limit_gpus=24)
     assert reconcile(b, T0).pending_reason == "QuotaExceeded: cn-east-2 A100_80G requested 16, in use 0, approved and unpaid 16, limit 24"
     assert b.orders.get().status == "Approved"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_gives_orders_their_pool_withdrew_the_withdrawn_status_and_back(actors):
+    """An earlier release marked a withdrawal only by its reason, with status Rejected (it was
+    Pending) or Failed (Approved): `ebcloud order list` said Rejected of an order nobody rejected
+    (found by a QA sweep). 0030 gives those the Withdrawn status; a real rejection stays."""
+    pool = services.pool_create(user=actors["lead"], document=make_document("old", nodeCount={"min": 3, "max": 4}), now=T0)
+    made = {
+        "pending": ("Rejected", "Withdrawn: nodeCount.min lowered to 2", None),
+        "approved": ("Failed", "Withdrawn: the pool was deleted", actors["admin"]),
+        "rejected": ("Rejected", "no A100 this month", actors["admin"]),
+    }
+    made_back = {key: (status, reason) for key, (status, reason, _) in made.items()}
+    base, ids = pool.orders.get(), {}
+    for key, (status, reason, decider) in made.items():
+        order = PoolOrder.objects.get(pk=base.pk)
+        order.pk, order.status, order.reason, order.decided_by = None, status, reason, decider
+        order.save()
+        ids[key] = order.pk
+    executor = MigrationExecutor(connection)
+    try:
+        executor.migrate([("pools", "0029_node_cluster_fault")])
+        executor = MigrationExecutor(connection)
+        executor.migrate([("pools", "0030_order_withdrawn")])
+        assert {k: (o.status, o.reason) for k, pk in ids.items() for o in [PoolOrder.objects.get(pk=pk)]} == {
+            "pending": ("Withdrawn", "nodeCount.min lowered to 2"), "approved": ("Withdrawn", "the pool was deleted"), "rejected": ("Rejected", "no A100 this month"),
+        }  # fmt: skip
+        executor = MigrationExecutor(connection)
+        executor.migrate([("pools", "0029_node_cluster_fault")])
+        assert {k: (o.status, o.reason) for k, pk in ids.items() for o in [PoolOrder.objects.get(pk=pk)]} == made_back
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.migrate(executor.loader.graph.leaf_nodes())

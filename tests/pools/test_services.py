@@ -190,7 +190,7 @@ def test_a_second_pool_with_a_live_name_is_a_conflict_but_a_deleted_name_is_free
         services.pool_create(user=actors["other_lead"], document=make_document("train-pool-a", region="cn-north-1a"))
     deleted = services.pool_delete(user=actors["lead"], pool=pool)
     assert deleted.deleted_at is not None
-    assert deleted.orders.get().status == "Rejected"
+    assert deleted.orders.get().status == "Withdrawn"
     services.pool_create(user=actors["lead"], document=train_document)
 
 
