@@ -17,9 +17,9 @@ never refused here (placement keeps it on its team's pools). A pod created with 
 skips both schedulers, and a kubelet admits it whatever NoSchedule taint its node has: on a real
 cluster the policy refuses one that names a node of a pool its team may not use (the product's
 own pod API takes no nodeName). So does a Binding of a pod to such a node: what a second
-scheduler, one our extender does not advise, or anyone allowed to bind pods, would send. Terms that only use `matchFields`
-(a DaemonSet's pods pin a node by name) are treated as matching any pool, as both guards can
-tell nothing from them.
+scheduler, one our extender does not advise, or anyone allowed to bind pods, would send.
+Terms that only use `matchFields` (a DaemonSet's pods pin a node by name) are treated as
+matching any pool, as both guards can tell nothing from them.
 """
 
 from __future__ import annotations
