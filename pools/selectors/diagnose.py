@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from functools import partial
 
-from django.db.models import Avg, Count, F, Max, Min, Q, Sum
+from django.db.models import Avg, Count, F, Max, Min, Q, Subquery, Sum
 
 from billing.models import CostRecord, PoolResourceSample
 from monitoring.models import GpuErrorEvent, PoolSample
@@ -116,8 +116,13 @@ def _events(pool: GpuNodePool, since: datetime) -> tuple[core.EventInfo, ...]:
 
 
 def _orders(pool: GpuNodePool, since: datetime) -> tuple[core.OrderInfo, ...]:
+    """Pending orders, those refused within the window, and the capacity orders after the first
+    of those, which may have made it good (a renewal adds no capacity)."""
     refused = Q(status__in=(PoolOrder.Status.REJECTED, PoolOrder.Status.FAILED)) & (Q(decided_at__gte=since) | Q(created_at__gte=since))
-    rows = pool.orders.filter(Q(status=PoolOrder.Status.PENDING) | refused).order_by("pk").values_list("pk", "status", "reason")
+    first_refused = Subquery(pool.orders.filter(refused).order_by("pk").values("pk")[:1])
+    held = (PoolOrder.Status.APPROVED, PoolOrder.Status.PAYING, PoolOrder.Status.PAID)
+    made_good = Q(status__in=held, pk__gt=first_refused) & ~Q(kind=PoolOrder.Kind.RENEW)
+    rows = pool.orders.filter(Q(status=PoolOrder.Status.PENDING) | refused | made_good).order_by("pk").values_list("pk", "status", "reason")
     return tuple(core.OrderInfo(pk, status, reason) for pk, status, reason in rows)
 
 

@@ -18,11 +18,12 @@ from django.utils import timezone
 from billing.models import CostRecord, PoolResourceSample
 from monitoring.models import GpuErrorEvent, NodeAgentState, PoolSample
 from pools.controllers.scheduler import scheduler_pass
-from pools.models import Node
+from pools.models import Node, PoolOrder
 from pools.models.pods import Pod
 from pools.selectors import diagnose as diagnose_service
 from pools.services import pods as pod_services
 from pools.services import pools as services
+from tests.conftest import make_document
 from tests.pools.pod_helpers import pod_document, pool_with_nodes
 
 
@@ -188,3 +189,25 @@ def test_text_from_users_is_escaped_and_commands_are_code(browser, actors):
     page = row(browser("lead").get(f"/pools/{pool.name}/diagnose/").content.decode(), "scale-up")
     assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "<code>ebcloud node-pool describe train-pool-a</code>" in page
+
+
+def test_a_rejection_a_later_paid_order_made_good_is_no_failing_scale_up_from_the_stored_orders(actors):
+    """The check reads the orders the selector loads: a later Paid order has to be among them
+    (found by review: the selector loaded only Pending and refused ones, so the rule never saw
+    the order that made a rejection good). A later renewal adds no capacity and does not count."""
+    pool = services.pool_create(user=actors["lead"], document=make_document("made-good", nodeCount={"min": 2, "max": 4}))
+    first = pool.orders.get()
+    services.order_reject(user=actors["admin"], order=first, reason="no A100 this month")
+
+    def later(kind: str) -> None:
+        order = PoolOrder.objects.get(pk=first.pk)
+        order.pk, order.kind, order.status, order.reason = None, kind, PoolOrder.Status.PAID, ""
+        order.save()
+
+    def scale_up():
+        return {c.id: c for c in diagnose_service.pool_diagnose(pool=pool, now=timezone.now()).checks}["scale-up"]
+
+    later(PoolOrder.Kind.RENEW)
+    assert f"order #{first.pk} Rejected" in scale_up().found
+    later(PoolOrder.Kind.GROW)
+    assert f"order #{first.pk} Rejected" not in scale_up().found

@@ -154,6 +154,9 @@ def _scale_up_advice(s: PoolSnapshot, bucket: str, orders: list[OrderInfo]) -> t
     }[bucket]  # fmt: skip
 
 
+MADE_GOOD = ("Pending", "Approved", "Paying", "Paid")  # a later order in these asks for, or holds, what a refusal did not give
+
+
 def check_scale_up(s: PoolSnapshot, now: datetime) -> Check:
     evidence: list[tuple[str, str, bool]] = []  # (bucket, line, still happening)
     for part in filter(None, (p.strip() for p in s.pending_reason.split(";"))):
@@ -169,7 +172,7 @@ def check_scale_up(s: PoolSnapshot, now: datetime) -> Check:
             evidence.append((bucket, f"{e.reason}{times} ({age(now - e.last_seen)} ago): {e.message}", e.last_seen >= now - RECENT))
     orders = list(s.orders)
     for o in orders:  # a withdrawal the lead chose failed nothing; a refusal a later order made good is over
-        if order_refused(o.status, o.reason) and not any(later.id > o.id and not order_refused(later.status, later.reason) for later in orders):
+        if order_refused(o.status, o.reason) and not any(later.id > o.id and later.status in MADE_GOOD for later in orders):
             evidence.append((APPROVAL, f"order #{o.id} {o.status}: {o.reason or 'no reason given'}", False))
     if not any(b == APPROVAL for b, _, _ in evidence):
         evidence += [(APPROVAL, f"order #{o.id} awaits approval", False) for o in orders if o.status == "Pending"]

@@ -50,7 +50,8 @@ class EventInfo:
 
 @dataclass(frozen=True)
 class OrderInfo:
-    """An order awaiting approval, or one refused (Rejected/Failed) within the window."""
+    """An order awaiting approval, one refused (Rejected/Failed) within the window, or a capacity
+    order after such a refusal (Approved, Paying, Paid: it may have made the refusal good)."""
 
     id: int
     status: str
