@@ -33,6 +33,7 @@ from pools.core.spec import (
     TAINT_EFFECTS,
     Catalog,
     parse_document,
+    spec_autoscales,
 )
 from pools.core.spec_merge import Conflict, merge3
 from pools.models import GpuModel, GpuNodePool, NodeType, PoolOrder, Zone
@@ -275,13 +276,30 @@ class PoolForm(ScalingFields, AlertFields):
         """The pool's document as it is now with this form's changes since the version it was
         opened at put on top (`pools.core.spec_merge`), and the values both changed; None when
         the post carries no document of that version that reads as a pool's (a script's post,
-        a tampered page): then there is nothing to tell the lead's changes by."""
+        a tampered page): then there is nothing to tell the lead's changes by.
+
+        The lead's changes are read as the page showed that version: which fields it locked (a
+        scaling block the fields cannot show) is that version's, not the current one's. A
+        scaling block bursts unless `burst.enabled` says no, so the merge of the two keys is
+        checked as one choice: the lead's, said outright, where the merge would undo it."""
         try:
             base = json.loads(self.cleaned_data.get("base") or "null")
             parse_document(base, catalog)
         except (ValueError, RecursionError, ValidationError):
             return None
-        return merge3(base, self.to_document(base=base), pool.document)
+        opened = copy.copy(pool)
+        opened.document = base
+        as_opened = PoolForm(self.data, editing=opened, initial=PoolForm.initial_from(opened)[0])
+        as_opened.read_rows()
+        if not as_opened.is_valid():
+            return None
+        mine = as_opened.to_document(base=base)
+        merged, conflicts = merge3(base, mine, pool.document)
+        bursts = spec_autoscales(mine["spec"])
+        if spec_autoscales(merged["spec"]) != bursts:
+            merged["spec"]["burst"] = {**(merged["spec"].get("burst") or {}), "enabled": bursts}
+            conflicts = [*(c for c in conflicts if c.path != "spec.burst.enabled"), Conflict("spec.burst.enabled", bursts, not bursts)]
+        return merged, conflicts
 
     def add_spec_errors(self, error: ValidationError) -> None:
         """Show each spec error beside its field (or its row section)."""

@@ -149,6 +149,50 @@ def test_a_value_both_changed_shows_the_leads_and_says_which_it_replaces(browser
     assert _as_shown(response.content.decode())["max_nodes"] == ["5"]
 
 
+LOCKED = {"scaleUp": {"policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}, {"type": "Percent", "value": 20, "periodSeconds": 60}]}}  # more than the fields show
+SIMPLE = {"default": {"metrics": [{"type": "Resource", "resource": "gpu-memory", "targetAverageUtilization": 70}], "combine": "All"}}
+
+
+def _outdated_post(browser, actors, pool, change: dict, patch: dict):
+    """Lead A opens the form and changes `change`; the admin patches `patch` meanwhile; A saves."""
+    client = browser("lead")
+    posted = {**_edit_page(client, pool), **change}
+    posted = {k: v for k, v in posted.items() if v is not None}
+    services.pool_patch(user=actors["admin"], pool=pool, patch=patch)
+    response = client.post(f"/pools/{pool.name}/edit/", posted)
+    assert response.status_code == 409
+    return response, _as_shown(response.content.decode())
+
+
+def test_bursting_switched_off_stays_off_when_the_other_change_adds_a_scaling_block(browser, actors):
+    """A scaling block alone bursts: merging the admin's block beside the lead's unticked box
+    turned bursting back on without a word (found by review). The lead's choice is said outright."""
+    pool = services.pool_create(user=actors["lead"], document=make_document("bursting", nodeCount={"min": 0, "max": 4}, burst={"enabled": True, "maxNodes": 2}))
+    response, shown = _outdated_post(browser, actors, pool, {"burst_enabled": None}, {"spec": {"scaling": SIMPLE}})
+    assert "burst_enabled" not in shown and "both set burst.enabled: yours (false) is shown, not true" in response.context["outdated"]
+    assert browser("lead").post(f"/pools/{pool.name}/edit/", shown).status_code == 302
+    spec = GpuNodePool.objects.get(pk=pool.pk).document["spec"]
+    assert spec["scaling"] == SIMPLE and spec["burst"]["enabled"] is False
+
+
+def test_a_scaling_block_the_page_could_not_show_is_not_the_leads_change(browser, actors):
+    """The page locked a block its fields cannot show: read with the current, simple block's
+    fields, the lead's post said "no scaling" and the merge blamed the lead for deleting the
+    admin's new block (found by review)."""
+    pool = services.pool_create(user=actors["lead"], document=make_document("locked", nodeCount={"min": 0, "max": 4}, scaling=LOCKED))
+    response, shown = _outdated_post(browser, actors, pool, {"system_image": ["ubuntu-24.04-cuda-12.4"]}, {"spec": {"scaling": {**SIMPLE, "scaleUp": None}}})
+    assert "both set" not in response.context["outdated"] and shown["system_image"] == ["ubuntu-24.04-cuda-12.4"]
+    assert browser("lead").post(f"/pools/{pool.name}/edit/", shown).status_code == 302
+    spec = GpuNodePool.objects.get(pk=pool.pk).document["spec"]
+    assert spec["scaling"] == SIMPLE and spec["systemImage"] == "ubuntu-24.04-cuda-12.4"
+
+
+def test_the_leads_scaling_edit_meets_a_block_the_page_cannot_show_as_a_conflict(browser, actors):
+    pool = services.pool_create(user=actors["lead"], document=make_document("unlocked", nodeCount={"min": 0, "max": 4}))
+    response, _ = _outdated_post(browser, actors, pool, {"scaling_custom": ["on"], "memory_target": ["60"]}, {"spec": {"scaling": LOCKED}})
+    assert "both set scaling" in response.context["outdated"]  # the lead's block is kept and said, not dropped unseen
+
+
 @pytest.mark.parametrize("base", ["", "not json", "[1]", "{\"spec\": 3}", "[" * 100_000, '{"apiVersion": "x"}'])
 def test_a_tampered_opened_document_falls_back_to_keeping_what_was_sent(browser, actors, pool, base):
     client = browser("lead")
