@@ -204,12 +204,14 @@ def test_the_migration_gives_orders_their_pool_withdrew_the_withdrawn_status_and
         "pending": ("Rejected", "Withdrawn: nodeCount.min lowered to 2", None),
         "approved": ("Failed", "Withdrawn: the pool was deleted", actors["admin"]),
         "rejected": ("Rejected", "no A100 this month", actors["admin"]),
+        "renewal": ("Failed", "Withdrawn: the pool was deleted", None),  # approved when made: no decider
     }
     made_back = {key: (status, reason) for key, (status, reason, _) in made.items()}
     base, ids = pool.orders.get(), {}
     for key, (status, reason, decider) in made.items():
         order = PoolOrder.objects.get(pk=base.pk)
         order.pk, order.status, order.reason, order.decided_by = None, status, reason, decider
+        order.kind = PoolOrder.Kind.RENEW if key == "renewal" else order.kind
         order.save()
         ids[key] = order.pk
     executor = MigrationExecutor(connection)
@@ -219,6 +221,7 @@ def test_the_migration_gives_orders_their_pool_withdrew_the_withdrawn_status_and
         executor.migrate([("pools", "0030_order_withdrawn")])
         assert {k: (o.status, o.reason) for k, pk in ids.items() for o in [PoolOrder.objects.get(pk=pk)]} == {
             "pending": ("Withdrawn", "nodeCount.min lowered to 2"), "approved": ("Withdrawn", "the pool was deleted"), "rejected": ("Rejected", "no A100 this month"),
+            "renewal": ("Withdrawn", "the pool was deleted"),
         }  # fmt: skip
         executor = MigrationExecutor(connection)
         executor.migrate([("pools", "0029_node_cluster_fault")])
