@@ -281,7 +281,8 @@ class PoolForm(ScalingFields, AlertFields):
         The lead's changes are read as the page showed that version: which fields it locked (a
         scaling block the fields cannot show) is that version's, not the current one's. A
         scaling block bursts unless `burst.enabled` says no, so the merge of the two keys is
-        checked as one choice: the lead's, said outright, where the merge would undo it."""
+        checked as one choice: the lead's, where the lead made it and the merge would undo it,
+        said outright."""
         try:
             base = json.loads(self.cleaned_data.get("base") or "null")
             parse_document(base, catalog)
@@ -296,7 +297,7 @@ class PoolForm(ScalingFields, AlertFields):
         mine = as_opened.to_document(base=base)
         merged, conflicts = merge3(base, mine, pool.document)
         bursts = spec_autoscales(mine["spec"])
-        if spec_autoscales(merged["spec"]) != bursts:
+        if spec_autoscales(base["spec"]) != bursts != spec_autoscales(merged["spec"]):  # the lead's own choice, undone
             merged["spec"]["burst"] = {**(merged["spec"].get("burst") or {}), "enabled": bursts}
             conflicts = [*(c for c in conflicts if c.path != "spec.burst.enabled"), Conflict("spec.burst.enabled", bursts, not bursts)]
         return merged, conflicts

@@ -6,7 +6,8 @@ the lead did not touch still held what the other change replaced: saving that pa
 silently undid it.
 
 Mappings merge key by key, down to the leaves (`nodeCount.min` and `nodeCount.max` are two
-changes); anything else (a list of taints, of teams, a value) is one value. Where both sides
+changes; a mapping one side lacks is an empty one), but for the scaling block (`ATOMIC`);
+anything else (a list of taints, of teams, a value) is one value. Where both sides
 changed the same value differently, the lead's wins and is reported as a conflict, so that the
 page can say so beside the other change. Pure: no Django.
 """
@@ -18,6 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 _MISSING = object()  # the key is not in that document
+# Mappings merged whole, as one value: a scaling block is one policy, its metrics and behaviour
+# read together (Kubernetes marks such fields `x-kubernetes-map-type: atomic`).
+ATOMIC = frozenset({"spec.scaling"})
 
 
 @dataclass(frozen=True)
@@ -39,12 +43,17 @@ def _merge(base: Any, mine: Any, theirs: Any, path: str) -> tuple[Any, list[Conf
         return theirs, []
     if theirs == base or theirs == mine:
         return mine, []
-    if all(isinstance(side, Mapping) for side in (base, mine, theirs)):
+    sides = (base, mine, theirs)
+    mappings = all(isinstance(side, Mapping) or side is _MISSING for side in sides) and sum(side is _MISSING for side in sides) < 2
+    if mappings and path not in ATOMIC:
+        # A mapping one side lacks is an empty one (the form writes no empty mapping): labels
+        # added on both sides to a pool that had none are two sets of keys, not one value each.
+        base, mine, theirs = ({} if side is _MISSING else side for side in sides)
         merged, conflicts = {}, []
         for key in [*theirs, *(k for k in mine if k not in theirs)]:  # theirs' order, then what only mine has
             value, more = _merge(base.get(key, _MISSING), mine.get(key, _MISSING), theirs.get(key, _MISSING), f"{path}.{key}" if path else key)
             if value is not _MISSING:
                 merged[key] = value
             conflicts += more
-        return merged, conflicts
+        return (merged if merged or _MISSING not in sides else _MISSING), conflicts
     return mine, [Conflict(path, None if mine is _MISSING else mine, None if theirs is _MISSING else theirs)]

@@ -175,6 +175,37 @@ def test_bursting_switched_off_stays_off_when_the_other_change_adds_a_scaling_bl
     assert spec["scaling"] == SIMPLE and spec["burst"]["enabled"] is False
 
 
+def test_bursting_the_other_change_switched_on_stays_on_when_the_lead_left_it_alone(browser, actors):
+    """The check above forced the lead's page's bursting back over an admin who switched it on,
+    though the lead never touched it (found by a QA sweep)."""
+    pool = services.pool_create(user=actors["lead"], document=make_document("quiet", nodeCount={"min": 0, "max": 4}))
+    response, shown = _outdated_post(browser, actors, pool, {"budget_monthly": ["8000"]}, {"spec": {"burst": {"enabled": True, "maxNodes": 2}}})
+    assert "both set" not in response.context["outdated"] and shown["burst_enabled"] == ["on"] and shown["burst_max_nodes"] == ["2"]
+    assert browser("lead").post(f"/pools/{pool.name}/edit/", shown).status_code == 302
+    spec = GpuNodePool.objects.get(pk=pool.pk).document["spec"]
+    assert spec["burst"] == {"enabled": True, "maxNodes": 2} and spec["budget"]["monthly"] == "8000"
+
+
+def test_the_change_is_said_to_be_its_authors_even_when_an_equal_one_came_before(browser, actors, pool):
+    """An equal SpecUpdated event within minutes is folded into the first one, actor and all:
+    the page told the lead they had made the admin's change (found by a QA sweep)."""
+    for maximum in (5, 4):
+        services.pool_patch(user=actors["lead"], pool=GpuNodePool.objects.get(pk=pool.pk), patch={"spec": {"nodeCount": {"max": maximum}}})
+    pool.refresh_from_db()
+    response, _ = _outdated_post(browser, actors, pool, {"system_image": ["ubuntu-24.04-cuda-12.4"]}, {"spec": {"nodeCount": {"max": 5}}})
+    assert "(admin: nodeCount.max 4 → 5)" in response.context["outdated"]
+
+
+def test_labels_both_sides_add_to_a_pool_that_had_none_are_all_kept(browser, actors):
+    pool = services.pool_create(user=actors["lead"], document=make_document("bare", nodeCount={"min": 0, "max": 4}))
+    change = {"nodelabel_key": ["a"], "nodelabel_value": ["1"]}
+    spec = {k: v for k, v in pool.document["spec"].items() if k != "nodeLabels"}
+    services.pool_update(user=actors["lead"], pool=pool, document={**pool.document, "spec": spec})  # no node labels at all
+    pool.refresh_from_db()
+    response, shown = _outdated_post(browser, actors, pool, change, {"spec": {"nodeLabels": {"b": "1"}}})
+    assert "both set" not in response.context["outdated"] and sorted(shown["nodelabel_key"]) == ["a", "b"]
+
+
 def test_a_scaling_block_the_page_could_not_show_is_not_the_leads_change(browser, actors):
     """The page locked a block its fields cannot show: read with the current, simple block's
     fields, the lead's post said "no scaling" and the merge blamed the lead for deleting the
