@@ -219,8 +219,9 @@ def pool_status(*, counts: PoolCounts, stalls: Sequence[str], deleting: bool) ->
     if deleting:
         left = counts.ready + counts.provisioning + counts.unknown + counts.draining
         return "Deleting", "; ".join([f"Draining: {left} node(s) left to drain and release", *reasons])
-    if counts.awaiting_orders:
-        reasons.append(f"OrderPending: order #{counts.awaiting_orders[0]} awaits approval by a platform admin")
+    if waiting := counts.awaiting_orders:  # each named: the one an update just filed is among them
+        named = f"order #{waiting[0]} awaits" if len(waiting) == 1 else "orders " + ", ".join(f"#{o}" for o in waiting) + " await"
+        reasons.append(f"OrderPending: {named} approval by a platform admin")
     if counts.unpaid_orders and not any(r.startswith(("InsufficientBalance", "PaymentDeclined", "QuotaExceeded")) for r in reasons):
         reasons.append(f"OrderApproved: order #{counts.unpaid_orders[0]} awaits payment")
     if counts.min_nodes > counts.ordered:

@@ -218,5 +218,8 @@ def test_an_update_that_files_or_withdraws_an_order_answers_with_the_status_that
     again = services.pool_update(user=actors["lead"], pool=grown, document={**grown.document, "spec": {**grown.document["spec"], "nodeCount": {"min": 2, "max": 5}}})
     refiled = again.orders.get(status="Pending")
     assert f"order #{refiled.pk} awaits approval" in again.pending_reason and f"#{filed.pk}" not in again.pending_reason
-    shrunk = services.pool_update(user=actors["lead"], pool=again, document={**again.document, "spec": {**again.document["spec"], "nodeCount": {"min": 1, "max": 5}}})
+    both = services.pool_update(user=actors["lead"], pool=again, document={**again.document, "spec": {**again.document["spec"], "nodeCount": {"min": 3, "max": 5}}})
+    filed = both.orders.filter(status="Pending").order_by("pk").values_list("pk", flat=True)
+    assert f"OrderPending: orders #{filed[0]}, #{filed[1]} await approval" in both.pending_reason  # the order just filed too (QA sweep)
+    shrunk = services.pool_update(user=actors["lead"], pool=both, document={**both.document, "spec": {**both.document["spec"], "nodeCount": {"min": 1, "max": 5}}})
     assert (shrunk.phase, shrunk.pending_reason) == ("Ready", "")
