@@ -109,7 +109,7 @@ def test_scale_sets_min_and_max(api, algorithm_pool):
 def test_delete_withdraws_orders_and_removes_a_pool_without_nodes(api, algorithm_pool):
     assert api("lead").delete("/api/v1/pools/train-pool-a/").status_code == 204
     assert api("lead").get("/api/v1/pools/train-pool-a/").status_code == 404
-    assert PoolOrder.objects.get().status == "Rejected"
+    assert PoolOrder.objects.get().status == "Withdrawn"
 
 
 def test_events_are_listed_newest_first(api, algorithm_pool):

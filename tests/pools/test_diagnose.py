@@ -150,7 +150,8 @@ def test_a_rejected_order_a_later_order_made_good_is_no_longer_a_failing_scale_u
 def test_an_order_its_pool_withdrew_is_no_failed_scale_up():
     """A lowered nodeCount.min or a deleted pool withdraws orders (reason `Withdrawn: ...`): the
     lead chose it, nothing failed, and no advice to request the capacity again (T1)."""
-    withdrawn = (d.OrderInfo(6, "Rejected", "Withdrawn: nodeCount.min lowered to 2"), d.OrderInfo(7, "Failed", "Withdrawn: the pool was deleted"))
+    withdrawn = (d.OrderInfo(5, "Withdrawn", "nodeCount.min lowered to 1"),  # and as an earlier release marked them:
+                 d.OrderInfo(6, "Rejected", "Withdrawn: nodeCount.min lowered to 2"), d.OrderInfo(7, "Failed", "Withdrawn: the pool was deleted"))  # fmt: skip
     c = check(healthy(orders=withdrawn), "scale-up")
     assert c.status == "ok" and "order #" not in c.found and not c.action
     refused = check(healthy(orders=(*withdrawn, d.OrderInfo(8, "Rejected", "budget freeze"))), "scale-up")

@@ -116,7 +116,7 @@ def test_a_delete_during_a_decision_waits_for_it_instead_of_deadlocking(actors, 
     order.refresh_from_db()
     assert GpuNodePool.objects.get(pk=pool.pk).deleted_at is not None
     if decision == "approve":  # approved first, then withdrawn by the delete: nothing is left to pay
-        assert (order.status, order.reason) == ("Failed", "Withdrawn: the pool was deleted")
+        assert (order.status, order.reason) == ("Withdrawn", "the pool was deleted")
         assert PoolEvent.objects.filter(pool=pool, reason="OrderWithdrawn").count() == 1
     else:
         assert (order.status, order.reason) == ("Rejected", "not this month")
@@ -143,8 +143,8 @@ def test_a_decision_after_a_delete_is_a_conflict(actors, monkeypatch):
 
     errors = _threads(("deleter", lambda: services.pool_delete(user=actors["lead"], pool=GpuNodePool.objects.get(pk=pool.pk))), ("approver", approve))
     assert list(errors) == ["approver"] and isinstance(errors["approver"], ConflictError)
-    assert "is Rejected, not Pending" in str(errors["approver"])
-    assert PoolOrder.objects.get(pk=order.pk).status == "Rejected"
+    assert "is Withdrawn, not Pending" in str(errors["approver"])
+    assert PoolOrder.objects.get(pk=order.pk).status == "Withdrawn"
 
 
 @postgresql_only
