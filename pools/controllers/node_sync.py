@@ -163,22 +163,25 @@ def nodes_sync(p: ReconcilePass) -> None:
 def faults_record(p: ReconcilePass, nodes: Sequence[Node], observed: Mapping[str, ClusterNodeState]) -> None:
     """Each node's `cluster_fault` as the cluster shows it now, with a `NodeUnavailable` Warning
     when the cluster stops running pods on it and `NodeAvailable` when it runs them again; the
-    row is what the autoscaler, Diagnose and the extender read its readiness from. Each change
-    is one conditional UPDATE, so two passes write one event."""
+    row is what the autoscaler, Diagnose and the extender read its readiness from, and the repair
+    pass, from `cluster_fault_since`, how long it has lasted (a fault reworded, NotReady after
+    the Node came back without its GPUs, goes on from when it started). Each change is one
+    conditional UPDATE, so two passes write one event."""
     for node in nodes:
         if not judged(observed, node.name):  # registered after the pass read the cluster
             continue
         fault = cluster_fault(observed.get(node.name), name=node.name, gpu_count=node.gpu_count)
         if fault == node.cluster_fault:
             continue
+        since = None if not fault else node.cluster_fault_since if node.cluster_fault else p.now
         with transaction.atomic():
-            if not Node.objects.filter(pk=node.pk, cluster_fault=node.cluster_fault).update(cluster_fault=fault):
+            if not Node.objects.filter(pk=node.pk, cluster_fault=node.cluster_fault).update(cluster_fault=fault, cluster_fault_since=since):
                 continue
             if fault:
                 p.event("NodeUnavailable", f"{node.name} takes no pods in the cluster: {fault}. Its room is not counted until it does", node=node, type=WARNING)
             else:
                 p.event("NodeAvailable", f"{node.name} takes pods in the cluster again", node=node)
-        node.cluster_fault = fault
+        node.cluster_fault, node.cluster_fault_since = fault, since
 
 
 # The events of the repair pass's cordons and uncordons (pools/controllers/repair.py, repair_cordon.py).

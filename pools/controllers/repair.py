@@ -5,7 +5,8 @@ Per pool, each pass:
    reboot is Ready again (`RepairSucceeded`), or stays down and climbs the ladder
    (`RepairFailed`);
 2. asks the pure ladder (`pools.core.repair.next_action`) what each node needs, from its Xid events
-   and past repairs, and the pool gate (`repair_allowed`) whether a repair may start: one at a
+   and past repairs (a node the cluster has run no pod on for 30 minutes is replaced:
+   `unavailable_repair`), and the pool gate (`repair_allowed`) whether a repair may start: one at a
    time, the fault persisting 10 minutes (Xid 79 at once), paused with a Warning when more
    of the pool is unhealthy than its `autoRepairPolicy.maxUnhealthy` (20% by default; one
    `RepairPaused` per node while nothing changes, `_pause_said` reading every paused node's
@@ -180,7 +181,9 @@ def _paused(pool: GpuNodePool, spec, node: Node, decision, gate, health: NodeHea
     if spec.auto_repair and cordon_while_paused(health):
         wait_cordon(pool=pool, node=node, cluster=cluster, now=now,
                     waiting_for="auto repair is paused, and its GPU cannot be reached, so no new pod could use it")  # fmt: skip
-    if node.phase == Node.Phase.CORDONED:
+    if node.cluster_fault:
+        meanwhile = "the cluster places no pod on it meanwhile"
+    elif node.phase == Node.Phase.CORDONED:
         meanwhile = "it stays cordoned meanwhile (no new pods; running pods stay)"
     elif not spec.auto_repair:
         meanwhile = "it still takes new pods: autoRepair is off, so nothing cordons or repairs it by itself"

@@ -279,6 +279,31 @@ def next_action(
     return RepairDecision(action, reason, fault.gpu_index, messages[reason], fault.xid)
 
 
+NODE_UNAVAILABLE_FOR = timedelta(minutes=30)
+"""How long the cluster may run no pod on a node before it is replaced (`unavailable_repair`)."""
+
+
+def unavailable_repair(fault: str, since: datetime | None, now: datetime, after: timedelta = NODE_UNAVAILABLE_FOR) -> RepairDecision | None:
+    """The repair of a node the cluster has run no pod on since `since` (`fault` says why: its
+    Node deleted, not Ready, or offering none of its GPUs), once that has lasted `after`; None
+    before, or without a fault.
+
+    EKS node auto repair replaces a node whose Ready condition is not True for 30 minutes, and
+    Karpenter's node repair tolerates a NotReady node as long before it replaces it: a kubelet
+    restart, a reboot or a short partition heal well within that, while a node that stays out
+    of the cluster for half an hour holds a paid slot that no pod can use. A reboot is not tried
+    first: the kubelet that would bring the Node back is what stopped, and the agent that would
+    run the reboot often stopped with it. Before `after` the node is not unhealthy to the repair
+    gate (it is not cordoned either: the cluster already places nothing there), so a kubelet
+    restart costs no event; the pool's pause still holds when many nodes drop out together (a
+    network partition is not bad hardware). The message does not change while the fault lasts,
+    so an event that repeats it (a pause, a repair left to a person) is written once."""
+    if not fault or since is None or now - since < after:
+        return None
+    message = f"the cluster has run no pod on the node since {since:%Y-%m-%d %H:%M} UTC, over {_span(after)}: {fault}; the node must be replaced"
+    return RepairDecision(REPLACE, "NodeUnavailable", message=message)
+
+
 # --- pool-level gates --------------------------------------------------------------------
 
 

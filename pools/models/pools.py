@@ -330,6 +330,9 @@ class Node(models.Model):
         max_length=300, blank=True, default="", db_default="",
         help_text="Why the cluster runs no pod on the node now (its Node gone, not Ready, no GPU allocatable); blank when it does",
     )  # fmt: skip
+    cluster_fault_since = models.DateTimeField(
+        null=True, blank=True, help_text="Since when the cluster has run no pod on the node (the start of `cluster_fault`, whatever its wording since)"
+    )  # fmt: skip
     lease_start = models.DateTimeField(null=True, blank=True)
     lease_end = models.DateTimeField(null=True, blank=True)
     last_heartbeat = models.DateTimeField(null=True, blank=True)

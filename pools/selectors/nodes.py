@@ -71,7 +71,8 @@ def _credentials(node: Node, now: datetime) -> list[AgentCredential]:
 
 def _ready_condition(node: Node) -> dict:
     if node.cluster_fault:  # whatever its phase, the cluster places nothing there (the NodeUnavailable event)
-        return {"type": "Ready", "status": "False", "reason": "NodeUnavailable", "message": f"the cluster runs no pod on it: {node.cluster_fault}", "lastTransitionTime": ""}
+        since = node.cluster_fault_since.isoformat() if node.cluster_fault_since else ""
+        return {"type": "Ready", "status": "False", "reason": "NodeUnavailable", "message": f"the cluster runs no pod on it: {node.cluster_fault}", "lastTransitionTime": since}
     status = {"Ready": "True", "Unknown": "Unknown"}.get(node.phase, "False")
     messages = {
         "Ready": "the node takes pods",

@@ -7,7 +7,8 @@ held the repair back (`RepairPaused`, 2 of 2 nodes unhealthy) for 17 minutes; on
 longer promise what the gate forbids.
 
 A pool's state: its watched nodes, each node's Xids and resets or reboots within the ladder's
-window, what the ladder decides for each, the gate's view (`NodeHealth`), where a
+window, what the ladder decides for each (a replacement, whatever the ladder says, for a node the
+cluster has run no pod on for `NODE_UNAVAILABLE_FOR`: `unavailable_repair`), the gate's view (`NodeHealth`), where a
 replacement not over yet counts as an unhealthy node under repair, and the pool's
 `autoRepairPolicy.maxUnhealthy`, read from the document of the nodes' pool (`Node.pool`, loaded
 with them: `watched_nodes`, or a pool's own `pool.nodes`). Three queries whatever the number of
@@ -29,6 +30,7 @@ from pools.core.max_unhealthy import DEFAULT as DEFAULT_MAX_UNHEALTHY
 from pools.core.max_unhealthy import MaxUnhealthy, max_unhealthy_of
 from pools.core.repair import (
     ACTIONABLE_XIDS,
+    NODE_UNAVAILABLE_FOR,
     NONE,
     REPLACE,
     NodeHealth,
@@ -40,6 +42,7 @@ from pools.core.repair import (
     is_fatal,
     next_action,
     repair_allowed,
+    unavailable_repair,
     unhealthy_limit,
 )
 from pools.models import GpuNodePool, Node
@@ -110,6 +113,9 @@ def repair_states(*, nodes: list[Node], now: datetime, policy: RepairPolicy | No
     for pool_id, state in states.items():
         for node in state.nodes:
             decision = next_action([*xids.get(node.pk, []), *attempts.get(node.pk, [])], now, policy)
+            unavailable = unavailable_repair(node.cluster_fault, node.cluster_fault_since, now)
+            if unavailable and decision.action != REPLACE and decision.reason != "RepairInProgress":  # a running reset or reboot ends by its own timeout
+                decision = unavailable
             state.decisions[node.pk] = decision
             state.xids[node.pk] = xids.get(node.pk, [])
             state.attempts[node.pk] = attempts.get(node.pk, [])
@@ -118,7 +124,7 @@ def repair_states(*, nodes: list[Node], now: datetime, policy: RepairPolicy | No
             running = node.phase == Node.Phase.REPAIRING and OUTCOME.get(getattr(last_command.get(node.pk), "status", None)) is None
             state.health.append(NodeHealth(
                 name=node.name, healthy=decision.action == NONE,
-                unhealthy_since=xids[node.pk][0].at if node.pk in xids else None,
+                unhealthy_since=min(filter(None, (xids[node.pk][0].at if node.pk in xids else None, unavailable and node.cluster_fault_since)), default=None),
                 fatal=decision.action == REPLACE and any(is_fatal(x.xid) for x in xids.get(node.pk, [])),
                 repairing=running,
             ))  # fmt: skip
@@ -143,12 +149,14 @@ def pool_repair_state(*, pool_id: int, nodes: list[Node], now: datetime, policy:
 def with_pool_fault_counts(nodes: QuerySet[Node], now: datetime) -> QuerySet[Node]:
     """`nodes` annotated, in the same query, with their pool's watched nodes (`pool_watched`) and
     how many of those hold a repair-class Xid within the ladder's window (`pool_faulty`), for
-    `may_be_paused`: a page learns whether a pool could be paused at all without a query more
+    `may_be_paused` (a node the cluster has run no pod on for `NODE_UNAVAILABLE_FOR` is faulty
+    too, `unavailable_repair`): a page learns whether a pool could be paused at all without a query more
     (the nodes' pool, whose `maxUnhealthy` it reads, loaded with them), and reads the pool's
     full state (four queries) only when it could."""
     since = now - RepairPolicy().window
     watched = Node.objects.filter(pool_id=OuterRef("pool_id"), phase__in=WATCHED_PHASES, release_reason="").order_by()
-    faulty = watched.filter(Exists(GpuErrorEvent.objects.filter(node_id=OuterRef("pk"), at__gt=since, at__lte=now, xid__in=ACTIONABLE_XIDS)))
+    xids = GpuErrorEvent.objects.filter(node_id=OuterRef("pk"), at__gt=since, at__lte=now, xid__in=ACTIONABLE_XIDS)
+    faulty = watched.filter(Exists(xids) | Q(cluster_fault_since__lte=now - NODE_UNAVAILABLE_FOR))
     count = {"pool_watched": watched, "pool_faulty": faulty}
     return nodes.annotate(**{
         name: Coalesce(Subquery(rows.values("pool_id").annotate(n=Count("pk")).values("n")[:1]), 0) for name, rows in count.items()
@@ -159,7 +167,8 @@ def may_be_paused(node: Node) -> bool:
     """False when the node's pool cannot be paused now (`with_pool_fault_counts` annotated it).
 
     The gate counts as unhealthy the watched nodes whose ladder wants a repair, each of which
-    holds a repair-class Xid in the window, and the replacements under way; but a replacement
+    holds a repair-class Xid in the window or has been out of the cluster's use for
+    `NODE_UNAVAILABLE_FOR`, and the replacements under way; but a replacement
     under way, like any repair in progress, makes the gate answer `RepairInProgress` before it
     looks at the pause. So a paused pool has no replacement under way, its total is its watched
     nodes, and more of them are faulty than the pool's limit for that total (`unhealthy_limit`

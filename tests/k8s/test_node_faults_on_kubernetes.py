@@ -7,10 +7,12 @@ state is level-triggered, every change is an event)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from pools.controllers import lifecycle
+from pools.controllers import lifecycle, repair
 from pools.models import Node, PoolEvent
 from pools.selectors.cluster import cluster_state, live_nodes
 from tests.k8s.test_node_labels_on_kubernetes import pool_on_cluster
@@ -66,3 +68,22 @@ def test_a_deleted_node_a_not_ready_one_and_one_without_its_gpus_take_nothing_un
     lifecycle.reconcile_all(now=T0 + 3 * TICK)
     assert [name for name, _ in events("NodeAvailable")] == [silent, short]
     assert set(Node.objects.filter(pool=pool).exclude(cluster_fault="").values_list("name", flat=True)) == {gone}
+
+
+def test_a_node_not_ready_for_half_an_hour_is_replaced_and_its_node_leaves_the_cluster(on_kubernetes, actors, kube, core, unique, cleanup):
+    """A dead kubelet left its node in the pool's paid slot for ever: the repair ladder read the
+    agent's Xids only. After 30 minutes NotReady (as EKS and Karpenter), the repair pass drains
+    and releases it, and its Node leaves the API server."""
+    pool = pool_on_cluster(actors, kube, f"dead-{unique}", nodes=2)
+    dead, fine = names = sorted(Node.objects.filter(pool=pool).values_list("name", flat=True))
+    cleanup.extend(names)
+    core.patch_node_status(dead, {"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "KubeletNotReady"}]}})
+    lifecycle.reconcile_all(now=T0)
+    assert repair.repair_all(now=T0 + timedelta(minutes=29)) == 0
+    assert repair.repair_all(now=T0 + timedelta(minutes=30)) == 1
+    node = Node.objects.get(name=dead)
+    assert (node.phase, node.release_reason) == ("Terminated", "Repair")
+    with pytest.raises(ApiException) as gone:
+        core.read_node(dead)
+    assert gone.value.status == 404
+    assert Node.objects.get(name=fine).phase == "Ready" and core.read_node(fine).spec.unschedulable is None

@@ -7,15 +7,16 @@ Autoscaler reads it. The real API server's cases: tests/k8s/test_node_faults_on_
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import timedelta
 
 import pytest
 
-from pools.controllers import lifecycle
+from pools.controllers import lifecycle, repair
 from pools.models import GpuNodePool, Node, PoolEvent
 from pools.providers.base import ProviderError
 from pools.providers.simulated_cluster import SimulatedCluster
 from tests.conftest import make_document
-from tests.pools.lifecycle_helpers import T0, TICK, approved_pool
+from tests.pools.lifecycle_helpers import T0, TICK, approved_pool, reasons
 
 pytestmark = pytest.mark.django_db
 
@@ -69,3 +70,69 @@ def test_a_node_offering_some_of_its_gpus_takes_pods_and_one_offering_none_does_
     lifecycle.reconcile_all(now=now + 3 * TICK, cluster=Reporting(gpus=8))
     assert not Node.objects.exclude(cluster_fault="").exists()
     assert PoolEvent.objects.filter(pool=pool, reason="NodeUnavailable").count() == PoolEvent.objects.filter(pool=pool, reason="NodeAvailable").count() == 2
+
+
+class OneNotReady(SimulatedCluster):
+    """A kubelet that stopped reporting for the nodes named `down`; the others are Ready."""
+
+    def __init__(self, *down: str):
+        self.down = set(down)
+
+    def nodes_state(self, *, names):
+        states = super().nodes_state(names=names)
+        return {name: replace(state, ready="Unknown" if name in self.down else "True") for name, state in states.items()}
+
+
+def test_a_node_out_of_the_clusters_use_for_half_an_hour_is_replaced_and_a_shorter_outage_costs_nothing(ready_pool):
+    """EKS and Karpenter replace a node whose Ready condition is not True for 30 minutes: before,
+    a node whose kubelet died stayed in its paid slot for ever (the repair ladder read Xids only).
+    A kubelet restart heals well within that, and writes no repair event or cordon."""
+    pool, now = ready_pool
+    down, up = Node.objects.filter(pool=pool).order_by("name")
+    lifecycle.reconcile_all(now=now + TICK, cluster=OneNotReady(down.name))
+    start = Node.objects.get(pk=down.pk).cluster_fault_since
+    assert start == now + TICK and Node.objects.get(pk=up.pk).cluster_fault_since is None
+    lifecycle.reconcile_all(now=now + 2 * TICK, cluster=OneNotReady(down.name))
+    assert Node.objects.get(pk=down.pk).cluster_fault_since == start  # it goes on from when it started
+
+    assert repair.repair_all(now=start + timedelta(minutes=29)) == 0
+    assert Node.objects.get(pk=down.pk).phase == "Ready" and reasons(pool, down)[-1] == "NodeUnavailable"
+    assert repair.repair_all(now=start + timedelta(minutes=30)) == 1
+    node = Node.objects.get(pk=down.pk)
+    assert (node.phase, node.release_reason) == ("Terminated", "Repair")  # no pod to move: released at once
+    lifecycle.reconcile_all(now=start + timedelta(minutes=30) + TICK)
+    assert Node.objects.get(pk=down.pk).successor is not None  # its paid slot is filled again
+    started = PoolEvent.objects.get(node=down, reason="RepairStarted").message
+    assert "the cluster has run no pod on the node since 2026-12-01 08:" in started and "not Ready (Ready=Unknown)" in started
+    assert Node.objects.get(pk=up.pk).phase == "Ready"
+
+
+def test_a_node_back_before_half_an_hour_is_left_alone_and_its_next_outage_counts_afresh(ready_pool):
+    pool, now = ready_pool
+    down = Node.objects.filter(pool=pool).order_by("name").first()
+    lifecycle.reconcile_all(now=now + TICK, cluster=OneNotReady(down.name))
+    lifecycle.reconcile_all(now=now + timedelta(minutes=20), cluster=OneNotReady())
+    assert Node.objects.get(pk=down.pk).cluster_fault_since is None
+    lifecycle.reconcile_all(now=now + timedelta(minutes=25), cluster=OneNotReady(down.name))
+    assert repair.repair_all(now=now + timedelta(minutes=40)) == 0
+    assert Node.objects.get(pk=down.pk).cluster_fault_since == now + timedelta(minutes=25)
+
+
+def test_every_node_out_of_use_pauses_the_repair_with_one_warning_and_auto_repair_off_only_says_so(actors):
+    """Both nodes of a two-node pool dropping out together is a partition or a control plane
+    problem, not two machines breaking: the pool's pause holds (one event while nothing changes)."""
+    pool = approved_pool(actors, make_document("partition", nodeCount={"min": 2, "max": 2}))
+    manual = approved_pool(actors, make_document("manual", nodeCount={"min": 1, "max": 1}, autoRepair=False))
+    now = T0
+    while set(GpuNodePool.objects.filter(pk__in=[pool.pk, manual.pk]).values_list("phase", flat=True)) != {"Ready"}:
+        now += TICK
+        lifecycle.reconcile_all(now=now)
+    names = list(Node.objects.filter(pool__in=[pool, manual]).values_list("name", flat=True))
+    lifecycle.reconcile_all(now=now + TICK, cluster=OneNotReady(*names))
+    for minutes in (31, 32):
+        assert repair.repair_all(now=now + timedelta(minutes=minutes)) == 0
+    paused = list(PoolEvent.objects.filter(pool=pool, reason="RepairPaused").values_list("message", flat=True))
+    assert len(paused) == 2 and all("2 of 2 nodes (100%) are unhealthy" in m and "the cluster places no pod on it meanwhile" in m for m in paused)
+    needed = PoolEvent.objects.get(pool=manual, reason="RepairNeeded")
+    assert needed.count == 2 and needed.message.endswith("autoRepair is off: repair " + needed.node.name + " by hand (replace)")
+    assert set(Node.objects.filter(pool__in=[pool, manual]).values_list("phase", flat=True)) == {"Ready"}

@@ -18,6 +18,7 @@ from pools.core.repair import (
     fault_persisted,
     next_action,
     repair_allowed,
+    unavailable_repair,
 )
 
 T0 = datetime(2025, 3, 1, 8, 0, tzinfo=UTC)
@@ -425,3 +426,15 @@ def test_versions_are_written_in_ascii_digits(driver, cuda):
     """`\\d` and int() read other scripts' digits: "٥٣٥.١٠٤" passed for driver 535.104 (unparseable: no condition)."""
     with pytest.raises(ValueError):
         cuda_driver_condition(driver, cuda)
+
+
+def test_a_node_out_of_the_clusters_use_is_replaced_after_half_an_hour_with_one_message_while_it_lasts():
+    fault = "its Node is not Ready (Ready=Unknown)"
+    assert unavailable_repair(fault, minutes(0), minutes(29)) is None
+    assert unavailable_repair("", None, minutes(90)) is None
+    at_30, at_90 = unavailable_repair(fault, minutes(0), minutes(30)), unavailable_repair(fault, minutes(0), minutes(90))
+    assert (at_30.action, at_30.reason, at_30.gpu_index, at_30.xid) == ("replace", "NodeUnavailable", None, None)
+    assert at_30 == at_90  # a pause or a repair left to a person repeats it: written once
+    assert at_30.message == (
+        "the cluster has run no pod on the node since 2025-03-01 08:00 UTC, over 30m: its Node is not Ready (Ready=Unknown); the node must be replaced"
+    )
