@@ -288,9 +288,7 @@ class PoolForm(ScalingFields, AlertFields):
             parse_document(base, catalog)
         except (ValueError, RecursionError, ValidationError):
             return None
-        opened = copy.copy(pool)
-        opened.document = base
-        as_opened = PoolForm(self.data, editing=opened, initial=PoolForm.initial_from(opened)[0])
+        as_opened = PoolForm.editing(pool, self.data, document=base)
         as_opened.read_rows()
         if not as_opened.is_valid():
             return None
@@ -318,6 +316,22 @@ class PoolForm(ScalingFields, AlertFields):
                     break
             else:
                 self.add_error(None, str(item))
+
+    @classmethod
+    def editing(cls, pool: GpuNodePool, data=None, *, document: dict | None = None, base: dict | None = None, budget_hint: str = "") -> PoolForm:
+        """The edit form of `pool` as `document` shows it (the pool's own by default; the
+        version a page was opened at, or a merge), its fields and rows read from that one
+        document, so that what a page shows and what a post is compared to never differ.
+        `base`: the version a save is made from, when it is not `document` (a merge's)."""
+        if document is not None:
+            pool = copy.copy(pool)
+            pool.document = document
+        initial, rows = cls.initial_from(pool)
+        if base is not None:
+            initial["base"] = json.dumps(base)
+        form = cls(data, editing=pool, initial=initial, budget_hint=budget_hint)
+        form.rows = rows
+        return form
 
     @classmethod
     def initial_from(cls, pool: GpuNodePool) -> tuple[dict[str, Any], dict[str, list[dict[str, str]]]]:

@@ -5,7 +5,6 @@ Pool pages: list, detail (with its charts fragment), create, edit, import, expor
 
 from __future__ import annotations
 
-import copy
 import json
 from datetime import timedelta
 
@@ -151,8 +150,7 @@ def pool_edit(request, name: str):
     pool = selectors.pool_get(user=request.user, name=name)
     if not roles.can_manage_team_pools(request.user, pool.team_id):
         raise PermissionDenied("only the team's leads and platform admins can change this pool")
-    initial, rows = PoolForm.initial_from(pool)
-    form = PoolForm(request.POST or None, editing=pool, initial=initial, budget_hint=pool_form_budget_hint(pool=pool, now=timezone.now()))
+    form = PoolForm.editing(pool, request.POST or None, budget_hint=pool_form_budget_hint(pool=pool, now=timezone.now()))
     outdated = ""
     if request.method == "POST":
         form.read_rows()
@@ -171,8 +169,6 @@ def pool_edit(request, name: str):
                 new = pool.orders.exclude(pk__in=ordered).order_by("pk").first()  # a baseline it lacks, asked again
                 messages.success(request, f"Pool {pool.name} updated." + (f" Order #{new.pk} for {plural(new.node_count, 'node')} awaits approval." if new else ""))
                 return HttpResponseRedirect(reverse("pools:detail", args=[pool.name]))
-    else:
-        form.rows = rows
     status = 409 if outdated else 400 if form.errors or any(form.row_errors.values()) else 200
     context = {"form": form, "editing": pool, "outdated": outdated, "taint_effects": TAINT_EFFECTS}
     return htmx_render(request, "pools/pool_form.html", context, status=status)
@@ -192,11 +188,7 @@ def _outdated(form: PoolForm, pool, stale: StaleVersion, catalog) -> tuple[PoolF
         form.data["resource_version"] = str(stale.current)
         return form, f"{said}: check your values against that change, then save again to keep them, or reload the page to start from the pool as it is now."
     document, conflicts = merge
-    shown = copy.copy(pool)
-    shown.document = document
-    initial, rows = PoolForm.initial_from(shown)
-    merged = PoolForm(editing=shown, initial={**initial, "base": json.dumps(pool.document)}, budget_hint=pool_form_budget_hint(pool=pool, now=timezone.now()))
-    merged.rows = rows
+    merged = PoolForm.editing(pool, document=document, base=pool.document, budget_hint=pool_form_budget_hint(pool=pool, now=timezone.now()))
     both = "".join(f" You and that change both set {c.path.removeprefix('spec.')}: yours ({_shown(c.mine)}) is shown, not {_shown(c.theirs)}." for c in conflicts)
     return merged, f"{said}. The form now shows the pool as it is now with your changes on top: check it and save again.{both}"
 
@@ -224,7 +216,7 @@ def pool_preview(request):
         pool = selectors.pool_get(user=request.user, name=name)
         if not roles.can_manage_team_pools(request.user, pool.team_id):
             raise PermissionDenied("only the team's leads and platform admins can change this pool")
-        form = PoolForm(request.POST, editing=pool, initial=PoolForm.initial_from(pool)[0])
+        form = PoolForm.editing(pool, request.POST)
     else:
         teams = list(selectors.teams_led_by(user=request.user))
         if not teams:
