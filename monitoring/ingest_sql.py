@@ -47,7 +47,7 @@ _XID_COLUMNS = ["node_id", "report_seq", "position", "gpu_index", "xid", "at", "
 _STATE_COLUMNS = ["acked_seq", "max_seq", "driver_version", "cuda_version", "conditions", "commands_pending"]
 
 _AUTH_SQL = f"""
-SELECT c.id, (c.predecessor_in_grace AND c.revoked_at IS NULL), n.id, n.name, n.phase, n.pool_id, s.node_id,
+SELECT c.id, (c.predecessor_in_grace AND c.revoked_at IS NULL), n.id, n.name, n.phase, n.pool_id, n.gpu_count, s.node_id,
        {", ".join("s." + c for c in _STATE_COLUMNS)}
 FROM {_CRED} c JOIN {_NODE} n ON n.id = c.node_id LEFT JOIN {_STATE} s ON s.node_id = c.node_id
 WHERE c.key_hash = %s AND (c.revoked_at IS NULL OR (c.revoked_reason = '{ROTATED}' AND c.revoked_at > %s))
@@ -124,7 +124,7 @@ def _json(value: Any) -> Any:
 
 def credential_load(key_hash: str, now: datetime) -> AgentCredential | None:
     """The active credential (or one rotated out, in its grace at `now`), its node (id, name,
-    phase, pool_id; the rest loads on access) and the node's agent state, in one query."""
+    phase, pool_id, gpu_count; the rest loads on access) and the node's agent state, in one query."""
     db = _db()
     with _cursor(db) as cursor:
         cursor.execute(_AUTH_SQL, [key_hash, db.ops.adapt_datetimefield_value(now)])
@@ -135,9 +135,9 @@ def credential_load(key_hash: str, now: datetime) -> AgentCredential | None:
 def _credential(db, row) -> AgentCredential:
     """The credential, its node and the node's agent state from a row that begins with
     _AUTH_SQL's columns (_next_report_sql's adds one after them)."""
-    cred_id, in_grace, node_id, name, phase, pool_id, state_node, *state = row
+    cred_id, in_grace, node_id, name, phase, pool_id, gpu_count, state_node, *state = row
     credential_node, node_state, state_node_field = _relations()
-    node = _instance(Node, db.alias, {"id": node_id, "name": name, "phase": phase, "pool_id": pool_id})
+    node = _instance(Node, db.alias, {"id": node_id, "name": name, "phase": phase, "pool_id": pool_id, "gpu_count": gpu_count})
     credential = _instance(AgentCredential, db.alias, {"id": cred_id, "node_id": node_id, "predecessor_in_grace": bool(in_grace)})
     credential_node.set_cached_value(credential, node)
     if state_node is not None:
@@ -154,7 +154,8 @@ def _next_report_sql() -> str:
     """_AUTH_SQL, and in the same statement the steady state's next report stored: where the
     node's state has no gap (acked_seq = max_seq = the report's seq - 1), the same driver and
     CUDA versions and the node is not terminated (and is the one the batch names, if it names
-    one), the report is inserted, the agent state moved on and the heartbeat touched, as
+    one) and has the GPUs the report names (its caller sends only reports without a repeated
+    index), the report is inserted, the agent state moved on and the heartbeat touched, as
     reports_write would. Elsewhere nothing is written and the row alone comes back, for the
     general path. The last column says whether the report was stored; the state UPDATE
     re-checks the sequence numbers under its row lock, so of two requests racing with one
@@ -166,8 +167,8 @@ def _next_report_sql() -> str:
     report_columns = ["seq", "at", "received_at", "driver_version", "cuda_version", "gpus"]
     state_sets = ["acked_seq", "max_seq", "fb_used_mib", "fb_total_mib", "gpu_util_avg", "last_report_at"]
     return f"""
-WITH auth (credential_id, predecessor_in_grace, node_id, name, phase, pool_id, state_node, {", ".join(_STATE_COLUMNS)}) AS ({_AUTH_SQL}),
-go AS (SELECT a.node_id FROM auth a WHERE a.state_node IS NOT NULL AND a.phase <> %s AND a.acked_seq = %s
+WITH auth (credential_id, predecessor_in_grace, node_id, name, phase, pool_id, gpu_count, state_node, {", ".join(_STATE_COLUMNS)}) AS ({_AUTH_SQL}),
+go AS (SELECT a.node_id FROM auth a WHERE a.state_node IS NOT NULL AND a.phase <> %s AND a.gpu_count > %s AND a.acked_seq = %s
        AND a.max_seq = %s AND a.driver_version = %s AND a.cuda_version = %s AND a.name = COALESCE(%s::text, a.name)),
 stored AS (INSERT INTO {_REPORT} (node_id, {", ".join(report_columns)})
            SELECT go.node_id, {", ".join(f"%s::{cast(NodeReport, c)}" for c in report_columns)} FROM go
@@ -193,7 +194,7 @@ def credential_load_storing_next(key_hash: str, *, report, node_name: str | None
         return credential_load(key_hash, now), False
     ops = db.ops
     previous, at, received = report.seq - 1, ops.adapt_datetimefield_value(report.at), ops.adapt_datetimefield_value(now)
-    params = [key_hash, received, terminated, previous, previous, report.driver_version, report.cuda_version, node_name,
+    params = [key_hash, received, terminated, max((g["index"] for g in report.gpus), default=-1), previous, previous, report.driver_version, report.cuda_version, node_name,
               report.seq, at, received, report.driver_version, report.cuda_version, ops.adapt_json_value(report.gpus, None),
               received, received,
               report.seq, report.seq, values["fb_used_mib"], values["fb_total_mib"], values["gpu_util_avg"], at,

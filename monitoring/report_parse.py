@@ -279,9 +279,31 @@ def batch_parse(data: Any, *, max_batch: int) -> Batch:
     node = data.get("node")
     if node is not None and not isinstance(node, str):
         errors.append(FieldError("node", "must be a string"))
+    lowest = min((r.seq for r in reports if r is not None), default=None)
+    if oldest is not None and lowest is not None and oldest > lowest:  # every later report would read as a replay, stored never
+        errors.append(FieldError("oldestSeq", f"must not be above the batch's lowest seq ({lowest}): it is the oldest report the agent still holds"))
     if errors:
         raise ValidationError(errors)
     return Batch([r for r in reports if r is not None], oldest, acks, node)
+
+
+def node_gpu_errors(batch: Batch, gpu_count: int) -> list[FieldError]:
+    """The GPUs a batch names that its node does not have (`batch_parse` cannot know the node):
+    a GPU index is one of the node's, 0 to `gpu_count` - 1, and a report lists each GPU once.
+    An Xid on GPU 32767 of an 8-GPU node would start a repair of a GPU that is not there, and a
+    GPU listed twice would count twice in the pool's GPU memory."""
+    errors: list[FieldError] = []
+    bound = f"must be from 0 to {gpu_count - 1}: the node has {gpu_count} GPUs" if gpu_count else "must be absent: the node has no GPUs"
+    for i, report in enumerate(batch.reports):
+        seen: set[int] = set()
+        for j, gpu in enumerate(report.gpus):
+            if gpu["index"] >= gpu_count:
+                errors.append(FieldError(f"reports[{i}].gpus[{j}].index", bound))
+            elif gpu["index"] in seen:
+                errors.append(FieldError(f"reports[{i}].gpus[{j}].index", f"GPU {gpu['index']} is listed twice in this report"))
+            seen.add(gpu["index"])
+        errors += [FieldError(f"reports[{i}].xids[{j}].gpu", bound) for j, x in enumerate(report.xids) if x.gpu_index is not None and x.gpu_index >= gpu_count]
+    return errors
 
 
 def gpu_summary(gpus: list[dict[str, Any]]) -> tuple[int, int, float | None]:

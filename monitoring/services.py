@@ -30,7 +30,7 @@ from monitoring.models import (
     credential_in_grace,
     credential_works,
 )
-from monitoring.report_parse import Batch, Report, gpu_summary
+from monitoring.report_parse import Batch, Report, gpu_summary, node_gpu_errors
 from pools import roles
 from pools.core import repair
 from pools.core.errors import ConflictError, FieldError, ValidationError
@@ -167,7 +167,7 @@ def credential_authenticate_storing_next(raw: str, batch: Batch | None, now: dat
         return None, None
     now = now or timezone.now()
     report = batch.reports[0] if batch is not None and len(batch.reports) == 1 else None
-    if report is None or report.xids or batch.acks or (batch.oldest_seq or 1) > report.seq:
+    if report is None or report.xids or batch.acks or (batch.oldest_seq or 1) > report.seq or len({g["index"] for g in report.gpus}) < len(report.gpus):
         return credential_authenticate(raw, now), None
     used, total, util = gpu_summary(report.gpus)
     credential, stored = ingest_sql.credential_load_storing_next(
@@ -283,6 +283,9 @@ def reports_ingest(*, credential: AgentCredential, batch: Batch, now: datetime |
     node = credential.node
     if batch.node is not None and batch.node != node.name:
         _refuse_other_node(node=node, named=batch.node, where="its report batch", now=now)
+    if errors := node_gpu_errors(batch, node.gpu_count):
+        report_batch_refused(credential=credential, errors=errors, now=now)
+        raise ValidationError(errors)
     try:
         state = node.agent_state
     except NodeAgentState.DoesNotExist:

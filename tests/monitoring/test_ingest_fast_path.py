@@ -109,15 +109,16 @@ def test_a_missing_or_bad_credential_gets_drfs_401_with_the_challenge(node, head
 
 
 def test_the_authenticated_node_loads_what_the_row_did_not_carry(node, actors, django_assert_num_queries):
-    """The credential's node is built from the authentication row (id, name, phase, pool);
-    its other fields load on access as deferred fields do, and its agent state needs no query."""
+    """The credential's node is built from the authentication row (id, name, phase, pool, GPU
+    count, which every batch's GPU indices are checked against); its other fields load on access
+    as deferred fields do, and its agent state needs no query."""
     secret = joined(node, actors["admin"])
     with django_assert_num_queries(1):
         credential = services.credential_authenticate(secret)
-        assert (credential.node.name, credential.node.phase, credential.node.pool_id) == (node.name, "Ready", node.pool_id)
+        assert (credential.node.name, credential.node.phase, credential.node.pool_id, credential.node.gpu_count) == (node.name, "Ready", node.pool_id, node.gpu_count)
         assert credential.node.agent_state.acked_seq == 0 and credential.node.agent_state.node is credential.node
     with django_assert_num_queries(1):
-        assert credential.node.gpu_count == node.gpu_count
+        assert credential.node.zone_id == node.zone_id
     assert credential.node.pool == node.pool and not credential.node._state.adding
 
 

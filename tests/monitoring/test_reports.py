@@ -294,3 +294,36 @@ def test_a_report_the_server_failed_to_store_is_never_acknowledged(agent, node, 
     assert later["ackedSeq"] == 1 and seqs(node) == [1, 3]
     assert post(client, [report(2), report(3)], oldestSeq=2)["ackedSeq"] == 3
     assert seqs(node) == [1, 2, 3]
+
+
+def refused(client, reports, **extra) -> list[tuple[str, str]]:
+    response = client.post(REPORTS, {"reports": reports, **extra}, format="json")
+    assert response.status_code == 400, response.content
+    return [(e["field"], e["message"]) for e in response.json()["errors"]]
+
+
+def test_a_gpu_the_node_does_not_have_is_refused_with_its_path_and_stores_nothing(agent, node):
+    """Found by a hostile-input probe: an Xid on GPU 32767 of an 8-GPU node was stored and started
+    a repair of a GPU that is not there (999 on a 4-GPU node: a replacement), and a GPU listed
+    twice counted twice in the pool's GPU memory. The steady state's next report (PostgreSQL's
+    one-statement path) is checked as any other."""
+    client = agent()
+    post(client, [report(1)])
+    beyond = report(2)
+    beyond["gpus"][1]["index"] = 8
+    assert refused(client, [beyond]) == [("reports[0].gpus[1].index", "must be from 0 to 7: the node has 8 GPUs")]
+    twice = report(2)
+    twice["gpus"][1]["index"] = 0
+    assert refused(client, [twice]) == [("reports[0].gpus[1].index", "GPU 0 is listed twice in this report")]
+    assert refused(client, [report(2), report(3, xids=[(32767, 48)])]) == [("reports[1].xids[0].gpu", "must be from 0 to 7: the node has 8 GPUs")]
+    assert seqs(node) == [1] and not GpuErrorEvent.objects.exists() and node.events.filter(reason="ReportRejected").exists()
+    assert not AgentCommand.objects.exists() and Node.objects.get(pk=node.pk).phase == "Ready"
+    assert post(client, [report(2, gpus=8, xids=[(7, 48)])])["ackedSeq"] == 2  # its last GPU is one of its own
+
+
+def test_an_oldest_seq_above_the_batch_is_refused_instead_of_reading_every_later_report_as_a_replay(agent, node):
+    client = agent()
+    assert refused(client, [report(1100)], oldestSeq=2**63 - 1) == [
+        ("oldestSeq", "must not be above the batch's lowest seq (1100): it is the oldest report the agent still holds")
+    ]
+    assert post(client, [report(1101)], oldestSeq=1101)["ackedSeq"] == 1101 and seqs(node) == [1101]
