@@ -292,7 +292,7 @@ class PoolForm(ScalingFields, AlertFields):
         as_opened.read_rows()
         if not as_opened.is_valid():
             return None
-        mine = as_opened.to_document(base=base)
+        mine = _as_written(as_opened.to_document(base=base), base, catalog)
         merged, conflicts = merge3(base, mine, pool.document)
         bursts = spec_autoscales(mine["spec"])
         if spec_autoscales(base["spec"]) != bursts != spec_autoscales(merged["spec"]):  # the lead's own choice, undone
@@ -373,6 +373,34 @@ def _same_spec(document: dict[str, Any], stored: dict[str, Any], catalog: Catalo
         return parse_document(document, catalog) == parse_document(stored, catalog)
     except ValidationError:  # the update says what is wrong with it
         return False
+
+
+def _as_written(mine: dict[str, Any], base: dict[str, Any], catalog: Catalog) -> dict[str, Any]:
+    """`mine` with each spec field, and the pool's labels, that means what `base`'s means put
+    back as `base` writes it. The form writes its own shape (a default dropped or spelled out, a
+    taint's empty value, a block's layout), and a merge must not read that as the lead's change:
+    it kept the page's `autoRenew` and taints over an admin's new ones, undoing them (found by
+    review). Each field is judged alone, the others as in `base`."""
+    mine = copy.deepcopy(mine)
+    fields = [("spec", key) for key in {**base["spec"], **mine["spec"]}] + [("metadata", "labels")]
+    for part, key in fields:
+        if mine[part].get(key, _ABSENT) == base[part].get(key, _ABSENT):
+            continue
+        probe = copy.deepcopy(base)
+        _put(probe[part], key, mine[part].get(key, _ABSENT))
+        if _same_spec(probe, base, catalog):
+            _put(mine[part], key, base[part].get(key, _ABSENT))
+    return mine
+
+
+_ABSENT = object()
+
+
+def _put(mapping: dict[str, Any], key: str, value: Any) -> None:
+    if value is _ABSENT:
+        mapping.pop(key, None)
+    else:
+        mapping[key] = copy.deepcopy(value)
 
 
 def _same_amount(stored: Any, amount: Decimal) -> bool:

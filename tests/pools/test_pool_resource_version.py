@@ -268,3 +268,31 @@ def test_a_document_read_from_a_pool_deleted_since_does_not_replace_the_one_made
     posted = browser("lead").post(f"/pools/{pool.name}/edit/", _edit_form(again, resource_version="1", uid=pool.uid, max_nodes="7"))
     assert posted.status_code == 400 and "deleted and created again" in " ".join(posted.context["form"].non_field_errors())
     assert GpuNodePool.objects.get(pk=again.pk).max_nodes == 2
+
+
+@pytest.mark.parametrize(
+    ("written", "patch", "kept"),
+    [
+        ({"autoRenew": False}, {"spec": {"autoRenew": True}}, ("autoRenew", True)),
+        ({"nodeTaints": [{"key": "dedicated", "effect": "NoSchedule"}]},
+         {"spec": {"nodeTaints": [{"key": "dedicated", "effect": "NoSchedule"}, {"key": "gpu", "value": "a100", "effect": "NoSchedule"}]}},
+         ("nodeTaints", [{"key": "dedicated", "effect": "NoSchedule"}, {"key": "gpu", "value": "a100", "effect": "NoSchedule"}])),
+        ({"sharedWith": []}, {"spec": {"sharedWith": ["inference"]}}, ("sharedWith", ["inference"])),
+    ],
+    ids=["a-default-spelled-out", "a-taint-without-value", "an-empty-list"],
+)
+def test_what_the_form_rewrites_without_the_lead_is_not_the_leads_change(browser, actors, written, patch, kept):
+    """The form writes its own shape: it drops `autoRenew: false` and an empty list, and gives a
+    taint an empty value. Read as the lead's change, it replaced the admin's new value, and
+    saving the merged page undid the admin's change (found by review)."""
+    document = make_document("shaped", nodeCount={"min": 0, "max": 4})
+    document["spec"] = {k: v for k, v in document["spec"].items() if k not in ("nodeTaints", "sharedWith")} | written
+    pool = services.pool_create(user=actors["lead"], document=document)
+    response, shown = _outdated_post(browser, actors, pool, {"system_image": ["ubuntu-24.04-cuda-12.4"]}, patch)
+    assert "both set" not in response.context["outdated"]
+    assert browser("lead").post(f"/pools/{pool.name}/edit/", shown).status_code == 302
+    spec = GpuNodePool.objects.get(pk=pool.pk).document["spec"]
+    key, value = kept
+    if key == "nodeTaints":  # the saved form spells out the empty value
+        value = [{"value": "", **taint} for taint in value]
+    assert spec["systemImage"] == "ubuntu-24.04-cuda-12.4" and spec[key] == value
