@@ -159,7 +159,7 @@ def pool_update(*, user, pool: GpuNodePool, document: Any, now: datetime | None 
         if quote is not None:
             kind = PoolOrder.Kind.CREATE if ordered == 0 and not locked.orders.exists() else PoolOrder.Kind.GROW
             _order_request(pool=locked, kind=kind, nodes=grow, spec=spec, refs=refs, quote=quote, room=room, user=user, now=now)
-        if ordered != spec.min_nodes:  # the stored status may name an order withdrawn here, or not yet the one filed: written anew
+        if not ordered == spec.min_nodes == old.min_nodes:  # the stored status may name an order withdrawn or refused, or not the one filed: written anew
             pool_status_refresh(pool=locked, user=user, now=now)
     return locked
 

@@ -223,3 +223,15 @@ def test_an_update_that_files_or_withdraws_an_order_answers_with_the_status_that
     assert f"OrderPending: orders #{filed[0]}, #{filed[1]} await approval" in both.pending_reason  # the order just filed too (QA sweep)
     shrunk = services.pool_update(user=actors["lead"], pool=both, document={**both.document, "spec": {**both.document["spec"], "nodeCount": {"min": 1, "max": 5}}})
     assert (shrunk.phase, shrunk.pending_reason) == ("Ready", "")
+
+
+def test_lowering_min_after_a_rejection_answers_with_the_status_it_leaves(actors):
+    """After a rejected order, `scale --min 0` answered "Pending, OrderRejected" (ordered and the
+    new min were both 0, so the status was not written anew) until the next pass: found by a
+    hostile-input probe."""
+    pool = services.pool_create(user=actors["lead"], document=make_document("refused", nodeCount={"min": 1, "max": 3}))
+    services.order_reject(user=actors["admin"], order=pool.orders.get(), reason="no budget")
+    pool.refresh_from_db()
+    assert pool.pending_reason.startswith("OrderRejected")
+    lowered = services.pool_update(user=actors["lead"], pool=pool, document={**pool.document, "spec": {**pool.document["spec"], "nodeCount": {"min": 0, "max": 3}}})
+    assert (lowered.phase, lowered.pending_reason) == ("Ready", "")
