@@ -198,7 +198,9 @@ def capacity_hints(pod: CorePod, node_reasons: dict[str, str], states: dict[str,
                    catalog: OrderCatalog) -> list[str]:  # fmt: skip
     """Pool-level hints the pure core cannot give: a pool whose nodes would take the pod if they
     were free has a node starting that will (wait for it: `starting_hint`), else what brings it
-    a new node (`growth_hint`). What makes room on its nodes is the core's hint."""
+    a new node (`growth_hint`), which a guest of a lent pool cannot do: its lead's commands would
+    be refused (404) and would not help (a guest's pods never grow a lent pool), so the guest is
+    told whom to ask. What makes room on its nodes is the core's hint."""
     hints = []
     full: dict[str, int] = defaultdict(int)
     for name, reason in node_reasons.items():
@@ -217,6 +219,9 @@ def capacity_hints(pod: CorePod, node_reasons: dict[str, str], states: dict[str,
         prospect = catalog.by_name().get(pool_name)
         if catalog.starting_takes(pool_name, pod):
             hints.append(starting_hint(prospect, len(members)))
+        elif empty.owner is not None and pod.team != empty.owner:  # lent to the pod's team: its lead's levers are not the guest's
+            hints.append(f"pool {pool_name}, lent to your team by team {pool.team.slug}, is busy: a lent pool grows only for its own "
+                         f"team's pods, so this pod waits for room on it; ask team {pool.team.slug}'s lead for more.")  # fmt: skip
         else:  # the starting nodes are spoken for, and count against the pool's limits
             hints.append(growth_hint(pool, members, len(members) + (prospect.starting if prospect else 0)))
     return hints

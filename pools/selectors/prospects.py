@@ -25,7 +25,7 @@ from pools.core.scheduling.nodes import NodeState
 from pools.core.scheduling.waiting import PoolProspect
 from pools.core.spec import Catalog, PoolSpec, parse_document
 from pools.models import GpuNodePool, Node, PoolOrder, Zone
-from pools.selectors.cluster import SCHEDULER_PHASES, pool_teams
+from pools.selectors.cluster import SCHEDULER_PHASES, pool_teams, team_identity
 from pools.selectors.queue import daemon_set_pods, template_node
 
 logger = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ def pool_templates(pools: Iterable[GpuNodePool]) -> dict[int, NodeState]:
             continue
         billing = Node.Billing.PREEMPTIBLE if pool.preemptible else Node.Billing.MONTHLY if pool.min_nodes else Node.Billing.ON_DEMAND
         template = template_node(pool, spec, billing=billing, daemon_sets=daemon_sets.get(pool.pk, ()))
-        template.teams = teams[pool.pk]
+        template.teams, template.owner = teams[pool.pk], team_identity(pool.team_id)
         templates[pool.pk] = template
     return templates
 

@@ -81,3 +81,18 @@ def test_only_the_pods_the_starting_nodes_hold_are_told_to_wait_for_them(actors)
     told = {name: [h for h in Pod.objects.get(name=name).hints if h.startswith("pool train-pool-a")] for name in ("second", "third", "fourth")}
     assert [name for name, hints in told.items() if any("This pod waits for it" in h for h in hints)] == ["second"]
     assert all(any("at its nodeCount.max (2 nodes)" in h for h in told[name]) for name in ("third", "fourth")), told
+
+
+def test_a_guest_of_a_busy_lent_pool_is_told_whom_to_ask_not_its_owners_commands(actors):
+    """A borrower's pod was told to `ebcloud node-pool scale train-pool-a --min N` or to enable
+    burst: commands its lead gets a 404 for, and that would not help (a guest's pods never grow
+    a lent pool). Found by a hostile-input probe."""
+    pool_with_nodes(actors["lead"], nodes=1, node_labels={"pool": "train"}, nodeCount={"min": 0, "max": 4}, sharedWith=["inference"])
+    submit(actors["member"], "first", gpus=8)
+    guest = submit(actors["other_lead"], "guest", gpus=8, namespace="inference")
+    scheduler_pass(now=T0)
+    guest.refresh_from_db()
+    assert guest.phase == "Pending"
+    assert ("pool train-pool-a, lent to your team by team algorithm, is busy: a lent pool grows only for its own team's pods, "
+            "so this pod waits for room on it; ask team algorithm's lead for more.") in guest.hints
+    assert not any("node-pool scale" in h or "enable burst" in h for h in guest.hints), guest.hints

@@ -126,6 +126,15 @@ def test_a_pool_lent_to_the_team_counts_as_its_own(actors):
     assert not any(h.startswith(ORDER_HINT) for h in hints)
 
 
+def test_a_guest_of_a_lent_pool_that_keeps_no_node_is_told_whom_to_ask_not_its_owners_commands(actors):
+    """`ebcloud node-pool scale their-l40s --min 1` is the owner's command (a 404 for the guest),
+    and a guest's pods never grow a lent pool (found by a hostile-input probe)."""
+    infer_pool(actors["other_lead"], name="their-l40s", sharedWith=["algorithm"], nodeCount={"min": 0, "max": 3})
+    hint = about(hints_after_pass(wants_l40s(actors)), "their-l40s")
+    assert hint.startswith("pool their-l40s (no Ready node yet): it is lent to your team, and a lent pool grows only for its own team's pods: ask its team's lead.")
+    assert "node-pool" not in hint and "nodeCount.min" not in hint
+
+
 def test_a_full_pool_at_its_max_is_named_and_nothing_is_ordered(actors):
     pool_with_nodes(actors["lead"], nodes=1, node_labels={"pool": "train"}, nodeCount={"min": 0, "max": 1})
     submit(actors["member"], "first", gpus=8)

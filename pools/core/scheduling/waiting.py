@@ -106,7 +106,11 @@ def starting_hint(p: PoolProspect, ready: int) -> str:
 
 
 def _hint(pod: Pod, p: PoolProspect) -> str:
-    head = f"pool {p.name} (no Ready node yet): {waits_for(p)}."
+    guest = p.template.owner is not None and pod.team != p.template.owner
+    if guest and not (p.awaiting_approval or p.awaiting_payment or p.starting):  # its lead's levers are not the guest's
+        head = f"pool {p.name} (no Ready node yet): it is lent to your team, and a lent pool grows only for its own team's pods: ask its team's lead."
+    else:
+        head = f"pool {p.name} (no Ready node yet): {waits_for(p)}."
     fix = node_checks(pod, p.template)
     if fix is None:
         return f"{head} Its nodes will take this pod once one is Ready: no need to order another pool."
