@@ -129,8 +129,10 @@ def pool_update(*, user, pool: GpuNodePool, document: Any, now: datetime | None 
             raise ConflictError(f"pool {pool.name!r} is being deleted")
         if based_on is not None and locked.document != based_on:
             raise _Outdated(f"pool {pool.name!r} changed while this update was being made; send it again")
-        if read_as is not None and read_as != locked.uid:
-            raise ConflictError(f"pool {pool.name!r} was deleted and created again since it was read (its metadata.uid is now {locked.uid}); get it again and make your change on that")
+        if read_as is not None and read_as != locked.uid:  # a pool of that name deleted since, or none this one ever was
+            gone = any(p.uid == read_as for p in GpuNodePool.objects.filter(name=pool.name, deleted_at__isnull=False).only("pk"))
+            what = "was deleted and created again since it was read" if gone else f"is not the object of metadata.uid {read_as!r}"
+            raise ConflictError(f"pool {pool.name!r} {what} (its metadata.uid is {locked.uid}); get it again and make your change on that")
         if read_at is not None and read_at != locked.generation:
             raise StaleVersion(f"pool {pool.name!r}", read=read_at, current=locked.generation)
         # Counted again under the pool's lock: two identical updates at once (a double-click,

@@ -151,7 +151,7 @@ def pool_edit(request, name: str):
     if not roles.can_manage_team_pools(request.user, pool.team_id):
         raise PermissionDenied("only the team's leads and platform admins can change this pool")
     form = PoolForm.editing(pool, request.POST or None, budget_hint=pool_form_budget_hint(pool=pool, now=timezone.now()))
-    outdated = ""
+    outdated, conflict = "", False
     if request.method == "POST":
         form.read_rows()
         if form.is_valid():
@@ -163,13 +163,14 @@ def pool_edit(request, name: str):
                 form.add_spec_errors(exc)
             except StaleVersion as exc:
                 form, outdated = _outdated(form, selectors.pool_get(user=request.user, name=name), exc, catalog)
-            except ConflictError as exc:
+            except ConflictError as exc:  # the pool was made again or is being deleted: 409, as the API answers
                 form.add_error(None, str(exc))
+                conflict = True
             else:
                 new = pool.orders.exclude(pk__in=ordered).order_by("pk").first()  # a baseline it lacks, asked again
                 messages.success(request, f"Pool {pool.name} updated." + (f" Order #{new.pk} for {plural(new.node_count, 'node')} awaits approval." if new else ""))
                 return HttpResponseRedirect(reverse("pools:detail", args=[pool.name]))
-    status = 409 if outdated else 400 if form.errors or any(form.row_errors.values()) else 200
+    status = 409 if outdated or conflict else 400 if form.errors or any(form.row_errors.values()) else 200
     context = {"form": form, "editing": pool, "outdated": outdated, "taint_effects": TAINT_EFFECTS}
     return htmx_render(request, "pools/pool_form.html", context, status=status)
 

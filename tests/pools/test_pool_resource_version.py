@@ -266,8 +266,19 @@ def test_a_document_read_from_a_pool_deleted_since_does_not_replace_the_one_made
     response = api("lead").put(URL, document, format="json")
     assert response.status_code == 409 and "was deleted and created again since it was read" in str(response.json())
     posted = browser("lead").post(f"/pools/{pool.name}/edit/", _edit_form(again, resource_version="1", uid=pool.uid, max_nodes="7"))
-    assert posted.status_code == 400 and "deleted and created again" in " ".join(posted.context["form"].non_field_errors())
+    assert posted.status_code == 409 and "deleted and created again" in " ".join(posted.context["form"].non_field_errors())
     assert GpuNodePool.objects.get(pk=again.pk).max_nodes == 2
+
+
+def test_a_uid_no_pool_of_that_name_ever_had_is_said_to_be_another_objects(api, pool):
+    """"Deleted and created again" was said of any uid (a typo, another pool's): found by a
+    hostile-input probe."""
+    document = _read(api)
+    for uid in ("x", pool.uid.upper()):
+        document["metadata"]["uid"] = uid
+        response = api("lead").put(URL, document, format="json")
+        assert response.status_code == 409, response.json()
+        assert f"pool 'resourcing' is not the object of metadata.uid '{uid}' (its metadata.uid is {pool.uid})" in str(response.json())
 
 
 @pytest.mark.parametrize(
