@@ -203,6 +203,7 @@ class PoolCounts:
     ready: int
     provisioning: int = 0
     unknown: int = 0
+    unavailable: int = 0  # Ready rows the cluster runs no pod on (`cluster_fault`): not counted in `ready`
     draining: int = 0
     awaiting_orders: tuple[int, ...] = ()  # ids of Pending orders
     unpaid_orders: tuple[int, ...] = ()  # ids of Approved orders not paid yet (or being paid)
@@ -227,10 +228,13 @@ def pool_status(*, counts: PoolCounts, stalls: Sequence[str], deleting: bool) ->
     if counts.min_nodes > counts.ordered:
         refusal = f"; {counts.last_refusal}" if counts.last_refusal else ""
         reasons.append(f"BaselineNotOrdered: nodeCount.min is {counts.min_nodes} but {counts.ordered} monthly node(s) are ordered{refusal}")
+    if counts.unavailable:
+        reasons.append(f"NodeUnavailable: {counts.unavailable} node(s) the cluster runs no pod on (each node's NodeUnavailable event says why)")
     if counts.ready < counts.desired and not reasons:
         reasons.append(f"WaitingForNodes: {counts.ready}/{counts.desired} Ready, {counts.provisioning} provisioning")
     if counts.unknown:
         reasons.append(f"NodeStatusUnknown: {counts.unknown} node(s) without heartbeat")
+    if counts.unknown or counts.unavailable:
         return "Degraded", "; ".join(reasons)
     if counts.desired == 0 and counts.ready == 0 and (counts.awaiting_orders or counts.min_nodes > counts.ordered) and not counts.unpaid_orders:
         return "Pending", "; ".join(reasons)
@@ -279,7 +283,8 @@ def pool_conditions(*, counts: PoolCounts, phase: str, pending_reason: str, prev
     wanted = (
         ("Ready", *ready_check),
         ("OrdersPaid", not counts.unpaid_orders, "Paid", "AwaitingPayment", f"{len(counts.unpaid_orders)} approved order(s) unpaid"),
-        ("NodesHealthy", not counts.unknown, "HeartbeatsReceived", "NodeStatusUnknown", f"{counts.unknown} node(s) without heartbeat"),
+        ("NodesHealthy", not (counts.unknown or counts.unavailable), "HeartbeatsReceived", "NodeStatusUnknown" if counts.unknown else "NodeUnavailable",
+         f"{counts.unknown} node(s) without heartbeat" + (f", {counts.unavailable} the cluster runs no pod on" if counts.unavailable else "")),
         ("Progressing", bool(counts.provisioning or counts.draining), "NodesChanging", "Stable", f"{counts.provisioning} provisioning, {counts.draining} draining"),
     )
     before = {c.get("type"): c for c in previous if isinstance(c, Mapping)}
@@ -516,7 +521,8 @@ def status_of(s: PoolSnapshot, *, stalls: Sequence[str] = (), now: datetime) -> 
         ordered=sum(o.node_count - o.retired for o in s.orders if o.status in QUOTA_HOLDING and o.kind != "renew"),
         last_refusal=f"order #{refused.pk} {refused.status}: {refused.reason}" if refused else "",
         desired=min(monthly_desired, s.max_nodes) + burst,
-        ready=sum(1 for n in s.nodes if n.phase == "Ready" and not n.release_reason),
+        ready=sum(1 for n in s.nodes if n.phase == "Ready" and not n.release_reason and not n.cluster_fault),
+        unavailable=sum(1 for n in s.nodes if n.phase == "Ready" and not n.release_reason and n.cluster_fault),
         provisioning=sum(1 for n in s.nodes if n.phase in PROVISIONING_PHASES and not n.release_reason),
         unknown=sum(1 for n in s.nodes if n.phase == "Unknown" and not n.release_reason),
         draining=sum(1 for n in s.nodes if n.release_reason),
@@ -531,7 +537,7 @@ def status_of(s: PoolSnapshot, *, stalls: Sequence[str] = (), now: datetime) -> 
         pending_reason=reason[:500],
         conditions=pool_conditions(counts=counts, phase=phase, pending_reason=reason, previous=list(s.conditions), now=now),
         node_counts=counts_by_billing(
-            nodes=[(n.billing, n.phase) for n in s.nodes if not n.release_reason],
+            nodes=[(n.billing, "Unavailable" if n.cluster_fault else n.phase) for n in s.nodes if not n.release_reason],
             desired={baseline: min(monthly_desired, s.max_nodes), "on_demand": burst},
         ),
         desired=counts.desired,

@@ -133,7 +133,7 @@ def node_counts_attach(pools: list[GpuNodePool]) -> list[GpuNodePool]:
         row["pool_id"]: row
         for row in Node.objects.filter(pool_id__in=[p.pk for p in pools])
         .values("pool_id")
-        .annotate(total=Count("pk", filter=~Q(phase__in=LIVE_NODE_EXCLUDED_PHASES)), ready=Count("pk", filter=Q(phase=Node.Phase.READY)))
+        .annotate(total=Count("pk", filter=~Q(phase__in=LIVE_NODE_EXCLUDED_PHASES)), ready=Count("pk", filter=Q(phase=Node.Phase.READY, cluster_fault="")))
         .order_by()
     } if pools else {}
     for pool in pools:
@@ -145,7 +145,7 @@ def node_counts_attach(pools: list[GpuNodePool]) -> list[GpuNodePool]:
 def _with_node_counts(pools: QuerySet[GpuNodePool]) -> QuerySet[GpuNodePool]:
     return pools.annotate(
         node_total=Count("nodes", filter=~Q(nodes__phase__in=LIVE_NODE_EXCLUDED_PHASES), distinct=True),
-        node_ready=Count("nodes", filter=Q(nodes__phase=Node.Phase.READY), distinct=True),
+        node_ready=Count("nodes", filter=Q(nodes__phase=Node.Phase.READY, nodes__cluster_fault=""), distinct=True),
     )
 
 

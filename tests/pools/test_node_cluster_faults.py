@@ -15,6 +15,7 @@ from pools.controllers import lifecycle, repair
 from pools.models import GpuNodePool, Node, PoolEvent
 from pools.providers.base import ProviderError
 from pools.providers.simulated_cluster import SimulatedCluster
+from pools.selectors import pools as selectors
 from tests.conftest import make_document
 from tests.pools.lifecycle_helpers import T0, TICK, approved_pool, reasons
 
@@ -94,6 +95,9 @@ def test_a_node_out_of_the_clusters_use_for_half_an_hour_is_replaced_and_a_short
     assert start == now + TICK and Node.objects.get(pk=up.pk).cluster_fault_since is None
     lifecycle.reconcile_all(now=now + 2 * TICK, cluster=OneNotReady(down.name))
     assert Node.objects.get(pk=down.pk).cluster_fault_since == start  # it goes on from when it started
+    pool.refresh_from_db()  # not "2/2 Ready": its status, list and describe count the node out
+    assert (pool.phase, pool.pending_reason) == ("Degraded", "NodeUnavailable: 1 node(s) the cluster runs no pod on (each node's NodeUnavailable event says why)")
+    assert selectors.pool_get(user=pool.team.memberships.first().user, name=pool.name).node_ready == 1
 
     assert repair.repair_all(now=start + timedelta(minutes=29)) == 0
     assert Node.objects.get(pk=down.pk).phase == "Ready" and reasons(pool, down)[-1] == "NodeUnavailable"
@@ -113,6 +117,7 @@ def test_a_node_back_before_half_an_hour_is_left_alone_and_its_next_outage_count
     lifecycle.reconcile_all(now=now + TICK, cluster=OneNotReady(down.name))
     lifecycle.reconcile_all(now=now + timedelta(minutes=20), cluster=OneNotReady())
     assert Node.objects.get(pk=down.pk).cluster_fault_since is None
+    assert GpuNodePool.objects.get(pk=pool.pk).phase == "Ready"
     lifecycle.reconcile_all(now=now + timedelta(minutes=25), cluster=OneNotReady(down.name))
     assert repair.repair_all(now=now + timedelta(minutes=40)) == 0
     assert Node.objects.get(pk=down.pk).cluster_fault_since == now + timedelta(minutes=25)
