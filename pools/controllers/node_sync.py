@@ -168,7 +168,7 @@ def faults_record(p: ReconcilePass, nodes: Sequence[Node], observed: Mapping[str
     the Node came back without its GPUs, goes on from when it started). Each change is one
     conditional UPDATE, so two passes write one event."""
     for node in nodes:
-        if not judged(observed, node.name):  # registered after the pass read the cluster
+        if not judged(observed, node.name) or node.release_reason:  # registered after the read; leaving (its Node is removed on purpose)
             continue
         fault = cluster_fault(observed.get(node.name), name=node.name, gpu_count=node.gpu_count)
         if fault == node.cluster_fault:

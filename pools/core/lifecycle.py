@@ -496,7 +496,7 @@ def _drifted(nodes: Sequence[NodeRow], observed: Mapping[str, ClusterNodeState] 
     compared: set[tuple] = set()
     for n in nodes if observed is not None else ():
         state = observed.get(n.name)
-        if judged(observed, n.name) and cluster_fault(state, name=n.name, gpu_count=n.gpu_count) != n.cluster_fault:
+        if not n.release_reason and judged(observed, n.name) and cluster_fault(state, name=n.name, gpu_count=n.gpu_count) != n.cluster_fault:  # as faults_record judges
             return True
         if state is None:
             continue

@@ -87,3 +87,16 @@ def test_a_node_not_ready_for_half_an_hour_is_replaced_and_its_node_leaves_the_c
         core.read_node(dead)
     assert gone.value.status == 404
     assert Node.objects.get(name=fine).phase == "Ready" and core.read_node(fine).spec.unschedulable is None
+
+
+def test_a_node_removed_on_purpose_while_it_drains_is_no_fault(on_kubernetes, actors, kube, core, unique, cleanup):
+    """A pass cut off between the Node's removal and the row's Terminated left a draining node
+    whose Node was gone, and the next pass warned `NodeUnavailable` of a node released on purpose
+    (review)."""
+    pool = pool_on_cluster(actors, kube, f"leaving-{unique}", nodes=1)
+    (name,) = Node.objects.filter(pool=pool).values_list("name", flat=True)
+    cleanup.append(name)
+    Node.objects.filter(name=name).update(phase="Draining", release_reason="Surplus")
+    core.delete_node(name)
+    lifecycle.reconcile_all(now=T0)
+    assert not events("NodeUnavailable") and Node.objects.get(name=name).cluster_fault == ""
