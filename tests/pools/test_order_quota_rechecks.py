@@ -198,7 +198,8 @@ def test_an_approved_order_of_another_team_counts_and_the_reason_says_so(actors)
 def test_the_migration_gives_orders_their_pool_withdrew_the_withdrawn_status_and_back(actors):
     """An earlier release marked a withdrawal only by its reason, with status Rejected (it was
     Pending) or Failed (Approved): `ebcloud order list` said Rejected of an order nobody rejected
-    (found by a QA sweep). 0030 gives those the Withdrawn status; a real rejection stays."""
+    (found by a QA sweep). 0030 gives those the Withdrawn status; a real rejection stays. 0031
+    does it again for the rows the earlier release wrote while both ran (a rolling upgrade)."""
     pool = services.pool_create(user=actors["lead"], document=make_document("old", nodeCount={"min": 3, "max": 4}), now=T0)
     made = {
         "pending": ("Rejected", "Withdrawn: nodeCount.min lowered to 2", None),
@@ -223,6 +224,13 @@ def test_the_migration_gives_orders_their_pool_withdrew_the_withdrawn_status_and
             "pending": ("Withdrawn", "nodeCount.min lowered to 2"), "approved": ("Withdrawn", "the pool was deleted"), "rejected": ("Rejected", "no A100 this month"),
             "renewal": ("Withdrawn", "the pool was deleted"),
         }  # fmt: skip
+        late = PoolOrder.objects.get(pk=base.pk)  # the earlier release, still running beside the new one, marks one more
+        late.pk, late.status, late.reason = None, "Rejected", "Withdrawn: nodeCount.min lowered to 1"
+        late.save()
+        executor = MigrationExecutor(connection)
+        executor.migrate([("pools", "0031_node_cluster_fault_since")])
+        assert PoolOrder.objects.filter(pk=late.pk, status="Withdrawn", reason="nodeCount.min lowered to 1").exists()
+        made_back["late"], ids["late"] = ("Rejected", "Withdrawn: nodeCount.min lowered to 1"), late.pk
         executor = MigrationExecutor(connection)
         executor.migrate([("pools", "0029_node_cluster_fault")])
         assert {k: (o.status, o.reason) for k, pk in ids.items() for o in [PoolOrder.objects.get(pk=pk)]} == made_back
