@@ -327,11 +327,10 @@ def _quota_check(p: ReconcilePass, order: PoolOrder) -> str | None:
     held = []
     for quota in limits:
         in_use, approved = quota_held(region=region, gpu_model_id=pool.gpu_model_id, team_id=quota.team_id, exclude_order_id=order.pk)
-        scope = f" for team {pool.team.slug}" if quota.team_id else ""
+        scope = stall_messages.quota_scope(region, model, pool.team.slug if quota.team_id else None)
         if in_use + approved + order.gpus > quota.limit_gpus:
-            others = f", approved and unpaid {approved}" if approved else ""
-            return _quota_refused(p, order, f"QuotaExceeded: {region} {model}{scope} requested {order.gpus}, in use {in_use}{others}, limit {quota.limit_gpus}")
-        held.append(f"{region} {model}{scope} {in_use + approved + order.gpus} of {quota.limit_gpus} GPU(s)")
+            return _quota_refused(p, order, stall_messages.quota_exceeded(scope, requested=order.gpus, in_use=in_use, approved=approved, limit=quota.limit_gpus))
+        held.append(f"{scope} {in_use + approved + order.gpus} of {quota.limit_gpus} GPU(s)")
     return f"Quota allows order #{order.pk}: {'; '.join(held)} in use or approved with it"
 
 

@@ -44,3 +44,16 @@ def zone_fallback_message(*, node: str, ordered_in: str, out_of_stock: Sequence[
 
 def insufficient_balance_reason(*, need: Decimal, balance: Decimal, currency: str) -> str:
     return f"InsufficientBalance: need {need:.2f} {currency}, balance {balance:.2f} {currency}"
+
+
+def quota_scope(region: str, model: str, team: str | None) -> str:
+    """`cn-east-2 A100_80G` for a region-wide quota, `... for team algorithm` for a team's own:
+    how the order's approval and its payment both name the quota they hold it to."""
+    return f"{region} {model}" + (f" for team {team}" if team else "")
+
+
+def quota_exceeded(scope: str, *, requested: int, in_use: int, limit: int, approved: int = 0) -> str:
+    """`QuotaExceeded: cn-east-2 A100_80G requested 16, in use 40, limit 48` (`approved`: what
+    admins approved and is not paid yet, which the payment counts too)."""
+    others = f", approved and unpaid {approved}" if approved else ""
+    return f"QuotaExceeded: {scope} requested {requested}, in use {in_use}{others}, limit {limit}"

@@ -33,6 +33,7 @@ from pools.core.errors import (
 from pools.core.lifecycle import WITHDRAWN
 from pools.core.spec import PoolSpec, parse_document
 from pools.core.spec_changes import describe_change
+from pools.core.stall_messages import quota_exceeded, quota_scope
 from pools.models import GpuModel, GpuNodePool, NodeType, PoolOrder, Quota, Team, Zone
 from pools.providers import get_cloud_provider
 from pools.selectors.pools import (
@@ -466,13 +467,10 @@ def _check_quota(*, spec: PoolSpec, refs: _Refs, team: Team, requested_gpus: int
         )
     for quota in limits:
         in_use = quota_usage(region=region, gpu_model_id=refs.gpu_model.pk, team_id=quota.team_id, exclude_order_id=exclude_order_id)
-        scope = f" for team {team.slug}" if quota.team_id else ""
-        room.append(f"{region} {spec.gpu_model}{scope} {in_use + requested_gpus} of {quota.limit_gpus} GPU(s)")
+        scope = quota_scope(region, spec.gpu_model, team.slug if quota.team_id else None)
+        room.append(f"{scope} {in_use + requested_gpus} of {quota.limit_gpus} GPU(s)")
         if in_use + requested_gpus > quota.limit_gpus:
-            raise QuotaExceeded(
-                f"QuotaExceeded: {region} {spec.gpu_model}{scope} requested {requested_gpus}, in use {in_use}, limit {quota.limit_gpus}",
-                field="spec.nodeCount.min",
-            )
+            raise QuotaExceeded(quota_exceeded(scope, requested=requested_gpus, in_use=in_use, limit=quota.limit_gpus), field="spec.nodeCount.min")
     return "; ".join(room)
 
 
