@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pools.core.isolation import TEAM_LABEL
 from pools.core.scheduling.nodes import NodeState, Pod, may_use
 from pools.core.scheduling.pod_fixes import fix_text, node_checks
 from pools.core.words import plural
@@ -108,7 +109,8 @@ def starting_hint(p: PoolProspect, ready: int) -> str:
 def _hint(pod: Pod, p: PoolProspect) -> str:
     guest = p.template.owner is not None and pod.team != p.template.owner
     if guest and not (p.awaiting_approval or p.awaiting_payment or p.starting):  # its lead's levers are not the guest's
-        head = f"pool {p.name} (no Ready node yet): it is lent to your team, and a lent pool grows only for its own team's pods: ask its team's lead."
+        owner = p.template.labels.get(TEAM_LABEL) or "that owns it"
+        head = f"pool {p.name} (no Ready node yet): it is lent to your team, and a lent pool grows only for its own team's pods: ask the lead of team {owner}."
     else:
         head = f"pool {p.name} (no Ready node yet): {waits_for(p)}."
     fix = node_checks(pod, p.template)
