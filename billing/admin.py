@@ -16,7 +16,7 @@ from billing.models import (
 from billing.order_context import payment_account
 from pools.core.errors import control_characters
 from pools.views import form_fields
-from pools.views.admin_audit import AuditedModelAdmin
+from pools.views.admin_audit import AuditedModelAdmin, ViewOnlyAdmin
 
 
 class AuditedPriceAdmin(AuditedModelAdmin):
@@ -150,16 +150,10 @@ class AccountAdmin(AuditedModelAdmin):
 
 
 @admin.register(Budget)
-class BudgetAdmin(admin.ModelAdmin):
+class BudgetAdmin(ViewOnlyAdmin):
     list_display = [f.name for f in Budget._meta.fields if f.name != "id"]
 
 
 @admin.register(BudgetAlert)
-class BudgetAlertAdmin(admin.ModelAdmin):
+class BudgetAlertAdmin(ViewOnlyAdmin):
     list_display = [f.name for f in BudgetAlert._meta.fields if f.name != "id"]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False

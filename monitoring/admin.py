@@ -11,6 +11,7 @@ from monitoring.models import (
     PoolSample,
     credential_works,
 )
+from pools.views.admin_audit import ViewOnlyAdmin
 
 
 @admin.register(JoinToken)
@@ -48,25 +49,25 @@ class AgentCredentialAdmin(admin.ModelAdmin):
 
 
 @admin.register(NodeAgentState)
-class NodeAgentStateAdmin(admin.ModelAdmin):
+class NodeAgentStateAdmin(ViewOnlyAdmin):
     list_display = ("node", "acked_seq", "driver_version", "cuda_version", "last_report_at")
     search_fields = ("node__name",)
 
 
 @admin.register(GpuErrorEvent)
-class GpuErrorEventAdmin(admin.ModelAdmin):
+class GpuErrorEventAdmin(ViewOnlyAdmin):
     list_display = ("node", "gpu_index", "xid", "kind", "action", "at")
     list_filter = ("kind", "xid")
     search_fields = ("node__name",)
 
 
 @admin.register(AgentCommand)
-class AgentCommandAdmin(admin.ModelAdmin):
+class AgentCommandAdmin(ViewOnlyAdmin):
     list_display = ("node", "action", "gpu_index", "status", "created_at", "delivered_at", "finished_at")
     list_filter = ("status", "action")
 
 
 @admin.register(PoolSample)
-class PoolSampleAdmin(admin.ModelAdmin):
+class PoolSampleAdmin(ViewOnlyAdmin):
     list_display = ("pool", "minute", "capacity_gpus", "allocated_gpus", "gpu_memory_used_pct", "pending_pods")
     list_filter = ("pool",)

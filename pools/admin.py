@@ -29,7 +29,7 @@ from pools.selectors.namespaces import (
     team_slug_problem,
 )
 from pools.services.namespaces import namespace_lock
-from pools.views.admin_audit import AuditedModelAdmin
+from pools.views.admin_audit import AuditedModelAdmin, ViewOnlyAdmin
 
 
 class MembershipInline(admin.TabularInline):
@@ -168,7 +168,7 @@ class QuotaAdmin(AuditedModelAdmin):
 
 
 @admin.register(GpuNodePool)
-class GpuNodePoolAdmin(admin.ModelAdmin):
+class GpuNodePoolAdmin(ViewOnlyAdmin):
     list_display = ("name", "team", "gpu_model", "node_type", "zone", "min_nodes", "max_nodes", "phase")
     list_filter = ("phase", "gpu_model", "team")
     list_select_related = ("team", "gpu_model", "node_type", "zone")
@@ -177,40 +177,31 @@ class GpuNodePoolAdmin(admin.ModelAdmin):
 
 
 @admin.register(PoolOrder)
-class PoolOrderAdmin(admin.ModelAdmin):
+class PoolOrderAdmin(ViewOnlyAdmin):
     list_display = ("id", "pool", "kind", "status", "node_count", "amount", "currency", "created_at", "decided_by")
     list_filter = ("status", "kind")
     list_select_related = ("pool", "decided_by")
 
 
 @admin.register(Node)
-class NodeAdmin(admin.ModelAdmin):
+class NodeAdmin(ViewOnlyAdmin):
     list_display = ("name", "pool", "phase", "billing", "zone", "gpu_count", "lease_end")
     list_filter = ("phase", "billing")
     list_select_related = ("pool", "zone")
 
 
 @admin.register(PoolEvent)
-class PoolEventAdmin(admin.ModelAdmin):
+class PoolEventAdmin(ViewOnlyAdmin):
     list_display = ("last_timestamp", "pool", "type", "reason", "count", "message")
     list_filter = ("type", "reason")
     list_select_related = ("pool",)
 
 
 @admin.register(AuditEntry)
-class AuditEntryAdmin(admin.ModelAdmin):
+class AuditEntryAdmin(ViewOnlyAdmin):
     list_display = ("at", "actor", "action", "object_type", "object_id")
     list_filter = ("action",)
     readonly_fields = ("at", "actor", "action", "object_type", "object_id", "before", "after")
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(PriorityClass)

@@ -1,7 +1,8 @@
 """The global roles as Django groups with model permissions, kept in step after every migrate.
 
 `platform-admin` edits quotas, prices, the catalog, teams, memberships and which team a
-namespace belongs to (docs/pods.md: "an admin maps it") in the admin site;
+namespace belongs to (docs/pods.md: "an admin maps it") in the admin site (budgets are set on
+the budgets page, which audits them: pools/views/admin_audit.py `ViewOnlyAdmin`);
 `finance` may view everything there and change nothing.
 """
 
@@ -14,7 +15,7 @@ from pools import roles
 
 ADMIN_EDITS = {
     "pools": ("quota", "gpumodel", "nodetype", "zone", "team", "membership", "namespaceteam"),
-    "billing": ("nodeprice", "leaseterm", "account", "pricebookentry", "budget"),
+    "billing": ("nodeprice", "leaseterm", "account", "pricebookentry"),
 }
 VIEW_APPS = ("pools", "billing")
 

@@ -50,3 +50,23 @@ class AuditedModelAdmin(admin.ModelAdmin):
             for obj in queryset:
                 audit_record(actor=request.user, action=f"{self.audit_prefix}.delete", obj=obj, before=snapshot(obj))
             super().delete_queryset(request, queryset)
+
+
+class ViewOnlyAdmin(admin.ModelAdmin):
+    """Rows that change only through the product's services, shown but never edited here.
+
+    An order approved in the admin was paid and provisioned with no audit entry, no
+    `OrderApproved` event and none of the approval's checks; a node, a pool, an event, a budget,
+    an Xid or an agent command edited here would skip the same (found by a QA sweep). Each has
+    its own page and action that check, audit and record it: the orders' Approve and Reject,
+    the budgets page, the pool's YAML, the repair pages."""
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
