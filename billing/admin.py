@@ -1,7 +1,10 @@
+import copy
+
 from django import forms
 from django.conf import settings
 from django.contrib import admin
 from django.db import transaction
+from django.utils import timezone
 
 from billing.accounts import account_adjust
 from billing.models import (
@@ -14,6 +17,7 @@ from billing.models import (
     PriceBookEntry,
 )
 from billing.order_context import payment_account
+from billing.price_coverage import pools_left_unpriced
 from pools.core.errors import control_characters
 from pools.views import form_fields
 from pools.views.admin_audit import AuditedModelAdmin, ViewOnlyAdmin
@@ -50,11 +54,32 @@ class PriceBookEntryForm(AccountCurrencyForm):
     would_break = "fees in {currency} would not add up with the orders paid from it"
 
 
+class NodePriceForm(AccountCurrencyForm):
+    def clean(self):
+        """An `effective_from` moved later may leave pools with no price in force now
+        (billing/price_coverage.py): refused, saying which."""
+        cleaned = super().clean()
+        if self.instance.pk and not self.errors and "effective_from" in self.changed_data:
+            moved = copy.copy(self.instance)
+            moved.effective_from = cleaned["effective_from"]
+            if unpriced := pools_left_unpriced(removed=(), moved=moved, now=timezone.now()):
+                raise forms.ValidationError(f"Pools {', '.join(unpriced)} would have no price in force: add a new price with a later Effective from instead of moving this one.")
+        return cleaned
+
+
 @admin.register(NodePrice)
 class NodePriceAdmin(AuditedPriceAdmin):
-    form = AccountCurrencyForm
+    form = NodePriceForm
     list_display = ("node_type", "gpu_model", "monthly_price", "hourly_price", "currency", "effective_from")
     list_filter = ("gpu_model", "node_type")
+
+    def get_deleted_objects(self, objs, request):
+        """A delete that leaves pools with no price in force is refused, as a protected object
+        is, for one row and for the bulk action alike (billing/price_coverage.py)."""
+        deleted, counts, perms, protected = super().get_deleted_objects(objs, request)
+        unpriced = pools_left_unpriced(removed=objs, now=timezone.now())
+        protected = [*protected, *(f"the price in force for pool {pool}: add a new price with a later Effective from instead" for pool in unpriced)]
+        return deleted, counts, perms, protected
 
 
 @admin.register(LeaseTerm)

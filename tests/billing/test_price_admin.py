@@ -185,3 +185,28 @@ def test_an_order_below_zero_from_before_stalls_its_pool_and_leaves_the_balance(
     assert Account.objects.get(name="default").balance == balance
     assert not SimPayment.objects.exists()
     assert GpuNodePool.objects.get(pk=pool.pk).pending_reason.startswith("PaymentDeclined")
+
+
+def test_a_price_in_force_for_a_billed_pool_is_not_deleted_or_moved_later_and_a_new_version_is(admin_client, actors):
+    """A deleted price took a pool's on-demand hours off the costs for good: metering skips an hour
+    with no price and never restates it (found by a QA sweep). The delete is refused as a
+    protected object is, naming the pool; a price not needed (another version in force) goes."""
+    from pools.services import pools as pool_services
+    from tests.conftest import make_document
+
+    pool = pool_services.pool_create(user=actors["lead"], document=make_document("priced"))
+    price = NodePrice.objects.filter(node_type=pool.node_type, gpu_model=pool.gpu_model).latest("effective_from")
+    page = admin_client.post(reverse("admin:billing_nodeprice_delete", args=[price.pk]), {"post": "yes"})
+    assert page.status_code == 200 and NodePrice.objects.filter(pk=price.pk).exists()
+    assert f"the price in force for pool priced ({pool.node_type.name}, {pool.gpu_model.name})" in page.content.decode()
+    bulk = admin_client.post(reverse("admin:billing_nodeprice_changelist"), {"action": "delete_selected", "_selected_action": [price.pk], "post": "yes"})
+    assert bulk.status_code == 200 and NodePrice.objects.filter(pk=price.pk).exists()
+    form = {
+        "node_type": price.node_type_id, "gpu_model": price.gpu_model_id, "monthly_price": str(price.monthly_price),
+        "hourly_price": str(price.hourly_price), "currency": price.currency, "effective_from_0": "2099-01-01", "effective_from_1": "00:00:00",
+    }  # fmt: skip
+    moved = admin_client.post(reverse("admin:billing_nodeprice_change", args=[price.pk]), form)
+    assert moved.status_code == 200 and "would have no price in force: add a new price with a later Effective from" in moved.content.decode()
+    older = NodePrice.objects.create(node_type=price.node_type, gpu_model=price.gpu_model, monthly_price=price.monthly_price,
+                                     hourly_price=price.hourly_price, currency=price.currency, effective_from=price.effective_from.replace(year=price.effective_from.year - 1))  # fmt: skip
+    assert admin_client.post(reverse("admin:billing_nodeprice_delete", args=[older.pk]), {"post": "yes"}).status_code == 302
