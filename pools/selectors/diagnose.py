@@ -192,8 +192,10 @@ def _pending_fact(pod: Pod, template, others, *, owned: bool) -> core.PendingPod
 
 
 def _gpu_errors(pool: GpuNodePool, since: datetime) -> tuple[core.GpuErrorInfo, ...]:
+    """The Xids of the pool's nodes still there: one replaced or released took its fault with it
+    (Diagnose said FAILING for a day of a node gone since; its page keeps the history)."""
     rows = (
-        GpuErrorEvent.objects.filter(node__pool=pool, at__gte=since)
+        GpuErrorEvent.objects.filter(node__pool=pool, at__gte=since).exclude(node__phase=Node.Phase.TERMINATED)
         .values_list("node__name", "xid", "kind").annotate(n=Count("id"), last=Max("at")).order_by()
     )  # fmt: skip
     return tuple(core.GpuErrorInfo(node, xid, kind, n, last) for node, xid, kind, n, last in rows)

@@ -77,6 +77,15 @@ def test_the_page_shows_each_live_failure_with_its_cause_and_first_action(browse
     assert '<th scope="row">Scale-up keeps failing' in scale_up and ">Failing</span>" in scale_up  # status in words, not colour only
 
 
+def test_an_xid_of_a_node_replaced_since_fails_nothing(browser, actors):
+    """The demo's Xid 79, repaired by a replacement, kept the check FAILING for a day, naming a
+    node that was gone (found by a QA sweep)."""
+    pool = troubled(actors)
+    pool.nodes.update(phase=Node.Phase.TERMINATED, release_reason="Repair")
+    gpu = row(browser("lead").get(f"/pools/{pool.name}/diagnose/").content.decode(), "gpu-errors")
+    assert 'data-status="failing"' not in gpu and "Xid 79" not in gpu
+
+
 def test_the_pool_page_links_to_diagnose(browser, actors):
     pool = aged_pool(actors)
     assert f'href="/pools/{pool.name}/diagnose/">Diagnose</a>' in browser("lead").get(f"/pools/{pool.name}/").content.decode()
