@@ -114,9 +114,13 @@ class Quota(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["region", "gpu_model", "team"], name="quota_unique_scope"),
             models.UniqueConstraint(
-                fields=["region", "gpu_model"], condition=Q(team__isnull=True), name="quota_unique_global"
+                fields=["region", "gpu_model", "team"], name="quota_unique_scope",
+                violation_error_message="This team already has a quota for this region and GPU model: change that one.",
+            ),
+            models.UniqueConstraint(
+                fields=["region", "gpu_model"], condition=Q(team__isnull=True), name="quota_unique_global",
+                violation_error_message="A quota for all teams already exists for this region and GPU model: change that one.",
             ),
         ]
 

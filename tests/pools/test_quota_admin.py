@@ -73,3 +73,13 @@ def test_a_limit_that_is_no_plain_whole_number_is_refused(admin_client, a100, va
     assert response.status_code == 200
     assert "limit_gpus" in response.context["adminform"].form.errors
     assert Quota.objects.get(pk=quota.pk).limit_gpus == 48 and quota_entries() == []
+
+
+def test_a_second_quota_of_one_scope_is_refused_in_words_not_by_constraint_name(admin_client, teams, a100):
+    """`Constraint "quota_unique_global" is violated.` told an admin nothing (found by a QA sweep)."""
+    Quota.objects.get_or_create(region="cn-north-1", gpu_model=a100, team=None, defaults={"limit_gpus": 8})
+    Quota.objects.create(region="cn-north-1", gpu_model=a100, team=teams["algorithm"], limit_gpus=8)
+    for team, said in (("", "A quota for all teams already exists"), (teams["algorithm"].pk, "This team already has a quota")):
+        form = {"region": "cn-north-1", "gpu_model": a100.pk, "team": team, "limit_gpus": "16"}
+        again = admin_client.post(reverse("admin:pools_quota_add"), form).content.decode()
+        assert f"{said} for this region and GPU model: change that one." in again and "quota_unique" not in again
