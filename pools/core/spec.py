@@ -374,7 +374,8 @@ def _parse_burst(check: Checker, value: Any, max_nodes: int | None, min_nodes: i
     if limit and max_nodes is not None and min_nodes is not None and limit > max_nodes - min_nodes:
         check.error(
             "spec.burst.maxNodes",
-            f"must not exceed nodeCount.max - nodeCount.min ({max_nodes - min_nodes})",
+            f"must not exceed nodeCount.max - nodeCount.min ({max(max_nodes - min_nodes, 0)}): lower it to "
+            f"{max(max_nodes - min_nodes, 0)}, or raise nodeCount.max to {min_nodes + limit}",
         )
     return Burst(enabled=enabled, max_nodes=limit or 0)
 

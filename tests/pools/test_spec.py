@@ -341,3 +341,11 @@ def test_thresholds_that_are_not_all_integers_are_refused_on_the_item(thresholds
     document["spec"]["budget"] = {"monthly": 100, "thresholds": thresholds}
     bad = next(i for i, item in enumerate(thresholds) if type(item) is not int)
     assert f"spec.budget.thresholds[{bad}]" in errors_of(document)
+
+
+def test_a_burst_limit_the_new_min_leaves_no_room_for_says_both_ways_out():
+    """`ebcloud node-pool scale batch-spot-t4 --min 2` answered only that maxNodes must not exceed
+    max - min, a field the lead never touched (found by a QA sweep)."""
+    document = article()
+    document["spec"].update(nodeCount={"min": 4, "max": 12}, burst={"enabled": True, "maxNodes": 10})
+    assert errors_of(document) == {"spec.burst.maxNodes": "must not exceed nodeCount.max - nodeCount.min (8): lower it to 8, or raise nodeCount.max to 14"}
