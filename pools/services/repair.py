@@ -21,7 +21,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from pools import roles
-from pools.core.errors import ConflictError, free_text
+from pools.core.errors import ConflictError, ValidationError, free_text
 from pools.core.repair import RepairDecision
 from pools.models import GpuNodePool, Node
 from pools.models.repair import RepairApproval
@@ -128,7 +128,11 @@ def repair_approve(*, user, approval: RepairApproval, now: datetime | None = Non
 
 
 def repair_reject(*, user, approval: RepairApproval, note: str = "", now: datetime | None = None) -> RepairApproval:
-    """A platform admin refuses a pending repair; the node is left as it is until a new fault."""
+    """A platform admin refuses a pending repair; the node is left as it is until a new fault.
+    The reason is required, as an order's rejection's is: the team's leads read it on the node's
+    page, and a node left faulty needs one."""
     note = free_text(note, field="note", max_length=NOTE_MAX)
+    if not note.strip():
+        raise ValidationError("a reason is required: the team's leads read it on the node's page", field="note")
     return _decide(user=user, approval=approval, to=Status.REJECTED, note=note, now=now)
 

@@ -136,7 +136,7 @@ def test_only_platform_admins_decide_and_only_once(actors, pool):
             repair_approve(user=actors[role], approval=request)
     repair_approve(user=actors["admin"], approval=request)
     with pytest.raises(ConflictError, match="Approved, no longer pending"):
-        repair_reject(user=actors["admin"], approval=request)
+        repair_reject(user=actors["admin"], approval=request, note="too late")
     with pytest.raises(ConflictError):
         repair_approve(user=actors["admin"], approval=request)
     assert pool.events.filter(reason="RepairApproved").count() == 1

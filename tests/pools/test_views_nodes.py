@@ -127,6 +127,10 @@ def test_an_admin_approves_or_rejects_the_pending_repair_here(browser, actors, p
     request = RepairApproval.objects.get(node=node)
     admin = browser("admin")
     assert "Approve repair" in admin.get(page).content.decode()
+    for blank in ("", "   "):  # the guide's "Reject, with a reason", as an order's rejection (found by a QA sweep)
+        refused = admin.post(page, {"action": "reject", "approval": request.pk, "note": blank})
+        assert refused.status_code == 400 and "note: a reason is required" in refused.content.decode()
+    assert RepairApproval.objects.get(pk=request.pk).status == "Pending"
     assert admin.post(page, {"action": "reject", "approval": request.pk, "note": "tonight"}).status_code == 302
     request.refresh_from_db()
     assert (request.status, request.note, request.decided_by) == ("Rejected", "tonight", actors["admin"])
