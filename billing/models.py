@@ -110,7 +110,7 @@ class PriceBookEntry(models.Model):
     class Kind(models.TextChoices):
         PREEMPTIBLE_DISCOUNT = (
             "preemptible_discount",
-            "Preemptible discount (fraction of on-demand)",
+            "Preemptible discount (fraction off the on-demand price)",
         )
         STORAGE_GB_MONTH = "storage_gb_month", "Storage per GB-month"
         NETWORK_CROSS_ZONE_GB = "network_cross_zone_gb", "Cross-zone network per GB"

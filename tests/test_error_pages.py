@@ -39,6 +39,13 @@ def test_a_refusal_is_a_403_in_the_site_layout_with_the_reason_and_the_role(brow
     assert LAYOUT in page and "You are not allowed to do this" in page
     assert "Only team leads and platform admins can create pools" in page
     assert "signed in as member (member)" in page and BACK_TO_POOLS in page
+    assert "Ask a lead of the team or a platform admin" in page
+
+
+def test_a_lead_refused_is_not_told_to_ask_a_lead(browser, actors):
+    """A lead read "Ask a lead of the team" (found by a QA sweep)."""
+    page = browser("lead").get("/costs/budgets/teams/new/").content.decode()
+    assert "Ask a platform admin if you need this." in page and "Ask a lead" not in page
 
 
 def test_the_way_back_never_points_to_another_site(browser):

@@ -296,7 +296,8 @@ def _pay_order(p: ReconcilePass, order: PoolOrder, quota_note: str) -> None:
             else:
                 detail = exc.message
                 p.stall(f"{exc.reason}: {detail}")
-            p.event(exc.reason, f"Order #{order.pk} is unpaid: {detail}; payment is retried every pass", type=WARNING)
+            top_up = "; a platform admin tops the account up (Admin → Accounts)" if isinstance(exc, InsufficientBalance) else ""
+            p.event(exc.reason, f"Order #{order.pk} is unpaid: {detail}{top_up}; payment is retried every pass", type=WARNING)
             orders_trim_to_min(pool=pool, now=p.now)
         return
     with transaction.atomic():

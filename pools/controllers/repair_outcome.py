@@ -38,4 +38,4 @@ def replacement_failed(p: ReconcilePass, node: Node, summary: str) -> None:
 def replacement_ready(p: ReconcilePass, node: Node) -> None:
     """`node` just became Ready: each node it replaces after a repair gets `RepairSucceeded`."""
     for old in Node.objects.filter(successor=node, release_reason=REPAIR_RELEASE).only("pk", "name"):
-        p.event("RepairSucceeded", f"Replacement of {old.name} succeeded: {node.name} is Ready in its place and holds its share of the lease from now on", node=old)
+        p.event("RepairSucceeded", f"Replacement of {old.name} succeeded: {node.name} is Ready in its place and holds its share of the lease from the next full hour", node=old)

@@ -275,7 +275,7 @@ def order_approve(*, user, order: PoolOrder, now: datetime | None = None) -> Poo
         _check_fits(order=order, pool=pool, spec=spec)
         _decide(order=order, status=PoolOrder.Status.APPROVED, user=user, reason="", now=now)
         order.pool = pool
-        event_record(pool=pool, reason="OrderApproved", message=f"Order #{order.pk} for {order.node_count} monthly node(s) approved by {user.get_username()}", actor=user, now=now)
+        event_record(pool=pool, reason="OrderApproved", message=f"Order #{order.pk} for {order.node_count} {order.lease_type} node(s) approved by {user.get_username()}", actor=user, now=now)
         if pool.phase == GpuNodePool.Phase.PENDING:
             _set_status(pool, phase=GpuNodePool.Phase.PROVISIONING, pending_reason=f"OrderApproved: order #{order.pk} awaits payment")
     return order

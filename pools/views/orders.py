@@ -56,6 +56,7 @@ def order_decide(request, order_id: int, decision: str):
             messages.success(request, f"Order #{order.pk} rejected.")
     except (ValidationError, ConflictError) as exc:
         # Refused: the queue again with the reason, 400 (409 when the order moved on meanwhile).
-        messages.error(request, f"Order #{order.pk}: {exc}")
+        said = str(exc)
+        messages.error(request, said[:1].upper() + said[1:] if said.lower().startswith(f"order #{order.pk} ") else f"Order #{order.pk}: {said}")
         return _orders_page(request, order.status, http_status=409 if isinstance(exc, ConflictError) else 400)
     return HttpResponseRedirect(reverse("orders"))

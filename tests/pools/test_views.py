@@ -268,7 +268,8 @@ def test_the_admin_queue_approves_and_rejects(browser, actors, algorithm_pool):
     order = algorithm_pool.orders.get()
     assert client.post(f"/orders/{order.pk}/approve/").status_code == 302
     twice = client.post(f"/orders/{order.pk}/approve/")
-    assert twice.status_code == 409 and "already decided" in twice.content.decode()
+    assert twice.status_code == 409 and f"Order #{order.pk} is Approved, not Pending: it was already decided" in twice.content.decode()
+    assert f"Order #{order.pk}: order #" not in twice.content.decode()  # said once (found by a QA sweep)
     no_reason = client.post(f"/orders/{other.orders.get().pk}/reject/", {"reason": ""})
     assert no_reason.status_code == 400 and "reason is required" in no_reason.content.decode()
     client.post(f"/orders/{other.orders.get().pk}/reject/", {"reason": "no stock this month"})
