@@ -30,7 +30,9 @@ tested in tests/billing/test_focus_records.py):
 - ListUnitPrice is the pool's on-demand list price per GPU-hour for that billing kind and hour
   (Σ list price of its nodes / Σ the GPU-hours they were billed for; identical to the node-level value when the pool's
   nodes are priced alike) and ListCost is that price × the row's GPU-hours, rounded once per
-  row; with no node usage records for the hour, ListCost is the cost itself.
+  row; with no node usage records for the hour, ListCost is the cost itself, and so it is for an
+  on-demand row of a day (a price changed that day would be averaged over rows whose hours
+  fell unevenly around it, listing a row above or below what it billed).
 """
 
 from __future__ import annotations
@@ -42,7 +44,16 @@ from datetime import UTC, datetime, timedelta
 from decimal import ROUND_HALF_UP, Context, Decimal
 from fractions import Fraction
 
-from billing.allocation import CENT, CORRECTION, FEE_KINDS, GPU, IDLE, MONTHLY, PREEMPTIBLE
+from billing.allocation import (
+    CENT,
+    CORRECTION,
+    FEE_KINDS,
+    GPU,
+    IDLE,
+    MONTHLY,
+    ON_DEMAND,
+    PREEMPTIBLE,
+)
 from billing.focus import (
     _FEE_SERVICE,
     _PRICING_CATEGORY,
@@ -197,8 +208,10 @@ def focus_csv_from_records(
             billed = zero if component == CORRECTION and committed else money  # its purchase bills it
             out.append(template.format(billed, *period_cells, money, hours, unit_cell))
         else:
-            unit = prices.get((pool_id, billing_kind))
-            if unit is None:  # no list price known: the cost is its own list cost
+            # An on-demand row of a longer period lists what it billed: the pool's period-average
+            # price would misprice a row whose hours fell unevenly around a price change.
+            unit = None if billing_kind == ON_DEMAND and period != HOURLY else prices.get((pool_id, billing_kind))
+            if unit is None:  # no list price known, or an on-demand day: the cost is its own list cost
                 list_cost = money
                 unit_cell = own_price.get((amount, gpu_hours))
                 if unit_cell is None:

@@ -39,3 +39,24 @@ def test_on_demand_node_alive_half_an_hour_lists_what_it_billed(actors, teams, f
         first = [r for r in rows if r["ChargePeriodStart"].startswith("2026-12-01T10")]
         assert sum(Decimal(r["BilledCost"]) for r in first) == Decimal("50.00")
         assert sum(Decimal(r["ListCost"]) for r in first) == Decimal("50.00")
+
+
+def test_an_on_demand_day_with_a_price_change_lists_each_row_at_what_it_billed(actors, teams):
+    """The price doubles at 11:00; namespace algorithm's pod runs 10:00–11:00, inference's
+    11:00–12:00. The day's average list price listed one row above what it billed and the
+    other below, a negative saving (found by a QA sweep)."""
+    from billing.models import NodePrice
+
+    p = pool(actors["lead"])
+    price = NodePrice.objects.filter(node_type=p.node_type, gpu_model=p.gpu_model).latest("effective_from")
+    NodePrice.objects.create(node_type=p.node_type, gpu_model=p.gpu_model, monthly_price=price.monthly_price,
+                             hourly_price=price.hourly_price * 2, currency=price.currency, effective_from=T0 + 11 * HOUR)  # fmt: skip
+    od = node(p, "od-0", billing="on_demand", created=T0 + 10 * HOUR)
+    pod(teams["algorithm"], od, "before", gpus=8, started=T0 + 10 * HOUR, finished=T0 + 11 * HOUR, phase="Succeeded")
+    pod(teams["inference"], od, "after", namespace="inference", gpus=8, started=T0 + 11 * HOUR)
+    meter(start=T0 + 10 * HOUR, hours=2)
+    rows = [r for r in focus_export(actors["finance"], CostQuery(start=date(2026, 12, 1), end=date(2026, 12, 1)), "daily") if r["ServiceCategory"] == "Compute"]
+    assert len(rows) >= 2
+    for r in rows:
+        assert Decimal(r["ListCost"]) == Decimal(r["BilledCost"]), r
+    assert sum(Decimal(r["BilledCost"]) for r in rows) == price.hourly_price * 3
