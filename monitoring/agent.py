@@ -99,6 +99,7 @@ class Agent:
         self.rng = random.Random(seed)
         self.http = httpx.Client(timeout=timeout)
         self.credential: str | None = None
+        self.gpu_count: int | None = None  # the node's, as its join answered (a simulated source takes it)
         self.failures = 0
         self.produced = 0
         self.dead_lettered = 0
@@ -112,13 +113,14 @@ class Agent:
             if self.node and saved.get("node") != self.node:
                 raise SystemExit(f"{self.credential_file} is for node {saved.get('node')}, not {self.node}")
             self.credential, self.node = saved["credential"], saved["node"]
+            self._node_gpus(saved.get("gpuCount"))
 
     def _save_credential(self) -> None:
         self.credential_file.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.credential_file.with_suffix(".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as out:
-            json.dump({"server": self.server, "node": self.node, "credential": self.credential}, out)
+            json.dump({"server": self.server, "node": self.node, "credential": self.credential, "gpuCount": self.gpu_count}, out)
         os.replace(tmp, self.credential_file)
 
     def _post(self, path: str, body: dict, *, auth: bool = True) -> dict:
@@ -155,9 +157,19 @@ class Agent:
             raise SystemExit("no credential file: --join-token and --node are needed to join")
         body = self._post("/join/", {"token": self.join_token, "node": self.node}, auth=False)
         self.credential = body["credential"]
+        self._node_gpus(body.get("gpuCount"))
         self._save_credential()
         self.buffer.start_after(body.get("ackedSeq", 0))
         logger.info("joined as node %s", self.node)
+
+    def _node_gpus(self, count) -> None:
+        """The node's GPU count, which the control plane checks every report's GPU indices
+        against: a simulated source not given `--gpus` simulates that many (it simulated 8,
+        and a 2-GPU node had every report refused)."""
+        if isinstance(count, int) and count > 0:
+            self.gpu_count = count
+            if hasattr(self.source, "adopt_node_gpus"):
+                self.source.adopt_node_gpus(count)
 
     def rotate(self) -> None:
         body = self._post("/credential/rotate/", {})
@@ -242,6 +254,10 @@ class Agent:
         `stop` is set, (with `exit_when_drained`) once `max_reports` are made and delivered, or
         when the control plane refuses the credential (`refused` says why)."""
         try:
+            try:
+                self.join()  # first, so that a simulated source measures the node's GPUs from its first report
+            except AgentError:
+                pass  # the server is away: reports buffer meanwhile, and the first send joins
             self._loop(stop, max_reports=max_reports, exit_when_drained=exit_when_drained)
         except CredentialRefused as exc:
             self.refused = str(exc)
@@ -302,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backoff-cap", type=float, default=60.0)
     parser.add_argument("--simulate", action="store_true", help="simulated GPUs even if NVML is there")
     parser.add_argument("--seed", type=int, default=0, help="simulated source's seed")
-    parser.add_argument("--gpus", type=int, default=8, help="simulated GPUs")
+    parser.add_argument("--gpus", type=int, help="simulated GPUs (default: as many as the node has, from its join answer; 8 before)")
     parser.add_argument("--fault", action="append", default=[], metavar="XID@N[:GPU]", help="simulated Xid at sample N")
     parser.add_argument("--count", type=int, help="make this many reports, deliver them, then exit")
     parser.add_argument("--once", action="store_true",

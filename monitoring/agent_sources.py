@@ -110,8 +110,10 @@ class SimulatedSource:
 
     name = "simulated"
 
-    def __init__(self, *, gpus: int = 8, memory_mib: int = 81920, seed: int = 0, driver: str = "535.104.05",
+    def __init__(self, *, gpus: int | None = None, memory_mib: int = 81920, seed: int = 0, driver: str = "535.104.05",
                  cuda: str = "12.2", faults: dict[int, list[tuple[int, int]]] | None = None, fault_feed=None):
+        self.pinned = gpus is not None  # else it takes the node's count once the agent learns it
+        gpus = 8 if gpus is None else gpus
         self.gpus, self.memory_mib = gpus, memory_mib
         self.rng = random.Random(seed)
         self.driver, self.cuda = driver, cuda
@@ -124,6 +126,11 @@ class SimulatedSource:
 
     def versions(self) -> tuple[str, str]:
         return self.driver, self.cuda
+
+    def adopt_node_gpus(self, count: int) -> None:
+        """Simulate the node's `count` GPUs, unless `gpus` was given."""
+        if not self.pinned and count != self.gpus:
+            self.gpus, self.dbe = count, [0] * count
 
     def inject_xid(self, gpu: int, xid: int) -> None:
         self._raise({"gpu": gpu, "xid": xid, "at": _now()})
@@ -260,7 +267,7 @@ class NvmlSource:
         return False, f"{action} is not run by this agent; the control plane's provider does it"
 
 
-def source_open(*, simulate: bool, seed: int = 0, gpus: int = 8) -> GpuSource:
+def source_open(*, simulate: bool, seed: int = 0, gpus: int | None = None) -> GpuSource:
     """NVML when it loads and finds a GPU, else the simulated source."""
     if not simulate:
         try:

@@ -92,7 +92,8 @@ class JoinView(APIView):
     renderer_classes = [JSONRenderer]
 
     @extend_schema(request=JoinSerializer, responses={201: inline_serializer("AgentJoined", {
-        "node": serializers.CharField(), "credential": serializers.CharField(), "ackedSeq": serializers.IntegerField()}),
+        "node": serializers.CharField(), "credential": serializers.CharField(), "ackedSeq": serializers.IntegerField(),
+        "gpuCount": serializers.IntegerField(help_text="The node's GPUs: each report's GPU indices are 0 to gpuCount - 1")}),
         400: ERROR, 401: ERROR, 403: ERROR, 409: ERROR})
     def post(self, request):
         data = _valid(JoinSerializer, request.data)
@@ -100,7 +101,8 @@ class JoinView(APIView):
             credential, secret, acked = services.agent_join(token=data["token"], node_name=data["node"])
         except services.InvalidToken as exc:
             return error_response(status.HTTP_401_UNAUTHORIZED, str(exc), "token")
-        return Response({"node": credential.node.name, "credential": secret, "ackedSeq": acked}, status=status.HTTP_201_CREATED)
+        return Response({"node": credential.node.name, "credential": secret, "ackedSeq": acked, "gpuCount": credential.node.gpu_count},
+                        status=status.HTTP_201_CREATED)
 
 
 class CredentialRotateView(_AgentView):

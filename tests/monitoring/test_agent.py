@@ -202,6 +202,22 @@ def test_the_module_runs_from_the_command_line(actors, make_node, live_server, t
 
 
 @live
+def test_the_simulated_agent_of_a_two_gpu_node_reports_two_gpus_and_is_stored(actors, make_node, live_server, tmp_path, monkeypatch):
+    """Without `--gpus` it simulated 8, and the control plane refused every report of a 2-GPU
+    node (its indices 2 to 7): none stored, no heartbeat (found by review). It takes the node's
+    count from the join answer, and keeps it across a restart."""
+    node = make_node("infer-pool-m-0", gpu_count=2)
+    _, token = services.join_token_create(user=actors["admin"], node=node)
+    monkeypatch.setattr(agent_module.signal, "signal", lambda *a: None)
+    args = ["--server", live_server.url, "--buffer-dir", str(tmp_path), "--interval", "0.01", "--count", "2", "--simulate"]
+    assert agent_module.main([*args, "--join-token", token, "--node", node.name]) == 0
+    assert json.loads((tmp_path / "credential.json").read_text())["gpuCount"] == 2
+    assert agent_module.main([*args, "--credential-file", str(tmp_path / "credential.json")]) == 0
+    reports = list(NodeReport.objects.filter(node=node).order_by("seq"))
+    assert len(reports) == 4 and all([g["index"] for g in r.gpus] == [0, 1] for r in reports)
+
+
+@live
 def test_the_agent_rotates_its_credential_and_keeps_reporting_with_the_new_one(actors, make_node, live_server, tmp_path):
     node = make_node("train-pool-a-m-0")
     _, token = services.join_token_create(user=actors["admin"], node=node)
