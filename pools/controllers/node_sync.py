@@ -171,9 +171,12 @@ def faults_record(p: ReconcilePass, nodes: Sequence[Node], observed: Mapping[str
         if not judged(observed, node.name) or node.release_reason:  # registered after the read; leaving (its Node is removed on purpose)
             continue
         fault = cluster_fault(observed.get(node.name), name=node.name, gpu_count=node.gpu_count)
+        if fault and fault == node.cluster_fault and node.cluster_fault_since is None:  # written by a release without the column
+            Node.objects.filter(pk=node.pk, cluster_fault=fault, cluster_fault_since__isnull=True).update(cluster_fault_since=p.now)
+            node.cluster_fault_since = p.now
         if fault == node.cluster_fault:
             continue
-        since = None if not fault else node.cluster_fault_since if node.cluster_fault else p.now
+        since = None if not fault else node.cluster_fault_since or p.now if node.cluster_fault else p.now
         with transaction.atomic():
             if not Node.objects.filter(pk=node.pk, cluster_fault=node.cluster_fault).update(cluster_fault=fault, cluster_fault_since=since):
                 continue

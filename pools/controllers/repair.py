@@ -51,7 +51,9 @@ from pools.controllers.context import ReconcilePass
 from pools.controllers.exits import drain_start
 from pools.controllers.repair_cordon import cluster_cordon, repair_uncordon, wait_cordon
 from pools.core import lifecycle as rules
+from pools.core.node_labels import cluster_fault
 from pools.core.repair import (
+    NODE_UNAVAILABLE,
     NONE,
     REPLACE,
     NodeHealth,
@@ -155,7 +157,10 @@ def _repair(pool: GpuNodePool, now: datetime) -> int:
             event_record(pool=pool, node=node, reason="RepairNeeded", type=WARNING, now=now,
                          message=f"{decision.message or decision.reason}; autoRepair is off: repair {node.name} by hand ({decision.action})")  # fmt: skip
             continue
-        last_fault = state.xids[node.pk][-1].at if state.xids.get(node.pk) else None
+        if decision.reason == NODE_UNAVAILABLE and not _still_unavailable(node, cluster):
+            continue  # back, or the cluster cannot be read now: the lifecycle pass records which
+        last_fault = max(filter(None, (state.xids[node.pk][-1].at if state.xids.get(node.pk) else None,
+                                       node.cluster_fault_since if decision.reason == NODE_UNAVAILABLE else None)), default=None)
         if gated and not approval_gate(pool=pool, node=node, decision=decision, latest=approvals.get(node.pk), last_fault_at=last_fault, now=now):
             wait_cordon(pool=pool, node=node, cluster=cluster, waiting_for="a platform admin's approval", now=now)
             continue
@@ -168,6 +173,20 @@ def _repair(pool: GpuNodePool, now: datetime) -> int:
         started += 1
         health = [h if h.name != node.name else NodeHealth(h.name, False, h.unhealthy_since, h.fatal, True) for h in health]
     return started
+
+
+def _still_unavailable(node: Node, cluster) -> bool:
+    """Whether the cluster still runs no pod on `node`, read now, before it is replaced for it.
+    Its row says what the last lifecycle pass read; a pass that could not read the cluster
+    since left a fault standing that may be over (a kubelet restarted meanwhile), and a
+    replacement costs its tenants their pods: EKS and Karpenter act on the Node's condition as
+    it is. A read that fails replaces nothing this pass."""
+    try:
+        observed = cluster.nodes_state(names=[node.name])
+    except Exception:  # an API server out of reach decides nothing
+        logger.warning("reading Node %s before replacing it failed; the next pass asks again", node.name, exc_info=True)
+        return False
+    return bool(cluster_fault(observed.get(node.name), name=node.name, gpu_count=node.gpu_count))
 
 
 def _paused(pool: GpuNodePool, spec, node: Node, decision, gate, health: NodeHealth, cluster, now: datetime, latest: PoolEvent | None) -> None:

@@ -35,6 +35,7 @@ def snapshots_load(pools: list[GpuNodePool]) -> dict[int, rules.PoolSnapshot]:
     fields = (
         "pool_id", "pk", "name", "phase", "billing", "release_reason", "last_error", "provider_id", "created_at",
         "step_due_at", "lease_end", "lease_notified_at", "last_heartbeat", "labels_text", "taints_text", "gpu_count", "cluster_fault",
+        "cluster_fault_since",
     )  # fmt: skip
     # A pool's nodes share their labels and taints: each distinct text is decoded once (20,000
     # nodes are ~40,000 JSON texts, a few thousand distinct), and the rows share the values.
@@ -43,7 +44,7 @@ def snapshots_load(pools: list[GpuNodePool]) -> dict[int, rules.PoolSnapshot]:
     rows = Node.objects.filter(pool_id__in=ids).exclude(phase=Node.Phase.TERMINATED).order_by("name")
     texts = {"labels_text": Cast("labels", TextField()), "taints_text": Cast("taints", TextField())}
     for row in rows.annotate(**texts).values_list(*fields):
-        pool_id, pk, name, phase, billing, rr, error, provider_id, created, due, lease_end, notified, heartbeat, labels, taints, gpus, fault = row
+        pool_id, pk, name, phase, billing, rr, error, provider_id, created, due, lease_end, notified, heartbeat, labels, taints, gpus, fault, since = row
         if labels not in label_sets:
             label_sets[labels] = json.loads(labels)
         if taints not in taint_lists:
@@ -51,7 +52,7 @@ def snapshots_load(pools: list[GpuNodePool]) -> dict[int, rules.PoolSnapshot]:
         nodes[pool_id].append(
             rules.NodeRow(
                 pk, name, phase, billing, rr, error, provider_id, created, due, lease_end, notified is not None, heartbeat,
-                label_sets[labels], taint_lists[taints], gpus, fault,
+                label_sets[labels], taint_lists[taints], gpus, fault, not fault or since is not None,
             )  # fmt: skip
         )
     tallies = {

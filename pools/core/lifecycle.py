@@ -355,6 +355,7 @@ class NodeRow:
     taints: tuple[Mapping[str, str], ...] = ()
     gpu_count: int = 0
     cluster_fault: str = ""  # why the cluster ran no pod on it when last looked (`cluster_fault`)
+    fault_started: bool = True  # its `cluster_fault_since` is known (a release without the column wrote none)
 
 
 @dataclass(frozen=True)
@@ -496,7 +497,7 @@ def _drifted(nodes: Sequence[NodeRow], observed: Mapping[str, ClusterNodeState] 
     compared: set[tuple] = set()
     for n in nodes if observed is not None else ():
         state = observed.get(n.name)
-        if not n.release_reason and judged(observed, n.name) and cluster_fault(state, name=n.name, gpu_count=n.gpu_count) != n.cluster_fault:  # as faults_record judges
+        if not n.release_reason and judged(observed, n.name) and (cluster_fault(state, name=n.name, gpu_count=n.gpu_count) != n.cluster_fault or not n.fault_started):  # as faults_record judges
             return True
         if state is None:
             continue

@@ -279,6 +279,7 @@ def next_action(
     return RepairDecision(action, reason, fault.gpu_index, messages[reason], fault.xid)
 
 
+NODE_UNAVAILABLE = "NodeUnavailable"  # the reason of `unavailable_repair`'s decisions
 NODE_UNAVAILABLE_FOR = timedelta(minutes=30)
 """How long the cluster may run no pod on a node before it is replaced (`unavailable_repair`)."""
 
@@ -301,7 +302,7 @@ def unavailable_repair(fault: str, since: datetime | None, now: datetime, after:
     if not fault or since is None or now - since < after:
         return None
     message = f"the cluster has run no pod on the node since {since:%Y-%m-%d %H:%M} UTC, over {_span(after)}: {fault}; the node must be replaced"
-    return RepairDecision(REPLACE, "NodeUnavailable", message=message)
+    return RepairDecision(REPLACE, NODE_UNAVAILABLE, message=message)
 
 
 # --- pool-level gates --------------------------------------------------------------------

@@ -10,6 +10,15 @@ from django.db import migrations, models
 withdrawn_status = importlib.import_module("pools.migrations.0030_order_withdrawn").withdrawn_status
 
 
+def faults_start_now(apps, schema_editor):
+    """A node already out of the cluster's use counts from the upgrade: when its fault began
+    is not known, and without a start it would never be replaced."""
+    from django.utils import timezone
+
+    Node = apps.get_model("pools", "Node")
+    Node.objects.exclude(cluster_fault="").filter(cluster_fault_since__isnull=True).update(cluster_fault_since=timezone.now())
+
+
 class Migration(migrations.Migration):
 
     dependencies = [
@@ -22,5 +31,6 @@ class Migration(migrations.Migration):
             name='cluster_fault_since',
             field=models.DateTimeField(blank=True, help_text='Since when the cluster has run no pod on the node (the start of `cluster_fault`, whatever its wording since)', null=True),
         ),
+        migrations.RunPython(faults_start_now, migrations.RunPython.noop),
         migrations.RunPython(withdrawn_status, migrations.RunPython.noop),
     ]

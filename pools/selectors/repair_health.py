@@ -156,7 +156,7 @@ def with_pool_fault_counts(nodes: QuerySet[Node], now: datetime) -> QuerySet[Nod
     since = now - RepairPolicy().window
     watched = Node.objects.filter(pool_id=OuterRef("pool_id"), phase__in=WATCHED_PHASES, release_reason="").order_by()
     xids = GpuErrorEvent.objects.filter(node_id=OuterRef("pk"), at__gt=since, at__lte=now, xid__in=ACTIONABLE_XIDS)
-    faulty = watched.filter(Exists(xids) | Q(cluster_fault_since__lte=now - NODE_UNAVAILABLE_FOR))
+    faulty = watched.filter(Exists(xids) | (~Q(cluster_fault="") & Q(cluster_fault_since__lte=now - NODE_UNAVAILABLE_FOR)))
     count = {"pool_watched": watched, "pool_faulty": faulty}
     return nodes.annotate(**{
         name: Coalesce(Subquery(rows.values("pool_id").annotate(n=Count("pk")).values("n")[:1]), 0) for name, rows in count.items()
