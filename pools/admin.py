@@ -67,6 +67,14 @@ class TeamAdmin(admin.ModelAdmin):
     prepopulated_fields = {"slug": ("name",)}
     inlines = [MembershipInline]
 
+    def get_deleted_objects(self, objs, request):
+        """A team deleted takes its budgets and their alerts with it, as before they were
+        view-only here: only a direct edit of those needs their services, not the team's
+        cascade (found by review)."""
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        view_only = {model._meta.verbose_name for model, model_admin in self.admin_site._registry.items() if isinstance(model_admin, ViewOnlyAdmin)}
+        return deleted, counts, perms_needed - view_only, protected
+
     def save_model(self, request, obj, form, change):
         """A renamed team keeps the namespace of its old slug while it has pods or budgets there:
         the old slug is mapped to it (under the lock `clean_slug` took, in the admin's

@@ -4,6 +4,8 @@ admin was paid and provisioned with no audit entry, no event and none of the app
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pytest
 
 from pools.models import PoolOrder
@@ -42,3 +44,15 @@ def test_a_rejected_order_cannot_be_approved_in_the_admin(actors, superuser):
     assert response.status_code == 403 and db_state() == before
     assert PoolOrder.objects.get(pk=order.pk).status == "Rejected"
     assert superuser.post(f"/admin/pools/poolorder/{order.pk}/delete/", {"post": "yes"}).status_code == 403
+
+
+def test_a_team_with_a_budget_is_still_deleted_with_it(superuser, actors):
+    """Its budgets are view-only here, and Django asked for their delete permission on the
+    team's cascade: the team could no longer be deleted (found by review)."""
+    from billing.budget_admin import budget_team_set
+    from pools.models import Team
+
+    team = Team.objects.create(name="Short-lived", slug="short-lived")
+    budget_team_set(user=actors["admin"], team=team, monthly_amount=Decimal("1000"))
+    assert superuser.post(f"/admin/pools/team/{team.pk}/delete/", {"post": "yes"}).status_code == 302
+    assert not Team.objects.filter(pk=team.pk).exists()
