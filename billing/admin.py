@@ -56,12 +56,14 @@ class PriceBookEntryForm(AccountCurrencyForm):
 
 class NodePriceForm(AccountCurrencyForm):
     def clean(self):
-        """An `effective_from` moved later may leave pools with no price in force now
-        (billing/price_coverage.py): refused, saying which."""
+        """A price moved later, or to another node type or GPU model, may leave pools with no
+        price in force now (billing/price_coverage.py): refused, saying which."""
         cleaned = super().clean()
-        if self.instance.pk and not self.errors and "effective_from" in self.changed_data:
+        keys = ("effective_from", "node_type", "gpu_model")
+        if self.instance.pk and not self.errors and any(key in self.changed_data for key in keys):
             moved = copy.copy(self.instance)
-            moved.effective_from = cleaned["effective_from"]
+            for key in keys:
+                setattr(moved, key, cleaned[key])
             if unpriced := pools_left_unpriced(removed=(), moved=moved, now=timezone.now()):
                 raise forms.ValidationError(f"Pools {', '.join(unpriced)} would have no price in force: add a new price with a later Effective from instead of moving this one.")
         return cleaned

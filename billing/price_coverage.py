@@ -22,10 +22,12 @@ from pools.models import GpuNodePool, Node
 
 def pools_left_unpriced(*, removed: Iterable[NodePrice], now: datetime, moved: NodePrice | None = None) -> list[str]:
     """The billed pools (as "name (node type, GPU model)") whose node type and GPU model have no
-    price in force at `now` once `removed` are gone and `moved` (an edited row, not saved yet)
-    takes its new `effective_from`; [] when every one still has one."""
+    price in force at `now` once `removed` are gone and `moved` (an edited row, not saved yet:
+    the stored one is what it was) takes its new `effective_from`, node type and GPU model; []
+    when every one still has one."""
     removed = list(removed)
-    kinds = {(p.node_type_id, p.gpu_model_id) for p in [*removed, *([moved] if moved else [])]}
+    was = NodePrice.objects.filter(pk=moved.pk).values_list("node_type_id", "gpu_model_id").first() if moved and moved.pk else None
+    kinds = {(p.node_type_id, p.gpu_model_id) for p in [*removed, *([moved] if moved else [])]} | ({was} if was else set())
     if not kinds:
         return []
     billed = Q(deleted_at__isnull=True) | Q(pk__in=Node.objects.exclude(phase=Node.Phase.TERMINATED).values("pool_id"))

@@ -210,3 +210,24 @@ def test_a_price_in_force_for_a_billed_pool_is_not_deleted_or_moved_later_and_a_
     older = NodePrice.objects.create(node_type=price.node_type, gpu_model=price.gpu_model, monthly_price=price.monthly_price,
                                      hourly_price=price.hourly_price, currency=price.currency, effective_from=price.effective_from.replace(year=price.effective_from.year - 1))  # fmt: skip
     assert admin_client.post(reverse("admin:billing_nodeprice_delete", args=[older.pk]), {"post": "yes"}).status_code == 302
+
+
+def test_a_price_moved_to_another_gpu_model_leaves_no_pool_unpriced(admin_client, actors):
+    """Only a later Effective from was checked: changing the GPU model of the only price in force
+    saved, and the pool had none (found by review)."""
+    from pools.models import GpuModel
+    from pools.services import pools as pool_services
+    from tests.conftest import make_document
+
+    pool = pool_services.pool_create(user=actors["lead"], document=make_document("priced"))
+    NodePrice.objects.filter(node_type=pool.node_type, gpu_model=pool.gpu_model).exclude(
+        pk=NodePrice.objects.filter(node_type=pool.node_type, gpu_model=pool.gpu_model).latest("effective_from").pk).delete()
+    price = NodePrice.objects.get(node_type=pool.node_type, gpu_model=pool.gpu_model)
+    other = GpuModel.objects.exclude(pk=pool.gpu_model_id).first()
+    form = {
+        "node_type": price.node_type_id, "gpu_model": other.pk, "monthly_price": str(price.monthly_price), "hourly_price": str(price.hourly_price),
+        "currency": price.currency, "effective_from_0": price.effective_from.strftime("%Y-%m-%d"), "effective_from_1": price.effective_from.strftime("%H:%M:%S"),
+    }  # fmt: skip
+    moved = admin_client.post(reverse("admin:billing_nodeprice_change", args=[price.pk]), form)
+    assert moved.status_code == 200 and "Pools priced (" in moved.content.decode()
+    assert NodePrice.objects.get(pk=price.pk).gpu_model_id == pool.gpu_model_id
