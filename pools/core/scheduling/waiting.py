@@ -109,8 +109,8 @@ def starting_hint(p: PoolProspect, ready: int) -> str:
 def _hint(pod: Pod, p: PoolProspect) -> str:
     guest = p.template.owner is not None and pod.team != p.template.owner
     if guest and not (p.awaiting_approval or p.awaiting_payment or p.starting):  # its lead's levers are not the guest's
-        owner = p.template.labels.get(TEAM_LABEL) or "that owns it"
-        head = f"pool {p.name} (no Ready node yet): it is lent to your team, and a lent pool grows only for its own team's pods: ask the lead of team {owner}."
+        owner = f"team {slug}" if (slug := p.template.labels.get(TEAM_LABEL)) else "the team that owns it"
+        head = f"pool {p.name} (no Ready node yet): it is lent to your team, and a lent pool grows only for its own team's pods: ask the lead of {owner}."
     else:
         head = f"pool {p.name} (no Ready node yet): {waits_for(p)}."
     fix = node_checks(pod, p.template)
