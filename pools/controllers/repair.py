@@ -180,7 +180,16 @@ def _still_unavailable(node: Node, cluster) -> bool:
     Its row says what the last lifecycle pass read; a pass that could not read the cluster
     since left a fault standing that may be over (a kubelet restarted meanwhile), and a
     replacement costs its tenants their pods: EKS and Karpenter act on the Node's condition as
-    it is. A read that fails replaces nothing this pass."""
+    it is. A read that fails replaces nothing this pass.
+
+    Nor does most of the fleet out of use at once: that is the kubelets' network or the API
+    server, not the machines (Kubernetes' node lifecycle controller stops evicting in such a
+    full disruption, `rules.full_disruption`), and a pool's own pause cannot see it when each
+    pool has one node."""
+    fleet = Node.objects.filter(pool__deleted_at__isnull=True, release_reason="", phase__in=WATCHED_PHASES)
+    if rules.full_disruption(silent=fleet.exclude(cluster_fault="").count(), reporting=fleet.count()):
+        logger.warning("most nodes are out of the cluster's use at once: no node is replaced for it until fewer are")
+        return False
     try:
         observed = cluster.nodes_state(names=[node.name])
     except Exception:  # an API server out of reach decides nothing

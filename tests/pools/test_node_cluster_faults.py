@@ -178,3 +178,20 @@ def test_a_rejected_replacement_does_not_hold_back_the_next_outages(actors, monk
     lifecycle.reconcile_all(now=now + timedelta(minutes=50), cluster=OneNotReady(down.name))  # and out again
     repair.repair_all(now=now + timedelta(minutes=80))
     assert RepairApproval.objects.filter(node=down, status="Pending").count() == 1
+
+
+def test_most_of_the_fleet_out_of_use_at_once_replaces_no_one_node_pool(actors, monkeypatch):
+    """Each one-node pool tolerates its one unhealthy node, so a kubelet-to-API-server partition
+    would have replaced every such pool's node after 30 minutes (found by review): most of the
+    fleet out at once is a full disruption, as Kubernetes' node lifecycle controller reads it."""
+    pools = [approved_pool(actors, make_document(f"solo-{i}", nodeCount={"min": 1, "max": 1})) for i in range(3)]
+    now = T0
+    while set(GpuNodePool.objects.filter(pk__in=[p.pk for p in pools]).values_list("phase", flat=True)) != {"Ready"}:
+        now += TICK
+        lifecycle.reconcile_all(now=now)
+    names = list(Node.objects.filter(pool__in=pools).values_list("name", flat=True))
+    monkeypatch.setattr(repair, "get_cluster_backend", lambda: OneNotReady(*names))
+    lifecycle.reconcile_all(now=now, cluster=OneNotReady(*names))
+    assert repair.repair_all(now=now + timedelta(minutes=31)) == 0
+    lifecycle.reconcile_all(now=now + timedelta(minutes=32), cluster=OneNotReady(names[0]))  # the others are back: one node's own fault
+    assert repair.repair_all(now=now + timedelta(minutes=33)) == 1
