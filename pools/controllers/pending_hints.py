@@ -31,6 +31,8 @@ from pools.core.scheduling.waiting import (
     PoolProspect,
     could_take,
     fits_empty,
+    is_guest,
+    lent_hint,
     starting_hint,
     waiting_hints,
 )
@@ -219,9 +221,8 @@ def capacity_hints(pod: CorePod, node_reasons: dict[str, str], states: dict[str,
         prospect = catalog.by_name().get(pool_name)
         if catalog.starting_takes(pool_name, pod):
             hints.append(starting_hint(prospect, len(members)))
-        elif empty.owner is not None and pod.team != empty.owner:  # lent to the pod's team: its lead's levers are not the guest's
-            hints.append(f"pool {pool_name}, lent to your team by team {pool.team.slug}, is busy: a lent pool grows only for its own "
-                         f"team's pods, so this pod waits for room on it; ask team {pool.team.slug}'s lead for more.")  # fmt: skip
+        elif is_guest(pod, empty.owner):
+            hints.append(lent_hint(pool_name, pool.team.slug, state="busy"))
         else:  # the starting nodes are spoken for, and count against the pool's limits
             hints.append(growth_hint(pool, members, len(members) + (prospect.starting if prospect else 0)))
     return hints

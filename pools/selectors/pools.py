@@ -127,13 +127,21 @@ def pools_visible(*, user, filters: PoolFilters | None = None) -> QuerySet[GpuNo
     return pools.order_by(f"-{field}" if sort.startswith("-") else field, "name")
 
 
+def _node_count_filters(through: str = "") -> tuple[Q, Q]:
+    """What a pool's `node_total` and `node_ready` count: its live nodes, and those Ready that the
+    cluster runs pods on (no `cluster_fault`), the nodes `through` names from where they're counted."""
+    at = f"{through}__" if through else ""
+    return ~Q(**{f"{at}phase__in": LIVE_NODE_EXCLUDED_PHASES}), Q(**{f"{at}phase": Node.Phase.READY, f"{at}cluster_fault": ""})
+
+
 def node_counts_attach(pools: list[GpuNodePool]) -> list[GpuNodePool]:
     """Set `node_total` (live nodes) and `node_ready` on each pool, with one query."""
+    live, ready = _node_count_filters()
     counts = {
         row["pool_id"]: row
         for row in Node.objects.filter(pool_id__in=[p.pk for p in pools])
         .values("pool_id")
-        .annotate(total=Count("pk", filter=~Q(phase__in=LIVE_NODE_EXCLUDED_PHASES)), ready=Count("pk", filter=Q(phase=Node.Phase.READY, cluster_fault="")))
+        .annotate(total=Count("pk", filter=live), ready=Count("pk", filter=ready))
         .order_by()
     } if pools else {}
     for pool in pools:
@@ -143,10 +151,8 @@ def node_counts_attach(pools: list[GpuNodePool]) -> list[GpuNodePool]:
 
 
 def _with_node_counts(pools: QuerySet[GpuNodePool]) -> QuerySet[GpuNodePool]:
-    return pools.annotate(
-        node_total=Count("nodes", filter=~Q(nodes__phase__in=LIVE_NODE_EXCLUDED_PHASES), distinct=True),
-        node_ready=Count("nodes", filter=Q(nodes__phase=Node.Phase.READY, nodes__cluster_fault=""), distinct=True),
-    )
+    live, ready = _node_count_filters("nodes")
+    return pools.annotate(node_total=Count("nodes", filter=live, distinct=True), node_ready=Count("nodes", filter=ready, distinct=True))
 
 
 def pool_get(*, user, name: str) -> GpuNodePool:

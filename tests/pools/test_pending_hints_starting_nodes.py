@@ -93,6 +93,6 @@ def test_a_guest_of_a_busy_lent_pool_is_told_whom_to_ask_not_its_owners_commands
     scheduler_pass(now=T0)
     guest.refresh_from_db()
     assert guest.phase == "Pending"
-    assert ("pool train-pool-a, lent to your team by team algorithm, is busy: a lent pool grows only for its own team's pods, "
-            "so this pod waits for room on it; ask team algorithm's lead for more.") in guest.hints
+    assert ("pool train-pool-a (busy): it is lent to your team, and a lent pool grows only for its own team's pods, "
+            "so this pod waits for room on it: ask the lead of team algorithm for more.") in guest.hints
     assert not any("node-pool scale" in h or "enable burst" in h for h in guest.hints), guest.hints

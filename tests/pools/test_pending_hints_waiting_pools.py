@@ -131,7 +131,8 @@ def test_a_guest_of_a_lent_pool_that_keeps_no_node_is_told_whom_to_ask_not_its_o
     and a guest's pods never grow a lent pool (found by a hostile-input probe)."""
     infer_pool(actors["other_lead"], name="their-l40s", sharedWith=["algorithm"], nodeCount={"min": 0, "max": 3})
     hint = about(hints_after_pass(wants_l40s(actors)), "their-l40s")
-    assert hint.startswith("pool their-l40s (no Ready node yet): it is lent to your team, and a lent pool grows only for its own team's pods: ask the lead of team inference.")
+    assert hint.startswith("pool their-l40s (no Ready node yet): it is lent to your team, and a lent pool grows only for its own team's pods, "
+                           "so this pod waits for room on it: ask the lead of team inference for more.")
     assert "node-pool" not in hint and "nodeCount.min" not in hint
 
 

@@ -106,11 +106,24 @@ def starting_hint(p: PoolProspect, ready: int) -> str:
             "no need to grow the pool or order another.")  # fmt: skip
 
 
+def is_guest(pod: Pod, owner: str | None) -> bool:
+    """The pod's team uses a pool lent to it (`owner`: the pool's team identity, None when the
+    pool is not one team's)."""
+    return owner is not None and pod.team != owner
+
+
+def lent_hint(pool: str, owner_slug: str | None, *, state: str) -> str:
+    """For a guest's pod on a lent pool in `state` ("busy", "no Ready node yet"): a lent pool
+    grows only for its own team's pods, and its lead's commands (nodeCount, burst) are a 404 to
+    the guest, so the guest is told whom to ask, not what to run."""
+    owner = f"team {owner_slug}" if owner_slug else "the team that owns it"
+    return (f"pool {pool} ({state}): it is lent to your team, and a lent pool grows only for its own team's pods, "
+            f"so this pod waits for room on it: ask the lead of {owner} for more.")
+
+
 def _hint(pod: Pod, p: PoolProspect) -> str:
-    guest = p.template.owner is not None and pod.team != p.template.owner
-    if guest and not (p.awaiting_approval or p.awaiting_payment or p.starting):  # its lead's levers are not the guest's
-        owner = f"team {slug}" if (slug := p.template.labels.get(TEAM_LABEL)) else "the team that owns it"
-        head = f"pool {p.name} (no Ready node yet): it is lent to your team, and a lent pool grows only for its own team's pods: ask the lead of {owner}."
+    if is_guest(pod, p.template.owner) and not (p.awaiting_approval or p.awaiting_payment or p.starting):
+        head = lent_hint(p.name, p.template.labels.get(TEAM_LABEL), state="no Ready node yet")
     else:
         head = f"pool {p.name} (no Ready node yet): {waits_for(p)}."
     fix = node_checks(pod, p.template)
