@@ -57,8 +57,8 @@ from pools.core.node_labels import (
     REGISTERED_PHASES,
     ClusterNodeState,
     ObservedNodes,
-    cluster_fault,
-    judged,
+    fault_now,
+    fault_start,
     node_fix,
     taint_dict,
 )
@@ -168,15 +168,15 @@ def faults_record(p: ReconcilePass, nodes: Sequence[Node], observed: Mapping[str
     the Node came back without its GPUs, goes on from when it started). Each change is one
     conditional UPDATE, so two passes write one event."""
     for node in nodes:
-        if not judged(observed, node.name) or node.release_reason:  # registered after the read; leaving (its Node is removed on purpose)
+        fault = fault_now(observed, name=node.name, gpu_count=node.gpu_count, leaving=bool(node.release_reason))
+        if fault is None:
             continue
-        fault = cluster_fault(observed.get(node.name), name=node.name, gpu_count=node.gpu_count)
         if fault and fault == node.cluster_fault and node.cluster_fault_since is None:  # written by a release without the column
             Node.objects.filter(pk=node.pk, cluster_fault=fault, cluster_fault_since__isnull=True).update(cluster_fault_since=p.now)
             node.cluster_fault_since = p.now
         if fault == node.cluster_fault:
             continue
-        since = None if not fault else node.cluster_fault_since or p.now if node.cluster_fault else p.now
+        since = fault_start(fault, was=node.cluster_fault, was_since=node.cluster_fault_since, now=p.now)
         with transaction.atomic():
             if not Node.objects.filter(pk=node.pk, cluster_fault=node.cluster_fault).update(cluster_fault=fault, cluster_fault_since=since):
                 continue

@@ -16,9 +16,8 @@ from pools.core.node_labels import (
     CORDONED_PHASES,
     REGISTERED_PHASES,
     ClusterNodeState,
-    cluster_fault,
     drifted,
-    judged,
+    fault_now,
 )
 
 # Provisioning steps, in order (seed G1: initialise OS -> install driver -> join -> Ready).
@@ -497,7 +496,8 @@ def _drifted(nodes: Sequence[NodeRow], observed: Mapping[str, ClusterNodeState] 
     compared: set[tuple] = set()
     for n in nodes if observed is not None else ():
         state = observed.get(n.name)
-        if not n.release_reason and judged(observed, n.name) and (cluster_fault(state, name=n.name, gpu_count=n.gpu_count) != n.cluster_fault or not n.fault_started):  # as faults_record judges
+        fault = fault_now(observed, name=n.name, gpu_count=n.gpu_count, leaving=bool(n.release_reason))
+        if fault is not None and (fault != n.cluster_fault or not n.fault_started):  # as faults_record judges
             return True
         if state is None:
             continue

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 # Node phases where the node is registered in the cluster (the lifecycle keeps its labels there).
 REGISTERED_PHASES = ("Ready", "Cordoned", "Draining", "Repairing", "Unknown")
@@ -92,6 +93,24 @@ def cluster_fault(observed: ClusterNodeState | None, *, name: str, gpu_count: in
     if observed.gpus_allocatable == 0 and gpu_count:
         return f"its Node offers none of its {gpu_count} GPUs (nvidia.com/gpu allocatable 0): its GPU device plugin serves none"
     return ""
+
+
+def fault_now(observed: Mapping[str, ClusterNodeState], *, name: str, gpu_count: int, leaving: bool) -> str | None:
+    """The node's `cluster_fault` as `observed` shows it now, or None when the read does not judge
+    it: the node registered after the read, or it is leaving (its Node is removed on purpose)."""
+    if leaving or not judged(observed, name):
+        return None
+    return cluster_fault(observed.get(name), name=name, gpu_count=gpu_count)
+
+
+def fault_start(fault: str, *, was: str, was_since: datetime | None, now: datetime) -> datetime | None:
+    """When the node's `fault` began (None: it has none). A fault reworded (NotReady after the Node
+    came back without its GPUs) goes on from when the first began, so a repair that waits out an
+    outage's length is not restarted by its wording; one written with no start (by a release
+    without the column) starts now."""
+    if not fault:
+        return None
+    return (was_since or now) if was else now
 
 
 def record_lost(applied_taints: Iterable[Mapping[str, str]], observed: ClusterNodeState) -> bool:
