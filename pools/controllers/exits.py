@@ -30,6 +30,7 @@ from pools.core import lifecycle as rules
 from pools.models import GpuNodePool, Node, PoolEvent, PoolOrder
 from pools.providers.base import PodInfo, ProviderError
 from pools.services.events import NORMAL, WARNING
+from pools.services.order_withdrawal import order_withdraw
 
 logger = logging.getLogger("ebcloud.lifecycle")
 
@@ -420,8 +421,8 @@ def delete_step(p: ReconcilePass) -> bool:
     fills, has them put on the ledger first, as capacity released unused
     (`lifecycle._unused_capacity_record`)."""
     for order in p.pool.orders.filter(status=PoolOrder.Status.APPROVED):
-        if PoolOrder.objects.filter(pk=order.pk, status=PoolOrder.Status.APPROVED).update(status=PoolOrder.Status.WITHDRAWN, reason="the pool was deleted"):
-            p.event("OrderWithdrawn", f"Order #{order.pk} withdrawn before payment: the pool is being deleted")
+        order_withdraw(pool=p.pool, order=order, why="the pool was deleted", actor=None, now=p.now,
+                       message=f"Order #{order.pk} withdrawn before payment: the pool is being deleted")  # fmt: skip
     for node in p.live_nodes().filter(release_reason=""):
         drain_start(
             p, node, reason=rules.POOL_DELETED, event_reason="NodeDeleting",

@@ -45,6 +45,7 @@ from pools.selectors.pools import (
 )
 from pools.services.audit import audit_record
 from pools.services.events import WARNING, event_record
+from pools.services.order_withdrawal import order_withdraw
 from pools.services.pool_status import pool_status_refresh
 
 IMMUTABLE_FIELDS = (("nodeType", "node_type"), ("gpuModel", "gpu_model"), ("region", "region"), ("preemptible", "preemptible"))
@@ -213,22 +214,16 @@ def pool_delete(*, user, pool: GpuNodePool, now: datetime | None = None) -> GpuN
         locked = pool_orders_lock(pool=pool, quotas=False)
         if locked.deleted_at is not None:
             raise ConflictError(f"pool {pool.name!r} is already deleted")
-        withdrawn = list(locked.orders.filter(status=PoolOrder.Status.PENDING).values_list("pk", flat=True))
-        locked.orders.filter(pk__in=withdrawn).update(
-            status=PoolOrder.Status.WITHDRAWN, reason="the pool was deleted", decided_at=now
-        )
-        for order_id in withdrawn:
-            event_record(pool=locked, reason="OrderWithdrawn", message=f"Order #{order_id} withdrawn: the pool is being deleted", actor=user, now=now)
         # Approved orders not paid yet go too, as the Deleting path withdraws them
         # (pools/controllers/exits.py): a pool without nodes is gone at once, and the
         # controller never passes over a deleted pool to do it. The controller claims an order
         # for payment (Approved -> Paying) under this same lock, so an Approved one here is not
         # being paid. A Paying one is left to the payment (the cloud may have debited it): the
         # pool stays Deleting until the controller settles it, Paid or withdrawn.
-        unpaid = list(locked.orders.filter(status=PoolOrder.Status.APPROVED).values_list("pk", flat=True))
-        locked.orders.filter(pk__in=unpaid).update(status=PoolOrder.Status.WITHDRAWN, reason="the pool was deleted")
-        for order_id in unpaid:
-            event_record(pool=locked, reason="OrderWithdrawn", message=f"Order #{order_id} withdrawn before payment: the pool is being deleted", actor=user, now=now)
+        for order in locked.orders.filter(status__in=(PoolOrder.Status.PENDING, PoolOrder.Status.APPROVED)).order_by("pk"):
+            unpaid = " before payment" if order.status == PoolOrder.Status.APPROVED else ""
+            order_withdraw(pool=locked, order=order, why="the pool was deleted", actor=user, now=now,
+                           message=f"Order #{order.pk} withdrawn{unpaid}: the pool is being deleted")  # fmt: skip
         audit_record(actor=user, action="pool.delete", obj=locked, before=locked.document)
         paying = locked.orders.filter(status=PoolOrder.Status.PAYING).values_list("pk", flat=True).first()
         if locked.nodes.exclude(phase="Terminated").exists():
@@ -355,26 +350,24 @@ def _orders_trim(*, pool: GpuNodePool, min_nodes: int, excess: int, user, now: d
     their nodes stay until their leases end. A Paying order is left alone too: the cloud may
     have debited it. The caller holds the pool's lock, under which the controller claims an
     order for payment (Approved -> Paying), so no Approved order here starts being paid meanwhile."""
-    why, withdrawn = f"nodeCount.min lowered to {min_nodes}", PoolOrder.Status.WITHDRAWN
+    why = f"nodeCount.min lowered to {min_nodes}"
     for status in (PoolOrder.Status.PENDING, PoolOrder.Status.APPROVED):
         for order in pool.orders.filter(status=status).exclude(kind=PoolOrder.Kind.RENEW).order_by("-created_at", "-pk"):
             if excess <= 0:
                 return
             cut = min(excess, order.node_count)
             excess -= cut
-            before = {"status": order.status, "nodes": order.node_count, "amount": str(order.amount)}
             if cut == order.node_count:
-                PoolOrder.objects.filter(pk=order.pk, status=status).update(status=withdrawn, reason=why, decided_at=order.decided_at or now)
-                reason, action, after = "OrderWithdrawn", "order.withdraw", {"status": withdrawn, "reason": why}
-                message = f"Order #{order.pk} ({order.node_count} node(s), {order.amount} {order.currency}) withdrawn: {why}"
-            else:
-                nodes = order.node_count - cut
-                amount = pricing.Quote(unit_monthly_price=order.unit_monthly_price, nodes=nodes, months=order.lease_months, discount=order.discount, currency=order.currency).amount
-                PoolOrder.objects.filter(pk=order.pk, status=status).update(node_count=nodes, gpus=order.gpus // order.node_count * nodes, amount=amount)
-                reason, action, after = "OrderReduced", "order.reduce", {"status": status, "nodes": nodes, "amount": str(amount)}
-                message = f"Order #{order.pk} reduced from {order.node_count} to {nodes} node(s), {order.amount} → {amount} {order.currency}: {why}"
-            event_record(pool=pool, reason=reason, message=message, actor=user, now=now)
-            audit_record(actor=user, action=action, obj=order, before=before, after=after)
+                order_withdraw(pool=pool, order=order, why=why, actor=user, now=now,
+                               message=f"Order #{order.pk} ({order.node_count} node(s), {order.amount} {order.currency}) withdrawn: {why}")  # fmt: skip
+                continue
+            nodes = order.node_count - cut
+            amount = pricing.Quote(unit_monthly_price=order.unit_monthly_price, nodes=nodes, months=order.lease_months, discount=order.discount, currency=order.currency).amount
+            PoolOrder.objects.filter(pk=order.pk, status=status).update(node_count=nodes, gpus=order.gpus // order.node_count * nodes, amount=amount)
+            event_record(pool=pool, reason="OrderReduced", actor=user, now=now,
+                         message=f"Order #{order.pk} reduced from {order.node_count} to {nodes} node(s), {order.amount} → {amount} {order.currency}: {why}")  # fmt: skip
+            audit_record(actor=user, action="order.reduce", obj=order, before={"status": status, "nodes": order.node_count, "amount": str(order.amount)},
+                         after={"status": status, "nodes": nodes, "amount": str(amount)})  # fmt: skip
 
 
 def _decide(*, order: PoolOrder, status: str, user, reason: str, now: datetime) -> None:
