@@ -40,7 +40,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Window
+from django.db.models import Count, F, Q, Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
@@ -60,6 +60,7 @@ from pools.core.repair import (
     RepairPolicy,
     cordon_while_paused,
     repair_allowed,
+    zones_held,
 )
 from pools.core.spec import parse_document
 from pools.models import GpuNodePool, Node, PoolEvent
@@ -93,12 +94,28 @@ def repair_all(*, now: datetime | None = None) -> int:
     """One pass over every live pool (the task and `manage.py repair --once`); returns repairs started."""
     now = now or timezone.now()
     started = 0
+    _outages_hold(now)
     for pool_id in GpuNodePool.objects.active().values_list("pk", flat=True):
         try:
             started += pool_repair(pool_id=pool_id, now=now)
         except Exception:  # one broken pool must not stop the others; the next pass retries
             logger.exception("repair of pool %s failed", pool_id)
     return started
+
+
+def _outages_hold(now: datetime) -> None:
+    """Restart the clock of every fault in a zone held (`zones_held`: most or all of the fleet out
+    of the cluster's use at once), so no node there is replaced for it this pass, and a fault
+    counts only from when its zone was last itself: a kubelet that posts a minute after the
+    others, once a two-hour partition heals, gets its full grace, not a replacement at once.
+    The pools' own pauses cannot see this when each pool has one node."""
+    fleet = Node.objects.filter(pool__deleted_at__isnull=True, release_reason="", phase__in=WATCHED_PHASES)
+    counts = fleet.values("zone__name").annotate(out=Count("pk", filter=~Q(cluster_fault="")), total=Count("pk")).order_by()
+    held = zones_held({row["zone__name"]: (row["out"], row["total"]) for row in counts})
+    if held:
+        logger.warning("most nodes of zone(s) %s are out of the cluster's use at once: none is replaced for it until fewer are", ", ".join(sorted(held)))
+        out = fleet.filter(zone__name__in=held, cluster_fault_since__lt=now).exclude(cluster_fault="")
+        Node.objects.filter(pk__in=list(out.values_list("pk", flat=True))).update(cluster_fault_since=now)
 
 
 def pool_repair(*, pool_id: int, now: datetime) -> int:
@@ -180,16 +197,7 @@ def _still_unavailable(node: Node, cluster) -> bool:
     Its row says what the last lifecycle pass read; a pass that could not read the cluster
     since left a fault standing that may be over (a kubelet restarted meanwhile), and a
     replacement costs its tenants their pods: EKS and Karpenter act on the Node's condition as
-    it is. A read that fails replaces nothing this pass.
-
-    Nor does most of the fleet out of use at once: that is the kubelets' network or the API
-    server, not the machines (Kubernetes' node lifecycle controller stops evicting in such a
-    full disruption, `rules.full_disruption`), and a pool's own pause cannot see it when each
-    pool has one node."""
-    fleet = Node.objects.filter(pool__deleted_at__isnull=True, release_reason="", phase__in=WATCHED_PHASES)
-    if rules.full_disruption(silent=fleet.exclude(cluster_fault="").count(), reporting=fleet.count()):
-        logger.warning("most nodes are out of the cluster's use at once: no node is replaced for it until fewer are")
-        return False
+    it is. A read that fails replaces nothing this pass."""
     try:
         observed = cluster.nodes_state(names=[node.name])
     except Exception:  # an API server out of reach decides nothing

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
@@ -303,6 +303,25 @@ def unavailable_repair(fault: str, since: datetime | None, now: datetime, after:
         return None
     message = f"the cluster has run no pod on the node since {since:%Y-%m-%d %H:%M} UTC, over {_span(after)}: {fault}; the node must be replaced"
     return RepairDecision(REPLACE, NODE_UNAVAILABLE, message=message)
+
+
+UNHEALTHY_ZONE_SHARE = 0.55  # kube-controller-manager's --unhealthy-zone-threshold
+LARGE_ZONE_NODES = 50  # its --large-cluster-size-threshold
+
+
+def zones_held(out_of_use: Mapping[str, tuple[int, int]]) -> frozenset[str]:
+    """The zones (name -> nodes out of the cluster's use, nodes) whose nodes are not replaced
+    for it now, as Kubernetes' node lifecycle controller holds its evictions: every zone with
+    no node in use (full disruption everywhere: the API server or its network, not the
+    machines) holds them all; otherwise a zone in partial disruption (more than 2 and at least
+    55% of its nodes out) holds when it has at most 50 nodes (a larger one evicts slowly, as a
+    pool's one repair at a time already does). While held, a fault's clock restarts, as the
+    controller resets every node's timestamps when a full disruption ends."""
+    zones = {zone: counts for zone, counts in out_of_use.items() if counts[1]}
+    if zones and all(out == total for out, total in zones.values()):
+        return frozenset(zones)
+    return frozenset(zone for zone, (out, total) in zones.items()
+                     if out > 2 and out >= UNHEALTHY_ZONE_SHARE * total and total <= LARGE_ZONE_NODES)  # fmt: skip
 
 
 # --- pool-level gates --------------------------------------------------------------------

@@ -7,7 +7,7 @@ Autoscaler reads it. The real API server's cases: tests/k8s/test_node_faults_on_
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -125,15 +125,22 @@ def test_a_node_back_before_half_an_hour_is_left_alone_and_its_next_outage_count
     assert Node.objects.get(pk=down.pk).cluster_fault_since == now + timedelta(minutes=25)
 
 
-def test_every_node_out_of_use_pauses_the_repair_with_one_warning_and_auto_repair_off_only_says_so(actors):
-    """Both nodes of a two-node pool dropping out together is a partition or a control plane
-    problem, not two machines breaking: the pool's pause holds (one event while nothing changes)."""
-    pool = approved_pool(actors, make_document("partition", nodeCount={"min": 2, "max": 2}))
-    manual = approved_pool(actors, make_document("manual", nodeCount={"min": 1, "max": 1}, autoRepair=False))
+def ready_pools(actors, *documents) -> tuple[list[GpuNodePool], datetime]:
+    pools = [approved_pool(actors, document) for document in documents]
     now = T0
-    while set(GpuNodePool.objects.filter(pk__in=[pool.pk, manual.pk]).values_list("phase", flat=True)) != {"Ready"}:
+    while set(GpuNodePool.objects.filter(pk__in=[p.pk for p in pools]).values_list("phase", flat=True)) != {"Ready"}:
         now += TICK
         lifecycle.reconcile_all(now=now)
+    return pools, now
+
+
+def test_a_pool_whose_every_node_is_out_of_use_pauses_its_repair_with_one_warning_and_auto_repair_off_only_says_so(actors):
+    """Both nodes of a two-node pool dropping out together is a partition or a control plane
+    problem, not two machines breaking: the pool's pause holds (one event while nothing changes),
+    while the rest of the zone is in use."""
+    (pool, manual, _), now = ready_pools(actors, make_document("partition", nodeCount={"min": 2, "max": 2}),
+                                         make_document("manual", nodeCount={"min": 1, "max": 1}, autoRepair=False),
+                                         make_document("fine", nodeCount={"min": 3, "max": 3}))  # fmt: skip
     names = list(Node.objects.filter(pool__in=[pool, manual]).values_list("name", flat=True))
     lifecycle.reconcile_all(now=now + TICK, cluster=OneNotReady(*names))
     for minutes in (31, 32):
@@ -143,6 +150,28 @@ def test_every_node_out_of_use_pauses_the_repair_with_one_warning_and_auto_repai
     needed = PoolEvent.objects.get(pool=manual, reason="RepairNeeded")
     assert needed.count == 2 and needed.message.endswith("autoRepair is off: repair " + needed.node.name + " by hand (replace)")
     assert set(Node.objects.filter(pool__in=[pool, manual]).values_list("phase", flat=True)) == {"Ready"}
+
+
+def test_a_fleet_out_of_use_whole_replaces_and_says_nothing_and_a_kubelet_lagging_its_return_gets_a_fresh_grace(actors, monkeypatch):
+    """Every node out of the cluster's use at once, even two, is the API server or its network
+    (Kubernetes' node lifecycle controller stops evicting when every zone is in full
+    disruption): no pause Warning, no RepairNeeded, no replacement. A kubelet that posts a minute
+    after the others once the outage heals was replaced at once, its outage counted from when
+    the partition began (found by review): the controller resets every node's clock when a full
+    disruption ends, and so does the repair pass."""
+    (pool, manual), now = ready_pools(actors, make_document("pair", nodeCount={"min": 1, "max": 1}),
+                                      make_document("manual", nodeCount={"min": 1, "max": 1}, autoRepair=False))  # fmt: skip
+    lagging, other = names = [Node.objects.get(pool=pool).name, Node.objects.get(pool=manual).name]
+    monkeypatch.setattr(repair, "get_cluster_backend", lambda: OneNotReady(lagging))
+    lifecycle.reconcile_all(now=now, cluster=OneNotReady(*names))
+    for minutes in (31, 120):
+        assert repair.repair_all(now=now + timedelta(minutes=minutes)) == 0
+    assert not PoolEvent.objects.filter(reason__in=("RepairPaused", "RepairNeeded", "RepairStarted")).exists()
+    healed = now + timedelta(minutes=121)
+    lifecycle.reconcile_all(now=healed, cluster=OneNotReady(lagging))  # the other kubelet is back; this one is a minute late
+    assert repair.repair_all(now=healed + timedelta(minutes=1)) == 0
+    assert repair.repair_all(now=now + timedelta(minutes=120 + 30)) == 1  # its own outage, counted from the last held pass
+    assert Node.objects.get(name=lagging).release_reason == "Repair"
 
 
 def test_a_fault_written_without_its_start_counts_from_the_next_pass(ready_pool, monkeypatch):
@@ -164,11 +193,8 @@ def test_a_rejected_replacement_does_not_hold_back_the_next_outages(actors, monk
     from pools.models import RepairApproval
     from pools.services.repair import repair_reject
 
-    pool = approved_pool(actors, make_document("gated", nodeCount={"min": 1, "max": 1}, autoRepairPolicy={"requireApproval": True}))
-    now = T0
-    while GpuNodePool.objects.get(pk=pool.pk).phase != "Ready":
-        now += TICK
-        lifecycle.reconcile_all(now=now)
+    (pool, _), now = ready_pools(actors, make_document("gated", nodeCount={"min": 1, "max": 1}, autoRepairPolicy={"requireApproval": True}),
+                                 make_document("fine", nodeCount={"min": 1, "max": 1}))  # fmt: skip
     down = Node.objects.get(pool=pool)
     monkeypatch.setattr(repair, "get_cluster_backend", lambda: OneNotReady(down.name))
     lifecycle.reconcile_all(now=now, cluster=OneNotReady(down.name))
@@ -180,18 +206,16 @@ def test_a_rejected_replacement_does_not_hold_back_the_next_outages(actors, monk
     assert RepairApproval.objects.filter(node=down, status="Pending").count() == 1
 
 
-def test_most_of_the_fleet_out_of_use_at_once_replaces_no_one_node_pool(actors, monkeypatch):
+def test_most_of_a_zone_out_of_use_at_once_replaces_no_one_node_pool(actors, monkeypatch):
     """Each one-node pool tolerates its one unhealthy node, so a kubelet-to-API-server partition
-    would have replaced every such pool's node after 30 minutes (found by review): most of the
-    fleet out at once is a full disruption, as Kubernetes' node lifecycle controller reads it."""
-    pools = [approved_pool(actors, make_document(f"solo-{i}", nodeCount={"min": 1, "max": 1})) for i in range(3)]
-    now = T0
-    while set(GpuNodePool.objects.filter(pk__in=[p.pk for p in pools]).values_list("phase", flat=True)) != {"Ready"}:
-        now += TICK
-        lifecycle.reconcile_all(now=now)
-    names = list(Node.objects.filter(pool__in=pools).values_list("name", flat=True))
+    would have replaced every such pool's node after 30 minutes (found by review): more than 2
+    and at least 55% of a zone's nodes out at once is a partial disruption, in which Kubernetes'
+    node lifecycle controller stops evicting in a zone of at most 50 nodes."""
+    pools, now = ready_pools(actors, *(make_document(f"solo-{i}", nodeCount={"min": 1, "max": 1}) for i in range(4)))
+    names = list(Node.objects.filter(pool__in=pools).order_by("name").values_list("name", flat=True))
     monkeypatch.setattr(repair, "get_cluster_backend", lambda: OneNotReady(*names))
-    lifecycle.reconcile_all(now=now, cluster=OneNotReady(*names))
+    lifecycle.reconcile_all(now=now, cluster=OneNotReady(*names[:3]))
     assert repair.repair_all(now=now + timedelta(minutes=31)) == 0
     lifecycle.reconcile_all(now=now + timedelta(minutes=32), cluster=OneNotReady(names[0]))  # the others are back: one node's own fault
-    assert repair.repair_all(now=now + timedelta(minutes=33)) == 1
+    assert repair.repair_all(now=now + timedelta(minutes=33)) == 0  # its clock restarted at the last held pass
+    assert repair.repair_all(now=now + timedelta(minutes=61)) == 1

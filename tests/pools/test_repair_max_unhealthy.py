@@ -19,7 +19,7 @@ from pools.controllers.repair import pool_repair
 from pools.core.documents import dump_yaml, to_document
 from pools.core.errors import ValidationError
 from pools.core.max_unhealthy import max_unhealthy_error, max_unhealthy_of, tolerated
-from pools.core.repair import NodeHealth, repair_allowed, unhealthy_limit
+from pools.core.repair import NodeHealth, repair_allowed, unhealthy_limit, zones_held
 from pools.core.spec import parse_document
 from pools.demo.fleet import fault_candidates
 from pools.models import Node, PoolEvent
@@ -222,3 +222,18 @@ def test_a_paused_pass_reads_as_many_queries_for_five_paused_nodes_as_for_two(ac
         counts[faulty] = len(queries)
         assert [e.count for e in PoolEvent.objects.filter(pool=pool, reason="RepairPaused")] == [1] * faulty
     assert counts[2] == counts[5]
+
+
+def test_zones_are_held_as_kubernetes_node_lifecycle_controller_holds_its_evictions():
+    """Every zone with no node in use holds them all (full disruption everywhere), whatever its
+    size; one zone wholly out while another is in use is that zone's own loss, replaced as
+    usual; a partial disruption (more than 2 and at least 55% out) holds a zone of at most 50
+    nodes, and a larger one goes on at the pools' one-repair-at-a-time pace."""
+    assert zones_held({"a": (1, 1)}) == {"a"}
+    assert zones_held({"a": (2, 2), "b": (3, 3)}) == {"a", "b"}
+    assert zones_held({"a": (1, 1), "b": (0, 4)}) == set()
+    assert zones_held({"a": (3, 5), "b": (0, 4)}) == {"a"}
+    assert zones_held({"a": (2, 3)}) == set()  # two out is never a partial disruption
+    assert zones_held({"a": (3, 6)}) == set()  # under 55%
+    assert zones_held({"a": (40, 60)}) == set()  # a large zone: slowed, not stopped
+    assert zones_held({"a": (0, 0)}) == set() and zones_held({}) == set()
