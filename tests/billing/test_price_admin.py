@@ -9,6 +9,7 @@ from decimal import Decimal
 
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
 from billing.models import Account, LeaseTerm, NodePrice, PriceBookEntry
 from pools.core.errors import ValidationError
@@ -231,3 +232,26 @@ def test_a_price_moved_to_another_gpu_model_leaves_no_pool_unpriced(admin_client
     moved = admin_client.post(reverse("admin:billing_nodeprice_change", args=[price.pk]), form)
     assert moved.status_code == 200 and "Pools priced (" in moved.content.decode()
     assert NodePrice.objects.get(pk=price.pk).gpu_model_id == pool.gpu_model_id
+
+
+def test_the_price_in_force_when_an_hour_still_to_be_metered_began_is_not_deleted(admin_client, actors):
+    """Metering prices an hour at the price in force when it began: a newer price in force from
+    the middle of this hour left the hour itself unpriced once the older one was deleted, and
+    metering skipped it for good (found by review)."""
+    from billing.hours import floor_hour
+    from pools.services import pools as pool_services
+    from tests.conftest import make_document
+
+    pool = pool_services.pool_create(user=actors["lead"], document=make_document("priced"))
+    old = NodePrice.objects.filter(node_type=pool.node_type, gpu_model=pool.gpu_model).latest("effective_from")
+    NodePrice.objects.filter(node_type=old.node_type, gpu_model=old.gpu_model).exclude(pk=old.pk).delete()
+    now = timezone.now()
+    hour = floor_hour(now)
+    new = NodePrice.objects.create(node_type=old.node_type, gpu_model=old.gpu_model, monthly_price=old.monthly_price, hourly_price=old.hourly_price,
+                                   currency=old.currency, effective_from=hour + (now - hour) / 2)  # fmt: skip
+    page = admin_client.post(reverse("admin:billing_nodeprice_delete", args=[old.pk]), {"post": "yes"})
+    assert page.status_code == 200 and NodePrice.objects.filter(pk=old.pk).exists()
+    assert "the price in force for pool priced (" in page.content.decode()
+    new.effective_from = hour
+    new.save()
+    assert admin_client.post(reverse("admin:billing_nodeprice_delete", args=[old.pk]), {"post": "yes"}).status_code == 302
