@@ -100,6 +100,7 @@ class Agent:
         self.http = httpx.Client(timeout=timeout)
         self.credential: str | None = None
         self.gpu_count: int | None = None  # the node's, as its join answered (a simulated source takes it)
+        self.gpus_unsaved = False  # the credential file has no gpuCount: the first send rotates it, whose answer has it
         self.failures = 0
         self.produced = 0
         self.dead_lettered = 0
@@ -114,6 +115,7 @@ class Agent:
                 raise SystemExit(f"{self.credential_file} is for node {saved.get('node')}, not {self.node}")
             self.credential, self.node = saved["credential"], saved["node"]
             self._node_gpus(saved.get("gpuCount"))
+            self.gpus_unsaved = "gpuCount" not in saved
 
     def _save_credential(self) -> None:
         self.credential_file.parent.mkdir(parents=True, exist_ok=True)
@@ -152,6 +154,8 @@ class Agent:
 
     def join(self) -> None:
         if self.credential:
+            if self.gpus_unsaved:  # its credential file is from before joins answered gpuCount
+                self.rotate()
             return
         if not (self.join_token and self.node):
             raise SystemExit("no credential file: --join-token and --node are needed to join")
@@ -173,7 +177,8 @@ class Agent:
 
     def rotate(self) -> None:
         body = self._post("/credential/rotate/", {})
-        self.credential = body["credential"]
+        self.credential, self.gpus_unsaved = body["credential"], False
+        self._node_gpus(body.get("gpuCount"))
         self._save_credential()
 
     # --- work ---------------------------------------------------------------------------

@@ -112,11 +112,12 @@ class CredentialRotateView(_AgentView):
     one it never received is revoked)."""
 
     @extend_schema(request=NodeOptionalSerializer, responses={200: inline_serializer("AgentCredentialRotated", {
-        "node": serializers.CharField(), "credential": serializers.CharField()}), 400: ERROR, 401: ERROR, 403: ERROR, 409: ERROR})
+        "node": serializers.CharField(), "credential": serializers.CharField(),
+        "gpuCount": serializers.IntegerField(help_text="The node's GPUs, as the join answers them")}), 400: ERROR, 401: ERROR, 403: ERROR, 409: ERROR})
     def post(self, request):
         data = _valid(NodeOptionalSerializer, request.data)  # `null` or `[]` is no empty body
         credential, secret = services.credential_rotate(credential=request.auth, node_name=data.get("node"))
-        return Response({"node": credential.node.name, "credential": secret})
+        return Response({"node": credential.node.name, "credential": secret, "gpuCount": credential.node.gpu_count})
 
 
 _COMPACT = {"separators": (",", ":")}  # as DRF's JSONRenderer

@@ -218,6 +218,25 @@ def test_the_simulated_agent_of_a_two_gpu_node_reports_two_gpus_and_is_stored(ac
 
 
 @live
+def test_an_agent_whose_credential_file_predates_the_gpu_count_learns_it_by_one_rotation(actors, make_node, live_server, tmp_path, monkeypatch):
+    """A credential file saved before joins answered `gpuCount` left the simulated agent of a
+    2-GPU node at 8 GPUs, every report refused for good (found by review): it rotates its
+    credential once, whose answer carries the count, and saves it."""
+    node = make_node("infer-pool-m-0", gpu_count=2)
+    _, token = services.join_token_create(user=actors["admin"], node=node)
+    monkeypatch.setattr(agent_module.signal, "signal", lambda *a: None)
+    args = ["--server", live_server.url, "--buffer-dir", str(tmp_path), "--interval", "0.01", "--count", "1", "--simulate"]
+    assert agent_module.main([*args, "--join-token", token, "--node", node.name]) == 0
+    saved = json.loads((tmp_path / "credential.json").read_text())
+    (tmp_path / "credential.json").write_text(json.dumps({key: saved[key] for key in ("server", "node", "credential")}))
+    assert agent_module.main([*args, "--count", "2", "--credential-file", str(tmp_path / "credential.json")]) == 0
+    rotated = json.loads((tmp_path / "credential.json").read_text())
+    assert rotated["gpuCount"] == 2 and rotated["credential"] != saved["credential"]
+    reports = list(NodeReport.objects.filter(node=node).order_by("seq"))
+    assert len(reports) == 3 and all([g["index"] for g in r.gpus] == [0, 1] for r in reports)
+
+
+@live
 def test_the_agent_rotates_its_credential_and_keeps_reporting_with_the_new_one(actors, make_node, live_server, tmp_path):
     node = make_node("train-pool-a-m-0")
     _, token = services.join_token_create(user=actors["admin"], node=node)
