@@ -196,13 +196,18 @@ def full_disruption(*, silent: int, reporting: int) -> bool:
 # pendingReason (T1: explain every stall with numbers)
 
 
+# The phases in which a node the cluster runs no pod on counts as unavailable: Ready, or cordoned
+# while its repair waits or runs (`Unknown` is counted as such).
+FAULT_COUNTED_PHASES = ("Ready", "Cordoned", "Repairing")
+
+
 @dataclass(frozen=True)
 class PoolCounts:
     desired: int
     ready: int
     provisioning: int = 0
     unknown: int = 0
-    unavailable: int = 0  # Ready rows the cluster runs no pod on (`cluster_fault`): not counted in `ready`
+    unavailable: int = 0  # nodes the cluster runs no pod on (`cluster_fault`), cordoned for it or not: not counted in `ready`
     draining: int = 0
     awaiting_orders: tuple[int, ...] = ()  # ids of Pending orders
     unpaid_orders: tuple[int, ...] = ()  # ids of Approved orders not paid yet (or being paid)
@@ -217,7 +222,7 @@ def pool_status(*, counts: PoolCounts, stalls: Sequence[str], deleting: bool) ->
     or payment, no node provisioning or draining."""
     reasons = list(dict.fromkeys(s for s in stalls if s))
     if deleting:
-        left = counts.ready + counts.provisioning + counts.unknown + counts.draining
+        left = counts.ready + counts.unavailable + counts.provisioning + counts.unknown + counts.draining
         return "Deleting", "; ".join([f"Draining: {left} node(s) left to drain and release", *reasons])
     if waiting := counts.awaiting_orders:  # each named: the one an update just filed is among them
         named = f"order #{waiting[0]} awaits" if len(waiting) == 1 else "orders " + ", ".join(f"#{o}" for o in waiting) + " await"
@@ -523,7 +528,7 @@ def status_of(s: PoolSnapshot, *, stalls: Sequence[str] = (), now: datetime) -> 
         last_refusal=f"order #{refused.pk} {refused.status}: {refused.reason}" if refused else "",
         desired=min(monthly_desired, s.max_nodes) + burst,
         ready=sum(1 for n in s.nodes if n.phase == "Ready" and not n.release_reason and not n.cluster_fault),
-        unavailable=sum(1 for n in s.nodes if n.phase == "Ready" and not n.release_reason and n.cluster_fault),
+        unavailable=sum(1 for n in s.nodes if n.phase in FAULT_COUNTED_PHASES and not n.release_reason and n.cluster_fault),
         provisioning=sum(1 for n in s.nodes if n.phase in PROVISIONING_PHASES and not n.release_reason),
         unknown=sum(1 for n in s.nodes if n.phase == "Unknown" and not n.release_reason),
         draining=sum(1 for n in s.nodes if n.release_reason),

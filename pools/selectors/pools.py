@@ -128,10 +128,12 @@ def pools_visible(*, user, filters: PoolFilters | None = None) -> QuerySet[GpuNo
 
 
 def _node_count_filters(through: str = "") -> tuple[Q, Q]:
-    """What a pool's `node_total` and `node_ready` count: its live nodes, and those Ready that the
-    cluster runs pods on (no `cluster_fault`), the nodes `through` names from where they're counted."""
+    """What a pool's `node_total` and `node_ready` count: its live nodes, and those Ready, not
+    leaving, that the cluster runs pods on (no `cluster_fault`), as its status counts them
+    (`lifecycle.status_of`); `through`: how the nodes are reached from what is counted."""
     at = f"{through}__" if through else ""
-    return ~Q(**{f"{at}phase__in": LIVE_NODE_EXCLUDED_PHASES}), Q(**{f"{at}phase": Node.Phase.READY, f"{at}cluster_fault": ""})
+    ready = Q(**{f"{at}phase": Node.Phase.READY, f"{at}cluster_fault": "", f"{at}release_reason": ""})
+    return ~Q(**{f"{at}phase__in": LIVE_NODE_EXCLUDED_PHASES}), ready
 
 
 def node_counts_attach(pools: list[GpuNodePool]) -> list[GpuNodePool]:

@@ -256,3 +256,17 @@ def test_a_withdrawn_order_is_never_the_pools_last_refusal():
     only_withdrawn = rules.status_of(replace(snapshot, orders=(paid, withdrawn)), now=NOW)
     assert only_withdrawn.pending_reason == "BaselineNotOrdered: nodeCount.min is 2 but 1 monthly node(s) are ordered"
     assert rules.order_refused("Failed", "payment declined") and not rules.order_refused("Failed", f"{rules.WITHDRAWN}the pool was deleted")
+
+
+def test_a_node_cordoned_while_its_cluster_fault_waits_for_repair_still_counts_as_unavailable():
+    """A node out of the cluster's use, cordoned while its replacement waits for approval, fell
+    out of both counts: the pool read `WaitingForNodes 1/2 Ready` and left Degraded, and a
+    Deleting pool's count of nodes left to drain missed it (found by review)."""
+    paid = rules.OrderRow(pk=3, kind="create", status="Paid", node_count=2, holding=2)
+    fine = rules.NodeRow(pk=1, name="p-001", phase="Ready", billing="monthly")
+    waiting = rules.NodeRow(pk=2, name="p-002", phase="Cordoned", billing="monthly", cluster_fault="its Node is not Ready (Ready=Unknown)")
+    snapshot = rules.PoolSnapshot(pk=1, phase="Ready", min_nodes=2, max_nodes=2, nodes=(fine, waiting), orders=(paid,))
+    status = rules.status_of(snapshot, now=NOW)
+    assert (status.phase, status.pending_reason) == ("Degraded", "NodeUnavailable: 1 node(s) the cluster runs no pod on (each node's NodeUnavailable event says why)")
+    deleting = rules.pool_status(counts=rules.PoolCounts(desired=0, ready=1, unavailable=1), stalls=[], deleting=True)
+    assert deleting == ("Deleting", "Draining: 2 node(s) left to drain and release")
