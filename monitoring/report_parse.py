@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from operator import le
 from typing import Any
 
@@ -253,8 +253,30 @@ def _report(raw: Any, path: str, errors: list[FieldError]) -> Report | None:
     return Report(seq, at, driver, cuda, gpus, xids)
 
 
-def batch_parse(data: Any, *, max_batch: int) -> Batch:
-    """Check a batch body and return it shaped; raise ValidationError naming each bad field."""
+CLOCK_SKEW = timedelta(minutes=10)  # how far ahead of the control plane a node's clock may run
+CLOCK_SET = datetime(2000, 1, 1, tzinfo=UTC)  # earlier: a clock never set (a board without a battery starts at 1970)
+
+
+def clock_errors(reports: list[Report | None], received_at: datetime | None) -> list[FieldError]:
+    """A report or Xid time from a node's clock that is off: an Xid dated 2999 was "in the last
+    24 h" on Diagnose for ever, and a fatal one dated 1970 was stored and never repaired (found
+    by a hostile-input probe). Refused on its field, so the agent's dead letters and the node's
+    Warning say which clock to fix; `received_at` None checks only the clock never set."""
+    latest = None if received_at is None else received_at + CLOCK_SKEW
+    errors = []
+    for i, report in enumerate(reports):
+        for path, at in [(f"reports[{i}].at", report.at), *((f"reports[{i}].xids[{j}].at", x.at) for j, x in enumerate(report.xids))] if report else ():
+            if at < CLOCK_SET:
+                errors.append(FieldError(path, f"{at:%Y-%m-%d} is before 2000: the node's clock is not set"))
+            elif latest is not None and at > latest:
+                errors.append(FieldError(path, f"{at:%Y-%m-%d %H:%M:%S} UTC is more than 10 minutes after the control plane's clock "
+                                               f"({received_at:%Y-%m-%d %H:%M:%S} UTC): the node's clock is ahead"))  # fmt: skip
+    return errors
+
+
+def batch_parse(data: Any, *, max_batch: int, received_at: datetime | None = None) -> Batch:
+    """Check a batch body and return it shaped; raise ValidationError naming each bad field.
+    `received_at`: when the control plane received it, to refuse times a node's clock put ahead."""
     errors: list[FieldError] = []
     if not isinstance(data, dict):
         raise ValidationError("the body must be a JSON object with a `reports` list", field="")
@@ -262,6 +284,7 @@ def batch_parse(data: Any, *, max_batch: int) -> Batch:
     if not isinstance(raw_reports, list) or not raw_reports or len(raw_reports) > max_batch:
         raise ValidationError(f"must be a list of 1 to {max_batch} reports", field="reports")
     reports = [_report(r, f"reports[{i}]", errors) for i, r in enumerate(raw_reports)]
+    errors += clock_errors(reports, received_at)
     oldest = data.get("oldestSeq")
     oldest = None if oldest is None else _int(oldest, "oldestSeq", errors, minimum=1)
     acks = []

@@ -208,10 +208,10 @@ def test_bad_reports_are_a_400_naming_the_field_and_store_nothing(agent, node, c
 def test_a_number_json_turns_into_infinity_is_a_400_in_any_field(agent, node, number):
     before = db_state()
     for field in ('"DCGM_FI_DEV_FB_USED"', '"DCGM_FI_DEV_GPU_UTIL"', '"DCGM_FI_DEV_NEW_FIELD"'):
-        body = f'{{"reports": [{{"seq": 1, "at": 0, "gpus": [{{"index": 0, {field}: {number}}}]}}]}}'
+        body = f'{{"reports": [{{"seq": 1, "at": 1764547200, "gpus": [{{"index": 0, {field}: {number}}}]}}]}}'
         response = agent.generic("POST", AGENT + "reports/", body, content_type="application/json")
         assert response.status_code == 400 and api_fields(response) == [f"reports[0].gpus[0].{field.strip(chr(34))}"]
-    for body in (f'{{"reports": [{{"seq": 1, "at": {number}}}]}}', f'{{"reports": [{{"seq": {number}, "at": 0}}]}}'):
+    for body in (f'{{"reports": [{{"seq": 1, "at": {number}}}]}}', f'{{"reports": [{{"seq": {number}, "at": 1764547200}}]}}'):
         assert agent.generic("POST", AGENT + "reports/", body, content_type="application/json").status_code == 400
     after = db_state()
     after.pop("pools.PoolEvent"), before.pop("pools.PoolEvent")

@@ -6,6 +6,7 @@ from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.http import JsonResponse
 from django.shortcuts import get_object_or_404
+from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import permissions, serializers, status
@@ -127,7 +128,7 @@ def _reports_acked(credential, data, batch=None) -> dict:
     """The answer to a batch from an authenticated agent; `batch`: `data` already parsed."""
     if batch is None:
         try:
-            batch = batch_parse(data, max_batch=settings.EBCLOUD_AGENT_MAX_BATCH)
+            batch = batch_parse(data, max_batch=settings.EBCLOUD_AGENT_MAX_BATCH, received_at=timezone.now())
         except DomainValidationError as exc:  # a Warning event on the node, then the 400
             services.report_batch_refused(credential=credential, errors=exc.errors)
             raise
@@ -157,7 +158,7 @@ def _batch(data):
     """The parsed batch, or None where it is refused (reports_ingest's path refuses it, with
     the node's event, once the agent is authenticated)."""
     try:
-        return batch_parse(data, max_batch=settings.EBCLOUD_AGENT_MAX_BATCH)
+        return batch_parse(data, max_batch=settings.EBCLOUD_AGENT_MAX_BATCH, received_at=timezone.now())
     except DomainValidationError:
         return None
 

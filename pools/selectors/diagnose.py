@@ -94,7 +94,7 @@ def pool_snapshot(*, pool: GpuNodePool, now: datetime, spec: PoolSpec | None) ->
         orders=_orders(pool, since),
         nodes=_nodes(pool, since),
         pending_pods=_pending(pool, spec),
-        gpu_errors=_gpu_errors(pool, since),
+        gpu_errors=_gpu_errors(pool, since, now),
         utilisation=_utilisation(pool, since),
         costs=_costs(pool, now),
         fragmentation=_fragmentation(pool),
@@ -191,11 +191,12 @@ def _pending_fact(pod: Pod, template, others, *, owned: bool) -> core.PendingPod
     return None if fact is None else replace(fact, blocker=core.INVALID_SPEC, reason=str(read), blockers=())
 
 
-def _gpu_errors(pool: GpuNodePool, since: datetime) -> tuple[core.GpuErrorInfo, ...]:
+def _gpu_errors(pool: GpuNodePool, since: datetime, now: datetime) -> tuple[core.GpuErrorInfo, ...]:
     """The Xids of the pool's nodes still there: one replaced or released took its fault with it
-    (Diagnose said FAILING for a day of a node gone since; its page keeps the history)."""
+    (Diagnose said FAILING for a day of a node gone since; its page keeps the history). Up to
+    `now`, as the repair reads them: one dated later is no fault of the last 24 h."""
     rows = (
-        GpuErrorEvent.objects.filter(node__pool=pool, at__gte=since).exclude(node__phase=Node.Phase.TERMINATED)
+        GpuErrorEvent.objects.filter(node__pool=pool, at__gte=since, at__lte=now).exclude(node__phase=Node.Phase.TERMINATED)
         .values_list("node__name", "xid", "kind").annotate(n=Count("id"), last=Max("at")).order_by()
     )  # fmt: skip
     return tuple(core.GpuErrorInfo(node, xid, kind, n, last) for node, xid, kind, n, last in rows)

@@ -66,7 +66,7 @@ def stored_values_are_in_range(node) -> None:
     """What was stored is what the parser accepts; the node's summary fits its columns."""
     for gpus in NodeReport.objects.filter(node=node).values_list("gpus", flat=True):
         for gpu in gpus:
-            batch_parse({"reports": [{"seq": 1, "at": 0, "gpus": [gpu]}]}, max_batch=1)
+            batch_parse({"reports": [{"seq": 1, "at": 1764547200, "gpus": [gpu]}]}, max_batch=1)
     state = NodeAgentState.objects.get(node=node)
     assert 0 <= state.fb_used_mib <= state.fb_total_mib and (state.gpu_util_avg is None or 0 <= state.gpu_util_avg <= 100)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import sys
+from datetime import timedelta
 
 import pytest
 from django.core.handlers.wsgi import WSGIHandler
@@ -189,7 +190,7 @@ def test_gpus_skip_the_field_by_field_check_only_when_every_field_is_a_known_num
     that passes comes back equal to what was sent."""
     sane = {"index": 3, "DCGM_FI_DEV_FB_USED": 100, "DCGM_FI_DEV_POWER_USAGE": 250.5}
     for _ in range(2):  # the second time its fields are known
-        assert batch_parse({"reports": [{"seq": 1, "at": 0, "gpus": [sane]}]}, max_batch=10).reports[0].gpus == [sane]
+        assert batch_parse({"reports": [{"seq": 1, "at": 1764547200, "gpus": [sane]}]}, max_batch=10).reports[0].gpus == [sane]
     bad = [
         ({**sane, "DCGM_FI_DEV_FB_USED": True}, "reports[0].gpus[0].DCGM_FI_DEV_FB_USED"),
         ({**sane, "DCGM_FI_DEV_FB_USED": "100"}, "reports[0].gpus[0].DCGM_FI_DEV_FB_USED"),
@@ -199,9 +200,9 @@ def test_gpus_skip_the_field_by_field_check_only_when_every_field_is_a_known_num
     ]
     for gpu, field in bad:
         with pytest.raises(ValidationError) as caught:
-            batch_parse({"reports": [{"seq": 1, "at": 0, "gpus": [gpu]}]}, max_batch=10)
+            batch_parse({"reports": [{"seq": 1, "at": 1764547200, "gpus": [gpu]}]}, max_batch=10)
         assert [e.field for e in caught.value.errors] == [field]
-    named = batch_parse({"reports": [{"seq": 1, "at": 0, "gpus": [{**sane, "name": None, "uuid": "GPU-1"}]}]}, max_batch=10)
+    named = batch_parse({"reports": [{"seq": 1, "at": 1764547200, "gpus": [{**sane, "name": None, "uuid": "GPU-1"}]}]}, max_batch=10)
     assert named.reports[0].gpus == [{**sane, "name": "", "uuid": "GPU-1"}]
 
 
@@ -374,3 +375,24 @@ def test_an_error_inside_the_steady_answer_is_answered_like_the_full_chain(node,
     assert answers[0][0] == "500 Internal Server Error" and json.loads(answers[0][2])["errors"][0]["message"] == "internal server error"
     assert calls == [1, 1]  # once per handler
     assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"].count(f"Internal Server Error: {REPORTS}") == 2
+
+
+def test_times_from_a_clock_never_set_or_ahead_of_the_control_planes_are_refused_on_their_fields(agent, node):
+    """An Xid dated 2999 was "in the last 24 h" on Diagnose for ever, and a fatal one dated 1970
+    was stored and never repaired (found by a hostile-input probe): the node's clock is off, and
+    its agent's dead letters and the node's Warning say so. Ten minutes ahead pass (NTP skew)."""
+    from django.utils import timezone
+
+    now = timezone.now()
+    ahead = {**report(1), "xids": [{"xid": 48, "gpu": 0, "at": (now + timedelta(minutes=30)).isoformat()}]}
+    unset = {**report(2), "xids": [{"xid": 79, "gpu": 1, "at": "1970-01-01T00:00:00Z"}]}
+    late = {**report(3), "at": "9999-12-31T23:59:59+00:00"}
+    response = _post(agent(), {"reports": [ahead, unset, late]})
+    assert response.status_code == 400
+    errors = {e["field"]: e["message"] for e in response.json()["errors"]}
+    assert set(errors) == {"reports[0].xids[0].at", "reports[1].xids[0].at", "reports[2].at"}
+    assert errors["reports[1].xids[0].at"] == "1970-01-01 is before 2000: the node's clock is not set"
+    assert errors["reports[2].at"].endswith("the node's clock is ahead")
+    assert not NodeReport.objects.exists() and node.events.filter(reason="ReportRejected").exists()
+    skewed = {**report(4), "xids": [{"xid": 48, "gpu": 0, "at": (now + timedelta(minutes=5)).isoformat()}]}
+    assert _post(agent(), {"reports": [skewed]}).status_code == 200

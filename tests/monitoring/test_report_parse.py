@@ -27,10 +27,11 @@ from pools.core.errors import ValidationError
 
 POWER = "DCGM_FI_DEV_POWER_USAGE"
 SANE = {"index": 0, FB_USED: 40000, FB_TOTAL: 81920, GPU_UTIL: 75, GPU_TEMP: 61, POWER: 312.5}
+AT = 1_764_547_200  # 2025-12-01 in seconds since the epoch: a clock that is set
 
 
 def parse(*gpus, **report):
-    return batch_parse({"reports": [{"seq": 1, "at": 0, "gpus": list(gpus), **report}]}, max_batch=10)
+    return batch_parse({"reports": [{"seq": 1, "at": AT, "gpus": list(gpus), **report}]}, max_batch=10)
 
 
 def refused(*gpus, **report) -> dict[str, str]:
@@ -80,8 +81,8 @@ def test_memory_used_or_free_beyond_the_total_is_refused_at_the_used_field():
 
 
 def test_the_path_names_the_report_and_the_gpu_as_the_body_nests_them():
-    body = {"reports": [{"seq": 1, "at": 0, "gpus": [SANE]}, {"seq": 2, "at": 0, "gpus": [SANE, SANE, SANE, {**SANE, "index": 3, FB_USED: -5000}]},
-                        {"seq": 3, "at": 0, "gpus": [{**SANE, GPU_UTIL: 1e308}]}]}
+    body = {"reports": [{"seq": 1, "at": AT, "gpus": [SANE]}, {"seq": 2, "at": AT, "gpus": [SANE, SANE, SANE, {**SANE, "index": 3, FB_USED: -5000}]},
+                        {"seq": 3, "at": AT, "gpus": [{**SANE, GPU_UTIL: 1e308}]}]}
     with pytest.raises(ValidationError) as caught:
         batch_parse(body, max_batch=10)
     assert [e.field for e in caught.value.errors] == ["reports[1].gpus[3].DCGM_FI_DEV_FB_USED", "reports[2].gpus[0].DCGM_FI_DEV_GPU_UTIL"]
@@ -114,22 +115,22 @@ def test_control_characters_in_the_agents_text_are_refused(text):
     assert list(refused({**SANE, "name": text})) == ["reports[0].gpus[0].name"]
     assert list(refused(SANE, driverVersion=text)) == ["reports[0].driverVersion"]
     with pytest.raises(ValidationError) as caught:
-        batch_parse({"reports": [{"seq": 1, "at": 0}], "acks": [{"id": 1, "ok": True, "message": text}]}, max_batch=10)
+        batch_parse({"reports": [{"seq": 1, "at": AT}], "acks": [{"id": 1, "ok": True, "message": text}]}, max_batch=10)
     assert [e.field for e in caught.value.errors] == ["acks[0].message"]
 
 
 def test_an_acks_message_may_span_lines():
-    batch = batch_parse({"reports": [{"seq": 1, "at": 0}], "acks": [{"id": 1, "ok": False, "message": "line\n\tnext"}]}, max_batch=10)
+    batch = batch_parse({"reports": [{"seq": 1, "at": AT}], "acks": [{"id": 1, "ok": False, "message": "line\n\tnext"}]}, max_batch=10)
     assert batch.acks[0].message == "line\n\tnext"
 
 
 def test_an_acks_outcome_is_a_boolean_and_absent_or_null_is_a_failure():
     """`"ok": "false"` was read as true (a command reported done that failed)."""
-    batch = batch_parse({"reports": [{"seq": 1, "at": 0}], "acks": [{"id": 1, "ok": True}, {"id": 2}, {"id": 3, "ok": None}]}, max_batch=10)
+    batch = batch_parse({"reports": [{"seq": 1, "at": AT}], "acks": [{"id": 1, "ok": True}, {"id": 2}, {"id": 3, "ok": None}]}, max_batch=10)
     assert [(a.command_id, a.ok) for a in batch.acks] == [(1, True), (2, False), (3, False)]
     for value in ("false", 1, 0, [], {}):
         with pytest.raises(ValidationError) as caught:
-            batch_parse({"reports": [{"seq": 1, "at": 0}], "acks": [{"id": 1, "ok": value}]}, max_batch=10)
+            batch_parse({"reports": [{"seq": 1, "at": AT}], "acks": [{"id": 1, "ok": value}]}, max_batch=10)
         assert [(e.field, e.message) for e in caught.value.errors] == [("acks[0].ok", "must be true or false")]
 
 
@@ -138,13 +139,13 @@ def test_a_list_field_of_another_type_is_refused_whole_and_null_is_an_empty_list
     """acks, gpus and xids: a number was a TypeError (a 500), a string or an object was walked
     (`acks[0]: must be an object` for `"ab"`)."""
     with pytest.raises(ValidationError) as caught:
-        batch_parse({"reports": [{"seq": 1, "at": 0, "gpus": value, "xids": value}], "acks": value}, max_batch=10)
+        batch_parse({"reports": [{"seq": 1, "at": AT, "gpus": value, "xids": value}], "acks": value}, max_batch=10)
     assert [(e.field, e.message) for e in caught.value.errors] == [
         ("reports[0].gpus", f"must be a list of at most {MAX_GPUS} GPUs"),
         ("reports[0].xids", "must be a list of at most 256 Xid events"),
         ("acks", "must be a list"),
     ]
-    batch = batch_parse({"reports": [{"seq": 1, "at": 0, "gpus": None, "xids": None}], "acks": None}, max_batch=10)
+    batch = batch_parse({"reports": [{"seq": 1, "at": AT, "gpus": None, "xids": None}], "acks": None}, max_batch=10)
     assert (batch.reports[0].gpus, batch.reports[0].xids, batch.acks) == ([], [], [])
 
 

@@ -265,7 +265,7 @@ def test_values_that_were_stored_or_a_500_are_a_400_and_reach_neither_metrics_no
 
 def test_1e309_in_the_body_is_a_400_not_infinity(agent, node):
     """JSON's 1e309 parses as an infinite float; the fast path and DRF's parser both take it."""
-    body = '{"reports": [{"seq": 1, "at": 0, "gpus": [{"index": 0, "DCGM_FI_DEV_POWER_USAGE": 1e309}]}]}'
+    body = '{"reports": [{"seq": 1, "at": 1764547200, "gpus": [{"index": 0, "DCGM_FI_DEV_POWER_USAGE": 1e309}]}]}'
     response = agent().generic("POST", REPORTS, body, content_type="application/json")
     assert response.status_code == 400
     assert response.json()["errors"][0]["field"] == "reports[0].gpus[0].DCGM_FI_DEV_POWER_USAGE"
