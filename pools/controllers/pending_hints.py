@@ -152,11 +152,13 @@ def order_hint(pod: CorePod, usable: list[NodeState], others: list[NodeState], t
         return []
     seen = Counter(node.gpu_model for node in others if fits_empty(pod, node)).most_common(1)
     model = next(iter(pod.gpu_models), None) or (seen[0][0] if seen else None) or (models[0] if models else "")
-    what = f"{pod.gpu_count} GPU(s), {pod.cpu_milli}m CPU and {pod.memory_mib}Mi memory on one node" + (f", GPU model {', '.join(pod.gpu_models)}" if pod.gpu_models else "")
+    needs = [plural(pod.gpu_count, "GPU"), *([f"{pod.cpu_milli}m CPU"] if pod.cpu_milli else []), *([f"{pod.memory_mib}Mi memory"] if pod.memory_mib else [])]
+    what = (", ".join(needs[:-1]) + " and " + needs[-1] if len(needs) > 1 else needs[0]) + " on one node"
+    what += f", GPU model {', '.join(pod.gpu_models)}" if pod.gpu_models else ""
     form = reverse("pools:create") + "?" + urlencode({"team": team_slug, "gpu_model": model, "node_type": fitting[0].name})
-    return [
-        f"No pool of your team can run this pod: it needs {what}. Order a pool of node type {fitting[0].name} "
-        f"({plural(fitting[0].gpu_count, 'GPU')} per node) with GPU model {model}: {form}"
+    return [  # a lead orders it (the form is a 403 to a member, who asks one)
+        f"No pool of your team can run this pod: it needs {what}. A lead of team {team_slug} can order a pool of node type "
+        f"{fitting[0].name} ({plural(fitting[0].gpu_count, 'GPU')} per node) with GPU model {model}: {form}"
     ]
 
 
@@ -188,7 +190,7 @@ def pending_hints(pod: CorePod, states: list[NodeState], pools: dict[str, GpuNod
     then the core's (labels, taints, requests), the pools' (grow, raise max) and, only when no
     pool of the team could ever take the pod, what to order."""
     usable = [state for state in states if may_use(pod, state)]
-    explanation = explain(pod, usable)
+    explanation = explain(pod, usable, coming=[p.template for p in catalog.prospects() if not p.live])
     hints = list(explanation.hints) + capacity_hints(pod, explanation.node_reasons, {s.name: s for s in usable}, pools, catalog)
     if explanation.available == 0:
         hints = catalog.waiting(pod)[0] + hints
@@ -220,7 +222,7 @@ def capacity_hints(pod: CorePod, node_reasons: dict[str, str], states: dict[str,
             continue  # its nodes are of a GPU model the pod does not take: a new one would not take it either
         prospect = catalog.by_name().get(pool_name)
         if catalog.starting_takes(pool_name, pod):
-            hints.append(starting_hint(prospect, len(members)))
+            hints.append(starting_hint(prospect, len(members), guest=is_guest(pod, empty.owner)))
         elif is_guest(pod, empty.owner):
             hints.append(lent_hint(pool_name, pool.team.slug, state="busy"))
         else:  # the starting nodes are spoken for, and count against the pool's limits

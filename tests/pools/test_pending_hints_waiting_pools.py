@@ -116,6 +116,10 @@ def test_only_a_pool_of_another_gpu_model_or_team_still_suggests_an_order(actors
     hints = hints_after_pass(wants_l40s(actors))
     (order,) = [h for h in hints if h.startswith(ORDER_HINT)]
     assert "GPU model L40S" in order and "/pools/new/?team=algorithm" in order
+    # A member is told who can order (the form is a lead's: a 403 to a member; found by a QA sweep).
+    assert "it needs 4 GPUs, 4000m CPU and 32768Mi memory on one node, GPU model L40S. A lead of team algorithm can order a pool" in order
+    (bare,) = [h for h in hints_after_pass(wants_l40s(actors, name="bare", cpu="0", memory="0")) if h.startswith(ORDER_HINT)]
+    assert "it needs 4 GPUs on one node, GPU model L40S." in bare  # not "0m CPU and 0Mi memory"
     assert not any("their-l40s" in h for h in hints) and not any(h.startswith("pool algo-t4 (") for h in hints)
 
 

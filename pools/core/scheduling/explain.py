@@ -38,6 +38,7 @@ from pools.core.scheduling.nodes import (
 )
 from pools.core.scheduling.pod_fixes import fix_text, pool_fixes
 from pools.core.scheduling.preempt import KubeCount, NodeVictims, victims_on
+from pools.core.scheduling.waiting import is_guest
 from pools.core.words import plural
 
 NO_POOL = "(no pool)"
@@ -92,7 +93,7 @@ def named_nodes(pod: Pod) -> frozenset[str] | None:
     return frozenset(names) or None  # terms naming no node in common: the filters say why, node by node
 
 
-def explain(pod: Pod, nodes: Sequence[NodeState]) -> Explanation:
+def explain(pod: Pod, nodes: Sequence[NodeState], *, coming: Sequence[NodeState] = ()) -> Explanation:
     """Run every filter on every node the pod's team may use and explain the outcome for
     ``pod``. Other teams' nodes are neither counted nor named: a lead's "0/N nodes" and the
     hints speak of the team's own pools only, and never suggest another team's pool as a fix.
@@ -102,7 +103,9 @@ def explain(pod: Pod, nodes: Sequence[NodeState]) -> Explanation:
     the counts may add up to more than the nodes); the extender's checks, the GPU model and
     then the GPUs one by one, only where every plugin passed (the extender is asked about those
     nodes alone); where no node fits and no preemption could help, the message ends with its
-    preemption's verdict per node."""
+    preemption's verdict per node. `coming`: empty copies of the nodes of pools with no Ready
+    node yet, which a request larger than every node here may still fit ("no node can ever fit
+    it" beside "its nodes will take this pod once one is Ready" was a QA sweep's finding)."""
     nodes = [node for node in nodes if may_use(pod, node)]
     node_reasons: dict[str, str] = {}
     reasons: Counter[str] = Counter()
@@ -134,7 +137,8 @@ def explain(pod: Pod, nodes: Sequence[NodeState]) -> Explanation:
         reasons=dict(reasons),
         node_reasons=node_reasons,
         message=kube_message(len(nodes), available, dict(reasons), _preemption(pod, len(nodes), available, resolvable)),
-        hints=tuple(_hints(pod, nodes, [node for node in resolvable if gpu_model_reason(pod, node) is None])) if node_reasons else (),
+        hints=tuple(_hints(pod, nodes, [node for node in resolvable if gpu_model_reason(pod, node) is None],
+                           [node for node in coming if may_use(pod, node)])) if node_reasons else (),  # fmt: skip
     )
 
 
@@ -231,7 +235,7 @@ def _never_fits_hints(pod: Pod, nodes: Sequence[NodeState]) -> list[str]:
     return hints
 
 
-def _hints(pod: Pod, nodes: Sequence[NodeState], resolvable: Sequence[NodeState]) -> list[str]:
+def _hints(pod: Pod, nodes: Sequence[NodeState], resolvable: Sequence[NodeState], coming: Sequence[NodeState]) -> list[str]:
     """Per pool of the team that cannot take the pod whatever room frees up, every failing check
     and the change that answers them all (`pod_fixes`); then requests no node can hold; then,
     per pool whose nodes would hold the pod once room frees, which resource is taken and what
@@ -245,8 +249,8 @@ def _hints(pod: Pod, nodes: Sequence[NodeState], resolvable: Sequence[NodeState]
         if not fix.by_pod:
             hints += _node_problem_hints(members)
         if fix.checks:
-            hints.append(fix_text(fix, where=_pools(members)))
-    return hints + _never_fits_hints(pod, nodes) + _in_use_hints(pod, resolvable)
+            hints.append(fix_text(fix, where=_pools(members), lent=is_guest(pod, members[0].owner)))
+    return hints + _never_fits_hints(pod, [*nodes, *coming]) + _in_use_hints(pod, resolvable)
 
 
 def _in_use_hints(pod: Pod, resolvable: Sequence[NodeState]) -> list[str]:

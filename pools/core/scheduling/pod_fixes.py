@@ -19,9 +19,12 @@ cannot hold (lowered to the node's size: the job split into smaller pods). Pure:
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+
+import yaml
 
 from pools.core.scheduling.nodes import (
     MILLI,
@@ -140,13 +143,25 @@ def apply_fix(pod: Pod, fix: PodFix) -> Pod:
     return replace(pod, tolerations=tolerations, node_selector=selector, affinity_terms=terms, gpu_models=models, **requests)
 
 
-def fix_text(fix: PodFix, *, where: str) -> str:
-    """One hint: every check and the change, in the words a pod's owner writes."""
+def yaml_value(text: str) -> str:
+    """`text` as YAML that reads back as this string: quoted where YAML would read something else
+    (`yes` is true, `1.0` a number, `~` null), as a label value that is read back as a boolean
+    is refused (the hint's `nodeLabels: {lend: yes}` was, pasted as written)."""
+    try:
+        plain = yaml.safe_load(text) == text
+    except yaml.YAMLError:
+        plain = False
+    return text if plain else json.dumps(text)
+
+
+def fix_text(fix: PodFix, *, where: str, lent: bool = False) -> str:
+    """One hint: every check and the change, in the words a pod's owner writes. On a pool `lent`
+    to the pod's team, the pool's spec is its owner's to change (a 404 to the pod's team)."""
     count = len(fix.checks)
     head = f"{where}: " + ("; ".join(fix.checks) if count == 1 else f"{count} checks fail: " + "; ".join(fix.checks)) + "."
     changes = []
     for key, value in sorted(fix.node_selector.items()):
-        changes.append(f"remove {key} from the nodeSelector" if value is None else f"set nodeSelector {key}: {value}")
+        changes.append(f"remove {key} from the nodeSelector" if value is None else f"set nodeSelector {key}: {yaml_value(value)}")
     if fix.affinity_terms is not None:
         changes.append("remove the required node affinity" if not fix.affinity_terms else "change the required node affinity to " + " OR ".join(
             "(" + " AND ".join(_requirement_text(r) for r in term) + ")" for term in fix.affinity_terms
@@ -160,8 +175,9 @@ def fix_text(fix: PodFix, *, where: str) -> str:
                         "memory_mib": f"lower the memory request to at most {size}Mi"}[name])  # fmt: skip
     text = head + (" To run there, " + "; ".join(changes) + "." if changes else "")
     if fix.pool_labels:
-        labels = ", ".join(f"{k}: {v}" for k, v in sorted(fix.pool_labels.items()))
-        text += f" (Or, instead of changing the pod's node selection, add nodeLabels: {{{labels}}} to the pool spec.)"
+        labels = ", ".join(f"{k}: {yaml_value(v)}" for k, v in sorted(fix.pool_labels.items()))
+        who = "ask the lead of the team that lends it to add" if lent else "add"
+        text += f" (Or, instead of changing the pod's node selection, {who} nodeLabels: {{{labels}}} to the pool spec.)"
     if fix.tolerations:
         text += (" Also add" if changes else " To run there, add") + " to the pod spec:\n" + tolerations_yaml(fix.tolerations)
     return text

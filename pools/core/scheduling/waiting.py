@@ -69,18 +69,19 @@ def waiting_hints(pod: Pod, prospects: Sequence[PoolProspect]) -> list[str]:
     return [_hint(pod, p) for p in sorted(prospects, key=lambda p: p.name) if not p.live and could_take(pod, p)]
 
 
-def waits_for(p: PoolProspect) -> str:
-    """What the pool's first node waits for, and who or what can move it."""
+def waits_for(p: PoolProspect, *, guest: bool = False) -> str:
+    """What the pool's first node waits for, and who or what can move it. A `guest` (the pool
+    is lent to the pod's team) is shown no command on the pool: each is a 404 to its team."""
     if p.awaiting_approval:
         order = p.awaiting_approval[0]
         return f"its order #{order} awaits approval by a platform admin (ask one to run `ebcloud order approve {order}`)"
     if p.awaiting_payment:
-        return (f"its order #{p.awaiting_payment[0]} is approved and waits to be paid (`ebcloud node-pool describe {p.name}` says "
-                "why if the account balance is too low)")  # fmt: skip
+        why = "" if guest else f" (`ebcloud node-pool describe {p.name}` says why if the account balance is too low)"
+        return f"its order #{p.awaiting_payment[0]} is approved and waits to be paid{why}"
     if p.starting:
         verb = "is" if p.starting == 1 else "are"
-        return (f"{plural(p.starting, 'node')} {verb} starting (a new node is usually Ready within {USUAL_START}; "
-                f"`ebcloud node-pool events {p.name}` shows each step)")  # fmt: skip
+        steps = "" if guest else f"; `ebcloud node-pool events {p.name}` shows each step"
+        return f"{plural(p.starting, 'node')} {verb} starting (a new node is usually Ready within {USUAL_START}{steps})"
     if p.pending_reason:
         return f"its status says {p.pending_reason} (`ebcloud node-pool describe {p.name}` shows its orders and events)"
     if p.bursts:
@@ -93,17 +94,18 @@ def waits_for(p: PoolProspect) -> str:
 MAX_NAMED = 3  # starting nodes named in a hint; more are counted
 
 
-def starting_hint(p: PoolProspect, ready: int) -> str:
+def starting_hint(p: PoolProspect, ready: int, *, guest: bool = False) -> str:
     """For a pod whose pool has `ready` nodes, all too busy for it, and nodes still starting
     that will take it: it waits for those (Cluster Autoscaler's "waiting for node being
-    provisioned"), named with their phase, so the lead neither grows the pool nor orders another."""
+    provisioned"), named with their phase, so the lead neither grows the pool nor orders another
+    (a `guest`, on a pool lent to its team, is shown no command on it: a 404 to its team)."""
     named = ", ".join(f"{name} ({phase})" for name, phase in p.starting_nodes[:MAX_NAMED])
     named += f" and {len(p.starting_nodes) - MAX_NAMED} more" if len(p.starting_nodes) > MAX_NAMED else ""
     one = p.starting == 1
     return (f"pool {p.name}: its {plural(ready, 'Ready node')} {'is' if ready == 1 else 'are'} busy and {plural(p.starting, 'more node')} "
             f"{'is' if one else 'are'} starting" + (f": {named}" if named else "") + f". This pod waits for {'it' if one else 'one of them'}: "
-            f"a new node is usually Ready within {USUAL_START} (`ebcloud node-pool events {p.name}` shows each step); "
-            "no need to grow the pool or order another.")  # fmt: skip
+            f"a new node is usually Ready within {USUAL_START}" + ("" if guest else f" (`ebcloud node-pool events {p.name}` shows each step)")
+            + "; no need to grow the pool or order another.")  # fmt: skip
 
 
 def is_guest(pod: Pod, owner: str | None) -> bool:
@@ -122,11 +124,12 @@ def lent_hint(pool: str, owner_slug: str | None, *, state: str) -> str:
 
 
 def _hint(pod: Pod, p: PoolProspect) -> str:
-    if is_guest(pod, p.template.owner) and not (p.awaiting_approval or p.awaiting_payment or p.starting):
+    guest = is_guest(pod, p.template.owner)
+    if guest and not (p.awaiting_approval or p.awaiting_payment or p.starting):
         head = lent_hint(p.name, p.template.labels.get(TEAM_LABEL), state="no Ready node yet")
     else:
-        head = f"pool {p.name} (no Ready node yet): {waits_for(p)}."
+        head = f"pool {p.name} (no Ready node yet): {waits_for(p, guest=guest)}."
     fix = node_checks(pod, p.template)
     if fix is None:
         return f"{head} Its nodes will take this pod once one is Ready: no need to order another pool."
-    return fix_text(fix, where=f"{head} Its nodes will not take this pod as it is")
+    return fix_text(fix, where=f"{head} Its nodes will not take this pod as it is", lent=guest)
