@@ -10,11 +10,14 @@ from __future__ import annotations
 import uuid
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
 from pools import roles
+from pools.core.fields import label_value_error
 from pools.core.spec import DEFAULT_SCHEDULING_POLICY, spec_autoscales, spec_burst_max_nodes
 from pools.core.words import plural
 
@@ -66,11 +69,22 @@ class Membership(models.Model):
         return f"{self.user} {self.role} of {self.team}"
 
 
+def validate_label_value(value: str) -> None:
+    """A catalog name nodes carry as a Kubernetes label value (their zone, region, GPU model and
+    node type): the cluster refuses any other, and pools and orders would be built on it."""
+    if not value or label_value_error(value):
+        raise ValidationError(
+            "Nodes carry this as a Kubernetes label value: 1 to 63 characters of ASCII letters, digits, "
+            "'-', '_' or '.', starting and ending with a letter or digit (such as cn-east-2a or A100_80G).",
+            code="label_value",
+        )
+
+
 class GpuModel(models.Model):
     """A GPU the cloud sells (A100_80G, H100_80G, ...)."""
 
-    name = models.CharField(max_length=40, unique=True)
-    memory_gib = models.PositiveIntegerField()
+    name = models.CharField(max_length=40, unique=True, validators=[validate_label_value])
+    memory_gib = models.PositiveIntegerField(validators=[MinValueValidator(1)])
 
     def __str__(self) -> str:
         return self.name
@@ -79,8 +93,8 @@ class GpuModel(models.Model):
 class NodeType(models.Model):
     """A machine shape (GPU_8_CARD = 8 GPUs) with its CPU and memory per node."""
 
-    name = models.CharField(max_length=40, unique=True)
-    gpu_count = models.PositiveSmallIntegerField()
+    name = models.CharField(max_length=40, unique=True, validators=[validate_label_value])
+    gpu_count = models.PositiveSmallIntegerField(validators=[MinValueValidator(1)])
     cpu_milli = models.PositiveIntegerField()
     memory_mib = models.PositiveIntegerField()
 
@@ -94,8 +108,8 @@ class NodeType(models.Model):
 class Zone(models.Model):
     """An availability zone (`cn-east-2a`) of a region (`cn-east-2`); pools bind to one (D4)."""
 
-    name = models.CharField(max_length=40, unique=True)
-    region = models.CharField(max_length=40)
+    name = models.CharField(max_length=40, unique=True, validators=[validate_label_value])
+    region = models.CharField(max_length=40, validators=[validate_label_value])
 
     class Meta:
         ordering = ["name"]
