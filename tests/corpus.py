@@ -302,27 +302,28 @@ REASONS = {"overlong": "x" * 501, "blank": "   ", "nul": "late\x00", "list": ["a
            **{f"escape-{case}": text for case, text in TERMINAL_ESCAPES.items()}}
 BAD_IDS = {"string": "abc", "negative": "-1", "float": "1.5", "beyond-int64": BEYOND_INT64, "script": SCRIPT}
 MAX_NODES = {"negative": "-1", "zero": "0", "huge": "1000000000000", "beyond-int64": BEYOND_INT64, "float": "1.5", "string": "lots", "script": SCRIPT, "empty": ""}
-# The node page's admin actions: case -> (form data, the field the flashed error names).
+# The node page's admin actions: case -> (form data, how the page names the refused field: its
+# label before the flashed error, or the reject form's Reason error beside the field).
 NODE_ACTIONS = {
-    "no-action": ({}, "action"),
-    "unknown-action": ({"action": "explode"}, "action"),
-    "script-action": ({"action": SCRIPT}, "action"),
-    "nul-action": ({"action": "revoke\x00"}, "action"),
-    "string-approval": ({"action": "approve", "approval": "abc"}, "approval"),
-    "script-approval": ({"action": "reject", "approval": SCRIPT}, "approval"),
-    "overlong-note": ({"action": "reject", "approval": "{approval}", "note": "n" * 301}, "note"),
-    "nul-note": ({"action": "reject", "approval": "{approval}", "note": "tonight\x00"}, "note"),
-    "escape-note": ({"action": "reject", "approval": "{approval}", "note": "\x1b]0;PWNED\x07"}, "note"),
-    "c1-note": ({"action": "reject", "approval": "{approval}", "note": "a\x9bb"}, "note"),
-    "negative-gpu": ({"action": "inject-fault", "gpu": "-1", "xid": "79"}, "gpu"),
-    "gpu-out-of-range": ({"action": "inject-fault", "gpu": "8", "xid": "79"}, "gpu"),
-    "beyond-int64-gpu": ({"action": "inject-fault", "gpu": BEYOND_INT64, "xid": "79"}, "gpu"),
-    "float-gpu": ({"action": "inject-fault", "gpu": "1.5", "xid": "79"}, "gpu"),
-    "script-gpu": ({"action": "inject-fault", "gpu": SCRIPT, "xid": "79"}, "gpu"),
-    "negative-xid": ({"action": "inject-fault", "gpu": "0", "xid": "-5"}, "xid"),
-    "zero-xid": ({"action": "inject-fault", "gpu": "0", "xid": "0"}, "xid"),
-    "huge-xid": ({"action": "inject-fault", "gpu": "0", "xid": BEYOND_INT64}, "xid"),
-    "string-xid": ({"action": "inject-fault", "gpu": "0", "xid": "lots"}, "xid"),
+    "no-action": ({}, "Action: "),
+    "unknown-action": ({"action": "explode"}, "Action: "),
+    "script-action": ({"action": SCRIPT}, "Action: "),
+    "nul-action": ({"action": "revoke\x00"}, "Action: "),
+    "string-approval": ({"action": "approve", "approval": "abc"}, "Repair: "),
+    "script-approval": ({"action": "reject", "approval": SCRIPT}, "Repair: "),
+    "overlong-note": ({"action": "reject", "approval": "{approval}", "note": "n" * 301}, 'id="reject-note-error" role="alert"'),
+    "nul-note": ({"action": "reject", "approval": "{approval}", "note": "tonight\x00"}, 'id="reject-note-error" role="alert"'),
+    "escape-note": ({"action": "reject", "approval": "{approval}", "note": "\x1b]0;PWNED\x07"}, 'id="reject-note-error" role="alert"'),
+    "c1-note": ({"action": "reject", "approval": "{approval}", "note": "a\x9bb"}, 'id="reject-note-error" role="alert"'),
+    "negative-gpu": ({"action": "inject-fault", "gpu": "-1", "xid": "79"}, "GPU: "),
+    "gpu-out-of-range": ({"action": "inject-fault", "gpu": "8", "xid": "79"}, "GPU: "),
+    "beyond-int64-gpu": ({"action": "inject-fault", "gpu": BEYOND_INT64, "xid": "79"}, "GPU: "),
+    "float-gpu": ({"action": "inject-fault", "gpu": "1.5", "xid": "79"}, "GPU: "),
+    "script-gpu": ({"action": "inject-fault", "gpu": SCRIPT, "xid": "79"}, "GPU: "),
+    "negative-xid": ({"action": "inject-fault", "gpu": "0", "xid": "-5"}, "Xid: "),
+    "zero-xid": ({"action": "inject-fault", "gpu": "0", "xid": "0"}, "Xid: "),
+    "huge-xid": ({"action": "inject-fault", "gpu": "0", "xid": BEYOND_INT64}, "Xid: "),
+    "string-xid": ({"action": "inject-fault", "gpu": "0", "xid": "lots"}, "Xid: "),
 }
 HOSTILE_VALUES = {"script": SCRIPT, "sql": "' OR 1=1 --", "nul": "a\x00b", "overlong": "x" * 5000, "unicode": "tëam-ä"}
 COST_PARAMS = {

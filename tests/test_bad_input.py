@@ -446,7 +446,7 @@ def test_bad_node_actions_flash_the_field_and_change_nothing(browser, machine_no
     before = db_state()
     response = client.post(page, data)
     assert response.status_code in (400, 409)  # the page again, with the reason
-    assert f"{field}: " in response.content.decode()
+    assert field in response.content.decode()
     assert db_state() == before
     assert escaped(response)
 

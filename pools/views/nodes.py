@@ -21,7 +21,7 @@ from django.views.decorators.http import require_http_methods
 
 from monitoring import services as monitoring_services
 from pools import roles
-from pools.core.errors import ConflictError, ValidationError
+from pools.core.errors import ConflictError, FieldError, ValidationError
 from pools.core.numbers import parse_whole_number
 from pools.models import Node
 from pools.models.repair import RepairApproval
@@ -33,6 +33,14 @@ from pools.views.base import htmx_render
 
 GONE = (Node.Phase.TERMINATING, Node.Phase.TERMINATED)
 ACTIONS = ("approve", "reject", "revoke", "join-token", "inject-fault")
+# The page's labels of the posted fields, so a refusal names the field the admin sees; a refused
+# reason is shown beside the reject form's Reason field instead.
+FIELD_LABELS = {"action": "Action", "approval": "Repair", "gpu": "GPU", "xid": "Xid"}
+
+
+def _said(error: FieldError) -> str:
+    said = f"{FIELD_LABELS.get(error.field, error.field)}: {error.message}" if error.field else error.message
+    return said[:1].upper() + said[1:]
 
 
 def _int(value: str | None, field: str) -> int:
@@ -75,15 +83,23 @@ def node_detail(request, name: str, node: str):
     is_admin = roles.is_admin(request.user)
     join_token = None
     status = 200
+    reject_errors: list[str] = []
     if request.method == "POST":
         if not is_admin:
             raise PermissionDenied("only platform admins act on nodes here")
         try:
             join_token = _act(request, target)
-        except (ConflictError, ValidationError) as exc:
-            # Refused: the page again with the reason (400, or 409 for a state conflict).
+        except ValidationError as exc:
+            # Refused: the page again with the reason (400), a refused reason beside its field.
+            for error in exc.errors:
+                if error.field == "note":
+                    reject_errors.append(error.message[:1].upper() + error.message[1:])
+                else:
+                    messages.error(request, _said(error))
+            status = 400
+        except ConflictError as exc:  # the repair moved on meanwhile, or the node did
             messages.error(request, str(exc))
-            status = 409 if isinstance(exc, ConflictError) else 400
+            status = 409
         else:
             if join_token is None:  # done: POST-redirect-GET
                 return HttpResponseRedirect(reverse("pools:node-detail", args=[name, node]))
@@ -93,6 +109,7 @@ def node_detail(request, name: str, node: str):
         "pool": target.pool,
         "is_admin": is_admin,
         "join_token": join_token,
+        "reject_errors": reject_errors,
         "can_inject": is_admin and target.phase not in GONE and bool(target.provider_id) and simulated_cloud() is not None,
         **node_page(user=request.user, node=target),
         "lineage": node_lineage(node=target),
