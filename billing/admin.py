@@ -65,7 +65,8 @@ class NodePriceForm(AccountCurrencyForm):
             for key in keys:
                 setattr(moved, key, cleaned[key])
             if unpriced := pools_left_unpriced(removed=(), moved=moved, now=timezone.now()):
-                raise forms.ValidationError(f"Pools {', '.join(unpriced)} would have no price in force: add a new price with a later Effective from instead of moving this one.")
+                pools = f"{'Pool' if len(unpriced) == 1 else 'Pools'} {', '.join(unpriced)}"
+                raise forms.ValidationError(f"{pools} would have no price in force: add a new price with a later Effective from instead of moving this one.")
         return cleaned
 
 

@@ -29,7 +29,7 @@ from pools.selectors.namespaces import (
     team_slug_problem,
 )
 from pools.services.namespaces import namespace_lock
-from pools.views.admin_audit import AuditedModelAdmin, ViewOnlyAdmin
+from pools.views.admin_audit import AuditedModelAdmin, SavedHeadingAdmin, ViewOnlyAdmin
 
 
 class MembershipInline(admin.TabularInline):
@@ -61,7 +61,7 @@ class TeamForm(forms.ModelForm):
 
 
 @admin.register(Team)
-class TeamAdmin(admin.ModelAdmin):
+class TeamAdmin(SavedHeadingAdmin):
     form = TeamForm
     list_display = ("name", "slug", "created_at")
     prepopulated_fields = {"slug": ("name",)}
@@ -236,7 +236,7 @@ class PriorityClassAdmin(admin.ModelAdmin):
         return not real_cluster() and super().has_delete_permission(request, obj)
 
 
-admin.site.register([GpuModel, NodeType, Zone])
+admin.site.register([GpuModel, NodeType, Zone], SavedHeadingAdmin)
 
 
 def _platform_admins_only(request) -> bool:

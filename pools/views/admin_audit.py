@@ -4,7 +4,8 @@ change is in the audit log, and numbers are read as the rest of the product read
 The admin is where platform admins decide what orders are checked and priced against, so its
 changes are audited like the decisions made elsewhere (`price.*`, `quota.*`). Its number
 fields refuse other scripts' digits (`١٢٣`), which Django's own fields read as 123, as the web
-forms, the API and the CLI do (`pools.views.form_fields`).
+forms, the API and the CLI do (`pools.views.form_fields`). A refused change's page is headed
+with the row as saved, not the values refused (`SavedHeadingAdmin`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,21 @@ ASCII_NUMBER_FIELDS = {
 }
 
 
-class AuditedModelAdmin(admin.ModelAdmin):
+class SavedHeadingAdmin(admin.ModelAdmin):
+    """A refused change shows the row as saved in its heading, page title and breadcrumbs, not
+    the values just refused: Django's change view names the page after the instance, which the
+    form has already changed to what was entered ("GPU_8_CARD A100_80G: -1 CNY/month")."""
+
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        if change and request.method == "POST" and obj is not None and obj.pk is not None:
+            saved = type(obj)._default_manager.filter(pk=obj.pk).first()
+            if saved is not None:  # else deleted meanwhile: the page as Django shows it
+                context.update(subtitle=str(saved), original=saved)
+                obj = saved
+        return super().render_change_form(request, context, add=add, change=change, form_url=form_url, obj=obj)
+
+
+class AuditedModelAdmin(SavedHeadingAdmin):
     """Every change is in the audit log as `<audit_prefix>.create`, `.update` (skipped when
     nothing changed) and `.delete`, with the row before and after, both read from the database
     so that 12.5 and 12.50 compare equal. Django's admin runs save and delete views in a

@@ -136,6 +136,14 @@ def test_a_price_book_entry_out_of_range_is_refused(admin_client, kind, amount, 
     assert PriceBookEntry.objects.count() == entries
 
 
+def assert_headed_as_saved(response, row, *, refused_text: str) -> None:
+    """The heading (Django's subtitle), the page title and the breadcrumbs name `row` as saved."""
+    saved = str(type(row).objects.get(pk=row.pk))
+    assert response.context["subtitle"] == saved and str(response.context["original"]) == saved
+    page = response.content.decode()
+    assert f"<h2>{saved}</h2>" in page and refused_text not in page
+
+
 def test_an_existing_price_changed_to_a_negative_one_keeps_its_value(admin_client):
     price = NodePrice.objects.order_by("pk").first()
     form = {
@@ -143,8 +151,11 @@ def test_an_existing_price_changed_to_a_negative_one_keeps_its_value(admin_clien
         "hourly_price": str(price.hourly_price), "currency": price.currency,
         "effective_from_0": price.effective_from.strftime("%Y-%m-%d"), "effective_from_1": price.effective_from.strftime("%H:%M:%S"),
     }  # fmt: skip
-    refused(admin_client.post(reverse("admin:billing_nodeprice_change", args=[price.pk]), form), "monthly_price")
+    response = admin_client.post(reverse("admin:billing_nodeprice_change", args=[price.pk]), form)
+    refused(response, "monthly_price")
     assert NodePrice.objects.get(pk=price.pk).monthly_price == price.monthly_price
+    # the page is headed with the row as saved, not the price refused
+    assert_headed_as_saved(response, price, refused_text=": -1 CNY/month")
     assert not AuditEntry.objects.filter(action="price.update").exists()
 
 
@@ -230,8 +241,13 @@ def test_a_price_moved_to_another_gpu_model_leaves_no_pool_unpriced(admin_client
         "currency": price.currency, "effective_from_0": price.effective_from.strftime("%Y-%m-%d"), "effective_from_1": price.effective_from.strftime("%H:%M:%S"),
     }  # fmt: skip
     moved = admin_client.post(reverse("admin:billing_nodeprice_change", args=[price.pk]), form)
-    assert moved.status_code == 200 and "Pools priced (" in moved.content.decode()
+    said = f"Pool priced ({pool.node_type.name}, {pool.gpu_model.name}) would have no price in force"
+    assert moved.status_code == 200 and said in moved.content.decode()
     assert NodePrice.objects.get(pk=price.pk).gpu_model_id == pool.gpu_model_id
+    assert_headed_as_saved(moved, price, refused_text=f"{price.node_type.name} {other.name}")
+    second = pool_services.pool_create(user=actors["lead"], document=make_document("priced-too"))
+    moved = admin_client.post(reverse("admin:billing_nodeprice_change", args=[price.pk]), form)
+    assert f"Pools priced ({pool.node_type.name}, {pool.gpu_model.name}), {second.name} (" in moved.content.decode()
 
 
 def test_the_price_in_force_when_an_hour_still_to_be_metered_began_is_not_deleted(admin_client, actors):

@@ -87,3 +87,13 @@ def test_the_demo_names_pass_the_label_value_check(admin_client):
         response = admin_client.post(reverse(f"admin:pools_{model}_change", args=[row.pk]), data(row))
         assert response.status_code == 302, response.context["adminform"].form.errors
     assert Zone.objects.get(name="cn-east-2a").region == "cn-east-2"
+
+
+def test_a_refused_change_is_headed_with_the_row_as_saved(admin_client):
+    """Django names the change page after the instance the refused form already changed."""
+    zone = Zone.objects.get(name="cn-east-2a")
+    response = admin_client.post(reverse("admin:pools_zone_change", args=[zone.pk]), {"name": "-1", "region": zone.region})
+    refused(response, "name")
+    assert response.context["subtitle"] == "cn-east-2a" and response.context["original"].name == "cn-east-2a"
+    assert "<h2>-1</h2>" not in response.content.decode()
+    assert Zone.objects.get(pk=zone.pk).name == "cn-east-2a"
