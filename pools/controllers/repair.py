@@ -71,6 +71,7 @@ from pools.services.audit import audit_node_change, node_state
 from pools.services.events import WARNING, event_record
 from pools.services.repair import (
     approval_gate,
+    approval_rejected,
     approval_unclaim,
     approvals_close,
     approvals_latest,
@@ -179,7 +180,10 @@ def _repair(pool: GpuNodePool, now: datetime) -> int:
         last_fault = max(filter(None, (state.xids[node.pk][-1].at if state.xids.get(node.pk) else None,
                                        node.cluster_fault_since if decision.reason == NODE_UNAVAILABLE else None)), default=None)
         if gated and not approval_gate(pool=pool, node=node, decision=decision, latest=approvals.get(node.pk), last_fault_at=last_fault, now=now):
-            wait_cordon(pool=pool, node=node, cluster=cluster, waiting_for="a platform admin's approval", now=now)
+            if not approval_rejected(latest=approvals.get(node.pk), decision=decision, last_fault_at=last_fault):
+                wait_cordon(pool=pool, node=node, cluster=cluster, waiting_for="a platform admin's approval", now=now)
+            elif node.phase == Node.Phase.CORDONED:  # cordoned only while the approval was awaited
+                repair_uncordon(pool=pool, node=node, cluster=cluster, now=now, why="a platform admin rejected its repair, so it takes pods again")
             continue
         try:
             _start(pool, spec, node, decision, cluster, now)

@@ -57,13 +57,19 @@ def approval_gate(*, pool: GpuNodePool, node: Node, decision: RepairDecision, la
                 return RepairApproval.objects.filter(pk=latest.pk, status=Status.APPROVED).update(status=Status.STARTED, started_at=now) == 1
             return False
         _close(latest, note=f"superseded: the repair ladder now chooses {decision.action}", now=now)
-    elif (
-        latest is not None and latest.status == Status.REJECTED and _matches(latest, decision)
-        and (last_fault_at is None or last_fault_at <= latest.decided_at)
-    ):  # fmt: skip
+    elif approval_rejected(latest=latest, decision=decision, last_fault_at=last_fault_at):
         return False
     _request(pool, node, decision, now)
     return False
+
+
+def approval_rejected(*, latest: RepairApproval | None, decision: RepairDecision, last_fault_at: datetime | None) -> bool:
+    """Whether a platform admin rejected this very repair since the node's last fault: it is not
+    asked for again, and the node is left as it was before the request (uncordoned)."""
+    return (
+        latest is not None and latest.status == Status.REJECTED and _matches(latest, decision)
+        and (last_fault_at is None or last_fault_at <= latest.decided_at)
+    )  # fmt: skip
 
 
 def approval_unclaim(*, node: Node, now: datetime) -> int:
@@ -118,7 +124,7 @@ def _decide(*, user, approval: RepairApproval, to: str, note: str, now: datetime
     else:
         event_record(pool=approval.pool, node=node, reason="RepairRejected", type=WARNING, actor=user, now=now,
                      message=f"{user.get_username()} rejected {approval.what} of {node.name}" + (f": {note}" if note else "")
-                             + "; nothing is done until the node raises a new fault")  # fmt: skip
+                             + "; nothing is done until the node raises a new fault, and the next pass lifts its cordon")  # fmt: skip
     return approval
 
 

@@ -16,7 +16,7 @@ from pools.core.documents import to_document
 from pools.core.errors import ConflictError, ValidationError
 from pools.core.repair import RepairDecision
 from pools.core.spec import parse_document
-from pools.models import AuditEntry
+from pools.models import AuditEntry, Node
 from pools.models.repair import RepairApproval
 from pools.selectors.pools import catalog_current
 from pools.services import pools as services
@@ -119,9 +119,13 @@ def test_a_rejected_repair_is_not_asked_again_until_a_new_fault(actors, pool):
     pool_repair(pool_id=pool.pk, now=T0 + timedelta(minutes=11))
     repair_reject(user=actors["admin"], approval=RepairApproval.objects.get(), note="job finishing tonight", now=T0 + timedelta(minutes=12))
     assert "job finishing tonight" in pool.events.get(reason="RepairRejected").message
+    assert Node.objects.get(pk=node.pk).phase == "Cordoned"  # while the approval was awaited
     for minutes in (13, 30, 60):
         assert pool_repair(pool_id=pool.pk, now=T0 + timedelta(minutes=minutes)) == 0
     assert RepairApproval.objects.count() == 1 and not AgentCommand.objects.exists()
+    # The cordon was the request's: a rejection left the node cordoned for good, listed as a
+    # repair in progress (found by a QA sweep).
+    assert Node.objects.get(pk=node.pk).phase == "Ready" and pool.events.filter(reason="NodeUncordoned", node=node).count() == 1
     xid(node, 48, at=T0 + timedelta(minutes=61), seq=2)  # the GPU faults again
     pool_repair(pool_id=pool.pk, now=T0 + timedelta(minutes=75))
     assert list(RepairApproval.objects.order_by("pk").values_list("status", flat=True)) == ["Rejected", "Pending"]
