@@ -27,7 +27,7 @@ from rest_framework.views import APIView
 
 from billing import chargeback, focus_selectors, selectors
 from billing.focus import FOCUS_COLUMNS, iter_csv_lines
-from pools.core.errors import ValidationError
+from pools.core.errors import ValidationError, query_flag
 
 FORMATS = ("json", "csv", "focus")
 
@@ -185,7 +185,7 @@ class CostsView(APIView):
         now = timezone.now()
         query = parse_query(request.query_params, now=now)
         user = request.user
-        detail = request.query_params.get("detail") in ("1", "true", "yes")
+        detail = query_flag(request.query_params, "detail")
         if fmt == "focus" and detail:
             rows = focus_selectors.focus_rows_for_user(user=user, query=query)
             return csv_response(

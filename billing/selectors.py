@@ -24,7 +24,7 @@ from billing.allocation import (
 from billing.budget_sync import budgets_in_force_q
 from billing.models import Budget, BudgetAlert, CostDay, CostRecord
 from billing.month_spend import BudgetStatus, budget_statuses_of
-from pools.core.errors import FieldError, ValidationError
+from pools.core.errors import FieldError, ValidationError, query_flag
 from pools.models import Notification
 
 LABEL_KEY = re.compile(
@@ -66,7 +66,11 @@ def cost_query_parse(
     errors = []
     by_text = params.get("by") or ",".join(DEFAULT_GROUP_LABELS)
     by = tuple(k.strip() for k in by_text.split(",") if k.strip())
-    include_namespace = params.get("namespace", "1") not in ("0", "false", "no")
+    try:
+        include_namespace = query_flag(params, "namespace", default=True)
+    except ValidationError as exc:
+        errors.extend((e.field, e.message) for e in exc.errors)
+        include_namespace = True
     if "namespace" in by:
         by = tuple(k for k in by if k != "namespace")
         include_namespace = True
@@ -97,7 +101,7 @@ def cost_query_parse(
         errors.append(("billing", "must be monthly, on_demand or preemptible"))
     sort = params.get("sort") or "-amount"
     columns = group_columns(by, include_namespace)
-    if sort.lstrip("-") not in columns:
+    if sort.removeprefix("-") not in columns:  # one dash: `---team` is no column
         errors.append(("sort", f"must be one of {', '.join(columns)} (prefix - for descending)"))
     if errors:
         raise ValidationError([FieldError(field, message) for field, message in errors])

@@ -34,7 +34,7 @@ from pools.views.base import htmx_render
 QUERY_KEYS = ("by", "from", "to", "team", "pool", "billing", "sort")
 # The form's label of each query parameter, for the errors shown above the table.
 FIELD_LABELS = {"by": "Group by label keys", "from": "From", "to": "To", "team": "Charged team", "pool": "Pool",
-                "billing": "Billing", "sort": "Sort"}  # fmt: skip
+                "billing": "Billing", "sort": "Sort", "namespace": "Group by namespace"}  # fmt: skip
 
 
 @login_required

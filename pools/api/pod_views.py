@@ -19,6 +19,7 @@ from pools import roles
 from pools.api import chunking
 from pools.api.serializers import BodySerializer, ErrorSerializer, WholeNumberField, _iso
 from pools.api.views import _errors, query_param
+from pools.core.errors import query_flag
 from pools.models.pods import Pod
 from pools.selectors import pools as selectors
 from pools.services import fragmentation as fragmentation_service
@@ -178,7 +179,7 @@ class PoolFragmentationView(APIView):
     )
     def get(self, request, name: str):
         pool = selectors.pool_get(user=request.user, name=name)
-        want_plan = request.query_params.get("plan", "") in ("1", "true", "yes")
+        want_plan = query_flag(request.query_params, "plan")
         report = fragmentation_service.fragmentation_for(pools=[pool], scope=pool.name, with_plan=want_plan)
         return Response(fragmentation_service.report_document(report))
 
@@ -215,7 +216,7 @@ class ClusterFragmentationView(APIView):
     def get(self, request):
         if not roles.sees_all_teams(request.user):
             raise PermissionDenied("the cluster-wide report is for platform admins and finance")
-        want_plan = request.query_params.get("plan", "") in ("1", "true", "yes")
+        want_plan = query_flag(request.query_params, "plan")
         report = fragmentation_service.fragmentation_for(pools=None, scope="cluster", with_plan=want_plan)
         return Response(fragmentation_service.report_document(report))
 

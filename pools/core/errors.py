@@ -67,6 +67,26 @@ def free_text(value: object, *, field: str, max_length: int, required: str = "")
     return value
 
 
+# The spellings a boolean query parameter takes (`?detail=1`, `?namespace=no`, `?plan=true`).
+FLAG_TRUE = ("1", "true", "yes")
+FLAG_FALSE = ("0", "false", "no")
+
+
+def query_flag(params, name: str, *, default: bool = False) -> bool:
+    """A boolean query parameter; absent or empty is `default`. Any other spelling than
+    FLAG_TRUE's or FLAG_FALSE's is a ValidationError naming it: read as false (or true) in
+    silence, `?detail=maybe` answered a different export than the one asked for."""
+    value = params.get(name) or ""
+    if not value:
+        return default
+    if value in FLAG_TRUE:
+        return True
+    if value in FLAG_FALSE:
+        return False
+    choices = ", ".join(FLAG_TRUE + FLAG_FALSE)
+    raise ValidationError(f"must be one of {choices}", field=name)
+
+
 class ConflictError(Exception):
     """The request is valid but the object's state forbids it: HTTP 409."""
 
