@@ -18,7 +18,7 @@ from pools.core.errors import ValidationError
 from pools.core.max_unhealthy import DEFAULT as DEFAULT_MAX_UNHEALTHY
 from pools.core.nesting import DEFAULT_MAX_DEPTH
 from pools.core.spec import API_VERSION, DEFAULT_SCHEDULING_POLICY, KIND, POOL_TOLERANCE, PoolSpec
-from pools.core.yaml_loading import load_all
+from pools.core.yaml_loading import load_all, reader_error_at
 
 
 def load_yaml(text: str | bytes, *, max_bytes: int = 64 * 1024, max_depth: int = DEFAULT_MAX_DEPTH) -> dict[str, Any]:
@@ -34,15 +34,26 @@ def load_yaml(text: str | bytes, *, max_bytes: int = 64 * 1024, max_depth: int =
     try:
         documents = [d for d in load_all(text, max_depth=max_depth) if d is not None]
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "malformed YAML"
-        raise ValidationError(f"malformed YAML{where}: {problem}") from exc
+        raise ValidationError(yaml_problem(exc, text)) from exc
     if len(documents) != 1:
         raise ValidationError(f"expected one GpuNodePool document, found {len(documents)}")
     if not isinstance(documents[0], dict):
         raise ValidationError("the document must be a mapping with apiVersion, kind, metadata, spec")
     return documents[0]
+
+
+def yaml_problem(exc: yaml.YAMLError, text: str) -> str:
+    """What PyYAML refused and where, in one line. The reader's errors (a control character
+    such as BEL) carry no problem or mark, only a reason and a position in the text: without
+    them the answer was "malformed YAML: malformed YAML", with nothing to find in the file."""
+    if isinstance(exc, yaml.reader.ReaderError):
+        code = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        line, column = reader_error_at(exc, text)
+        return f"malformed YAML at line {line}, column {column}: unacceptable character #x{code:04x}: {exc.reason}"
+    mark = getattr(exc, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+    problem = getattr(exc, "problem", None) or "the text is not YAML"
+    return f"malformed YAML{where}: {problem}"
 
 
 def dump_yaml(document: Mapping[str, Any]) -> str:

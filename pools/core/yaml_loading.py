@@ -70,6 +70,18 @@ class _PurePythonParser(yaml.SafeLoader):
 _Parser = getattr(yaml, "CSafeLoader", None) or _PurePythonParser
 
 
+def reader_error_at(exc: yaml.reader.ReaderError, text: str) -> tuple[int, int]:
+    """The line and column (from 1) of a character the reader refused. Its error has no mark,
+    only a position: in characters from PyYAML's reader, in UTF-8 bytes from libyaml's. The
+    text before it holds no character the reader refuses, so its line breaks are YAML's."""
+    if _Parser is _PurePythonParser:
+        before = text[: exc.position]
+    else:
+        before = text.encode("utf-8")[: exc.position].decode("utf-8", errors="ignore")
+    lines = (before + "x").splitlines()  # "x": a break just before still starts a line
+    return len(lines), len(lines[-1])
+
+
 def load_all(text: str, *, max_depth: int = DEFAULT_MAX_DEPTH) -> list[Any]:
     """Every document of `text`, as dicts, lists and scalars."""
     try:
