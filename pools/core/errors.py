@@ -67,6 +67,12 @@ def free_text(value: object, *, field: str, max_length: int, required: str = "")
     return value
 
 
+def listed_twice(item: object) -> str:
+    """The one wording for an entry of a list that must hold each once (a zone, a team, a budget
+    threshold), so that the API, the forms and the CLI say it alike."""
+    return f"{item} is listed twice"
+
+
 # The spellings a boolean query parameter takes (`?detail=1`, `?namespace=no`, `?plan=true`).
 FLAG_TRUE = ("1", "true", "yes")
 FLAG_FALSE = ("0", "false", "no")

@@ -34,7 +34,7 @@ from pools.core.autoscaling import (
     ScalingRules,
     ScalingSpec,
 )
-from pools.core.errors import ValidationError
+from pools.core.errors import ValidationError, listed_twice
 from pools.core.fields import Checker, label_key_error, label_value_error, name_error
 from pools.core.max_unhealthy import DEFAULT as DEFAULT_MAX_UNHEALTHY
 from pools.core.max_unhealthy import MaxUnhealthy, max_unhealthy_error
@@ -207,7 +207,7 @@ def parse_document(document: Any, catalog: Catalog) -> PoolSpec:
     taints = _parse_taints(check, spec.get("nodeTaints", []), catalog.writing)
     scaling = _parse_scaling(check, spec["scaling"]) if "scaling" in spec else None
     burst = _parse_burst(check, spec.get("burst", {}), max_nodes, min_nodes, catalog.max_nodes)
-    budget = _parse_budget(check, spec["budget"]) if "budget" in spec else None
+    budget = _parse_budget(check, spec["budget"], catalog.writing) if "budget" in spec else None
     policy = check.choice(spec.get("schedulingPolicy", DEFAULT_SCHEDULING_POLICY), "spec.schedulingPolicy", SCHEDULING_POLICIES, "scheduling policy")
     shared_with = _parse_shared_with(check, spec.get("sharedWith", []), catalog.teams)
     alerts = parse_alerts(check, spec.get("alerts", {}))
@@ -252,7 +252,7 @@ def _parse_shared_with(check: Checker, value: Any, teams: frozenset[str] | None)
         if not isinstance(slug, str) or not slug:
             check.error(path, "must be a team name such as inference")
         elif slug in slugs:
-            check.error(path, f"team {slug!r} is listed twice")
+            check.error(path, listed_twice(f"team {slug!r}"))
         elif teams is not None and slug not in teams:
             check.error(path, f"no team named {slug!r}")
         else:
@@ -282,7 +282,7 @@ def _parse_zones(check: Checker, spec: dict, catalog: Catalog) -> tuple[str, ...
         if name is None:
             valid = False
         elif name in zones:
-            check.error(path, f"zone {name!r} is listed twice")
+            check.error(path, listed_twice(f"zone {name!r}"))
             valid = False
         elif zones and catalog.zones[name] != catalog.zones[zones[0]]:
             check.error(path, f"zone {name!r} is in region {catalog.zones[name]}, not {catalog.zones[zones[0]]} like {zones[0]}: fallback zones stay in the preferred zone's region")
@@ -380,7 +380,10 @@ def _parse_burst(check: Checker, value: Any, max_nodes: int | None, min_nodes: i
     return Burst(enabled=enabled, max_nodes=limit or 0)
 
 
-def _parse_budget(check: Checker, value: Any) -> Budget | None:
+def _parse_budget(check: Checker, value: Any, writing: bool = False) -> Budget | None:
+    """`spec.budget`. A threshold given twice is refused when written (as a zone or team given
+    twice is): it was stored and echoed as sent, though it alerts once. A stored spec may hold
+    one from before, read as the set it alerts on, so that no pass stalls on it."""
     entry = check.mapping(value, "spec.budget", ("monthly", "currency", "thresholds"), ("monthly",))
     amount: Decimal | None = None
     if "monthly" in entry:
@@ -405,8 +408,13 @@ def _parse_budget(check: Checker, value: Any) -> Budget | None:
         check.error("spec.budget.thresholds", "must be a list of percentages")
         thresholds = []
     before = len(check.errors)
+    seen: set[int] = set()
     for index, item in enumerate(thresholds):
-        check.integer(item, f"spec.budget.thresholds[{index}]", minimum=1, maximum=1000)
+        path = f"spec.budget.thresholds[{index}]"
+        if (percent := check.integer(item, path, minimum=1, maximum=1000)) is not None:
+            if writing and percent in seen:
+                check.error(path, listed_twice(percent))
+            seen.add(percent)
     if amount is None or len(check.errors) > before:  # refused: the thresholds are not all numbers to sort
         return None
     return Budget(monthly=amount, currency=currency, thresholds=tuple(sorted(set(thresholds))))
