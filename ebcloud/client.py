@@ -6,6 +6,7 @@ joined into one line that keeps each field path, so the user sees exactly what t
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import quote
 
@@ -261,12 +262,40 @@ def _pool(name: str) -> str:
     return f'pool "{name}"'
 
 
+# Kubernetes' name rules, as the server applies them: pools and namespaces are DNS-1123 labels,
+# pods and disruption budgets DNS-1123 subdomains.
+_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
+_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
+_RULES = {
+    "pool": (63, _LABEL, "a DNS-1123 label"),
+    "namespace": (63, _LABEL, "a DNS-1123 label"),
+    "pod": (253, _SUBDOMAIN, "a DNS-1123 subdomain"),
+    "poddisruptionbudget": (253, _SUBDOMAIN, "a DNS-1123 subdomain"),
+}
+_SHOWN = 40  # of a refused name, the characters echoed
+
+
+def name_problem(value: str, what: str) -> str:
+    """Why `value` cannot be the name of a `what` ("pool", "namespace", "pod",
+    "poddisruptionbudget"), "" when it can. The value is shown cut short, its control
+    characters escaped: no newline or escape sequence reaches the terminal."""
+    longest, rule, words = _RULES[what]
+    if len(value) <= longest and rule.match(value):
+        return ""
+    shown = value if len(value) <= _SHOWN else value[:_SHOWN] + "..."
+    shown = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in shown)
+    letters = "lower-case letters, digits, '-' and '.'" if rule is _SUBDOMAIN else "lower-case letters, digits and '-'"
+    return (f'"{shown}" is not a valid {what} name ({words}: at most {longest} {letters}, '
+            "starting and ending with a letter or digit)")
+
+
 def _segment(value: str, what: str) -> str:
-    """One path segment, percent-encoded. "." and ".." are refused before any request: quoting
-    leaves them as they are and the HTTP client resolves them (`pods/algorithm/..` is the pod
-    list), and no name is ever either (names are DNS-1123), nor empty."""
-    if value in ("", ".", ".."):
-        raise CliError(f'"{value}" is not a valid {what} name (names are DNS-1123: never empty, "." or "..")')
+    """One path segment, checked against the name rule of `what` before any request, then
+    percent-encoded. No name outside the rule exists to find, and sending one failed in the
+    HTTP client instead: "." and ".." were resolved (`pods/algorithm/..` is the pod list), a
+    100,000-character name was an `InvalidURL` traceback line."""
+    if problem := name_problem(value, what):
+        raise CliError(problem)
     return quote(value, safe="")
 
 

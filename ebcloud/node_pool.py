@@ -19,7 +19,7 @@ import click
 import yaml
 
 from ebcloud import output
-from ebcloud.client import Client
+from ebcloud.client import Client, name_problem
 from ebcloud.common import (
     LIST_FORMATS,
     OBJECT_FORMATS,
@@ -90,15 +90,16 @@ def pool_apply(file: IO[bytes], team: str) -> None:
 
 
 def _document_name(body: bytes) -> str:
-    """The file's metadata.name, or "" when it has none we can read: the server then says
-    exactly what is wrong with the file (nesting too deep, a bad date, ...)."""
+    """The file's metadata.name, or "" when it has none we can read or none a pool can have: the
+    file is then created, and the server says exactly what is wrong with it (nesting too deep,
+    a bad date, the name, ...), as `create` would."""
     try:
         document = yaml.safe_load(body)
     except (yaml.YAMLError, RecursionError, ValueError):
         return ""
     metadata = document.get("metadata") if isinstance(document, dict) else None
     name = metadata.get("name") if isinstance(metadata, dict) else None
-    return name if isinstance(name, str) and name and "/" not in name else ""
+    return name if isinstance(name, str) and not name_problem(name, "pool") else ""
 
 
 @node_pool.command("list")

@@ -123,9 +123,10 @@ SERVER_REFUSALS = {
     "apply-script-label": (["node-pool", "apply", "-f", "{script}"], "metadata.labels"),
     "scale-huge": (["node-pool", "scale", "train-pool-a", "--min", "1000000000000"], "min:"),
     "scale-beyond-int64": (["node-pool", "scale", "train-pool-a", "--max", "9" * 30], "max:"),
-    "delete-script-name": (["node-pool", "delete", SCRIPT], "not found"),
-    "repack-script-name": (["node-pool", "fragmentation", SCRIPT, "--apply"], "not found"),
-    "pod-delete-sql-name": (["pod", "delete", f"algorithm/{SQL}"], "not found"),
+    # Names no object can have are refused by the CLI, before any request (ebcloud/client.py).
+    "delete-script-name": (["node-pool", "delete", SCRIPT], "is not a valid pool name"),
+    "repack-script-name": (["node-pool", "fragmentation", SCRIPT, "--apply"], "is not a valid pool name"),
+    "pod-delete-sql-name": (["pod", "delete", f"algorithm/{SQL}"], "is not a valid pod name"),
     "reject-overlong-reason": (["order", "reject", "{order}", "--reason", "x" * 501], "reason:"),
     "reject-nul-reason": (["order", "reject", "{order}", "--reason", "late\x00"], "reason:"),
     "reject-c1-reason": (["order", "reject", "{order}", "--reason", "no\x9b31mcapacity"], "reason:"),

@@ -512,11 +512,13 @@ def test_dot_segments_are_not_names_and_send_no_request(ebcloud, no_request, arg
     assert shown in line and "DNS-1123" in line, line
 
 
-def test_apply_with_a_dot_name_in_the_file_sends_no_request(ebcloud, no_request, tmp_path):
+def test_apply_with_a_dot_name_in_the_file_sends_it_to_be_created(ebcloud, no_request, tmp_path):
+    """Not a GET of `/pools/./` (the pool list): a name no pool can have is created, and the
+    server names what is wrong with the file, as `create` would."""
     path = tmp_path / "pool.yaml"
     path.write_text(yaml.safe_dump(make_document(".")))
     line = one_error_line(ebcloud("node-pool", "apply", "-f", str(path), env=OFFLINE))
-    assert '"." is not a valid pool name' in line
+    assert "a request was made: POST /pools/" in line
 
 
 @pytest.mark.parametrize("command", [["node-pool", "create"], ["node-pool", "apply"], ["pod", "create"], ["pdb", "create"]])

@@ -1,0 +1,46 @@
+"""Names the CLI cannot send (a hostile-input probe of the demo): a 100,000-character pool name
+ended in `error: unexpected InvalidURL: URL too long`. A name outside its rule is now one line
+saying what is wrong, before any request, exit code 1."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.ebcloud.cli_helpers import one_error_line
+
+OFFLINE = {"EBCLOUD_SERVER": "http://x.invalid", "EBCLOUD_TOKEN": "t"}
+LONG = "a" * 100_000
+
+
+@pytest.fixture
+def no_request(monkeypatch):
+    def request(self, method, path, **kwargs):
+        raise AssertionError(f"a request was made: {method} {path}")
+
+    monkeypatch.setattr("ebcloud.client.Client._request", request)
+
+
+@pytest.mark.parametrize(
+    ("args", "shown"),
+    [
+        (["node-pool", "get", LONG], f'"{"a" * 40}..." is not a valid pool name (a DNS-1123 label: at most 63'),
+        (["node-pool", "describe", "a" * 64], "is not a valid pool name (a DNS-1123 label: at most 63"),
+        (["node-pool", "delete", "Train"], '"Train" is not a valid pool name'),
+        (["node-pool", "events", "a b"], '"a b" is not a valid pool name'),
+        (["node-pool", "scale", "x\x1b]0;t\x07", "--max", "3"], r'"x\x1b]0;t\x07" is not a valid pool name'),
+        (["node-pool", "fragmentation", LONG], "is not a valid pool name"),
+        (["pod", "get", f"algorithm/{LONG}"], "is not a valid pod name (a DNS-1123 subdomain: at most 253"),
+        (["pod", "delete", f"{LONG}/x"], "is not a valid namespace name (a DNS-1123 label: at most 63"),
+        (["pdb", "get", "algorithm/a_b"], '"a_b" is not a valid poddisruptionbudget name'),
+    ],
+)
+def test_a_name_outside_its_rule_is_one_line_before_any_request(ebcloud, no_request, args, shown):
+    line = one_error_line(ebcloud(*args, env=OFFLINE))
+    assert shown in line and len(line) < 300, line[:400]
+    assert "unexpected" not in line
+
+
+@pytest.mark.parametrize("name", ["train-pool-a", "a" * 63, "0"])
+def test_a_name_inside_its_rule_is_sent(ebcloud, no_request, name):
+    line = one_error_line(ebcloud("node-pool", "get", name, env=OFFLINE))
+    assert "a request was made: GET /pools/" in line
