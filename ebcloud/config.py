@@ -82,9 +82,26 @@ def load() -> Config:
     stored = read_file()
     server = os.environ.get(ENV_SERVER, "").strip() or stored.server
     token = os.environ.get(ENV_TOKEN, "").strip() or stored.token
+    if problem := _token_problem(token):
+        if os.environ.get(ENV_TOKEN, "").strip():
+            raise CliError(f"the token in {ENV_TOKEN} is malformed ({problem}): set it to the token `ebcloud login` stores, or unset it")
+        raise CliError(f"the token saved in {config_path()} is malformed ({problem}): run `ebcloud login` again")
     return Config(
         server=normalize_server(server) if server else "", token=token, username=stored.username
     )
+
+
+def _token_problem(token: str) -> str:
+    """What makes `token` unsendable, "" when nothing. A token is one word of visible ASCII; a
+    newline (a hand-edited file) made the HTTP client refuse the header, reported as "cannot
+    reach the server" with the token printed. The token itself is never shown."""
+    for index, char in enumerate(token):
+        if not "!" <= char <= "~":
+            return f"it holds {_CHAR_NAMES.get(char, ascii(char))} at character {index + 1}"
+    return ""
+
+
+_CHAR_NAMES = {"\n": "a newline", "\r": "a carriage return", "\t": "a tab", " ": "a space"}
 
 
 def save(config: Config, path: Path | None = None) -> Path:
