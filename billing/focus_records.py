@@ -160,6 +160,7 @@ def focus_csv_from_records(
     purchases_from: datetime | None = None,
     purchases_to: datetime | None = None,
     list_prices: ListPrices = lambda start: {},
+    row_list_cost: Callable[[Sequence[object]], Decimal | None] = lambda values: None,
     period: timedelta = HOURLY,
     quantum: Decimal = CENT,
     chunk_lines: int = CHUNK_LINES,
@@ -171,7 +172,9 @@ def focus_csv_from_records(
 
     A record is a cost record, or cost records summed over a longer ``period`` (a day): its
     first field is the start of its charge period, and records come ordered by it
-    (``list_prices`` is asked once per period). Yields chunks of whole lines."""
+    (``list_prices`` is asked once per period; ``row_list_cost``, for a monthly or preemptible
+    record of a longer period, its list cost hour by hour where the period's price changed).
+    Yields chunks of whole lines."""
     line = csv_line_writer()
     out = [line(FOCUS_COLUMNS)]
     for lease in leases:
@@ -211,7 +214,11 @@ def focus_csv_from_records(
             # An on-demand row of a longer period lists what it billed: the pool's period-average
             # price would misprice a row whose hours fell unevenly around a price change.
             unit = None if billing_kind == ON_DEMAND and period != HOURLY else prices.get((pool_id, billing_kind))
-            if unit is None:  # no list price known, or an on-demand day: the cost is its own list cost
+            listed = row_list_cost(values) if unit is not None and period != HOURLY else None
+            if listed is not None:  # the price changed in the period: each hour at its own
+                list_cost = format(listed.quantize(quantum, ROUND_HALF_UP), "f")
+                unit_cell = format(_own_unit_price(listed, gpu_hours), "f")
+            elif unit is None:  # no list price known, or an on-demand day: the cost is its own list cost
                 list_cost = money
                 unit_cell = own_price.get((amount, gpu_hours))
                 if unit_cell is None:

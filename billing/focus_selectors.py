@@ -209,8 +209,9 @@ def focus_csv_for_user(
         rows, pools=pools, teams=teams,
         account=account or FOCUS_ACCOUNT, leases=bought, commitments=leases,
         purchases_from=scope.start, purchases_to=scope.end,
-        list_prices=_ListPrices(usage if charged_pools is None else usage.filter(pool_id__in=charged_pools), daily=granularity == "daily"),
-        period=DAILY if granularity == "daily" else HOURLY,
+        list_prices=(prices := _ListPrices(usage if charged_pools is None else usage.filter(pool_id__in=charged_pools),
+                                           daily=granularity == "daily", costs=costs)),
+        row_list_cost=prices.row_list_cost, period=DAILY if granularity == "daily" else HOURLY,
     )  # fmt: skip
 
 
@@ -300,11 +301,14 @@ class _ListPrices:
     period (Σ list price of its node-hours / Σ their GPU-hours), read from the node usage records
     one day at a time (one query per day of the export)."""
 
-    def __init__(self, usage: QuerySet[UsageRecord], *, daily: bool) -> None:
+    def __init__(self, usage: QuerySet[UsageRecord], *, daily: bool, costs: QuerySet[CostRecord] | None = None) -> None:
         self.usage = usage.filter(kind=UsageRecord.Kind.NODE)
         self.daily = daily
+        self.costs = costs  # daily: the cost records (with `labels_text`), for `row_list_cost`
         self.day: date | None = None
         self.prices: dict[datetime, dict[tuple[int, str], Decimal]] = {}
+        self.varying: dict[tuple[int, str], dict[datetime, Decimal]] = {}  # the day's hourly prices of those that changed
+        self.listed: dict[tuple, Decimal] | None = None
 
     def __call__(self, start: datetime) -> dict[tuple[int, str], Decimal]:
         day = start.astimezone(UTC).date()
@@ -324,7 +328,38 @@ class _ListPrices:
                     key = (s["pool_id"], s["billing_kind"])
                     gpu_hours = Decimal(str(s["gpus"])).quantize(QUANTITY)  # SQLite's sums are floats
                     self.prices[at][key] = list_unit_price(s["listed"], gpu_hours)
+            if self.daily and self.costs is not None:
+                self._varying_find(midnight)
         return self.prices.get(start, {})
+
+    def _varying_find(self, midnight: datetime) -> None:
+        hourly: dict[tuple[int, str], dict[datetime, Decimal]] = defaultdict(dict)
+        for s in (self.usage.filter(hour__gte=midnight, hour__lt=midnight + timedelta(days=1)).values("hour", "pool_id", "billing_kind")
+                  .order_by().annotate(listed=Sum(Coalesce("list_amount", "amount")), gpus=Sum(_CAPACITY))):  # fmt: skip
+            if s["gpus"]:
+                hourly[s["pool_id"], s["billing_kind"]][s["hour"]] = list_unit_price(s["listed"], Decimal(str(s["gpus"])).quantize(QUANTITY))
+        self.varying, self.listed = {key: units for key, units in hourly.items() if len(set(units.values())) > 1}, None
+
+    def row_list_cost(self, values) -> Decimal | None:
+        """A daily row's list cost hour by hour (its GPU-hours of each hour at that hour's list
+        price) when its pool's list price changed that day, None otherwise: the day's average
+        price listed the hours before and after the change alike, a preemptible row's list cost
+        below what it billed when the price rose (found by review). The day's rows of such
+        pools are read once, by hour."""
+        units = self.varying.get((values[1], values[6]))
+        if units is None or self.costs is None:
+            return None
+        if self.listed is None:
+            self.listed = defaultdict(Decimal)
+            midnight = datetime.combine(self.day, time(), tzinfo=UTC)
+            rows = (self.costs.filter(hour__gte=midnight, hour__lt=midnight + timedelta(days=1), pool_id__in={pool for pool, _ in self.varying})
+                    .values(*_DAILY_FIELDS, "hour").order_by().annotate(gpus=Sum("gpu_hours")).values_list(*_DAILY_FIELDS, "hour", "gpus"))  # fmt: skip
+            for *keys, hour, gpus in rows:
+                pool_kind = (keys[0], keys[5])
+                unit = self.varying.get(pool_kind, {}).get(hour) or self.prices[midnight].get(pool_kind)
+                if unit is not None:
+                    self.listed[tuple(keys)] += unit * Decimal(str(gpus)).quantize(QUANTITY)
+        return self.listed.get((*values[1:9], values[11]))
 
 
 def _leases(records, scope: FocusScope, *, pooled: bool = False) -> tuple[list[Lease], list[Lease]]:

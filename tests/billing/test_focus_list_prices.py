@@ -60,3 +60,23 @@ def test_an_on_demand_day_with_a_price_change_lists_each_row_at_what_it_billed(a
     for r in rows:
         assert Decimal(r["ListCost"]) == Decimal(r["BilledCost"]), r
     assert sum(Decimal(r["BilledCost"]) for r in rows) == price.hourly_price * 3
+
+
+def test_a_monthly_day_with_a_price_change_lists_each_row_at_its_own_hours_prices(actors, teams):
+    """The list price doubles at 11:00; namespace algorithm's pod runs on a leased node 10:00–11:00,
+    inference's 11:00–12:00. The day's average list price listed both rows at 1.5 times the old
+    price, the first above its hour's and the second below (found by review): each row lists
+    its hours at their own price, and together they list what the node-hours list."""
+    from billing.models import NodePrice
+
+    p = pool(actors["lead"])
+    price = NodePrice.objects.filter(node_type=p.node_type, gpu_model=p.gpu_model).latest("effective_from")
+    NodePrice.objects.create(node_type=p.node_type, gpu_model=p.gpu_model, monthly_price=price.monthly_price,
+                             hourly_price=price.hourly_price * 2, currency=price.currency, effective_from=T0 + 11 * HOUR)  # fmt: skip
+    leased = node(p, "m-0")
+    pod(teams["algorithm"], leased, "before", gpus=8, started=T0 + 10 * HOUR, finished=T0 + 11 * HOUR, phase="Succeeded")
+    pod(teams["inference"], leased, "after", namespace="inference", gpus=8, started=T0 + 11 * HOUR)
+    meter(start=T0 + 10 * HOUR, hours=2)
+    rows = [r for r in focus_export(actors["finance"], CostQuery(start=date(2026, 12, 1), end=date(2026, 12, 1)), "daily")
+            if r["ServiceCategory"] == "Compute" and r["ChargeCategory"] == "Usage"]  # fmt: skip
+    assert sorted(Decimal(r["ListCost"]) for r in rows) == [price.hourly_price, price.hourly_price * 2], rows
