@@ -34,7 +34,11 @@ class Checker:
             self.error(path, "must be a mapping")
             return {}
         for key in value:
-            if key not in known:
+            if not isinstance(key, str):  # YAML's `~:`, `1:` or `yes:`: a path of `spec.None` named nothing the author wrote
+                written = "~" if key is None else str(key).lower() if isinstance(key, bool) else str(key)
+                read = "null" if key is None else "a boolean" if isinstance(key, bool) else "a number" if isinstance(key, int | float) else "a date"
+                self.error(path, f"a field name must be a string: {written!r} is read as {read} (quote it)")
+            elif key not in known:
                 self.error(f"{path}.{key}" if path else str(key), "unknown field")
         for key in required:
             if key not in value:
@@ -181,7 +185,9 @@ RESERVED_NAMES = frozenset({"new", "import"})  # they name pages of the web cons
 
 
 def name_error(name: Any) -> str | None:
-    if not isinstance(name, str) or not name:
+    if name is not None and name != "" and not isinstance(name, str):  # `name: 12345` or `name: 2001-12-14`: there, but no text
+        return f"must be a string: {str(name).lower() if isinstance(name, bool) else name!s} is read as something else (quote it)"
+    if not name:
         return "required: a DNS-1123 name such as train-pool-a"
     if name in RESERVED_NAMES:
         return f"{name!r} is reserved; choose another name"
