@@ -159,6 +159,11 @@ def _repair(pool: GpuNodePool, now: datetime) -> int:
             if node.phase == Node.Phase.CORDONED:
                 repair_uncordon(pool=pool, node=node, cluster=cluster, now=now, why=f"no GPU fault waits for repair ({decision.message or decision.reason})")
             continue
+        last_fault = max(filter(None, (state.xids[node.pk][-1].at if state.xids.get(node.pk) else None,
+                                       node.cluster_fault_since if decision.reason == NODE_UNAVAILABLE else None)), default=None)
+        if gated and approval_rejected(latest=approvals.get(node.pk), decision=decision, last_fault_at=last_fault):
+            _rejected(pool, node, next(h for h in health if h.name == node.name), cluster, now)
+            continue
         gate = repair_allowed(health, node=node.name, now=now, max_unhealthy=spec.repair_max_unhealthy)
         if gate.reason == PAUSED:
             if said is None:  # after `approvals_close`, whose cancellations are repair events too
@@ -177,13 +182,8 @@ def _repair(pool: GpuNodePool, now: datetime) -> int:
             continue
         if decision.reason == NODE_UNAVAILABLE and not _still_unavailable(node, cluster):
             continue  # back, or the cluster cannot be read now: the lifecycle pass records which
-        last_fault = max(filter(None, (state.xids[node.pk][-1].at if state.xids.get(node.pk) else None,
-                                       node.cluster_fault_since if decision.reason == NODE_UNAVAILABLE else None)), default=None)
         if gated and not approval_gate(pool=pool, node=node, decision=decision, latest=approvals.get(node.pk), last_fault_at=last_fault, now=now):
-            if not approval_rejected(latest=approvals.get(node.pk), decision=decision, last_fault_at=last_fault):
-                wait_cordon(pool=pool, node=node, cluster=cluster, waiting_for="a platform admin's approval", now=now)
-            elif node.phase == Node.Phase.CORDONED:  # cordoned only while the approval was awaited
-                repair_uncordon(pool=pool, node=node, cluster=cluster, now=now, why="a platform admin rejected its repair, so it takes pods again")
+            wait_cordon(pool=pool, node=node, cluster=cluster, waiting_for="a platform admin's approval", now=now)
             continue
         try:
             _start(pool, spec, node, decision, cluster, now)
@@ -194,6 +194,15 @@ def _repair(pool: GpuNodePool, now: datetime) -> int:
         started += 1
         health = [h if h.name != node.name else NodeHealth(h.name, False, h.unhealthy_since, h.fatal, True) for h in health]
     return started
+
+
+def _rejected(pool: GpuNodePool, node: Node, health: NodeHealth, cluster, now: datetime) -> None:
+    """A platform admin rejected the node's repair: no gate is waited for and nothing is asked
+    again until a new fault. The cordon its request put on the node is lifted, so that it takes
+    pods again, unless its GPU cannot be reached (a fatal Xid: no new pod could use it, as
+    while a pause holds, `cordon_while_paused`)."""
+    if node.phase == Node.Phase.CORDONED and not cordon_while_paused(health):
+        repair_uncordon(pool=pool, node=node, cluster=cluster, now=now, why="a platform admin rejected its repair, so it takes pods again")
 
 
 def _still_unavailable(node: Node, cluster) -> bool:

@@ -131,6 +131,29 @@ def test_a_rejected_repair_is_not_asked_again_until_a_new_fault(actors, pool):
     assert list(RepairApproval.objects.order_by("pk").values_list("status", flat=True)) == ["Rejected", "Pending"]
 
 
+def test_a_rejected_node_stays_uncordoned_while_another_is_repaired_and_a_fatal_one_stays_cordoned(actors):
+    """The pool's one-repair-at-a-time gate came before the rejection: while another node was
+    repaired, the rejected one was cordoned again "waiting for repair" (found by review). A GPU
+    that fell off the bus (Xid 79) stays cordoned when its replacement is rejected: no new pod
+    could use it."""
+    pool = pool_with_nodes(actors["lead"], name="tolerant", nodes=5, autoRepairPolicy={"requireApproval": True, "maxUnhealthy": 3})
+    a, b, c = pool.nodes.order_by("name")[:3]
+    xid(a, 48, at=T0)
+    xid(c, 79, at=T0, seq=2)
+    pool_repair(pool_id=pool.pk, now=T0 + timedelta(minutes=11))
+    for approval in RepairApproval.objects.filter(node__in=[a, c], status="Pending"):
+        repair_reject(user=actors["admin"], approval=approval, note="handled by hand", now=T0 + timedelta(minutes=12))
+    xid(b, 48, at=T0 + timedelta(minutes=13), seq=3)
+    for minutes in (14, 25):
+        pool_repair(pool_id=pool.pk, now=T0 + timedelta(minutes=minutes))
+    repair_approve(user=actors["admin"], approval=RepairApproval.objects.get(node=b, status="Pending"))
+    for minutes in (26, 27):
+        pool_repair(pool_id=pool.pk, now=T0 + timedelta(minutes=minutes))
+    assert Node.objects.get(pk=b.pk).phase == "Repairing"
+    assert Node.objects.get(pk=a.pk).phase == "Ready" and pool.events.filter(node=a, reason="NodeCordoned").count() == 1
+    assert Node.objects.get(pk=c.pk).phase == "Cordoned"
+
+
 def test_only_platform_admins_decide_and_only_once(actors, pool):
     xid(first(pool), 48, at=T0)
     pool_repair(pool_id=pool.pk, now=T0 + timedelta(minutes=11))
