@@ -14,6 +14,7 @@ from billing import budget_admin
 from billing.models import Budget
 from pools.core.errors import ValidationError
 from pools.core.spec import parse_document
+from pools.models import GpuNodePool
 from pools.selectors.pools import catalog_current
 from tests import bad_input_world
 from tests.conftest import make_document
@@ -44,12 +45,21 @@ def test_a_created_pool_with_a_threshold_twice_is_refused(api, world):
     assert api_fields(response) == ["spec.budget.thresholds[2]"]
 
 
-def test_a_stored_spec_with_a_threshold_twice_is_still_read(world):
+def test_a_stored_spec_with_a_threshold_twice_is_still_read_and_blocks_no_resize(api, world):
+    """A pool stored before the check, with `thresholds: [80, 80]`: a merge patch of only
+    nodeCount.max was refused for a budget its lead never touched (found by review)."""
     document = make_document("stored-budget")
     document["spec"]["budget"] = BUDGET
     assert parse_document(document, catalog_current()).budget.thresholds == (50, 80)
-    with pytest.raises(ValidationError):
-        parse_document(document, catalog_current(writing=True))
+    pool = world["pool"]
+    GpuNodePool.objects.filter(pk=pool.pk).update(document={**pool.document, "spec": {**pool.document["spec"], "budget": BUDGET}})
+    client = api("lead")
+    patch = client.patch(f"/api/v1/pools/{pool.name}/", json.dumps({"spec": {"nodeCount": {"max": pool.max_nodes + 1}}}),
+                         content_type="application/merge-patch+json")  # fmt: skip
+    assert patch.status_code == 200, patch.content[:300]
+    again = client.patch(f"/api/v1/pools/{pool.name}/", json.dumps({"spec": {"budget": {**BUDGET, "thresholds": [80, 80, 90]}}}),
+                         content_type="application/merge-patch+json")  # fmt: skip
+    assert again.status_code == 400 and api_fields(again) == ["spec.budget.thresholds[1]"]
 
 
 def test_the_team_budget_form_refuses_a_threshold_twice(browser, world):

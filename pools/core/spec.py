@@ -34,7 +34,7 @@ from pools.core.autoscaling import (
     ScalingRules,
     ScalingSpec,
 )
-from pools.core.errors import ValidationError, listed_twice
+from pools.core.errors import FieldError, ValidationError, listed_twice
 from pools.core.fields import Checker, label_key_error, label_value_error, name_error
 from pools.core.max_unhealthy import DEFAULT as DEFAULT_MAX_UNHEALTHY
 from pools.core.max_unhealthy import MaxUnhealthy, max_unhealthy_error
@@ -207,7 +207,7 @@ def parse_document(document: Any, catalog: Catalog) -> PoolSpec:
     taints = _parse_taints(check, spec.get("nodeTaints", []), catalog.writing)
     scaling = _parse_scaling(check, spec["scaling"]) if "scaling" in spec else None
     burst = _parse_burst(check, spec.get("burst", {}), max_nodes, min_nodes, catalog.max_nodes)
-    budget = _parse_budget(check, spec["budget"], catalog.writing) if "budget" in spec else None
+    budget = _parse_budget(check, spec["budget"]) if "budget" in spec else None
     policy = check.choice(spec.get("schedulingPolicy", DEFAULT_SCHEDULING_POLICY), "spec.schedulingPolicy", SCHEDULING_POLICIES, "scheduling policy")
     shared_with = _parse_shared_with(check, spec.get("sharedWith", []), catalog.teams)
     alerts = parse_alerts(check, spec.get("alerts", {}))
@@ -380,10 +380,27 @@ def _parse_burst(check: Checker, value: Any, max_nodes: int | None, min_nodes: i
     return Burst(enabled=enabled, max_nodes=limit or 0)
 
 
-def _parse_budget(check: Checker, value: Any, writing: bool = False) -> Budget | None:
-    """`spec.budget`. A threshold given twice is refused when written (as a zone or team given
-    twice is): it was stored and echoed as sent, though it alerts once. A stored spec may hold
-    one from before, read as the set it alerts on, so that no pass stalls on it."""
+def thresholds_repeated(document: Any, *, stored: Any = None) -> list[FieldError]:
+    """A budget threshold given twice in a document being written (as a zone or team given twice
+    is refused): it was stored and echoed as sent, though it alerts once. Not when the stored
+    document (`stored`) lists the same thresholds: one kept from before never blocks a resize
+    that does not touch the budget. The parse reads such a spec as the set it alerts on."""
+    given = _raw_thresholds(document)
+    if stored is not None and given == _raw_thresholds(stored):
+        return []
+    return [FieldError(f"spec.budget.thresholds[{i}]", listed_twice(t)) for i, t in enumerate(given) if t in given[:i]]
+
+
+def _raw_thresholds(document: Any) -> list:
+    spec = document.get("spec") if isinstance(document, dict) else None
+    budget = spec.get("budget") if isinstance(spec, dict) else None
+    thresholds = budget.get("thresholds") if isinstance(budget, dict) else None
+    return [t for t in thresholds if isinstance(t, int) and not isinstance(t, bool)] if isinstance(thresholds, list) else []
+
+
+def _parse_budget(check: Checker, value: Any) -> Budget | None:
+    """`spec.budget`; thresholds given twice are read as the set they alert on (a document
+    being written is refused them: `thresholds_repeated`)."""
     entry = check.mapping(value, "spec.budget", ("monthly", "currency", "thresholds"), ("monthly",))
     amount: Decimal | None = None
     if "monthly" in entry:
@@ -408,13 +425,8 @@ def _parse_budget(check: Checker, value: Any, writing: bool = False) -> Budget |
         check.error("spec.budget.thresholds", "must be a list of percentages")
         thresholds = []
     before = len(check.errors)
-    seen: set[int] = set()
     for index, item in enumerate(thresholds):
-        path = f"spec.budget.thresholds[{index}]"
-        if (percent := check.integer(item, path, minimum=1, maximum=1000)) is not None:
-            if writing and percent in seen:
-                check.error(path, listed_twice(percent))
-            seen.add(percent)
+        check.integer(item, f"spec.budget.thresholds[{index}]", minimum=1, maximum=1000)
     if amount is None or len(check.errors) > before:  # refused: the thresholds are not all numbers to sort
         return None
     return Budget(monthly=amount, currency=currency, thresholds=tuple(sorted(set(thresholds))))

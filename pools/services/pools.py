@@ -31,7 +31,7 @@ from pools.core.errors import (
     free_text,
 )
 from pools.core.lifecycle import WITHDRAWN
-from pools.core.spec import PoolSpec, parse_document
+from pools.core.spec import PoolSpec, parse_document, thresholds_repeated
 from pools.core.spec_changes import describe_change
 from pools.core.stall_messages import quota_exceeded, quota_scope
 from pools.models import GpuModel, GpuNodePool, NodeType, PoolOrder, Quota, Team, Zone
@@ -61,6 +61,8 @@ def pool_create(*, user, document: Any, team_slug: str = "", now: datetime | Non
     document, server = split_server_fields(document)
     team = _team_for_new_pool(user=user, team_slug=team_slug or str(server.get("team") or ""))
     spec = parse_document(document, catalog_current(writing=True))
+    if repeated := thresholds_repeated(document):
+        raise ValidationError(repeated)
     _check_sharing(spec, team)
     if GpuNodePool.objects.active().filter(name=spec.name).exists():
         raise ConflictError(f"a pool named {spec.name!r} already exists")
@@ -107,7 +109,7 @@ def pool_update(*, user, pool: GpuNodePool, document: Any, now: datetime | None 
     read_at, read_as = read_version(server), read_uid(server)
     spec = parse_document(document, catalog_current(writing=True))
     old = parse_document(pool.document, catalog_current())
-    errors = []
+    errors = thresholds_repeated(document, stored=pool.document)
     if spec.name != pool.name:
         errors.append(FieldError("metadata.name", f"field is immutable: the pool is named {pool.name!r}"))
     for path, attr in IMMUTABLE_FIELDS:
