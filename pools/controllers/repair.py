@@ -105,18 +105,20 @@ def repair_all(*, now: datetime | None = None) -> int:
 
 
 def _outages_hold(now: datetime) -> None:
-    """Restart the clock of every fault in a zone held (`zones_held`: most or all of the fleet out
-    of the cluster's use at once), so no node there is replaced for it this pass, and a fault
-    counts only from when its zone was last itself: a kubelet that posts a minute after the
+    """Hold the faults of every zone held (`zones_held`: all of the fleet, or most of a zone, out
+    of the cluster's use at once), so that no node there is replaced for it this pass, and its
+    30 minutes count from the last pass that held it: a kubelet that posts a minute after the
     others, once a two-hour partition heals, gets its full grace, not a replacement at once.
-    The pools' own pauses cannot see this when each pool has one node."""
+    The pools' own pauses cannot see this when each pool has one node. `cluster_fault_since`
+    keeps when the fault began (the Ready condition's lastTransitionTime, the repair's event).
+    One conditional UPDATE: a fault cleared meanwhile is not held."""
     fleet = Node.objects.filter(pool__deleted_at__isnull=True, release_reason="", phase__in=WATCHED_PHASES)
-    counts = fleet.values("zone__name").annotate(out=Count("pk", filter=~Q(cluster_fault="")), total=Count("pk")).order_by()
+    counts = fleet.values("zone_id", "zone__name").annotate(out=Count("pk", filter=~Q(cluster_fault="")), total=Count("pk")).order_by()
+    names = {row["zone__name"]: row["zone_id"] for row in counts}
     held = zones_held({row["zone__name"]: (row["out"], row["total"]) for row in counts})
     if held:
         logger.warning("most nodes of zone(s) %s are out of the cluster's use at once: none is replaced for it until fewer are", ", ".join(sorted(held)))
-        out = fleet.filter(zone__name__in=held, cluster_fault_since__lt=now).exclude(cluster_fault="")
-        Node.objects.filter(pk__in=list(out.values_list("pk", flat=True))).update(cluster_fault_since=now)
+        fleet.filter(zone_id__in=[names[zone] for zone in held]).exclude(cluster_fault="").update(cluster_fault_held_at=now)
 
 
 def pool_repair(*, pool_id: int, now: datetime) -> int:

@@ -284,7 +284,8 @@ NODE_UNAVAILABLE_FOR = timedelta(minutes=30)
 """How long the cluster may run no pod on a node before it is replaced (`unavailable_repair`)."""
 
 
-def unavailable_repair(fault: str, since: datetime | None, now: datetime, after: timedelta = NODE_UNAVAILABLE_FOR) -> RepairDecision | None:
+def unavailable_repair(fault: str, since: datetime | None, now: datetime, after: timedelta = NODE_UNAVAILABLE_FOR,
+                       held_at: datetime | None = None) -> RepairDecision | None:  # fmt: skip
     """The repair of a node the cluster has run no pod on since `since` (`fault` says why: its
     Node deleted, not Ready, or offering none of its GPUs), once that has lasted `after`; None
     before, or without a fault.
@@ -298,8 +299,9 @@ def unavailable_repair(fault: str, since: datetime | None, now: datetime, after:
     gate (it is not cordoned either: the cluster already places nothing there), so a kubelet
     restart costs no event; the pool's pause still holds when many nodes drop out together (a
     network partition is not bad hardware). The message does not change while the fault lasts,
-    so an event that repeats it (a pause, a repair left to a person) is written once."""
-    if not fault or since is None or now - since < after:
+    so an event that repeats it (a pause, a repair left to a person) is written once. `held_at`:
+    the last pass that held it in a zone-wide outage (`zones_held`), from which `after` counts."""
+    if not fault or since is None or now - max(since, held_at or since) < after:
         return None
     message = f"the cluster has run no pod on the node since {since:%Y-%m-%d %H:%M} UTC, over {_span(after)}: {fault}; the node must be replaced"
     return RepairDecision(REPLACE, NODE_UNAVAILABLE, message=message)
@@ -315,13 +317,15 @@ def zones_held(out_of_use: Mapping[str, tuple[int, int]]) -> frozenset[str]:
     no node in use (full disruption everywhere: the API server or its network, not the
     machines) holds them all; otherwise a zone in partial disruption (more than 2 and at least
     55% of its nodes out) holds when it has at most 50 nodes (a larger one evicts slowly, as a
-    pool's one repair at a time already does). While held, a fault's clock restarts, as the
-    controller resets every node's timestamps when a full disruption ends."""
+    pool's one repair at a time already does). A held fault's 30 minutes count from the last
+    pass that held it, as the controller resets every node's timestamps when a full disruption
+    ends. A zone with no node in use beside zones with some is in full disruption alone, which
+    evicts at the usual rate."""
     zones = {zone: counts for zone, counts in out_of_use.items() if counts[1]}
     if zones and all(out == total for out, total in zones.values()):
         return frozenset(zones)
-    return frozenset(zone for zone, (out, total) in zones.items()
-                     if out > 2 and out >= UNHEALTHY_ZONE_SHARE * total and total <= LARGE_ZONE_NODES)  # fmt: skip
+    return frozenset(zone for zone, (out, total) in zones.items()  # a zone wholly out beside others in use is its own loss
+                     if 2 < out < total and out >= UNHEALTHY_ZONE_SHARE * total and total <= LARGE_ZONE_NODES)  # fmt: skip
 
 
 # --- pool-level gates --------------------------------------------------------------------

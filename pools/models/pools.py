@@ -351,6 +351,10 @@ class Node(models.Model):
     cluster_fault_since = models.DateTimeField(
         null=True, blank=True, help_text="Since when the cluster has run no pod on the node (the start of `cluster_fault`, whatever its wording since)"
     )  # fmt: skip
+    cluster_fault_held_at = models.DateTimeField(
+        null=True, blank=True,
+        help_text="When the repair last held the node's fault, its zone out of the cluster's use at once: its 30 minutes count from then",
+    )
     lease_start = models.DateTimeField(null=True, blank=True)
     lease_end = models.DateTimeField(null=True, blank=True)
     last_heartbeat = models.DateTimeField(null=True, blank=True)

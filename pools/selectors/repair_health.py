@@ -113,7 +113,7 @@ def repair_states(*, nodes: list[Node], now: datetime, policy: RepairPolicy | No
     for pool_id, state in states.items():
         for node in state.nodes:
             decision = next_action([*xids.get(node.pk, []), *attempts.get(node.pk, [])], now, policy)
-            unavailable = unavailable_repair(node.cluster_fault, node.cluster_fault_since, now)
+            unavailable = unavailable_repair(node.cluster_fault, node.cluster_fault_since, now, held_at=node.cluster_fault_held_at)
             if unavailable and decision.action != REPLACE and decision.reason != "RepairInProgress":  # a running reset or reboot ends by its own timeout
                 decision = unavailable
             state.decisions[node.pk] = decision
@@ -156,7 +156,8 @@ def with_pool_fault_counts(nodes: QuerySet[Node], now: datetime) -> QuerySet[Nod
     since = now - RepairPolicy().window
     watched = Node.objects.filter(pool_id=OuterRef("pool_id"), phase__in=WATCHED_PHASES, release_reason="").order_by()
     xids = GpuErrorEvent.objects.filter(node_id=OuterRef("pk"), at__gt=since, at__lte=now, xid__in=ACTIONABLE_XIDS)
-    faulty = watched.filter(Exists(xids) | (~Q(cluster_fault="") & Q(cluster_fault_since__lte=now - NODE_UNAVAILABLE_FOR)))
+    out_long = Q(cluster_fault_since__lte=now - NODE_UNAVAILABLE_FOR) & (Q(cluster_fault_held_at__isnull=True) | Q(cluster_fault_held_at__lte=now - NODE_UNAVAILABLE_FOR))
+    faulty = watched.filter(Exists(xids) | (~Q(cluster_fault="") & out_long))
     count = {"pool_watched": watched, "pool_faulty": faulty}
     return nodes.annotate(**{
         name: Coalesce(Subquery(rows.values("pool_id").annotate(n=Count("pk")).values("n")[:1]), 0) for name, rows in count.items()

@@ -167,6 +167,7 @@ def test_a_fleet_out_of_use_whole_replaces_and_says_nothing_and_a_kubelet_laggin
     for minutes in (31, 120):
         assert repair.repair_all(now=now + timedelta(minutes=minutes)) == 0
     assert not PoolEvent.objects.filter(reason__in=("RepairPaused", "RepairNeeded", "RepairStarted")).exists()
+    assert Node.objects.get(name=lagging).cluster_fault_since == now  # when it began: the hold is kept beside it
     healed = now + timedelta(minutes=121)
     lifecycle.reconcile_all(now=healed, cluster=OneNotReady(lagging))  # the other kubelet is back; this one is a minute late
     assert repair.repair_all(now=healed + timedelta(minutes=1)) == 0

@@ -232,6 +232,7 @@ def test_zones_are_held_as_kubernetes_node_lifecycle_controller_holds_its_evicti
     assert zones_held({"a": (1, 1)}) == {"a"}
     assert zones_held({"a": (2, 2), "b": (3, 3)}) == {"a", "b"}
     assert zones_held({"a": (1, 1), "b": (0, 4)}) == set()
+    assert zones_held({"a": (3, 3), "b": (0, 10)}) == set()  # wholly out beside a zone in use: its own loss (review)
     assert zones_held({"a": (3, 5), "b": (0, 4)}) == {"a"}
     assert zones_held({"a": (2, 3)}) == set()  # two out is never a partial disruption
     assert zones_held({"a": (3, 6)}) == set()  # under 55%
