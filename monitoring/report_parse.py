@@ -15,7 +15,7 @@ total). docs/operator.md lists the ranges; a value outside them is a 400 naming 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from operator import le
 from typing import Any
@@ -63,6 +63,7 @@ class Batch:
     oldest_seq: int | None = None
     acks: list[Ack] = field(default_factory=list)
     node: str | None = None
+    clock_off: str = ""  # how the node's clock is off, its times taken as received (`clock_fixed`)
 
 
 BIGINT_MAX, INT_MAX, SMALLINT_MAX = 2**63 - 1, 2**31 - 1, 2**15 - 1  # the columns the values go to
@@ -257,34 +258,39 @@ CLOCK_SKEW = timedelta(minutes=10)  # how far ahead of the control plane a node'
 CLOCK_SET = datetime(2000, 1, 1, tzinfo=UTC)  # earlier: a clock never set (a board without a battery starts at 1970)
 
 
-def clock_errors(reports: list[Report | None], received_at: datetime | None) -> list[FieldError]:
-    """A report or Xid time from a node's clock that is off: an Xid dated 2999 was "in the last
-    24 h" on Diagnose for ever, and a fatal one dated 1970 was stored and never repaired (found
-    by a hostile-input probe). Refused on its field, so the agent's dead letters and the node's
-    Warning say which clock to fix; `received_at` None checks only the clock never set."""
-    latest = None if received_at is None else received_at + CLOCK_SKEW
-    errors = []
-    for i, report in enumerate(reports):
-        for path, at in [(f"reports[{i}].at", report.at), *((f"reports[{i}].xids[{j}].at", x.at) for j, x in enumerate(report.xids))] if report else ():
-            if at < CLOCK_SET:
-                errors.append(FieldError(path, f"{at:%Y-%m-%d} is before 2000: the node's clock is not set"))
-            elif latest is not None and at > latest:
-                errors.append(FieldError(path, f"{at:%Y-%m-%d %H:%M:%S} UTC is more than 10 minutes after the control plane's clock "
-                                               f"({received_at:%Y-%m-%d %H:%M:%S} UTC): the node's clock is ahead"))  # fmt: skip
-    return errors
+def clock_fixed(reports: list[Report | None], received_at: datetime | None) -> tuple[list[Report | None], str]:
+    """The reports with each time a node's clock put off (before 2000: never set; more than 10
+    minutes ahead of the control plane's) taken as received, and why ("" when none was). An
+    Xid dated 2999 was "in the last 24 h" on Diagnose for ever, and a fatal one dated 1970 was
+    never repaired (found by a hostile-input probe); refusing them instead cost the node its
+    heartbeat, so a skewed clock read as an outage (found by review). Kubernetes' node
+    controller likewise times a node's heartbeats by its own clock. `received_at` None: kept."""
+    if received_at is None:
+        return reports, ""
+    latest = received_at + CLOCK_SKEW
+    off: set[str] = set()
+
+    def fixed(at: datetime) -> datetime:
+        if CLOCK_SET <= at <= latest:
+            return at
+        off.add("is not set (before 2000)" if at < CLOCK_SET else "is more than 10 minutes ahead of the control plane's")
+        return received_at
+
+    out = [r if r is None or (CLOCK_SET <= r.at <= latest and all(CLOCK_SET <= x.at <= latest for x in r.xids))  # the usual case: as sent
+           else replace(r, at=fixed(r.at), xids=[replace(x, at=fixed(x.at)) for x in r.xids]) for r in reports]  # fmt: skip
+    return out, " and ".join(sorted(off))
 
 
 def batch_parse(data: Any, *, max_batch: int, received_at: datetime | None = None) -> Batch:
     """Check a batch body and return it shaped; raise ValidationError naming each bad field.
-    `received_at`: when the control plane received it, to refuse times a node's clock put ahead."""
+    `received_at`: when the control plane received it, for times a node's clock put off."""
     errors: list[FieldError] = []
     if not isinstance(data, dict):
         raise ValidationError("the body must be a JSON object with a `reports` list", field="")
     raw_reports = data.get("reports")
     if not isinstance(raw_reports, list) or not raw_reports or len(raw_reports) > max_batch:
         raise ValidationError(f"must be a list of 1 to {max_batch} reports", field="reports")
-    reports = [_report(r, f"reports[{i}]", errors) for i, r in enumerate(raw_reports)]
-    errors += clock_errors(reports, received_at)
+    reports, clock_off = clock_fixed([_report(r, f"reports[{i}]", errors) for i, r in enumerate(raw_reports)], received_at)
     oldest = data.get("oldestSeq")
     oldest = None if oldest is None else _int(oldest, "oldestSeq", errors, minimum=1)
     acks = []
@@ -307,7 +313,7 @@ def batch_parse(data: Any, *, max_batch: int, received_at: datetime | None = Non
         errors.append(FieldError("oldestSeq", f"must not be above the batch's lowest seq ({lowest}): it is the oldest report the agent still holds"))
     if errors:
         raise ValidationError(errors)
-    return Batch([r for r in reports if r is not None], oldest, acks, node)
+    return Batch([r for r in reports if r is not None], oldest, acks, node, clock_off)
 
 
 def node_gpu_errors(batch: Batch, gpu_count: int) -> list[FieldError]:

@@ -286,6 +286,9 @@ def reports_ingest(*, credential: AgentCredential, batch: Batch, now: datetime |
     if errors := node_gpu_errors(batch, node.gpu_count):
         report_batch_refused(credential=credential, errors=errors, now=now)
         raise ValidationError(errors)
+    if batch.clock_off:  # one event while it lasts: its message does not change
+        event_record(pool=node.pool, node=node, type=WARNING, reason="NodeClockOff", now=now,
+                     message=f"{node.name}'s clock {batch.clock_off}: its report times are taken as received; set the node's clock (NTP)")  # fmt: skip
     try:
         state = node.agent_state
     except NodeAgentState.DoesNotExist:

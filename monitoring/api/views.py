@@ -155,12 +155,13 @@ def _body(request):
 
 
 def _batch(data):
-    """The parsed batch, or None where it is refused (reports_ingest's path refuses it, with
-    the node's event, once the agent is authenticated)."""
+    """The parsed batch, or None where it is refused or its node's clock is off (reports_ingest's
+    path answers it, with the node's event, once the agent is authenticated)."""
     try:
-        return batch_parse(data, max_batch=settings.EBCLOUD_AGENT_MAX_BATCH, received_at=timezone.now())
+        batch = batch_parse(data, max_batch=settings.EBCLOUD_AGENT_MAX_BATCH, received_at=timezone.now())
     except DomainValidationError:
         return None
+    return None if batch.clock_off else batch
 
 
 class ReportsView(_AgentView):
