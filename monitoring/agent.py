@@ -115,7 +115,8 @@ class Agent:
                 raise SystemExit(f"{self.credential_file} is for node {saved.get('node')}, not {self.node}")
             self.credential, self.node = saved["credential"], saved["node"]
             self._node_gpus(saved.get("gpuCount"))
-            self.gpus_unsaved = "gpuCount" not in saved
+            # Rotated once, only for a source that takes the node's count: a real one measures its GPUs.
+            self.gpus_unsaved = "gpuCount" not in saved and getattr(self.source, "pinned", True) is False
 
     def _save_credential(self) -> None:
         self.credential_file.parent.mkdir(parents=True, exist_ok=True)
