@@ -111,15 +111,15 @@ def compare_split(estimate: BudgetEstimate, actual: Mapping[str, Decimal]) -> li
     Components spent on but not estimated (e.g. registry fees, C1) appear with estimate 0 so
     nothing is hidden.
     """
-    spent = sum((Decimal(v) for v in actual.values()), Decimal(0))
+    spent = sum((quantize_money(Decimal(v), CENT) for v in actual.values()), Decimal(0))
     names = [n for n, _ in estimate.parts] + sorted(
         k for k in actual if k not in dict(estimate.parts)
     )
     shares = dict(estimate.shares)
     out = []
-    for name in names:
-        est = dict(estimate.parts).get(name, Decimal(0))
-        act = Decimal(actual.get(name, Decimal(0)))
+    for name in names:  # in cents: SQLite's sums come back as 15-digit floats ("0.400000000000000")
+        est = quantize_money(dict(estimate.parts).get(name, Decimal(0)), CENT)
+        act = quantize_money(Decimal(actual.get(name, Decimal(0))), CENT)
         share = (act / spent).quantize(RATIO) if spent else None
         out.append(SplitComparison(name, est, act, act - est, shares.get(name, Decimal(0)), share))
     return out

@@ -61,6 +61,15 @@ def test_actual_spend_is_compared_with_the_estimate_and_extras_are_shown():
     assert by["registry"].estimate == 0 and by["registry"].actual_share == D("0.0196")
 
 
+
+def test_the_split_is_in_cents_whatever_the_database_summed():
+    """SQLite sums a decimal column as a float: the pool page showed 0.400000000000000 and a bare
+    0 beside 29.01 (found by a QA sweep)."""
+    rows = compare_split(budget_estimate(D(1000)), {"nodes": D("0.400000000000000"), "storage": D("29.0100000000000")})
+    assert [str(r.actual) for r in rows] == ["0.40", "29.01", "0.00"]
+    assert [str(r.estimate) for r in rows] == ["800.00", "150.00", "50.00"]
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.integers(0, 10**12))
 def test_budget_parts_always_sum_to_the_total(cents):

@@ -179,3 +179,12 @@ def test_the_node_page_costs_the_same_queries_with_a_long_history(browser, actor
     with CaptureQueriesContext(connection) as many:
         assert lead.get(page).status_code == 200
     assert len(few) == len(many) <= 16, [q["sql"][:90] for q in many.captured_queries]
+
+
+def test_a_released_node_reads_released_with_the_time_of_its_last_heartbeat(browser, node, page):
+    """A node replaced minutes ago read "Last heartbeat 26s ago" and "cordoned · leaving: Repair"
+    (found by a QA sweep): it is gone, its last heartbeat a moment in its history."""
+    Node.objects.filter(pk=node.pk).update(phase="Terminated", release_reason="Repair", last_heartbeat=T0)
+    html = browser("lead").get(page).content.decode()
+    assert "released (Repair)" in html and "leaving:" not in html
+    assert "2026-12-01" in html and " ago</time>" not in html
