@@ -50,3 +50,13 @@ def test_a_pool_with_no_ready_node_yet_that_will_take_the_pod_is_no_never_fits()
     coming = node("train-pool-a-template", gpus=8)
     assert any("no node can ever fit it" in h for h in explain(pod(), [small]).hints)
     assert not any("no node can ever fit it" in h for h in explain(pod(), [small], coming=[coming]).hints)
+
+
+def test_a_label_that_exists_or_bounds_a_number_is_suggested_as_yaml_that_reads_back():
+    """`Exists` asks for any value, `Gt 10` for 11: both read as text once quoted."""
+    from pools.core.scheduling.nodes import NodeSelectorRequirement
+
+    terms = ((NodeSelectorRequirement("spot", "Exists", ()), NodeSelectorRequirement("gen", "Gt", ("10",))),)
+    (hint,) = [h for h in explain(pod(team=OWNER, affinity_terms=terms), [node()]).hints if "nodeLabels" in h]
+    assert 'add nodeLabels: {gen: "11", spot: ""} to the pool spec' in hint
+    assert yaml.safe_load('{gen: "11", spot: ""}') == {"gen": "11", "spot": ""}

@@ -226,12 +226,12 @@ def _label_for(req: NodeSelectorRequirement) -> tuple[str, str] | None:
     if req.operator == "In" and req.values:
         return req.key, req.values[0]
     if req.operator == "Exists":
-        return req.key, '""'
+        return req.key, ""
     if req.operator in ("Gt", "Lt") and req.values:
         bound = go_int64(req.values[0])  # as the requirement is matched: "1_0" or "١٠" is no number
         if bound is None:
             return None
-        return req.key, f'"{bound + 1 if req.operator == "Gt" else bound - 1}"'
+        return req.key, str(bound + 1 if req.operator == "Gt" else bound - 1)  # quoted as YAML by `yaml_value`
     return None
 
 
