@@ -88,6 +88,7 @@ from pools.core.scaling_history import ScalingHistory
 from pools.core.scheduling.nodes import NodeState, filter_node
 from pools.core.scheduling.nodes import Pod as CorePod
 from pools.core.spec import parse_document
+from pools.core.stall_messages import QUOTA_EXCEEDED
 from pools.models import GpuNodePool, Node, ScalingActivity, Team
 from pools.providers import get_cloud_provider, get_cluster_backend, real_cluster
 from pools.selectors.autoscaler_view import FleetView, fleet_view, queues_read, scale_up_inputs_load
@@ -99,7 +100,6 @@ logger = logging.getLogger("ebcloud.autoscaler")
 GPU_MEMORY = "gpu-memory"
 QUEUED_PODS = "queued_pods"
 NOT_TRIGGER_SCALE_UP = "NotTriggerScaleUp"
-QUOTA_EXCEEDED = "QuotaExceeded"
 SCALE_DOWN_BLOCKED = "ScaleDownBlocked"
 BURST_DISABLED = "BurstDisabled"
 LIMITING_POLICY_LENGTH = ScalingActivity._meta.get_field("limiting_policy").max_length  # PostgreSQL refuses a longer one

@@ -15,6 +15,7 @@ from datetime import datetime
 from urllib.parse import urlencode
 
 from django.db import transaction
+from django.db.models import OuterRef, Subquery
 from django.urls import reverse
 
 from pools.core.autoscaling import burst_ceiling
@@ -36,8 +37,9 @@ from pools.core.scheduling.waiting import (
     starting_hint,
     waiting_hints,
 )
+from pools.core.stall_messages import QUOTA_EXCEEDED
 from pools.core.words import plural
-from pools.models import GpuModel, GpuNodePool, Node, NodeType
+from pools.models import GpuModel, GpuNodePool, Node, NodeType, ScalingActivity
 from pools.models.pods import Pod
 from pools.selectors.cluster import cluster_state, live_nodes, readable_core_pod
 from pools.selectors.prospects import UnreadablePool, read_prospects
@@ -83,12 +85,23 @@ class OrderCatalog:
         self._by_name: dict[str, PoolProspect] | None = None
         self._by_shape: dict[tuple, tuple[list[str], bool]] = {}
         self._starting_room: dict[str, list[NodeState]] = {}
+        self._quota_held: dict[int, str] | None = None
 
     def read(self) -> tuple[list[NodeType], list[str]]:
         if self._read is None:
             self._read = (list(NodeType.objects.order_by("gpu_count", "cpu_milli", "memory_mib", "name")),
                           list(GpuModel.objects.order_by("name").values_list("name", flat=True)))  # fmt: skip
         return self._read
+
+    def quota_held(self, pool: GpuNodePool) -> str | None:
+        """What held the autoscaler's last decision on the pool back when that was a GPU quota
+        (the team's, or the region's): no burst node comes until an admin raises it, whatever
+        the pool's own limits say (a lead was told a burst node would come, found by a QA sweep)."""
+        if self._quota_held is None:
+            latest = ScalingActivity.objects.filter(pool=OuterRef("pk")).order_by("-at", "-pk")
+            rows = GpuNodePool.objects.active().annotate(last=Subquery(latest.values("reason")[:1]), said=Subquery(latest.values("message")[:1]))
+            self._quota_held = dict(rows.filter(last=QUOTA_EXCEEDED).values_list("pk", "said"))
+        return self._quota_held.get(pool.pk)
 
     def prospects(self) -> list[PoolProspect]:
         if self._prospects is None:
@@ -225,6 +238,10 @@ def capacity_hints(pod: CorePod, node_reasons: dict[str, str], states: dict[str,
             hints.append(starting_hint(prospect, len(members), guest=is_guest(pod, empty.owner)))
         elif is_guest(pod, empty.owner):
             hints.append(lent_hint(pool_name, pool.team.slug, state="busy"))
+        elif pool.bursts and (held := catalog.quota_held(pool)):
+            hints.append(f"pool {pool_name}'s nodes are busy, and the autoscaler's last scale-up was held back by a GPU quota "
+                         f"({held}): "
+                         "a platform admin raises that quota (Admin → Quotas); until then this pod waits for room.")  # fmt: skip
         else:  # the starting nodes are spoken for, and count against the pool's limits
             hints.append(growth_hint(pool, members, len(members) + (prospect.starting if prospect else 0)))
     return hints

@@ -52,6 +52,9 @@ def quota_scope(region: str, model: str, team: str | None) -> str:
     return f"{region} {model}" + (f" for team {team}" if team else "")
 
 
+QUOTA_EXCEEDED = "QuotaExceeded"  # the reason of a stall, an event or an autoscaler decision a GPU quota held back
+
+
 def quota_exceeded(scope: str, *, requested: int, in_use: int, limit: int, approved: int = 0) -> str:
     """`QuotaExceeded: cn-east-2 A100_80G requested 16, in use 40, limit 48` (`approved`: what
     admins approved and is not paid yet, which the payment counts too)."""

@@ -96,3 +96,25 @@ def test_a_guest_of_a_busy_lent_pool_is_told_whom_to_ask_not_its_owners_commands
     assert ("pool train-pool-a (busy): it is lent to your team, and a lent pool grows only for its own team's pods, "
             "so this pod waits for room on it: ask the lead of team algorithm for more.") in guest.hints
     assert not any("node-pool scale" in h or "enable burst" in h for h in guest.hints), guest.hints
+
+
+def test_a_pool_whose_last_scale_up_a_gpu_quota_held_back_says_so_instead_of_promising_a_burst_node(actors):
+    """The lead was told "the autoscaler adds a burst node when the pool's scaling policy asks"
+    while its team's GPU quota held every scale-up back (found by a QA sweep): the hint names
+    the quota and who raises it, once the autoscaler's last decision says so."""
+    from pools.models import ScalingActivity
+    from tests.pools.autoscaler_helpers import SCALING
+
+    pool = pool_with_nodes(actors["lead"], nodes=1, node_labels={"pool": "train"}, nodeCount={"min": 0, "max": 4}, scaling=SCALING,
+                           burst={"enabled": True, "maxNodes": 3})  # fmt: skip
+    submit(actors["member"], "first", gpus=8)
+    (promised,) = [h for h in hints_of_second(actors) if "a new node would fit the pod" in h]
+    assert "the autoscaler adds a burst node" in promised
+    held = "Scale-up to 2 not done: 1 on-demand node(s) of 8 GPU(s) would pass the cn-north-1 A100_80G quota for team algorithm"
+    ScalingActivity.objects.create(pool=pool, at=T0, from_nodes=1, to_nodes=1, reason="QuotaExceeded", message=held, blocked=True)
+    scheduler_pass(now=T0 + timedelta(minutes=1))
+    hints = Pod.objects.get(name="second").hints
+    assert not any("a new node would fit the pod" in h for h in hints), hints
+    (hint,) = [h for h in hints if h.startswith("pool train-pool-a's")]
+    assert hint == (f"pool train-pool-a's nodes are busy, and the autoscaler's last scale-up was held back by a GPU quota ({held}): "
+                    "a platform admin raises that quota (Admin → Quotas); until then this pod waits for room.")
