@@ -239,8 +239,7 @@ def capacity_hints(pod: CorePod, node_reasons: dict[str, str], states: dict[str,
         elif is_guest(pod, empty.owner):
             hints.append(lent_hint(pool_name, pool.team.slug, state="busy"))
         elif pool.bursts and (held := catalog.quota_held(pool)):
-            hints.append(f"pool {pool_name}'s nodes are busy, and the autoscaler's last scale-up was held back by a GPU quota "
-                         f"({held}): "
+            hints.append(f"pool {pool_name}'s nodes are busy, and the autoscaler's last scale-up was held back by a GPU quota ({held}): "
                          "a platform admin raises that quota (Admin → Quotas); until then this pod waits for room.")  # fmt: skip
         else:  # the starting nodes are spoken for, and count against the pool's limits
             hints.append(growth_hint(pool, members, len(members) + (prospect.starting if prospect else 0)))
