@@ -98,3 +98,13 @@ def test_a_multi_line_value_stays_inside_its_check_block():
     text = diagnosis_text({"pool": "p", "checks": [{"id": "x", "title": "X", "status": "warning", "found": "f", "cause": "c",
                                                     "action": "add:\ntolerations:\n- key: a"}]})  # fmt: skip
     assert text.endswith("  First action:  add:\n                 tolerations:\n                 - key: a")
+
+
+def test_a_label_that_exists_bounds_a_number_or_reads_as_a_boolean_is_given_as_yaml_that_reads_back():
+    """`tier:` (null), `rank: 11` (a number) and `lend: yes` (a boolean) pasted into the pool's
+    spec are refused as label values (found by review)."""
+    exists_gt = ((NodeSelectorRequirement("tier", "Exists", ()), NodeSelectorRequirement("rank", "Gt", ("10",))),)
+    found = facts(tolerations=TOLERATES_POOL + (Toleration("dedicated", "Equal", "nlp", "NoSchedule"),), affinity_terms=exists_gt)
+    assert found.blockers[0].fix.startswith('add rank: "11", tier: "" to the pool\'s spec.nodeLabels, or ')
+    lend = facts(tolerations=TOLERATES_POOL + (Toleration("dedicated", "Equal", "nlp", "NoSchedule"),), node_selector={"lend": "yes"})
+    assert lend.blockers[0].fix == 'add lend: "yes" to the pool\'s spec.nodeLabels, or remove lend from the pod\'s nodeSelector'

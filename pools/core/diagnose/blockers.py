@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pools.core.scheduling.nodes import NodeSelectorRequirement, NodeState, Pod, Taint
-from pools.core.scheduling.pod_fixes import node_checks
+from pools.core.scheduling.pod_fixes import node_checks, yaml_value
 from pools.core.words import plural
 
 # Why a Pending pod cannot use a pool (`snapshot.pending_pod_facts`).
@@ -42,10 +42,10 @@ def pool_blockers(pod: Pod, template: NodeState) -> tuple[Blocker, ...]:
     checks = iter(found.checks)  # node_checks lists them in this same order
     blockers = [Blocker(TAINT, next(checks), f"add the toleration {_toleration(t)} to the pod spec", _taint(t)) for t in found.tolerations]
     for key, have in found.node_selector.items():
-        change = f"remove {key} from the pod's nodeSelector" if have is None else f"set the pod's nodeSelector {key}: {have}"
-        blockers.append(Blocker(AFFINITY, next(checks), f"add {key}: {pod.node_selector[key]} to the pool's spec.nodeLabels, or {change}"))
+        change = f"remove {key} from the pod's nodeSelector" if have is None else f"set the pod's nodeSelector {key}: {yaml_value(have)}"
+        blockers.append(Blocker(AFFINITY, next(checks), f"add {key}: {yaml_value(pod.node_selector[key])} to the pool's spec.nodeLabels, or {change}"))
     if found.affinity_terms is not None:
-        labels = ", ".join(f"{k}: {v}" for k, v in sorted(found.pool_labels.items()) if k not in found.node_selector)
+        labels = ", ".join(f"{k}: {yaml_value(v)}" for k, v in sorted(found.pool_labels.items()) if k not in found.node_selector)
         change = ("remove the pod's required node affinity" if not found.affinity_terms
                   else "change the pod's required node affinity to " + _terms(found.affinity_terms))  # fmt: skip
         blockers.append(Blocker(AFFINITY, next(checks), (f"add {labels} to the pool's spec.nodeLabels, or " if labels else "") + change))
