@@ -19,10 +19,12 @@ from django.db.models import (
     Case,
     Count,
     DecimalField,
+    Exists,
     ExpressionWrapper,
     F,
     Max,
     Min,
+    OuterRef,
     Q,
     QuerySet,
     Sum,
@@ -48,7 +50,7 @@ from billing.focus_records import (
 )
 from billing.hours import QUANTITY, ceil_hour, floor_hour
 from billing.metering import ledger_pool_name
-from billing.models import CostRecord, UsageRecord
+from billing.models import CostRecord, NodePrice, UsageRecord
 from billing.selectors import CostQuery, costs_for_user, ledger_pool_q
 from pools import roles
 from pools.models import GpuNodePool, Node, Team
@@ -333,12 +335,20 @@ class _ListPrices:
         return self.prices.get(start, {})
 
     def _varying_find(self, midnight: datetime) -> None:
+        """The hourly list prices of the day's monthly and preemptible node records of pools
+        whose node price book changed in the day (one cheap read of the book on every other
+        day: a partial node-hour's cent-rounded list amount is no price change)."""
+        day_end = midnight + timedelta(days=1)
+        changed = NodePrice.objects.filter(node_type_id=OuterRef("node_type_id"), gpu_model_id=OuterRef("gpu_model_id"),
+                                           effective_from__gt=midnight, effective_from__lt=day_end)  # fmt: skip
+        pools = list(GpuNodePool.objects.filter(Exists(changed)).values_list("pk", flat=True))
         hourly: dict[tuple[int, str], dict[datetime, Decimal]] = defaultdict(dict)
-        for s in (self.usage.filter(hour__gte=midnight, hour__lt=midnight + timedelta(days=1)).values("hour", "pool_id", "billing_kind")
-                  .order_by().annotate(listed=Sum(Coalesce("list_amount", "amount")), gpus=Sum(_CAPACITY))):  # fmt: skip
+        rows = (self.usage.filter(hour__gte=midnight, hour__lt=day_end, pool_id__in=pools, billing_kind__in=(MONTHLY, PREEMPTIBLE))
+                .values("hour", "pool_id", "billing_kind").order_by().annotate(listed=Sum(Coalesce("list_amount", "amount")), gpus=Sum(_CAPACITY)))  # fmt: skip
+        for s in rows if pools else ():
             if s["gpus"]:
                 hourly[s["pool_id"], s["billing_kind"]][s["hour"]] = list_unit_price(s["listed"], Decimal(str(s["gpus"])).quantize(QUANTITY))
-        self.varying, self.listed = {key: units for key, units in hourly.items() if len(set(units.values())) > 1}, None
+        self.varying, self.listed = dict(hourly), None
 
     def row_list_cost(self, values) -> Decimal | None:
         """A daily row's list cost hour by hour (its GPU-hours of each hour at that hour's list
