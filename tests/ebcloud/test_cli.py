@@ -479,14 +479,6 @@ def test_the_client_package_does_not_import_django():
 OFFLINE = {"EBCLOUD_SERVER": "http://x.invalid", "EBCLOUD_TOKEN": "t"}
 
 
-@pytest.fixture
-def no_request(monkeypatch):
-    """Any request fails the test (its line would say so)."""
-
-    def request(self, method, path, **kwargs):
-        raise AssertionError(f"a request was made: {method} {path}")
-
-    monkeypatch.setattr("ebcloud.client.Client._request", request)
 
 
 @pytest.mark.parametrize(

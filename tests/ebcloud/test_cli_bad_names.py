@@ -15,12 +15,6 @@ OFFLINE = {"EBCLOUD_SERVER": "http://x.invalid", "EBCLOUD_TOKEN": "t"}
 LONG = "a" * 100_000
 
 
-@pytest.fixture
-def no_request(monkeypatch):
-    def request(self, method, path, **kwargs):
-        raise AssertionError(f"a request was made: {method} {path}")
-
-    monkeypatch.setattr("ebcloud.client.Client._request", request)
 
 
 @pytest.mark.parametrize(
