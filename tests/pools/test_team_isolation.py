@@ -104,7 +104,7 @@ def test_another_teams_pod_that_tolerates_the_taint_never_lands_on_the_pool_and_
     assert pod.explanation == "no nodes available to schedule pods"
     assert not any("train-pool-a" in h for h in pod.hints)
     (order,) = [h for h in pod.hints if h.startswith("No pool of your team")]
-    assert "8 GPU(s)" in order and "GPU_8_CARD" in order and "A100" in order
+    assert "it needs 8 GPUs, " in order and "GPU_8_CARD" in order and "A100" in order
     link = order.rsplit(" ", 1)[1]
     assert link.startswith("/pools/new/?team=inference&gpu_model=")
     page = browser("other_lead").get(link).content.decode()
