@@ -17,7 +17,7 @@ from billing.budget_sync import budget_sync_pool
 from billing.models import Budget, CostDay, NodePrice, PriceBookEntry
 from billing.month_spend import period_bounds
 from pools import roles
-from pools.core.errors import ValidationError, listed_twice
+from pools.core.errors import ValidationError, listed_twice, repeats
 from pools.core.spec import MAX_MONTHLY_BUDGET
 from pools.models import GpuNodePool, Team
 from pools.services.audit import audit_record, snapshot
@@ -47,8 +47,8 @@ def _check_thresholds(thresholds) -> list[int]:
     """The thresholds, sorted; one given twice is refused (as in a pool's spec.budget), not
     stored once in silence."""
     given = [int(t) for t in thresholds]
-    if (repeated := next((t for i, t in enumerate(given) if t in given[:i]), None)) is not None:
-        raise ValidationError(listed_twice(repeated), field="thresholds")
+    if again := repeats(given):
+        raise ValidationError(listed_twice(again[0][1]), field="thresholds")
     values = sorted(given)
     if not values or any(not 1 <= t <= 1000 for t in values):
         raise ValidationError("must be percentages between 1 and 1000", field="thresholds")

@@ -318,18 +318,8 @@ class _ListPrices:
             self.day, self.prices = day, defaultdict(dict)
             midnight = datetime.combine(day, time(), tzinfo=UTC)
             keys = ("pool_id", "billing_kind") if self.daily else ("hour", "pool_id", "billing_kind")
-            sums = (
-                self.usage.filter(hour__gte=midnight, hour__lt=midnight + timedelta(days=1))
-                .values(*keys)
-                .order_by()
-                .annotate(listed=Sum(Coalesce("list_amount", "amount")), gpus=Sum(_CAPACITY))
-            )
-            for s in sums:
-                if s["gpus"]:
-                    at = midnight if self.daily else s["hour"]
-                    key = (s["pool_id"], s["billing_kind"])
-                    gpu_hours = Decimal(str(s["gpus"])).quantize(QUANTITY)  # SQLite's sums are floats
-                    self.prices[at][key] = list_unit_price(s["listed"], gpu_hours)
+            for s, unit in _unit_prices(self.usage.filter(hour__gte=midnight, hour__lt=midnight + timedelta(days=1)), keys):
+                self.prices[midnight if self.daily else s["hour"]][s["pool_id"], s["billing_kind"]] = unit
             if self.daily and self.costs is not None:
                 self._varying_find(midnight)
         return self.prices.get(start, {})
@@ -343,11 +333,9 @@ class _ListPrices:
                                            effective_from__gt=midnight, effective_from__lt=day_end)  # fmt: skip
         pools = list(GpuNodePool.objects.filter(Exists(changed)).values_list("pk", flat=True))
         hourly: dict[tuple[int, str], dict[datetime, Decimal]] = defaultdict(dict)
-        rows = (self.usage.filter(hour__gte=midnight, hour__lt=day_end, pool_id__in=pools, billing_kind__in=(MONTHLY, PREEMPTIBLE))
-                .values("hour", "pool_id", "billing_kind").order_by().annotate(listed=Sum(Coalesce("list_amount", "amount")), gpus=Sum(_CAPACITY)))  # fmt: skip
-        for s in rows if pools else ():
-            if s["gpus"]:
-                hourly[s["pool_id"], s["billing_kind"]][s["hour"]] = list_unit_price(s["listed"], Decimal(str(s["gpus"])).quantize(QUANTITY))
+        usage = self.usage.filter(hour__gte=midnight, hour__lt=day_end, pool_id__in=pools, billing_kind__in=(MONTHLY, PREEMPTIBLE))
+        for s, unit in _unit_prices(usage, ("hour", "pool_id", "billing_kind")) if pools else ():
+            hourly[s["pool_id"], s["billing_kind"]][s["hour"]] = unit
         self.varying, self.listed = dict(hourly), None
 
     def row_list_cost(self, values) -> Decimal | None:
@@ -370,6 +358,14 @@ class _ListPrices:
                 if unit is not None:
                     self.listed[tuple(keys)] += unit * Decimal(str(gpus)).quantize(QUANTITY)
         return self.listed.get((*values[1:9], values[11]))
+
+
+def _unit_prices(usage: QuerySet[UsageRecord], keys: tuple[str, ...]) -> Iterator[tuple[dict, Decimal]]:
+    """Each group of the node records by `keys` with its list price per GPU-hour (Σ list price of
+    its node-hours / Σ their GPU-hours); a group of no GPU-hour has none."""
+    for s in usage.values(*keys).order_by().annotate(listed=Sum(Coalesce("list_amount", "amount")), gpus=Sum(_CAPACITY)):
+        if s["gpus"]:
+            yield s, list_unit_price(s["listed"], Decimal(str(s["gpus"])).quantize(QUANTITY))  # SQLite's sums are floats
 
 
 def _leases(records, scope: FocusScope, *, pooled: bool = False) -> tuple[list[Lease], list[Lease]]:

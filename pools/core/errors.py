@@ -67,6 +67,11 @@ def free_text(value: object, *, field: str, max_length: int, required: str = "")
     return value
 
 
+def repeats(items: list) -> list[tuple[int, object]]:
+    """(index, item) of each entry a list gives again after an earlier one."""
+    return [(i, item) for i, item in enumerate(items) if item in items[:i]]
+
+
 def listed_twice(item: object) -> str:
     """The one wording for an entry of a list that must hold each once (a zone, a team, a budget
     threshold), so that the API, the forms and the CLI say it alike."""

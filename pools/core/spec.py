@@ -34,7 +34,7 @@ from pools.core.autoscaling import (
     ScalingRules,
     ScalingSpec,
 )
-from pools.core.errors import FieldError, ValidationError, listed_twice
+from pools.core.errors import FieldError, ValidationError, listed_twice, repeats
 from pools.core.fields import Checker, label_key_error, label_value_error, name_error
 from pools.core.max_unhealthy import DEFAULT as DEFAULT_MAX_UNHEALTHY
 from pools.core.max_unhealthy import MaxUnhealthy, max_unhealthy_error
@@ -388,7 +388,7 @@ def thresholds_repeated(document: Any, *, stored: Any = None) -> list[FieldError
     given = _raw_thresholds(document)
     if stored is not None and given == _raw_thresholds(stored):
         return []
-    return [FieldError(f"spec.budget.thresholds[{i}]", listed_twice(t)) for i, t in enumerate(given) if t in given[:i]]
+    return [FieldError(f"spec.budget.thresholds[{i}]", listed_twice(t)) for i, t in repeats(given)]
 
 
 def _raw_thresholds(document: Any) -> list:
