@@ -44,7 +44,7 @@ def test_a_node_selector_too_large_request_and_taint_each_have_their_fix():
     found = facts(tolerations=TOLERATES_POOL, node_selector={"gpu-class": "h100"})
     assert [b.kind for b in found.blockers] == [d.TAINT, d.AFFINITY]
     assert found.blockers[1].check == "the pod's nodeSelector needs gpu-class=h100 but its nodes have gpu-class=a100"
-    assert found.blockers[1].fix == "add gpu-class: h100 to the pool's spec.nodeLabels, or set the pod's nodeSelector gpu-class: a100"
+    assert found.blockers[1].fix == "set the pod's nodeSelector gpu-class: a100"  # an A100 pool is never to be labelled h100
     large = facts(node_selector={"gpu-class": "a100"}, gpus=16)  # selects the pool, tolerates nothing, too large
     assert large.blocker == d.TOO_LARGE  # what the pod cannot change about the pool is the finding's head
     assert [b.kind for b in large.blockers] == [d.TAINT, d.TAINT, d.TOO_LARGE]  # the list keeps kube-scheduler's order

@@ -43,7 +43,8 @@ def pool_blockers(pod: Pod, template: NodeState) -> tuple[Blocker, ...]:
     blockers = [Blocker(TAINT, next(checks), f"add the toleration {_toleration(t)} to the pod spec", _taint(t)) for t in found.tolerations]
     for key, have in found.node_selector.items():
         change = f"remove {key} from the pod's nodeSelector" if have is None else f"set the pod's nodeSelector {key}: {yaml_value(have)}"
-        blockers.append(Blocker(AFFINITY, next(checks), f"add {key}: {yaml_value(pod.node_selector[key])} to the pool's spec.nodeLabels, or {change}"))
+        label = f"add {key}: {yaml_value(found.pool_labels[key])} to the pool's spec.nodeLabels, or " if key in found.pool_labels else ""
+        blockers.append(Blocker(AFFINITY, next(checks), label + change))
     if found.affinity_terms is not None:
         labels = ", ".join(f"{k}: {yaml_value(v)}" for k, v in sorted(found.pool_labels.items()) if k not in found.node_selector)
         change = ("remove the pod's required node affinity" if not found.affinity_terms

@@ -20,6 +20,7 @@ cannot hold (lowered to the node's size: the job split into smaller pods). Pure:
 from __future__ import annotations
 
 import json
+import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -83,7 +84,8 @@ def node_checks(pod: Pod, node: NodeState) -> PodFix | None:
         if have != value:
             checks.append(f"the pod's nodeSelector needs {key}={value} but " + (f"its nodes have {key}={have}" if have is not None else f"its nodes have no {key} label"))
             selector[key] = have
-            pool_labels[key] = value
+            if _pool_may_carry(node, key, value):
+                pool_labels[key] = value
     terms = None
     if pod.affinity_terms and not matches_affinity(pod.affinity_terms, node.labels):
         failing = [r for r in pod.affinity_terms[0] if not r.matches(node.labels)]
@@ -91,7 +93,7 @@ def node_checks(pod: Pod, node: NodeState) -> PodFix | None:
             "(" + " AND ".join(_requirement_text(r) for r in term if not r.matches(node.labels)) + ")" for term in pod.affinity_terms
         ))  # fmt: skip
         terms = _affinity_matching(pod.affinity_terms[0], node.labels)
-        pool_labels.update(label for r in failing if (label := _label_for(r)) is not None)
+        pool_labels.update(label for r in failing if (label := _label_for(r, node)) is not None)
     models = ()
     if pod.gpu_count and pod.gpu_models and node.gpu_model not in pod.gpu_models:
         checks.append(f"the pod allows GPU models {', '.join(pod.gpu_models)} but these nodes offer {node.gpu_model or 'no GPU'}")
@@ -221,18 +223,33 @@ def _affinity_matching(term: Sequence[NodeSelectorRequirement], labels: Mapping[
     return (tuple(kept),) if kept else ()
 
 
-def _label_for(req: NodeSelectorRequirement) -> tuple[str, str] | None:
-    """A node label that would satisfy `req`, where adding one can (In, Exists, Gt, Lt)."""
-    if req.operator == "In" and req.values:
-        return req.key, req.values[0]
+def _label_for(req: NodeSelectorRequirement, node: NodeState) -> tuple[str, str] | None:
+    """A node label that would satisfy `req` and that `node`'s pool may carry, where adding one
+    can (In, Exists, Gt, Lt)."""
+    if req.operator == "In":
+        return next(((req.key, v) for v in req.values if _pool_may_carry(node, req.key, v)), None)
     if req.operator == "Exists":
-        return req.key, ""
+        return (req.key, "") if _pool_may_carry(node, req.key, "") else None
     if req.operator in ("Gt", "Lt") and req.values:
         bound = go_int64(req.values[0])  # as the requirement is matched: "1_0" or "١٠" is no number
         if bound is None:
             return None
         return req.key, str(bound + 1 if req.operator == "Gt" else bound - 1)  # quoted as YAML by `yaml_value`
     return None
+
+
+def _pool_may_carry(node: NodeState, key: str, value: str) -> bool:
+    """Whether the hint may offer `key: value` as a label for `node`'s pool instead of a change to
+    the pod. A label that describes the GPU (`gpu-class`, `nvidia.com/gpu.product`,
+    `cloud.google.com/gke-accelerator`) only where its value names the node's own model: a pod
+    that asks for `gpu-class: l40s` wants L40S GPUs, and a T4 pool labelled so would only take it
+    onto the wrong card."""
+    name = key.rsplit("/", 1)[-1].lower()
+    if "gpu" not in name and "accelerator" not in name:
+        return True
+    model = (node.gpu_model or "").lower()
+    words = set(re.split(r"[^a-z0-9]+", value.lower()))
+    return bool(model) and bool(words & {re.sub(r"[^a-z0-9]", "", model), re.split(r"[^a-z0-9]", model)[0]})
 
 
 def _requirement_text(req: NodeSelectorRequirement) -> str:
