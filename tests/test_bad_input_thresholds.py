@@ -6,13 +6,14 @@ twice gets; a stored spec holding one from before is still read."""
 from __future__ import annotations
 
 import json
+import time
 from decimal import Decimal
 
 import pytest
 
 from billing import budget_admin
 from billing.models import Budget
-from pools.core.errors import ValidationError
+from pools.core.errors import ValidationError, repeats
 from pools.core.spec import parse_document
 from pools.models import GpuNodePool
 from pools.selectors.pools import catalog_current
@@ -43,6 +44,18 @@ def test_a_created_pool_with_a_threshold_twice_is_refused(api, world):
     response = api("lead").post("/api/v1/pools/", document, format="json")
     assert response.status_code == 400, response.content[:300]
     assert api_fields(response) == ["spec.budget.thresholds[2]"]
+
+
+def test_a_spec_full_of_repeated_thresholds_is_refused_in_one_pass(api, world):
+    """A 64 KiB spec holds some 32,000 thresholds of 1: finding the repeats scanned each entry's
+    prefix, seconds of a worker per request (review). One pass takes milliseconds."""
+    started = time.perf_counter()
+    assert len(repeats([1] * 32_000)) == 31_999
+    assert time.perf_counter() - started < 0.5
+    document = make_document("many-thresholds")
+    document["spec"]["budget"] = {"monthly": "100", "thresholds": [1] * 20_000}
+    response = api("lead").post("/api/v1/pools/", document, format="json")
+    assert response.status_code == 400 and api_fields(response)[0] == "spec.budget.thresholds[1]"
 
 
 def test_a_stored_spec_with_a_threshold_twice_is_still_read_and_blocks_no_resize(api, world):
