@@ -1,7 +1,9 @@
 """YAML that reads a field name or a pool's name as something other than text (`~:`, `1:`,
 `name: 12345`, `name: 2001-12-14`), and a 10,000-character group key, were answered with a
 path of `spec.None`, "required" for a name that is there, and the key echoed whole (a
-hostile-input probe of the demo). Each is named as written, and nothing changes."""
+hostile-input probe of the demo). Each is named by what YAML read (`yes` is the boolean true,
+`0x10` the number 16: echoing the value as if written sent the author after text not in the
+file; review), and nothing changes."""
 
 from __future__ import annotations
 
@@ -30,10 +32,12 @@ spec:
 @pytest.mark.parametrize(
     ("name", "extra", "field", "says"),
     [
-        ("keys", "~: 1", "spec", "a field name must be a string: '~' is read as null (quote it)"),
-        ("keys", "1: x", "spec", "a field name must be a string: '1' is read as a number (quote it)"),
-        ("12345", "", "metadata.name", "must be a string: 12345 is read as something else (quote it)"),
-        ("2001-12-14", "", "metadata.name", "must be a string: 2001-12-14 is read as something else (quote it)"),
+        ("keys", "~: 1", "spec", "a field name must be a string: a key here is read as null (quote it)"),
+        ("keys", "1: x", "spec", "a field name must be a string: a key here is read as the number 1 (quote it)"),
+        ("12345", "", "metadata.name", "must be a string: it is read as the number 12345 (quote it)"),
+        ("yes", "", "metadata.name", "must be a string: it is read as the boolean true (quote it)"),
+        ("keys", "0x10: x", "spec", "a field name must be a string: a key here is read as the number 16 (quote it)"),
+        ("2001-12-14", "", "metadata.name", "must be a string: it is read as the date 2001-12-14 (quote it)"),
     ],
 )
 def test_a_name_yaml_reads_as_no_text_is_named_as_written(api, world, name, extra, field, says):

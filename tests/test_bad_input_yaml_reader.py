@@ -45,6 +45,8 @@ def test_the_import_page_says_it_too(browser, world):
         ("apiVersion: v1\nb: c\x1b\n", "line 2, column 5"),
         ("a: \u4e2d\u6587\r\n  b: \x07", "line 2, column 6"),  # a CJK line before: characters, not bytes
         ("a: x\u2028\x01", "line 2, column 1"),
+        ("\ufeffa: \x07", "line 1, column 4"),  # a byte order mark (Notepad's UTF-8) is no column
+        (b"\xef\xbb\xbfa: \x07", "line 1, column 4"),
     ],
 )
 def test_both_parsers_give_the_line_and_column(monkeypatch, text, where, pure_python):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from datetime import date
 from typing import Any
 
 from pools.core.durations import parse_duration
@@ -35,9 +36,7 @@ class Checker:
             return {}
         for key in value:
             if not isinstance(key, str):  # YAML's `~:`, `1:` or `yes:`: a path of `spec.None` named nothing the author wrote
-                written = "~" if key is None else str(key).lower() if isinstance(key, bool) else str(key)
-                read = "null" if key is None else "a boolean" if isinstance(key, bool) else "a number" if isinstance(key, int | float) else "a date"
-                self.error(path, f"a field name must be a string: {written!r} is read as {read} (quote it)")
+                self.error(path, f"a field name must be a string: a key here is read as {read_as(key)} (quote it)")
             elif key not in known:
                 self.error(f"{path}.{key}" if path else str(key), "unknown field")
         for key in required:
@@ -181,12 +180,26 @@ def label_value_error(value: Any) -> str | None:
     return None
 
 
+def read_as(value: Any) -> str:
+    """What YAML read an unquoted scalar as, named by its value, never by a spelling the author
+    may not have written (`yes`, `on` and `true` are all the boolean true; `0x10` the number 16)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, int | float):
+        return f"the number {value}"
+    if isinstance(value, date):
+        return f"the date {value.isoformat()}"
+    return f"a {type(value).__name__}"
+
+
 RESERVED_NAMES = frozenset({"new", "import"})  # they name pages of the web console
 
 
 def name_error(name: Any) -> str | None:
     if name is not None and name != "" and not isinstance(name, str):  # `name: 12345` or `name: 2001-12-14`: there, but no text
-        return f"must be a string: {str(name).lower() if isinstance(name, bool) else name!s} is read as something else (quote it)"
+        return f"must be a string: it is read as {read_as(name)} (quote it)"
     if not name:
         return "required: a DNS-1123 name such as train-pool-a"
     if name in RESERVED_NAMES:

@@ -78,6 +78,7 @@ def reader_error_at(exc: yaml.reader.ReaderError, text: str) -> tuple[int, int]:
         before = text[: exc.position]
     else:
         before = text.encode("utf-8")[: exc.position].decode("utf-8", errors="ignore")
+    before = before.removeprefix("\ufeff")  # a byte order mark is no column of the first line
     lines = (before + "x").splitlines()  # "x": a break just before still starts a line
     return len(lines), len(lines[-1])
 
