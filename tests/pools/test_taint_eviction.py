@@ -194,6 +194,19 @@ def test_a_toleration_without_seconds_keeps_the_pod_for_ever(running):
     assert not PoolEvent.objects.filter(reason="TaintManagerEviction").exists()
 
 
+@pytest.mark.parametrize("seconds", [2**63 - 2, 3 * 10**11])
+def test_a_toleration_past_the_calendars_end_keeps_the_pod_and_the_pass_runs(running, seconds):
+    """The API takes any int64 tolerationSeconds, as kube-apiserver does: a deadline past the
+    year 9999 failed every scheduler pass, for every team, while the pod ran (hostile-input
+    probe). It is read as for ever."""
+    tolerate(running, {"key": "maintenance", "operator": "Exists", "effect": NO_EXECUTE, "tolerationSeconds": seconds})
+    taint_node("train-pool-a-0", MAINTENANCE)
+    assert noexecute_eviction([taint(added=T0)], [toleration(seconds=seconds)], now=T0) is None
+    assert scheduler_pass(now=T0 + timedelta(minutes=1)).requeued == []
+    running.refresh_from_db()
+    assert (running.phase, running.node.name) == ("Running", "train-pool-a-0")
+
+
 @pytest.mark.parametrize("effect", [NO_SCHEDULE, PREFER_NO_SCHEDULE])
 def test_noschedule_and_prefernoschedule_taints_never_move_a_running_pod(running, effect):
     taint_node("train-pool-a-0", {"key": "maintenance", "value": "", "effect": effect})

@@ -87,7 +87,10 @@ def noexecute_eviction(
         start = timed.added or now
         if bound_at is not None and bound_at > start:
             start = bound_at
-        at = min(start, now) + timedelta(seconds=max(used.seconds, 0))
+        try:
+            at = min(start, now) + timedelta(seconds=max(used.seconds, 0))
+        except OverflowError:  # past the calendar's end (the API takes any int64): it stays for ever
+            continue
         if soonest is None or at < soonest.at:
             soonest = Eviction(taint, at, used.seconds)
     return soonest
