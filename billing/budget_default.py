@@ -9,7 +9,7 @@ daily load and only the peaks run on on-demand nodes: peaks that last about a qu
 day, which is the share chosen here (docs/guide-finance.md explains it to finance).
 
 Precedence (`budget_choose`): a budget finance set for the pool wins over `spec.budget.monthly`
-(the team's own plan), which wins over the default. Pure: stdlib only, Decimals in and out.
+(the team's own plan), which wins over the default. Pure (no Django): Decimals in and out.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from functools import cached_property
+
+from pools.core.spec import MAX_MONTHLY_BUDGET
 
 CENT = Decimal("0.01")
 # An average month: 365 days × 24 hours / 12. Fixed, so a default budget does not change
@@ -57,7 +59,9 @@ class DefaultBudget:
 
     @cached_property
     def amount(self) -> Decimal:
-        return self.subscription + self.headroom
+        """At most what a budget holds: a price book far off scale must not stop the metering
+        that syncs budgets for every team."""
+        return min(self.subscription + self.headroom, MAX_MONTHLY_BUDGET)
 
     @cached_property
     def explanation(self) -> str:
@@ -67,6 +71,7 @@ class DefaultBudget:
             f"plus up to {self.headroom_nodes} on-demand node(s) × {self.hourly_price:f} an hour × "
             f"{self.headroom_hours.normalize():f} hours ({(self.share * 100).normalize():f}% of a month) = "
             f"{self.headroom}: {self.amount} {self.currency} a month"
+            + (" (the most a budget holds)" if self.amount == MAX_MONTHLY_BUDGET else "")
         )
 
 

@@ -20,6 +20,15 @@ from pools.core.spec import LEASE_TYPES
 # before these checks or around the forms). Prices may be 0 (a free tier or an internal
 # price) but never negative: a negative price makes an order whose payment credits the account.
 NOT_NEGATIVE = MinValueValidator(0, message="Enter 0 or more: a negative price would make orders that pay money into the account.")
+# The most a node's price may be: far above any GPU node's in any currency (an 8-GPU node in
+# won or rupiah is tens or hundreds of millions a month), low enough that an order of a full pool
+# over the longest lease term, a default budget and an hour's metered cost fit their columns.
+PRICE_CEILING = MaxValueValidator(
+    1_000_000_000, message="Enter at most 1000000000: orders of a full pool at a higher monthly price would not fit the ledger."
+)
+HOURLY_PRICE_CEILING = MaxValueValidator(
+    10_000_000, message="Enter at most 10000000: an hour's cost at a higher price would not fit the ledger."
+)
 # A discount is a fraction of the list price, 0 (none) to 1 (free, like a price of 0): above 1
 # the price turns negative. The same range the preemptible discount always had.
 FRACTION = (
@@ -35,8 +44,8 @@ class NodePrice(models.Model):
 
     node_type = models.ForeignKey("pools.NodeType", on_delete=models.PROTECT)
     gpu_model = models.ForeignKey("pools.GpuModel", on_delete=models.PROTECT)
-    monthly_price = models.DecimalField(max_digits=14, decimal_places=2, validators=[NOT_NEGATIVE])
-    hourly_price = models.DecimalField(max_digits=12, decimal_places=4, validators=[NOT_NEGATIVE])
+    monthly_price = models.DecimalField(max_digits=14, decimal_places=2, validators=[NOT_NEGATIVE, PRICE_CEILING])
+    hourly_price = models.DecimalField(max_digits=12, decimal_places=4, validators=[NOT_NEGATIVE, HOURLY_PRICE_CEILING])
     currency = models.CharField(max_length=3, default="CNY", validators=[CURRENCY_CODE])
     effective_from = models.DateTimeField(default=timezone.now)
 

@@ -13,6 +13,8 @@ from decimal import ROUND_HALF_UP, Decimal
 from billing.models import LeaseTerm, NodePrice
 from pools.core.errors import ValidationError
 
+MAX_ORDER_AMOUNT = Decimal("99999999999999.99")  # pools.PoolOrder.amount: 16 digits, 2 decimals
+
 CENT = Decimal("0.01")
 
 
@@ -86,5 +88,11 @@ def quote_for(
             f"{lease_type} lease term is outside its range (a price of 0 or more, a discount from 0 to 1) and could make a "
             "negative order; a platform admin must correct the price book",
             field="spec.nodeType",
+        )
+    if quote.amount > MAX_ORDER_AMOUNT:  # a price book row from before its ceiling, or a site's larger pools
+        raise ValidationError(
+            f"this order would come to {quote.amount} {quote.currency}, more than an order can record "
+            f"({MAX_ORDER_AMOUNT}); order fewer nodes or a shorter lease term",
+            field="spec.nodeCount",
         )
     return quote

@@ -11,8 +11,10 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from billing import budget_sync
 from billing.models import Account, LeaseTerm, NodePrice, PriceBookEntry
 from pools.core.errors import ValidationError
+from pools.core.spec import MAX_MONTHLY_BUDGET
 from pools.models import AuditEntry, GpuModel, GpuNodePool, NodeType, PoolOrder
 from pools.models.cloud import SimPayment
 from pools.providers.base import PaymentDeclined
@@ -56,6 +58,8 @@ def nothing_changed(prices: int, audit: int) -> None:
     [
         ("monthly_price", "-20000.00", "0 or more"),
         ("hourly_price", "-40.0000", "0 or more"),
+        ("monthly_price", "999999999999.99", "at most 1000000000"),  # orders and budgets could not hold it
+        ("hourly_price", "99999999.9999", "at most 10000000"),
         ("monthly_price", "١٢٣", "number"),  # Arabic-Indic digits: Django alone reads 123
         ("hourly_price", "1_0", "number"),
         ("currency", "zz!", "ISO 4217"),
@@ -174,6 +178,23 @@ def test_a_negative_price_row_makes_no_order(actors):
     with pytest.raises(ValidationError, match="negative order"):
         services.pool_create(user=actors["lead"], document=make_document("free-money", nodeCount={"min": 2, "max": 2}), now=T0)
     assert not PoolOrder.objects.exists() and not GpuNodePool.objects.filter(name="free-money").exists()
+
+
+def test_an_order_too_large_to_record_is_refused_and_a_default_budget_stops_at_the_most_a_budget_holds(actors):
+    """A price from before the ceiling, 999,999,999,999.99 a month (hostile-input probe): the
+    order of 12 nodes for a year overflowed its column, after which the orders list, the pool's
+    page and the metering that syncs every team's budgets answered 500."""
+    NodePrice.objects.create(
+        node_type=NodeType.objects.get(name="GPU_8_CARD"), gpu_model=GpuModel.objects.get(name="A100_80G"),
+        monthly_price=Decimal("999999999999.99"), hourly_price=Decimal("0"), currency="CNY", effective_from=T0.replace(month=11),
+    )  # fmt: skip
+    with pytest.raises(ValidationError, match="more than an order can record") as refused:
+        services.pool_create(user=actors["lead"], document=make_document("pricey", nodeCount={"min": 12, "max": 12}, leaseType="yearly"), now=T0)
+    assert refused.value.errors[0].field == "spec.nodeCount"
+    assert not PoolOrder.objects.exists() and not GpuNodePool.objects.filter(name="pricey").exists()
+    services.pool_create(user=actors["lead"], document=make_document("pricey", nodeCount={"min": 2, "max": 2}), now=T0)
+    (budget,) = budget_sync.pool_budgets_synced(now=T0)
+    assert budget.monthly_amount == MAX_MONTHLY_BUDGET and budget.default_note.endswith("(the most a budget holds)")
 
 
 def test_a_discount_row_above_one_makes_no_order(actors):
