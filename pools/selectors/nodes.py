@@ -73,13 +73,15 @@ def _ready_condition(node: Node) -> dict:
     if node.cluster_fault:  # whatever its phase, the cluster places nothing there (the NodeUnavailable event)
         since = node.cluster_fault_since.isoformat() if node.cluster_fault_since else ""
         return {"type": "Ready", "status": "False", "reason": "NodeUnavailable", "message": f"the cluster runs no pod on it: {node.cluster_fault}", "lastTransitionTime": since}
-    status = {"Ready": "True", "Unknown": "Unknown"}.get(node.phase, "False")
+    # A cordon or drain leaves the kubelet Ready (kubectl's "Ready,SchedulingDisabled"); a repair's
+    # reset or reboot takes it down.
+    status = {"Ready": "True", "Cordoned": "True", "Draining": "True", "Unknown": "Unknown"}.get(node.phase, "False")
     messages = {
         "Ready": "the node takes pods",
         "Unknown": "the node agent's heartbeat is overdue; its pods keep running",
         "Repairing": "the node is being repaired: no new pods",
-        "Cordoned": "cordoned: no new pods",
-        "Draining": f"draining before release ({node.release_reason or 'released'})",
+        "Cordoned": "Ready, SchedulingDisabled: cordoned, no new pods",
+        "Draining": f"Ready, SchedulingDisabled: draining before release ({node.release_reason or 'released'})",
     }
     return {"type": "Ready", "status": status, "reason": f"Node{node.phase}", "message": messages.get(node.phase, f"phase {node.phase}"),
             "lastTransitionTime": (node.ready_at.isoformat() if node.ready_at and node.phase == "Ready" else "")}  # fmt: skip

@@ -188,3 +188,14 @@ def test_a_released_node_reads_released_with_the_time_of_its_last_heartbeat(brow
     html = browser("lead").get(page).content.decode()
     assert "released (Repair)" in html and "leaving:" not in html
     assert "2026-12-01" in html and " ago</time>" not in html
+
+
+@pytest.mark.parametrize("phase", ["Cordoned", "Draining"])
+def test_a_cordoned_or_draining_node_is_still_ready_but_takes_no_new_pods(browser, node, page, phase):
+    """A cordon sets spec.unschedulable; the kubelet's Ready condition stays True (kubectl reads
+    "Ready,SchedulingDisabled"). The page said Ready False of every cordoned node (admin QA)."""
+    Node.objects.filter(pk=node.pk).update(phase=phase)
+    conditions = browser("lead").get(page).context["conditions"]
+    ready = next(c for c in conditions if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("True", f"Node{phase}")
+    assert ready["message"].startswith("Ready, SchedulingDisabled: ")
