@@ -95,8 +95,9 @@ def test_a_bad_join_is_refused_and_issues_nothing(node, case):
         ({"node": "train-pool-a-0", "ttlSeconds": 10**30}, "ttlSeconds"),
         ({"node": "train-pool-a-0", "ttlSeconds": 1.5}, "ttlSeconds"),
         ({"node": "train-pool-a-0", "ttlSeconds": "lots"}, "ttlSeconds"),
+        ({"node": "train-pool-a-0", "ttlSeconds": "600"}, "ttlSeconds"),  # a JSON integer, as the scale endpoint takes
     ],
-    ids=["overlong-node", "nul-node", "list-node", "negative-ttl", "beyond-int64-ttl", "float-ttl", "string-ttl"],
+    ids=["overlong-node", "nul-node", "list-node", "negative-ttl", "beyond-int64-ttl", "float-ttl", "string-ttl", "quoted-ttl"],
 )
 def test_a_bad_join_token_request_mints_nothing(api, node, body, field):
     client = api("admin")

@@ -22,7 +22,7 @@ from monitoring.report_parse import batch_parse
 from pools.api.errors import declared_length, error_response, exception_handler
 from pools.api.machine_views import MachineView
 from pools.api.parsers import BodyJSONParser
-from pools.api.serializers import BodySerializer, ErrorSerializer, WholeNumberField
+from pools.api.serializers import BodySerializer, ErrorSerializer, StrictIntegerField
 from pools.core.errors import ConflictError, FieldError
 from pools.core.errors import ValidationError as DomainValidationError
 from pools.core.json_loading import refuse_lone_surrogates
@@ -47,7 +47,7 @@ class StringField(serializers.CharField):
 
 class JoinTokenCreateSerializer(BodySerializer):
     node = StringField(max_length=100)
-    ttlSeconds = WholeNumberField(required=False, min_value=60, max_value=7 * 24 * 3600)  # noqa: N815
+    ttlSeconds = StrictIntegerField(required=False, min_value=60, max_value=7 * 24 * 3600)  # noqa: N815
 
 
 class JoinSerializer(BodySerializer):

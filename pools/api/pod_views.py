@@ -17,7 +17,7 @@ from rest_framework.views import APIView
 
 from pools import roles
 from pools.api import chunking
-from pools.api.serializers import BodySerializer, ErrorSerializer, WholeNumberField, _iso
+from pools.api.serializers import BodySerializer, ErrorSerializer, StrictIntegerField, _iso
 from pools.api.views import _errors, query_param
 from pools.core.errors import query_flag
 from pools.models.pods import Pod
@@ -163,7 +163,7 @@ class FragmentationSerializer(serializers.Serializer):
 
 
 class ApplySerializer(BodySerializer):
-    maxNodes = WholeNumberField(required=False, min_value=1, max_value=100, help_text="Disruption budget: nodes drained at once (default 1)")
+    maxNodes = StrictIntegerField(required=False, min_value=1, max_value=100, help_text="Disruption budget: nodes drained at once (default 1)")
     shares = serializers.BooleanField(required=False, default=False, help_text="Apply the plan's second part instead: pack the GPU shares into fewer GPUs (shareMoves), freeing whole GPUs")
 
 

@@ -14,7 +14,6 @@ from rest_framework import serializers
 from rest_framework.fields import empty
 from rest_framework.settings import api_settings
 
-from pools.core.numbers import is_whole_number
 from pools.models import GpuNodePool, Node, PoolEvent, PoolOrder
 
 NOT_A_MAPPING = "the request body must be a mapping (a JSON object)"
@@ -125,19 +124,10 @@ class BodySerializer(serializers.Serializer):
         return super().run_validation(data)
 
 
-class WholeNumberField(serializers.IntegerField):
-    """DRF's IntegerField, but a string must be ASCII digits (with a sign): DRF's `int()` read
-    `"٣"` as 3 and `"1_0"` as 10 (pools/core/numbers.py)."""
-
-    def to_internal_value(self, data):
-        if isinstance(data, str) and not is_whole_number(data, signed=True):
-            self.fail("invalid")
-        return super().to_internal_value(data)
-
-
 class StrictIntegerField(serializers.IntegerField):
     """A JSON integer, as `spec.nodeCount` takes it (pools/core/fields.py): DRF's IntegerField
-    took `"1"` and `1.0` for 1, so the scale endpoint accepted what the document refuses."""
+    took `"1"` and `1.0` for 1 (and `"٣"` for 3), so an endpoint accepted what the document
+    refuses."""
 
     default_error_messages = {"invalid": "must be an integer"}
 
