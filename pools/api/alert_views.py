@@ -7,6 +7,7 @@ from __future__ import annotations
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from drf_spectacular.plumbing import ResolvedComponent
 from drf_spectacular.utils import OpenApiResponse, extend_schema
@@ -65,20 +66,28 @@ class AlertRuleFieldSchema(OpenApiSerializerFieldExtension):
 
 
 class AsciiDateTimeField(serializers.DateTimeField):
-    """DRF's DateTimeField, in the digits 0-9 only: Django's parser reads other scripts' digits
-    (`٢٠٢٦-...` was 2026) with `\\d` and `int()`."""
+    """DRF's DateTimeField, as Kubernetes' metav1.Time reads one: RFC 3339, its offset given (a
+    time without one, or a bare date, was taken as UTC whatever zone its author meant), in the
+    digits 0-9 only (Django's parser reads other scripts' digits: `٢٠٢٦-...` was 2026)."""
 
     def to_internal_value(self, value):
-        if isinstance(value, str) and not value.isascii():
-            raise serializers.ValidationError("must be an ISO 8601 date and time in the digits 0-9, e.g. 2026-12-01T08:00:00Z")
+        if isinstance(value, str) and not (value.isascii() and _with_offset(value)):
+            raise serializers.ValidationError("must be an RFC 3339 date and time with its offset, in the digits 0-9, e.g. 2026-12-01T08:00:00Z")
         return super().to_internal_value(value)
+
+
+def _with_offset(value: str) -> bool:
+    try:
+        return getattr(parse_datetime(value), "tzinfo", None) is not None
+    except ValueError:  # a well-formed but impossible time: DRF's own parse names it
+        return True
 
 
 class AlertSilenceSerializer(BodySerializer):
     id = serializers.IntegerField(read_only=True)
     rule = AlertRuleField(help_text="The alert rule silenced: its key under spec.alerts (utilizationLow) or the alert name "
                           "its events use (LowGpuUtilization); answers give the alert name")
-    until = AsciiDateTimeField(help_text="Until when nobody is told (UTC); at most 90 days ahead")
+    until = AsciiDateTimeField(help_text="Until when nobody is told: an RFC 3339 time with its offset, e.g. 2026-12-01T08:00:00Z; at most 90 days ahead")
     reason = serializers.CharField(max_length=silences.MAX_REASON, help_text="Why, for the team")
     createdBy = serializers.CharField(source="created_by.username", read_only=True, default=None)
     createdAt = serializers.DateTimeField(source="created_at", read_only=True)

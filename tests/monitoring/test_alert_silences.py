@@ -110,6 +110,16 @@ def test_the_api_names_the_bad_field(watched, api):
     assert api("other_lead").post(url, {"rule": "NodesNotReady", "until": past, "reason": "x"}, format="json").status_code == 404
 
 
+@pytest.mark.parametrize("until", ["2099-12-08T10:00:00", "2099-12-08", "٢٠٩٩-12-08T10:00:00Z"])
+def test_a_time_without_its_offset_is_refused_as_kubernetes_refuses_it(watched, api, until):
+    """metav1.Time is RFC 3339: a time without an offset, or a bare date, was taken as UTC
+    whatever zone its author meant (admin QA)."""
+    response = api("lead").post("/api/v1/pools/watched-pool/alert-silences/", {"rule": "NodesNotReady", "until": until, "reason": "x"}, format="json")
+    assert response.status_code == 400
+    assert response.json()["errors"] == [{"field": "until", "message": "must be an RFC 3339 date and time with its offset, in the digits 0-9, e.g. 2026-12-01T08:00:00Z"}]
+    assert not AlertSilence.objects.exists()
+
+
 @pytest.mark.parametrize(("rule", "stored"), [
     ("allocationHigh", "HighGpuAllocation"), ("utilizationLow", "LowGpuUtilization"),
     ("pendingPods", "PodsPendingTooLong"), ("nodesNotReady", "NodesNotReady"), ("LowGpuUtilization", "LowGpuUtilization"),
