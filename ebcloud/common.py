@@ -115,13 +115,25 @@ def show(data: Any, fmt: str | None, table: Any) -> None:
         output.echo(table(data if isinstance(data, list) else [data], wide=fmt == "wide"))
 
 
+class _InputFile(click.File):
+    """click's File, but a file that cannot be opened is one `error:` line and exit 1, as
+    kubectl says `error: the path "x.yaml" does not exist`: no usage block, for the name was
+    given as it should be."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter as exc:
+            raise CliError(f"cannot read {_shown(os.fsdecode(value))}: {exc.message.rsplit(': ', 1)[-1]}") from exc
+
+
 def file_option(what: str):
     """`-f FILE`: the document to send, YAML or JSON (- for stdin)."""
     return click.option(
         "-f",
         "--filename",
         "file",
-        type=click.File("rb"),
+        type=_InputFile("rb"),
         required=True,
         help=f"{what} YAML or JSON; - for stdin",
     )

@@ -184,6 +184,15 @@ def test_bad_arguments_are_usage_errors_before_any_request(ebcloud, args, option
     assert last.startswith("Error: ") and option in last, result.stderr
 
 
+@pytest.mark.parametrize("verb", [("node-pool", "create"), ("node-pool", "apply"), ("pod", "create")])
+def test_a_file_that_cannot_be_read_is_one_error_line(ebcloud, tmp_path, verb):
+    """A missing file printed click's usage block (admin QA); kubectl says one line and exits 1."""
+    result = ebcloud(*verb, "-f", str(tmp_path / "missing.yaml"))
+    assert (result.exit_code, result.stdout) == (1, "")
+    assert result.stderr == f"error: cannot read {tmp_path / 'missing.yaml'}: No such file or directory\n"
+    assert ebcloud(*verb, "-f", str(tmp_path)).stderr == f"error: cannot read {tmp_path}: Is a directory\n"
+
+
 @live
 def test_over_a_real_socket_the_corpus_is_refused_the_same_way(ebcloud, login_as, pool, tmp_path):
     """The live server, as in tests/ebcloud/test_cli.py: the same lines, nothing written."""
