@@ -201,7 +201,8 @@ class Agent:
                 return acked
             acks = self.buffer.acks()
             try:
-                body = self._post("/reports/", {"reports": reports, "oldestSeq": reports[0]["seq"], "acks": acks})
+                body = self._post("/reports/", {"reports": reports, "oldestSeq": reports[0]["seq"], "acks": acks,
+                                                "sentAt": datetime.now(UTC).isoformat()})  # the server measures this clock's offset
             except BatchRefused as refused:
                 self._dead_letter(reports, acks, refused)
                 continue  # the rest of the buffer flows

@@ -63,7 +63,7 @@ class Batch:
     oldest_seq: int | None = None
     acks: list[Ack] = field(default_factory=list)
     node: str | None = None
-    clock_off: str = ""  # how the node's clock is off, its times taken as received (`clock_fixed`)
+    clock_off: str = ""  # how the node's clock is off, its times put on the control plane's (`clock_fixed`)
 
 
 BIGINT_MAX, INT_MAX, SMALLINT_MAX = 2**63 - 1, 2**31 - 1, 2**15 - 1  # the columns the values go to
@@ -254,30 +254,48 @@ def _report(raw: Any, path: str, errors: list[FieldError]) -> Report | None:
     return Report(seq, at, driver, cuda, gpus, xids)
 
 
-CLOCK_SKEW = timedelta(minutes=10)  # how far ahead of the control plane a node's clock may run
+CLOCK_SKEW = timedelta(minutes=10)  # how far a node's clock may be off the control plane's
 CLOCK_SET = datetime(2000, 1, 1, tzinfo=UTC)  # earlier: a clock never set (a board without a battery starts at 1970)
 
 
-def clock_fixed(reports: list[Report | None], received_at: datetime | None) -> tuple[list[Report | None], str]:
-    """The reports with each time a node's clock put off (before 2000: never set; more than 10
-    minutes ahead of the control plane's) taken as received, and why ("" when none was). An
-    Xid dated 2999 was "in the last 24 h" on Diagnose for ever, and a fatal one dated 1970 was
-    never repaired (found by a hostile-input probe); refusing them instead cost the node its
-    heartbeat, so a skewed clock read as an outage (found by review). Kubernetes' node
-    controller likewise times a node's heartbeats by its own clock. `received_at` None: kept."""
+def clock_fixed(reports: list[Report | None], received_at: datetime | None, sent_at: datetime | None = None) -> tuple[list[Report | None], str]:
+    """The reports with their times on the control plane's clock where the node's is off, and
+    how it is off ("" when it is not). Kubernetes' node controller times a node's heartbeats by
+    its own clock; here the reports' times are kept (a replayed backlog keeps its spacing), so:
+
+    - the batch's `sentAt` (the node's clock as it sent) more than 10 minutes off `received_at`
+      measures the offset, and every time is moved by it: a clock set back to a build date or to
+      2000-01-02 dated a fatal Xid outside the repair's 24 hours, so it was never repaired
+      (review);
+    - a time still before 2000 (never set) or more than 10 minutes ahead is taken as received:
+      an Xid dated 2999 was "in the last 24 h" on Diagnose for ever, one dated 1970 never
+      repaired (hostile-input probe); refusing them cost the node its heartbeat (review).
+
+    `received_at` None: kept as sent."""
     if received_at is None:
         return reports, ""
-    latest = received_at + CLOCK_SKEW
     off: set[str] = set()
+    offset = received_at - sent_at if sent_at is not None else timedelta(0)
+    if abs(offset) > CLOCK_SKEW:
+        off.add(f"is more than 10 minutes {'behind' if offset > timedelta(0) else 'ahead of'} the control plane's")
+    else:
+        offset = timedelta(0)
+    latest = received_at + CLOCK_SKEW
 
     def fixed(at: datetime) -> datetime:
+        try:
+            at += offset
+        except OverflowError:
+            return received_at
         if CLOCK_SET <= at <= latest:
             return at
         off.add("is not set (before 2000)" if at < CLOCK_SET else "is more than 10 minutes ahead of the control plane's")
         return received_at
 
-    out = [r if r is None or (CLOCK_SET <= r.at <= latest and all(CLOCK_SET <= x.at <= latest for x in r.xids))  # the usual case: as sent
-           else replace(r, at=fixed(r.at), xids=[replace(x, at=fixed(x.at)) for x in r.xids]) for r in reports]  # fmt: skip
+    def kept(r: Report) -> bool:  # the usual case: as sent
+        return not offset and CLOCK_SET <= r.at <= latest and all(CLOCK_SET <= x.at <= latest for x in r.xids)
+
+    out = [r if r is None or kept(r) else replace(r, at=fixed(r.at), xids=[replace(x, at=fixed(x.at)) for x in r.xids]) for r in reports]
     return out, " and ".join(sorted(off))
 
 
@@ -290,7 +308,8 @@ def batch_parse(data: Any, *, max_batch: int, received_at: datetime | None = Non
     raw_reports = data.get("reports")
     if not isinstance(raw_reports, list) or not raw_reports or len(raw_reports) > max_batch:
         raise ValidationError(f"must be a list of 1 to {max_batch} reports", field="reports")
-    reports, clock_off = clock_fixed([_report(r, f"reports[{i}]", errors) for i, r in enumerate(raw_reports)], received_at)
+    sent_at = None if data.get("sentAt") is None else _time(data["sentAt"], "sentAt", errors)
+    reports, clock_off = clock_fixed([_report(r, f"reports[{i}]", errors) for i, r in enumerate(raw_reports)], received_at, sent_at)
     oldest = data.get("oldestSeq")
     oldest = None if oldest is None else _int(oldest, "oldestSeq", errors, minimum=1)
     acks = []

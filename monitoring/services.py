@@ -299,7 +299,7 @@ def reports_ingest(*, credential: AgentCredential, batch: Batch, now: datetime |
             fresh.setdefault(r.seq, r)
     if batch.clock_off and fresh:  # one event while it lasts (its message does not change); a replay says nothing new
         event_record(pool=node.pool, node=node, type=WARNING, reason="NodeClockOff", now=now,
-                     message=f"{node.name}'s clock {batch.clock_off}: its report times are taken as received; set the node's clock (NTP)")  # fmt: skip
+                     message=f"{node.name}'s clock {batch.clock_off}: its report times are read on the control plane's clock; set the node's clock (NTP)")  # fmt: skip
     # Common case: no gap is open and every report is newer than any stored one, so none of
     # them can be stored yet (a racing duplicate is still caught by the unique constraint).
     no_gap = state.acked_seq == state.max_seq and floor >= state.max_seq

@@ -12,7 +12,7 @@ from __future__ import annotations
 import io
 import json
 import sys
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.core.handlers.wsgi import WSGIHandler
@@ -403,3 +403,29 @@ def test_times_from_a_clock_never_set_or_ahead_of_the_control_planes_are_taken_a
     skewed = {**report(6), "xids": [{"xid": 48, "gpu": 0, "at": (after + timedelta(minutes=5)).isoformat()}]}
     assert _post(client, {"reports": [skewed]}).status_code == 200
     assert GpuErrorEvent.objects.filter(node=node, at__gt=after).count() == 1
+
+
+def test_a_clock_set_back_is_measured_by_the_batchs_sent_at_and_its_fatal_xid_is_repaired(agent, node):
+    """A clock set back to 2000-01-02 (past the never-set bound) dated a fatal Xid outside the
+    repair's 24 hours: never repaired, and no Warning (review). The agent says its clock as it
+    sends (`sentAt`); the offset from the control plane's moves every time of the batch, keeping
+    a backlog's spacing. Within 10 minutes nothing moves."""
+    from django.utils import timezone
+
+    from monitoring.models import GpuErrorEvent
+
+    behind = datetime(2000, 1, 2, tzinfo=UTC)
+    older = {**report(1), "at": (behind - timedelta(minutes=1)).isoformat()}
+    fatal = {**report(2), "at": behind.isoformat(), "xids": [{"xid": 79, "gpu": 1, "at": behind.isoformat()}]}
+    before = timezone.now()
+    assert _post(agent(), {"reports": [older, fatal], "sentAt": behind.isoformat()}).status_code == 200
+    after = timezone.now()
+    xid = GpuErrorEvent.objects.get(node=node)
+    assert before <= xid.at <= after  # inside the repair's window: Xid 79 is replaced at once
+    stored = dict(NodeReport.objects.filter(node=node).values_list("seq", "at"))
+    assert stored[2] - stored[1] == timedelta(minutes=1)
+    (warning,) = node.events.filter(reason="NodeClockOff")
+    assert "clock is more than 10 minutes behind the control plane's" in warning.message
+    near = timezone.now() - timedelta(minutes=5)
+    assert _post(agent(), {"reports": [{**report(3), "at": near.isoformat()}], "sentAt": near.isoformat()}).status_code == 200
+    assert NodeReport.objects.get(node=node, seq=3).at == near
