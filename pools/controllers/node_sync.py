@@ -147,7 +147,7 @@ def nodes_sync(p: ReconcilePass) -> None:
             if fix.apply:
                 p.cluster.node_apply(name=node.name, labels=labels, taints=taints, applied_taints=node.taints or ())
             if fix.cordon:
-                p.cluster.cordon(name=node.name)
+                p.cluster.cordon(name=node.name, mark=True)  # ours again: whoever lifted it, it was schedulable
             if uncordon:
                 p.cluster.uncordon(name=node.name)
             if fix.advertise:  # only a real cluster's Node lacks it (ClusterBackend's docstring)

@@ -35,14 +35,19 @@ logger = logging.getLogger("ebcloud.repair")
 
 
 def _cluster_call(cluster: ClusterBackend, name: str, *, cordon: bool) -> str:
-    """Run the cluster's cordon/uncordon; a failure is told in the event (the control plane's
-    own view, which its scheduler, extender and autoscaler read, is already right)."""
+    """Run the cluster's cordon/uncordon, marked as the control plane's own (`mark`, as a
+    drain's): a node someone cordoned first (`kubectl cordon`, to keep it free) keeps that
+    cordon when its repair ends or is rejected. A failure, or a cordon left as someone else's,
+    is told in the event (the control plane's own view, which its scheduler, extender and
+    autoscaler read, is already right)."""
     try:
-        (cluster.cordon if cordon else cluster.uncordon)(name=name)
+        lifted = (cluster.cordon if cordon else cluster.uncordon)(name=name, mark=True)
     except Exception as exc:  # an unreachable API server must not stop the repair pass
         logger.warning("cordon change of %s in the cluster failed", name, exc_info=True)
         how = "cordon" if cordon else "uncordon"
         return f" (the cluster's Node could not be updated: {str(exc)[:200]}; run kubectl {how} {name} to match)"
+    if not cordon and lifted is False:
+        return f" (the cordon someone else set on the cluster's Node stays theirs: kubectl uncordon {name} lifts it)"
     return ""
 
 

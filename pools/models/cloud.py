@@ -118,7 +118,7 @@ class SimClusterNode(models.Model):
     labels = models.JSONField(default=dict)
     taints = models.JSONField(default=list)
     unschedulable = models.BooleanField(default=False)
-    # A real Node's `ebcloud.io/cordoned-for-drain` annotation: the cordon is a drain's own
+    # A real Node's `ebcloud.io/cordoned-for-drain` annotation: the cordon is a drain's or a repair's own
     # (`ClusterBackend.cordon(mark=True)`), not someone else's.
     cordoned_for_drain = models.BooleanField(default=False, db_default=False)
     registered_at = models.DateTimeField(default=timezone.now)

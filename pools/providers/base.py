@@ -22,8 +22,9 @@ from pools.core.disruption import DisruptionBudget
 from pools.core.node_labels import ClusterNodeState
 
 NodeState = ClusterNodeState  # what `ClusterBackend.nodes_state` returns per node
-# On a Node the control plane cordoned for a drain: that cordon is its own, to lift if the drain
-# does not happen (`ClusterBackend.cordon`); a cordon without it is someone else's.
+# On a Node the control plane cordoned (for a drain, or while a GPU fault waits for repair): that
+# cordon is its own, to lift if the drain does not happen or the repair ends (`ClusterBackend.cordon`);
+# a cordon without it is someone else's. The name dates from when only drains set it.
 DRAIN_CORDON_ANNOTATION = "ebcloud.io/cordoned-for-drain"
 
 
@@ -245,20 +246,20 @@ class ClusterBackend(Protocol):
         or by the cloud's node controller): nothing to cordon. Raises `ProviderError` when the
         cluster cannot be changed now.
 
-        `mark` (a drain's cordon) records the cordon as the control plane's own on the Node
-        (`DRAIN_CORDON_ANNOTATION`), and only where the Node was schedulable: a cordon someone
-        set before (`kubectl cordon`) stays theirs, and `uncordon(mark=True)` never lifts it,
-        as Cluster Autoscaler marks its nodes with a taint of its own and never touches anyone's
-        `spec.unschedulable`. A cordon without `mark` (a repair's) is nobody else's: it drops
-        the mark. A cordon set by someone after lifting a drain's (the mark stays on a real
-        Node) is theirs too: the cluster records who set `spec.unschedulable` last."""
+        `mark` (a drain's or a repair's cordon) records the cordon as the control plane's own on
+        the Node (`DRAIN_CORDON_ANNOTATION`), and only where the Node was schedulable: a cordon
+        someone set before (`kubectl cordon`) stays theirs, and `uncordon(mark=True)` never lifts
+        it, as Cluster Autoscaler marks its nodes with a taint of its own and never touches
+        anyone's `spec.unschedulable`. A cordon without `mark` takes the cordon as nobody
+        else's: it drops the mark. A cordon set by someone after lifting ours (the mark stays on
+        a real Node) is theirs too: the cluster records who set `spec.unschedulable` last."""
         ...
 
     def uncordon(self, *, name: str, mark: bool = False) -> bool:
-        """Lift `spec.unschedulable` and the drain's mark (a repair that cordoned the node is
-        over). With `mark` (a drain that did not happen), only a cordon the mark says is the
-        control plane's is lifted, and False says a cordon someone else set stays (a Node the
-        cluster no longer has keeps none); without it, False says the Node is gone."""
+        """Lift `spec.unschedulable` and the mark. With `mark` (a drain that did not happen, a
+        repair over or rejected), only a cordon the mark says is the control plane's is lifted,
+        and False says a cordon someone else set stays (a Node the cluster no longer has keeps
+        none); without it, False says the Node is gone."""
 
     def evict_pod(self, *, namespace: str, name: str, reason: str) -> bool:
         """True when evicted (or gone already); False when a disruption budget refused now;

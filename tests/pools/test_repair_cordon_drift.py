@@ -76,9 +76,9 @@ def test_a_repair_pass_killed_at_the_uncordon_is_finished_by_the_next_with_one_r
     node = reset_acknowledged(pool)
     uncordon = SimulatedCluster.uncordon
 
-    def dies(self, *, name):
+    def dies(self, *, name, mark=False):
         if when == "after":
-            uncordon(self, name=name)
+            uncordon(self, name=name, mark=mark)
         raise Killed
 
     monkeypatch.setattr(simulated_cluster.SimulatedCluster, "uncordon", dies)
@@ -149,3 +149,25 @@ def test_a_wait_cordon_left_on_a_ready_node_by_an_interrupted_uncordon_is_lifted
     assert not cordoned(node)
     assert reasons(node, "NodeCordoned", "NodeUncordoned") == ["NodeCordoned", "NodeUncordoned"]
     assert "its repair is over" in PoolEvent.objects.get(node=node, reason="NodeUncordoned").message
+
+
+def test_an_administrators_cordon_from_before_the_fault_outlives_the_repair(actors):
+    """The repair's cordon is marked as the control plane's, as a drain's is: a node someone
+    cordoned first (`kubectl cordon`, to keep it free) keeps that cordon when its repair ends or
+    an admin rejects it; the repair lifted it (its uncordon took every cordon for its own)."""
+    pool = registered_pool(actors, 5)
+    node = first(pool)
+    SimClusterNode.objects.filter(name=node.name).update(unschedulable=True)  # kubectl cordon
+    reset = reset_acknowledged(pool)
+    pool_repair(pool_id=pool.pk, now=STARTED + timedelta(minutes=2))
+    assert Node.objects.get(pk=reset.pk).phase == "Ready" and cordoned(reset)  # theirs stays
+    assert "stays theirs: kubectl uncordon" in PoolEvent.objects.get(node=reset, reason="RepairSucceeded").message
+    other = pool.nodes.order_by("name")[1]
+    xid(other, 48, at=T0, gpu=1, seq=5)
+    assert pool_repair(pool_id=pool.pk, now=STARTED + timedelta(minutes=3)) == 1
+    assert cordoned(other)  # the repair's own cordon: lifted when it holds
+    ack(AgentCommand.objects.get(node=other))
+    pool_repair(pool_id=pool.pk, now=STARTED + timedelta(minutes=4))
+    assert not cordoned(other)
+    lifecycle.reconcile_all(now=STARTED + timedelta(minutes=5))
+    assert cordoned(reset) and not cordoned(other)  # the drift check leaves the administrator's
