@@ -4,7 +4,9 @@ Every live pool has a budget. Unless someone chose one, it is what the pool is b
 its subscription fee (the `nodeCount.min` baseline nodes at the monthly price of the pool's
 lease term, preemptible price where the pool is preemptible) plus its on-demand headroom (the
 `max - min` nodes it may add, at the on-demand hourly price, for `ON_DEMAND_SHARE` of an
-average month's hours). O1 plans a pool so that the monthly baseline carries about 60% of the
+average month's hours) plus the registry fee every pool pays each month (metered hour by hour
+with the rest, in the hours the pool has a node: left out, a pool that ran exactly as planned
+went over its default budget). O1 plans a pool so that the monthly baseline carries about 60% of the
 daily load and only the peaks run on on-demand nodes: peaks that last about a quarter of the
 day, which is the share chosen here (docs/guide-finance.md explains it to finance).
 
@@ -44,6 +46,7 @@ class DefaultBudget:
     hourly_price: Decimal
     share: Decimal
     currency: str
+    pool_fee: Decimal = Decimal(0)  # the registry fee per pool-month, in `currency`
 
     @cached_property
     def subscription(self) -> Decimal:
@@ -58,10 +61,16 @@ class DefaultBudget:
         return (self.hourly_price * self.headroom_nodes * self.headroom_hours).quantize(CENT, ROUND_HALF_UP)
 
     @cached_property
+    def fee(self) -> Decimal:
+        """The registry fee the month is expected to bring: it is metered in the hours the pool
+        has a node, so all month with a baseline, else for the headroom's share of it."""
+        return self.pool_fee if self.baseline_nodes else (self.pool_fee * self.share).quantize(CENT, ROUND_HALF_UP)
+
+    @cached_property
     def amount(self) -> Decimal:
         """At most what a budget holds: a price book far off scale must not stop the metering
         that syncs budgets for every team."""
-        return min(self.subscription + self.headroom, MAX_MONTHLY_BUDGET)
+        return min(self.subscription + self.headroom + self.fee, MAX_MONTHLY_BUDGET)
 
     @cached_property
     def explanation(self) -> str:
@@ -70,7 +79,8 @@ class DefaultBudget:
             f"{self.baseline_nodes} monthly node(s) × {self.node_monthly_price} = {self.subscription}, "
             f"plus up to {self.headroom_nodes} on-demand node(s) × {self.hourly_price:f} an hour × "
             f"{self.headroom_hours.normalize():f} hours ({(self.share * 100).normalize():f}% of a month) = "
-            f"{self.headroom}: {self.amount} {self.currency} a month"
+            f"{self.headroom}" + (f", plus the pool's registry fee {self.fee}" if self.fee else "")
+            + f": {self.amount} {self.currency} a month"
             + (" (the most a budget holds)" if self.amount == MAX_MONTHLY_BUDGET else "")
         )
 
@@ -83,6 +93,7 @@ def default_budget(
     hourly_price: Decimal,
     currency: str,
     share: Decimal = ON_DEMAND_SHARE,
+    pool_fee: Decimal = Decimal(0),
 ) -> DefaultBudget:
     """Subscription fee plus on-demand headroom; `node_monthly_price` is one node's monthly
     price after the lease term's (or the preemptible) discount, as an order would pay it."""
@@ -93,6 +104,7 @@ def default_budget(
         hourly_price=Decimal(hourly_price),
         share=share,
         currency=currency,
+        pool_fee=Decimal(pool_fee).quantize(CENT, ROUND_HALF_UP),
     )
 
 

@@ -22,8 +22,9 @@ from django.utils import timezone
 
 from billing import pricing
 from billing.budget_default import DEFAULT_THRESHOLDS, DefaultBudget, budget_choose, default_budget
-from billing.models import Budget, CostRecord
+from billing.models import Budget, CostRecord, PriceBookEntry
 from billing.month_spend import period_bounds
+from billing.node_prices import price_entry_in_force
 from pools.claims import WHOLE, Part
 from pools.core.errors import ValidationError
 from pools.models import GpuNodePool
@@ -31,7 +32,8 @@ from pools.models import GpuNodePool
 
 def pool_default_budget(*, pool: GpuNodePool, at: datetime) -> DefaultBudget | None:
     """The pool's default budget at the prices in force at `at` (None: the price book has no
-    price for its node type, GPU model or lease term)."""
+    price for its node type, GPU model or lease term). The registry fee counts where it is in
+    the nodes' currency (the admin keeps one currency: `billing.admin`)."""
     try:
         price = pricing.price_in_force(node_type_id=pool.node_type_id, gpu_model_id=pool.gpu_model_id, at=at)
         quote = pricing.quote_for(
@@ -40,12 +42,14 @@ def pool_default_budget(*, pool: GpuNodePool, at: datetime) -> DefaultBudget | N
         )  # fmt: skip
     except ValidationError:
         return None
+    registry = price_entry_in_force(kind=PriceBookEntry.Kind.REGISTRY_POOL_MONTH, at=at)
     return default_budget(
         min_nodes=pool.min_nodes,
         max_nodes=pool.max_nodes,
         node_monthly_price=quote.node_monthly_price,
         hourly_price=price.hourly_price,
         currency=price.currency,
+        pool_fee=registry.amount if registry is not None and registry.currency == price.currency else Decimal(0),
     )
 
 

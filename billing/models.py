@@ -387,7 +387,7 @@ class Budget(models.Model):
     team budget is set by finance or an admin (`source` finance)."""
 
     class Source(models.TextChoices):
-        DEFAULT = "default", "Default (subscription fee plus on-demand headroom)"
+        DEFAULT = "default", "Default (subscription fee, on-demand headroom and registry fee)"
         SPEC = "spec", "Set in the pool's spec"
         FINANCE = "finance", "Set by finance"
 

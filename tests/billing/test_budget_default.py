@@ -82,3 +82,16 @@ def test_the_default_adds_up_and_grows_with_the_headroom(min_nodes, extra, month
     assert budget.headroom == (hourly * extra * MONTH_HOURS * ON_DEMAND_SHARE).quantize(Decimal("0.01"), ROUND_HALF_UP)
     bigger = default_budget(min_nodes=min_nodes, max_nodes=min_nodes + extra + 1, node_monthly_price=monthly, hourly_price=hourly, currency="CNY")
     assert bigger.amount > budget.amount
+
+
+def test_the_registry_fee_every_pool_pays_is_part_of_the_default():
+    """Metered each hour the pool has a node (billing.metering): left out, a pool that ran as
+    planned went over its default budget by its fee. A pool with no baseline has a node only in
+    its peaks, so only their share of the fee is expected."""
+    with_fee = default_budget(min_nodes=2, max_nodes=6, node_monthly_price=Decimal("20000.00"), hourly_price=Decimal("100.0000"),
+                              currency="CNY", pool_fee=Decimal("500"))  # fmt: skip
+    assert (with_fee.fee, with_fee.amount) == (Decimal("500.00"), Decimal("113500.00"))
+    assert with_fee.explanation.endswith("= 73000.00, plus the pool's registry fee 500.00: 113500.00 CNY a month")
+    peaks_only = default_budget(min_nodes=0, max_nodes=2, node_monthly_price=Decimal("20000.00"), hourly_price=Decimal("100.0000"),
+                                currency="CNY", pool_fee=Decimal("500"))  # fmt: skip
+    assert (peaks_only.fee, peaks_only.amount) == (Decimal("125.00"), Decimal("36625.00"))

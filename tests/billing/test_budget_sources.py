@@ -40,8 +40,8 @@ FORM = {
     "label_value": ["algorithm"],
 }
 # The helper's pool: no baseline, 6 on-demand A100 8-card nodes at 100.0000 an hour for a
-# quarter of 730 hours.
-HELPER_DEFAULT = Decimal("109500.00")
+# quarter of 730 hours, and a quarter of the 500.00 registry fee (the pool has a node then only).
+HELPER_DEFAULT = Decimal("109625.00")
 
 
 @pytest.fixture(autouse=True)
@@ -81,9 +81,9 @@ def test_a_pool_without_a_spec_budget_alerts_at_80_percent_by_mail_and_in_the_ap
     spend(p, HELPER_DEFAULT * Decimal("0.8"))
     with django_capture_on_commit_callbacks(execute=True):
         fired = budgets.budgets_evaluate(now=T0 + HOUR)
-    assert [(a.threshold, a.basis, a.amount) for a in fired] == [(80, "actual", Decimal("87600.00"))]
+    assert [(a.threshold, a.basis, a.amount) for a in fired] == [(80, "actual", Decimal("87700.00"))]
     assert set(mail.outbox[0].to) == {"finops@example.com", "lead@example.com"}
-    assert "80% of its monthly budget 109500.00 CNY" in mail.outbox[0].body
+    assert "80% of its monthly budget 109625.00 CNY" in mail.outbox[0].body
     assert Notification.objects.get().pool == p
     assert PoolEvent.objects.filter(pool=p, reason="BudgetThresholdReached").count() == 1
     assert budgets.budgets_evaluate(now=T0 + 2 * HOUR) == []  # once per period
@@ -93,12 +93,12 @@ def test_the_default_follows_the_spec_and_the_price_book(actors):
     p = pool(actors["lead"])
     assert budget_of(p).monthly_amount == HELPER_DEFAULT
     pool_services.pool_resize(user=actors["lead"], pool=p, max_nodes=4, now=T0)
-    assert budget_of(p).monthly_amount == Decimal("73000.00")
+    assert budget_of(p).monthly_amount == Decimal("73125.00")
     old = NodePrice.objects.filter(node_type=p.node_type, gpu_model=p.gpu_model).latest("effective_from")
     NodePrice.objects.create(node_type=p.node_type, gpu_model=p.gpu_model, monthly_price=old.monthly_price,
                              hourly_price=Decimal("200"), currency="CNY", effective_from=T0 + timedelta(days=1))  # fmt: skip
     budgets.budgets_sync(now=T0 + timedelta(days=2))
-    assert budget_of(p).monthly_amount == Decimal("146000.00")
+    assert budget_of(p).monthly_amount == Decimal("146125.00")
 
 
 def test_finance_wins_over_the_spec_which_wins_over_the_default(actors):
@@ -137,7 +137,7 @@ def test_the_pool_form_sets_the_spec_budget_with_the_default_as_its_hint(browser
     p = pool(actors["lead"])
     client = browser("lead")
     page = client.get(f"/pools/{p.name}/edit/").content.decode()
-    assert "Leave empty for the default: 0 monthly node(s)" in page and "109500.00 CNY a month" in page
+    assert "Leave empty for the default: 0 monthly node(s)" in page and "109625.00 CNY a month" in page
     bad = client.post(f"/pools/{p.name}/edit/", {**FORM, "budget_monthly": "0"})
     assert bad.status_code == 400 and bad.context["form"].errors["budget_monthly"]
     assert client.post(f"/pools/{p.name}/edit/", {**FORM, "budget_monthly": "4200"}).status_code == 302
@@ -152,8 +152,8 @@ def test_the_pool_page_shows_the_budget_its_source_spend_forecast_and_alerts(bro
     budgets.budgets_evaluate(now=T0 + 80 * HOUR)
     time_machine.move_to(T0 + 80 * HOUR, tick=False)  # the page shows this month's spend
     html = browser("lead").get(f"/pools/{p.name}/").content.decode()
-    for text in ("109500.00 CNY", "Default (subscription fee plus on-demand headroom)", "Spent this month",
-                 "90000.00 CNY (82.2% used)", "Forecast", "80% of the budget on spend"):  # fmt: skip
+    for text in ("109625.00 CNY", "Default (subscription fee, on-demand headroom and registry fee)", "Spent this month",
+                 "90000.00 CNY (82.1% used)", "Forecast", "80% of the budget on spend"):  # fmt: skip
         assert text in html, text
     assert "Change the budget" not in html
     assert "Change the budget" in browser("finance").get(f"/pools/{p.name}/").content.decode()
@@ -174,7 +174,7 @@ def test_finance_sets_a_pool_budget_on_its_page_with_errors_beside_the_field(bro
     p = pool(actors["lead"], budget={"monthly": "5000"})
     client = browser("finance")
     page = client.get(f"/costs/budgets/pools/{p.name}/").content.decode()
-    assert "5000" in page and "109500.00 CNY a month" in page and "wins over" in page
+    assert "5000" in page and "109625.00 CNY a month" in page and "wins over" in page
     bad = client.post(f"/costs/budgets/pools/{p.name}/", {"monthly": "-3"})
     assert bad.status_code == 400 and bad.context["form"].errors["monthly"]
     assert client.post(f"/costs/budgets/pools/{p.name}/", {"monthly": "8000.50"}).status_code == 302
@@ -274,5 +274,5 @@ def test_syncing_the_fleet_s_budgets_prices_each_pool_shape_once_and_writes_noth
         pool(actors["lead"], name=f"pool-{i}")
     with CaptureQueriesContext(connection) as queries:
         assert budgets.budgets_sync(now=T0 + HOUR) == 4
-    # the budgets, the pools, and one price, price and lease term lookup for their one shape
-    assert len(queries) <= 5, [q["sql"] for q in queries]
+    # the budgets, the pools, and one price, price, lease term and registry fee lookup for their one shape
+    assert len(queries) <= 6, [q["sql"] for q in queries]

@@ -25,8 +25,8 @@ def test_finance_creates_and_edits_a_team_budget_and_a_pool_budget(browse, actor
     finance.follow("nav a:has-text('Costs')")
     finance.follow("a:has-text('Budgets')")
     row = budget_row(finance, f"pool {p.name}")
-    assert "Default (subscription fee plus on-demand headroom)" in row.inner_text()
-    assert "109500.00" in row.inner_text()
+    assert "Default (subscription fee, on-demand headroom and registry fee)" in row.inner_text()
+    assert "109625.00" in row.inner_text()
 
     # A team budget: a wrong amount is refused beside its field, then saved.
     finance.follow("a:has-text('New team budget')")
@@ -56,7 +56,7 @@ def test_finance_creates_and_edits_a_team_budget_and_a_pool_budget(browse, actor
 
     # A pool's budget: the form says what the default would be and which budget wins.
     finance.follow(f"a[aria-label='Change the budget of pool {p.name}']")
-    assert "109500.00 CNY a month" in finance.page.inner_text("#budget-default")
+    assert "109625.00 CNY a month" in finance.page.inner_text("#budget-default")
     assert "wins over" in finance.page.inner_text("main")
     finance.page.fill("#id_monthly", "0")
     finance.follow("main button:has-text('Save')")
@@ -76,5 +76,5 @@ def test_finance_creates_and_edits_a_team_budget_and_a_pool_budget(browse, actor
     lead = browse("lead")
     lead.goto(f"/pools/{p.name}/")
     budget = lead.page.inner_text("#pool-budget")
-    assert "95000.50 CNY" in budget and "Set by finance" in budget and "the default would be 109500.00 CNY" in budget
+    assert "95000.50 CNY" in budget and "Set by finance" in budget and "the default would be 109625.00 CNY" in budget
     assert lead.page.locator("#pool-budget a:has-text('Change the budget')").count() == 0

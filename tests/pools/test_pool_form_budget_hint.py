@@ -39,7 +39,7 @@ def test_the_new_pool_page_shows_the_computation_for_its_initial_choices(browser
 def test_the_hint_follows_the_choices_prefilled_from_a_pending_pods_link(browser, actors, time_machine):
     time_machine.move_to(NOW, tick=False)
     page = browser("lead").get("/pools/new/?gpu_model=A100_80G&node_type=GPU_8_CARD").content.decode()
-    assert "2 monthly node(s) × 20000.00 = 40000.00" in page and "113000.00 CNY a month" in page  # the finance guide's example
+    assert "2 monthly node(s) × 20000.00 = 40000.00" in page and "113000.00 CNY a month" in page  # the finance guide's example, less its registry fee (this price book has none)
 
 
 def test_a_form_sent_back_with_an_error_computes_for_the_choices_sent(actors):
