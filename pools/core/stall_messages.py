@@ -6,6 +6,7 @@ to pay an order. No Django here; the lifecycle's decisions are `pools.core.lifec
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 
@@ -50,6 +51,13 @@ def quota_scope(region: str, model: str, team: str | None) -> str:
     """`cn-east-2 A100_80G` for a region-wide quota, `... for team algorithm` for a team's own:
     how the order's approval and its payment both name the quota they hold it to."""
     return f"{region} {model}" + (f" for team {team}" if team else "")
+
+
+def quota_team(text: str) -> str | None:
+    """The team whose own quota a refusal names (`quota_scope`'s "for team", the autoscaler's
+    "GPU quota of team"), None where it names the region's."""
+    found = re.search(r"\b(?:for|of) team ([a-z0-9-]+)", text)
+    return found.group(1) if found else None
 
 
 QUOTA_EXCEEDED = "QuotaExceeded"  # the reason of a stall, an event or an autoscaler decision a GPU quota held back

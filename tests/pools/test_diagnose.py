@@ -81,6 +81,18 @@ def test_a_quota_stall_fails_and_names_region_and_gpu_model():
     assert "`ebcloud node-pool describe train-pool-a` (pendingReason)" in c.action
 
 
+def test_a_teams_own_quota_is_named_as_the_teams_not_the_regions():
+    """A team's own quota full while the region has room was told to raise the region's quota."""
+    c = check(healthy(pending_reason="QuotaExceeded: cn-east-2 A100_80G for team algorithm requested 16, in use 48, limit 56"), "scale-up")
+    assert "team algorithm has a quota of its own there" in c.cause
+    assert "raise the cn-east-2 A100_80G quota of team algorithm" in c.action
+    scaled = d.EventInfo("QuotaExceeded", "Scale-up to 4 not done: 2 on-demand node(s) of 8 GPU(s) would pass the GPU quota of team algorithm "
+                         "for A100_80G in cn-east-2: 48 of 56 GPU(s) in use", NOW - 5 * H)  # fmt: skip
+    assert "quota of team algorithm" in check(healthy(events=(scaled,)), "scale-up").action
+    region = check(healthy(pending_reason="QuotaExceeded: cn-east-2 A100_80G requested 16, in use 48, limit 56"), "scale-up")
+    assert "raise the cn-east-2 A100_80G quota or free" in region.action and "own" not in region.cause
+
+
 def test_out_of_stock_asks_for_a_fallback_zone_and_outranks_an_image_pull_failure():
     events = (
         d.EventInfo("ImagePullFailed", "Node x: image pull failed; retrying in 1m0s", NOW - 2 * M),

@@ -55,6 +55,7 @@ from pools.core.lifecycle import format_duration as age
 from pools.core.repair import CUDA_DRIVER_MISMATCH, classify
 from pools.core.scheduling.waiting import USUAL_START
 from pools.core.spec import POOL_SCALING_DEFAULTS
+from pools.core.stall_messages import quota_team
 from pools.core.words import plural
 
 OK, WARNING, FAILING, UNKNOWN = "ok", "warning", "failing", "unknown"
@@ -134,12 +135,13 @@ def _prefix(text: str) -> str:
     return word
 
 
-def _scale_up_advice(s: PoolSnapshot, bucket: str, orders: list[OrderInfo]) -> tuple[str, str]:
+def _scale_up_advice(s: PoolSnapshot, bucket: str, orders: list[OrderInfo], team: str | None = None) -> tuple[str, str]:  # team: whose own quota held it
     describe = f"`ebcloud node-pool describe {s.name}` (pendingReason) and `ebcloud node-pool events {s.name}`"
     pending = next((o for o in orders if o.status == "Pending"), None)
     return {
-        QUOTA: (f"GPU quota exhausted: quotas are per region and per GPU model ({s.region}, {s.gpu_model}), so another model's room does not help.",
-                f"Ask a platform admin to raise the {s.region} {s.gpu_model} quota or free GPUs held elsewhere; check {describe}."),
+        QUOTA: (f"GPU quota exhausted: quotas are per region and per GPU model ({s.region}, {s.gpu_model}), so another model's room does not help"
+                + (f"; team {team} has a quota of its own there, which it reached whatever room the region has left." if team else "."),
+                f"Ask a platform admin to raise the {s.region} {s.gpu_model} quota{f' of team {team}' if team else ''} or free GPUs held elsewhere; check {describe}."),
         STOCK: (f"No {s.gpu_model} stock in {s.zone}: popular models run out in busy zones.",
                 f"Add a fallback zone with stock (the OutOfStock message lists them) to the pool's spec.zones after {s.zone}, e.g. `zones: [{s.zone}, <zone with stock>]`: nodes are then ordered there while {s.zone} is out of stock; see {describe}."),
         BALANCE: ("The order is unpaid: the account balance is too low or the payment was declined (a monthly scale-up is a new order).",
@@ -186,7 +188,7 @@ def check_scale_up(s: PoolSnapshot, now: datetime) -> Check:
         return Check("scale-up", title, OK, f"No quota, stock, payment or provisioning failure in the last 24 h; phase {s.phase}, {ready} of {len(s.live_nodes())} live node(s) Ready.", requirements=reqs)
     buckets = Counter(b for b, _, _ in evidence)
     first = next(b for b in BUCKET_ORDER if b in buckets)
-    cause, action = _scale_up_advice(s, first, orders)
+    cause, action = _scale_up_advice(s, first, orders, next((t for b, line, _ in evidence if b == QUOTA and (t := quota_team(line))), None))
     status = FAILING if any(now_ for _, _, now_ in evidence) else WARNING
     lines = [line for _, line, _ in evidence]
     found = f"{plural(len(lines), 'sign')} of a stalled scale-up: " + "; ".join(lines[:3]) + ("; …" if len(lines) > 3 else "")
