@@ -93,7 +93,11 @@ class LeaseTermAdmin(AuditedPriceAdmin):
 @admin.register(PriceBookEntry)
 class PriceBookEntryAdmin(AuditedPriceAdmin):
     form = PriceBookEntryForm
-    list_display = [f.name for f in PriceBookEntry._meta.fields if f.name != "id"]
+    list_display = ("kind", "price", "effective_from")
+
+    @admin.display(description="Price", ordering="amount")
+    def price(self, entry: PriceBookEntry) -> str:
+        return entry.price_text
 
 
 class AccountCreateForm(forms.ModelForm):

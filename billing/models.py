@@ -6,6 +6,8 @@ Money is Decimal with a currency code.
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
@@ -140,7 +142,16 @@ class PriceBookEntry(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.get_kind_display()}: {self.amount} from {self.effective_from:%Y-%m-%d}"
+        return f"{self.get_kind_display()}: {self.price_text} from {self.effective_from:%Y-%m-%d}"
+
+    @property
+    def price_text(self) -> str:
+        """The discount as a share off (the row's currency is no unit of a fraction), the fees
+        as money: "60% off the on-demand price", "500.00 CNY", "0.0035 CNY" as entered."""
+        if self.kind == self.Kind.PREEMPTIBLE_DISCOUNT:
+            return f"{(self.amount * 100).normalize():f}% off the on-demand price"
+        cents = self.amount.quantize(Decimal("0.01"))
+        return f"{cents if cents == self.amount else self.amount.normalize():f} {self.currency}"
 
     def clean(self):
         """The preemptible discount is a fraction like the lease terms' (above 1 the price of a

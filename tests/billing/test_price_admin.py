@@ -292,3 +292,14 @@ def test_the_price_in_force_when_an_hour_still_to_be_metered_began_is_not_delete
     new.effective_from = hour
     new.save()
     assert admin_client.post(reverse("admin:billing_nodeprice_delete", args=[old.pk]), {"post": "yes"}).status_code == 302
+
+
+def test_the_price_book_lists_the_discount_as_a_share_off_and_fees_as_money(admin_client):
+    """The list showed the preemptible discount as "0.600000" beside "CNY", a fraction read as money."""
+    from billing.demo import load_prices
+
+    load_prices()
+    page = admin_client.get(reverse("admin:billing_pricebookentry_changelist")).content.decode()
+    assert "60% off the on-demand price" in page and "500.00 CNY" in page and "0.600000" not in page
+    entry = PriceBookEntry.objects.get(kind=PriceBookEntry.Kind.PREEMPTIBLE_DISCOUNT)
+    assert str(entry).startswith("Preemptible discount (fraction off the on-demand price): 60% off the on-demand price from ")
