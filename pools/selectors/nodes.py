@@ -122,6 +122,15 @@ def _gate(node: Node, now: datetime) -> repair.RepairGate | None:
     return next((state.gate(n, now) for n in state.nodes if n.pk == node.pk), None)
 
 
+# An Xid's class and the repair's first step, as the history says them (pools/core/repair.py).
+XID_MEANING = {
+    ("application", "none"): "an application's error; the GPU is fine, nothing to repair",
+    ("reset", "reset_gpu"): "the GPU needs a reset; the repair starts with one",
+    ("fatal", "replace"): "a fatal fault; the node is replaced",
+    ("unknown", "none"): "not in NVIDIA's catalog; nothing is repaired for it, a person should look",
+}
+
+
 def _history(events, commands, xids) -> list[HistoryEntry]:
     entries = [HistoryEntry(e.last_timestamp, "event", e.type, e.reason, e.message + (f" (×{e.count})" if e.count > 1 else "")) for e in events]
     for c in commands:
@@ -135,7 +144,7 @@ def _history(events, commands, xids) -> list[HistoryEntry]:
     for x in xids:
         gpu = "unknown GPU" if x.gpu_index is None else f"GPU {x.gpu_index}"
         entries.append(HistoryEntry(x.at, "xid", "Normal" if x.kind == "application" else "Warning", f"Xid{x.xid}",
-                                    f"Xid {x.xid} {x.mnemonic} on {gpu}: {x.kind}, first rung {x.action}"))  # fmt: skip
+                                    f"Xid {x.xid}{f' ({x.mnemonic})' if x.mnemonic else ''} on {gpu}: {XID_MEANING.get((x.kind, x.action), f'{x.kind}, then {x.action}')}"))  # fmt: skip
     return sorted(entries, key=lambda e: e.at, reverse=True)[:HISTORY_LIMIT]
 
 

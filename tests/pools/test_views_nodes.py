@@ -72,6 +72,7 @@ def test_the_repair_history_merges_events_commands_and_xids_newest_first(actors,
     history = html[html.index("Repair history"):]
     order = [history.index(marker) for marker in ("CommandIssued", "RepairPendingApproval", "Xid48")]
     assert order == sorted(order), "newest first: the command, then the request, then the Xid"
+    assert "Xid 48 on GPU 3: the GPU needs a reset; the repair starts with one" in history  # not "first rung reset_gpu"
     assert "Repair pending approval" in html and "Approve repair" not in html  # the lead sees it waiting
 
 
