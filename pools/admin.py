@@ -147,7 +147,14 @@ class NamespaceTeamAdmin(admin.ModelAdmin):
 
 class QuotaForm(forms.ModelForm):
     """A quota counts the GPUs of the pools whose zone is in its region: a region no zone names
-    (a zone's own name, `cn-east-2a`, is the usual slip) limits nothing, silently."""
+    (a zone's own name, `cn-east-2a`, is the usual slip) limits nothing, silently. So the
+    region is picked from the zones' regions (the one stored kept, should its zones be gone),
+    and one sent around the list is refused, naming them."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        regions = set(Zone.objects.values_list("region", flat=True)) | ({self.instance.region} if self.instance.region else set())
+        self.fields["region"].widget = forms.Select(choices=[("", "---------"), *((r, r) for r in sorted(regions))])
 
     def clean_region(self):
         region = self.cleaned_data["region"]

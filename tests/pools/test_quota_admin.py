@@ -66,6 +66,14 @@ def test_a_quota_for_a_region_no_zone_is_in_is_refused(admin_client, a100, regio
     assert Quota.objects.count() == quotas and quota_entries() == []
 
 
+def test_the_region_is_picked_from_the_zones_regions(admin_client):
+    page = admin_client.get(reverse("admin:pools_quota_add")).content.decode()
+    field = page[page.index('name="region"'):]
+    field = field[:field.index("</select>")]
+    assert '<option value="cn-east-2">cn-east-2</option>' in field and '<option value="cn-north-1">cn-north-1</option>' in field
+    assert "cn-east-2a" not in field  # a zone is no region
+
+
 @pytest.mark.parametrize("value", ["-1", "١٢", "1_2", "NaN", "99999999999"])
 def test_a_limit_that_is_no_plain_whole_number_is_refused(admin_client, a100, value):
     quota = Quota.objects.get(region="cn-east-2", gpu_model=a100, team__isnull=True)
