@@ -399,8 +399,13 @@ def budget_table(budgets: list[dict], *, wide: bool = False, now: datetime | Non
     return table([*BUDGET_HEADERS, "TEAM", "MESSAGE"] if wide else BUDGET_HEADERS, rows)
 
 
-def pod_why(pod: dict) -> str:
-    """`ebcloud pod why`: the phase, the kube-scheduler message and each hint."""
+# A page of the web console a hint links to, as the server writes it (relative to itself).
+_CONSOLE_PATH = re.compile(r"(?<![\w/:.])(/(?:pools|orders|costs)/\S*)")
+
+
+def pod_why(pod: dict, *, server: str = "") -> str:
+    """`ebcloud pod why`: the phase, the kube-scheduler message and each hint, a page a hint
+    links to made a whole URL on `server` (a terminal cannot follow `/pools/new/?team=...`)."""
     metadata, status = pod.get("metadata") or {}, pod.get("status") or {}
     ref = f"{metadata.get('namespace')}/{metadata.get('name')}"
     phase = status.get("phase")
@@ -420,7 +425,8 @@ def pod_why(pod: dict) -> str:
     if hints:
         lines.append("Hints:")
         for hint in hints:
-            first, *rest = str(hint).splitlines()
+            hint = _CONSOLE_PATH.sub(lambda found: server + found.group(1), str(hint)) if server else str(hint)
+            first, *rest = hint.splitlines()
             lines.append(f"  - {first}")
             lines += [f"    {line}" for line in rest]
     return "\n".join(lines)

@@ -73,7 +73,7 @@ def pod_why(ref: str) -> None:
     """Why a pod is Pending: the scheduler's message and what to change."""
     with api() as client:
         found = client.pod(ref)
-    output.echo(output.pod_why(found))
+    output.echo(output.pod_why(found, server=client.server))
 
 
 @pod.command("delete")

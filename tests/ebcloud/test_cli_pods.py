@@ -150,3 +150,17 @@ def test_node_pool_fragmentation_says_why_running_nodes_stay(ebcloud, login_as, 
 def test_a_member_cannot_apply_a_repack(ebcloud, login_as, fragmented):
     login_as("member")
     assert "only leads of team algorithm" in one_error_line(ebcloud("node-pool", "fragmentation", "train-pool-a", "--apply"))
+
+
+def test_pod_why_makes_a_console_link_in_a_hint_a_whole_url_on_the_server():
+    """The order hint's `/pools/new/?team=...` is a path on the server: a terminal cannot follow it."""
+    from ebcloud import output
+
+    pod = {"metadata": {"namespace": "algorithm", "name": "big"}, "status": {"phase": "Pending", "hints": [
+        "No pool of your team can run this pod: it needs 16 GPUs on one node. A lead of team algorithm can order a pool of node type "
+        "GPU_16_CARD (16 GPUs per node) with GPU model H100_80G: /pools/new/?team=algorithm&gpu_model=H100_80G&node_type=GPU_16_CARD",
+        "see https://kubernetes.io/pools/x and spec.zones/pools/y as written",
+    ]}}  # fmt: skip
+    text = output.pod_why(pod, server="http://127.0.0.1:8000")
+    assert text.splitlines()[2].endswith(": http://127.0.0.1:8000/pools/new/?team=algorithm&gpu_model=H100_80G&node_type=GPU_16_CARD")
+    assert "  - see https://kubernetes.io/pools/x and spec.zones/pools/y as written" in text
