@@ -128,10 +128,9 @@ class Client:
 
     # --- orders ----------------------------------------------------------------------------
 
-    def orders(self, *, status: str = "") -> list[dict]:
-        return _items(
-            self._request("GET", "/orders/", params={"status": status} if status else None)
-        )
+    def orders(self, *, status: str = "", start: str | None = None, end: str | None = None) -> list[dict]:
+        params = {key: value for key, value in (("status", status), ("from", start), ("to", end)) if value}
+        return _items(self._request("GET", "/orders/", params=params or None))
 
     def order(self, order_id: int) -> dict:
         return self._request("GET", f"/orders/{order_id}/", subject=f"order {order_id}")

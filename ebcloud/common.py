@@ -11,6 +11,7 @@ import errno
 import math
 import os
 import re
+from datetime import date
 from typing import IO, Any
 
 import click
@@ -137,6 +138,16 @@ def file_option(what: str):
         required=True,
         help=f"{what} YAML or JSON; - for stdin",
     )
+
+
+def iso_day(ctx: click.Context | None, param: click.Parameter | None, value: str | None) -> str | None:
+    """A `--from`/`--to` DATE, checked before any request."""
+    if value is None:
+        return None
+    try:
+        return date.fromisoformat(value).isoformat()
+    except ValueError as exc:
+        raise click.BadParameter("expected a date such as 2026-12-01") from exc
 
 
 def namespaced_name(ctx: click.Context | None, param: click.Parameter | None, ref: str) -> str:

@@ -11,23 +11,14 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import date
 
 import click
 import httpx
 
 from ebcloud import config, output
 from ebcloud.client import API, Client, error_line
+from ebcloud.common import iso_day
 from ebcloud.errors import CliError
-
-
-def _day(ctx, param, value: str | None) -> str | None:
-    if value is None:
-        return None
-    try:
-        return date.fromisoformat(value).isoformat()
-    except ValueError as exc:
-        raise click.BadParameter("expected a date such as 2026-12-01") from exc
 
 
 @click.group("cost")
@@ -46,12 +37,12 @@ def cost() -> None:
 @click.option(
     "--from",
     "start",
-    callback=_day,
+    callback=iso_day,
     metavar="DATE",
     help="First day (UTC); default the 1st of this month",
 )
 @click.option(
-    "--to", "end", callback=_day, metavar="DATE", help="Last day (UTC, inclusive); default today"
+    "--to", "end", callback=iso_day, metavar="DATE", help="Last day (UTC, inclusive); default today"
 )
 @click.option(
     "--format", "fmt", type=click.Choice(["csv", "focus"]), default="csv", show_default=True

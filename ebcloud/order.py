@@ -2,6 +2,7 @@
 through the REST API only.
 
     ebcloud order list --status Pending
+    ebcloud order list --from 2026-12-01 --to 2026-12-31 -o wide
     ebcloud order approve 1
     ebcloud order reject 2 --reason "no A100 capacity this month"
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 import click
 
 from ebcloud import output
-from ebcloud.common import LIST_FORMATS, OBJECT_FORMATS, WholeNumber, api, show
+from ebcloud.common import LIST_FORMATS, OBJECT_FORMATS, WholeNumber, api, iso_day, show
 
 
 @click.group("order")
@@ -21,11 +22,13 @@ def order() -> None:
 
 @order.command("list")
 @click.option("--status", default="", help="Pending, Approved, Paying, Rejected, Paid, Failed or Withdrawn")
+@click.option("--from", "start", callback=iso_day, metavar="DATE", help="Only orders paid on or after this day (UTC)")
+@click.option("--to", "end", callback=iso_day, metavar="DATE", help="Only orders paid on or before this day (UTC, inclusive)")
 @click.option("-o", "--output", "fmt", type=LIST_FORMATS, help="wide, yaml or json")
-def order_list(status: str, fmt: str | None) -> None:
-    """List the orders you may see, newest first."""
+def order_list(status: str, start: str | None, end: str | None, fmt: str | None) -> None:
+    """List the orders you may see, newest first; with --from/--to, those the account paid then."""
     with api() as client:
-        orders = client.orders(status=status)
+        orders = client.orders(status=status, start=start, end=end)
     show(orders, fmt, output.order_table)
 
 

@@ -241,6 +241,7 @@ ORDER_WIDE_HEADERS = [
     "LEASE",
     "REQUESTED-BY",
     "DECIDED-BY",
+    "PAID",
     "REASON",
 ]
 
@@ -269,6 +270,7 @@ def order_row(order: dict, *, wide: bool = False, now: datetime | None = None) -
             lease,
             order.get("requestedBy"),
             order.get("decidedBy"),
+            (order.get("paidAt") or "")[:16].replace("T", " ") or None,
             order.get("reason"),
         ]
     return row

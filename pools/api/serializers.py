@@ -158,13 +158,14 @@ class OrderSerializer(serializers.ModelSerializer):
     decidedBy = serializers.CharField(source="decided_by.username", default=None, allow_null=True)
     createdAt = serializers.DateTimeField(source="created_at")
     decidedAt = serializers.DateTimeField(source="decided_at", allow_null=True)
+    paidAt = serializers.DateTimeField(source="paid_at", allow_null=True, help_text="When the account was debited `amount`; null until then")
 
     class Meta:
         model = PoolOrder
         fields = [
             "id", "pool", "team", "kind", "status", "nodeCount", "gpus", "gpuModel", "nodeType",
             "region", "zone", "leaseType", "leaseMonths", "unitMonthlyPrice", "discount", "amount",
-            "currency", "reason", "requestedBy", "decidedBy", "createdAt", "decidedAt",
+            "currency", "reason", "requestedBy", "decidedBy", "createdAt", "decidedAt", "paidAt",
         ]  # fmt: skip
         read_only_fields = fields
 

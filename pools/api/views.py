@@ -5,6 +5,8 @@ Objects are looked up through `for_user`, so another team's pool or order is a 4
 
 from __future__ import annotations
 
+from datetime import UTC, date, datetime, time, timedelta
+
 from django.utils import timezone
 from django.utils.decorators import method_decorator
 from drf_spectacular.types import OpenApiTypes
@@ -63,6 +65,19 @@ def query_param(request, name: str, *, choices: list[str] | None = None) -> str:
     if choices is not None and value and value not in choices:
         raise ValidationError(f"must be one of {', '.join(choices)}", field=name)
     return value[:200]
+
+
+def _query_day(request, name: str) -> date | None:
+    """A day given as `2026-12-01` (ASCII digits: `date.fromisoformat` alone takes other forms)."""
+    value = query_param(request, name)
+    if not value:
+        return None
+    try:
+        if not (value.isascii() and len(value) == 10):
+            raise ValueError(value)
+        return date.fromisoformat(value)
+    except ValueError:
+        raise ValidationError("must be a date such as 2026-12-01", field=name) from None
 
 
 POOL_FILTERS = [
@@ -193,7 +208,12 @@ ORDER_ID = OpenApiParameter("id", OpenApiTypes.INT, OpenApiParameter.PATH, descr
 
 @extend_schema_view(
     list=extend_schema(
-        parameters=[OpenApiParameter("status", str, enum=[s for s, _ in PoolOrder.Status.choices]), *chunking.PARAMETERS],
+        parameters=[
+            OpenApiParameter("status", str, enum=[s for s, _ in PoolOrder.Status.choices]),
+            OpenApiParameter("from", OpenApiTypes.DATE, description="Only orders paid on or after this day (UTC), e.g. 2026-12-01"),
+            OpenApiParameter("to", OpenApiTypes.DATE, description="Only orders paid on or before this day (UTC, inclusive)"),
+            *chunking.PARAMETERS,
+        ],
         responses={**chunking.listed(OrderSerializer(many=True)), **_errors(400, 401)},
     ),
     retrieve=extend_schema(parameters=[ORDER_ID], responses={200: OrderSerializer, **_errors(400, 401, 404)}),
@@ -205,7 +225,14 @@ class OrderViewSet(viewsets.ViewSet):
     lookup_value_regex = "[^/]+"  # a malformed id reaches the view and gets a JSON 400
 
     def list(self, request):
-        orders = selectors.orders_for_user(user=request.user, status=query_param(request, "status", choices=PoolOrder.Status.values))
+        first, last = (_query_day(request, name) for name in ("from", "to"))
+        if first and last and last < first:
+            raise ValidationError("must not be before from", field="to")
+        orders = selectors.orders_for_user(
+            user=request.user, status=query_param(request, "status", choices=PoolOrder.Status.values),
+            paid_from=datetime.combine(first, time(), UTC) if first else None,
+            paid_before=(datetime.combine(last, time(), UTC) + timedelta(days=1) if last < date.max else datetime.max.replace(tzinfo=UTC)) if last else None,
+        )  # fmt: skip
         return chunking.chunked_response(request, orders, lambda chunk: OrderSerializer(chunk, many=True).data)
 
     def retrieve(self, request, pk=None):

@@ -302,7 +302,7 @@ def _pay_order(p: ReconcilePass, order: PoolOrder, quota_note: str) -> None:
         return
     with transaction.atomic():
         pool_orders_lock(pool=p.pool)
-        if PoolOrder.objects.filter(pk=order.pk, status=PoolOrder.Status.PAYING).update(status=PoolOrder.Status.PAID):
+        if PoolOrder.objects.filter(pk=order.pk, status=PoolOrder.Status.PAYING).update(status=PoolOrder.Status.PAID, paid_at=payment.paid_at):
             if quota_note:
                 p.event("QuotaValidated", quota_note)
             p.event(

@@ -303,12 +303,13 @@ class PoolOrder(models.Model):
     decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(default=timezone.now)
     decided_at = models.DateTimeField(null=True, blank=True)
+    paid_at = models.DateTimeField(null=True, blank=True, help_text="When the account was debited (status Paid)")
 
     objects = PoolChildQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at", "-id"]
-        indexes = [models.Index(fields=["status", "created_at"])]
+        indexes = [models.Index(fields=["status", "created_at"]), models.Index(fields=["paid_at"])]
 
     def __str__(self) -> str:
         return f"order #{self.pk} ({self.kind}) for {self.pool.name}"

@@ -194,12 +194,18 @@ def latest_spec_changes(*, pool: GpuNodePool, count: int) -> list[str]:
     return said
 
 
-def orders_for_user(*, user, status: str = "") -> QuerySet[PoolOrder]:
+def orders_for_user(*, user, status: str = "", paid_from: datetime | None = None, paid_before: datetime | None = None) -> QuerySet[PoolOrder]:
+    """The orders `user` may see; with `paid_from`/`paid_before`, only those debited in between
+    (what finance reconciles a month's account statement with)."""
     orders = PoolOrder.objects.for_user(user).select_related(
         "pool", "pool__team", "pool__gpu_model", "pool__node_type", "pool__zone", "requested_by", "decided_by"
     )
     if status:
         orders = orders.filter(status=status)
+    if paid_from is not None:
+        orders = orders.filter(paid_at__gte=paid_from)
+    if paid_before is not None:
+        orders = orders.filter(paid_at__lt=paid_before)
     return orders.order_by("-created_at", "-id")
 
 
