@@ -49,7 +49,12 @@ from monitoring.services import agent_command_enqueue, command_finish
 from pools.claims import claim_acquire, claim_release
 from pools.controllers.context import ReconcilePass
 from pools.controllers.exits import drain_start
-from pools.controllers.repair_cordon import cluster_cordon, repair_uncordon, wait_cordon
+from pools.controllers.repair_cordon import (
+    cluster_cordon,
+    cordoned_by_someone,
+    repair_uncordon,
+    wait_cordon,
+)
 from pools.core import lifecycle as rules
 from pools.core.node_labels import cluster_fault
 from pools.core.repair import (
@@ -298,8 +303,10 @@ def _start(pool: GpuNodePool, spec, node: Node, decision, cluster, now: datetime
     # One transaction: a worker killed between these writes must not leave a node Repairing
     # with no command for its agent (no pass would ever finish or retry it) or without its event.
     was_cordoned = node.phase == Node.Phase.CORDONED  # cordoned in the cluster while it waited
+    if not was_cordoned:
+        node.cordon_theirs = cordoned_by_someone(cluster, node)
     with transaction.atomic():
-        Node.objects.filter(pk=node.pk).update(phase=Node.Phase.REPAIRING, unschedulable=True)
+        Node.objects.filter(pk=node.pk).update(phase=Node.Phase.REPAIRING, unschedulable=True, cordon_theirs=node.cordon_theirs)
         agent_command_enqueue(node=node, action=decision.action, gpu_index=decision.gpu_index, reason=decision.reason, now=now)
         note = "" if was_cordoned else cluster_cordon(node=node, cluster=cluster, on=True)
         event_record(pool=pool, node=node, reason="RepairStarted", type=WARNING, now=now,
@@ -322,7 +329,7 @@ def _finish(pool: GpuNodePool, node: Node, command: AgentCommand | None, cluster
     if command.status == AgentCommand.Status.SUCCEEDED:
         note = cluster_cordon(node=node, cluster=cluster, on=False)
         with transaction.atomic():
-            if not Node.objects.filter(pk=node.pk, phase=Node.Phase.REPAIRING).update(phase=Node.Phase.READY, unschedulable=False):
+            if not Node.objects.filter(pk=node.pk, phase=Node.Phase.REPAIRING).update(phase=Node.Phase.READY, unschedulable=False, cordon_theirs=False):
                 return
             node.phase, node.unschedulable = Node.Phase.READY, False
             event_record(pool=pool, node=node, reason="RepairSucceeded", now=now, message=f"{command.get_action_display()} of {node.name} succeeded: the node takes pods again{note}")

@@ -34,21 +34,34 @@ from pools.services.events import WARNING, event_record
 logger = logging.getLogger("ebcloud.repair")
 
 
-def _cluster_call(cluster: ClusterBackend, name: str, *, cordon: bool) -> str:
-    """Run the cluster's cordon/uncordon, marked as the control plane's own (`mark`, as a
-    drain's): a node someone cordoned first (`kubectl cordon`, to keep it free) keeps that
-    cordon when its repair ends or is rejected. A failure, or a cordon left as someone else's,
-    is told in the event (the control plane's own view, which its scheduler, extender and
-    autoscaler read, is already right)."""
+def _cluster_call(cluster: ClusterBackend, name: str, *, cordon: bool, theirs: bool = False) -> str:
+    """Run the cluster's cordon/uncordon; the cordon marked as the control plane's own (`mark`,
+    as a drain's), the uncordon leaving a cordon someone set before ours (`theirs`: a node an
+    administrator keeps free with `kubectl cordon` stays so when its repair ends or is
+    rejected). A failure, or a cordon left as theirs, is told in the event (the control
+    plane's own view, which its scheduler, extender and autoscaler read, is already right)."""
     try:
-        lifted = (cluster.cordon if cordon else cluster.uncordon)(name=name, mark=True)
+        done = cluster.cordon(name=name, mark=True) if cordon else cluster.uncordon(name=name, mark=theirs)
     except Exception as exc:  # an unreachable API server must not stop the repair pass
         logger.warning("cordon change of %s in the cluster failed", name, exc_info=True)
         how = "cordon" if cordon else "uncordon"
         return f" (the cluster's Node could not be updated: {str(exc)[:200]}; run kubectl {how} {name} to match)"
-    if not cordon and lifted is False:
-        return f" (the cordon someone else set on the cluster's Node stays theirs: kubectl uncordon {name} lifts it)"
+    if not cordon and theirs and done is False:
+        return f" (the cordon someone else set on the cluster's Node before the repair's stays theirs: kubectl uncordon {name} lifts it)"
     return ""
+
+
+def cordoned_by_someone(cluster: ClusterBackend, node: Node) -> bool:
+    """Whether the cluster's Node is cordoned already, before the repair cordons a node whose
+    row says it takes pods: someone else's cordon then (`Node.cordon_theirs`), to leave when the
+    repair's ends. A read that fails counts it as not (the repair's cordon is lifted whole, as
+    a cordon set before this was recorded is: its rows say nothing of whose it was)."""
+    try:
+        state = cluster.nodes_state(names=[node.name]).get(node.name)
+    except Exception:  # an API server out of reach decides nothing here
+        logger.warning("reading Node %s before cordoning it failed", node.name, exc_info=True)
+        return False
+    return bool(state is not None and state.unschedulable)
 
 
 def wait_cordon(*, pool: GpuNodePool, node: Node, cluster: ClusterBackend, waiting_for: str, now) -> bool:
@@ -58,9 +71,10 @@ def wait_cordon(*, pool: GpuNodePool, node: Node, cluster: ClusterBackend, waiti
     leaves a Cordoned row, which the drift check cordons in the cluster)."""
     if node.phase != Node.Phase.READY:
         return False
-    if not Node.objects.filter(pk=node.pk, phase=Node.Phase.READY).update(phase=Node.Phase.CORDONED, unschedulable=True):
+    theirs = cordoned_by_someone(cluster, node)
+    if not Node.objects.filter(pk=node.pk, phase=Node.Phase.READY).update(phase=Node.Phase.CORDONED, unschedulable=True, cordon_theirs=theirs):
         return False
-    node.phase, node.unschedulable = Node.Phase.CORDONED, True
+    node.phase, node.unschedulable, node.cordon_theirs = Node.Phase.CORDONED, True, theirs
     note = _cluster_call(cluster, node.name, cordon=True)
     event_record(pool=pool, node=node, reason="NodeCordoned", type=WARNING, now=now,
                  message=f"Node {node.name} cordoned while its GPU fault waits for repair ({waiting_for}): "
@@ -75,11 +89,11 @@ def repair_uncordon(*, pool: GpuNodePool, node: Node, cluster: ClusterBackend, w
     leaves the row Cordoned, and the next pass uncordons again)."""
     if node.phase != Node.Phase.CORDONED:
         return False
-    note = _cluster_call(cluster, node.name, cordon=False)
+    note = _cluster_call(cluster, node.name, cordon=False, theirs=node.cordon_theirs)
     with transaction.atomic():
-        if not Node.objects.filter(pk=node.pk, phase=Node.Phase.CORDONED).update(phase=Node.Phase.READY, unschedulable=False):
+        if not Node.objects.filter(pk=node.pk, phase=Node.Phase.CORDONED).update(phase=Node.Phase.READY, unschedulable=False, cordon_theirs=False):
             return False
-        node.phase, node.unschedulable = Node.Phase.READY, False
+        node.phase, node.unschedulable, node.cordon_theirs = Node.Phase.READY, False, False
         event_record(pool=pool, node=node, reason="NodeUncordoned", now=now,
                      message=f"Node {node.name} takes new pods again: {why}{note}")  # fmt: skip
     return True
@@ -87,5 +101,6 @@ def repair_uncordon(*, pool: GpuNodePool, node: Node, cluster: ClusterBackend, w
 
 def cluster_cordon(*, node: Node, cluster: ClusterBackend, on: bool) -> str:
     """Set or lift the cluster's cordon of a node whose reset or reboot starts or held (our row
-    says so already); returns what to add to the event when the cluster could not be updated."""
-    return _cluster_call(cluster, node.name, cordon=on)
+    says so already, and whether a cordon was someone else's first); returns what to add to the
+    event when the cluster could not be updated or keeps theirs."""
+    return _cluster_call(cluster, node.name, cordon=on, theirs=node.cordon_theirs)

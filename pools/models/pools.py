@@ -345,6 +345,10 @@ class Node(models.Model):
     labels = models.JSONField(default=dict)
     taints = models.JSONField(default=list)
     unschedulable = models.BooleanField(default=False)
+    cordon_theirs = models.BooleanField(
+        default=False, db_default=False,
+        help_text="The cluster's Node was cordoned by someone else when the repair cordoned it: lifting the repair's cordon leaves theirs",
+    )  # fmt: skip
     cluster_fault = models.CharField(
         max_length=300, blank=True, default="", db_default="",
         help_text="Why the cluster runs no pod on the node now (its Node gone, not Ready, no GPU allocatable); blank when it does",

@@ -425,7 +425,7 @@ def _drains_own_cordon(node: Mapping) -> bool:
     """The Node's cordon is a drain's: marked, and `spec.unschedulable` held by the drain's field
     manager alone. Anyone who set it since (`kubectl uncordon`, then `kubectl cordon`) holds the
     field, though the mark stays, and so does one who declared it too (server-side apply of the
-    same value); a repair's cordon drops the mark. Where the API server has merged the drain's
+    same value); a cordon set without the mark drops it. Where the API server has merged the drain's
     entry into `ancient-changes` (it keeps ten), nobody can tell whose the cordon is: it stays.
     An earlier release wrote the mark and the cordon in one patch by the client's default
     manager: that entry holds both (a script's cordon by the same default manager after someone

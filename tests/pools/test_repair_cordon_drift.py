@@ -171,3 +171,14 @@ def test_an_administrators_cordon_from_before_the_fault_outlives_the_repair(acto
     assert not cordoned(other)
     lifecycle.reconcile_all(now=STARTED + timedelta(minutes=5))
     assert cordoned(reset) and not cordoned(other)  # the drift check leaves the administrator's
+
+
+def test_a_repair_cordon_of_the_release_before_the_mark_is_still_lifted(pool):
+    """A repair cordon set before cordons were marked (the row says nothing of whose it was) is
+    the repair's: lifted when the repair ends, not left as someone else's for good (review)."""
+    node = reset_acknowledged(pool)
+    SimClusterNode.objects.filter(name=node.name).update(unschedulable=True, cordoned_for_drain=False)  # as that release left it
+    pool_repair(pool_id=pool.pk, now=STARTED + timedelta(minutes=2))
+    lifecycle.reconcile_all(now=STARTED + timedelta(minutes=3))
+    assert Node.objects.get(pk=node.pk).phase == "Ready" and not cordoned(node)
+    assert "stays theirs" not in PoolEvent.objects.get(node=node, reason="RepairSucceeded").message
