@@ -1,8 +1,8 @@
 """A Pending pod's hint never tells a lead to label a pool as a GPU it does not have (seed T2).
 
 A pod with `nodeSelector: {gpu-class: l40s}` waiting beside a T4 pool was told "add nodeLabels:
-{gpu-class: l40s} to the pool spec": done, the pod lands on a T4. A label whose key describes
-the GPU (`gpu-class`, `nvidia.com/gpu.product`, `cloud.google.com/gke-accelerator`) is offered
+{gpu-class: l40s} to the pool spec": done, the pod lands on a T4. A label whose key names
+the GPU model (`gpu-class`, `nvidia.com/gpu.product`, `cloud.google.com/gke-accelerator`) is offered
 to a pool only with a value that names the pool's own model; any other label (`pool: fh`) is
 offered as before.
 """
@@ -52,3 +52,18 @@ def test_other_labels_are_offered_as_before():
     fix = node_checks(pod(node_selector={"pool": "fh", "gpu-class": "h100"}), a100(pool="train"))
     assert fix.pool_labels == {"pool": "fh"}
     assert fix.node_selector == {"pool": "train", "gpu-class": None}
+
+
+def test_only_keys_that_name_a_model_are_held_to_it_and_the_whole_model_must_match():
+    """Review: a key merely containing "gpu" (`nvidia.com/gpu.present`, `gpu-pool`) was held to
+    the model, and a value matching the model's first word passed (`rtx-4090` for RTX_A6000,
+    `nvidia-a100-80gb` for a 40 GB A100)."""
+    for key, value in (("gpu", "true"), ("nvidia.com/gpu.present", "true"), ("accelerator", "nvidia"), ("gpu-pool", "fh")):
+        assert node_checks(pod(node_selector={key: value}), t4()).pool_labels == {key: value}
+    present = ((NodeSelectorRequirement("nvidia.com/gpu.present", "Exists", ()),),)
+    assert node_checks(pod(affinity_terms=present), t4()).pool_labels == {"nvidia.com/gpu.present": ""}
+    a6000 = NodeState("ws-0", 64000, 256 * 1024, 4, "RTX_A6000", pool="ws")
+    assert node_checks(pod(node_selector={"gpu-class": "rtx-4090"}), a6000).pool_labels == {}
+    a100_40g = NodeState("infer-0", 128000, 1024 * 1024, 8, "A100", pool="infer")
+    assert node_checks(pod(node_selector={"cloud.google.com/gke-accelerator": "nvidia-a100-80gb"}), a100_40g).pool_labels == {}
+    assert node_checks(pod(node_selector={"cloud.google.com/gke-accelerator": "nvidia-tesla-a100"}), a100_40g).pool_labels != {}

@@ -238,18 +238,31 @@ def _label_for(req: NodeSelectorRequirement, node: NodeState) -> tuple[str, str]
     return None
 
 
+# Label keys whose value names a GPU model: ours and the usual ones (NVIDIA's GPU feature
+# discovery, GKE, Karpenter on AWS). Other keys with "gpu" in them (`nvidia.com/gpu.present`,
+# `gpu-pool`) say nothing of the model.
+GPU_MODEL_LABEL_KEYS = frozenset({
+    "gpu-class", "gpu-model", "gpu-type", "nvidia.com/gpu.product", "cloud.google.com/gke-accelerator",
+    "karpenter.k8s.aws/instance-gpu-name",
+})  # fmt: skip
+_MEMORY = re.compile(r"^(\d+)g(?:b)?$")  # 80g, 80gb: a GPU's memory in a model's name
+
+
 def _pool_may_carry(node: NodeState, key: str, value: str) -> bool:
     """Whether the hint may offer `key: value` as a label for `node`'s pool instead of a change to
-    the pod. A label that describes the GPU (`gpu-class`, `nvidia.com/gpu.product`,
-    `cloud.google.com/gke-accelerator`) only where its value names the node's own model: a pod
-    that asks for `gpu-class: l40s` wants L40S GPUs, and a T4 pool labelled so would only take it
-    onto the wrong card."""
-    name = key.rsplit("/", 1)[-1].lower()
-    if "gpu" not in name and "accelerator" not in name:
+    the pod. A label that names the GPU model (`GPU_MODEL_LABEL_KEYS`) only where its value
+    names the node's own: a pod that asks for `gpu-class: l40s` wants L40S GPUs, and a T4 pool
+    labelled so would only take it onto the wrong card. The value names the model when it has
+    the model's number (`a100` of A100_80G, in `nvidia-a100-80gb` or `NVIDIA-A100-SXM4-80GB`)
+    and no other memory size than the model's (`nvidia-a100-80gb` is no 40 GB A100)."""
+    if key.lower() not in GPU_MODEL_LABEL_KEYS:
         return True
-    model = (node.gpu_model or "").lower()
-    words = set(re.split(r"[^a-z0-9]+", value.lower()))
-    return bool(model) and bool(words & {re.sub(r"[^a-z0-9]", "", model), re.split(r"[^a-z0-9]", model)[0]})
+    model = [w for w in re.split(r"[^a-z0-9]+", (node.gpu_model or "").lower()) if w]
+    words = [w for w in re.split(r"[^a-z0-9]+", value.lower()) if w]
+    number = next((w for w in model if any(c.isdigit() for c in w) and not _MEMORY.match(w)), None)
+    memory = {m.group(1) for w in model if (m := _MEMORY.match(w))}
+    said = {m.group(1) for w in words if (m := _MEMORY.match(w))}
+    return number is not None and number in words and said <= memory
 
 
 def _requirement_text(req: NodeSelectorRequirement) -> str:
