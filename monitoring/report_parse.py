@@ -264,9 +264,10 @@ def clock_fixed(reports: list[Report | None], received_at: datetime | None, sent
     its own clock; here the reports' times are kept (a replayed backlog keeps its spacing), so:
 
     - the batch's `sentAt` (the node's clock as it sent) more than 10 minutes off `received_at`
-      measures the offset, and every time is moved by it: a clock set back to a build date or to
-      2000-01-02 dated a fatal Xid outside the repair's 24 hours, so it was never repaired
-      (review);
+      measures the offset, and every time it brings nearer `received_at` is moved by it: a clock
+      set back to a build date or to 2000-01-02 dated a fatal Xid outside the repair's 24 hours,
+      so it was never repaired (review); reports buffered before the clock went off keep their
+      times (the offset would carry them decades away);
     - a time still before 2000 (never set) or more than 10 minutes ahead is taken as received:
       an Xid dated 2999 was "in the last 24 h" on Diagnose for ever, one dated 1970 never
       repaired (hostile-input probe); refusing them cost the node its heartbeat (review).
@@ -284,9 +285,11 @@ def clock_fixed(reports: list[Report | None], received_at: datetime | None, sent
 
     def fixed(at: datetime) -> datetime:
         try:
-            at += offset
+            moved = at + offset
         except OverflowError:
-            return received_at
+            moved = received_at
+        if abs(received_at - moved) < abs(received_at - at):  # a backlog stamped before the clock went off keeps its times
+            at = moved
         if CLOCK_SET <= at <= latest:
             return at
         off.add("is not set (before 2000)" if at < CLOCK_SET else "is more than 10 minutes ahead of the control plane's")

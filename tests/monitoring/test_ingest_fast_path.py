@@ -429,3 +429,20 @@ def test_a_clock_set_back_is_measured_by_the_batchs_sent_at_and_its_fatal_xid_is
     near = timezone.now() - timedelta(minutes=5)
     assert _post(agent(), {"reports": [{**report(3), "at": near.isoformat()}], "sentAt": near.isoformat()}).status_code == 200
     assert NodeReport.objects.get(node=node, seq=3).at == near
+
+
+def test_a_backlog_stamped_before_the_clock_went_off_keeps_its_times(agent, node):
+    """A node reboots with its clock at 2000-01-02 and sends the backlog it stamped right before:
+    the send's offset carried every time 26 years ahead, then they were taken as received, the
+    spacing lost (review). A time the offset would carry further from now stays as stamped."""
+    from django.utils import timezone
+
+    from monitoring.models import GpuErrorEvent
+
+    now = timezone.now()
+    backlog = [{**report(i + 1), "at": (now - timedelta(minutes=40 - 10 * i)).isoformat()} for i in range(3)]
+    backlog[0]["xids"] = [{"xid": 48, "gpu": 0, "at": backlog[0]["at"]}]
+    assert _post(agent(), {"reports": backlog, "sentAt": datetime(2000, 1, 2, tzinfo=UTC).isoformat()}).status_code == 200
+    stored = dict(NodeReport.objects.filter(node=node).values_list("seq", "at"))
+    assert stored[2] - stored[1] == timedelta(minutes=10) and stored[1] == now - timedelta(minutes=40)
+    assert GpuErrorEvent.objects.get(node=node).at == now - timedelta(minutes=40)
