@@ -14,6 +14,7 @@ from billing.models import LeaseTerm, NodePrice
 from pools.core.errors import ValidationError
 
 MAX_ORDER_AMOUNT = Decimal("99999999999999.99")  # pools.PoolOrder.amount: 16 digits, 2 decimals
+MAX_NODE_SHARE = Decimal("999999999999.99")  # billing.LeasePeriod.amount, a node's share of it: 14 digits
 
 CENT = Decimal("0.01")
 
@@ -89,10 +90,12 @@ def quote_for(
             "negative order; a platform admin must correct the price book",
             field="spec.nodeType",
         )
-    if quote.amount > MAX_ORDER_AMOUNT:  # a price book row from before its ceiling, or a site's larger pools
+    # A price book row from before its ceiling, or a site's larger pools: the order, or each
+    # node's share of it over the lease, would not fit the ledger.
+    if quote.amount > MAX_ORDER_AMOUNT or quote.node_monthly_price * quote.months > MAX_NODE_SHARE:
         raise ValidationError(
-            f"this order would come to {quote.amount} {quote.currency}, more than an order can record "
-            f"({MAX_ORDER_AMOUNT}); order fewer nodes or a shorter lease term",
+            f"this order would come to {quote.amount} {quote.currency}, more than the ledger can record "
+            f"({MAX_ORDER_AMOUNT} an order, {MAX_NODE_SHARE} a node's lease); order fewer nodes or a shorter lease term",
             field="spec.nodeCount",
         )
     return quote

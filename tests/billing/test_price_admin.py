@@ -188,10 +188,11 @@ def test_an_order_too_large_to_record_is_refused_and_a_default_budget_stops_at_t
         node_type=NodeType.objects.get(name="GPU_8_CARD"), gpu_model=GpuModel.objects.get(name="A100_80G"),
         monthly_price=Decimal("999999999999.99"), hourly_price=Decimal("0"), currency="CNY", effective_from=T0.replace(month=11),
     )  # fmt: skip
-    with pytest.raises(ValidationError, match="more than an order can record") as refused:
-        services.pool_create(user=actors["lead"], document=make_document("pricey", nodeCount={"min": 12, "max": 12}, leaseType="yearly"), now=T0)
-    assert refused.value.errors[0].field == "spec.nodeCount"
-    assert not PoolOrder.objects.exists() and not GpuNodePool.objects.filter(name="pricey").exists()
+    for nodes, lease in ((12, "yearly"), (1, "yearly")):  # the order; one node's share of a year (review)
+        with pytest.raises(ValidationError, match="more than the ledger can record") as refused:
+            services.pool_create(user=actors["lead"], document=make_document("pricey", nodeCount={"min": nodes, "max": nodes}, leaseType=lease), now=T0)
+        assert refused.value.errors[0].field == "spec.nodeCount"
+        assert not PoolOrder.objects.exists() and not GpuNodePool.objects.filter(name="pricey").exists()
     services.pool_create(user=actors["lead"], document=make_document("pricey", nodeCount={"min": 2, "max": 2}), now=T0)
     (budget,) = budget_sync.pool_budgets_synced(now=T0)
     assert budget.monthly_amount == MAX_MONTHLY_BUDGET and budget.default_note.endswith("(the most a budget holds)")
