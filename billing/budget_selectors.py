@@ -79,7 +79,7 @@ class PoolShape:
     sent: bool  # the choices a user sent (the form came back with an error), else its first ones
 
 
-RULE_IN_WORDS = "Leave empty for the default: the monthly nodes' fee plus room for the on-demand nodes above them"
+RULE_IN_WORDS = "Leave empty for the default: the monthly nodes' fee plus room for the on-demand nodes above them, plus the registry fee"
 
 
 def pool_form_budget_hint(*, pool: GpuNodePool | None, now: datetime, shape: PoolShape | None = None) -> str:

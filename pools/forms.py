@@ -12,7 +12,7 @@ from typing import Any
 
 from django import forms
 
-from billing.budget_selectors import PoolShape
+from billing.budget_selectors import RULE_IN_WORDS, PoolShape
 from pools.alerts_form import (
     ALERT_FIELD_FOR_PATH,
     ALERT_FIELD_NAMES,
@@ -104,7 +104,7 @@ class PoolForm(ScalingFields, AlertFields):
     burst_max_nodes = form_fields.IntegerField(label="Most burst nodes", min_value=0, required=False)
     budget_monthly = form_fields.DecimalField(
         label="Monthly budget (CNY)", min_value=Decimal("0.01"), max_digits=14, decimal_places=2, required=False,
-        help_text="Leave empty for the default: the monthly nodes' fee plus room for the on-demand nodes above them",
+        help_text=RULE_IN_WORDS,
     )  # fmt: skip
     scheduling_policy = forms.ChoiceField(
         label="Scheduling policy", initial=DEFAULT_SCHEDULING_POLICY,
