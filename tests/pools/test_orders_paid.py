@@ -46,3 +46,22 @@ def test_a_period_that_is_no_period_is_a_400_naming_its_parameter(api, params, f
     response = api("finance").get("/api/v1/orders/", params)
     assert response.status_code == 400
     assert response.json()["errors"] == [{"field": field, "message": says}]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_orders_paid_before_the_column_get_their_time_from_the_payment(actors, catalog):
+    """Migration 0035 backfills `paid_at` from the simulated cloud's payment records."""
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    pool = approved_pool(actors, make_document("paid-before", nodeCount={"min": 1, "max": 1}), now=T0)
+    reconcile(pool, T0)
+    order = PoolOrder.objects.get(pool=pool)
+    executor = MigrationExecutor(connection)
+    try:
+        executor.migrate([("pools", "0034_node_fault_held_at")])
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.migrate(executor.loader.graph.leaf_nodes())
+    order.refresh_from_db()
+    assert order.paid_at == SimPayment.objects.get(order=order).paid_at == T0
