@@ -67,3 +67,11 @@ def test_only_keys_that_name_a_model_are_held_to_it_and_the_whole_model_must_mat
     a100_40g = NodeState("infer-0", 128000, 1024 * 1024, 8, "A100", pool="infer")
     assert node_checks(pod(node_selector={"cloud.google.com/gke-accelerator": "nvidia-a100-80gb"}), a100_40g).pool_labels == {}
     assert node_checks(pod(node_selector={"cloud.google.com/gke-accelerator": "nvidia-tesla-a100"}), a100_40g).pool_labels != {}
+
+
+def test_a_key_the_spec_refuses_is_never_offered_to_the_pool():
+    """`ebcloud.io/pool: no-such-pool` was offered as a node label; the spec refuses the key (QA)."""
+    for key in ("ebcloud.io/pool", "kubernetes.io/hostname"):
+        fix = node_checks(pod(node_selector={key: "elsewhere"}), t4())
+        assert fix.pool_labels == {} and fix.node_selector == {key: None}
+        assert "nodeLabels" not in explain(pod(node_selector={key: "elsewhere"}), [t4()]).hints[0]

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 
 import yaml
 
+from pools.core.node_labels import reserved_key_error
 from pools.core.scheduling.nodes import (
     MILLI,
     NOT_READY_TAINT_KEY,
@@ -250,11 +251,13 @@ _MEMORY = re.compile(r"^(\d+)g(?:b)?$")  # 80g, 80gb: a GPU's memory in a model'
 
 def _pool_may_carry(node: NodeState, key: str, value: str) -> bool:
     """Whether the hint may offer `key: value` as a label for `node`'s pool instead of a change to
-    the pod. A label that names the GPU model (`GPU_MODEL_LABEL_KEYS`) only where its value
+    the pod: never a key the spec refuses (`ebcloud.io/pool`, `kubernetes.io/hostname`). A label that names the GPU model (`GPU_MODEL_LABEL_KEYS`) only where its value
     names the node's own: a pod that asks for `gpu-class: l40s` wants L40S GPUs, and a T4 pool
     labelled so would only take it onto the wrong card. The value names the model when it has
     the model's number (`a100` of A100_80G, in `nvidia-a100-80gb` or `NVIDIA-A100-SXM4-80GB`)
     and no other memory size than the model's (`nvidia-a100-80gb` is no 40 GB A100)."""
+    if reserved_key_error(key):  # the control plane's or Kubernetes' own: the spec refuses it
+        return False
     if key.lower() not in GPU_MODEL_LABEL_KEYS:
         return True
     model = [w for w in re.split(r"[^a-z0-9]+", (node.gpu_model or "").lower()) if w]
