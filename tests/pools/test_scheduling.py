@@ -400,7 +400,7 @@ def test_the_hints_mention_cordoned_and_not_ready_nodes_and_gpu_models():
     nodes = [gpu_node("a", unschedulable=True, pool="p"), gpu_node("b", ready=False, pool="p")]
     hints = explain(pod(gpus=1, gpu_models=("H100",)), nodes + [gpu_node("c", pool="q")]).hints
     text = "\n".join(hints)
-    assert "pool p (1 node): 1 node cordoned" in text
+    assert "pool p (1 node): 1 node cordoned" in text and "Uncordon" not in text  # a lead has no uncordon (QA)
     assert "not Ready" in text
     assert "allows GPU models H100 but these nodes offer A100" in text
 

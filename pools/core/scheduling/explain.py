@@ -326,7 +326,8 @@ def _node_problem_hints(members: Sequence[NodeState]) -> list[str]:
     """A pool none of whose nodes the pod can be changed for: they are cordoned or not Ready."""
     hints = []
     if cordoned := [n for n in members if n.unschedulable]:
-        hints.append(f"{_pools(cordoned)}: {plural(len(cordoned), 'node')} cordoned. Uncordon them or wait for the drain or repair to finish.")
+        hints.append(f"{_pools(cordoned)}: {plural(len(cordoned), 'node')} cordoned (a GPU fault waiting for its repair, a repair or a "
+                     "drain under way, or a cordon by hand): the node's page says which; wait for it, or ask a platform admin.")  # fmt: skip
     if not_ready := [n for n in members if not n.ready]:
         hints.append(f"{_pools(not_ready)}: {plural(len(not_ready), 'node')} not Ready. Their events say why (the node agent silent, "
                      "the Node deleted or not Ready in the cluster, no GPU served); wait for them to become Ready, do not tolerate not-ready.")  # fmt: skip
