@@ -23,7 +23,7 @@ from billing.advisor import (
     recommend_for_windows,
 )
 from billing.models import Budget, CostRecord, UsageRecord
-from billing.pricing import price_in_force
+from billing.pricing import price_in_force, quote_for
 from pools.core.errors import ValidationError
 from pools.models import GpuNodePool
 
@@ -65,19 +65,23 @@ def hourly_node_demand(*, pool: GpuNodePool, since: datetime, until: datetime) -
 
 
 def pool_advice(*, pool: GpuNodePool, now: datetime) -> PoolAdvice | None:
-    """None when the price book has no price for the pool's nodes."""
+    """None when the price book has no price for the pool's nodes. A monthly node is priced as
+    the pool's orders pay it, after its lease term's (or the preemptible) discount: the list
+    price put a quarterly preemptible T4's break-even at 200 hours, not 114 (QA sweep)."""
     try:
         price = price_in_force(node_type_id=pool.node_type_id, gpu_model_id=pool.gpu_model_id, at=now)
+        monthly = quote_for(node_type_id=pool.node_type_id, gpu_model_id=pool.gpu_model_id, lease_type=pool.lease_type,
+                            nodes=1, at=now, preemptible=pool.preemptible).node_monthly_price  # fmt: skip
     except ValidationError:
         return None
     until = now.replace(minute=0, second=0, microsecond=0)
     demand = hourly_node_demand(pool=pool, since=until - HISTORY, until=until)
-    recommendations = recommend_for_windows(demand, price.monthly_price, price.hourly_price, current_nodes=pool.min_nodes) if demand else {}
+    recommendations = recommend_for_windows(demand, monthly, price.hourly_price, current_nodes=pool.min_nodes) if demand else {}
     return PoolAdvice(
-        monthly_price=price.monthly_price,
+        monthly_price=monthly,
         hourly_price=price.hourly_price,
         currency=price.currency,
-        break_even_hours=break_even_hours(price.monthly_price, price.hourly_price),
+        break_even_hours=break_even_hours(monthly, price.hourly_price),
         history_hours=len(demand),
         current_nodes=pool.min_nodes,
         recommendations=recommendations,

@@ -48,6 +48,15 @@ def test_the_advice_recommends_the_article_baseline_and_shows_break_even(actors)
     assert 30 not in advice.recommendations  # not 30 days of evidence yet
 
 
+def test_break_even_is_at_the_price_the_pools_orders_pay(actors):
+    """A yearly pool pays 15% less a month, a preemptible yearly one 49% less: the list price
+    put their break-even at 200 hours (QA sweep)."""
+    for name, extra, monthly in (("yearly", {}, "17000.00"), ("spot", {"preemptible": True}, "10200.00")):
+        pool = services.pool_create(user=actors["lead"], document=make_document(name, nodeCount={"min": 1, "max": 2}, leaseType="yearly", **extra))
+        advice = pool_advice(pool=pool, now=NOW)
+        assert (advice.monthly_price, advice.break_even_hours) == (Decimal(monthly), Decimal(monthly) / 100)
+
+
 def test_the_budget_split_shows_the_estimate_beside_the_actual_bill(actors):
     pool = metered_pool(actors, budget=100000)
     for component, amount in (("gpu", "900.00"), ("storage", "60.00"), ("network", "40.00")):
