@@ -5,7 +5,7 @@ Objects are looked up through `for_user`, so another team's pool or order is a 4
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import date
 
 from django.utils import timezone
 from django.utils.decorators import method_decorator
@@ -230,8 +230,7 @@ class OrderViewSet(viewsets.ViewSet):
             raise ValidationError("must not be before from", field="to")
         orders = selectors.orders_for_user(
             user=request.user, status=query_param(request, "status", choices=PoolOrder.Status.values),
-            paid_from=datetime.combine(first, time(), UTC) if first else None,
-            paid_before=(datetime.combine(last, time(), UTC) + timedelta(days=1) if last < date.max else datetime.max.replace(tzinfo=UTC)) if last else None,
+            paid_from=first, paid_to=last,
         )  # fmt: skip
         return chunking.chunked_response(request, orders, lambda chunk: OrderSerializer(chunk, many=True).data)
 

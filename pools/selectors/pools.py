@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, date, datetime, time, timedelta
 
 from django.conf import settings
 from django.db.models import Count, Q, QuerySet, Sum, TextField
@@ -194,18 +194,20 @@ def latest_spec_changes(*, pool: GpuNodePool, count: int) -> list[str]:
     return said
 
 
-def orders_for_user(*, user, status: str = "", paid_from: datetime | None = None, paid_before: datetime | None = None) -> QuerySet[PoolOrder]:
-    """The orders `user` may see; with `paid_from`/`paid_before`, only those debited in between
-    (what finance reconciles a month's account statement with)."""
+def orders_for_user(*, user, status: str = "", paid_from: date | None = None, paid_to: date | None = None) -> QuerySet[PoolOrder]:
+    """The orders `user` may see; with `paid_from`/`paid_to` (UTC days, inclusive), only those
+    debited then (what finance reconciles a month's account statement with)."""
     orders = PoolOrder.objects.for_user(user).select_related(
         "pool", "pool__team", "pool__gpu_model", "pool__node_type", "pool__zone", "requested_by", "decided_by"
     )
     if status:
         orders = orders.filter(status=status)
     if paid_from is not None:
-        orders = orders.filter(paid_at__gte=paid_from)
-    if paid_before is not None:
-        orders = orders.filter(paid_at__lt=paid_before)
+        orders = orders.filter(paid_at__gte=datetime.combine(paid_from, time(), UTC))
+    if paid_to is not None:
+        orders = orders.filter(paid_at__isnull=False)
+        if paid_to < date.max:
+            orders = orders.filter(paid_at__lt=datetime.combine(paid_to + timedelta(days=1), time(), UTC))
     return orders.order_by("-created_at", "-id")
 
 
