@@ -12,6 +12,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "slow_machine.py"
+# A shared VM's own steal time comes and goes within seconds (CI once saw the command's probe take
+# 438 ms right after calibration read 310 for 318 asked): one run in ATTEMPTS must land.
+ATTEMPTS = 3
 PROBE = "import sys; sys.path.insert(0, 'bench'); from slow_machine import probe_ms; print(round(probe_ms()))"
 
 
@@ -33,12 +36,17 @@ def test_the_probe_under_the_hogs_takes_about_the_time_asked_for():
     sys.path.insert(0, str(ROOT / "bench"))
     from slow_machine import probe_ms
 
-    target = 1.6 * probe_ms()
-    done = _run("--probe-ms", f"{target:.0f}", "--", sys.executable, "-c", PROBE)
-    assert done.returncode == 0, done.stderr
-    header, inside = done.stdout.splitlines()
-    assert header.startswith("slow machine: probe ") and "with the hogs" in header
-    assert 0.75 * target <= int(inside) <= 1.3 * target, (target, done.stdout)
+    runs = []
+    for _ in range(ATTEMPTS):
+        target = 1.6 * probe_ms()
+        done = _run("--probe-ms", f"{target:.0f}", "--", sys.executable, "-c", PROBE)
+        assert done.returncode == 0, done.stderr
+        header, inside = done.stdout.splitlines()
+        assert header.startswith("slow machine: probe ") and "with the hogs" in header
+        runs.append((round(target), done.stdout))
+        if 0.75 * target <= int(inside) <= 1.3 * target:
+            return
+    pytest.fail(f"the probe under the hogs missed the time asked for in each of {ATTEMPTS} runs: {runs}")
 
 
 def test_bad_use_is_one_line_and_a_non_zero_exit():
