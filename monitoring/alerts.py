@@ -135,17 +135,28 @@ def pending_firings(pools: dict[int, GpuNodePool], rules: dict[int, AlertRules],
     return out
 
 
-def rule_message(reason: str, rules: AlertRules) -> str:
-    """What the rule means and what to do, in plain words with the pool's own numbers."""
+# What adds nodes to a pool that does not burst: raising nodeCount.max alone adds none.
+NO_BURST_ADVICE = "raise nodeCount.min for more monthly nodes, or enable burst (with nodeCount.max above the min) to add on-demand nodes"
+
+
+def rule_message(reason: str, rules: AlertRules, *, bursts: bool) -> str:
+    """What the rule means and what to do, in plain words with the pool's own numbers; the
+    advice on capacity follows whether the pool bursts (`GpuNodePool.bursts`), as Diagnose's."""
     rule = rules.rule(reason)
     span = format_duration(rule.window_s)
     if reason == HIGH:
-        return f"allocated GPUs above {rule.threshold}% of capacity for {span}: add nodes, or raise nodeCount.max"
+        grow = ("raise nodeCount.max so the autoscaler may add burst nodes, or nodeCount.min for more monthly nodes" if bursts
+                else f"the pool does not burst: {NO_BURST_ADVICE}")  # fmt: skip
+        return f"allocated GPUs above {rule.threshold}% of capacity for {span}: {grow}"
     if reason == LOW:
         return (f"mean GPU utilisation below {rule.threshold}% for {span}: look for IO-bound data loading or an "
                 "oversized GPU spec; pack work with the fragmentation report and shrink the pool")  # fmt: skip
     if reason == PENDING:
-        return (f"pods that fit the pool have waited more than {span} (a new node usually takes 5 to 10 minutes): "
+        waited = f"pods that fit the pool have waited more than {span}"
+        if not bursts:
+            return (f"{waited}: the pool does not burst, so no node is added for them; {NO_BURST_ADVICE}. "
+                    "If its nodes are on their way, check the pool's events for stock, quota or payment")  # fmt: skip
+        return (f"{waited} (a new node usually takes 5 to 10 minutes): "
                 "check the pool's events for stock, quota or payment, and prewarm the system image")  # fmt: skip
     nodes = "a node" if rule.threshold == 1 else f"{rule.threshold} or more nodes"
     return f"{nodes} not ready for {span} (heartbeat lost or under repair): check the nodes' events and the node agent"
@@ -185,7 +196,7 @@ def episodes_record(firings: list[Firing], pools: dict[int, GpuNodePool], rules:
             continue
         pool = pools[firing.pool_id]
         tell = (firing.pool_id, firing.reason) not in silenced
-        message = f"{rule_message(firing.reason, rules[pool.pk])} ({firing.detail})"
+        message = f"{rule_message(firing.reason, rules[pool.pk], bursts=pool.bursts)} ({firing.detail})"
         try:
             with transaction.atomic():
                 episode = AlertEpisode.objects.create(
@@ -207,7 +218,7 @@ def episode_tell(episode: AlertEpisode, pool: GpuNodePool, rules: AlertRules, no
     notification_raise(
         team=pool.team, pool=pool, kind=episode.rule, now=now,
         key=f"capacity:{episode.rule}:{pool.pk}:{episode.started_at:%Y%m%dT%H%M}",
-        message=f"Pool {pool.name}: {rule_message(episode.rule, rules)} ({detail})",
+        message=f"Pool {pool.name}: {rule_message(episode.rule, rules, bursts=pool.bursts)} ({detail})",
         payload={"rule": info.field, "threshold": rule.threshold, "window": format_duration(rule.window_s),
                  "since": episode.started_at.isoformat()},
     )  # fmt: skip

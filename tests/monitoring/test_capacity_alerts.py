@@ -66,6 +66,20 @@ def test_allocation_fires_above_the_pools_percent_after_its_duration_not_before(
     assert "above 75% of capacity for 20m" in event.message and "81%" in event.message
 
 
+def test_the_advice_on_capacity_follows_whether_the_pool_bursts(actors):
+    """Raising nodeCount.max adds no node to a pool that does not burst: its advice is the
+    baseline or burst; a bursting pool's is the max (as Diagnose's)."""
+    fixed = make_pool(actors, name="fixed-pool", allocationHigh={"percent": 75, "for": "10m"})
+    bursting = pool_services.pool_create(user=actors["lead"], document=make_document(
+        "bursting-pool", nodeCount={"min": 0, "max": 6}, burst={"enabled": True}, alerts={"allocationHigh": {"percent": 75, "for": "10m"}}))
+    assert (fixed.bursts, bursting.bursts) == (False, True)
+    for pool in (fixed, bursting):
+        samples(pool, minutes=10, allocated_gpus=13)
+    messages = {e.pool.name: e.message for e in alerts_evaluate(now=NOW)}
+    assert "the pool does not burst: raise nodeCount.min for more monthly nodes, or enable burst" in messages["fixed-pool"]
+    assert "raise nodeCount.max so the autoscaler may add burst nodes" in messages["bursting-pool"]
+
+
 def test_allocation_at_exactly_the_percent_is_not_above_it(actors):
     pool = make_pool(actors, allocationHigh={"percent": 75, "for": "10m"})
     samples(pool, minutes=10, allocated_gpus=12)  # 75%
@@ -137,7 +151,9 @@ def test_a_pod_that_fits_the_pool_and_waited_past_15_minutes_is_an_alert(actors)
     assert alerts_evaluate(now=NOW) == []
     [event] = alerts_evaluate(now=NOW + timedelta(minutes=2))
     assert event.reason == "PodsPendingTooLong" and "more than 15m" in event.message
-    assert "algorithm/waiting, for 16m" in event.message and "prewarm the system image" in event.message
+    assert "algorithm/waiting, for 16m" in event.message
+    # The pool does not burst: waiting brings no node, and stock or prewarming is not the advice.
+    assert "the pool does not burst, so no node is added for them; raise nodeCount.min" in event.message
 
 
 def test_pending_follows_the_pools_older_than(actors):
