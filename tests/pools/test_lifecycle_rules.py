@@ -10,7 +10,7 @@ from decimal import Decimal
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pools.core import leases, stall_messages
+from pools.core import leases, pool_phase, stall_messages
 from pools.core import lifecycle as rules
 
 NOW = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
@@ -150,33 +150,44 @@ def test_pending_reasons_carry_the_numbers():
 
 
 def test_pool_status_from_counts():
-    status = rules.pool_status
-    assert status(counts=rules.PoolCounts(desired=2, ready=2), stalls=[], deleting=False) == ("Ready", "")
-    assert status(counts=rules.PoolCounts(desired=0, ready=0, awaiting_orders=(7,)), stalls=[], deleting=False) == (
+    status = pool_phase.pool_status
+    assert status(counts=pool_phase.PoolCounts(desired=2, ready=2), stalls=[], deleting=False) == ("Ready", "")
+    assert status(counts=pool_phase.PoolCounts(desired=0, ready=0, awaiting_orders=(7,)), stalls=[], deleting=False) == (
         "Pending",
         "OrderPending: order #7 awaits approval by a platform admin",
     )
-    phase, reason = status(counts=rules.PoolCounts(desired=2, ready=0, provisioning=2), stalls=["ImagePullFailed: img"], deleting=False)
+    phase, reason = status(counts=pool_phase.PoolCounts(desired=2, ready=0, provisioning=2), stalls=["ImagePullFailed: img"], deleting=False)
     assert (phase, reason) == ("Provisioning", "ImagePullFailed: img")
-    assert status(counts=rules.PoolCounts(desired=3, ready=2, provisioning=1), stalls=[], deleting=False) == (
+    assert status(counts=pool_phase.PoolCounts(desired=3, ready=2, provisioning=1), stalls=[], deleting=False) == (
         "Scaling",
         "WaitingForNodes: 2/3 Ready, 1 provisioning",
     )
-    assert status(counts=rules.PoolCounts(desired=2, ready=1, unknown=1), stalls=[], deleting=False)[0] == "Degraded"
+    assert status(counts=pool_phase.PoolCounts(desired=2, ready=1, unknown=1), stalls=[], deleting=False)[0] == "Degraded"
     # Ready only with the baseline Ready and nothing on its way (issue 21 item 5).
-    assert status(counts=rules.PoolCounts(desired=2, ready=2, min_nodes=3, ordered=3, awaiting_orders=(8,)), stalls=[], deleting=False) == (
+    assert status(counts=pool_phase.PoolCounts(desired=2, ready=2, min_nodes=3, ordered=3, awaiting_orders=(8,)), stalls=[], deleting=False) == (
         "Scaling",
         "OrderPending: order #8 awaits approval by a platform admin",
     )
-    assert status(counts=rules.PoolCounts(desired=1, ready=1, min_nodes=2, ordered=1, last_refusal="order #9 Rejected: budget freeze"), stalls=[], deleting=False) == (
+    assert status(counts=pool_phase.PoolCounts(desired=1, ready=1, min_nodes=2, ordered=1, last_refusal="order #9 Rejected: budget freeze"), stalls=[], deleting=False) == (
         "Degraded",
         "BaselineNotOrdered: nodeCount.min is 2 but 1 monthly node(s) are ordered; order #9 Rejected: budget freeze",
     )
-    assert status(counts=rules.PoolCounts(desired=2, ready=2, min_nodes=2, ordered=2), stalls=[], deleting=False) == ("Ready", "")
-    assert status(counts=rules.PoolCounts(desired=2, ready=1, draining=1), stalls=[], deleting=True) == (
+    assert status(counts=pool_phase.PoolCounts(desired=2, ready=2, min_nodes=2, ordered=2), stalls=[], deleting=False) == ("Ready", "")
+    assert status(counts=pool_phase.PoolCounts(desired=2, ready=1, draining=1), stalls=[], deleting=True) == (
         "Deleting",
         "Draining: 2 node(s) left to drain and release",
     )
+
+
+def test_a_pool_whose_node_is_cordoned_for_repair_is_degraded_not_provisioning():
+    """Its only node cordoned for a GPU fault read "Provisioning: WaitingForNodes: 0/1 Ready, 0
+    provisioning", as if a node were on its way."""
+    counts = pool_phase.PoolCounts(desired=1, ready=0, repairing=1, min_nodes=1, ordered=1)
+    phase, reason = pool_phase.pool_status(counts=counts, stalls=[], deleting=False)
+    assert (phase, reason) == ("Degraded", "NodeRepairing: 1 node(s) cordoned for repair or being repaired (each node's history says why)")
+    healthy = next(c for c in pool_phase.pool_conditions(counts=counts, phase=phase, pending_reason=reason, previous=[], now=NOW) if c["type"] == "NodesHealthy")
+    assert (healthy["status"], healthy["reason"], healthy["message"]) == ("False", "NodeRepairing", "1 node(s) under repair")
+    assert pool_phase.pool_status(counts=counts, stalls=[], deleting=True)[1] == "Draining: 1 node(s) left to drain and release"
 
 
 def test_durations_read_like_kubernetes():
@@ -268,5 +279,5 @@ def test_a_node_cordoned_while_its_cluster_fault_waits_for_repair_still_counts_a
     snapshot = rules.PoolSnapshot(pk=1, phase="Ready", min_nodes=2, max_nodes=2, nodes=(fine, waiting), orders=(paid,))
     status = rules.status_of(snapshot, now=NOW)
     assert (status.phase, status.pending_reason) == ("Degraded", "NodeUnavailable: 1 node(s) the cluster runs no pod on (each node's NodeUnavailable event says why)")
-    deleting = rules.pool_status(counts=rules.PoolCounts(desired=0, ready=1, unavailable=1), stalls=[], deleting=True)
+    deleting = pool_phase.pool_status(counts=pool_phase.PoolCounts(desired=0, ready=1, unavailable=1), stalls=[], deleting=True)
     assert deleting == ("Deleting", "Draining: 2 node(s) left to drain and release")
