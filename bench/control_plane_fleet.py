@@ -238,7 +238,7 @@ def build(shape: Shape, *, now: datetime = NOW, prefix: str = "pool") -> Fleet:
                     pk=ids.take(Pod), namespace=f"{team.slug}-ns-{i % 7}", name=f"{node.name}-{j}", team=team,
                     labels={"app": f"train-{i}", "project": f"project-{i % 37}"}, priority=j % 3, cpu_milli=4000, memory_mib=32768,
                     gpu_count=1, gpu_milli=1000 if whole else 500, tolerations=toleration, phase=Pod.Phase.RUNNING, node=node,
-                    gpu_indices=[j] if whole else [6 + (j - 6) // 2], submitted_at=now - timedelta(hours=6),
+                    gpu_indices=[j] if whole else [6 + (j - 6) // 2], submitted_at=now - timedelta(hours=6), pending_since=now - timedelta(hours=6),
                     started_at=now - timedelta(hours=5),
                 )  # fmt: skip
                 rows[Pod].append(pod)
@@ -249,6 +249,7 @@ def build(shape: Shape, *, now: datetime = NOW, prefix: str = "pool") -> Fleet:
                 pk=ids.take(Pod), namespace=f"{team.slug}-ns-{i % 7}", name=f"{name}-pending-{j}", team=team,
                 labels={"app": f"train-{i}", "project": f"project-{i % 37}"}, cpu_milli=4000, memory_mib=32768, gpu_count=1,
                 gpu_milli=1000, tolerations=toleration, phase=Pod.Phase.PENDING, submitted_at=now - timedelta(minutes=1),
+                pending_since=now - timedelta(minutes=1),
             ))  # fmt: skip
         for k in range(shape.events_per_pool):
             at = now - timedelta(hours=1, minutes=k)

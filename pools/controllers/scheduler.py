@@ -21,9 +21,10 @@ One pass, in one transaction, in a constant number of queries whatever the numbe
    (events `Preempting`, `Scheduled`). A pod that still fits nowhere keeps the kube-scheduler
    explanation and the hints on its row (reason `Unschedulable`);
 5. write: binds by a conditional UPDATE on `phase = Pending` (a pod is never bound twice),
-   requeues and completions by conditional UPDATEs on `phase = Running`, explanations by one
-   bulk update, events by one bulk insert. After the transaction, NoExecute taints that have
-   no `timeAdded` yet get this pass's time on their Node rows (`_date_noexecute_taints`).
+   requeues (each Pending again since this pass: `Pod.pending_since`) and completions by
+   conditional UPDATEs on `phase = Running`, explanations by one bulk update, events by one
+   bulk insert. After the transaction, NoExecute taints that have no `timeAdded` yet get this
+   pass's time on their Node rows (`_date_noexecute_taints`).
 
 On a real cluster (`EBCLOUD_CLUSTER=kubernetes`) kube-scheduler binds and the kubelets run and
 finish the pods: the pass keeps the team-isolation policy and the PriorityClasses in step
@@ -246,7 +247,7 @@ def scheduler_pass(*, now: datetime | None = None) -> PassResult:
         if requeue:  # their time on the node they leave stays billed there
             placements_end([(p.pk, p.node_id, p.placed_at, p.started_at) for p in running if p.pk in requeue], now)
             Pod.objects.filter(pk__in=requeue, phase=Pod.Phase.RUNNING).update(
-                phase=Pod.Phase.PENDING, node=None, gpu_indices=Value([], output_field=JSONField()), started_at=None, placed_at=None,
+                phase=Pod.Phase.PENDING, node=None, gpu_indices=Value([], output_field=JSONField()), started_at=None, placed_at=None, pending_since=now,
                 reason=by_pk({k: v[0] for k, v in requeue.items()}, CharField()),
                 explanation=by_pk({k: v[1] for k, v in requeue.items()}, TextField()),
                 hints=Value([], output_field=JSONField()),

@@ -16,6 +16,7 @@ from operator import or_
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from pools import roles
@@ -132,6 +133,11 @@ class Pod(models.Model):
     hints = models.JSONField(default=list, blank=True)
     submitted_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     submitted_at = models.DateTimeField(default=timezone.now)
+    pending_since = models.DateTimeField(
+        default=timezone.now, db_default=Now(),
+        help_text="Waiting to be scheduled since: set when created Pending and again each time it is put back to Pending "
+                  "(evicted, preempted, its node lost), as its owner would create it anew; how long it has waited counts from here",
+    )  # fmt: skip
     started_at = models.DateTimeField(null=True, blank=True)
     placed_at = models.DateTimeField(null=True, blank=True, help_text="On its node since (moved there while running); empty: since it started")
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -110,9 +110,10 @@ class SimulatedCluster:
             evicted = [(namespace, name) for namespace, name in pods if f"{namespace}/{name}" in allowed]
             if evicted:
                 leaving = Pod.objects.live().filter(phase=Pod.Phase.RUNNING).named(evicted)
-                placements_end_of(leaving, now or timezone.now())  # its time on the node stays billed, to the caller's clock
+                now = now or timezone.now()
+                placements_end_of(leaving, now)  # its time on the node stays billed, to the caller's clock
                 leaving.update(
-                    phase=Pod.Phase.PENDING, node=None, gpu_indices=[], reason="Evicted", started_at=None, placed_at=None,
+                    phase=Pod.Phase.PENDING, node=None, gpu_indices=[], reason="Evicted", started_at=None, placed_at=None, pending_since=now,
                     explanation=f"Evicted from its node: {reason}; waiting to be scheduled again",
                 )  # fmt: skip
         return set(evicted)
@@ -151,9 +152,10 @@ class SimulatedCluster:
         their time on it stays billed, to the caller's clock."""
         with transaction.atomic():
             lost = Pod.objects.filter(node__name=name, phase=Pod.Phase.RUNNING)
-            placements_end_of(lost, now or timezone.now())
+            now = now or timezone.now()
+            placements_end_of(lost, now)
             lost.update(
-                phase=Pod.Phase.PENDING, node=None, gpu_indices=[], reason="NodeLost", started_at=None, placed_at=None,
+                phase=Pod.Phase.PENDING, node=None, gpu_indices=[], reason="NodeLost", started_at=None, placed_at=None, pending_since=now,
                 explanation=f"Node {name} left the cluster; waiting to be scheduled again",
             )  # fmt: skip
         SimClusterNode.objects.filter(name=name).delete()

@@ -30,7 +30,7 @@ _ROW_FIELDS = (
     "gpu_models", "tolerations", "node_selector", "affinity", "duration_seconds", "document", "phase", "reason", "explanation",
     "nominated_node_name", "submitted_at", "started_at", "finished_at",
 )  # fmt: skip
-_UPDATED = (*_ROW_FIELDS, "team", "node", "gpu_indices", "hints", "deleted_at")
+_UPDATED = (*_ROW_FIELDS, "team", "node", "gpu_indices", "hints", "deleted_at", "pending_since")
 _REASON_LENGTH = Pod._meta.get_field("reason").max_length
 
 
@@ -120,7 +120,7 @@ def pods_apply(
                     changed[old.pk] = old
                 pod = new[uid] = Pod(uid=uid, namespace=fields["namespace"], name=fields["name"])
             before = (pod.node_id, pod.phase)
-            if not _set(pod, fields, teams[fields["namespace"]], nodes.get(fields["node_name"])):
+            if not _set(pod, fields, teams[fields["namespace"]], nodes.get(fields["node_name"]), now):
                 stats.unchanged += 1
                 continue
             if pod.pk:
@@ -190,12 +190,19 @@ def _live_by_key(keys: set[tuple[str, str]]) -> dict[tuple[str, str], Pod]:
     return {(p.namespace, p.name): p for p in rows if (p.namespace, p.name) in keys}
 
 
-def _set(pod: Pod, fields: Mapping[str, Any], team_id: int | None, node_id: int | None) -> bool:
+def _set(pod: Pod, fields: Mapping[str, Any], team_id: int | None, node_id: int | None, now: datetime) -> bool:
     """Make the row state the pod as given; False when it already did. A reason is free text
-    (a kubelet's `OutOf<resource>`, whatever a status writer sets): its start is kept."""
+    (a kubelet's `OutOf<resource>`, whatever a status writer sets): its start is kept.
+
+    A new row waits from the pod's creation (an evicted pod comes back as a new pod, with a new
+    uid and creationTimestamp: a new row); a row seen Pending again after it ran, from `now`."""
     wanted = {name: fields[name] for name in _ROW_FIELDS}
     wanted["reason"] = wanted["reason"][:_REASON_LENGTH]
     wanted["team_id"], wanted["node_id"] = team_id, node_id
+    if not pod.pk:
+        wanted["pending_since"] = fields["submitted_at"]
+    elif fields["phase"] == Pod.Phase.PENDING and pod.phase != Pod.Phase.PENDING:
+        wanted["pending_since"] = now
     if fields["phase"] != "Pending":
         wanted["hints"] = []
     if (

@@ -114,6 +114,7 @@ def pod_create(*, user, document: Any, team_slug: str = "", now: datetime | None
                 document=with_defaults(document),  # requests filled from limits, as Kubernetes stores it
                 submitted_by=user if user.is_authenticated else None,
                 submitted_at=now,
+                pending_since=now,
                 explanation="Waiting for the next scheduler pass.",
             )
     except IntegrityError as exc:
