@@ -127,10 +127,10 @@ def pending_firings(pools: dict[int, GpuNodePool], rules: dict[int, AlertRules],
     out = []
     for pool_id, waiting in pending_pods_by_pool(watched).items():
         older_than = timedelta(seconds=rules[pool_id].pending_pods.window_s)
-        late = [pod for pod in waiting if pod.submitted_at <= now - older_than]
+        late = [pod for pod in waiting if pod.pending_since <= now - older_than]
         if late:
             oldest = late[0]
-            waited = format_duration(int((now - oldest.submitted_at).total_seconds()) // 60 * 60)
+            waited = format_duration(int((now - oldest.pending_since).total_seconds()) // 60 * 60)
             out.append(Firing(pool_id, PENDING, f"{len(late)} waiting; the oldest, {oldest.namespace}/{oldest.name}, for {waited}"))
     return out
 

@@ -56,7 +56,7 @@ class PoolCollector:
         util = GaugeMetricFamily("ebcloud_pool_gpu_utilization_percent", "Mean GPU utilisation of the pool's reporting nodes", labels=["pool"])
         allocated = GaugeMetricFamily("ebcloud_pool_allocated_gpus", "GPUs requested by the pool's Running pods (a GPU share counts milli/1000)", labels=pool_labels)
         pending = GaugeMetricFamily("ebcloud_pool_pending_pods", "Pending pods of the pool's team that would fit one of its nodes (queued_pods)", labels=pool_labels)
-        oldest = GaugeMetricFamily("ebcloud_pool_oldest_pending_pod_age_seconds", "Seconds the oldest Pending pod that fits the pool has waited (0 when none waits)", labels=pool_labels)
+        oldest = GaugeMetricFamily("ebcloud_pool_oldest_pending_pod_age_seconds", "Seconds the longest-waiting Pending pod that fits the pool has waited since it last became Pending (0 when none waits)", labels=pool_labels)
         not_ready = GaugeMetricFamily("ebcloud_pool_not_ready_nodes", "Joined nodes of the pool that are not ready: heartbeat lost (Unknown) or Repairing", labels=pool_labels)
         desired = GaugeMetricFamily("ebcloud_pool_desired_nodes", "Nodes the controller wants per billing kind (monthly baseline, on-demand burst, preemptible)", labels=["pool", "billing"])
         stats = selectors.pool_stats()
@@ -72,7 +72,7 @@ class PoolCollector:
             if p.pk in queued:
                 waiting = queued[p.pk]
                 pending.add_metric(values, len(waiting))
-                oldest.add_metric(values, max(0.0, (now - waiting[0].submitted_at).total_seconds()) if waiting else 0.0)
+                oldest.add_metric(values, max(0.0, (now - waiting[0].pending_since).total_seconds()) if waiting else 0.0)
             not_ready.add_metric(values, s.not_ready_nodes)
             for (phase, billing), n in sorted(s.nodes.items()):
                 nodes.add_metric([p.name, phase, billing], n)

@@ -138,7 +138,8 @@ def overview_for_user(*, user, limit: int = 50) -> dict:
 
 def pending_pods_by_pool(pools) -> dict[int, list[Pod]]:
     """The Pending pods each pool would take: its team's pods that fit an empty node of the pool
-    (the autoscaler's `queued_pods`), oldest first, for all pools in a fixed number of queries
+    (the autoscaler's `queued_pods`), the longest waiting first (`Pod.pending_since`: a pod put
+    back to Pending waits from then, not from its creation), for all pools in a fixed number of queries
     (catalog, node types, Pending pods) instead of a few per pool. A pool whose document the
     catalog no longer accepts has no template node and is left out."""
     pools = list(pools)
@@ -147,7 +148,7 @@ def pending_pods_by_pool(pools) -> dict[int, list[Pod]]:
     catalog = catalog_current()
     node_types = NodeType.objects.in_bulk({p.node_type_id for p in pools})
     pending: dict[int, list[tuple[Pod, object]]] = defaultdict(list)
-    rows = Pod.objects.filter(phase=Pod.Phase.PENDING, team_id__in={p.team_id for p in pools}).order_by("submitted_at", "pk")
+    rows = Pod.objects.filter(phase=Pod.Phase.PENDING, team_id__in={p.team_id for p in pools}).order_by("pending_since", "pk")
     for pod in rows:
         if (core := readable_core_pod(pod)) is not None:
             pending[pod.team_id].append((pod, core))

@@ -9,7 +9,8 @@ YAML (which has no `alerts`) is watched as written:
 - `utilizationLow` {percent: 30, for: 24h}: mean GPU utilisation below `percent` for the window
   (seed T4: IO-bound data loading or an oversized GPU spec).
 - `pendingPods` {olderThan: 15m}: a Pending pod that would fit the pool has waited longer than
-  `olderThan` (seed O4: trigger -> pod Running takes 5-10 min; over 15 min points at image
+  `olderThan` since it last became Pending (`Pod.pending_since`: one put back to Pending waits
+  afresh; seed O4: trigger -> pod Running takes 5-10 min; over 15 min points at image
   prewarming or stock).
 - `nodesNotReady` {count: 1, for: 5m}: at least `count` joined nodes NotReady (heartbeat lost, or
   under repair) for the window; `count: any` is 1.

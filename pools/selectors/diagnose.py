@@ -29,7 +29,7 @@ from pools.selectors.cluster import (
 )
 from pools.selectors.prospects import live_pools, pool_templates, stored_spec
 
-MAX_PENDING = 500  # the oldest Pending pods of the team are read; more would not change a finding
+MAX_PENDING = 500  # the longest-waiting Pending pods of the team are read; more would not change a finding
 MAX_RUNNING = 500  # the pool's Running pods read for the preemption check (its details show 10)
 MAX_EVENTS = 200
 EVENT_REASONS = (*core.SCALE_UP_REASONS, "ScaleDownBlocked")
@@ -169,7 +169,7 @@ def _pending(pool: GpuNodePool, spec: PoolSpec | None) -> tuple[core.PendingPod,
         return ()
     teams = [team_id_of(team) for team in template.teams or () if team]
     others = [t for pk, t in templates.items() if pk != pool.pk]
-    pods = Pod.objects.filter(phase=Pod.Phase.PENDING, team_id__in=teams).order_by("submitted_at", "pk")[:MAX_PENDING]
+    pods = Pod.objects.filter(phase=Pod.Phase.PENDING, team_id__in=teams).order_by("pending_since", "pk")[:MAX_PENDING]
     facts = (_pending_fact(p, template, others, owned=p.team_id == pool.team_id) for p in pods)
     return tuple(f for f in facts if f is not None)
 
@@ -180,14 +180,14 @@ def _pending_fact(pod: Pod, template, others, *, owned: bool) -> core.PendingPod
     the field refused, or, where no one field explains it, on the pools of its own team (never
     on a pool lent to it: its lender can do nothing about it), rather than left out."""
     read = core_pod_or_fault(pod)
-    facts = partial(core.pending_pod_facts, template=template, submitted_at=pod.submitted_at, others=others, explanation=pod.explanation, hints=pod.hints or ())
+    facts = partial(core.pending_pod_facts, template=template, pending_since=pod.pending_since, others=others, explanation=pod.explanation, hints=pod.hints or ())
     if not isinstance(read, Exception):
         return facts(read)
     log_unreadable(pod.key, read)
     if (aimed := core_pod_leaving_out_fault(pod)) is not None:
         fact = facts(aimed)
     else:
-        fact = core.PendingPod(key=pod.key, submitted_at=pod.submitted_at, gpus=pod.gpu_count, blocker=core.INVALID_SPEC, explanation=pod.explanation) if owned else None
+        fact = core.PendingPod(key=pod.key, pending_since=pod.pending_since, gpus=pod.gpu_count, blocker=core.INVALID_SPEC, explanation=pod.explanation) if owned else None
     return None if fact is None else replace(fact, blocker=core.INVALID_SPEC, reason=str(read), blockers=())
 
 

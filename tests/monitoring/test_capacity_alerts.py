@@ -146,8 +146,8 @@ def test_a_pod_that_fits_the_pool_and_waited_past_15_minutes_is_an_alert(actors)
     pool_with_nodes(actors["lead"], nodes=1, node_labels=TRAIN_NODE_LABELS)
     pod = submit(actors["member"], "waiting", gpus=2)
     submit(actors["member"], "elsewhere", pool_affinity="infer", tolerate="infer")  # another pool's pod
-    Pod.objects.filter(pk=pod.pk).update(submitted_at=NOW - timedelta(minutes=14))
-    Pod.objects.exclude(pk=pod.pk).update(submitted_at=NOW - timedelta(hours=3))
+    Pod.objects.filter(pk=pod.pk).update(submitted_at=NOW - timedelta(minutes=14), pending_since=NOW - timedelta(minutes=14))
+    Pod.objects.exclude(pk=pod.pk).update(submitted_at=NOW - timedelta(hours=3), pending_since=NOW - timedelta(hours=3))
     assert alerts_evaluate(now=NOW) == []
     [event] = alerts_evaluate(now=NOW + timedelta(minutes=2))
     assert event.reason == "PodsPendingTooLong" and "more than 15m" in event.message
@@ -159,7 +159,7 @@ def test_a_pod_that_fits_the_pool_and_waited_past_15_minutes_is_an_alert(actors)
 def test_pending_follows_the_pools_older_than(actors):
     pool_with_nodes(actors["lead"], nodes=1, node_labels=TRAIN_NODE_LABELS, alerts={"pendingPods": {"olderThan": "45m"}})
     pod = submit(actors["member"], "waiting", gpus=2)
-    Pod.objects.filter(pk=pod.pk).update(submitted_at=NOW - timedelta(minutes=44))
+    Pod.objects.filter(pk=pod.pk).update(submitted_at=NOW - timedelta(minutes=44), pending_since=NOW - timedelta(minutes=44))
     assert alerts_evaluate(now=NOW) == []
     assert reasons(alerts_evaluate(now=NOW + timedelta(minutes=1))) == [("train-pool-a", "PodsPendingTooLong")]
 

@@ -33,7 +33,7 @@ def node(name: str, *, billing="monthly", phase="Ready", allocated=8.0, largest=
 
 
 def pod(key: str, *, age=5 * M, gpus=4.0, blocker=d.FITS, **kw) -> d.PendingPod:
-    return d.PendingPod(key=key, submitted_at=NOW - age, gpus=gpus, blocker=blocker, **kw)
+    return d.PendingPod(key=key, pending_since=NOW - age, gpus=gpus, blocker=blocker, **kw)
 
 
 def healthy(**overrides) -> d.PoolSnapshot:
@@ -244,7 +244,7 @@ def test_pending_pod_facts_tell_taint_affinity_size_and_other_pools_apart():
     tolerate = (Toleration("pool", "Equal", "train", "NoSchedule"),)
 
     def facts(**kw):
-        return d.pending_pod_facts(Pod(name="algorithm/p", cpu_milli=1000, gpu_count=kw.pop("gpus", 4), **kw), template, submitted_at=NOW)
+        return d.pending_pod_facts(Pod(name="algorithm/p", cpu_milli=1000, gpu_count=kw.pop("gpus", 4), **kw), template, pending_since=NOW)
 
     assert facts(affinity_terms=affinity, tolerations=tolerate).blocker == d.FITS
     assert facts(affinity_terms=affinity).blocker == d.TAINT

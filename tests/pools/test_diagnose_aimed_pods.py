@@ -38,7 +38,7 @@ BATCH_T4 = template("batch-spot-t4", model="T4", gpus=4, taints=(Taint("ebcloud.
 
 
 def facts(pod: Pod, pool: NodeState = TRAIN_POOL_A, others=()) -> d.PendingPod | None:
-    return d.pending_pod_facts(pod, pool, submitted_at=NOW - timedelta(minutes=40), others=others)
+    return d.pending_pod_facts(pod, pool, pending_since=NOW - timedelta(minutes=40), others=others)
 
 
 def test_pods_whose_gpu_model_the_pool_lacks_and_that_select_nothing_are_not_aimed_at_it():
@@ -90,7 +90,7 @@ def test_only_teams_that_may_use_the_pool_aim_at_it():
 
 
 def test_a_pod_waiting_for_the_pools_first_nodes_is_told_what_they_wait_for():
-    waiting = d.PendingPod(key="algorithm/wants-l40s", submitted_at=NOW - timedelta(minutes=30), gpus=4, blocker=d.FITS)
+    waiting = d.PendingPod(key="algorithm/wants-l40s", pending_since=NOW - timedelta(minutes=30), gpus=4, blocker=d.FITS)
     ordered = healthy(nodes=(), min_nodes=1, max_nodes=3, orders=(d.OrderInfo(7, "Pending"),), pending_pods=(waiting,))
     c = d.check_pending(ordered, NOW)
     assert "By cause: 1 nodes-on-the-way" in c.found and "order #7 awaits approval by a platform admin" in c.cause

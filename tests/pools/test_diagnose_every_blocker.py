@@ -28,7 +28,7 @@ AFFINITY = ((NodeSelectorRequirement("pool", "In", ("train",)),),)
 
 def facts(**kw) -> d.PendingPod:
     pod = Pod(name="algorithm/bert-train-0", cpu_milli=1000, gpu_count=kw.pop("gpus", 4), **kw)
-    return d.pending_pod_facts(pod, TEMPLATE, submitted_at=NOW - 40 * M)
+    return d.pending_pod_facts(pod, TEMPLATE, pending_since=NOW - 40 * M)
 
 
 def test_a_missed_taint_and_a_missed_label_are_both_listed_in_kube_schedulers_order():

@@ -285,18 +285,18 @@ def _kinds(pod: PendingPod, category: str) -> str:
 
 def check_pending(s: PoolSnapshot, now: datetime) -> Check:
     title, reqs = "Pods Pending for a long time", ("T2", "T5", "O3", "O4")
-    pods = sorted(s.pending_pods, key=lambda p: (p.submitted_at, p.key))
+    pods = sorted(s.pending_pods, key=lambda p: (p.pending_since, p.key))
     if not pods:
         return Check("pods-pending", title, OK, "No Pending pod is aimed at this pool.", requirements=reqs)
     categories = {p.key: _pending_category(s, p) for p in pods}
-    long = [p for p in pods if now - p.submitted_at >= SLOW]
+    long = [p for p in pods if now - p.pending_since >= SLOW]
     stuck = [p for p in pods if categories[p.key] in STUCK]
     counts = Counter(categories.values())
     by_cause = ", ".join(f"{counts[c]} {c}" for c in PENDING_ORDER if c in counts)
     oldest = pods[0]
     found = (f"{plural(len(pods), 'Pending pod')} aimed at this pool, {len(long)} of them for over {go_duration(int(SLOW.total_seconds()))}; "
-             f"oldest {oldest.key} for {age(now - oldest.submitted_at)}. By cause: {by_cause}.")  # fmt: skip
-    details = tuple(f"{p.key}: Pending {age(now - p.submitted_at)}, {_gpus(p.gpus)} GPU(s), {_kinds(p, categories[p.key])} — {p.explanation or p.reason or 'not evaluated yet'}" for p in pods[:MAX_DETAILS])
+             f"oldest {oldest.key} for {age(now - oldest.pending_since)}. By cause: {by_cause}.")  # fmt: skip
+    details = tuple(f"{p.key}: Pending {age(now - p.pending_since)}, {_gpus(p.gpus)} GPU(s), {_kinds(p, categories[p.key])} — {p.explanation or p.reason or 'not evaluated yet'}" for p in pods[:MAX_DETAILS])
     if not long and not stuck:
         return Check("pods-pending", title, OK, found + " Under 15 minutes is a normal scale-up (5-10 min).", requirements=reqs, details=details)
     focus = long or stuck

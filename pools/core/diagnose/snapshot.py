@@ -88,7 +88,7 @@ class NodeInfo:
 @dataclass(frozen=True)
 class PendingPod:
     key: str
-    submitted_at: datetime
+    pending_since: datetime
     gpus: float
     blocker: str  # FITS or what stops it on an empty node of the pool
     reason: str = ""  # the failing filter on that empty node (kube-scheduler words)
@@ -200,7 +200,7 @@ class PoolSnapshot:
         return self.scaling is not None and self.burst_enabled and live < self.max_nodes and live >= self.baseline() + self.burst_room()
 
 
-def pending_pod_facts(pod: Pod, template: NodeState, *, submitted_at: datetime, others: Sequence[NodeState] = (),
+def pending_pod_facts(pod: Pod, template: NodeState, *, pending_since: datetime, others: Sequence[NodeState] = (),
                       explanation: str = "", hints: Sequence[str] = ()) -> PendingPod | None:  # fmt: skip
     """What stops `pod` on an empty node of the pool (`template`), or None if the pod is not
     aimed at this pool: the pool is one the pod could run on but for what the pool's spec or
@@ -239,6 +239,6 @@ def pending_pod_facts(pod: Pod, template: NodeState, *, submitted_at: datetime, 
         blocker, reason = AFFINITY, REASON_AFFINITY
     else:
         blocker, reason = FITS, ""
-    return PendingPod(key=pod.name, submitted_at=submitted_at, gpus=pod.gpu_request_milli / 1000, blocker=blocker, reason=reason,
+    return PendingPod(key=pod.name, pending_since=pending_since, gpus=pod.gpu_request_milli / 1000, blocker=blocker, reason=reason,
                       explanation=explanation, hints=tuple(hints), gpu_models=pod.gpu_models,
                       blockers=pool_blockers(pod, template) if blocker != FITS else ())  # fmt: skip
