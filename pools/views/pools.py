@@ -225,7 +225,7 @@ def pool_preview(request):
         pool, form = None, PoolForm(request.POST, teams=teams)
     form.read_rows()
     if not form.is_valid():
-        problems = "; ".join(f"{form.fields[f].label if f in form.fields else 'form'}: {' '.join(e)}" for f, e in form.errors.items())
+        problems = "; ".join(f"{form[f].label if f in form.fields else 'form'}: {' '.join(e)}" for f, e in form.errors.items())  # a bound field's label
         return HttpResponse(escape(f"(fix the form first: {problems})"))
     return HttpResponse(escape(dump_yaml(form.to_document(base=pool.document if pool else None))))
 

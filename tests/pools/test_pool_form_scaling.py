@@ -62,6 +62,9 @@ def test_the_preview_is_the_yaml_the_form_sends(browser):
     preview = client.post("/pools/new/preview/", {**FORM, **ARTICLE_FIELDS}).content.decode()
     assert "targetAverageUtilization: 85" in preview and "stabilizationWindow: 30m" in preview and "name: form-pool" in preview
     assert "fix the form first" in client.post("/pools/new/preview/", {**FORM, "min_nodes": "lots"}).content.decode()
+    # Each problem is named by its field's label, one without a label of its own too (not "None").
+    unnamed = client.post("/pools/new/preview/", {**FORM, "name": ""}).content.decode()
+    assert unnamed == "(fix the form first: Name: This field is required.)", unnamed
     edited = client.post("/pools/new/preview/?pool=train-pool-a", {**FORM, "name": "train-pool-a", "max_nodes": "9"}).content.decode()
     assert "max: 9" in edited
     assert browser("other_lead").post("/pools/new/preview/?pool=train-pool-a", FORM).status_code == 404  # another team's pool
