@@ -22,7 +22,6 @@ from the database, build these dataclasses and persist the rows.
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
 
-from billing.cents import hour_seed, leftover_positions
+from billing.cents import hour_seed, split_units
 from billing.lease_costs import (
     CENT,
     from_units,
@@ -132,7 +131,7 @@ class PodHour:
 class FeeHour:
     """A shared fee a pool paid for one hour: ``kind`` is storage, network or registry.
 
-    ``team`` is the pool's owner, who absorbs the fee when no pod ran in the pool that hour.
+    ``team`` is the pool's owner, who absorbs what no pod pays (:func:`fee_splits`).
     ``billing_kind`` may be left empty; it is then derived from the pool's nodes that hour.
     """
 
@@ -242,38 +241,6 @@ def gpu_hours(gpus: int = 0, gpu_milli: int = 0, hours: Decimal | int = 1) -> De
 # --------------------------------------------------------------------------- exact splitting
 
 
-def split_units(total_units: int, weights: Sequence[Fraction | Decimal | int], seed: int | None = None) -> list[int]:
-    """Largest-remainder split of an integer total in proportion to weights.
-
-    Parts sum to ``total_units`` exactly; a zero weight gets zero. Ties go to the earlier
-    weight, or with a ``seed`` (allocation's is the hour's) in turn, rotated by it
-    (:func:`billing.cents.leftover_positions`): deterministic, and even over consecutive hours.
-    """
-    # Exact in integers (issue 9: a fee split over a pool's thousands of pods must be cheap):
-    # weights over a common denominator, then total·w // W is the floor of the ideal share and
-    # total·w % W its remainder, which orders the leftover units like the Fractions would.
-    ratios = [w.as_integer_ratio() if isinstance(w, (Decimal, Fraction, int)) else Fraction(w).as_integer_ratio() for w in weights]
-    if total_units < 0 or any(n < 0 for n, _ in ratios):
-        raise ValueError("total and weights must be non-negative")
-    if total_units == 0:
-        return [0] * len(ratios)
-    denominator = math.lcm(*(d for _, d in ratios)) if ratios else 1
-    scaled = [n * (denominator // d) for n, d in ratios]
-    whole = sum(scaled)
-    if whole == 0:
-        raise ValueError("cannot split a non-zero total over zero weights")
-    parts, remainders = [], []
-    for w in scaled:
-        part, remainder = divmod(total_units * w, whole)
-        parts.append(part)
-        remainders.append(remainder)
-    left = total_units - sum(parts)
-    if left:
-        for i in leftover_positions(remainders, left, seed):
-            parts[i] += 1
-    return parts
-
-
 def split_money(total: Decimal, weights: Sequence[Fraction | Decimal | int], quantum: Decimal = CENT, seed: int | None = None) -> list[Decimal]:
     """Split money in proportion to weights; parts are quantum multiples summing to total."""
     return [from_units(u, quantum) for u in split_units(to_units(total, quantum), weights, seed)]
@@ -314,8 +281,9 @@ def allocate_hour(
       of its capacity (GPUs × the node's hours) is idle, charged to the pool's owner. If
       requests exceed it (they should not), the node's cost is split by request and idle is
       zero: never negative. Leftover cents of equal shares go by the hour (:func:`split_units`).
-    - A pool's fees are split over the pool's pods by their GPU-hours; with no GPU use in
-      the pool they fall to idle, i.e. to the owner. Nothing disappears.
+    - A pool's fees are split over the pool's pods by their GPU-hours, a team it is lent to
+      paying at most its share of the pool's GPUs (:func:`fee_splits`); what no pod pays
+      falls to idle, i.e. to the owner. Nothing disappears.
     - Zero-amount rows are omitted.
     """
     nodes, on_node = nodes_checked(node_hours, pod_hours, quantum)
@@ -339,12 +307,10 @@ def allocate_hour(
             rows.append(node_row(node, None, IDLE, GPU, amounts[-1], currency, idle_gpu_hours))
 
     for fee, members, amounts in fee_splits(nodes, on_node, fees, quantum):
-        if not members:
-            rows.append(fee_idle_row(fee, nodes.values(), currency))
-            continue
         for (node, pod), amount in zip(members, amounts, strict=True):
             if amount:
-                rows.append(node_row(node, pod, FEE, fee.kind, amount, currency))
+                rows.append(fee_idle_row(fee, nodes.values(), currency, amount) if pod is None
+                            else node_row(node, pod, FEE, fee.kind, amount, currency))
     return rows
 
 
@@ -371,20 +337,41 @@ def nodes_checked(
 
 def fee_splits(
     nodes: Mapping[str, NodeHour], on_node: Mapping[str, list[PodHour]], fees: Sequence[FeeHour], quantum: Decimal
-) -> Iterator[tuple[FeeHour, list[tuple[NodeHour, PodHour]], list[Decimal]]]:
-    """Each non-zero fee with the (node, pod) pairs of its pool that used GPUs, in node order,
-    and its split over them by GPU-hours; no pairs (and no amounts): the owner absorbs it."""
+) -> Iterator[tuple[FeeHour, list[tuple[NodeHour | None, PodHour | None]], list[Decimal]]]:
+    """Each non-zero fee with its payers and their amounts: the (node, pod) pairs of its pool
+    that used GPUs, in node order, by GPU-hours, and (None, None) for the owner's idle part.
+
+    A team the pool is lent to pays a fee as it pays the nodes: its GPU-hours' share of the
+    pool's GPU capacity that hour (2 of 8 GPUs: a quarter), whoever else ran; the owner's pods
+    share the rest by their GPU-hours, and with none of them the owner absorbs it. The owner
+    keeps paying for its pool ("your team keeps paying for it"): a guest alone in it for an
+    hour took all of the hour's registry and storage before."""
     pool_pods: dict[str, list[tuple[NodeHour, PodHour]]] = defaultdict(list)
+    capacity: dict[str, Fraction] = defaultdict(Fraction)  # GPU-hours
     for node in nodes.values():
+        capacity[node.pool] += Fraction(node.gpu_count * node.hours)
         for pod in on_node[node.node]:
             pool_pods[node.pool].append((node, pod))
     for fee in fees:
         _check_fee(fee, quantum)
-        members = [(n, p) for n, p in pool_pods[fee.pool] if p.gpu_hours > 0]
+        if not fee.amount:
+            continue
+        members: list[tuple[NodeHour | None, PodHour | None]] = [(n, p) for n, p in pool_pods[fee.pool] if p.gpu_hours > 0]
+        guest = [_guest(p, fee) for _, p in members]
+        weights = [Fraction(p.gpu_hours) for _, p in members]
+        guests_use = sum((w for w, g in zip(weights, guest, strict=True) if g), Fraction(0))
+        rest = capacity[fee.pool] - guests_use
+        if guests_use and rest > 0:
+            own_use = sum(weights) - guests_use
+            if own_use:
+                weights = [w if g else w * rest / own_use for w, g in zip(weights, guest, strict=True)]
+            else:
+                members.append((None, None))
+                weights.append(rest)
         if members:
-            yield fee, members, split_money(fee.amount, [p.gpu_hours for _, p in members], quantum, hour_seed(fee.hour))
-        elif fee.amount:
-            yield fee, [], []
+            yield fee, members, split_money(fee.amount, weights, quantum, hour_seed(fee.hour))
+        else:
+            yield fee, [(None, None)], [fee.amount]
 
 
 # --------------------------------------------------------------------------- aggregation
@@ -417,7 +404,7 @@ def group_key(
     the database grouping and the accruing hours, so all three give the same columns.
 
     - ``charged_team`` is who pays: a workload's own team (also on a pool lent to it), the
-      pool's owner for idle capacity and fees nobody used.
+      pool's owner for idle capacity and the fees no workload paid.
     - A label missing from a workload leaves its cell empty and makes the row ``unallocated``;
       idle rows keep the pool's and node's label values (``gpu-class``), their namespace is
       empty. A ``billing`` label, if asked for, defaults to the billing kind.
@@ -504,8 +491,13 @@ def pod_team(pod: PodHour) -> str:
     return pod.team or pod.labels.get("team", "")
 
 
-def fee_idle_row(fee: FeeHour, nodes: Iterable[NodeHour], cur: str) -> AllocationRow:
-    """A fee nobody used: the owner absorbs it, under the pool's own billing kind."""
+def _guest(pod: PodHour, fee: FeeHour) -> bool:
+    """Whether `pod` is not the pool owner's (one of no known team is, as metering has it)."""
+    return bool(fee.team and pod_team(pod) not in ("", fee.team))
+
+
+def fee_idle_row(fee: FeeHour, nodes: Iterable[NodeHour], cur: str, amount: Decimal) -> AllocationRow:
+    """A fee's `amount` no pod paid: the owner absorbs it, under the pool's own billing kind."""
     pool_nodes = [n for n in nodes if n.pool == fee.pool]
     kinds = {n.billing_kind for n in pool_nodes}
     classes = {n.gpu_class for n in pool_nodes}
@@ -515,7 +507,7 @@ def fee_idle_row(fee: FeeHour, nodes: Iterable[NodeHour], cur: str) -> Allocatio
     gpu_class = classes.pop() if len(classes) == 1 else ""
     return AllocationRow(
         fee.hour, fee.pool, fee.team, "", "", "", fee.labels, gpu_class, billing, IDLE,
-        fee.kind, fee.amount, cur,
+        fee.kind, amount, cur,
     )  # fmt: skip
 
 

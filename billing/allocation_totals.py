@@ -92,11 +92,11 @@ def allocate_hour_totals(
         for row in allocate_hour([first], on_node[first.node], (), quantum=quantum, currency=currency):
             add(row, row.amount * times, row.gpu_hours * times)
     for fee, members, amounts in fee_splits(nodes, on_node, fees, quantum):
-        if not members:  # nobody used the pool: the owner absorbs it
-            add(fee_idle_row(fee, nodes.values(), currency), fee.amount, Decimal(0))
-            continue
         for (node, pod), amount in zip(members, amounts, strict=True):
             if not amount:
+                continue
+            if pod is None:  # what no pod paid: the owner absorbs it
+                add(fee_idle_row(fee, nodes.values(), currency, amount), amount, Decimal(0))
                 continue
             # `row_group` of the row `allocate_hour` gives; the row is built for a new group only.
             group = _group(node.pool, pod_team(pod), pod.namespace, pod.labels, node.gpu_class, node.billing_kind, FEE, fee.kind)

@@ -150,6 +150,27 @@ def test_shared_fees_follow_usage_and_fall_to_the_owner_when_nobody_ran():
     assert orphan[0].component == "network" and orphan[0].amount == D("0.30")
 
 
+def test_a_team_the_pool_is_lent_to_pays_its_share_of_the_pools_gpus_of_a_fee_whoever_else_ran():
+    """A guest alone in a lent pool for an hour, on 2 of its 8 GPUs, took all of the hour's
+    registry and storage fees; it pays a quarter of them, as of the node, and the owner the
+    rest, whether the owner's own pods ran or the pool stood idle."""
+    guest = PodHour(H0, "inference", "serve", "n1", D(2), {}, team="inference")
+    fees = [FeeHour(H0, "train", "ml", "storage", D("1.00")), FeeHour(H0, "train", "ml", "registry", D("0.40"))]
+    alone = {(r.team, r.cost_kind, r.component): r.amount for r in allocate([node(labels=POOL_LABELS)], [guest], fees)}
+    assert alone == {
+        ("inference", "usage", "gpu"): D("6.72"), ("ml", "idle", "gpu"): D("20.16"),
+        ("inference", "fee", "storage"): D("0.25"), ("ml", "idle", "storage"): D("0.75"),
+        ("inference", "fee", "registry"): D("0.10"), ("ml", "idle", "registry"): D("0.30"),
+    }
+    own = pod("train", 1, labels=POOL_LABELS)
+    shared = sorted((r.team, r.component, r.amount) for r in allocate([node()], [guest, own], fees) if r.cost_kind == "fee")
+    assert shared == [("inference", "registry", D("0.10")), ("inference", "storage", D("0.25")),
+                      ("ml", "registry", D("0.30")), ("ml", "storage", D("0.75"))]
+    # Guests that fill the pool pay by their use, all of it: nobody else had room.
+    full = [PodHour(H0, "inference", f"s{i}", "n1", D(4), {}, team="inference") for i in range(2)]
+    assert {r.pod: r.amount for r in allocate([node()], full, fees[:1]) if r.cost_kind == "fee"} == {"s0": D("0.50"), "s1": D("0.50")}
+
+
 def test_oversubscribed_nodes_split_by_request_and_never_go_negative():
     rows = allocate([node(cost="10.00", gpus=1)], [pod("a", 1), pod("b", 1)])
     assert [r.amount for r in rows] == [D("5.00"), D("5.00")]
@@ -280,6 +301,7 @@ def hour_inputs(draw):
                         f"n{i}",
                         gpu_hours(whole, milli),
                         draw(st.sampled_from([{}, {"team": "ml"}, {"project": "x"}])),
+                        team=draw(st.sampled_from(["", "ml", "inference"])),  # "inference": a guest
                     )
                 )
         for pool in draw(st.lists(st.sampled_from(POOLS), max_size=3)):

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from billing.allocation import NodeHour, PodHour, allocate, allocate_hour, split_units, total
-from billing.cents import hour_seed
+from billing.allocation import NodeHour, PodHour, allocate, allocate_hour, total
+from billing.cents import hour_seed, split_units
 from billing.lease_costs import monthly_hour_cost
 from tests.billing.billing_helpers import T0
 
