@@ -144,7 +144,10 @@ class PoolScaleSerializer(BodySerializer):
 
 
 class OrderSerializer(serializers.ModelSerializer):
-    pool = serializers.CharField(source="pool.name")
+    pool = serializers.CharField(
+        source="pool.ledger_name",
+        help_text="The pool's name; a deleted pool's is `name#id`, as the cost reports name it, so that it is never read as a later pool of the same name",
+    )
     team = serializers.CharField(source="pool.team.slug")
     gpuModel = serializers.CharField(source="pool.gpu_model.name")
     nodeType = serializers.CharField(source="pool.node_type.name")

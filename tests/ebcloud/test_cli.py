@@ -442,6 +442,16 @@ def test_an_admin_lists_approves_and_rejects_orders(ebcloud, login_as, actors, t
 
 
 @live
+def test_order_list_names_a_deleted_pools_order_as_the_cost_reports_do(ebcloud, login_as, actors, train_pool):
+    """Not by the name a new pool took after it (QA)."""
+    services.pool_delete(user=actors["lead"], pool=train_pool)
+    new = services.pool_create(user=actors["lead"], document=make_document())
+    login_as("lead")
+    rows = {line.split()[0]: line.split()[1] for line in ebcloud("order", "list").stdout.splitlines()[1:]}
+    assert rows == {str(new.orders.get().pk): "train-pool-a", str(train_pool.orders.get().pk): f"train-pool-a#{train_pool.pk}"}
+
+
+@live
 def test_a_member_cannot_approve_orders(ebcloud, login_as, train_pool):
     login_as("member")
     order = train_pool.orders.get()
