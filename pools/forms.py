@@ -44,6 +44,7 @@ from pools.scaling_form import (
     scaling_block,
     scaling_initial,
 )
+from pools.selectors.pools import LISTED_POOL_PHASES
 from pools.views import form_fields
 
 ROW_KINDS = ("label", "nodelabel", "taint")
@@ -448,7 +449,7 @@ class PoolFilterForm(forms.Form):
     q = forms.CharField(required=False, label="Name contains")
     team = forms.ChoiceField(required=False, label="Team")
     gpu_model = forms.ChoiceField(required=False, label="GPU model")
-    phase = forms.ChoiceField(required=False, label="Phase", choices=[("", "any phase"), *GpuNodePool.Phase.choices])
+    phase = forms.ChoiceField(required=False, label="Phase", choices=[("", "any phase"), *[(p.value, p.label) for p in LISTED_POOL_PHASES]])
     sort = forms.CharField(required=False, widget=forms.HiddenInput)
 
     def __init__(self, *args, teams=(), **kwargs):

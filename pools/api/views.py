@@ -83,7 +83,7 @@ def _query_day(request, name: str) -> date | None:
 POOL_FILTERS = [
     OpenApiParameter("team", str, description="Team slug"),
     OpenApiParameter("gpuModel", str, description="GPU model, e.g. A100_80G"),
-    OpenApiParameter("phase", str, enum=[p for p, _ in GpuNodePool.Phase.choices]),
+    OpenApiParameter("phase", str, enum=[p.value for p in selectors.LISTED_POOL_PHASES], description="A deleted pool is not listed, so Deleted is no phase to filter by"),
     OpenApiParameter("q", str, description="Name contains"),
     OpenApiParameter("ordering", str, description="name, team, gpu, zone, min, max, phase, created; prefix - for descending"),
 ]
@@ -125,7 +125,7 @@ class PoolViewSet(viewsets.ViewSet):
         filters = selectors.PoolFilters(
             team=query_param(request, "team"),
             gpu_model=query_param(request, "gpuModel"),
-            phase=query_param(request, "phase", choices=GpuNodePool.Phase.values),
+            phase=query_param(request, "phase", choices=[p.value for p in selectors.LISTED_POOL_PHASES]),
             q=query_param(request, "q"),
             sort=query_param(request, "ordering", choices=list(selectors.POOL_ORDERINGS)) or "name",
         )

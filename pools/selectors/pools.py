@@ -94,6 +94,11 @@ def pools_access(*, with_nodes: bool = False) -> list[PoolAccess]:
     return access
 
 
+# The phases a pool in the list can be in: the list holds live pools (`active()`), and a pool
+# is Deleted only once it is gone from it, so a filter offering Deleted could never match.
+LISTED_POOL_PHASES = [p for p in GpuNodePool.Phase if p != GpuNodePool.Phase.DELETED]
+
+
 @dataclass(frozen=True)
 class PoolFilters:
     team: str = ""
