@@ -92,10 +92,17 @@ def cost_query_parse(
             errors.append(("by", f"{key} is always a column; group by team for the team label"))
         elif key in FIXED_COLUMNS:
             errors.append(("by", f"{key} is always a column (the kind of cost, metered or accruing, the amount and its currency); it cannot be a label key"))
-    start = _date(params.get("from"), "from", errors) or default_start
-    end = _date(params.get("to"), "to", errors) or default_end
+    given_start, given_end = _date(params.get("from"), "from", errors), _date(params.get("to"), "to", errors)
+    start, end = given_start or default_start, given_end or default_end
     if start and end and end < start:
-        errors.append(("to", "must not be before from"))
+        # Name what was given, not a default (`billing.api.parse_query`'s: this month to
+        # today): a `from` alone after today is a day in the future, not a `to` never given (QA).
+        if given_end is None:
+            errors.append(("from", f"{start} is after today ({end}, UTC): give a day up to today, or a to as well"))
+        elif given_start is None:
+            errors.append(("to", f"{end} is before the 1st of this month ({start}, UTC), where the costs start when from is not given: give a from as well"))
+        else:
+            errors.append(("to", "must not be before from"))
     for key in ("team", "pool"):
         if "\x00" in params.get(key, ""):
             errors.append((key, "null characters are not allowed"))

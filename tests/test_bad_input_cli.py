@@ -21,6 +21,7 @@ import csv
 import io
 import json
 import re
+from datetime import UTC, datetime
 
 import httpx
 import pytest
@@ -213,6 +214,16 @@ def test_a_refused_cost_export_leaves_the_output_file_alone(ebcloud, served, tmp
     for path in (fresh, kept):
         refused(ebcloud("cost", "export", "--by-labels", SCRIPT, "-o", str(path)), "by:")
     assert not fresh.exists() and kept.read_text() == "last month's export\n"
+
+
+def test_cost_export_from_a_future_day_says_so_not_that_to_is_before_from(ebcloud, served, time_machine):
+    """`--from` alone after today: the line names --from's day as in the future, not a --to
+    the user never gave (QA)."""
+    time_machine.move_to(datetime(2026, 12, 9, 12, 0, tzinfo=UTC), tick=False)
+    served("finance")
+    result = ebcloud("cost", "export", "--from", "2027-01-01")
+    assert result.exit_code == 1
+    assert refused(result, "from:") == "error: from: 2027-01-01 is after today (2026-12-09, UTC): give a day up to today, or a to as well"
 
 
 @pytest.mark.parametrize("username", [SCRIPT, "a\x00b", "u" * 3000], ids=["script", "nul", "overlong"])
