@@ -44,9 +44,12 @@ def month_to_date(now: datetime | None = None):
     return today.replace(day=1), today
 
 
-def parse_query(params, *, now: datetime | None = None) -> selectors.CostQuery:
+def parse_query(params, *, user, now: datetime | None = None) -> selectors.CostQuery:
+    """The query of `params` for `user`; a pool they may not filter by is refused as unknown."""
     start, end = month_to_date(now)
-    return selectors.cost_query_parse(params, default_start=start, default_end=end)
+    query = selectors.cost_query_parse(params, default_start=start, default_end=end)
+    selectors.cost_pool_require(user=user, query=query)
+    return query
 
 
 def csv_response(lines, filename: str) -> StreamingHttpResponse:
@@ -183,7 +186,7 @@ class CostsView(APIView):
         if fmt not in FORMATS:
             raise ValidationError(f"must be one of {', '.join(FORMATS)}", field="format")
         now = timezone.now()
-        query = parse_query(request.query_params, now=now)
+        query = parse_query(request.query_params, user=request.user, now=now)
         user = request.user
         detail = query_flag(request.query_params, "detail")
         if fmt == "focus" and detail:

@@ -24,8 +24,9 @@ from billing.allocation import (
 from billing.budget_sync import budgets_in_force_q
 from billing.models import Budget, BudgetAlert, CostDay, CostRecord
 from billing.month_spend import BudgetStatus, budget_statuses_of
+from pools import roles
 from pools.core.errors import FieldError, ValidationError, query_flag
-from pools.models import Notification
+from pools.models import GpuNodePool, Notification, Team
 
 LABEL_KEY = re.compile(
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
@@ -163,6 +164,30 @@ def ledger_pool_q(ledger_name: str, path: str = "pool__") -> Q:
     if pk is None:
         return Q(**{f"{path}name": name, f"{path}deleted_at__isnull": True})
     return Q(**{f"{path}pk": pk, f"{path}name": name, f"{path}deleted_at__isnull": False})
+
+
+def cost_pool_known(*, user, ledger_name: str) -> bool:
+    """Whether `user` may filter costs by the pool of `ledger_name`: one of their teams' pools
+    (any pool for finance and admins), one lent to their team (`spec.sharedWith`), or one their
+    teams were charged on. Another team's pool is refused exactly as a pool that does not exist
+    is: the answer never tells which (teams are isolated)."""
+    pools = list(GpuNodePool.objects.filter(ledger_pool_q(ledger_name, "")).only("id", "team_id", "document"))
+    if not pools or not user.is_authenticated:
+        return False
+    if roles.sees_all_teams(user):
+        return True
+    team_ids = roles.team_ids(user)
+    slugs = set(Team.objects.filter(pk__in=team_ids).values_list("slug", flat=True))
+    if any(p.team_id in team_ids or slugs.intersection(p.shared_with) for p in pools):
+        return True
+    return CostRecord.objects.filter(pool__in=pools, team_id__in=team_ids).exists()
+
+
+def cost_pool_require(*, user, query: CostQuery) -> None:
+    """The query's pool refused as unknown (a form error) when `user` may not filter by it: no
+    costs would read as the pool's costs being nil (QA)."""
+    if query.pool and not cost_pool_known(user=user, ledger_name=query.pool):
+        raise ValidationError(f"unknown pool {_shown(query.pool)} (a deleted pool is named as the reports name it, such as train-pool-a#12)", field="pool")
 
 
 def ledger_pool_name_of(path: str = "pool__"):

@@ -47,7 +47,7 @@ def cost_list(request):
         "budgets": selectors.budget_statuses(user=request.user, now=now),
     }
     try:
-        query = api.parse_query(request.GET, now=now)
+        query = api.parse_query(request.GET, user=request.user, now=now)
     except ValidationError as exc:
         context.update(_refused(request.GET, exc.errors))
     else:

@@ -17,6 +17,7 @@ from decimal import Decimal
 import pytest
 from django.test import Client
 
+from billing.models import CostRecord
 from tests.billing.billing_helpers import HOUR, T0, meter, node, pod, pool
 
 pytestmark = pytest.mark.django_db
@@ -125,3 +126,40 @@ def test_a_pools_metered_part_is_the_pool_lists_cost_this_month(actors, fleet, t
     time_machine.move_to(DAY + timedelta(days=1, hours=9), tick=False)  # nothing accrues in the range now
     html = client.get("/costs/", {"pool": "train-pool-a", "to": DAY.date().isoformat()}).content.decode()
     assert figure(html, "total") == pool_list_cost(client, "train-pool-a") and "data-metered" not in html
+
+
+def test_a_pool_that_is_not_the_users_is_unknown_as_one_that_does_not_exist(api, actors, fleet):
+    """`?pool=nosuch` read "No costs in this range", as if the pool cost nothing (QA). A pool no
+    one has and another team's pool are refused alike, as a filter error naming the pool, on
+    the page and in the API, with nothing that tells them apart (teams are isolated)."""
+    lead = Client()
+    lead.force_login(actors["lead"])
+    pages, errors = {}, {}
+    for name in ("nosuch", "spot-pool"):  # spot-pool is inference's; the lead is algorithm's
+        html = lead.get("/costs/", {"pool": name}).content.decode()
+        alert = re.search(r'<div class="error" role="alert">(.*?)</div>', html, re.S)
+        assert alert and f"Pool: unknown pool &#x27;{name}&#x27;" in alert.group(1), name
+        assert "data-total" not in html and "No costs in this range" not in html
+        pages[name] = re.sub(r'("X-CSRFToken": "|name="csrfmiddlewaretoken" value=")\w+', r"\1", html.replace(name, "NAME"))  # a token per response
+        response = api("lead").get("/api/v1/costs/", {"pool": name})
+        assert response.status_code == 400
+        errors[name] = [{**e, "message": e["message"].replace(name, "NAME")} for e in response.json()["errors"]]
+    assert pages["nosuch"] == pages["spot-pool"]
+    assert errors["nosuch"] == errors["spot-pool"] == [
+        {"field": "pool", "message": "unknown pool 'NAME' (a deleted pool is named as the reports name it, such as train-pool-a#12)"}
+    ]
+    assert api("other_lead").get("/api/v1/costs/", {"pool": "spot-pool"}).status_code == 200
+    assert api("finance").get("/api/v1/costs/", {"pool": "spot-pool"}).status_code == 200
+    assert api("finance").get("/api/v1/costs/", {"pool": "nosuch"}).status_code == 400
+
+
+def test_a_pool_lent_to_the_users_team_or_charged_to_it_is_known(api, actors, teams, fleet):
+    """A guest team's lead filters by the pool lent to it (`spec.sharedWith`), and by a pool its
+    team was charged on, lent no more."""
+    lent = pool(actors["lead"], name="lent-pool", sharedWith=["inference"])
+    assert api("other_lead").get("/api/v1/costs/", {"pool": "lent-pool"}).status_code == 200
+    was_lent = pool(actors["lead"], name="was-lent")
+    assert api("other_lead").get("/api/v1/costs/", {"pool": "was-lent"}).status_code == 400
+    CostRecord.objects.create(hour=DAY, pool=was_lent, team=teams["inference"], billing_kind="monthly", cost_kind="usage", amount=1)
+    assert api("other_lead").get("/api/v1/costs/", {"pool": "was-lent"}).status_code == 200
+    assert lent.team != teams["inference"]

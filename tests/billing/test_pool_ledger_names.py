@@ -90,7 +90,11 @@ def test_the_pool_filter_selects_the_live_pool_or_a_deleted_one_by_its_ledger_na
     # Not the deleted pool's id with the live pool's name, nor a deleted pool by its bare name.
     assert not GpuNodePool.objects.filter(ledger_pool_q(f"train-pool-a#{new.pk}", "")).exists()
     GpuNodePool.objects.filter(pk=new.pk).update(deleted_at=T0 + 3 * HOUR)
-    assert api("finance").get(f"/api/v1/costs/?{RANGE}&pool=train-pool-a").json()["rows"] == []
+    # Both deleted: the bare name is no pool now, and is refused so, pointing to `name#id`.
+    refused = api("finance").get(f"/api/v1/costs/?{RANGE}&pool=train-pool-a")
+    assert refused.status_code == 400 and [e["field"] for e in refused.json()["errors"]] == ["pool"]
+    assert "such as train-pool-a#12" in refused.json()["errors"][0]["message"]
+    assert api("finance").get(f"/api/v1/costs/?{RANGE}&pool=train-pool-a%23{new.pk}").json()["rows"]
 
 
 def test_the_detail_csv_names_each_pool_by_its_ledger_name(api, renamed):
