@@ -166,8 +166,8 @@ MATRIX: tuple[Row, ...] = (
     Row("orders", EVERYONE_WEB),
     Row("order-decide", POST_ONLY_WEB, lambda w: {"order_id": w.order.pk, "decision": "approve"}, owned=True,
         writes=(Write("post", S(403, 404, 403, 403, 302, LOGIN), {}),)),
-    # --- web: the audit log, platform admins only (a 404 for everyone else) -----------------
-    Row("audit", S(404, 404, 404, 404, 200, LOGIN)),
+    # --- web: the audit log: platform admins, finance its money's entries (404 for the rest) ----
+    Row("audit", S(404, 404, 404, 200, 200, LOGIN)),
     # --- web: alerts; a team's leads and platform admins acknowledge them ---------------------
     Row("notifications", EVERYONE_WEB),
     Row("notification-acknowledge", POST_ONLY_WEB, lambda w: {"pk": w.notification.pk}, owned=True,

@@ -1,4 +1,5 @@
-"""The audit log page `/audit/` (issue #9 item 4): platform admins only.
+"""The audit log page `/audit/` (issue #9 item 4): platform admins read every entry; finance
+reads the money's (budgets, prices, the account, orders), as its guide says (budgets, §3).
 
 Who did what to which object, when, with the state before and after; newest first, filtered by
 action prefix (`price`, `role.group`, ...) and actor (username; `system` for entries without
@@ -8,10 +9,13 @@ one), paginated. Anyone else gets a 404: a page they may not use does not exist 
 from __future__ import annotations
 
 import json
+import operator
+from functools import reduce
 from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
+from django.db.models import Q
 from django.http import Http404
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
@@ -20,8 +24,18 @@ from pools import roles
 from pools.models import AuditEntry
 
 PAGE_SIZE = 50
-ACTION_PREFIXES = ("pool", "order", "price", "quota", "account", "repair", "credential", "role")
+ACTION_PREFIXES = ("pool", "order", "price", "budget", "quota", "account", "repair", "credential", "role")
+# The entries about money, which finance reads: who set a budget, changed a price, topped up
+# the account, requested, approved or paid an order.
+FINANCE_PREFIXES = ("order", "price", "budget", "account")
 SYSTEM = "system"
+
+
+def _readable(user) -> tuple[str, ...] | None:
+    """The action prefixes `user` reads (() for every entry), or None where the page is none of theirs."""
+    if roles.is_admin(user):
+        return ()
+    return FINANCE_PREFIXES if roles.is_finance(user) else None
 
 
 def _compact(value) -> str:
@@ -32,12 +46,15 @@ def _compact(value) -> str:
 @login_required
 @require_GET
 def audit_list(request):
-    if not roles.is_admin(request.user):
+    readable = _readable(request.user)
+    if readable is None:
         raise Http404("no such page")
     # NUL characters cannot reach PostgreSQL (a 500); no action or username contains one.
     action = request.GET.get("action", "").replace("\x00", "").strip()[:60]
     actor = request.GET.get("actor", "").replace("\x00", "").strip()[:150]
     entries = AuditEntry.objects.select_related("actor").order_by("-at", "-id")
+    if readable:
+        entries = entries.filter(reduce(operator.or_, (Q(action__startswith=f"{prefix}.") for prefix in readable)))
     if action:
         entries = entries.filter(action__startswith=action)
     if actor == SYSTEM:
@@ -51,7 +68,8 @@ def audit_list(request):
         "rows": rows,
         "action": action,
         "actor": actor,
-        "prefixes": ACTION_PREFIXES,
+        "prefixes": readable or ACTION_PREFIXES,
+        "money_only": bool(readable),
         "filter_query": urlencode({k: v for k, v in (("action", action), ("actor", actor)) if v}),
     }
     return render(request, "pools/audit_list.html", context)

@@ -1,6 +1,7 @@
 """The audit log (issue #9 acceptance item 4): price changes, repairs, credential mints and role
 changes each write exactly one entry saying who, what, before and after; no secret is stored;
-the `/audit/` page is for platform admins only and its query count does not grow with a page.
+the `/audit/` page is for platform admins, and for finance the entries about money (its guide
+points there); its query count does not grow with a page.
 """
 
 from __future__ import annotations
@@ -260,8 +261,8 @@ def test_logging_in_is_not_a_role_change(client, actors, since):
 # --- the page ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("role", ["lead", "member", "finance"])
-def test_the_audit_page_is_a_404_for_everyone_but_platform_admins(actors, role):
+@pytest.mark.parametrize("role", ["lead", "member"])
+def test_the_audit_page_is_a_404_for_everyone_but_platform_admins_and_finance(actors, role):
     assert logged_in(actors[role]).get(reverse("audit")).status_code == 404
     assert reverse("audit") not in logged_in(actors[role]).get(reverse("pools:list")).content.decode()
 
@@ -283,6 +284,26 @@ def test_the_audit_page_shows_who_what_when_before_and_after_newest_first(actors
     assert "credential.join-token" in by_admin and "pool.create" not in by_admin
     by_system = client.get(reverse("audit"), {"actor": "system"}).content.decode()
     assert "role.group.add" in by_system and "pool.create" not in by_system
+
+
+def test_finance_reads_the_entries_about_money_and_no_others(actors):
+    """The finance guide sends finance to the audit log for budget changes, and finance reconciles
+    prices, the account and orders: it got a 404 (QA). Roles, credentials, repairs, quotas and
+    pools' specs stay the platform admins'."""
+    actions = ("budget.pool.set", "budget.team.delete", "price.update", "account.adjust", "order.paid",
+               "role.group.add", "credential.issue", "repair.started", "quota.update", "pool.create", "budgetary.x")  # fmt: skip
+    AuditEntry.objects.bulk_create(AuditEntry(actor=actors["admin"], action=a, object_type="x.Y", object_id="1") for a in actions)
+    client = logged_in(actors["finance"])
+    assert 'href="/audit/"' in client.get(reverse("pools:list")).content.decode()  # finance's nav link
+    response = client.get(reverse("audit"))
+    assert response.status_code == 200
+    shown = {entry.action for entry, _, _ in response.context["rows"]}
+    assert shown == {"budget.pool.set", "budget.team.delete", "price.update", "account.adjust", "order.paid"}
+    assert "The changes about money" in response.content.decode()
+    assert {e.action for e, _, _ in client.get(reverse("audit"), {"action": "role"}).context["rows"]} == set()
+    assert {e.action for e, _, _ in client.get(reverse("audit"), {"action": "budget"}).context["rows"]} == {"budget.pool.set", "budget.team.delete"}
+    admin = {e.action for e, _, _ in logged_in(actors["admin"]).get(reverse("audit")).context["rows"]}
+    assert set(actions) <= admin
 
 
 def test_the_audit_page_paginates_with_a_bounded_number_of_queries(actors, django_assert_max_num_queries):
