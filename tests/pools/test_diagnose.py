@@ -462,3 +462,21 @@ def test_on_a_preemptible_pool_every_pod_without_checkpoints_is_exposed():
     snapshot = healthy(preemptible=True, running_pods=(d.RunningPod("algorithm/eval", 5000, False),))
     result = check(snapshot, "preemption-checkpointable")
     assert result.status == d.WARNING and "reclaimed" in result.details[0] and "not preemptible" in result.action
+
+
+def test_a_pool_in_its_first_hour_is_not_told_to_start_the_worker():
+    """No metered cost or utilisation sample yet because the pool is new (its first hour has not
+    ended, its node is not Ready), not because the worker is down: the advice says when to look
+    again; only a pool old enough to have data is told to start the worker and the agents."""
+    new = healthy(nodes=(node("train-pool-a-1-001", phase="Initializing", ready=None, created_at=NOW - 20 * M),), utilisation=None, costs=None)
+    cost, util = check(new, "bill-cross-zone"), check(new, "low-utilisation")
+    assert cost.status == util.status == "unknown"
+    assert cost.cause == "The pool's first hour is metered when it has ended, at 12:02 UTC."
+    assert util.cause == "No node of the pool has been Ready yet, so none reports GPU utilisation."
+    assert "Start the worker" not in cost.action + util.action
+    just_ready = replace(new, nodes=(node("train-pool-a-1-001", ready=NOW - 2 * M, created_at=NOW - 20 * M),))
+    assert check(just_ready, "low-utilisation").cause.startswith("The pool's first node became Ready 2m0s ago")
+    old = healthy(utilisation=None, costs=None)
+    assert check(old, "bill-cross-zone").action.startswith("Start the worker (hourly metering)")
+    assert check(old, "low-utilisation").action.startswith("Start the worker (the per-minute rollup)")
+    assert check(healthy(nodes=(), utilisation=None, costs=None), "bill-cross-zone").cause == "The pool has had no node, so nothing is billed yet."

@@ -36,6 +36,7 @@ from pools.core.diagnose.blockers import (  # noqa: F401 - the blocker kinds are
     blockers_fixes,
 )
 from pools.core.diagnose.limits import at_limit_advice
+from pools.core.diagnose.no_data import no_metered_cost, no_utilisation
 from pools.core.diagnose.snapshot import (  # noqa: F401 - the snapshot types are part of this API
     CostInfo,
     EventInfo,
@@ -361,8 +362,7 @@ def check_utilisation(s: PoolSnapshot, now: datetime) -> Check:
     title, reqs = "GPU utilisation low for a long time", ("T4", "T5", "C3")
     u = s.utilisation
     if u is None or not u.samples or u.mean_util_pct is None:
-        return Check("low-utilisation", title, UNKNOWN, "No GPU utilisation sample in the last 24 h.", "The per-minute rollup has not run, or no node agent reports GPU utilisation.",
-                     "Start the worker (the per-minute rollup) and the node agents; the check then reads the pool's samples.", reqs)  # fmt: skip
+        return Check("low-utilisation", title, UNKNOWN, "No GPU utilisation sample in the last 24 h.", *no_utilisation(s, now), reqs)
     covered = u.first_minute is not None and u.first_minute <= now - WINDOW + timedelta(minutes=2)
     span = "24 h" if covered else f"{age(now - u.first_minute)}" if u.first_minute else "the window"
     alloc = f", {u.allocated_pct:.0f}% of GPUs allocated" if u.allocated_pct is not None else ""
@@ -396,8 +396,7 @@ def check_cross_zone(s: PoolSnapshot, now: datetime) -> Check:
     title, reqs = "Bill rising: cross-zone traffic", ("T5", "D4", "C1", "O1")
     c = s.costs
     if c is None or not c.recent_total:
-        return Check("bill-cross-zone", title, UNKNOWN, "No metered cost for this pool in the last 24 h.", "Hourly metering has not run for this pool yet.",
-                     "Start the worker (hourly metering); then the check compares the last 24 h with the week before.", reqs)  # fmt: skip
+        return Check("bill-cross-zone", title, UNKNOWN, "No metered cost for this pool in the last 24 h.", *no_metered_cost(s, now), reqs)
     network = c.recent.get("network", Decimal(0))
     before = c.previous_daily.get("network", Decimal(0))
     share = network / c.recent_total

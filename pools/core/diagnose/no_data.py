@@ -1,0 +1,42 @@
+"""Why a Diagnose check has no data yet, and what to do about it. A pool in its first hour has
+no metered cost because its first hour has not ended, and a pool without a Ready node has no
+utilisation sample because nothing reports yet: telling its lead to start the worker, which
+runs, sends them after a fault that is not there (QA). Only past those does the missing data
+point at the worker or the node agents. No Django here.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from pools.core.diagnose.snapshot import PoolSnapshot
+from pools.core.lifecycle import format_duration as age
+
+METERED_AFTER = timedelta(hours=1, minutes=2)  # the hourly metering writes the hour just ended, at 2 past the next
+REPORTS_WITHIN = timedelta(minutes=5)  # a Ready node's agent reports, and the rollup counts it, within this
+
+
+def no_utilisation(s: PoolSnapshot, now: datetime) -> tuple[str, str]:
+    """(cause, action) for a pool with no GPU utilisation sample in the window."""
+    ready = min((n.ready_at for n in s.nodes if n.ready_at), default=None)
+    if ready is None:
+        return ("No node of the pool has been Ready yet, so none reports GPU utilisation.",
+                "Nothing to do: the check reads the samples once a node is Ready.")  # fmt: skip
+    if now - ready < REPORTS_WITHIN:
+        return (f"The pool's first node became Ready {age(now - ready)} ago; its agent's samples are rolled up each minute.",
+                "Look again in a few minutes.")  # fmt: skip
+    return ("The per-minute rollup has not run, or no node agent reports GPU utilisation.",
+            "Start the worker (the per-minute rollup) and the node agents; the check then reads the pool's samples.")  # fmt: skip
+
+
+def no_metered_cost(s: PoolSnapshot, now: datetime) -> tuple[str, str]:
+    """(cause, action) for a pool with no metered cost in the window."""
+    first = min((n.created_at for n in s.nodes), default=None)
+    if first is None:
+        return "The pool has had no node, so nothing is billed yet.", "Nothing to do: its costs start with its first node."
+    metered_at = first.replace(minute=0, second=0, microsecond=0) + METERED_AFTER
+    if now < metered_at:
+        return (f"The pool's first hour is metered when it has ended, at {metered_at:%H:%M} UTC.",
+                "Look again after that; the costs page shows the hours so far as accruing meanwhile.")  # fmt: skip
+    return ("Hourly metering has not run for this pool yet.",
+            "Start the worker (hourly metering); then the check compares the last 24 h with the week before.")  # fmt: skip
