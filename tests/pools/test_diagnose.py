@@ -480,3 +480,13 @@ def test_a_pool_in_its_first_hour_is_not_told_to_start_the_worker():
     assert check(old, "bill-cross-zone").action.startswith("Start the worker (hourly metering)")
     assert check(old, "low-utilisation").action.startswith("Start the worker (the per-minute rollup)")
     assert check(healthy(nodes=(), utilisation=None, costs=None), "bill-cross-zone").cause == "The pool has had no node, so nothing is billed yet."
+
+
+def test_low_utilisation_is_not_judged_on_under_an_hour_of_samples():
+    """Seven minutes into a new pool its GPUs read low (the job loads its data): no warning yet,
+    and the check says when it will judge; from an hour of samples it warns as before."""
+    early = d.UtilisationInfo(samples=7, first_minute=NOW - 7 * M, mean_util_pct=12.0, max_util_pct=20.0, allocated_pct=40.0)
+    c = check(healthy(utilisation=early), "low-utilisation")
+    assert (c.status, c.action) == ("unknown", "Nothing to do yet: the check judges from an hour of samples, at 12:53 UTC.")
+    assert c.found.startswith("Mean GPU utilisation 12.0% over 7m0s")
+    assert check(healthy(utilisation=replace(early, samples=60, first_minute=NOW - H)), "low-utilisation").status == "warning"

@@ -36,7 +36,7 @@ from pools.core.diagnose.blockers import (  # noqa: F401 - the blocker kinds are
     blockers_fixes,
 )
 from pools.core.diagnose.limits import at_limit_advice
-from pools.core.diagnose.no_data import no_metered_cost, no_utilisation
+from pools.core.diagnose.no_data import no_metered_cost, no_utilisation, too_early_to_judge
 from pools.core.diagnose.snapshot import (  # noqa: F401 - the snapshot types are part of this API
     CostInfo,
     EventInfo,
@@ -369,9 +369,10 @@ def check_utilisation(s: PoolSnapshot, now: datetime) -> Check:
     found = f"Mean GPU utilisation {u.mean_util_pct:.1f}% over {span} ({plural(u.samples, 'sample')}, highest {u.max_util_pct:.0f}%){alloc}; threshold {LOW_UTILISATION_PCT:.0f}%."
     if u.mean_util_pct >= LOW_UTILISATION_PCT:
         return Check("low-utilisation", title, OK, found, requirements=reqs)
-    f = s.fragmentation
+    if (early := too_early_to_judge(u.first_minute, now)) is not None:
+        return Check("low-utilisation", title, UNKNOWN, found, *early, reqs)
     report = f"`ebcloud node-pool fragmentation {s.name} --plan` (the pool's Fragmentation page)"
-    packing = f" — {plural(f.underused_nodes, 'node')} under 50% allocated, repacking frees {f.freeable_nodes}" if f else ""
+    packing = f" — {plural(f.underused_nodes, 'node')} under 50% allocated, repacking frees {f.freeable_nodes}" if (f := s.fragmentation) else ""
     if u.allocated_pct is not None and u.allocated_pct >= BUSY_ALLOCATION_PCT:
         cause = f"IO-bound data loading: {u.allocated_pct:.0f}% of the GPUs are held by pods but busy only {u.mean_util_pct:.0f}% of the time, so the jobs wait on data."
         action = "Look at the data-loading share in the training logs: above a third of step time, fix the data pipeline and prefetching (warm the dataset on local NVMe)."

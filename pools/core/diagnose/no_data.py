@@ -1,4 +1,4 @@
-"""Why a Diagnose check has no data yet, and what to do about it. A pool in its first hour has
+"""Why a Diagnose check has no data yet, or too little to judge, and what to do about it. A pool in its first hour has
 no metered cost because its first hour has not ended, and a pool without a Ready node has no
 utilisation sample because nothing reports yet: telling its lead to start the worker, which
 runs, sends them after a fault that is not there (QA). Only past those does the missing data
@@ -14,6 +14,9 @@ from pools.core.lifecycle import format_duration as age
 
 METERED_AFTER = timedelta(hours=1, minutes=2)  # the hourly metering writes the hour just ended, at 2 past the next
 REPORTS_WITHIN = timedelta(minutes=5)  # a Ready node's agent reports, and the rollup counts it, within this
+# Under an hour of samples a low mean is a job's start (loading data, compiling), not a pattern:
+# it warned 7 minutes into a new pool (QA).
+JUDGED_AFTER = timedelta(hours=1)
 
 
 def no_utilisation(s: PoolSnapshot, now: datetime) -> tuple[str, str]:
@@ -40,3 +43,11 @@ def no_metered_cost(s: PoolSnapshot, now: datetime) -> tuple[str, str]:
                 "Look again after that; the costs page shows the hours so far as accruing meanwhile.")  # fmt: skip
     return ("Hourly metering has not run for this pool yet.",
             "Start the worker (hourly metering); then the check compares the last 24 h with the week before.")  # fmt: skip
+
+
+def too_early_to_judge(first_minute: datetime | None, now: datetime) -> tuple[str, str] | None:
+    """(cause, action) while the samples span under JUDGED_AFTER, else None: judge them."""
+    if first_minute is None or now - first_minute >= JUDGED_AFTER:
+        return None
+    return ("Under an hour of samples: a job's first minutes (loading data, compiling) keep its GPUs low.",
+            f"Nothing to do yet: the check judges from an hour of samples, at {first_minute + JUDGED_AFTER:%H:%M} UTC.")  # fmt: skip
