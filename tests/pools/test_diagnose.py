@@ -187,7 +187,7 @@ def test_a_pod_pending_40_minutes_without_the_toleration_fails_with_the_fix():
                   explanation="0/2 nodes are available: 2 node(s) had untolerated taint(s). preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.", hints=(elsewhere, hint))  # fmt: skip
     c = check(healthy(pending_pods=(waiting,)), "pods-pending")
     assert c.status == "failing"
-    assert "oldest algorithm/bert-train-0 for 40m0s" in c.found and "By cause: 1 taint." in c.found
+    assert "oldest algorithm/bert-train-0 for 40m0s" in c.found and "By cause: a taint it does not tolerate (1)." in c.found
     assert "Taint not tolerated: the pool's nodes carry pool=train:NoSchedule" in c.cause
     assert "`ebcloud pod why algorithm/bert-train-0`" in c.action and "tolerations:" in c.action
     assert "spot-a" not in c.action  # the hint quoted is the one about this pool
@@ -219,7 +219,7 @@ def test_room_only_on_a_node_the_cluster_runs_no_pod_on_names_that_node_and_why(
     gone = "the cluster has no Node 'b' (deleted?); its kubelet registers it again when it restarts"
     snapshot = healthy(nodes=(node("a"), node("b", allocated=0, cluster_fault=gone)), pending_pods=(pod("algorithm/y", age=30 * M, gpus=4),))
     c = check(snapshot, "pods-pending")
-    assert c.status == "failing" and "1 node-unavailable" in c.found
+    assert c.status == "failing" and "By cause: room only on nodes out of use (1)." in c.found
     assert f"runs no pod on (b: {gone})" in c.cause and c.action.startswith("Bring the Node back")
     both = healthy(nodes=(node("a", allocated=2), node("b", allocated=0, cluster_fault=gone)), pending_pods=(pod("algorithm/y", age=30 * M, gpus=4),))
     assert "scheduler plugin" in check(both, "pods-pending").cause  # a node that takes pods has the room too

@@ -58,7 +58,7 @@ def test_a_node_selector_too_large_request_and_taint_each_have_their_fix():
 
 def test_the_pods_pending_check_lists_every_check_and_every_fix():
     c = check(healthy(pending_pods=(facts(tolerations=TOLERATES_POOL, affinity_terms=AFFINITY),)), "pods-pending")
-    assert c.status == "failing" and "By cause: 1 taint." in c.found
+    assert c.status == "failing" and "By cause: a taint it does not tolerate (1)." in c.found
     assert c.cause.startswith("Taint not tolerated: the pool's nodes carry pool=train:NoSchedule and algorithm/bert-train-0 has no matching toleration for dedicated=nlp:NoSchedule.")
     assert ("2 checks fail, in the order kube-scheduler runs them (its message counts each node under the first only): "
             "1) untolerated taint dedicated=nlp:NoSchedule; 2) required node affinity not met, failing (pool In [train]).") in c.cause  # fmt: skip
@@ -66,7 +66,7 @@ def test_the_pods_pending_check_lists_every_check_and_every_fix():
     assert ('Make every change, or the pod stays Pending on the next check: 1) add the toleration {key: "dedicated", operator: "Equal", '
             'value: "nlp", effect: "NoSchedule"} to the pod spec; 2) add pool: train to the pool\'s spec.nodeLabels') in c.action  # fmt: skip
     assert "\n" not in c.cause + c.action
-    assert "taint + affinity — " in c.details[0]
+    assert "a taint it does not tolerate + a node selector or affinity no node matches — " in c.details[0]
 
 
 def test_a_single_blocker_keeps_todays_advice():

@@ -22,6 +22,19 @@ from pools.core.words import plural
 FITS, TAINT, AFFINITY, GPU_MODEL, TOO_LARGE = "fits", "taint", "affinity", "gpu-model", "too-large"
 INVALID_SPEC = "invalid-spec"  # the scheduling core cannot read the pod (a node affinity stored before its check)
 
+# A Pending pod's cause (its blocker kind, or what it waits for: `checks.PENDING_ORDER`) as the
+# Diagnose page and CLI say it: the codes are for code, these words for its lead (QA).
+CAUSE_WORDS = {
+    TAINT: "a taint it does not tolerate", AFFINITY: "a node selector or affinity no node matches",
+    GPU_MODEL: "another GPU model asked for", TOO_LARGE: "larger than a node", INVALID_SPEC: "a spec the scheduler cannot read",
+    "node-unavailable": "room only on nodes out of use", "scheduler-skew": "placing now", "nodes-on-the-way": "nodes on the way",
+    "at-max": "the pool at its maximum", "no-burst": "the pool does not burst", "waiting": "waiting for room",
+}  # fmt: skip
+
+
+def cause_words(cause: str) -> str:
+    return CAUSE_WORDS.get(cause, cause)
+
 
 @dataclass(frozen=True)
 class Blocker:

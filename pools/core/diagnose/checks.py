@@ -34,6 +34,7 @@ from pools.core.diagnose.blockers import (  # noqa: F401 - the blocker kinds are
     TOO_LARGE,
     blockers_finding,
     blockers_fixes,
+    cause_words,
 )
 from pools.core.diagnose.limits import at_limit_advice
 from pools.core.diagnose.no_data import no_metered_cost, no_utilisation, too_early_to_judge
@@ -97,10 +98,6 @@ def overall(checks: Sequence[Check]) -> str:
 
 def _gpus(value: float) -> str:
     return f"{value:g}"
-
-
-def _pct(part: Decimal, whole: Decimal) -> str:
-    return f"{(100 * part / whole):.1f}%" if whole else "0%"
 
 
 # --- T1: scale-up keeps failing ---------------------------------------------------------------
@@ -281,7 +278,7 @@ def _why(pod: PendingPod) -> str:
 
 
 def _kinds(pod: PendingPod, category: str) -> str:
-    return " + ".join(dict.fromkeys(b.kind for b in pod.blockers)) if category in STUCK and pod.blockers else category
+    return " + ".join(dict.fromkeys(cause_words(b.kind) for b in pod.blockers)) if category in STUCK and pod.blockers else cause_words(category)
 
 
 def check_pending(s: PoolSnapshot, now: datetime) -> Check:
@@ -293,7 +290,7 @@ def check_pending(s: PoolSnapshot, now: datetime) -> Check:
     long = [p for p in pods if now - p.pending_since >= SLOW]
     stuck = [p for p in pods if categories[p.key] in STUCK]
     counts = Counter(categories.values())
-    by_cause = ", ".join(f"{counts[c]} {c}" for c in PENDING_ORDER if c in counts)
+    by_cause = ", ".join(f"{cause_words(c)} ({counts[c]})" for c in PENDING_ORDER if c in counts)
     oldest = pods[0]
     found = (f"{plural(len(pods), 'Pending pod')} aimed at this pool, {len(long)} of them for over {go_duration(int(SLOW.total_seconds()))}; "
              f"oldest {oldest.key} for {age(now - oldest.pending_since)}. By cause: {by_cause}.")  # fmt: skip
@@ -403,7 +400,7 @@ def check_cross_zone(s: PoolSnapshot, now: datetime) -> Check:
     share = network / c.recent_total
     rising = network > 0 and c.previous_days > 0 and network >= before * RISING
     gb = f", {c.cross_zone_gb:.0f} GB crossed zones" if c.cross_zone_gb is not None else ""
-    found = (f"{_bill_line(c)}. Cross-zone network {network:.2f} {c.currency} = {_pct(network, c.recent_total)} of it (typically about 5%){gb}; "
+    found = (f"{_bill_line(c)}. Cross-zone network {network:.2f} {c.currency} = {100 * network / c.recent_total:.1f}% of it (typically about 5%){gb}; "
              f"previous daily average {before:.2f}.")  # fmt: skip
     if share <= NETWORK_SHARE and not rising:
         return Check("bill-cross-zone", title, OK, found, requirements=reqs)
