@@ -118,6 +118,14 @@ def test_a_lead_reaches_the_pools_fragmentation_report_from_the_nav_and_the_pool
     assert csv.status_code == 403 and "each pool&#x27;s report has its own CSV" in csv.content.decode()
 
 
+def test_the_fragmentation_trend_tells_a_lead_when_it_comes_and_only_an_admin_the_command(browser, fragmented, actors):
+    """A lead cannot run `manage.py` on the control plane: before the first weekly sample the
+    page says the worker takes one; the command that takes one now is an admin's."""
+    lead = browser("lead").get("/pools/train-pool-a/fragmentation/").content.decode()
+    assert "the worker takes one a week." in lead and "manage.py" not in lead
+    assert "manage.py fragmentation --record" in browser("admin").get("/pools/train-pool-a/fragmentation/").content.decode()
+
+
 # --- authorization per role ------------------------------------------------------------------
 
 POD_PAGE = {"lead": 200, "member": 200, "finance": 200, "admin": 200, "other_lead": 404}
