@@ -77,3 +77,12 @@ def pending_parts(value: str) -> list[tuple[str, str]]:
         reason, sep, message = part.partition(": ")
         parts.append((reason, message) if sep and reason.isalpha() else ("", part))
     return parts
+
+
+ROW_KIND_WORDS = {"label": "pool label", "nodelabel": "node label", "taint": "node taint"}
+
+
+@register.filter
+def row_kind(kind: str) -> str:
+    """A pool form row's kind as a screen reader says it: "node label key", not "nodelabel key"."""
+    return ROW_KIND_WORDS.get(kind, kind)

@@ -94,6 +94,10 @@ def test_the_add_row_fragment_is_a_labelled_row(browser):
     html = browser("lead").get("/pools/new/row/?kind=taint").content.decode()
     assert 'name="taint_key"' in html and 'name="taint_effect"' in html and "aria-label" in html
     assert "<html" not in html
+    # Its fields are named in words, as a screen reader reads them: not "nodelabel key".
+    node_label = browser("lead").get("/pools/new/row/?kind=nodelabel").content.decode()
+    assert 'aria-label="node label key"' in node_label and 'aria-label="Remove this node label"' in node_label
+    assert 'aria-label="node taint value"' in html and "nodelabel key" not in browser("lead").get("/pools/new/").content.decode()
 
 
 def test_a_lead_edits_a_pool_and_cannot_change_immutable_fields(browser, algorithm_pool):
