@@ -240,6 +240,8 @@ def test_the_costs_page_shows_table_idle_share_chart_and_download(actors, costs)
     assert "gpu-class" in html and '<tr class="idle metered">' in html and '<tr class="unallocated metered">' in html
     assert "__idle__" not in html and "__unallocated__" not in html
     assert "% of the total" in html
+    # The sorted column says so to a screen reader; its arrow is for the eye only.
+    assert html.count("aria-sort=") == 1 and '<th scope="col" aria-sort="ascending"><a href=' in html and '<span aria-hidden="true"> ▲</span>' in html
     assert 'id="cost-chart-data"' in html and "vendor/plotly.min.js" in html
     assert (
         "/api/v1/costs/?by=team%2Cproject%2Cgpu-class&amp;from=2026-12-01" in html

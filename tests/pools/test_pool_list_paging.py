@@ -29,6 +29,7 @@ def test_the_pool_list_shows_fifty_pools_a_page_with_their_node_counts(client):
         last = client.get("/pools/?sort=-name&page=2")
     assert [p.name for p in last.context["pools"]] == [f"pool-{i:04d}" for i in range(4, -1, -1)]
     assert 'href="?sort=-name&amp;page=1"' in last.content.decode()  # the sort survives paging
+    assert last.content.decode().count('aria-sort="descending"') == 1 and "aria-sort=\"ascending\"" not in last.content.decode()
     with CaptureQueriesContext(connection) as again:
         client.get("/pools/")
     assert len(queries) == len(again)
