@@ -93,9 +93,10 @@ def cost_query_parse(
             errors.append(("by", f"{key} is always a column; group by team for the team label"))
         elif key in FIXED_COLUMNS:
             errors.append(("by", f"{key} is always a column (the kind of cost, metered or accruing, the amount and its currency); it cannot be a label key"))
+    dated = len(errors)
     given_start, given_end = _date(params.get("from"), "from", errors), _date(params.get("to"), "to", errors)
     start, end = given_start or default_start, given_end or default_end
-    if start and end and end < start:
+    if start and end and end < start and len(errors) == dated:  # a day refused as such is not also out of order
         # Name what was given, not a default (`billing.api.parse_query`'s: this month to
         # today): a `from` alone after today is a day in the future, not a `to` never given (QA).
         if given_end is None:

@@ -143,8 +143,9 @@ def test_bad_parameters_are_400_with_the_parameter_as_field(api, costs, query, f
         ("from=2027-02-01", {"field": "from", "message": "2027-02-01 is after today (2027-01-15, UTC): give a day up to today, or a to as well"}),
         ("to=2026-12-31", {"field": "to", "message": "2026-12-31 is before the 1st of this month (2027-01-01, UTC), where the costs start when from is not given: give a from as well"}),
         ("from=2027-02-01&to=2027-01-31", {"field": "to", "message": "must not be before from"}),
+        ("from=abc&to=2026-12-31", {"field": "from", "message": "must be a date such as 2026-12-01"}),
     ],
-    ids=["from-in-the-future", "to-before-this-month", "both-given"],
+    ids=["from-in-the-future", "to-before-this-month", "both-given", "a-malformed-from-is-not-also-out-of-order"],
 )
 def test_a_backwards_range_names_the_parameter_that_was_given(api, costs, query, error):
     """A `from` alone in the future was refused as "to: must not be before from", about a `to`
