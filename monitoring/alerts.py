@@ -139,13 +139,15 @@ def pending_firings(pools: dict[int, GpuNodePool], rules: dict[int, AlertRules],
 NO_BURST_ADVICE = "raise nodeCount.min for more monthly nodes, or enable burst (with nodeCount.max above the min) to add on-demand nodes"
 
 
-def rule_message(reason: str, rules: AlertRules, *, bursts: bool) -> str:
+def rule_message(reason: str, rules: AlertRules, *, bursts: bool, burst_max_nodes: int = 0) -> str:
     """What the rule means and what to do, in plain words with the pool's own numbers; the
-    advice on capacity follows whether the pool bursts (`GpuNodePool.bursts`), as Diagnose's."""
+    advice on capacity follows whether the pool bursts (`GpuNodePool.bursts`) and the cap on
+    its burst nodes (`spec.burst.maxNodes`, which nodeCount.max does not lift), as Diagnose's."""
     rule = rules.rule(reason)
     span = format_duration(rule.window_s)
     if reason == HIGH:
-        grow = ("raise nodeCount.max so the autoscaler may add burst nodes, or nodeCount.min for more monthly nodes" if bursts
+        cap = f" (and spec.burst.maxNodes, which holds it to {burst_max_nodes} burst node(s))" if burst_max_nodes else ""
+        grow = (f"raise nodeCount.max{cap} so the autoscaler may add burst nodes, or nodeCount.min for more monthly nodes" if bursts
                 else f"the pool does not burst: {NO_BURST_ADVICE}")  # fmt: skip
         return f"allocated GPUs above {rule.threshold}% of capacity for {span}: {grow}"
     if reason == LOW:
@@ -196,7 +198,7 @@ def episodes_record(firings: list[Firing], pools: dict[int, GpuNodePool], rules:
             continue
         pool = pools[firing.pool_id]
         tell = (firing.pool_id, firing.reason) not in silenced
-        message = f"{rule_message(firing.reason, rules[pool.pk], bursts=pool.bursts)} ({firing.detail})"
+        message = f"{rule_message(firing.reason, rules[pool.pk], bursts=pool.bursts, burst_max_nodes=pool.burst_max_nodes)} ({firing.detail})"
         try:
             with transaction.atomic():
                 episode = AlertEpisode.objects.create(
@@ -218,7 +220,7 @@ def episode_tell(episode: AlertEpisode, pool: GpuNodePool, rules: AlertRules, no
     notification_raise(
         team=pool.team, pool=pool, kind=episode.rule, now=now,
         key=f"capacity:{episode.rule}:{pool.pk}:{episode.started_at:%Y%m%dT%H%M}",
-        message=f"Pool {pool.name}: {rule_message(episode.rule, rules, bursts=pool.bursts)} ({detail})",
+        message=f"Pool {pool.name}: {rule_message(episode.rule, rules, bursts=pool.bursts, burst_max_nodes=pool.burst_max_nodes)} ({detail})",
         payload={"rule": info.field, "threshold": rule.threshold, "window": format_duration(rule.window_s),
                  "since": episode.started_at.isoformat()},
     )  # fmt: skip

@@ -78,6 +78,11 @@ def test_the_advice_on_capacity_follows_whether_the_pool_bursts(actors):
     messages = {e.pool.name: e.message for e in alerts_evaluate(now=NOW)}
     assert "the pool does not burst: raise nodeCount.min for more monthly nodes, or enable burst" in messages["fixed-pool"]
     assert "raise nodeCount.max so the autoscaler may add burst nodes" in messages["bursting-pool"]
+    capped = pool_services.pool_create(user=actors["lead"], document=make_document(
+        "capped-pool", nodeCount={"min": 0, "max": 6}, burst={"enabled": True, "maxNodes": 2}, alerts={"allocationHigh": {"percent": 75, "for": "10m"}}))
+    samples(capped, minutes=10, allocated_gpus=13)
+    [event] = [e for e in alerts_evaluate(now=NOW + timedelta(minutes=1)) if e.pool_id == capped.pk]
+    assert "raise nodeCount.max (and spec.burst.maxNodes, which holds it to 2 burst node(s)) so the autoscaler" in event.message
 
 
 def test_allocation_at_exactly_the_percent_is_not_above_it(actors):
