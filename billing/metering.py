@@ -424,7 +424,9 @@ def resource_samples(pools: list, hour: datetime, *, machines: dict[int, list[st
 def _fee_records(pool, hour: datetime, *, sample: PoolResourceSample | None, label_sets: LabelSets) -> list[UsageRecord]:
     month_start = hour.replace(day=1, hour=0)
     month_end = add_months(month_start, 1)
-    label_set = label_sets.of(pool.labels)
+    # The pool's labels and those every node of it carries (`spec.nodeLabels`, such as gpu-class),
+    # as its nodes' records have them: a fee the owner absorbs is grouped by gpu-class too (QA).
+    label_set = label_sets.of(effective_labels(pool.labels, pool.document.get("spec", {}).get("nodeLabels"), None))
     base = dict(
         hour=hour,
         resource=ledger_pool_name(pool),

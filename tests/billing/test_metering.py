@@ -660,3 +660,16 @@ def test_metering_asks_the_cloud_about_the_machines_it_bills_in_the_hour(actors,
     assert kinds == {"storage": Decimal(1000), "network": Decimal("7.0")}  # the 2 machines billed
     sample = PoolResourceSample.objects.get(pool=p, hour=hour)
     assert (sample.storage_gb, sample.cross_zone_gb) == (Decimal(1000), Decimal("7.0"))
+
+
+def test_a_fee_nobody_used_carries_the_gpu_class_its_nodes_carry(actors):
+    """A pool's fees carry the labels every node of it has (`spec.nodeLabels`, such as
+    gpu-class), as its nodes' costs do: the owner's idle fee was the one row of the pool with
+    an empty gpu-class in a report grouped by it."""
+    p = pool(actors["lead"], nodeLabels={"gpu-class": "a100"})
+    node(p, "od-0", billing="on_demand", created=T0 - HOUR)
+    meter()
+    fee = UsageRecord.objects.get(kind="registry", hour=T0)
+    assert fee.labels["gpu-class"] == "a100" and fee.labels["team"] == "algorithm"
+    idle = CostRecord.objects.filter(pool=p, cost_kind="idle")
+    assert {(r.component, r.labels.get("gpu-class")) for r in idle} == {("gpu", "a100"), ("registry", "a100")}
