@@ -63,8 +63,9 @@ def quota_team(text: str) -> str | None:
 QUOTA_EXCEEDED = "QuotaExceeded"  # the reason of a stall, an event or an autoscaler decision a GPU quota held back
 
 
-def quota_exceeded(scope: str, *, requested: int, in_use: int, limit: int, approved: int = 0) -> str:
+def quota_exceeded(scope: str, *, requested: int, in_use: int, limit: int, approved: int = 0, awaiting: int = 0) -> str:
     """`QuotaExceeded: cn-east-2 A100_80G requested 16, in use 40, limit 48` (`approved`: what
-    admins approved and is not paid yet, which the payment counts too)."""
-    others = f", approved and unpaid {approved}" if approved else ""
+    admins approved and is not paid yet, which the payment counts too; `awaiting`: requests
+    awaiting approval, which a new request counts too: not in use, QA)."""
+    others = (f", approved and unpaid {approved}" if approved else "") + (f", awaiting approval {awaiting}" if awaiting else "")
     return f"QuotaExceeded: {scope} requested {requested}, in use {in_use}{others}, limit {limit}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -30,7 +31,7 @@ from pools.core.errors import (
     ValidationError,
     free_text,
 )
-from pools.core.lifecycle import WITHDRAWN
+from pools.core.lifecycle import UNPAID, WITHDRAWN
 from pools.core.spec import PoolSpec, parse_document, thresholds_repeated
 from pools.core.spec_changes import describe_change
 from pools.core.stall_messages import quota_exceeded, quota_scope
@@ -464,8 +465,11 @@ def _check_quota(*, spec: PoolSpec, refs: _Refs, team: Team, requested_gpus: int
         in_use = quota_usage(region=region, gpu_model_id=refs.gpu_model.pk, team_id=quota.team_id, exclude_order_id=exclude_order_id)
         scope = quota_scope(region, spec.gpu_model, team.slug if quota.team_id else None)
         room.append(f"{scope} {in_use + requested_gpus} of {quota.limit_gpus} GPU(s)")
-        if in_use + requested_gpus > quota.limit_gpus:
-            raise QuotaExceeded(quota_exceeded(scope, requested=requested_gpus, in_use=in_use, limit=quota.limit_gpus), field="spec.nodeCount.min")
+        if in_use + requested_gpus > quota.limit_gpus:  # orders not paid yet hold quota too, but are not in use
+            held = partial(quota_usage, region=region, gpu_model_id=refs.gpu_model.pk, team_id=quota.team_id, exclude_order_id=exclude_order_id, burst=False)
+            waiting, approved = held(statuses=(PoolOrder.Status.PENDING,)), held(statuses=UNPAID)
+            raise QuotaExceeded(quota_exceeded(scope, requested=requested_gpus, in_use=in_use - waiting - approved, approved=approved, awaiting=waiting,
+                                               limit=quota.limit_gpus), field="spec.nodeCount.min")  # fmt: skip
     return "; ".join(room)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from pools.core.errors import QuotaExceeded
 from pools.core.lifecycle import LEASE_EXPIRED
 from pools.models import Node, PoolOrder, Quota
 from pools.selectors.pools import orders_for_user, quota_usage
@@ -74,3 +75,16 @@ def test_a_page_of_orders_takes_four_queries_however_many_orders(actors, queue, 
     assert len(orders) == 9 and all(o.status in (PoolOrder.Status.PENDING, PoolOrder.Status.REJECTED) for o in orders)
     with django_assert_num_queries(4):
         order_quotas(orders=orders)
+
+
+def test_a_refused_request_tells_the_gpus_in_use_from_those_awaiting_approval(actors, queue):
+    """The team's quota (24) holds train-pool-a's approved, unpaid 16 GPUs and train-pool-b's
+    request of 8 awaiting approval: a further request is refused naming each, not "in use 24"."""
+    train = queue["train"]
+    pool_services.order_approve(user=actors["admin"], order=train.orders.get())  # decided: not awaiting any more
+    Node.objects.filter(name="train-old").delete()
+    second = pool_services.pool_create(user=actors["lead"], document=make_document("train-pool-b", nodeCount={"min": 1, "max": 2}))
+    assert second.orders.get().status == PoolOrder.Status.PENDING
+    with pytest.raises(QuotaExceeded) as refused:
+        pool_services.pool_create(user=actors["lead"], document=make_document("train-pool-c", nodeCount={"min": 1, "max": 2}))
+    assert "for team algorithm requested 8, in use 0, approved and unpaid 16, awaiting approval 8, limit 24" in str(refused.value)

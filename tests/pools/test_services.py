@@ -43,18 +43,19 @@ def test_a_pool_without_baseline_needs_no_order(actors):
 
 
 def test_quota_refusal_names_region_model_requested_in_use_and_limit(actors):
-    """T1: QuotaExceeded: cn-east-2 A100_80G requested 16, in use 40, limit 48."""
+    """T1: QuotaExceeded: cn-east-2 A100_80G requested 16, in use 0, awaiting approval 40, limit 48
+    (the first pool's order awaits approval: it holds the quota, but is not in use)."""
     services.pool_create(user=actors["lead"], document=make_document("big", nodeCount={"min": 5, "max": 6}))
     before = db_state()
     with pytest.raises(QuotaExceeded) as caught:
         services.pool_create(user=actors["other_lead"], document=make_document("more", nodeCount={"min": 2, "max": 6}))
-    assert str(caught.value) == "spec.nodeCount.min: QuotaExceeded: cn-east-2 A100_80G requested 16, in use 40, limit 48"
+    assert str(caught.value) == "spec.nodeCount.min: QuotaExceeded: cn-east-2 A100_80G requested 16, in use 0, awaiting approval 40, limit 48"
     assert db_state() == before
 
 
 def test_quota_counts_the_whole_region_not_only_the_zone(actors):
     services.pool_create(user=actors["lead"], document=make_document("east-a", nodeCount={"min": 5, "max": 6}))
-    with pytest.raises(QuotaExceeded, match="in use 40"):
+    with pytest.raises(QuotaExceeded, match="in use 0, awaiting approval 40"):
         services.pool_create(user=actors["lead"], document=make_document("east-b", region="cn-east-2b", nodeCount={"min": 2, "max": 6}))
     services.pool_create(user=actors["lead"], document=make_document("north", region="cn-north-1a", nodeCount={"min": 2, "max": 6}))
 
@@ -62,7 +63,7 @@ def test_quota_counts_the_whole_region_not_only_the_zone(actors):
 def test_a_team_quota_limits_that_team_alone(actors, teams):
     Quota.objects.create(region="cn-east-2", gpu_model_id=Quota.objects.first().gpu_model_id, team=teams["algorithm"], limit_gpus=16)
     services.pool_create(user=actors["lead"], document=make_document("first", nodeCount={"min": 1, "max": 2}))
-    with pytest.raises(QuotaExceeded, match="cn-east-2 A100_80G for team algorithm requested 16, in use 8, limit 16"):
+    with pytest.raises(QuotaExceeded, match="cn-east-2 A100_80G for team algorithm requested 16, in use 0, awaiting approval 8, limit 16"):
         services.pool_create(user=actors["lead"], document=make_document("second", nodeCount={"min": 2, "max": 2}))
     services.pool_create(user=actors["other_lead"], document=make_document("theirs", nodeCount={"min": 2, "max": 2}))
 

@@ -87,7 +87,7 @@ def test_a_quota_refusal_shows_on_the_form(browser, actors):
     services.pool_create(user=actors["other_lead"], document=make_document("big", nodeCount={"min": 6, "max": 6}))
     response = browser("lead").post("/pools/new/", FORM)
     assert response.status_code == 400
-    assert "QuotaExceeded: cn-east-2 A100_80G requested 16, in use 48, limit 48" in response.context["form"].errors["min_nodes"][0]
+    assert "QuotaExceeded: cn-east-2 A100_80G requested 16, in use 0, awaiting approval 48, limit 48" in response.context["form"].errors["min_nodes"][0]
 
 
 def test_the_add_row_fragment_is_a_labelled_row(browser):
