@@ -273,7 +273,7 @@ def iter_allocate(
 
 def allocate_hour(
     node_hours: Sequence[NodeHour], pod_hours: Sequence[PodHour], fees: Sequence[FeeHour] = (), *,
-    quantum: Decimal = CENT, currency: str = DEFAULT_CURRENCY,
+    quantum: Decimal = CENT, currency: str = DEFAULT_CURRENCY, guest_fees_by_use: frozenset[str] = frozenset(),
 ) -> list[AllocationRow]:
     """Split one hour's node costs and fees into usage, fee and idle rows.
 
@@ -306,7 +306,7 @@ def allocate_hour(
         if amounts[-1]:
             rows.append(node_row(node, None, IDLE, GPU, amounts[-1], currency, idle_gpu_hours))
 
-    for fee, members, amounts in fee_splits(nodes, on_node, fees, quantum):
+    for fee, members, amounts in fee_splits(nodes, on_node, fees, quantum, guest_fees_by_use):
         for (node, pod), amount in zip(members, amounts, strict=True):
             if amount:
                 rows.append(fee_idle_row(fee, nodes.values(), currency, amount) if pod is None
@@ -336,7 +336,8 @@ def nodes_checked(
 
 
 def fee_splits(
-    nodes: Mapping[str, NodeHour], on_node: Mapping[str, list[PodHour]], fees: Sequence[FeeHour], quantum: Decimal
+    nodes: Mapping[str, NodeHour], on_node: Mapping[str, list[PodHour]], fees: Sequence[FeeHour], quantum: Decimal,
+    guest_fees_by_use: frozenset[str] = frozenset(),
 ) -> Iterator[tuple[FeeHour, list[tuple[NodeHour | None, PodHour | None]], list[Decimal]]]:
     """Each non-zero fee with its payers and their amounts: the (node, pod) pairs of its pool
     that used GPUs, in node order, by GPU-hours, and (None, None) for the owner's idle part.
@@ -345,7 +346,9 @@ def fee_splits(
     pool's GPU capacity that hour (2 of 8 GPUs: a quarter), whoever else ran; the owner's pods
     share the rest by their GPU-hours, and with none of them the owner absorbs it. The owner
     keeps paying for its pool ("your team keeps paying for it"): a guest alone in it for an
-    hour took all of the hour's registry and storage before."""
+    hour took all of the hour's registry and storage before. The pools of `guest_fees_by_use`
+    are split as then, by GPU-hours alone: hours metered so are recomputed as they were charged
+    (`MeterRun.guest_fees_by_capacity`)."""
     pool_pods: dict[str, list[tuple[NodeHour, PodHour]]] = defaultdict(list)
     capacity: dict[str, Fraction] = defaultdict(Fraction)  # GPU-hours
     for node in nodes.values():
@@ -361,7 +364,7 @@ def fee_splits(
         weights = [Fraction(p.gpu_hours) for _, p in members]
         guests_use = sum((w for w, g in zip(weights, guest, strict=True) if g), Fraction(0))
         rest = capacity[fee.pool] - guests_use
-        if guests_use and rest > 0:
+        if guests_use and rest > 0 and fee.pool not in guest_fees_by_use:
             own_use = sum(weights) - guests_use
             if own_use:
                 weights = [w if g else w * rest / own_use for w, g in zip(weights, guest, strict=True)]

@@ -50,7 +50,7 @@ from billing.focus_records import (
 )
 from billing.hours import QUANTITY, ceil_hour, floor_hour
 from billing.metering import ledger_pool_name
-from billing.models import CostRecord, NodePrice, UsageRecord
+from billing.models import CostRecord, MeterRun, NodePrice, UsageRecord
 from billing.selectors import CostQuery, costs_for_user, ledger_pool_q
 from pools import roles
 from pools.models import GpuNodePool, Node, Team
@@ -168,12 +168,27 @@ def focus_rows_for_user(*, user, query: CostQuery, account=None) -> Iterator[dic
             period = row["ChargePeriodStart"]
             if not ((scope.start and period < scope.start) or (scope.end and period >= scope.end)):
                 yield row
+    by_use = _guest_fees_by_use(scope.start, scope.end)
     for hour in records.order_by("hour").values_list("hour", flat=True).distinct().iterator():
         hour_records = list(records.filter(hour=hour))
+        parts = by_use.get(hour, ())  # the hour's parts metered before guests paid fees by capacity
+        old = frozenset(r.pool.ledger_name for r in hour_records if any(r.pool_id % count == part for part, count in parts))
         for currency, nodes, pods, fees in inputs_by_currency(hour_records):
-            rows = [row for row in allocate_hour(nodes, pods, fees, currency=currency) if scope.keeps(row, slugs)]
+            rows = [row for row in allocate_hour(nodes, pods, fees, currency=currency, guest_fees_by_use=old) if scope.keeps(row, slugs)]
             yield from usage_rows(rows, nodes, account, leases, fees=fees)
         yield from correction_rows(hour_records, by_id, account, lambda row: scope.keeps(row, slugs))
+
+
+def _guest_fees_by_use(start: datetime | None, end: datetime | None) -> dict[datetime, list[tuple[int, int]]]:
+    """The (part, parts) of each hour of [start, end) metered when a team a pool was lent to
+    paid its fees by GPU-hours used (`MeterRun.guest_fees_by_capacity` False): a part takes
+    the pools whose id is `part` modulo `parts` (`pools.claims.Part`)."""
+    runs = MeterRun.objects.filter(guest_fees_by_capacity=False)
+    runs = runs.filter(hour__gte=start) if start else runs
+    parts: dict[datetime, list[tuple[int, int]]] = defaultdict(list)
+    for hour, part, count in (runs.filter(hour__lt=end) if end else runs).values_list("hour", "part", "parts"):
+        parts[hour].append((part, count))
+    return parts
 
 
 FOCUS_GRANULARITIES = ("daily", "hourly")

@@ -189,6 +189,11 @@ class MeterRun(models.Model):
     pod_records = models.PositiveIntegerField(default=0)
     cost_records = models.PositiveIntegerField(default=0)
     total = models.DecimalField(max_digits=16, decimal_places=2, default=0)
+    guest_fees_by_capacity = models.BooleanField(
+        default=True, db_default=False,
+        help_text="Whether a team a pool was lent to paid the pool's fees by its share of the pool's GPUs (`allocation.fee_splits`); "
+                  "hours metered before that rule split them by GPU-hours used, and the detail export recomputes them so",
+    )  # fmt: skip
 
     class Meta:
         ordering = ["-hour", "part"]

@@ -13,6 +13,7 @@ from decimal import Decimal
 import pytest
 
 from billing import chargeback
+from billing.models import MeterRun
 from billing.selectors import CostQuery
 from tests.billing.billing_helpers import focus_export, meter, node, pod, pool
 
@@ -115,3 +116,17 @@ def test_a_lease_s_purchases_are_in_the_export_of_the_team_that_paid_for_it(acto
         assert not purchases("other_lead", form=form), form
         assert not purchases("finance", CostQuery(team="inference"), form), form
         assert not purchases("finance", CostQuery(billing="on_demand"), form), form
+
+
+def test_an_hour_metered_before_guests_paid_fees_by_capacity_is_recomputed_as_it_was_charged(actors, lent):
+    """The detail export recomputes each hour from its usage records: an hour metered when a
+    guest paid a lent pool's fees by GPU-hours used (2 of the 12 used here) is split so again,
+    as its stored costs were, not by its share of the pool's GPUs (2 of 16) as hours since."""
+    def guest_fees() -> Decimal:
+        rows = focus_export(actors["other_lead"], CostQuery(pool="train-pool-a"), "detail")
+        return sum((Decimal(r["EffectiveCost"]) for r in rows if tags(r)["ebcloud.io/cost-kind"] == "fee"), Decimal(0))
+
+    by_capacity = guest_fees()
+    MeterRun.objects.update(guest_fees_by_capacity=False)
+    by_use = guest_fees()
+    assert by_use > by_capacity > 0 and abs(by_use * 12 - by_capacity * 16) <= Decimal("0.10"), (by_use, by_capacity)
