@@ -8,9 +8,12 @@ totals what the chargeback totals, for a lead of the owner, a lead of the guest 
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
 
 from billing import chargeback
 from billing.models import MeterRun
@@ -130,3 +133,22 @@ def test_an_hour_metered_before_guests_paid_fees_by_capacity_is_recomputed_as_it
     MeterRun.objects.update(guest_fees_by_capacity=False)
     by_use = guest_fees()
     assert by_use > by_capacity > 0 and abs(by_use * 12 - by_capacity * 16) <= Decimal("0.10"), (by_use, by_capacity)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_hours_metered_before_the_migration_are_marked_as_split_by_use():
+    """Migration 0025: a MeterRun row already there (metered by the release before) reads
+    False, one the release writes True."""
+    executor = MigrationExecutor(connection)
+    try:
+        executor.migrate([("billing", "0024_budget_source_registry_fee")])
+        with connection.cursor() as cursor:
+            cursor.execute("INSERT INTO billing_meterrun (hour, part, parts, started_at, node_records, pod_records, cost_records, total) "
+                           "VALUES ('2026-11-30 10:00:00+00:00', 0, 1, '2026-11-30 11:02:00+00:00', 0, 0, 0, 0)")  # fmt: skip
+        executor = MigrationExecutor(connection)
+        executor.migrate(executor.loader.graph.leaf_nodes())
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.migrate(executor.loader.graph.leaf_nodes())
+    assert list(MeterRun.objects.values_list("guest_fees_by_capacity", flat=True)) == [False]
+    assert MeterRun.objects.create(hour=datetime(2026, 11, 30, 11, tzinfo=UTC)).guest_fees_by_capacity is True
