@@ -358,8 +358,14 @@ def node_gpu_errors(batch: Batch, gpu_count: int) -> list[FieldError]:
 
 
 def gpu_summary(gpus: list[dict[str, Any]]) -> tuple[int, int, float | None]:
-    """(memory used MiB, memory total MiB, mean utilisation %) over a report's GPUs."""
-    used = sum(int(g.get(FB_USED, 0) or 0) for g in gpus)
-    total = sum(int(g.get(FB_TOTAL, 0) or 0) for g in gpus)
+    """(memory used MiB, memory total MiB, mean utilisation %) over a report's GPUs. A GPU's
+    total is its `FB_TOTAL`, else used + free; one whose total is not known counts in neither,
+    so used never passes total (a GPU sending only `FB_USED` stored 1 MiB used of 0)."""
+    used = total = 0
+    for g in gpus:
+        gpu_used = int(g.get(FB_USED, 0) or 0)
+        gpu_total = g.get(FB_TOTAL, gpu_used + g[FB_FREE] if FB_FREE in g else None)
+        if gpu_total is not None:
+            used, total = used + gpu_used, total + int(gpu_total)
     utils = [float(g[GPU_UTIL]) for g in gpus if GPU_UTIL in g]
     return used, total, (sum(utils) / len(utils) if utils else None)

@@ -10,7 +10,7 @@ from django.urls import reverse
 
 from monitoring import ingest_sql, services
 from monitoring.models import AgentCommand, GpuErrorEvent, NodeAgentState, NodeReport
-from monitoring.report_parse import batch_parse
+from monitoring.report_parse import batch_parse, gpu_summary
 from pools.models import Node
 from tests.monitoring.conftest import joined, report
 
@@ -42,6 +42,15 @@ def test_a_report_updates_the_heartbeat_and_the_latest_gpu_summary(agent, node):
     assert node.last_heartbeat is not None
     state = NodeAgentState.objects.get(node=node)
     assert (state.fb_used_mib, state.fb_total_mib, state.gpu_util_avg) == (40960, 163840, 75.0)
+
+
+def test_the_memory_summary_counts_only_gpus_whose_total_is_known():
+    """A GPU's total is FB_TOTAL, else used + free; one with neither counts in neither, so the
+    node's used memory never passes its total (FB_USED alone stored 1 MiB used of 0: fuzzing)."""
+    gpus = [{"index": 0, "DCGM_FI_DEV_FB_USED": 1}, {"index": 1, "DCGM_FI_DEV_FB_USED": 100, "DCGM_FI_DEV_FB_FREE": 300},
+            {"index": 2, "DCGM_FI_DEV_FB_USED": 10, "DCGM_FI_DEV_FB_TOTAL": 80}]
+    assert gpu_summary(gpus)[:2] == (110, 480)
+    assert gpu_summary(gpus[:1])[:2] == (0, 0)
 
 
 def test_a_replayed_batch_is_acknowledged_but_not_stored_twice(agent, node):
