@@ -464,7 +464,7 @@ def test_on_a_preemptible_pool_every_pod_without_checkpoints_is_exposed():
     assert result.status == d.WARNING and "reclaimed" in result.details[0] and "not preemptible" in result.action
 
 
-def test_a_pool_in_its_first_hour_is_not_told_to_start_the_worker():
+def test_a_pool_in_its_first_hour_is_not_told_to_start_the_worker_or_join_its_agents():
     """No metered cost or utilisation sample yet because the pool is new (its first hour has not
     ended, its node is not Ready), not because the worker is down: the advice says when to look
     again; only a pool old enough to have data is told to start the worker and the agents."""
@@ -473,6 +473,10 @@ def test_a_pool_in_its_first_hour_is_not_told_to_start_the_worker():
     assert cost.status == util.status == "unknown"
     assert cost.cause == "The pool's first hour is metered when it has ended, at 12:02 UTC."
     assert util.cause == "No node of the pool has been Ready yet, so none reports GPU utilisation."
+    silent = replace(new, nodes=(replace(new.nodes[0], reported=False),))
+    agents = check(silent, "gpu-errors")
+    assert (agents.status, agents.cause) == ("unknown", "No node of the pool has been Ready yet, so no node agent reports.")
+    assert "Join the node agents" in check(healthy(nodes=(replace(node("n-1"), reported=False),)), "gpu-errors").action
     assert "Start the worker" not in cost.action + util.action
     just_ready = replace(new, nodes=(node("train-pool-a-1-001", ready=NOW - 2 * M, created_at=NOW - 20 * M),))
     assert check(just_ready, "low-utilisation").cause.startswith("The pool's first node became Ready 2m0s ago")

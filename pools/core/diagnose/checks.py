@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 
 from pools.core.autoscaling import DEFAULT_TOLERANCE, ScalingSpec, evaluate_metric
+from pools.core.diagnose import no_data
 from pools.core.diagnose.blockers import (  # noqa: F401 - the blocker kinds are part of this API
     AFFINITY,
     FITS,
@@ -37,7 +38,6 @@ from pools.core.diagnose.blockers import (  # noqa: F401 - the blocker kinds are
     cause_words,
 )
 from pools.core.diagnose.limits import at_limit_advice
-from pools.core.diagnose.no_data import no_metered_cost, no_utilisation, too_early_to_judge
 from pools.core.diagnose.snapshot import (  # noqa: F401 - the snapshot types are part of this API
     CostInfo,
     EventInfo,
@@ -321,7 +321,7 @@ def check_gpu_errors(s: PoolSnapshot, now: datetime) -> Check:
         reporting = sum(1 for n in live if n.reported)
         if not reporting:
             return Check("gpu-errors", title, UNKNOWN, f"No node agent of this pool has reported ({len(live)} live node(s)), so Xid errors and driver versions are not known.",
-                         "The node agents are not joined or not running.", "Join the node agents (join token on the node page, then `python -m monitoring.agent`) so they report Xids and driver/CUDA versions.", reqs)  # fmt: skip
+                         *no_data.no_agent_report(s, now), reqs)  # fmt: skip
         return Check("gpu-errors", title, OK, f"No Xid error in the last 24 h; driver and CUDA match on the {plural(reporting, 'reporting node')}; no node Repairing or Unknown.", requirements=reqs)
     total = sum(e.count for e in errors)
     parts = [f"{plural(total, 'Xid error')} in the last 24 h on {plural(len({e.node for e in errors}), 'node')}" if errors else ""]
@@ -359,14 +359,14 @@ def check_utilisation(s: PoolSnapshot, now: datetime) -> Check:
     title, reqs = "GPU utilisation low for a long time", ("T4", "T5", "C3")
     u = s.utilisation
     if u is None or not u.samples or u.mean_util_pct is None:
-        return Check("low-utilisation", title, UNKNOWN, "No GPU utilisation sample in the last 24 h.", *no_utilisation(s, now), reqs)
+        return Check("low-utilisation", title, UNKNOWN, "No GPU utilisation sample in the last 24 h.", *no_data.no_utilisation(s, now), reqs)
     covered = u.first_minute is not None and u.first_minute <= now - WINDOW + timedelta(minutes=2)
     span = "24 h" if covered else f"{age(now - u.first_minute)}" if u.first_minute else "the window"
     alloc = f", {u.allocated_pct:.0f}% of GPUs allocated" if u.allocated_pct is not None else ""
     found = f"Mean GPU utilisation {u.mean_util_pct:.1f}% over {span} ({plural(u.samples, 'sample')}, highest {u.max_util_pct:.0f}%){alloc}; threshold {LOW_UTILISATION_PCT:.0f}%."
     if u.mean_util_pct >= LOW_UTILISATION_PCT:
         return Check("low-utilisation", title, OK, found, requirements=reqs)
-    if (early := too_early_to_judge(u.first_minute, now)) is not None:
+    if (early := no_data.too_early_to_judge(u.first_minute, now)) is not None:
         return Check("low-utilisation", title, UNKNOWN, found, *early, reqs)
     report = f"`ebcloud node-pool fragmentation {s.name} --plan` (the pool's Fragmentation page)"
     packing = f" — {plural(f.underused_nodes, 'node')} under 50% allocated, repacking frees {f.freeable_nodes}" if (f := s.fragmentation) else ""
@@ -394,7 +394,7 @@ def check_cross_zone(s: PoolSnapshot, now: datetime) -> Check:
     title, reqs = "Bill rising: cross-zone traffic", ("T5", "D4", "C1", "O1")
     c = s.costs
     if c is None or not c.recent_total:
-        return Check("bill-cross-zone", title, UNKNOWN, "No metered cost for this pool in the last 24 h.", *no_metered_cost(s, now), reqs)
+        return Check("bill-cross-zone", title, UNKNOWN, "No metered cost for this pool in the last 24 h.", *no_data.no_metered_cost(s, now), reqs)
     network = c.recent.get("network", Decimal(0))
     before = c.previous_daily.get("network", Decimal(0))
     share = network / c.recent_total

@@ -32,6 +32,17 @@ def no_utilisation(s: PoolSnapshot, now: datetime) -> tuple[str, str]:
             "Start the worker (the per-minute rollup) and the node agents; the check then reads the pool's samples.")  # fmt: skip
 
 
+def no_agent_report(s: PoolSnapshot, now: datetime) -> tuple[str, str]:
+    """(cause, action) for a pool none of whose node agents has reported."""
+    ready = min((n.ready_at for n in s.nodes if n.ready_at), default=None)
+    if ready is None:
+        return "No node of the pool has been Ready yet, so no node agent reports.", "Nothing to do: the check reads the agents' reports once a node is Ready."
+    if now - ready < REPORTS_WITHIN:
+        return f"The pool's first node became Ready {age(now - ready)} ago; its agent reports within minutes.", "Look again in a few minutes."
+    return ("The node agents are not joined or not running.",
+            "Join the node agents (join token on the node page, then `python -m monitoring.agent`) so they report Xids and driver/CUDA versions.")  # fmt: skip
+
+
 def no_metered_cost(s: PoolSnapshot, now: datetime) -> tuple[str, str]:
     """(cause, action) for a pool with no metered cost in the window."""
     first = min((n.created_at for n in s.nodes), default=None)
