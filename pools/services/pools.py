@@ -49,6 +49,8 @@ from pools.services.events import WARNING, event_record
 from pools.services.order_withdrawal import order_withdraw
 from pools.services.pool_status import pool_status_refresh
 
+# Pool names are one namespace for all teams: one another team took is taken, though unseen (QA).
+NAME_TAKEN = "a pool named {!r} already exists (pool names are unique across all teams): choose another name"
 IMMUTABLE_FIELDS = (("nodeType", "node_type"), ("gpuModel", "gpu_model"), ("region", "region"), ("preemptible", "preemptible"))
 
 
@@ -66,7 +68,7 @@ def pool_create(*, user, document: Any, team_slug: str = "", now: datetime | Non
         raise ValidationError(repeated)
     _check_sharing(spec, team)
     if GpuNodePool.objects.active().filter(name=spec.name).exists():
-        raise ConflictError(f"a pool named {spec.name!r} already exists")
+        raise ConflictError(NAME_TAKEN.format(spec.name))
     refs = _Refs(spec)
     _check_budget_currency(spec, refs, now=now)
     quote = _quote(spec, refs, nodes=spec.min_nodes, now=now) if spec.min_nodes else None
@@ -90,7 +92,7 @@ def pool_create(*, user, document: Any, team_slug: str = "", now: datetime | Non
             audit_record(actor=user, action="pool.create", obj=pool, after=document)
             budget_sync_pool(pool=pool, now=now)
     except IntegrityError as exc:  # a concurrent create with the same name won the race
-        raise ConflictError(f"a pool named {spec.name!r} already exists") from exc
+        raise ConflictError(NAME_TAKEN.format(spec.name)) from exc
     return pool
 
 

@@ -76,7 +76,7 @@ def test_unparseable_bodies_are_400_not_500(api, body, content_type, fragment):
 def test_a_duplicate_name_is_409(api, algorithm_pool, train_document):
     response = api("other_lead").post("/api/v1/pools/", train_document, format="json")
     assert response.status_code == 409
-    assert "already exists" in response.json()["errors"][0]["message"]
+    assert response.json()["errors"][0]["message"] == "a pool named 'train-pool-a' already exists (pool names are unique across all teams): choose another name"
 
 
 def test_patch_is_a_merge_patch_and_raising_min_creates_an_order(api, actors, algorithm_pool):
