@@ -153,7 +153,8 @@ def ledger_pool_split(ledger_name: str) -> tuple[str, int | None]:
     if "#" not in ledger_name:
         return ledger_name, None
     name, _, digits = ledger_name.rpartition("#")
-    if not (name and digits.isascii() and digits.isdigit() and len(digits) <= MAX_POOL_ID_DIGITS and int(digits)):
+    # One spelling per id: `#05` found pool 5 but matched none of its rows, named `#5` (QA).
+    if not (name and digits.isascii() and digits.isdigit() and len(digits) <= MAX_POOL_ID_DIGITS and digits[0] != "0"):
         raise ValueError("must be a pool's name or, for a deleted pool, its name#id such as train-pool-a#12")
     return name, int(digits)
 

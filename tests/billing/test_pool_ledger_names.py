@@ -136,7 +136,7 @@ def test_accruing_hours_are_filtered_by_the_ledger_name(actors, renamed):
         assert records and {r.pool_id for r in records} == {pool_id}, name
 
 
-@pytest.mark.parametrize("value", ["train-pool-a#abc", "train-pool-a#", "#12", "train-pool-a#0", "train-pool-a#" + "9" * 30, "train-pool-a#１２"])
+@pytest.mark.parametrize("value", ["train-pool-a#abc", "train-pool-a#", "#12", "train-pool-a#0", "train-pool-a#012", "train-pool-a#" + "9" * 30, "train-pool-a#１２"])
 def test_a_malformed_ledger_name_is_a_400_naming_the_pool(api, actors, value):
     with pytest.raises(ValidationError) as exc:
         cost_query_parse({"pool": value})
