@@ -50,7 +50,8 @@ def audit_list(request):
     if readable is None:
         raise Http404("no such page")
     # NUL characters cannot reach PostgreSQL (a 500); no action or username contains one.
-    action = request.GET.get("action", "").replace("\x00", "").strip()[:60]
+    # Actions are lower case: `ORDER` matched on SQLite (LIKE ignores case), not on PostgreSQL.
+    action = request.GET.get("action", "").replace("\x00", "").strip().lower()[:60]
     actor = request.GET.get("actor", "").replace("\x00", "").strip()[:150]
     entries = AuditEntry.objects.select_related("actor").order_by("-at", "-id")
     if readable:

@@ -302,6 +302,9 @@ def test_finance_reads_the_entries_about_money_and_no_others(actors):
     assert "The changes about money" in response.content.decode()
     assert {e.action for e, _, _ in client.get(reverse("audit"), {"action": "role"}).context["rows"]} == set()
     assert {e.action for e, _, _ in client.get(reverse("audit"), {"action": "budget"}).context["rows"]} == {"budget.pool.set", "budget.team.delete"}
+    # Whatever the case typed, on either database (PostgreSQL's LIKE minds it, SQLite's not).
+    assert {e.action for e, _, _ in client.get(reverse("audit"), {"action": "BUDGET.Pool"}).context["rows"]} == {"budget.pool.set"}
+    assert 'placeholder="e.g. budget, order.approve"' in response.content.decode()  # not a role.* finance never reads
     admin = {e.action for e, _, _ in logged_in(actors["admin"]).get(reverse("audit")).context["rows"]}
     assert set(actions) <= admin
 
