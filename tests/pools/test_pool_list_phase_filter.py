@@ -32,6 +32,9 @@ def test_the_page_filters_a_deleting_pool_and_offers_no_deleted_phase(browser, d
     offered = [value for value, _ in page.context["filter_form"].fields["phase"].choices]
     assert "Deleting" in offered and "Deleted" not in offered
     assert not PoolFilterForm({"phase": "Deleted"}).is_valid()
+    # An old bookmark's ?phase=Deleted says it is not applied, rather than listing live pools as if they matched.
+    stale = browser("lead").get("/pools/", {"phase": "Deleted"}).content.decode()
+    assert '<p class="error" role="alert">Select a valid choice. Deleted is not one of the available choices. This filter is not applied.</p>' in stale
 
 
 def test_the_api_filters_a_deleting_pool_and_refuses_deleted_as_a_phase(api, deleting_and_deleted):
