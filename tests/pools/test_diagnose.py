@@ -409,6 +409,7 @@ def test_whole_node_pods_seen_running_make_it_a_warning():
     snapshot = healthy(max_nodes=20, scaling=DEFAULT_SCALING_SPEC, burst_enabled=True, nodes=(node("a", largest=8), node("b")))
     c = check(snapshot, "scaling-whole-node")
     assert c.status == "warning" and "up to 11 of them wait without a single burst node" in c.found
+    assert "(1 node runs one, 0 Pending now)" in c.found
 
 
 @pytest.mark.parametrize(

@@ -93,7 +93,7 @@ def test_a_pod_waiting_for_the_pools_first_nodes_is_told_what_they_wait_for():
     waiting = d.PendingPod(key="algorithm/wants-l40s", pending_since=NOW - timedelta(minutes=30), gpus=4, blocker=d.FITS)
     ordered = healthy(nodes=(), min_nodes=1, max_nodes=3, orders=(d.OrderInfo(7, "Pending"),), pending_pods=(waiting,))
     c = d.check_pending(ordered, NOW)
-    assert "By cause: nodes on the way (1)" in c.found and "order #7 awaits approval by a platform admin" in c.cause
+    assert "By cause: nodes ordered or starting (1)" in c.found and "order #7 awaits approval by a platform admin" in c.cause
     assert "`ebcloud order approve 7`" in c.action and "does not burst" not in c.cause
     starting = d.NodeInfo(name="n1", phase="Initializing", billing="monthly", gpu_count=4, created_at=NOW - timedelta(minutes=3))
     c = d.check_pending(healthy(nodes=(starting,), min_nodes=1, max_nodes=3, pending_pods=(waiting,)), NOW)

@@ -27,7 +27,7 @@ INVALID_SPEC = "invalid-spec"  # the scheduling core cannot read the pod (a node
 CAUSE_WORDS = {
     TAINT: "a taint it does not tolerate", AFFINITY: "a node selector or affinity no node matches",
     GPU_MODEL: "another GPU model asked for", TOO_LARGE: "larger than a node", INVALID_SPEC: "a spec the scheduler cannot read",
-    "node-unavailable": "room only on nodes out of use", "scheduler-skew": "placing now", "nodes-on-the-way": "nodes on the way",
+    "node-unavailable": "room only on nodes out of use", "scheduler-skew": "placing now", "nodes-on-the-way": "nodes ordered or starting",
     "at-max": "the pool at its maximum", "no-burst": "the pool does not burst", "waiting": "waiting for room",
 }  # fmt: skip
 

@@ -484,7 +484,7 @@ def check_whole_node_burst(s: PoolSnapshot, now: datetime) -> Check:
     if not whole and not running:
         return Check("scaling-whole-node", title, OK, f"Bursts need {threshold} or more queued pods, but no pod of this pool asks for a whole {s.gpus_per_node}-GPU node, so small pods reach that queue.", requirements=reqs)
     waiting = [p for p in whole if p.blocker == FITS]
-    seen = f"{plural(len(running), 'node')} run one, {len(waiting)} Pending now"
+    seen = f"{plural(len(running), 'node')} {'runs' if len(running) == 1 else 'run'} one, {len(waiting)} Pending now"
     tail = (f"up to {threshold - 1} of them can wait — more than the {plural(room, 'burst node')} this pool may add — and the pool never bursts for them."
             if threshold - 1 >= room else f"up to {threshold - 1} of them wait without a single burst node.")  # fmt: skip
     whole_pods = f"Pods here ask for whole {s.gpus_per_node}-GPU nodes ({seen}), one node each: {tail}"
