@@ -1,7 +1,6 @@
 """A pool's phase, pendingReason and conditions from its node and order counts (T1: explain
-every stall with numbers), apart from the lifecycle's other rules (`pools.core.lifecycle`)
-because a pool's status is read by every page and API answer, its rules by the controller only.
-No Django here.
+every stall with numbers): the status rules, apart from the lifecycle's rules for nodes and
+leases (`pools.core.lifecycle`, which counts a pool's rows into `PoolCounts`). No Django here.
 """
 
 from __future__ import annotations
