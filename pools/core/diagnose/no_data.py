@@ -19,28 +19,35 @@ REPORTS_WITHIN = timedelta(minutes=5)  # a Ready node's agent reports, and the r
 JUDGED_AFTER = timedelta(hours=1)
 
 
-def no_utilisation(s: PoolSnapshot, now: datetime) -> tuple[str, str]:
-    """(cause, action) for a pool with no GPU utilisation sample in the window."""
+def _not_reporting_yet(s: PoolSnapshot, now: datetime, *, none_ready: tuple[str, str], just_ready: str) -> tuple[str, str] | None:
+    """(cause, action) while no node of the pool is Ready, or the first one became Ready too
+    recently to have reported (REPORTS_WITHIN); None once its agents should have."""
     ready = min((n.ready_at for n in s.nodes if n.ready_at), default=None)
     if ready is None:
-        return ("No node of the pool has been Ready yet, so none reports GPU utilisation.",
-                "Nothing to do: the check reads the samples once a node is Ready.")  # fmt: skip
+        return none_ready
     if now - ready < REPORTS_WITHIN:
-        return (f"The pool's first node became Ready {age(now - ready)} ago; its agent's samples are rolled up each minute.",
-                "Look again in a few minutes.")  # fmt: skip
-    return ("The per-minute rollup has not run, or no node agent reports GPU utilisation.",
-            "Start the worker (the per-minute rollup) and the node agents; the check then reads the pool's samples.")  # fmt: skip
+        return f"The pool's first node became Ready {age(now - ready)} ago; {just_ready}", "Look again in a few minutes."
+    return None
+
+
+def no_utilisation(s: PoolSnapshot, now: datetime) -> tuple[str, str]:
+    """(cause, action) for a pool with no GPU utilisation sample in the window."""
+    return _not_reporting_yet(
+        s, now, just_ready="its agent's samples are rolled up each minute.",
+        none_ready=("No node of the pool has been Ready yet, so none reports GPU utilisation.",
+                    "Nothing to do: the check reads the samples once a node is Ready."),
+    ) or ("The per-minute rollup has not run, or no node agent reports GPU utilisation.",
+          "Start the worker (the per-minute rollup) and the node agents; the check then reads the pool's samples.")  # fmt: skip
 
 
 def no_agent_report(s: PoolSnapshot, now: datetime) -> tuple[str, str]:
     """(cause, action) for a pool none of whose node agents has reported."""
-    ready = min((n.ready_at for n in s.nodes if n.ready_at), default=None)
-    if ready is None:
-        return "No node of the pool has been Ready yet, so no node agent reports.", "Nothing to do: the check reads the agents' reports once a node is Ready."
-    if now - ready < REPORTS_WITHIN:
-        return f"The pool's first node became Ready {age(now - ready)} ago; its agent reports within minutes.", "Look again in a few minutes."
-    return ("The node agents are not joined or not running.",
-            "Join the node agents (join token on the node page, then `python -m monitoring.agent`) so they report Xids and driver/CUDA versions.")  # fmt: skip
+    return _not_reporting_yet(
+        s, now, just_ready="its agent reports within minutes.",
+        none_ready=("No node of the pool has been Ready yet, so no node agent reports.",
+                    "Nothing to do: the check reads the agents' reports once a node is Ready."),
+    ) or ("The node agents are not joined or not running.",
+          "Join the node agents (join token on the node page, then `python -m monitoring.agent`) so they report Xids and driver/CUDA versions.")  # fmt: skip
 
 
 def no_metered_cost(s: PoolSnapshot, now: datetime) -> tuple[str, str]:
